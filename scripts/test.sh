@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test suite: formatting, lints, and every unit and integration test.
+# Installs what it needs (nats-server, kubectl) and exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/ensure.sh
+
+ensure_rust
+ensure_nats_server
+ensure_kubectl
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+log "cargo clippy --all-targets -- -D warnings"
+cargo clippy --locked --all-targets -- -D warnings
+
+log "tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --locked --no-fail-fast
+else
+  cargo test --locked --no-fail-fast
+fi

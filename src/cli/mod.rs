@@ -1,0 +1,83 @@
+//! Command-line surface: parses arguments and dispatches to the library. No work happens here
+//! beyond turning flags into the library's inputs and its results into output.
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::logging::LogFormat;
+
+mod check_host;
+mod credential;
+mod internal;
+mod pki;
+
+/// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
+/// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tenantci",
+    version,
+    propagate_version = true,
+    after_help = "Exit codes: 0 success, 1 a check or verification failed, 2 bad input \
+                  (nothing was changed), 3 an external system failed.\n\
+                  Docs: docs/cli.md; runbooks in docs/runbooks/."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalArgs {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, env = "TENANTCI_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// More log detail: -v info, -vv debug, -vvv trace (RUST_LOG overrides).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a tenant cluster's PKI (serving CA, ClientCA) in the state directory.
+    #[command(subcommand)]
+    Pki(pki::PkiCommand),
+    /// Mint scoped runner credentials signed by a cluster's ClientCA.
+    #[command(subcommand)]
+    Credential(credential::CredentialCommand),
+    /// Check that this host can run the gateway or a runner (state dir, disk, ClientCAs, tools).
+    CheckHost(check_host::CheckHostArgs),
+    /// Entry points with a fixed environment interface, as the runbook calls them.
+    #[command(subcommand)]
+    Internal(internal::InternalCommand),
+}
+
+/// Runs the parsed command and returns the process exit code.
+pub fn run(cli: Cli) -> crate::Result<i32> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| crate::Error::external(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(dispatch(cli.command))
+}
+
+async fn dispatch(command: Command) -> crate::Result<i32> {
+    match command {
+        Command::Pki(cmd) => pki::run(cmd).await,
+        Command::Credential(cmd) => credential::run(cmd).await,
+        Command::CheckHost(args) => check_host::run(args).await,
+        Command::Internal(cmd) => internal::run(cmd).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,194 @@
+//! Go-style durations (`720h`, `90m`, `1h30m`, `45s`, `1.5h`), as the runbook's
+//! `SOCIALWEB_TENANTCREDENTIAL_VALID_FOR` and gitlab-runner's config use them.
+//!
+//! Written by hand because the crates that parse durations accept other syntaxes
+//! (`1 day`, `2w`) that Go refuses, and we must accept exactly what the Go tooling does,
+//! minus negatives (a validity or a timeout is never negative).
+
+use std::time::Duration;
+
+/// Why a duration string was refused; `Display` is a phrase for an error message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("is empty")]
+    Empty,
+    #[error("is negative")]
+    Negative,
+    #[error("has no unit (write e.g. `720h`, `90m`, `1h30m`, `45s`)")]
+    MissingUnit,
+    #[error("has an unknown unit `{0}` (use ns, us, ms, s, m or h)")]
+    UnknownUnit(String),
+    #[error("is not a number followed by a unit (write e.g. `720h`, `90m`, `1h30m`)")]
+    Malformed,
+    #[error("is too large")]
+    Overflow,
+    #[error("is zero (it must be positive)")]
+    ZeroValue,
+}
+
+/// Parses a Go duration. `"0"` is zero, as in Go; callers that need a positive value check.
+pub fn parse(input: &str) -> Result<Duration, DurationError> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err(DurationError::Empty);
+    }
+    let s = match s.as_bytes()[0] {
+        b'-' => return Err(DurationError::Negative),
+        b'+' => &s[1..],
+        _ => s,
+    };
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(DurationError::Malformed);
+    }
+    let mut total: u128 = 0; // nanoseconds
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, after) = rest.split_at(num_len);
+        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
+            return Err(DurationError::Malformed);
+        }
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        if unit.is_empty() {
+            return Err(DurationError::MissingUnit);
+        }
+        let unit_ns: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60 * 1_000_000_000,
+            "h" => 3_600 * 1_000_000_000,
+            other => return Err(DurationError::UnknownUnit(other.to_string())),
+        };
+        let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+        let int: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| DurationError::Overflow)?
+        };
+        let mut value = int.checked_mul(unit_ns).ok_or(DurationError::Overflow)?;
+        // Fractions are exact to the nanosecond, as in Go (digits past that are dropped).
+        let mut scale = unit_ns;
+        for d in frac_part.bytes() {
+            scale /= 10;
+            if scale == 0 {
+                break;
+            }
+            value += u128::from(d - b'0') * scale;
+        }
+        total = total.checked_add(value).ok_or(DurationError::Overflow)?;
+        rest = next;
+    }
+    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| DurationError::Overflow)?;
+    Ok(Duration::new(secs, (total % 1_000_000_000) as u32))
+}
+
+/// Parses a duration that must be greater than zero.
+pub fn parse_positive(input: &str) -> Result<Duration, DurationError> {
+    let d = parse(input)?;
+    if d.is_zero() {
+        return Err(DurationError::ZeroValue);
+    }
+    Ok(d)
+}
+
+/// Formats like Go's `time.Duration.String()` for whole seconds: `720h0m0s` becomes `720h`,
+/// trailing zero units dropped, so a parsed value prints back the way an operator writes it.
+pub fn format(d: Duration) -> String {
+    let mut secs = d.as_secs();
+    if secs == 0 {
+        return if d.is_zero() {
+            "0s".into()
+        } else {
+            format!("{}ms", d.as_millis())
+        };
+    }
+    let h = secs / 3600;
+    secs %= 3600;
+    let m = secs / 60;
+    let s = secs % 60;
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_go_durations() {
+        let cases: &[(&str, u64)] = &[
+            ("720h", 720 * 3600),
+            ("90m", 90 * 60),
+            ("1h30m", 5400),
+            ("45s", 45),
+            ("1h0m0s", 3600),
+            ("2h45m30s", 2 * 3600 + 45 * 60 + 30),
+            ("+5m", 300),
+            ("1.5h", 5400),
+            (".5h", 1800),
+            ("0", 0),
+        ];
+        for (input, secs) in cases {
+            assert_eq!(parse(input).unwrap(), Duration::from_secs(*secs), "{input}");
+        }
+        assert_eq!(parse("1500ms").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse("3us").unwrap(), Duration::from_micros(3));
+        assert_eq!(parse("7ns").unwrap(), Duration::from_nanos(7));
+    }
+
+    #[test]
+    fn refuses_what_go_refuses_and_negatives() {
+        let cases: &[(&str, DurationError)] = &[
+            ("", DurationError::Empty),
+            ("   ", DurationError::Empty),
+            ("-1h", DurationError::Negative),
+            ("720", DurationError::MissingUnit),
+            ("1h30", DurationError::MissingUnit),
+            ("5d", DurationError::UnknownUnit("d".into())),
+            ("1w", DurationError::UnknownUnit("w".into())),
+            ("30 days", DurationError::UnknownUnit(" days".into())),
+            ("h", DurationError::Malformed),
+            ("1..5h", DurationError::Malformed),
+            (".h", DurationError::Malformed),
+            ("+", DurationError::Malformed),
+            ("99999999999999999999999h", DurationError::Overflow),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse(input).unwrap_err(), *want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn positive_refuses_zero() {
+        assert_eq!(parse_positive("0").unwrap_err(), DurationError::ZeroValue);
+        assert_eq!(parse_positive("0s").unwrap_err(), DurationError::ZeroValue);
+        assert!(parse_positive("1s").is_ok());
+    }
+
+    #[test]
+    fn formats_back_compactly() {
+        assert_eq!(format(Duration::from_secs(720 * 3600)), "720h");
+        assert_eq!(format(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(format(Duration::from_secs(45)), "45s");
+        assert_eq!(format(Duration::ZERO), "0s");
+    }
+}

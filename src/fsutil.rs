@@ -1,0 +1,154 @@
+//! Files that matter: written atomically with their final mode, never half-written.
+//!
+//! A write goes to a temp file in the destination directory, is fsynced, gets its mode, and is
+//! renamed (or hard-linked, for no-clobber writes) into place; the directory is fsynced after.
+//! A reader therefore sees the old file or the new one, never a prefix, and a secret is never
+//! world-readable, not even for an instant.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Mode for secrets and everything a credential directory holds.
+pub const MODE_SECRET: u32 = 0o600;
+/// Mode for directories that hold secrets.
+pub const MODE_PRIVATE_DIR: u32 = 0o700;
+
+/// Creates `dir` and missing parents; directories this call creates get `mode`.
+/// An existing directory is left as it is (its mode is the operator's business).
+pub fn create_dir_all(dir: &Path, mode: u32) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)?;
+    // DirBuilder applies the umask; set the mode explicitly on the leaf.
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+}
+
+fn temp_path(dest: &Path) -> io::Result<PathBuf> {
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = dest
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let suffix: u64 = rand::random();
+    Ok(dir.join(format!(".{}.tmp-{suffix:016x}", name.to_string_lossy())))
+}
+
+fn write_temp(dest: &Path, contents: &[u8], mode: u32) -> io::Result<PathBuf> {
+    let tmp = temp_path(dest)?;
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        // The umask may have narrowed `mode`; the final mode must be exactly `mode`.
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.write_all(contents)?;
+        f.sync_all()
+    })();
+    match result {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn sync_parent(dest: &Path) -> io::Result<()> {
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()
+}
+
+/// Replaces `dest` atomically with `contents` at `mode`.
+pub fn write_atomic(dest: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    let tmp = write_temp(dest, contents, mode)?;
+    if let Err(e) = fs::rename(&tmp, dest) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_parent(dest)
+}
+
+/// Writes `dest` atomically only if it does not exist yet (`AlreadyExists` otherwise).
+/// The hard link is the no-clobber step: it fails instead of replacing a file that appeared
+/// after any earlier existence check.
+pub fn write_new_atomic(dest: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    let tmp = write_temp(dest, contents, mode)?;
+    let linked = fs::hard_link(&tmp, dest);
+    let _ = fs::remove_file(&tmp);
+    linked?;
+    sync_parent(dest)
+}
+
+/// Writes `dest` atomically unless it already holds exactly `contents` with `mode`.
+/// Returns whether a write happened (an unchanged file keeps its mtime, which matters for
+/// programs that reload on mtime, such as gitlab-runner).
+pub fn write_if_changed(dest: &Path, contents: &[u8], mode: u32) -> io::Result<bool> {
+    if let Ok(meta) = fs::metadata(dest) {
+        if meta.permissions().mode() & 0o7777 == mode && fs::read(dest)? == contents {
+            return Ok(false);
+        }
+    }
+    write_atomic(dest, contents, mode)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode_of(p: &Path) -> u32 {
+        fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn atomic_write_sets_mode_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("secret");
+        write_atomic(&p, b"one", MODE_SECRET).unwrap();
+        write_atomic(&p, b"two", MODE_SECRET).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(mode_of(&p), 0o600);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_new_refuses_to_clobber() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        write_new_atomic(&p, b"old", MODE_SECRET).unwrap();
+        let err = write_new_atomic(&p, b"new", MODE_SECRET).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&p).unwrap(), b"old");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_if_changed_skips_identical_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.toml");
+        assert!(write_if_changed(&p, b"a", MODE_SECRET).unwrap());
+        assert!(!write_if_changed(&p, b"a", MODE_SECRET).unwrap());
+        assert!(write_if_changed(&p, b"b", MODE_SECRET).unwrap());
+    }
+
+    #[test]
+    fn create_dir_all_sets_private_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a/b");
+        create_dir_all(&p, MODE_PRIVATE_DIR).unwrap();
+        assert_eq!(mode_of(&p), 0o700);
+    }
+}

@@ -1,0 +1,88 @@
+//! `pki init-cluster`: a tenant cluster's serving CA and ClientCA in the state-dir layout.
+//! In production the gateway owns these files; the simulator and the tests create them here.
+//! Refuses to replace any existing file: a new ClientCA silently invalidates every credential.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::layout::{StateDir, validate_cluster_name};
+use crate::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
+use crate::pki::CertificateAuthority;
+use crate::pki::inspect::rfc3339;
+use crate::{Error, Result};
+
+/// Default CA lifetime: ten years.
+pub const DEFAULT_CA_VALID_FOR: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// What `pki init-cluster` reports.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPkiReport {
+    pub cluster: String,
+    pub serving_ca_cert: PathBuf,
+    pub serving_ca_key: PathBuf,
+    pub client_ca_cert: PathBuf,
+    pub client_ca_key: PathBuf,
+    pub not_after: String,
+}
+
+/// Creates the cluster's PKI; fails (exit 2) without writing if any of its files exists.
+pub fn init_cluster(
+    state: &StateDir,
+    cluster: &str,
+    valid_for: Duration,
+) -> Result<ClusterPkiReport> {
+    validate_cluster_name(cluster)?;
+    let paths = state.cluster(cluster);
+    let targets = [
+        &paths.serving_ca_cert,
+        &paths.serving_ca_key,
+        &paths.client_ca_cert,
+        &paths.client_ca_key,
+    ];
+    if let Some(existing) = targets.iter().find(|p| p.symlink_metadata().is_ok()) {
+        return Err(Error::bad_input(format!(
+            "cluster `{cluster}` already has a PKI (`{}` exists); replacing a ClientCA would invalidate every credential it signed",
+            existing.display()
+        ))
+        .hint("use the existing PKI, or remove the cluster's pki/ directory deliberately first"));
+    }
+    let serving = CertificateAuthority::generate(&format!("{cluster}-serving-ca"), valid_for)?;
+    let client = CertificateAuthority::generate(&format!("{cluster}-client-ca"), valid_for)?;
+    for dir in [
+        state.root(),
+        &state.clusters_dir(),
+        &paths.dir,
+        &paths.pki_dir,
+    ] {
+        fsutil::create_dir_all(dir, MODE_PRIVATE_DIR)
+            .map_err(|e| Error::unwritable("the state directory", dir, e))?;
+    }
+    let writes: [(&PathBuf, &str, u32); 4] = [
+        (&paths.serving_ca_key, serving.key_pem(), MODE_SECRET),
+        (&paths.client_ca_key, client.key_pem(), MODE_SECRET),
+        // Certificates are public, but 0600 costs nothing and keeps the directory uniform.
+        (&paths.serving_ca_cert, serving.cert_pem(), MODE_SECRET),
+        (&paths.client_ca_cert, client.cert_pem(), MODE_SECRET),
+    ];
+    let mut written = Vec::new();
+    for (path, contents, mode) in writes {
+        if let Err(e) = fsutil::write_new_atomic(path, contents.as_bytes(), mode) {
+            for p in written {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(Error::unwritable("the cluster PKI file", path, e));
+        }
+        written.push(path);
+    }
+    Ok(ClusterPkiReport {
+        cluster: cluster.to_string(),
+        serving_ca_cert: paths.serving_ca_cert.clone(),
+        serving_ca_key: paths.serving_ca_key.clone(),
+        client_ca_cert: paths.client_ca_cert.clone(),
+        client_ca_key: paths.client_ca_key.clone(),
+        not_after: rfc3339(client.not_after()),
+    })
+}

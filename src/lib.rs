@@ -1,0 +1,16 @@
+//! tenantci: GitLab and Gitea CI on multi-tenant Kubernetes clusters whose nodes are rented on
+//! demand. The binary (`main.rs`, `cli/`) only parses and dispatches; the work lives in these
+//! modules, with dependencies pointing downward: cli -> orchestration -> domain -> I/O.
+
+pub mod cli;
+pub mod credential;
+pub mod duration;
+pub mod error;
+pub mod fsutil;
+pub mod gateway;
+pub mod kubeconfig;
+pub mod logging;
+pub mod output;
+pub mod pki;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,106 @@
+//! Reading certificates back: subject, organizations, validity, CA flag, public key.
+//! Used to check a CA before signing with it, to decide whether an existing credential can be
+//! kept, and by check-host.
+
+use ::time::OffsetDateTime;
+use x509_parser::prelude::*;
+
+/// What tenantci needs to know about one certificate.
+#[derive(Debug, Clone)]
+pub struct CertInfo {
+    /// RFC 4514-ish subject, e.g. `O=gitlab-runner, CN=gitlab-runner`.
+    pub subject: String,
+    pub common_name: Option<String>,
+    /// Every Subject O, in order: the Kubernetes groups.
+    pub organizations: Vec<String>,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub is_ca: bool,
+    /// Hex serial number.
+    pub serial_hex: String,
+    /// SubjectPublicKeyInfo, DER: compared with a private key's public half.
+    pub spki_der: Vec<u8>,
+    /// Subject key identifier of the issuer (AKI) and this cert (SKI), hex.
+    pub authority_key_id: Option<String>,
+    pub subject_key_id: Option<String>,
+}
+
+impl CertInfo {
+    /// Parses the first certificate of a PEM document.
+    pub fn from_pem(pem: &str) -> Result<Self, String> {
+        let (_, pem) =
+            x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| e.to_string())?;
+        if pem.label != "CERTIFICATE" {
+            return Err(format!(
+                "found a `{}` block instead of a CERTIFICATE",
+                pem.label
+            ));
+        }
+        Self::from_der(&pem.contents)
+    }
+
+    pub fn from_der(der: &[u8]) -> Result<Self, String> {
+        let (_, cert) = X509Certificate::from_der(der).map_err(|e| e.to_string())?;
+        let subject = cert.subject();
+        let common_name = subject
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .map(str::to_string);
+        let organizations = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok())
+            .map(str::to_string)
+            .collect();
+        let is_ca = cert
+            .basic_constraints()
+            .ok()
+            .flatten()
+            .is_some_and(|bc| bc.value.ca);
+        let mut authority_key_id = None;
+        let mut subject_key_id = None;
+        for ext in cert.extensions() {
+            match ext.parsed_extension() {
+                ParsedExtension::AuthorityKeyIdentifier(aki) => {
+                    authority_key_id = aki.key_identifier.as_ref().map(|k| hex::encode(k.0));
+                }
+                ParsedExtension::SubjectKeyIdentifier(ski) => {
+                    subject_key_id = Some(hex::encode(ski.0));
+                }
+                _ => {}
+            }
+        }
+        Ok(CertInfo {
+            subject: subject.to_string(),
+            common_name,
+            organizations,
+            not_before: cert.validity().not_before.to_datetime(),
+            not_after: cert.validity().not_after.to_datetime(),
+            is_ca,
+            serial_hex: cert.raw_serial_as_string().replace(':', ""),
+            spki_der: cert.public_key().raw.to_vec(),
+            authority_key_id,
+            subject_key_id,
+        })
+    }
+
+    /// Fraction of the lifetime still ahead at `now` (0 when expired).
+    pub fn remaining_fraction(&self, now: OffsetDateTime) -> f64 {
+        let total = (self.not_after - self.not_before).as_seconds_f64();
+        let left = (self.not_after - now).as_seconds_f64();
+        if total <= 0.0 || left <= 0.0 {
+            0.0
+        } else {
+            left / total
+        }
+    }
+}
+
+/// RFC 3339 in UTC, seconds precision: how every timestamp is printed.
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.to_offset(::time::UtcOffset::UTC);
+    t.replace_nanosecond(0)
+        .unwrap_or(t)
+        .format(&::time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.to_string())
+}

@@ -1,0 +1,99 @@
+//! Helpers shared by the integration tests: a per-test scratch directory and a way to run the
+//! real binary with a clean environment.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `tenantci` binary cargo built for this test run.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tenantci"))
+}
+
+/// A `tenantci` command with the runbook's `SOCIALWEB_TENANTCREDENTIAL_*` and tenantci's own
+/// variables removed, so the developer's shell cannot leak into a test.
+pub fn tenantci() -> Command {
+    let mut cmd = Command::new(bin());
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("SOCIALWEB_") || k.starts_with("TENANTCI_") || k == "RUST_LOG" {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd
+}
+
+/// Runs `cmd` and returns its output; panics with the command line if it cannot start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Runs `tenantci ARGS` and returns its output.
+pub fn run_args<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run(tenantci().args(args))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts the exit code, printing both streams when it differs.
+#[track_caller]
+pub fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "exit code\n--- stdout\n{}\n--- stderr\n{}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// A scratch directory on real disk, removed when dropped.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("tenantci-test-")
+        .tempdir_in(std::env::temp_dir())
+        .expect("create a scratch directory")
+}
+
+pub fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Every file under `dir` with its contents, for "nothing changed" assertions.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    if !dir.exists() {
+        return out;
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                out.push((p.clone(), Vec::new()));
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
