@@ -12,5 +12,6 @@ pub mod kubeconfig;
 pub mod logging;
 pub mod output;
 pub mod pki;
+pub mod tls;
 
 pub use error::{Error, ErrorKind, Result};

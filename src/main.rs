@@ -3,6 +3,7 @@
 use clap::Parser;
 
 fn main() {
+    tenantci::tls::ensure_crypto_provider();
     let cli = tenantci::cli::Cli::parse();
     tenantci::logging::init(cli.global.log_format, cli.global.verbose);
     let code = match tenantci::cli::run(cli) {
