@@ -1,6 +1,59 @@
-#[derive(Debug, clap::Args)]
-pub struct CheckHostArgs {}
+//! `tenantci check-host`
 
-pub async fn run(_args: CheckHostArgs) -> crate::Result<i32> {
-    Ok(0)
+use std::path::PathBuf;
+
+use crate::gateway::check_host::{self, Options, Role, Status};
+use crate::output::{self, OutputArgs};
+
+/// One line per check (`ok` / `warn` / `FAIL`), each non-ok line with its fix; exits 1 when
+/// any check fails. See docs/host-contract.md for every check.
+#[derive(Debug, clap::Args)]
+pub struct CheckHostArgs {
+    /// What this host is for.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// The gateway state directory (node disks, ClientCAs, gateway.json).
+    #[arg(long, value_name = "DIR", env = "TENANTCI_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// Minimum free space in the state directory, GiB. Default: 20.
+    #[arg(long, value_name = "GIB", default_value_t = 20)]
+    pub min_free_gib: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+pub async fn run(args: CheckHostArgs) -> crate::Result<i32> {
+    let opts = Options {
+        role: args.role,
+        state_dir: args.state_dir,
+        min_free_gib: args.min_free_gib,
+        tmpdir: std::env::var_os("TMPDIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp")),
+        path_var: std::env::var_os("PATH"),
+    };
+    let report = check_host::run(&opts);
+    if args.output.is_json() {
+        output::print_json(&report)?;
+    } else {
+        for c in &report.checks {
+            let tag = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            println!("{tag}  {:<36} {}", c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("      fix: {fix}");
+            }
+        }
+        println!(
+            "{} checks, {} failed, {} warnings",
+            report.checks.len(),
+            report.failed,
+            report.warnings
+        );
+    }
+    Ok(report.exit_code())
 }
