@@ -231,7 +231,7 @@ pub fn ram_backed(fs_type: i64) -> Option<&'static str> {
 fn disk_check(name: &str, what: &str, dir: &Path) -> Check {
     let shown = dir.display();
     match nix::sys::statfs::statfs(dir) {
-        Ok(fs) => match ram_backed(fs.filesystem_type().0 as i64) {
+        Ok(fs) => match ram_backed(fs.filesystem_type().0) {
             Some(kind) => Check::fail(
                 name,
                 format!(

@@ -126,15 +126,20 @@ fn sign(
 
 /// Issues a client certificate: CN = `common_name`, one O per organization in order.
 pub fn client_cert(ca: &CertificateAuthority, spec: &ClientCertSpec) -> Result<IssuedCert> {
+    // rcgen writes one value per attribute type, so the real subject (every O, in order, as
+    // Kubernetes reads groups) is put in by `subject::replace_subject` after signing.
     let mut dn = DistinguishedName::new();
-    // Kubernetes reads every O as a group, in order; rcgen keeps repeated O entries.
-    for org in &spec.organizations {
-        dn.push(DnType::OrganizationName, org.as_str());
-    }
     dn.push(DnType::CommonName, spec.common_name.as_str());
     let (mut params, serial_hex) = leaf_params(dn, spec.valid_for, spec.key_type)?;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    sign(ca, params, serial_hex, spec.key_type)
+    let mut issued = sign(ca, params, serial_hex, spec.key_type)?;
+    let der = pem::parse(&issued.cert_pem)
+        .map_err(|e| Error::external(format!("cannot re-read the certificate just signed: {e}")))?;
+    let subject = super::subject::client_subject_der(&spec.common_name, &spec.organizations);
+    let der = super::subject::replace_subject(der.contents(), &subject, ca.issuer().key())
+        .map_err(|e| Error::external(format!("cannot set the certificate subject: {e}")))?;
+    issued.cert_pem = pem::encode(&pem::Pem::new("CERTIFICATE", der));
+    Ok(issued)
 }
 
 /// Issues a serving certificate for `sans` (IP addresses become IP SANs, the rest DNS SANs).

@@ -8,6 +8,7 @@ pub mod ca;
 pub mod inspect;
 pub mod issue;
 pub mod policy;
+pub mod subject;
 
 pub use ca::CertificateAuthority;
 pub use issue::{ClientCertSpec, IssuedCert, KeyType};

@@ -2,4 +2,8 @@
 //! `tenantci` binary (and, where the capability needs them, the simulator, kubectl and a real
 //! nats-server). Shared helpers live in `util`.
 
+mod check_host;
+mod cli;
+mod credential;
+mod pki;
 mod util;
