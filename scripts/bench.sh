@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Benchmarks: each writes its table to docs/benchmarks/<name>.md, then docs/benchmarks.md is
+# assembled from them. Usage: scripts/bench.sh [mint ...]   (default: every benchmark)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/ensure.sh
+ensure_rust
+
+benches=("$@")
+[ ${#benches[@]} -gt 0 ] || benches=(mint)
+
+log "building (release)"
+cargo build --release --locked --bin tenantci
+
+for b in "${benches[@]}"; do
+  case "$b" in
+    mint)
+      ensure_openssl
+      TENANTCI_BIN=target/release/tenantci cargo bench --locked --bench mint
+      ;;
+    *)
+      if [ -x "scripts/bench-$b.sh" ]; then "scripts/bench-$b.sh"; else echo "unknown benchmark: $b" >&2; exit 2; fi
+      ;;
+  esac
+done
+
+scripts/lib/assemble-benchmarks.sh
