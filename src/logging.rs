@@ -25,7 +25,8 @@ pub fn init(format: LogFormat, verbosity: u8) {
         .unwrap_or_else(|_| EnvFilter::new(format!("warn,tenantci={level}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // A second init (tests that call commands in-process) is harmless: keep the first.
     let _ = match format {
         LogFormat::Text => builder.with_target(false).try_init(),

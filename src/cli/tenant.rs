@@ -160,9 +160,6 @@ fn size(args: SizeArgs) -> Result<i32> {
     };
     let image = NodeImage::load(&path)?;
     let report = sizing::check(&args.job.requests()?, &image, args.job_image_size_mib)?;
-    for w in &report.warnings {
-        tracing::warn!("{w}");
-    }
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
