@@ -4,5 +4,6 @@
 pub mod check_host;
 pub mod cluster_pki;
 pub mod layout;
+pub mod resolve;
 
 pub use layout::{ClusterPaths, StateDir};

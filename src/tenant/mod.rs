@@ -6,4 +6,6 @@ pub mod client;
 pub mod node_image;
 pub mod prewarm;
 pub mod quantity;
+pub mod rbac;
 pub mod sizing;
+pub mod verify;
