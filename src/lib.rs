@@ -2,6 +2,7 @@
 //! demand. The binary (`main.rs`, `cli/`) only parses and dispatches; the work lives in these
 //! modules, with dependencies pointing downward: cli -> orchestration -> domain -> I/O.
 
+pub mod bootstrap;
 pub mod cli;
 pub mod credential;
 pub mod duration;

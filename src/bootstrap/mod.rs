@@ -1,0 +1,2 @@
+//! bootstrap
+pub mod credential;
