@@ -2,6 +2,7 @@
 //! job pod against it, and pre-warmed pause pods. Talks to the tenant apiserver through kube;
 //! does not mint credentials (`pki`) or write runner config (`runner`).
 
+pub mod apply;
 pub mod client;
 pub mod node_image;
 pub mod prewarm;

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use serde::Serialize;
 
 use super::quantity::{self, Milli};
@@ -26,7 +26,6 @@ pub const NAME: &str = "tenantci-pause";
 /// Exactly the autoscaler's cutoff: pods at -10 still make it rent a node; below do not.
 pub const PRIORITY: i32 = -10;
 pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
-pub const FIELD_MANAGER: &str = "tenantci";
 const SELECTOR_LABEL: &str = "app.kubernetes.io/name";
 /// The pause image runs as this user (nobody in distroless terms).
 const PAUSE_UID: i64 = 65535;

@@ -6,14 +6,14 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde::Deserialize as _;
-use serde::Serialize;
+
+use super::apply::Applied;
 
 use crate::{Error, Result};
 
 pub const MANIFEST: &str = include_str!("../../manifests/gitlab-runner-rbac.yaml");
-pub const FIELD_MANAGER: &str = "tenantci";
 
 /// Names the objects get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,15 +91,6 @@ pub fn desired(spec: &RbacSpec) -> RbacObjects {
     }
 }
 
-/// What applying changed, per object (`unchanged` when the apiserver returned the same
-/// resourceVersion it had before).
-#[derive(Debug, Clone, Serialize)]
-pub struct ApplyOutcome {
-    pub kind: &'static str,
-    pub name: String,
-    pub changed: bool,
-}
-
 fn apply_error(kind: &str, name: &str, e: kube::Error) -> Error {
     match &e {
         kube::Error::Api(s) if s.code == 403 => Error::bad_input(format!(
@@ -117,57 +108,34 @@ fn apply_error(kind: &str, name: &str, e: kube::Error) -> Error {
     }
 }
 
-fn rv<K: kube::Resource>(k: &K) -> Option<String> {
-    k.meta().resource_version.clone()
-}
-
-/// Server-side applies the namespace, then the ClusterRole, then the binding.
-/// With `dry_run` the apiserver validates and nothing is persisted.
+/// Applies the namespace, then the ClusterRole, then the binding (server-side apply, field
+/// manager `tenantci`, skipped per object when the live one already matches).
 pub async fn apply(
     client: &kube::Client,
     objects: &RbacObjects,
     dry_run: bool,
-) -> Result<Vec<ApplyOutcome>> {
-    let mut params = PatchParams::apply(FIELD_MANAGER).force();
-    params.dry_run = dry_run;
-    let mut outcomes = Vec::new();
-
-    macro_rules! apply_one {
-        ($api:expr, $obj:expr, $kind:literal) => {{
-            let api = $api;
-            let name = $obj.metadata.name.clone().unwrap_or_default();
-            let before = api
-                .get_opt(&name)
-                .await
-                .map_err(|e| apply_error($kind, &name, e))?;
-            let after = api
-                .patch(&name, &params, &Patch::Apply($obj))
-                .await
-                .map_err(|e| apply_error($kind, &name, e))?;
-            let changed = before.as_ref().and_then(rv) != rv(&after);
-            outcomes.push(ApplyOutcome {
-                kind: $kind,
-                name,
-                changed: changed && !dry_run,
-            });
-        }};
-    }
-    apply_one!(
-        Api::<Namespace>::all(client.clone()),
-        &objects.namespace,
-        "Namespace"
-    );
-    apply_one!(
-        Api::<ClusterRole>::all(client.clone()),
-        &objects.cluster_role,
-        "ClusterRole"
-    );
-    apply_one!(
-        Api::<ClusterRoleBinding>::all(client.clone()),
-        &objects.binding,
-        "ClusterRoleBinding"
-    );
-    Ok(outcomes)
+) -> Result<Vec<Applied>> {
+    let ns = &objects.namespace;
+    let role = &objects.cluster_role;
+    let binding = &objects.binding;
+    let name = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.name.clone().unwrap_or_default()
+    };
+    Ok(vec![
+        super::apply::apply(&Api::<Namespace>::all(client.clone()), ns, dry_run)
+            .await
+            .map_err(|e| apply_error("Namespace", &name(&ns.metadata), e))?,
+        super::apply::apply(&Api::<ClusterRole>::all(client.clone()), role, dry_run)
+            .await
+            .map_err(|e| apply_error("ClusterRole", &name(&role.metadata), e))?,
+        super::apply::apply(
+            &Api::<ClusterRoleBinding>::all(client.clone()),
+            binding,
+            dry_run,
+        )
+        .await
+        .map_err(|e| apply_error("ClusterRoleBinding", &name(&binding.metadata), e))?,
+    ])
 }
 
 #[cfg(test)]

@@ -43,19 +43,16 @@ pub fn executor_needs() -> Vec<Access> {
     for verb in ["create", "delete", "get", "list", "watch"] {
         v.push(a(verb, "pods", None));
     }
-    for verb in ["create", "get"] {
-        v.push(a(verb, "pods", Some("exec")));
-        v.push(a(verb, "pods", Some("attach")));
-    }
+    // exec and attach are authorized as `create` (POST, and the websocket GET since 1.30).
+    v.push(a("create", "pods", Some("exec")));
+    v.push(a("create", "pods", Some("attach")));
     v.push(a("get", "pods", Some("log")));
     for verb in ["create", "delete", "get", "update"] {
         v.push(a(verb, "secrets", None));
     }
     v.push(a("get", "serviceaccounts", None));
     v.push(a("create", "services", None));
-    v.push(a("get", "services", None));
     v.push(a("list", "events", None));
-    v.push(a("watch", "events", None));
     v
 }
 
