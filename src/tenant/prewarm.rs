@@ -239,18 +239,20 @@ pub async fn apply(
     spec: &PrewarmSpec,
     dry_run: bool,
 ) -> Result<PrewarmReport> {
-    let mut params = PatchParams::apply(FIELD_MANAGER).force();
-    params.dry_run = dry_run;
     let pcs: Api<PriorityClass> = Api::all(client.clone());
-    pcs.patch(NAME, &params, &Patch::Apply(&desired_priority_class()))
+    let pc = super::apply::apply(&pcs, &desired_priority_class(), dry_run)
         .await
         .map_err(|e| api_error("apply the pause PriorityClass", e))?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &spec.namespace);
-    deployments
-        .patch(NAME, &params, &Patch::Apply(&desired_deployment(spec)))
+    let d = super::apply::apply(&deployments, &desired_deployment(spec), dry_run)
         .await
         .map_err(|e| api_error("apply the pause Deployment", e))?;
-    Ok(report(spec, "applied", dry_run))
+    let action = if pc.outcome == "unchanged" && d.outcome == "unchanged" {
+        "unchanged"
+    } else {
+        "applied"
+    };
+    Ok(report(spec, action, dry_run))
 }
 
 /// Deletes the Deployment and the PriorityClass; absent objects are fine (idempotent).
