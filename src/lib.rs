@@ -13,6 +13,7 @@ pub mod kubeconfig;
 pub mod logging;
 pub mod output;
 pub mod pki;
+pub mod runner;
 pub mod sim;
 pub mod tenant;
 pub mod tls;

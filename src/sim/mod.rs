@@ -1,1 +1,4 @@
+//! Simulated outside systems for tests and the quickstart; never used in production paths.
+
+pub mod gitlab;
 pub mod scheduler;

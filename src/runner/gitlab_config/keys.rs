@@ -1,0 +1,434 @@
+//! THE list of gitlab-runner config.toml keys tenantci knows, with their TOML types.
+//!
+//! gitlab-runner decodes config.toml with BurntSushi/toml and silently ignores unknown keys, so
+//! a misspelt key would simply have no effect. Everything tenantci writes comes from these
+//! lists ([`super::entry`] names keys only through the constants below), and [`check_document`]
+//! checks a whole file against them (the runner-configs/ example is tested with it).
+//! Sub-tables we never write (`[runners.cache]`, `affinity`, `volumes`, `autoscaler`, ...) are
+//! listed as [`KeyType::OpaqueTable`]: their name is checked, their contents are not.
+
+/// The TOML type gitlab-runner decodes a key into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    Str,
+    Int,
+    Bool,
+    /// A TOML offset datetime (`token_expires_at = 0001-01-01T00:00:00Z`).
+    Datetime,
+    StrArray,
+    IntArray,
+    /// A string or an array of strings (`pull_policy`).
+    StrOrArray,
+    /// A table of string values (`node_selector`, `pod_labels`).
+    StrTable,
+    /// A table of bool values (`feature_flags`).
+    BoolTable,
+    /// A table whose keys this list describes (the `&[Key]` it belongs to).
+    Table(&'static [Key]),
+    /// An array of tables whose keys this list describes (`[[runners]]`).
+    TableArray(&'static [Key]),
+    /// A table or array of tables tenantci does not look inside.
+    OpaqueTable,
+}
+
+/// One known key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    pub name: &'static str,
+    pub ty: KeyType,
+}
+
+const fn k(name: &'static str, ty: KeyType) -> Key {
+    Key { name, ty }
+}
+
+use KeyType::*;
+
+// Names tenantci writes, as constants so a typo is a compile error rather than a dead key.
+pub const NAME: &str = "name";
+pub const URL: &str = "url";
+pub const TOKEN: &str = "token";
+pub const EXECUTOR: &str = "executor";
+pub const LIMIT: &str = "limit";
+pub const REQUEST_CONCURRENCY: &str = "request_concurrency";
+pub const KUBERNETES: &str = "kubernetes";
+pub const CONCURRENT: &str = "concurrent";
+pub const RUNNERS: &str = "runners";
+
+pub const HOST: &str = "host";
+pub const CERT_FILE: &str = "cert_file";
+pub const KEY_FILE: &str = "key_file";
+pub const CA_FILE: &str = "ca_file";
+pub const NAMESPACE: &str = "namespace";
+pub const POLL_TIMEOUT: &str = "poll_timeout";
+pub const IMAGE: &str = "image";
+pub const HELPER_IMAGE: &str = "helper_image";
+pub const PRIVILEGED: &str = "privileged";
+pub const NODE_SELECTOR: &str = "node_selector";
+pub const NODE_TOLERATIONS: &str = "node_tolerations";
+pub const POD_LABELS: &str = "pod_labels";
+pub const POD_SECURITY_CONTEXT: &str = "pod_security_context";
+pub const RUN_AS_USER: &str = "run_as_user";
+pub const RUN_AS_GROUP: &str = "run_as_group";
+pub const FS_GROUP: &str = "fs_group";
+pub const RUN_AS_NON_ROOT: &str = "run_as_non_root";
+
+/// Declares the resource keys and their `_overwrite_max_allowed` twins from one list.
+macro_rules! resource_keys {
+    ($($key:literal),* $(,)?) => {
+        /// Resource keys of `[runners.kubernetes]` (Kubernetes quantity strings), in the order
+        /// tenantci writes them.
+        pub const RESOURCE_KEYS: &[&str] = &[$($key),*];
+        /// The same keys with the `_overwrite_max_allowed` suffix: the ceiling for the
+        /// `KUBERNETES_*` CI variables a job may set (`KUBERNETES_CPU_REQUEST`, ...).
+        pub const RESOURCE_OVERWRITE_KEYS: &[&str] =
+            &[$(concat!($key, "_overwrite_max_allowed")),*];
+    };
+}
+
+resource_keys!(
+    "cpu_request",
+    "cpu_limit",
+    "memory_request",
+    "memory_limit",
+    "ephemeral_storage_request",
+    "ephemeral_storage_limit",
+    "helper_cpu_request",
+    "helper_cpu_limit",
+    "helper_memory_request",
+    "helper_memory_limit",
+    "helper_ephemeral_storage_request",
+    "helper_ephemeral_storage_limit",
+    "service_cpu_request",
+    "service_cpu_limit",
+    "service_memory_request",
+    "service_memory_limit",
+    "service_ephemeral_storage_request",
+    "service_ephemeral_storage_limit",
+    "pod_cpu_request",
+    "pod_cpu_limit",
+    "pod_memory_request",
+    "pod_memory_limit",
+);
+
+/// The suffix that turns a resource key into its CI-variable overwrite ceiling.
+pub const OVERWRITE_SUFFIX: &str = "_overwrite_max_allowed";
+
+/// Whether `key` is a resource key or a resource key's `_overwrite_max_allowed` twin.
+pub fn is_resource_key(key: &str) -> bool {
+    RESOURCE_KEYS.contains(&key) || RESOURCE_OVERWRITE_KEYS.contains(&key)
+}
+
+pub const POD_SECURITY_CONTEXT_KEYS: &[Key] = &[
+    k(FS_GROUP, Int),
+    k(RUN_AS_USER, Int),
+    k(RUN_AS_GROUP, Int),
+    k(RUN_AS_NON_ROOT, Bool),
+    k("supplemental_groups", IntArray),
+    k("selinux_type", Str),
+];
+
+/// `[runners.kubernetes]`, without the resource keys (see [`RESOURCE_KEYS`]).
+pub const KUBERNETES_KEYS: &[Key] = &[
+    k(HOST, Str),
+    k("context", Str),
+    k(CERT_FILE, Str),
+    k(KEY_FILE, Str),
+    k(CA_FILE, Str),
+    k("bearer_token", Str),
+    k("bearer_token_overwrite_allowed", Bool),
+    k(NAMESPACE, Str),
+    k("namespace_overwrite_allowed", Str),
+    k("namespace_per_job", Bool),
+    k("service_account", Str),
+    k("service_account_overwrite_allowed", Str),
+    k("automount_service_account_token", Bool),
+    k(IMAGE, Str),
+    k(HELPER_IMAGE, Str),
+    k("helper_image_flavor", Str),
+    k("pull_policy", StrOrArray),
+    k("image_pull_secrets", StrArray),
+    k("allowed_images", StrArray),
+    k("allowed_services", StrArray),
+    k("allowed_pull_policies", StrArray),
+    k(PRIVILEGED, Bool),
+    k("allow_privilege_escalation", Bool),
+    k("runtime_class_name", Str),
+    k("scheduler_name", Str),
+    k("priority_class_name", Str),
+    k("dns_policy", Str),
+    k("cap_add", StrArray),
+    k("cap_drop", StrArray),
+    k("poll_interval", Int),
+    k(POLL_TIMEOUT, Int),
+    k("cleanup_resources_timeout", Str),
+    k("pod_termination_grace_period_seconds", Int),
+    k("cleanup_grace_period_seconds", Int),
+    k("retry_limit", Int),
+    k("retry_backoff_max", Int),
+    k(NODE_SELECTOR, StrTable),
+    k("node_selector_overwrite_allowed", Str),
+    k(NODE_TOLERATIONS, StrTable),
+    k("node_tolerations_overwrite_allowed", Str),
+    k(POD_LABELS, StrTable),
+    k("pod_labels_overwrite_allowed", Str),
+    k("pod_annotations", StrTable),
+    k("pod_annotations_overwrite_allowed", Str),
+    k(POD_SECURITY_CONTEXT, Table(POD_SECURITY_CONTEXT_KEYS)),
+    k("build_container_security_context", OpaqueTable),
+    k("helper_container_security_context", OpaqueTable),
+    k("service_container_security_context", OpaqueTable),
+    k("affinity", OpaqueTable),
+    k("volumes", OpaqueTable),
+    k("autoscaler", OpaqueTable),
+    k("dns_config", OpaqueTable),
+    k("host_aliases", OpaqueTable),
+    k("services", OpaqueTable),
+    k("init_permissions_container_security_context", OpaqueTable),
+];
+
+/// One `[[runners]]` entry.
+pub const RUNNER_KEYS: &[Key] = &[
+    k(NAME, Str),
+    k(URL, Str),
+    k("clone_url", Str),
+    k("id", Int),
+    k(TOKEN, Str),
+    k("token_obtained_at", Datetime),
+    k("token_expires_at", Datetime),
+    k("tls-ca-file", Str),
+    k("tls-cert-file", Str),
+    k("tls-key-file", Str),
+    k(EXECUTOR, Str),
+    k("shell", Str),
+    k(LIMIT, Int),
+    k(REQUEST_CONCURRENCY, Int),
+    k("output_limit", Int),
+    k("environment", StrArray),
+    k("pre_get_sources_script", Str),
+    k("post_get_sources_script", Str),
+    k("pre_build_script", Str),
+    k("post_build_script", Str),
+    k("builds_dir", Str),
+    k("cache_dir", Str),
+    k("debug_trace_disabled", Bool),
+    k("unhealthy_requests_limit", Int),
+    k("unhealthy_interval", Str),
+    k("feature_flags", BoolTable),
+    k("cache", OpaqueTable),
+    k("custom_build_dir", OpaqueTable),
+    k(KUBERNETES, Table(KUBERNETES_KEYS)),
+];
+
+pub const SESSION_SERVER_KEYS: &[Key] = &[
+    k("listen_address", Str),
+    k("advertise_address", Str),
+    k("session_timeout", Int),
+];
+
+/// The top level of config.toml.
+pub const TOP_LEVEL_KEYS: &[Key] = &[
+    k(CONCURRENT, Int),
+    k("check_interval", Int),
+    k("log_level", Str),
+    k("log_format", Str),
+    k("shutdown_timeout", Int),
+    k("listen_address", Str),
+    k("connection_max_age", Str),
+    k("sentry_dsn", Str),
+    k("session_server", Table(SESSION_SERVER_KEYS)),
+    k(RUNNERS, TableArray(RUNNER_KEYS)),
+];
+
+/// Looks up `name` in `keys`; resource keys are implied in `[runners.kubernetes]`.
+pub fn lookup(keys: &'static [Key], name: &str) -> Option<KeyType> {
+    if let Some(key) = keys.iter().find(|key| key.name == name) {
+        return Some(key.ty);
+    }
+    if std::ptr::eq(keys, KUBERNETES_KEYS) && is_resource_key(name) {
+        return Some(Str);
+    }
+    None
+}
+
+/// A key that gitlab-runner would ignore or fail to decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyProblem {
+    /// Dotted path, e.g. `runners[0].kubernetes.poll_timout`.
+    pub path: String,
+    pub problem: String,
+}
+
+impl std::fmt::Display for KeyProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.problem)
+    }
+}
+
+/// Checks every key of a config.toml against the lists above.
+pub fn check_document(doc: &toml_edit::DocumentMut) -> Vec<KeyProblem> {
+    let mut problems = Vec::new();
+    check_table(doc.as_table(), TOP_LEVEL_KEYS, "", &mut problems);
+    problems
+}
+
+/// Checks one `[[runners]]` entry (what tenantci writes must always pass this).
+pub fn check_runner(table: &toml_edit::Table, path: &str) -> Vec<KeyProblem> {
+    let mut problems = Vec::new();
+    check_table(table, RUNNER_KEYS, path, &mut problems);
+    problems
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn check_table(
+    table: &toml_edit::Table,
+    keys: &'static [Key],
+    path: &str,
+    problems: &mut Vec<KeyProblem>,
+) {
+    for (name, item) in table.iter() {
+        let here = join(path, name);
+        match lookup(keys, name) {
+            None => problems.push(KeyProblem {
+                path: here,
+                problem: "unknown key (gitlab-runner would silently ignore it)".into(),
+            }),
+            Some(ty) => check_item(item, ty, &here, problems),
+        }
+    }
+}
+
+fn check_item(item: &toml_edit::Item, ty: KeyType, path: &str, problems: &mut Vec<KeyProblem>) {
+    use toml_edit::{Item, Value};
+    let value = item.as_value();
+    let ok = match ty {
+        Str => matches!(value, Some(Value::String(_))),
+        Int => matches!(value, Some(Value::Integer(_))),
+        Bool => matches!(value, Some(Value::Boolean(_))),
+        Datetime => matches!(value, Some(Value::Datetime(_))),
+        StrArray => is_array_of(value, |v| v.is_str()),
+        IntArray => is_array_of(value, |v| v.is_integer()),
+        StrOrArray => {
+            matches!(value, Some(Value::String(_))) || is_array_of(value, |v| v.is_str())
+        }
+        StrTable => table_values(item).is_some_and(|vals| vals.iter().all(|v| v.is_str())),
+        BoolTable => table_values(item).is_some_and(|vals| vals.iter().all(|v| v.is_bool())),
+        OpaqueTable => item.is_table_like() || item.is_array_of_tables() || item.is_array(),
+        Table(keys) => match item.as_table_like() {
+            Some(_) => {
+                let owned;
+                let table = match item {
+                    Item::Table(t) => t,
+                    _ => {
+                        owned = item.as_inline_table().cloned().unwrap_or_default().into_table();
+                        &owned
+                    }
+                };
+                check_table(table, keys, path, problems);
+                true
+            }
+            None => false,
+        },
+        TableArray(keys) => match item.as_array_of_tables() {
+            Some(array) => {
+                for (i, table) in array.iter().enumerate() {
+                    check_table(table, keys, &format!("{path}[{i}]"), problems);
+                }
+                true
+            }
+            None => false,
+        },
+    };
+    if !ok {
+        problems.push(KeyProblem {
+            path: path.to_string(),
+            problem: format!("expected {}", describe(ty)),
+        });
+    }
+}
+
+fn is_array_of(value: Option<&toml_edit::Value>, pred: impl Fn(&toml_edit::Value) -> bool) -> bool {
+    value
+        .and_then(|v| v.as_array())
+        .is_some_and(|a| a.iter().all(pred))
+}
+
+fn table_values(item: &toml_edit::Item) -> Option<Vec<toml_edit::Value>> {
+    let table = item.as_table_like()?;
+    let mut out = Vec::new();
+    for (_, v) in table.iter() {
+        out.push(v.as_value()?.clone());
+    }
+    Some(out)
+}
+
+fn describe(ty: KeyType) -> &'static str {
+    match ty {
+        Str => "a string",
+        Int => "an integer",
+        Bool => "a boolean",
+        Datetime => "an offset datetime",
+        StrArray => "an array of strings",
+        IntArray => "an array of integers",
+        StrOrArray => "a string or an array of strings",
+        StrTable => "a table of strings",
+        BoolTable => "a table of booleans",
+        Table(_) => "a table",
+        TableArray(_) => "an array of tables ([[...]])",
+        OpaqueTable => "a table",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_unique_in_each_list() {
+        for list in [
+            TOP_LEVEL_KEYS,
+            RUNNER_KEYS,
+            KUBERNETES_KEYS,
+            POD_SECURITY_CONTEXT_KEYS,
+            SESSION_SERVER_KEYS,
+        ] {
+            let mut names: Vec<_> = list.iter().map(|k| k.name).collect();
+            names.sort();
+            let before = names.len();
+            names.dedup();
+            assert_eq!(before, names.len());
+        }
+    }
+
+    #[test]
+    fn check_reports_typos_and_wrong_types() {
+        let doc: toml_edit::DocumentMut = r#"
+concurrent = "4"
+[[runners]]
+name = "a"
+[runners.kubernetes]
+poll_timout = 600
+cpu_request = "1"
+cpu_request_overwrite_max_allowed = "2"
+node_selector = { "a" = 1 }
+"#
+        .parse()
+        .unwrap();
+        let problems: Vec<String> = check_document(&doc).iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            problems,
+            vec![
+                "concurrent: expected an integer",
+                "runners[0].kubernetes.poll_timout: unknown key (gitlab-runner would silently ignore it)",
+                "runners[0].kubernetes.node_selector: expected a table of strings",
+            ]
+        );
+    }
+}

@@ -1,0 +1,275 @@
+//! Pure merge of one [`RunnerEntry`] into a config.toml document (toml_edit).
+//!
+//! Everything outside our entry — comments, key order, `concurrent`, other runners, keys we do
+//! not know — is kept byte for byte. Inside our entry (found by `name`) tenantci owns the keys
+//! [`RunnerEntry::fields`] can write: it sets those it has, removes owned keys it no longer
+//! has, and leaves every other key (`[runners.cache]`, `environment`, ...) alone. A value that
+//! is already right is not touched, so a second merge returns the same text. No I/O here.
+
+use std::path::Path;
+
+use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, Value};
+
+use super::entry::{EXECUTOR_KUBERNETES, Field, RunnerEntry};
+use super::keys;
+use crate::{Error, Result};
+
+/// What the merge did to the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// There was no config.toml (or it was blank): a new file.
+    Created,
+    /// The file had no runner with our name: the entry was appended.
+    Added,
+    /// Our entry existed and some owned key differed.
+    Updated,
+    /// Nothing differed: the text is byte-identical and nothing must be written.
+    Unchanged,
+}
+
+/// Options that change what the merge accepts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MergeOptions {
+    /// Take over an entry with our name even when it uses another executor.
+    pub force: bool,
+}
+
+/// The merge's result: the new text and whether it differs from the old.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub text: String,
+    pub action: Action,
+}
+
+impl Plan {
+    pub fn changed(&self) -> bool {
+        self.action != Action::Unchanged
+    }
+}
+
+/// Computes the new config.toml. `existing` is the current text (`None`: no file); `path`
+/// only names the file in messages. Validates the entry first.
+pub fn plan(
+    path: &Path,
+    existing: Option<&str>,
+    entry: &RunnerEntry,
+    options: MergeOptions,
+) -> Result<Plan> {
+    entry.validate()?;
+    let blank = existing.is_none_or(|t| t.trim().is_empty());
+    let mut doc = if blank {
+        let mut doc = DocumentMut::new();
+        doc.insert(keys::CONCURRENT, toml_edit::value(i64::from(entry.limit.max(1))));
+        doc
+    } else {
+        parse(path, existing.unwrap_or_default())?
+    };
+    let merged = merge(path, &mut doc, entry, options)?;
+    let text = doc.to_string();
+    let action = if blank {
+        Action::Created
+    } else if Some(text.as_str()) == existing {
+        Action::Unchanged
+    } else if merged {
+        Action::Updated
+    } else {
+        Action::Added
+    };
+    Ok(Plan { text, action })
+}
+
+/// Parses config.toml; a syntax error names the line and column, never quoting the file
+/// (which may hold tokens).
+pub fn parse(path: &Path, text: &str) -> Result<DocumentMut> {
+    text.parse::<DocumentMut>().map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map(|span| line_column(text, span.start))
+            .unwrap_or((1, 1));
+        Error::bad_input(format!(
+            "`{}` is not valid TOML at line {line}, column {column}: {}",
+            path.display(),
+            e.message().trim_end()
+        ))
+        .hint("fix the file by hand (gitlab-runner would refuse it too); it was not changed")
+    })
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    (line, String::from_utf8_lossy(&before[line_start..]).chars().count() + 1)
+}
+
+/// Merges `entry` into `doc`; returns whether an entry with its name already existed.
+pub fn merge(
+    path: &Path,
+    doc: &mut DocumentMut,
+    entry: &RunnerEntry,
+    options: MergeOptions,
+) -> Result<bool> {
+    let root = doc.as_table_mut();
+    if !root.contains_key(keys::RUNNERS) {
+        root.insert(keys::RUNNERS, Item::ArrayOfTables(ArrayOfTables::new()));
+    }
+    let Some(runners) = root
+        .get_mut(keys::RUNNERS)
+        .and_then(Item::as_array_of_tables_mut)
+    else {
+        return Err(Error::bad_input(format!(
+            "`runners` in `{}` is not an array of tables",
+            path.display()
+        ))
+        .hint("gitlab-runner expects [[runners]] sections; fix the file by hand"));
+    };
+    let matching: Vec<usize> = runners
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.get(keys::NAME).and_then(Item::as_str) == Some(entry.name.as_str()))
+        .map(|(i, _)| i)
+        .collect();
+    let fields = entry.fields();
+    match matching.as_slice() {
+        [] => {
+            let mut table = Table::new();
+            apply(&mut table, &fields, &RunnerEntry::owned());
+            runners.push(table);
+            Ok(false)
+        }
+        [index] => {
+            let table = runners.get_mut(*index).expect("index from iter");
+            let executor = table.get(keys::EXECUTOR).map(|i| i.as_str());
+            if let Some(other) = executor {
+                if other != Some(EXECUTOR_KUBERNETES) && !options.force {
+                    return Err(Error::bad_input(format!(
+                        "the runner `{}` in `{}` uses executor `{}`, not kubernetes",
+                        entry.name,
+                        path.display(),
+                        other.unwrap_or("(not a string)")
+                    ))
+                    .hint("choose another --name, or pass --force to turn it into a kubernetes runner"));
+                }
+            }
+            apply(table, &fields, &RunnerEntry::owned());
+            Ok(true)
+        }
+        _ => Err(Error::bad_input(format!(
+            "`{}` has {} runners named `{}`",
+            path.display(),
+            matching.len(),
+            entry.name
+        ))
+        .hint("runner names must be unique for tenantci to find its entry; rename or remove the extras")),
+    }
+}
+
+/// Makes `table` hold `fields` for the keys in `owned`; other keys stay as they are.
+fn apply(table: &mut Table, fields: &[(&'static str, Field)], owned: &[&'static str]) {
+    for key in owned {
+        let wanted = fields.iter().any(|(k, _)| k == key);
+        if !wanted {
+            table.remove(key);
+        }
+    }
+    for (key, field) in fields {
+        match field {
+            Field::Str(s) => set_value(table, key, Value::from(s.as_str())),
+            Field::Int(i) => set_value(table, key, Value::from(*i)),
+            Field::Bool(b) => set_value(table, key, Value::from(*b)),
+            Field::StrTable(map) => set_str_table(table, key, map),
+            Field::Table { fields, owned } => {
+                let is_table = matches!(table.get(key), Some(Item::Table(_)));
+                if !is_table {
+                    let mut sub = match table.remove(key) {
+                        Some(Item::Value(Value::InlineTable(inline))) => inline.into_table(),
+                        _ => Table::new(),
+                    };
+                    sub.set_implicit(false);
+                    table.insert(key, Item::Table(sub));
+                }
+                let Some(Item::Table(sub)) = table.get_mut(key) else {
+                    unreachable!("inserted above")
+                };
+                apply(sub, fields, owned);
+                if sub.is_empty() {
+                    table.remove(key);
+                }
+            }
+        }
+    }
+}
+
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => x.value() == y.value(),
+        (Value::Integer(x), Value::Integer(y)) => x.value() == y.value(),
+        (Value::Boolean(x), Value::Boolean(y)) => x.value() == y.value(),
+        _ => false,
+    }
+}
+
+/// Sets a scalar, keeping the old value's decor (a trailing comment) when it changes.
+fn set_value(table: &mut Table, key: &str, mut new: Value) {
+    if let Some(Item::Value(old)) = table.get_mut(key) {
+        if same_value(old, &new) {
+            return;
+        }
+        *new.decor_mut() = old.decor().clone();
+        *old = new;
+        return;
+    }
+    table.insert(key, Item::Value(new));
+}
+
+fn set_str_table(table: &mut Table, key: &str, map: &std::collections::BTreeMap<String, String>) {
+    if map.is_empty() {
+        table.remove(key);
+        return;
+    }
+    if let Some(existing) = table.get(key).and_then(Item::as_table_like) {
+        let current: Option<std::collections::BTreeMap<String, String>> = existing
+            .iter()
+            .map(|(k, v)| v.as_str().map(|s| (k.to_string(), s.to_string())))
+            .collect();
+        if current.as_ref() == Some(map) {
+            return;
+        }
+    }
+    let inline = matches!(table.get(key), Some(Item::Value(Value::InlineTable(_))));
+    let mut sub = Table::new();
+    for (k, v) in map {
+        sub.insert(k, toml_edit::value(v.as_str()));
+    }
+    if inline {
+        table.insert(key, toml_edit::value(sub.into_inline_table()));
+    } else {
+        let position = table
+            .get(key)
+            .and_then(Item::as_table)
+            .and_then(Table::position);
+        sub.set_position(position);
+        table.insert(key, Item::Table(sub));
+    }
+}
+
+/// Fuzz entry point (fuzz/fuzz_targets/merge.rs and a proptest call it): merging into any
+/// input must return `Ok` or a bad-input error, never panic, and be idempotent.
+#[doc(hidden)]
+pub fn fuzz_merge(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let entry = super::entry::example_entry();
+    let path = Path::new("config.toml");
+    match plan(path, Some(text), &entry, MergeOptions { force: true }) {
+        Ok(first) => {
+            let second = plan(path, Some(&first.text), &entry, MergeOptions { force: true })
+                .expect("our own output must merge again");
+            assert_eq!(second.action, Action::Unchanged, "second merge must be a no-op");
+            assert_eq!(second.text, first.text);
+        }
+        Err(e) => assert_eq!(e.exit_code(), 2, "{e:?}"),
+    }
+}
