@@ -1,2 +1,3 @@
 //! bootstrap
 pub mod credential;
+pub mod runner;

@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::logging::LogFormat;
 
+mod bootstrap;
 mod check_host;
 mod credential;
 mod internal;
@@ -42,6 +43,9 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// From a cluster name to a working runner: credential, RBAC, checks, config.
+    #[command(subcommand)]
+    Bootstrap(bootstrap::BootstrapCommand),
     /// Create a tenant cluster's PKI (serving CA, ClientCA) in the state directory.
     #[command(subcommand)]
     Pki(pki::PkiCommand),
@@ -69,6 +73,7 @@ pub fn run(cli: Cli) -> crate::Result<i32> {
 
 async fn dispatch(command: Command) -> crate::Result<i32> {
     match command {
+        Command::Bootstrap(cmd) => bootstrap::run(cmd).await,
         Command::Pki(cmd) => pki::run(cmd).await,
         Command::Credential(cmd) => credential::run(cmd).await,
         Command::CheckHost(args) => check_host::run(args).await,

@@ -130,17 +130,26 @@ fn sar(user: &str, groups: &[String], access: &Access, namespace: &str) -> Subje
 }
 
 /// Half two: access reviews as (CN, groups) with the admin client, then one real request
-/// (list pods in the namespace) with the runner's own client.
+/// (list pods in the namespace) with the runner's own client. `positive` runs the reviews of
+/// what the executor needs; a re-run whose RBAC objects were unchanged skips them (the rules
+/// it applied last time still grant them) and keeps the negative reviews, which another
+/// binding could have broken since.
 pub async fn verify(
     admin: &kube::Client,
     runner: &kube::Client,
     user: &str,
     groups: &[String],
     namespace: &str,
+    positive: bool,
 ) -> Result<Vec<ReviewResult>> {
     let api: Api<SubjectAccessReview> = Api::all(admin.clone());
     let mut results = Vec::new();
-    let checks = executor_needs()
+    let needs = if positive {
+        executor_needs()
+    } else {
+        Vec::new()
+    };
+    let checks = needs
         .into_iter()
         .map(|a| (a, true))
         .chain(must_deny().into_iter().map(|a| (a, false)));

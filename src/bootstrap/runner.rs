@@ -1,0 +1,466 @@
+//! `bootstrap runner --forge gitlab`: runbook 01 steps 2, 4 and 5 plus the runner config of 02,
+//! in order, each step's outcome recorded. Nothing is written to the runner config until every
+//! earlier step held; an error in any step leaves the config untouched.
+//!
+//! The steps live in their own modules (`credential`, `tenant::rbac`, `tenant::verify`,
+//! `tenant::sizing`, `tenant::prewarm`, `runner::gitlab_config`); this file only orders them.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::credential::{self as cred, Decision, Wanted};
+use crate::credential::{CaSource, CredentialFiles, MintRequest};
+use crate::gateway::StateDir;
+use crate::gateway::resolve;
+use crate::pki::KeyType;
+use crate::pki::inspect::{CertInfo, rfc3339};
+use crate::runner::gitlab_config::{self, MergeOptions, RunnerEntry, RunnerToken};
+use crate::tenant::node_image::NodeImage;
+use crate::tenant::prewarm::{self, PrewarmSpec};
+use crate::tenant::rbac::{self, RbacSpec};
+use crate::tenant::sizing::{self, JobPodRequests};
+use crate::tenant::{client, verify};
+use crate::{Error, Result};
+
+/// Where the cluster comes from.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Resolve through gateway.json and the admin apiserver.
+    StateDir { state_dir: PathBuf, cluster: String },
+    /// Everything given directly.
+    Direct {
+        server: String,
+        server_ca: PathBuf,
+        client_ca_cert: PathBuf,
+        client_ca_key: PathBuf,
+        tenant_kubeconfig: PathBuf,
+        cluster: String,
+    },
+}
+
+/// Where the runner token comes from (already read from flag, file or environment).
+pub enum TokenSource {
+    Given(RunnerToken),
+    /// Create the runner through the GitLab API unless config.toml already holds our entry.
+    Create {
+        client: crate::runner::gitlab_api::Client,
+        request: crate::runner::gitlab_api::CreateRunner,
+    },
+}
+
+pub struct Inputs {
+    pub target: Target,
+    pub tenant_kubeconfig: Option<PathBuf>,
+    pub runner_name: String,
+    pub namespace: String,
+    pub group: String,
+    pub common_name: String,
+    pub credential_dir: PathBuf,
+    pub config_path: PathBuf,
+    pub gitlab_url: String,
+    pub token: TokenSource,
+    pub job: JobPodRequests,
+    /// gitlab-runner resource keys (cpu_request, memory_limit, ...) to quantities.
+    pub resources: std::collections::BTreeMap<String, String>,
+    pub prewarm: Option<i32>,
+    pub valid_for: Option<String>,
+    pub rotate: bool,
+    pub dry_run: bool,
+    pub force: bool,
+}
+
+/// One step's line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub step: &'static str,
+    pub outcome: String,
+    pub detail: String,
+}
+
+/// The hand-back (runbook 01's "what 02 needs"), `-o json`'s shape.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandBack {
+    pub cluster: String,
+    pub server: String,
+    pub credential: CredentialFiles,
+    pub common_name: String,
+    pub group: String,
+    pub namespace: String,
+    pub config: PathBuf,
+    pub runner_name: String,
+    pub dry_run: bool,
+    pub steps: Vec<Step>,
+    pub warning: &'static str,
+}
+
+pub const LOOPBACK_WARNING: &str = "the tenant apiserver binds loopback on this host: gitlab-runner must run here. A GitLab Runner on another VM cannot reach it, and publishing an authenticated front for the apiserver is a deliberate trust-boundary change (docs/runbooks/gitlab-runner.md), not a config step.";
+
+/// The token of our entry in an existing config.toml: a re-run that creates runners through
+/// the GitLab API must reuse it, or every run would register another runner.
+fn existing_token(config: &std::path::Path, name: &str) -> Result<Option<RunnerToken>> {
+    let Some(text) = gitlab_config::write::read_existing(config)? else {
+        return Ok(None);
+    };
+    let doc = gitlab_config::merge::parse(config, &text)?;
+    let token = doc
+        .get("runners")
+        .and_then(|r| r.as_array_of_tables())
+        .and_then(|runners| {
+            runners
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
+        })
+        .and_then(|t| t.get("token"))
+        .and_then(|t| t.as_str())
+        .filter(|t| !t.is_empty());
+    token.map(RunnerToken::parse).transpose()
+}
+
+struct Resolved {
+    cluster: String,
+    server: String,
+    ca: CaSource,
+    client_ca_cert: PathBuf,
+    tenant_kubeconfig: PathBuf,
+    node_image: Option<PathBuf>,
+}
+
+async fn resolve_target(inputs: &Inputs) -> Result<Resolved> {
+    match &inputs.target {
+        Target::StateDir { state_dir, cluster } => {
+            let state = StateDir::new(state_dir);
+            let r = resolve::resolve(&state, cluster).await?;
+            Ok(Resolved {
+                cluster: cluster.clone(),
+                server: r.url,
+                ca: CaSource::StateDir {
+                    state_dir: state_dir.clone(),
+                    cluster: cluster.clone(),
+                },
+                client_ca_cert: r.client_ca_cert,
+                tenant_kubeconfig: inputs
+                    .tenant_kubeconfig
+                    .clone()
+                    .unwrap_or(r.tenant_admin_kubeconfig),
+                node_image: Some(state.cluster(cluster).node_image).filter(|p| p.exists()),
+            })
+        }
+        Target::Direct {
+            server,
+            server_ca,
+            client_ca_cert,
+            client_ca_key,
+            tenant_kubeconfig,
+            cluster,
+        } => Ok(Resolved {
+            cluster: cluster.clone(),
+            server: server.clone(),
+            ca: CaSource::Files {
+                client_ca_cert: client_ca_cert.clone(),
+                client_ca_key: client_ca_key.clone(),
+                server_ca: server_ca.clone(),
+            },
+            client_ca_cert: client_ca_cert.clone(),
+            tenant_kubeconfig: inputs
+                .tenant_kubeconfig
+                .clone()
+                .unwrap_or(tenant_kubeconfig.clone()),
+            node_image: None,
+        }),
+    }
+}
+
+/// Runs every step; `on_step` sees each line as it completes (the CLI prints them).
+pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
+    let mut steps = Vec::new();
+    let mut record = |step: &'static str, outcome: &str, detail: String| {
+        let s = Step {
+            step,
+            outcome: outcome.to_string(),
+            detail,
+        };
+        on_step(&s);
+        steps.push(s);
+    };
+    let groups = vec![inputs.group.clone()];
+
+    // 0. Inputs that need nothing external, so bad input fails before any request.
+    let sizing_needed = inputs.prewarm.is_some();
+    if let Some(raw) = &inputs.valid_for {
+        crate::pki::policy::parse_valid_for(raw)?;
+    }
+    crate::pki::policy::check_common_name(&inputs.common_name)?;
+    crate::pki::policy::check_organizations(&groups)?;
+
+    // 1. Resolve the cluster.
+    let r = resolve_target(inputs).await?;
+    record(
+        "resolve",
+        "ok",
+        format!("cluster {} at {} (Ready)", r.cluster, r.server),
+    );
+
+    // Sizing is pure and cheap: check it before anything is written.
+    let image = match &r.node_image {
+        Some(p) => Some(NodeImage::load(p)?),
+        None => None,
+    };
+    let sizing_report = match &image {
+        Some(img) => Some(sizing::check(&inputs.job, img, None)?),
+        None if sizing_needed => None,
+        None => None,
+    };
+
+    // 2. Credential.
+    let now = OffsetDateTime::now_utc();
+    let ca_cert = CertInfo::from_pem(
+        &std::fs::read_to_string(&r.client_ca_cert)
+            .map_err(|e| Error::unreadable("the ClientCA", &r.client_ca_cert, e))?,
+    )
+    .map_err(|e| {
+        Error::bad_input(format!(
+            "the ClientCA `{}` is not a certificate: {e}",
+            r.client_ca_cert.display()
+        ))
+    })?;
+    let existing = cred::inspect(&inputs.credential_dir)?;
+    let decision = cred::decide(
+        &existing,
+        &Wanted {
+            server: &r.server,
+            common_name: &inputs.common_name,
+            groups: &groups,
+            client_ca_key_id: ca_cert.subject_key_id.as_deref(),
+        },
+        now,
+        inputs.rotate,
+        &inputs.credential_dir,
+    )?;
+    let files = CredentialFiles::in_dir(
+        &std::path::absolute(&inputs.credential_dir).unwrap_or(inputs.credential_dir.clone()),
+    );
+    let minted = match (&decision, inputs.dry_run) {
+        (Decision::Keep, _) => {
+            let c = existing
+                .cert
+                .as_ref()
+                .expect("kept credentials have a cert");
+            record(
+                "credential",
+                "kept",
+                format!(
+                    "{} (valid until {})",
+                    inputs.credential_dir.display(),
+                    rfc3339(c.not_after)
+                ),
+            );
+            false
+        }
+        (d, true) => {
+            record(
+                "credential",
+                "would mint",
+                format!("{} ({d:?})", inputs.credential_dir.display()),
+            );
+            false
+        }
+        (d, false) => {
+            if let Decision::Rotate { why } = d {
+                let moved = cred::move_aside(&inputs.credential_dir, now)?;
+                record(
+                    "credential",
+                    "rotated",
+                    format!("{why}; moved aside {} file(s)", moved.len()),
+                );
+            }
+            let hb = crate::credential::mint(&MintRequest {
+                ca: r.ca.clone(),
+                server: r.server.clone(),
+                common_name: inputs.common_name.clone(),
+                organizations: groups.clone(),
+                out_dir: inputs.credential_dir.clone(),
+                valid_for: inputs.valid_for.clone(),
+                key_type: KeyType::EcdsaP256,
+            })?;
+            record(
+                "credential",
+                "minted",
+                format!(
+                    "{} (valid until {})",
+                    inputs.credential_dir.display(),
+                    hb.not_after
+                ),
+            );
+            true
+        }
+    };
+
+    // 3. RBAC with the tenant-admin kubeconfig.
+    let admin = client::from_kubeconfig(&r.tenant_kubeconfig).await?;
+    let objects = rbac::desired(&RbacSpec {
+        namespace: inputs.namespace.clone(),
+        role_name: inputs.group.clone(),
+        group: inputs.group.clone(),
+        pause_pods: inputs.prewarm.is_some(),
+    });
+    let applied = rbac::apply(&admin, &objects, inputs.dry_run).await?;
+    let rbac_unchanged = applied.iter().all(|a| a.outcome == "unchanged");
+    record(
+        "rbac",
+        if rbac_unchanged {
+            "unchanged"
+        } else if inputs.dry_run {
+            "would apply"
+        } else {
+            "applied"
+        },
+        applied
+            .iter()
+            .map(|a| format!("{} {} {}", a.kind, a.name, a.outcome))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+
+    // 4. Verify both halves (needs the credential on disk).
+    if files.cert.exists() {
+        let cert = CertInfo::from_pem(
+            &std::fs::read_to_string(&files.cert)
+                .map_err(|e| Error::unreadable("the credential", &files.cert, e))?,
+        )
+        .map_err(|e| {
+            Error::bad_input(format!(
+                "the credential `{}` is not a certificate: {e}",
+                files.cert.display()
+            ))
+        })?;
+        verify::check_subject(&cert, &inputs.common_name, &inputs.group)?;
+        let runner = client::from_kubeconfig(&files.kubeconfig).await?;
+        let positive = minted || !rbac_unchanged;
+        let reviews = verify::verify(
+            &admin,
+            &runner,
+            &inputs.common_name,
+            &groups,
+            &inputs.namespace,
+            positive,
+        )
+        .await?;
+        record(
+            "verify",
+            "ok",
+            format!(
+                "subject {}; {} access review(s) as expected; list pods with the credential ok",
+                cert.subject,
+                reviews.len()
+            ),
+        );
+    } else {
+        record("verify", "skipped", "dry run: no credential yet".into());
+    }
+
+    // 5. Sizing and pre-warm.
+    match &sizing_report {
+        Some(s) => record(
+            "sizing",
+            "ok",
+            format!(
+                "job pod {} CPU / {} fits {} / {} allocatable",
+                s.cpu_request, s.memory_request, s.allocatable_cpu, s.allocatable_memory
+            ),
+        ),
+        None => record(
+            "sizing",
+            "skipped",
+            "no node-image.json for this cluster".into(),
+        ),
+    }
+    if let Some(replicas) = inputs.prewarm {
+        let spec = PrewarmSpec {
+            namespace: inputs.namespace.clone(),
+            replicas,
+            cpu: inputs.job.cpu(),
+            memory: inputs.job.memory(),
+            node_selector: Default::default(),
+            tolerations: Vec::new(),
+            labels: Default::default(),
+            image: prewarm::DEFAULT_IMAGE.into(),
+        };
+        let rep = prewarm::apply(&admin, &spec, inputs.dry_run).await?;
+        record(
+            "prewarm",
+            rep.action,
+            format!(
+                "{} pause pod(s) of {} CPU / {}",
+                rep.replicas, rep.cpu, rep.memory
+            ),
+        );
+    }
+
+    // 6. The runner config, last.
+    let token = match &inputs.token {
+        TokenSource::Given(t) => t.clone(),
+        TokenSource::Create { client, request } => {
+            match existing_token(&inputs.config_path, &inputs.runner_name)? {
+                Some(t) => t,
+                None if inputs.dry_run => RunnerToken::EnvRef("$TENANTCI_DRY_RUN_TOKEN".into()),
+                None => {
+                    let created = client.create_and_verify(request).await?;
+                    record("gitlab", "created", format!("runner id {}", created.id));
+                    RunnerToken::Literal(created.token)
+                }
+            }
+        }
+    };
+    let entry = RunnerEntry {
+        name: inputs.runner_name.clone(),
+        url: inputs.gitlab_url.clone(),
+        token,
+        limit: 0,
+        request_concurrency: 1,
+        kubernetes: gitlab_config::KubernetesSettings {
+            host: Some(r.server.clone()),
+            cert_file: Some(files.cert.clone()),
+            key_file: Some(files.key.clone()),
+            ca_file: Some(files.ca.clone()),
+            namespace: inputs.namespace.clone(),
+            resources: inputs.resources.clone(),
+            ..Default::default()
+        },
+    };
+    let outcome = gitlab_config::configure(
+        &inputs.config_path,
+        &entry,
+        MergeOptions {
+            force: inputs.force,
+        },
+        inputs.dry_run,
+    )?;
+    record(
+        "config",
+        if outcome.written {
+            "written"
+        } else if outcome.plan.changed() {
+            "would write"
+        } else {
+            "unchanged"
+        },
+        inputs.config_path.display().to_string(),
+    );
+
+    Ok(HandBack {
+        cluster: r.cluster,
+        server: r.server,
+        credential: files,
+        common_name: inputs.common_name.clone(),
+        group: inputs.group.clone(),
+        namespace: inputs.namespace.clone(),
+        config: inputs.config_path.clone(),
+        runner_name: inputs.runner_name.clone(),
+        dry_run: inputs.dry_run,
+        steps,
+        warning: LOOPBACK_WARNING,
+    })
+}
