@@ -93,6 +93,8 @@ pub struct HandBack {
     pub runner_name: String,
     pub dry_run: bool,
     pub steps: Vec<Step>,
+    /// Requests this run sent to the admin and tenant apiservers.
+    pub apiserver_requests: u64,
     pub warning: &'static str,
 }
 
@@ -186,6 +188,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         steps.push(s);
     };
     let groups = vec![inputs.group.clone()];
+    let requests_before = client::requests();
 
     // 0. Inputs that need nothing external, so bad input fails before any request.
     let sizing_needed = inputs.prewarm.is_some();
@@ -461,6 +464,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         runner_name: inputs.runner_name.clone(),
         dry_run: inputs.dry_run,
         steps,
+        apiserver_requests: client::requests() - requests_before,
         warning: LOOPBACK_WARNING,
     })
 }

@@ -1,10 +1,20 @@
-//! A kube client from a kubeconfig file, with errors that name the file.
+//! A kube client from a kubeconfig file, with errors that name the file. Every client built
+//! here counts its requests in one process-wide counter ([`requests`]), so commands can report
+//! how many apiserver round trips they cost (`bootstrap runner` does, and its benchmark).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::{Error, Result};
+
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+
+/// Requests sent by clients from [`from_kubeconfig`] since the process started.
+pub fn requests() -> u64 {
+    REQUESTS.load(Ordering::Relaxed)
+}
 
 /// Builds a client for the kubeconfig's current context.
 pub async fn from_kubeconfig(path: &Path) -> Result<kube::Client> {
@@ -22,10 +32,15 @@ pub async fn from_kubeconfig(path: &Path) -> Result<kube::Client> {
             ))
             .hint("check that the certificate, key and CA files it names exist and are readable")
         })?;
-    kube::Client::try_from(config).map_err(|e| {
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| {
         Error::bad_input(format!(
             "cannot build a client from `{}`: {e}",
             path.display()
         ))
-    })
+    })?;
+    let counting = tower::util::MapRequestLayer::new(|req: http::Request<kube::client::Body>| {
+        REQUESTS.fetch_add(1, Ordering::Relaxed);
+        req
+    });
+    Ok(builder.with_layer(&counting).build())
 }
