@@ -5,6 +5,7 @@
 pub mod bootstrap;
 pub mod cli;
 pub mod credential;
+pub mod dispatch;
 pub mod duration;
 pub mod error;
 pub mod fsutil;

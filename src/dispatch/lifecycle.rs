@@ -1,0 +1,90 @@
+//! What the lifecycle reconciler does with one task's executor objects. Pure: the reconciler
+//! observes the Pod and Secret, asks `decide`, and carries the decision out.
+//!
+//! Rules: delete only after the terminal marker (Gitea accepted the final state); a Pod that
+//! ended or vanished without one gets FAILURE reported to Gitea first, with the reason in the
+//! task log; anything whose state we cannot tell is kept and logged, never deleted blindly.
+
+/// The Pod as observed (None: no Pod with that name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub pod_phase: Option<String>,
+    pub terminal_marker: bool,
+    pub secret_exists: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Still working (or not started): nothing to do.
+    Keep,
+    /// Gitea has the final state: delete the Pod and the Secret.
+    Delete,
+    /// Report FAILURE with this log line, then delete.
+    FailAndDelete { reason: String },
+    /// We cannot tell: keep it and log why.
+    KeepUnknown { reason: String },
+}
+
+pub fn decide(o: &Observed) -> Decision {
+    if o.terminal_marker {
+        return Decision::Delete;
+    }
+    match o.pod_phase.as_deref() {
+        None if o.secret_exists => Decision::FailAndDelete {
+            reason: "the executor Pod vanished before the task reported a final state".into(),
+        },
+        None => Decision::Keep,
+        Some("Pending") | Some("Running") => Decision::Keep,
+        Some(phase @ ("Succeeded" | "Failed")) => Decision::FailAndDelete {
+            reason: format!(
+                "the executor Pod ended (phase {phase}) without reporting a final state"
+            ),
+        },
+        Some(other) => Decision::KeepUnknown {
+            reason: format!(
+                "the executor Pod is in phase `{other}`; its task state is unknown, so it is kept"
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(phase: Option<&str>, marker: bool, secret: bool) -> Observed {
+        Observed {
+            pod_phase: phase.map(str::to_string),
+            terminal_marker: marker,
+            secret_exists: secret,
+        }
+    }
+
+    #[test]
+    fn decisions_follow_the_rules() {
+        assert_eq!(
+            decide(&obs(Some("Succeeded"), true, true)),
+            Decision::Delete
+        );
+        assert_eq!(decide(&obs(None, true, true)), Decision::Delete);
+        assert_eq!(decide(&obs(Some("Running"), false, true)), Decision::Keep);
+        assert_eq!(decide(&obs(Some("Pending"), false, true)), Decision::Keep);
+        assert!(matches!(
+            decide(&obs(Some("Failed"), false, true)),
+            Decision::FailAndDelete { .. }
+        ));
+        assert!(matches!(
+            decide(&obs(Some("Succeeded"), false, true)),
+            Decision::FailAndDelete { .. }
+        ));
+        assert!(matches!(
+            decide(&obs(None, false, true)),
+            Decision::FailAndDelete { .. }
+        ));
+        assert!(matches!(
+            decide(&obs(Some("Unknown"), false, true)),
+            Decision::KeepUnknown { .. }
+        ));
+        assert_eq!(decide(&obs(None, false, false)), Decision::Keep);
+    }
+}

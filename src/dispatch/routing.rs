@@ -1,0 +1,75 @@
+//! Which backend runs a task: by its `runs-on` labels. A job that asks for `vm` runs in a VM
+//! sandbox; everything else this runner accepts runs as an executor Pod.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Pod,
+    Vm,
+}
+
+impl Backend {
+    /// The JetStream subject the assignment is published on.
+    pub fn subject(self) -> &'static str {
+        match self {
+            Backend::Pod => "ci.runner.pod",
+            Backend::Vm => "ci.runner.vm",
+        }
+    }
+}
+
+/// Routes by labels; `vm` anywhere in runs-on selects the VM backend.
+pub fn route<S: AsRef<str>>(runs_on: &[S]) -> Backend {
+    if runs_on
+        .iter()
+        .any(|l| l.as_ref().eq_ignore_ascii_case("vm"))
+    {
+        Backend::Vm
+    } else {
+        Backend::Pod
+    }
+}
+
+/// The `runs-on` labels of a task's workflow payload (the expanded single-job YAML Gitea
+/// sends): `runs-on: label` or `runs-on: [a, b]`. Unknown shapes yield no labels.
+pub fn runs_on(workflow_payload: &[u8]) -> Vec<String> {
+    let Ok(doc) = serde_yaml::from_slice::<serde_yaml::Value>(workflow_payload) else {
+        return Vec::new();
+    };
+    let jobs = doc.get("jobs").and_then(|j| j.as_mapping());
+    let runs_on = jobs
+        .and_then(|m| m.values().next())
+        .and_then(|job| job.get("runs-on"))
+        .or_else(|| doc.get("runs-on"));
+    match runs_on {
+        Some(serde_yaml::Value::String(s)) => vec![s.clone()],
+        Some(serde_yaml::Value::Sequence(seq)) => seq
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_by_labels() {
+        assert_eq!(route(&["self-hosted", "pod"]), Backend::Pod);
+        assert_eq!(route(&["self-hosted", "vm"]), Backend::Vm);
+        assert_eq!(route::<&str>(&[]), Backend::Pod);
+        assert_eq!(Backend::Vm.subject(), "ci.runner.vm");
+    }
+
+    #[test]
+    fn reads_runs_on_from_the_payload() {
+        let p = b"name: build\njobs:\n  build:\n    runs-on: [self-hosted, pod]\n    steps: []\n";
+        assert_eq!(runs_on(p), vec!["self-hosted", "pod"]);
+        assert_eq!(runs_on(b"jobs:\n  b:\n    runs-on: vm\n"), vec!["vm"]);
+        assert!(runs_on(b"not: [yaml").is_empty());
+    }
+}
