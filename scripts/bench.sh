@@ -9,14 +9,14 @@ ensure_rust
 benches=("$@")
 [ ${#benches[@]} -gt 0 ] || benches=(mint)
 
-log "building (release)"
-cargo build --release --locked --bin tenantci
+log "building"
+cargo build --locked --bin tenantci --examples
 
 for b in "${benches[@]}"; do
   case "$b" in
     mint)
       ensure_openssl
-      TENANTCI_BIN=target/release/tenantci cargo bench --locked --bench mint
+      TENANTCI_BIN=target/debug/tenantci cargo run --locked --quiet --example bench_mint
       ;;
     *)
       if [ -x "scripts/bench-$b.sh" ]; then "scripts/bench-$b.sh"; else echo "unknown benchmark: $b" >&2; exit 2; fi

@@ -270,20 +270,13 @@ fn write_all_or_nothing(dir: &Path, files: &[(&PathBuf, &[u8])]) -> Result<()> {
     let created_dir = !dir.exists();
     fsutil::create_dir_all(dir, MODE_PRIVATE_DIR)
         .map_err(|e| Error::unwritable("the output directory", dir, e))?;
-    let mut written: Vec<&Path> = Vec::new();
-    for (path, contents) in files {
-        if let Err(e) = fsutil::write_new_atomic(path, contents, MODE_SECRET) {
-            for p in &written {
-                let _ = std::fs::remove_file(p);
-            }
-            if created_dir {
-                let _ = std::fs::remove_dir(dir);
-            }
-            return Err(Error::unwritable("the credential file", path, e));
+    let files: Vec<(&Path, &[u8])> = files.iter().map(|(p, c)| (p.as_path(), *c)).collect();
+    fsutil::write_new_files(&files, MODE_SECRET).map_err(|(path, e)| {
+        if created_dir {
+            let _ = std::fs::remove_dir(dir);
         }
-        written.push(path);
-    }
-    Ok(())
+        Error::unwritable("the credential file", &path, e)
+    })
 }
 
 /// Lifetime left as a duration (zero when expired), for hand-backs and checks.

@@ -85,11 +85,39 @@ pub fn write_atomic(dest: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
 /// The hard link is the no-clobber step: it fails instead of replacing a file that appeared
 /// after any earlier existence check.
 pub fn write_new_atomic(dest: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    link_new(dest, contents, mode)?;
+    sync_parent(dest)
+}
+
+fn link_new(dest: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
     let tmp = write_temp(dest, contents, mode)?;
     let linked = fs::hard_link(&tmp, dest);
     let _ = fs::remove_file(&tmp);
-    linked?;
-    sync_parent(dest)
+    linked
+}
+
+/// Writes several new files (no clobber) all or nothing: on the first failure the files this
+/// call created are removed again, and the error names the file that failed. The directories
+/// are fsynced once at the end rather than after every file.
+pub fn write_new_files(files: &[(&Path, &[u8])], mode: u32) -> Result<(), (PathBuf, io::Error)> {
+    let mut written: Vec<&Path> = Vec::new();
+    for (path, contents) in files {
+        if let Err(e) = link_new(path, contents, mode) {
+            for p in &written {
+                let _ = fs::remove_file(p);
+            }
+            return Err((path.to_path_buf(), e));
+        }
+        written.push(path);
+    }
+    let mut synced: Vec<Option<&Path>> = Vec::new();
+    for p in written {
+        if !synced.contains(&p.parent()) {
+            sync_parent(p).map_err(|e| (p.to_path_buf(), e))?;
+            synced.push(p.parent());
+        }
+    }
+    Ok(())
 }
 
 /// Writes `dest` atomically unless it already holds exactly `contents` with `mode`.

@@ -60,23 +60,15 @@ pub fn init_cluster(
         fsutil::create_dir_all(dir, MODE_PRIVATE_DIR)
             .map_err(|e| Error::unwritable("the state directory", dir, e))?;
     }
-    let writes: [(&PathBuf, &str, u32); 4] = [
-        (&paths.serving_ca_key, serving.key_pem(), MODE_SECRET),
-        (&paths.client_ca_key, client.key_pem(), MODE_SECRET),
-        // Certificates are public, but 0600 costs nothing and keeps the directory uniform.
-        (&paths.serving_ca_cert, serving.cert_pem(), MODE_SECRET),
-        (&paths.client_ca_cert, client.cert_pem(), MODE_SECRET),
+    // Certificates are public, but 0600 costs nothing and keeps the directory uniform.
+    let writes: [(&std::path::Path, &[u8]); 4] = [
+        (&paths.serving_ca_key, serving.key_pem().as_bytes()),
+        (&paths.client_ca_key, client.key_pem().as_bytes()),
+        (&paths.serving_ca_cert, serving.cert_pem().as_bytes()),
+        (&paths.client_ca_cert, client.cert_pem().as_bytes()),
     ];
-    let mut written = Vec::new();
-    for (path, contents, mode) in writes {
-        if let Err(e) = fsutil::write_new_atomic(path, contents.as_bytes(), mode) {
-            for p in written {
-                let _ = std::fs::remove_file(p);
-            }
-            return Err(Error::unwritable("the cluster PKI file", path, e));
-        }
-        written.push(path);
-    }
+    fsutil::write_new_files(&writes, MODE_SECRET)
+        .map_err(|(path, e)| Error::unwritable("the cluster PKI file", &path, e))?;
     Ok(ClusterPkiReport {
         cluster: cluster.to_string(),
         serving_ca_cert: paths.serving_ca_cert.clone(),
