@@ -6,12 +6,14 @@ pub mod cli;
 pub mod credential;
 pub mod duration;
 pub mod error;
+pub mod forge;
 pub mod fsutil;
 pub mod gateway;
 pub mod kubeconfig;
 pub mod logging;
 pub mod output;
 pub mod pki;
+pub mod sim;
 pub mod tls;
 
 pub use error::{Error, ErrorKind, Result};

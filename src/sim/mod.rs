@@ -1,0 +1,3 @@
+//! Simulated outside systems for the quickstart and the tests; never used in production paths.
+
+pub mod gitea;
