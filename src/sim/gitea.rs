@@ -230,7 +230,14 @@ fn random_uuid() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex::encode(b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 fn sha256(s: &str) -> [u8; 32] {
@@ -260,7 +267,10 @@ impl RunnerRec {
         let since = |t: SystemTime| now.duration_since(t).unwrap_or_default();
         if since(self.last_online) > Duration::from_secs(60) {
             RunnerStatus::Offline
-        } else if self.last_active.is_some_and(|t| since(t) < Duration::from_secs(10)) {
+        } else if self
+            .last_active
+            .is_some_and(|t| since(t) < Duration::from_secs(10))
+        {
             RunnerStatus::Active
         } else {
             RunnerStatus::Idle
@@ -342,8 +352,10 @@ impl GiteaDouble {
     /// Serves a fresh double on `listen` (use port 0 in tests).
     pub async fn start(listen: SocketAddr) -> crate::Result<GiteaHandle> {
         let listener = TcpListener::bind(listen).await.map_err(|e| {
-            crate::Error::external(format!("cannot listen on {listen} for the Gitea double: {e}"))
-                .hint("pick a free port, or port 0 for any")
+            crate::Error::external(format!(
+                "cannot listen on {listen} for the Gitea double: {e}"
+            ))
+            .hint("pick a free port, or port 0 for any")
         })?;
         let addr = listener
             .local_addr()
@@ -451,11 +463,7 @@ impl GiteaDouble {
         Ok(())
     }
 
-    fn owned_task<'a>(
-        st: &'a mut State,
-        caller: i64,
-        task_id: i64,
-    ) -> Result<&'a mut TaskRec, ConnectError> {
+    fn owned_task(st: &mut State, caller: i64, task_id: i64) -> Result<&mut TaskRec, ConnectError> {
         let task = st
             .tasks
             .get_mut(&task_id)
@@ -558,14 +566,20 @@ impl FacadeBackend for GiteaDouble {
             .ct_eq(&sha256(&self.registration_token))
             .into();
         if !ok {
-            return Err(ConnectError::permission_denied("runner registration token is invalid"));
+            return Err(ConnectError::permission_denied(
+                "runner registration token is invalid",
+            ));
         }
         if req.name.trim().is_empty() {
             return Err(ConnectError::invalid_argument("runner name is required"));
         }
         let labels = if req.labels.is_empty() {
             // Runners older than the `labels` field send agent + custom labels.
-            req.agent_labels.iter().chain(&req.custom_labels).cloned().collect()
+            req.agent_labels
+                .iter()
+                .chain(&req.custom_labels)
+                .cloned()
+                .collect()
         } else {
             req.labels.clone()
         };
@@ -592,7 +606,11 @@ impl FacadeBackend for GiteaDouble {
         })
     }
 
-    async fn declare(&self, caller: &i64, req: DeclareRequest) -> Result<DeclareResponse, ConnectError> {
+    async fn declare(
+        &self,
+        caller: &i64,
+        req: DeclareRequest,
+    ) -> Result<DeclareResponse, ConnectError> {
         let mut st = self.lock();
         let r = st
             .runners
@@ -718,12 +736,20 @@ impl FacadeBackend for GiteaDouble {
 type Double = AxState<Arc<GiteaDouble>>;
 
 fn not_found(what: String) -> Response {
-    (StatusCode::NOT_FOUND, Json(serde_json::json!({ "error": what }))).into_response()
+    (
+        StatusCode::NOT_FOUND,
+        Json(serde_json::json!({ "error": what })),
+    )
+        .into_response()
 }
 
 async fn admin_enqueue(AxState(d): Double, Json(spec): Json<JobSpec>) -> Response {
     let id = d.enqueue(spec);
-    (StatusCode::CREATED, Json(serde_json::json!({ "job_id": id }))).into_response()
+    (
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "job_id": id })),
+    )
+        .into_response()
 }
 
 async fn admin_job(AxState(d): Double, UrlPath(id): UrlPath<i64>) -> Response {

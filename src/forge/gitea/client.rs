@@ -213,8 +213,9 @@ impl RunnerClient {
             .connect_timeout(cfg.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(60));
         if let Some(pem) = &cfg.ca_pem {
-            let ca = reqwest::Certificate::from_pem(pem.as_bytes())
-                .map_err(|e| ClientError::Config(format!("the extra CA is not a PEM certificate: {e}")))?;
+            let ca = reqwest::Certificate::from_pem(pem.as_bytes()).map_err(|e| {
+                ClientError::Config(format!("the extra CA is not a PEM certificate: {e}"))
+            })?;
             builder = builder.add_root_certificate(ca);
         }
         let http = builder
@@ -270,7 +271,15 @@ impl RunnerClient {
     pub async fn declare(&self, req: &DeclareRequest) -> Result<Option<Runner>, ClientError> {
         let url = self.method_url("Declare");
         let result = self
-            .retrying(|| self.call::<_, DeclareResponse>(&url, "Declare", req, true, self.cfg.request_timeout))
+            .retrying(|| {
+                self.call::<_, DeclareResponse>(
+                    &url,
+                    "Declare",
+                    req,
+                    true,
+                    self.cfg.request_timeout,
+                )
+            })
             .await;
         match result {
             Ok((resp, _)) => Ok(resp.runner),
@@ -313,7 +322,10 @@ impl RunnerClient {
 
     /// Appends log rows from `req.index`; the answer's `ack_index` is how many rows the server
     /// holds, so rows before it need not be sent again.
-    pub async fn update_log(&self, req: &UpdateLogRequest) -> Result<UpdateLogResponse, ClientError> {
+    pub async fn update_log(
+        &self,
+        req: &UpdateLogRequest,
+    ) -> Result<UpdateLogResponse, ClientError> {
         let url = self.method_url("UpdateLog");
         let url = url.as_str();
         let mut attempt = 0u32;
@@ -323,10 +335,18 @@ impl RunnerClient {
                 let repeat = attempt > 1;
                 async move {
                     match self
-                        .call::<_, UpdateLogResponse>(url, "UpdateLog", req, true, self.cfg.request_timeout)
+                        .call::<_, UpdateLogResponse>(
+                            url,
+                            "UpdateLog",
+                            req,
+                            true,
+                            self.cfg.request_timeout,
+                        )
                         .await
                     {
-                        Err(e) if repeat && req.no_more && e.code() == Some(Code::AlreadyExists) => {
+                        Err(e)
+                            if repeat && req.no_more && e.code() == Some(Code::AlreadyExists) =>
+                        {
                             Ok(UpdateLogResponse {
                                 ack_index: req.index + req.rows.len() as i64,
                             })

@@ -121,7 +121,10 @@ const CODES: &[(Code, &str, u16)] = &[
 
 impl Code {
     pub fn as_str(self) -> &'static str {
-        CODES.iter().find(|(c, ..)| *c == self).map_or("unknown", |e| e.1)
+        CODES
+            .iter()
+            .find(|(c, ..)| *c == self)
+            .map_or("unknown", |e| e.1)
     }
 
     pub fn parse(s: &str) -> Option<Code> {
@@ -301,7 +304,10 @@ mod tests {
 
     #[test]
     fn content_types_name_codecs() {
-        assert_eq!(Codec::from_content_type("application/proto"), Some(Codec::Proto));
+        assert_eq!(
+            Codec::from_content_type("application/proto"),
+            Some(Codec::Proto)
+        );
         assert_eq!(
             Codec::from_content_type("Application/JSON; charset=utf-8"),
             Some(Codec::Json)
@@ -355,9 +361,13 @@ mod tests {
             FetchTaskRequest::default()
         );
         // Field 1 as a length-delimited value claiming 16 bytes that are not there.
-        let err = Codec::Proto.decode::<UpdateLogResponse>(b"\x0a\x10ab").unwrap_err();
+        let err = Codec::Proto
+            .decode::<UpdateLogResponse>(b"\x0a\x10ab")
+            .unwrap_err();
         assert_eq!(err.code, Code::InvalidArgument);
-        let err = Codec::Json.decode::<UpdateLogResponse>(b"{not json").unwrap_err();
+        let err = Codec::Json
+            .decode::<UpdateLogResponse>(b"{not json")
+            .unwrap_err();
         assert_eq!(err.code, Code::InvalidArgument);
     }
 

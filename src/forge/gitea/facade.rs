@@ -61,7 +61,11 @@ pub trait FacadeBackend: Send + Sync + 'static {
         req: RegisterRequest,
     ) -> impl Future<Output = Result<RegisterResponse, ConnectError>> + Send {
         let _ = req;
-        async { Err(ConnectError::unimplemented("runner registration is not offered here")) }
+        async {
+            Err(ConnectError::unimplemented(
+                "runner registration is not offered here",
+            ))
+        }
     }
 
     fn declare(
@@ -128,7 +132,9 @@ impl Reply {
 /// A Connect error answer: the code's HTTP status and the JSON error body.
 pub fn error_response(err: &ConnectError) -> Response {
     Response::builder()
-        .status(StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .status(
+            StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        )
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(err.to_json()))
         .unwrap_or_else(|_| plain_500())
@@ -140,13 +146,13 @@ fn plain_500() -> Response {
     r
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: impl header::AsHeaderName) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Reads a Connect unary request's codec and body. An unknown `Content-Type` is answered with
-/// 415 and `Accept-Post`, as the Connect spec asks.
-pub fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(Reply, Vec<u8>), Response> {
+/// 415 and `Accept-Post`, as the Connect spec asks; the error is the answer to send.
+pub fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(Reply, Vec<u8>), Box<Response>> {
     let content_type = header_str(headers, header::CONTENT_TYPE).unwrap_or("");
     let Some(codec) = Codec::from_content_type(content_type) else {
         let err = ConnectError::invalid_argument(format!(
@@ -158,12 +164,12 @@ pub fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(Reply, Vec<u8>)
             header::HeaderName::from_static("accept-post"),
             HeaderValue::from_static("application/proto, application/json"),
         );
-        return Err(resp);
+        return Err(Box::new(resp));
     };
     let gzip = header_str(headers, header::ACCEPT_ENCODING).is_some_and(connect::accepts_gzip);
     let reply = Reply { codec, gzip };
     let body = connect::decode_body(header_str(headers, header::CONTENT_ENCODING), body)
-        .map_err(|e| error_response(&e))?;
+        .map_err(|e| Box::new(error_response(&e)))?;
     Ok((reply, body))
 }
 
@@ -204,7 +210,7 @@ async fn rpc<B: FacadeBackend>(
 ) -> Response {
     let (reply, body) = match read_request(&headers, &body) {
         Ok(x) => x,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     if method == "Register" {
         return unary(reply, &body, |req| backend.register(req)).await;
@@ -239,7 +245,7 @@ async fn rpc<B: FacadeBackend>(
 async fn ping(headers: HeaderMap, body: Bytes) -> Response {
     let (reply, body) = match read_request(&headers, &body) {
         Ok(x) => x,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     unary(reply, &body, |req: PingRequest| async move {
         Ok(PingResponse {
@@ -342,10 +348,7 @@ pub fn spawn_router(
                 };
                 let service = hyper_util::service::TowerToHyperService::new(app);
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                if let Err(e) = builder
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await
-                {
+                if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
                     tracing::debug!(%peer, error = %e, "facade connection ended with an error");
                 }
             });

@@ -55,17 +55,16 @@ fn enum_de<'de, E: crate::forge::gitea::proto::ProtoEnum, D: Deserializer<'de>>(
         None => Ok(0),
         Some(Num::Int(i)) => i32::try_from(i).map_err(D::Error::custom),
         Some(Num::Float(f)) => Err(D::Error::custom(format!("{f} is not an enum value"))),
-        Some(Num::Str(s)) => {
-            E::from_proto_name(&s).ok_or_else(|| D::Error::custom(format!("unknown enum value {s:?}")))
-        }
+        Some(Num::Str(s)) => E::from_proto_name(&s)
+            .ok_or_else(|| D::Error::custom(format!("unknown enum value {s:?}"))),
     }
 }
 
 pub mod task_result {
     use super::*;
+    use crate::forge::gitea::proto::TaskResult;
     #[allow(unused_imports)]
     use serde::de::Error as _;
-    use crate::forge::gitea::proto::TaskResult;
 
     pub fn serialize<S: Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
         enum_ser::<TaskResult, S>(*v, s)
@@ -78,9 +77,9 @@ pub mod task_result {
 
 pub mod runner_status {
     use super::*;
+    use crate::forge::gitea::proto::RunnerStatus;
     #[allow(unused_imports)]
     use serde::de::Error as _;
-    use crate::forge::gitea::proto::RunnerStatus;
 
     pub fn serialize<S: Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
         enum_ser::<RunnerStatus, S>(*v, s)
@@ -93,9 +92,9 @@ pub mod runner_status {
 
 pub mod opt_timestamp {
     use super::*;
+    use prost_types::Timestamp;
     #[allow(unused_imports)]
     use serde::de::Error as _;
-    use prost_types::Timestamp;
 
     pub fn serialize<S: Serializer>(v: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
         match v {
@@ -153,9 +152,9 @@ pub mod opt_bytes {
 
 pub mod opt_struct {
     use super::*;
+    use prost_types::Struct;
     #[allow(unused_imports)]
     use serde::de::Error as _;
-    use prost_types::Struct;
 
     pub fn serialize<S: Serializer>(v: &Option<Struct>, s: S) -> Result<S::Ok, S::Error> {
         match v {
@@ -168,7 +167,9 @@ pub mod opt_struct {
         match Option::<serde_json::Value>::deserialize(d)? {
             None => Ok(None),
             Some(serde_json::Value::Object(map)) => Ok(Some(struct_from_json(map))),
-            Some(_) => Err(D::Error::custom("a google.protobuf.Struct must be a JSON object")),
+            Some(_) => Err(D::Error::custom(
+                "a google.protobuf.Struct must be a JSON object",
+            )),
         }
     }
 }

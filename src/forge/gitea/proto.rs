@@ -47,7 +47,10 @@ pub trait ProtoEnum: Sized + Copy + Into<i32> + TryFrom<i32> {
     }
 
     fn from_proto_name(name: &str) -> Option<i32> {
-        Self::NAMES.iter().find(|(s, _)| *s == name).map(|(_, n)| *n)
+        Self::NAMES
+            .iter()
+            .find(|(s, _)| *s == name)
+            .map(|(_, n)| *n)
     }
 }
 

@@ -65,7 +65,12 @@ fn runner() -> (Runner, Vec<u8>) {
 #[test]
 fn ping_messages() {
     check(PingRequest { data: "x".into() }, b"\x0a\x01x");
-    check(PingResponse { data: "Hello, x!".into() }, b"\x0a\x09Hello, x!");
+    check(
+        PingResponse {
+            data: "Hello, x!".into(),
+        },
+        b"\x0a\x09Hello, x!",
+    );
 }
 
 #[test]
@@ -264,12 +269,18 @@ fn update_log_and_log_row() {
         content: "hi".into(),
     };
     check(row.clone(), b"\x0a\x02\x08\x64\x12\x02hi");
+    let t = Timestamp {
+        seconds: 1_700_000_000,
+        nanos: 500,
+    };
+    let tb = b"\x08\x80\xe2\xcf\xaa\x06\x10\xf4\x03";
+    assert_eq!(t.encode_to_vec(), tb);
     check(
-        Timestamp {
-            seconds: 1_700_000_000,
-            nanos: 500,
+        LogRow {
+            time: Some(t),
+            content: String::new(),
         },
-        b"\x08\x80\xe2\xcf\xaa\x06\x10\xf4\x03",
+        &cat(&[b"\x0a\x09", tb]),
     );
     let msg = UpdateLogRequest {
         task_id: 7,

@@ -16,7 +16,12 @@ async fn start() -> GiteaHandle {
     GiteaDouble::start(addr).await.expect("start the double")
 }
 
-async fn register(g: &GiteaHandle, name: &str, labels: &[&str], ephemeral: bool) -> (Runner, RunnerClient) {
+async fn register(
+    g: &GiteaHandle,
+    name: &str,
+    labels: &[&str],
+    ephemeral: bool,
+) -> (Runner, RunnerClient) {
     let c = client(&g.base_url, Codec::Proto);
     let runner = c
         .register(&RegisterRequest {
@@ -153,7 +158,11 @@ async fn gitea_double_fetch_follows_tasks_version() {
     assert_eq!(g.double.job(job_id).unwrap().task_id, None);
 
     // A different version makes the server pick; receiving a task resets ours to 0.
-    let task = c.poll(&mut v).await.unwrap().expect("a task after a version change");
+    let task = c
+        .poll(&mut v)
+        .await
+        .unwrap()
+        .expect("a task after a version change");
     assert_eq!(v.get(), 0);
     assert_eq!(
         task.workflow_payload.as_deref(),
@@ -179,7 +188,11 @@ async fn gitea_double_label_matching_and_one_claim_per_job() {
 
     let mut racers = Vec::new();
     for i in 0..6 {
-        racers.push(register(&g, &format!("gpu{i}"), &["gpu", "linux", "x"], false).await.1);
+        racers.push(
+            register(&g, &format!("gpu{i}"), &["gpu", "linux", "x"], false)
+                .await
+                .1,
+        );
     }
     let answers = futures::future::join_all(racers.iter().map(|c| c.fetch_task(0))).await;
     let claimed: Vec<_> = answers
@@ -204,22 +217,52 @@ async fn gitea_double_log_ack_overlap_and_archive() {
     let t = claim(&c).await.id;
 
     let ack = |r: tenantci::forge::gitea::proto::UpdateLogResponse| r.ack_index;
-    assert_eq!(ack(c.update_log(&log_req(t, 0, &["a", "b", "c"], false)).await.unwrap()), 3);
+    assert_eq!(
+        ack(c
+            .update_log(&log_req(t, 0, &["a", "b", "c"], false))
+            .await
+            .unwrap()),
+        3
+    );
     // Overlapping: rows 1..2 are already stored, 3..4 are new.
-    assert_eq!(ack(c.update_log(&log_req(t, 1, &["b", "c", "d", "e"], false)).await.unwrap()), 5);
+    assert_eq!(
+        ack(c
+            .update_log(&log_req(t, 1, &["b", "c", "d", "e"], false))
+            .await
+            .unwrap()),
+        5
+    );
     // A gap (index beyond ack) writes nothing.
-    assert_eq!(ack(c.update_log(&log_req(t, 7, &["x"], false)).await.unwrap()), 5);
+    assert_eq!(
+        ack(c.update_log(&log_req(t, 7, &["x"], false)).await.unwrap()),
+        5
+    );
     // Rows all older than ack write nothing.
-    assert_eq!(ack(c.update_log(&log_req(t, 0, &["a", "b"], false)).await.unwrap()), 5);
+    assert_eq!(
+        ack(c
+            .update_log(&log_req(t, 0, &["a", "b"], false))
+            .await
+            .unwrap()),
+        5
+    );
     assert_eq!(g.double.task(t).unwrap().logs, ["a", "b", "c", "d", "e"]);
 
-    assert_eq!(ack(c.update_log(&log_req(t, 5, &["f"], true)).await.unwrap()), 6);
+    assert_eq!(
+        ack(c.update_log(&log_req(t, 5, &["f"], true)).await.unwrap()),
+        6
+    );
     let view = g.double.task(t).unwrap();
     assert!(view.log_archived);
     assert_eq!(view.logs.len(), 6);
     // The same final write again only re-acks; new rows after archiving are refused.
-    assert_eq!(ack(c.update_log(&log_req(t, 5, &["f"], true)).await.unwrap()), 6);
-    let err = c.update_log(&log_req(t, 6, &["g"], false)).await.unwrap_err();
+    assert_eq!(
+        ack(c.update_log(&log_req(t, 5, &["f"], true)).await.unwrap()),
+        6
+    );
+    let err = c
+        .update_log(&log_req(t, 6, &["g"], false))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(Code::AlreadyExists), "{err}");
     assert_eq!(g.double.task(t).unwrap().logs.len(), 6);
     g.shutdown().await;
@@ -279,14 +322,23 @@ async fn gitea_double_runner_cannot_update_another_runners_task() {
     g.double.enqueue(job(&["linux"]));
     let t = claim(&owner).await.id;
 
-    let err = other.update_task(&state(t, TaskResult::Failure)).await.unwrap_err();
+    let err = other
+        .update_task(&state(t, TaskResult::Failure))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(Code::PermissionDenied), "{err}");
-    let err = other.update_log(&log_req(t, 0, &["evil"], true)).await.unwrap_err();
+    let err = other
+        .update_log(&log_req(t, 0, &["evil"], true))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(Code::PermissionDenied), "{err}");
     let view = g.double.task(t).unwrap();
     assert_eq!(view.state, "running");
     assert!(view.logs.is_empty());
-    let missing = owner.update_task(&state(9999, TaskResult::Success)).await.unwrap_err();
+    let missing = owner
+        .update_task(&state(9999, TaskResult::Success))
+        .await
+        .unwrap_err();
     assert_eq!(missing.code(), Some(Code::NotFound));
     g.shutdown().await;
 }
@@ -299,13 +351,23 @@ async fn gitea_double_rejects_unknown_credentials() {
     let err = wrong.fetch_task(0).await.unwrap_err();
     assert!(err.is_unauthenticated(), "{err}");
     assert!(!err.claim_may_be_lost());
-    let nobody = with_creds(client(&g.base_url, Codec::Json), "no-such-uuid", &runner.token);
+    let nobody = with_creds(
+        client(&g.base_url, Codec::Json),
+        "no-such-uuid",
+        &runner.token,
+    );
     assert!(nobody.fetch_task(0).await.unwrap_err().is_unauthenticated());
     let anon = client(&g.base_url, Codec::Proto);
-    assert!(anon.fetch_task(0).await.is_err(), "no credentials configured");
+    assert!(
+        anon.fetch_task(0).await.is_err(),
+        "no credentials configured"
+    );
 
     let raw = reqwest::Client::new()
-        .post(format!("{}/api/actions/runner.v1.RunnerService/FetchTask", g.base_url))
+        .post(format!(
+            "{}/api/actions/runner.v1.RunnerService/FetchTask",
+            g.base_url
+        ))
         .header("content-type", "application/proto")
         .body(Vec::new())
         .send()
@@ -330,7 +392,10 @@ async fn gitea_double_cancel_answers_cancelled() {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 204);
-    let answer = c.update_task(&state(t, TaskResult::Unspecified)).await.unwrap();
+    let answer = c
+        .update_task(&state(t, TaskResult::Unspecified))
+        .await
+        .unwrap();
     assert_eq!(answer.state.unwrap().result, TaskResult::Cancelled as i32);
     g.shutdown().await;
 }
@@ -380,8 +445,12 @@ async fn gitea_double_admin_api_and_json_codec() {
     let task = claim(&c).await;
     let ctx = task.context.unwrap();
     assert!(ctx.fields.contains_key("repository"));
-    c.update_log(&log_req(task.id, 0, &["hello"], true)).await.unwrap();
-    c.update_task(&state(task.id, TaskResult::Failure)).await.unwrap();
+    c.update_log(&log_req(task.id, 0, &["hello"], true))
+        .await
+        .unwrap();
+    c.update_task(&state(task.id, TaskResult::Failure))
+        .await
+        .unwrap();
 
     let view: serde_json::Value = http
         .get(format!("{}/admin/tasks/{}", g.base_url, task.id))
@@ -394,7 +463,10 @@ async fn gitea_double_admin_api_and_json_codec() {
     assert_eq!(view["result"], "RESULT_FAILURE");
     assert_eq!(view["logs"], serde_json::json!(["hello"]));
     assert_eq!(view["runner_name"], "json");
-    assert!(view.get("secrets").is_none(), "secrets never leave through the admin API");
+    assert!(
+        view.get("secrets").is_none(),
+        "secrets never leave through the admin API"
+    );
     let missing = http
         .get(format!("{}/admin/tasks/999", g.base_url))
         .send()
@@ -411,7 +483,10 @@ async fn gitea_double_ephemeral_runner_takes_one_task_and_is_deleted() {
     g.double.enqueue(job(&["linux"]));
     g.double.enqueue(job(&["linux"]));
     let t = claim(&c).await.id;
-    assert!(c.fetch_task(0).await.unwrap().task.is_none(), "one task per ephemeral runner");
+    assert!(
+        c.fetch_task(0).await.unwrap().task.is_none(),
+        "one task per ephemeral runner"
+    );
     c.update_task(&state(t, TaskResult::Success)).await.unwrap();
     assert!(g.double.runners().is_empty());
     assert!(c.fetch_task(0).await.unwrap_err().is_unauthenticated());

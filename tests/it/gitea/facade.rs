@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use tenantci::forge::gitea::facade::{self, FacadeBackend, FacadeHandle};
 use tenantci::forge::gitea::proto::{
-    DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, LogRow, Task,
-    TaskResult, TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest,
-    UpdateTaskResponse,
+    DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, LogRow, Task, TaskResult,
+    TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,
 };
 use tenantci::forge::gitea::{ClientConfig, Code, Codec, ConnectError, RunnerClient, connect};
 use tenantci::pki::{self, CertificateAuthority};
@@ -37,7 +36,11 @@ impl FacadeBackend for Backend {
         }
     }
 
-    async fn declare(&self, _: &String, _: DeclareRequest) -> Result<DeclareResponse, ConnectError> {
+    async fn declare(
+        &self,
+        _: &String,
+        _: DeclareRequest,
+    ) -> Result<DeclareResponse, ConnectError> {
         Err(ConnectError::unimplemented("old server"))
     }
 
@@ -46,7 +49,10 @@ impl FacadeBackend for Backend {
         caller: &String,
         req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
-        self.fetched.lock().unwrap().push((caller.clone(), req.tasks_version));
+        self.fetched
+            .lock()
+            .unwrap()
+            .push((caller.clone(), req.tasks_version));
         Ok(FetchTaskResponse {
             task: Some(Task {
                 id: 41,
@@ -125,16 +131,27 @@ fn raw_http(f: &Fixture) -> reqwest::Client {
 }
 
 fn url(f: &Fixture, method: &str) -> String {
-    format!("{}/api/actions/runner.v1.RunnerService/{method}", f.handle.base_url())
+    format!(
+        "{}/api/actions/runner.v1.RunnerService/{method}",
+        f.handle.base_url()
+    )
 }
 
 #[tokio::test]
 async fn gitea_facade_serves_both_codecs_over_https() {
     let f = start().await;
-    for (codec, gzip_requests) in [(Codec::Proto, false), (Codec::Json, true), (Codec::Proto, true)] {
+    for (codec, gzip_requests) in [
+        (Codec::Proto, false),
+        (Codec::Json, true),
+        (Codec::Proto, true),
+    ] {
         let c = executor(&f, codec, gzip_requests);
         assert_eq!(c.ping("x").await.unwrap(), "Hello, x!");
-        assert_eq!(c.declare(&DeclareRequest::default()).await.unwrap(), None, "unimplemented is tolerated");
+        assert_eq!(
+            c.declare(&DeclareRequest::default()).await.unwrap(),
+            None,
+            "unimplemented is tolerated"
+        );
         let resp = c.fetch_task(7).await.unwrap();
         let task = resp.task.expect("task");
         assert_eq!(task.id, 41);
@@ -158,7 +175,10 @@ async fn gitea_facade_serves_both_codecs_over_https() {
                 task_id: 41,
                 index: 2,
                 rows: vec![LogRow {
-                    time: Some(prost_types::Timestamp { seconds: 100, nanos: 7 }),
+                    time: Some(prost_types::Timestamp {
+                        seconds: 100,
+                        nanos: 7,
+                    }),
                     content: "line".into(),
                 }],
                 no_more: true,
@@ -171,10 +191,13 @@ async fn gitea_facade_serves_both_codecs_over_https() {
         f.backend.fetched.lock().unwrap().clone(),
         vec![(UUID.to_string(), 7); 3]
     );
-    let logs = f.backend.logs.lock().unwrap();
-    assert!(logs.iter().all(|l| l.rows[0].time.as_ref().unwrap().nanos == 7 && l.no_more));
+    let logs = f.backend.logs.lock().unwrap().clone();
+    assert_eq!(logs.len(), 3);
+    assert!(
+        logs.iter()
+            .all(|l| l.rows[0].time.as_ref().unwrap().nanos == 7 && l.no_more)
+    );
     assert_eq!(f.backend.updates.lock().unwrap()[1].outputs["o"], "1");
-    drop(logs);
     f.handle.shutdown().await;
 }
 
@@ -205,7 +228,9 @@ async fn gitea_facade_gzips_large_answers_only_when_accepted() {
 
     let identity = send(None).await.unwrap();
     assert!(identity.headers().get("content-encoding").is_none());
-    let decoded: FetchTaskResponse = Codec::Proto.decode(&identity.bytes().await.unwrap()).unwrap();
+    let decoded: FetchTaskResponse = Codec::Proto
+        .decode(&identity.bytes().await.unwrap())
+        .unwrap();
     assert_eq!(decoded.tasks_version, 3);
     f.handle.shutdown().await;
 }
@@ -229,15 +254,28 @@ async fn gitea_facade_rejects_malformed_bodies_and_content_types() {
             .send()
     };
     // Field 3 (rows) claims 16 bytes that are not there.
-    let (status, err) = connect_error(post("application/proto", b"\x08\x01\x1a\x10ab").await.unwrap()).await;
+    let (status, err) = connect_error(
+        post("application/proto", b"\x08\x01\x1a\x10ab")
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((status, err.code), (400, Code::InvalidArgument), "{err}");
-    let (status, err) = connect_error(post("application/json", b"{\"taskId\": [").await.unwrap()).await;
+    let (status, err) =
+        connect_error(post("application/json", b"{\"taskId\": [").await.unwrap()).await;
     assert_eq!((status, err.code), (400, Code::InvalidArgument), "{err}");
 
     let resp = post("text/plain", b"hello").await.unwrap();
     assert_eq!(resp.status().as_u16(), 415);
-    assert!(resp.headers()["accept-post"].to_str().unwrap().contains("application/proto"));
-    let resp = post("application/grpc", b"\x00\x00\x00\x00\x00").await.unwrap();
+    assert!(
+        resp.headers()["accept-post"]
+            .to_str()
+            .unwrap()
+            .contains("application/proto")
+    );
+    let resp = post("application/grpc", b"\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 415);
 
     let bad_gzip = http
@@ -271,7 +309,10 @@ async fn gitea_facade_rejects_malformed_bodies_and_content_types() {
 
     // Still serving after all of that.
     assert!(f.backend.logs.lock().unwrap().is_empty());
-    assert_eq!(executor(&f, Codec::Proto, false).ping("ok").await.unwrap(), "Hello, ok!");
+    assert_eq!(
+        executor(&f, Codec::Proto, false).ping("ok").await.unwrap(),
+        "Hello, ok!"
+    );
     f.handle.shutdown().await;
 }
 
@@ -279,10 +320,13 @@ async fn gitea_facade_rejects_malformed_bodies_and_content_types() {
 async fn gitea_facade_requires_runner_headers() {
     let f = start().await;
     let http = raw_http(&f);
-    for headers in [vec![], vec![("x-runner-uuid", UUID)], vec![("x-runner-token", TOKEN)],
+    for headers in [
+        vec![],
+        vec![("x-runner-uuid", UUID)],
+        vec![("x-runner-token", TOKEN)],
         vec![("x-runner-uuid", UUID), ("x-runner-token", "wrong")],
-        vec![("x-runner-uuid", "other"), ("x-runner-token", TOKEN)]]
-    {
+        vec![("x-runner-uuid", "other"), ("x-runner-token", TOKEN)],
+    ] {
         let mut rb = http
             .post(url(&f, "FetchTask"))
             .header("content-type", "application/json")
@@ -291,7 +335,11 @@ async fn gitea_facade_requires_runner_headers() {
             rb = rb.header(*k, *v);
         }
         let (status, err) = connect_error(rb.send().await.unwrap()).await;
-        assert_eq!((status, err.code), (401, Code::Unauthenticated), "headers {headers:?}");
+        assert_eq!(
+            (status, err.code),
+            (401, Code::Unauthenticated),
+            "headers {headers:?}"
+        );
     }
     let wrong = with_creds(client(&f.handle.base_url(), Codec::Proto), UUID, "nope");
     // Without the CA the TLS handshake fails before any header is sent.
@@ -303,4 +351,88 @@ async fn gitea_facade_requires_runner_headers() {
     assert!(wrong.fetch_task(0).await.unwrap_err().is_unauthenticated());
     assert!(f.backend.fetched.lock().unwrap().is_empty());
     f.handle.shutdown().await;
+}
+
+/// A server answering every call from a script of Connect errors (then `unavailable`),
+/// counting calls per path, to see which client calls are retried.
+async fn scripted(
+    script: Vec<ConnectError>,
+) -> (String, Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let script = Arc::new(Mutex::new(std::collections::VecDeque::from(script)));
+    let (s2, sc2) = (seen.clone(), script.clone());
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let (seen, script) = (s2.clone(), sc2.clone());
+        async move {
+            seen.lock()
+                .unwrap()
+                .push(uri.path().rsplit('/').next().unwrap().to_string());
+            let err = script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| ConnectError::unavailable("try later"));
+            facade::error_response(&err)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (base, seen, task)
+}
+
+#[tokio::test]
+async fn gitea_client_retries_only_calls_safe_to_repeat() {
+    let (base, seen, server) = scripted(vec![]).await;
+    let c = with_creds(client(&base, Codec::Proto), UUID, TOKEN);
+    let err = c.fetch_task(0).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::Unavailable));
+    assert!(
+        err.claim_may_be_lost(),
+        "an unavailable FetchTask may have claimed a task"
+    );
+    assert!(c.register(&Default::default()).await.is_err());
+    assert!(c.update_log(&UpdateLogRequest::default()).await.is_err());
+    assert!(c.update_task(&UpdateTaskRequest::default()).await.is_err());
+    assert!(c.declare(&DeclareRequest::default()).await.is_err());
+    let calls = seen.lock().unwrap().clone();
+    let count = |m: &str| calls.iter().filter(|c| *c == m).count();
+    assert_eq!(count("FetchTask"), 1, "FetchTask is never retried");
+    assert_eq!(count("Register"), 1, "Register is never retried");
+    assert_eq!(count("UpdateLog"), 4);
+    assert_eq!(count("UpdateTask"), 4);
+    assert_eq!(count("Declare"), 4);
+    server.abort();
+
+    // A definite refusal is not retried either.
+    let (base, seen, server) = scripted(vec![ConnectError::permission_denied("not yours")]).await;
+    let c = with_creds(client(&base, Codec::Proto), UUID, TOKEN);
+    let err = c
+        .update_task(&UpdateTaskRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(Code::PermissionDenied));
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    server.abort();
+
+    // A repeated archiving UpdateLog that meets already_exists means the first one landed.
+    let (base, _, server) = scripted(vec![
+        ConnectError::unavailable("lost"),
+        ConnectError::already_exists("log file has been archived"),
+    ])
+    .await;
+    let c = with_creds(client(&base, Codec::Proto), UUID, TOKEN);
+    let ack = c
+        .update_log(&UpdateLogRequest {
+            task_id: 1,
+            index: 4,
+            rows: vec![LogRow::default(); 2],
+            no_more: true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(ack.ack_index, 6);
+    server.abort();
 }
