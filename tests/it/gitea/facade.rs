@@ -226,6 +226,22 @@ async fn gitea_facade_gzips_large_answers_only_when_accepted() {
     let decoded: FetchTaskResponse = Codec::Proto.decode(&plain).unwrap();
     assert_eq!(decoded.task.unwrap().id, 41);
 
+    let json = http
+        .post(url(&f, "FetchTask"))
+        .header("content-type", "application/json")
+        .header("x-runner-uuid", UUID)
+        .header("x-runner-token", TOKEN)
+        .body(r#"{"tasks_version": "5"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json.headers()["content-type"], "application/json");
+    let doc: serde_json::Value = json.json().await.unwrap();
+    assert_eq!(doc["tasksVersion"], "3");
+    assert_eq!(doc["task"]["id"], "41");
+    assert_eq!(doc["task"]["secrets"]["S"], "v");
+    assert_eq!(f.backend.fetched.lock().unwrap().last().unwrap().1, 5);
+
     let identity = send(None).await.unwrap();
     assert!(identity.headers().get("content-encoding").is_none());
     let decoded: FetchTaskResponse = Codec::Proto
