@@ -8,6 +8,7 @@ pub mod credential;
 pub mod dispatch;
 pub mod duration;
 pub mod error;
+pub mod forge;
 pub mod fsutil;
 pub mod gateway;
 pub mod kubeconfig;

@@ -1,4 +1,5 @@
-//! Simulated outside systems for tests and the quickstart; never used in production paths.
+//! Simulated outside systems for the quickstart and the tests; never used in production paths.
 
+pub mod gitea;
 pub mod gitlab;
 pub mod scheduler;

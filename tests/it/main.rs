@@ -5,5 +5,6 @@
 mod check_host;
 mod cli;
 mod credential;
+mod gitea;
 mod pki;
 mod util;

@@ -1,0 +1,5 @@
+//! Forge protocol adapters: the wire protocols tenantci speaks towards CI forges. Each submodule
+//! is a leaf (no CLI, no Kubernetes): messages, a client, and the servers that speak the same
+//! protocol towards executors.
+
+pub mod gitea;
