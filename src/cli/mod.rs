@@ -9,6 +9,7 @@ mod check_host;
 mod credential;
 mod internal;
 mod pki;
+mod runner;
 
 /// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
 /// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.
@@ -52,6 +53,9 @@ pub enum Command {
     /// Entry points with a fixed environment interface, as the runbook calls them.
     #[command(subcommand)]
     Internal(internal::InternalCommand),
+    /// Write runner configuration: gitlab-runner's config.toml, act_runner's files.
+    #[command(subcommand)]
+    Runner(runner::RunnerCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -69,6 +73,7 @@ async fn dispatch(command: Command) -> crate::Result<i32> {
         Command::Credential(cmd) => credential::run(cmd).await,
         Command::CheckHost(args) => check_host::run(args).await,
         Command::Internal(cmd) => internal::run(cmd).await,
+        Command::Runner(cmd) => runner::run(cmd).await,
     }
 }
 
