@@ -52,7 +52,12 @@ pub struct GitlabConfigArgs {
     pub url: String,
     /// The runner authentication token (glrt-...) or a $VAR reference. Visible to other users
     /// in `ps`: prefer --runner-token-file or the environment variable.
-    #[arg(long, value_name = "TOKEN", env = "TENANTCI_RUNNER_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "TENANTCI_RUNNER_TOKEN",
+        hide_env_values = true
+    )]
     pub runner_token: Option<String>,
     /// A file holding the runner authentication token (or a $VAR reference).
     #[arg(long, value_name = "FILE", conflicts_with = "runner_token")]
@@ -182,7 +187,9 @@ pub struct KubernetesArgs {
 fn key_value(flag: &str, raw: &str) -> Result<(String, String)> {
     match raw.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(Error::bad_input(format!("--{flag} `{raw}` is not KEY=VALUE"))),
+        _ => Err(Error::bad_input(format!(
+            "--{flag} `{raw}` is not KEY=VALUE"
+        ))),
     }
 }
 
@@ -243,7 +250,10 @@ fn read_secret_file(what: &str, path: &Path) -> Result<String> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))?;
     let text = text.trim().to_string();
     if text.is_empty() {
-        return Err(Error::bad_input(format!("{what} `{}` is empty", path.display())));
+        return Err(Error::bad_input(format!(
+            "{what} `{}` is empty",
+            path.display()
+        )));
     }
     Ok(text)
 }
@@ -330,7 +340,10 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
                     let api_token = read_secret_file("the GitLab API token file", api_token_file)?;
                     let timeout = crate::duration::parse_positive(&args.api.gitlab_timeout)
                         .map_err(|e| {
-                            Error::bad_input(format!("--gitlab-timeout `{}`: {e}", args.api.gitlab_timeout))
+                            Error::bad_input(format!(
+                                "--gitlab-timeout `{}`: {e}",
+                                args.api.gitlab_timeout
+                            ))
                         })?;
                     let client = gitlab_api::Client::new(
                         &args.url,
@@ -396,15 +409,28 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
 
 fn create_request(args: &GitlabConfigArgs) -> Result<CreateRunner> {
     let Some(runner_type) = args.api.runner_type else {
-        return Err(Error::bad_input("--gitlab-api-token-file needs --runner-type")
-            .hint("pass --runner-type instance_type|group_type|project_type"));
+        return Err(
+            Error::bad_input("--gitlab-api-token-file needs --runner-type")
+                .hint("pass --runner-type instance_type|group_type|project_type"),
+        );
     };
     let request = CreateRunner {
         runner_type,
         group_id: args.api.group_id,
         project_id: args.api.project_id,
-        description: Some(args.api.description.clone().unwrap_or_else(|| args.name.clone())),
-        tag_list: args.api.tag_list.iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect(),
+        description: Some(
+            args.api
+                .description
+                .clone()
+                .unwrap_or_else(|| args.name.clone()),
+        ),
+        tag_list: args
+            .api
+            .tag_list
+            .iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect(),
         run_untagged: args.api.run_untagged,
         locked: args.api.locked,
         paused: false,
@@ -501,9 +527,11 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
     let registration = match &reg.uuid {
         None => None,
         Some(uuid) => {
-            let (Some(address), Some(name), Some(token_file)) =
-                (&reg.gitea_url, &reg.runner_name, &reg.gitea_runner_token_file)
-            else {
+            let (Some(address), Some(name), Some(token_file)) = (
+                &reg.gitea_url,
+                &reg.runner_name,
+                &reg.gitea_runner_token_file,
+            ) else {
                 return Err(Error::bad_input(
                     "--uuid needs --gitea-url, --runner-name and --gitea-runner-token-file",
                 ));
@@ -553,7 +581,11 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
         let state = |w: bool| if w { "written" } else { "unchanged" };
         println!("{} {}", args.config.display(), state(config_written));
         if let Some(path) = &report.registration {
-            println!("{} {} (token {REDACTED})", path.display(), state(registration_written));
+            println!(
+                "{} {} (token {REDACTED})",
+                path.display(),
+                state(registration_written)
+            );
         }
     }
     Ok(0)

@@ -102,7 +102,9 @@ pub struct HostSection {
 impl Default for ActRunnerConfig {
     fn default() -> Self {
         ActRunnerConfig {
-            log: LogSection { level: "info".into() },
+            log: LogSection {
+                level: "info".into(),
+            },
             runner: RunnerSection {
                 file: ".runner".into(),
                 capacity: 1,
@@ -140,7 +142,9 @@ impl ActRunnerConfig {
             )));
         }
         if self.runner.capacity == 0 {
-            return Err(Error::bad_input("the act_runner capacity must be at least 1"));
+            return Err(Error::bad_input(
+                "the act_runner capacity must be at least 1",
+            ));
         }
         for (what, d) in [
             ("timeout", &self.runner.timeout),
@@ -211,16 +215,23 @@ impl Registration {
             )));
         }
         let uuid_ok = self.uuid.len() == 36
-            && self
-                .uuid
-                .chars()
-                .enumerate()
-                .all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() });
+            && self.uuid.chars().enumerate().all(|(i, c)| {
+                if [8, 13, 18, 23].contains(&i) {
+                    c == '-'
+                } else {
+                    c.is_ascii_hexdigit()
+                }
+            });
         if !uuid_ok {
-            return Err(Error::bad_input(format!("the runner uuid `{}` is not a UUID", self.uuid)));
+            return Err(Error::bad_input(format!(
+                "the runner uuid `{}` is not a UUID",
+                self.uuid
+            )));
         }
         if self.token.expose().is_empty() || self.name.is_empty() {
-            return Err(Error::bad_input("the runner name and token must not be empty"));
+            return Err(Error::bad_input(
+                "the runner name and token must not be empty",
+            ));
         }
         for label in &self.labels {
             Label::parse(label)?;
@@ -240,13 +251,23 @@ impl Registration {
 /// Writes config.yaml if it differs; returns whether it wrote.
 pub fn write_config(path: &Path, config: &ActRunnerConfig) -> Result<bool> {
     let text = config.render()?;
-    super::gitlab_config::write::write_secret_file(path, text.as_bytes(), true, "the act_runner config")
+    super::gitlab_config::write::write_secret_file(
+        path,
+        text.as_bytes(),
+        true,
+        "the act_runner config",
+    )
 }
 
 /// Writes `.runner` (0600: it holds the runner token) if it differs; returns whether it wrote.
 pub fn write_registration(path: &Path, registration: &Registration) -> Result<bool> {
     let text = registration.render()?;
-    super::gitlab_config::write::write_secret_file(path, text.as_bytes(), true, "the act_runner registration file")
+    super::gitlab_config::write::write_secret_file(
+        path,
+        text.as_bytes(),
+        true,
+        "the act_runner registration file",
+    )
 }
 
 #[cfg(test)]
@@ -255,7 +276,11 @@ mod tests {
 
     #[test]
     fn gitea_labels_parse_and_render() {
-        for raw in ["pod", "linux:host", "ubuntu-latest:docker://node:20-bookworm"] {
+        for raw in [
+            "pod",
+            "linux:host",
+            "ubuntu-latest:docker://node:20-bookworm",
+        ] {
             assert_eq!(Label::parse(raw).unwrap().render(), raw);
         }
         assert!(Label::parse("x:vm:y").is_err());

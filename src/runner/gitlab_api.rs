@@ -55,11 +55,10 @@ impl CreateRunner {
             RunnerType::ProjectType => (Some(self.project_id), "--project-id"),
         };
         if need == Some(None) {
-            return Err(Error::bad_input(format!(
-                "a {:?} runner needs {flag}",
-                self.runner_type
-            ))
-            .hint(format!("pass {flag} N (the numeric id shown in GitLab)")));
+            return Err(
+                Error::bad_input(format!("a {:?} runner needs {flag}", self.runner_type))
+                    .hint(format!("pass {flag} N (the numeric id shown in GitLab)")),
+            );
         }
         let stray = match self.runner_type {
             RunnerType::InstanceType => self.group_id.is_some() || self.project_id.is_some(),
@@ -151,7 +150,9 @@ impl ApiError {
             ApiError::RegistrationDisabled(_) => {
                 "tenantci uses POST /api/v4/user/runners (GitLab 16+); legacy registration tokens are disabled since GitLab 17.0"
             }
-            ApiError::BadRequest { .. } => "check --runner-type, --group-id / --project-id and --tag-list",
+            ApiError::BadRequest { .. } => {
+                "check --runner-type, --group-id / --project-id and --tag-list"
+            }
             ApiError::Server { .. } | ApiError::Decode(_) => "retry later; check GitLab's health",
             ApiError::Timeout(_) | ApiError::Network(_) => {
                 "check --gitlab-url, the network path to GitLab and --gitlab-ca-file"
@@ -185,16 +186,25 @@ pub struct Client {
 
 impl Client {
     /// `base` is GitLab's URL (`https://gitlab.example.com`); `ca_file` adds a trusted CA.
-    pub fn new(base: &str, api_token: Secret, ca_file: Option<&Path>, timeout: Duration) -> Result<Self> {
+    pub fn new(
+        base: &str,
+        api_token: Secret,
+        ca_file: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<Self> {
         crate::tls::ensure_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             .user_agent(concat!("tenantci/", env!("CARGO_PKG_VERSION")));
         if let Some(path) = ca_file {
-            let pem = std::fs::read(path).map_err(|e| Error::unreadable("the GitLab CA file", path, e))?;
+            let pem = std::fs::read(path)
+                .map_err(|e| Error::unreadable("the GitLab CA file", path, e))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                Error::bad_input(format!("`{}` is not a PEM certificate bundle: {e}", path.display()))
+                Error::bad_input(format!(
+                    "`{}` is not a PEM certificate bundle: {e}",
+                    path.display()
+                ))
             })?;
             if certs.is_empty() {
                 return Err(Error::bad_input(format!(
@@ -211,7 +221,9 @@ impl Client {
             .map_err(|e| Error::external(format!("cannot build the HTTPS client: {e}")))?;
         let base = base.trim_end_matches('/').to_string();
         if !(base.starts_with("https://") || base.starts_with("http://")) {
-            return Err(Error::bad_input(format!("the GitLab URL `{base}` is not an http(s) URL")));
+            return Err(Error::bad_input(format!(
+                "the GitLab URL `{base}` is not an http(s) URL"
+            )));
         }
         Ok(Client {
             http,
@@ -222,7 +234,10 @@ impl Client {
     }
 
     /// `POST /api/v4/user/runners`.
-    pub async fn create_runner(&self, request: &CreateRunner) -> std::result::Result<CreatedRunner, ApiError> {
+    pub async fn create_runner(
+        &self,
+        request: &CreateRunner,
+    ) -> std::result::Result<CreatedRunner, ApiError> {
         let response = self
             .http
             .post(format!("{}/api/v4/user/runners", self.base))
@@ -239,7 +254,10 @@ impl Client {
         let parsed: RunnerResponse =
             serde_json::from_str(&body).map_err(|e| ApiError::Decode(e.to_string()))?;
         if !parsed.token.starts_with("glrt-") {
-            tracing::warn!(runner_id = parsed.id, "the runner token does not start with glrt-");
+            tracing::warn!(
+                runner_id = parsed.id,
+                "the runner token does not start with glrt-"
+            );
         }
         tracing::info!(runner_id = parsed.id, "created the GitLab runner");
         Ok(CreatedRunner {
@@ -250,7 +268,11 @@ impl Client {
     }
 
     /// `POST /api/v4/runners/verify` with the runner token and a system id.
-    pub async fn verify_runner(&self, token: &Secret, system_id: &str) -> std::result::Result<(), ApiError> {
+    pub async fn verify_runner(
+        &self,
+        token: &Secret,
+        system_id: &str,
+    ) -> std::result::Result<(), ApiError> {
         let response = self
             .http
             .post(format!("{}/api/v4/runners/verify", self.base))
@@ -361,7 +383,10 @@ mod tests {
         ));
         assert_eq!(Error::from(classify(410, "{}", false)).exit_code(), 3);
         assert_eq!(Error::from(classify(502, "x", false)).exit_code(), 3);
-        assert_eq!(Error::from(ApiError::Timeout(DEFAULT_TIMEOUT)).exit_code(), 3);
+        assert_eq!(
+            Error::from(ApiError::Timeout(DEFAULT_TIMEOUT)).exit_code(),
+            3
+        );
     }
 
     #[test]

@@ -84,9 +84,10 @@ impl GitlabDouble {
             DEFAULT_ACCESS_TOKEN.into(),
             ["create_runner".to_string()].into(),
         );
-        state
-            .access_tokens
-            .insert(READ_ONLY_ACCESS_TOKEN.into(), ["read_api".to_string()].into());
+        state.access_tokens.insert(
+            READ_ONLY_ACCESS_TOKEN.into(),
+            ["read_api".to_string()].into(),
+        );
         state.groups.insert(7);
         state.projects.insert(42);
         Self::start_with(state).await
@@ -198,7 +199,10 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
     match behaviour {
         Behaviour::Normal => {}
         Behaviour::Unauthorized => {
-            return error(StatusCode::UNAUTHORIZED, json!({"message": "401 Unauthorized"}));
+            return error(
+                StatusCode::UNAUTHORIZED,
+                json!({"message": "401 Unauthorized"}),
+            );
         }
         Behaviour::Forbidden => return insufficient_scope(),
         Behaviour::Gone => return gone(),
@@ -206,10 +210,16 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
     }
     let mut s = state.lock().unwrap();
     let Some(token) = access_token(&headers) else {
-        return error(StatusCode::UNAUTHORIZED, json!({"message": "401 Unauthorized"}));
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401 Unauthorized"}),
+        );
     };
     let Some(scopes) = s.access_tokens.get(&token) else {
-        return error(StatusCode::UNAUTHORIZED, json!({"message": "401 Unauthorized"}));
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401 Unauthorized"}),
+        );
     };
     if !scopes.contains("create_runner") && !scopes.contains("api") {
         return insufficient_scope();
@@ -223,7 +233,10 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
             );
         }
     };
-    let runner_type = params.get("runner_type").and_then(Value::as_str).unwrap_or("");
+    let runner_type = params
+        .get("runner_type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let group_id = as_u64(params.get("group_id"));
     let project_id = as_u64(params.get("project_id"));
     match runner_type {
@@ -279,7 +292,10 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
             .filter(|t| !t.is_empty())
             .map(str::to_string)
             .collect(),
-        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
         _ => Vec::new(),
     };
     s.next_id += 1;

@@ -68,7 +68,10 @@ impl RunnerToken {
             }
             return Ok(RunnerToken::EnvRef(raw.to_string()));
         }
-        if raw.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\\') {
+        if raw
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\\')
+        {
             return Err(Error::bad_input(
                 "the runner token contains whitespace, quotes or control characters",
             )
@@ -339,7 +342,9 @@ impl KubernetesSettings {
             .hint("use lower-case letters, digits and '-', at most 63 characters"));
         }
         if self.poll_timeout == 0 {
-            return Err(Error::bad_input("poll_timeout must be a positive number of seconds"));
+            return Err(Error::bad_input(
+                "poll_timeout must be a positive number of seconds",
+            ));
         }
         for (key, quantity) in &self.resources {
             if !keys::is_resource_key(key) {
@@ -367,7 +372,10 @@ impl KubernetesSettings {
                 .hint("use e.g. dedicated=ci:NoSchedule; effects are NoSchedule, PreferNoSchedule, NoExecute"));
             }
         }
-        for (what, map) in [("node selector", &self.node_selector), ("pod label", &self.pod_labels)] {
+        for (what, map) in [
+            ("node selector", &self.node_selector),
+            ("pod label", &self.pod_labels),
+        ] {
             if map.keys().any(|k| k.is_empty()) {
                 return Err(Error::bad_input(format!("a {what} has an empty key")));
             }
@@ -432,7 +440,8 @@ impl KubernetesSettings {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -467,10 +476,13 @@ pub fn example_entry() -> RunnerEntry {
             cert_file: Some("/etc/gitlab-runner/tenant-a/tls.crt".into()),
             key_file: Some("/etc/gitlab-runner/tenant-a/tls.key".into()),
             ca_file: Some("/etc/gitlab-runner/tenant-a/ca.crt".into()),
-            resources: [("cpu_request", "500m"), ("cpu_request_overwrite_max_allowed", "2")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            resources: [
+                ("cpu_request", "500m"),
+                ("cpu_request_overwrite_max_allowed", "2"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
             node_selector: [("tenantci.io/pool".to_string(), "ci".to_string())].into(),
             ..Default::default()
         },
@@ -504,10 +516,16 @@ mod tests {
             RunnerToken::parse("$RUNNER_TOKEN").unwrap(),
             RunnerToken::EnvRef("$RUNNER_TOKEN".into())
         );
-        assert!(matches!(RunnerToken::parse("glrt-x\n").unwrap(), RunnerToken::Literal(_)));
+        assert!(matches!(
+            RunnerToken::parse("glrt-x\n").unwrap(),
+            RunnerToken::Literal(_)
+        ));
         assert!(RunnerToken::parse("$1X").is_err());
         assert!(RunnerToken::parse("a b").is_err());
-        assert_eq!(format!("{:?}", RunnerToken::parse("glrt-x").unwrap()), "Literal(Secret([redacted]))");
+        assert_eq!(
+            format!("{:?}", RunnerToken::parse("glrt-x").unwrap()),
+            "Literal(Secret([redacted]))"
+        );
     }
 
     #[test]
@@ -544,7 +562,10 @@ mod tests {
             assert!(keys::lookup(keys::Section::Runner, key).is_some(), "{key}");
             if let Field::Table { fields, .. } = field {
                 for (sub, _) in fields {
-                    assert!(keys::lookup(keys::Section::Kubernetes, sub).is_some(), "{sub}");
+                    assert!(
+                        keys::lookup(keys::Section::Kubernetes, sub).is_some(),
+                        "{sub}"
+                    );
                 }
             }
         }

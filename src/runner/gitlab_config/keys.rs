@@ -337,9 +337,7 @@ fn check_item(item: &toml_edit::Item, ty: KeyType, path: &str, problems: &mut Ve
         Datetime => matches!(value, Some(Value::Datetime(_))),
         StrArray => is_array_of(value, |v| v.is_str()),
         IntArray => is_array_of(value, |v| v.is_integer()),
-        StrOrArray => {
-            matches!(value, Some(Value::String(_))) || is_array_of(value, |v| v.is_str())
-        }
+        StrOrArray => matches!(value, Some(Value::String(_))) || is_array_of(value, |v| v.is_str()),
         StrTable => table_values(item).is_some_and(|vals| vals.iter().all(|v| v.is_str())),
         BoolTable => table_values(item).is_some_and(|vals| vals.iter().all(|v| v.is_bool())),
         OpaqueTable => item.is_table_like() || item.is_array_of_tables() || item.is_array(),
@@ -349,7 +347,11 @@ fn check_item(item: &toml_edit::Item, ty: KeyType, path: &str, problems: &mut Ve
                 let table = match item {
                     Item::Table(t) => t,
                     _ => {
-                        owned = item.as_inline_table().cloned().unwrap_or_default().into_table();
+                        owned = item
+                            .as_inline_table()
+                            .cloned()
+                            .unwrap_or_default()
+                            .into_table();
                         &owned
                     }
                 };

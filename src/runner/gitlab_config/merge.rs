@@ -60,7 +60,10 @@ pub fn plan(
     let blank = existing.is_none_or(|t| t.trim().is_empty());
     let mut doc = if blank {
         let mut doc = DocumentMut::new();
-        doc.insert(keys::CONCURRENT, toml_edit::value(i64::from(entry.limit.max(1))));
+        doc.insert(
+            keys::CONCURRENT,
+            toml_edit::value(i64::from(entry.limit.max(1))),
+        );
         doc
     } else {
         parse(path, existing.unwrap_or_default())?
@@ -99,8 +102,17 @@ pub fn parse(path: &Path, text: &str) -> Result<DocumentMut> {
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text.as_bytes()[..offset.min(text.len())];
     let line = before.iter().filter(|b| **b == b'\n').count() + 1;
-    let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    (line, String::from_utf8_lossy(&before[line_start..]).chars().count() + 1)
+    let line_start = before
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    (
+        line,
+        String::from_utf8_lossy(&before[line_start..])
+            .chars()
+            .count()
+            + 1,
+    )
 }
 
 /// Merges `entry` into `doc`; returns whether an entry with its name already existed.
@@ -178,14 +190,22 @@ fn key_indent(table: &Table, depth: usize) -> String {
         .filter(|(_, item)| item.is_value())
         .find_map(|(key, _)| {
             let prefix = table.key(key)?.leaf_decor().prefix()?.as_str()?.to_string();
-            prefix.chars().all(|c| c == ' ' || c == '\t').then_some(prefix)
+            prefix
+                .chars()
+                .all(|c| c == ' ' || c == '\t')
+                .then_some(prefix)
         })
         .unwrap_or_else(|| indent(depth))
 }
 
 /// Makes `table` (at `depth`: 1 for `[[runners]]`) hold `fields` for the keys in `owned`;
 /// other keys stay as they are.
-fn apply(table: &mut Table, fields: &[(&'static str, Field)], owned: &[&'static str], depth: usize) {
+fn apply(
+    table: &mut Table,
+    fields: &[(&'static str, Field)],
+    owned: &[&'static str],
+    depth: usize,
+) {
     for key in owned {
         let wanted = fields.iter().any(|(k, _)| k == key);
         if !wanted {
@@ -302,9 +322,18 @@ pub fn fuzz_merge(data: &[u8]) {
     let path = Path::new("config.toml");
     match plan(path, Some(text), &entry, MergeOptions { force: true }) {
         Ok(first) => {
-            let second = plan(path, Some(&first.text), &entry, MergeOptions { force: true })
-                .expect("our own output must merge again");
-            assert_eq!(second.action, Action::Unchanged, "second merge must be a no-op");
+            let second = plan(
+                path,
+                Some(&first.text),
+                &entry,
+                MergeOptions { force: true },
+            )
+            .expect("our own output must merge again");
+            assert_eq!(
+                second.action,
+                Action::Unchanged,
+                "second merge must be a no-op"
+            );
             assert_eq!(second.text, first.text);
         }
         Err(e) => assert_eq!(e.exit_code(), 2, "{e:?}"),

@@ -25,7 +25,12 @@ pub fn read_existing(path: &Path) -> Result<Option<String>> {
 /// Writes `plan` to `path` if it changed anything; returns whether a write happened.
 /// A file with the right content but a wider mode is rewritten at 0600.
 pub fn write_plan(path: &Path, plan: &Plan) -> Result<bool> {
-    write_secret_file(path, plan.text.as_bytes(), plan.changed(), "the gitlab-runner config")
+    write_secret_file(
+        path,
+        plan.text.as_bytes(),
+        plan.changed(),
+        "the gitlab-runner config",
+    )
 }
 
 /// Writes a secret-bearing file (0600, parent 0700) unless it already holds `contents`.
@@ -39,11 +44,14 @@ pub(crate) fn write_secret_file(
         fsutil::create_dir_all(dir, MODE_PRIVATE_DIR)
             .map_err(|e| Error::unwritable("the directory", dir, e))?;
     }
-    if !changed && std::fs::metadata(path).is_ok_and(|m| {
-        use std::os::unix::fs::PermissionsExt;
-        m.permissions().mode() & 0o7777 == MODE_SECRET
-    }) {
+    if !changed
+        && std::fs::metadata(path).is_ok_and(|m| {
+            use std::os::unix::fs::PermissionsExt;
+            m.permissions().mode() & 0o7777 == MODE_SECRET
+        })
+    {
         return Ok(false);
     }
-    fsutil::write_if_changed(path, contents, MODE_SECRET).map_err(|e| Error::unwritable(what, path, e))
+    fsutil::write_if_changed(path, contents, MODE_SECRET)
+        .map_err(|e| Error::unwritable(what, path, e))
 }

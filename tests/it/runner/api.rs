@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use tenantci::runner::gitlab_api::{ApiError, Client, CreateRunner, RunnerType};
 use tenantci::runner::gitlab_config::Secret;
-use tenantci::sim::gitlab::{Behaviour, DEFAULT_ACCESS_TOKEN, GitlabDouble, READ_ONLY_ACCESS_TOKEN};
+use tenantci::sim::gitlab::{
+    Behaviour, DEFAULT_ACCESS_TOKEN, GitlabDouble, READ_ONLY_ACCESS_TOKEN,
+};
 
 fn request(runner_type: RunnerType) -> CreateRunner {
     CreateRunner {
@@ -20,7 +22,13 @@ fn request(runner_type: RunnerType) -> CreateRunner {
 }
 
 fn client(gitlab: &GitlabDouble, token: &str) -> Client {
-    Client::new(&gitlab.url(), Secret::new(token), None, Duration::from_secs(10)).unwrap()
+    Client::new(
+        &gitlab.url(),
+        Secret::new(token),
+        None,
+        Duration::from_secs(10),
+    )
+    .unwrap()
 }
 
 #[tokio::test]

@@ -72,7 +72,10 @@ fn base_args(s: &Setup) -> Vec<String> {
 
 fn with_token_file(s: &Setup) -> Vec<String> {
     let mut args = base_args(s);
-    args.extend(["--runner-token-file".into(), s.token_file.to_str().unwrap().into()]);
+    args.extend([
+        "--runner-token-file".into(),
+        s.token_file.to_str().unwrap().into(),
+    ]);
     args
 }
 
@@ -82,8 +85,16 @@ fn go(args: &[String]) -> Output {
 
 #[track_caller]
 fn assert_no_token(o: &Output, token: &str) {
-    assert!(!stdout(o).contains(token), "token on stdout:\n{}", stdout(o));
-    assert!(!stderr(o).contains(token), "token on stderr:\n{}", stderr(o));
+    assert!(
+        !stdout(o).contains(token),
+        "token on stdout:\n{}",
+        stdout(o)
+    );
+    assert!(
+        !stderr(o).contains(token),
+        "token on stderr:\n{}",
+        stderr(o)
+    );
 }
 
 fn mtime(p: &Path) -> std::time::SystemTime {
@@ -114,7 +125,11 @@ fn runner_cli_writes_0600_in_0700_and_a_rerun_touches_nothing() {
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["action"], "unchanged");
     assert_eq!(report["written"], false);
-    assert_eq!((mtime(&s.config), snapshot(&s.root)), before, "an unchanged config must not be touched");
+    assert_eq!(
+        (mtime(&s.config), snapshot(&s.root)),
+        before,
+        "an unchanged config must not be touched"
+    );
 }
 
 #[test]
@@ -136,7 +151,8 @@ fn runner_cli_invalid_toml_is_refused_naming_the_line() {
 fn runner_cli_refuses_another_executor_unless_forced() {
     let s = setup();
     std::fs::create_dir_all(s.config.parent().unwrap()).unwrap();
-    let docker = "[[runners]]\n  name = \"tenant-a\"\n  executor = \"docker\"\n  token = \"glrt-d\"\n";
+    let docker =
+        "[[runners]]\n  name = \"tenant-a\"\n  executor = \"docker\"\n  token = \"glrt-d\"\n";
     std::fs::write(&s.config, docker).unwrap();
     let before = snapshot(&s.root);
     let o = go(&with_token_file(&s));
@@ -168,19 +184,29 @@ fn runner_cli_refuses_partial_file_auth_and_files_without_host() {
     assert_exit(&o, 2);
     assert!(stderr(&o).contains("without host"), "{}", stderr(&o));
     assert!(!s.config.exists());
-    assert!(!s.config.parent().unwrap().exists(), "nothing is created on refusal");
+    assert!(
+        !s.config.parent().unwrap().exists(),
+        "nothing is created on refusal"
+    );
 }
 
 #[test]
 fn runner_cli_token_from_env_or_var_reference() {
     let s = setup();
-    let o = run(tenantci().args(base_args(&s)).env("TENANTCI_RUNNER_TOKEN", TOKEN));
+    let o = run(tenantci()
+        .args(base_args(&s))
+        .env("TENANTCI_RUNNER_TOKEN", TOKEN));
     assert_exit(&o, 0);
     assert_no_token(&o, TOKEN);
     assert!(std::fs::read_to_string(&s.config).unwrap().contains(TOKEN));
 
     let mut args = base_args(&s);
-    args.extend(["--runner-token".into(), "$GITLAB_RUNNER_TOKEN".into(), "-o".into(), "json".into()]);
+    args.extend([
+        "--runner-token".into(),
+        "$GITLAB_RUNNER_TOKEN".into(),
+        "-o".into(),
+        "json".into(),
+    ]);
     let o = go(&args);
     assert_exit(&o, 0);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -203,7 +229,11 @@ fn runner_cli_dry_run_writes_nothing_and_redacts() {
     let o = go(&args);
     assert_exit(&o, 0);
     assert_no_token(&o, TOKEN);
-    assert!(stdout(&o).contains("token = \"[redacted]\""), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("token = \"[redacted]\""),
+        "{}",
+        stdout(&o)
+    );
     assert!(snapshot(&s.root).iter().all(|(p, _)| p != &s.config));
     assert!(!s.config.parent().unwrap().exists());
 }
@@ -260,7 +290,9 @@ async fn runner_cli_creates_the_runner_through_the_gitlab_api() {
 
     // A re-run reuses the token in config.toml instead of creating another runner.
     let before = snapshot(&s.root);
-    let o = tokio::task::spawn_blocking(move || go(&args)).await.unwrap();
+    let o = tokio::task::spawn_blocking(move || go(&args))
+        .await
+        .unwrap();
     assert_exit(&o, 0);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["gitlab"]["token_source"], "reused");
@@ -286,7 +318,9 @@ async fn runner_cli_gitlab_api_failures_leave_the_file_untouched() {
         gitlab.set_behaviour(behaviour);
         let before = snapshot(&s.root);
         let args = api_args(&s, &gitlab, &api_token_file);
-        let o = tokio::task::spawn_blocking(move || go(&args)).await.unwrap();
+        let o = tokio::task::spawn_blocking(move || go(&args))
+            .await
+            .unwrap();
         assert_exit(&o, code);
         assert!(stderr(&o).contains(needle), "{behaviour:?}: {}", stderr(&o));
         assert_no_token(&o, DEFAULT_ACCESS_TOKEN);
@@ -296,7 +330,9 @@ async fn runner_cli_gitlab_api_failures_leave_the_file_untouched() {
     let mut args = api_args(&s, &gitlab, &api_token_file);
     let i = args.iter().position(|a| a == "--group-id").unwrap();
     args.drain(i..i + 2);
-    let o = tokio::task::spawn_blocking(move || go(&args)).await.unwrap();
+    let o = tokio::task::spawn_blocking(move || go(&args))
+        .await
+        .unwrap();
     assert_exit(&o, 2);
     assert!(stderr(&o).contains("--group-id"), "{}", stderr(&o));
     assert!(gitlab.runners().is_empty());
@@ -341,11 +377,13 @@ fn runner_cli_gitea_config_writes_config_and_registration() {
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["config_written"], true);
     assert_eq!(report["registration_written"], true);
-    let yaml: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let yaml: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     assert_eq!(yaml["runner"]["capacity"], 2);
     assert_eq!(yaml["runner"]["labels"][0], "self-hosted:host");
     let dot_runner = dir.path().join("act_runner/.runner");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&dot_runner).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&dot_runner).unwrap()).unwrap();
     assert_eq!(json["token"], "gitea-runner-secret-42");
     assert_eq!(json["labels"], serde_json::json!(["self-hosted", "pod"]));
     assert_eq!(json["ephemeral"], true);

@@ -19,7 +19,10 @@ fn assert_golden(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("read {}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
-    assert_eq!(actual, expected, "golden file {name} differs (UPDATE_GOLDEN=1 to accept)");
+    assert_eq!(
+        actual, expected,
+        "golden file {name} differs (UPDATE_GOLDEN=1 to accept)"
+    );
 }
 
 fn input(name: &str) -> String {
@@ -27,14 +30,23 @@ fn input(name: &str) -> String {
 }
 
 fn plan(existing: Option<&str>) -> merge::Plan {
-    merge::plan(Path::new("config.toml"), existing, &example_entry(), MergeOptions::default()).unwrap()
+    merge::plan(
+        Path::new("config.toml"),
+        existing,
+        &example_entry(),
+        MergeOptions::default(),
+    )
+    .unwrap()
 }
 
 #[track_caller]
 fn assert_keys_known(text: &str) {
     let doc: toml_edit::DocumentMut = text.parse().unwrap();
     let runners = doc["runners"].as_array_of_tables().unwrap();
-    let ours = runners.iter().find(|t| t["name"].as_str() == Some("tenant-a")).unwrap();
+    let ours = runners
+        .iter()
+        .find(|t| t["name"].as_str() == Some("tenant-a"))
+        .unwrap();
     assert_eq!(keys::check_runner(ours, "runners[tenant-a]"), vec![]);
 }
 
@@ -53,7 +65,10 @@ fn runner_golden_added_to_existing_config_keeps_everything_else() {
     let existing = input("existing.toml");
     let p = plan(Some(&existing));
     assert_eq!(p.action, Action::Added);
-    assert!(p.text.starts_with(&existing), "the old text must stay a byte-identical prefix");
+    assert!(
+        p.text.starts_with(&existing),
+        "the old text must stay a byte-identical prefix"
+    );
     assert_golden("merged.toml", &p.text);
     assert_keys_known(&p.text);
     assert_eq!(plan(Some(&p.text)).action, Action::Unchanged);
@@ -75,7 +90,13 @@ fn runner_golden_updates_our_entry_only() {
     ] {
         assert!(p.text.contains(kept), "{kept} lost:\n{}", p.text);
     }
-    for gone in ["glrt-old-token", "7000", "debian:12", "old = \"label\"", "cpu_limit"] {
+    for gone in [
+        "glrt-old-token",
+        "7000",
+        "debian:12",
+        "old = \"label\"",
+        "cpu_limit",
+    ] {
         assert!(!p.text.contains(gone), "{gone} kept:\n{}", p.text);
     }
     assert_eq!(plan(Some(&p.text)).action, Action::Unchanged);

@@ -74,7 +74,10 @@ fn document() -> impl Strategy<Value = String> {
 /// The document's text with the runner named `tenant-a` removed.
 fn without_ours(text: &str) -> String {
     let mut doc: toml_edit::DocumentMut = text.parse().unwrap();
-    if let Some(array) = doc.get_mut("runners").and_then(|i| i.as_array_of_tables_mut()) {
+    if let Some(array) = doc
+        .get_mut("runners")
+        .and_then(|i| i.as_array_of_tables_mut())
+    {
         array.retain(|t| t.get("name").and_then(|n| n.as_str()) != Some("tenant-a"));
         if array.is_empty() {
             doc.remove("runners");
