@@ -11,6 +11,7 @@ mod credential;
 mod internal;
 mod pki;
 mod tenant;
+mod runner;
 
 /// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
 /// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.
@@ -41,6 +42,8 @@ pub struct GlobalArgs {
     pub verbose: u8,
 }
 
+// Parsed once per process: variant sizes do not matter, boxing would only add noise.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// From a cluster name to a working runner: credential, RBAC, checks, config.
@@ -60,6 +63,9 @@ pub enum Command {
     /// Size job pods against the node image and keep rented nodes warm with pause pods.
     #[command(subcommand)]
     Tenant(tenant::TenantCommand),
+    /// Write runner configuration: gitlab-runner's config.toml, act_runner's files.
+    #[command(subcommand)]
+    Runner(runner::RunnerCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -79,6 +85,7 @@ async fn dispatch(command: Command) -> crate::Result<i32> {
         Command::CheckHost(args) => check_host::run(args).await,
         Command::Internal(cmd) => internal::run(cmd).await,
         Command::Tenant(cmd) => tenant::run(cmd).await,
+        Command::Runner(cmd) => runner::run(cmd).await,
     }
 }
 

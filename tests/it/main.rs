@@ -7,4 +7,5 @@ mod cli;
 mod credential;
 mod gitea;
 mod pki;
+mod runner;
 mod util;

@@ -559,10 +559,13 @@ mod tests {
             e.kubernetes.resources.insert(key.to_string(), "1".into());
         }
         for (key, field) in e.fields() {
-            assert!(keys::lookup(keys::RUNNER_KEYS, key).is_some(), "{key}");
+            assert!(keys::lookup(keys::Section::Runner, key).is_some(), "{key}");
             if let Field::Table { fields, .. } = field {
                 for (sub, _) in fields {
-                    assert!(keys::lookup(keys::KUBERNETES_KEYS, sub).is_some(), "{sub}");
+                    assert!(
+                        keys::lookup(keys::Section::Kubernetes, sub).is_some(),
+                        "{sub}"
+                    );
                 }
             }
         }

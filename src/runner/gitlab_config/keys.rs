@@ -23,12 +23,34 @@ pub enum KeyType {
     StrTable,
     /// A table of bool values (`feature_flags`).
     BoolTable,
-    /// A table whose keys this list describes (the `&[Key]` it belongs to).
-    Table(&'static [Key]),
-    /// An array of tables whose keys this list describes (`[[runners]]`).
-    TableArray(&'static [Key]),
+    /// A table whose keys the section lists.
+    Table(Section),
+    /// An array of tables whose keys the section lists (`[[runners]]`).
+    TableArray(Section),
     /// A table or array of tables tenantci does not look inside.
     OpaqueTable,
+}
+
+/// A table of config.toml with its own key list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    TopLevel,
+    SessionServer,
+    Runner,
+    Kubernetes,
+    PodSecurityContext,
+}
+
+impl Section {
+    pub fn keys(self) -> &'static [Key] {
+        match self {
+            Section::TopLevel => TOP_LEVEL_KEYS,
+            Section::SessionServer => SESSION_SERVER_KEYS,
+            Section::Runner => RUNNER_KEYS,
+            Section::Kubernetes => KUBERNETES_KEYS,
+            Section::PodSecurityContext => POD_SECURITY_CONTEXT_KEYS,
+        }
+    }
 }
 
 /// One known key.
@@ -174,7 +196,7 @@ pub const KUBERNETES_KEYS: &[Key] = &[
     k("pod_labels_overwrite_allowed", Str),
     k("pod_annotations", StrTable),
     k("pod_annotations_overwrite_allowed", Str),
-    k(POD_SECURITY_CONTEXT, Table(POD_SECURITY_CONTEXT_KEYS)),
+    k(POD_SECURITY_CONTEXT, Table(Section::PodSecurityContext)),
     k("build_container_security_context", OpaqueTable),
     k("helper_container_security_context", OpaqueTable),
     k("service_container_security_context", OpaqueTable),
@@ -217,7 +239,7 @@ pub const RUNNER_KEYS: &[Key] = &[
     k("feature_flags", BoolTable),
     k("cache", OpaqueTable),
     k("custom_build_dir", OpaqueTable),
-    k(KUBERNETES, Table(KUBERNETES_KEYS)),
+    k(KUBERNETES, Table(Section::Kubernetes)),
 ];
 
 pub const SESSION_SERVER_KEYS: &[Key] = &[
@@ -236,16 +258,16 @@ pub const TOP_LEVEL_KEYS: &[Key] = &[
     k("listen_address", Str),
     k("connection_max_age", Str),
     k("sentry_dsn", Str),
-    k("session_server", Table(SESSION_SERVER_KEYS)),
-    k(RUNNERS, TableArray(RUNNER_KEYS)),
+    k("session_server", Table(Section::SessionServer)),
+    k(RUNNERS, TableArray(Section::Runner)),
 ];
 
 /// Looks up `name` in `keys`; resource keys are implied in `[runners.kubernetes]`.
-pub fn lookup(keys: &'static [Key], name: &str) -> Option<KeyType> {
-    if let Some(key) = keys.iter().find(|key| key.name == name) {
+pub fn lookup(section: Section, name: &str) -> Option<KeyType> {
+    if let Some(key) = section.keys().iter().find(|key| key.name == name) {
         return Some(key.ty);
     }
-    if std::ptr::eq(keys, KUBERNETES_KEYS) && is_resource_key(name) {
+    if section == Section::Kubernetes && is_resource_key(name) {
         return Some(Str);
     }
     None
@@ -268,14 +290,14 @@ impl std::fmt::Display for KeyProblem {
 /// Checks every key of a config.toml against the lists above.
 pub fn check_document(doc: &toml_edit::DocumentMut) -> Vec<KeyProblem> {
     let mut problems = Vec::new();
-    check_table(doc.as_table(), TOP_LEVEL_KEYS, "", &mut problems);
+    check_table(doc.as_table(), Section::TopLevel, "", &mut problems);
     problems
 }
 
 /// Checks one `[[runners]]` entry (what tenantci writes must always pass this).
 pub fn check_runner(table: &toml_edit::Table, path: &str) -> Vec<KeyProblem> {
     let mut problems = Vec::new();
-    check_table(table, RUNNER_KEYS, path, &mut problems);
+    check_table(table, Section::Runner, path, &mut problems);
     problems
 }
 
@@ -289,13 +311,13 @@ fn join(path: &str, key: &str) -> String {
 
 fn check_table(
     table: &toml_edit::Table,
-    keys: &'static [Key],
+    section: Section,
     path: &str,
     problems: &mut Vec<KeyProblem>,
 ) {
     for (name, item) in table.iter() {
         let here = join(path, name);
-        match lookup(keys, name) {
+        match lookup(section, name) {
             None => problems.push(KeyProblem {
                 path: here,
                 problem: "unknown key (gitlab-runner would silently ignore it)".into(),
@@ -319,7 +341,7 @@ fn check_item(item: &toml_edit::Item, ty: KeyType, path: &str, problems: &mut Ve
         StrTable => table_values(item).is_some_and(|vals| vals.iter().all(|v| v.is_str())),
         BoolTable => table_values(item).is_some_and(|vals| vals.iter().all(|v| v.is_bool())),
         OpaqueTable => item.is_table_like() || item.is_array_of_tables() || item.is_array(),
-        Table(keys) => match item.as_table_like() {
+        Table(section) => match item.as_table_like() {
             Some(_) => {
                 let owned;
                 let table = match item {
@@ -333,15 +355,15 @@ fn check_item(item: &toml_edit::Item, ty: KeyType, path: &str, problems: &mut Ve
                         &owned
                     }
                 };
-                check_table(table, keys, path, problems);
+                check_table(table, section, path, problems);
                 true
             }
             None => false,
         },
-        TableArray(keys) => match item.as_array_of_tables() {
+        TableArray(section) => match item.as_array_of_tables() {
             Some(array) => {
                 for (i, table) in array.iter().enumerate() {
-                    check_table(table, keys, &format!("{path}[{i}]"), problems);
+                    check_table(table, section, &format!("{path}[{i}]"), problems);
                 }
                 true
             }

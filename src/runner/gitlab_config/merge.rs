@@ -146,7 +146,8 @@ pub fn merge(
     match matching.as_slice() {
         [] => {
             let mut table = Table::new();
-            apply(&mut table, &fields, &RunnerEntry::owned());
+            table.decor_mut().set_prefix("\n");
+            apply(&mut table, &fields, &RunnerEntry::owned(), 1);
             runners.push(table);
             Ok(false)
         }
@@ -164,7 +165,7 @@ pub fn merge(
                     .hint("choose another --name, or pass --force to turn it into a kubernetes runner"));
                 }
             }
-            apply(table, &fields, &RunnerEntry::owned());
+            apply(table, &fields, &RunnerEntry::owned(), 1);
             Ok(true)
         }
         _ => Err(Error::bad_input(format!(
@@ -177,20 +178,48 @@ pub fn merge(
     }
 }
 
-/// Makes `table` hold `fields` for the keys in `owned`; other keys stay as they are.
-fn apply(table: &mut Table, fields: &[(&'static str, Field)], owned: &[&'static str]) {
+/// Indentation in gitlab-runner's own style: two spaces per table level.
+fn indent(depth: usize) -> String {
+    "  ".repeat(depth)
+}
+
+/// The indentation keys of `table` already use, or gitlab-runner's for `depth`.
+fn key_indent(table: &Table, depth: usize) -> String {
+    table
+        .iter()
+        .filter(|(_, item)| item.is_value())
+        .find_map(|(key, _)| {
+            let prefix = table.key(key)?.leaf_decor().prefix()?.as_str()?.to_string();
+            prefix
+                .chars()
+                .all(|c| c == ' ' || c == '\t')
+                .then_some(prefix)
+        })
+        .unwrap_or_else(|| indent(depth))
+}
+
+/// Makes `table` (at `depth`: 1 for `[[runners]]`) hold `fields` for the keys in `owned`;
+/// other keys stay as they are.
+fn apply(
+    table: &mut Table,
+    fields: &[(&'static str, Field)],
+    owned: &[&'static str],
+    depth: usize,
+) {
     for key in owned {
         let wanted = fields.iter().any(|(k, _)| k == key);
         if !wanted {
             table.remove(key);
         }
     }
+    let key_prefix = key_indent(table, depth);
     for (key, field) in fields {
+        let existed = table.contains_key(key);
         match field {
             Field::Str(s) => set_value(table, key, Value::from(s.as_str())),
             Field::Int(i) => set_value(table, key, Value::from(*i)),
             Field::Bool(b) => set_value(table, key, Value::from(*b)),
-            Field::StrTable(map) => set_str_table(table, key, map),
+            Field::StrTable(map) => set_str_table(table, key, map, depth + 1),
             Field::Table { fields, owned } => {
                 let is_table = matches!(table.get(key), Some(Item::Table(_)));
                 if !is_table {
@@ -199,15 +228,22 @@ fn apply(table: &mut Table, fields: &[(&'static str, Field)], owned: &[&'static 
                         _ => Table::new(),
                     };
                     sub.set_implicit(false);
+                    sub.decor_mut().set_prefix(indent(depth));
                     table.insert(key, Item::Table(sub));
                 }
                 let Some(Item::Table(sub)) = table.get_mut(key) else {
                     unreachable!("inserted above")
                 };
-                apply(sub, fields, owned);
+                apply(sub, fields, owned, depth + 1);
                 if sub.is_empty() {
                     table.remove(key);
                 }
+            }
+        }
+        // A table key's decor sits inside its `[header]`; indent only `key = value` lines.
+        if !existed && table.get(key).is_some_and(Item::is_value) {
+            if let Some(mut k) = table.key_mut(key) {
+                k.leaf_decor_mut().set_prefix(key_prefix.as_str());
             }
         }
     }
@@ -235,7 +271,12 @@ fn set_value(table: &mut Table, key: &str, mut new: Value) {
     table.insert(key, Item::Value(new));
 }
 
-fn set_str_table(table: &mut Table, key: &str, map: &std::collections::BTreeMap<String, String>) {
+fn set_str_table(
+    table: &mut Table,
+    key: &str,
+    map: &std::collections::BTreeMap<String, String>,
+    depth: usize,
+) {
     if map.is_empty() {
         table.remove(key);
         return;
@@ -253,6 +294,9 @@ fn set_str_table(table: &mut Table, key: &str, map: &std::collections::BTreeMap<
     let mut sub = Table::new();
     for (k, v) in map {
         sub.insert(k, toml_edit::value(v.as_str()));
+        if let Some(mut key) = sub.key_mut(k) {
+            key.leaf_decor_mut().set_prefix(indent(depth));
+        }
     }
     if inline {
         table.insert(key, toml_edit::value(sub.into_inline_table()));
@@ -262,6 +306,7 @@ fn set_str_table(table: &mut Table, key: &str, map: &std::collections::BTreeMap<
             .and_then(Item::as_table)
             .and_then(Table::position);
         sub.set_position(position);
+        sub.decor_mut().set_prefix(indent(depth - 1));
         table.insert(key, Item::Table(sub));
     }
 }
@@ -293,4 +338,18 @@ pub fn fuzz_merge(data: &[u8]) {
         }
         Err(e) => assert_eq!(e.exit_code(), 2, "{e:?}"),
     }
+}
+
+/// The `token` of the runner named `name` in `text`, if it parses and has one; lets a re-run
+/// reuse a runner created earlier instead of creating another in GitLab.
+pub fn existing_token(text: &str, name: &str) -> Option<String> {
+    let doc = text.parse::<DocumentMut>().ok()?;
+    doc.get(keys::RUNNERS)?
+        .as_array_of_tables()?
+        .iter()
+        .find(|t| t.get(keys::NAME).and_then(Item::as_str) == Some(name))?
+        .get(keys::TOKEN)?
+        .as_str()
+        .filter(|t| !t.is_empty() && *t != "$TENANTCI_PENDING_RUNNER_TOKEN")
+        .map(str::to_string)
 }
