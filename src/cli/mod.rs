@@ -10,8 +10,8 @@ mod check_host;
 mod credential;
 mod internal;
 mod pki;
-mod tenant;
 mod runner;
+mod tenant;
 
 /// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
 /// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.

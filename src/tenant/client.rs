@@ -44,3 +44,18 @@ pub async fn from_kubeconfig(path: &Path) -> Result<kube::Client> {
     });
     Ok(builder.with_layer(&counting).build())
 }
+
+/// One sentence for a failed apiserver call: `what` is the action ("apply Namespace `x`"),
+/// `forbidden_hint` the fix for a 403 (it depends on which credential the caller used).
+pub fn api_error(e: kube::Error, what: &str, forbidden_hint: &str) -> Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 403 => {
+            Error::bad_input(format!("the tenant apiserver refused to {what}: {}", s.message)).hint(forbidden_hint.to_string())
+        }
+        kube::Error::Api(s) if s.code == 401 => Error::bad_input(format!("the tenant apiserver did not accept the credential when trying to {what}"))
+            .hint("the kubeconfig's certificate is not signed by this cluster's ClientCA"),
+        kube::Error::Api(s) => Error::external(format!("the tenant apiserver failed to {what}: {} ({})", s.message, s.code)),
+        _ => Error::external(format!("cannot reach the tenant apiserver to {what}: {e}"))
+            .hint("the apiserver binds loopback on the gateway host; is the gateway up? (`tenantci check-host`)"),
+    }
+}

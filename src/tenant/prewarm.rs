@@ -222,15 +222,11 @@ pub struct PrewarmReport {
 }
 
 fn api_error(what: &str, e: kube::Error) -> Error {
-    match &e {
-        kube::Error::Api(s) if s.code == 403 => Error::bad_input(format!("the apiserver refused to {what}: {}", s.message))
-            .hint("pre-warm with the tenant-admin kubeconfig (the runner's credential has no patch rights on priorityclasses)"),
-        kube::Error::Api(s) if s.code == 401 => Error::bad_input(format!("the apiserver did not accept the credential when trying to {what}"))
-            .hint("the kubeconfig's certificate is not signed by this cluster's ClientCA"),
-        kube::Error::Api(s) => Error::external(format!("the apiserver failed to {what}: {} ({})", s.message, s.code)),
-        _ => Error::external(format!("cannot reach the tenant apiserver to {what}: {e}"))
-            .hint("the apiserver binds loopback on the gateway host; is the gateway up? (`tenantci check-host`)"),
-    }
+    super::client::api_error(
+        e,
+        what,
+        "pre-warm with the tenant-admin kubeconfig (the runner's credential has no patch rights on priorityclasses)",
+    )
 }
 
 /// Server-side applies the PriorityClass and the Deployment (dry-run when asked).
