@@ -5,5 +5,6 @@
 
 pub mod capability;
 pub mod executor;
+pub mod leader;
 pub mod lifecycle;
 pub mod routing;
