@@ -26,15 +26,15 @@ pub enum RunnerCommand {
     /// --runner-token-file, TENANTCI_RUNNER_TOKEN, --runner-token (visible in `ps`; avoid), or
     /// is created through GitLab's API with --gitlab-api-token-file. A token of the form $VAR
     /// is written as is and expanded by gitlab-runner from its environment.
-    GitlabConfig(GitlabConfigArgs),
+    GitlabConfig(Box<GitlabConfigArgs>),
     /// Write act_runner's config.yaml (and `.runner` when registration data is given).
-    GiteaConfig(GiteaConfigArgs),
+    GiteaConfig(Box<GiteaConfigArgs>),
 }
 
 pub async fn run(cmd: RunnerCommand) -> Result<i32> {
     match cmd {
-        RunnerCommand::GitlabConfig(args) => gitlab_config(args).await,
-        RunnerCommand::GiteaConfig(args) => gitea_config(args),
+        RunnerCommand::GitlabConfig(args) => gitlab_config(*args).await,
+        RunnerCommand::GiteaConfig(args) => gitea_config(*args),
     }
 }
 
