@@ -264,11 +264,14 @@ fn api_args(s: &Setup, gitlab: &GitlabDouble, api_token_file: &Path) -> Vec<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runner_cli_creates_the_runner_through_the_gitlab_api() {
-    let gitlab = GitlabDouble::start().await.unwrap();
+    let (gitlab, ca_pem) = GitlabDouble::start_tls().await.unwrap();
     let s = setup();
     let api_token_file = s.root.join("api-token");
     std::fs::write(&api_token_file, DEFAULT_ACCESS_TOKEN).unwrap();
-    let args = api_args(&s, &gitlab, &api_token_file);
+    let ca_file = s.root.join("gitlab-ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let mut args = api_args(&s, &gitlab, &api_token_file);
+    args.extend(["--gitlab-ca-file".into(), ca_file.to_str().unwrap().into()]);
     let o = tokio::task::spawn_blocking({
         let args = args.clone();
         move || go(&args)
