@@ -60,7 +60,7 @@ pub struct GitlabConfigArgs {
     )]
     pub runner_token: Option<String>,
     /// A file holding the runner authentication token (or a $VAR reference).
-    #[arg(long, value_name = "FILE", conflicts_with = "runner_token")]
+    #[arg(long, value_name = "FILE")]
     pub runner_token_file: Option<PathBuf>,
     /// Jobs this runner runs at once (0 = bounded only by `concurrent`).
     #[arg(long, default_value_t = 4)]
@@ -87,7 +87,8 @@ pub struct GitlabConfigArgs {
 #[command(next_help_heading = "Create the runner through GitLab's API (instead of a token)")]
 pub struct GitlabApiArgs {
     /// A file holding an access token with the `create_runner` scope.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["runner_token", "runner_token_file"])]
+    /// Precedence: --runner-token-file, then this, then --runner-token / TENANTCI_RUNNER_TOKEN.
+    #[arg(long, value_name = "FILE", conflicts_with = "runner_token_file")]
     pub gitlab_api_token_file: Option<PathBuf>,
     /// The kind of runner to create.
     #[arg(long, value_enum, requires = "gitlab_api_token_file")]
@@ -294,10 +295,17 @@ const PENDING_TOKEN: &str = "$TENANTCI_PENDING_RUNNER_TOKEN";
 
 async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
     let kubernetes = args.kubernetes.settings()?;
-    let literal = match (&args.runner_token_file, &args.runner_token) {
-        (Some(file), _) => Some(read_secret_file("the runner token file", file)?),
-        (None, Some(t)) => Some(t.clone()),
-        (None, None) => None,
+    // Precedence: token file, API creation, then --runner-token / TENANTCI_RUNNER_TOKEN (an
+    // exported variable must not stop an explicit file or API creation).
+    let literal = match (
+        &args.runner_token_file,
+        &args.api.gitlab_api_token_file,
+        &args.runner_token,
+    ) {
+        (Some(file), _, _) => Some(read_secret_file("the runner token file", file)?),
+        (None, Some(_), _) => None,
+        (None, None, Some(t)) => Some(t.clone()),
+        (None, None, None) => None,
     };
     let mut entry = RunnerEntry {
         name: args.name.clone(),
@@ -392,14 +400,18 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        let verb = match (plan.action, args.dry_run) {
-            (Action::Unchanged, _) => "is up to date",
-            (Action::Created, false) => "created",
-            (Action::Added, false) => "added the runner to",
-            (Action::Updated, false) => "updated the runner in",
-            (_, true) => "would change",
+        let what = match plan.action {
+            Action::Unchanged => "unchanged",
+            Action::Created => "new file with runner",
+            Action::Added => "added runner",
+            Action::Updated => "updated runner",
         };
-        println!("{} {verb} (runner `{}`)", args.config.display(), entry.name);
+        let mode = if args.dry_run && plan.changed() {
+            " (dry run: not written)"
+        } else {
+            ""
+        };
+        println!("{}: {what} `{}`{mode}", args.config.display(), entry.name);
         if args.dry_run && plan.changed() {
             print!("{}", gitlab_config::redact(&plan.text, &entry.token));
         }

@@ -216,6 +216,14 @@ fn runner_cli_token_from_env_or_var_reference() {
     assert!(text.contains("token = \"$GITLAB_RUNNER_TOKEN\""));
     assert!(!text.contains(TOKEN));
 
+    // An exported variable does not override an explicit token file.
+    let o = run(tenantci()
+        .args(with_token_file(&s))
+        .env("TENANTCI_RUNNER_TOKEN", "glrt-from-env"));
+    assert_exit(&o, 0);
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    assert!(text.contains(TOKEN) && !text.contains("glrt-from-env"));
+
     let o = go(&base_args(&s));
     assert_exit(&o, 2);
     assert!(stderr(&o).contains("no runner token"));
