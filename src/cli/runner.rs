@@ -22,10 +22,11 @@ pub enum RunnerCommand {
     ///
     /// The entry is found by --name; comments, other runners and unknown keys are kept. The
     /// file is written atomically (0600, directory 0700) only when something changed, so
-    /// gitlab-runner does not reload needlessly. The runner token comes from
-    /// --runner-token-file, TENANTCI_RUNNER_TOKEN, --runner-token (visible in `ps`; avoid), or
-    /// is created through GitLab's API with --gitlab-api-token-file. A token of the form $VAR
-    /// is written as is and expanded by gitlab-runner from its environment.
+    /// gitlab-runner does not reload needlessly. The runner token comes from, in this order,
+    /// --runner-token-file, runner creation through GitLab's API (--gitlab-api-token-file),
+    /// or --runner-token / TENANTCI_RUNNER_TOKEN (the flag is visible in `ps`; avoid it). A
+    /// token of the form $VAR is written as is and expanded by gitlab-runner from its
+    /// environment. Exit 2: bad input or refused (file untouched); 3: GitLab failed.
     GitlabConfig(Box<GitlabConfigArgs>),
     /// Write act_runner's config.yaml (and `.runner` when registration data is given).
     GiteaConfig(Box<GiteaConfigArgs>),
