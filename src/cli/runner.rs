@@ -315,6 +315,7 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
         limit: args.limit,
         request_concurrency: args.request_concurrency,
         kubernetes,
+        registration: None,
     };
     let options = MergeOptions { force: args.force };
     let existing = gitlab_config::write::read_existing(&args.config)?;
@@ -362,6 +363,12 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
                     )?;
                     let created = client.create_and_verify(&request).await?;
                     entry.token = RunnerToken::Literal(created.token.clone());
+                    entry.registration = Some(gitlab_config::entry::TokenMetadata {
+                        id: created.id,
+                        obtained_at: chrono::Utc::now()
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        expires_at: created.token_expires_at.clone(),
+                    });
                     gitlab = Some(GitlabRunnerSummary {
                         token_source: "created",
                         id: Some(created.id),

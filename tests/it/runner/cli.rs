@@ -297,7 +297,17 @@ async fn runner_cli_creates_the_runner_through_the_gitlab_api() {
     assert_eq!(report["gitlab"]["id"], runners[0].id);
     let text = std::fs::read_to_string(&s.config).unwrap();
     assert!(text.contains(&format!("token = \"{token}\"")));
+    assert!(text.contains(&format!("id = {}", runners[0].id)));
+    assert!(
+        text.contains("token_expires_at = 0001-01-01T00:00:00Z"),
+        "{text}"
+    );
     assert!(!text.contains(DEFAULT_ACCESS_TOKEN));
+    let doc: toml_edit::DocumentMut = text.parse().unwrap();
+    assert_eq!(
+        tenantci::runner::gitlab_config::keys::check_document(&doc),
+        vec![]
+    );
 
     // A re-run reuses the token in config.toml instead of creating another runner.
     let before = snapshot(&s.root);
