@@ -24,19 +24,20 @@ pub enum RunnerCommand {
     ///
     /// The entry is found by --name; comments, other runners and unknown keys are kept. The
     /// file is written atomically (0600, directory 0700) only when something changed, so
-    /// gitlab-runner does not reload needlessly. The runner token comes from
-    /// --runner-token-file, TENANTCI_RUNNER_TOKEN, --runner-token (visible in `ps`; avoid), or
-    /// is created through GitLab's API with --gitlab-api-token-file. A token of the form $VAR
-    /// is written as is and expanded by gitlab-runner from its environment.
-    GitlabConfig(GitlabConfigArgs),
+    /// gitlab-runner does not reload needlessly. The runner token comes from, in this order,
+    /// --runner-token-file, runner creation through GitLab's API (--gitlab-api-token-file),
+    /// or --runner-token / TENANTCI_RUNNER_TOKEN (the flag is visible in `ps`; avoid it). A
+    /// token of the form $VAR is written as is and expanded by gitlab-runner from its
+    /// environment. Exit 2: bad input or refused (file untouched); 3: GitLab failed.
+    GitlabConfig(Box<GitlabConfigArgs>),
     /// Write act_runner's config.yaml (and `.runner` when registration data is given).
-    GiteaConfig(GiteaConfigArgs),
+    GiteaConfig(Box<GiteaConfigArgs>),
 }
 
 pub async fn run(cmd: RunnerCommand) -> Result<i32> {
     match cmd {
-        RunnerCommand::GitlabConfig(args) => gitlab_config(args).await,
-        RunnerCommand::GiteaConfig(args) => gitea_config(args),
+        RunnerCommand::GitlabConfig(args) => gitlab_config(*args).await,
+        RunnerCommand::GiteaConfig(args) => gitea_config(*args),
     }
 }
 
@@ -62,7 +63,7 @@ pub struct GitlabConfigArgs {
     )]
     pub runner_token: Option<String>,
     /// A file holding the runner authentication token (or a $VAR reference).
-    #[arg(long, value_name = "FILE", conflicts_with = "runner_token")]
+    #[arg(long, value_name = "FILE")]
     pub runner_token_file: Option<PathBuf>,
     /// Jobs this runner runs at once (0 = bounded only by `concurrent`).
     #[arg(long, default_value_t = 4)]
@@ -89,7 +90,8 @@ pub struct GitlabConfigArgs {
 #[command(next_help_heading = "Create the runner through GitLab's API (instead of a token)")]
 pub struct GitlabApiArgs {
     /// A file holding an access token with the `create_runner` scope.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["runner_token", "runner_token_file"])]
+    /// Precedence: --runner-token-file, then this, then --runner-token / TENANTCI_RUNNER_TOKEN.
+    #[arg(long, value_name = "FILE", conflicts_with = "runner_token_file")]
     pub gitlab_api_token_file: Option<PathBuf>,
     /// The kind of runner to create.
     #[arg(long, value_enum, requires = "gitlab_api_token_file")]
@@ -296,10 +298,17 @@ const PENDING_TOKEN: &str = "$TENANTCI_PENDING_RUNNER_TOKEN";
 
 async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
     let kubernetes = args.kubernetes.settings()?;
-    let literal = match (&args.runner_token_file, &args.runner_token) {
-        (Some(file), _) => Some(read_secret_file("the runner token file", file)?),
-        (None, Some(t)) => Some(t.clone()),
-        (None, None) => None,
+    // Precedence: token file, API creation, then --runner-token / TENANTCI_RUNNER_TOKEN (an
+    // exported variable must not stop an explicit file or API creation).
+    let literal = match (
+        &args.runner_token_file,
+        &args.api.gitlab_api_token_file,
+        &args.runner_token,
+    ) {
+        (Some(file), _, _) => Some(read_secret_file("the runner token file", file)?),
+        (None, Some(_), _) => None,
+        (None, None, Some(t)) => Some(t.clone()),
+        (None, None, None) => None,
     };
     let mut entry = RunnerEntry {
         name: args.name.clone(),
@@ -308,6 +317,7 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
         limit: args.limit,
         request_concurrency: args.request_concurrency,
         kubernetes,
+        registration: None,
     };
     let options = MergeOptions { force: args.force };
     let existing = gitlab_config::write::read_existing(&args.config)?;
@@ -355,6 +365,12 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
                     )?;
                     let created = client.create_and_verify(&request).await?;
                     entry.token = RunnerToken::Literal(created.token.clone());
+                    entry.registration = Some(gitlab_config::entry::TokenMetadata {
+                        id: created.id,
+                        obtained_at: chrono::Utc::now()
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        expires_at: created.token_expires_at.clone(),
+                    });
                     gitlab = Some(GitlabRunnerSummary {
                         token_source: "created",
                         id: Some(created.id),
@@ -394,14 +410,18 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        let verb = match (plan.action, args.dry_run) {
-            (Action::Unchanged, _) => "is up to date",
-            (Action::Created, false) => "created",
-            (Action::Added, false) => "added the runner to",
-            (Action::Updated, false) => "updated the runner in",
-            (_, true) => "would change",
+        let what = match plan.action {
+            Action::Unchanged => "unchanged",
+            Action::Created => "new file with runner",
+            Action::Added => "added runner",
+            Action::Updated => "updated runner",
         };
-        println!("{} {verb} (runner `{}`)", args.config.display(), entry.name);
+        let mode = if args.dry_run && plan.changed() {
+            " (dry run: not written)"
+        } else {
+            ""
+        };
+        println!("{}: {what} `{}`{mode}", args.config.display(), entry.name);
         if args.dry_run && plan.changed() {
             print!("{}", gitlab_config::redact(&plan.text, &entry.token));
         }

@@ -5,7 +5,9 @@
 //! as GitLab does: the `PRIVATE-TOKEN` (or `Authorization: Bearer`) header, the token's
 //! `create_runner`/`api` scope, `runner_type` and the id it requires (group_id for
 //! group_type, project_id for project_type), existing groups/projects. It can be told to
-//! answer 401 / 403 / 410 or to hang, and records created runners. Plain HTTP on 127.0.0.1.
+//! answer 401 / 403 / 410 or to hang, and records created runners. Listens on 127.0.0.1:0,
+//! over plain HTTP ([`GitlabDouble::start`]) or HTTPS with its own CA
+//! ([`GitlabDouble::start_tls`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -68,6 +70,7 @@ pub struct GitlabDouble {
     addr: SocketAddr,
     state: Arc<Mutex<GitlabState>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    tls: bool,
 }
 
 /// An access token the double accepts by default, with scope `create_runner`.
@@ -75,22 +78,26 @@ pub const DEFAULT_ACCESS_TOKEN: &str = "glpat-double-create-runner";
 /// An access token the double knows with scope `read_api` only.
 pub const READ_ONLY_ACCESS_TOKEN: &str = "glpat-double-read-api";
 
+fn default_state() -> GitlabState {
+    let mut state = GitlabState::default();
+    state.access_tokens.insert(
+        DEFAULT_ACCESS_TOKEN.into(),
+        ["create_runner".to_string()].into(),
+    );
+    state.access_tokens.insert(
+        READ_ONLY_ACCESS_TOKEN.into(),
+        ["read_api".to_string()].into(),
+    );
+    state.groups.insert(7);
+    state.projects.insert(42);
+    state
+}
+
 impl GitlabDouble {
     /// Starts on 127.0.0.1:0 with [`DEFAULT_ACCESS_TOKEN`], [`READ_ONLY_ACCESS_TOKEN`], group 7
     /// and project 42.
     pub async fn start() -> std::io::Result<Self> {
-        let mut state = GitlabState::default();
-        state.access_tokens.insert(
-            DEFAULT_ACCESS_TOKEN.into(),
-            ["create_runner".to_string()].into(),
-        );
-        state.access_tokens.insert(
-            READ_ONLY_ACCESS_TOKEN.into(),
-            ["read_api".to_string()].into(),
-        );
-        state.groups.insert(7);
-        state.projects.insert(42);
-        Self::start_with(state).await
+        Self::start_with(default_state()).await
     }
 
     pub async fn start_with(state: GitlabState) -> std::io::Result<Self> {
@@ -110,12 +117,83 @@ impl GitlabDouble {
             addr,
             state,
             shutdown: Some(tx),
+            tls: false,
         })
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// Like [`GitlabDouble::start`], over HTTPS with a certificate for 127.0.0.1 and
+    /// localhost signed by a fresh CA, whose PEM is returned (give it as `--gitlab-ca-file`).
+    pub async fn start_tls() -> crate::Result<(Self, String)> {
+        use crate::pki::{CertificateAuthority, issue};
+        crate::tls::ensure_crypto_provider();
+        let day = std::time::Duration::from_secs(86_400);
+        let ca = CertificateAuthority::generate("gitlab-double-ca", day)?;
+        let leaf = issue::server_cert(
+            &ca,
+            "gitlab-double",
+            &["127.0.0.1".to_string(), "localhost".to_string()],
+            day,
+        )?;
+        let certs = rustls_pemfile::certs(&mut leaf.cert_pem.as_bytes())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| crate::Error::external(format!("cannot read the double's cert: {e}")))?;
+        let key = rustls_pemfile::private_key(&mut leaf.key_pem.as_bytes())
+            .ok()
+            .flatten()
+            .ok_or_else(|| crate::Error::external("cannot read the double's key"))?;
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| crate::Error::external(format!("cannot build the TLS config: {e}")))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| crate::Error::external(format!("cannot bind 127.0.0.1:0: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| crate::Error::external(e.to_string()))?;
+        let state = Arc::new(Mutex::new(default_state()));
+        let app = app(state.clone());
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let double = GitlabDouble {
+            addr,
+            state,
+            shutdown: Some(tx),
+            tls: true,
+        };
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok(a) => a,
+                        Err(_) => continue,
+                    },
+                    _ = &mut rx => return,
+                };
+                let acceptor = acceptor.clone();
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+                });
+            }
+        });
+        Ok((double, ca.cert_pem().to_string()))
+    }
+
+    /// `http://127.0.0.1:<port>` (or `https://`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     pub fn set_behaviour(&self, behaviour: Behaviour) {

@@ -172,6 +172,37 @@ pub struct RunnerEntry {
     /// Concurrent job requests to GitLab.
     pub request_concurrency: u32,
     pub kubernetes: KubernetesSettings,
+    /// Set when tenantci created the runner: written as `id`, `token_obtained_at`,
+    /// `token_expires_at` (gitlab-runner rotates a token with an expiry). `None` leaves those
+    /// keys as they are.
+    pub registration: Option<TokenMetadata>,
+}
+
+/// What GitLab said about a runner token it issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenMetadata {
+    pub id: u64,
+    /// RFC 3339.
+    pub obtained_at: String,
+    /// RFC 3339; `None`: the token does not expire (written as `0001-01-01T00:00:00Z`).
+    pub expires_at: Option<String>,
+}
+
+/// gitlab-runner's "no expiry" value.
+pub const NO_EXPIRY: &str = "0001-01-01T00:00:00Z";
+
+fn datetime(what: &str, raw: &str) -> Result<toml_edit::Datetime> {
+    let parsed: toml_edit::Datetime = raw.parse().map_err(|_| {
+        Error::external(format!(
+            "GitLab's {what} `{raw}` is not an RFC 3339 datetime"
+        ))
+    })?;
+    if parsed.date.is_none() || parsed.time.is_none() || parsed.offset.is_none() {
+        return Err(Error::external(format!(
+            "GitLab's {what} `{raw}` is not an offset datetime"
+        )));
+    }
+    Ok(parsed)
 }
 
 /// The only executor tenantci writes.
@@ -183,6 +214,8 @@ pub enum Field {
     Str(String),
     Int(i64),
     Bool(bool),
+    /// An unquoted TOML offset datetime.
+    Datetime(toml_edit::Datetime),
     /// A `[parent.key]` table of strings, owned as a whole.
     StrTable(BTreeMap<String, String>),
     /// A sub-table; `owned` lists the keys tenantci manages inside it.
@@ -246,15 +279,35 @@ impl RunnerEntry {
         if self.request_concurrency == 0 {
             return Err(Error::bad_input("request_concurrency must be at least 1"));
         }
+        if let Some(reg) = &self.registration {
+            datetime("token_obtained_at", &reg.obtained_at)?;
+            datetime(
+                "token_expires_at",
+                reg.expires_at.as_deref().unwrap_or(NO_EXPIRY),
+            )?;
+        }
         self.kubernetes.validate()
     }
 
-    /// The entry's keys and values in the order they are written.
+    /// The entry's keys and values in the order they are written (call after `validate`).
     pub fn fields(&self) -> Vec<(&'static str, Field)> {
-        vec![
+        let mut out = vec![
             (keys::NAME, Field::Str(self.name.clone())),
             (keys::URL, Field::Str(self.url.clone())),
-            (keys::TOKEN, Field::Str(self.token.file_value().to_string())),
+        ];
+        if let Some(reg) = &self.registration {
+            let at = |raw: &str| datetime("", raw).map(Field::Datetime).ok();
+            out.push((keys::ID, Field::Int(reg.id as i64)));
+            out.push((keys::TOKEN, Field::Str(self.token.file_value().to_string())));
+            out.extend(at(&reg.obtained_at).map(|f| (keys::TOKEN_OBTAINED_AT, f)));
+            out.extend(
+                at(reg.expires_at.as_deref().unwrap_or(NO_EXPIRY))
+                    .map(|f| (keys::TOKEN_EXPIRES_AT, f)),
+            );
+        } else {
+            out.push((keys::TOKEN, Field::Str(self.token.file_value().to_string())));
+        }
+        out.extend([
             (keys::EXECUTOR, Field::Str(EXECUTOR_KUBERNETES.into())),
             (keys::LIMIT, Field::Int(self.limit.into())),
             (
@@ -268,12 +321,18 @@ impl RunnerEntry {
                     owned: kubernetes_owned(),
                 },
             ),
-        ]
+        ]);
+        out
     }
 
-    /// Keys of `[[runners]]` tenantci manages; others in the entry are left alone.
-    pub fn owned() -> Vec<&'static str> {
-        RUNNER_OWNED.to_vec()
+    /// Keys of `[[runners]]` tenantci manages; others in the entry are left alone. The token
+    /// metadata keys are owned only when this run knows them.
+    pub fn owned(&self) -> Vec<&'static str> {
+        let mut owned = RUNNER_OWNED.to_vec();
+        if self.registration.is_some() {
+            owned.extend([keys::ID, keys::TOKEN_OBTAINED_AT, keys::TOKEN_EXPIRES_AT]);
+        }
+        owned
     }
 }
 
@@ -471,6 +530,7 @@ pub fn example_entry() -> RunnerEntry {
         token: RunnerToken::Literal(Secret::new("glrt-example")),
         limit: 4,
         request_concurrency: 1,
+        registration: None,
         kubernetes: KubernetesSettings {
             host: Some("https://127.0.0.1:6443".into()),
             cert_file: Some("/etc/gitlab-runner/tenant-a/tls.crt".into()),
@@ -500,6 +560,7 @@ mod tests {
             token: RunnerToken::parse("glrt-secret").unwrap(),
             limit: 4,
             request_concurrency: 1,
+            registration: None,
             kubernetes: KubernetesSettings {
                 host: Some("https://127.0.0.1:6443".into()),
                 cert_file: Some("/etc/gitlab-runner/tenant/tls.crt".into()),

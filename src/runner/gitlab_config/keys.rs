@@ -70,6 +70,9 @@ use KeyType::*;
 pub const NAME: &str = "name";
 pub const URL: &str = "url";
 pub const TOKEN: &str = "token";
+pub const ID: &str = "id";
+pub const TOKEN_OBTAINED_AT: &str = "token_obtained_at";
+pub const TOKEN_EXPIRES_AT: &str = "token_expires_at";
 pub const EXECUTOR: &str = "executor";
 pub const LIMIT: &str = "limit";
 pub const REQUEST_CONCURRENCY: &str = "request_concurrency";
@@ -214,10 +217,10 @@ pub const RUNNER_KEYS: &[Key] = &[
     k(NAME, Str),
     k(URL, Str),
     k("clone_url", Str),
-    k("id", Int),
+    k(ID, Int),
     k(TOKEN, Str),
-    k("token_obtained_at", Datetime),
-    k("token_expires_at", Datetime),
+    k(TOKEN_OBTAINED_AT, Datetime),
+    k(TOKEN_EXPIRES_AT, Datetime),
     k("tls-ca-file", Str),
     k("tls-cert-file", Str),
     k("tls-key-file", Str),

@@ -147,7 +147,7 @@ pub fn merge(
         [] => {
             let mut table = Table::new();
             table.decor_mut().set_prefix("\n");
-            apply(&mut table, &fields, &RunnerEntry::owned(), 1);
+            apply(&mut table, &fields, &entry.owned(), 1);
             runners.push(table);
             Ok(false)
         }
@@ -165,7 +165,7 @@ pub fn merge(
                     .hint("choose another --name, or pass --force to turn it into a kubernetes runner"));
                 }
             }
-            apply(table, &fields, &RunnerEntry::owned(), 1);
+            apply(table, &fields, &entry.owned(), 1);
             Ok(true)
         }
         _ => Err(Error::bad_input(format!(
@@ -217,6 +217,7 @@ fn apply(
         let existed = table.contains_key(key);
         match field {
             Field::Str(s) => set_value(table, key, Value::from(s.as_str())),
+            Field::Datetime(d) => set_value(table, key, Value::from(*d)),
             Field::Int(i) => set_value(table, key, Value::from(*i)),
             Field::Bool(b) => set_value(table, key, Value::from(*b)),
             Field::StrTable(map) => set_str_table(table, key, map, depth + 1),
@@ -254,6 +255,7 @@ fn same_value(a: &Value, b: &Value) -> bool {
         (Value::String(x), Value::String(y)) => x.value() == y.value(),
         (Value::Integer(x), Value::Integer(y)) => x.value() == y.value(),
         (Value::Boolean(x), Value::Boolean(y)) => x.value() == y.value(),
+        (Value::Datetime(x), Value::Datetime(y)) => x.value() == y.value(),
         _ => false,
     }
 }

@@ -172,3 +172,36 @@ async fn runner_api_legacy_registration_endpoint_is_gone() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 410);
 }
+
+#[tokio::test]
+async fn runner_api_https_with_a_custom_ca() {
+    let (gitlab, ca_pem) = GitlabDouble::start_tls().await.unwrap();
+    assert!(gitlab.url().starts_with("https://127.0.0.1:"));
+    let dir = crate::util::scratch();
+    let ca_file = dir.path().join("gitlab-ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let trusted = Client::new(
+        &gitlab.url(),
+        Secret::new(DEFAULT_ACCESS_TOKEN),
+        Some(&ca_file),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let created = trusted
+        .create_and_verify(&request(RunnerType::InstanceType))
+        .await
+        .unwrap();
+    assert!(created.token.expose().starts_with("glrt-"));
+
+    // Without the CA the certificate is not trusted: a network error, exit 3.
+    let untrusted = client(&gitlab, DEFAULT_ACCESS_TOKEN);
+    let err = untrusted
+        .create_runner(&request(RunnerType::InstanceType))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ApiError::Network(m) if m.contains("certificate")),
+        "{err:?}"
+    );
+    assert_eq!(gitlab.runners().len(), 1);
+}

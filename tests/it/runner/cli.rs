@@ -216,6 +216,14 @@ fn runner_cli_token_from_env_or_var_reference() {
     assert!(text.contains("token = \"$GITLAB_RUNNER_TOKEN\""));
     assert!(!text.contains(TOKEN));
 
+    // An exported variable does not override an explicit token file.
+    let o = run(tenantci()
+        .args(with_token_file(&s))
+        .env("TENANTCI_RUNNER_TOKEN", "glrt-from-env"));
+    assert_exit(&o, 0);
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    assert!(text.contains(TOKEN) && !text.contains("glrt-from-env"));
+
     let o = go(&base_args(&s));
     assert_exit(&o, 2);
     assert!(stderr(&o).contains("no runner token"));
@@ -264,11 +272,14 @@ fn api_args(s: &Setup, gitlab: &GitlabDouble, api_token_file: &Path) -> Vec<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runner_cli_creates_the_runner_through_the_gitlab_api() {
-    let gitlab = GitlabDouble::start().await.unwrap();
+    let (gitlab, ca_pem) = GitlabDouble::start_tls().await.unwrap();
     let s = setup();
     let api_token_file = s.root.join("api-token");
     std::fs::write(&api_token_file, DEFAULT_ACCESS_TOKEN).unwrap();
-    let args = api_args(&s, &gitlab, &api_token_file);
+    let ca_file = s.root.join("gitlab-ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let mut args = api_args(&s, &gitlab, &api_token_file);
+    args.extend(["--gitlab-ca-file".into(), ca_file.to_str().unwrap().into()]);
     let o = tokio::task::spawn_blocking({
         let args = args.clone();
         move || go(&args)
@@ -286,7 +297,17 @@ async fn runner_cli_creates_the_runner_through_the_gitlab_api() {
     assert_eq!(report["gitlab"]["id"], runners[0].id);
     let text = std::fs::read_to_string(&s.config).unwrap();
     assert!(text.contains(&format!("token = \"{token}\"")));
+    assert!(text.contains(&format!("id = {}", runners[0].id)));
+    assert!(
+        text.contains("token_expires_at = 0001-01-01T00:00:00Z"),
+        "{text}"
+    );
     assert!(!text.contains(DEFAULT_ACCESS_TOKEN));
+    let doc: toml_edit::DocumentMut = text.parse().unwrap();
+    assert_eq!(
+        tenantci::runner::gitlab_config::keys::check_document(&doc),
+        vec![]
+    );
 
     // A re-run reuses the token in config.toml instead of creating another runner.
     let before = snapshot(&s.root);

@@ -102,6 +102,61 @@ proptest! {
     }
 
     #[test]
+    fn runner_prop_keys_we_do_not_own_survive_in_our_entry(
+        runner_extra in table(),
+        kubernetes_extra in table(),
+    ) {
+        use tenantci::runner::gitlab_config::keys;
+        let owned = |k: &str| {
+            [keys::NAME, keys::URL, keys::TOKEN, keys::EXECUTOR, keys::LIMIT,
+             keys::REQUEST_CONCURRENCY, keys::KUBERNETES].contains(&k)
+        };
+        let owned_k8s = |k: &str| {
+            keys::is_resource_key(k)
+                || [keys::HOST, keys::CERT_FILE, keys::KEY_FILE, keys::CA_FILE, keys::NAMESPACE,
+                    keys::POLL_TIMEOUT, keys::IMAGE, keys::HELPER_IMAGE, keys::PRIVILEGED,
+                    keys::NODE_SELECTOR, keys::NODE_TOLERATIONS, keys::POD_LABELS,
+                    keys::POD_SECURITY_CONTEXT].contains(&k)
+        };
+        let mut doc = toml_edit::DocumentMut::new();
+        let mut ours = toml_edit::Table::new();
+        ours.insert("name", toml_edit::value("tenant-a"));
+        ours.insert("executor", toml_edit::value("kubernetes"));
+        let runner_extra: Vec<_> = runner_extra.into_iter().filter(|(k, _)| !owned(k)).collect();
+        let kubernetes_extra: Vec<_> =
+            kubernetes_extra.into_iter().filter(|(k, _)| !owned_k8s(k)).collect();
+        for (k, v) in &runner_extra {
+            ours.insert(k, toml_edit::Item::Value(v.clone()));
+        }
+        let mut k8s = toml_edit::Table::new();
+        for (k, v) in &kubernetes_extra {
+            k8s.insert(k, toml_edit::Item::Value(v.clone()));
+        }
+        ours.insert("kubernetes", toml_edit::Item::Table(k8s));
+        let mut array = toml_edit::ArrayOfTables::new();
+        array.push(ours);
+        doc.insert("runners", toml_edit::Item::ArrayOfTables(array));
+        let text = doc.to_string();
+
+        let entry = example_entry();
+        let plan = merge::plan(Path::new("c.toml"), Some(&text), &entry, MergeOptions::default()).unwrap();
+        let merged: toml_edit::DocumentMut = plan.text.parse().unwrap();
+        let runner = merged["runners"][0].as_table().unwrap();
+        let last = |pairs: &[(String, toml_edit::Value)], k: &str| {
+            pairs.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.to_string().trim().to_string())
+        };
+        for (k, _) in &runner_extra {
+            prop_assert_eq!(runner.get(k).and_then(|i| i.as_value()).map(|v| v.to_string().trim().to_string()), last(&runner_extra, k));
+        }
+        let k8s = runner["kubernetes"].as_table().unwrap();
+        for (k, _) in &kubernetes_extra {
+            prop_assert_eq!(k8s.get(k).and_then(|i| i.as_value()).map(|v| v.to_string().trim().to_string()), last(&kubernetes_extra, k));
+        }
+        let again = merge::plan(Path::new("c.toml"), Some(&plan.text), &entry, MergeOptions::default()).unwrap();
+        prop_assert_eq!(again.action, Action::Unchanged);
+    }
+
+    #[test]
     fn runner_prop_merge_never_panics_on_arbitrary_text(text in "\\PC{0,200}") {
         merge::fuzz_merge(text.as_bytes());
     }
