@@ -106,19 +106,9 @@ fn existing_token(config: &std::path::Path, name: &str) -> Result<Option<RunnerT
     let Some(text) = gitlab_config::write::read_existing(config)? else {
         return Ok(None);
     };
-    let doc = gitlab_config::merge::parse(config, &text)?;
-    let token = doc
-        .get("runners")
-        .and_then(|r| r.as_array_of_tables())
-        .and_then(|runners| {
-            runners
-                .iter()
-                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
-        })
-        .and_then(|t| t.get("token"))
-        .and_then(|t| t.as_str())
-        .filter(|t| !t.is_empty());
-    token.map(RunnerToken::parse).transpose()
+    gitlab_config::merge::existing_token(&text, name)
+        .map(|t| RunnerToken::parse(&t))
+        .transpose()
 }
 
 struct Resolved {
@@ -403,6 +393,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     }
 
     // 6. The runner config, last.
+    let mut registration = None;
     let token = match &inputs.token {
         TokenSource::Given(t) => t.clone(),
         TokenSource::Create { client, request } => {
@@ -412,6 +403,11 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
                 None => {
                     let created = client.create_and_verify(request).await?;
                     record("gitlab", "created", format!("runner id {}", created.id));
+                    registration = Some(gitlab_config::entry::TokenMetadata {
+                        id: created.id,
+                        obtained_at: rfc3339(OffsetDateTime::now_utc()),
+                        expires_at: created.token_expires_at.clone(),
+                    });
                     RunnerToken::Literal(created.token)
                 }
             }
@@ -421,6 +417,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         name: inputs.runner_name.clone(),
         url: inputs.gitlab_url.clone(),
         token,
+        registration,
         limit: 0,
         request_concurrency: 1,
         kubernetes: gitlab_config::KubernetesSettings {
