@@ -3,3 +3,4 @@
 //! nats-server). Shared helpers live in `util`.
 
 mod util;
+mod sim;
