@@ -7,7 +7,6 @@
 
 pub mod api;
 pub mod authn;
-#[path = "authz_standin.rs"]
 pub mod authz;
 pub mod schedule;
 pub mod seed;
