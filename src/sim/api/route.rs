@@ -4,7 +4,7 @@
 
 use super::registry::{self, ResourceDef};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Route {
     Version,
     Health,
@@ -23,7 +23,7 @@ pub enum Route {
     Other,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ResourceRoute {
     pub def: &'static ResourceDef,
     pub namespace: Option<String>,
@@ -110,8 +110,8 @@ mod tests {
         assert_eq!(r.namespace, None);
         let r = res("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/x");
         assert_eq!((r.namespace, r.name.as_deref()), (None, Some("x")));
-        assert_eq!(route(registry::TENANT, "/openapi/v2"), Route::Other);
+        assert!(matches!(route(registry::TENANT, "/openapi/v2"), Route::Other));
         assert!(matches!(route(registry::TENANT, "/api/v1/namespaces/x/widgets"), Route::UnknownResource { .. }));
-        assert_eq!(route(registry::TENANT, "/apis/apps/v1"), Route::ResourceList { group: "apps".into(), version: "v1".into() });
+        assert!(matches!(route(registry::TENANT, "/apis/apps/v1"), Route::ResourceList { group, version } if group == "apps" && version == "v1"));
     }
 }
