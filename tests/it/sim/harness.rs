@@ -18,7 +18,6 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 pub struct SimProcess {
     child: Child,
     pub ready: Value,
-    pub state: PathBuf,
 }
 
 impl SimProcess {
@@ -43,7 +42,7 @@ impl SimProcess {
         let line = rx.recv_timeout(DEADLINE).expect("the simulator prints its ready line");
         let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
         assert_eq!(ready["type"], "ready");
-        SimProcess { child, ready, state: state.to_path_buf() }
+        SimProcess { child, ready }
     }
 
     pub fn cluster_url(&self, name: &str) -> String {
