@@ -131,7 +131,8 @@ fn sim_foreign_ca_is_unauthorized_and_wrong_group_is_forbidden() {
     let kc = kubeconfig_for(scratch.path(), "foreign", &url, &serving_ca, &other, "gitlab-runner", &["gitlab-runner"]);
     let o = Kubectl::new(&kc, scratch.path()).run(&["get", "pods", "-n", "gitlab-runner"]);
     assert_exit(&o, 1);
-    assert!(stderr(&o).contains("Unauthorized"), "{}", stderr(&o));
+    // kubectl words a 401 as "You must be logged in to the server".
+    assert!(stderr(&o).contains("You must be logged in to the server"), "{}", stderr(&o));
 
     let out = scratch.path().join("wrong-group");
     mint(&state, &url, &out, "ci-runners");
