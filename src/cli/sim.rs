@@ -22,17 +22,20 @@ pub struct SimArgs {
 }
 
 pub async fn run(args: SimArgs) -> Result<i32> {
+    // Before the ready line: a supervisor may send SIGTERM as soon as it reads it.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::external(format!("cannot watch SIGTERM: {e}")))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| Error::external(format!("cannot watch SIGINT: {e}")))?;
     let handle = sim::start(SimConfig { state_dir: args.state_dir, clusters: args.clusters }).await?;
     println!("{}", serde_json::to_string(&handle.info).expect("the ready line serializes"));
     for c in &handle.info.clusters {
         eprintln!("cluster {} at {} (kubeconfig {})", c.name, c.url, c.tenant_admin_kubeconfig.display());
     }
     eprintln!("gateway admin at {} (kubeconfig {})", handle.info.admin_url, handle.info.admin_kubeconfig.display());
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Error::external(format!("cannot watch SIGTERM: {e}")))?;
     tokio::select! {
         _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+        _ = int.recv() => {}
     }
     handle.shutdown().await;
     Ok(0)
