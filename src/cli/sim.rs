@@ -27,12 +27,28 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         .map_err(|e| Error::external(format!("cannot watch SIGTERM: {e}")))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| Error::external(format!("cannot watch SIGINT: {e}")))?;
-    let handle = sim::start(SimConfig { state_dir: args.state_dir, clusters: args.clusters }).await?;
-    println!("{}", serde_json::to_string(&handle.info).expect("the ready line serializes"));
+    let handle = sim::start(SimConfig {
+        state_dir: args.state_dir,
+        clusters: args.clusters,
+    })
+    .await?;
+    println!(
+        "{}",
+        serde_json::to_string(&handle.info).expect("the ready line serializes")
+    );
     for c in &handle.info.clusters {
-        eprintln!("cluster {} at {} (kubeconfig {})", c.name, c.url, c.tenant_admin_kubeconfig.display());
+        eprintln!(
+            "cluster {} at {} (kubeconfig {})",
+            c.name,
+            c.url,
+            c.tenant_admin_kubeconfig.display()
+        );
     }
-    eprintln!("gateway admin at {} (kubeconfig {})", handle.info.admin_url, handle.info.admin_kubeconfig.display());
+    eprintln!(
+        "gateway admin at {} (kubeconfig {})",
+        handle.info.admin_url,
+        handle.info.admin_kubeconfig.display()
+    );
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

@@ -93,7 +93,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let bad = issue::client_cert(&other, &spec).unwrap();
-        assert!(matches!(a.authenticate(Some(&der(&bad.cert_pem))), Identity::Rejected));
+        assert!(matches!(
+            a.authenticate(Some(&der(&bad.cert_pem))),
+            Identity::Rejected
+        ));
         assert!(matches!(a.authenticate(None), Identity::Anonymous));
     }
 }

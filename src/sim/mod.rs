@@ -101,10 +101,13 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
     names.dedup();
     let state = statedir::open(&config.state_dir)?;
     if names.is_empty() {
-        names = state.cluster_names().map_err(|e| Error::unreadable("the state directory", state.root(), e))?;
+        names = state
+            .cluster_names()
+            .map_err(|e| Error::unreadable("the state directory", state.root(), e))?;
     }
     if names.is_empty() {
-        return Err(Error::bad_input("no cluster to simulate").hint("pass --cluster NAME (repeatable), e.g. --cluster ci"));
+        return Err(Error::bad_input("no cluster to simulate")
+            .hint("pass --cluster NAME (repeatable), e.g. --cluster ci"));
     }
     let ports = statedir::previous_ports(&state);
     let (stop, stop_rx) = watch::channel(false);
@@ -112,17 +115,34 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
 
     let admin_ca = statedir::admin_ca(&state)?;
     let admin_listener = bind(ports.get("").copied()).await?;
-    let admin_port = admin_listener.local_addr().map_err(|e| Error::external(e.to_string()))?.port();
-    let admin_api = Arc::new(ApiServer::new(registry::ADMIN, Mode::VerifiedOnly, format!("127.0.0.1:{admin_port}")));
+    let admin_port = admin_listener
+        .local_addr()
+        .map_err(|e| Error::external(e.to_string()))?
+        .port();
+    let admin_api = Arc::new(ApiServer::new(
+        registry::ADMIN,
+        Mode::VerifiedOnly,
+        format!("127.0.0.1:{admin_port}"),
+    ));
 
     let mut entries = Vec::new();
     let mut tenants = Vec::new();
     for name in &names {
         let (serving_ca, client_ca) = statedir::cluster_cas(&state, name)?;
         let listener = bind(ports.get(name).copied()).await?;
-        let port = listener.local_addr().map_err(|e| Error::external(e.to_string()))?.port();
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::external(e.to_string()))?
+            .port();
         let paths = state.cluster(name);
-        statedir::ensure_kubeconfig(&paths.tenant_admin_kubeconfig, name, &url(port), serving_ca.cert_pem(), &client_ca, "tenant-admin")?;
+        statedir::ensure_kubeconfig(
+            &paths.tenant_admin_kubeconfig,
+            name,
+            &url(port),
+            serving_ca.cert_pem(),
+            &client_ca,
+            "tenant-admin",
+        )?;
         let cert = statedir::serving_cert(&serving_ca, &format!("{name}-apiserver"))?;
         let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
         let authn = Arc::new(authn::Authenticator::new(client_ca.cert_pem())?);
@@ -131,7 +151,13 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
         let api = Arc::new(api);
         seed::tenant(&api);
         admin_api.seed(seed::cluster_object(name, &url(port)));
-        tasks.push(tokio::spawn(server::serve(listener, tls, authn, api.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(server::serve(
+            listener,
+            tls,
+            authn,
+            api.clone(),
+            stop_rx.clone(),
+        )));
         tenants.push((name.clone(), api));
         entries.push(ClusterEntry {
             name: name.clone(),
@@ -141,11 +167,24 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
         });
     }
 
-    statedir::ensure_kubeconfig(&state.admin_kubeconfig(), "gateway-admin", &url(admin_port), admin_ca.cert_pem(), &admin_ca, "gateway-admin")?;
+    statedir::ensure_kubeconfig(
+        &state.admin_kubeconfig(),
+        "gateway-admin",
+        &url(admin_port),
+        admin_ca.cert_pem(),
+        &admin_ca,
+        "gateway-admin",
+    )?;
     let cert = statedir::serving_cert(&admin_ca, "tenantci-sim-gateway")?;
     let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
     let authn = Arc::new(authn::Authenticator::new(admin_ca.cert_pem())?);
-    tasks.push(tokio::spawn(server::serve(admin_listener, tls, authn, admin_api.clone(), stop_rx)));
+    tasks.push(tokio::spawn(server::serve(
+        admin_listener,
+        tls,
+        authn,
+        admin_api.clone(),
+        stop_rx,
+    )));
 
     let gateway = GatewayJson {
         admin_kubeconfig: state.admin_kubeconfig(),

@@ -32,15 +32,21 @@ fn now() -> String {
 
 /// Binds the pod to the built-in node, then marks it Running with ready containers.
 pub fn place_pod(api: &ApiServer, ns: &str, name: &str) {
-    let bound = api.store.update("pods", ns, name, |cur| -> Result<Value, ()> {
-        let mut p = cur.cloned().ok_or(())?;
-        if p["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty()) {
-            return Ok(p);
-        }
-        p["spec"]["nodeName"] = json!(NODE_NAME);
-        p["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]);
-        Ok(p)
-    });
+    let bound = api
+        .store
+        .update("pods", ns, name, |cur| -> Result<Value, ()> {
+            let mut p = cur.cloned().ok_or(())?;
+            if p["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+            {
+                return Ok(p);
+            }
+            p["spec"]["nodeName"] = json!(NODE_NAME);
+            p["status"]["conditions"] =
+                json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]);
+            Ok(p)
+        });
     if bound.is_err() {
         return;
     }

@@ -157,10 +157,14 @@ impl FieldSelector {
             } else if let Some((k, v)) = term.split_once('=') {
                 (k, true, v)
             } else {
-                return Err(format!("invalid selector: '{s}'; can't understand '{term}'"));
+                return Err(format!(
+                    "invalid selector: '{s}'; can't understand '{term}'"
+                ));
             };
             let k = k.trim();
-            if k != "metadata.name" && k != "metadata.namespace" && !supported(resource).contains(&k)
+            if k != "metadata.name"
+                && k != "metadata.namespace"
+                && !supported(resource).contains(&k)
             {
                 return Err(format!("field label not supported: {k}"));
             }
@@ -203,7 +207,11 @@ mod tests {
             ("missing", false),
             ("", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&o), want, "{sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).unwrap().matches(&o),
+                want,
+                "{sel}"
+            );
         }
         assert!(LabelSelector::parse("a b").is_err());
     }
@@ -213,7 +221,11 @@ mod tests {
         let o = json!({"metadata": {"name": "p"}, "status": {"phase": "Running"}, "spec": {"nodeName": "n"}});
         let f = FieldSelector::parse("status.phase=Running,spec.nodeName!=x", "pods").unwrap();
         assert!(f.matches(&o));
-        assert!(!FieldSelector::parse("metadata.name=q", "pods").unwrap().matches(&o));
+        assert!(
+            !FieldSelector::parse("metadata.name=q", "pods")
+                .unwrap()
+                .matches(&o)
+        );
         assert_eq!(
             FieldSelector::parse("spec.foo=1", "pods").unwrap_err(),
             "field label not supported: spec.foo"

@@ -38,7 +38,10 @@ impl Body for ReplyBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match &mut *self {
             ReplyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ReplyBody::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
@@ -80,17 +83,35 @@ fn to_response(reply: Reply, head: bool) -> Response<ReplyBody> {
     resp
 }
 
-async fn handle(api: Arc<ApiServer>, identity: Arc<Identity>, req: HyperRequest<Incoming>) -> Result<Response<ReplyBody>, Infallible> {
+async fn handle(
+    api: Arc<ApiServer>,
+    identity: Arc<Identity>,
+    req: HyperRequest<Incoming>,
+) -> Result<Response<ReplyBody>, Infallible> {
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            let e = ApiError::new(413, "RequestEntityTooLarge", "the request body is too large", None);
-            return Ok(json_response(e.code, serde_json::to_vec(&e.body).unwrap_or_default()));
+            let e = ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                "the request body is too large",
+                None,
+            );
+            return Ok(json_response(
+                e.code,
+                serde_json::to_vec(&e.body).unwrap_or_default(),
+            ));
         }
     };
     let head = parts.method == http::Method::HEAD;
-    let request = Request::new(parts.method, parts.uri.path(), parts.uri.query(), parts.headers, body);
+    let request = Request::new(
+        parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        parts.headers,
+        body,
+    );
     let reply = api.handle(request, &identity).await;
     Ok(to_response(reply, head))
 }

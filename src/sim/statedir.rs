@@ -68,18 +68,23 @@ pub fn previous_ports(state: &StateDir) -> HashMap<String, u16> {
 }
 
 fn mkdir(dir: &Path) -> Result<()> {
-    fsutil::create_dir_all(dir, MODE_PRIVATE_DIR).map_err(|e| Error::unwritable("the state directory", dir, e))
+    fsutil::create_dir_all(dir, MODE_PRIVATE_DIR)
+        .map_err(|e| Error::unwritable("the state directory", dir, e))
 }
 
 /// Creates the state root and returns it absolute.
 pub fn open(root: &Path) -> Result<StateDir> {
     mkdir(root)?;
-    let abs = std::fs::canonicalize(root).map_err(|e| Error::unreadable("the state directory", root, e))?;
+    let abs = std::fs::canonicalize(root)
+        .map_err(|e| Error::unreadable("the state directory", root, e))?;
     Ok(StateDir::new(abs))
 }
 
 /// The cluster's serving CA and ClientCA PEM, created on first use.
-pub fn cluster_cas(state: &StateDir, name: &str) -> Result<(CertificateAuthority, CertificateAuthority)> {
+pub fn cluster_cas(
+    state: &StateDir,
+    name: &str,
+) -> Result<(CertificateAuthority, CertificateAuthority)> {
     validate_cluster_name(name)?;
     let paths = state.cluster(name);
     if !paths.client_ca_cert.exists() && !paths.serving_ca_cert.exists() {
@@ -97,14 +102,21 @@ pub fn admin_ca(state: &StateDir) -> Result<CertificateAuthority> {
     }
     mkdir(&state.root().join("pki"))?;
     let ca = CertificateAuthority::generate("tenantci-sim-gateway-admin-ca", DEFAULT_CA_VALID_FOR)?;
-    fsutil::write_new_atomic(&key, ca.key_pem().as_bytes(), MODE_SECRET).map_err(|e| Error::unwritable("the admin CA key", &key, e))?;
-    fsutil::write_new_atomic(&cert, ca.cert_pem().as_bytes(), MODE_SECRET).map_err(|e| Error::unwritable("the admin CA certificate", &cert, e))?;
+    fsutil::write_new_atomic(&key, ca.key_pem().as_bytes(), MODE_SECRET)
+        .map_err(|e| Error::unwritable("the admin CA key", &key, e))?;
+    fsutil::write_new_atomic(&cert, ca.cert_pem().as_bytes(), MODE_SECRET)
+        .map_err(|e| Error::unwritable("the admin CA certificate", &cert, e))?;
     Ok(ca)
 }
 
 /// A serving certificate for loopback (SANs 127.0.0.1 and localhost).
 pub fn serving_cert(ca: &CertificateAuthority, cn: &str) -> Result<issue::IssuedCert> {
-    issue::server_cert(ca, cn, &["127.0.0.1".to_string(), "localhost".to_string()], LEAF_VALID_FOR)
+    issue::server_cert(
+        ca,
+        cn,
+        &["127.0.0.1".to_string(), "localhost".to_string()],
+        LEAF_VALID_FOR,
+    )
 }
 
 fn kubeconfig_server(path: &Path) -> Option<String> {
@@ -140,9 +152,14 @@ pub fn ensure_kubeconfig(
     let text = kubeconfig::render(
         context,
         server,
-        &Material::Inline { ca_pem: server_ca_pem, cert_pem: &cert.cert_pem, key_pem: &cert.key_pem },
+        &Material::Inline {
+            ca_pem: server_ca_pem,
+            cert_pem: &cert.cert_pem,
+            key_pem: &cert.key_pem,
+        },
     );
-    fsutil::write_atomic(path, text.as_bytes(), MODE_SECRET).map_err(|e| Error::unwritable("the kubeconfig", path, e))
+    fsutil::write_atomic(path, text.as_bytes(), MODE_SECRET)
+        .map_err(|e| Error::unwritable("the kubeconfig", path, e))
 }
 
 pub fn write_gateway_json(state: &StateDir, g: &GatewayJson) -> Result<()> {

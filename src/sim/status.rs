@@ -42,7 +42,12 @@ fn details(gr: GroupResource<'_>, name: &str) -> Value {
 }
 
 impl ApiError {
-    pub fn new(code: u16, reason: &str, message: impl Into<String>, details: Option<Value>) -> Self {
+    pub fn new(
+        code: u16,
+        reason: &str,
+        message: impl Into<String>,
+        details: Option<Value>,
+    ) -> Self {
         let mut body = json!({
             "kind": "Status",
             "apiVersion": "v1",
@@ -153,7 +158,9 @@ impl ApiError {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"
+            ),
             None,
         )
     }

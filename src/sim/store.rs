@@ -133,7 +133,14 @@ impl Store {
         (items, inner.rv)
     }
 
-    fn record(&self, inner: &mut Inner, resource: &'static str, ns: &str, kind: EventType, obj: Arc<Value>) {
+    fn record(
+        &self,
+        inner: &mut Inner,
+        resource: &'static str,
+        ns: &str,
+        kind: EventType,
+        obj: Arc<Value>,
+    ) {
         let ev = Arc::new(Event {
             rv: inner.rv,
             resource,
@@ -187,7 +194,11 @@ impl Store {
     ) -> Result<(Arc<Value>, bool), E> {
         let mut inner = self.inner.write().unwrap();
         let key = (ns.to_string(), name.to_string());
-        let current = inner.tables.get(resource).and_then(|t| t.get(&key)).cloned();
+        let current = inner
+            .tables
+            .get(resource)
+            .and_then(|t| t.get(&key))
+            .cloned();
         let mut new = f(current.as_deref())?;
         if let Some(cur) = &current {
             if **cur == new {
@@ -221,7 +232,11 @@ impl Store {
     ) -> Result<Arc<Value>, E> {
         let mut inner = self.inner.write().unwrap();
         let key = (ns.to_string(), name.to_string());
-        let current = inner.tables.get(resource).and_then(|t| t.get(&key)).cloned();
+        let current = inner
+            .tables
+            .get(resource)
+            .and_then(|t| t.get(&key))
+            .cloned();
         check(current.as_deref())?;
         let current = current.expect("check refuses a missing object");
         inner.tables.get_mut(resource).map(|t| t.remove(&key));
@@ -305,9 +320,18 @@ mod tests {
         let b = s
             .create("configmaps", "ns", "b", json!({"metadata": {"name": "b"}}))
             .unwrap();
-        let rv = |v: &Value| v["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+        let rv = |v: &Value| {
+            v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
         assert!(rv(&b) > rv(&a));
-        assert!(s.create("pods", "ns", "a", json!({"metadata": {}})).is_err());
+        assert!(
+            s.create("pods", "ns", "a", json!({"metadata": {}}))
+                .is_err()
+        );
         let (past, _rx) = s.watch_from(rv(&a) - 1).unwrap();
         assert_eq!(past.len(), 2);
     }

@@ -2,5 +2,5 @@
 //! `tenantci` binary (and, where the capability needs them, the simulator, kubectl and a real
 //! nats-server). Shared helpers live in `util`.
 
-mod util;
 mod sim;
+mod util;

@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use super::route::Route;
 use super::{ApiServer, Request};
-use crate::sim::authz::{self, Attributes, NonResourceAttributes, RbacObjects, ResourceAttributes, UserInfo};
+use crate::sim::authz::{
+    self, Attributes, NonResourceAttributes, RbacObjects, ResourceAttributes, UserInfo,
+};
 use crate::sim::status::{ApiError, ApiResult};
 
 const RBAC_KEYS: [&str; 4] = [
@@ -37,7 +39,14 @@ pub fn verb(req: &Request, has_name: bool) -> &'static str {
     }
 }
 
-pub fn resource_attrs(verb: &str, group: &str, resource: &str, sub: &str, ns: &str, name: &str) -> Attributes {
+pub fn resource_attrs(
+    verb: &str,
+    group: &str,
+    resource: &str,
+    sub: &str,
+    ns: &str,
+    name: &str,
+) -> Attributes {
     Attributes::Resource(ResourceAttributes {
         verb: verb.to_string(),
         api_group: group.to_string(),
@@ -59,7 +68,12 @@ pub fn attributes(req: &Request, route: &Route) -> Attributes {
             r.namespace.as_deref().unwrap_or(""),
             r.name.as_deref().unwrap_or(""),
         ),
-        Route::UnknownResource { group, resource, namespace, name } => resource_attrs(
+        Route::UnknownResource {
+            group,
+            resource,
+            namespace,
+            name,
+        } => resource_attrs(
             verb(req, !name.is_empty()),
             group,
             resource,
@@ -77,7 +91,11 @@ pub fn attributes(req: &Request, route: &Route) -> Attributes {
 impl ApiServer {
     /// The stored RBAC objects, rebuilt only after one of them changed.
     pub fn rbac(&self) -> Arc<RbacObjects> {
-        let version = RBAC_KEYS.iter().map(|k| self.store.changed_at(k)).max().unwrap_or(0);
+        let version = RBAC_KEYS
+            .iter()
+            .map(|k| self.store.changed_at(k))
+            .max()
+            .unwrap_or(0);
         let mut cache = self.rbac.0.lock().unwrap();
         if let Some((v, objs)) = cache.as_ref() {
             if *v == version {
@@ -114,17 +132,30 @@ impl ApiServer {
     }
 
     pub fn impersonate(&self, user: &UserInfo, headers: &HeaderMap) -> ApiResult<UserInfo> {
-        let wants = headers.keys().any(|k| k.as_str().starts_with("impersonate-"));
+        let wants = headers
+            .keys()
+            .any(|k| k.as_str().starts_with("impersonate-"));
         if !wants {
             return Ok(user.clone());
         }
-        authz::impersonate(user, headers, &self.rbac()).map_err(|e| ApiError { code: e.code, body: e.status })
+        authz::impersonate(user, headers, &self.rbac()).map_err(|e| ApiError {
+            code: e.code,
+            body: e.status,
+        })
     }
 
     /// Escalation prevention for writes of RBAC objects.
-    pub fn check_escalation(&self, user: &UserInfo, plural: &str, ns: Option<&str>, name: &str, obj: &Value) -> ApiResult<()> {
-        authz::check_escalation(user, ns, obj, &self.rbac())
-            .map_err(|msg| ApiError::from_status(authz::escalation_forbidden_status(plural, name, &msg)))
+    pub fn check_escalation(
+        &self,
+        user: &UserInfo,
+        plural: &str,
+        ns: Option<&str>,
+        name: &str,
+        obj: &Value,
+    ) -> ApiResult<()> {
+        authz::check_escalation(user, ns, obj, &self.rbac()).map_err(|msg| {
+            ApiError::from_status(authz::escalation_forbidden_status(plural, name, &msg))
+        })
     }
 }
 

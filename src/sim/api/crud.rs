@@ -27,7 +27,14 @@ fn new_uid() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex::encode(b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 fn random_suffix() -> String {
@@ -48,11 +55,17 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
     }
     let kind = obj["kind"].as_str().unwrap_or("");
     if kind.is_empty() {
-        return Err(ApiError::bad_request(format!("Object 'Kind' is missing in '{}'", truncate(obj))));
+        return Err(ApiError::bad_request(format!(
+            "Object 'Kind' is missing in '{}'",
+            truncate(obj)
+        )));
     }
     let api_version = obj["apiVersion"].as_str().unwrap_or("");
     if api_version.is_empty() {
-        return Err(ApiError::bad_request(format!("Object 'apiVersion' is missing in '{}'", truncate(obj))));
+        return Err(ApiError::bad_request(format!(
+            "Object 'apiVersion' is missing in '{}'",
+            truncate(obj)
+        )));
     }
     if kind != def.kind || api_version != def.api_version() {
         return Err(ApiError::bad_request(format!(
@@ -65,14 +78,23 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
 
 fn truncate(v: &Value) -> String {
     let s = v.to_string();
-    if s.len() > 200 { format!("{}...", &s[..s.char_indices().nth(200).map(|(i, _)| i).unwrap_or(s.len())]) } else { s }
+    if s.len() > 200 {
+        format!(
+            "{}...",
+            &s[..s.char_indices().nth(200).map(|(i, _)| i).unwrap_or(s.len())]
+        )
+    } else {
+        s
+    }
 }
 
 fn meta_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
-    obj["metadata"].as_object_mut().expect("just made an object")
+    obj["metadata"]
+        .as_object_mut()
+        .expect("just made an object")
 }
 
 fn check_namespace(def: &ResourceDef, obj: &mut Value, ns: &str) -> ApiResult<()> {
@@ -96,7 +118,10 @@ impl ApiServer {
     fn namespace_exists(&self, def: &ResourceDef, ns: &str) -> ApiResult<()> {
         if def.namespaced && self.store.get("namespaces", "", ns).is_none() {
             return Err(ApiError::not_found(
-                crate::sim::status::GroupResource { group: "", resource: "namespaces" },
+                crate::sim::status::GroupResource {
+                    group: "",
+                    resource: "namespaces",
+                },
                 ns,
             ));
         }
@@ -109,7 +134,12 @@ impl ApiServer {
             .unwrap_or_else(|| req.user_agent_manager())
     }
 
-    pub(super) fn resource(self: &Arc<Self>, req: Request, r: ResourceRoute, user: &UserInfo) -> ApiResult<Reply> {
+    pub(super) fn resource(
+        self: &Arc<Self>,
+        req: Request,
+        r: ResourceRoute,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
         let def = r.def;
         if def.is_review() {
             if req.method != Method::POST || r.name.is_some() {
@@ -123,16 +153,31 @@ impl ApiServer {
                 return Err(ApiError::no_route());
             }
         }
-        let ns = if def.namespaced { r.namespace.clone().unwrap_or_default() } else { String::new() };
-        if def.namespaced && r.namespace.is_none() && (r.name.is_some() || req.method != Method::GET) {
-            return Err(if r.name.is_some() { ApiError::no_route() } else { ApiError::method_not_allowed() });
+        let ns = if def.namespaced {
+            r.namespace.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        if def.namespaced
+            && r.namespace.is_none()
+            && (r.name.is_some() || req.method != Method::GET)
+        {
+            return Err(if r.name.is_some() {
+                ApiError::no_route()
+            } else {
+                ApiError::method_not_allowed()
+            });
         }
         match (&req.method, r.name.as_deref()) {
             (&Method::GET | &Method::HEAD, Some(name)) => self.get(def, &ns, name, sub),
-            (&Method::GET | &Method::HEAD, None) if req.flag("watch") => self.watch(def, r.namespace.as_deref(), &req),
+            (&Method::GET | &Method::HEAD, None) if req.flag("watch") => {
+                self.watch(def, r.namespace.as_deref(), &req)
+            }
             (&Method::GET | &Method::HEAD, None) => self.list(def, r.namespace.as_deref(), &req),
             (&Method::POST, None) => self.create(def, &ns, &req, user),
-            (&Method::POST, Some(_)) if matches!(sub, Some("exec" | "attach")) => Err(upgrade_required()),
+            (&Method::POST, Some(_)) if matches!(sub, Some("exec" | "attach")) => {
+                Err(upgrade_required())
+            }
             (&Method::PUT, Some(name)) => self.update(def, &ns, name, sub, &req, user),
             (&Method::PATCH, Some(name)) => self.patch(def, &ns, name, sub, &req, user),
             (&Method::DELETE, Some(name)) if sub.is_none() => self.delete(def, &ns, name, &req),
@@ -141,7 +186,13 @@ impl ApiServer {
         }
     }
 
-    fn create(&self, def: &'static ResourceDef, ns: &str, req: &Request, user: &UserInfo) -> ApiResult<Reply> {
+    fn create(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
         let yaml = match req.media_type()? {
             MediaType::Json => false,
             MediaType::Yaml => true,
@@ -151,21 +202,49 @@ impl ApiServer {
         check_type(def, &obj)?;
         check_namespace(def, &mut obj, ns)?;
         let meta = meta_mut(&mut obj);
-        if meta.get("resourceVersion").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
-            return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
+        if meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
-        let mut name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        let mut name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         if name.is_empty() {
-            match meta.get("generateName").and_then(Value::as_str).filter(|g| !g.is_empty()) {
+            match meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
+            {
                 Some(g) => name = format!("{g}{}", random_suffix()),
                 None => {
-                    return Err(ApiError::invalid(def.kind, def.group, "", "metadata.name", "FieldValueRequired", "Required value: name or generateName is required"));
+                    return Err(ApiError::invalid(
+                        def.kind,
+                        def.group,
+                        "",
+                        "metadata.name",
+                        "FieldValueRequired",
+                        "Required value: name or generateName is required",
+                    ));
                 }
             }
             meta.insert("name".into(), json!(name));
         }
         if let Some(msg) = validate::name_errors(&name, def.name_rule).first() {
-            return Err(ApiError::invalid(def.kind, def.group, &name, "metadata.name", "FieldValueInvalid", &format!("Invalid value: \"{name}\": {msg}")));
+            return Err(ApiError::invalid(
+                def.kind,
+                def.group,
+                &name,
+                "metadata.name",
+                "FieldValueInvalid",
+                &format!("Invalid value: \"{name}\": {msg}"),
+            ));
         }
         kinds::validate(def, &obj)?;
         self.namespace_exists(def, ns)?;
@@ -186,7 +265,9 @@ impl ApiServer {
 
     /// Server-set metadata and defaults of an object about to be created.
     fn prepare_new(&self, def: &ResourceDef, mut obj: Value, manager: &str) -> Value {
-        let had_managed = obj["metadata"].get("managedFields").is_some_and(|m| !m.is_null());
+        let had_managed = obj["metadata"]
+            .get("managedFields")
+            .is_some_and(|m| !m.is_null());
         let meta = meta_mut(&mut obj);
         meta.insert("uid".into(), json!(new_uid()));
         meta.insert("creationTimestamp".into(), json!(now()));
@@ -225,7 +306,12 @@ impl ApiServer {
         let cur_meta = &current["metadata"];
         let spec_changed = current.get("spec") != new.get("spec");
         let meta = meta_mut(new);
-        for k in ["uid", "creationTimestamp", "deletionTimestamp", "generation"] {
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+        ] {
             match cur_meta.get(k) {
                 Some(v) => meta.insert(k.into(), v.clone()),
                 None => meta.remove(k),
@@ -250,7 +336,15 @@ impl ApiServer {
         }
     }
 
-    fn update(&self, def: &'static ResourceDef, ns: &str, name: &str, sub: Option<&str>, req: &Request, user: &UserInfo) -> ApiResult<Reply> {
+    fn update(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
         let yaml = match req.media_type()? {
             MediaType::Json => false,
             MediaType::Yaml => true,
@@ -285,13 +379,27 @@ impl ApiServer {
             Self::carry_over(def, current, &mut new, sub);
             meta_mut(&mut new).insert("resourceVersion".into(), json!(rv_of(current)));
             kinds::validate(def, &new)?;
-            managed::record_update(Some(current), &mut new, &manager, &def.api_version(), sub.unwrap_or(""));
+            managed::record_update(
+                Some(current),
+                &mut new,
+                &manager,
+                &def.api_version(),
+                sub.unwrap_or(""),
+            );
             Ok(new)
         })?;
         Ok(Reply::Json(200, (*obj).clone()))
     }
 
-    fn patch(&self, def: &'static ResourceDef, ns: &str, name: &str, sub: Option<&str>, req: &Request, user: &UserInfo) -> ApiResult<Reply> {
+    fn patch(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
         let media = req.media_type()?;
         match media {
             MediaType::ApplyPatch => return self.apply(def, ns, name, sub, req, user),
@@ -307,13 +415,16 @@ impl ApiServer {
             match media {
                 MediaType::MergePatch => patch::merge_patch(&mut new, &body),
                 MediaType::StrategicMergePatch => patch::strategic_merge(&mut new, &body),
-                _ => patch::json_patch(&mut new, &body).map_err(|e| ApiError::new(422, "Invalid", e, None))?,
+                _ => patch::json_patch(&mut new, &body)
+                    .map_err(|e| ApiError::new(422, "Invalid", e, None))?,
             }
             if rv_of(&new) != rv_of(current) {
                 return Err(ApiError::modified(def.group_resource(), name));
             }
             if new["metadata"]["name"] != current["metadata"]["name"] {
-                return Err(ApiError::bad_request(format!("the name of the object does not match the name on the URL ({name})")));
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object does not match the name on the URL ({name})"
+                )));
             }
             if sub == Some("status") {
                 let status = new["status"].clone();
@@ -325,11 +436,19 @@ impl ApiServer {
             if authorize::is_rbac(def.key) {
                 // Escalation needs the RBAC snapshot, which reads the store: checked after.
             }
-            managed::record_update(Some(current), &mut new, &manager, &def.api_version(), sub.unwrap_or(""));
+            managed::record_update(
+                Some(current),
+                &mut new,
+                &manager,
+                &def.api_version(),
+                sub.unwrap_or(""),
+            );
             Ok(new)
         })?;
         if authorize::is_rbac(def.key) {
-            if let Err(e) = self.check_escalation(user, def.plural, def.namespaced.then_some(ns), name, &obj) {
+            if let Err(e) =
+                self.check_escalation(user, def.plural, def.namespaced.then_some(ns), name, &obj)
+            {
                 tracing::warn!(name, "patched RBAC object fails the escalation check");
                 return Err(e);
             }
@@ -337,7 +456,15 @@ impl ApiServer {
         Ok(Reply::Json(200, (*obj).clone()))
     }
 
-    fn apply(&self, def: &'static ResourceDef, ns: &str, name: &str, sub: Option<&str>, req: &Request, user: &UserInfo) -> ApiResult<Reply> {
+    fn apply(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
         let manager = req
             .param("fieldManager")
             .ok_or_else(|| ApiError::bad_request("PATCH, application/apply-patch+yaml requests must have the fieldManager query parameter set"))?
@@ -345,7 +472,10 @@ impl ApiServer {
         let mut config = req.json_body(true)?;
         check_type(def, &config)?;
         check_namespace(def, &mut config, ns)?;
-        let cfg_name = config["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let cfg_name = config["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         if cfg_name != name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({cfg_name}) does not match the name on the URL ({name})"
@@ -356,14 +486,30 @@ impl ApiServer {
             if sub.is_some() {
                 return Err(ApiError::not_found(def.group_resource(), name));
             }
-            self.require(user, &authorize::resource_attrs("create", def.group, def.plural, "", ns, ""))?;
+            self.require(
+                user,
+                &authorize::resource_attrs("create", def.group, def.plural, "", ns, ""),
+            )?;
             if let Some(msg) = validate::name_errors(name, def.name_rule).first() {
-                return Err(ApiError::invalid(def.kind, def.group, name, "metadata.name", "FieldValueInvalid", &format!("Invalid value: \"{name}\": {msg}")));
+                return Err(ApiError::invalid(
+                    def.kind,
+                    def.group,
+                    name,
+                    "metadata.name",
+                    "FieldValueInvalid",
+                    &format!("Invalid value: \"{name}\": {msg}"),
+                ));
             }
             self.namespace_exists(def, ns)?;
         }
         if authorize::is_rbac(def.key) {
-            self.check_escalation(user, def.plural, def.namespaced.then_some(ns), name, &config)?;
+            self.check_escalation(
+                user,
+                def.plural,
+                def.namespaced.then_some(ns),
+                name,
+                &config,
+            )?;
         }
         let force = req.flag("force");
         let precondition = rv_of(&config).to_string();
@@ -372,7 +518,14 @@ impl ApiServer {
             if !precondition.is_empty() && current.is_none_or(|c| rv_of(c) != precondition) {
                 return Err(ApiError::modified(def.group_resource(), name));
             }
-            let mut new = managed::apply(current, &config, &manager, force, &api_version, (def.plural, def.group, name))?;
+            let mut new = managed::apply(
+                current,
+                &config,
+                &manager,
+                force,
+                &api_version,
+                (def.plural, def.group, name),
+            )?;
             match current {
                 Some(cur) => {
                     let mf = new["metadata"]["managedFields"].clone();
@@ -397,10 +550,26 @@ impl ApiServer {
         Ok(Reply::Json(if created { 201 } else { 200 }, (*obj).clone()))
     }
 
-    fn delete(&self, def: &'static ResourceDef, ns: &str, name: &str, req: &Request) -> ApiResult<Reply> {
-        let opts: Value = if req.body.is_empty() { json!({}) } else { req.json_body(false)? };
-        let pre_rv = opts["preconditions"]["resourceVersion"].as_str().unwrap_or("").to_string();
-        let pre_uid = opts["preconditions"]["uid"].as_str().unwrap_or("").to_string();
+    fn delete(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        req: &Request,
+    ) -> ApiResult<Reply> {
+        let opts: Value = if req.body.is_empty() {
+            json!({})
+        } else {
+            req.json_body(false)?
+        };
+        let pre_rv = opts["preconditions"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let pre_uid = opts["preconditions"]["uid"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let gone = self.store.delete(def.key, ns, name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
             if !pre_rv.is_empty() && pre_rv != rv_of(current) {
@@ -420,22 +589,36 @@ impl ApiServer {
         Ok(Reply::Json(200, (*gone).clone()))
     }
 
-    fn delete_collection(&self, def: &'static ResourceDef, ns: Option<&str>, req: &Request) -> ApiResult<Reply> {
+    fn delete_collection(
+        &self,
+        def: &'static ResourceDef,
+        ns: Option<&str>,
+        req: &Request,
+    ) -> ApiResult<Reply> {
         let (items, _) = self.select(def, ns, req)?;
         let mut deleted = Vec::new();
         for item in items {
             let n = item["metadata"]["name"].as_str().unwrap_or("").to_string();
-            let ins = item["metadata"]["namespace"].as_str().unwrap_or("").to_string();
-            if let Ok(g) = self.store.delete(def.key, &ins, &n, |c| c.map(|_| ()).ok_or(())) {
+            let ins = item["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if let Ok(g) = self
+                .store
+                .delete(def.key, &ins, &n, |c| c.map(|_| ()).ok_or(()))
+            {
                 deleted.push((*g).clone());
             }
         }
-        Ok(Reply::Json(200, json!({
-            "kind": format!("{}List", def.kind),
-            "apiVersion": def.api_version(),
-            "metadata": {"resourceVersion": self.store.resource_version().to_string()},
-            "items": deleted,
-        })))
+        Ok(Reply::Json(
+            200,
+            json!({
+                "kind": format!("{}List", def.kind),
+                "apiVersion": def.api_version(),
+                "metadata": {"resourceVersion": self.store.resource_version().to_string()},
+                "items": deleted,
+            }),
+        ))
     }
 }
 
@@ -456,7 +639,14 @@ impl ApiServer {
         else {
             return false;
         };
-        let ns = if def.namespaced { obj["metadata"]["namespace"].as_str().unwrap_or("default").to_string() } else { String::new() };
+        let ns = if def.namespaced {
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string()
+        } else {
+            String::new()
+        };
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
         let mut obj = obj;
         let _ = check_namespace(def, &mut obj, &ns);

@@ -63,7 +63,11 @@ fn sub_verbs(sub: &str) -> &'static [&'static str] {
     }
 }
 
-pub fn resource_list(registry: &'static [ResourceDef], group: &str, version: &str) -> Option<Value> {
+pub fn resource_list(
+    registry: &'static [ResourceDef],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let defs: Vec<&ResourceDef> = registry
         .iter()
         .filter(|d| d.group == group && d.version == version)
@@ -98,6 +102,12 @@ pub fn resource_list(registry: &'static [ResourceDef], group: &str, version: &st
             }));
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }

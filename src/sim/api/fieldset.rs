@@ -14,7 +14,10 @@ pub type FieldSet = BTreeSet<Path>;
 /// Fields never owned: identity and server-set metadata.
 fn ignored(path: &[String]) -> bool {
     matches!(
-        path.iter().map(String::as_str).collect::<Vec<_>>().as_slice(),
+        path.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice(),
         ["f:apiVersion"]
             | ["f:kind"]
             | ["f:status", ..]
@@ -51,8 +54,7 @@ fn walk(v: &Value, prefix: &mut Path, out: &mut FieldSet) {
         if !ignored(prefix) {
             match child {
                 Value::Array(items)
-                    if !items.is_empty()
-                        && items.iter().all(|i| element_key(k, i).is_some()) =>
+                    if !items.is_empty() && items.iter().all(|i| element_key(k, i).is_some()) =>
                 {
                     for item in items {
                         prefix.push(element_key(k, item).expect("checked above"));
@@ -131,7 +133,10 @@ pub fn remove(obj: &mut Value, path: &[String]) {
             m.remove(f);
         }
     } else if let Some(k) = last.strip_prefix("k:") {
-        if let (Ok(want), Some(a)) = (serde_json::from_str::<Map<String, Value>>(k), cur.as_array_mut()) {
+        if let (Ok(want), Some(a)) = (
+            serde_json::from_str::<Map<String, Value>>(k),
+            cur.as_array_mut(),
+        ) {
             a.retain(|item| !want.iter().all(|(wk, wv)| item.get(wk) == Some(wv)));
         }
     }
@@ -219,7 +224,12 @@ mod tests {
                 "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
         );
         assert_eq!(from_fields_v1(&v1), set);
-        let p: Path = vec!["f:spec".into(), "f:containers".into(), "k:{\"name\":\"c\"}".into(), "f:image".into()];
+        let p: Path = vec![
+            "f:spec".into(),
+            "f:containers".into(),
+            "k:{\"name\":\"c\"}".into(),
+            "f:image".into(),
+        ];
         assert_eq!(get(&obj, &p), Some(&json!("i")));
         assert_eq!(display(&p), ".spec.containers[name=\"c\"].image");
     }

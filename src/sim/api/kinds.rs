@@ -18,14 +18,32 @@ pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
         "pods" => {
             let containers = obj["spec"]["containers"].as_array();
             let Some(containers) = containers.filter(|c| !c.is_empty()) else {
-                return Err(invalid(def, name, "spec.containers", "FieldValueRequired", "Required value"));
+                return Err(invalid(
+                    def,
+                    name,
+                    "spec.containers",
+                    "FieldValueRequired",
+                    "Required value",
+                ));
             };
             for (i, c) in containers.iter().enumerate() {
                 if c["name"].as_str().unwrap_or("").is_empty() {
-                    return Err(invalid(def, name, &format!("spec.containers[{i}].name"), "FieldValueRequired", "Required value"));
+                    return Err(invalid(
+                        def,
+                        name,
+                        &format!("spec.containers[{i}].name"),
+                        "FieldValueRequired",
+                        "Required value",
+                    ));
                 }
                 if c["image"].as_str().unwrap_or("").is_empty() {
-                    return Err(invalid(def, name, &format!("spec.containers[{i}].image"), "FieldValueRequired", "Required value"));
+                    return Err(invalid(
+                        def,
+                        name,
+                        &format!("spec.containers[{i}].image"),
+                        "FieldValueRequired",
+                        "Required value",
+                    ));
                 }
             }
         }
@@ -33,19 +51,38 @@ pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
             if let Some(rules) = obj["rules"].as_array() {
                 for (i, r) in rules.iter().enumerate() {
                     if r["verbs"].as_array().is_none_or(|v| v.is_empty()) {
-                        return Err(invalid(def, name, &format!("rules[{i}].verbs"), "FieldValueRequired", "Required value: verbs must contain at least one value"));
+                        return Err(invalid(
+                            def,
+                            name,
+                            &format!("rules[{i}].verbs"),
+                            "FieldValueRequired",
+                            "Required value: verbs must contain at least one value",
+                        ));
                     }
                 }
             }
         }
-        "rolebindings.rbac.authorization.k8s.io" | "clusterrolebindings.rbac.authorization.k8s.io" => {
+        "rolebindings.rbac.authorization.k8s.io"
+        | "clusterrolebindings.rbac.authorization.k8s.io" => {
             if obj["roleRef"]["name"].as_str().unwrap_or("").is_empty() {
-                return Err(invalid(def, name, "roleRef.name", "FieldValueRequired", "Required value"));
+                return Err(invalid(
+                    def,
+                    name,
+                    "roleRef.name",
+                    "FieldValueRequired",
+                    "Required value",
+                ));
             }
         }
         "priorityclasses.scheduling.k8s.io" => {
             if !obj["value"].is_i64() {
-                return Err(invalid(def, name, "value", "FieldValueRequired", "Required value"));
+                return Err(invalid(
+                    def,
+                    name,
+                    "value",
+                    "FieldValueRequired",
+                    "Required value",
+                ));
             }
         }
         _ => {}
@@ -105,12 +142,20 @@ pub fn defaults_on_create(def: &ResourceDef, obj: &mut Value) {
             set_default(obj, "/spec/replicas", json!(1));
             set_default(obj, "/spec/revisionHistoryLimit", json!(10));
             set_default(obj, "/spec/progressDeadlineSeconds", json!(600));
-            set_default(obj, "/spec/strategy", json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}));
+            set_default(
+                obj,
+                "/spec/strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+            );
         }
         "services" => {
             set_default(obj, "/spec/type", json!("ClusterIP"));
             set_default(obj, "/spec/sessionAffinity", json!("None"));
-            let ip = format!("10.96.{}.{}", rand::random::<u8>(), rand::random::<u8>().max(1));
+            let ip = format!(
+                "10.96.{}.{}",
+                rand::random::<u8>(),
+                rand::random::<u8>().max(1)
+            );
             set_default(obj, "/spec/clusterIP", json!(ip.clone()));
             set_default(obj, "/spec/clusterIPs", json!([ip]));
         }

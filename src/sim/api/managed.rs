@@ -76,7 +76,12 @@ fn comparable(path: &[String]) -> bool {
     path.last().is_some_and(|s| s.starts_with("f:"))
 }
 
-fn conflict_error(kind: &str, group: &str, name: &str, conflicts: &[(String, String, String)]) -> ApiError {
+fn conflict_error(
+    kind: &str,
+    group: &str,
+    name: &str,
+    conflicts: &[(String, String, String)],
+) -> ApiError {
     let causes: Vec<Value> = conflicts
         .iter()
         .map(|(m, v, f)| {
@@ -97,7 +102,11 @@ fn conflict_error(kind: &str, group: &str, name: &str, conflicts: &[(String, Str
             }
             by.push(format!("- {f}"));
         }
-        format!("Apply failed with {} conflicts: {}", conflicts.len(), by.join("\n"))
+        format!(
+            "Apply failed with {} conflicts: {}",
+            conflicts.len(),
+            by.join("\n")
+        )
     };
     let mut details = json!({"name": name});
     if !group.is_empty() {
@@ -121,12 +130,17 @@ pub fn apply(
     let empty = json!({});
     let live_v = live.unwrap_or(&empty);
     let mut entries = read(live_v);
-    let is_mine = |e: &Entry| e.manager == manager && e.operation == "Apply" && e.subresource.is_empty();
+    let is_mine =
+        |e: &Entry| e.manager == manager && e.operation == "Apply" && e.subresource.is_empty();
     let mut conflicts = Vec::new();
     for e in entries.iter().filter(|e| !is_mine(e)) {
         for f in e.fields.intersection(&claimed) {
             if comparable(f) && fieldset::get(live_v, f) != fieldset::get(config, f) {
-                conflicts.push((e.manager.clone(), e.api_version.clone(), fieldset::display(f)));
+                conflicts.push((
+                    e.manager.clone(),
+                    e.api_version.clone(),
+                    fieldset::display(f),
+                ));
             }
         }
     }
@@ -135,7 +149,11 @@ pub fn apply(
     }
     if force {
         for e in entries.iter_mut().filter(|e| !is_mine(e)) {
-            e.fields.retain(|f| !claimed.contains(f) || !comparable(f) || fieldset::get(live_v, f) == fieldset::get(config, f));
+            e.fields.retain(|f| {
+                !claimed.contains(f)
+                    || !comparable(f)
+                    || fieldset::get(live_v, f) == fieldset::get(config, f)
+            });
         }
     }
     let previous = entries
@@ -177,7 +195,13 @@ pub fn apply(
 }
 
 /// Gives the fields a non-apply write set or changed to `manager` (operation Update).
-pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_version: &str, subresource: &str) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    api_version: &str,
+    subresource: &str,
+) {
     let empty = json!({});
     let old_v = old.unwrap_or(&empty);
     let mut entries = read(old_v);
@@ -188,16 +212,16 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
         .cloned()
         .collect();
     for e in entries.iter_mut() {
-        e.fields.retain(|f| new_fields.contains(f) || !comparable(f));
+        e.fields
+            .retain(|f| new_fields.contains(f) || !comparable(f));
         if !(e.manager == manager && e.operation == "Update") {
             e.fields.retain(|f| !changed.contains(f));
         }
     }
     if !changed.is_empty() {
-        match entries
-            .iter_mut()
-            .find(|e| e.manager == manager && e.operation == "Update" && e.subresource == subresource)
-        {
+        match entries.iter_mut().find(|e| {
+            e.manager == manager && e.operation == "Update" && e.subresource == subresource
+        }) {
             Some(e) => {
                 e.fields.extend(changed);
                 e.time = now();
@@ -228,10 +252,23 @@ mod tests {
         let cfg2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "b"}});
         let err = apply(Some(&live), &cfg2, "two", false, "v1", ID).unwrap_err();
         assert_eq!(err.code, 409);
-        assert!(err.body["message"].as_str().unwrap().contains("conflict with \"one\""), "{}", err.body);
+        assert!(
+            err.body["message"]
+                .as_str()
+                .unwrap()
+                .contains("conflict with \"one\""),
+            "{}",
+            err.body
+        );
         let forced = apply(Some(&live), &cfg2, "two", true, "v1", ID).unwrap();
         assert_eq!(forced["data"]["k"], "b");
-        assert_eq!(forced["metadata"]["managedFields"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            forced["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
         // Same value is shared ownership, not a conflict.
         assert!(apply(Some(&live), &cfg, "two", false, "v1", ID).is_ok());
     }

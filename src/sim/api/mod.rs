@@ -78,7 +78,11 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    pub fn new(registry: &'static [registry::ResourceDef], mode: Mode, server_address: String) -> Self {
+    pub fn new(
+        registry: &'static [registry::ResourceDef],
+        mode: Mode,
+        server_address: String,
+    ) -> Self {
         ApiServer {
             registry,
             store: Store::new(),
@@ -127,11 +131,16 @@ impl ApiServer {
             if req.method != http::Method::GET {
                 return Err(ApiError::method_not_allowed());
             }
-            v.map(|v| Reply::Json(200, v)).ok_or_else(ApiError::no_route)
+            v.map(|v| Reply::Json(200, v))
+                .ok_or_else(ApiError::no_route)
         };
         match route {
             Route::Version => get_only(Some(discovery::version())),
-            Route::Health => Ok(Reply::Text(200, "text/plain; charset=utf-8", Bytes::from_static(b"ok"))),
+            Route::Health => Ok(Reply::Text(
+                200,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(b"ok"),
+            )),
             Route::CoreVersions => get_only(Some(discovery::core_versions(&self.server_address))),
             Route::Groups => get_only(Some(discovery::groups(self.registry))),
             Route::Group(g) => get_only(discovery::group(self.registry, &g)),

@@ -28,8 +28,14 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// The merge key of a list field, as the Kubernetes types declare `patchMergeKey`.
 pub fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env"
-        | "imagePullSecrets" | "resourceClaims" | "hostAliases" => match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "hostAliases" => match field {
             "hostAliases" => "ip",
             _ => "name",
         },
@@ -196,10 +202,13 @@ fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
             let i = if key == "-" {
                 a.len()
             } else {
-                key.parse::<usize>().map_err(|_| format!("invalid index {key:?}"))?
+                key.parse::<usize>()
+                    .map_err(|_| format!("invalid index {key:?}"))?
             };
             if i > a.len() {
-                return Err(format!("add operation does not apply: index {i} out of bounds"));
+                return Err(format!(
+                    "add operation does not apply: index {i} out of bounds"
+                ));
             }
             a.insert(i, value);
             Ok(())
@@ -215,9 +224,13 @@ fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
             .remove(&key)
             .ok_or_else(|| format!("unable to remove nonexistent key: {key}: missing value")),
         Value::Array(a) => {
-            let i = key.parse::<usize>().map_err(|_| format!("invalid index {key:?}"))?;
+            let i = key
+                .parse::<usize>()
+                .map_err(|_| format!("invalid index {key:?}"))?;
             if i >= a.len() {
-                return Err(format!("remove operation does not apply: index {i} out of bounds"));
+                return Err(format!(
+                    "remove operation does not apply: index {i} out of bounds"
+                ));
             }
             Ok(a.remove(i))
         }
@@ -227,7 +240,9 @@ fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
 
 /// RFC 6902 JSON patch.
 pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), String> {
-    let ops = ops.as_array().ok_or("a JSON patch must be a list of operations")?;
+    let ops = ops
+        .as_array()
+        .ok_or("a JSON patch must be a list of operations")?;
     for op in ops {
         let path = op["path"].as_str().ok_or("operation has no path")?;
         match op["op"].as_str().unwrap_or("") {
@@ -244,7 +259,9 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), String> {
                 let v = if op["op"] == "move" {
                     remove(doc, from)?
                 } else {
-                    doc.pointer(from).cloned().ok_or_else(|| format!("doc is missing from path: {from:?}"))?
+                    doc.pointer(from)
+                        .cloned()
+                        .ok_or_else(|| format!("doc is missing from path: {from:?}"))?
                 };
                 add(doc, path, v)?;
             }

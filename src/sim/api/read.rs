@@ -22,7 +22,13 @@ fn key_of(v: &Value) -> String {
 }
 
 impl ApiServer {
-    pub(super) fn get(&self, def: &'static ResourceDef, ns: &str, name: &str, sub: Option<&str>) -> ApiResult<Reply> {
+    pub(super) fn get(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+    ) -> ApiResult<Reply> {
         let obj = self
             .store
             .get(def.key, ns, name)
@@ -35,10 +41,19 @@ impl ApiServer {
     }
 
     /// Objects matching the request's selectors, and the version of the read.
-    pub(super) fn select(&self, def: &'static ResourceDef, ns: Option<&str>, req: &Request) -> ApiResult<(Vec<Arc<Value>>, u64)> {
-        let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-        let fields = FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key).map_err(ApiError::bad_request)?;
-        let (items, rv) = self.store.list(def.key, if def.namespaced { ns } else { None });
+    pub(super) fn select(
+        &self,
+        def: &'static ResourceDef,
+        ns: Option<&str>,
+        req: &Request,
+    ) -> ApiResult<(Vec<Arc<Value>>, u64)> {
+        let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+            .map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key)
+            .map_err(ApiError::bad_request)?;
+        let (items, rv) = self
+            .store
+            .list(def.key, if def.namespaced { ns } else { None });
         let items = items
             .into_iter()
             .filter(|o| labels.matches(o) && fields.matches(o))
@@ -46,7 +61,12 @@ impl ApiServer {
         Ok((items, rv))
     }
 
-    pub(super) fn list(&self, def: &'static ResourceDef, ns: Option<&str>, req: &Request) -> ApiResult<Reply> {
+    pub(super) fn list(
+        &self,
+        def: &'static ResourceDef,
+        ns: Option<&str>,
+        req: &Request,
+    ) -> ApiResult<Reply> {
         let (mut items, rv) = self.select(def, ns, req)?;
         let mut meta = json!({"resourceVersion": rv.to_string()});
         if let Some(token) = req.param("continue") {
@@ -55,10 +75,16 @@ impl ApiServer {
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
                 .and_then(|v| v["start"].as_str().map(str::to_string))
-                .ok_or_else(|| ApiError::bad_request("continue key is not valid: illegal base64 data"))?;
+                .ok_or_else(|| {
+                    ApiError::bad_request("continue key is not valid: illegal base64 data")
+                })?;
             items.retain(|o| key_of(o) > start);
         }
-        if let Some(limit) = req.param("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0) {
+        if let Some(limit) = req
+            .param("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0)
+        {
             if items.len() > limit {
                 let remaining = items.len() - limit;
                 items.truncate(limit);
@@ -75,11 +101,14 @@ impl ApiServer {
             }
         }
         let items: Vec<Value> = items.iter().map(|o| (**o).clone()).collect();
-        Ok(Reply::Json(200, json!({
-            "kind": format!("{}List", def.kind),
-            "apiVersion": def.api_version(),
-            "metadata": meta,
-            "items": items,
-        })))
+        Ok(Reply::Json(
+            200,
+            json!({
+                "kind": format!("{}List", def.kind),
+                "apiVersion": def.api_version(),
+                "metadata": meta,
+                "items": items,
+            }),
+        ))
     }
 }

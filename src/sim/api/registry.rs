@@ -99,28 +99,102 @@ const fn def(
 /// What a tenant apiserver serves.
 pub static TENANT: &[ResourceDef] = &[
     ResourceDef {
-        verbs: &["create", "delete", "get", "list", "patch", "update", "watch"],
+        verbs: &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ],
         subresources: &["status"],
         name_rule: NameRule::Label,
-        ..def("namespaces", "", "v1", "Namespace", "namespaces", "namespace", false, &["ns"])
+        ..def(
+            "namespaces",
+            "",
+            "v1",
+            "Namespace",
+            "namespaces",
+            "namespace",
+            false,
+            &["ns"],
+        )
     },
     ResourceDef {
         subresources: &["status", "log", "exec", "attach"],
         ..def("pods", "", "v1", "Pod", "pods", "pod", true, &["po"])
     },
-    def("secrets", "", "v1", "Secret", "secrets", "secret", true, &[]),
-    def("configmaps", "", "v1", "ConfigMap", "configmaps", "configmap", true, &["cm"]),
+    def(
+        "secrets",
+        "",
+        "v1",
+        "Secret",
+        "secrets",
+        "secret",
+        true,
+        &[],
+    ),
+    def(
+        "configmaps",
+        "",
+        "v1",
+        "ConfigMap",
+        "configmaps",
+        "configmap",
+        true,
+        &["cm"],
+    ),
     ResourceDef {
-        verbs: &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        verbs: &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ],
         subresources: &["status"],
         name_rule: NameRule::Label,
-        ..def("services", "", "v1", "Service", "services", "service", true, &["svc"])
+        ..def(
+            "services",
+            "",
+            "v1",
+            "Service",
+            "services",
+            "service",
+            true,
+            &["svc"],
+        )
     },
-    def("serviceaccounts", "", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"]),
-    def("events", "", "v1", "Event", "events", "event", true, &["ev"]),
+    def(
+        "serviceaccounts",
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        true,
+        &["sa"],
+    ),
+    def(
+        "events",
+        "",
+        "v1",
+        "Event",
+        "events",
+        "event",
+        true,
+        &["ev"],
+    ),
     ResourceDef {
         subresources: &["status"],
-        ..def("persistentvolumeclaims", "", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", true, &["pvc"])
+        ..def(
+            "persistentvolumeclaims",
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            "persistentvolumeclaim",
+            true,
+            &["pvc"],
+        )
     },
     ResourceDef {
         subresources: &["status"],
@@ -129,41 +203,131 @@ pub static TENANT: &[ResourceDef] = &[
     ResourceDef {
         subresources: &["status"],
         generation: true,
-        ..def("deployments.apps", "apps", "v1", "Deployment", "deployments", "deployment", true, &["deploy"])
+        ..def(
+            "deployments.apps",
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            "deployment",
+            true,
+            &["deploy"],
+        )
     },
     ResourceDef {
         generation: true,
-        ..def("priorityclasses.scheduling.k8s.io", "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false, &["pc"])
+        ..def(
+            "priorityclasses.scheduling.k8s.io",
+            "scheduling.k8s.io",
+            "v1",
+            "PriorityClass",
+            "priorityclasses",
+            "priorityclass",
+            false,
+            &["pc"],
+        )
     },
     ResourceDef {
         subresources: &["status"],
         generation: true,
-        ..def("poddisruptionbudgets.policy", "policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", true, &["pdb"])
+        ..def(
+            "poddisruptionbudgets.policy",
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            "poddisruptionbudget",
+            true,
+            &["pdb"],
+        )
     },
     ResourceDef {
         name_rule: NameRule::PathSegment,
-        ..def("roles.rbac.authorization.k8s.io", "rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true, &[])
+        ..def(
+            "roles.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "Role",
+            "roles",
+            "role",
+            true,
+            &[],
+        )
     },
     ResourceDef {
         name_rule: NameRule::PathSegment,
-        ..def("clusterroles.rbac.authorization.k8s.io", "rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", false, &[])
+        ..def(
+            "clusterroles.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+            "clusterrole",
+            false,
+            &[],
+        )
     },
     ResourceDef {
         name_rule: NameRule::PathSegment,
-        ..def("rolebindings.rbac.authorization.k8s.io", "rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true, &[])
+        ..def(
+            "rolebindings.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+            "rolebinding",
+            true,
+            &[],
+        )
     },
     ResourceDef {
         name_rule: NameRule::PathSegment,
-        ..def("clusterrolebindings.rbac.authorization.k8s.io", "rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, &[])
+        ..def(
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            false,
+            &[],
+        )
     },
-    def("leases.coordination.k8s.io", "coordination.k8s.io", "v1", "Lease", "leases", "lease", true, &[]),
+    def(
+        "leases.coordination.k8s.io",
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        "lease",
+        true,
+        &[],
+    ),
     ResourceDef {
         verbs: CREATE_ONLY,
-        ..def("subjectaccessreviews.authorization.k8s.io", "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", false, &[])
+        ..def(
+            "subjectaccessreviews.authorization.k8s.io",
+            "authorization.k8s.io",
+            "v1",
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+            "subjectaccessreview",
+            false,
+            &[],
+        )
     },
     ResourceDef {
         verbs: CREATE_ONLY,
-        ..def("selfsubjectaccessreviews.authorization.k8s.io", "authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", false, &[])
+        ..def(
+            "selfsubjectaccessreviews.authorization.k8s.io",
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            "selfsubjectaccessreview",
+            false,
+            &[],
+        )
     },
 ];
 
@@ -175,7 +339,16 @@ pub static ADMIN: &[ResourceDef] = &[ResourceDef {
     subresources: &["status"],
     name_rule: NameRule::Label,
     generation: true,
-    ..def("clusters.tenancy.socialweb.computer", TENANCY_GROUP, "v1alpha1", "Cluster", "clusters", "cluster", false, &[])
+    ..def(
+        "clusters.tenancy.socialweb.computer",
+        TENANCY_GROUP,
+        "v1alpha1",
+        "Cluster",
+        "clusters",
+        "cluster",
+        false,
+        &[],
+    )
 }];
 
 /// Resolves `(group, version, plural)` within a registry.

@@ -67,7 +67,13 @@ pub enum MediaType {
 }
 
 impl Request {
-    pub fn new(method: Method, path: &str, raw_query: Option<&str>, headers: HeaderMap, body: Bytes) -> Self {
+    pub fn new(
+        method: Method,
+        path: &str,
+        raw_query: Option<&str>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Self {
         Request {
             query: parse_query(raw_query),
             method,
@@ -79,7 +85,10 @@ impl Request {
     }
 
     pub fn param(&self, k: &str) -> Option<&str> {
-        self.query.get(k).map(String::as_str).filter(|v| !v.is_empty())
+        self.query
+            .get(k)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     pub fn flag(&self, k: &str) -> bool {
@@ -95,7 +104,12 @@ impl Request {
 
     pub fn media_type(&self) -> ApiResult<MediaType> {
         let ct = self.content_type();
-        let base = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let base = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         Ok(match base.as_str() {
             "application/json" | "" => MediaType::Json,
             "application/yaml" => MediaType::Yaml,
@@ -103,7 +117,9 @@ impl Request {
             "application/merge-patch+json" => MediaType::MergePatch,
             "application/strategic-merge-patch+json" => MediaType::StrategicMergePatch,
             "application/json-patch+json" => MediaType::JsonPatch,
-            "application/apply-patch+yaml" | "application/apply-patch+json" => MediaType::ApplyPatch,
+            "application/apply-patch+yaml" | "application/apply-patch+json" => {
+                MediaType::ApplyPatch
+            }
             _ => return Err(ApiError::unsupported_media_type(ct)),
         })
     }
@@ -115,10 +131,14 @@ impl Request {
         }
         let parsed: Result<Value, String> = match serde_json::from_slice(&self.body) {
             Ok(v) => Ok(v),
-            Err(e) if yaml => serde_yaml::from_slice(&self.body).map_err(|ye| format!("{e}; yaml: {ye}")),
+            Err(e) if yaml => {
+                serde_yaml::from_slice(&self.body).map_err(|ye| format!("{e}; yaml: {ye}"))
+            }
             Err(e) => Err(e.to_string()),
         };
-        parsed.map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))
+        parsed.map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })
     }
 
     pub fn user_agent_manager(&self) -> String {

@@ -9,7 +9,12 @@ use super::{ApiServer, Reply, Request};
 use crate::sim::authz::{self, ReviewKind, UserInfo};
 use crate::sim::status::{ApiError, ApiResult};
 
-pub fn handle(api: &ApiServer, req: &Request, def: &'static ResourceDef, user: &UserInfo) -> ApiResult<Reply> {
+pub fn handle(
+    api: &ApiServer,
+    req: &Request,
+    def: &'static ResourceDef,
+    user: &UserInfo,
+) -> ApiResult<Reply> {
     let kind = if def.plural == "selfsubjectaccessreviews" {
         ReviewKind::SelfSubjectAccessReview
     } else {
@@ -24,6 +29,8 @@ pub fn handle(api: &ApiServer, req: &Request, def: &'static ResourceDef, user: &
     };
     match authz::evaluate_access_review(kind, &body, user, &api.rbac()) {
         Ok(review) => Ok(Reply::Json(201, review)),
-        Err(e) => Err(ApiError::from_status(authz::review_invalid_status(kind, &e))),
+        Err(e) => Err(ApiError::from_status(authz::review_invalid_status(
+            kind, &e,
+        ))),
     }
 }

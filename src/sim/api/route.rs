@@ -15,10 +15,18 @@ pub enum Route {
     /// `/apis/<group>`
     Group(String),
     /// `/api/v1`, `/apis/<group>/<version>`
-    ResourceList { group: String, version: String },
+    ResourceList {
+        group: String,
+        version: String,
+    },
     Resource(ResourceRoute),
     /// A known API prefix with an unknown resource: (group, resource) for authorization.
-    UnknownResource { group: String, resource: String, namespace: String, name: String },
+    UnknownResource {
+        group: String,
+        resource: String,
+        namespace: String,
+        name: String,
+    },
     /// Anything else (including `/openapi/*`): a non-resource URL that answers 404.
     Other,
 }
@@ -41,8 +49,14 @@ pub fn route(registry: &'static [ResourceDef], path: &str) -> Route {
         ["api"] => Route::CoreVersions,
         ["apis"] => Route::Groups,
         ["apis", g] => Route::Group(g.to_string()),
-        ["api", v] => Route::ResourceList { group: String::new(), version: v.to_string() },
-        ["apis", g, v] => Route::ResourceList { group: g.to_string(), version: v.to_string() },
+        ["api", v] => Route::ResourceList {
+            group: String::new(),
+            version: v.to_string(),
+        },
+        ["apis", g, v] => Route::ResourceList {
+            group: g.to_string(),
+            version: v.to_string(),
+        },
         ["api", v, rest @ ..] => resource(registry, "", v, rest),
         ["apis", g, v, rest @ ..] => resource(registry, g, v, rest),
         _ => Route::Other,
@@ -60,10 +74,17 @@ fn resource(registry: &'static [ResourceDef], group: &str, version: &str, rest: 
     }
     let res = parts[0];
     // `/api/v1/namespaces/<name>[/status]`: the namespace is the object, and its own scope.
-    let (name, sub) = if res == "namespaces" && namespace.is_some() && parts.len() <= 3 && parts.as_ptr() == rest.as_ptr() {
+    let (name, sub) = if res == "namespaces"
+        && namespace.is_some()
+        && parts.len() <= 3
+        && parts.as_ptr() == rest.as_ptr()
+    {
         (namespace.clone(), parts.get(2).map(|s| s.to_string()))
     } else {
-        (parts.get(1).map(|s| s.to_string()), parts.get(2).map(|s| s.to_string()))
+        (
+            parts.get(1).map(|s| s.to_string()),
+            parts.get(2).map(|s| s.to_string()),
+        )
     };
     if parts.len() > 3 {
         return Route::Other;
@@ -71,7 +92,13 @@ fn resource(registry: &'static [ResourceDef], group: &str, version: &str, rest: 
     match registry::find(registry, group, version, res) {
         Some(def) => Route::Resource(ResourceRoute {
             def,
-            namespace: if def.namespaced { namespace } else if res == "namespaces" { namespace } else { None },
+            namespace: if def.namespaced {
+                namespace
+            } else if res == "namespaces" {
+                namespace
+            } else {
+                None
+            },
             name,
             subresource: sub,
         }),
@@ -98,20 +125,41 @@ mod tests {
     #[test]
     fn routes() {
         let r = res("/api/v1/namespaces/ns/pods/p/log");
-        assert_eq!((r.def.plural, r.namespace.as_deref(), r.name.as_deref(), r.subresource.as_deref()),
-            ("pods", Some("ns"), Some("p"), Some("log")));
+        assert_eq!(
+            (
+                r.def.plural,
+                r.namespace.as_deref(),
+                r.name.as_deref(),
+                r.subresource.as_deref()
+            ),
+            ("pods", Some("ns"), Some("p"), Some("log"))
+        );
         let r = res("/api/v1/namespaces/ns");
-        assert_eq!((r.def.plural, r.namespace.as_deref(), r.name.as_deref()), ("namespaces", Some("ns"), Some("ns")));
+        assert_eq!(
+            (r.def.plural, r.namespace.as_deref(), r.name.as_deref()),
+            ("namespaces", Some("ns"), Some("ns"))
+        );
         let r = res("/api/v1/namespaces");
         assert_eq!((r.def.plural, r.name), ("namespaces", None));
         let r = res("/apis/apps/v1/namespaces/x/deployments");
-        assert_eq!((r.def.plural, r.namespace.as_deref()), ("deployments", Some("x")));
+        assert_eq!(
+            (r.def.plural, r.namespace.as_deref()),
+            ("deployments", Some("x"))
+        );
         let r = res("/api/v1/pods");
         assert_eq!(r.namespace, None);
         let r = res("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/x");
         assert_eq!((r.namespace, r.name.as_deref()), (None, Some("x")));
-        assert!(matches!(route(registry::TENANT, "/openapi/v2"), Route::Other));
-        assert!(matches!(route(registry::TENANT, "/api/v1/namespaces/x/widgets"), Route::UnknownResource { .. }));
-        assert!(matches!(route(registry::TENANT, "/apis/apps/v1"), Route::ResourceList { group, version } if group == "apps" && version == "v1"));
+        assert!(matches!(
+            route(registry::TENANT, "/openapi/v2"),
+            Route::Other
+        ));
+        assert!(matches!(
+            route(registry::TENANT, "/api/v1/namespaces/x/widgets"),
+            Route::UnknownResource { .. }
+        ));
+        assert!(
+            matches!(route(registry::TENANT, "/apis/apps/v1"), Route::ResourceList { group, version } if group == "apps" && version == "v1")
+        );
     }
 }

@@ -12,7 +12,9 @@ fn age(created: &str) -> String {
     let Ok(t) = chrono::DateTime::parse_from_rfc3339(created) else {
         return "<unknown>".into();
     };
-    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),

@@ -47,16 +47,30 @@ fn bookmark(def: &ResourceDef, rv: u64, initial_end: bool) -> Bytes {
     if initial_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    line("BOOKMARK", &json!({"kind": def.kind, "apiVersion": def.api_version(), "metadata": meta}))
+    line(
+        "BOOKMARK",
+        &json!({"kind": def.kind, "apiVersion": def.api_version(), "metadata": meta}),
+    )
 }
 
 impl ApiServer {
-    pub(super) fn watch(self: &Arc<Self>, def: &'static ResourceDef, ns: Option<&str>, req: &Request) -> ApiResult<Reply> {
+    pub(super) fn watch(
+        self: &Arc<Self>,
+        def: &'static ResourceDef,
+        ns: Option<&str>,
+        req: &Request,
+    ) -> ApiResult<Reply> {
         let filter = Filter {
             def,
-            ns: if def.namespaced { ns.map(str::to_string) } else { None },
-            labels: LabelSelector::parse(req.param("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?,
-            fields: FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key).map_err(ApiError::bad_request)?,
+            ns: if def.namespaced {
+                ns.map(str::to_string)
+            } else {
+                None
+            },
+            labels: LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+                .map_err(ApiError::bad_request)?,
+            fields: FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key)
+                .map_err(ApiError::bad_request)?,
         };
         let bookmarks = req.flag("allowWatchBookmarks");
         let send_initial = req.flag("sendInitialEvents");
@@ -70,7 +84,10 @@ impl ApiServer {
         let mut initial = Vec::new();
         let (rx_events, mut floor) = if since == "0" || send_initial {
             let (items, rv, events) = self.store.snapshot_and_watch(def.key, filter.ns.as_deref());
-            for o in items.iter().filter(|o| filter.labels.matches(o) && filter.fields.matches(o)) {
+            for o in items
+                .iter()
+                .filter(|o| filter.labels.matches(o) && filter.fields.matches(o))
+            {
                 initial.push(line("ADDED", o));
             }
             if send_initial {
@@ -78,9 +95,9 @@ impl ApiServer {
             }
             (events, rv)
         } else {
-            let since: u64 = since.parse().map_err(|_| {
-                ApiError::bad_request(format!("invalid resource version: {since}"))
-            })?;
+            let since: u64 = since
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {since}")))?;
             match self.store.watch_from(since) {
                 Ok((past, events)) => {
                     let mut floor = since;

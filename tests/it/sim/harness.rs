@@ -39,8 +39,11 @@ impl SimProcess {
             let _ = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(line);
         });
-        let line = rx.recv_timeout(DEADLINE).expect("the simulator prints its ready line");
-        let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
+        let line = rx
+            .recv_timeout(DEADLINE)
+            .expect("the simulator prints its ready line");
+        let ready: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
         assert_eq!(ready["type"], "ready");
         SimProcess { child, ready }
     }
@@ -63,7 +66,11 @@ impl SimProcess {
     }
 
     pub fn tenant_admin(&self, name: &str) -> PathBuf {
-        PathBuf::from(self.cluster(name)["tenantAdminKubeconfig"].as_str().unwrap())
+        PathBuf::from(
+            self.cluster(name)["tenantAdminKubeconfig"]
+                .as_str()
+                .unwrap(),
+        )
     }
 
     /// Sends SIGTERM and waits; returns the exit status code.
@@ -102,7 +109,10 @@ impl Kubectl {
 
     pub fn command(&self) -> Command {
         let mut c = Command::new("kubectl");
-        c.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache);
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache);
         c.env_remove("KUBECONFIG");
         c
     }
@@ -121,7 +131,12 @@ impl Kubectl {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn kubectl");
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
         child.wait_with_output().unwrap()
     }
 }
@@ -130,7 +145,9 @@ impl Kubectl {
 pub async fn kube_client(kubeconfig: &Path) -> kube::Client {
     tenantci::tls::ensure_crypto_provider();
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
     kube::Client::try_from(config).unwrap()
 }
 
@@ -157,7 +174,11 @@ pub fn kubeconfig_for(
     let text = tenantci::kubeconfig::render(
         "t",
         server,
-        &tenantci::kubeconfig::Material::Inline { ca_pem: server_ca_pem, cert_pem: &cert.cert_pem, key_pem: &cert.key_pem },
+        &tenantci::kubeconfig::Material::Inline {
+            ca_pem: server_ca_pem,
+            cert_pem: &cert.cert_pem,
+            key_pem: &cert.key_pem,
+        },
     );
     let path = dir.join(file);
     std::fs::write(&path, text).unwrap();

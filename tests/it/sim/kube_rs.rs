@@ -33,35 +33,65 @@ async fn sim_kube_pod_crud() {
     let sim = in_process(scratch.path(), "ci").await;
     let client = kube_client(&sim.info.clusters[0].tenant_admin_kubeconfig).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let created = pods.create(&PostParams::default(), &pod("a")).await.unwrap();
+    let created = pods
+        .create(&PostParams::default(), &pod("a"))
+        .await
+        .unwrap();
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
     assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
     let got = pods.get("a").await.unwrap();
     assert_eq!(got.spec.unwrap().node_name.as_deref(), Some("sim-node"));
     assert_eq!(got.status.unwrap().phase.as_deref(), Some("Running"));
-    let (code, reason) = api_status(pods.create(&PostParams::default(), &pod("a")).await.unwrap_err());
+    let (code, reason) = api_status(
+        pods.create(&PostParams::default(), &pod("a"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((code, reason.as_str()), (409, "AlreadyExists"));
-    let listed = pods.list(&ListParams::default().labels("app=t")).await.unwrap();
+    let listed = pods
+        .list(&ListParams::default().labels("app=t"))
+        .await
+        .unwrap();
     assert_eq!(listed.items.len(), 1);
-    let listed = pods.list(&ListParams::default().fields("status.phase=Running")).await.unwrap();
+    let listed = pods
+        .list(&ListParams::default().fields("status.phase=Running"))
+        .await
+        .unwrap();
     assert_eq!(listed.items.len(), 1);
     let patched = pods
-        .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
         .await
         .unwrap();
     assert_eq!(patched.metadata.labels.unwrap()["x"], "y");
     let patched = pods
-        .patch("a", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}})))
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}})),
+        )
         .await
         .unwrap();
-    assert_eq!(patched.spec.unwrap().containers[0].image.as_deref(), Some("busybox"));
+    assert_eq!(
+        patched.spec.unwrap().containers[0].image.as_deref(),
+        Some("busybox")
+    );
     for i in 0..5 {
-        pods.create(&PostParams::default(), &pod(&format!("p{i}"))).await.unwrap();
+        pods.create(&PostParams::default(), &pod(&format!("p{i}")))
+            .await
+            .unwrap();
     }
     let page = pods.list(&ListParams::default().limit(4)).await.unwrap();
     assert_eq!(page.items.len(), 4);
     let rest = pods
-        .list(&ListParams::default().limit(4).continue_token(page.metadata.continue_.as_deref().unwrap()))
+        .list(
+            &ListParams::default()
+                .limit(4)
+                .continue_token(page.metadata.continue_.as_deref().unwrap()),
+        )
         .await
         .unwrap();
     assert_eq!(rest.items.len(), 2);
@@ -69,10 +99,19 @@ async fn sim_kube_pod_crud() {
     pods.delete("a", &DeleteParams::default()).await.unwrap();
     let (code, _) = api_status(pods.get("a").await.unwrap_err());
     assert_eq!(code, 404);
-    let (code, reason) = api_status(pods.create(&PostParams::default(), &pod("Bad_Name")).await.unwrap_err());
+    let (code, reason) = api_status(
+        pods.create(&PostParams::default(), &pod("Bad_Name"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
     let missing: Api<Pod> = Api::namespaced(client, "nope");
-    let (code, _) = api_status(missing.create(&PostParams::default(), &pod("z")).await.unwrap_err());
+    let (code, _) = api_status(
+        missing
+            .create(&PostParams::default(), &pod("z"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(code, 404);
     sim.shutdown().await;
 }
@@ -84,19 +123,56 @@ async fn sim_kube_apply_creates_then_updates_and_detects_conflicts() {
     let client = kube_client(&sim.info.clusters[0].tenant_admin_kubeconfig).await;
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let cm = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": v}});
-    let first = cms.patch("cfg", &PatchParams::apply("tenantci"), &Patch::Apply(cm("1"))).await.unwrap();
+    let first = cms
+        .patch(
+            "cfg",
+            &PatchParams::apply("tenantci"),
+            &Patch::Apply(cm("1")),
+        )
+        .await
+        .unwrap();
     let rv1 = first.metadata.resource_version.clone().unwrap();
     let mf = first.metadata.managed_fields.unwrap();
-    assert_eq!((mf[0].manager.as_deref(), mf[0].operation.as_deref()), (Some("tenantci"), Some("Apply")));
-    let again = cms.patch("cfg", &PatchParams::apply("tenantci"), &Patch::Apply(cm("1"))).await.unwrap();
-    assert_eq!(again.metadata.resource_version.unwrap(), rv1, "a no-op apply writes nothing");
-    let second = cms.patch("cfg", &PatchParams::apply("tenantci"), &Patch::Apply(cm("2"))).await.unwrap();
+    assert_eq!(
+        (mf[0].manager.as_deref(), mf[0].operation.as_deref()),
+        (Some("tenantci"), Some("Apply"))
+    );
+    let again = cms
+        .patch(
+            "cfg",
+            &PatchParams::apply("tenantci"),
+            &Patch::Apply(cm("1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version.unwrap(),
+        rv1,
+        "a no-op apply writes nothing"
+    );
+    let second = cms
+        .patch(
+            "cfg",
+            &PatchParams::apply("tenantci"),
+            &Patch::Apply(cm("2")),
+        )
+        .await
+        .unwrap();
     assert_eq!(second.data.unwrap()["k"], "2");
     let (code, reason) = api_status(
-        cms.patch("cfg", &PatchParams::apply("other"), &Patch::Apply(cm("3"))).await.unwrap_err(),
+        cms.patch("cfg", &PatchParams::apply("other"), &Patch::Apply(cm("3")))
+            .await
+            .unwrap_err(),
     );
     assert_eq!((code, reason.as_str()), (409, "Conflict"));
-    let forced = cms.patch("cfg", &PatchParams::apply("other").force(), &Patch::Apply(cm("3"))).await.unwrap();
+    let forced = cms
+        .patch(
+            "cfg",
+            &PatchParams::apply("other").force(),
+            &Patch::Apply(cm("3")),
+        )
+        .await
+        .unwrap();
     assert_eq!(forced.data.unwrap()["k"], "3");
     sim.shutdown().await;
 }
@@ -110,19 +186,34 @@ async fn sim_kube_watcher_sees_added_modified_deleted() {
     let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
     // The initial list ends with InitDone: from then on every change is an event.
     loop {
-        match tokio::time::timeout(DEADLINE, events.try_next()).await.unwrap().unwrap() {
+        match tokio::time::timeout(DEADLINE, events.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
             Some(watcher::Event::InitDone) => break,
             Some(_) => {}
             None => panic!("watcher ended"),
         }
     }
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "w"}, "data": {"a": "1"}})).unwrap();
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "w"}, "data": {"a": "1"}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
-    cms.patch("w", &PatchParams::default(), &Patch::Merge(json!({"data": {"a": "2"}}))).await.unwrap();
+    cms.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"a": "2"}})),
+    )
+    .await
+    .unwrap();
     cms.delete("w", &DeleteParams::default()).await.unwrap();
     let mut seen = Vec::new();
     while seen.len() < 3 {
-        match tokio::time::timeout(DEADLINE, events.try_next()).await.unwrap().unwrap() {
+        match tokio::time::timeout(DEADLINE, events.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
             Some(watcher::Event::Apply(o)) => seen.push(format!("apply:{}", o.data.unwrap()["a"])),
             Some(watcher::Event::Delete(_)) => seen.push("delete".into()),
             _ => {}
@@ -146,11 +237,29 @@ async fn sim_kube_lease_update_with_stale_version_conflicts() {
     let stale = leases.create(&PostParams::default(), &lease).await.unwrap();
     let mut fresh = stale.clone();
     fresh.spec.as_mut().unwrap().holder_identity = Some("b".into());
-    leases.replace("dispatcher", &PostParams::default(), &fresh).await.unwrap();
+    leases
+        .replace("dispatcher", &PostParams::default(), &fresh)
+        .await
+        .unwrap();
     let mut late = stale;
     late.spec.as_mut().unwrap().holder_identity = Some("c".into());
-    let (code, reason) = api_status(leases.replace("dispatcher", &PostParams::default(), &late).await.unwrap_err());
+    let (code, reason) = api_status(
+        leases
+            .replace("dispatcher", &PostParams::default(), &late)
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((code, reason.as_str()), (409, "Conflict"));
-    assert_eq!(leases.get("dispatcher").await.unwrap().spec.unwrap().holder_identity.as_deref(), Some("b"));
+    assert_eq!(
+        leases
+            .get("dispatcher")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("b")
+    );
     sim.shutdown().await;
 }

@@ -38,9 +38,21 @@ fn apply_rbac(sim: &SimProcess, scratch: &std::path::Path) -> Kubectl {
     let tenant_admin = Kubectl::new(&sim.tenant_admin("ci"), scratch);
     let manifest = repo_file("manifests/gitlab-runner-rbac.yaml");
     // --validate=false: /openapi answers 404 (docs/simulator.md).
-    let o = tenant_admin.run(&["apply", "--server-side", "--validate=false", "-f", manifest.to_str().unwrap()]);
+    let o = tenant_admin.run(&[
+        "apply",
+        "--server-side",
+        "--validate=false",
+        "-f",
+        manifest.to_str().unwrap(),
+    ]);
     assert_exit(&o, 0);
-    assert!(stdout(&o).contains("clusterrolebinding.rbac.authorization.k8s.io/gitlab-runner serverside-applied"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(
+            "clusterrolebinding.rbac.authorization.k8s.io/gitlab-runner serverside-applied"
+        ),
+        "{}",
+        stdout(&o)
+    );
     tenant_admin
 }
 
@@ -62,13 +74,20 @@ fn sim_runbook_steps_2_4_5() {
     let url = stdout(&o);
     assert_eq!(url, sim.cluster_url("ci"));
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
-    let gateway: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("gateway.json")).unwrap()).unwrap();
-    assert_eq!(gateway["adminKubeconfig"].as_str().unwrap(), sim.admin_kubeconfig().to_str().unwrap());
+    let gateway: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("gateway.json")).unwrap()).unwrap();
+    assert_eq!(
+        gateway["adminKubeconfig"].as_str().unwrap(),
+        sim.admin_kubeconfig().to_str().unwrap()
+    );
 
     // Step 4: mint the runner's credential.
     let out = scratch.path().join("tenant-ci");
     mint(&state, &url, &out, "gitlab-runner");
-    let info = tenantci::pki::inspect::CertInfo::from_pem(&std::fs::read_to_string(out.join("tls.crt")).unwrap()).unwrap();
+    let info = tenantci::pki::inspect::CertInfo::from_pem(
+        &std::fs::read_to_string(out.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(info.subject, "O=gitlab-runner, CN=gitlab-runner");
 
     // Step 5: permit the group, then check both halves.
@@ -98,7 +117,15 @@ fn sim_runbook_steps_2_4_5() {
     assert_exit(&o, 0);
     let o = runner.run_stdin(&["create", "--validate=false", "-f", "-"], POD);
     assert_exit(&o, 0);
-    let o = runner.run(&["get", "pod", "job-1", "-n", "gitlab-runner", "-o", "jsonpath={.status.phase}"]);
+    let o = runner.run(&[
+        "get",
+        "pod",
+        "job-1",
+        "-n",
+        "gitlab-runner",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
     assert_exit(&o, 0);
     assert_eq!(stdout(&o), "Running");
     // ... and nothing else.
@@ -111,8 +138,18 @@ fn sim_runbook_steps_2_4_5() {
     );
     let o = runner.run(&["delete", "secret", "x", "-n", "kube-system"]);
     assert_exit(&o, 1);
-    assert!(stderr(&o).contains("NotFound") || stderr(&o).contains("not found"), "delete is granted: {}", stderr(&o));
-    let o = runner.run(&["create", "clusterrolebinding", "escalate", "--clusterrole=cluster-admin", "--group=gitlab-runner"]);
+    assert!(
+        stderr(&o).contains("NotFound") || stderr(&o).contains("not found"),
+        "delete is granted: {}",
+        stderr(&o)
+    );
+    let o = runner.run(&[
+        "create",
+        "clusterrolebinding",
+        "escalate",
+        "--clusterrole=cluster-admin",
+        "--group=gitlab-runner",
+    ]);
     assert_exit(&o, 1);
     assert!(stderr(&o).contains("is forbidden"), "{}", stderr(&o));
     assert_eq!(sim.stop(), Some(0));
@@ -127,18 +164,44 @@ fn sim_foreign_ca_is_unauthorized_and_wrong_group_is_forbidden() {
     apply_rbac(&sim, scratch.path());
     let serving_ca = std::fs::read_to_string(state.join("clusters/ci/pki/serving-ca.crt")).unwrap();
 
-    let other = tenantci::pki::CertificateAuthority::generate("ci-client-ca", std::time::Duration::from_secs(3600)).unwrap();
-    let kc = kubeconfig_for(scratch.path(), "foreign", &url, &serving_ca, &other, "gitlab-runner", &["gitlab-runner"]);
+    let other = tenantci::pki::CertificateAuthority::generate(
+        "ci-client-ca",
+        std::time::Duration::from_secs(3600),
+    )
+    .unwrap();
+    let kc = kubeconfig_for(
+        scratch.path(),
+        "foreign",
+        &url,
+        &serving_ca,
+        &other,
+        "gitlab-runner",
+        &["gitlab-runner"],
+    );
     let o = Kubectl::new(&kc, scratch.path()).run(&["get", "pods", "-n", "gitlab-runner"]);
     assert_exit(&o, 1);
     // kubectl words a 401 as "You must be logged in to the server".
-    assert!(stderr(&o).contains("You must be logged in to the server"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("You must be logged in to the server"),
+        "{}",
+        stderr(&o)
+    );
 
     let out = scratch.path().join("wrong-group");
     mint(&state, &url, &out, "ci-runners");
-    let o = Kubectl::new(&out.join("kubeconfig"), scratch.path()).run(&["get", "pods", "-n", "gitlab-runner"]);
+    let o = Kubectl::new(&out.join("kubeconfig"), scratch.path()).run(&[
+        "get",
+        "pods",
+        "-n",
+        "gitlab-runner",
+    ]);
     assert_exit(&o, 1);
-    assert!(stderr(&o).contains("pods is forbidden: User \"gitlab-runner\" cannot list resource \"pods\""), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("pods is forbidden: User \"gitlab-runner\" cannot list resource \"pods\""),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -165,8 +228,13 @@ fn sim_kubectl_watch_sees_a_new_pod() {
     // Create pods until the watch (whose start we cannot observe) reports one.
     let mut seen = false;
     for i in 0..30 {
-        let pod = POD.replace("job-1", &format!("w-{i}")).replace("gitlab-runner", "default");
-        assert_exit(&k.run_stdin(&["create", "--validate=false", "-f", "-"], &pod), 0);
+        let pod = POD
+            .replace("job-1", &format!("w-{i}"))
+            .replace("gitlab-runner", "default");
+        assert_exit(
+            &k.run_stdin(&["create", "--validate=false", "-f", "-"], &pod),
+            0,
+        );
         if let Ok(line) = rx.recv_timeout(DEADLINE / 30) {
             assert!(line.starts_with("pod/w-"), "{line}");
             seen = true;
@@ -186,13 +254,28 @@ fn sim_restart_keeps_cas_and_ports() {
     let url = first.cluster_url("ci");
     let ca = std::fs::read(state.join("clusters/ci/pki/client-ca.crt")).unwrap();
     let kc = std::fs::read(first.tenant_admin("ci")).unwrap();
-    assert_eq!(util::mode(&state.join("clusters/ci/pki/client-ca.key")), 0o600);
+    assert_eq!(
+        util::mode(&state.join("clusters/ci/pki/client-ca.key")),
+        0o600
+    );
     assert_eq!(first.stop(), Some(0));
     let second = SimProcess::start(&state, &["ci", "team-a"]);
     assert_eq!(second.cluster_url("ci"), url);
-    assert_eq!(std::fs::read(state.join("clusters/ci/pki/client-ca.crt")).unwrap(), ca);
+    assert_eq!(
+        std::fs::read(state.join("clusters/ci/pki/client-ca.crt")).unwrap(),
+        ca
+    );
     assert_eq!(std::fs::read(second.tenant_admin("ci")).unwrap(), kc);
-    let o = Kubectl::new(&second.tenant_admin("team-a"), scratch.path()).run(&["get", "namespaces", "-o", "name"]);
+    let o = Kubectl::new(&second.tenant_admin("team-a"), scratch.path()).run(&[
+        "get",
+        "namespaces",
+        "-o",
+        "name",
+    ]);
     assert_exit(&o, 0);
-    assert!(stdout(&o).contains("namespace/kube-system"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("namespace/kube-system"),
+        "{}",
+        stdout(&o)
+    );
 }
