@@ -77,7 +77,9 @@ where
 #[tokio::main]
 async fn main() {
     tenantci::tls::ensure_crypto_provider();
-    let bin = std::env::args().nth(1).unwrap_or_else(|| "target/release/tenantci".into());
+    let bin = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "target/release/tenantci".into());
     let state = tempfile::tempdir().unwrap();
     let mut child = Command::new(&bin)
         .args(["sim", "--state-dir"])
@@ -88,11 +90,18 @@ async fn main() {
         .spawn()
         .expect("start tenantci sim");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let ready: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let kc = ready["clusters"][0]["tenantAdminKubeconfig"].as_str().unwrap().to_string();
+    let kc = ready["clusters"][0]["tenantAdminKubeconfig"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let kubeconfig = kube::config::Kubeconfig::read_from(&kc).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
     let client = kube::Client::try_from(config).unwrap();
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let rss_idle = rss_kib(child.id());
@@ -101,7 +110,9 @@ async fn main() {
     let (create_rps, create_p99) = drive(STORED, 0, move |i| {
         let p = p.clone();
         async move {
-            p.create(&PostParams::default(), &pod(&format!("pod-{i}"))).await.unwrap();
+            p.create(&PostParams::default(), &pod(&format!("pod-{i}")))
+                .await
+                .unwrap();
         }
     })
     .await;
@@ -114,12 +125,27 @@ async fn main() {
         }
     })
     .await;
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
     let _ = child.wait();
     println!("| measurement | value |");
     println!("|---|---|");
-    println!("| create pod, {CONCURRENCY} in flight ({STORED} pods) | {create_rps:.0} req/s, p99 {:.2} ms |", create_p99.as_secs_f64() * 1e3);
-    println!("| GET pod, {CONCURRENCY} in flight ({GETS} requests, {STORED} stored) | {get_rps:.0} req/s, p99 {:.2} ms |", get_p99.as_secs_f64() * 1e3);
-    println!("| simulator RSS idle | {:.1} MiB |", rss_idle as f64 / 1024.0);
-    println!("| simulator RSS with {STORED} pods | {:.1} MiB |", rss_full as f64 / 1024.0);
+    println!(
+        "| create pod, {CONCURRENCY} in flight ({STORED} pods) | {create_rps:.0} req/s, p99 {:.2} ms |",
+        create_p99.as_secs_f64() * 1e3
+    );
+    println!(
+        "| GET pod, {CONCURRENCY} in flight ({GETS} requests, {STORED} stored) | {get_rps:.0} req/s, p99 {:.2} ms |",
+        get_p99.as_secs_f64() * 1e3
+    );
+    println!(
+        "| simulator RSS idle | {:.1} MiB |",
+        rss_idle as f64 / 1024.0
+    );
+    println!(
+        "| simulator RSS with {STORED} pods | {:.1} MiB |",
+        rss_full as f64 / 1024.0
+    );
 }

@@ -53,6 +53,9 @@ struct Inner {
     compacted: u64,
 }
 
+/// Past events to replay and the receiver for the ones after them.
+pub type Replay = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>);
+
 /// Why a watch cannot start.
 #[derive(Debug)]
 pub struct TooOld {
@@ -270,10 +273,7 @@ impl Store {
     }
 
     /// Events after `since` still in history plus a receiver for later ones, taken atomically.
-    pub fn watch_from(
-        &self,
-        since: u64,
-    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), TooOld> {
+    pub fn watch_from(&self, since: u64) -> Result<Replay, TooOld> {
         let inner = self.inner.read().unwrap();
         if since < inner.compacted {
             return Err(TooOld {

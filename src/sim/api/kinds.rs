@@ -12,6 +12,7 @@ fn invalid(def: &ResourceDef, name: &str, field: &str, reason: &str, detail: &st
 }
 
 /// Validates a new or updated object beyond its name.
+#[allow(clippy::collapsible_match)]
 pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     match def.key {

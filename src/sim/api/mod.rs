@@ -66,6 +66,9 @@ impl From<ApiError> for Reply {
     }
 }
 
+/// Runs after a pod is stored: (server, namespace, name).
+pub type PodHook = Box<dyn Fn(&ApiServer, &str, &str) + Send + Sync>;
+
 pub struct ApiServer {
     pub registry: &'static [registry::ResourceDef],
     pub store: Store,
@@ -74,7 +77,7 @@ pub struct ApiServer {
     pub server_address: String,
     rbac: authorize::RbacCache,
     /// Called after a pod is created (pod placement; see `sim::schedule`).
-    pub on_pod_created: Option<Box<dyn Fn(&ApiServer, &str, &str) + Send + Sync>>,
+    pub on_pod_created: Option<PodHook>,
 }
 
 impl ApiServer {

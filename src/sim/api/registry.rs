@@ -70,6 +70,7 @@ const ALL: &[&str] = &[
 ];
 const CREATE_ONLY: &[&str] = &["create"];
 
+#[allow(clippy::too_many_arguments)]
 const fn def(
     key: &'static str,
     group: &'static str,

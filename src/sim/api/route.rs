@@ -92,9 +92,7 @@ fn resource(registry: &'static [ResourceDef], group: &str, version: &str, rest: 
     match registry::find(registry, group, version, res) {
         Some(def) => Route::Resource(ResourceRoute {
             def,
-            namespace: if def.namespaced {
-                namespace
-            } else if res == "namespaces" {
+            namespace: if def.namespaced || res == "namespaces" {
                 namespace
             } else {
                 None
