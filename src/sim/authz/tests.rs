@@ -1979,3 +1979,333 @@ fn review_attributes_default_version_to_any() {
     assert_eq!(n, Attributes::non_resource("get", "/api"));
     assert!(Attributes::from_review_spec(&json!({"resourceAttributes": {"verb": 3}})).is_err());
 }
+
+// ---------------------------------------------------------------- the runbook, end to end
+
+/// The runbook's step 5 RBAC (seeds/000): a ClusterRole bound cluster-wide to group
+/// gitlab-runner, checked the way `kubectl auth can-i --as --as-group` and the minted
+/// credential exercise it.
+#[test]
+fn runbook_rbac_behaves_like_kube_apiserver() {
+    let yaml = r#"
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: gitlab-runner}
+  rules:
+    - apiGroups: [""]
+      resources: ["pods", "pods/exec", "pods/attach", "pods/log"]
+      verbs: ["create", "delete", "get", "list", "watch", "patch", "update"]
+    - apiGroups: [""]
+      resources: ["secrets", "configmaps", "services", "serviceaccounts", "events", "persistentvolumeclaims"]
+      verbs: ["create", "delete", "get", "list", "watch", "update"]
+    - apiGroups: ["apps"]
+      resources: ["deployments"]
+      verbs: ["create", "delete", "get", "list", "update"]
+    - apiGroups: ["policy"]
+      resources: ["poddisruptionbudgets"]
+      verbs: ["create", "delete", "get", "list", "update"]
+    - apiGroups: ["scheduling.k8s.io"]
+      resources: ["priorityclasses"]
+      verbs: ["get", "create"]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: gitlab-runner}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gitlab-runner}
+  subjects:
+    - {kind: Group, name: gitlab-runner, apiGroup: rbac.authorization.k8s.io}
+"#;
+    let docs: Vec<Value> = serde_yaml::from_str(yaml).unwrap();
+    let mut rbac = default_rbac();
+    rbac.cluster_roles
+        .push(serde_json::from_value(docs[0].clone()).unwrap());
+    rbac.cluster_role_bindings
+        .push(serde_json::from_value(docs[1].clone()).unwrap());
+
+    // kubectl --kubeconfig tenant-admin auth can-i create pods -n gitlab-runner --as=gitlab-runner --as-group=gitlab-runner
+    let admin = UserInfo::authenticated("tenant-admin", ["system:masters"]);
+    let h = headers(&[
+        ("Impersonate-User", "gitlab-runner"),
+        ("Impersonate-Group", "gitlab-runner"),
+    ]);
+    let runner = impersonate(&admin, &h, &rbac).unwrap();
+    assert_eq!(
+        runner,
+        UserInfo::new("gitlab-runner", ["gitlab-runner", "system:authenticated"])
+    );
+    let can_i = |user: &UserInfo, attrs: Value| {
+        let body = json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "spec": {"resourceAttributes": attrs}});
+        evaluate_access_review(ReviewKind::SelfSubjectAccessReview, &body, user, &rbac).unwrap()["status"]
+            ["allowed"]
+            == true
+    };
+    // Discovery and the review itself are allowed by the defaults.
+    for path in ["/version", "/api", "/api/v1", "/apis"] {
+        let info = request_info(&Method::GET, path, Some("timeout=32s"));
+        assert!(allowed(&runner, Attributes::from(&info), &rbac), "{path}");
+    }
+    let review = request_info(
+        &Method::POST,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        None,
+    );
+    assert!(allowed(&runner, Attributes::from(&review), &rbac));
+    assert!(can_i(
+        &runner,
+        json!({"namespace": "gitlab-runner", "verb": "create", "resource": "pods"})
+    ));
+    assert!(can_i(
+        &runner,
+        json!({"namespace": "gitlab-runner", "verb": "create", "resource": "pods", "subresource": "exec"})
+    ));
+    assert!(can_i(
+        &runner,
+        json!({"verb": "create", "group": "scheduling.k8s.io", "resource": "priorityclasses"})
+    ));
+    assert!(!can_i(
+        &runner,
+        json!({"verb": "delete", "group": "scheduling.k8s.io", "resource": "priorityclasses"})
+    ));
+    assert!(!can_i(
+        &runner,
+        json!({"namespace": "gitlab-runner", "verb": "create", "resource": "pods", "subresource": "portforward"})
+    ));
+    assert!(!can_i(
+        &runner,
+        json!({"namespace": "gitlab-runner", "verb": "patch", "resource": "secrets"})
+    ));
+    // The runbook binds with a ClusterRoleBinding, so secrets are readable in every namespace,
+    // kube-system included: kube-apiserver answers yes here too.
+    assert!(can_i(
+        &runner,
+        json!({"namespace": "kube-system", "verb": "get", "resource": "secrets"})
+    ));
+    // A credential whose O differs from the bound group gets nothing but discovery.
+    let wrong_o = UserInfo::authenticated("gitlab-runner", ["other-team"]);
+    let list_pods = request_info(&Method::GET, "/api/v1/namespaces/gitlab-runner/pods", None);
+    assert!(allowed(&runner, Attributes::from(&list_pods), &rbac));
+    assert!(!allowed(&wrong_o, Attributes::from(&list_pods), &rbac));
+    assert_eq!(
+        forbidden_status(&wrong_o, &Attributes::from(&list_pods))["message"],
+        "pods is forbidden: User \"gitlab-runner\" cannot list resource \"pods\" in API group \"\" in the namespace \"gitlab-runner\""
+    );
+    // Creating a ClusterRoleBinding is refused by the authorizer before escalation matters,
+    // and escalation prevention would refuse binding cluster-admin anyway.
+    let create_crb = request_info(
+        &Method::POST,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        None,
+    );
+    assert!(!allowed(&runner, Attributes::from(&create_crb), &rbac));
+    let to_admin = to_json(
+        &crb(
+            "steal",
+            "cluster-admin",
+            vec![subject("User", "gitlab-runner")],
+        ),
+        "ClusterRoleBinding",
+    );
+    assert!(
+        check_escalation(&runner, None, &to_admin, &rbac)
+            .unwrap_err()
+            .contains("is attempting to grant RBAC permissions not currently held")
+    );
+    // The runner may not impersonate anyone.
+    let h = headers(&[
+        ("Impersonate-User", "tenant-admin"),
+        ("Impersonate-Group", "system:masters"),
+    ]);
+    assert_eq!(impersonate(&runner, &h, &rbac).unwrap_err().code, 403);
+}
+
+// ---------------------------------------------------------------- properties
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::sim::authz::escalation::uncovered;
+    use crate::sim::authz::rbac::list;
+
+    fn pick(options: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {
+        proptest::sample::subsequence(options, 1..=options.len().min(3))
+            .prop_map(|v| v.into_iter().map(str::to_string).collect())
+    }
+
+    fn any_rule() -> impl Strategy<Value = PolicyRule> {
+        let resource_rule = (
+            pick(&["get", "list", "create", "*"]),
+            pick(&["", "apps", "*"]),
+            pick(&["pods", "pods/exec", "*/exec", "secrets", "*"]),
+            proptest::option::of(pick(&["a", "b"])),
+        )
+            .prop_map(|(verbs, groups, resources, names)| PolicyRule {
+                verbs,
+                api_groups: Some(groups),
+                resources: Some(resources),
+                resource_names: names,
+                ..PolicyRule::default()
+            });
+        let url_rule = (
+            pick(&["get", "post", "*"]),
+            pick(&["/a", "/a/*", "/a*", "/b", "*"]),
+        )
+            .prop_map(|(verbs, urls)| PolicyRule {
+                verbs,
+                non_resource_urls: Some(urls),
+                ..PolicyRule::default()
+            });
+        prop_oneof![resource_rule, url_rule]
+    }
+
+    /// Picks one element of `v` or, when it holds `*`, any of `all`.
+    fn one_of(v: &[String], all: &'static [&'static str]) -> BoxedStrategy<String> {
+        if v.iter().any(|x| x == "*") {
+            proptest::sample::select(all)
+                .prop_map(str::to_string)
+                .boxed()
+        } else {
+            proptest::sample::select(v.to_vec()).boxed()
+        }
+    }
+
+    /// A rule the holder of `rule` may grant without escalating.
+    fn narrow(rule: PolicyRule) -> BoxedStrategy<PolicyRule> {
+        let verbs = one_of(&rule.verbs, &["get", "list", "create", "post", "*"]);
+        if let Some(urls) = rule.non_resource_urls.clone() {
+            let url = proptest::sample::select(urls).prop_flat_map(|u| match u.as_str() {
+                "*" => proptest::sample::select(vec!["/a", "/a/*", "/a*", "/b", "*"])
+                    .prop_map(str::to_string)
+                    .boxed(),
+                "/a*" => proptest::sample::select(vec!["/a", "/a/*", "/a*", "/ab"])
+                    .prop_map(str::to_string)
+                    .boxed(),
+                "/a/*" => proptest::sample::select(vec!["/a/x", "/a/*", "/a/x*"])
+                    .prop_map(str::to_string)
+                    .boxed(),
+                other => Just(other.to_string()).boxed(),
+            });
+            return (verbs, url)
+                .prop_map(|(v, u)| PolicyRule {
+                    verbs: vec![v],
+                    non_resource_urls: Some(vec![u]),
+                    ..PolicyRule::default()
+                })
+                .boxed();
+        }
+        let groups = one_of(list(&rule.api_groups), &["", "apps", "*"]);
+        let resources =
+            proptest::sample::select(list(&rule.resources).to_vec()).prop_flat_map(|r| {
+                match r.as_str() {
+                    "*" => proptest::sample::select(vec![
+                        "pods",
+                        "pods/exec",
+                        "*/exec",
+                        "secrets",
+                        "*",
+                    ])
+                    .prop_map(str::to_string)
+                    .boxed(),
+                    "*/exec" => {
+                        proptest::sample::select(vec!["pods/exec", "*/exec", "deployments/exec"])
+                            .prop_map(str::to_string)
+                            .boxed()
+                    }
+                    other => Just(other.to_string()).boxed(),
+                }
+            });
+        let names: BoxedStrategy<Option<Vec<String>>> =
+            match rule.resource_names.clone().filter(|n| !n.is_empty()) {
+                None => proptest::option::of(pick(&["a", "b"])).boxed(),
+                Some(n) => proptest::sample::subsequence(n.clone(), 1..=n.len())
+                    .prop_map(Some)
+                    .boxed(),
+            };
+        (verbs, groups, resources, names)
+            .prop_map(|(v, g, r, n)| PolicyRule {
+                verbs: vec![v],
+                api_groups: Some(vec![g]),
+                resources: Some(vec![r]),
+                resource_names: n,
+                ..PolicyRule::default()
+            })
+            .boxed()
+    }
+
+    fn request_grid() -> Vec<Attributes> {
+        let mut out = Vec::new();
+        for verb in ["get", "list", "create", "delete"] {
+            for group in ["", "apps"] {
+                for (resource, sub) in [
+                    ("pods", ""),
+                    ("pods", "exec"),
+                    ("secrets", ""),
+                    ("deployments", "exec"),
+                ] {
+                    for name in ["", "a", "b"] {
+                        out.push(
+                            res(verb, group, resource)
+                                .subresource(sub)
+                                .namespace("ns")
+                                .name(name)
+                                .into(),
+                        );
+                    }
+                }
+            }
+            for path in ["/a", "/a/x", "/ab", "/b", "/c"] {
+                out.push(Attributes::non_resource(
+                    &verb.replace("create", "post"),
+                    path,
+                ));
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// Escalation soundness: when the owner's rules cover the servant's (nothing
+        /// uncovered), every request a servant rule allows is allowed by some owner rule.
+        #[test]
+        fn prop_covered_rules_grant_no_more(
+            owner in proptest::collection::vec(any_rule(), 0..4),
+            servant in proptest::collection::vec(any_rule(), 1..3),
+        ) {
+            if uncovered(&owner, &servant).is_empty() {
+                for attrs in request_grid() {
+                    if servant.iter().any(|r| rule_allows(&attrs, r)) {
+                        prop_assert!(owner.iter().any(|r| rule_allows(&attrs, r)), "{attrs:?} escapes {owner:?}");
+                    }
+                }
+            }
+        }
+
+        /// A narrowing of a held rule (fewer verbs, wildcards replaced by what they match,
+        /// names added) is always covered, and grants nothing the held rule does not.
+        #[test]
+        fn prop_narrowed_rules_are_covered((owner, servant) in any_rule().prop_flat_map(|o| (Just(o.clone()), narrow(o)))) {
+            prop_assert!(uncovered(std::slice::from_ref(&owner), std::slice::from_ref(&servant)).is_empty(), "{servant:?} not covered by {owner:?}");
+            for attrs in request_grid() {
+                if rule_allows(&attrs, &servant) {
+                    prop_assert!(rule_allows(&attrs, &owner), "{attrs:?}");
+                }
+            }
+        }
+
+        /// A rule always covers itself.
+        #[test]
+        fn prop_rules_cover_themselves(rule in any_rule()) {
+            prop_assert!(uncovered(std::slice::from_ref(&rule), std::slice::from_ref(&rule)).is_empty());
+        }
+
+        /// Request parsing is total and keeps the decoded path.
+        #[test]
+        fn prop_request_info_is_total(path in "(/[a-z0-9%.]{0,6}){0,7}/?", query in proptest::option::of("[a-z=&%.]{0,20}")) {
+            for method in [Method::GET, Method::POST, Method::DELETE, Method::OPTIONS] {
+                let info = request_info(&method, &path, query.as_deref());
+                if info.is_resource_request {
+                    prop_assert!(!info.api_version.is_empty());
+                }
+            }
+        }
+    }
+}
