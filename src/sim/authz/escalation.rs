@@ -78,21 +78,19 @@ pub fn check_escalation_for(
             if rbac_authorize(user, &escalate.into(), rbac).allowed {
                 return Ok(());
             }
-            let rules = if request.resource == "roles" {
-                parse::<Role>(object, "Role")?.rules
+            let (rules, aggregated) = if request.resource == "roles" {
+                (parse::<Role>(object, "Role")?.rules, false)
             } else {
                 let role = parse::<ClusterRole>(object, "ClusterRole")?;
-                if role.aggregation_rule.is_some() {
-                    confirm_no_escalation(user, namespace, &full_authority(), rbac).map_err(
-                        |_| {
-                            "must have cluster-admin privileges to use the aggregationRule"
-                                .to_string()
-                        },
-                    )?;
-                }
-                role.rules
+                (role.rules, role.aggregation_rule.is_some())
             };
-            confirm_no_escalation(user, namespace, rules.as_deref().unwrap_or(&[]), rbac)
+            confirm_no_escalation(user, namespace, rules.as_deref().unwrap_or(&[]), rbac)?;
+            if aggregated {
+                confirm_no_escalation(user, namespace, &full_authority(), rbac).map_err(|_| {
+                    "must have cluster-admin privileges to use the aggregationRule".to_string()
+                })?;
+            }
+            Ok(())
         }
         "rolebindings" | "clusterrolebindings" => {
             let role_ref = if request.resource == "rolebindings" {

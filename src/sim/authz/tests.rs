@@ -1952,6 +1952,14 @@ fn subject_access_review_evaluates_the_named_subject() {
     let status = review_invalid_status(ReviewKind::SubjectAccessReview, &err);
     assert_eq!(status["code"], 422);
     assert_eq!(status["reason"], "Invalid");
+    assert_eq!(
+        status["message"],
+        "SubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.user: Invalid value: \"\": at least one of user or group must be specified"
+    );
+    assert_eq!(
+        status["details"]["causes"],
+        json!([{"reason": "FieldValueInvalid", "field": "spec.user", "message": "Invalid value: \"\": at least one of user or group must be specified"}])
+    );
     // Empty version means any version; groups-only subjects work.
     let g = eval(json!({"groups": ["auditors"], "resourceAttributes": {"namespace": "team", "verb": "get", "resource": "secrets", "name": "s", "version": ""}})).unwrap();
     assert_eq!(g["status"]["allowed"], true);
