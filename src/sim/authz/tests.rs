@@ -1455,6 +1455,17 @@ fn role_writes_need_held_rules_or_escalate() {
         check_escalation(&user, Some("team"), &json!({"kind": "Pod"}), &none),
         Ok(())
     );
+    // A body without kind is recognised by its shape.
+    let mut kindless = wider.clone();
+    kindless.as_object_mut().unwrap().remove("kind");
+    kindless.as_object_mut().unwrap().remove("apiVersion");
+    assert!(check_escalation(&user, Some("team"), &kindless, &none).is_err());
+    let mut kindless_crb = to_json(
+        &crb("x", "cluster-admin", vec![subject("User", "alice")]),
+        "ClusterRoleBinding",
+    );
+    kindless_crb.as_object_mut().unwrap().remove("kind");
+    assert!(check_escalation(&user, None, &kindless_crb, &escalation_fixture(vec![])).is_err());
 }
 
 #[test]
