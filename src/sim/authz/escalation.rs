@@ -22,7 +22,9 @@ use super::{Attributes, RBAC_GROUP, RbacObjects, ResourceAttributes, UserInfo, g
 /// Checks a write of `object` (a Role, ClusterRole, RoleBinding or ClusterRoleBinding, by its
 /// `kind`) in `namespace` (`None` for cluster-scoped kinds). The request name is taken from the
 /// object's `metadata.name`; the server, which knows whether the request named an object, should
-/// prefer [`check_escalation_for`]. Objects of other kinds pass.
+/// prefer [`check_escalation_for`]. A body without `kind` (kube-apiserver defaults it from the
+/// URL) is taken as a binding when it has a `roleRef`, else as a role when it has `rules` or an
+/// `aggregationRule`, namespaced when `namespace` is given. Objects of other kinds pass.
 ///
 /// `Err` holds kube-apiserver's error text (for example `user "u" (groups=["g"]) is attempting
 /// to grant RBAC permissions not currently held:\n{APIGroups:[""], Resources:["pods"], Verbs:["get"]}`);
@@ -33,11 +35,7 @@ pub fn check_escalation(
     object: &Value,
     rbac: &RbacObjects,
 ) -> Result<(), String> {
-    let Some(resource) = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .and_then(kind_resource)
-    else {
+    let Some(resource) = object_resource(object, namespace.is_some()) else {
         return Ok(());
     };
     let name = object
@@ -78,21 +76,19 @@ pub fn check_escalation_for(
             if rbac_authorize(user, &escalate.into(), rbac).allowed {
                 return Ok(());
             }
-            let rules = if request.resource == "roles" {
-                parse::<Role>(object, "Role")?.rules
+            let (rules, aggregated) = if request.resource == "roles" {
+                (parse::<Role>(object, "Role")?.rules, false)
             } else {
                 let role = parse::<ClusterRole>(object, "ClusterRole")?;
-                if role.aggregation_rule.is_some() {
-                    confirm_no_escalation(user, namespace, &full_authority(), rbac).map_err(
-                        |_| {
-                            "must have cluster-admin privileges to use the aggregationRule"
-                                .to_string()
-                        },
-                    )?;
-                }
-                role.rules
+                (role.rules, role.aggregation_rule.is_some())
             };
-            confirm_no_escalation(user, namespace, rules.as_deref().unwrap_or(&[]), rbac)
+            confirm_no_escalation(user, namespace, rules.as_deref().unwrap_or(&[]), rbac)?;
+            if aggregated {
+                confirm_no_escalation(user, namespace, &full_authority(), rbac).map_err(|_| {
+                    "must have cluster-admin privileges to use the aggregationRule".to_string()
+                })?;
+            }
+            Ok(())
         }
         "rolebindings" | "clusterrolebindings" => {
             let role_ref = if request.resource == "rolebindings" {
@@ -129,6 +125,21 @@ pub fn check_escalation_for(
 /// attempting to grant RBAC permissions not currently held: ...`. `name` is the object's name.
 pub fn escalation_forbidden_status(resource: &str, name: &str, err: &str) -> Value {
     super::forbidden_status_for(RBAC_GROUP, resource, name, err)
+}
+
+fn object_resource(object: &Value, namespaced: bool) -> Option<&'static str> {
+    match object.get("kind").and_then(Value::as_str) {
+        Some(kind) if !kind.is_empty() => kind_resource(kind),
+        _ if object.get("roleRef").is_some() => Some(if namespaced {
+            "rolebindings"
+        } else {
+            "clusterrolebindings"
+        }),
+        _ if object.get("rules").is_some() || object.get("aggregationRule").is_some() => {
+            Some(if namespaced { "roles" } else { "clusterroles" })
+        }
+        _ => None,
+    }
 }
 
 fn kind_resource(kind: &str) -> Option<&'static str> {

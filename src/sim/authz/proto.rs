@@ -221,10 +221,9 @@ fn decode_status(msg: &[u8]) -> Result<Value, String> {
             (1, Field::Varint(b)) => {
                 status.insert("allowed".into(), Value::Bool(b != 0));
             }
-            (4, Field::Varint(b)) => {
-                if b != 0 {
-                    status.insert("denied".into(), Value::Bool(true));
-                }
+            (4, Field::Varint(0)) => {}
+            (4, Field::Varint(_)) => {
+                status.insert("denied".into(), Value::Bool(true));
             }
             (2, v) => {
                 let s = string(v, "status.reason")?;

@@ -99,8 +99,20 @@ pub fn evaluate_access_review(
     Ok(Value::Object(out))
 }
 
-/// The 422 Status for a review [`evaluate_access_review`] refused with `err`.
+/// The 422 Status for a review [`evaluate_access_review`] refused with `err`
+/// (`<field>: <message>`), as `apierrors.NewInvalid`.
 pub fn review_invalid_status(kind: ReviewKind, err: &str) -> Value {
+    let mut cause = Map::new();
+    cause.insert("reason".into(), Value::String("FieldValueInvalid".into()));
+    match err.split_once(": ") {
+        Some((field, message)) if field.starts_with("spec") && !field.contains(' ') => {
+            cause.insert("message".into(), Value::String(message.into()));
+            cause.insert("field".into(), Value::String(field.into()));
+        }
+        _ => {
+            cause.insert("message".into(), Value::String(err.into()));
+        }
+    }
     json!({
         "kind": "Status",
         "apiVersion": "v1",
@@ -111,7 +123,7 @@ pub fn review_invalid_status(kind: ReviewKind, err: &str) -> Value {
         "details": {
             "group": "authorization.k8s.io",
             "kind": kind.kind(),
-            "causes": [{"reason": "FieldValueInvalid", "message": err}]
+            "causes": [cause]
         },
         "code": 422
     })
