@@ -12,6 +12,7 @@ mod internal;
 mod pki;
 mod runner;
 mod tenant;
+mod sim;
 
 /// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
 /// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.
@@ -66,6 +67,8 @@ pub enum Command {
     /// Write runner configuration: gitlab-runner's config.toml, act_runner's files.
     #[command(subcommand)]
     Runner(runner::RunnerCommand),
+    /// Run a local gateway simulator with HTTPS tenant apiservers (tests and the quickstart).
+    Sim(sim::SimArgs),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -86,6 +89,7 @@ async fn dispatch(command: Command) -> crate::Result<i32> {
         Command::Internal(cmd) => internal::run(cmd).await,
         Command::Tenant(cmd) => tenant::run(cmd).await,
         Command::Runner(cmd) => runner::run(cmd).await,
+        Command::Sim(args) => sim::run(args).await,
     }
 }
 

@@ -8,4 +8,5 @@ mod credential;
 mod gitea;
 mod pki;
 mod runner;
+mod sim;
 mod util;

@@ -1,0 +1,157 @@
+//! One apiserver's request handling, independent of the transport: authentication result in,
+//! `Reply` out. The tenant apiservers and the gateway admin apiserver are both instances, with
+//! different registries and authorization modes.
+//!
+//! Order per request, as kube-apiserver: authentication (done by the transport, passed in as
+//! `Identity`), impersonation, authorization, then the handler.
+
+pub mod authorize;
+mod crud;
+pub mod discovery;
+pub mod fieldset;
+mod kinds;
+pub mod managed;
+pub mod patch;
+mod read;
+pub mod registry;
+pub mod request;
+mod reviews;
+pub mod route;
+mod table;
+mod watch;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::authz::UserInfo;
+use super::status::{ApiError, ApiResult};
+use super::store::Store;
+pub use request::Request;
+use route::Route;
+
+/// Who the transport says the caller is.
+#[derive(Debug, Clone)]
+pub enum Identity {
+    /// A client certificate that chains to the ClientCA.
+    User(UserInfo),
+    /// No client certificate.
+    Anonymous,
+    /// A certificate that does not verify: every request answers 401.
+    Rejected,
+}
+
+/// How requests are authorized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// RBAC over the stored objects (tenant clusters).
+    Rbac,
+    /// Any verified client may do anything; anonymous callers are refused (gateway admin).
+    VerifiedOnly,
+}
+
+/// What a handler answers.
+pub enum Reply {
+    Json(u16, Value),
+    Text(u16, &'static str, Bytes),
+    /// A watch: newline-delimited JSON events until the sender drops.
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl From<ApiError> for Reply {
+    fn from(e: ApiError) -> Self {
+        Reply::Json(e.code, e.body)
+    }
+}
+
+/// Runs after a pod is stored: (server, namespace, name).
+pub type PodHook = Box<dyn Fn(&ApiServer, &str, &str) + Send + Sync>;
+
+pub struct ApiServer {
+    pub registry: &'static [registry::ResourceDef],
+    pub store: Store,
+    pub mode: Mode,
+    /// `host:port` advertised by `/api`.
+    pub server_address: String,
+    rbac: authorize::RbacCache,
+    /// Called after a pod is created (pod placement; see `sim::schedule`).
+    pub on_pod_created: Option<PodHook>,
+}
+
+impl ApiServer {
+    pub fn new(
+        registry: &'static [registry::ResourceDef],
+        mode: Mode,
+        server_address: String,
+    ) -> Self {
+        ApiServer {
+            registry,
+            store: Store::new(),
+            mode,
+            server_address,
+            rbac: authorize::RbacCache::default(),
+            on_pod_created: None,
+        }
+    }
+
+    fn anonymous() -> UserInfo {
+        UserInfo {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+
+    pub async fn handle(self: &Arc<Self>, req: Request, identity: &Identity) -> Reply {
+        match self.handle_inner(req, identity) {
+            Ok(reply) => reply,
+            Err(e) => e.into(),
+        }
+    }
+
+    fn handle_inner(self: &Arc<Self>, req: Request, identity: &Identity) -> ApiResult<Reply> {
+        let user = match (identity, self.mode) {
+            (Identity::Rejected, _) => return Err(ApiError::unauthorized()),
+            (Identity::Anonymous, Mode::VerifiedOnly) => return Err(ApiError::unauthorized()),
+            (Identity::User(u), _) => u.clone(),
+            (Identity::Anonymous, Mode::Rbac) => Self::anonymous(),
+        };
+        let user = match self.mode {
+            Mode::Rbac => self.impersonate(&user, &req.headers)?,
+            Mode::VerifiedOnly => user,
+        };
+        let route = route::route(self.registry, &req.path);
+        if self.mode == Mode::Rbac {
+            let attrs = authorize::attributes(&req, &route);
+            self.require(&user, &attrs)?;
+        }
+        self.dispatch(req, route, &user)
+    }
+
+    fn dispatch(self: &Arc<Self>, req: Request, route: Route, user: &UserInfo) -> ApiResult<Reply> {
+        let get_only = |v: Option<Value>| -> ApiResult<Reply> {
+            if req.method != http::Method::GET {
+                return Err(ApiError::method_not_allowed());
+            }
+            v.map(|v| Reply::Json(200, v))
+                .ok_or_else(ApiError::no_route)
+        };
+        match route {
+            Route::Version => get_only(Some(discovery::version())),
+            Route::Health => Ok(Reply::Text(
+                200,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(b"ok"),
+            )),
+            Route::CoreVersions => get_only(Some(discovery::core_versions(&self.server_address))),
+            Route::Groups => get_only(Some(discovery::groups(self.registry))),
+            Route::Group(g) => get_only(discovery::group(self.registry, &g)),
+            Route::ResourceList { group, version } => {
+                get_only(discovery::resource_list(self.registry, &group, &version))
+            }
+            Route::UnknownResource { .. } | Route::Other => Err(ApiError::no_route()),
+            Route::Resource(r) => self.resource(req, r, user),
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! The resources an apiserver serves: group, version, kind, plural, scope, verbs, short names
+//! and subresources, as discovery advertises them and the router resolves them.
+//! Data only; behaviour that differs per resource is keyed on `ResourceDef::key`.
+
+/// How an object's name is validated on create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain (most resources).
+    Subdomain,
+    /// RFC 1123 label (namespaces, services, clusters).
+    Label,
+    /// Any path segment (RBAC objects, whose names carry `:`).
+    PathSegment,
+}
+
+#[derive(Debug)]
+pub struct ResourceDef {
+    /// Store key and identity: `pods`, `deployments.apps`.
+    pub key: &'static str,
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub verbs: &'static [&'static str],
+    pub short_names: &'static [&'static str],
+    /// Subresources beyond the object itself: `status`, `log`, `exec`, `attach`.
+    pub subresources: &'static [&'static str],
+    pub name_rule: NameRule,
+    /// Whether metadata.generation is maintained (bumped when the spec changes).
+    pub generation: bool,
+}
+
+impl ResourceDef {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    pub fn group_resource(&self) -> super::super::status::GroupResource<'static> {
+        super::super::status::GroupResource {
+            group: self.group,
+            resource: self.plural,
+        }
+    }
+
+    pub fn has_status(&self) -> bool {
+        self.subresources.contains(&"status")
+    }
+
+    /// Create-only virtual resources (access reviews): nothing is stored.
+    pub fn is_review(&self) -> bool {
+        self.group == "authorization.k8s.io"
+    }
+}
+
+const ALL: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+const CREATE_ONLY: &[&str] = &["create"];
+
+#[allow(clippy::too_many_arguments)]
+const fn def(
+    key: &'static str,
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+) -> ResourceDef {
+    ResourceDef {
+        key,
+        group,
+        version,
+        kind,
+        plural,
+        singular,
+        namespaced,
+        verbs: ALL,
+        short_names,
+        subresources: &[],
+        name_rule: NameRule::Subdomain,
+        generation: false,
+    }
+}
+
+/// What a tenant apiserver serves.
+pub static TENANT: &[ResourceDef] = &[
+    ResourceDef {
+        verbs: &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ],
+        subresources: &["status"],
+        name_rule: NameRule::Label,
+        ..def(
+            "namespaces",
+            "",
+            "v1",
+            "Namespace",
+            "namespaces",
+            "namespace",
+            false,
+            &["ns"],
+        )
+    },
+    ResourceDef {
+        subresources: &["status", "log", "exec", "attach"],
+        ..def("pods", "", "v1", "Pod", "pods", "pod", true, &["po"])
+    },
+    def(
+        "secrets",
+        "",
+        "v1",
+        "Secret",
+        "secrets",
+        "secret",
+        true,
+        &[],
+    ),
+    def(
+        "configmaps",
+        "",
+        "v1",
+        "ConfigMap",
+        "configmaps",
+        "configmap",
+        true,
+        &["cm"],
+    ),
+    ResourceDef {
+        verbs: &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ],
+        subresources: &["status"],
+        name_rule: NameRule::Label,
+        ..def(
+            "services",
+            "",
+            "v1",
+            "Service",
+            "services",
+            "service",
+            true,
+            &["svc"],
+        )
+    },
+    def(
+        "serviceaccounts",
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        true,
+        &["sa"],
+    ),
+    def(
+        "events",
+        "",
+        "v1",
+        "Event",
+        "events",
+        "event",
+        true,
+        &["ev"],
+    ),
+    ResourceDef {
+        subresources: &["status"],
+        ..def(
+            "persistentvolumeclaims",
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            "persistentvolumeclaim",
+            true,
+            &["pvc"],
+        )
+    },
+    ResourceDef {
+        subresources: &["status"],
+        ..def("nodes", "", "v1", "Node", "nodes", "node", false, &["no"])
+    },
+    ResourceDef {
+        subresources: &["status"],
+        generation: true,
+        ..def(
+            "deployments.apps",
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            "deployment",
+            true,
+            &["deploy"],
+        )
+    },
+    ResourceDef {
+        generation: true,
+        ..def(
+            "priorityclasses.scheduling.k8s.io",
+            "scheduling.k8s.io",
+            "v1",
+            "PriorityClass",
+            "priorityclasses",
+            "priorityclass",
+            false,
+            &["pc"],
+        )
+    },
+    ResourceDef {
+        subresources: &["status"],
+        generation: true,
+        ..def(
+            "poddisruptionbudgets.policy",
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            "poddisruptionbudget",
+            true,
+            &["pdb"],
+        )
+    },
+    ResourceDef {
+        name_rule: NameRule::PathSegment,
+        ..def(
+            "roles.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "Role",
+            "roles",
+            "role",
+            true,
+            &[],
+        )
+    },
+    ResourceDef {
+        name_rule: NameRule::PathSegment,
+        ..def(
+            "clusterroles.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+            "clusterrole",
+            false,
+            &[],
+        )
+    },
+    ResourceDef {
+        name_rule: NameRule::PathSegment,
+        ..def(
+            "rolebindings.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+            "rolebinding",
+            true,
+            &[],
+        )
+    },
+    ResourceDef {
+        name_rule: NameRule::PathSegment,
+        ..def(
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            false,
+            &[],
+        )
+    },
+    def(
+        "leases.coordination.k8s.io",
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        "lease",
+        true,
+        &[],
+    ),
+    ResourceDef {
+        verbs: CREATE_ONLY,
+        ..def(
+            "subjectaccessreviews.authorization.k8s.io",
+            "authorization.k8s.io",
+            "v1",
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+            "subjectaccessreview",
+            false,
+            &[],
+        )
+    },
+    ResourceDef {
+        verbs: CREATE_ONLY,
+        ..def(
+            "selfsubjectaccessreviews.authorization.k8s.io",
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            "selfsubjectaccessreview",
+            false,
+            &[],
+        )
+    },
+];
+
+/// Group of the gateway's `Cluster` objects (DESIGN.md contract).
+pub const TENANCY_GROUP: &str = "tenancy.socialweb.computer";
+
+/// What the gateway admin apiserver serves.
+pub static ADMIN: &[ResourceDef] = &[ResourceDef {
+    subresources: &["status"],
+    name_rule: NameRule::Label,
+    generation: true,
+    ..def(
+        "clusters.tenancy.socialweb.computer",
+        TENANCY_GROUP,
+        "v1alpha1",
+        "Cluster",
+        "clusters",
+        "cluster",
+        false,
+        &[],
+    )
+}];
+
+/// Resolves `(group, version, plural)` within a registry.
+pub fn find(
+    registry: &'static [ResourceDef],
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Option<&'static ResourceDef> {
+    registry
+        .iter()
+        .find(|d| d.group == group && d.version == version && d.plural == plural)
+}
+
+pub fn by_key(registry: &'static [ResourceDef], key: &str) -> Option<&'static ResourceDef> {
+    registry.iter().find(|d| d.key == key)
+}
+
+/// The groups of a registry in first-seen order, each with its one version.
+pub fn groups(registry: &'static [ResourceDef]) -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for d in registry {
+        if !out.iter().any(|(g, v)| *g == d.group && *v == d.version) {
+            out.push((d.group, d.version));
+        }
+    }
+    out
+}

@@ -1,0 +1,163 @@
+//! Path routing: a request path becomes discovery, health, or a resource request with its
+//! namespace, name and subresource (kube-apiserver's RequestInfo rules, including
+//! `/api/v1/namespaces/<ns>` naming the namespace object itself).
+
+use super::registry::{self, ResourceDef};
+
+#[derive(Debug, Clone)]
+pub enum Route {
+    Version,
+    Health,
+    /// `/api`
+    CoreVersions,
+    /// `/apis`
+    Groups,
+    /// `/apis/<group>`
+    Group(String),
+    /// `/api/v1`, `/apis/<group>/<version>`
+    ResourceList {
+        group: String,
+        version: String,
+    },
+    Resource(ResourceRoute),
+    /// A known API prefix with an unknown resource: (group, resource) for authorization.
+    UnknownResource {
+        group: String,
+        resource: String,
+        namespace: String,
+        name: String,
+    },
+    /// Anything else (including `/openapi/*`): a non-resource URL that answers 404.
+    Other,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResourceRoute {
+    pub def: &'static ResourceDef,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+pub fn route(registry: &'static [ResourceDef], path: &str) -> Route {
+    let trimmed = path.trim_end_matches('/');
+    let parts: Vec<&str> = trimmed.split('/').filter(|s| !s.is_empty()).collect();
+    match parts.as_slice() {
+        ["version"] => Route::Version,
+        ["healthz"] | ["readyz"] | ["livez"] => Route::Health,
+        [h, ..] if matches!(*h, "healthz" | "readyz" | "livez") => Route::Health,
+        ["api"] => Route::CoreVersions,
+        ["apis"] => Route::Groups,
+        ["apis", g] => Route::Group(g.to_string()),
+        ["api", v] => Route::ResourceList {
+            group: String::new(),
+            version: v.to_string(),
+        },
+        ["apis", g, v] => Route::ResourceList {
+            group: g.to_string(),
+            version: v.to_string(),
+        },
+        ["api", v, rest @ ..] => resource(registry, "", v, rest),
+        ["apis", g, v, rest @ ..] => resource(registry, g, v, rest),
+        _ => Route::Other,
+    }
+}
+
+fn resource(registry: &'static [ResourceDef], group: &str, version: &str, rest: &[&str]) -> Route {
+    let mut parts = rest;
+    let mut namespace = None;
+    if parts.first() == Some(&"namespaces") && parts.len() > 1 {
+        namespace = Some(parts[1].to_string());
+        if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
+            parts = &parts[2..];
+        }
+    }
+    let res = parts[0];
+    // `/api/v1/namespaces/<name>[/status]`: the namespace is the object, and its own scope.
+    let (name, sub) = if res == "namespaces"
+        && namespace.is_some()
+        && parts.len() <= 3
+        && parts.as_ptr() == rest.as_ptr()
+    {
+        (namespace.clone(), parts.get(2).map(|s| s.to_string()))
+    } else {
+        (
+            parts.get(1).map(|s| s.to_string()),
+            parts.get(2).map(|s| s.to_string()),
+        )
+    };
+    if parts.len() > 3 {
+        return Route::Other;
+    }
+    match registry::find(registry, group, version, res) {
+        Some(def) => Route::Resource(ResourceRoute {
+            def,
+            namespace: if def.namespaced || res == "namespaces" {
+                namespace
+            } else {
+                None
+            },
+            name,
+            subresource: sub,
+        }),
+        None => Route::UnknownResource {
+            group: group.to_string(),
+            resource: res.to_string(),
+            namespace: namespace.unwrap_or_default(),
+            name: name.unwrap_or_default(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(path: &str) -> ResourceRoute {
+        match route(registry::TENANT, path) {
+            Route::Resource(r) => r,
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn routes() {
+        let r = res("/api/v1/namespaces/ns/pods/p/log");
+        assert_eq!(
+            (
+                r.def.plural,
+                r.namespace.as_deref(),
+                r.name.as_deref(),
+                r.subresource.as_deref()
+            ),
+            ("pods", Some("ns"), Some("p"), Some("log"))
+        );
+        let r = res("/api/v1/namespaces/ns");
+        assert_eq!(
+            (r.def.plural, r.namespace.as_deref(), r.name.as_deref()),
+            ("namespaces", Some("ns"), Some("ns"))
+        );
+        let r = res("/api/v1/namespaces");
+        assert_eq!((r.def.plural, r.name), ("namespaces", None));
+        let r = res("/apis/apps/v1/namespaces/x/deployments");
+        assert_eq!(
+            (r.def.plural, r.namespace.as_deref()),
+            ("deployments", Some("x"))
+        );
+        let r = res("/api/v1/pods");
+        assert_eq!(r.namespace, None);
+        let r = res("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/x");
+        assert_eq!((r.namespace, r.name.as_deref()), (None, Some("x")));
+        assert!(matches!(
+            route(registry::TENANT, "/openapi/v2"),
+            Route::Other
+        ));
+        assert!(matches!(
+            route(registry::TENANT, "/api/v1/namespaces/x/widgets"),
+            Route::UnknownResource { .. }
+        ));
+        assert!(
+            matches!(route(registry::TENANT, "/apis/apps/v1"), Route::ResourceList { group, version } if group == "apps" && version == "v1")
+        );
+    }
+}

@@ -1,0 +1,149 @@
+//! The HTTPS transport shared by every simulated apiserver: accept, TLS handshake,
+//! authenticate the peer certificate once per connection, then serve HTTP/1.1 or HTTP/2
+//! requests into an [`ApiServer`]. Stops accepting and drops every connection (watches
+//! included) when the shutdown signal fires.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request as HyperRequest, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rustls::ServerConfig;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use super::api::{ApiServer, Identity, Reply, Request};
+use super::authn::Authenticator;
+use super::status::ApiError;
+
+/// kube-apiserver's default request body limit.
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// A response body: one chunk, or a stream of watch events.
+pub enum ReplyBody {
+    Full(Option<Bytes>),
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl Body for ReplyBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match &mut *self {
+            ReplyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            ReplyBody::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, ReplyBody::Full(None))
+    }
+}
+
+fn json_response(code: u16, body: Vec<u8>) -> Response<ReplyBody> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-cache, private")
+        .body(ReplyBody::Full(Some(Bytes::from(body))))
+        .expect("static headers are valid")
+}
+
+fn to_response(reply: Reply, head: bool) -> Response<ReplyBody> {
+    let mut resp = match reply {
+        Reply::Json(code, v) => json_response(code, serde_json::to_vec(&v).unwrap_or_default()),
+        Reply::Text(code, ct, b) => Response::builder()
+            .status(code)
+            .header("content-type", ct)
+            .body(ReplyBody::Full(Some(b)))
+            .expect("static headers are valid"),
+        Reply::Stream(rx) => Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .header("cache-control", "no-cache, private")
+            .body(ReplyBody::Stream(rx))
+            .expect("static headers are valid"),
+    };
+    if head {
+        *resp.body_mut() = ReplyBody::Full(None);
+    }
+    resp
+}
+
+async fn handle(
+    api: Arc<ApiServer>,
+    identity: Arc<Identity>,
+    req: HyperRequest<Incoming>,
+) -> Result<Response<ReplyBody>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            let e = ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                "the request body is too large",
+                None,
+            );
+            return Ok(json_response(
+                e.code,
+                serde_json::to_vec(&e.body).unwrap_or_default(),
+            ));
+        }
+    };
+    let head = parts.method == http::Method::HEAD;
+    let request = Request::new(
+        parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        parts.headers,
+        body,
+    );
+    let reply = api.handle(request, &identity).await;
+    Ok(to_response(reply, head))
+}
+
+/// Serves `api` on `listener` until `shutdown` changes.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    authn: Arc<Authenticator>,
+    api: Arc<ApiServer>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let _ = tcp.set_nodelay(true);
+                let (acceptor, authn, api) = (acceptor.clone(), authn.clone(), api.clone());
+                conns.spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let identity = Arc::new(authn.authenticate(tls.get_ref().1.peer_certificates()));
+                    let svc = service_fn(move |req| handle(api.clone(), identity.clone(), req));
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
