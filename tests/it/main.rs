@@ -2,6 +2,7 @@
 //! `tenantci` binary (and, where the capability needs them, the simulator, kubectl and a real
 //! nats-server). Shared helpers live in `util`.
 
+mod bootstrap;
 mod check_host;
 mod cli;
 mod credential;
