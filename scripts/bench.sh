@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ensure_rust
 
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(mint)
+[ ${#benches[@]} -gt 0 ] || benches=(mint bootstrap)
 
 log "building"
 cargo build --locked --bin tenantci --examples
