@@ -12,6 +12,7 @@ pub mod kubeconfig;
 pub mod logging;
 pub mod output;
 pub mod pki;
+pub mod queue;
 pub mod tls;
 
 pub use error::{Error, ErrorKind, Result};

@@ -9,6 +9,7 @@ mod check_host;
 mod credential;
 mod internal;
 mod pki;
+mod queue;
 
 /// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
 /// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.
@@ -52,6 +53,9 @@ pub enum Command {
     /// Entry points with a fixed environment interface, as the runbook calls them.
     #[command(subcommand)]
     Internal(internal::InternalCommand),
+    /// The JetStream job queue: NATS users, stream and consumers, status.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -69,6 +73,7 @@ async fn dispatch(command: Command) -> crate::Result<i32> {
         Command::Credential(cmd) => credential::run(cmd).await,
         Command::CheckHost(args) => check_host::run(args).await,
         Command::Internal(cmd) => internal::run(cmd).await,
+        Command::Queue(cmd) => queue::run(cmd).await,
     }
 }
 

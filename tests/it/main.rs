@@ -3,3 +3,5 @@
 //! nats-server). Shared helpers live in `util`.
 
 mod util;
+mod util_nats;
+mod queue;
