@@ -142,9 +142,18 @@ async fn capped(s: &Server, capacity: usize, n: usize, key: &SealingKey) -> Resu
     // Latency, unloaded: one at a time.
     let mut lat = Vec::new();
     for i in 0..200 {
-        let a = Assignment::seal(key, &format!("l{capacity}-{i}"), 1, Backend::Pod, vec![], b"{}")
-            .unwrap();
-        sent.lock().unwrap().insert(a.task_id.clone(), Instant::now());
+        let a = Assignment::seal(
+            key,
+            &format!("l{capacity}-{i}"),
+            1,
+            Backend::Pod,
+            vec![],
+            b"{}",
+        )
+        .unwrap();
+        sent.lock()
+            .unwrap()
+            .insert(a.task_id.clone(), Instant::now());
         producer.publish(&a).await.unwrap();
         lat.push(done_rx.recv().await.unwrap());
     }
@@ -157,9 +166,18 @@ async fn capped(s: &Server, capacity: usize, n: usize, key: &SealingKey) -> Resu
         let key = key.clone();
         pubs.push(tokio::spawn(async move {
             for i in (w..n).step_by(PUBLISHERS) {
-                let a = Assignment::seal(&key, &format!("t{capacity}-{i}"), 1, Backend::Pod, vec![], br#"{"token":"x"}"#)
-                    .unwrap();
-                sent.lock().unwrap().insert(a.task_id.clone(), Instant::now());
+                let a = Assignment::seal(
+                    &key,
+                    &format!("t{capacity}-{i}"),
+                    1,
+                    Backend::Pod,
+                    vec![],
+                    br#"{"token":"x"}"#,
+                )
+                .unwrap();
+                sent.lock()
+                    .unwrap()
+                    .insert(a.task_id.clone(), Instant::now());
                 producer.publish(&a).await.unwrap();
             }
         }));
@@ -208,7 +226,11 @@ async fn raw(s: &Server, n: usize) -> Result_ {
     for i in 0..200 {
         let id = format!("rl-{i}");
         sent.lock().unwrap().insert(id.clone(), Instant::now());
-        pjs.publish("ci.runner.vm", id.into()).await.unwrap().await.unwrap();
+        pjs.publish("ci.runner.vm", id.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
         lat.push(done_rx.recv().await.unwrap());
     }
     let start = Instant::now();
@@ -220,7 +242,11 @@ async fn raw(s: &Server, n: usize) -> Result_ {
             for i in (w..n).step_by(PUBLISHERS) {
                 let id = format!("rt-{i}");
                 sent.lock().unwrap().insert(id.clone(), Instant::now());
-                pjs.publish("ci.runner.vm", id.into()).await.unwrap().await.unwrap();
+                pjs.publish("ci.runner.vm", id.into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
             }
         }));
     }

@@ -106,8 +106,16 @@ fn nats_config(args: NatsConfigArgs) -> crate::Result<i32> {
         };
         println!("{} {state}", report.fragment.display());
         for u in &report.users {
-            let how = if u.password_created { "created" } else { "kept" };
-            println!("  {:<12} {} ({how}, 0600)", u.user, u.password_file.display());
+            let how = if u.password_created {
+                "created"
+            } else {
+                "kept"
+            };
+            println!(
+                "  {:<12} {} ({how}, 0600)",
+                u.user,
+                u.password_file.display()
+            );
         }
     }
     Ok(0)
@@ -137,7 +145,8 @@ fn spec_from(args: &InitArgs) -> crate::Result<TopologySpec> {
 
 async fn init(args: InitArgs) -> crate::Result<i32> {
     let spec = spec_from(&args)?;
-    let client = connect::connect(&args.conn.nats, &args.conn.user, &args.conn.password_file).await?;
+    let client =
+        connect::connect(&args.conn.nats, &args.conn.user, &args.conn.password_file).await?;
     let js = async_nats::jetstream::new(client);
     let report = topology::apply(&js, &spec).await.map_err(|e| {
         crate::Error::external(format!("NATS at {}: {e}", args.conn.nats)).hint(
@@ -147,7 +156,11 @@ async fn init(args: InitArgs) -> crate::Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        println!("stream {}: {}", report.stream, describe(&report.stream_change));
+        println!(
+            "stream {}: {}",
+            report.stream,
+            describe(&report.stream_change)
+        );
         for c in &report.consumers {
             println!(
                 "consumer {} (capacity {}): {}",
@@ -190,7 +203,8 @@ pub struct ConsumerStatus {
 }
 
 async fn status(args: StatusArgs) -> crate::Result<i32> {
-    let client = connect::connect(&args.conn.nats, &args.conn.user, &args.conn.password_file).await?;
+    let client =
+        connect::connect(&args.conn.nats, &args.conn.user, &args.conn.password_file).await?;
     let js = async_nats::jetstream::new(client);
     let mut consumers = Vec::new();
     for b in Backend::ALL {
@@ -205,9 +219,10 @@ async fn status(args: StatusArgs) -> crate::Result<i32> {
                 ))
                 .hint("create the topology with `tenantci queue init`; status needs ci-admin or ci-worker")
             })?;
-        let info = c.info().await.map_err(|e| {
-            crate::Error::external(format!("NATS at {}: {e}", args.conn.nats))
-        })?;
+        let info = c
+            .info()
+            .await
+            .map_err(|e| crate::Error::external(format!("NATS at {}: {e}", args.conn.nats)))?;
         consumers.push(ConsumerStatus {
             consumer: b.consumer().to_string(),
             pending: info.num_pending,
@@ -224,7 +239,10 @@ async fn status(args: StatusArgs) -> crate::Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        println!("{:<8} {:>8} {:>10} {:>9}", "CONSUMER", "PENDING", "IN-FLIGHT", "CAPACITY");
+        println!(
+            "{:<8} {:>8} {:>10} {:>9}",
+            "CONSUMER", "PENDING", "IN-FLIGHT", "CAPACITY"
+        );
         for c in &report.consumers {
             println!(
                 "{:<8} {:>8} {:>10} {:>9}",

@@ -77,7 +77,9 @@ pub enum AssignmentError {
     Version(u32),
     #[error("the sealed payload uses `{0}`; this build opens `{ALG}`")]
     Alg(String),
-    #[error("the sealed payload does not open with this key (wrong key, or it was tampered with or moved)")]
+    #[error(
+        "the sealed payload does not open with this key (wrong key, or it was tampered with or moved)"
+    )]
     Open,
     #[error("cannot seal the payload")]
     Seal,
@@ -279,7 +281,10 @@ mod tests {
         );
         let back = Assignment::from_json(&json).unwrap();
         assert_eq!(back, a);
-        assert_eq!(back.open(&key).unwrap(), b"{\"token\":\"s3cret-task-token\"}");
+        assert_eq!(
+            back.open(&key).unwrap(),
+            b"{\"token\":\"s3cret-task-token\"}"
+        );
         assert_eq!(back.msg_id(), "4711:1");
     }
 
@@ -296,10 +301,7 @@ mod tests {
             tamper(&mut b);
             assert_eq!(b.open(&key), Err(AssignmentError::Open));
         }
-        assert_eq!(
-            a.open(&SealingKey::generate()),
-            Err(AssignmentError::Open)
-        );
+        assert_eq!(a.open(&SealingKey::generate()), Err(AssignmentError::Open));
     }
 
     #[test]

@@ -330,7 +330,16 @@ impl Lane {
             Ok(a) if a.backend == self.backend => a,
             Ok(a) => {
                 return self
-                    .term(&message, stream_sequence, &format!("assignment {} is for backend {}, not {}", a.msg_id(), a.backend, self.backend))
+                    .term(
+                        &message,
+                        stream_sequence,
+                        &format!(
+                            "assignment {} is for backend {}, not {}",
+                            a.msg_id(),
+                            a.backend,
+                            self.backend
+                        ),
+                    )
                     .await;
             }
             Err(e) => return self.term(&message, stream_sequence, &e.to_string()).await,
@@ -368,21 +377,34 @@ impl Lane {
                         self.counters.acked.fetch_add(1, Ordering::SeqCst);
                     }
                     // The workload exists; a redelivery will find it (handlers are idempotent).
-                    Err(e) => tracing::warn!(msg_id, error = %e, "ack not confirmed; the assignment may be redelivered"),
+                    Err(e) => {
+                        tracing::warn!(msg_id, error = %e, "ack not confirmed; the assignment may be redelivered")
+                    }
                 }
             }
             Outcome::Retry(reason) if self.max_deliver > 0 && delivered >= self.max_deliver => {
-                let why = format!("transient failure on the last of {} deliveries: {reason}", self.max_deliver);
+                let why = format!(
+                    "transient failure on the last of {} deliveries: {reason}",
+                    self.max_deliver
+                );
                 self.term(&message, stream_sequence, &why).await;
             }
             Outcome::Retry(reason) => {
                 let delay = nak_delay(&self.settings, delivered);
-                tracing::info!(msg_id, delivered, ?delay, reason, "assignment failed transiently; NAK with backoff");
+                tracing::info!(
+                    msg_id,
+                    delivered,
+                    ?delay,
+                    reason,
+                    "assignment failed transiently; NAK with backoff"
+                );
                 match message.ack_with(AckKind::Nak(Some(delay))).await {
                     Ok(()) => {
                         self.counters.naked.fetch_add(1, Ordering::SeqCst);
                     }
-                    Err(e) => tracing::warn!(msg_id, error = %e, "cannot NAK; it is redelivered after ack_wait"),
+                    Err(e) => {
+                        tracing::warn!(msg_id, error = %e, "cannot NAK; it is redelivered after ack_wait")
+                    }
                 }
             }
             Outcome::Poison(reason) => self.term(&message, stream_sequence, &reason).await,

@@ -70,7 +70,9 @@ impl FromStr for Backend {
         match s {
             "pod" => Ok(Backend::Pod),
             "vm" => Ok(Backend::Vm),
-            other => Err(format!("unknown backend `{other}` (expected `pod` or `vm`)")),
+            other => Err(format!(
+                "unknown backend `{other}` (expected `pod` or `vm`)"
+            )),
         }
     }
 }

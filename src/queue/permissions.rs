@@ -47,7 +47,10 @@ pub fn user_permissions() -> Vec<UserPermissions> {
         },
         UserPermissions {
             user: users::PRODUCER,
-            publish: Backend::ALL.iter().map(|b| b.subject().to_string()).collect(),
+            publish: Backend::ALL
+                .iter()
+                .map(|b| b.subject().to_string())
+                .collect(),
             subscribe: inbox(users::PRODUCER),
         },
         UserPermissions {
@@ -117,14 +120,15 @@ pub fn password_file(secrets_dir: &Path, user: &str) -> PathBuf {
 
 /// Reads a password file (surrounding whitespace trimmed); it must not be empty.
 pub fn read_password(path: &Path) -> crate::Result<String> {
-    let raw =
-        std::fs::read_to_string(path).map_err(|e| crate::Error::unreadable("the password file", path, e))?;
+    let raw = std::fs::read_to_string(path)
+        .map_err(|e| crate::Error::unreadable("the password file", path, e))?;
     let pw = raw.trim().to_string();
     if pw.is_empty() {
-        return Err(
-            crate::Error::bad_input(format!("the password file `{}` is empty", path.display()))
-                .hint("delete it and run `tenantci queue nats-config` again to generate one"),
-        );
+        return Err(crate::Error::bad_input(format!(
+            "the password file `{}` is empty",
+            path.display()
+        ))
+        .hint("delete it and run `tenantci queue nats-config` again to generate one"));
     }
     Ok(pw)
 }
@@ -289,8 +293,14 @@ mod tests {
         ];
         let f = render_fragment(&hashes);
         assert!(f.starts_with("# Generated"));
-        assert_eq!(hash_in_fragment(&f, "ci-worker").as_deref(), Some("$2a$11$cccc"));
-        assert_eq!(hash_in_fragment(&f, "ci-producer").as_deref(), Some("$2a$11$bbbb"));
+        assert_eq!(
+            hash_in_fragment(&f, "ci-worker").as_deref(),
+            Some("$2a$11$cccc")
+        );
+        assert_eq!(
+            hash_in_fragment(&f, "ci-producer").as_deref(),
+            Some("$2a$11$bbbb")
+        );
         assert!(f.contains("\"_INBOX_ci-worker.>\""));
     }
 

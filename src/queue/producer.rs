@@ -7,11 +7,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{
-    self,
-    context::PublishErrorKind,
-    message::PublishMessage,
-};
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 
 use super::assignment::Assignment;
 
@@ -99,7 +95,11 @@ impl Producer {
             };
             match result {
                 Ok(ack) if ack.duplicate => {
-                    tracing::info!(msg_id, sequence = ack.sequence, "assignment was already queued (duplicate)");
+                    tracing::info!(
+                        msg_id,
+                        sequence = ack.sequence,
+                        "assignment was already queued (duplicate)"
+                    );
                     return Ok(Published::Duplicate {
                         sequence: ack.sequence,
                     });
@@ -110,7 +110,11 @@ impl Producer {
                     });
                 }
                 Err(e) if e.kind() == PublishErrorKind::TimedOut => {
-                    tracing::warn!(msg_id, attempt, "no PubAck in time; publishing again with the same Msg-Id");
+                    tracing::warn!(
+                        msg_id,
+                        attempt,
+                        "no PubAck in time; publishing again with the same Msg-Id"
+                    );
                     continue;
                 }
                 Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {

@@ -176,7 +176,10 @@ pub fn consumer_drift(
             out.push(name)
         }
     };
-    check("filter_subject", desired.filter_subject == actual.filter_subject);
+    check(
+        "filter_subject",
+        desired.filter_subject == actual.filter_subject,
+    );
     check("ack_policy", desired.ack_policy == actual.ack_policy);
     check("ack_wait", desired.ack_wait == actual.ack_wait);
     check("max_deliver", desired.max_deliver == actual.max_deliver);
@@ -303,9 +306,10 @@ pub async fn apply(
                 Change::Created
             }
             Err(e) => {
-                return Err(server_err("read", format!("consumer {}", backend.consumer()))(
-                    e.into(),
-                ));
+                return Err(server_err(
+                    "read",
+                    format!("consumer {}", backend.consumer()),
+                )(e.into()));
             }
         };
         consumers.push(ConsumerChange {
@@ -329,7 +333,12 @@ async fn create_consumer(
     js.create_consumer_on_stream(config, STREAM)
         .await
         .map(|_| ())
-        .map_err(|e| server_err("create or update", format!("consumer {}", backend.consumer()))(e.into()))
+        .map_err(|e| {
+            server_err(
+                "create or update",
+                format!("consumer {}", backend.consumer()),
+            )(e.into())
+        })
 }
 
 #[cfg(test)]
@@ -390,7 +399,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            stream_drift(&desired_stream(&three), &desired_stream(&TopologySpec::default())),
+            stream_drift(
+                &desired_stream(&three),
+                &desired_stream(&TopologySpec::default())
+            ),
             vec!["num_replicas"]
         );
     }

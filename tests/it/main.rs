@@ -2,6 +2,6 @@
 //! `tenantci` binary (and, where the capability needs them, the simulator, kubectl and a real
 //! nats-server). Shared helpers live in `util`.
 
+mod queue;
 mod util;
 mod util_nats;
-mod queue;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use tenantci::queue::assignment::{Assignment, SealingKey};
 use tenantci::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
-use tenantci::queue::producer::{Producer, Published, PublishError};
+use tenantci::queue::producer::{Producer, PublishError, Published};
 use tenantci::queue::{Backend, STREAM};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -122,7 +122,10 @@ async fn queue_producer_cannot_pull_create_streams_or_read_the_worker_inbox() {
     let admin = jetstream::new(server.client("ci-admin").await);
     assert!(admin.get_stream("EVIL").await.is_err());
     assert_eq!(stream_messages(&server).await, 1);
-    assert_eq!(admin_consumer(&server, Backend::Pod).await.num_ack_pending, 0);
+    assert_eq!(
+        admin_consumer(&server, Backend::Pod).await.num_ack_pending,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +150,11 @@ async fn queue_worker_cannot_publish_assignments_or_read_the_producer_inbox() {
     violation(&mut events, "_INBOX_ci-producer.>").await;
     // Nor may it administer the stream.
     worker
-        .publish_with_reply("$JS.API.STREAM.DELETE.CI_RUNNER", "_INBOX_ci-worker.x", "".into())
+        .publish_with_reply(
+            "$JS.API.STREAM.DELETE.CI_RUNNER",
+            "_INBOX_ci-worker.x",
+            "".into(),
+        )
         .await
         .unwrap();
     violation(&mut events, "$JS.API.STREAM.DELETE.CI_RUNNER").await;
@@ -178,7 +185,11 @@ async fn queue_anonymous_and_wrong_password_connections_are_refused() {
         pw.as_os_str(),
     ]);
     assert_exit(&out, 3);
-    assert!(stderr(&out).contains("refused the credentials"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused the credentials"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,9 +206,14 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
     }
 
     let consumer = Arc::new(
-        CappedConsumer::bind(server.client("ci-worker").await, Backend::Pod, 2, fast_settings())
-            .await
-            .unwrap(),
+        CappedConsumer::bind(
+            server.client("ci-worker").await,
+            Backend::Pod,
+            2,
+            fast_settings(),
+        )
+        .await
+        .unwrap(),
     );
     let active = Arc::new(AtomicUsize::new(0));
     let max_active = Arc::new(AtomicUsize::new(0));
@@ -237,14 +253,26 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
     let mut seen = Vec::new();
     let mut released = 0;
     for _ in 0..2 {
-        seen.push(within("an assignment to start", started.recv()).await.unwrap());
+        seen.push(
+            within("an assignment to start", started.recv())
+                .await
+                .unwrap(),
+        );
     }
     loop {
         // Both slots busy: the server holds the rest; nothing was prefetched.
         let info = admin_consumer(&server, Backend::Pod).await;
-        assert_eq!(info.num_ack_pending, seen.len() - released, "in flight at the server");
+        assert_eq!(
+            info.num_ack_pending,
+            seen.len() - released,
+            "in flight at the server"
+        );
         assert_eq!(info.num_ack_pending, 2);
-        assert_eq!(info.num_pending, (10 - seen.len()) as u64, "pending at the server");
+        assert_eq!(
+            info.num_pending,
+            (10 - seen.len()) as u64,
+            "pending at the server"
+        );
         assert_eq!(consumer.stats().in_flight, 2);
         if seen.len() == 10 {
             release.add_permits(2);
@@ -252,7 +280,11 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
         }
         release.add_permits(1);
         released += 1;
-        seen.push(within("an assignment to start", started.recv()).await.unwrap());
+        seen.push(
+            within("an assignment to start", started.recv())
+                .await
+                .unwrap(),
+        );
     }
     until("all acks", || consumer.stats().acked == 10).await;
     stop_tx.send(()).unwrap();
@@ -265,7 +297,11 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
     assert_eq!(max_active.load(Ordering::SeqCst), 2, "handler concurrency");
     assert_eq!(stats.max_in_flight, 2);
     assert_eq!(stats.max_pull_batch, 1, "never a prefetch batch");
-    assert_eq!(stream_messages(&server).await, 0, "acked assignments leave the work queue");
+    assert_eq!(
+        stream_messages(&server).await,
+        0,
+        "acked assignments leave the work queue"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,7 +316,7 @@ async fn queue_a_worker_that_dies_without_acking_gets_its_assignment_redelivered
         .unwrap();
 
     // Worker A receives it and dies mid-work (its task and connection go away, no ack).
-    let dead = {
+    {
         let client = server.client("ci-worker").await;
         let consumer = CappedConsumer::bind(client.clone(), Backend::Pod, 1, fast_settings())
             .await
@@ -304,21 +340,29 @@ async fn queue_a_worker_that_dies_without_acking_gets_its_assignment_redelivered
         task.abort();
         let _ = task.await;
         drop(client);
-    };
-    let _ = dead;
+    }
 
     // Worker B gets it again after ack_wait.
-    let consumer = CappedConsumer::bind(server.client("ci-worker").await, Backend::Pod, 1, fast_settings())
-        .await
-        .unwrap();
+    let consumer = CappedConsumer::bind(
+        server.client("ci-worker").await,
+        Backend::Pod,
+        1,
+        fast_settings(),
+    )
+    .await
+    .unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let key2 = key.clone();
     let handler = move |job: Job| {
         let tx = tx.clone();
         let key = key2.clone();
         async move {
-            tx.send((job.assignment.task_id.clone(), job.delivered, job.assignment.open(&key).unwrap()))
-                .unwrap();
+            tx.send((
+                job.assignment.task_id.clone(),
+                job.delivered,
+                job.assignment.open(&key).unwrap(),
+            ))
+            .unwrap();
             Outcome::Started
         }
     };
@@ -352,9 +396,14 @@ async fn queue_transient_failure_naks_and_poison_is_terminated() {
         .publish(&assignment(&key, "poison", Backend::Pod, b"p"))
         .await
         .unwrap();
-    let consumer = CappedConsumer::bind(server.client("ci-worker").await, Backend::Pod, 2, fast_settings())
-        .await
-        .unwrap();
+    let consumer = CappedConsumer::bind(
+        server.client("ci-worker").await,
+        Backend::Pod,
+        2,
+        fast_settings(),
+    )
+    .await
+    .unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handler = move |job: Job| {
         let tx = tx.clone();
@@ -379,7 +428,11 @@ async fn queue_transient_failure_naks_and_poison_is_terminated() {
         got.sort();
         assert_eq!(
             got,
-            vec![("flaky".into(), 1), ("flaky".into(), 2), ("poison".into(), 1)]
+            vec![
+                ("flaky".into(), 1),
+                ("flaky".into(), 2),
+                ("poison".into(), 1)
+            ]
         );
         until("ack and term", || {
             let s = consumer.stats();
@@ -391,7 +444,11 @@ async fn queue_transient_failure_naks_and_poison_is_terminated() {
     tokio::join!(run, check);
     let s = consumer.stats();
     assert_eq!(s.naked, 1);
-    assert_eq!(stream_messages(&server).await, 0, "poison is gone, not redelivered");
+    assert_eq!(
+        stream_messages(&server).await,
+        0,
+        "poison is gone, not redelivered"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,7 +472,10 @@ async fn queue_republishing_the_same_task_attempt_is_deduplicated() {
     assert_eq!(again, Published::Duplicate { sequence });
     // A new attempt of the same task is a new message.
     let retry = Assignment::seal(&key, "7", 2, Backend::Pod, vec![], b"a").unwrap();
-    assert!(matches!(producer.publish(&retry).await, Ok(Published::Stored { .. })));
+    assert!(matches!(
+        producer.publish(&retry).await,
+        Ok(Published::Stored { .. })
+    ));
     assert_eq!(stream_messages(&server).await, 2);
 }
 
@@ -448,7 +508,12 @@ async fn queue_a_server_restart_with_file_storage_loses_nothing() {
         let producer = Producer::new(server.client("ci-producer").await);
         for i in 0..3 {
             producer
-                .publish(&assignment(&key, &format!("r{i}"), Backend::Pod, format!("payload-{i}").as_bytes()))
+                .publish(&assignment(
+                    &key,
+                    &format!("r{i}"),
+                    Backend::Pod,
+                    format!("payload-{i}").as_bytes(),
+                ))
                 .await
                 .unwrap();
         }
@@ -462,9 +527,14 @@ async fn queue_a_server_restart_with_file_storage_loses_nothing() {
     assert_eq!(admin_consumer(&server, Backend::Pod).await.num_pending, 3);
     assert_eq!(admin_consumer(&server, Backend::Vm).await.num_pending, 1);
 
-    let consumer = CappedConsumer::bind(server.client("ci-worker").await, Backend::Pod, 4, fast_settings())
-        .await
-        .unwrap();
+    let consumer = CappedConsumer::bind(
+        server.client("ci-worker").await,
+        Backend::Pod,
+        4,
+        fast_settings(),
+    )
+    .await
+    .unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handler = move |job: Job| {
         let tx = tx.clone();
@@ -501,7 +571,12 @@ async fn queue_the_jetstream_store_holds_no_task_secret_in_clear() {
     let task_id = format!("visible{:08x}", rand::random::<u32>());
     let producer = Producer::new(server.client("ci-producer").await);
     producer
-        .publish(&assignment(&key, &task_id, Backend::Pod, format!("{{\"token\":\"{secret}\"}}").as_bytes()))
+        .publish(&assignment(
+            &key,
+            &task_id,
+            Backend::Pod,
+            format!("{{\"token\":\"{secret}\"}}").as_bytes(),
+        ))
         .await
         .unwrap();
     server.stop(); // flushes the store
@@ -519,7 +594,10 @@ async fn queue_the_jetstream_store_holds_no_task_secret_in_clear() {
     }
     assert!(files > 0, "no store files");
     // The grep works: the clear routing fields are there, the sealed payload is not.
-    assert!(saw_task_id, "the assignment was not found in the store at all");
+    assert!(
+        saw_task_id,
+        "the assignment was not found in the store at all"
+    );
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -555,7 +633,10 @@ fn queue_nats_config_writes_0600_passwords_and_a_bcrypt_fragment_idempotently() 
         let pw_file = secrets.join(format!("{user}.password"));
         assert_eq!(util::mode(&pw_file), 0o600);
         let pw = std::fs::read_to_string(&pw_file).unwrap();
-        assert!(!fragment.contains(pw.trim()), "clear-text password of {user}");
+        assert!(
+            !fragment.contains(pw.trim()),
+            "clear-text password of {user}"
+        );
         assert!(!stdout(&first).contains(pw.trim()) && !stderr(&first).contains(pw.trim()));
     }
     assert_eq!(fragment.matches("password: \"$2a$11$").count(), 3);
@@ -594,7 +675,13 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
         serde_json::json!(["max_ack_pending"])
     );
     assert_eq!(resized["consumers"][1]["change"]["action"], "unchanged");
-    assert_eq!(admin_consumer(&server, Backend::Pod).await.config.max_ack_pending, 8);
+    assert_eq!(
+        admin_consumer(&server, Backend::Pod)
+            .await
+            .config
+            .max_ack_pending,
+        8
+    );
 
     let s = admin_stream_config(&server).await;
     assert_eq!(s.retention, jetstream::stream::RetentionPolicy::WorkQueue);
@@ -673,5 +760,8 @@ fn queue_unreachable_nats_exits_3_naming_the_url_and_bad_input_exits_2() {
     let mut bad_wait = base("init", &pw);
     bad_wait.extend(["--ack-wait".into(), "soon".into()]);
     assert_exit(&util::run_args(bad_wait), 2);
-    assert_exit(&util::run_args(base("status", &dir.path().join("missing"))), 2);
+    assert_exit(
+        &util::run_args(base("status", &dir.path().join("missing"))),
+        2,
+    );
 }

@@ -182,9 +182,17 @@ impl NatsServer {
     /// Runs `tenantci queue <sub> --nats URL --user U --password-file F EXTRA...`.
     pub fn queue_cmd(&self, sub: &str, user: &str, extra: &[&str]) -> std::process::Output {
         let mut cmd = util::tenantci();
-        cmd.args(["queue", sub, "--nats", &self.url, "--user", user, "--password-file"])
-            .arg(self.password_file(user))
-            .args(extra);
+        cmd.args([
+            "queue",
+            sub,
+            "--nats",
+            &self.url,
+            "--user",
+            user,
+            "--password-file",
+        ])
+        .arg(self.password_file(user))
+        .args(extra);
         util::run(&mut cmd)
     }
 
