@@ -26,7 +26,9 @@ use super::{Backend, STREAM};
 /// Tunables of a [`CappedConsumer`]; the defaults suit production.
 #[derive(Debug, Clone)]
 pub struct ConsumerSettings {
-    /// How long one pull request waits for a message before it is renewed.
+    /// How long one pull request waits for a message before it is renewed. Kept short: a
+    /// worker that exits leaves its waiting pulls at the server until they expire, and a message
+    /// the server hands to such a pull is only redelivered after ack_wait.
     pub pull_expires: Duration,
     /// Interval of progress acks while a handler runs (default: a third of ack_wait).
     pub progress_every: Option<Duration>,
@@ -40,7 +42,7 @@ pub struct ConsumerSettings {
 impl Default for ConsumerSettings {
     fn default() -> Self {
         ConsumerSettings {
-            pull_expires: Duration::from_secs(30),
+            pull_expires: Duration::from_secs(5),
             progress_every: None,
             nak_base: Duration::from_secs(1),
             nak_max: Duration::from_secs(60),
@@ -365,6 +367,9 @@ impl Lane {
                 }
             }
         };
+        // The slot is free for the next pull as soon as the outcome is known; the server's
+        // max_ack_pending holds that pull back until this ack/NAK/TERM has landed.
+        drop(slot);
         match outcome {
             Outcome::Started => {
                 let acked = if self.settings.confirm_acks {
@@ -409,7 +414,6 @@ impl Lane {
             }
             Outcome::Poison(reason) => self.term(&message, stream_sequence, &reason).await,
         }
-        drop(slot);
     }
 
     async fn term(&self, message: &jetstream::Message, stream_sequence: u64, reason: &str) {
