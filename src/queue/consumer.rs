@@ -355,8 +355,11 @@ impl Lane {
         };
         let work = handler(job);
         tokio::pin!(work);
-        let mut ticker = tokio::time::interval(self.progress_every);
-        ticker.tick().await;
+        // Not `interval()`: its immediate first tick still waits for the timer wheel (~1 ms).
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.progress_every,
+            self.progress_every,
+        );
         let outcome = loop {
             tokio::select! {
                 o = &mut work => break o,
