@@ -4,7 +4,7 @@
 //! plain ack), side by side in one run on one loopback nats-server with the generated config.
 //!
 //! Run: `cargo run --release --example bench_queue [-- N]` (scripts/bench-queue.sh); prints a
-//! Markdown table.
+//! Markdown table. `BENCH_PLAIN_ACK=1` measures the consumer with plain (unconfirmed) acks.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -108,7 +108,10 @@ async fn capped(s: &Server, capacity: usize, n: usize, key: &SealingKey) -> Resu
             client(s, "ci-worker").await,
             Backend::Pod,
             capacity,
-            ConsumerSettings::default(),
+            ConsumerSettings {
+                confirm_acks: std::env::var_os("BENCH_PLAIN_ACK").is_none(),
+                ..ConsumerSettings::default()
+            },
         )
         .await
         .unwrap(),
@@ -300,7 +303,12 @@ async fn main() {
             ms(r.p99)
         );
         println!(
-            "| {capacity} | tenantci capped consumer (sealed, Msg-Id, confirmed ack) | {:.0} | {} | {} | {:.2} |",
+            "| {capacity} | tenantci capped consumer (sealed, Msg-Id, {} ack) | {:.0} | {} | {} | {:.2} |",
+            if std::env::var_os("BENCH_PLAIN_ACK").is_some() {
+                "plain"
+            } else {
+                "confirmed"
+            },
             c.per_sec,
             ms(c.p50),
             ms(c.p99),

@@ -146,6 +146,7 @@ pub enum BindError {
 
 /// A pull consumer capped at `capacity` concurrent assignments.
 pub struct CappedConsumer {
+    js: jetstream::Context,
     consumer: PullConsumer,
     backend: Backend,
     capacity: usize,
@@ -191,6 +192,7 @@ impl CappedConsumer {
         let ack_wait = info.config.ack_wait;
         let max_deliver = info.config.max_deliver;
         Ok(CappedConsumer {
+            js,
             consumer,
             backend,
             capacity,
@@ -230,7 +232,10 @@ impl CappedConsumer {
     }
 
     /// Pulls and handles assignments until `shutdown` resolves, then waits for running
-    /// handlers (pulls still waiting are cancelled; nothing they would have received is lost).
+    /// handlers (pulls still waiting are abandoned; they expire at the server).
+    ///
+    /// `2 x capacity` lanes, each with one long-lived inbox subscription, compete for the
+    /// `capacity` slots; a lane sends a pull for one message only while it holds a slot.
     pub async fn run<H, F>(&self, handler: H, shutdown: impl Future<Output = ()>)
     where
         H: Fn(Job) -> F + Send + Sync + 'static,
@@ -239,18 +244,9 @@ impl CappedConsumer {
         let handler = Arc::new(handler);
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut lanes = tokio::task::JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            let permit = tokio::select! {
-                biased;
-                _ = &mut shutdown => break,
-                p = self.slots.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-            };
-            while lanes.try_join_next().is_some() {}
+        for _ in 0..self.capacity.saturating_mul(2) {
             let lane = Lane {
+                js: self.js.clone(),
                 consumer: self.consumer.clone(),
                 backend: self.backend,
                 counters: self.counters.clone(),
@@ -262,17 +258,18 @@ impl CappedConsumer {
                     .max(Duration::from_millis(50)),
                 max_deliver: self.max_deliver,
             };
-            let handler = handler.clone();
-            let stop = stop_rx.clone();
-            lanes.spawn(async move { lane.run(permit, handler, stop).await });
+            let (handler, stop, slots) = (handler.clone(), stop_rx.clone(), self.slots.clone());
+            lanes.spawn(async move { lane.run(slots, handler, stop).await });
         }
+        shutdown.await;
         let _ = stop_tx.send(true);
         while lanes.join_next().await.is_some() {}
     }
 }
 
-/// One pull for one message, and the handling of what it brings.
+/// A worker of the consumer: takes a free slot, pulls one message, handles it, repeats.
 struct Lane {
+    js: jetstream::Context,
     consumer: PullConsumer,
     backend: Backend,
     counters: Arc<Counters>,
@@ -281,41 +278,123 @@ struct Lane {
     max_deliver: i64,
 }
 
+/// What one pull request brought.
+enum Pulled {
+    Message(Box<jetstream::Message>),
+    Nothing,
+}
+
 impl Lane {
     async fn run<H, F>(
         self,
-        permit: OwnedSemaphorePermit,
+        slots: Arc<Semaphore>,
         handler: Arc<H>,
         mut stop: watch::Receiver<bool>,
     ) where
         H: Fn(Job) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
     {
-        self.counters.pulls.fetch_add(1, Ordering::SeqCst);
-        self.counters.max_pull_batch.fetch_max(1, Ordering::SeqCst);
-        let pull = async {
-            let mut batch = self
-                .consumer
-                .batch()
-                .max_messages(1)
-                .expires(self.settings.pull_expires)
-                .messages()
-                .await?;
-            batch.next().await.transpose()
-        };
-        let message = tokio::select! {
-            r = pull => r,
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        let message = match message {
-            Ok(Some(m)) => m,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(consumer = self.backend.consumer(), error = %e, "pull request failed; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                return;
+        let client = self.js.client();
+        let inbox = client.new_inbox();
+        let mut sub = loop {
+            match client.subscribe(inbox.clone()).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot subscribe the pull inbox; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
             }
         };
+        loop {
+            let permit = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
+            let pulled = tokio::select! {
+                r = self.pull_one(&mut sub, &inbox) => r,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            match pulled {
+                Ok(Pulled::Message(m)) => self.handle(*m, permit, handler.as_ref()).await,
+                Ok(Pulled::Nothing) => {}
+                Err(e) => {
+                    drop(permit);
+                    tracing::warn!(consumer = self.backend.consumer(), error = %e, "pull request failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a pull for exactly one message and waits for it, or for the server to end the
+    /// request (408 expired / 409 terminated).
+    async fn pull_one(
+        &self,
+        sub: &mut async_nats::Subscriber,
+        inbox: &str,
+    ) -> Result<Pulled, async_nats::Error> {
+        self.counters.pulls.fetch_add(1, Ordering::SeqCst);
+        self.counters.max_pull_batch.fetch_max(1, Ordering::SeqCst);
+        let request = jetstream::consumer::pull::BatchConfig {
+            batch: 1,
+            expires: Some(self.settings.pull_expires),
+            ..Default::default()
+        };
+        self.consumer
+            .request_batch(request, inbox.to_string().into())
+            .await?;
+        // The server answers within `expires`; the guard only covers a lost 408.
+        let guard = tokio::time::sleep(self.settings.pull_expires + Duration::from_secs(5));
+        tokio::pin!(guard);
+        loop {
+            let next = tokio::select! {
+                m = sub.next() => m,
+                _ = &mut guard => return Ok(Pulled::Nothing),
+            };
+            let Some(message) = next else {
+                return Err("the pull inbox subscription closed".into());
+            };
+            match message.status {
+                None | Some(async_nats::StatusCode::OK) => {
+                    return Ok(Pulled::Message(Box::new(jetstream::Message {
+                        message,
+                        context: self.js.clone(),
+                    })));
+                }
+                Some(async_nats::StatusCode::IDLE_HEARTBEAT) => continue,
+                Some(async_nats::StatusCode::TIMEOUT)
+                | Some(async_nats::StatusCode::NOT_FOUND)
+                | Some(async_nats::StatusCode::REQUEST_TERMINATED) => return Ok(Pulled::Nothing),
+                Some(other) => {
+                    return Err(format!(
+                        "the server answered the pull with status {other}: {}",
+                        message.description.unwrap_or_default()
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+
+    async fn handle<H, F>(
+        &self,
+        message: jetstream::Message,
+        permit: OwnedSemaphorePermit,
+        handler: &H,
+    ) where
+        H: Fn(Job) -> F + Send + Sync + 'static,
+        F: Future<Output = Outcome> + Send + 'static,
+    {
         // Counted from here: the slot (permit) is the assignment's until every Slot is dropped.
         let n = self.counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.counters.max_in_flight.fetch_max(n, Ordering::SeqCst);
