@@ -295,9 +295,12 @@ impl Lane {
         F: Future<Output = Outcome> + Send + 'static,
     {
         let client = self.js.client();
-        let inbox = client.new_inbox();
+        // One subscription per lane: pull replies on `<inbox>.p`, ack confirmations on `<inbox>.a`.
+        let base = client.new_inbox();
+        let inbox = format!("{base}.p");
+        let ack_inbox = format!("{base}.a");
         let mut sub = loop {
-            match client.subscribe(inbox.clone()).await {
+            match client.subscribe(format!("{base}.*")).await {
                 Ok(s) => break s,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot subscribe the pull inbox; retrying");
@@ -318,11 +321,14 @@ impl Lane {
                 },
             };
             let pulled = tokio::select! {
-                r = self.pull_one(&mut sub, &inbox) => r,
+                r = self.pull_one(&mut sub, &inbox, &ack_inbox) => r,
                 _ = stop.wait_for(|s| *s) => return,
             };
             match pulled {
-                Ok(Pulled::Message(m)) => self.handle(*m, permit, handler.as_ref()).await,
+                Ok(Pulled::Message(m)) => {
+                    self.handle(*m, permit, handler.as_ref(), &mut sub, &ack_inbox)
+                        .await
+                }
                 Ok(Pulled::Nothing) => {}
                 Err(e) => {
                     drop(permit);
@@ -342,6 +348,7 @@ impl Lane {
         &self,
         sub: &mut async_nats::Subscriber,
         inbox: &str,
+        ack_inbox: &str,
     ) -> Result<Pulled, async_nats::Error> {
         self.counters.pulls.fetch_add(1, Ordering::SeqCst);
         self.counters.max_pull_batch.fetch_max(1, Ordering::SeqCst);
@@ -364,6 +371,9 @@ impl Lane {
             let Some(message) = next else {
                 return Err("the pull inbox subscription closed".into());
             };
+            if message.subject.as_str() == ack_inbox {
+                continue; // a late ack confirmation (deliveries carry their stream subject)
+            }
             match message.status {
                 None | Some(async_nats::StatusCode::OK) => {
                     return Ok(Pulled::Message(Box::new(jetstream::Message {
@@ -391,6 +401,8 @@ impl Lane {
         message: jetstream::Message,
         permit: OwnedSemaphorePermit,
         handler: &H,
+        sub: &mut async_nats::Subscriber,
+        ack_inbox: &str,
     ) where
         H: Fn(Job) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
@@ -455,7 +467,7 @@ impl Lane {
         match outcome {
             Outcome::Started => {
                 let acked = if self.settings.confirm_acks {
-                    message.double_ack().await
+                    self.confirmed_ack(&message, sub, ack_inbox).await
                 } else {
                     message.ack().await
                 };
@@ -496,6 +508,34 @@ impl Lane {
             }
             Outcome::Poison(reason) => self.term(&message, stream_sequence, &reason).await,
         }
+    }
+
+    /// `+ACK` with a reply subject; the server's answer confirms the ack was recorded.
+    async fn confirmed_ack(
+        &self,
+        message: &jetstream::Message,
+        sub: &mut async_nats::Subscriber,
+        ack_inbox: &str,
+    ) -> Result<(), async_nats::Error> {
+        let reply = message
+            .reply
+            .clone()
+            .ok_or("the message has no reply subject to ack")?;
+        self.js
+            .client()
+            .publish_with_reply(reply, ack_inbox.to_string(), "+ACK".into())
+            .await?;
+        let wait = async {
+            while let Some(m) = sub.next().await {
+                if m.subject.as_str() == ack_inbox {
+                    return Ok(());
+                }
+            }
+            Err::<(), async_nats::Error>("the ack inbox subscription closed".into())
+        };
+        tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .map_err(|_| "no ack confirmation within 5s")?
     }
 
     async fn term(&self, message: &jetstream::Message, stream_sequence: u64, reason: &str) {
