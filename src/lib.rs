@@ -15,6 +15,7 @@ pub mod kubeconfig;
 pub mod logging;
 pub mod output;
 pub mod pki;
+pub mod queue;
 pub mod runner;
 pub mod sim;
 pub mod tenant;

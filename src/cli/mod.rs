@@ -10,9 +10,10 @@ mod check_host;
 mod credential;
 mod internal;
 mod pki;
+mod queue;
 mod runner;
-mod tenant;
 mod sim;
+mod tenant;
 
 /// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
 /// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.
@@ -69,6 +70,9 @@ pub enum Command {
     Runner(runner::RunnerCommand),
     /// Run a local gateway simulator with HTTPS tenant apiservers (tests and the quickstart).
     Sim(sim::SimArgs),
+    /// The JetStream job queue: NATS users, stream and consumers, status.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -90,6 +94,7 @@ async fn dispatch(command: Command) -> crate::Result<i32> {
         Command::Tenant(cmd) => tenant::run(cmd).await,
         Command::Runner(cmd) => runner::run(cmd).await,
         Command::Sim(args) => sim::run(args).await,
+        Command::Queue(cmd) => queue::run(cmd).await,
     }
 }
 

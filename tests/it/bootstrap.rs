@@ -30,7 +30,11 @@ fn setup(clusters: &[&str]) -> Setup {
     let root = dir.path().to_path_buf();
     let sim = SimProcess::start(&root.join("state"), clusters);
     std::fs::write(root.join("token"), "glrt-test-token-123\n").unwrap();
-    Setup { _dir: dir, root, sim }
+    Setup {
+        _dir: dir,
+        root,
+        sim,
+    }
 }
 
 fn bootstrap(s: &Setup, cluster: &str, extra: &[&str]) -> std::process::Output {
@@ -41,7 +45,11 @@ fn bootstrap(s: &Setup, cluster: &str, extra: &[&str]) -> std::process::Output {
         .arg(s.root.join(format!("creds-{cluster}")))
         .arg("--config")
         .arg(s.root.join("gitlab-runner/config.toml"))
-        .args(["--gitlab-url", "https://gitlab.example.com", "--runner-token-file"])
+        .args([
+            "--gitlab-url",
+            "https://gitlab.example.com",
+            "--runner-token-file",
+        ])
         .arg(s.root.join("token"))
         .args(["-o", "json"])
         .args(extra);
@@ -62,7 +70,10 @@ fn bootstrap_writes_a_working_runner_and_a_rerun_changes_nothing() {
     let o = bootstrap(&s, "ci", &[]);
     assert_exit(&o, 0);
     let hand_back: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert!(!stdout(&o).contains("glrt-test-token-123"), "the token never reaches output");
+    assert!(
+        !stdout(&o).contains("glrt-test-token-123"),
+        "the token never reaches output"
+    );
     assert!(!stderr(&o).contains("glrt-test-token-123"));
     let url = s.sim.cluster_url("ci");
     assert_eq!(hand_back["server"], url);
@@ -74,8 +85,14 @@ fn bootstrap_writes_a_working_runner_and_a_rerun_changes_nothing() {
     assert_eq!(doc["concurrent"].as_integer(), Some(4));
     let runners = doc["runners"].as_array_of_tables().unwrap();
     assert_eq!(runners.len(), 2);
-    assert_eq!(runners.get(0).unwrap()["name"].as_str(), Some("docker-runner"));
-    let ours = runners.iter().find(|r| r["name"].as_str() == Some("tenant-ci")).unwrap();
+    assert_eq!(
+        runners.get(0).unwrap()["name"].as_str(),
+        Some("docker-runner")
+    );
+    let ours = runners
+        .iter()
+        .find(|r| r["name"].as_str() == Some("tenant-ci"))
+        .unwrap();
     assert_eq!(ours["executor"].as_str(), Some("kubernetes"));
     let k = ours["kubernetes"].as_table().unwrap();
     assert_eq!(k["host"].as_str(), Some(url.as_str()));
@@ -93,29 +110,63 @@ fn bootstrap_writes_a_working_runner_and_a_rerun_changes_nothing() {
     // kubectl with exactly the files config.toml names.
     let kubectl = |args: &[&str]| {
         let mut c = std::process::Command::new("kubectl");
-        c.arg("--server").arg(&url)
-            .arg("--certificate-authority").arg(&files[0])
-            .arg("--client-certificate").arg(&files[1])
-            .arg("--client-key").arg(&files[2])
-            .arg("--cache-dir").arg(s.root.join("kcache"))
+        c.arg("--server")
+            .arg(&url)
+            .arg("--certificate-authority")
+            .arg(&files[0])
+            .arg("--client-certificate")
+            .arg(&files[1])
+            .arg("--client-key")
+            .arg(&files[2])
+            .arg("--cache-dir")
+            .arg(s.root.join("kcache"))
             .env_remove("KUBECONFIG")
             .env("KUBECONFIG", s.root.join("no-such-kubeconfig"))
             .args(args);
         run(&mut c)
     };
     for (args, want) in [
-        (vec!["auth", "can-i", "create", "pods", "-n", "gitlab-runner"], "yes"),
-        (vec!["auth", "can-i", "create", "pods/exec", "-n", "gitlab-runner"], "yes"),
-        (vec!["auth", "can-i", "get", "secrets", "-n", "kube-system"], "no"),
+        (
+            vec!["auth", "can-i", "create", "pods", "-n", "gitlab-runner"],
+            "yes",
+        ),
+        (
+            vec![
+                "auth",
+                "can-i",
+                "create",
+                "pods/exec",
+                "-n",
+                "gitlab-runner",
+            ],
+            "yes",
+        ),
+        (
+            vec!["auth", "can-i", "get", "secrets", "-n", "kube-system"],
+            "no",
+        ),
     ] {
         let o = kubectl(&args);
         assert_eq!(stdout(&o).trim(), want, "{args:?}: {}", stderr(&o));
     }
-    let o = kubectl(&["run", "job-pod", "-n", "gitlab-runner", "--image", "alpine:3", "--restart", "Never"]);
+    let o = kubectl(&[
+        "run",
+        "job-pod",
+        "-n",
+        "gitlab-runner",
+        "--image",
+        "alpine:3",
+        "--restart",
+        "Never",
+    ]);
     assert_exit(&o, 0);
     let o = kubectl(&["get", "secrets", "-n", "kube-system"]);
     assert_ne!(o.status.code(), Some(0));
-    assert!(stderr(&o).contains("Forbidden") || stderr(&o).contains("forbidden"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Forbidden") || stderr(&o).contains("forbidden"),
+        "{}",
+        stderr(&o)
+    );
 
     // The re-run: byte-identical config (not even rewritten), same credential, few requests.
     let config_before = std::fs::read(&config).unwrap();
@@ -125,16 +176,30 @@ fn bootstrap_writes_a_working_runner_and_a_rerun_changes_nothing() {
     assert_exit(&o, 0);
     let again: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(std::fs::read(&config).unwrap(), config_before);
-    assert_eq!(std::fs::metadata(&config).unwrap().modified().unwrap(), mtime);
+    assert_eq!(
+        std::fs::metadata(&config).unwrap().modified().unwrap(),
+        mtime
+    );
     assert_eq!(snapshot(&s.root.join("creds-ci")), creds);
     let outcome = |step: &str| {
-        again["steps"].as_array().unwrap().iter().find(|s| s["step"] == step).unwrap()["outcome"].as_str().unwrap().to_string()
+        again["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == step)
+            .unwrap()["outcome"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
     assert_eq!(outcome("credential"), "kept");
     assert_eq!(outcome("rbac"), "unchanged");
     assert_eq!(outcome("config"), "unchanged");
     let requests = again["apiserverRequests"].as_u64().unwrap();
-    assert!(requests <= 10, "a re-run costs {requests} apiserver requests");
+    assert!(
+        requests <= 10,
+        "a re-run costs {requests} apiserver requests"
+    );
 }
 
 #[test]
@@ -143,7 +208,10 @@ fn bootstrap_dry_run_touches_nothing_on_a_second_cluster() {
     let o = bootstrap(&s, "ci2", &["--dry-run"]);
     assert_exit(&o, 0);
     assert!(!s.root.join("creds-ci2").exists(), "no credential written");
-    assert!(!s.root.join("gitlab-runner/config.toml").exists(), "no config written");
+    assert!(
+        !s.root.join("gitlab-runner/config.toml").exists(),
+        "no config written"
+    );
     let k = Kubectl::new(&s.sim.tenant_admin("ci2"), &s.root);
     let o = k.run(&["get", "namespace", "gitlab-runner"]);
     assert_ne!(o.status.code(), Some(0), "the namespace was not created");
@@ -158,7 +226,17 @@ fn bootstrap_refuses_a_mismatched_credential_before_writing_anything() {
     let o = run(tenantci()
         .args(["credential", "mint", "--state-dir"])
         .arg(s.root.join("state"))
-        .args(["--cluster", "ci", "--server", &s.sim.cluster_url("ci"), "--common-name", "gitlab-runner", "--organization", "other-group", "--out-dir"])
+        .args([
+            "--cluster",
+            "ci",
+            "--server",
+            &s.sim.cluster_url("ci"),
+            "--common-name",
+            "gitlab-runner",
+            "--organization",
+            "other-group",
+            "--out-dir",
+        ])
         .arg(&creds));
     assert_exit(&o, 0);
     let before = snapshot(&creds);
@@ -169,11 +247,24 @@ fn bootstrap_refuses_a_mismatched_credential_before_writing_anything() {
     assert_eq!(snapshot(&creds), before);
     assert!(!s.root.join("gitlab-runner/config.toml").exists());
     let k = Kubectl::new(&s.sim.tenant_admin("ci"), &s.root);
-    assert_ne!(k.run(&["get", "namespace", "gitlab-runner"]).status.code(), Some(0), "no RBAC applied");
+    assert_ne!(
+        k.run(&["get", "namespace", "gitlab-runner"]).status.code(),
+        Some(0),
+        "no RBAC applied"
+    );
 
     // --rotate moves the old files aside and goes through.
     let o = bootstrap(&s, "ci", &["--rotate"]);
     assert_exit(&o, 0);
-    let aside = std::fs::read_dir(&creds).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".old-")).count();
+    let aside = std::fs::read_dir(&creds)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".old-")
+        })
+        .count();
     assert_eq!(aside, 4);
 }

@@ -8,6 +8,8 @@ mod cli;
 mod credential;
 mod gitea;
 mod pki;
+mod queue;
 mod runner;
 mod sim;
 mod util;
+mod util_nats;
