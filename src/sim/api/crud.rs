@@ -514,7 +514,7 @@ impl ApiServer {
         let force = req.flag("force");
         let precondition = rv_of(&config).to_string();
         let api_version = def.api_version();
-        let (obj, created) = self.store.update(def.key, ns, name, |current| {
+        let compute = |current: Option<&Value>| -> ApiResult<Value> {
             if !precondition.is_empty() && current.is_none_or(|c| rv_of(c) != precondition) {
                 return Err(ApiError::modified(def.group_resource(), name));
             }
@@ -543,7 +543,14 @@ impl ApiServer {
             }
             kinds::validate(def, &new)?;
             Ok(new)
-        })?;
+        };
+        // dryRun=All: the same admission and merge, nothing stored (kube-apiserver semantics).
+        if req.param("dryRun") == Some("All") {
+            let current = self.store.get(def.key, ns, name);
+            let new = compute(current.as_deref())?;
+            return Ok(Reply::Json(if current.is_none() { 201 } else { 200 }, new));
+        }
+        let (obj, created) = self.store.update(def.key, ns, name, compute)?;
         if created {
             self.after_create(def, ns, name);
         }
