@@ -1,24 +1,7 @@
 //! Which backend runs a task: by its `runs-on` labels. A job that asks for `vm` runs in a VM
 //! sandbox; everything else this runner accepts runs as an executor Pod.
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Pod,
-    Vm,
-}
-
-impl Backend {
-    /// The JetStream subject the assignment is published on.
-    pub fn subject(self) -> &'static str {
-        match self {
-            Backend::Pod => "ci.runner.pod",
-            Backend::Vm => "ci.runner.vm",
-        }
-    }
-}
+pub use crate::queue::Backend;
 
 /// Routes by labels; `vm` anywhere in runs-on selects the VM backend.
 pub fn route<S: AsRef<str>>(runs_on: &[S]) -> Backend {
@@ -62,7 +45,6 @@ mod tests {
         assert_eq!(route(&["self-hosted", "pod"]), Backend::Pod);
         assert_eq!(route(&["self-hosted", "vm"]), Backend::Vm);
         assert_eq!(route::<&str>(&[]), Backend::Pod);
-        assert_eq!(Backend::Vm.subject(), "ci.runner.vm");
     }
 
     #[test]
