@@ -19,6 +19,59 @@ pub struct SimArgs {
     /// A tenant cluster to serve (repeatable). Default: the clusters already in the state dir.
     #[arg(long = "cluster", value_name = "NAME")]
     pub clusters: Vec<String>,
+    #[command(flatten)]
+    pub nodes: NodeArgs,
+}
+
+/// Rented nodes: a cluster starts with none; a Pod that fits no Ready node rents one.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Rented nodes")]
+pub struct NodeArgs {
+    /// How long a rented node boots before it is Ready.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub node_boot: String,
+    /// vCPUs of the node image (written to clusters/<name>/node-image.json).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub node_vcpu: u32,
+    /// Memory of the node image, MiB.
+    #[arg(long, value_name = "N", default_value_t = 2048)]
+    pub node_mem_mib: u64,
+    /// Root filesystem of the node image, MiB (unset: not modelled).
+    #[arg(long, value_name = "N")]
+    pub node_rootfs_mib: Option<u64>,
+    /// A node with no pods for this long is released.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub node_idle: String,
+    /// At most this many nodes per cluster.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub max_nodes: usize,
+}
+
+impl NodeArgs {
+    pub fn config(&self) -> Result<sim::nodes::NodeConfig> {
+        let dur = |flag: &str, v: &str| {
+            crate::duration::parse(v).map_err(|e| {
+                Error::bad_input(format!("{flag} `{v}` {e}"))
+                    .hint(format!("pass {flag} as a Go duration such as `3s`"))
+            })
+        };
+        if self.node_vcpu == 0 || self.node_mem_mib == 0 {
+            return Err(
+                Error::bad_input("--node-vcpu and --node-mem-mib must be positive")
+                    .hint("the runbook's node is --node-vcpu 2 --node-mem-mib 2048"),
+            );
+        }
+        Ok(sim::nodes::NodeConfig {
+            image: crate::tenant::node_image::NodeImage {
+                vcpu: self.node_vcpu,
+                mem_mib: self.node_mem_mib,
+                rootfs_mib: self.node_rootfs_mib,
+            },
+            boot: dur("--node-boot", &self.node_boot)?,
+            idle: dur("--node-idle", &self.node_idle)?,
+            max_nodes: self.max_nodes,
+        })
+    }
 }
 
 pub async fn run(args: SimArgs) -> Result<i32> {
@@ -27,9 +80,11 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         .map_err(|e| Error::external(format!("cannot watch SIGTERM: {e}")))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| Error::external(format!("cannot watch SIGINT: {e}")))?;
+    let nodes = args.nodes.config()?;
     let handle = sim::start(SimConfig {
         state_dir: args.state_dir,
         clusters: args.clusters,
+        nodes,
     })
     .await?;
     println!(

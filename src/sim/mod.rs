@@ -10,7 +10,7 @@ pub mod authn;
 pub mod authz;
 pub mod gitea;
 pub mod gitlab;
-pub mod schedule;
+pub mod nodes;
 pub mod scheduler;
 pub mod seed;
 pub mod selector;
@@ -38,6 +38,8 @@ use statedir::{ClusterEntry, GatewayJson};
 pub struct SimConfig {
     pub state_dir: PathBuf,
     pub clusters: Vec<String>,
+    /// Rented nodes: the node image and the autoscaler's timing and limit.
+    pub nodes: nodes::NodeConfig,
 }
 
 /// The machine-readable line `tenantci sim` prints once every server listens.
@@ -97,6 +99,18 @@ fn url(port: u16) -> String {
     format!("https://127.0.0.1:{port}")
 }
 
+/// `<cluster>/node-image.json`, which tenantci reads for sizing (docs/state-dir.md).
+fn write_node_image(
+    path: &std::path::Path,
+    image: &crate::tenant::node_image::NodeImage,
+) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(image).expect("a node image serializes");
+    text.push('\n');
+    crate::fsutil::write_if_changed(path, text.as_bytes(), crate::fsutil::MODE_SECRET)
+        .map(|_| ())
+        .map_err(|e| Error::unwritable("the node image manifest", path, e))
+}
+
 /// Prepares the state directory, binds every server and starts serving.
 pub async fn start(config: SimConfig) -> Result<SimHandle> {
     crate::tls::ensure_crypto_provider();
@@ -149,10 +163,15 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
         let cert = statedir::serving_cert(&serving_ca, &format!("{name}-apiserver"))?;
         let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
         let authn = Arc::new(authn::Authenticator::new(client_ca.cert_pem())?);
-        let mut api = ApiServer::new(registry::TENANT, Mode::Rbac, format!("127.0.0.1:{port}"));
-        api.on_pod_created = Some(Box::new(schedule::place_pod));
+        let api = ApiServer::new(registry::TENANT, Mode::Rbac, format!("127.0.0.1:{port}"));
         let api = Arc::new(api);
         seed::tenant(&api);
+        write_node_image(&paths.node_image, &config.nodes.image)?;
+        tasks.push(tokio::spawn(nodes::run(
+            api.clone(),
+            config.nodes.clone(),
+            stop_rx.clone(),
+        )));
         admin_api.seed(seed::cluster_object(name, &url(port)));
         tasks.push(tokio::spawn(server::serve(
             listener,

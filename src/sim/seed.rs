@@ -1,6 +1,7 @@
 //! What a fresh simulated cluster holds before anyone writes: the four standard namespaces
-//! (each with its `default` ServiceAccount), the built-in node, and the bootstrap RBAC roles
-//! and bindings from `authz::default_rbac`. The admin apiserver holds one `Cluster` per tenant.
+//! (each with its `default` ServiceAccount) and the bootstrap RBAC roles
+//! and bindings from `authz::default_rbac`. No nodes: a cluster starts with none, and
+//! `nodes` rents them when a Pod needs one. The admin apiserver holds one `Cluster` per tenant.
 
 use serde_json::{Value, json};
 
@@ -18,7 +19,6 @@ pub fn tenant(api: &ApiServer) {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         api.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
     }
-    api.seed(super::schedule::node());
     let rbac = authz::default_rbac();
     for obj in to_values(&rbac.cluster_roles)
         .into_iter()

@@ -259,7 +259,7 @@ impl ApiServer {
             .store
             .create(def.key, ns, &name, obj)
             .map_err(|_| ApiError::already_exists(def.group_resource(), &name))?;
-        self.after_create(def, ns, &name);
+        self.after_create(def, &name);
         Ok(Reply::Json(201, (*stored).clone()))
     }
 
@@ -282,22 +282,16 @@ impl ApiServer {
         obj
     }
 
-    fn after_create(&self, def: &ResourceDef, ns: &str, name: &str) {
-        match def.key {
-            "namespaces" => {
-                let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}});
-                let sa_def = super::registry::by_key(self.registry, "serviceaccounts");
-                if let Some(sa_def) = sa_def {
-                    let obj = self.prepare_new(sa_def, sa, "kube-controller-manager");
-                    let _ = self.store.create("serviceaccounts", name, "default", obj);
-                }
-            }
-            "pods" => {
-                if let Some(hook) = &self.on_pod_created {
-                    hook(self, ns, name);
-                }
-            }
-            _ => {}
+    /// What controllers do right after a create: a new namespace gets its `default`
+    /// ServiceAccount. (Pods are placed by `sim::nodes`, which watches the store.)
+    fn after_create(&self, def: &ResourceDef, name: &str) {
+        if def.key != "namespaces" {
+            return;
+        }
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}});
+        if let Some(sa_def) = super::registry::by_key(self.registry, "serviceaccounts") {
+            let obj = self.prepare_new(sa_def, sa, "kube-controller-manager");
+            let _ = self.store.create("serviceaccounts", name, "default", obj);
         }
     }
 
@@ -552,7 +546,7 @@ impl ApiServer {
         }
         let (obj, created) = self.store.update(def.key, ns, name, compute)?;
         if created {
-            self.after_create(def, ns, name);
+            self.after_create(def, name);
         }
         Ok(Reply::Json(if created { 201 } else { 200 }, (*obj).clone()))
     }
@@ -660,7 +654,7 @@ impl ApiServer {
         let obj = self.prepare_new(def, obj, "tenantci-sim");
         let created = self.store.create(def.key, &ns, &name, obj).is_ok();
         if created {
-            self.after_create(def, &ns, &name);
+            self.after_create(def, &name);
         }
         created
     }

@@ -66,9 +66,6 @@ impl From<ApiError> for Reply {
     }
 }
 
-/// Runs after a pod is stored: (server, namespace, name).
-pub type PodHook = Box<dyn Fn(&ApiServer, &str, &str) + Send + Sync>;
-
 pub struct ApiServer {
     pub registry: &'static [registry::ResourceDef],
     pub store: Store,
@@ -76,8 +73,6 @@ pub struct ApiServer {
     /// `host:port` advertised by `/api`.
     pub server_address: String,
     rbac: authorize::RbacCache,
-    /// Called after a pod is created (pod placement; see `sim::schedule`).
-    pub on_pod_created: Option<PodHook>,
 }
 
 impl ApiServer {
@@ -92,7 +87,6 @@ impl ApiServer {
             mode,
             server_address,
             rbac: authorize::RbacCache::default(),
-            on_pod_created: None,
         }
     }
 

@@ -195,6 +195,7 @@ pub async fn in_process(scratch: &Path, cluster: &str) -> tenantci::sim::SimHand
     tenantci::sim::start(tenantci::sim::SimConfig {
         state_dir: scratch.join("state"),
         clusters: vec![cluster.to_string()],
+        nodes: Default::default(),
     })
     .await
     .unwrap()

@@ -39,8 +39,18 @@ async fn sim_kube_pod_crud() {
         .unwrap();
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
     assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
+    // Placement is asynchronous (a node is rented for the pod): wait for the event.
+    let running = kube::runtime::wait::await_condition(
+        pods.clone(),
+        "a",
+        kube::runtime::conditions::is_pod_running(),
+    );
+    tokio::time::timeout(super::harness::DEADLINE, running)
+        .await
+        .expect("deadlock guard")
+        .unwrap();
     let got = pods.get("a").await.unwrap();
-    assert_eq!(got.spec.unwrap().node_name.as_deref(), Some("sim-node"));
+    assert!(got.spec.unwrap().node_name.unwrap().starts_with("rented-"));
     assert_eq!(got.status.unwrap().phase.as_deref(), Some("Running"));
     let (code, reason) = api_status(
         pods.create(&PostParams::default(), &pod("a"))

@@ -117,6 +117,16 @@ fn sim_runbook_steps_2_4_5() {
     assert_exit(&o, 0);
     let o = runner.run_stdin(&["create", "--validate=false", "-f", "-"], POD);
     assert_exit(&o, 0);
+    // The pod runs once a node is rented for it: wait for that event (watch), then look.
+    let o = runner.run(&[
+        "wait",
+        "-n",
+        "gitlab-runner",
+        "--for=jsonpath={.status.phase}=Running",
+        "pod/job-1",
+        "--timeout=60s",
+    ]);
+    assert_exit(&o, 0);
     let o = runner.run(&[
         "get",
         "pod",

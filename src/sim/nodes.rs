@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::api::ApiServer;
 use super::scheduler::{self, Action, Limits, NodeView, PodView};
 use super::store::Store;
 use crate::tenant::node_image::NodeImage;
@@ -24,12 +25,24 @@ use crate::tenant::quantity::{self, Milli};
 pub const RUN_FOR_ANNOTATION: &str = "sim.tenantci.io/run-for";
 pub const RENTED_LABEL: &str = "tenantci.io/rented";
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
     pub image: NodeImage,
     pub boot: Duration,
     pub idle: Duration,
     pub max_nodes: usize,
+}
+
+impl Default for NodeConfig {
+    /// The runbook's node (2 vCPU, 2048 MiB), ready at once, released after 5 minutes idle.
+    fn default() -> Self {
+        NodeConfig {
+            image: NodeImage::default(),
+            boot: Duration::ZERO,
+            idle: Duration::from_secs(300),
+            max_nodes: 10,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -59,12 +72,14 @@ fn now_rfc3339() -> String {
 }
 
 /// Runs until `stop` turns true.
-pub async fn run(store: Arc<Store>, cfg: NodeConfig, mut stop: watch::Receiver<bool>) {
+pub async fn run(api: Arc<ApiServer>, cfg: NodeConfig, mut stop: watch::Receiver<bool>) {
+    let store = &api.store;
     let mut timers = Timers::default();
-    // Recover nodes left from before (none: the store is in memory) and start.
-    let Ok((_, mut rx)) = store.watch_from(store.resource_version()) else { return };
+    let Ok((_, mut rx)) = store.watch_from(store.resource_version()) else {
+        return;
+    };
     loop {
-        reconcile(&store, &cfg, &mut timers, Instant::now());
+        reconcile(store, &cfg, &mut timers, Instant::now());
         let deadline = timers.next_deadline(cfg.idle);
         tokio::select! {
             _ = stop.changed() => return,
@@ -92,7 +107,12 @@ fn priority_classes(store: &Store) -> BTreeMap<String, i32> {
         .list("priorityclasses", None)
         .0
         .iter()
-        .filter_map(|pc| Some((pc["metadata"]["name"].as_str()?.to_string(), pc["value"].as_i64()? as i32)))
+        .filter_map(|pc| {
+            Some((
+                pc["metadata"]["name"].as_str()?.to_string(),
+                pc["value"].as_i64()? as i32,
+            ))
+        })
         .collect()
 }
 
@@ -106,22 +126,35 @@ fn reconcile(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant)
     let views: Vec<PodView> = pods
         .iter()
         .map(|p| {
-            let rv = p["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
+            let rv = p["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
             PodView::from_json(p, scheduler::resolve_priority(p, &classes), rv)
         })
         .collect();
     let (nodes, _) = store.list("nodes", None);
-    let node_views: Vec<NodeView> = nodes.iter().map(|n| node_view(n, &views, timers, now)).collect();
+    let node_views: Vec<NodeView> = nodes
+        .iter()
+        .map(|n| node_view(n, &views, timers, now))
+        .collect();
     let limits = Limits {
         max_nodes: cfg.max_nodes,
         node_idle: cfg.idle,
         new_node_cpu: cfg.image.allocatable_cpu(),
         new_node_memory: cfg.image.allocatable_memory(),
-        new_node_labels: BTreeMap::from([("kubernetes.io/os".into(), "linux".into()), ("kubernetes.io/arch".into(), "amd64".into())]),
+        new_node_labels: BTreeMap::from([
+            ("kubernetes.io/os".into(), "linux".into()),
+            ("kubernetes.io/arch".into(), "amd64".into()),
+        ]),
     };
     for action in scheduler::plan(&views, &node_views, &limits) {
         match action {
-            Action::Bind { namespace, name, node } => bind(store, &namespace, &name, &node, timers, now),
+            Action::Bind {
+                namespace,
+                name,
+                node,
+            } => bind(store, &namespace, &name, &node, timers, now),
             Action::Preempt { victims, .. } => {
                 for (ns, name) in victims {
                     let _ = store.delete("pods", &ns, &name, |cur| cur.map(|_| ()).ok_or(()));
@@ -137,12 +170,23 @@ fn reconcile(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant)
 }
 
 fn node_view(n: &Value, pods: &[PodView], timers: &mut Timers, now: Instant) -> NodeView {
-    let name = n["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let ready = n["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
-    let q = |k: &str| n["status"]["allocatable"][k].as_str().and_then(quantity::parse).unwrap_or_default();
-    let busy = pods.iter().any(|p| !p.terminal && p.node_name.as_deref() == Some(name.as_str()));
+    let name = n["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ready = n["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    });
+    let q = |k: &str| {
+        n["status"]["allocatable"][k]
+            .as_str()
+            .and_then(quantity::parse)
+            .unwrap_or_default()
+    };
+    let busy = pods
+        .iter()
+        .any(|p| !p.terminal && p.node_name.as_deref() == Some(name.as_str()));
     let idle_for = if busy || !ready {
         timers.empty_since.remove(&name);
         None
@@ -153,7 +197,11 @@ fn node_view(n: &Value, pods: &[PodView], timers: &mut Timers, now: Instant) -> 
     NodeView {
         labels: n["metadata"]["labels"]
             .as_object()
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
             .unwrap_or_default(),
         taints: n["spec"]["taints"].as_array().cloned().unwrap_or_default(),
         cpu: q("cpu"),
@@ -169,7 +217,8 @@ fn rent(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
     let name = format!("rented-{}", timers.next_node);
     let img = &cfg.image;
     let mem = |m: Milli| format!("{}Mi", m.ceil_units() >> 20);
-    let mut capacity = json!({"cpu": img.vcpu.to_string(), "memory": format!("{}Mi", img.mem_mib), "pods": "110"});
+    let mut capacity =
+        json!({"cpu": img.vcpu.to_string(), "memory": format!("{}Mi", img.mem_mib), "pods": "110"});
     let mut allocatable = json!({"cpu": quantity::format_cpu(img.allocatable_cpu()), "memory": mem(img.allocatable_memory()), "pods": "110"});
     if let Some(root) = img.rootfs_mib {
         capacity["ephemeral-storage"] = json!(format!("{root}Mi"));
@@ -203,7 +252,12 @@ fn rent(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
 }
 
 fn boot_nodes(store: &Store, timers: &mut Timers, now: Instant) {
-    let done: Vec<String> = timers.boot_done.iter().filter(|(_, t)| **t <= now).map(|(n, _)| n.clone()).collect();
+    let done: Vec<String> = timers
+        .boot_done
+        .iter()
+        .filter(|(_, t)| **t <= now)
+        .map(|(n, _)| n.clone())
+        .collect();
     for name in done {
         timers.boot_done.remove(&name);
         let _ = store.update("nodes", "", &name, |cur| {
@@ -249,14 +303,24 @@ fn bind(store: &Store, ns: &str, name: &str, node: &str, timers: &mut Timers, no
         Ok(p)
     });
     if let Ok((p, _)) = updated {
-        if let Some(d) = p["metadata"]["annotations"][RUN_FOR_ANNOTATION].as_str().and_then(|d| crate::duration::parse(d).ok()) {
-            timers.finish_at.insert((ns.to_string(), name.to_string()), now + d);
+        if let Some(d) = p["metadata"]["annotations"][RUN_FOR_ANNOTATION]
+            .as_str()
+            .and_then(|d| crate::duration::parse(d).ok())
+        {
+            timers
+                .finish_at
+                .insert((ns.to_string(), name.to_string()), now + d);
         }
     }
 }
 
 fn finish_runs(store: &Store, timers: &mut Timers, now: Instant) {
-    let due: Vec<(String, String)> = timers.finish_at.iter().filter(|(_, t)| **t <= now).map(|(k, _)| k.clone()).collect();
+    let due: Vec<(String, String)> = timers
+        .finish_at
+        .iter()
+        .filter(|(_, t)| **t <= now)
+        .map(|(k, _)| k.clone())
+        .collect();
     for (ns, name) in due {
         timers.finish_at.remove(&(ns.clone(), name.clone()));
         let _ = store.update("pods", &ns, &name, |cur| {
@@ -287,11 +351,18 @@ fn deployments(store: &Store) {
             .iter()
             .filter(|p| {
                 p["metadata"]["namespace"] == ns
-                    && p["metadata"]["ownerReferences"].as_array().is_some_and(|o| o.iter().any(|r| r["uid"] == uid))
+                    && p["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|o| o.iter().any(|r| r["uid"] == uid))
                     && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
             })
             .collect();
-        owned.sort_by_key(|p| p["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0));
+        owned.sort_by_key(|p| {
+            p["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        });
         for _ in owned.len()..want {
             create_pod_from_template(store, &d, ns, name, uid);
         }
@@ -299,8 +370,13 @@ fn deployments(store: &Store) {
             let pn = extra["metadata"]["name"].as_str().unwrap_or_default();
             let _ = store.delete("pods", ns, pn, |cur| cur.map(|_| ()).ok_or(()));
         }
-        let ready = owned.iter().take(want).filter(|p| p["status"]["phase"] == "Running").count();
-        let replicas = owned.len().min(want).max(if want > owned.len() { want } else { 0 });
+        // Pods created in this pass are Pending: not ready, but they count as replicas.
+        let ready = owned
+            .iter()
+            .take(want)
+            .filter(|p| p["status"]["phase"] == "Running")
+            .count();
+        let replicas = want;
         let _ = store.update("deployments", ns, name, |cur| {
             let mut dd = cur.cloned().ok_or(())?;
             dd["status"] = json!({
@@ -317,7 +393,9 @@ fn deployments(store: &Store) {
 
 fn create_pod_from_template(store: &Store, d: &Value, ns: &str, name: &str, uid: &str) {
     let template = &d["spec"]["template"];
-    let suffix: String = (0..5).map(|_| (b'a' + rand::random::<u8>() % 26) as char).collect();
+    let suffix: String = (0..5)
+        .map(|_| (b'a' + rand::random::<u8>() % 26) as char)
+        .collect();
     let pod_name = format!("{name}-{suffix}");
     let mut meta = template["metadata"].clone();
     if !meta.is_object() {
