@@ -102,15 +102,19 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-fn priority_classes(store: &Store) -> BTreeMap<String, i32> {
-    store
-        .list("priorityclasses", None)
-        .0
+/// PriorityClass name -> (value, preemptionPolicy is Never).
+fn priority_classes(store: &Store) -> BTreeMap<String, (i32, bool)> {
+    let (classes, _) = store.list("priorityclasses.scheduling.k8s.io", None);
+    classes
         .iter()
         .filter_map(|pc| {
+            let name = pc["metadata"]["name"].as_str()?.to_string();
             Some((
-                pc["metadata"]["name"].as_str()?.to_string(),
-                pc["value"].as_i64()? as i32,
+                name,
+                (
+                    pc["value"].as_i64()? as i32,
+                    pc["preemptionPolicy"] == "Never",
+                ),
             ))
         })
         .collect()
@@ -122,6 +126,7 @@ fn reconcile(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant)
     boot_nodes(store, timers, now);
 
     let classes = priority_classes(store);
+    let values: BTreeMap<String, i32> = classes.iter().map(|(k, (v, _))| (k.clone(), *v)).collect();
     let (pods, _) = store.list("pods", None);
     let views: Vec<PodView> = pods
         .iter()
@@ -130,7 +135,13 @@ fn reconcile(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant)
                 .as_str()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            PodView::from_json(p, scheduler::resolve_priority(p, &classes), rv)
+            let mut view = PodView::from_json(p, scheduler::resolve_priority(p, &values), rv);
+            // Admission copies the class's preemptionPolicy into the pod.
+            let class = p["spec"]["priorityClassName"]
+                .as_str()
+                .and_then(|n| classes.get(n));
+            view.preempt_never |= class.is_some_and(|(_, never)| *never);
+            view
         })
         .collect();
     let (nodes, _) = store.list("nodes", None);
@@ -340,7 +351,7 @@ fn finish_runs(store: &Store, timers: &mut Timers, now: Instant) {
 
 /// The Deployment controller: `replicas` pods of the template, owned by the Deployment.
 fn deployments(store: &Store) {
-    let (deploys, _) = store.list("deployments", None);
+    let (deploys, _) = store.list("deployments.apps", None);
     let (pods, _) = store.list("pods", None);
     for d in deploys {
         let ns = d["metadata"]["namespace"].as_str().unwrap_or("default");
@@ -377,7 +388,7 @@ fn deployments(store: &Store) {
             .filter(|p| p["status"]["phase"] == "Running")
             .count();
         let replicas = want;
-        let _ = store.update("deployments", ns, name, |cur| {
+        let _ = store.update("deployments.apps", ns, name, |cur| {
             let mut dd = cur.cloned().ok_or(())?;
             dd["status"] = json!({
                 "observedGeneration": dd["metadata"]["generation"].as_i64().unwrap_or(1),

@@ -179,14 +179,13 @@ impl PodView {
     }
 }
 
-/// Resolves a pod's priority: its PriorityClass's value, 0 without one (no global default).
+/// Resolves a pod's priority as the Priority admission plugin does: its PriorityClass's
+/// value when the class exists, else `spec.priority`, else 0 (no global default).
 pub fn resolve_priority(pod: &Value, classes: &BTreeMap<String, i32>) -> i32 {
-    if let Some(p) = pod["spec"]["priority"].as_i64() {
-        return p as i32;
-    }
     pod["spec"]["priorityClassName"]
         .as_str()
         .and_then(|n| classes.get(n).copied())
+        .or_else(|| pod["spec"]["priority"].as_i64().map(|p| p as i32))
         .unwrap_or(0)
 }
 
@@ -553,6 +552,13 @@ mod tests {
         let classes = BTreeMap::from([("tenantci-pause".to_string(), -10)]);
         let p = serde_json::json!({"spec": {"priorityClassName": "tenantci-pause"}});
         assert_eq!(resolve_priority(&p, &classes), -10);
+        let defaulted =
+            serde_json::json!({"spec": {"priorityClassName": "tenantci-pause", "priority": 0}});
+        assert_eq!(
+            resolve_priority(&defaulted, &classes),
+            -10,
+            "the class wins over a defaulted 0"
+        );
         assert_eq!(
             resolve_priority(&serde_json::json!({"spec": {}}), &classes),
             0

@@ -8,6 +8,7 @@ mod cli;
 mod credential;
 mod gitea;
 mod pki;
+mod prewarm;
 mod queue;
 mod runner;
 mod sim;

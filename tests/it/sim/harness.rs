@@ -22,8 +22,13 @@ pub struct SimProcess {
 
 impl SimProcess {
     pub fn start(state: &Path, clusters: &[&str]) -> SimProcess {
+        Self::start_with(state, clusters, &[])
+    }
+
+    /// With extra `tenantci sim` flags (e.g. `--node-boot 4s`).
+    pub fn start_with(state: &Path, clusters: &[&str], extra: &[&str]) -> SimProcess {
         let mut cmd = util::tenantci();
-        cmd.arg("sim").arg("--state-dir").arg(state);
+        cmd.arg("sim").arg("--state-dir").arg(state).args(extra);
         for c in clusters {
             cmd.arg("--cluster").arg(c);
         }
