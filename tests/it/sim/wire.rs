@@ -209,6 +209,15 @@ async fn sim_wire_authn_and_status_bodies() {
     );
 
     let (code, ev) = admin
+        .get("/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")
+        .await;
+    assert_eq!(code, 200);
+    let text = ev.to_string();
+    assert!(
+        text.contains("BOOKMARK") && text.contains("k8s.io/initial-events-end"),
+        "{text}"
+    );
+    let (code, ev) = admin
         .get("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1")
         .await;
     assert_eq!(code, 200);
