@@ -337,6 +337,22 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_behind_the_history_is_too_old() {
+        let s = Store::new();
+        for i in 0..HISTORY + 5 {
+            s.create(
+                "configmaps",
+                "ns",
+                &format!("c{i}"),
+                json!({"metadata": {}}),
+            )
+            .unwrap();
+        }
+        assert!(s.watch_from(1).is_err());
+        assert!(s.watch_from(s.resource_version() - 10).is_ok());
+    }
+
+    #[test]
     fn namespace_contents_go_with_it() {
         let s = Store::new();
         s.create("pods", "x", "a", json!({"metadata": {}})).unwrap();

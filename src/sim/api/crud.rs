@@ -403,8 +403,7 @@ impl ApiServer {
         }
         let body = req.json_body(false)?;
         let manager = Self::manager(req);
-        let (obj, _) = self.store.update(def.key, ns, name, |current| {
-            let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+        let compute = |current: &Value| -> ApiResult<Value> {
             let mut new = current.clone();
             match media {
                 MediaType::MergePatch => patch::merge_patch(&mut new, &body),
@@ -427,9 +426,6 @@ impl ApiServer {
             }
             Self::carry_over(def, current, &mut new, sub);
             kinds::validate(def, &new)?;
-            if authorize::is_rbac(def.key) {
-                // Escalation needs the RBAC snapshot, which reads the store: checked after.
-            }
             managed::record_update(
                 Some(current),
                 &mut new,
@@ -438,15 +434,32 @@ impl ApiServer {
                 sub.unwrap_or(""),
             );
             Ok(new)
-        })?;
+        };
+        // Escalation needs the RBAC snapshot, which reads the store: check the patched object
+        // before the write, and write only if nothing changed in between.
+        let mut checked_rv = None;
         if authorize::is_rbac(def.key) {
-            if let Err(e) =
-                self.check_escalation(user, def.plural, def.namespaced.then_some(ns), name, &obj)
-            {
-                tracing::warn!(name, "patched RBAC object fails the escalation check");
-                return Err(e);
-            }
+            let current = self
+                .store
+                .get(def.key, ns, name)
+                .ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            let candidate = compute(&current)?;
+            self.check_escalation(
+                user,
+                def.plural,
+                def.namespaced.then_some(ns),
+                name,
+                &candidate,
+            )?;
+            checked_rv = Some(rv_of(&current).to_string());
         }
+        let (obj, _) = self.store.update(def.key, ns, name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            if checked_rv.as_deref().is_some_and(|rv| rv != rv_of(current)) {
+                return Err(ApiError::modified(def.group_resource(), name));
+            }
+            compute(current)
+        })?;
         Ok(Reply::Json(200, (*obj).clone()))
     }
 

@@ -115,6 +115,24 @@ async fn sim_kube_pod_crud() {
             .unwrap_err(),
     );
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "gone"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let in_gone: Api<Pod> = Api::namespaced(client.clone(), "gone");
+    in_gone
+        .create(&PostParams::default(), &pod("x"))
+        .await
+        .unwrap();
+    namespaces
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (code, _) = api_status(in_gone.get("x").await.unwrap_err());
+    assert_eq!(code, 404, "deleting a namespace removes its pods");
     let missing: Api<Pod> = Api::namespaced(client, "nope");
     let (code, _) = api_status(
         missing

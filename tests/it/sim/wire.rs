@@ -174,6 +174,49 @@ async fn sim_wire_authn_and_status_bodies() {
     assert!(name.starts_with("g-") && name.len() == 7, "{name}");
     assert!(body["metadata"]["resourceVersion"].as_str().is_some());
 
+    let apply =
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied"},"data":{"a":"1"}}"#;
+    let path = "/api/v1/namespaces/default/configmaps/applied?fieldManager=wire";
+    let ct = Some("application/apply-patch+yaml");
+    let (code, _) = admin.send(reqwest::Method::PATCH, path, ct, apply).await;
+    assert_eq!(code, 201, "apply creates");
+    let (code, _) = admin.send(reqwest::Method::PATCH, path, ct, apply).await;
+    assert_eq!(code, 200, "apply updates");
+    let no_manager = "/api/v1/namespaces/default/configmaps/applied";
+    let (code, body) = admin
+        .send(reqwest::Method::PATCH, no_manager, ct, apply)
+        .await;
+    assert_eq!(
+        (code, body["reason"].as_str().unwrap()),
+        (400, "BadRequest")
+    );
+
+    let sar = r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview",
+        "spec":{"user":"nobody","resourceAttributes":{"verb":"get","resource":"pods","namespace":"default"}}}"#;
+    let sar_path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let (code, body) = admin
+        .send(
+            reqwest::Method::POST,
+            sar_path,
+            Some("application/json"),
+            sar,
+        )
+        .await;
+    assert_eq!(
+        (code, &body["status"]["allowed"]),
+        (201, &json!(false)),
+        "{body}"
+    );
+
+    let (code, ev) = admin
+        .get("/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")
+        .await;
+    assert_eq!(code, 200);
+    let text = ev.to_string();
+    assert!(
+        text.contains("BOOKMARK") && text.contains("k8s.io/initial-events-end"),
+        "{text}"
+    );
     let (code, ev) = admin
         .get("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1")
         .await;
