@@ -47,6 +47,8 @@ pub enum TokenSource {
     Create {
         client: crate::runner::gitlab_api::Client,
         request: crate::runner::gitlab_api::CreateRunner,
+        /// Create a new runner even when config.toml has a token for ours.
+        recreate: bool,
     },
 }
 
@@ -396,8 +398,16 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     let mut registration = None;
     let token = match &inputs.token {
         TokenSource::Given(t) => t.clone(),
-        TokenSource::Create { client, request } => {
-            match existing_token(&inputs.config_path, &inputs.runner_name)? {
+        TokenSource::Create {
+            client,
+            request,
+            recreate,
+        } => {
+            let existing = match recreate {
+                true => None,
+                false => existing_token(&inputs.config_path, &inputs.runner_name)?,
+            };
+            match existing {
                 Some(t) => t,
                 None if inputs.dry_run => RunnerToken::EnvRef("$TENANTCI_DRY_RUN_TOKEN".into()),
                 None => {

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use crate::bootstrap::runner::{self as boot, Inputs, Target, TokenSource};
 use crate::output::{self, OutputArgs};
-use crate::runner::gitlab_api::{self, Client as GitlabClient, CreateRunner, RunnerType};
+use crate::runner::gitlab_api::{Client as GitlabClient, CreateRunner, RunnerType};
 use crate::runner::gitlab_config::{RunnerToken, Secret};
 use crate::{Error, Result};
 
@@ -140,34 +140,8 @@ pub struct GitlabArgs {
     /// File holding the runner authentication token.
     #[arg(long, value_name = "FILE", conflicts_with = "runner_token")]
     pub runner_token_file: Option<PathBuf>,
-    /// Create the runner through GitLab's API with this access token (scope create_runner)
-    /// when config.toml has no token for it yet.
-    #[arg(long, value_name = "FILE")]
-    pub gitlab_api_token_file: Option<PathBuf>,
-    /// Runner type for API creation.
-    #[arg(long, value_enum, requires = "gitlab_api_token_file")]
-    pub runner_type: Option<RunnerType>,
-    /// Group of a group_type runner.
-    #[arg(long, value_name = "N")]
-    pub group_id: Option<u64>,
-    /// Project of a project_type runner.
-    #[arg(long, value_name = "N", conflicts_with = "group_id")]
-    pub project_id: Option<u64>,
-    /// Tags of the new runner, comma-separated.
-    #[arg(long, value_name = "A,B", value_delimiter = ',')]
-    pub tag_list: Vec<String>,
-    /// Let the new runner pick untagged jobs.
-    #[arg(long)]
-    pub run_untagged: bool,
-    /// Lock the new runner to its project.
-    #[arg(long)]
-    pub locked: bool,
-    /// Description of the new runner.
-    #[arg(long, value_name = "TEXT")]
-    pub description: Option<String>,
-    /// CA bundle that signed GitLab's certificate.
-    #[arg(long, value_name = "FILE")]
-    pub gitlab_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub api: super::runner::GitlabApiArgs,
 }
 
 fn target(c: &ClusterArgs) -> Result<Target> {
@@ -201,31 +175,40 @@ fn token_source(g: &GitlabArgs) -> Result<TokenSource> {
             .map_err(|e| Error::unreadable("the runner token file", f, e))?;
         return Ok(TokenSource::Given(RunnerToken::parse(text.trim())?));
     }
-    let Some(api_token_file) = &g.gitlab_api_token_file else {
+    let api = &g.api;
+    let Some(api_token_file) = &api.gitlab_api_token_file else {
         return Err(Error::bad_input("no runner token given")
             .hint("pass --runner-token-file F (or TENANTCI_RUNNER_TOKEN), or --gitlab-api-token-file with --runner-type to create the runner through the GitLab API"));
     };
     let api_token = std::fs::read_to_string(api_token_file)
         .map_err(|e| Error::unreadable("the GitLab API token file", api_token_file, e))?;
     let url = g.gitlab_url.as_deref().unwrap_or_default();
+    let timeout = crate::duration::parse_positive(&api.gitlab_timeout).map_err(|e| {
+        Error::bad_input(format!("--gitlab-timeout `{}` {e}", api.gitlab_timeout))
+            .hint("pass a Go duration such as `30s`")
+    })?;
     let client = GitlabClient::new(
         url,
         Secret::new(api_token.trim()),
-        g.gitlab_ca_file.as_deref(),
-        gitlab_api::DEFAULT_TIMEOUT,
+        api.gitlab_ca_file.as_deref(),
+        timeout,
     )?;
     let request = CreateRunner {
-        runner_type: g.runner_type.unwrap_or(RunnerType::InstanceType),
-        group_id: g.group_id,
-        project_id: g.project_id,
-        description: g.description.clone(),
-        tag_list: g.tag_list.clone(),
-        run_untagged: g.run_untagged,
-        locked: g.locked,
+        runner_type: api.runner_type.unwrap_or(RunnerType::InstanceType),
+        group_id: api.group_id,
+        project_id: api.project_id,
+        description: api.description.clone(),
+        tag_list: api.tag_list.clone(),
+        run_untagged: api.run_untagged,
+        locked: api.locked,
         paused: false,
     };
     request.validate()?;
-    Ok(TokenSource::Create { client, request })
+    Ok(TokenSource::Create {
+        client,
+        request,
+        recreate: api.recreate,
+    })
 }
 
 fn inputs(a: &RunnerArgs) -> Result<Inputs> {
