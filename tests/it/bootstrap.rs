@@ -268,3 +268,74 @@ fn bootstrap_refuses_a_mismatched_credential_before_writing_anything() {
         .count();
     assert_eq!(aside, 4);
 }
+
+/// No token given: bootstrap creates the runner through GitLab's API (the double checks the
+/// request as GitLab does), and a re-run reuses the token in config.toml instead of creating a
+/// second runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_creates_the_runner_through_the_gitlab_api_once() {
+    use tenantci::sim::gitlab::{DEFAULT_ACCESS_TOKEN, GitlabDouble};
+    let s = setup(&["ci"]);
+    let gitlab = GitlabDouble::start().await.unwrap();
+    let api_token = s.root.join("api-token");
+    std::fs::write(&api_token, DEFAULT_ACCESS_TOKEN).unwrap();
+    let config = s.root.join("gitlab-runner/config.toml");
+    let mut args: Vec<std::ffi::OsString> =
+        ["bootstrap", "runner", "--forge", "gitlab", "--state-dir"]
+            .iter()
+            .map(Into::into)
+            .collect();
+    args.push(s.root.join("state").into());
+    args.extend(
+        ["--cluster", "ci", "--credential-dir"]
+            .iter()
+            .map(Into::into),
+    );
+    args.push(s.root.join("creds-ci").into());
+    args.push("--config".into());
+    args.push(config.clone().into());
+    args.extend([
+        "--gitlab-url".into(),
+        gitlab.url().into(),
+        "--gitlab-api-token-file".into(),
+    ]);
+    args.push(api_token.clone().into());
+    args.extend(
+        [
+            "--runner-type",
+            "group_type",
+            "--group-id",
+            "7",
+            "--tag-list",
+            "tenant,k8s",
+        ]
+        .iter()
+        .map(Into::into),
+    );
+    let run_bootstrap = move || run(tenantci().args(&args));
+    let o = tokio::task::spawn_blocking(run_bootstrap.clone())
+        .await
+        .unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(gitlab.runners().len(), 1, "one runner created");
+    let token = gitlab.runners()[0].token.clone();
+    assert!(
+        !stdout(&o).contains(&token) && !stderr(&o).contains(&token),
+        "the token never reaches output"
+    );
+    assert!(!stderr(&o).contains(DEFAULT_ACCESS_TOKEN));
+    let doc = toml(&config);
+    let ours = doc["runners"]
+        .as_array_of_tables()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"].as_str() == Some("tenant-ci"))
+        .unwrap()
+        .clone();
+    assert_eq!(ours["token"].as_str(), Some(token.as_str()));
+    let before = std::fs::read(&config).unwrap();
+    let o = tokio::task::spawn_blocking(run_bootstrap).await.unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(gitlab.runners().len(), 1, "the re-run reused the token");
+    assert_eq!(std::fs::read(&config).unwrap(), before);
+}
