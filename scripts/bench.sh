@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ensure_rust
 
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(mint bootstrap)
+[ ${#benches[@]} -gt 0 ] || benches=(mint bootstrap prewarm)
 
 log "building"
 cargo build --locked --bin tenantci --examples
@@ -17,6 +17,9 @@ for b in "${benches[@]}"; do
     mint)
       ensure_openssl
       TENANTCI_BIN=target/debug/tenantci cargo run --locked --quiet --example bench_mint
+      ;;
+    prewarm)
+      cargo run --locked --quiet --example bench_prewarm
       ;;
     *)
       if [ -x "scripts/bench-$b.sh" ]; then "scripts/bench-$b.sh"; else echo "unknown benchmark: $b" >&2; exit 2; fi
