@@ -21,6 +21,19 @@ pub struct SimArgs {
     pub clusters: Vec<String>,
     #[command(flatten)]
     pub nodes: NodeArgs,
+    /// Also serve a Gitea double (RunnerService over plain HTTP, plus an admin API to enqueue
+    /// jobs); its address and registration token go to <state>/gitea.json (0600) before the
+    /// ready line.
+    #[arg(long)]
+    pub gitea: bool,
+    /// Where the Gitea double listens (port 0: any free port).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:0",
+        requires = "gitea"
+    )]
+    pub gitea_listen: std::net::SocketAddr,
 }
 
 /// Rented nodes: a cluster starts with none; a Pod that fits no Ready node rents one.
@@ -81,12 +94,22 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| Error::external(format!("cannot watch SIGINT: {e}")))?;
     let nodes = args.nodes.config()?;
+    let state_dir = args.state_dir.clone();
     let handle = sim::start(SimConfig {
         state_dir: args.state_dir,
         clusters: args.clusters,
         nodes,
     })
     .await?;
+    let gitea = match args.gitea {
+        true => {
+            let g = sim::gitea::GiteaDouble::start(args.gitea_listen).await?;
+            let path = sim::gitea::write_gitea_json(&state_dir, &g)?;
+            eprintln!("gitea double at {} ({})", g.base_url, path.display());
+            Some(g)
+        }
+        false => None,
+    };
     println!(
         "{}",
         serde_json::to_string(&handle.info).expect("the ready line serializes")
@@ -107,6 +130,9 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+    if let Some(g) = gitea {
+        g.shutdown().await;
     }
     handle.shutdown().await;
     Ok(0)

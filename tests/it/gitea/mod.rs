@@ -4,6 +4,7 @@
 
 mod double;
 mod facade;
+mod sim_flag;
 
 use std::time::Duration;
 
