@@ -6,7 +6,6 @@
 //! apply RBAC for the group (`tenant`).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -277,9 +276,4 @@ fn write_all_or_nothing(dir: &Path, files: &[(&PathBuf, &[u8])]) -> Result<()> {
         }
         Error::unwritable("the credential file", &path, e)
     })
-}
-
-/// Lifetime left as a duration (zero when expired), for hand-backs and checks.
-pub fn remaining(not_after: OffsetDateTime, now: OffsetDateTime) -> Duration {
-    Duration::try_from(not_after - now).unwrap_or(Duration::ZERO)
 }

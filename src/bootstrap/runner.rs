@@ -183,7 +183,6 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     let requests_before = client::requests();
 
     // 0. Inputs that need nothing external, so bad input fails before any request.
-    let sizing_needed = inputs.prewarm.is_some();
     if let Some(raw) = &inputs.valid_for {
         crate::pki::policy::parse_valid_for(raw)?;
     }
@@ -205,7 +204,6 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     };
     let sizing_report = match &image {
         Some(img) => Some(sizing::check(&inputs.job, img, None)?),
-        None if sizing_needed => None,
         None => None,
     };
 
@@ -403,9 +401,10 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
             request,
             recreate,
         } => {
-            let existing = match recreate {
-                true => None,
-                false => existing_token(&inputs.config_path, &inputs.runner_name)?,
+            let existing = if *recreate {
+                None
+            } else {
+                existing_token(&inputs.config_path, &inputs.runner_name)?
             };
             match existing {
                 Some(t) => t,

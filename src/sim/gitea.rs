@@ -225,21 +225,6 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
-fn random_uuid() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 fn sha256(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
 }
@@ -589,7 +574,7 @@ impl FacadeBackend for GiteaDouble {
         st.next_runner += 1;
         let rec = RunnerRec {
             id: st.next_runner,
-            uuid: random_uuid(),
+            uuid: crate::sim::ids::uuid(),
             token_sha256: sha256(&token),
             name: req.name,
             version: req.version,

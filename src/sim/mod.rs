@@ -10,6 +10,7 @@ pub mod authn;
 pub mod authz;
 pub mod gitea;
 pub mod gitlab;
+pub mod ids;
 pub mod nodes;
 pub mod scheduler;
 pub mod seed;

@@ -67,10 +67,6 @@ impl Timers {
     }
 }
 
-fn now_rfc3339() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 /// Runs until `stop` turns true.
 pub async fn run(api: Arc<ApiServer>, cfg: NodeConfig, mut stop: watch::Receiver<bool>) {
     let store = &api.store;
@@ -240,8 +236,8 @@ fn rent(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
         "kind": "Node",
         "metadata": {
             "name": name,
-            "uid": format!("{:032x}", rand::random::<u128>()),
-            "creationTimestamp": now_rfc3339(),
+            "uid": super::ids::uuid(),
+            "creationTimestamp": super::ids::now(),
             "labels": {
                 "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                 RENTED_LABEL: "true"
@@ -252,7 +248,7 @@ fn rent(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
             "capacity": capacity,
             "allocatable": allocatable,
             "conditions": [{"type": "Ready", "status": "False", "reason": "Booting",
-                             "message": "rented node is booting from the guest image", "lastTransitionTime": now_rfc3339()}],
+                             "message": "rented node is booting from the guest image", "lastTransitionTime": super::ids::now()}],
             "addresses": [{"type": "Hostname", "address": name}],
             "nodeInfo": {"kubeletVersion": "v1.32.0-tenantci-sim", "operatingSystem": "linux", "architecture": "amd64"}
         }
@@ -274,7 +270,7 @@ fn boot_nodes(store: &Store, timers: &mut Timers, now: Instant) {
         let _ = store.update("nodes", "", &name, |cur| {
             let mut n = cur.cloned().ok_or(())?;
             n["status"]["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "kubelet is posting ready status", "lastTransitionTime": now_rfc3339()}]);
+                "message": "kubelet is posting ready status", "lastTransitionTime": super::ids::now()}]);
             Ok::<_, ()>(n)
         });
     }
@@ -286,7 +282,7 @@ fn bind(store: &Store, ns: &str, name: &str, node: &str, timers: &mut Timers, no
         if p["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty()) {
             return Err(());
         }
-        let t = now_rfc3339();
+        let t = super::ids::now();
         p["spec"]["nodeName"] = json!(node);
         let statuses: Vec<Value> = p["spec"]["containers"]
             .as_array()
@@ -336,7 +332,7 @@ fn finish_runs(store: &Store, timers: &mut Timers, now: Instant) {
         timers.finish_at.remove(&(ns.clone(), name.clone()));
         let _ = store.update("pods", &ns, &name, |cur| {
             let mut p = cur.cloned().ok_or(())?;
-            let t = now_rfc3339();
+            let t = super::ids::now();
             p["status"]["phase"] = json!("Succeeded");
             if let Some(cs) = p["status"]["containerStatuses"].as_array_mut() {
                 for c in cs {
@@ -404,9 +400,7 @@ fn deployments(store: &Store) {
 
 fn create_pod_from_template(store: &Store, d: &Value, ns: &str, name: &str, uid: &str) {
     let template = &d["spec"]["template"];
-    let suffix: String = (0..5)
-        .map(|_| (b'a' + rand::random::<u8>() % 26) as char)
-        .collect();
+    let suffix = super::ids::name_suffix();
     let pod_name = format!("{name}-{suffix}");
     let mut meta = template["metadata"].clone();
     if !meta.is_object() {
@@ -414,8 +408,8 @@ fn create_pod_from_template(store: &Store, d: &Value, ns: &str, name: &str, uid:
     }
     meta["name"] = json!(pod_name);
     meta["namespace"] = json!(ns);
-    meta["uid"] = json!(format!("{:032x}", rand::random::<u128>()));
-    meta["creationTimestamp"] = json!(now_rfc3339());
+    meta["uid"] = json!(super::ids::uuid());
+    meta["creationTimestamp"] = json!(super::ids::now());
     meta["generateName"] = json!(format!("{name}-"));
     meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid,
                                       "controller": true, "blockOwnerDeletion": true}]);

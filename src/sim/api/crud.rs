@@ -18,31 +18,7 @@ use crate::sim::authz::UserInfo;
 use crate::sim::status::{ApiError, ApiResult};
 use crate::sim::validate;
 
-pub fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-fn new_uid() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5)
-        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
+use crate::sim::ids::{name_suffix, now, uuid};
 
 fn rv_of(v: &Value) -> &str {
     v["metadata"]["resourceVersion"].as_str().unwrap_or("")
@@ -222,7 +198,7 @@ impl ApiServer {
                 .and_then(Value::as_str)
                 .filter(|g| !g.is_empty())
             {
-                Some(g) => name = format!("{g}{}", random_suffix()),
+                Some(g) => name = format!("{g}{}", name_suffix()),
                 None => {
                     return Err(ApiError::invalid(
                         def.kind,
@@ -269,7 +245,7 @@ impl ApiServer {
             .get("managedFields")
             .is_some_and(|m| !m.is_null());
         let meta = meta_mut(&mut obj);
-        meta.insert("uid".into(), json!(new_uid()));
+        meta.insert("uid".into(), json!(uuid()));
         meta.insert("creationTimestamp".into(), json!(now()));
         meta.remove("deletionTimestamp");
         if def.generation {
