@@ -59,8 +59,68 @@ impl CapabilityKey {
     }
 }
 
+/// The assignment id of one task attempt: the executor's runner uuid at the facade. It
+/// carries the task id and attempt, so the facade authenticates a caller without a lookup.
+pub fn assignment_id(task_id: i64, attempt: u32) -> String {
+    format!("task-{task_id}-attempt-{attempt}")
+}
+
+/// The task id and attempt named by an assignment id; None for anything else.
+pub fn parse_assignment_id(id: &str) -> Option<(i64, u32)> {
+    let rest = id.strip_prefix("task-")?;
+    let (task, attempt) = rest.split_once("-attempt-")?;
+    let task: i64 = task.parse().ok().filter(|t| *t > 0)?;
+    let attempt: u32 = attempt.parse().ok().filter(|a| *a > 0)?;
+    // Only the canonical spelling: `task-007-...` would alias task 7.
+    (assignment_id(task, attempt) == id).then_some((task, attempt))
+}
+
+/// The key file's text: standard base64 of the key and a newline (as the sealing key).
+pub fn encode_key(key: &CapabilityKey) -> String {
+    use base64::Engine as _;
+    format!(
+        "{}\n",
+        base64::engine::general_purpose::STANDARD.encode(&key.0)
+    )
+}
+
+/// Reads the key file `dispatch init` wrote (base64, 0600).
+pub fn load_key(path: &std::path::Path) -> crate::Result<CapabilityKey> {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| crate::Error::unreadable("the capability key", path, e))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|_| {
+            crate::Error::bad_input(format!(
+                "the capability key `{}` is not base64",
+                path.display()
+            ))
+            .hint("restore the dispatcher's key file, or delete it and re-run `tenantci dispatch init` (running executors then lose their facade access)")
+        })?;
+    CapabilityKey::from_bytes(&bytes).map_err(|e| {
+        crate::Error::bad_input(format!("{} ({})", e, path.display()))
+            .hint("re-run `tenantci dispatch init`, which creates a 32-byte key where none exists")
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn assignment_ids_round_trip_and_refuse_aliases() {
+        assert_eq!(parse_assignment_id(&assignment_id(42, 3)), Some((42, 3)));
+        for bad in [
+            "task-07-attempt-1",
+            "task-7-attempt-0",
+            "task--1-attempt-1",
+            "7",
+            "task-7-attempt-1x",
+            "",
+        ] {
+            assert_eq!(parse_assignment_id(bad), None, "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -4,7 +4,9 @@
 //! `lifecycle`; the actors that do I/O build on them.
 
 pub mod capability;
+pub mod config;
 pub mod executor;
 pub mod leader;
 pub mod lifecycle;
 pub mod routing;
+pub mod runtime;
