@@ -469,7 +469,7 @@ impl Config {
 }
 
 fn url_ok(key: &str, value: &str, schemes: &[&str]) -> std::result::Result<(), String> {
-    let scheme = value.split_once("://").map(|(s, rest)| (s, rest));
+    let scheme = value.split_once("://");
     match scheme {
         Some((s, rest)) if schemes.contains(&s) && !rest.is_empty() => Ok(()),
         _ => Err(format!(
