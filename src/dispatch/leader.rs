@@ -141,6 +141,26 @@ pub async fn run(
     }
 }
 
+/// Hands the lease back at shutdown (client-go's ReleaseOnCancel): an empty holder with a 1 s
+/// duration, so a standby takes over at its next retry instead of waiting for expiry.
+/// True when we held it and the release was written.
+pub async fn release(api: &Api<Lease>, me: &str) -> bool {
+    let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await else {
+        return false;
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(me) {
+        return false;
+    }
+    spec.holder_identity = Some(String::new());
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(micro_now());
+    spec.acquire_time = Some(micro_now());
+    api.replace(LEASE_NAME, &PostParams::default(), &lease)
+        .await
+        .is_ok()
+}
+
 /// One GET + decision + write; Ok(true) when we hold the lease afterwards.
 async fn step(
     api: &Api<Lease>,

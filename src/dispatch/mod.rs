@@ -6,7 +6,16 @@
 pub mod capability;
 pub mod config;
 pub mod executor;
+pub mod facade;
 pub mod leader;
 pub mod lifecycle;
+pub mod metrics;
+pub mod objects;
+pub mod reconciler;
+pub mod registry;
+pub mod report;
 pub mod routing;
 pub mod runtime;
+pub mod scheduler;
+pub mod status;
+pub mod worker;

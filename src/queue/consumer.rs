@@ -217,6 +217,19 @@ impl CappedConsumer {
         self.slots.available_permits()
     }
 
+    /// Takes a slot for a workload that exists already (found at start, e.g. executor Pods
+    /// of a previous dispatcher), so it counts against capacity until the Slot is dropped.
+    /// None when every slot is taken.
+    pub fn reserve_slot(&self) -> Option<Slot> {
+        let permit = self.slots.clone().try_acquire_owned().ok()?;
+        let n = self.counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.counters.max_in_flight.fetch_max(n, Ordering::SeqCst);
+        Some(Slot(Arc::new(SlotInner {
+            _permit: permit,
+            counters: self.counters.clone(),
+        })))
+    }
+
     pub fn stats(&self) -> Stats {
         let c = &self.counters;
         Stats {

@@ -1,0 +1,173 @@
+//! The dispatcher's Prometheus metrics (served on /metrics by `status`). One struct so every
+//! actor records into the same registry; names are `tenantci_dispatch_*`.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::queue::Backend;
+
+type ByBackend = Vec<(String, String)>;
+
+fn backend(b: Backend) -> ByBackend {
+    vec![("backend".to_string(), b.to_string())]
+}
+
+pub struct Metrics {
+    registry: Registry,
+    claimed: Family<ByBackend, Counter>,
+    completed: Counter,
+    failed: Counter,
+    fetch_calls: Counter,
+    fetch_latency: Histogram,
+    queue_depth: Family<ByBackend, Gauge>,
+    capacity: Family<ByBackend, Gauge>,
+    in_use: Family<ByBackend, Gauge>,
+    leader: Gauge,
+    handed_out: Counter,
+    facade_refused: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("tenantci_dispatch");
+        let m = Metrics {
+            claimed: Family::default(),
+            completed: Counter::default(),
+            failed: Counter::default(),
+            fetch_calls: Counter::default(),
+            // 1 ms .. ~16 s.
+            fetch_latency: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            queue_depth: Family::default(),
+            capacity: Family::default(),
+            in_use: Family::default(),
+            leader: Gauge::default(),
+            handed_out: Counter::default(),
+            facade_refused: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "tasks_claimed",
+            "Tasks claimed from Gitea and queued",
+            m.claimed.clone(),
+        );
+        registry.register(
+            "tasks_completed",
+            "Tasks whose executor reported a final state",
+            m.completed.clone(),
+        );
+        registry.register(
+            "tasks_failed",
+            "Tasks the dispatcher reported as FAILURE itself",
+            m.failed.clone(),
+        );
+        registry.register(
+            "fetch_task_calls",
+            "FetchTask calls to Gitea",
+            m.fetch_calls.clone(),
+        );
+        registry.register(
+            "fetch_task_duration_seconds",
+            "FetchTask latency",
+            m.fetch_latency.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Assignments queued or being started",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "capacity",
+            "Configured concurrent executors",
+            m.capacity.clone(),
+        );
+        registry.register("capacity_in_use", "Executors running", m.in_use.clone());
+        registry.register(
+            "leader",
+            "1 while this instance holds the scheduler lease",
+            m.leader.clone(),
+        );
+        registry.register(
+            "facade_tasks_handed_out",
+            "Tasks handed to their executor by the facade",
+            m.handed_out.clone(),
+        );
+        registry.register(
+            "facade_refused",
+            "Facade calls refused for a bad capability",
+            m.facade_refused.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    pub fn claimed(&self, b: Backend) {
+        self.claimed.get_or_create(&backend(b)).inc();
+    }
+    pub fn completed(&self) {
+        self.completed.inc();
+    }
+    pub fn failed(&self) {
+        self.failed.inc();
+    }
+    pub fn fetched(&self, took: Duration) {
+        self.fetch_calls.inc();
+        self.fetch_latency.observe(took.as_secs_f64());
+    }
+    pub fn fetch_calls(&self) -> u64 {
+        self.fetch_calls.get()
+    }
+    pub fn queue_depth(&self, b: Backend, n: u64) {
+        self.queue_depth.get_or_create(&backend(b)).set(n as i64);
+    }
+    pub fn capacity(&self, b: Backend, n: u32) {
+        self.capacity.get_or_create(&backend(b)).set(n as i64);
+    }
+    pub fn in_use(&self, b: Backend, n: usize) {
+        self.in_use.get_or_create(&backend(b)).set(n as i64);
+    }
+    pub fn leader(&self, is: bool) {
+        self.leader.set(is as i64);
+    }
+    pub fn handed_out(&self) {
+        self.handed_out.inc();
+    }
+    pub fn facade_refused(&self) {
+        self.facade_refused.inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family() {
+        let m = Metrics::default();
+        m.claimed(Backend::Pod);
+        m.fetched(Duration::from_millis(3));
+        m.leader(true);
+        let text = m.render();
+        for needle in [
+            "tenantci_dispatch_tasks_claimed_total{backend=\"pod\"} 1",
+            "tenantci_dispatch_fetch_task_calls_total 1",
+            "tenantci_dispatch_leader 1",
+            "tenantci_dispatch_fetch_task_duration_seconds_bucket",
+        ] {
+            assert!(text.contains(needle), "{needle} in\n{text}");
+        }
+    }
+}

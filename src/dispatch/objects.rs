@@ -1,0 +1,269 @@
+//! The executor objects on the tenant cluster: Secret and Pod `gitea-task-<id>` in the
+//! dispatch namespace. Every read and write of them goes through here, so the worker, the
+//! facade and the reconciler agree on names, labels and the order of operations.
+//!
+//! Idempotent by name: creating what exists already is success when it carries the same
+//! assignment id, and a refusal when it carries another (a task id is never reused by Gitea,
+//! so that means someone else's object). The sealed assignment leaves the Secret exactly once
+//! ([`ExecutorObjects::take_assignment`]), guarded by a JSON-patch `test`, so two facade
+//! instances racing for one task cannot both hand it out.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::capability;
+use super::executor::{
+    self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, COMPONENT_SELECTOR, ExecutorSpec,
+    FETCHED_ANNOTATION, TERMINAL_ANNOTATION,
+};
+
+/// What creating one executor found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Both objects were created now.
+    New,
+    /// Both existed (or one did) with this assignment id: a redelivery after a crash.
+    Existing,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("`{name}` exists for another assignment (`{found}`); it is left alone")]
+    Foreign { name: String, found: String },
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+/// One task's objects as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub task_id: i64,
+    pub attempt: u32,
+    /// None: no Pod.
+    pub pod_phase: Option<String>,
+    pub pod_exists: bool,
+    pub terminal: bool,
+    pub secret_exists: bool,
+    /// The sealed assignment is still in the Secret: no executor has fetched the task yet.
+    pub unfetched: bool,
+}
+
+impl Observed {
+    pub fn lifecycle(&self) -> super::lifecycle::Observed {
+        super::lifecycle::Observed {
+            pod_phase: self.pod_phase.clone().or_else(|| {
+                // A Pod without a phase yet is Pending as far as the lifecycle goes.
+                self.pod_exists.then(|| "Pending".to_string())
+            }),
+            terminal_marker: self.terminal,
+            secret_exists: self.secret_exists,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ExecutorObjects {
+    pods: Api<Pod>,
+    secrets: Api<Secret>,
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn task_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<(i64, u32)> {
+    capability::parse_assignment_id(annotation(meta, ASSIGNMENT_ANNOTATION)?)
+}
+
+impl ExecutorObjects {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        ExecutorObjects {
+            pods: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client, namespace),
+        }
+    }
+
+    /// Creates the Secret, then the Pod (which mounts it). Safe to repeat.
+    pub async fn create(&self, spec: &ExecutorSpec, sealed: &[u8]) -> Result<Created, CreateError> {
+        let name = executor::object_name(spec.task_id);
+        let pp = PostParams::default();
+        let mut existed = false;
+        match self
+            .secrets
+            .create(&pp, &executor::desired_secret(spec, sealed))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 409) => {
+                existed = true;
+                let live = self.secrets.get(&name).await?;
+                self.check_same(&name, &live.metadata, spec)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match self.pods.create(&pp, &executor::desired_pod(spec)).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 409) => {
+                existed = true;
+                let live = self.pods.get(&name).await?;
+                self.check_same(&name, &live.metadata, spec)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(if existed {
+            Created::Existing
+        } else {
+            Created::New
+        })
+    }
+
+    fn check_same(
+        &self,
+        name: &str,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        spec: &ExecutorSpec,
+    ) -> Result<(), CreateError> {
+        let found = annotation(meta, ASSIGNMENT_ANNOTATION).unwrap_or("");
+        if found == spec.assignment_id {
+            Ok(())
+        } else {
+            Err(CreateError::Foreign {
+                name: name.to_string(),
+                found: found.to_string(),
+            })
+        }
+    }
+
+    /// Every executor's objects, by task id (two LISTs).
+    pub async fn list(&self) -> Result<BTreeMap<i64, Observed>, kube::Error> {
+        let lp = ListParams::default().labels(COMPONENT_SELECTOR);
+        let mut out: BTreeMap<i64, Observed> = BTreeMap::new();
+        let blank = |task_id, attempt| Observed {
+            task_id,
+            attempt,
+            pod_phase: None,
+            pod_exists: false,
+            terminal: false,
+            secret_exists: false,
+            unfetched: false,
+        };
+        for pod in self.pods.list(&lp).await? {
+            let Some((task, attempt)) = task_of(&pod.metadata) else {
+                continue;
+            };
+            let o = out.entry(task).or_insert_with(|| blank(task, attempt));
+            o.pod_exists = true;
+            o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
+        }
+        for secret in self.secrets.list(&lp).await? {
+            let Some((task, attempt)) = task_of(&secret.metadata) else {
+                continue;
+            };
+            let o = out.entry(task).or_insert_with(|| blank(task, attempt));
+            o.secret_exists = true;
+            o.unfetched = secret
+                .data
+                .as_ref()
+                .is_some_and(|d| d.contains_key(ASSIGNMENT_KEY));
+        }
+        Ok(out)
+    }
+
+    /// Whether the task's Pod or Secret exists.
+    pub async fn any_exists(&self, task_id: i64) -> Result<bool, kube::Error> {
+        let name = executor::object_name(task_id);
+        Ok(self.pods.get_opt(&name).await?.is_some()
+            || self.secrets.get_opt(&name).await?.is_some())
+    }
+
+    /// Takes the sealed assignment out of the Secret: Some the first time, None after (or when
+    /// there is no Secret). A concurrent taker loses the JSON-patch `test` and gets None.
+    pub async fn take_assignment(&self, task_id: i64) -> Result<Option<Vec<u8>>, kube::Error> {
+        let name = executor::object_name(task_id);
+        let Some(secret) = self.secrets.get_opt(&name).await? else {
+            return Ok(None);
+        };
+        let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {
+            return Ok(None);
+        };
+        let encoded = {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(&sealed.0)
+        };
+        let mut ops = vec![
+            json!({"op": "test", "path": format!("/data/{ASSIGNMENT_KEY}"), "value": encoded}),
+            json!({"op": "remove", "path": format!("/data/{ASSIGNMENT_KEY}")}),
+        ];
+        if secret.metadata.annotations.is_none() {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+        }
+        ops.push(json!({
+            "op": "add",
+            "path": format!("/metadata/annotations/{}", FETCHED_ANNOTATION.replace('/', "~1")),
+            "value": chrono::Utc::now().to_rfc3339(),
+        }));
+        let patch: json_patch::Patch =
+            serde_json::from_value(json!(ops)).expect("the patch is well-formed");
+        match self
+            .secrets
+            .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(_) => Ok(Some(sealed.0.clone())),
+            // The test failed (someone took it first) or the Secret went away meanwhile.
+            Err(e) if is_status(&e, 422) || is_status(&e, 409) || is_status(&e, 404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts the terminal marker on the Pod: Gitea has the task's final state.
+    pub async fn mark_terminal(&self, task_id: i64) -> Result<(), kube::Error> {
+        let patch = json!({"metadata": {"annotations": {TERMINAL_ANNOTATION: chrono::Utc::now().to_rfc3339()}}});
+        match self
+            .pods
+            .patch(
+                &executor::object_name(task_id),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes Pod and Secret (immediately: the task is over); absent objects are fine.
+    pub async fn delete(&self, task_id: i64) -> Result<(), kube::Error> {
+        let name = executor::object_name(task_id);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        for result in [
+            self.pods.delete(&name, &dp).await.map(|_| ()),
+            self.secrets.delete(&name, &dp).await.map(|_| ()),
+        ] {
+            match result {
+                Ok(()) => {}
+                Err(e) if is_status(&e, 404) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

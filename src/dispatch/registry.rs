@@ -1,0 +1,142 @@
+//! The claim registry of one leadership term: which tasks this leader queued (claimed at
+//! Gitea, not yet an executor) and which executors run, each holding a backend admission slot.
+//! It is rebuilt from the apiserver when a term starts (recovery), so nothing here must
+//! survive a crash: the Pod and Secret metadata and the JetStream stream are the truth.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+use crate::queue::Backend;
+use crate::queue::consumer::Slot;
+
+struct Running {
+    backend: Backend,
+    /// None for an executor recovered beyond capacity (after the capacity was lowered).
+    _slot: Option<Slot>,
+}
+
+#[derive(Default)]
+struct Inner {
+    queued: BTreeMap<i64, Backend>,
+    running: BTreeMap<i64, Running>,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    inner: Mutex<Inner>,
+    /// Fired when capacity frees up or an executor reached its terminal state.
+    changed: Notify,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The scheduler queued `task` on `backend`.
+    pub fn queued(&self, task: i64, backend: Backend) {
+        self.lock().queued.insert(task, backend);
+    }
+
+    /// The worker (or recovery) knows `task`'s executor exists. Returns false when it was
+    /// already running: the caller then does not hold a second slot.
+    pub fn running(
+        &self,
+        task: i64,
+        backend: Backend,
+        slot: impl FnOnce() -> Option<Slot>,
+    ) -> bool {
+        let mut g = self.lock();
+        g.queued.remove(&task);
+        if g.running.contains_key(&task) {
+            return false;
+        }
+        g.running.insert(
+            task,
+            Running {
+                backend,
+                _slot: slot(),
+            },
+        );
+        true
+    }
+
+    pub fn is_running(&self, task: i64) -> bool {
+        self.lock().running.contains_key(&task)
+    }
+
+    /// The executor is gone: its slot frees up.
+    pub fn finished(&self, task: i64) {
+        let removed = {
+            let mut g = self.lock();
+            g.queued.remove(&task);
+            g.running.remove(&task).is_some()
+        };
+        if removed {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Tasks queued by this leader that have no executor yet.
+    pub fn queued_tasks(&self) -> Vec<i64> {
+        self.lock().queued.keys().copied().collect()
+    }
+
+    pub fn running_tasks(&self) -> Vec<i64> {
+        self.lock().running.keys().copied().collect()
+    }
+
+    pub fn running_count(&self, backend: Backend) -> usize {
+        self.lock()
+            .running
+            .values()
+            .filter(|r| r.backend == backend)
+            .count()
+    }
+
+    pub fn queued_count(&self, backend: Backend) -> usize {
+        self.lock()
+            .queued
+            .values()
+            .filter(|b| **b == backend)
+            .count()
+    }
+
+    /// Forgets everything (a leadership term ended; slots go with their consumer).
+    pub fn clear(&self) {
+        let mut g = self.lock();
+        g.queued.clear();
+        g.running.clear();
+    }
+
+    /// Something changed that the scheduler or reconciler should look at now.
+    pub fn notify(&self) {
+        self.changed.notify_waiters();
+    }
+
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_moves_from_queued_to_running_to_gone() {
+        let r = Registry::default();
+        r.queued(7, Backend::Pod);
+        assert_eq!(r.queued_count(Backend::Pod), 1);
+        assert!(r.running(7, Backend::Pod, || None));
+        assert!(!r.running(7, Backend::Pod, || panic!("no second slot")));
+        assert_eq!(
+            (r.queued_count(Backend::Pod), r.running_count(Backend::Pod)),
+            (0, 1)
+        );
+        r.finished(7);
+        assert!(r.running_tasks().is_empty());
+    }
+}
