@@ -268,7 +268,14 @@ pub async fn run(cfg: Config) -> Result<()> {
     }
     health.facade_up.store(false, Ordering::SeqCst);
     facade.shutdown().await;
-    let _ = status_task.await;
+    // A scraper's keep-alive connection must not hold the exit up.
+    let mut status_task = status_task;
+    if tokio::time::timeout(std::time::Duration::from_secs(2), &mut status_task)
+        .await
+        .is_err()
+    {
+        status_task.abort();
+    }
     tracing::info!("dispatcher stopped");
     Ok(())
 }

@@ -175,12 +175,18 @@ pub struct GiteaHandle {
 }
 
 impl GiteaHandle {
+    /// Stops serving: in-flight requests get a moment to finish, then every connection is
+    /// dropped (a client's idle keep-alive connection must not keep the simulator alive).
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(2), &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
         }
     }
 }
