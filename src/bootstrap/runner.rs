@@ -4,6 +4,11 @@
 //!
 //! The steps live in their own modules (`credential`, `tenant::rbac`, `tenant::verify`,
 //! `tenant::sizing`, `tenant::prewarm`, `runner::gitlab_config`); this file only orders them.
+//!
+//! Pause pods ([`PausePods`]) are kept by tenantci's Deployment or, with
+//! `--gitlab-native-pause-pods`, by gitlab-runner itself; never by both: switching to native
+//! removes the Deployment, and a Deployment run refuses while config.toml still has the
+//! runner keep its own (switching back is the explicit `--remove-gitlab-native-pause-pods`).
 
 use std::path::PathBuf;
 
@@ -16,6 +21,7 @@ use crate::gateway::StateDir;
 use crate::gateway::resolve;
 use crate::pki::KeyType;
 use crate::pki::inspect::{CertInfo, rfc3339};
+use crate::runner::gitlab_config::entry::{Autoscaler, NativePausePods};
 use crate::runner::gitlab_config::{self, MergeOptions, RunnerEntry, RunnerToken};
 use crate::tenant::node_image::NodeImage;
 use crate::tenant::prewarm::{self, PrewarmSpec};
@@ -67,10 +73,26 @@ pub struct Inputs {
     /// gitlab-runner resource keys (cpu_request, memory_limit, ...) to quantities.
     pub resources: std::collections::BTreeMap<String, String>,
     pub prewarm: Option<i32>,
+    pub pause_pods: PausePods,
+    pub pause_pod_image: String,
     pub valid_for: Option<String>,
     pub rotate: bool,
     pub dry_run: bool,
     pub force: bool,
+}
+
+/// Who keeps the `--prewarm N` pause pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PausePods {
+    /// tenantci's Deployment (`tenant::prewarm`); config.toml's autoscaler table is not
+    /// touched.
+    Deployment,
+    /// gitlab-runner's own autoscaler (`[runners.kubernetes.autoscaler]`, Runner 18.10+):
+    /// no Deployment, and the runner's RBAC gets deployments and priorityclasses.
+    GitlabNative(NativePausePods),
+    /// Leaving native mode: remove tenantci's autoscaler keys and the runner's pause-pod RBAC;
+    /// with `--prewarm N` tenantci's Deployment takes over.
+    LeaveGitlabNative,
 }
 
 /// One step's line.
@@ -111,6 +133,27 @@ fn existing_token(config: &std::path::Path, name: &str) -> Result<Option<RunnerT
     gitlab_config::merge::existing_token(&text, name)
         .map(|t| RunnerToken::parse(&t))
         .transpose()
+}
+
+/// tenantci's Deployment and gitlab-runner's own autoscaler would each keep N pause pods,
+/// renting twice the headroom: a Deployment run is refused, before anything changes, while
+/// our config.toml entry still has the runner keep pause pods. The table is never deleted
+/// without being asked (`--remove-gitlab-native-pause-pods`).
+fn refuse_double_pause_pods(inputs: &Inputs) -> Result<()> {
+    if inputs.pause_pods != PausePods::Deployment || inputs.prewarm.is_none_or(|n| n <= 0) {
+        return Ok(());
+    }
+    let Some(text) = gitlab_config::write::read_existing(&inputs.config_path)? else {
+        return Ok(());
+    };
+    if gitlab_config::merge::keeps_native_pause_pods(&text, &inputs.runner_name) {
+        return Err(Error::bad_input(format!(
+            "the runner `{}` in `{}` keeps its own pause pods ([runners.kubernetes.autoscaler]), so tenantci's Deployment would rent that headroom twice: pass --gitlab-native-pause-pods to stay native, or --remove-gitlab-native-pause-pods to switch to the Deployment",
+            inputs.runner_name,
+            inputs.config_path.display()
+        )));
+    }
+    Ok(())
 }
 
 struct Resolved {
@@ -188,6 +231,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     }
     crate::pki::policy::check_common_name(&inputs.common_name)?;
     crate::pki::policy::check_organizations(&groups)?;
+    refuse_double_pause_pods(inputs)?;
 
     // 1. Resolve the cluster.
     let r = resolve_target(inputs).await?;
@@ -293,13 +337,25 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
 
     // 3. RBAC with the tenant-admin kubeconfig.
     let admin = client::from_kubeconfig(&r.tenant_kubeconfig).await?;
-    let objects = rbac::desired(&RbacSpec {
+    let native = matches!(inputs.pause_pods, PausePods::GitlabNative(_));
+    let rbac_spec = RbacSpec {
         namespace: inputs.namespace.clone(),
         role_name: inputs.group.clone(),
         group: inputs.group.clone(),
-        pause_pods: inputs.prewarm.is_some(),
-    });
-    let applied = rbac::apply(&admin, &objects, inputs.dry_run).await?;
+        pause_pods: native,
+    };
+    let objects = rbac::desired(&rbac_spec);
+    let mut applied = rbac::apply(&admin, &objects, inputs.dry_run).await?;
+    if inputs.pause_pods == PausePods::LeaveGitlabNative {
+        let removed = rbac::remove_pause_pod_objects(&admin, &rbac_spec, inputs.dry_run).await?;
+        // Absent objects are what a re-run expects; only a deletion is a change.
+        applied.extend(removed.into_iter().map(|mut a| {
+            if a.outcome == "absent" {
+                a.outcome = "unchanged";
+            }
+            a
+        }));
+    }
     let rbac_unchanged = applied.iter().all(|a| a.outcome == "unchanged");
     record(
         "rbac",
@@ -339,6 +395,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
             &groups,
             &inputs.namespace,
             positive,
+            native,
         )
         .await?;
         record(
@@ -370,26 +427,59 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
             "no node-image.json for this cluster".into(),
         ),
     }
-    if let Some(replicas) = inputs.prewarm {
-        let spec = PrewarmSpec {
-            namespace: inputs.namespace.clone(),
-            replicas,
-            cpu: inputs.job.cpu(),
-            memory: inputs.job.memory(),
-            node_selector: Default::default(),
-            tolerations: Vec::new(),
-            labels: Default::default(),
-            image: prewarm::DEFAULT_IMAGE.into(),
-        };
-        let rep = prewarm::apply(&admin, &spec, inputs.dry_run).await?;
-        record(
-            "prewarm",
-            rep.action,
-            format!(
-                "{} pause pod(s) of {} CPU / {}",
-                rep.replicas, rep.cpu, rep.memory
-            ),
-        );
+    match (&inputs.pause_pods, inputs.prewarm) {
+        (PausePods::GitlabNative(native), _) => {
+            let switch =
+                prewarm::remove_for_native(&admin, &inputs.namespace, inputs.dry_run).await?;
+            let verb = if inputs.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            let removed = match (switch.deployment_removed, switch.priority_class_removed) {
+                (false, _) => String::new(),
+                (true, pc) => format!(
+                    "; {verb} tenantci's Deployment {}/{}{}",
+                    inputs.namespace,
+                    prewarm::NAME,
+                    if pc {
+                        format!(" and PriorityClass {}", prewarm::NAME)
+                    } else {
+                        String::new()
+                    }
+                ),
+            };
+            record(
+                "prewarm",
+                "native",
+                format!(
+                    "gitlab-runner keeps {} pause pod(s) sized like the build container ([runners.kubernetes.autoscaler]){removed}",
+                    native.count
+                ),
+            );
+        }
+        (_, Some(replicas)) => {
+            let spec = PrewarmSpec {
+                namespace: inputs.namespace.clone(),
+                replicas,
+                cpu: inputs.job.cpu(),
+                memory: inputs.job.memory(),
+                node_selector: Default::default(),
+                tolerations: Vec::new(),
+                labels: Default::default(),
+                image: inputs.pause_pod_image.clone(),
+            };
+            let rep = prewarm::apply(&admin, &spec, inputs.dry_run).await?;
+            record(
+                "prewarm",
+                rep.action,
+                format!(
+                    "{} pause pod(s) of {} CPU / {}",
+                    rep.replicas, rep.cpu, rep.memory
+                ),
+            );
+        }
+        (_, None) => {}
     }
 
     // 6. The runner config, last.
@@ -436,6 +526,11 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
             ca_file: Some(files.ca.clone()),
             namespace: inputs.namespace.clone(),
             resources: inputs.resources.clone(),
+            autoscaler: match &inputs.pause_pods {
+                PausePods::Deployment => Autoscaler::LeaveAlone,
+                PausePods::GitlabNative(native) => Autoscaler::Native(native.clone()),
+                PausePods::LeaveGitlabNative => Autoscaler::Remove,
+            },
             ..Default::default()
         },
     };

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::bootstrap::runner::{self as boot, Inputs, Target, TokenSource};
+use crate::bootstrap::runner::{self as boot, Inputs, PausePods, Target, TokenSource};
 use crate::output::{self, OutputArgs};
 use crate::runner::gitlab_api::{Client as GitlabClient, CreateRunner, RunnerType};
+use crate::runner::gitlab_config::entry::Autoscaler;
 use crate::runner::gitlab_config::{RunnerToken, Secret};
 use crate::{Error, Result};
 
@@ -49,9 +50,12 @@ pub struct RunnerArgs {
     /// Memory limit of the build container.
     #[arg(long, value_name = "Q", help_heading = "Job pod requests")]
     pub memory_limit: Option<String>,
-    /// Keep N pause pods sized like a job pod (0 keeps the objects at zero).
-    #[arg(long, value_name = "N")]
+    /// Keep N pause pods sized like a job pod (0 keeps the objects at zero): tenantci's
+    /// Deployment, or gitlab-runner's own with --gitlab-native-pause-pods.
+    #[arg(long, value_name = "N", help_heading = "Pause pods")]
     pub prewarm: Option<i32>,
+    #[command(flatten)]
+    pub pause_pods: super::runner::NativePausePodArgs,
     /// Print the plan: write no file, change no object (server-side dry run).
     #[arg(long)]
     pub dry_run: bool,
@@ -240,6 +244,11 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
     if a.prewarm.is_some_and(|n| n < 0) {
         return Err(Error::bad_input("--prewarm is negative").hint("pass 0 or more pause pods"));
     }
+    let pause_pods = match a.pause_pods.autoscaler(a.prewarm)? {
+        Autoscaler::LeaveAlone => PausePods::Deployment,
+        Autoscaler::Native(native) => PausePods::GitlabNative(native),
+        Autoscaler::Remove => PausePods::LeaveGitlabNative,
+    };
     let cluster = &a.cluster.cluster;
     crate::gateway::layout::validate_cluster_name(cluster)?;
     Ok(Inputs {
@@ -264,6 +273,8 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
         job,
         resources,
         prewarm: a.prewarm,
+        pause_pods,
+        pause_pod_image: a.pause_pods.image(),
         valid_for: a.identity.valid_for.clone(),
         rotate: a.identity.rotate,
         dry_run: a.dry_run,

@@ -10,9 +10,13 @@ use serde::Serialize;
 use crate::output::{self, OutputArgs};
 use crate::runner::gitea_files::{self, ActRunnerConfig, Registration};
 use crate::runner::gitlab_api::{self, CreateRunner, RunnerType};
+use crate::runner::gitlab_config::entry::{
+    Autoscaler, DEFAULT_PAUSE_IDLE_TIME, DEFAULT_PAUSE_PERIOD, DEFAULT_PAUSE_POD_IMAGE,
+    NativePausePods, REDACTED,
+};
 use crate::runner::gitlab_config::{
     self, Action, KubernetesSettings, MergeOptions, PodSecurityContext, RunnerEntry, RunnerToken,
-    Secret, entry::REDACTED,
+    Secret,
 };
 use crate::{Error, Result};
 
@@ -82,8 +86,83 @@ pub struct GitlabConfigArgs {
     pub api: GitlabApiArgs,
     #[command(flatten)]
     pub kubernetes: KubernetesArgs,
+    /// Pause pods gitlab-runner keeps itself (with --gitlab-native-pause-pods; 0 is refused).
+    #[arg(long, value_name = "N", help_heading = "Pause pods")]
+    pub prewarm: Option<i32>,
+    #[command(flatten)]
+    pub pause_pods: NativePausePodArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// gitlab-runner's own pause pods (`[runners.kubernetes.autoscaler]`, GitLab Runner 18.10+);
+/// shared by `runner gitlab-config` and `bootstrap runner`.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Pause pods")]
+pub struct NativePausePodArgs {
+    /// Let gitlab-runner (18.10+) keep the --prewarm N pause pods itself: tenantci writes
+    /// [runners.kubernetes.autoscaler] (max_pause_pods, pause_pod_image, one policy) and keeps
+    /// it in sync, instead of its own pause-pod Deployment.
+    #[arg(long, conflicts_with = "remove_gitlab_native_pause_pods")]
+    pub gitlab_native_pause_pods: bool,
+    /// Leave native mode: remove the autoscaler keys tenantci wrote (without either flag the
+    /// table is never touched).
+    #[arg(long)]
+    pub remove_gitlab_native_pause_pods: bool,
+    /// The pause pods' image. Default: registry.k8s.io/pause:3.10.
+    #[arg(long, value_name = "IMAGE")]
+    pub pause_pod_image: Option<String>,
+    /// How long gitlab-runner waits before it scales pause pods down (Go duration).
+    /// Default: 30m.
+    #[arg(long, value_name = "DURATION", requires = "gitlab_native_pause_pods")]
+    pub pause_idle_time: Option<String>,
+    /// A cron expression during which the pause pods are kept (repeatable). Default: always
+    /// ("* * * * *").
+    #[arg(long, value_name = "CRON", requires = "gitlab_native_pause_pods")]
+    pub pause_period: Vec<String>,
+}
+
+impl NativePausePodArgs {
+    /// The pause image, for the runner's autoscaler and tenantci's Deployment alike.
+    pub fn image(&self) -> String {
+        self.pause_pod_image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_PAUSE_POD_IMAGE.into())
+    }
+
+    /// What the runner entry does with its autoscaler table, given the `--prewarm` count.
+    pub fn autoscaler(&self, prewarm: Option<i32>) -> Result<Autoscaler> {
+        if self.remove_gitlab_native_pause_pods {
+            return Ok(Autoscaler::Remove);
+        }
+        if !self.gitlab_native_pause_pods {
+            return Ok(Autoscaler::LeaveAlone);
+        }
+        let count = match prewarm {
+            Some(n) if n > 0 => n as u32,
+            _ => {
+                return Err(Error::bad_input(
+                    "--gitlab-native-pause-pods needs --prewarm N with N > 0 (the pause pods gitlab-runner keeps; it reads 0 as unlimited): add e.g. --prewarm 1",
+                ));
+            }
+        };
+        let native = NativePausePods {
+            count,
+            image: self.image(),
+            idle_time: self
+                .pause_idle_time
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PAUSE_IDLE_TIME.into()),
+            periods: if self.pause_period.is_empty() {
+                vec![DEFAULT_PAUSE_PERIOD.into()]
+            } else {
+                self.pause_period.clone()
+            },
+        };
+        // Here, not only in the merge: bootstrap changes the cluster before it writes config.
+        native.validate()?;
+        Ok(Autoscaler::Native(native))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -246,6 +325,7 @@ impl KubernetesArgs {
                 fs_group: self.fs_group,
                 run_as_non_root: self.run_as_non_root.then_some(true),
             },
+            autoscaler: Autoscaler::LeaveAlone,
         })
     }
 }
@@ -297,7 +377,26 @@ pub struct GitlabRunnerSummary {
 const PENDING_TOKEN: &str = "$TENANTCI_PENDING_RUNNER_TOKEN";
 
 async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
-    let kubernetes = args.kubernetes.settings()?;
+    let mut kubernetes = args.kubernetes.settings()?;
+    let native_only = [
+        ("--prewarm", args.prewarm.is_some()),
+        (
+            "--pause-pod-image",
+            args.pause_pods.pause_pod_image.is_some(),
+        ),
+    ];
+    if let Some((flag, _)) = native_only
+        .iter()
+        .find(|(_, given)| *given && !args.pause_pods.gitlab_native_pause_pods)
+    {
+        return Err(Error::bad_input(format!(
+            "{flag} in `runner gitlab-config` sets the pause pods gitlab-runner keeps itself, so it needs --gitlab-native-pause-pods (tenantci's own pause-pod Deployment is `tenant prewarm` or `bootstrap runner --prewarm`)"
+        )));
+    }
+    kubernetes.autoscaler = args.pause_pods.autoscaler(args.prewarm)?;
+    for caveat in kubernetes.native_pause_pod_caveats() {
+        eprintln!("warning: {caveat}");
+    }
     // Precedence: token file, API creation, then --runner-token / TENANTCI_RUNNER_TOKEN (an
     // exported variable must not stop an explicit file or API creation).
     let literal = match (

@@ -4,6 +4,8 @@
 //!
 //! `desired` computes the objects (pure, unit-tested); `apply` / `remove` are the I/O, by
 //! server-side apply under the field manager `tenantci`. Facts: kubernetes-api.md §7.
+//! When gitlab-runner keeps the pause pods itself (`--gitlab-native-pause-pods`),
+//! [`remove_for_native`] takes tenantci's Deployment away so the two never both hold nodes.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +17,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde::Serialize;
 
 use super::quantity::{self, Milli};
@@ -225,7 +227,7 @@ fn api_error(what: &str, e: kube::Error) -> Error {
     super::client::api_error(
         e,
         what,
-        "pre-warm with the tenant-admin kubeconfig (the runner's credential has no patch rights on priorityclasses)",
+        "pre-warm with the tenant-admin kubeconfig (the runner's credential may not write priorityclasses)",
     )
 }
 
@@ -268,6 +270,60 @@ pub async fn remove(
     ignore_not_found(pcs.delete(NAME, &params).await.map(|_| ()))
         .map_err(|e| api_error("delete the pause PriorityClass", e))?;
     Ok(report(spec, "removed", dry_run))
+}
+
+/// What [`remove_for_native`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NativeSwitch {
+    /// tenantci's Deployment existed in the namespace and was deleted.
+    pub deployment_removed: bool,
+    /// ... and no other namespace's Deployment used the PriorityClass, so it went too.
+    pub priority_class_removed: bool,
+}
+
+/// gitlab-runner keeps the pause pods now: deletes tenantci's Deployment in `namespace`, and
+/// the cluster-scoped PriorityClass only when no other namespace's pause Deployment still
+/// uses it (another runner may stay in Deployment mode). On a re-run this is one request (a
+/// 404); the PriorityClass is looked at only in the run that removed a Deployment.
+pub async fn remove_for_native(
+    client: &kube::Client,
+    namespace: &str,
+    dry_run: bool,
+) -> Result<NativeSwitch> {
+    let params = DeleteParams {
+        dry_run,
+        ..Default::default()
+    };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let deployment_removed = match deployments.delete(NAME, &params).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        Err(e) => return Err(api_error("delete the pause Deployment", e)),
+    };
+    let mut priority_class_removed = false;
+    if deployment_removed {
+        let all: Api<Deployment> = Api::all(client.clone());
+        let others = all
+            .list(&ListParams::default().labels(&format!("{SELECTOR_LABEL}={NAME}")))
+            .await
+            .map_err(|e| api_error("list pause Deployments", e))?
+            .items
+            .into_iter()
+            // Ours may still be listed (a dry run, or a deletion still in progress).
+            .filter(|d| d.metadata.namespace.as_deref() != Some(namespace))
+            .count();
+        if others == 0 {
+            let pcs: Api<PriorityClass> = Api::all(client.clone());
+            ignore_not_found(pcs.delete(NAME, &params).await.map(|_| ()))
+                .map_err(|e| api_error("delete the pause PriorityClass", e))?;
+            priority_class_removed = true;
+        }
+    }
+    Ok(NativeSwitch {
+        deployment_removed,
+        priority_class_removed,
+    })
 }
 
 fn ignore_not_found(
@@ -356,6 +412,14 @@ mod tests {
             .unwrap();
         assert_eq!(labels["team"], "a");
         assert_eq!(labels[SELECTOR_LABEL], NAME);
+    }
+
+    #[test]
+    fn native_pause_pods_default_to_the_same_image() {
+        assert_eq!(
+            DEFAULT_IMAGE,
+            crate::runner::gitlab_config::entry::DEFAULT_PAUSE_POD_IMAGE
+        );
     }
 
     #[test]

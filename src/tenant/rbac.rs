@@ -7,6 +7,11 @@
 //! kube-system's included); only the cluster-scoped priorityclasses rule, needed for pause
 //! pods, is bound cluster-wide. The group bound is the credential's organization: one input,
 //! so the two cannot disagree.
+//!
+//! The pause-pod rules (apps/deployments in the namespace, priorityclasses get/create at
+//! cluster scope) are the runner's only when gitlab-runner runs its own pause pods
+//! (`--gitlab-native-pause-pods`); tenantci's own Deployment is applied with the tenant-admin
+//! kubeconfig and needs nothing from the runner.
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding};
@@ -27,7 +32,8 @@ pub struct RbacSpec {
     pub role_name: String,
     /// The group bound: the credential's organization.
     pub group: String,
-    /// Keep the apps/deployments rule and the priorityclasses objects (pause pods).
+    /// Keep the apps/deployments rule and the priorityclasses objects: gitlab-runner's own
+    /// pause-pod autoscaler needs them (facts/gitlab-runner.md §2).
     pub pause_pods: bool,
 }
 
@@ -186,6 +192,55 @@ pub async fn apply(client: &kube::Client, o: &RbacObjects, dry_run: bool) -> Res
         );
     }
     Ok(out)
+}
+
+/// Leaving native pause pods: deletes the `<role>-priorityclasses` ClusterRole and binding
+/// (the deployments rule leaves with the next apply of the role). Absent objects are fine.
+pub async fn remove_pause_pod_objects(
+    client: &kube::Client,
+    spec: &RbacSpec,
+    dry_run: bool,
+) -> Result<Vec<Applied>> {
+    let name = format!("{}-priorityclasses", spec.role_name);
+    let params = kube::api::DeleteParams {
+        dry_run,
+        ..Default::default()
+    };
+    let outcome = |r: std::result::Result<(), kube::Error>, kind: &str| match r {
+        Ok(()) => Ok("deleted"),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok("absent"),
+        Err(e) => Err(super::client::api_error(
+            e,
+            &format!("delete {kind} `{name}`"),
+            "use the cluster's tenant-admin.kubeconfig (it must be cluster admin), or pass the right --tenant-kubeconfig",
+        )),
+    };
+    let binding = outcome(
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(&name, &params)
+            .await
+            .map(|_| ()),
+        "ClusterRoleBinding",
+    )?;
+    let role = outcome(
+        Api::<ClusterRole>::all(client.clone())
+            .delete(&name, &params)
+            .await
+            .map(|_| ()),
+        "ClusterRole",
+    )?;
+    Ok(vec![
+        Applied {
+            kind: "ClusterRoleBinding".into(),
+            name: name.clone(),
+            outcome: binding,
+        },
+        Applied {
+            kind: "ClusterRole".into(),
+            name,
+            outcome: role,
+        },
+    ])
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ pub struct Access {
     pub resource: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subresource: Option<&'static str>,
-    /// None: the runner namespace.
+    /// None: the runner namespace; `Some("")`: cluster scope.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<&'static str>,
 }
@@ -54,6 +54,37 @@ pub fn executor_needs() -> Vec<Access> {
     v.push(a("create", "services", None));
     v.push(a("list", "events", None));
     v
+}
+
+/// What gitlab-runner's own pause-pod autoscaler (Runner 18.10+) calls besides: its pause
+/// Deployment in the namespace, and the `gitlab-runner-idle-capacity` PriorityClass it creates
+/// when missing (cluster scope).
+pub fn autoscaler_needs() -> Vec<Access> {
+    let mut v: Vec<Access> = ["create", "get", "list", "update", "delete"]
+        .into_iter()
+        .map(|verb| Access {
+            group: "apps",
+            ..a(verb, "deployments", None)
+        })
+        .collect();
+    for verb in ["get", "create"] {
+        v.push(Access {
+            group: "scheduling.k8s.io",
+            namespace: Some(""),
+            ..a(verb, "priorityclasses", None)
+        });
+    }
+    v
+}
+
+/// What a runner with the autoscaler rules must still never be allowed: they are bound in its
+/// namespace only.
+pub fn autoscaler_must_deny() -> Vec<Access> {
+    vec![Access {
+        group: "apps",
+        namespace: Some("kube-system"),
+        ..a("create", "deployments", None)
+    }]
 }
 
 /// What a runner must never be allowed.
@@ -131,9 +162,10 @@ fn sar(user: &str, groups: &[String], access: &Access, namespace: &str) -> Subje
 
 /// Half two: access reviews as (CN, groups) with the admin client, then one real request
 /// (list pods in the namespace) with the runner's own client. `positive` runs the reviews of
-/// what the executor needs; a re-run whose RBAC objects were unchanged skips them (the rules
-/// it applied last time still grant them) and keeps the negative reviews, which another
-/// binding could have broken since.
+/// what the executor needs (and, with `autoscaler`, what gitlab-runner's pause-pod autoscaler
+/// needs and must not have); a re-run whose RBAC objects were unchanged skips them (the rules it applied last
+/// time still grant them) and keeps the negative reviews, which another binding could have
+/// broken since.
 pub async fn verify(
     admin: &kube::Client,
     runner: &kube::Client,
@@ -141,18 +173,25 @@ pub async fn verify(
     groups: &[String],
     namespace: &str,
     positive: bool,
+    autoscaler: bool,
 ) -> Result<Vec<ReviewResult>> {
     let api: Api<SubjectAccessReview> = Api::all(admin.clone());
     let mut results = Vec::new();
-    let needs = if positive {
-        executor_needs()
-    } else {
-        Vec::new()
-    };
+    let mut needs = Vec::new();
+    let mut denied = must_deny();
+    if positive {
+        needs.extend(executor_needs());
+        // The autoscaler's denial checks the namespaced binding we just applied, so it runs
+        // with the positive reviews; `must_deny` guards the crown jewels on every run.
+        if autoscaler {
+            needs.extend(autoscaler_needs());
+            denied.extend(autoscaler_must_deny());
+        }
+    }
     let checks = needs
         .into_iter()
         .map(|a| (a, true))
-        .chain(must_deny().into_iter().map(|a| (a, false)));
+        .chain(denied.into_iter().map(|a| (a, false)));
     for (access, expected) in checks {
         let ns = match access.namespace {
             Some(n) => n.to_string(),
@@ -219,5 +258,21 @@ mod tests {
         assert!(needs.contains(&a("create", "pods", Some("exec"))));
         assert!(needs.contains(&a("create", "pods", Some("attach"))));
         assert!(needs.contains(&a("create", "secrets", None)));
+    }
+
+    #[test]
+    fn autoscaler_needs_deployments_here_and_priorityclasses_cluster_wide() {
+        let needs = autoscaler_needs();
+        let deploy = needs
+            .iter()
+            .find(|x| x.resource == "deployments" && x.verb == "create")
+            .unwrap();
+        assert_eq!((deploy.group, deploy.namespace), ("apps", None));
+        let pc = needs
+            .iter()
+            .find(|x| x.resource == "priorityclasses" && x.verb == "create")
+            .unwrap();
+        assert_eq!((pc.group, pc.namespace), ("scheduling.k8s.io", Some("")));
+        assert_eq!(autoscaler_must_deny()[0].namespace, Some("kube-system"));
     }
 }

@@ -4,6 +4,10 @@
 //! gitlab-runner would reject at job time (cert_file without key_file/ca_file, files without
 //! host); [`RunnerEntry::fields`] turns it into the ordered key/value list that
 //! [`super::merge`] writes. Key names come only from [`super::keys`]. No I/O here.
+//!
+//! `[runners.kubernetes.autoscaler]` (gitlab-runner's own pause pods) is tenantci's only while
+//! [`Autoscaler::Native`] asks for it: by default it is neither read nor written, and leaving
+//! native mode is an explicit [`Autoscaler::Remove`], never a side effect of a missing flag.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -135,6 +139,127 @@ pub struct KubernetesSettings {
     pub node_tolerations: BTreeMap<String, String>,
     pub pod_labels: BTreeMap<String, String>,
     pub pod_security_context: PodSecurityContext,
+    pub autoscaler: Autoscaler,
+}
+
+/// What tenantci does with `[runners.kubernetes.autoscaler]` (GitLab Runner 18.10+ pause pods).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Autoscaler {
+    /// Not tenantci's: the table is neither read nor written, so one an operator wrote stays.
+    #[default]
+    LeaveAlone,
+    /// tenantci owns `max_pause_pods`, `pause_pod_image` and the `policy` array (one policy);
+    /// other keys of the table (`pause_pod_priority_class_name`, ...) stay.
+    Native(NativePausePods),
+    /// Leaving native mode: remove the keys [`Autoscaler::Native`] owns, and the table once
+    /// nothing else is left in it.
+    Remove,
+}
+
+/// gitlab-runner's own pause pods, sized and placed by the runner from the same
+/// `[runners.kubernetes]` table (its requests, `node_selector`, `node_tolerations`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativePausePods {
+    /// `max_pause_pods` and the policy's `idle_count` (the pre-warm count; upstream reads a
+    /// `max_pause_pods` of 0 as unlimited, so it must be positive).
+    pub count: u32,
+    pub image: String,
+    /// Go duration the runner waits before it scales pause pods down.
+    pub idle_time: String,
+    /// Cron expressions (five fields) during which the policy holds.
+    pub periods: Vec<String>,
+}
+
+/// The image upstream defaults to, and tenantci's Deployment runs (`tenant::prewarm`).
+pub const DEFAULT_PAUSE_POD_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// Long enough that pause pods survive a lull between pipelines.
+pub const DEFAULT_PAUSE_IDLE_TIME: &str = "30m";
+/// Always.
+pub const DEFAULT_PAUSE_PERIOD: &str = "* * * * *";
+
+impl NativePausePods {
+    /// `count` pause pods at all times, from the default image.
+    pub fn new(count: u32) -> Self {
+        NativePausePods {
+            count,
+            image: DEFAULT_PAUSE_POD_IMAGE.into(),
+            idle_time: DEFAULT_PAUSE_IDLE_TIME.into(),
+            periods: vec![DEFAULT_PAUSE_PERIOD.into()],
+        }
+    }
+
+    /// Refuses what gitlab-runner would reject (it drops the whole autoscaler then).
+    pub fn validate(&self) -> Result<()> {
+        if self.count == 0 {
+            return Err(Error::bad_input(
+                "native pause pods need a count above 0 (gitlab-runner reads max_pause_pods = 0 as unlimited); pass --prewarm N with N > 0",
+            ));
+        }
+        if self.image.is_empty() || self.image.chars().any(char::is_whitespace) {
+            return Err(Error::bad_input(format!(
+                "the pause pod image `{}` is not an image reference",
+                self.image
+            ))
+            .hint(format!("e.g. --pause-pod-image {DEFAULT_PAUSE_POD_IMAGE}")));
+        }
+        let idle = crate::duration::parse(&self.idle_time).map_err(|e| {
+            Error::bad_input(format!("--pause-idle-time `{}` {e}", self.idle_time))
+                .hint("pass a Go duration such as 30m")
+        })?;
+        if idle < std::time::Duration::from_secs(1) {
+            return Err(Error::bad_input(format!(
+                "--pause-idle-time `{}` is below gitlab-runner's minimum of 1s",
+                self.idle_time
+            ))
+            .hint("pass a Go duration such as 30m"));
+        }
+        if self.periods.is_empty() {
+            return Err(
+                Error::bad_input("the pause pod policy has no periods").hint(format!(
+                    "pass --pause-period '{DEFAULT_PAUSE_PERIOD}' (always)"
+                )),
+            );
+        }
+        for period in &self.periods {
+            if !is_cron(period) {
+                return Err(Error::bad_input(format!(
+                    "--pause-period `{period}` is not a five-field cron expression"
+                ))
+                .hint("e.g. '* 8-17 * * mon-fri' (minute hour day-of-month month day-of-week); gitlab-runner would drop the whole autoscaler on a bad one"));
+            }
+        }
+        Ok(())
+    }
+
+    fn fields(&self) -> Vec<(&'static str, Field)> {
+        let policy = vec![
+            (keys::IDLE_COUNT, Field::Int(self.count.into())),
+            (keys::IDLE_TIME, Field::Str(self.idle_time.clone())),
+            (keys::PERIODS, Field::StrArray(self.periods.clone())),
+        ];
+        vec![
+            (keys::MAX_PAUSE_PODS, Field::Int(self.count.into())),
+            (keys::PAUSE_POD_IMAGE, Field::Str(self.image.clone())),
+            (
+                keys::POLICY,
+                Field::TableArray {
+                    tables: vec![policy],
+                    owned: POLICY_OWNED.to_vec(),
+                },
+            ),
+        ]
+    }
+}
+
+/// Five whitespace-separated fields of cron characters (names such as `mon-fri` included);
+/// gitlab-runner parses the rest.
+fn is_cron(s: &str) -> bool {
+    let fields: Vec<&str> = s.split_whitespace().collect();
+    fields.len() == 5
+        && fields.iter().all(|f| {
+            f.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '*' | ',' | '-' | '/' | '?'))
+        })
 }
 
 /// 600 s rather than gitlab-runner's 180: a job pod may wait for a node to be rented and boot.
@@ -156,6 +281,7 @@ impl Default for KubernetesSettings {
             node_tolerations: BTreeMap::new(),
             pod_labels: BTreeMap::new(),
             pod_security_context: PodSecurityContext::default(),
+            autoscaler: Autoscaler::LeaveAlone,
         }
     }
 }
@@ -216,11 +342,18 @@ pub enum Field {
     Bool(bool),
     /// An unquoted TOML offset datetime.
     Datetime(toml_edit::Datetime),
+    StrArray(Vec<String>),
     /// A `[parent.key]` table of strings, owned as a whole.
     StrTable(BTreeMap<String, String>),
     /// A sub-table; `owned` lists the keys tenantci manages inside it.
     Table {
         fields: Vec<(&'static str, Field)>,
+        owned: Vec<&'static str>,
+    },
+    /// A `[[parent.key]]` array with exactly these tables; `owned` lists the keys tenantci
+    /// manages inside each (others in the first tables stay, extra tables are removed).
+    TableArray {
+        tables: Vec<Vec<(&'static str, Field)>>,
         owned: Vec<&'static str>,
     },
 }
@@ -257,6 +390,10 @@ const POD_SECURITY_CONTEXT_OWNED: &[&str] = &[
     keys::FS_GROUP,
     keys::RUN_AS_NON_ROOT,
 ];
+
+const AUTOSCALER_OWNED: &[&str] = &[keys::MAX_PAUSE_PODS, keys::PAUSE_POD_IMAGE, keys::POLICY];
+
+const POLICY_OWNED: &[&str] = &[keys::IDLE_COUNT, keys::IDLE_TIME, keys::PERIODS];
 
 const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
@@ -318,7 +455,7 @@ impl RunnerEntry {
                 keys::KUBERNETES,
                 Field::Table {
                     fields: self.kubernetes.fields(),
-                    owned: kubernetes_owned(),
+                    owned: self.kubernetes.owned(),
                 },
             ),
         ]);
@@ -336,12 +473,6 @@ impl RunnerEntry {
     }
 }
 
-fn kubernetes_owned() -> Vec<&'static str> {
-    let mut owned = KUBERNETES_OWNED.to_vec();
-    owned.extend(all_resource_keys());
-    owned
-}
-
 /// Every resource key and its overwrite twin, in writing order.
 pub fn all_resource_keys() -> Vec<&'static str> {
     keys::RESOURCE_KEYS
@@ -352,7 +483,35 @@ pub fn all_resource_keys() -> Vec<&'static str> {
 }
 
 impl KubernetesSettings {
+    /// Keys of `[runners.kubernetes]` tenantci manages: `autoscaler` only when this run
+    /// writes or removes native pause pods.
+    fn owned(&self) -> Vec<&'static str> {
+        let mut owned = KUBERNETES_OWNED.to_vec();
+        owned.extend(all_resource_keys());
+        if self.autoscaler != Autoscaler::LeaveAlone {
+            owned.push(keys::AUTOSCALER);
+        }
+        owned
+    }
+
+    /// Why native pause pods may warm the wrong nodes with these settings (shown as warnings):
+    /// gitlab-runner gives its pause pods the node selector, tolerations and build requests
+    /// of this table, but not `pod_labels`.
+    pub fn native_pause_pod_caveats(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if matches!(self.autoscaler, Autoscaler::Native(_)) && !self.pod_labels.is_empty() {
+            out.push(format!(
+                "gitlab-runner does not put pod_labels ({}) on its own pause pods: if anything places job pods by these labels, the pause pods warm other nodes; use tenantci's Deployment (without --gitlab-native-pause-pods), which copies them",
+                self.pod_labels.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        out
+    }
+
     fn validate(&self) -> Result<()> {
+        if let Autoscaler::Native(native) = &self.autoscaler {
+            native.validate()?;
+        }
         let files = [
             (keys::CERT_FILE, &self.cert_file),
             (keys::KEY_FILE, &self.key_file),
@@ -492,6 +651,20 @@ impl KubernetesSettings {
                 owned: POD_SECURITY_CONTEXT_OWNED.to_vec(),
             },
         ));
+        let autoscaler = match &self.autoscaler {
+            Autoscaler::LeaveAlone => None,
+            Autoscaler::Native(native) => Some(native.fields()),
+            Autoscaler::Remove => Some(Vec::new()),
+        };
+        if let Some(fields) = autoscaler {
+            out.push((
+                keys::AUTOSCALER,
+                Field::Table {
+                    fields,
+                    owned: AUTOSCALER_OWNED.to_vec(),
+                },
+            ));
+        }
         out
     }
 }
@@ -519,6 +692,14 @@ pub fn is_quantity(s: &str) -> bool {
         && !number.starts_with('.')
         && !number.ends_with('.');
     number_ok && SUFFIXES.contains(&suffix)
+}
+
+/// [`example_entry`] with two native pause pods, for tests, fuzzing and docs.
+#[doc(hidden)]
+pub fn example_native_entry() -> RunnerEntry {
+    let mut entry = example_entry();
+    entry.kubernetes.autoscaler = Autoscaler::Native(NativePausePods::new(2));
+    entry
 }
 
 /// A complete, valid entry (literal token `glrt-example`), for tests, fuzzing and docs.
@@ -630,5 +811,64 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn native_autoscaler_validation_refuses_what_the_runner_would_drop() {
+        let with = |f: &dyn Fn(&mut NativePausePods)| {
+            let mut e = sample();
+            let mut n = NativePausePods::new(2);
+            f(&mut n);
+            e.kubernetes.autoscaler = Autoscaler::Native(n);
+            e.validate()
+        };
+        assert!(with(&|_| {}).is_ok());
+        let zero = with(&|n| n.count = 0).unwrap_err();
+        assert_eq!(zero.exit_code(), 2);
+        assert!(zero.message().contains("--prewarm"), "{}", zero.message());
+        assert!(with(&|n| n.idle_time = "30".into()).is_err());
+        assert!(with(&|n| n.idle_time = "500ms".into()).is_err());
+        assert!(with(&|n| n.periods = vec![]).is_err());
+        assert!(with(&|n| n.periods = vec!["* * * *".into()]).is_err());
+        assert!(with(&|n| n.periods = vec!["* 8-17 * * mon-fri".into()]).is_ok());
+        assert!(with(&|n| n.image = "pause 3".into()).is_err());
+    }
+
+    #[test]
+    fn native_autoscaler_is_owned_only_when_asked_for() {
+        let mut e = sample();
+        assert!(!e.kubernetes.owned().contains(&keys::AUTOSCALER));
+        assert!(
+            !e.kubernetes
+                .fields()
+                .iter()
+                .any(|(k, _)| *k == keys::AUTOSCALER)
+        );
+        e.kubernetes.autoscaler = Autoscaler::Remove;
+        assert!(e.kubernetes.owned().contains(&keys::AUTOSCALER));
+        e.kubernetes.autoscaler = Autoscaler::Native(NativePausePods::new(3));
+        let fields = e.kubernetes.fields();
+        let Some((_, Field::Table { fields, owned })) =
+            fields.iter().find(|(k, _)| *k == keys::AUTOSCALER)
+        else {
+            panic!("no autoscaler table")
+        };
+        assert_eq!(owned, &AUTOSCALER_OWNED.to_vec());
+        assert!(fields.contains(&(keys::MAX_PAUSE_PODS, Field::Int(3))));
+        assert!(fields.contains(&(
+            keys::PAUSE_POD_IMAGE,
+            Field::Str(DEFAULT_PAUSE_POD_IMAGE.into())
+        )));
+    }
+
+    #[test]
+    fn native_autoscaler_caveats_name_pod_labels() {
+        let mut e = sample();
+        e.kubernetes.pod_labels.insert("team".into(), "a".into());
+        assert!(e.kubernetes.native_pause_pod_caveats().is_empty());
+        e.kubernetes.autoscaler = Autoscaler::Native(NativePausePods::new(1));
+        let caveats = e.kubernetes.native_pause_pod_caveats();
+        assert_eq!(caveats.len(), 1);
+        assert!(caveats[0].contains("team"), "{}", caveats[0]);
     }
 }

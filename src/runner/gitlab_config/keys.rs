@@ -4,14 +4,17 @@
 //! a misspelt key would simply have no effect. Everything tenantci writes comes from these
 //! lists ([`super::entry`] names keys only through the constants below), and [`check_document`]
 //! checks a whole file against them (the runner-configs/ example is tested with it).
-//! Sub-tables we never write (`[runners.cache]`, `affinity`, `volumes`, `autoscaler`, ...) are
-//! listed as [`KeyType::OpaqueTable`]: their name is checked, their contents are not.
+//! Sub-tables we never write (`[runners.cache]`, `affinity`, `volumes`, ...) are listed as
+//! [`KeyType::OpaqueTable`]: their name is checked, their contents are not. The pause-pod
+//! `autoscaler` (GitLab Runner 18.10+) is listed key by key, since tenantci writes it.
 
 /// The TOML type gitlab-runner decodes a key into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyType {
     Str,
     Int,
+    /// A float; an integer decodes into Go's float64 as well (`scale_factor`).
+    Float,
     Bool,
     /// A TOML offset datetime (`token_expires_at = 0001-01-01T00:00:00Z`).
     Datetime,
@@ -39,6 +42,8 @@ pub enum Section {
     Runner,
     Kubernetes,
     PodSecurityContext,
+    Autoscaler,
+    AutoscalerPolicy,
 }
 
 impl Section {
@@ -49,6 +54,8 @@ impl Section {
             Section::Runner => RUNNER_KEYS,
             Section::Kubernetes => KUBERNETES_KEYS,
             Section::PodSecurityContext => POD_SECURITY_CONTEXT_KEYS,
+            Section::Autoscaler => AUTOSCALER_KEYS,
+            Section::AutoscalerPolicy => AUTOSCALER_POLICY_KEYS,
         }
     }
 }
@@ -97,6 +104,14 @@ pub const RUN_AS_USER: &str = "run_as_user";
 pub const RUN_AS_GROUP: &str = "run_as_group";
 pub const FS_GROUP: &str = "fs_group";
 pub const RUN_AS_NON_ROOT: &str = "run_as_non_root";
+pub const AUTOSCALER: &str = "autoscaler";
+pub const MAX_PAUSE_PODS: &str = "max_pause_pods";
+pub const PAUSE_POD_IMAGE: &str = "pause_pod_image";
+pub const POLICY: &str = "policy";
+pub const IDLE_COUNT: &str = "idle_count";
+pub const IDLE_TIME: &str = "idle_time";
+pub const PERIODS: &str = "periods";
+pub const SCALE_FACTOR: &str = "scale_factor";
 
 /// Declares the resource keys and their `_overwrite_max_allowed` twins from one list.
 macro_rules! resource_keys {
@@ -153,6 +168,27 @@ pub const POD_SECURITY_CONTEXT_KEYS: &[Key] = &[
     k("selinux_type", Str),
 ];
 
+/// `[[runners.kubernetes.autoscaler.policy]]` (Runner 18.10+); the last policy whose cron
+/// `periods` match now is used.
+pub const AUTOSCALER_POLICY_KEYS: &[Key] = &[
+    k(PERIODS, StrArray),
+    k("timezone", Str),
+    k(IDLE_COUNT, Int),
+    // A Go duration; the runner waits this long before it scales pause pods down.
+    k(IDLE_TIME, Str),
+    k(SCALE_FACTOR, Float),
+    k("scale_factor_limit", Int),
+];
+
+/// `[runners.kubernetes.autoscaler]`: pause pods the runner keeps itself (Runner 18.10+).
+pub const AUTOSCALER_KEYS: &[Key] = &[
+    // 0 means unlimited upstream.
+    k(MAX_PAUSE_PODS, Int),
+    k(PAUSE_POD_IMAGE, Str),
+    k("pause_pod_priority_class_name", Str),
+    k(POLICY, TableArray(Section::AutoscalerPolicy)),
+];
+
 /// `[runners.kubernetes]`, without the resource keys (see [`RESOURCE_KEYS`]).
 pub const KUBERNETES_KEYS: &[Key] = &[
     k(HOST, Str),
@@ -205,7 +241,7 @@ pub const KUBERNETES_KEYS: &[Key] = &[
     k("service_container_security_context", OpaqueTable),
     k("affinity", OpaqueTable),
     k("volumes", OpaqueTable),
-    k("autoscaler", OpaqueTable),
+    k(AUTOSCALER, Table(Section::Autoscaler)),
     k("dns_config", OpaqueTable),
     k("host_aliases", OpaqueTable),
     k("services", OpaqueTable),
@@ -336,6 +372,7 @@ fn check_item(item: &toml_edit::Item, ty: KeyType, path: &str, problems: &mut Ve
     let ok = match ty {
         Str => matches!(value, Some(Value::String(_))),
         Int => matches!(value, Some(Value::Integer(_))),
+        Float => matches!(value, Some(Value::Float(_) | Value::Integer(_))),
         Bool => matches!(value, Some(Value::Boolean(_))),
         Datetime => matches!(value, Some(Value::Datetime(_))),
         StrArray => is_array_of(value, |v| v.is_str()),
@@ -400,6 +437,7 @@ fn describe(ty: KeyType) -> &'static str {
     match ty {
         Str => "a string",
         Int => "an integer",
+        Float => "a number",
         Bool => "a boolean",
         Datetime => "an offset datetime",
         StrArray => "an array of strings",
@@ -425,6 +463,8 @@ mod tests {
             KUBERNETES_KEYS,
             POD_SECURITY_CONTEXT_KEYS,
             SESSION_SERVER_KEYS,
+            AUTOSCALER_KEYS,
+            AUTOSCALER_POLICY_KEYS,
         ] {
             let mut names: Vec<_> = list.iter().map(|k| k.name).collect();
             names.sort();
@@ -455,6 +495,35 @@ node_selector = { "a" = 1 }
                 "concurrent: expected an integer",
                 "runners[0].kubernetes.poll_timout: unknown key (gitlab-runner would silently ignore it)",
                 "runners[0].kubernetes.node_selector: expected a table of strings",
+            ]
+        );
+    }
+
+    #[test]
+    fn autoscaler_keys_are_checked_down_to_the_policies() {
+        let doc: toml_edit::DocumentMut = r#"
+[[runners]]
+name = "a"
+[runners.kubernetes.autoscaler]
+max_pause_pods = 2
+pause_pods = 2
+[[runners.kubernetes.autoscaler.policy]]
+idle_count = "2"
+periods = ["* * * * *"]
+scale_factor = 1
+[[runners.kubernetes.autoscaler.policy]]
+scale_factor = 0.5
+idle_tme = "30m"
+"#
+        .parse()
+        .unwrap();
+        let problems: Vec<String> = check_document(&doc).iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            problems,
+            vec![
+                "runners[0].kubernetes.autoscaler.pause_pods: unknown key (gitlab-runner would silently ignore it)",
+                "runners[0].kubernetes.autoscaler.policy[0].idle_count: expected an integer",
+                "runners[0].kubernetes.autoscaler.policy[1].idle_tme: unknown key (gitlab-runner would silently ignore it)",
             ]
         );
     }

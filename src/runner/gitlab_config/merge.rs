@@ -5,6 +5,8 @@
 //! [`RunnerEntry::fields`] can write: it sets those it has, removes owned keys it no longer
 //! has, and leaves every other key (`[runners.cache]`, `environment`, ...) alone. A value that
 //! is already right is not touched, so a second merge returns the same text. No I/O here.
+//! `[runners.kubernetes.autoscaler]` is owned only in native pause-pod mode (see
+//! [`super::entry::Autoscaler`]).
 
 use std::path::Path;
 
@@ -220,6 +222,11 @@ fn apply(
             Field::Datetime(d) => set_value(table, key, Value::from(*d)),
             Field::Int(i) => set_value(table, key, Value::from(*i)),
             Field::Bool(b) => set_value(table, key, Value::from(*b)),
+            Field::StrArray(items) => set_value(
+                table,
+                key,
+                Value::Array(items.iter().map(String::as_str).collect()),
+            ),
             Field::StrTable(map) => set_str_table(table, key, map, depth + 1),
             Field::Table { fields, owned } => {
                 let is_table = matches!(table.get(key), Some(Item::Table(_)));
@@ -240,6 +247,9 @@ fn apply(
                     table.remove(key);
                 }
             }
+            Field::TableArray { tables, owned } => {
+                set_table_array(table, key, tables, owned, depth);
+            }
         }
         // A table key's decor sits inside its `[header]`; indent only `key = value` lines.
         if !existed && table.get(key).is_some_and(Item::is_value) {
@@ -250,8 +260,48 @@ fn apply(
     }
 }
 
+/// Makes `table[key]` a `[[...]]` array of exactly `tables.len()` tables, merging each into
+/// the one already at its index (comments and keys we do not own survive there).
+fn set_table_array(
+    table: &mut Table,
+    key: &str,
+    tables: &[Vec<(&'static str, Field)>],
+    owned: &[&'static str],
+    depth: usize,
+) {
+    if !matches!(table.get(key), Some(Item::ArrayOfTables(_))) {
+        // An inline `key = [{...}]` or a wrong type: replaced, as any owned value would be.
+        table.remove(key);
+        if tables.is_empty() {
+            return;
+        }
+        table.insert(key, Item::ArrayOfTables(ArrayOfTables::new()));
+    }
+    let Some(Item::ArrayOfTables(array)) = table.get_mut(key) else {
+        unreachable!("inserted above")
+    };
+    while array.len() > tables.len() {
+        array.remove(array.len() - 1);
+    }
+    for (i, fields) in tables.iter().enumerate() {
+        if i == array.len() {
+            let mut new = Table::new();
+            new.decor_mut().set_prefix(indent(depth));
+            array.push(new);
+        }
+        let element = array.get_mut(i).expect("pushed above");
+        apply(element, fields, owned, depth + 1);
+    }
+    if array.is_empty() {
+        table.remove(key);
+    }
+}
+
 fn same_value(a: &Value, b: &Value) -> bool {
     match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(a, b)| same_value(a, b))
+        }
         (Value::String(x), Value::String(y)) => x.value() == y.value(),
         (Value::Integer(x), Value::Integer(y)) => x.value() == y.value(),
         (Value::Boolean(x), Value::Boolean(y)) => x.value() == y.value(),
@@ -314,23 +364,27 @@ fn set_str_table(
 }
 
 /// Fuzz entry point (fuzz/fuzz_targets/merge.rs and a proptest call it): merging into any
-/// input must return `Ok` or a bad-input error, never panic, and be idempotent.
+/// input must return `Ok` or a bad-input error, never panic, and be idempotent; with and
+/// without native pause pods.
 #[doc(hidden)]
 pub fn fuzz_merge(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let entry = super::entry::example_entry();
+    for entry in [
+        super::entry::example_entry(),
+        super::entry::example_native_entry(),
+    ] {
+        fuzz_merge_entry(text, &entry);
+    }
+}
+
+fn fuzz_merge_entry(text: &str, entry: &RunnerEntry) {
     let path = Path::new("config.toml");
-    match plan(path, Some(text), &entry, MergeOptions { force: true }) {
+    match plan(path, Some(text), entry, MergeOptions { force: true }) {
         Ok(first) => {
-            let second = plan(
-                path,
-                Some(&first.text),
-                &entry,
-                MergeOptions { force: true },
-            )
-            .expect("our own output must merge again");
+            let second = plan(path, Some(&first.text), entry, MergeOptions { force: true })
+                .expect("our own output must merge again");
             assert_eq!(
                 second.action,
                 Action::Unchanged,
@@ -354,4 +408,144 @@ pub fn existing_token(text: &str, name: &str) -> Option<String> {
         .as_str()
         .filter(|t| !t.is_empty() && *t != "$TENANTCI_PENDING_RUNNER_TOKEN")
         .map(str::to_string)
+}
+
+/// Whether the runner named `name` in `text` keeps pause pods of its own: its
+/// `[runners.kubernetes.autoscaler]` has a policy with `idle_count` or `scale_factor` above 0
+/// (how gitlab-runner computes the pause pods it wants). Text that does not parse: `false`
+/// (the merge reports it).
+pub fn keeps_native_pause_pods(text: &str, name: &str) -> bool {
+    let Ok(doc) = text.parse::<DocumentMut>() else {
+        return false;
+    };
+    let policies = doc
+        .get(keys::RUNNERS)
+        .and_then(Item::as_array_of_tables)
+        .and_then(|runners| {
+            runners
+                .iter()
+                .find(|t| t.get(keys::NAME).and_then(Item::as_str) == Some(name))
+        })
+        .and_then(|t| t.get(keys::KUBERNETES))
+        .and_then(|k| k.get(keys::AUTOSCALER))
+        .and_then(|a| a.get(keys::POLICY));
+    let positive = |p: &dyn toml_edit::TableLike| {
+        let number = |key| {
+            p.get(key)
+                .and_then(|v| v.as_integer().map(|i| i as f64).or_else(|| v.as_float()))
+        };
+        number(keys::IDLE_COUNT).is_some_and(|n| n > 0.0)
+            || number(keys::SCALE_FACTOR).is_some_and(|n| n > 0.0)
+    };
+    match policies {
+        Some(Item::ArrayOfTables(array)) => array.iter().any(|t| positive(t)),
+        Some(Item::Value(Value::Array(array))) => array
+            .iter()
+            .filter_map(Value::as_inline_table)
+            .any(|t| positive(t)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::gitlab_config::entry::{
+        Autoscaler, NativePausePods, example_entry, example_native_entry,
+    };
+
+    fn merged(existing: Option<&str>, entry: &RunnerEntry) -> Plan {
+        plan(
+            Path::new("config.toml"),
+            existing,
+            entry,
+            MergeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn with(autoscaler: Autoscaler) -> RunnerEntry {
+        let mut e = example_entry();
+        e.kubernetes.autoscaler = autoscaler;
+        e
+    }
+
+    #[test]
+    fn native_autoscaler_follows_the_count_and_switching_off_restores_the_plain_entry() {
+        let plain = merged(None, &example_entry()).text;
+        let native = merged(Some(&plain), &example_native_entry());
+        assert_eq!(native.action, Action::Updated);
+        assert!(native.text.contains("max_pause_pods = 2"));
+
+        let mut three = NativePausePods::new(3);
+        three.idle_time = "45m".into();
+        three.periods = vec!["* 8-17 * * mon-fri".into(), "* * * * sat".into()];
+        let resized = merged(Some(&native.text), &with(Autoscaler::Native(three.clone())));
+        assert_eq!(resized.action, Action::Updated);
+        for line in [
+            "max_pause_pods = 3",
+            "idle_count = 3",
+            "idle_time = \"45m\"",
+            "periods = [\"* 8-17 * * mon-fri\", \"* * * * sat\"]",
+        ] {
+            assert!(resized.text.contains(line), "{line}:\n{}", resized.text);
+        }
+        assert_eq!(
+            merged(Some(&resized.text), &with(Autoscaler::Native(three))).action,
+            Action::Unchanged
+        );
+
+        let off = merged(Some(&resized.text), &with(Autoscaler::Remove));
+        assert_eq!(off.text, plain, "nothing of tenantci's autoscaler is left");
+        assert_eq!(
+            merged(Some(&off.text), &with(Autoscaler::Remove)).action,
+            Action::Unchanged
+        );
+    }
+
+    #[test]
+    fn native_autoscaler_left_alone_without_the_flag() {
+        let native = merged(None, &example_native_entry()).text;
+        let again = merged(Some(&native), &example_entry());
+        assert_eq!(again.action, Action::Unchanged);
+        assert_eq!(again.text, native);
+    }
+
+    #[test]
+    fn native_autoscaler_replaces_an_inline_policy_list() {
+        let plain = merged(None, &example_entry()).text;
+        let inline = format!(
+            "{plain}    [runners.kubernetes.autoscaler]\n      policy = [{{ idle_count = 9 }}]\n"
+        );
+        assert!(keeps_native_pause_pods(&inline, "tenant-a"));
+        let p = merged(Some(&inline), &example_native_entry());
+        assert!(!p.text.contains("idle_count = 9"), "{}", p.text);
+        let doc: DocumentMut = p.text.parse().unwrap();
+        assert!(keys::check_document(&doc).is_empty());
+        let policy = &doc["runners"][0]["kubernetes"]["autoscaler"]["policy"];
+        assert_eq!(policy.as_array_of_tables().unwrap().len(), 1);
+        assert_eq!(
+            merged(Some(&p.text), &example_native_entry()).action,
+            Action::Unchanged
+        );
+    }
+
+    #[test]
+    fn native_autoscaler_detection_counts_only_policies_that_want_pods() {
+        let entry = |autoscaler: &str| {
+            format!(
+                "[[runners]]\nname = \"r\"\n[runners.kubernetes]\n[runners.kubernetes.autoscaler]\n{autoscaler}"
+            )
+        };
+        let idle = entry("[[runners.kubernetes.autoscaler.policy]]\nidle_count = 0\n");
+        assert!(!keeps_native_pause_pods(&idle, "r"));
+        assert!(!keeps_native_pause_pods(
+            &entry("max_pause_pods = 4\n"),
+            "r"
+        ));
+        let scaled = entry("[[runners.kubernetes.autoscaler.policy]]\nscale_factor = 0.5\n");
+        assert!(keeps_native_pause_pods(&scaled, "r"));
+        assert!(!keeps_native_pause_pods(&scaled, "other-runner"));
+        assert!(!keeps_native_pause_pods("not = [toml", "r"));
+    }
 }

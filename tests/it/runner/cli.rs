@@ -425,3 +425,107 @@ fn runner_cli_gitea_config_writes_config_and_registration() {
     bad[i] = "pod:vm:x".into();
     assert_exit(&go(&bad), 2);
 }
+
+#[test]
+fn runner_cli_native_autoscaler_is_kept_in_sync_left_alone_and_removed_on_request() {
+    let s = setup();
+    let with = |extra: &[&str]| {
+        let mut args = with_token_file(&s);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        go(&args)
+    };
+    let native = [
+        "--gitlab-native-pause-pods",
+        "--prewarm",
+        "2",
+        "--pause-idle-time",
+        "45m",
+        "--pause-period",
+        "* 8-17 * * mon-fri",
+    ];
+    let o = with(&native);
+    assert_exit(&o, 0);
+    // base_args sets --pod-label, which gitlab-runner does not copy to its pause pods.
+    assert!(
+        stderr(&o).contains("warning: gitlab-runner does not put pod_labels (app)"),
+        "{}",
+        stderr(&o)
+    );
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    for line in [
+        "[runners.kubernetes.autoscaler]",
+        "max_pause_pods = 2",
+        "pause_pod_image = \"registry.k8s.io/pause:3.10\"",
+        "[[runners.kubernetes.autoscaler.policy]]",
+        "idle_count = 2",
+        "idle_time = \"45m\"",
+        "periods = [\"* 8-17 * * mon-fri\"]",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+    let before = (mtime(&s.config), snapshot(&s.root));
+    assert_exit(&with(&native), 0);
+    assert_eq!((mtime(&s.config), snapshot(&s.root)), before);
+
+    // Kept in sync with the count.
+    let mut three = native;
+    three[2] = "3";
+    assert_exit(&with(&three), 0);
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    assert!(text.contains("max_pause_pods = 3") && text.contains("idle_count = 3"));
+
+    // Without the flag: not touched.
+    let before = (mtime(&s.config), snapshot(&s.root));
+    assert_exit(&with(&[]), 0);
+    assert_eq!((mtime(&s.config), snapshot(&s.root)), before);
+
+    // Removed only when asked.
+    assert_exit(&with(&["--remove-gitlab-native-pause-pods"]), 0);
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    assert!(!text.contains("autoscaler"), "{text}");
+}
+
+#[test]
+fn runner_cli_native_autoscaler_flags_without_their_partner_are_refused() {
+    let s = setup();
+    for (extra, needle) in [
+        (&["--gitlab-native-pause-pods"][..], "--prewarm N"),
+        (
+            &["--gitlab-native-pause-pods", "--prewarm", "0"][..],
+            "--prewarm N",
+        ),
+        (&["--prewarm", "1"][..], "--gitlab-native-pause-pods"),
+        (
+            &["--pause-pod-image", "pause:1"][..],
+            "--gitlab-native-pause-pods",
+        ),
+        (
+            &["--pause-idle-time", "5m"][..],
+            "--gitlab-native-pause-pods",
+        ),
+        (
+            &[
+                "--gitlab-native-pause-pods",
+                "--prewarm",
+                "1",
+                "--pause-period",
+                "daily",
+            ][..],
+            "cron",
+        ),
+        (
+            &[
+                "--gitlab-native-pause-pods",
+                "--remove-gitlab-native-pause-pods",
+            ][..],
+            "cannot be used with",
+        ),
+    ] {
+        let mut args = with_token_file(&s);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let o = go(&args);
+        assert_exit(&o, 2);
+        assert!(stderr(&o).contains(needle), "{extra:?}: {}", stderr(&o));
+        assert!(!s.config.exists(), "{extra:?} wrote the file");
+    }
+}

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tenantci::runner::gitlab_config::entry::example_entry;
-use tenantci::runner::gitlab_config::{Action, MergeOptions, keys, merge};
+use tenantci::runner::gitlab_config::entry::{Autoscaler, example_entry, example_native_entry};
+use tenantci::runner::gitlab_config::{Action, MergeOptions, RunnerEntry, keys, merge};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/runner/golden")
@@ -100,4 +100,73 @@ fn runner_golden_updates_our_entry_only() {
         assert!(!p.text.contains(gone), "{gone} kept:\n{}", p.text);
     }
     assert_eq!(plan(Some(&p.text)).action, Action::Unchanged);
+}
+
+fn native_plan(existing: Option<&str>, entry: &RunnerEntry) -> merge::Plan {
+    merge::plan(
+        Path::new("config.toml"),
+        existing,
+        entry,
+        MergeOptions::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn runner_golden_native_autoscaler_new_config() {
+    let entry = example_native_entry();
+    let p = native_plan(None, &entry);
+    assert_eq!(p.action, Action::Created);
+    assert_golden("native.toml", &p.text);
+    let doc: toml_edit::DocumentMut = p.text.parse().unwrap();
+    assert_eq!(keys::check_document(&doc), vec![]);
+    assert_eq!(native_plan(Some(&p.text), &entry).action, Action::Unchanged);
+}
+
+/// The operator's own autoscaler table, taken over by --gitlab-native-pause-pods: our keys
+/// set (comments kept), their other keys kept, one policy; then switched off explicitly.
+#[test]
+fn runner_golden_native_autoscaler_takes_over_and_gives_back_a_hand_written_table() {
+    let existing = input("native-hand.toml");
+    let entry = example_native_entry();
+    let p = native_plan(Some(&existing), &entry);
+    assert_eq!(p.action, Action::Updated);
+    assert_golden("native-hand-merged.toml", &p.text);
+    assert_keys_known(&p.text);
+    for kept in [
+        "# the operator's own pause pods, before tenantci took them over",
+        "max_pause_pods = 2 # burst ceiling",
+        "pause_pod_priority_class_name = \"pause-pods\"",
+        "timezone = \"UTC\"",
+    ] {
+        assert!(p.text.contains(kept), "{kept} lost:\n{}", p.text);
+    }
+    let doc: toml_edit::DocumentMut = p.text.parse().unwrap();
+    let policies = doc["runners"][0]["kubernetes"]["autoscaler"]["policy"]
+        .as_array_of_tables()
+        .unwrap();
+    assert_eq!(policies.len(), 1, "tenantci owns the policy list");
+    assert_eq!(native_plan(Some(&p.text), &entry).action, Action::Unchanged);
+    assert!(merge::keeps_native_pause_pods(&p.text, "tenant-a"));
+
+    // Flag off: not touched at all.
+    let off = native_plan(Some(&p.text), &example_entry());
+    assert_eq!(off.text, p.text);
+
+    // Switched off explicitly: our keys go, the operator's key keeps the table.
+    let mut remove = example_entry();
+    remove.kubernetes.autoscaler = Autoscaler::Remove;
+    let removed = native_plan(Some(&p.text), &remove);
+    assert_eq!(removed.action, Action::Updated);
+    assert!(!merge::keeps_native_pause_pods(&removed.text, "tenant-a"));
+    let doc: toml_edit::DocumentMut = removed.text.parse().unwrap();
+    let autoscaler = doc["runners"][0]["kubernetes"]["autoscaler"]
+        .as_table()
+        .unwrap();
+    let left: Vec<&str> = autoscaler.iter().map(|(k, _)| k).collect();
+    assert_eq!(left, ["pause_pod_priority_class_name"]);
+    assert_eq!(
+        native_plan(Some(&removed.text), &remove).action,
+        Action::Unchanged
+    );
 }
