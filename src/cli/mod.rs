@@ -8,6 +8,7 @@ use crate::logging::LogFormat;
 mod bootstrap;
 mod check_host;
 mod credential;
+mod dispatch;
 mod internal;
 mod pki;
 mod queue;
@@ -73,6 +74,9 @@ pub enum Command {
     /// The JetStream job queue: NATS users, stream and consumers, status.
     #[command(subcommand)]
     Queue(queue::QueueCommand),
+    /// The Gitea dispatcher: `init` registers and writes its config, `run` runs it.
+    #[command(subcommand)]
+    Dispatch(dispatch::DispatchCommand),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -95,6 +99,7 @@ async fn dispatch(command: Command) -> crate::Result<i32> {
         Command::Runner(cmd) => runner::run(cmd).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Queue(cmd) => queue::run(cmd).await,
+        Command::Dispatch(cmd) => dispatch::run(cmd).await,
     }
 }
 

@@ -6,7 +6,10 @@
 pub mod capability;
 pub mod config;
 pub mod executor;
+pub mod init;
 pub mod leader;
 pub mod lifecycle;
+pub mod manifests;
+pub mod registration;
 pub mod routing;
 pub mod runtime;

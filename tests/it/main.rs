@@ -6,6 +6,7 @@ mod bootstrap;
 mod check_host;
 mod cli;
 mod credential;
+mod dispatch;
 mod gitea;
 mod pki;
 mod prewarm;

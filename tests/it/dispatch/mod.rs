@@ -1,0 +1,3 @@
+//! `tenantci dispatch`: init against the simulator and its Gitea double.
+
+mod init;
