@@ -74,7 +74,7 @@ pub enum Command {
     /// The JetStream job queue: NATS users, stream and consumers, status.
     #[command(subcommand)]
     Queue(queue::QueueCommand),
-    /// The Gitea dynamic runner: claims tasks, queues them, one executor Pod per task.
+    /// The Gitea dispatcher: `init` registers and writes its config, `run` runs it.
     #[command(subcommand)]
     Dispatch(dispatch::DispatchCommand),
 }

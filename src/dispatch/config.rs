@@ -31,7 +31,9 @@ pub mod files {
     pub const FACADE_CA_KEY: &str = "facade-ca.key";
     pub const FACADE_CERT: &str = "facade.crt";
     pub const FACADE_KEY: &str = "facade.key";
-    pub const KUBECONFIG: &str = "dispatcher.kubeconfig";
+    /// The dispatcher's own client credential (ca.crt, tls.crt, tls.key, kubeconfig).
+    pub const KUBE_DIR: &str = "kube";
+    pub const KUBECONFIG: &str = "kube/kubeconfig";
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,8 +79,9 @@ pub struct Gitea {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cluster {
-    /// Kubeconfig of the dispatcher's own scoped credential; absent: in-cluster
-    /// (ServiceAccount) or `KUBECONFIG`, as kube's `Config::infer` finds it.
+    /// Kubeconfig of the dispatcher's own scoped credential; absent (or overridden with an
+    /// empty `TENANTCI_DISPATCH_CLUSTER_KUBECONFIG`): in-cluster (ServiceAccount) or
+    /// `KUBECONFIG`, as kube's `Config::infer` finds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<PathBuf>,
     /// Where executor Pods, their Secrets and the leader Lease live.
@@ -192,7 +195,8 @@ impl Default for Leader {
     }
 }
 
-mod defaults {
+/// The schema's defaults (`init` uses them for keys it has no flag for).
+pub(crate) mod defaults {
     use std::net::SocketAddr;
 
     pub fn fetch_interval() -> String {
@@ -319,6 +323,14 @@ fn apply_overrides(
         let (section, field) = key.split_once('.').expect("dotted key");
         if !doc.contains_table(section) {
             doc[section] = toml_edit::table();
+        }
+        // An empty kubeconfig override means "none": in a Pod the ServiceAccount is used
+        // (manifests/dispatch/deployment.yaml), whatever file the host's config names.
+        if *key == "cluster.kubeconfig" && raw.is_empty() {
+            if let Some(t) = doc[section].as_table_mut() {
+                t.remove(field);
+            }
+            continue;
         }
         doc[section][field] = override_value(var, key, &raw)?;
     }
@@ -562,6 +574,12 @@ mod tests {
         assert_eq!(cfg.nats.url, "nats://10.0.0.9:4222");
         assert_eq!(cfg.capacity.pod, 9);
         assert_eq!(cfg.gitea.labels, ["a", "b"]);
+        let in_pod = parse(
+            &sample().to_toml(),
+            &[("TENANTCI_DISPATCH_CLUSTER_KUBECONFIG", "")],
+        )
+        .unwrap();
+        assert_eq!(in_pod.cluster.kubeconfig, None, "empty: the ServiceAccount");
     }
 
     #[test]

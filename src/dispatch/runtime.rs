@@ -19,7 +19,6 @@ use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -30,6 +29,7 @@ use super::leader;
 use super::metrics::Metrics;
 use super::objects::ExecutorObjects;
 use super::reconciler::Reconciler;
+use super::registration::SchedulerCredential;
 use super::registry::Registry;
 use super::scheduler::{self, Scheduler};
 use super::status::{self, Health};
@@ -42,13 +42,6 @@ use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
 use crate::queue::{Backend, STREAM, connect, permissions, users};
 use crate::{Error, Result};
-
-/// The scheduler's registration as `init` stored it.
-#[derive(Deserialize)]
-struct SchedulerCredential {
-    uuid: String,
-    token: String,
-}
 
 fn read(what: &str, path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))
@@ -65,17 +58,7 @@ struct Inputs {
 }
 
 fn load_inputs(cfg: &Config) -> Result<Inputs> {
-    let cred: SchedulerCredential = serde_json::from_str(&read(
-        "the scheduler credential",
-        &cfg.gitea.credential_file,
-    )?)
-    .map_err(|e| {
-        Error::bad_input(format!(
-            "the scheduler credential `{}` is not the JSON `dispatch init` writes: {e}",
-            cfg.gitea.credential_file.display()
-        ))
-        .hint("re-run `tenantci dispatch init` (delete the file first to register anew)")
-    })?;
+    let credentials = SchedulerCredential::load(&cfg.gitea.credential_file)?.credentials();
     if !cfg.nats.sealing_key_file.exists() {
         return Err(Error::bad_input(format!(
             "the sealing key `{}` does not exist",
@@ -84,10 +67,7 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
         .hint("run `tenantci dispatch init`, which creates it; every dispatcher sharing a queue needs the same key"));
     }
     Ok(Inputs {
-        credentials: Credentials {
-            uuid: cred.uuid,
-            token: cred.token,
-        },
+        credentials,
         capability_key: capability::load_key(&cfg.facade.capability_key_file)?,
         sealing_key: SealingKey::load_or_create(&cfg.nats.sealing_key_file)?,
         facade_tls: transport::tls_config(

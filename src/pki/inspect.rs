@@ -96,6 +96,29 @@ impl CertInfo {
     }
 }
 
+/// The DNS names and IP addresses (as text) of a PEM certificate's subjectAltName.
+pub fn subject_alt_names(pem: &str) -> Result<Vec<String>, String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| e.to_string())?;
+    let (_, cert) = X509Certificate::from_der(&pem.contents).map_err(|e| e.to_string())?;
+    let Some(san) = cert.subject_alternative_name().map_err(|e| e.to_string())? else {
+        return Ok(Vec::new());
+    };
+    Ok(san
+        .value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::DNSName(d) => Some(d.to_string()),
+            GeneralName::IPAddress(b) => match b.len() {
+                4 => Some(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*b).ok()?).to_string()),
+                16 => Some(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*b).ok()?).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect())
+}
+
 /// RFC 3339 in UTC, seconds precision: how every timestamp is printed.
 pub fn rfc3339(t: OffsetDateTime) -> String {
     let t = t.to_offset(::time::UtcOffset::UTC);

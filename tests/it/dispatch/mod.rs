@@ -1,5 +1,6 @@
-//! `tenantci dispatch`: the Gitea dynamic runner against the simulator, its Gitea double and
-//! a real nats-server.
+//! `tenantci dispatch`: init and run against the simulator, its Gitea double and a real
+//! nats-server.
 
 mod harness;
+mod init;
 mod run;
