@@ -58,9 +58,9 @@ pub struct World {
     /// First, so it stops before the simulator does.
     pub watch: PodWatch,
     pub dir: tempfile::TempDir,
-    pub sim: SimProcess,
+    /// Kept for its lifetime: the simulator stops when the world is dropped.
+    _sim: SimProcess,
     pub nats: NatsServer,
-    pub gitea_url: String,
     pub admin_url: String,
     pub kube: kube::Client,
     http: reqwest::Client,
@@ -101,9 +101,8 @@ impl World {
         let watch = PodWatch::start(kube.clone());
         World {
             dir,
-            sim,
+            _sim: sim,
             nats,
-            gitea_url,
             admin_url,
             kube,
             watch,
@@ -112,32 +111,29 @@ impl World {
         }
     }
 
-    /// Starts a dispatcher instance named `name` (its own facade and status ports).
+    /// Starts a dispatcher instance named `name` (its own facade and status ports, kept
+    /// when the same name is started again, as a restarted Pod keeps its Service).
     pub fn dispatcher(&self, name: &str) -> Dispatcher {
-        let mut cfg = self.base.clone();
-        let facade = free_port();
-        cfg.facade.listen = format!("127.0.0.1:{facade}").parse().unwrap();
-        cfg.status.listen = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        cfg.leader.identity = Some(name.to_string());
-        // The executors of every instance reach the same facade URL: the first instance's
-        // port would be a Service in a cluster; here each executor uses its own Secret's URL.
-        cfg.facade.url = format!("https://127.0.0.1:{facade}");
         let path = self
             .dir
             .path()
             .join("dispatch")
             .join(format!("{name}.toml"));
-        std::fs::write(&path, cfg.to_toml()).unwrap();
+        if !path.exists() {
+            let mut cfg = self.base.clone();
+            let facade = free_port();
+            cfg.facade.listen = format!("127.0.0.1:{facade}").parse().unwrap();
+            cfg.facade.url = format!("https://127.0.0.1:{facade}");
+            cfg.status.listen = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            cfg.leader.identity = Some(name.to_string());
+            std::fs::write(&path, cfg.to_toml()).unwrap();
+        }
+        let status = Config::load(&path).unwrap().status.listen;
         // TENANTCI_TEST_LOG_DIR keeps the dispatcher logs after the test (for debugging).
         let log_dir = std::env::var_os("TENANTCI_TEST_LOG_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| self.dir.path().to_path_buf());
-        Dispatcher::spawn(
-            name,
-            &path,
-            &log_dir.join(format!("{name}.log")),
-            cfg.status.listen,
-        )
+        Dispatcher::spawn(name, &path, &log_dir.join(format!("{name}.log")), status)
     }
 
     /// Enqueues a job at the Gitea double; returns the job id.
@@ -384,6 +380,14 @@ impl Dispatcher {
         text.lines()
             .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// Waits until the instance serves its status API.
+    pub async fn wait_up(&self) {
+        eventually(&format!("{} to serve /metrics", self.name), || async {
+            self.metric("tenantci_dispatch_leader").await.map(|_| ())
+        })
+        .await
     }
 
     pub async fn wait_leader(&self, leading: bool) {

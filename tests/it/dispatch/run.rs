@@ -148,3 +148,155 @@ async fn forged_and_borrowed_capabilities_are_refused() {
     );
     w.all_cleaned_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
+    let w = World::start(2).await;
+    let mut d = w.dispatcher("d1");
+    let mut jobs = Vec::new();
+    for i in 0..4 {
+        jobs.push(w.enqueue(&format!("job-{i}"), &secret_value(i)).await);
+    }
+    // Two executors in flight; one has its task, the other has not fetched it yet.
+    let a = w.claimed(jobs[0]).await;
+    let b = w.claimed(jobs[1]).await;
+    let (ea, eb) = (w.executor(a).await, w.executor(b).await);
+    assert_eq!(ea.fetch().await.id, a);
+    d.kill9();
+    let d = w.dispatcher("d1");
+    // The executors carry on against the restarted facade.
+    ea.finish(a, &format!("ran task {a}")).await;
+    eb.run(b).await;
+    for job in &jobs[2..] {
+        let t = w.claimed(*job).await;
+        w.executor(t).await.run(t).await;
+    }
+    w.all_cleaned_up().await;
+    for job in &jobs {
+        let view = w.job(*job).await;
+        let task = view["task_id"].as_i64().unwrap();
+        let t = w.task(task).await;
+        assert_eq!(t["result"], "RESULT_SUCCESS", "{t}");
+        let line = format!("ran task {task}");
+        let n = t["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l.as_str() == Some(&line))
+            .count();
+        assert_eq!(n, 1, "the task ran once: {t}");
+    }
+    assert!(
+        w.watch.creations().values().all(|n| *n == 1),
+        "no executor started twice: {:?}",
+        w.watch.creations()
+    );
+    assert_eq!(w.watch.creations().len(), 4);
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_leader_fetches_and_a_standby_takes_over_when_it_dies() {
+    let w = World::start(2).await;
+    let mut d1 = w.dispatcher("d1");
+    d1.wait_leader(true).await;
+    let d2 = w.dispatcher("d2");
+    d2.wait_up().await;
+    for i in 0..2 {
+        let t = w
+            .claimed(w.enqueue(&format!("job-{i}"), &secret_value(i)).await)
+            .await;
+        w.executor(t).await.run(t).await;
+    }
+    w.all_cleaned_up().await;
+    assert!(
+        d1.metric("tenantci_dispatch_fetch_task_calls_total")
+            .await
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(
+        d2.metric("tenantci_dispatch_fetch_task_calls_total").await,
+        Some(0.0),
+        "the standby never calls FetchTask"
+    );
+    assert_eq!(d2.metric("tenantci_dispatch_leader").await, Some(0.0));
+    d1.kill9();
+    d2.wait_leader(true).await;
+    let t = w
+        .claimed(w.enqueue("after-failover", &secret_value(9)).await)
+        .await;
+    w.executor(t).await.run(t).await;
+    assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
+    assert!(
+        d2.metric("tenantci_dispatch_fetch_task_calls_total")
+            .await
+            .unwrap()
+            > 0.0
+    );
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_executor_pod_that_vanishes_is_reported_as_failure_and_cleaned_up() {
+    let w = World::start(2).await;
+    let _d = w.dispatcher("d1");
+    let t = w.claimed(w.enqueue("doomed", &secret_value(0)).await).await;
+    let _ = w.executor(t).await;
+    let pods = kube::api::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
+        w.kube.clone(),
+        super::harness::NAMESPACE,
+    );
+    eventually("the executor Pod", || async {
+        pods.get_opt(&format!("gitea-task-{t}")).await.unwrap()
+    })
+    .await;
+    pods.delete(&format!("gitea-task-{t}"), &Default::default())
+        .await
+        .unwrap();
+    let view = eventually("FAILURE at Gitea", || async {
+        let v = w.task(t).await;
+        (v["result"] == "RESULT_FAILURE").then_some(v)
+    })
+    .await;
+    assert!(
+        view["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap_or("").contains("vanished")),
+        "{view}"
+    );
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_drains_hands_the_lease_back_and_leaves_executors_running() {
+    let w = World::start(2).await;
+    let mut d = w.dispatcher("d1");
+    let t = w.claimed(w.enqueue("long", &secret_value(0)).await).await;
+    let ex = w.executor(t).await;
+    assert_eq!(ex.fetch().await.id, t);
+    assert_eq!(d.terminate(), Some(0), "a drained dispatcher exits 0");
+    let lease = kube::api::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        w.kube.clone(),
+        super::harness::NAMESPACE,
+    )
+    .get("dynamic-runner-scheduler")
+    .await
+    .unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some(""),
+        "the lease is handed back"
+    );
+    assert_eq!(
+        w.pods().await.len(),
+        1,
+        "the executor keeps running through the drain"
+    );
+    let _d = w.dispatcher("d1");
+    ex.finish(t, "done after the restart").await;
+    assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
+    w.all_cleaned_up().await;
+}
