@@ -69,7 +69,20 @@ pub struct World {
 }
 
 impl World {
+    /// A world whose dispatcher inputs are made by the test with the library (namespace,
+    /// registration, keys, facade PKI), with short timings; the dispatcher uses the
+    /// tenant-admin kubeconfig.
     pub async fn start(pod_capacity: u32) -> World {
+        Self::build(Some(pod_capacity)).await
+    }
+
+    /// A world whose dispatcher inputs come from `tenantci dispatch init` (its scoped
+    /// credential, RBAC, registration, keys and facade PKI), with init's default timings.
+    pub async fn start_via_init() -> World {
+        Self::build(None).await
+    }
+
+    async fn build(manual: Option<u32>) -> World {
         let dir = scratch();
         let state = dir.path().join("state");
         let sim = SimProcess::start_with(&state, &["ci"], &["--gitea"]);
@@ -77,27 +90,33 @@ impl World {
             serde_json::from_slice(&std::fs::read(state.join("gitea.json")).unwrap()).unwrap();
         let gitea_url = gitea["url"].as_str().unwrap().to_string();
         let admin_url = gitea["adminUrl"].as_str().unwrap().to_string();
+        let token = gitea["registrationToken"].as_str().unwrap();
         let nats = NatsServer::start();
         let kubeconfig = sim.tenant_admin("ci");
         let kube = kube_client(&kubeconfig).await;
-        Api::<Namespace>::all(kube.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap(),
-            )
-            .await
-            .unwrap();
         let cfg_dir = dir.path().join("dispatch");
         std::fs::create_dir_all(&cfg_dir).unwrap();
-        let base = write_inputs(
-            &cfg_dir,
-            &gitea_url,
-            gitea["registrationToken"].as_str().unwrap(),
-            &nats,
-            &kubeconfig,
-            pod_capacity,
-        )
-        .await;
+        let base = match manual {
+            Some(pod_capacity) => {
+                Api::<Namespace>::all(kube.clone())
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap(),
+                    )
+                    .await
+                    .unwrap();
+                write_inputs(
+                    &cfg_dir,
+                    &gitea_url,
+                    token,
+                    &nats,
+                    &kubeconfig,
+                    pod_capacity,
+                )
+                .await
+            }
+            None => init(dir.path(), &cfg_dir, &state, &gitea_url, token, &nats),
+        };
         let watch = PodWatch::start(kube.clone());
         World {
             dir,
@@ -241,6 +260,52 @@ fn collect_files(dir: &Path, out: &mut Vec<u8>) {
             out.extend(bytes);
         }
     }
+}
+
+/// Runs `tenantci dispatch init` (registration token from a 0600 file) and loads its config.
+fn init(
+    root: &Path,
+    cfg_dir: &Path,
+    state: &Path,
+    gitea_url: &str,
+    token: &str,
+    nats: &NatsServer,
+) -> Config {
+    let token_file = root.join("registration-token");
+    tenantci::fsutil::write_new_atomic(&token_file, token.as_bytes(), 0o600).unwrap();
+    let out = cfg_dir.join("config.toml");
+    let o = util::run(
+        util::tenantci()
+            .args([
+                "dispatch",
+                "init",
+                "--gitea-url",
+                gitea_url,
+                "--registration-token-file",
+            ])
+            .arg(&token_file)
+            .arg("--state-dir")
+            .arg(state)
+            .args([
+                "--cluster",
+                "ci",
+                "--namespace",
+                NAMESPACE,
+                "--nats",
+                &nats.url,
+                "--nats-secrets-dir",
+            ])
+            .arg(nats.secrets_dir())
+            .args(["--facade-listen", &format!("127.0.0.1:{}", free_port())])
+            .args([
+                "--executor-image",
+                &format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
+            ])
+            .arg("--out")
+            .arg(&out),
+    );
+    util::assert_exit(&o, 0);
+    Config::load(&out).unwrap()
 }
 
 /// What `dispatch init` would write, made with the library so these tests exercise `run`.

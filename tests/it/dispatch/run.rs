@@ -300,3 +300,40 @@ async fn sigterm_drains_hands_the_lease_back_and_leaves_executors_running() {
     assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
     w.all_cleaned_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn what_init_writes_runs_a_task_with_the_dispatchers_own_scoped_credential() {
+    let w = World::start_via_init().await;
+    let _d = w.dispatcher("d1");
+    let t = w
+        .claimed(w.enqueue("via-init", &secret_value(0)).await)
+        .await;
+    let task = w.executor(t).await.run(t).await;
+    assert_eq!(task.secrets["DEPLOY_KEY"], secret_value(0));
+    assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_waiting_for_its_executor_is_kept_alive_at_gitea() {
+    let w = World::start(1).await;
+    let _d = w.dispatcher("d1");
+    let t = w
+        .claimed(w.enqueue("waiting", &secret_value(0)).await)
+        .await;
+    let ex = w.executor(t).await;
+    // Nobody fetches the task; the scheduler's non-final UpdateTask moves updated_at on.
+    let first = w.task(t).await["updated_at"].as_str().unwrap().to_string();
+    eventually("a keep-alive UpdateTask", || async {
+        let now = w.task(t).await["updated_at"].as_str().unwrap().to_string();
+        (now != first).then_some(())
+    })
+    .await;
+    assert_eq!(
+        w.task(t).await["state"],
+        "running",
+        "a keep-alive does not finish the task"
+    );
+    ex.run(t).await;
+    w.all_cleaned_up().await;
+}
