@@ -44,15 +44,10 @@ use crate::{Error, Result};
 
 pub use plan::{Inputs, RegistrationToken};
 
-/// One step's line.
-#[derive(Debug, Clone, Serialize)]
-pub struct Step {
-    pub step: &'static str,
-    /// `ok`, `created`, `kept`, `applied`, `unchanged`, `updated`, `rotated`, `re-issued`,
-    /// `skipped`, or `would ...` in a dry run.
-    pub outcome: String,
-    pub detail: String,
-}
+/// One step's line, as `bootstrap runner` prints them. Outcomes here: `ok`, `created`,
+/// `kept`, `applied`, `unchanged`, `updated`, `rotated`, `re-issued`, `skipped`, or
+/// `would ...` in a dry run.
+pub use crate::bootstrap::runner::Step;
 
 /// The registration, without its token.
 #[derive(Debug, Clone, Serialize)]

@@ -176,26 +176,23 @@ impl World {
         resp["job_id"].as_i64().unwrap()
     }
 
-    pub async fn job(&self, id: i64) -> Value {
-        self.http
-            .get(format!("{}/jobs/{id}", self.admin_url))
+    /// GET `<adminUrl>/<path>` as JSON.
+    async fn admin(&self, path: &str) -> Value {
+        let resp = self
+            .http
+            .get(format!("{}/{path}", self.admin_url))
             .send()
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+            .unwrap();
+        resp.json().await.unwrap()
+    }
+
+    pub async fn job(&self, id: i64) -> Value {
+        self.admin(&format!("jobs/{id}")).await
     }
 
     pub async fn task(&self, id: i64) -> Value {
-        self.http
-            .get(format!("{}/tasks/{id}", self.admin_url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        self.admin(&format!("tasks/{id}")).await
     }
 
     /// The task id of a job once it is claimed.
