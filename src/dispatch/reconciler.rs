@@ -34,7 +34,7 @@ impl Reconciler {
     /// Recovery: every executor found is registered as running with a reserved slot.
     pub async fn recover(
         &self,
-        reserve: &dyn Fn() -> Option<Slot>,
+        reserve: &(dyn Fn() -> Option<Slot> + Sync),
     ) -> Result<BTreeMap<i64, Observed>, kube::Error> {
         let found = self.objects.list().await?;
         // A Secret still holding its assignment without a Pod is a start cut short: its

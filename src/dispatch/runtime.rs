@@ -225,7 +225,7 @@ pub async fn run(cfg: Config) -> Result<()> {
                 match (leading, term.take()) {
                     (true, None) => {
                         tracing::info!(identity = %me, "acquired the scheduler lease; starting a term");
-                        term = Some(Term::start(shared.clone()).await);
+                        term = Some(Term::start(shared.clone()));
                     }
                     (false, Some(t)) => {
                         tracing::warn!(identity = %me, "lost the scheduler lease; stopping the term");
@@ -317,95 +317,13 @@ struct Term {
 }
 
 impl Term {
-    async fn start(s: Shared) -> Term {
+    /// Starts a term in the background: binding the consumer and recovery may retry for a
+    /// while (NATS or the apiserver away), and the runtime must stay responsive to SIGTERM
+    /// and to losing the lease meanwhile.
+    fn start(s: Shared) -> Term {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = tokio::task::JoinSet::new();
-        let consumer = loop {
-            match CappedConsumer::bind(
-                s.worker_client.clone(),
-                Backend::Pod,
-                s.cfg.capacity.pod as usize,
-                ConsumerSettings::default(),
-            )
-            .await
-            {
-                Ok(c) => break Arc::new(c),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot bind the pod consumer (run `tenantci queue init`, or give the dispatcher ci-admin's password); retrying");
-                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-                }
-            }
-        };
-        let reconciler = Reconciler {
-            objects: s.objects.clone(),
-            gitea: s.gitea.clone(),
-            registry: s.registry.clone(),
-            metrics: s.metrics.clone(),
-            logged: Default::default(),
-        };
-        // Recovery before anything claims or starts: existing executors take their slots.
-        loop {
-            let c = consumer.clone();
-            match reconciler.recover(&move || c.reserve_slot()).await {
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::error!(error = %e, "recovery: cannot list executor objects; retrying");
-                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-                }
-            }
-        }
-        let pod_consumer = match async_nats::jetstream::new(s.worker_client.clone())
-            .get_consumer_from_stream(Backend::Pod.consumer(), STREAM)
-            .await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot look up the pod consumer; the term runs without a scheduler");
-                return Term { stop, tasks };
-            }
-        };
-        let scheduler = Scheduler {
-            gitea: s.gitea.clone(),
-            producer: s.producer.clone(),
-            pod_consumer,
-            sealing_key: s.sealing_key.clone(),
-            registry: s.registry.clone(),
-            metrics: s.metrics.clone(),
-            pod_capacity: s.cfg.capacity.pod,
-            interval: s.cfg.fetch_interval(),
-            idle_interval: s.cfg.fetch_interval_idle(),
-        };
-        let worker = Arc::new(Worker {
-            executors: s.objects.clone(),
-            template: ExecutorTemplate {
-                namespace: s.cfg.cluster.namespace.clone(),
-                facade_url: s.cfg.facade.url.clone(),
-                facade_ca_pem: s.facade_ca_pem.clone(),
-                runner_name: s.cfg.gitea.runner_name.clone(),
-                image: s.cfg.executor.image.clone(),
-            },
-            capability_key: s.capability_key.clone(),
-            gitea: s.gitea.clone(),
-            registry: s.registry.clone(),
-            metrics: s.metrics.clone(),
-        });
-        tasks.spawn(scheduler.run(stop_rx.clone()));
-        tasks.spawn(reconciler.run(stop_rx.clone()));
-        tasks.spawn(scheduler::keep_alive(
-            s.gitea.clone(),
-            s.objects.clone(),
-            s.registry.clone(),
-            s.cfg.keepalive_interval(),
-            stop_rx.clone(),
-        ));
-        let mut worker_stop = stop_rx;
-        tasks.spawn(async move {
-            consumer
-                .run(move |job| worker.clone().handle(job), async move {
-                    let _ = worker_stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        tasks.spawn(run_term(s, stop_rx));
         Term { stop, tasks }
     }
 
@@ -413,4 +331,108 @@ impl Term {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
     }
+}
+
+/// True when `stop` turned true within `wait`.
+async fn stopped_within(stop: &mut watch::Receiver<bool>, wait: std::time::Duration) -> bool {
+    tokio::time::timeout(wait, stop.wait_for(|s| *s))
+        .await
+        .is_ok()
+}
+
+/// One term's life: bind, recover, run every component until `stop`, then wait for them.
+async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    let consumer = loop {
+        match CappedConsumer::bind(
+            s.worker_client.clone(),
+            Backend::Pod,
+            s.cfg.capacity.pod as usize,
+            ConsumerSettings::default(),
+        )
+        .await
+        {
+            Ok(c) => break Arc::new(c),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot bind the pod consumer (run `tenantci queue init`, or give the dispatcher ci-admin's password); retrying");
+                if stopped_within(&mut stop_rx, std::time::Duration::from_secs(5)).await {
+                    return;
+                }
+            }
+        }
+    };
+    let reconciler = Reconciler {
+        objects: s.objects.clone(),
+        gitea: s.gitea.clone(),
+        registry: s.registry.clone(),
+        metrics: s.metrics.clone(),
+        logged: Default::default(),
+    };
+    // Recovery before anything claims or starts: existing executors take their slots.
+    loop {
+        let c = consumer.clone();
+        match reconciler.recover(&move || c.reserve_slot()).await {
+            Ok(_) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "recovery: cannot list executor objects; retrying");
+                if stopped_within(&mut stop_rx, std::time::Duration::from_secs(2)).await {
+                    return;
+                }
+            }
+        }
+    }
+    let pod_consumer = match async_nats::jetstream::new(s.worker_client.clone())
+        .get_consumer_from_stream(Backend::Pod.consumer(), STREAM)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot look up the pod consumer; this term claims nothing (restart after `tenantci queue init`)");
+            return;
+        }
+    };
+    let scheduler = Scheduler {
+        gitea: s.gitea.clone(),
+        producer: s.producer.clone(),
+        pod_consumer,
+        sealing_key: s.sealing_key.clone(),
+        registry: s.registry.clone(),
+        metrics: s.metrics.clone(),
+        pod_capacity: s.cfg.capacity.pod,
+        interval: s.cfg.fetch_interval(),
+        idle_interval: s.cfg.fetch_interval_idle(),
+    };
+    let worker = Arc::new(Worker {
+        executors: s.objects.clone(),
+        template: ExecutorTemplate {
+            namespace: s.cfg.cluster.namespace.clone(),
+            facade_url: s.cfg.facade.url.clone(),
+            facade_ca_pem: s.facade_ca_pem.clone(),
+            runner_name: s.cfg.gitea.runner_name.clone(),
+            image: s.cfg.executor.image.clone(),
+        },
+        capability_key: s.capability_key.clone(),
+        gitea: s.gitea.clone(),
+        registry: s.registry.clone(),
+        metrics: s.metrics.clone(),
+    });
+    tasks.spawn(scheduler.run(stop_rx.clone()));
+    tasks.spawn(reconciler.run(stop_rx.clone()));
+    tasks.spawn(scheduler::keep_alive(
+        s.gitea.clone(),
+        s.objects.clone(),
+        s.registry.clone(),
+        s.cfg.keepalive_interval(),
+        stop_rx.clone(),
+    ));
+    let mut worker_stop = stop_rx.clone();
+    tasks.spawn(async move {
+        consumer
+            .run(move |job| worker.clone().handle(job), async move {
+                let _ = worker_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    let _ = stop_rx.wait_for(|s| *s).await;
+    while tasks.join_next().await.is_some() {}
 }
