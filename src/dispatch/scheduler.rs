@@ -132,13 +132,16 @@ impl Scheduler {
                     .await;
             }
         };
+        // Registered before the publish: the worker may start the executor before the PubAck
+        // is back, and its `running` must find (and clear) this entry.
+        self.registry.queued(id, backend);
         match self.producer.publish(&assignment).await {
             Ok(published) => {
-                self.registry.queued(id, backend);
                 self.metrics.claimed(backend);
                 tracing::info!(task = id, %backend, ?published, "claimed and queued");
             }
             Err(e) => {
+                self.registry.finished(id);
                 self.give_up(id, &format!("the task could not be queued: {e}"))
                     .await
             }
