@@ -2,7 +2,7 @@
 //! is free, so the worker never holds more assignments than it can start.
 //!
 //! Each free slot becomes one pull request for exactly one message (never a prefetch batch:
-//! async-nats' `messages()` would hoard 200). An assignment's slot stays taken while the handler
+//! async-nats' `messages()` would hoard 200), sent by one of at most [`MAX_LANES`] lanes. An assignment's slot stays taken while the handler
 //! runs and, if the handler keeps it ([`Job::hold_slot`]), for the workload's lifetime.
 //! Outcomes: [`Outcome::Started`] acks (after the workload exists, confirmed by the server);
 //! [`Outcome::Retry`] NAKs with exponential backoff (TERM once `max_deliver` is spent);
@@ -49,6 +49,19 @@ impl Default for ConsumerSettings {
             confirm_acks: true,
         }
     }
+}
+
+/// Most lanes (concurrent pull-and-start loops) of one consumer. A lane holds one waiting
+/// pull at the server, renewed every `pull_expires`, so lanes cost the server work even when
+/// idle; they bound concurrent *starts*, while slots (held for a workload's lifetime) bound
+/// running workloads. Capacity 1000 once meant 2000 idle pulls and nats-server at 92% of a
+/// core doing nothing useful (docs/benchmarks/dispatch.md).
+pub const MAX_LANES: usize = 32;
+
+/// Lanes for `capacity` slots: two per slot (one pulling while another starts), at most
+/// [`MAX_LANES`].
+pub fn lanes_for(capacity: usize) -> usize {
+    capacity.saturating_mul(2).clamp(1, MAX_LANES)
 }
 
 /// The NAK delay after the `delivered`-th delivery failed transiently.
@@ -257,7 +270,7 @@ impl CappedConsumer {
         let handler = Arc::new(handler);
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut lanes = tokio::task::JoinSet::new();
-        for _ in 0..self.capacity.saturating_mul(2) {
+        for _ in 0..lanes_for(self.capacity) {
             let lane = Lane {
                 js: self.js.clone(),
                 consumer: self.consumer.clone(),
@@ -564,6 +577,17 @@ impl Lane {
             }
             Err(e) => tracing::warn!(stream_sequence, error = %e, "cannot TERM the assignment"),
         }
+    }
+}
+
+#[cfg(test)]
+mod lane_tests {
+    #[test]
+    fn lanes_grow_with_capacity_up_to_the_bound() {
+        assert_eq!(super::lanes_for(1), 2);
+        assert_eq!(super::lanes_for(4), 8);
+        assert_eq!(super::lanes_for(16), 32);
+        assert_eq!(super::lanes_for(1000), super::MAX_LANES);
     }
 }
 
