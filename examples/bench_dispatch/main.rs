@@ -15,9 +15,8 @@
 //! (BENCH_KEEP=1 keeps the temporary directory with every log.)
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, Utc};
@@ -36,7 +35,14 @@ use tenantci::forge::gitea::proto::{
 };
 use tenantci::queue::Backend;
 use tenantci::queue::assignment::{Assignment, SealingKey};
-use tenantci::queue::permissions;
+
+mod logtail;
+mod procs;
+mod report;
+
+use logtail::LogTail;
+use procs::{Nats, Proc, Sim, cpu_time, free_port, memory};
+use report::{Cpu, Idle, Memory, PathResult, dispatch_result, millis_between, parse_time, stats};
 
 const NAMESPACE: &str = "dynamic-runner";
 const IMAGE: &str =
@@ -51,319 +57,11 @@ fn progress(msg: &str) {
     eprintln!("bench_dispatch: {msg}");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed (and reaped) when dropped, so a panic leaves nothing behind.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn pid(&self) -> u32 {
-        self.0.as_ref().unwrap().id()
-    }
-
-    /// SIGTERM, then wait up to `grace` before SIGKILL; the exit code.
-    fn terminate(&mut self, grace: Duration) -> Option<i32> {
-        let mut c = self.0.take()?;
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(c.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let until = Instant::now() + grace;
-        loop {
-            if let Ok(Some(s)) = c.try_wait() {
-                return s.code();
-            }
-            if Instant::now() > until {
-                let _ = c.kill();
-                let _ = c.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// A process's memory from /proc/<pid>/status, in KiB.
-#[derive(Clone, Copy, Default)]
-struct Memory {
-    rss: u64,
-    hwm: u64,
-    /// Heap, stacks: what the process allocated.
-    anon: u64,
-    /// Mapped files, mostly the binary's own code pages (shared with every other process
-    /// running the same binary).
-    file: u64,
-}
-
-fn memory(pid: u32) -> Memory {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Memory {
-        rss: field("VmRSS:"),
-        hwm: field("VmHWM:"),
-        anon: field("RssAnon:"),
-        file: field("RssFile:"),
-    }
-}
-
-/// User + system CPU time of a process.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which may hold spaces) start at field 3; utime is 14, stime 15.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // USER_HZ is 100 on every Linux architecture.
-    Duration::from_secs_f64(f.iter().sum::<u64>() as f64 / 100.0)
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1}", kib as f64 / 1024.0)
-}
-
-fn ms(d: f64) -> String {
-    format!("{d:.2}")
-}
-
-fn parse_time(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s)
-        .unwrap_or_else(|e| panic!("timestamp {s:?}: {e}"))
-        .with_timezone(&Utc)
-}
-
-fn millis_between(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
-    (b - a).num_microseconds().unwrap() as f64 / 1000.0
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-#[derive(Clone, Copy)]
-struct Stats {
-    p50: f64,
-    p99: f64,
-    max: f64,
-}
-
-fn stats(mut v: Vec<f64>) -> Stats {
-    v.sort_by(f64::total_cmp);
-    Stats {
-        p50: percentile(&v, 0.5),
-        p99: percentile(&v, 0.99),
-        max: *v.last().unwrap(),
-    }
-}
-
-/// `tenantci sim --gitea` as a child; Pods stay Pending (`--max-nodes 0`), so the simulator
-/// does only API work, the same for both paths.
-struct Sim {
-    proc: Proc,
-    gitea_url: String,
-    admin_url: String,
-    registration_token: String,
-    tenant_admin: PathBuf,
-}
-
-impl Sim {
-    fn start(bin: &Path, dir: &Path) -> Sim {
-        let state = dir.join("state");
-        let mut child = Command::new(bin)
-            .args(["sim", "--cluster", "ci", "--gitea", "--max-nodes", "0"])
-            .arg("--state-dir")
-            .arg(&state)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
-            .spawn()
-            .expect("spawn tenantci sim");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let proc = Proc(Some(child));
-        let ready: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("the simulator's ready line {line:?}: {e}"));
-        let gitea: Value =
-            serde_json::from_slice(&std::fs::read(state.join("gitea.json")).unwrap()).unwrap();
-        Sim {
-            proc,
-            gitea_url: gitea["url"].as_str().unwrap().into(),
-            admin_url: gitea["adminUrl"].as_str().unwrap().into(),
-            registration_token: gitea["registrationToken"].as_str().unwrap().into(),
-            tenant_admin: ready["clusters"][0]["tenantAdminKubeconfig"]
-                .as_str()
-                .unwrap()
-                .into(),
-        }
-    }
-}
-
-/// nats-server on a free loopback port with the generated users and JetStream under `dir`.
-struct Nats {
-    proc: Proc,
-    url: String,
-    secrets: PathBuf,
-}
-
-impl Nats {
-    fn start(dir: &Path) -> Nats {
-        let secrets = dir.join("nats-secrets");
-        let auth = dir.join("nats-auth.conf");
-        permissions::write_nats_config(&secrets, &auth).unwrap();
-        let log = dir.join("nats.log");
-        let conf = dir.join("nats.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "listen: \"127.0.0.1:-1\"\njetstream {{ store_dir: \"{}\" }}\nlog_file: \"{}\"\ninclude ./nats-auth.conf\n",
-                dir.join("jetstream").display(),
-                log.display()
-            ),
-        )
-        .unwrap();
-        let proc = Proc(Some(
-            Command::new("nats-server")
-                .arg("-c")
-                .arg(&conf)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("nats-server on PATH (scripts/bench-dispatch.sh installs it)"),
-        ));
-        let until = Instant::now() + Duration::from_secs(20);
-        let marker = "Listening for client connections on 127.0.0.1:";
-        let port = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let (true, Some(i)) = (text.contains("Server is ready"), text.find(marker)) {
-                let digits: String = text[i + marker.len()..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit())
-                    .collect();
-                break digits;
-            }
-            assert!(Instant::now() < until, "nats-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Nats {
-            proc,
-            url: format!("nats://127.0.0.1:{port}"),
-            secrets,
-        }
-    }
-}
-
-impl Nats {
-    fn pid(&self) -> u32 {
-        self.proc.pid()
-    }
-}
-
-/// The dispatcher's JSON log, read as it grows.
-struct LogTail {
-    file: std::fs::File,
-    partial: String,
-    /// task id -> time of `claimed and queued` / `executor started`.
-    queued: BTreeMap<i64, DateTime<Utc>>,
-    started: BTreeMap<i64, DateTime<Utc>>,
-    leading: bool,
-    errors: Vec<String>,
-}
-
-impl LogTail {
-    fn open(path: &Path) -> LogTail {
-        LogTail {
-            file: std::fs::File::open(path).unwrap(),
-            partial: String::new(),
-            queued: BTreeMap::new(),
-            started: BTreeMap::new(),
-            leading: false,
-            errors: Vec::new(),
-        }
-    }
-
-    fn poll(&mut self) {
-        let mut buf = String::new();
-        self.file.read_to_string(&mut buf).unwrap();
-        self.partial.push_str(&buf);
-        let Some(end) = self.partial.rfind('\n') else {
-            return;
-        };
-        let complete: String = self.partial.drain(..=end).collect();
-        for line in complete.lines() {
-            let Ok(v) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            let at = || parse_time(v["timestamp"].as_str().unwrap());
-            let task = v["task"].as_i64();
-            match (v["message"].as_str().unwrap_or(""), task) {
-                ("claimed and queued", Some(t)) => {
-                    self.queued.insert(t, at());
-                }
-                ("executor started", Some(t)) => {
-                    self.started.insert(t, at());
-                }
-                (m, _) if m.starts_with("acquired the scheduler lease") => self.leading = true,
-                _ => {}
-            }
-            if matches!(v["level"].as_str(), Some("ERROR" | "WARN")) {
-                self.errors.push(line.to_string());
-            }
-        }
-    }
-
-    /// Reads until `done(self)`, calling `each` every 20 ms.
-    async fn until(&mut self, what: &str, done: impl Fn(&Self) -> bool, mut each: impl FnMut()) {
-        let until = Instant::now() + DEADLINE;
-        loop {
-            self.poll();
-            each();
-            if done(self) {
-                return;
-            }
-            assert!(Instant::now() < until, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
 /// One `tenantci dispatch run` child with a JSON log.
 struct Dispatcher {
     proc: Proc,
     tail: LogTail,
     capacity: u32,
-}
-
-/// Dispatcher and nats-server CPU time spent while `f` ran.
-struct Cpu {
-    dispatcher: Duration,
-    nats: Duration,
 }
 
 struct Bench {
@@ -561,62 +259,6 @@ impl Bench {
     }
 }
 
-/// What one path measured.
-struct PathResult {
-    tasks: usize,
-    per_sec: f64,
-    total: Stats,
-    /// Dispatcher: claim -> queued and queued -> Pod created. Raw: claim -> FetchTask
-    /// returned and FetchTask returned -> Pod created.
-    first: Stats,
-    second: Stats,
-    /// Dispatcher only: most tasks claimed but not yet started at one time.
-    max_backlog: usize,
-    cpu: Cpu,
-}
-
-/// Per-task latencies from the double's claim times and the dispatcher's log.
-fn dispatch_result(claimed: &BTreeMap<i64, DateTime<Utc>>, tail: &LogTail, cpu: Cpu) -> PathResult {
-    let (mut total, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
-    for (t, c) in claimed {
-        let (q, s) = (tail.queued[t], tail.started[t]);
-        total.push(millis_between(*c, s));
-        first.push(millis_between(*c, q));
-        second.push(millis_between(q, s));
-    }
-    let start = claimed.values().min().unwrap();
-    let end = tail.started.values().max().unwrap();
-    let mut events: Vec<(DateTime<Utc>, i64)> = tail
-        .queued
-        .values()
-        .map(|t| (*t, 1))
-        .chain(tail.started.values().map(|t| (*t, -1)))
-        .collect();
-    events.sort();
-    let (mut depth, mut max_backlog) = (0i64, 0i64);
-    for (_, d) in events {
-        depth += d;
-        max_backlog = max_backlog.max(depth);
-    }
-    PathResult {
-        tasks: claimed.len(),
-        per_sec: claimed.len() as f64 / (millis_between(*start, *end) / 1000.0),
-        total: stats(total),
-        first: stats(first),
-        second: stats(second),
-        max_backlog: max_backlog as usize,
-        cpu,
-    }
-}
-
-/// An idle leader: its memory after `window`, and CPU over it (dispatcher, nats-server).
-struct Idle {
-    capacity: u32,
-    mem: Memory,
-    cpu: Cpu,
-    window: Duration,
-}
-
 async fn idle(b: &Bench, d: &Dispatcher, window: Duration) -> Idle {
     let before = b.cpu(d);
     tokio::time::sleep(window).await;
@@ -780,49 +422,6 @@ async fn burst(
     (dispatch_result(&claimed, &tail, cpu), held, peak)
 }
 
-fn row(path: &str, r: &PathResult) -> String {
-    format!(
-        "| {path} | {} | {:.0} | {} | {} | {} |",
-        r.tasks,
-        r.per_sec,
-        ms(r.total.p50),
-        ms(r.total.p99),
-        ms(r.total.max)
-    )
-}
-
-/// The difference to raw; the tasks/s ratio only where both ran flat out.
-fn diff(path: &str, r: &PathResult, raw: &PathResult, ratio: bool) -> String {
-    let ratio = if ratio {
-        format!("{:.2}x", r.per_sec / raw.per_sec)
-    } else {
-        String::new()
-    };
-    format!(
-        "| {path} | | {ratio} | {} | **{}** | |",
-        ms(r.total.p50 - raw.total.p50),
-        ms(r.total.p99 - raw.total.p99)
-    )
-}
-
-fn split(path: &str, first: &str, r: &PathResult) -> String {
-    format!(
-        "| {path} | {first}: {} / {} | -> Pod created: {} / {} |",
-        ms(r.first.p50),
-        ms(r.first.p99),
-        ms(r.second.p50),
-        ms(r.second.p99)
-    )
-}
-
-fn per_task(d: Duration, r: &PathResult) -> String {
-    format!("{:.2}", d.as_secs_f64() * 1000.0 / r.tasks as f64)
-}
-
-fn pct(d: Duration, window: Duration) -> String {
-    format!("{:.0}%", d.as_secs_f64() * 100.0 / window.as_secs_f64())
-}
-
 #[tokio::main]
 async fn main() {
     tenantci::tls::ensure_crypto_provider();
@@ -922,134 +521,24 @@ async fn main() {
     let sim_rss = memory(b.sim.proc.pid()).rss;
     b.sim.proc.terminate(Duration::from_secs(10));
 
-    println!("| path | tasks | tasks/s | claim -> Pod created p50 ms | p99 ms | max ms |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    println!(
-        "{}",
-        row(
-            "raw: one loop, FetchTask + seal + Secret + Pod create, no queue",
-            &raw
-        )
-    );
-    println!(
-        "{}",
-        row(
-            &format!("`dispatch run`, {n} queued at Gitea, capacity {mid}"),
-            &disp
-        )
-    );
-    println!(
-        "{}",
-        diff("**dispatch - raw** (goal: p99 <= 2 ms)", &disp, &raw, true)
-    );
-    println!(
-        "{}",
-        row(
-            &format!("`dispatch run`, one task at a time, capacity {low}"),
-            &seq
-        )
-    );
-    println!("{}", diff("**one at a time - raw**", &seq, &raw, false));
-    println!(
-        "{}",
-        row(
-            &format!("`dispatch run`, {n} queued at Gitea, capacity {high}"),
-            &disp_high
-        )
-    );
-    println!(
-        "{}",
-        diff(
-            &format!("**capacity {high} - raw**"),
-            &disp_high,
-            &raw,
-            true
-        )
-    );
-    println!(
-        "{}",
-        row(
-            &format!("`dispatch run`, one task at a time, capacity {high}"),
-            &seq_high
-        )
-    );
-    println!(
-        "{}",
-        row(
-            &format!("`dispatch run`, {held_n} queued at Gitea, capacity {high}"),
-            &held
-        )
-    );
-    println!();
-    println!("| path | first part p50 / p99 ms | second part p50 / p99 ms |");
-    println!("|---|---|---|");
-    println!("{}", split("raw", "claim -> FetchTask returned", &raw));
-    for (name, r) in [
-        (format!("dispatch, {n} queued, capacity {mid}"), &disp),
-        (format!("dispatch, one at a time, capacity {low}"), &seq),
-        (format!("dispatch, {n} queued, capacity {high}"), &disp_high),
-        (
-            format!("dispatch, one at a time, capacity {high}"),
-            &seq_high,
-        ),
-        (format!("dispatch, {held_n} queued, capacity {high}"), &held),
-    ] {
-        println!("{}", split(&name, "claim -> queued (PubAck)", r));
-    }
-    println!();
-    println!(
-        "| run | most claimed, not yet started, at once | dispatcher CPU ms/task | nats-server CPU ms/task |"
-    );
-    println!("|---|---:|---:|---:|");
-    for (name, r) in [
-        (format!("{n} queued, capacity {mid}"), &disp),
-        (format!("one at a time, capacity {low}"), &seq),
-        (format!("{n} queued, capacity {high}"), &disp_high),
-        (format!("one at a time, capacity {high}"), &seq_high),
-        (format!("{held_n} queued, capacity {high}"), &held),
-    ] {
-        println!(
-            "| {name} | {} | {} | {} |",
-            r.max_backlog,
-            per_task(r.cpu.dispatcher, r),
-            per_task(r.cpu.nats, r)
-        );
-    }
-    println!();
-    let split_rss = |m: &Memory| {
-        format!(
-            "{} MiB ({} anonymous + {} file-backed)",
-            mib(m.rss),
-            mib(m.anon),
-            mib(m.file)
-        )
-    };
-    println!("| dispatcher | RSS | goal | CPU: dispatcher / nats-server |");
-    println!("|---|---|---:|---|");
-    idles.sort_by_key(|i| i.capacity);
-    for i in &idles {
-        println!(
-            "| idle leader, capacity {} ({} s) | {} | <= 20 MiB | {} / {} of a core |",
-            i.capacity,
-            i.window.as_secs(),
-            split_rss(&i.mem),
-            pct(i.cpu.dispatcher, i.window),
-            pct(i.cpu.nats, i.window)
-        );
-    }
-    println!(
-        "| {n} unfetched executors, capacity {mid} (after the burst, max over 3 s) | {} | | |",
-        split_rss(&with_n)
-    );
-    println!(
-        "| {held_n} claimed assignments held, capacity {high} (all started, unfetched; max over 8 s with reconciler passes and keep-alive rounds) | {} | <= 60 MiB | |",
-        split_rss(&held_mem)
-    );
-    println!(
-        "| peak (VmHWM) over the {held_n} burst | {} MiB | <= 60 MiB | |",
-        mib(held_peak)
-    );
-    println!("| (simulator, at the end: {} MiB) | | | |", mib(sim_rss));
+    report::print(report::Report {
+        n,
+        held_n,
+        low,
+        mid,
+        high,
+        raw,
+        disp,
+        seq,
+        disp_high,
+        seq_high,
+        held,
+        idles,
+        with_n,
+        held_mem,
+        held_peak,
+        sim_rss,
+    });
     drop(b);
     if std::env::var_os("BENCH_KEEP").is_some() {
         progress(&format!("kept {} (logs)", tmp.keep().display()));
