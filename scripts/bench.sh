@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Benchmarks: each writes its table to docs/benchmarks/<name>.md, then docs/benchmarks.md is
-# assembled from them. Usage: scripts/bench.sh [mint ...]   (default: every benchmark)
+# assembled from them. Usage: scripts/bench.sh [mint ...]   (default: mint bootstrap prewarm
+# dispatch; `queue` and `sim` run by name, each through scripts/bench-<name>.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
 ensure_rust
 
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(mint bootstrap prewarm)
+[ ${#benches[@]} -gt 0 ] || benches=(mint bootstrap prewarm dispatch)
 
 log "building"
 cargo build --locked --bin tenantci --examples

@@ -2,22 +2,36 @@
 # The main job on one machine: a local gateway (`tenantci sim`) with a tenant cluster whose
 # nodes are rented on demand, `tenantci bootstrap runner` from the cluster name to a GitLab
 # runner config, the runner's view with kubectl (what it may and may not do, a job-sized pod
-# starting), an idempotent re-run, and the hand-back. Everything lives under a temporary
-# directory removed at the end (KEEP=1 keeps it); the simulator is stopped on exit.
+# starting), an idempotent re-run, and the hand-back. Then one Gitea task through the
+# dispatcher: the simulator's Gitea double, a real nats-server, `tenantci dispatch init` and
+# `dispatch run`, and an executor played from the executor Secret's files
+# (examples/demo_executor.rs). Everything lives under a temporary directory removed at the end
+# (KEEP=1 keeps it); the simulator, the dispatcher and nats-server are stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
 ensure_rust
 ensure_kubectl
+ensure_nats_server
+ensure_jq
 
 log "building tenantci"
-cargo build --locked --quiet --bin tenantci
-tenantci="$PWD/target/debug/tenantci"
+cargo build --locked --quiet --bin tenantci --example demo_executor
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+tenantci="$target/debug/tenantci"
+demo_executor="$target/debug/examples/demo_executor"
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tenantci-demo.XXXXXX")
 sim_pid=""
+dispatch_pid=""
+nats_pid=""
+stop() { # SIGTERM one process this script started, and wait for it
+  if [ -n "$1" ]; then kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; fi
+}
 cleanup() {
-  if [ -n "$sim_pid" ]; then kill -TERM "$sim_pid" 2>/dev/null || true; wait "$sim_pid" 2>/dev/null || true; fi
+  stop "$dispatch_pid"
+  stop "$nats_pid"
+  stop "$sim_pid"
   if [ "${KEEP:-0}" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -30,7 +44,7 @@ mkdir -p -m 0700 "$state"
 "$tenantci" check-host --role gateway --state-dir "$state" --min-free-gib 1 || true
 
 log "2. start a local gateway: tenant cluster 'ci', nodes rented on demand"
-exec 3< <(exec "$tenantci" sim --state-dir "$state" --cluster ci ${SIM_FLAGS:-} 2>"$work/sim.log")
+exec 3< <(exec "$tenantci" sim --state-dir "$state" --cluster ci --gitea ${SIM_FLAGS:-} 2>"$work/sim.log")
 sim_pid=$!
 read -r ready <&3 || { echo "the simulator did not start:" >&2; cat "$work/sim.log" >&2; exit 3; }
 admin="$state/admin.kubeconfig"
@@ -68,4 +82,99 @@ rk get pods -n gitlab-runner -o custom-columns=NAME:.metadata.name,PHASE:.status
 log "5. run it again: nothing changes"
 bootstrap
 
-log "done: point gitlab-runner at $config on this host (docs/runbooks/gitlab-runner.md)"
+log "GitLab part done: point gitlab-runner at $config on this host (docs/runbooks/gitlab-runner.md)"
+
+log "6. Gitea: one task through the dispatcher (docs/runbooks/gitea-dispatcher.md)"
+free_port() { # a loopback port nothing listens on
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    (: </dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo "$p"; return; }
+  done
+}
+gitea_url=$(jq -r .url "$state/gitea.json")
+gitea_admin=$(jq -r .adminUrl "$state/gitea.json")
+echo "Gitea double: $gitea_url (admin API $gitea_admin)"
+nats_dir="$work/nats"
+mkdir -p -m 0700 "$nats_dir"
+"$tenantci" queue nats-config --secrets-dir "$nats_dir/secrets" --out "$nats_dir/auth.conf"
+nats_url="nats://127.0.0.1:$(free_port)"
+cat > "$nats_dir/nats-server.conf" <<CONF
+listen: "${nats_url#nats://}"
+jetstream { store_dir: "$nats_dir/jetstream" }
+include ./auth.conf
+CONF
+nats-server -c "$nats_dir/nats-server.conf" -l "$nats_dir/nats.log" &
+nats_pid=$!
+for _ in $(seq 100); do grep -q 'Server is ready' "$nats_dir/nats.log" 2>/dev/null && break; sleep 0.1; done
+grep -q 'Server is ready' "$nats_dir/nats.log" || { echo "nats-server did not start:" >&2; cat "$nats_dir/nats.log" >&2; exit 3; }
+echo "nats-server at $nats_url (JetStream under $nats_dir/jetstream)"
+"$tenantci" queue init --nats "$nats_url" --user ci-admin \
+  --password-file "$nats_dir/secrets/ci-admin.password" --pod-capacity 2
+
+# The registration token goes through a 0600 file, never argv.
+(umask 077; jq -r .registrationToken "$state/gitea.json" > "$work/gitea-registration-token")
+dispatch_dir="$work/etc/tenantci/dispatch"
+# The simulator has no kubelet: the image is never pulled, but it must be pinned by digest.
+"$tenantci" dispatch init --gitea-url "$gitea_url" \
+  --registration-token-file "$work/gitea-registration-token" \
+  --state-dir "$state" --cluster ci --namespace dynamic-runner \
+  --nats "$nats_url" --nats-secrets-dir "$nats_dir/secrets" --pod-capacity 2 \
+  --facade-listen "127.0.0.1:$(free_port)" \
+  --executor-image gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
+  --out "$dispatch_dir/config.toml"
+rm -f "$work/gitea-registration-token"
+
+status="127.0.0.1:$(free_port)"
+TENANTCI_DISPATCH_STATUS_LISTEN="$status" \
+  "$tenantci" -v dispatch run --config "$dispatch_dir/config.toml" 2>"$work/dispatch.log" &
+dispatch_pid=$!
+for _ in $(seq 100); do curl -fsS "http://$status/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fsS "http://$status/readyz" >/dev/null || { echo "the dispatcher is not ready:" >&2; cat "$work/dispatch.log" >&2; exit 3; }
+echo "dispatcher up (pid $dispatch_pid), leader, status API on $status"
+
+job=$(curl -fsS -H 'content-type: application/json' "$gitea_admin/jobs" -d @- <<'JOB' | jq -r .job_id
+{"name": "demo",
+ "runs_on": ["self-hosted", "pod"],
+ "workflow_payload": "name: demo\njobs:\n  test:\n    runs-on: [self-hosted, pod]\n    steps:\n      - run: make test\n",
+ "secrets": {"DEPLOY_KEY": "demo-secret-never-in-clear"}}
+JOB
+)
+echo "enqueued job $job at the Gitea double"
+task=""
+for _ in $(seq 100); do
+  task=$(curl -fsS "$gitea_admin/jobs/$job" | jq -r '.task_id // empty')
+  [ -n "$task" ] && break
+  sleep 0.1
+done
+[ -n "$task" ] || { echo "the dispatcher did not claim job $job" >&2; exit 1; }
+echo "the dispatcher claimed it as task $task"
+tk() { kubectl --kubeconfig "$state/clusters/ci/tenant-admin.kubeconfig" --cache-dir "$work/kcache" -n dynamic-runner "$@"; }
+tk wait --for=create "secret/gitea-task-$task" --timeout=60s
+tk wait --for=create "pod/gitea-task-$task" --timeout=60s
+tk get pods,secrets -l app.kubernetes.io/component=gitea-executor
+
+# Play the official runner from the Secret's two files, as it would find them in its Pod.
+exec_dir="$work/executor"
+(umask 077; mkdir -p "$exec_dir"
+ tk get secret "gitea-task-$task" -o jsonpath='{.data.\.runner}' | base64 -d > "$exec_dir/.runner"
+ tk get secret "gitea-task-$task" -o jsonpath='{.data.ca\.crt}' | base64 -d > "$exec_dir/ca.crt")
+"$demo_executor" "$exec_dir/.runner" "$exec_dir/ca.crt"
+
+echo "the task at the Gitea double:"
+curl -fsS "$gitea_admin/tasks/$task" | jq -c '{id, state, result, logs}'
+tk wait --for=delete "pod/gitea-task-$task" "secret/gitea-task-$task" --timeout=60s
+echo "executor Pod and Secret deleted by the dispatcher:"
+tk get pods,secrets -l app.kubernetes.io/component=gitea-executor 2>&1
+echo "dispatcher metrics:"
+curl -fsS "http://$status/metrics" | grep -E '^tenantci_dispatch_(tasks_|leader|capacity|queue_depth|in_use)' || true
+grep -E 'claimed and queued|executor started|task done' "$work/dispatch.log" || true
+
+log "7. SIGTERM the dispatcher (it drains and releases the lease), stop nats-server"
+kill -TERM "$dispatch_pid"
+if wait "$dispatch_pid"; then echo "dispatcher drained and exited 0"; else rc=$?; echo "the dispatcher exited $rc:" >&2; tail -20 "$work/dispatch.log" >&2; exit 1; fi
+dispatch_pid=""
+stop "$nats_pid"
+nats_pid=""
+
+log "done: GitLab runner config at $config; a Gitea task went claim -> queue -> executor Pod -> facade -> SUCCESS"

@@ -62,3 +62,13 @@ ensure_openssl() {
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl) >&2 || true
   fi
 }
+
+# jq, for the demo's JSON (gitea.json, the Gitea double's admin API).
+ensure_jq() {
+  command -v jq >/dev/null 2>&1 && return 0
+  log "installing jq"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq) >&2 || true
+  fi
+  command -v jq >/dev/null 2>&1 || { echo "error: jq is needed (apt-get install jq)" >&2; exit 3; }
+}

@@ -243,9 +243,10 @@ fn timestamp(t: SystemTime) -> Timestamp {
     }
 }
 
+/// Microseconds: the dispatch benchmark measures from a task's claim (`started_at`).
 fn rfc3339(ts: &Timestamp) -> String {
     chrono::DateTime::from_timestamp(ts.seconds, ts.nanos.max(0) as u32)
-        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
         .unwrap_or_default()
 }
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Dispatch benchmark: claim -> executor Pod created through `tenantci dispatch run` (release
+# build, a child process) against the raw path (FetchTask + Secret + Pod create, no queue), in
+# one run on one `tenantci sim --gitea` and one nats-server the bench starts; and the
+# dispatcher's RSS idle and with 1000 claimed assignments. Prints the tables and writes them
+# into docs/benchmarks/dispatch.md between the markers.
+# Usage: scripts/bench-dispatch.sh [TASKS=500] [HELD=1000] [SEQUENTIAL=100]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/ensure.sh
+ensure_rust
+ensure_nats_server
+cargo build --locked --quiet --release --bin tenantci --example bench_dispatch
+target="${CARGO_TARGET_DIR:-target}"
+table=$("$target/release/examples/bench_dispatch" "$target/release/tenantci" "$@")
+echo "$table"
+doc=docs/benchmarks/dispatch.md
+if [ -f "$doc" ] && grep -q '<!-- bench-dispatch:begin -->' "$doc"; then
+  python3 - "$doc" "$table" <<'PY'
+import sys
+path, table = sys.argv[1], sys.argv[2]
+s = open(path).read()
+a = s.index("<!-- bench-dispatch:begin -->") + len("<!-- bench-dispatch:begin -->")
+b = s.index("<!-- bench-dispatch:end -->")
+open(path, "w").write(s[:a] + "\n" + table + "\n" + s[b:])
+PY
+fi
