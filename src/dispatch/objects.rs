@@ -70,6 +70,30 @@ pub struct ExecutorObjects {
     secrets: Api<Secret>,
 }
 
+/// Objects per LIST page: the dispatcher holds at most one page of full objects (Secrets
+/// carry their sealed assignments) at a time; one LIST of 1000 held ~60 KiB per executor.
+const LIST_PAGE: u32 = 100;
+
+async fn list_paged<K>(
+    api: &Api<K>,
+    lp: &ListParams,
+    mut each: impl FnMut(K),
+) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut lp = lp.clone().limit(LIST_PAGE);
+    loop {
+        let page = api.list(&lp).await?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        page.items.into_iter().for_each(&mut each);
+        match next {
+            Some(token) => lp = lp.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
+}
+
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
@@ -146,7 +170,7 @@ impl ExecutorObjects {
         }
     }
 
-    /// Every executor's objects, by task id (two LISTs).
+    /// Every executor's objects, by task id (LISTs in pages of [`LIST_PAGE`]).
     pub async fn list(&self) -> Result<BTreeMap<i64, Observed>, kube::Error> {
         let lp = ListParams::default().labels(COMPONENT_SELECTOR);
         let mut out: BTreeMap<i64, Observed> = BTreeMap::new();
@@ -159,18 +183,19 @@ impl ExecutorObjects {
             secret_exists: false,
             unfetched: false,
         };
-        for pod in self.pods.list(&lp).await? {
+        list_paged(&self.pods, &lp, |pod: Pod| {
             let Some((task, attempt)) = task_of(&pod.metadata) else {
-                continue;
+                return;
             };
             let o = out.entry(task).or_insert_with(|| blank(task, attempt));
             o.pod_exists = true;
             o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
             o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
-        }
-        for secret in self.secrets.list(&lp).await? {
+        })
+        .await?;
+        list_paged(&self.secrets, &lp, |secret: Secret| {
             let Some((task, attempt)) = task_of(&secret.metadata) else {
-                continue;
+                return;
             };
             let o = out.entry(task).or_insert_with(|| blank(task, attempt));
             o.secret_exists = true;
@@ -178,7 +203,8 @@ impl ExecutorObjects {
                 .data
                 .as_ref()
                 .is_some_and(|d| d.contains_key(ASSIGNMENT_KEY));
-        }
+        })
+        .await?;
         Ok(out)
     }
 

@@ -408,6 +408,15 @@ impl Lane {
                     })));
                 }
                 Some(async_nats::StatusCode::IDLE_HEARTBEAT) => continue,
+                // Refused, not ended: pulling again at once would spin (the lane backs off).
+                Some(async_nats::StatusCode::REQUEST_TERMINATED)
+                    if message
+                        .description
+                        .as_deref()
+                        .is_some_and(|d| d.contains("MaxWaiting")) =>
+                {
+                    return Err("the server refused the pull: the consumer holds no more waiting pulls (max_waiting); another worker may hold them".into());
+                }
                 Some(async_nats::StatusCode::TIMEOUT)
                 | Some(async_nats::StatusCode::NOT_FOUND)
                 | Some(async_nats::StatusCode::REQUEST_TERMINATED) => return Ok(Pulled::Nothing),
