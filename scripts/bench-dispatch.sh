@@ -8,20 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
+. scripts/lib/put-table.sh
 ensure_rust
 ensure_nats_server
 cargo build --locked --quiet --release --bin tenantci --example bench_dispatch
 target="${CARGO_TARGET_DIR:-target}"
 table=$("$target/release/examples/bench_dispatch" "$target/release/tenantci" "$@")
 echo "$table"
-doc=docs/benchmarks/dispatch.md
-if [ -f "$doc" ] && grep -q '<!-- bench-dispatch:begin -->' "$doc"; then
-  python3 - "$doc" "$table" <<'PY'
-import sys
-path, table = sys.argv[1], sys.argv[2]
-s = open(path).read()
-a = s.index("<!-- bench-dispatch:begin -->") + len("<!-- bench-dispatch:begin -->")
-b = s.index("<!-- bench-dispatch:end -->")
-open(path, "w").write(s[:a] + "\n" + table + "\n" + s[b:])
-PY
-fi
+put_table docs/benchmarks/dispatch.md bench-dispatch "$table"

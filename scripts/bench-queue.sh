@@ -5,19 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
+. scripts/lib/put-table.sh
 ensure_rust
 ensure_nats_server
 n="${1:-5000}"
 table=$(cargo run --quiet --release --example bench_queue -- "$n")
 echo "$table"
-doc=docs/benchmarks/queue.md
-if [ -f "$doc" ] && grep -q '<!-- bench-queue:begin -->' "$doc"; then
-  python3 - "$doc" "$table" <<'PY'
-import sys
-path, table = sys.argv[1], sys.argv[2]
-s = open(path).read()
-a = s.index("<!-- bench-queue:begin -->") + len("<!-- bench-queue:begin -->")
-b = s.index("<!-- bench-queue:end -->")
-open(path, "w").write(s[:a] + "\n" + table + "\n" + s[b:])
-PY
-fi
+put_table docs/benchmarks/queue.md bench-queue "$table"

@@ -120,9 +120,6 @@ impl Metrics {
         self.fetch_calls.inc();
         self.fetch_latency.observe(took.as_secs_f64());
     }
-    pub fn fetch_calls(&self) -> u64 {
-        self.fetch_calls.get()
-    }
     pub fn queue_depth(&self, b: Backend, n: u64) {
         self.queue_depth.get_or_create(&backend(b)).set(n as i64);
     }

@@ -96,14 +96,6 @@ impl Registry {
             .count()
     }
 
-    pub fn queued_count(&self, backend: Backend) -> usize {
-        self.lock()
-            .queued
-            .values()
-            .filter(|b| **b == backend)
-            .count()
-    }
-
     /// Forgets everything (a leadership term ended; slots go with their consumer).
     pub fn clear(&self) {
         let mut g = self.lock();
@@ -129,11 +121,11 @@ mod tests {
     fn a_task_moves_from_queued_to_running_to_gone() {
         let r = Registry::default();
         r.queued(7, Backend::Pod);
-        assert_eq!(r.queued_count(Backend::Pod), 1);
+        assert_eq!(r.queued_tasks(), [7]);
         assert!(r.running(7, Backend::Pod, || None));
         assert!(!r.running(7, Backend::Pod, || panic!("no second slot")));
         assert_eq!(
-            (r.queued_count(Backend::Pod), r.running_count(Backend::Pod)),
+            (r.queued_tasks().len(), r.running_count(Backend::Pod)),
             (0, 1)
         );
         r.finished(7);

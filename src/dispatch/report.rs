@@ -4,17 +4,11 @@
 
 use crate::forge::gitea::client::{ClientError, RunnerClient};
 use crate::forge::gitea::proto::{
-    LogRow, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
+    LogRow, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
 };
 
 fn now() -> prost_types::Timestamp {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    prost_types::Timestamp {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
+    timestamp(std::time::SystemTime::now())
 }
 
 /// A non-final UpdateTask (Gitea's heartbeat). Returns the task's result as Gitea has it:

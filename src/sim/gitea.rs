@@ -43,6 +43,7 @@ use crate::forge::gitea::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, ProtoEnum,
     RegisterRequest, RegisterResponse, Runner, RunnerStatus, StepState, Task, TaskResult,
     TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,
+    timestamp,
 };
 
 /// A job to enqueue (the admin API's `POST /admin/jobs` body).
@@ -233,14 +234,6 @@ fn random_hex(bytes: usize) -> String {
 
 fn sha256(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
-}
-
-fn timestamp(t: SystemTime) -> Timestamp {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    Timestamp {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
 }
 
 /// Microseconds: the dispatch benchmark measures from a task's claim (`started_at`).

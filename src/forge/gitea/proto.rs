@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use prost_types::{Struct, Timestamp};
 use serde::{Deserialize, Serialize};
+use std::time::SystemTime;
 
 use super::json;
 
@@ -353,3 +354,12 @@ pub struct LogRow {
 #[cfg(test)]
 #[path = "proto_tests.rs"]
 mod tests;
+
+/// A protobuf Timestamp for `t` (times before 1970 become the epoch).
+pub fn timestamp(t: SystemTime) -> Timestamp {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}

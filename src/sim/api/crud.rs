@@ -24,6 +24,20 @@ fn rv_of(v: &Value) -> &str {
     v["metadata"]["resourceVersion"].as_str().unwrap_or("")
 }
 
+/// The body of a create or update: a whole object in JSON or YAML, of the URL's kind, in the
+/// URL's namespace (filled in when absent).
+fn object_body(def: &'static ResourceDef, ns: &str, req: &Request) -> ApiResult<Value> {
+    let yaml = match req.media_type()? {
+        MediaType::Json => false,
+        MediaType::Yaml => true,
+        _ => return Err(ApiError::unsupported_media_type(req.content_type())),
+    };
+    let mut obj = req.json_body(yaml)?;
+    check_type(def, &obj)?;
+    check_namespace(def, &mut obj, ns)?;
+    Ok(obj)
+}
+
 /// The object names its type correctly (kube-apiserver's decoding step).
 fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
     if !obj.is_object() {
@@ -169,14 +183,7 @@ impl ApiServer {
         req: &Request,
         user: &UserInfo,
     ) -> ApiResult<Reply> {
-        let yaml = match req.media_type()? {
-            MediaType::Json => false,
-            MediaType::Yaml => true,
-            _ => return Err(ApiError::unsupported_media_type(req.content_type())),
-        };
-        let mut obj = req.json_body(yaml)?;
-        check_type(def, &obj)?;
-        check_namespace(def, &mut obj, ns)?;
+        let mut obj = object_body(def, ns, req)?;
         let meta = meta_mut(&mut obj);
         if meta
             .get("resourceVersion")
@@ -315,14 +322,7 @@ impl ApiServer {
         req: &Request,
         user: &UserInfo,
     ) -> ApiResult<Reply> {
-        let yaml = match req.media_type()? {
-            MediaType::Json => false,
-            MediaType::Yaml => true,
-            _ => return Err(ApiError::unsupported_media_type(req.content_type())),
-        };
-        let mut body = req.json_body(yaml)?;
-        check_type(def, &body)?;
-        check_namespace(def, &mut body, ns)?;
+        let body = object_body(def, ns, req)?;
         let body_name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
         if body_name != name {
             return Err(ApiError::bad_request(format!(

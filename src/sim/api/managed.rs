@@ -21,10 +21,6 @@ struct Entry {
     fields: FieldSet,
 }
 
-fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 fn read(obj: &Value) -> Vec<Entry> {
     obj["metadata"]["managedFields"]
         .as_array()
@@ -186,7 +182,7 @@ pub fn apply(
         manager: manager.to_string(),
         operation: "Apply".into(),
         api_version: api_version.to_string(),
-        time: now(),
+        time: crate::sim::ids::now(),
         subresource: String::new(),
         fields: claimed,
     });
@@ -224,13 +220,13 @@ pub fn record_update(
         }) {
             Some(e) => {
                 e.fields.extend(changed);
-                e.time = now();
+                e.time = crate::sim::ids::now();
             }
             None => entries.push(Entry {
                 manager: manager.to_string(),
                 operation: "Update".into(),
                 api_version: api_version.to_string(),
-                time: now(),
+                time: crate::sim::ids::now(),
                 subresource: subresource.to_string(),
                 fields: changed,
             }),

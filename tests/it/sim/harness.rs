@@ -148,12 +148,9 @@ impl Kubectl {
 
 /// A kube-rs client from a kubeconfig file.
 pub async fn kube_client(kubeconfig: &Path) -> kube::Client {
-    tenantci::tls::ensure_crypto_provider();
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    tenantci::tenant::client::from_kubeconfig(kubeconfig)
         .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+        .unwrap_or_else(|e| panic!("{}", e.render()))
 }
 
 /// Writes a kubeconfig for `server` with a client cert from `ca` (CN, O as given).
