@@ -508,11 +508,12 @@ pub struct Executor {
 impl Executor {
     pub fn from_secret(secret: &Secret) -> Executor {
         let data = secret.data.as_ref().unwrap();
-        let runner: Value = serde_json::from_slice(&data[".runner"].0).unwrap();
+        let runner: tenantci::runner::gitea_files::Registration =
+            serde_json::from_slice(&data[".runner"].0).unwrap();
         Executor {
-            uuid: runner["uuid"].as_str().unwrap().into(),
-            token: runner["token"].as_str().unwrap().into(),
-            address: runner["address"].as_str().unwrap().into(),
+            uuid: runner.uuid,
+            token: runner.token.expose().to_string(),
+            address: runner.address,
             ca_pem: String::from_utf8(data["ca.crt"].0.clone()).unwrap(),
         }
     }
