@@ -286,7 +286,7 @@ pub async fn run(cmd: BootstrapCommand) -> Result<i32> {
     let BootstrapCommand::Runner(args) = cmd;
     if args.forge == Forge::Gitea {
         return Err(Error::bad_input("`bootstrap runner --forge gitea` is not available yet")
-            .hint("Gitea jobs go through the dispatcher (`tenantci dispatch`), which is being built; use --forge gitlab"));
+            .hint("Gitea jobs go through the dispatcher: `tenantci dispatch init`, then `dispatch run` (docs/runbooks/gitea-dispatcher.md); use --forge gitlab here"));
     }
     let inputs = inputs(&args)?;
     let json = args.output.is_json();

@@ -77,7 +77,8 @@ pub struct GiteaArgs {
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Labels registered at Gitea, comma-separated; runs-on `vm` routes to the VM backend
-    /// (not implemented yet: such tasks wait), anything else to executor Pods.
+    /// (not implemented yet: such tasks are reported to Gitea as FAILURE at once), anything else
+    /// to executor Pods.
     #[arg(
         long,
         value_name = "LABELS",

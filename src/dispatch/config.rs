@@ -108,7 +108,8 @@ pub struct Capacity {
     /// Concurrent executor Pods.
     #[serde(default = "defaults::pod_capacity")]
     pub pod: u32,
-    /// Concurrent VMs (the VM backend is not implemented yet; tasks routed to `vm` wait).
+    /// Concurrent VMs (the VM backend is not implemented yet; tasks routed to `vm` are
+    /// reported to Gitea as FAILURE at once).
     #[serde(default = "defaults::vm_capacity")]
     pub vm: u32,
 }
