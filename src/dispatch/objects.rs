@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -98,16 +99,11 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-fn annotation<'a>(
-    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    key: &str,
-) -> Option<&'a str> {
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-fn task_of(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<(i64, u32)> {
+fn task_of(meta: &ObjectMeta) -> Option<(i64, u32)> {
     capability::parse_assignment_id(annotation(meta, ASSIGNMENT_ANNOTATION)?)
 }
 
@@ -156,7 +152,7 @@ impl ExecutorObjects {
     fn check_same(
         &self,
         name: &str,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        meta: &ObjectMeta,
         spec: &ExecutorSpec,
     ) -> Result<(), CreateError> {
         let found = annotation(meta, ASSIGNMENT_ANNOTATION).unwrap_or("");
