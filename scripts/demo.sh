@@ -5,7 +5,7 @@
 # starting), an idempotent re-run, and the hand-back. Then one Gitea task through the
 # dispatcher: the simulator's Gitea double, a real nats-server, `tenantci dispatch init` and
 # `dispatch run`, and an executor played from the executor Secret's files
-# (examples/demo_executor.rs). Everything lives under a temporary directory removed at the end
+# (crates/tenantci/examples/demo_executor.rs). Everything lives under a temporary directory removed at the end
 # (KEEP=1 keeps it); the simulator, the dispatcher and nats-server are stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -16,5 +16,5 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
 fi
 # Seed the (git-ignored) corpus with the golden files and the example config.toml.
 mkdir -p corpus/merge
-cp ../tests/it/runner/golden/*.toml ../runner-configs/gitlab-runner/config.toml corpus/merge/
+cp ../crates/tenantci/tests/it/runner/golden/*.toml ../runner-configs/gitlab-runner/config.toml corpus/merge/
 exec cargo +nightly fuzz run merge corpus/merge -- -max_total_time="$seconds"

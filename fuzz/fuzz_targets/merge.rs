@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    tenantci::runner::gitlab_config::merge::fuzz_merge(data);
+    tenantci_app::runner::gitlab_config::merge::fuzz_merge(data);
 });

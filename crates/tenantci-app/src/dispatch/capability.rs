@@ -1,0 +1,144 @@
+//! Per-task capabilities: what an executor Pod presents to the facade as its runner token.
+//! `token = HMAC-SHA256(key, "<task id>:<attempt>")`, hex. The facade recomputes it from the
+//! assignment named by the caller's uuid and compares in constant time, so the dispatcher
+//! stores no per-task secret and a token for one task is worthless for another.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+/// Minimum key length: 32 random bytes.
+pub const KEY_LEN: usize = 32;
+
+/// The dispatcher's capability key. `Debug` never prints it.
+#[derive(Clone)]
+pub struct CapabilityKey(Vec<u8>);
+
+impl std::fmt::Debug for CapabilityKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CapabilityKey([redacted])")
+    }
+}
+
+impl CapabilityKey {
+    pub fn generate() -> Self {
+        CapabilityKey(rand::random::<[u8; KEY_LEN]>().to_vec())
+    }
+
+    /// From the key file's bytes; refuses short keys.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.len() < KEY_LEN {
+            return Err(format!(
+                "the capability key has {} bytes; at least {KEY_LEN} are required",
+                bytes.len()
+            ));
+        }
+        Ok(CapabilityKey(bytes.to_vec()))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn mac(&self, task_id: i64, attempt: u32) -> Hmac<Sha256> {
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(format!("{task_id}:{attempt}").as_bytes());
+        mac
+    }
+
+    /// The capability of one task attempt (hex).
+    pub fn token(&self, task_id: i64, attempt: u32) -> String {
+        hex::encode(self.mac(task_id, attempt).finalize().into_bytes())
+    }
+
+    /// Constant-time check of a presented token.
+    pub fn verify(&self, task_id: i64, attempt: u32, presented: &str) -> bool {
+        let expected = self.token(task_id, attempt);
+        expected.as_bytes().ct_eq(presented.as_bytes()).into()
+    }
+}
+
+/// The assignment id of one task attempt: the executor's runner uuid at the facade. It
+/// carries the task id and attempt, so the facade authenticates a caller without a lookup.
+pub fn assignment_id(task_id: i64, attempt: u32) -> String {
+    format!("task-{task_id}-attempt-{attempt}")
+}
+
+/// The task id and attempt named by an assignment id; None for anything else.
+pub fn parse_assignment_id(id: &str) -> Option<(i64, u32)> {
+    let rest = id.strip_prefix("task-")?;
+    let (task, attempt) = rest.split_once("-attempt-")?;
+    let task: i64 = task.parse().ok().filter(|t| *t > 0)?;
+    let attempt: u32 = attempt.parse().ok().filter(|a| *a > 0)?;
+    // Only the canonical spelling: `task-007-...` would alias task 7.
+    (assignment_id(task, attempt) == id).then_some((task, attempt))
+}
+
+/// The key file's text: standard base64 of the key and a newline (as the sealing key).
+pub fn encode_key(key: &CapabilityKey) -> String {
+    use base64::Engine as _;
+    format!(
+        "{}\n",
+        base64::engine::general_purpose::STANDARD.encode(&key.0)
+    )
+}
+
+/// Reads the key file `dispatch init` wrote (base64, 0600).
+pub fn load_key(path: &std::path::Path) -> tenantci_core::Result<CapabilityKey> {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| tenantci_core::Error::unreadable("the capability key", path, e))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|_| {
+            tenantci_core::Error::bad_input(format!(
+                "the capability key `{}` is not base64",
+                path.display()
+            ))
+            .hint("restore the dispatcher's key file, or delete it and re-run `tenantci dispatch init` (running executors then lose their facade access)")
+        })?;
+    CapabilityKey::from_bytes(&bytes).map_err(|e| {
+        tenantci_core::Error::bad_input(format!("{} ({})", e, path.display()))
+            .hint("re-run `tenantci dispatch init`, which creates a 32-byte key where none exists")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn assignment_ids_round_trip_and_refuse_aliases() {
+        assert_eq!(parse_assignment_id(&assignment_id(42, 3)), Some((42, 3)));
+        for bad in [
+            "task-07-attempt-1",
+            "task-7-attempt-0",
+            "task--1-attempt-1",
+            "7",
+            "task-7-attempt-1x",
+            "",
+        ] {
+            assert_eq!(parse_assignment_id(bad), None, "{bad}");
+        }
+    }
+
+    use super::*;
+
+    #[test]
+    fn a_token_is_bound_to_its_task_and_attempt() {
+        let k = CapabilityKey::generate();
+        let t = k.token(7, 1);
+        assert_eq!(t.len(), 64);
+        assert!(k.verify(7, 1, &t));
+        assert!(!k.verify(8, 1, &t), "another task");
+        assert!(!k.verify(7, 2, &t), "another attempt");
+        assert!(!CapabilityKey::generate().verify(7, 1, &t), "another key");
+        assert!(!k.verify(7, 1, "forged"));
+        assert!(!format!("{k:?}").contains(&hex::encode(k.as_bytes())));
+    }
+
+    #[test]
+    fn short_keys_are_refused() {
+        assert!(CapabilityKey::from_bytes(&[0; 31]).is_err());
+        assert!(CapabilityKey::from_bytes(&[0; 32]).is_ok());
+    }
+}

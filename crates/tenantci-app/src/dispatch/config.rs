@@ -1,0 +1,626 @@
+//! The dispatcher's configuration file (`tenantci dispatch init --out CONFIG.toml` writes it,
+//! `tenantci dispatch run --config CONFIG.toml` reads it). Schema in docs/runbooks/gitea-dispatcher.md.
+//!
+//! The file holds no secret: it names the files that do (scheduler credential, capability
+//! key, sealing key, facade key, NATS passwords), each 0600. Relative paths are relative to
+//! the config file's directory, so a config directory can be moved as a whole.
+//! Every value can be overridden by an environment variable `TENANTCI_DISPATCH_<SECTION>_<KEY>`
+//! (e.g. `TENANTCI_DISPATCH_NATS_URL`), listed in [`OVERRIDES`], so a Deployment can change one
+//! value without a new ConfigMap.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dispatch::leader::Timing;
+use crate::queue::Backend;
+use tenantci_core::duration;
+use tenantci_core::{Error, Result};
+
+/// The schema version this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// File names `init` uses beside the config (each 0600).
+pub mod files {
+    pub const SCHEDULER_CREDENTIAL: &str = "scheduler.json";
+    pub const CAPABILITY_KEY: &str = "capability.key";
+    pub const SEALING_KEY: &str = "sealing.key";
+    pub const FACADE_CA_CERT: &str = "facade-ca.crt";
+    pub const FACADE_CA_KEY: &str = "facade-ca.key";
+    pub const FACADE_CERT: &str = "facade.crt";
+    pub const FACADE_KEY: &str = "facade.key";
+    /// The dispatcher's own client credential (ca.crt, tls.crt, tls.key, kubeconfig).
+    pub const KUBE_DIR: &str = "kube";
+    pub const KUBECONFIG: &str = "kube/kubeconfig";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub version: u32,
+    pub gitea: Gitea,
+    pub cluster: Cluster,
+    pub nats: Nats,
+    #[serde(default)]
+    pub capacity: Capacity,
+    pub facade: Facade,
+    pub executor: Executor,
+    #[serde(default)]
+    pub status: Status,
+    #[serde(default)]
+    pub leader: Leader,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gitea {
+    /// Gitea's base URL (the RunnerService is under `<url>/api/actions`).
+    pub url: String,
+    /// The registration's name at Gitea (also the executors' runner name).
+    pub runner_name: String,
+    /// Labels registered at Gitea; a task's runs-on picks the backend (`vm` -> vm, else pod).
+    pub labels: Vec<String>,
+    /// `{id, uuid, token, name}` of the registration, 0600 (written by `init`).
+    pub credential_file: PathBuf,
+    /// FetchTask interval while a slot is free and Gitea had nothing (Go duration).
+    #[serde(default = "defaults::fetch_interval")]
+    pub fetch_interval: String,
+    /// Longest FetchTask interval after a long idle spell.
+    #[serde(default = "defaults::fetch_interval_idle")]
+    pub fetch_interval_idle: String,
+    /// Non-final UpdateTask for claimed tasks no executor has fetched yet (Gitea fails tasks
+    /// not updated for 10 minutes).
+    #[serde(default = "defaults::keepalive_interval")]
+    pub keepalive_interval: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Kubeconfig of the dispatcher's own scoped credential; absent (or overridden with an
+    /// empty `TENANTCI_DISPATCH_CLUSTER_KUBECONFIG`): in-cluster (ServiceAccount) or
+    /// `KUBECONFIG`, as kube's `Config::infer` finds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Where executor Pods, their Secrets and the leader Lease live.
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nats {
+    pub url: String,
+    /// The `<user>.password` files of `tenantci queue nats-config` (ci-admin is optional: with
+    /// it, `run` applies the topology with this config's capacities at start).
+    pub secrets_dir: PathBuf,
+    /// The 256-bit key assignments are sealed with (0600; created by `init`).
+    pub sealing_key_file: PathBuf,
+    /// Redelivery of an assignment a crashed worker held, when `run` applies the topology.
+    #[serde(default = "defaults::ack_wait")]
+    pub ack_wait: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capacity {
+    /// Concurrent executor Pods.
+    #[serde(default = "defaults::pod_capacity")]
+    pub pod: u32,
+    /// Concurrent VMs (the VM backend is not implemented yet; tasks routed to `vm` are
+    /// reported to Gitea as FAILURE at once).
+    #[serde(default = "defaults::vm_capacity")]
+    pub vm: u32,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            pod: defaults::pod_capacity(),
+            vm: defaults::vm_capacity(),
+        }
+    }
+}
+
+impl Capacity {
+    pub fn of(&self, backend: Backend) -> u32 {
+        match backend {
+            Backend::Pod => self.pod,
+            Backend::Vm => self.vm,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Facade {
+    /// Where the facade listens (HTTPS).
+    pub listen: SocketAddr,
+    /// The base URL executors use; its host is in the serving cert (an IP SAN for an address).
+    pub url: String,
+    /// The HMAC key of the per-task capabilities, at least 32 bytes, 0600.
+    pub capability_key_file: PathBuf,
+    /// The facade's own CA (its cert goes into each executor Secret as `ca.crt`).
+    pub ca_cert_file: PathBuf,
+    pub cert_file: PathBuf,
+    /// 0600.
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Executor {
+    /// The official runner image, pinned by digest (`IMAGE@sha256:<64 hex>`).
+    pub image: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Status {
+    /// Loopback address of /healthz, /readyz and /metrics.
+    #[serde(default = "defaults::status_listen")]
+    pub listen: SocketAddr,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            listen: defaults::status_listen(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Leader {
+    #[serde(default = "defaults::lease_duration")]
+    pub lease_duration: String,
+    #[serde(default = "defaults::renew_deadline")]
+    pub renew_deadline: String,
+    #[serde(default = "defaults::retry_period")]
+    pub retry_period: String,
+    /// This instance's holder identity; absent: `<hostname>-<pid>` (the Pod name in-cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+}
+
+impl Default for Leader {
+    fn default() -> Self {
+        Leader {
+            lease_duration: defaults::lease_duration(),
+            renew_deadline: defaults::renew_deadline(),
+            retry_period: defaults::retry_period(),
+            identity: None,
+        }
+    }
+}
+
+/// The schema's defaults (`init` uses them for keys it has no flag for).
+pub(crate) mod defaults {
+    use std::net::SocketAddr;
+
+    pub fn fetch_interval() -> String {
+        "200ms".into()
+    }
+    pub fn fetch_interval_idle() -> String {
+        "2s".into()
+    }
+    pub fn keepalive_interval() -> String {
+        "1m".into()
+    }
+    pub fn ack_wait() -> String {
+        "30s".into()
+    }
+    pub fn pod_capacity() -> u32 {
+        4
+    }
+    pub fn vm_capacity() -> u32 {
+        1
+    }
+    pub fn status_listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9464))
+    }
+    pub fn lease_duration() -> String {
+        "15s".into()
+    }
+    pub fn renew_deadline() -> String {
+        "10s".into()
+    }
+    pub fn retry_period() -> String {
+        "2s".into()
+    }
+}
+
+/// Environment overrides: variable, and the dotted key it sets.
+pub const OVERRIDES: &[(&str, &str)] = &[
+    ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
+    ("TENANTCI_DISPATCH_GITEA_RUNNER_NAME", "gitea.runner_name"),
+    ("TENANTCI_DISPATCH_GITEA_LABELS", "gitea.labels"),
+    (
+        "TENANTCI_DISPATCH_GITEA_CREDENTIAL_FILE",
+        "gitea.credential_file",
+    ),
+    (
+        "TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL",
+        "gitea.fetch_interval",
+    ),
+    (
+        "TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL_IDLE",
+        "gitea.fetch_interval_idle",
+    ),
+    (
+        "TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL",
+        "gitea.keepalive_interval",
+    ),
+    ("TENANTCI_DISPATCH_CLUSTER_KUBECONFIG", "cluster.kubeconfig"),
+    ("TENANTCI_DISPATCH_CLUSTER_NAMESPACE", "cluster.namespace"),
+    ("TENANTCI_DISPATCH_NATS_URL", "nats.url"),
+    ("TENANTCI_DISPATCH_NATS_SECRETS_DIR", "nats.secrets_dir"),
+    (
+        "TENANTCI_DISPATCH_NATS_SEALING_KEY_FILE",
+        "nats.sealing_key_file",
+    ),
+    ("TENANTCI_DISPATCH_NATS_ACK_WAIT", "nats.ack_wait"),
+    ("TENANTCI_DISPATCH_CAPACITY_POD", "capacity.pod"),
+    ("TENANTCI_DISPATCH_CAPACITY_VM", "capacity.vm"),
+    ("TENANTCI_DISPATCH_FACADE_LISTEN", "facade.listen"),
+    ("TENANTCI_DISPATCH_FACADE_URL", "facade.url"),
+    (
+        "TENANTCI_DISPATCH_FACADE_CAPABILITY_KEY_FILE",
+        "facade.capability_key_file",
+    ),
+    (
+        "TENANTCI_DISPATCH_FACADE_CA_CERT_FILE",
+        "facade.ca_cert_file",
+    ),
+    ("TENANTCI_DISPATCH_FACADE_CERT_FILE", "facade.cert_file"),
+    ("TENANTCI_DISPATCH_FACADE_KEY_FILE", "facade.key_file"),
+    ("TENANTCI_DISPATCH_EXECUTOR_IMAGE", "executor.image"),
+    ("TENANTCI_DISPATCH_STATUS_LISTEN", "status.listen"),
+    (
+        "TENANTCI_DISPATCH_LEADER_LEASE_DURATION",
+        "leader.lease_duration",
+    ),
+    (
+        "TENANTCI_DISPATCH_LEADER_RENEW_DEADLINE",
+        "leader.renew_deadline",
+    ),
+    (
+        "TENANTCI_DISPATCH_LEADER_RETRY_PERIOD",
+        "leader.retry_period",
+    ),
+    ("TENANTCI_DISPATCH_LEADER_IDENTITY", "leader.identity"),
+];
+
+/// The TOML value of an override: integers and comma-separated lists where the schema has
+/// them, strings elsewhere. A malformed number names the variable.
+fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_edit::Item, String> {
+    Ok(match key {
+        "capacity.pod" | "capacity.vm" => {
+            let n: i64 = raw.trim().parse().map_err(|_| {
+                format!("has {var} = `{raw}` in the environment, which is not a whole number")
+            })?;
+            toml_edit::value(n)
+        }
+        "gitea.labels" => {
+            let mut arr = toml_edit::Array::new();
+            for l in raw.split(',').map(str::trim).filter(|l| !l.is_empty()) {
+                arr.push(l);
+            }
+            toml_edit::value(arr)
+        }
+        _ => toml_edit::value(raw),
+    })
+}
+
+/// Applies `env` (name -> value) overrides to a parsed document.
+fn apply_overrides(
+    doc: &mut toml_edit::DocumentMut,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> std::result::Result<(), String> {
+    for (var, key) in OVERRIDES {
+        let Some(raw) = env(var) else { continue };
+        let (section, field) = key.split_once('.').expect("dotted key");
+        if !doc.contains_table(section) {
+            doc[section] = toml_edit::table();
+        }
+        // An empty kubeconfig override means "none": in a Pod the ServiceAccount is used
+        // (manifests/dispatch/deployment.yaml), whatever file the host's config names.
+        if *key == "cluster.kubeconfig" && raw.is_empty() {
+            if let Some(t) = doc[section].as_table_mut() {
+                t.remove(field);
+            }
+            continue;
+        }
+        doc[section][field] = override_value(var, key, &raw)?;
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Reads `path`, applies the environment overrides, resolves relative paths against the
+    /// file's directory and validates. Errors name the file, the key and the fix (exit 2).
+    pub fn load(path: &Path) -> Result<Config> {
+        Self::load_with_env(path, &|k| std::env::var(k).ok())
+    }
+
+    pub fn load_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::bad_input(format!(
+                "cannot read the dispatcher config {}: {e}",
+                path.display()
+            ))
+            .hint("pass the file `tenantci dispatch init --out` wrote")
+        })?;
+        let cfg = Self::parse(&text, path, env)?;
+        Ok(cfg.resolved(path.parent().unwrap_or(Path::new("."))))
+    }
+
+    fn parse(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        let bad = |what: String| {
+            Error::bad_input(format!("the dispatcher config {} {what}", path.display()))
+                .hint("fix the file (schema: docs/runbooks/gitea-dispatcher.md) or re-run `tenantci dispatch init`")
+        };
+        let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
+            bad(format!("is not valid TOML: {}", e.message()))
+        })?;
+        apply_overrides(&mut doc, env).map_err(bad)?;
+        let cfg: Config = toml_edit::de::from_document(doc)
+            .map_err(|e| bad(format!("does not match the schema: {}", e.message())))?;
+        if cfg.version != VERSION {
+            return Err(bad(format!(
+                "has version {}; this build reads version {VERSION}",
+                cfg.version
+            )));
+        }
+        cfg.validate().map_err(bad)?;
+        Ok(cfg)
+    }
+
+    /// Checks every value that `run` would otherwise trip over later.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        url_ok("gitea.url", &self.gitea.url, &["http", "https"])?;
+        url_ok("facade.url", &self.facade.url, &["https"])?;
+        url_ok("nats.url", &self.nats.url, &["nats", "tls"])?;
+        if self.gitea.runner_name.trim().is_empty() {
+            return Err("has an empty gitea.runner_name".into());
+        }
+        if self.gitea.labels.is_empty() {
+            return Err("has no gitea.labels (e.g. [\"self-hosted\", \"pod\"])".into());
+        }
+        if self.cluster.namespace.is_empty() {
+            return Err("has an empty cluster.namespace".into());
+        }
+        if self.capacity.pod == 0 {
+            return Err("has capacity.pod = 0 (at least 1)".into());
+        }
+        if self.capacity.vm == 0 {
+            return Err("has capacity.vm = 0 (at least 1)".into());
+        }
+        crate::dispatch::executor::check_image_digest(&self.executor.image)
+            .map_err(|e| format!("has executor.image: {}", e.message()))?;
+        if !self.status.listen.ip().is_loopback() {
+            return Err(format!(
+                "has status.listen = {}; the status API serves on loopback only",
+                self.status.listen
+            ));
+        }
+        for (key, value) in [
+            ("gitea.fetch_interval", &self.gitea.fetch_interval),
+            ("gitea.fetch_interval_idle", &self.gitea.fetch_interval_idle),
+            ("gitea.keepalive_interval", &self.gitea.keepalive_interval),
+            ("nats.ack_wait", &self.nats.ack_wait),
+        ] {
+            duration::parse_positive(value)
+                .map_err(|e| format!("has {key} = `{value}`, which {e}"))?;
+        }
+        if self.keepalive_interval() >= Duration::from_secs(600) {
+            return Err("has gitea.keepalive_interval of 10m or more; Gitea fails tasks not updated for 10 minutes".into());
+        }
+        self.leader_timing()?
+            .validate()
+            .map_err(|e| format!("has leader timings where {e}"))?;
+        Ok(())
+    }
+
+    fn resolved(mut self, base: &Path) -> Config {
+        let abs = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        abs(&mut self.gitea.credential_file);
+        if let Some(k) = self.cluster.kubeconfig.as_mut() {
+            abs(k);
+        }
+        abs(&mut self.nats.secrets_dir);
+        abs(&mut self.nats.sealing_key_file);
+        abs(&mut self.facade.capability_key_file);
+        abs(&mut self.facade.ca_cert_file);
+        abs(&mut self.facade.cert_file);
+        abs(&mut self.facade.key_file);
+        self
+    }
+
+    pub fn fetch_interval(&self) -> Duration {
+        duration::parse_positive(&self.gitea.fetch_interval).expect("validated")
+    }
+
+    pub fn fetch_interval_idle(&self) -> Duration {
+        duration::parse_positive(&self.gitea.fetch_interval_idle).expect("validated")
+    }
+
+    pub fn ack_wait(&self) -> Duration {
+        duration::parse_positive(&self.nats.ack_wait).expect("validated")
+    }
+
+    pub fn keepalive_interval(&self) -> Duration {
+        duration::parse_positive(&self.gitea.keepalive_interval).expect("validated")
+    }
+
+    pub fn leader_timing(&self) -> std::result::Result<Timing, String> {
+        let d = |key: &str, v: &str| {
+            duration::parse_positive(v).map_err(|e| format!("leader.{key} = `{v}` {e}"))
+        };
+        Ok(Timing {
+            lease_duration: d("lease_duration", &self.leader.lease_duration)?,
+            renew_deadline: d("renew_deadline", &self.leader.renew_deadline)?,
+            retry_period: d("retry_period", &self.leader.retry_period)?,
+        })
+    }
+
+    /// The config as `init` writes it: TOML with a header comment.
+    pub fn to_toml(&self) -> String {
+        let body = toml_edit::ser::to_string_pretty(self).expect("the config serializes");
+        format!(
+            "# tenantci dispatcher configuration, written by `tenantci dispatch init`.\n\
+             # Schema: docs/runbooks/gitea-dispatcher.md. No secrets here: the files named below\n\
+             # hold them (0600). Override any key with TENANTCI_DISPATCH_<SECTION>_<KEY>.\n\n{body}"
+        )
+    }
+}
+
+fn url_ok(key: &str, value: &str, schemes: &[&str]) -> std::result::Result<(), String> {
+    let scheme = value.split_once("://");
+    match scheme {
+        Some((s, rest)) if schemes.contains(&s) && !rest.is_empty() => Ok(()),
+        _ => Err(format!(
+            "has {key} = `{value}`, which is not a {} URL",
+            schemes.join("/")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn sample() -> Config {
+        Config {
+            version: VERSION,
+            gitea: Gitea {
+                url: "https://gitea.example.com".into(),
+                runner_name: "tenantci-dispatch".into(),
+                labels: vec!["self-hosted".into(), "pod".into(), "vm".into()],
+                credential_file: files::SCHEDULER_CREDENTIAL.into(),
+                fetch_interval: defaults::fetch_interval(),
+                fetch_interval_idle: defaults::fetch_interval_idle(),
+                keepalive_interval: defaults::keepalive_interval(),
+            },
+            cluster: Cluster {
+                kubeconfig: Some(files::KUBECONFIG.into()),
+                namespace: "dynamic-runner".into(),
+            },
+            nats: Nats {
+                url: "nats://127.0.0.1:4222".into(),
+                secrets_dir: "nats".into(),
+                sealing_key_file: files::SEALING_KEY.into(),
+                ack_wait: defaults::ack_wait(),
+            },
+            capacity: Capacity::default(),
+            facade: Facade {
+                listen: "127.0.0.1:8443".parse().unwrap(),
+                url: "https://127.0.0.1:8443".into(),
+                capability_key_file: files::CAPABILITY_KEY.into(),
+                ca_cert_file: files::FACADE_CA_CERT.into(),
+                cert_file: files::FACADE_CERT.into(),
+                key_file: files::FACADE_KEY.into(),
+            },
+            executor: Executor {
+                image: format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
+            },
+            status: Status::default(),
+            leader: Leader::default(),
+        }
+    }
+
+    fn parse(text: &str, env: &[(&str, &str)]) -> Result<Config> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::parse(text, Path::new("/etc/d/config.toml"), &|k| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn written_config_reads_back() {
+        let cfg = sample();
+        assert_eq!(parse(&cfg.to_toml(), &[]).unwrap(), cfg);
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_config_dir() {
+        let cfg = sample().resolved(Path::new("/etc/d"));
+        assert_eq!(
+            cfg.gitea.credential_file,
+            Path::new("/etc/d/scheduler.json")
+        );
+        assert_eq!(cfg.nats.secrets_dir, Path::new("/etc/d/nats"));
+    }
+
+    #[test]
+    fn environment_overrides_win() {
+        let cfg = parse(
+            &sample().to_toml(),
+            &[
+                ("TENANTCI_DISPATCH_NATS_URL", "nats://10.0.0.9:4222"),
+                ("TENANTCI_DISPATCH_CAPACITY_POD", "9"),
+                ("TENANTCI_DISPATCH_GITEA_LABELS", "a, b"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.nats.url, "nats://10.0.0.9:4222");
+        assert_eq!(cfg.capacity.pod, 9);
+        assert_eq!(cfg.gitea.labels, ["a", "b"]);
+        let in_pod = parse(
+            &sample().to_toml(),
+            &[("TENANTCI_DISPATCH_CLUSTER_KUBECONFIG", "")],
+        )
+        .unwrap();
+        assert_eq!(in_pod.cluster.kubeconfig, None, "empty: the ServiceAccount");
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_key() {
+        let text = sample().to_toml();
+        for (var, value, needle) in [
+            ("TENANTCI_DISPATCH_CAPACITY_POD", "0", "capacity.pod"),
+            (
+                "TENANTCI_DISPATCH_CAPACITY_POD",
+                "many",
+                "TENANTCI_DISPATCH_CAPACITY_POD",
+            ),
+            (
+                "TENANTCI_DISPATCH_EXECUTOR_IMAGE",
+                "act_runner:latest",
+                "executor.image",
+            ),
+            ("TENANTCI_DISPATCH_FACADE_URL", "http://x:1", "facade.url"),
+            (
+                "TENANTCI_DISPATCH_STATUS_LISTEN",
+                "0.0.0.0:9464",
+                "loopback",
+            ),
+            (
+                "TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL",
+                "11m",
+                "10 minutes",
+            ),
+            ("TENANTCI_DISPATCH_LEADER_RENEW_DEADLINE", "20s", "leader"),
+        ] {
+            let err = parse(&text, &[(var, value)]).unwrap_err();
+            assert_eq!(err.exit_code(), 2);
+            assert!(err.message().contains(needle), "{var}: {}", err.message());
+        }
+        assert!(parse("version = 1\n[nonsense]\n", &[]).is_err());
+        assert!(
+            parse("not toml [", &[])
+                .unwrap_err()
+                .message()
+                .contains("TOML")
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! The dispatcher's RunnerService facade: what an executor's official runner talks to instead
+//! of Gitea. The transport (Connect, HTTPS) is `forge::gitea::facade`; this is the behaviour.
+//!
+//! - Authentication is stateless: the runner uuid is the assignment id (`task-<id>-attempt-<n>`)
+//!   and the token its capability, recomputed with the capability key and compared in constant
+//!   time. A token for one task is worthless for another.
+//! - FetchTask hands the caller its own task exactly once: the sealed assignment is taken out
+//!   of the executor's Secret and opened only here, in memory.
+//! - UpdateTask / UpdateLog are accepted only for the caller's own task and forwarded to Gitea
+//!   with the scheduler's credential; a final state Gitea accepted puts the terminal marker
+//!   on the Pod, which lets the reconciler clean up.
+//!
+//! Every dispatcher instance serves this (leader or not): all state is on the apiserver.
+
+use std::sync::Arc;
+
+use prost::Message as _;
+
+use super::capability::{self, CapabilityKey};
+use super::metrics::Metrics;
+use super::objects::ExecutorObjects;
+use super::registry::Registry;
+use crate::queue::assignment::{Assignment, SealingKey};
+use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
+use tenantci_core::forge::gitea::connect::{Code, ConnectError};
+use tenantci_core::forge::gitea::facade::FacadeBackend;
+use tenantci_core::forge::gitea::proto::{
+    DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, Runner, Task, TaskResult,
+    UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,
+};
+
+/// The tasks version the facade answers with: constant, since a caller only ever has one task.
+const TASKS_VERSION: i64 = 1;
+
+/// The authenticated executor: its task and attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Executor {
+    pub task: i64,
+    pub attempt: u32,
+}
+
+pub struct Facade {
+    pub capability_key: CapabilityKey,
+    pub sealing_key: SealingKey,
+    pub objects: ExecutorObjects,
+    pub gitea: RunnerClient,
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+    pub runner_name: String,
+}
+
+/// Gitea's answer, as the executor should see it: its code, a message without our URL.
+fn forwarded(method: &str, e: ClientError) -> ConnectError {
+    match e {
+        ClientError::Status { error, .. } => error,
+        other => {
+            tracing::warn!(method, error = %other, "cannot forward to Gitea");
+            ConnectError::unavailable(format!(
+                "{method}: Gitea is not reachable from the dispatcher"
+            ))
+        }
+    }
+}
+
+fn apiserver(e: kube::Error) -> ConnectError {
+    tracing::warn!(error = %e, "facade: the tenant apiserver call failed");
+    ConnectError::unavailable("the dispatcher cannot reach the tenant apiserver; retry")
+}
+
+impl Facade {
+    fn own(&self, caller: &Executor, task: i64) -> Result<(), ConnectError> {
+        if caller.task == task {
+            Ok(())
+        } else {
+            tracing::warn!(
+                caller = caller.task,
+                task,
+                "facade: an executor reported another task; refused"
+            );
+            Err(ConnectError::permission_denied(
+                "this runner may only report its own task",
+            ))
+        }
+    }
+
+    /// Opens the assignment taken from the Secret; it must be the caller's.
+    fn open(&self, caller: &Executor, sealed: &[u8]) -> Result<Task, ConnectError> {
+        let a = Assignment::from_json(sealed).map_err(|e| {
+            tracing::error!(task = caller.task, error = %e, "facade: the stored assignment does not decode");
+            ConnectError::internal("the task's assignment is damaged")
+        })?;
+        if a.task_id != caller.task.to_string() || a.attempt != caller.attempt {
+            tracing::error!(
+                task = caller.task,
+                "facade: the Secret holds another task's assignment"
+            );
+            return Err(ConnectError::internal(
+                "the task's assignment is not this runner's",
+            ));
+        }
+        let payload = a.open(&self.sealing_key).map_err(|e| {
+            tracing::error!(task = caller.task, error = %e, "facade: the assignment does not open");
+            ConnectError::internal("the task's assignment cannot be opened")
+        })?;
+        Task::decode(payload.as_slice())
+            .map_err(|_| ConnectError::internal("the task does not decode"))
+    }
+}
+
+impl FacadeBackend for Facade {
+    type Caller = Executor;
+
+    async fn authenticate(&self, uuid: &str, token: &str) -> Result<Executor, ConnectError> {
+        match capability::parse_assignment_id(uuid) {
+            Some((task, attempt)) if self.capability_key.verify(task, attempt, token) => {
+                Ok(Executor { task, attempt })
+            }
+            _ => {
+                self.metrics.facade_refused();
+                Err(ConnectError::unauthenticated("unregistered runner"))
+            }
+        }
+    }
+
+    async fn declare(
+        &self,
+        caller: &Executor,
+        req: DeclareRequest,
+    ) -> Result<DeclareResponse, ConnectError> {
+        Ok(DeclareResponse {
+            runner: Some(Runner {
+                id: caller.task,
+                uuid: capability::assignment_id(caller.task, caller.attempt),
+                name: self.runner_name.clone(),
+                version: req.version,
+                labels: req.labels,
+                ephemeral: true,
+                ..Default::default()
+            }),
+        })
+    }
+
+    async fn fetch_task(
+        &self,
+        caller: &Executor,
+        _req: FetchTaskRequest,
+    ) -> Result<FetchTaskResponse, ConnectError> {
+        let Some(sealed) = self
+            .objects
+            .take_assignment(caller.task)
+            .await
+            .map_err(apiserver)?
+        else {
+            return Ok(FetchTaskResponse {
+                task: None,
+                tasks_version: TASKS_VERSION,
+            });
+        };
+        let task = self.open(caller, &sealed)?;
+        tracing::info!(
+            task = caller.task,
+            attempt = caller.attempt,
+            "facade: handed the task to its executor"
+        );
+        self.metrics.handed_out();
+        self.registry.notify();
+        Ok(FetchTaskResponse {
+            task: Some(task),
+            tasks_version: TASKS_VERSION,
+        })
+    }
+
+    async fn update_task(
+        &self,
+        caller: &Executor,
+        req: UpdateTaskRequest,
+    ) -> Result<UpdateTaskResponse, ConnectError> {
+        let state = req
+            .state
+            .as_ref()
+            .ok_or_else(|| ConnectError::invalid_argument("UpdateTask needs a state"))?;
+        self.own(caller, state.id)?;
+        let final_result = TaskResult::try_from(state.result).is_ok_and(TaskResult::is_final);
+        let resp = self
+            .gitea
+            .update_task(&req)
+            .await
+            .map_err(|e| forwarded("UpdateTask", e))?;
+        if final_result {
+            // Gitea has the final state: from here on the executor objects may go.
+            self.objects
+                .mark_terminal(caller.task)
+                .await
+                .map_err(apiserver)?;
+            tracing::info!(
+                task = caller.task,
+                result = state.result,
+                "facade: the task reported its final state"
+            );
+            self.registry.notify();
+        }
+        Ok(resp)
+    }
+
+    async fn update_log(
+        &self,
+        caller: &Executor,
+        req: UpdateLogRequest,
+    ) -> Result<UpdateLogResponse, ConnectError> {
+        self.own(caller, req.task_id)?;
+        self.gitea.update_log(&req).await.map_err(|e| {
+            let e = forwarded("UpdateLog", e);
+            if e.code == Code::AlreadyExists {
+                tracing::debug!(task = caller.task, "facade: the log is archived already");
+            }
+            e
+        })
+    }
+}

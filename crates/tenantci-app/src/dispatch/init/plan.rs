@@ -1,0 +1,385 @@
+//! `dispatch init`'s inputs, checked without touching anything (every refusal names the flag
+//! and the fix), the file names beside the config, and the config it writes. Pure.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::dispatch::config::{self, Config, files};
+use tenantci_core::{Error, Result};
+
+/// A registration token: sent to Gitea once, never written or logged.
+#[derive(Clone)]
+pub struct RegistrationToken(String);
+
+impl RegistrationToken {
+    pub fn new(t: impl Into<String>) -> Self {
+        RegistrationToken(t.into())
+    }
+    /// Only for the Register request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for RegistrationToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RegistrationToken([redacted])")
+    }
+}
+
+/// What the operator asked for.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub gitea_url: String,
+    /// None is fine while `scheduler.json` exists (the registration is kept).
+    pub registration_token: Option<RegistrationToken>,
+    /// None: the kept registration's name, else `tenantci-dispatch-<cluster>`.
+    pub name: Option<String>,
+    pub labels: Vec<String>,
+    pub state_dir: PathBuf,
+    pub cluster: String,
+    pub namespace: String,
+    pub nats_url: String,
+    pub nats_secrets_dir: PathBuf,
+    /// None: the existing config's value, else the default.
+    pub pod_capacity: Option<u32>,
+    pub vm_capacity: Option<u32>,
+    pub facade_listen: SocketAddr,
+    pub facade_url: Option<String>,
+    pub executor_image: String,
+    /// Lifetime of the dispatcher's client certificate (Go duration).
+    pub credential_valid_for: String,
+    pub out: PathBuf,
+    pub dry_run: bool,
+}
+
+/// The files `init` keeps beside the config, absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub config: PathBuf,
+    pub dir: PathBuf,
+    pub kube_dir: PathBuf,
+    pub scheduler: PathBuf,
+    pub capability_key: PathBuf,
+    pub sealing_key: PathBuf,
+    pub facade_ca_cert: PathBuf,
+    pub facade_ca_key: PathBuf,
+    pub facade_cert: PathBuf,
+    pub facade_key: PathBuf,
+}
+
+impl Paths {
+    pub fn beside(config: &Path) -> Paths {
+        let dir = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+        Paths {
+            config: config.to_path_buf(),
+            kube_dir: dir.join(files::KUBE_DIR),
+            scheduler: dir.join(files::SCHEDULER_CREDENTIAL),
+            capability_key: dir.join(files::CAPABILITY_KEY),
+            sealing_key: dir.join(files::SEALING_KEY),
+            facade_ca_cert: dir.join(files::FACADE_CA_CERT),
+            facade_ca_key: dir.join(files::FACADE_CA_KEY),
+            facade_cert: dir.join(files::FACADE_CERT),
+            facade_key: dir.join(files::FACADE_KEY),
+            dir,
+        }
+    }
+}
+
+/// The inputs after the checks.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub paths: Paths,
+    pub facade_url: String,
+    /// The facade URL's host, brackets stripped: what the serving cert must cover.
+    pub facade_host: String,
+    pub nats_secrets_dir: PathBuf,
+    pub credential_valid_for: std::time::Duration,
+}
+
+fn host_of(url: &str, schemes: &[&str]) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    if !schemes.contains(&uri.scheme_str()?) || url.contains(char::is_whitespace) {
+        return None;
+    }
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| host.to_string())
+}
+
+/// Checks every flag that needs no file system or network.
+pub fn check(i: &Inputs) -> Result<Checked> {
+    if host_of(&i.gitea_url, &["http", "https"]).is_none() {
+        return Err(Error::bad_input(format!("--gitea-url `{}` is not an http(s):// URL with a host", i.gitea_url))
+            .hint("pass Gitea's base URL, e.g. https://gitea.example.com (the RunnerService is under /api/actions)"));
+    }
+    tenantci_core::gateway::layout::validate_cluster_name(&i.cluster)?;
+    if !tenantci_core::dns::is_label(&i.namespace) {
+        return Err(
+            Error::bad_input(format!("--namespace `{}` is not a DNS label", i.namespace))
+                .hint("use 1-63 lower-case letters, digits and `-`, e.g. `dynamic-runner`"),
+        );
+    }
+    if i.labels.is_empty() {
+        return Err(Error::bad_input("--labels is empty")
+            .hint("pass the labels jobs ask for in runs-on, e.g. --labels self-hosted,pod"));
+    }
+    if let Some(bad) = i
+        .labels
+        .iter()
+        .find(|l| l.is_empty() || l.contains(char::is_whitespace))
+    {
+        return Err(Error::bad_input(format!(
+            "--labels has the label `{bad}`, which is empty or has spaces"
+        ))
+        .hint("pass comma-separated labels without spaces, e.g. --labels self-hosted,pod"));
+    }
+    if let Some(name) = &i.name {
+        if name.trim().is_empty() {
+            return Err(Error::bad_input("--name is empty")
+                .hint("pass the name the runner gets at Gitea, or leave --name out"));
+        }
+    }
+    if host_of(&i.nats_url, &["nats", "tls"]).is_none() {
+        return Err(Error::bad_input(format!(
+            "--nats `{}` is not a nats:// or tls:// URL",
+            i.nats_url
+        ))
+        .hint("pass the NATS server, e.g. nats://127.0.0.1:4222"));
+    }
+    for (flag, v) in [
+        ("--pod-capacity", i.pod_capacity),
+        ("--vm-capacity", i.vm_capacity),
+    ] {
+        if v == Some(0) {
+            return Err(Error::bad_input(format!("{flag} is 0"))
+                .hint("pass at least 1 (the most executors of that kind at once)"));
+        }
+    }
+    let facade_url = match &i.facade_url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None if i.facade_listen.ip().is_unspecified() => {
+            return Err(Error::bad_input(format!(
+                "--facade-listen {} listens on every address, so it names no address executors can reach",
+                i.facade_listen
+            ))
+            .hint("pass --facade-url https://<address or name executors use>:<port> (its host goes into the facade's certificate)"));
+        }
+        None => format!("https://{}", i.facade_listen),
+    };
+    let Some(facade_host) = host_of(&facade_url, &["https"]) else {
+        return Err(Error::bad_input(format!(
+            "--facade-url `{facade_url}` is not an https:// URL with a host"
+        ))
+        .hint(
+            "executors verify the facade by its certificate: pass https://<address or name>:<port>",
+        ));
+    };
+    crate::dispatch::executor::check_image_digest(&i.executor_image)
+        .map_err(|e| e.hint("pass --executor-image IMAGE@sha256:<64 hex digits> (`docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))?;
+    let credential_valid_for =
+        tenantci_core::pki::policy::parse_valid_for(&i.credential_valid_for)?;
+    let out = std::path::absolute(&i.out).map_err(|e| {
+        Error::bad_input(format!("cannot resolve --out `{}`: {e}", i.out.display()))
+    })?;
+    if out.file_name().is_none() || out.is_dir() {
+        return Err(Error::bad_input(format!(
+            "--out `{}` is a directory, not the config file",
+            i.out.display()
+        ))
+        .hint("pass the config file to write, e.g. --out /etc/tenantci/dispatch/config.toml"));
+    }
+    let nats_secrets_dir = std::path::absolute(&i.nats_secrets_dir).map_err(|e| {
+        Error::bad_input(format!(
+            "cannot resolve --nats-secrets-dir `{}`: {e}",
+            i.nats_secrets_dir.display()
+        ))
+    })?;
+    Ok(Checked {
+        paths: Paths::beside(&out),
+        facade_url,
+        facade_host,
+        nats_secrets_dir,
+        credential_valid_for,
+    })
+}
+
+/// The config `init` writes: the flags, relative file names from [`files`], and the tuning
+/// keys (intervals, status, leader timings; capacities unless given) of an existing config,
+/// so a re-run keeps the operator's edits.
+pub fn config(i: &Inputs, c: &Checked, runner_name: &str, existing: Option<&Config>) -> Config {
+    let mut capacity = existing.map(|e| e.capacity).unwrap_or_default();
+    if let Some(p) = i.pod_capacity {
+        capacity.pod = p;
+    }
+    if let Some(v) = i.vm_capacity {
+        capacity.vm = v;
+    }
+    let tuning = existing;
+    let keep = |f: fn(&Config) -> String, default: String| tuning.map(f).unwrap_or(default);
+    use config::defaults as d;
+    Config {
+        version: config::VERSION,
+        gitea: config::Gitea {
+            url: i.gitea_url.trim_end_matches('/').to_string(),
+            runner_name: runner_name.to_string(),
+            labels: i.labels.clone(),
+            credential_file: files::SCHEDULER_CREDENTIAL.into(),
+            fetch_interval: keep(|e| e.gitea.fetch_interval.clone(), d::fetch_interval()),
+            fetch_interval_idle: keep(
+                |e| e.gitea.fetch_interval_idle.clone(),
+                d::fetch_interval_idle(),
+            ),
+            keepalive_interval: keep(
+                |e| e.gitea.keepalive_interval.clone(),
+                d::keepalive_interval(),
+            ),
+        },
+        cluster: config::Cluster {
+            kubeconfig: Some(files::KUBECONFIG.into()),
+            namespace: i.namespace.clone(),
+        },
+        nats: config::Nats {
+            url: i.nats_url.clone(),
+            secrets_dir: c.nats_secrets_dir.clone(),
+            sealing_key_file: files::SEALING_KEY.into(),
+            ack_wait: keep(|e| e.nats.ack_wait.clone(), d::ack_wait()),
+        },
+        capacity,
+        facade: config::Facade {
+            listen: i.facade_listen,
+            url: c.facade_url.clone(),
+            capability_key_file: files::CAPABILITY_KEY.into(),
+            ca_cert_file: files::FACADE_CA_CERT.into(),
+            cert_file: files::FACADE_CERT.into(),
+            key_file: files::FACADE_KEY.into(),
+        },
+        executor: config::Executor {
+            image: i.executor_image.clone(),
+        },
+        status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
+        leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn inputs() -> Inputs {
+        Inputs {
+            gitea_url: "https://gitea.example.com/".into(),
+            registration_token: Some(RegistrationToken::new("reg-token")),
+            name: None,
+            labels: vec!["self-hosted".into(), "pod".into()],
+            state_dir: "/var/lib/socialweb".into(),
+            cluster: "ci".into(),
+            namespace: "dynamic-runner".into(),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            nats_secrets_dir: "/etc/tenantci/nats".into(),
+            pod_capacity: None,
+            vm_capacity: None,
+            facade_listen: "127.0.0.1:8443".parse().unwrap(),
+            facade_url: None,
+            executor_image: format!("gitea/act_runner@sha256:{}", "b".repeat(64)),
+            credential_valid_for: "720h".into(),
+            out: "/etc/tenantci/dispatch/config.toml".into(),
+            dry_run: false,
+        }
+    }
+
+    #[test]
+    fn good_inputs_give_a_valid_config_with_relative_files() {
+        let i = inputs();
+        let c = check(&i).unwrap();
+        assert_eq!(c.facade_url, "https://127.0.0.1:8443");
+        assert_eq!(c.facade_host, "127.0.0.1");
+        assert_eq!(
+            c.paths.scheduler,
+            Path::new("/etc/tenantci/dispatch/scheduler.json")
+        );
+        let cfg = config(&i, &c, "r", None);
+        cfg.validate().unwrap();
+        assert_eq!(cfg.gitea.url, "https://gitea.example.com");
+        assert_eq!(
+            cfg.cluster.kubeconfig.as_deref(),
+            Some(Path::new("kube/kubeconfig"))
+        );
+        assert_eq!(cfg.capacity.pod, 4);
+        assert_eq!(cfg.gitea.fetch_interval, "200ms");
+        assert!(cfg.to_toml().contains("capability.key"));
+        assert!(!cfg.to_toml().contains("reg-token"));
+    }
+
+    #[test]
+    fn a_rerun_keeps_tuned_keys_unless_a_flag_sets_them() {
+        let i = inputs();
+        let c = check(&i).unwrap();
+        let mut old = config(&i, &c, "r", None);
+        old.capacity.pod = 9;
+        old.gitea.fetch_interval = "1s".into();
+        old.leader.identity = Some("me".into());
+        let again = config(&i, &c, "r", Some(&old));
+        assert_eq!(again.capacity.pod, 9);
+        assert_eq!(again.gitea.fetch_interval, "1s");
+        assert_eq!(again.leader.identity.as_deref(), Some("me"));
+        let mut flagged = inputs();
+        flagged.pod_capacity = Some(2);
+        assert_eq!(config(&flagged, &c, "r", Some(&old)).capacity.pod, 2);
+    }
+
+    #[test]
+    fn ipv6_and_dns_facade_hosts() {
+        let mut i = inputs();
+        i.facade_listen = "[::1]:8443".parse().unwrap();
+        let c = check(&i).unwrap();
+        assert_eq!(
+            (c.facade_url.as_str(), c.facade_host.as_str()),
+            ("https://[::1]:8443", "::1")
+        );
+        i.facade_listen = "0.0.0.0:8443".parse().unwrap();
+        i.facade_url = Some("https://dispatch.ci.internal:8443/".into());
+        let c = check(&i).unwrap();
+        assert_eq!(c.facade_host, "dispatch.ci.internal");
+        assert_eq!(c.facade_url, "https://dispatch.ci.internal:8443");
+    }
+
+    #[test]
+    fn bad_inputs_name_the_flag() {
+        type Edit = fn(&mut Inputs);
+        let cases: &[(Edit, &str)] = &[
+            (|i| i.gitea_url = "gitea.example.com".into(), "--gitea-url"),
+            (|i| i.cluster = "Bad_Name".into(), "cluster name"),
+            (|i| i.namespace = "Dyn".into(), "--namespace"),
+            (|i| i.labels = vec![], "--labels"),
+            (|i| i.labels = vec!["a b".into()], "--labels"),
+            (|i| i.nats_url = "http://x:4222".into(), "--nats"),
+            (|i| i.pod_capacity = Some(0), "--pod-capacity"),
+            (
+                |i| i.facade_url = Some("http://127.0.0.1:8443".into()),
+                "--facade-url",
+            ),
+            (
+                |i| i.facade_listen = "0.0.0.0:8443".parse().unwrap(),
+                "--facade-listen",
+            ),
+            (
+                |i| i.facade_listen = "[::]:8443".parse().unwrap(),
+                "--facade-listen",
+            ),
+            (
+                |i| i.executor_image = "gitea/act_runner:0.2.11".into(),
+                "executor image",
+            ),
+            (|i| i.credential_valid_for = "0s".into(), "0s"),
+            (|i| i.out = "/".into(), "--out"),
+        ];
+        for (edit, needle) in cases {
+            let mut i = inputs();
+            edit(&mut i);
+            let e = check(&i).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{needle}");
+            assert!(e.message().contains(needle), "{needle}: {}", e.message());
+            assert!(e.hint_text().is_some(), "{needle}: a fix");
+        }
+    }
+}

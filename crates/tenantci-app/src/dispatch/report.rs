@@ -1,0 +1,69 @@
+//! What the dispatcher itself tells Gitea about a task: the keep-alive of a task no executor
+//! has picked up yet, and FAILURE with one log line saying why when the dispatcher gives up
+//! on a task (it could not be queued, its executor ended or vanished without a final state).
+
+use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
+use tenantci_core::forge::gitea::proto::{
+    LogRow, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
+};
+
+fn now() -> prost_types::Timestamp {
+    timestamp(std::time::SystemTime::now())
+}
+
+/// A non-final UpdateTask (Gitea's heartbeat). Returns the task's result as Gitea has it:
+/// final when the task is over (or being cancelled).
+pub async fn keep_alive(gitea: &RunnerClient, task: i64) -> Result<TaskResult, ClientError> {
+    let resp = gitea
+        .update_task(&UpdateTaskRequest {
+            state: Some(TaskState {
+                id: task,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(resp
+        .state
+        .and_then(|s| TaskResult::try_from(s.result).ok())
+        .unwrap_or(TaskResult::Unspecified))
+}
+
+/// Appends `line` to the task's log (after what Gitea holds) and finalises it as FAILURE.
+/// A task Gitea already finalised keeps its result: UpdateTask does not change a done task.
+pub async fn fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), ClientError> {
+    // Where the log ends: an empty UpdateLog answers with the stored row count.
+    let probe = gitea
+        .update_log(&UpdateLogRequest {
+            task_id: task,
+            index: 0,
+            rows: vec![],
+            no_more: false,
+        })
+        .await;
+    if let Ok(ack) = probe {
+        let _ = gitea
+            .update_log(&UpdateLogRequest {
+                task_id: task,
+                index: ack.ack_index,
+                rows: vec![LogRow {
+                    time: Some(now()),
+                    content: format!("tenantci: {line}"),
+                }],
+                no_more: false,
+            })
+            .await;
+    }
+    gitea
+        .update_task(&UpdateTaskRequest {
+            state: Some(TaskState {
+                id: task,
+                result: TaskResult::Failure as i32,
+                stopped_at: Some(now()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,438 @@
+//! `tenantci dispatch run`: composes the leader election, scheduler, pod backend worker,
+//! facade, lifecycle reconciler and status API, runs until SIGTERM and drains.
+//!
+//! Every instance serves the facade and the status API. Only the holder of the Lease
+//! `dynamic-runner-scheduler` runs a *term*: recovery, then the scheduler (FetchTask), the pod
+//! worker, the keep-alive and the reconciler. A term ends when the lease is lost (the election
+//! stops leading before the lease can expire for others) or at SIGTERM; then nothing of it
+//! runs any more, so two instances never claim or start at once.
+//!
+//! Drain on SIGTERM: stop the term (no more FetchTask, no more pulls; a start in progress
+//! finishes and is acked), release the lease so a standby takes over at once, then stop the
+//! facade (in-flight requests finish). Executor Pods keep running; the next dispatcher's
+//! facade and reconciler pick them up from the apiserver.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::capability::{self, CapabilityKey};
+use super::config::Config;
+use super::facade::Facade;
+use super::leader;
+use super::metrics::Metrics;
+use super::objects::ExecutorObjects;
+use super::reconciler::Reconciler;
+use super::registration::SchedulerCredential;
+use super::registry::Registry;
+use super::scheduler::{self, Scheduler};
+use super::status::{self, Health};
+use super::worker::{ExecutorTemplate, Worker};
+use crate::queue::assignment::SealingKey;
+use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
+use crate::queue::producer::Producer;
+use crate::queue::topology::{self, TopologySpec};
+use crate::queue::{Backend, STREAM, connect, permissions, users};
+use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
+use tenantci_core::forge::gitea::facade as transport;
+use tenantci_core::{Error, Result};
+
+fn read(what: &str, path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))
+}
+
+/// Everything `run` needs from disk, loaded before anything connects or listens, so a bad
+/// file is exit 2 with nothing started.
+struct Inputs {
+    credentials: Credentials,
+    capability_key: CapabilityKey,
+    sealing_key: SealingKey,
+    facade_tls: Arc<rustls::ServerConfig>,
+    facade_ca_pem: String,
+}
+
+fn load_inputs(cfg: &Config) -> Result<Inputs> {
+    let credentials = SchedulerCredential::load(&cfg.gitea.credential_file)?.credentials();
+    if !cfg.nats.sealing_key_file.exists() {
+        return Err(Error::bad_input(format!(
+            "the sealing key `{}` does not exist",
+            cfg.nats.sealing_key_file.display()
+        ))
+        .hint("run `tenantci dispatch init`, which creates it; every dispatcher sharing a queue needs the same key"));
+    }
+    Ok(Inputs {
+        credentials,
+        capability_key: capability::load_key(&cfg.facade.capability_key_file)?,
+        sealing_key: SealingKey::load_or_create(&cfg.nats.sealing_key_file)?,
+        facade_tls: transport::tls_config(
+            &read("the facade certificate", &cfg.facade.cert_file)?,
+            &read("the facade key", &cfg.facade.key_file)?,
+        )?,
+        facade_ca_pem: read("the facade CA certificate", &cfg.facade.ca_cert_file)?,
+    })
+}
+
+async fn kube_client(cfg: &Config) -> Result<kube::Client> {
+    match &cfg.cluster.kubeconfig {
+        Some(path) => tenantci_core::kube_client::from_kubeconfig(path).await,
+        None => {
+            tenantci_core::tls::ensure_crypto_provider();
+            kube::Client::try_default().await.map_err(|e| {
+                Error::bad_input(format!("no in-cluster or KUBECONFIG credentials: {e}"))
+                    .hint("set cluster.kubeconfig in the config, or run inside the cluster with the tenantci-dispatcher ServiceAccount")
+            })
+        }
+    }
+}
+
+async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        Error::bad_input(format!("cannot listen on {addr} for the {what}: {e}"))
+            .hint("pick a free address in the config (or its TENANTCI_DISPATCH_* override)")
+    })
+}
+
+fn identity(cfg: &Config) -> String {
+    cfg.leader.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|| "dispatcher".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+/// What a leadership term needs; cloned into each term.
+#[derive(Clone)]
+struct Shared {
+    cfg: Config,
+    gitea: RunnerClient,
+    objects: ExecutorObjects,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    producer: Producer,
+    worker_client: async_nats::Client,
+    capability_key: CapabilityKey,
+    sealing_key: SealingKey,
+    facade_ca_pem: String,
+}
+
+/// Runs the dispatcher described by `config` until SIGTERM / SIGINT.
+pub async fn run(cfg: Config) -> Result<()> {
+    let inputs = load_inputs(&cfg)?;
+    let timing = cfg.leader_timing().map_err(Error::bad_input)?;
+    let client = kube_client(&cfg).await?;
+    let secrets = &cfg.nats.secrets_dir;
+    let producer_client = connect::connect(
+        &cfg.nats.url,
+        users::PRODUCER,
+        &permissions::password_file(secrets, users::PRODUCER),
+    )
+    .await?;
+    let worker_client = connect::connect(
+        &cfg.nats.url,
+        users::WORKER,
+        &permissions::password_file(secrets, users::WORKER),
+    )
+    .await?;
+    apply_topology(&cfg).await?;
+
+    let gitea = RunnerClient::new(ClientConfig::new(&cfg.gitea.url))
+        .map_err(|e| Error::bad_input(format!("gitea.url: {e}")))?
+        .with_credentials(inputs.credentials.clone());
+    let metrics = Arc::new(Metrics::default());
+    metrics.capacity(Backend::Pod, cfg.capacity.pod);
+    metrics.capacity(Backend::Vm, cfg.capacity.vm);
+    let registry = Arc::new(Registry::default());
+    let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
+    let health = Arc::new(Health::default());
+
+    let facade = Arc::new(Facade {
+        capability_key: inputs.capability_key.clone(),
+        sealing_key: inputs.sealing_key.clone(),
+        objects: objects.clone(),
+        gitea: gitea.clone(),
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        runner_name: cfg.gitea.runner_name.clone(),
+    });
+    let facade_listener = bind("facade", cfg.facade.listen).await?;
+    let status_listener = bind("status API", cfg.status.listen).await?;
+    let facade = transport::spawn(facade_listener, inputs.facade_tls.clone(), facade)
+        .map_err(|e| Error::external(format!("cannot start the facade: {e}")))?;
+    health.facade_up.store(true, Ordering::SeqCst);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let status_task = {
+        let (health, metrics, mut stop) = (health.clone(), metrics.clone(), stop_rx.clone());
+        tokio::spawn(status::serve(
+            status_listener,
+            health,
+            metrics,
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        ))
+    };
+    tracing::info!(
+        facade = %facade.local_addr,
+        status = %cfg.status.listen,
+        namespace = %cfg.cluster.namespace,
+        "dispatcher up; waiting for the scheduler lease"
+    );
+
+    let me = identity(&cfg);
+    let leases: Api<Lease> = Api::namespaced(client, &cfg.cluster.namespace);
+    let (leader_tx, mut leader_rx) = watch::channel(false);
+    let election = tokio::spawn(leader::run(
+        leases.clone(),
+        me.clone(),
+        timing,
+        leader_tx,
+        stop_rx.clone(),
+    ));
+    let shared = Shared {
+        cfg: cfg.clone(),
+        gitea,
+        objects,
+        registry,
+        metrics: metrics.clone(),
+        producer: Producer::new(producer_client),
+        worker_client,
+        capability_key: inputs.capability_key,
+        sealing_key: inputs.sealing_key,
+        facade_ca_pem: inputs.facade_ca_pem,
+    };
+
+    let mut signals = Signals::new()?;
+    let mut term: Option<Term> = None;
+    loop {
+        tokio::select! {
+            _ = signals.next() => break,
+            changed = leader_rx.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let leading = *leader_rx.borrow_and_update();
+                health.leader.store(leading, Ordering::SeqCst);
+                metrics.leader(leading);
+                match (leading, term.take()) {
+                    (true, None) => {
+                        tracing::info!(identity = %me, "acquired the scheduler lease; starting a term");
+                        term = Some(Term::start(shared.clone()));
+                    }
+                    (false, Some(t)) => {
+                        tracing::warn!(identity = %me, "lost the scheduler lease; stopping the term");
+                        t.stop().await;
+                        shared.registry.clear();
+                    }
+                    (_, t) => term = t,
+                }
+            }
+        }
+    }
+    tracing::info!("draining: no more FetchTask, finishing starts in progress");
+    if let Some(t) = term.take() {
+        t.stop().await;
+    }
+    let _ = stop_tx.send(true);
+    let _ = election.await;
+    if leader::release(&leases, &me).await {
+        tracing::info!("released the scheduler lease");
+    }
+    health.facade_up.store(false, Ordering::SeqCst);
+    facade.shutdown().await;
+    // A scraper's keep-alive connection must not hold the exit up.
+    let mut status_task = status_task;
+    if tokio::time::timeout(std::time::Duration::from_secs(2), &mut status_task)
+        .await
+        .is_err()
+    {
+        status_task.abort();
+    }
+    tracing::info!("dispatcher stopped");
+    Ok(())
+}
+
+/// Applies the topology with this config's capacities when ci-admin's password is at hand.
+async fn apply_topology(cfg: &Config) -> Result<()> {
+    let admin = permissions::password_file(&cfg.nats.secrets_dir, users::ADMIN);
+    if !admin.exists() {
+        tracing::info!(
+            "no ci-admin password in the NATS secrets dir; using the stream and consumers as they are"
+        );
+        return Ok(());
+    }
+    let client = connect::connect(&cfg.nats.url, users::ADMIN, &admin).await?;
+    let spec = TopologySpec {
+        pod_capacity: cfg.capacity.pod,
+        vm_capacity: cfg.capacity.vm,
+        ack_wait: cfg.ack_wait(),
+        ..TopologySpec::default()
+    };
+    let report = topology::apply(&async_nats::jetstream::new(client), &spec)
+        .await
+        .map_err(|e| {
+            Error::external(e.to_string()).hint("check nats-server and the ci-admin password")
+        })?;
+    tracing::info!(stream = %report.stream, change = ?report.stream_change, "queue topology applied");
+    Ok(())
+}
+
+/// SIGTERM or SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let err =
+            |e: std::io::Error| Error::external(format!("cannot install signal handlers: {e}"));
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(err)?,
+            int: signal(SignalKind::interrupt()).map_err(err)?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// One leadership term: recovery, then scheduler, worker, keep-alive and reconciler.
+struct Term {
+    stop: watch::Sender<bool>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Term {
+    /// Starts a term in the background: binding the consumer and recovery may retry for a
+    /// while (NATS or the apiserver away), and the runtime must stay responsive to SIGTERM
+    /// and to losing the lease meanwhile.
+    fn start(s: Shared) -> Term {
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(run_term(s, stop_rx));
+        Term { stop, tasks }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// True when `stop` turned true within `wait`.
+async fn stopped_within(stop: &mut watch::Receiver<bool>, wait: std::time::Duration) -> bool {
+    tokio::time::timeout(wait, stop.wait_for(|s| *s))
+        .await
+        .is_ok()
+}
+
+/// One term's life: bind, recover, run every component until `stop`, then wait for them.
+async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    let consumer = loop {
+        match CappedConsumer::bind(
+            s.worker_client.clone(),
+            Backend::Pod,
+            s.cfg.capacity.pod as usize,
+            ConsumerSettings::default(),
+        )
+        .await
+        {
+            Ok(c) => break Arc::new(c),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot bind the pod consumer (run `tenantci queue init`, or give the dispatcher ci-admin's password); retrying");
+                if stopped_within(&mut stop_rx, std::time::Duration::from_secs(5)).await {
+                    return;
+                }
+            }
+        }
+    };
+    let reconciler = Reconciler {
+        objects: s.objects.clone(),
+        gitea: s.gitea.clone(),
+        registry: s.registry.clone(),
+        metrics: s.metrics.clone(),
+        logged: Default::default(),
+    };
+    // Recovery before anything claims or starts: existing executors take their slots.
+    loop {
+        let c = consumer.clone();
+        match reconciler.recover(&move || c.reserve_slot()).await {
+            Ok(_) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "recovery: cannot list executor objects; retrying");
+                if stopped_within(&mut stop_rx, std::time::Duration::from_secs(2)).await {
+                    return;
+                }
+            }
+        }
+    }
+    let pod_consumer = match async_nats::jetstream::new(s.worker_client.clone())
+        .get_consumer_from_stream(Backend::Pod.consumer(), STREAM)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot look up the pod consumer; this term claims nothing (restart after `tenantci queue init`)");
+            return;
+        }
+    };
+    let scheduler = Scheduler {
+        gitea: s.gitea.clone(),
+        producer: s.producer.clone(),
+        pod_consumer,
+        sealing_key: s.sealing_key.clone(),
+        registry: s.registry.clone(),
+        metrics: s.metrics.clone(),
+        pod_capacity: s.cfg.capacity.pod,
+        interval: s.cfg.fetch_interval(),
+        idle_interval: s.cfg.fetch_interval_idle(),
+    };
+    let worker = Arc::new(Worker {
+        executors: s.objects.clone(),
+        template: ExecutorTemplate {
+            namespace: s.cfg.cluster.namespace.clone(),
+            facade_url: s.cfg.facade.url.clone(),
+            facade_ca_pem: s.facade_ca_pem.clone(),
+            runner_name: s.cfg.gitea.runner_name.clone(),
+            image: s.cfg.executor.image.clone(),
+        },
+        capability_key: s.capability_key.clone(),
+        gitea: s.gitea.clone(),
+        registry: s.registry.clone(),
+        metrics: s.metrics.clone(),
+    });
+    tasks.spawn(scheduler.run(stop_rx.clone()));
+    tasks.spawn(reconciler.run(stop_rx.clone()));
+    tasks.spawn(scheduler::keep_alive(
+        s.gitea.clone(),
+        s.objects.clone(),
+        s.registry.clone(),
+        s.cfg.keepalive_interval(),
+        stop_rx.clone(),
+    ));
+    let mut worker_stop = stop_rx.clone();
+    tasks.spawn(async move {
+        consumer
+            .run(move |job| worker.clone().handle(job), async move {
+                let _ = worker_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    let _ = stop_rx.wait_for(|s| *s).await;
+    while tasks.join_next().await.is_some() {}
+}

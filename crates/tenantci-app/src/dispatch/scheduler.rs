@@ -1,0 +1,201 @@
+//! The scheduler (leader only): claims tasks from Gitea with the one registration, bounded by
+//! free capacity, seals each into an assignment and queues it on its backend's subject.
+//!
+//! Capacity: a FetchTask is sent only while running executors plus assignments queued or
+//! being started (the consumer's pending + ack-pending, read from JetStream, so assignments
+//! a previous leader queued count too) stay below the backend's capacity: no task is claimed
+//! that no slot can take soon. Gitea's tasks_version makes an idle poll cheap for Gitea, so
+//! the poll interval is short while a slot is free and grows only after a long idle spell.
+//!
+//! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
+//! build does not run), it is reported to Gitea as FAILURE with a log line saying why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use prost::Message as _;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::metrics::Metrics;
+use super::registry::Registry;
+use super::{report, routing};
+use crate::queue::Backend;
+use crate::queue::assignment::{Assignment, SealingKey};
+use crate::queue::producer::Producer;
+use tenantci_core::forge::gitea::client::{RunnerClient, TasksVersion};
+use tenantci_core::forge::gitea::proto::Task;
+
+/// How long without a task before polling slows to `idle_interval`.
+const IDLE_AFTER: Duration = Duration::from_secs(300);
+/// Backoff after a failed FetchTask.
+const ERROR_BACKOFF: Duration = Duration::from_secs(2);
+
+pub struct Scheduler {
+    pub gitea: RunnerClient,
+    pub producer: Producer,
+    /// The pod backend's consumer, for its pending counts (read as ci-worker).
+    pub pod_consumer: PullConsumer,
+    pub sealing_key: SealingKey,
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+    pub pod_capacity: u32,
+    pub interval: Duration,
+    pub idle_interval: Duration,
+}
+
+/// Free slots: capacity minus running minus queued (pure).
+pub fn free_slots(capacity: u32, running: usize, queued: u64) -> u64 {
+    (capacity as u64).saturating_sub(running as u64 + queued)
+}
+
+impl Scheduler {
+    async fn free(&mut self) -> u64 {
+        let queued = match self.pod_consumer.info().await {
+            Ok(info) => info.num_pending + info.num_ack_pending as u64,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the pod consumer's depth; not claiming");
+                return 0;
+            }
+        };
+        let running = self.registry.running_count(Backend::Pod);
+        self.metrics.queue_depth(Backend::Pod, queued);
+        self.metrics.in_use(Backend::Pod, running);
+        free_slots(self.pod_capacity, running, queued)
+    }
+
+    /// Runs until `stop` turns true.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut version = TasksVersion::default();
+        let mut last_task = Instant::now();
+        while !*stop.borrow() {
+            let wait = if self.free().await == 0 {
+                Some(self.interval)
+            } else {
+                let started = Instant::now();
+                let polled = self.gitea.poll(&mut version).await;
+                self.metrics.fetched(started.elapsed());
+                match polled {
+                    Ok(Some(task)) => {
+                        last_task = Instant::now();
+                        self.enqueue(task).await;
+                        None
+                    }
+                    Ok(None) if last_task.elapsed() > IDLE_AFTER => Some(self.idle_interval),
+                    Ok(None) => Some(self.interval),
+                    Err(e) => {
+                        if e.is_unauthenticated() {
+                            tracing::error!(
+                                "Gitea does not know the scheduler's registration any more; re-register with `tenantci dispatch init` (delete scheduler.json first)"
+                            );
+                        } else if e.claim_may_be_lost() {
+                            tracing::warn!(error = %e, "FetchTask failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes)");
+                        } else {
+                            tracing::warn!(error = %e, "FetchTask failed");
+                        }
+                        Some(ERROR_BACKOFF)
+                    }
+                }
+            };
+            if let Some(wait) = wait {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = self.registry.changed() => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+
+    async fn enqueue(&self, task: Task) {
+        let id = task.id;
+        let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
+        let backend = routing::route(&labels);
+        if backend == Backend::Vm {
+            self.give_up(id, "this job asks for the vm backend, which this tenantci version does not run yet; use `runs-on: pod`").await;
+            return;
+        }
+        let sealed = Assignment::seal(
+            &self.sealing_key,
+            &id.to_string(),
+            1,
+            backend,
+            labels,
+            &task.encode_to_vec(),
+        );
+        let assignment = match sealed {
+            Ok(a) => a,
+            Err(e) => {
+                return self
+                    .give_up(id, &format!("the task could not be sealed: {e}"))
+                    .await;
+            }
+        };
+        // Registered before the publish: the worker may start the executor before the PubAck
+        // is back, and its `running` must find (and clear) this entry.
+        self.registry.queued(id, backend);
+        match self.producer.publish(&assignment).await {
+            Ok(published) => {
+                self.metrics.claimed(backend);
+                tracing::info!(task = id, %backend, ?published, "claimed and queued");
+            }
+            Err(e) => {
+                self.registry.finished(id);
+                self.give_up(id, &format!("the task could not be queued: {e}"))
+                    .await
+            }
+        }
+    }
+
+    async fn give_up(&self, task: i64, why: &str) {
+        tracing::error!(task, "{why}; reporting FAILURE to Gitea");
+        self.metrics.failed();
+        if let Err(e) = report::fail(&self.gitea, task, why).await {
+            tracing::error!(task, error = %e, "cannot report the failure to Gitea (it fails the task after 10 minutes)");
+        }
+    }
+}
+
+/// Keeps tasks alive at Gitea until their executor fetched them: every `interval`, a non-final
+/// UpdateTask for each task queued by this leader or whose Secret still holds the assignment.
+pub async fn keep_alive(
+    gitea: RunnerClient,
+    objects: super::objects::ExecutorObjects,
+    registry: Arc<Registry>,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.changed() => return,
+        }
+        let mut tasks = registry.queued_tasks();
+        match objects.list().await {
+            Ok(all) => tasks.extend(
+                all.values()
+                    .filter(|o| o.unfetched && !o.terminal)
+                    .map(|o| o.task_id),
+            ),
+            Err(e) => tracing::warn!(error = %e, "keep-alive: cannot list executor objects"),
+        }
+        tasks.sort_unstable();
+        tasks.dedup();
+        for task in tasks {
+            if let Err(e) = report::keep_alive(&gitea, task).await {
+                tracing::warn!(task, error = %e, "keep-alive UpdateTask failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn free_slots_never_go_negative() {
+        assert_eq!(super::free_slots(2, 0, 0), 2);
+        assert_eq!(super::free_slots(2, 1, 1), 0);
+        assert_eq!(super::free_slots(2, 3, 4), 0);
+    }
+}

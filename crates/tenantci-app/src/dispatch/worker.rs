@@ -1,0 +1,171 @@
+//! A backend worker: pulls assignments from its backend's consumer only while an admission
+//! slot is free (`queue::consumer::CappedConsumer`), starts one executor per assignment, and
+//! acks once the executor exists. The slot stays taken until the reconciler removes the
+//! executor, so slots = live executors.
+//!
+//! [`Executors`] is where a backend's executors live: the pod backend implements it with
+//! executor Pods ([`ExecutorObjects`]); a VM backend would implement it against its sandbox
+//! API (not built yet: see docs/runbooks/gitea-dispatcher.md).
+//!
+//! No task runs twice: a redelivered assignment whose executor is gone is started again only
+//! if Gitea still has the task open (a redelivery can follow a crash between creating the
+//! executor and the ack, and the executor may have finished meanwhile).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::capability::{self, CapabilityKey};
+use super::executor::ExecutorSpec;
+use super::metrics::Metrics;
+use super::objects::{CreateError, Created, ExecutorObjects};
+use super::registry::Registry;
+use super::report;
+use crate::queue::Backend;
+use crate::queue::consumer::{Job, Outcome};
+use tenantci_core::forge::gitea::client::RunnerClient;
+
+/// Why an executor could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Worth another delivery (the backend is unreachable, throttling, 5xx).
+    #[error("{0}")]
+    Unavailable(String),
+    /// It will never work (refused by policy, invalid, someone else's object).
+    #[error("{0}")]
+    Refused(String),
+}
+
+pub trait Executors: Send + Sync + 'static {
+    fn backend(&self) -> Backend;
+    /// Starts the executor, idempotently by task id.
+    fn start(
+        &self,
+        spec: &ExecutorSpec,
+        sealed_assignment: &[u8],
+    ) -> impl Future<Output = Result<Created, StartError>> + Send;
+    /// Whether the task's executor exists.
+    fn exists(&self, task: i64) -> impl Future<Output = Result<bool, StartError>> + Send;
+}
+
+fn classify(e: kube::Error) -> StartError {
+    match &e {
+        kube::Error::Api(s) if s.code == 429 || s.code >= 500 => StartError::Unavailable(format!(
+            "the tenant apiserver answered {}: {}",
+            s.code, s.message
+        )),
+        kube::Error::Api(s) => StartError::Refused(format!(
+            "the tenant apiserver refused it ({}): {}",
+            s.code, s.message
+        )),
+        _ => StartError::Unavailable(format!("cannot reach the tenant apiserver: {e}")),
+    }
+}
+
+impl Executors for ExecutorObjects {
+    fn backend(&self) -> Backend {
+        Backend::Pod
+    }
+
+    async fn start(&self, spec: &ExecutorSpec, sealed: &[u8]) -> Result<Created, StartError> {
+        self.create(spec, sealed).await.map_err(|e| match e {
+            CreateError::Foreign { .. } => StartError::Refused(e.to_string()),
+            CreateError::Api(e) => classify(e),
+        })
+    }
+
+    async fn exists(&self, task: i64) -> Result<bool, StartError> {
+        self.any_exists(task).await.map_err(classify)
+    }
+}
+
+/// What every executor of this dispatcher gets.
+#[derive(Clone)]
+pub struct ExecutorTemplate {
+    pub namespace: String,
+    pub facade_url: String,
+    pub facade_ca_pem: String,
+    pub runner_name: String,
+    pub image: String,
+}
+
+pub struct Worker<E: Executors> {
+    pub executors: E,
+    pub template: ExecutorTemplate,
+    pub capability_key: CapabilityKey,
+    pub gitea: RunnerClient,
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl<E: Executors> Worker<E> {
+    /// The consumer's handler for one delivery.
+    pub async fn handle(self: Arc<Self>, job: Job) -> Outcome {
+        let a = &job.assignment;
+        let backend = self.executors.backend();
+        let Ok(task) = a.task_id.parse::<i64>() else {
+            return Outcome::Poison(format!("`{}` is not a Gitea task id", a.task_id));
+        };
+        if job.delivered > 1 && !self.registry.is_running(task) {
+            match self.already_over(task).await {
+                Ok(true) => {
+                    tracing::info!(
+                        task,
+                        "the task ended at Gitea already; its executor is not started again"
+                    );
+                    self.registry.finished(task);
+                    return Outcome::Started;
+                }
+                Ok(false) => {}
+                Err(why) => return Outcome::Retry(why),
+            }
+        }
+        let spec = ExecutorSpec {
+            namespace: self.template.namespace.clone(),
+            task_id: task,
+            attempt: a.attempt,
+            assignment_id: capability::assignment_id(task, a.attempt),
+            capability: self.capability_key.token(task, a.attempt),
+            facade_url: self.template.facade_url.clone(),
+            facade_ca_pem: self.template.facade_ca_pem.clone(),
+            labels: a.labels.clone(),
+            runner_name: self.template.runner_name.clone(),
+            image: self.template.image.clone(),
+        };
+        match self.executors.start(&spec, &a.to_json()).await {
+            Ok(created) => {
+                self.registry
+                    .running(task, backend, || Some(job.hold_slot()));
+                self.metrics
+                    .in_use(backend, self.registry.running_count(backend));
+                tracing::info!(task, attempt = a.attempt, %backend, ?created, "executor started");
+                Outcome::Started
+            }
+            Err(StartError::Unavailable(why)) => Outcome::Retry(why),
+            Err(StartError::Refused(why)) => {
+                let line = format!("the executor could not be created: {why}");
+                if let Err(e) = report::fail(&self.gitea, task, &line).await {
+                    tracing::warn!(task, error = %e, "cannot report the failure to Gitea");
+                }
+                self.metrics.failed();
+                self.registry.finished(task);
+                Outcome::Poison(why)
+            }
+        }
+    }
+
+    /// A redelivery without an executor: is the task over at Gitea?
+    async fn already_over(&self, task: i64) -> Result<bool, String> {
+        if self
+            .executors
+            .exists(task)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            return Ok(false);
+        }
+        report::keep_alive(&self.gitea, task)
+            .await
+            .map(|r| r.is_final())
+            .map_err(|e| format!("cannot ask Gitea about task {task}: {e}"))
+    }
+}

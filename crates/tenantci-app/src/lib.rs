@@ -1,0 +1,21 @@
+//! tenantci-app: what the commands do, over `tenantci-core`. Each module is one capability:
+//!
+//! - [`credential`]: mint, inspect and hand back scoped runner credentials from a ClientCA.
+//! - [`tenant`]: the runner's RBAC (apply and verify), pre-warmed pause pods, job-pod sizing.
+//! - [`runner`]: gitlab-runner's `config.toml`, GitLab's runner API, act_runner's files.
+//! - [`bootstrap`]: `bootstrap runner`, every step above in one idempotent command.
+//! - [`queue`]: the NATS JetStream queue (topology, permissions, producer, consumer).
+//! - [`dispatch`]: the Gitea dynamic runner (init and run).
+//! - [`check_host`]: the gateway host's checks.
+//! - [`steps`]: the step report that orchestrations print.
+//!
+//! No CLI: commands parse their flags in the binary and call in here.
+
+pub mod bootstrap;
+pub mod check_host;
+pub mod credential;
+pub mod dispatch;
+pub mod queue;
+pub mod runner;
+pub mod steps;
+pub mod tenant;

@@ -1,0 +1,345 @@
+//! The Assignment: the one message type on the queue.
+//!
+//! Versioned serde JSON with the routing facts in clear (task id, attempt, backend, labels,
+//! enqueued-at) and the task payload (which holds the task's secrets) sealed with
+//! XChaCha20-Poly1305 under a key only the dispatcher holds: NATS, its store files and anyone
+//! with read access to the stream see ciphertext only. The associated data binds the version,
+//! task id, attempt and backend, so a sealed payload copied into another assignment does not
+//! open.
+//!
+//! Does not publish or consume (`producer`, `consumer`); does not know what the payload means.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use rand::RngCore as _;
+use serde::{Deserialize, Serialize};
+
+use super::Backend;
+use tenantci_core::fsutil;
+
+/// The schema version this build writes and reads.
+pub const VERSION: u32 = 1;
+/// The AEAD recorded in `sealed.alg`.
+pub const ALG: &str = "xchacha20poly1305";
+/// Longest task id accepted.
+pub const MAX_TASK_ID_LEN: usize = 128;
+
+/// An assignment as it travels on NATS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assignment {
+    /// Schema version ([`VERSION`]).
+    pub v: u32,
+    /// The forge's task id (Gitea task ids are integers; any `[A-Za-z0-9_-]` string works).
+    pub task_id: String,
+    /// 1 for the first try; a retry of the same task is a new attempt (and a new Msg-Id).
+    pub attempt: u32,
+    pub backend: Backend,
+    /// The job's runs-on labels.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// When the scheduler enqueued it (RFC 3339, UTC).
+    pub enqueued_at: chrono::DateTime<chrono::Utc>,
+    /// The task payload, sealed.
+    pub sealed: Sealed,
+}
+
+/// The sealed payload: nonce and ciphertext (with tag), base64.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sealed {
+    pub alg: String,
+    pub nonce: String,
+    pub ciphertext: String,
+}
+
+impl std::fmt::Debug for Sealed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sealed")
+            .field("alg", &self.alg)
+            .field("ciphertext_len", &self.ciphertext.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AssignmentError {
+    #[error("the task id `{0}` is not 1-128 characters of [A-Za-z0-9_-]")]
+    BadTaskId(String),
+    #[error("the attempt must be at least 1")]
+    BadAttempt,
+    #[error("the assignment is not valid JSON of schema v{VERSION}: {0}")]
+    Decode(String),
+    #[error("the assignment has schema version {0}; this build reads v{VERSION}")]
+    Version(u32),
+    #[error("the sealed payload uses `{0}`; this build opens `{ALG}`")]
+    Alg(String),
+    #[error(
+        "the sealed payload does not open with this key (wrong key, or it was tampered with or moved)"
+    )]
+    Open,
+    #[error("cannot seal the payload")]
+    Seal,
+}
+
+/// The dispatcher's 256-bit sealing key. Never logged (Debug is redacted).
+#[derive(Clone)]
+pub struct SealingKey([u8; 32]);
+
+impl std::fmt::Debug for SealingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealingKey(..)")
+    }
+}
+
+impl SealingKey {
+    pub fn generate() -> Self {
+        let mut k = [0u8; 32];
+        rand::rng().fill_bytes(&mut k);
+        SealingKey(k)
+    }
+
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        SealingKey(bytes)
+    }
+
+    /// Reads the key file (base64 of 32 bytes), or creates it (0600) when it does not exist.
+    pub fn load_or_create(path: &Path) -> tenantci_core::Result<Self> {
+        if path.exists() {
+            let raw = std::fs::read_to_string(path)
+                .map_err(|e| tenantci_core::Error::unreadable("the sealing key", path, e))?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(raw.trim())
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or_else(|| {
+                    tenantci_core::Error::bad_input(format!(
+                        "the sealing key `{}` is not base64 of 32 bytes",
+                        path.display()
+                    ))
+                    .hint("restore the dispatcher's key file, or delete it to start with a new key (queued assignments then cannot be opened)")
+                })?;
+            return Ok(SealingKey(bytes));
+        }
+        let key = SealingKey::generate();
+        let text = base64::engine::general_purpose::STANDARD.encode(key.0);
+        fsutil::write_new_atomic(path, text.as_bytes(), fsutil::MODE_SECRET)
+            .map_err(|e| tenantci_core::Error::unwritable("the sealing key", path, e))?;
+        Ok(key)
+    }
+
+    fn cipher(&self) -> XChaCha20Poly1305 {
+        XChaCha20Poly1305::new((&self.0).into())
+    }
+}
+
+/// Validates a task id: it is part of the Msg-Id and of log lines, so keep it plain.
+pub fn validate_task_id(id: &str) -> Result<(), AssignmentError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_TASK_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(AssignmentError::BadTaskId(id.to_string()))
+    }
+}
+
+/// The associated data: binds the ciphertext to this assignment's identity.
+fn associated_data(task_id: &str, attempt: u32, backend: Backend) -> Vec<u8> {
+    format!("tenantci-assignment\0v{VERSION}\0{task_id}\0{attempt}\0{backend}").into_bytes()
+}
+
+impl Assignment {
+    /// Builds an assignment, sealing `payload` with `key`.
+    pub fn seal(
+        key: &SealingKey,
+        task_id: &str,
+        attempt: u32,
+        backend: Backend,
+        labels: Vec<String>,
+        payload: &[u8],
+    ) -> Result<Self, AssignmentError> {
+        validate_task_id(task_id)?;
+        if attempt == 0 {
+            return Err(AssignmentError::BadAttempt);
+        }
+        let mut nonce = [0u8; 24];
+        rand::rng().fill_bytes(&mut nonce);
+        let aad = associated_data(task_id, attempt, backend);
+        let ct = key
+            .cipher()
+            .encrypt(
+                XNonce::from_slice(&nonce),
+                Payload {
+                    msg: payload,
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| AssignmentError::Seal)?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        Ok(Assignment {
+            v: VERSION,
+            task_id: task_id.to_string(),
+            attempt,
+            backend,
+            labels,
+            enqueued_at: chrono::Utc::now(),
+            sealed: Sealed {
+                alg: ALG.to_string(),
+                nonce: b64.encode(nonce),
+                ciphertext: b64.encode(ct),
+            },
+        })
+    }
+
+    /// Opens the sealed payload; fails if the key is wrong or any bound field was changed.
+    pub fn open(&self, key: &SealingKey) -> Result<Vec<u8>, AssignmentError> {
+        if self.sealed.alg != ALG {
+            return Err(AssignmentError::Alg(self.sealed.alg.clone()));
+        }
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let nonce = b64
+            .decode(&self.sealed.nonce)
+            .ok()
+            .filter(|n| n.len() == 24)
+            .ok_or(AssignmentError::Open)?;
+        let ct = b64
+            .decode(&self.sealed.ciphertext)
+            .map_err(|_| AssignmentError::Open)?;
+        let aad = associated_data(&self.task_id, self.attempt, self.backend);
+        key.cipher()
+            .decrypt(
+                XNonce::from_slice(&nonce),
+                Payload {
+                    msg: &ct,
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| AssignmentError::Open)
+    }
+
+    /// The JetStream `Nats-Msg-Id`: task id and attempt (`:` never occurs in a task id).
+    pub fn msg_id(&self) -> String {
+        format!("{}:{}", self.task_id, self.attempt)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an assignment always serializes")
+    }
+
+    /// Decodes and checks version and identity fields (not the seal: see [`Assignment::open`]).
+    pub fn from_json(bytes: &[u8]) -> Result<Self, AssignmentError> {
+        #[derive(Deserialize)]
+        struct Probe {
+            v: u32,
+        }
+        let probe: Probe =
+            serde_json::from_slice(bytes).map_err(|e| AssignmentError::Decode(e.to_string()))?;
+        if probe.v != VERSION {
+            return Err(AssignmentError::Version(probe.v));
+        }
+        let a: Assignment =
+            serde_json::from_slice(bytes).map_err(|e| AssignmentError::Decode(e.to_string()))?;
+        validate_task_id(&a.task_id)?;
+        if a.attempt == 0 {
+            return Err(AssignmentError::BadAttempt);
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(key: &SealingKey) -> Assignment {
+        Assignment::seal(
+            key,
+            "4711",
+            1,
+            Backend::Pod,
+            vec!["ubuntu-latest".into()],
+            b"{\"token\":\"s3cret-task-token\"}",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn seals_and_opens_and_the_json_has_no_secret() {
+        let key = SealingKey::generate();
+        let a = sample(&key);
+        let json = a.to_json();
+        assert!(
+            !String::from_utf8_lossy(&json).contains("s3cret"),
+            "secret in clear"
+        );
+        let back = Assignment::from_json(&json).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(
+            back.open(&key).unwrap(),
+            b"{\"token\":\"s3cret-task-token\"}"
+        );
+        assert_eq!(back.msg_id(), "4711:1");
+    }
+
+    #[test]
+    fn a_payload_moved_to_another_task_or_attempt_does_not_open() {
+        let key = SealingKey::generate();
+        let a = sample(&key);
+        for tamper in [
+            |a: &mut Assignment| a.task_id = "4712".into(),
+            |a: &mut Assignment| a.attempt = 2,
+            |a: &mut Assignment| a.backend = Backend::Vm,
+        ] {
+            let mut b = a.clone();
+            tamper(&mut b);
+            assert_eq!(b.open(&key), Err(AssignmentError::Open));
+        }
+        assert_eq!(a.open(&SealingKey::generate()), Err(AssignmentError::Open));
+    }
+
+    #[test]
+    fn rejects_other_versions_bad_ids_and_unknown_fields() {
+        let key = SealingKey::generate();
+        let mut v: serde_json::Value = serde_json::from_slice(&sample(&key).to_json()).unwrap();
+        v["v"] = 2.into();
+        assert_eq!(
+            Assignment::from_json(v.to_string().as_bytes()),
+            Err(AssignmentError::Version(2))
+        );
+        v["v"] = 1.into();
+        v["extra"] = true.into();
+        assert!(matches!(
+            Assignment::from_json(v.to_string().as_bytes()),
+            Err(AssignmentError::Decode(_))
+        ));
+        for bad in ["", "a:b", "a.b", "a b", &"x".repeat(129)] {
+            assert!(Assignment::seal(&key, bad, 1, Backend::Pod, vec![], b"").is_err());
+        }
+        assert_eq!(
+            Assignment::seal(&key, "1", 0, Backend::Pod, vec![], b""),
+            Err(AssignmentError::BadAttempt)
+        );
+    }
+
+    #[test]
+    fn key_file_is_created_0600_and_reloaded() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sealing.key");
+        let k1 = SealingKey::load_or_create(&p).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let k2 = SealingKey::load_or_create(&p).unwrap();
+        assert_eq!(k1.0, k2.0);
+        assert_eq!(format!("{k1:?}"), "SealingKey(..)");
+    }
+}

@@ -1,0 +1,158 @@
+//! Publishes assignments (as `ci-producer`): `Nats-Msg-Id` = task id + attempt, the PubAck
+//! awaited, a timed-out publish retried with the same Msg-Id (the stream's duplicate window
+//! makes the retry safe), and a duplicate reported as such rather than hidden.
+//!
+//! A full stream (discard-new) is [`PublishError::Full`]: the caller must not treat the task as
+//! queued (for Gitea: do not claim more until the queue drains).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
+
+use super::assignment::Assignment;
+
+/// How a publish ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// Stored at this stream sequence.
+    Stored { sequence: u64 },
+    /// The same task id + attempt was already in the stream inside the duplicate window; the
+    /// stream kept the first copy (its sequence).
+    Duplicate { sequence: u64 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("the queue is full ({0}); the assignment `{1}` was not stored")]
+    Full(String, String),
+    #[error("the stream CI_RUNNER does not exist; the assignment `{0}` was not stored")]
+    NoStream(String),
+    #[error("no PubAck for the assignment `{msg_id}` after {attempts} attempts")]
+    TimedOut { msg_id: String, attempts: u32 },
+    #[error("JetStream refused the assignment `{0}`: {1}")]
+    Rejected(String, String),
+}
+
+impl PublishError {
+    /// The tenantci error (exit 3, with a hint) for a command to return.
+    pub fn into_error(self) -> tenantci_core::Error {
+        let hint = match &self {
+            PublishError::Full(..) => {
+                "wait for the backends to drain the queue, or raise the stream bounds with `tenantci queue init`"
+            }
+            PublishError::NoStream(_) => "create it with `tenantci queue init`",
+            _ => "check that nats-server is up and JetStream is enabled",
+        };
+        tenantci_core::Error::external(self.to_string()).hint(hint)
+    }
+}
+
+/// Publishes assignments with dedupe and bounded retries.
+#[derive(Clone)]
+pub struct Producer {
+    js: jetstream::Context,
+    attempts: u32,
+}
+
+impl Producer {
+    /// Default PubAck timeout per attempt.
+    pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Default attempts (first try + retries on timeout).
+    pub const ATTEMPTS: u32 = 3;
+
+    pub fn new(client: async_nats::Client) -> Self {
+        Self::with_timeout(client, Self::ACK_TIMEOUT, Self::ATTEMPTS)
+    }
+
+    pub fn with_timeout(client: async_nats::Client, ack_timeout: Duration, attempts: u32) -> Self {
+        let js = jetstream::ContextBuilder::new()
+            .timeout(ack_timeout)
+            .ack_timeout(ack_timeout)
+            .build(client);
+        Producer {
+            js,
+            attempts: attempts.max(1),
+        }
+    }
+
+    /// Publishes `a` on its backend's subject and waits for the stream to store it.
+    pub async fn publish(&self, a: &Assignment) -> Result<Published, PublishError> {
+        let msg_id = a.msg_id();
+        let payload = bytes::Bytes::from(a.to_json());
+        for attempt in 1..=self.attempts {
+            let sent = self
+                .js
+                .send_publish(
+                    a.backend.subject(),
+                    PublishMessage::build()
+                        .payload(payload.clone())
+                        .message_id(msg_id.as_str()),
+                )
+                .await;
+            let result = match sent {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(ack) if ack.duplicate => {
+                    tracing::info!(
+                        msg_id,
+                        sequence = ack.sequence,
+                        "assignment was already queued (duplicate)"
+                    );
+                    return Ok(Published::Duplicate {
+                        sequence: ack.sequence,
+                    });
+                }
+                Ok(ack) => {
+                    return Ok(Published::Stored {
+                        sequence: ack.sequence,
+                    });
+                }
+                Err(e) if e.kind() == PublishErrorKind::TimedOut => {
+                    tracing::warn!(
+                        msg_id,
+                        attempt,
+                        "no PubAck in time; publishing again with the same Msg-Id"
+                    );
+                    continue;
+                }
+                Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+                    return Err(PublishError::NoStream(msg_id));
+                }
+                Err(e) => {
+                    let text = std::error::Error::source(&e)
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| e.to_string());
+                    if is_full(&text) {
+                        return Err(PublishError::Full(text, msg_id));
+                    }
+                    return Err(PublishError::Rejected(msg_id, text));
+                }
+            }
+        }
+        Err(PublishError::TimedOut {
+            msg_id,
+            attempts: self.attempts,
+        })
+    }
+}
+
+/// Whether a JetStream publish error means the stream hit a bound with discard-new.
+fn is_full(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("maximum messages exceeded")
+        || t.contains("maximum bytes exceeded")
+        || t.contains("insufficient resources")
+        || t.contains("resource limits exceeded")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn recognises_discard_new_errors() {
+        assert!(super::is_full("maximum messages exceeded (10077)"));
+        assert!(super::is_full("Maximum Bytes Exceeded"));
+        assert!(!super::is_full("stream not found"));
+    }
+}

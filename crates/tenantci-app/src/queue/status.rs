@@ -1,0 +1,65 @@
+//! `queue status`: what each backend's consumer holds, read from JetStream.
+
+use std::path::Path;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use serde::Serialize;
+use tenantci_core::{Error, Result};
+
+use super::{Backend, STREAM, connect};
+
+/// `queue status -o json`.
+#[derive(Debug, Serialize)]
+pub struct StatusReport {
+    pub stream: String,
+    pub consumers: Vec<ConsumerStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConsumerStatus {
+    pub consumer: String,
+    /// Assignments waiting for a free slot.
+    pub pending: u64,
+    /// Delivered and not yet acked.
+    pub in_flight: usize,
+    /// max_ack_pending.
+    pub capacity: i64,
+    pub redelivered: usize,
+    /// Pull requests waiting at the server.
+    pub waiting_pulls: usize,
+}
+
+/// Connects as `user` and reads every backend's consumer.
+pub async fn read(url: &str, user: &str, password_file: &Path) -> Result<StatusReport> {
+    let client = connect::connect(url, user, password_file).await?;
+    let js = async_nats::jetstream::new(client);
+    let mut consumers = Vec::new();
+    for b in Backend::ALL {
+        let mut c: PullConsumer = js
+            .get_consumer_from_stream(b.consumer(), STREAM)
+            .await
+            .map_err(|e| {
+                Error::external(format!(
+                    "NATS at {url}: cannot read the consumer `{}` of stream {STREAM}: {e}",
+                    b.consumer()
+                ))
+                .hint("create the topology with `tenantci queue init`; status needs ci-admin or ci-worker")
+            })?;
+        let info = c
+            .info()
+            .await
+            .map_err(|e| Error::external(format!("NATS at {url}: {e}")))?;
+        consumers.push(ConsumerStatus {
+            consumer: b.consumer().to_string(),
+            pending: info.num_pending,
+            in_flight: info.num_ack_pending,
+            capacity: info.config.max_ack_pending,
+            redelivered: info.num_redelivered,
+            waiting_pulls: info.num_waiting,
+        });
+    }
+    Ok(StatusReport {
+        stream: STREAM.to_string(),
+        consumers,
+    })
+}

@@ -1,0 +1,439 @@
+//! The queue's JetStream topology: stream `CI_RUNNER` on `ci.runner.>` and the durable pull
+//! consumers `pod` and `vm`.
+//!
+//! [`desired_stream`] and [`desired_consumer`] compute the configs as data (pure, unit-tested);
+//! [`apply`] creates what is missing and updates what differs, so a re-run is a no-op and a
+//! capacity change only updates that consumer's `max_ack_pending`.
+//!
+//! Invariants: work-queue retention (an acked message is deleted), file storage, discard-new
+//! when full (the producer sees the error; nothing is dropped silently), explicit acks, and
+//! `max_ack_pending` = the backend's capacity, so the server never has more than `capacity`
+//! unacked deliveries out for a backend.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{
+    self,
+    consumer::{AckPolicy, DeliverPolicy, ReplayPolicy, pull},
+    stream::{self, DiscardPolicy, RetentionPolicy, StorageType},
+};
+use serde::Serialize;
+
+use super::{Backend, STREAM, STREAM_SUBJECTS};
+
+/// The knobs of the topology; everything else is fixed by design.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologySpec {
+    /// Concurrent executor Pods (max_ack_pending of `pod`). Seed default 4.
+    pub pod_capacity: u32,
+    /// Concurrent VMs (max_ack_pending of `vm`). Seed default 1.
+    pub vm_capacity: u32,
+    /// Stream replicas: 1 on one server, 3 on a three-node NATS cluster.
+    pub replicas: usize,
+    /// How long a delivery may stay unacked (without progress) before it is redelivered.
+    pub ack_wait: Duration,
+    /// Deliveries of one message before the server gives up on it (see docs/runbooks/nats-queue.md).
+    pub max_deliver: i64,
+    /// Window in which a re-published `Nats-Msg-Id` is dropped as a duplicate (>= 2 min).
+    pub duplicate_window: Duration,
+    /// Bounds of the stream; at either one a publish fails (discard-new).
+    pub max_messages: i64,
+    pub max_bytes: i64,
+    /// Largest single assignment accepted.
+    pub max_message_size: i32,
+}
+
+/// The smallest duplicate window accepted: a producer retrying a timed-out publish must land
+/// inside it.
+pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+impl Default for TopologySpec {
+    fn default() -> Self {
+        TopologySpec {
+            pod_capacity: 4,
+            vm_capacity: 1,
+            replicas: 1,
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 5,
+            duplicate_window: MIN_DUPLICATE_WINDOW,
+            max_messages: 100_000,
+            max_bytes: 256 * 1024 * 1024,
+            max_message_size: 1024 * 1024,
+        }
+    }
+}
+
+impl TopologySpec {
+    /// Checks the spec before anything is sent to the server; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.pod_capacity == 0 || self.vm_capacity == 0 {
+            return Err("a backend capacity must be at least 1".into());
+        }
+        if !(1..=5).contains(&self.replicas) {
+            return Err(format!(
+                "replicas must be between 1 and 5, not {}",
+                self.replicas
+            ));
+        }
+        if self.ack_wait < Duration::from_millis(100) {
+            return Err("ack_wait must be at least 100ms".into());
+        }
+        if self.max_deliver < 1 {
+            return Err("max_deliver must be at least 1".into());
+        }
+        if self.duplicate_window < MIN_DUPLICATE_WINDOW {
+            return Err("the duplicate window must be at least 2m".into());
+        }
+        if self.max_messages < 1 || self.max_bytes < 1 || self.max_message_size < 1 {
+            return Err("the stream bounds must be positive".into());
+        }
+        Ok(())
+    }
+
+    pub fn capacity(&self, backend: Backend) -> u32 {
+        match backend {
+            Backend::Pod => self.pod_capacity,
+            Backend::Vm => self.vm_capacity,
+        }
+    }
+}
+
+/// The stream config for `spec`.
+pub fn desired_stream(spec: &TopologySpec) -> stream::Config {
+    stream::Config {
+        name: STREAM.to_string(),
+        description: Some("tenantci assignments (work queue)".to_string()),
+        subjects: vec![STREAM_SUBJECTS.to_string()],
+        retention: RetentionPolicy::WorkQueue,
+        storage: StorageType::File,
+        discard: DiscardPolicy::New,
+        duplicate_window: spec.duplicate_window,
+        max_messages: spec.max_messages,
+        max_bytes: spec.max_bytes,
+        max_message_size: spec.max_message_size,
+        max_messages_per_subject: -1,
+        max_consumers: -1,
+        num_replicas: spec.replicas,
+        deny_delete: false,
+        deny_purge: false,
+        ..Default::default()
+    }
+}
+
+/// The durable pull consumer config for `backend`.
+pub fn desired_consumer(spec: &TopologySpec, backend: Backend) -> pull::Config {
+    pull::Config {
+        durable_name: Some(backend.consumer().to_string()),
+        name: Some(backend.consumer().to_string()),
+        description: Some(format!("tenantci {backend} backend")),
+        filter_subject: backend.subject().to_string(),
+        deliver_policy: DeliverPolicy::All,
+        ack_policy: AckPolicy::Explicit,
+        replay_policy: ReplayPolicy::Instant,
+        ack_wait: spec.ack_wait,
+        max_deliver: spec.max_deliver,
+        max_ack_pending: i64::from(spec.capacity(backend)),
+        ..Default::default()
+    }
+}
+
+/// The managed fields of the stream that differ between `desired` and the server's `actual`.
+/// Fields we do not manage (server defaults) are ignored.
+pub fn stream_drift(desired: &stream::Config, actual: &stream::Config) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut check = |name, same: bool| {
+        if !same {
+            out.push(name)
+        }
+    };
+    check("subjects", desired.subjects == actual.subjects);
+    check("retention", desired.retention == actual.retention);
+    check("storage", desired.storage == actual.storage);
+    check("discard", desired.discard == actual.discard);
+    check(
+        "duplicate_window",
+        desired.duplicate_window == actual.duplicate_window,
+    );
+    check("max_msgs", desired.max_messages == actual.max_messages);
+    check("max_bytes", desired.max_bytes == actual.max_bytes);
+    check(
+        "max_msg_size",
+        desired.max_message_size == actual.max_message_size,
+    );
+    check("num_replicas", desired.num_replicas == actual.num_replicas);
+    check("description", desired.description == actual.description);
+    out
+}
+
+/// The managed fields of a consumer that differ between `desired` and the server's `actual`.
+pub fn consumer_drift(
+    desired: &pull::Config,
+    actual: &async_nats::jetstream::consumer::Config,
+) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut check = |name, same: bool| {
+        if !same {
+            out.push(name)
+        }
+    };
+    check(
+        "filter_subject",
+        desired.filter_subject == actual.filter_subject,
+    );
+    check("ack_policy", desired.ack_policy == actual.ack_policy);
+    check("ack_wait", desired.ack_wait == actual.ack_wait);
+    check("max_deliver", desired.max_deliver == actual.max_deliver);
+    check(
+        "max_ack_pending",
+        desired.max_ack_pending == actual.max_ack_pending,
+    );
+    check("description", desired.description == actual.description);
+    out
+}
+
+/// What [`apply`] did to one object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "action")]
+pub enum Change {
+    Created,
+    Updated { fields: Vec<String> },
+    Unchanged,
+}
+
+/// The result of [`apply`]; printed by `tenantci queue init -o json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApplyReport {
+    pub stream: String,
+    pub stream_change: Change,
+    pub consumers: Vec<ConsumerChange>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerChange {
+    pub consumer: String,
+    pub capacity: u32,
+    pub change: Change,
+}
+
+/// Errors from [`apply`].
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("invalid topology: {0}")]
+    Invalid(String),
+    #[error("cannot {action} the JetStream {object}: {source}")]
+    Server {
+        action: &'static str,
+        object: String,
+        #[source]
+        source: async_nats::Error,
+    },
+}
+
+fn server_err(
+    action: &'static str,
+    object: impl Into<String>,
+) -> impl FnOnce(async_nats::Error) -> ApplyError {
+    let object = object.into();
+    move |source| ApplyError::Server {
+        action,
+        object,
+        source,
+    }
+}
+
+/// Connects to `url` as `user` and applies `spec` (`queue init`).
+pub async fn apply_at(
+    url: &str,
+    user: &str,
+    password_file: &std::path::Path,
+    spec: &TopologySpec,
+) -> tenantci_core::Result<ApplyReport> {
+    let client = super::connect::connect(url, user, password_file).await?;
+    let js = jetstream::new(client);
+    apply(&js, spec).await.map_err(|e| {
+        tenantci_core::Error::external(format!("NATS at {url}: {e}")).hint(
+            "run it as ci-admin with JetStream enabled; with --replicas N the cluster needs N servers",
+        )
+    })
+}
+
+/// Creates or updates the stream and both consumers to match `spec` (needs `ci-admin`).
+pub async fn apply(
+    js: &jetstream::Context,
+    spec: &TopologySpec,
+) -> Result<ApplyReport, ApplyError> {
+    spec.validate().map_err(ApplyError::Invalid)?;
+    let desired = desired_stream(spec);
+    let stream_change = match js.get_stream(STREAM).await {
+        Ok(mut existing) => {
+            let info = existing
+                .info()
+                .await
+                .map_err(|e| server_err("read", format!("stream {STREAM}"))(e.into()))?;
+            let drift = stream_drift(&desired, &info.config);
+            if drift.is_empty() {
+                Change::Unchanged
+            } else {
+                js.update_stream(desired.clone())
+                    .await
+                    .map_err(|e| server_err("update", format!("stream {STREAM}"))(e.into()))?;
+                Change::Updated {
+                    fields: drift.into_iter().map(String::from).collect(),
+                }
+            }
+        }
+        Err(e)
+            if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            js.create_stream(desired)
+                .await
+                .map_err(|e| server_err("create", format!("stream {STREAM}"))(e.into()))?;
+            Change::Created
+        }
+        Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e.into())),
+    };
+    let mut consumers = Vec::new();
+    for backend in Backend::ALL {
+        let want = desired_consumer(spec, backend);
+        let change = match js
+            .get_consumer_from_stream::<pull::Config, _, _>(backend.consumer(), STREAM)
+            .await
+        {
+            Ok(mut existing) => {
+                let info = existing.info().await.map_err(|e| {
+                    server_err("read", format!("consumer {}", backend.consumer()))(e.into())
+                })?;
+                let drift = consumer_drift(&want, &info.config);
+                if drift.is_empty() {
+                    Change::Unchanged
+                } else {
+                    create_consumer(js, want, backend).await?;
+                    Change::Updated {
+                        fields: drift.into_iter().map(String::from).collect(),
+                    }
+                }
+            }
+            Err(e)
+                if matches!(e.kind(), jetstream::stream::ConsumerErrorKind::JetStream(ref j)
+                    if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND) =>
+            {
+                create_consumer(js, want, backend).await?;
+                Change::Created
+            }
+            Err(e) => {
+                return Err(server_err(
+                    "read",
+                    format!("consumer {}", backend.consumer()),
+                )(e.into()));
+            }
+        };
+        consumers.push(ConsumerChange {
+            consumer: backend.consumer().to_string(),
+            capacity: spec.capacity(backend),
+            change,
+        });
+    }
+    Ok(ApplyReport {
+        stream: STREAM.to_string(),
+        stream_change,
+        consumers,
+    })
+}
+
+async fn create_consumer(
+    js: &jetstream::Context,
+    config: pull::Config,
+    backend: Backend,
+) -> Result<(), ApplyError> {
+    js.create_consumer_on_stream(config, STREAM)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            server_err(
+                "create or update",
+                format!("consumer {}", backend.consumer()),
+            )(e.into())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::jetstream::consumer::IntoConsumerConfig;
+
+    #[test]
+    fn stream_is_a_bounded_file_work_queue_with_discard_new() {
+        let s = desired_stream(&TopologySpec::default());
+        assert_eq!(s.name, "CI_RUNNER");
+        assert_eq!(s.subjects, vec!["ci.runner.>"]);
+        assert_eq!(s.retention, RetentionPolicy::WorkQueue);
+        assert_eq!(s.storage, StorageType::File);
+        assert_eq!(s.discard, DiscardPolicy::New);
+        assert!(s.duplicate_window >= Duration::from_secs(120));
+        assert!(s.max_messages > 0 && s.max_bytes > 0);
+        assert_eq!(s.num_replicas, 1);
+    }
+
+    #[test]
+    fn consumers_filter_their_subject_and_cap_in_flight_at_capacity() {
+        let spec = TopologySpec {
+            pod_capacity: 4,
+            vm_capacity: 1,
+            ..Default::default()
+        };
+        let pod = desired_consumer(&spec, Backend::Pod);
+        assert_eq!(pod.durable_name.as_deref(), Some("pod"));
+        assert_eq!(pod.filter_subject, "ci.runner.pod");
+        assert_eq!(pod.ack_policy, AckPolicy::Explicit);
+        assert_eq!(pod.max_ack_pending, 4);
+        let vm = desired_consumer(&spec, Backend::Vm);
+        assert_eq!(vm.filter_subject, "ci.runner.vm");
+        assert_eq!(vm.max_ack_pending, 1);
+    }
+
+    #[test]
+    fn a_capacity_change_is_drift_in_max_ack_pending_only() {
+        let old = TopologySpec::default();
+        let new = TopologySpec {
+            pod_capacity: 8,
+            ..old.clone()
+        };
+        let actual = desired_consumer(&old, Backend::Pod).into_consumer_config();
+        assert_eq!(
+            consumer_drift(&desired_consumer(&new, Backend::Pod), &actual),
+            vec!["max_ack_pending"]
+        );
+        assert!(consumer_drift(&desired_consumer(&old, Backend::Pod), &actual).is_empty());
+        assert!(stream_drift(&desired_stream(&new), &desired_stream(&old)).is_empty());
+    }
+
+    #[test]
+    fn replicas_are_drift_of_the_stream() {
+        let three = TopologySpec {
+            replicas: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            stream_drift(
+                &desired_stream(&three),
+                &desired_stream(&TopologySpec::default())
+            ),
+            vec!["num_replicas"]
+        );
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let bad = |f: fn(&mut TopologySpec)| {
+            let mut s = TopologySpec::default();
+            f(&mut s);
+            s.validate().unwrap_err()
+        };
+        assert!(bad(|s| s.pod_capacity = 0).contains("capacity"));
+        assert!(bad(|s| s.replicas = 0).contains("replicas"));
+        assert!(bad(|s| s.duplicate_window = Duration::from_secs(60)).contains("duplicate"));
+        assert!(bad(|s| s.max_deliver = 0).contains("max_deliver"));
+        TopologySpec::default().validate().unwrap();
+    }
+}

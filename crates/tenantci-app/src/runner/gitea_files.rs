@@ -1,0 +1,316 @@
+//! act_runner's files: `config.yaml` and the `.runner` registration JSON.
+//!
+//! [`ActRunnerConfig`] renders the subset of config.yaml tenantci sets (log, runner, container,
+//! host); [`Registration`] is the `.runner` file act_runner writes after `register` (the
+//! dispatcher puts it into each executor's Secret). Rendering is pure and deterministic;
+//! [`write_config`] / [`write_registration`] write only when the bytes differ (0600, dir 0700).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::gitlab_config::Secret;
+use tenantci_core::{Error, Result};
+
+/// One act_runner label, `name:schema:arg` (`ubuntu-latest:docker://node:20-bookworm`,
+/// `linux:host`, or just `name`). Only `name` is sent to Gitea.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    pub name: String,
+    pub schema: Option<String>,
+    pub arg: Option<String>,
+}
+
+impl Label {
+    pub fn parse(raw: &str) -> Result<Self> {
+        let mut parts = raw.splitn(3, ':');
+        let name = parts.next().unwrap_or_default().to_string();
+        let schema = parts.next().map(str::to_string);
+        let arg = parts.next().map(str::to_string);
+        let bad = name.is_empty()
+            || name.chars().any(|c| c.is_whitespace() || c == ',')
+            || schema
+                .as_deref()
+                .is_some_and(|s| !matches!(s, "docker" | "host"))
+            || (schema.as_deref() == Some("docker") && arg.as_deref().is_none_or(str::is_empty));
+        if bad {
+            return Err(Error::bad_input(format!(
+                "the act_runner label `{raw}` is not name[:docker:IMAGE | :host]"
+            ))
+            .hint("e.g. `pod:docker://node:20-bookworm`, `self-hosted:host`, or `pod`"));
+        }
+        Ok(Label { name, schema, arg })
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = self.name.clone();
+        if let Some(schema) = &self.schema {
+            out.push(':');
+            out.push_str(schema);
+        }
+        if let Some(arg) = &self.arg {
+            out.push(':');
+            out.push_str(arg);
+        }
+        out
+    }
+}
+
+/// The config.yaml fields tenantci sets; act_runner's defaults apply to the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActRunnerConfig {
+    pub log: LogSection,
+    pub runner: RunnerSection,
+    pub container: ContainerSection,
+    pub host: HostSection,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSection {
+    pub level: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerSection {
+    /// Path of the `.runner` file, relative to act_runner's working directory or absolute.
+    pub file: String,
+    pub capacity: u32,
+    /// Go durations.
+    pub timeout: String,
+    pub shutdown_timeout: String,
+    pub insecure: bool,
+    pub fetch_timeout: String,
+    pub fetch_interval: String,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerSection {
+    pub network: String,
+    pub privileged: bool,
+    pub options: String,
+    pub workdir_parent: String,
+    pub valid_volumes: Vec<String>,
+    pub force_pull: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSection {
+    pub workdir_parent: String,
+}
+
+impl Default for ActRunnerConfig {
+    fn default() -> Self {
+        ActRunnerConfig {
+            log: LogSection {
+                level: "info".into(),
+            },
+            runner: RunnerSection {
+                file: ".runner".into(),
+                capacity: 1,
+                timeout: "3h".into(),
+                shutdown_timeout: "0s".into(),
+                insecure: false,
+                fetch_timeout: "5s".into(),
+                fetch_interval: "2s".into(),
+                labels: vec!["pod:host".into()],
+            },
+            container: ContainerSection {
+                network: String::new(),
+                privileged: false,
+                options: String::new(),
+                workdir_parent: String::new(),
+                valid_volumes: Vec::new(),
+                force_pull: false,
+            },
+            host: HostSection {
+                workdir_parent: String::new(),
+            },
+        }
+    }
+}
+
+const LOG_LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "fatal"];
+
+impl ActRunnerConfig {
+    pub fn validate(&self) -> Result<()> {
+        if !LOG_LEVELS.contains(&self.log.level.as_str()) {
+            return Err(Error::bad_input(format!(
+                "the act_runner log level `{}` is not one of {}",
+                self.log.level,
+                LOG_LEVELS.join(", ")
+            )));
+        }
+        if self.runner.capacity == 0 {
+            return Err(Error::bad_input(
+                "the act_runner capacity must be at least 1",
+            ));
+        }
+        for (what, d) in [
+            ("timeout", &self.runner.timeout),
+            ("shutdown_timeout", &self.runner.shutdown_timeout),
+            ("fetch_timeout", &self.runner.fetch_timeout),
+            ("fetch_interval", &self.runner.fetch_interval),
+        ] {
+            tenantci_core::duration::parse(d).map_err(|_| {
+                Error::bad_input(format!("runner.{what} `{d}` is not a Go duration"))
+                    .hint("use e.g. 3h, 5s, 1m30s")
+            })?;
+        }
+        if self.runner.labels.is_empty() {
+            return Err(Error::bad_input("act_runner needs at least one label")
+                .hint("pass --label pod (the name workflows use in runs-on)"));
+        }
+        for label in &self.runner.labels {
+            Label::parse(label)?;
+        }
+        Ok(())
+    }
+
+    /// The config.yaml text: a header comment, then the fields.
+    pub fn render(&self) -> Result<String> {
+        self.validate()?;
+        let yaml = serde_yaml::to_string(self)
+            .map_err(|e| Error::external(format!("cannot encode config.yaml: {e}")))?;
+        Ok(format!(
+            "# act_runner configuration, written by `tenantci runner gitea-config`.\n\
+             # Keys not listed here take act_runner's defaults (`act_runner generate-config`).\n\
+             {yaml}"
+        ))
+    }
+}
+
+/// The `.runner` registration file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    #[serde(rename = "WARNING")]
+    pub warning: String,
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+    #[serde(serialize_with = "expose", deserialize_with = "secret")]
+    pub token: Secret,
+    pub address: String,
+    pub labels: Vec<String>,
+    pub ephemeral: bool,
+}
+
+fn expose<S: serde::Serializer>(s: &Secret, ser: S) -> std::result::Result<S::Ok, S::Error> {
+    ser.serialize_str(s.expose())
+}
+
+fn secret<'de, D: serde::Deserializer<'de>>(de: D) -> std::result::Result<Secret, D::Error> {
+    String::deserialize(de).map(Secret::new)
+}
+
+/// act_runner's own warning text.
+pub const REGISTRATION_WARNING: &str = "This file is automatically generated by act-runner. Do not edit it manually unless you know what you are doing. Removing this file will cause act runner to re-register as a new runner.";
+
+impl Registration {
+    pub fn validate(&self) -> Result<()> {
+        if !(self.address.starts_with("https://") || self.address.starts_with("http://")) {
+            return Err(Error::bad_input(format!(
+                "the Gitea address `{}` is not an http(s) URL",
+                self.address
+            )));
+        }
+        let uuid_ok = self.uuid.len() == 36
+            && self.uuid.chars().enumerate().all(|(i, c)| {
+                if [8, 13, 18, 23].contains(&i) {
+                    c == '-'
+                } else {
+                    c.is_ascii_hexdigit()
+                }
+            });
+        if !uuid_ok {
+            return Err(Error::bad_input(format!(
+                "the runner uuid `{}` is not a UUID",
+                self.uuid
+            )));
+        }
+        if self.token.expose().is_empty() || self.name.is_empty() {
+            return Err(Error::bad_input(
+                "the runner name and token must not be empty",
+            ));
+        }
+        for label in &self.labels {
+            Label::parse(label)?;
+        }
+        Ok(())
+    }
+
+    pub fn render(&self) -> Result<String> {
+        self.validate()?;
+        let mut text = serde_json::to_string_pretty(self)
+            .map_err(|e| Error::external(format!("cannot encode .runner: {e}")))?;
+        text.push('\n');
+        Ok(text)
+    }
+}
+
+/// Writes config.yaml if it differs; returns whether it wrote.
+pub fn write_config(path: &Path, config: &ActRunnerConfig) -> Result<bool> {
+    let text = config.render()?;
+    super::gitlab_config::write::write_secret_file(
+        path,
+        text.as_bytes(),
+        true,
+        "the act_runner config",
+    )
+}
+
+/// Writes `.runner` (0600: it holds the runner token) if it differs; returns whether it wrote.
+pub fn write_registration(path: &Path, registration: &Registration) -> Result<bool> {
+    let text = registration.render()?;
+    super::gitlab_config::write::write_secret_file(
+        path,
+        text.as_bytes(),
+        true,
+        "the act_runner registration file",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gitea_labels_parse_and_render() {
+        for raw in [
+            "pod",
+            "linux:host",
+            "ubuntu-latest:docker://node:20-bookworm",
+        ] {
+            assert_eq!(Label::parse(raw).unwrap().render(), raw);
+        }
+        assert!(Label::parse("x:vm:y").is_err());
+        assert!(Label::parse(":host").is_err());
+        assert!(Label::parse("a b").is_err());
+    }
+
+    #[test]
+    fn gitea_registration_round_trips_and_is_act_runner_shaped() {
+        let r = Registration {
+            warning: REGISTRATION_WARNING.into(),
+            id: 3,
+            uuid: "0b6c1c52-7d2e-4d7a-9a43-3b1f7b1d2c9e".into(),
+            name: "pod-executor".into(),
+            token: Secret::new("t0ken"),
+            address: "https://gitea.example.com".into(),
+            labels: vec!["pod".into()],
+            ephemeral: true,
+        };
+        let text = r.render().unwrap();
+        assert!(text.starts_with("{\n  \"WARNING\""));
+        let back: Registration = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        assert!(!format!("{r:?}").contains("t0ken"));
+    }
+
+    #[test]
+    fn gitea_config_renders_valid_yaml() {
+        let text = ActRunnerConfig::default().render().unwrap();
+        let back: ActRunnerConfig = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(back, ActRunnerConfig::default());
+    }
+}

@@ -1,0 +1,399 @@
+//! GitLab's runner REST API (GitLab 16+): create a runner, then verify its token.
+//!
+//! `POST /api/v4/user/runners` with a personal/group/project access token that has the
+//! `create_runner` scope returns the runner authentication token (`glrt-...`), shown once;
+//! `POST /api/v4/runners/verify` checks it. The token goes only into config.toml (by the
+//! caller); it is never logged. Errors are typed ([`ApiError`]) and map to exit codes: a
+//! refused credential or request is bad input (2), an unreachable, slow or failing GitLab is
+//! external (3). Does not write files.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::gitlab_config::Secret;
+use tenantci_core::{Error, Result};
+
+/// The runner types `runner_type` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerType {
+    InstanceType,
+    GroupType,
+    ProjectType,
+}
+
+/// The parameters of `POST /api/v4/user/runners`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CreateRunner {
+    pub runner_type: RunnerType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "comma_list")]
+    pub tag_list: Vec<String>,
+    pub run_untagged: bool,
+    pub locked: bool,
+    pub paused: bool,
+}
+
+fn comma_list<S: serde::Serializer>(tags: &[String], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&tags.join(","))
+}
+
+impl CreateRunner {
+    /// Refuses parameter combinations GitLab would answer with 400.
+    pub fn validate(&self) -> Result<()> {
+        let (need, flag) = match self.runner_type {
+            RunnerType::InstanceType => (None, ""),
+            RunnerType::GroupType => (Some(self.group_id), "--group-id"),
+            RunnerType::ProjectType => (Some(self.project_id), "--project-id"),
+        };
+        if need == Some(None) {
+            return Err(
+                Error::bad_input(format!("a {:?} runner needs {flag}", self.runner_type))
+                    .hint(format!("pass {flag} N (the numeric id shown in GitLab)")),
+            );
+        }
+        let stray = match self.runner_type {
+            RunnerType::InstanceType => self.group_id.is_some() || self.project_id.is_some(),
+            RunnerType::GroupType => self.project_id.is_some(),
+            RunnerType::ProjectType => self.group_id.is_some(),
+        };
+        if stray {
+            return Err(Error::bad_input(
+                "--group-id / --project-id do not match --runner-type",
+            )
+            .hint("group_type takes --group-id, project_type takes --project-id, instance_type neither"));
+        }
+        if self.tag_list.is_empty() && !self.run_untagged {
+            return Err(Error::bad_input(
+                "a runner without tags must run untagged jobs, or it never gets a job",
+            )
+            .hint("pass --tag-list a,b or --run-untagged"));
+        }
+        Ok(())
+    }
+}
+
+/// A created runner: its id and authentication token.
+#[derive(Debug, Clone)]
+pub struct CreatedRunner {
+    pub id: u64,
+    pub token: Secret,
+    /// RFC 3339, or `None` when the token does not expire.
+    pub token_expires_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RunnerResponse {
+    id: u64,
+    token: String,
+    token_expires_at: Option<String>,
+}
+
+/// Why a call to GitLab failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("GitLab refused the access token (401 Unauthorized)")]
+    Unauthorized,
+    #[error("the access token lacks the `create_runner` scope (403 insufficient_scope)")]
+    MissingScope,
+    #[error("GitLab refused the request (403 Forbidden): {0}")]
+    Forbidden(String),
+    #[error("the runner token was not accepted by /api/v4/runners/verify (403)")]
+    VerifyRejected,
+    #[error("GitLab has runner registration disabled (410 Gone): {0}")]
+    RegistrationDisabled(String),
+    #[error("GitLab rejected the parameters ({status}): {message}")]
+    BadRequest { status: u16, message: String },
+    #[error("GitLab answered {status}: {message}")]
+    Server { status: u16, message: String },
+    #[error("GitLab did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot reach GitLab: {0}")]
+    Network(String),
+    #[error("GitLab's answer is not the expected JSON: {0}")]
+    Decode(String),
+}
+
+impl ApiError {
+    /// Whether the operator's input is at fault (exit 2) rather than GitLab (exit 3).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            ApiError::Unauthorized
+                | ApiError::MissingScope
+                | ApiError::Forbidden(_)
+                | ApiError::VerifyRejected
+                | ApiError::BadRequest { .. }
+        )
+    }
+
+    fn hint(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => {
+                "check --gitlab-api-token-file: the token may be revoked, expired or for another GitLab"
+            }
+            ApiError::MissingScope => {
+                "create the access token with the `create_runner` scope (or `api`) and the Owner/Maintainer role"
+            }
+            ApiError::Forbidden(_) => {
+                "the token's user must be allowed to create runners in that group or project"
+            }
+            ApiError::VerifyRejected => "create the runner again; its token is shown only once",
+            ApiError::RegistrationDisabled(_) => {
+                "tenantci uses POST /api/v4/user/runners (GitLab 16+); legacy registration tokens are disabled since GitLab 17.0"
+            }
+            ApiError::BadRequest { .. } => {
+                "check --runner-type, --group-id / --project-id and --tag-list"
+            }
+            ApiError::Server { .. } | ApiError::Decode(_) => "retry later; check GitLab's health",
+            ApiError::Timeout(_) | ApiError::Network(_) => {
+                "check --gitlab-url, the network path to GitLab and --gitlab-ca-file"
+            }
+        }
+    }
+}
+
+impl From<ApiError> for Error {
+    fn from(e: ApiError) -> Self {
+        let hint = e.hint();
+        let err = if e.is_bad_input() {
+            Error::bad_input(e.to_string())
+        } else {
+            Error::external(e.to_string())
+        };
+        err.hint(hint)
+    }
+}
+
+/// Default request timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A GitLab API client for one base URL and one access token.
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    api_token: Secret,
+    timeout: Duration,
+}
+
+impl Client {
+    /// `base` is GitLab's URL (`https://gitlab.example.com`); `ca_file` adds a trusted CA.
+    pub fn new(
+        base: &str,
+        api_token: Secret,
+        ca_file: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<Self> {
+        tenantci_core::tls::ensure_crypto_provider();
+        let mut builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .user_agent(concat!("tenantci/", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path)
+                .map_err(|e| Error::unreadable("the GitLab CA file", path, e))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                Error::bad_input(format!(
+                    "`{}` is not a PEM certificate bundle: {e}",
+                    path.display()
+                ))
+            })?;
+            if certs.is_empty() {
+                return Err(Error::bad_input(format!(
+                    "`{}` holds no PEM certificate",
+                    path.display()
+                )));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
+            .build()
+            .map_err(|e| Error::external(format!("cannot build the HTTPS client: {e}")))?;
+        let base = base.trim_end_matches('/').to_string();
+        if !(base.starts_with("https://") || base.starts_with("http://")) {
+            return Err(Error::bad_input(format!(
+                "the GitLab URL `{base}` is not an http(s) URL"
+            )));
+        }
+        Ok(Client {
+            http,
+            base,
+            api_token,
+            timeout,
+        })
+    }
+
+    /// `POST /api/v4/user/runners`.
+    pub async fn create_runner(
+        &self,
+        request: &CreateRunner,
+    ) -> std::result::Result<CreatedRunner, ApiError> {
+        let response = self
+            .http
+            .post(format!("{}/api/v4/user/runners", self.base))
+            .header("PRIVATE-TOKEN", self.api_token.expose())
+            .json(request)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        let status = response.status().as_u16();
+        let body = response.text().await.map_err(|e| self.transport(e))?;
+        if status != 201 && status != 200 {
+            return Err(classify(status, &body, false));
+        }
+        let parsed: RunnerResponse =
+            serde_json::from_str(&body).map_err(|e| ApiError::Decode(e.to_string()))?;
+        if !parsed.token.starts_with("glrt-") {
+            tracing::warn!(
+                runner_id = parsed.id,
+                "the runner token does not start with glrt-"
+            );
+        }
+        tracing::info!(runner_id = parsed.id, "created the GitLab runner");
+        Ok(CreatedRunner {
+            id: parsed.id,
+            token: Secret::new(parsed.token),
+            token_expires_at: parsed.token_expires_at,
+        })
+    }
+
+    /// `POST /api/v4/runners/verify` with the runner token and a system id.
+    pub async fn verify_runner(
+        &self,
+        token: &Secret,
+        system_id: &str,
+    ) -> std::result::Result<(), ApiError> {
+        let response = self
+            .http
+            .post(format!("{}/api/v4/runners/verify", self.base))
+            .json(&serde_json::json!({"token": token.expose(), "system_id": system_id}))
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        let status = response.status().as_u16();
+        let body = response.text().await.map_err(|e| self.transport(e))?;
+        match status {
+            200 | 201 => Ok(()),
+            403 => Err(ApiError::VerifyRejected),
+            _ => Err(classify(status, &body, true)),
+        }
+    }
+
+    /// Creates the runner and verifies its token: what `--gitlab-api-token-file` does.
+    pub async fn create_and_verify(&self, request: &CreateRunner) -> Result<CreatedRunner> {
+        request.validate()?;
+        let created = self.create_runner(request).await?;
+        self.verify_runner(&created.token, &system_id()).await?;
+        Ok(created)
+    }
+
+    fn transport(&self, e: reqwest::Error) -> ApiError {
+        if e.is_timeout() {
+            ApiError::Timeout(self.timeout)
+        } else {
+            // Without the URL's query (none is sent) the error names host and cause only.
+            let mut chain = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                chain.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            ApiError::Network(chain)
+        }
+    }
+}
+
+/// A system id like gitlab-runner's (`s_` + 12 hex digits), identifying this host's manager.
+pub fn system_id() -> String {
+    let n: u64 = rand::random();
+    format!("s_{:012x}", n & 0xffff_ffff_ffff)
+}
+
+fn message_of(body: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let text = v
+        .get("message")
+        .or_else(|| v.get("error_description"))
+        .or_else(|| v.get("error"))
+        .map(|m| match m {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_else(|| body.chars().take(200).collect());
+    text.trim().to_string()
+}
+
+fn classify(status: u16, body: &str, verify: bool) -> ApiError {
+    let message = message_of(body);
+    match status {
+        401 => ApiError::Unauthorized,
+        403 if verify => ApiError::VerifyRejected,
+        403 if body.contains("insufficient_scope") => ApiError::MissingScope,
+        403 => ApiError::Forbidden(message),
+        410 => ApiError::RegistrationDisabled(message),
+        400..=499 => ApiError::BadRequest { status, message },
+        _ => ApiError::Server { status, message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(t: RunnerType) -> CreateRunner {
+        CreateRunner {
+            runner_type: t,
+            group_id: None,
+            project_id: None,
+            description: None,
+            tag_list: vec!["pod".into()],
+            run_untagged: false,
+            locked: false,
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn api_request_validation_matches_gitlab() {
+        assert!(request(RunnerType::InstanceType).validate().is_ok());
+        assert!(request(RunnerType::GroupType).validate().is_err());
+        let mut r = request(RunnerType::GroupType);
+        r.group_id = Some(7);
+        assert!(r.validate().is_ok());
+        r.project_id = Some(8);
+        assert!(r.validate().is_err());
+    }
+
+    #[test]
+    fn api_errors_map_to_exit_codes() {
+        assert_eq!(Error::from(classify(401, "{}", false)).exit_code(), 2);
+        assert!(matches!(
+            classify(403, r#"{"error":"insufficient_scope"}"#, false),
+            ApiError::MissingScope
+        ));
+        assert_eq!(Error::from(classify(410, "{}", false)).exit_code(), 3);
+        assert_eq!(Error::from(classify(502, "x", false)).exit_code(), 3);
+        assert_eq!(
+            Error::from(ApiError::Timeout(DEFAULT_TIMEOUT)).exit_code(),
+            3
+        );
+    }
+
+    #[test]
+    fn api_tag_list_is_sent_comma_separated() {
+        let mut r = request(RunnerType::InstanceType);
+        r.tag_list = vec!["a".into(), "b".into()];
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["tag_list"], "a,b");
+        assert_eq!(v["runner_type"], "instance_type");
+    }
+}

@@ -1,0 +1,123 @@
+//! Resolving a tenant cluster by name, as runbook step 2 does by hand: `gateway.json` names the
+//! admin kubeconfig, whose apiserver lists `Cluster` objects; the Cluster's `status.url` is the
+//! tenant apiserver (`https://127.0.0.1:<leased port>`), and the state dir holds its CAs.
+
+use std::path::{Path, PathBuf};
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use serde::{Deserialize, Serialize};
+
+use super::layout::{ClusterPaths, StateDir, validate_cluster_name};
+use crate::{Error, Result};
+
+pub const CLUSTER_GROUP: &str = "tenancy.socialweb.computer";
+pub const CLUSTER_VERSION: &str = "v1alpha1";
+pub const CLUSTER_KIND: &str = "Cluster";
+pub const CLUSTER_PLURAL: &str = "clusters";
+
+/// `gateway.json`: the fields tenantci reads; others are kept by the gateway.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayJson {
+    pub admin_kubeconfig: PathBuf,
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl GatewayJson {
+    pub fn load(state: &StateDir) -> Result<Self> {
+        let path = state.gateway_json();
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::bad_input(format!("cannot read `{}`: {e}", path.display()))
+                .hint("pass the gateway's --state-dir (the directory that holds gateway.json); is the gateway installed?")
+        })?;
+        serde_json::from_str(&text).map_err(|e| {
+            Error::bad_input(format!(
+                "`{}` is not a valid gateway.json: {e}",
+                path.display()
+            ))
+            .hint("restore it from the gateway; it must name adminKubeconfig")
+        })
+    }
+}
+
+/// A tenant cluster, resolved.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedCluster {
+    pub name: String,
+    pub url: String,
+    pub serving_ca: PathBuf,
+    pub client_ca_cert: PathBuf,
+    pub client_ca_key: PathBuf,
+    pub tenant_admin_kubeconfig: PathBuf,
+}
+
+pub fn cluster_api_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(CLUSTER_GROUP, CLUSTER_VERSION, CLUSTER_KIND),
+        CLUSTER_PLURAL,
+    )
+}
+
+/// Resolves `name` through the gateway's admin apiserver. The Cluster must be Ready.
+pub async fn resolve(state: &StateDir, name: &str) -> Result<ResolvedCluster> {
+    validate_cluster_name(name)?;
+    let gateway = GatewayJson::load(state)?;
+    let admin_path = absolute_to(state.root(), &gateway.admin_kubeconfig);
+    let admin = crate::kube_client::from_kubeconfig(&admin_path).await?;
+    let api: Api<DynamicObject> = Api::all_with(admin, &cluster_api_resource());
+    let cluster = api.get_opt(name).await.map_err(|e| {
+        Error::external(format!(
+            "cannot read Cluster `{name}` from the gateway's admin apiserver: {e}"
+        ))
+        .hint("is the gateway up? `kubectl --kubeconfig <admin> get clusters` should list it")
+    })?;
+    let Some(cluster) = cluster else {
+        return Err(Error::bad_input(format!("the gateway has no Cluster `{name}`"))
+            .hint("`kubectl --kubeconfig <admin> get clusters` lists the clusters; pass one of them as --cluster"));
+    };
+    let status = cluster.data.get("status");
+    let phase = status
+        .and_then(|s| s.get("phase"))
+        .and_then(|p| p.as_str())
+        .unwrap_or("");
+    let url = status
+        .and_then(|s| s.get("url"))
+        .and_then(|u| u.as_str())
+        .unwrap_or("");
+    if phase != "Ready" || url.is_empty() {
+        return Err(Error::check_failed(format!(
+            "Cluster `{name}` is not Ready (phase `{phase}`{})",
+            if url.is_empty() {
+                ", no status.url"
+            } else {
+                ""
+            }
+        ))
+        .hint("wait for the gateway to finish provisioning it, then re-run"));
+    }
+    let ClusterPaths {
+        serving_ca_cert,
+        client_ca_cert,
+        client_ca_key,
+        tenant_admin_kubeconfig,
+        ..
+    } = state.cluster(name);
+    Ok(ResolvedCluster {
+        name: name.to_string(),
+        url: url.to_string(),
+        serving_ca: serving_ca_cert,
+        client_ca_cert,
+        client_ca_key,
+        tenant_admin_kubeconfig,
+    })
+}
+
+fn absolute_to(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}

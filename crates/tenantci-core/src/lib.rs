@@ -1,0 +1,24 @@
+//! tenantci-core: the leaves every other tenantci crate builds on. Errors and exit codes,
+//! durations, careful file writes, TLS set-up, the secret type, the PKI (ClientCA, issuing,
+//! inspecting), the gateway's state directory and tenant-cluster resolution, kube clients from
+//! kubeconfigs, resource quantities, the node image, and the Gitea runner protocol.
+//!
+//! No CLI (clap) and no NATS (async-nats): the manifest does not list them, so a leaf cannot
+//! grow a dependency on either without a visible manifest change.
+
+pub mod dns;
+pub mod duration;
+pub mod error;
+pub mod forge;
+pub mod fsutil;
+pub mod gateway;
+pub mod kube_client;
+pub mod kubeconfig;
+pub mod node_image;
+pub mod pki;
+pub mod quantity;
+pub mod secret;
+pub mod tls;
+
+pub use error::{Error, ErrorKind, Result};
+pub use secret::Secret;

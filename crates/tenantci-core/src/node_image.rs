@@ -1,0 +1,68 @@
+//! The guest image a rented node boots, recorded per cluster in
+//! `<state>/clusters/<name>/node-image.json` (`{"vcpu": 2, "memMiB": 2048, "rootfsMiB": ...}`).
+//! Changing `vcpu` or `memMiB` means building a new guest image, so sizing errors say so.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::quantity::Milli;
+use crate::{Error, Result};
+
+/// What the kubelet and system daemons keep for themselves on every node: allocatable =
+/// capacity - reserve. Documented in docs/runbooks/prewarm.md; the simulator uses the same.
+pub const RESERVED_CPU_MILLI: i128 = 100;
+pub const RESERVED_MEMORY_MIB: i128 = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeImage {
+    pub vcpu: u32,
+    #[serde(rename = "memMiB")]
+    pub mem_mib: u64,
+    #[serde(rename = "rootfsMiB", default, skip_serializing_if = "Option::is_none")]
+    pub rootfs_mib: Option<u64>,
+}
+
+impl Default for NodeImage {
+    /// The runbook's node: 2 vCPU, 2048 MiB.
+    fn default() -> Self {
+        NodeImage {
+            vcpu: 2,
+            mem_mib: 2048,
+            rootfs_mib: None,
+        }
+    }
+}
+
+impl NodeImage {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::unreadable("the node image manifest", path, e))?;
+        serde_json::from_str(&text).map_err(|e| {
+            Error::bad_input(format!(
+                "the node image manifest `{}` is not valid: {e}",
+                path.display()
+            ))
+            .hint("it must be JSON like {\"vcpu\": 2, \"memMiB\": 2048, \"rootfsMiB\": 10240}")
+        })
+    }
+
+    pub fn capacity_cpu(&self) -> Milli {
+        Milli::from_units(i128::from(self.vcpu))
+    }
+
+    pub fn capacity_memory(&self) -> Milli {
+        Milli::from_units(i128::from(self.mem_mib) << 20)
+    }
+
+    pub fn allocatable_cpu(&self) -> Milli {
+        self.capacity_cpu()
+            .saturating_sub(Milli(RESERVED_CPU_MILLI))
+    }
+
+    pub fn allocatable_memory(&self) -> Milli {
+        self.capacity_memory()
+            .saturating_sub(Milli::from_units(RESERVED_MEMORY_MIB << 20))
+    }
+}

@@ -1,0 +1,160 @@
+//! Issuing leaf certificates from a [`CertificateAuthority`]: client certificates for runners
+//! and admins (CN = user, O = groups, EKU clientAuth) and serving certificates for apiservers.
+//! Mechanism only: what names may be requested is `policy`'s decision.
+
+use std::time::Duration;
+
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose, SerialNumber,
+};
+use time::OffsetDateTime;
+
+use super::CertificateAuthority;
+use super::ca::to_time;
+use crate::{Error, Result};
+
+/// How far notBefore is set back, so a host whose clock runs a little behind the gateway's
+/// still accepts a certificate minted a moment ago.
+pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(5 * 60);
+
+/// The private key algorithm of a new certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyType {
+    /// ECDSA on P-256 with SHA-256: small and fast.
+    #[default]
+    EcdsaP256,
+    /// RSA 2048 with SHA-256, for clients that cannot do ECDSA.
+    Rsa2048,
+}
+
+impl KeyType {
+    fn generate(self) -> Result<KeyPair> {
+        let key = match self {
+            KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
+            KeyType::Rsa2048 => {
+                KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)
+            }
+        };
+        key.map_err(|e| Error::external(format!("cannot generate a {self:?} key: {e}")))
+    }
+}
+
+/// A client certificate to issue.
+#[derive(Debug, Clone)]
+pub struct ClientCertSpec {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+    pub valid_for: Duration,
+    pub key_type: KeyType,
+}
+
+/// A freshly issued certificate and its key, both PEM.
+pub struct IssuedCert {
+    pub cert_pem: String,
+    /// Secret: write it only to a 0600 file.
+    pub key_pem: String,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub serial_hex: String,
+}
+
+impl std::fmt::Debug for IssuedCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedCert")
+            .field("serial_hex", &self.serial_hex)
+            .field("not_after", &self.not_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A random positive 128-bit serial (RFC 5280 allows up to 20 octets; the high bit is cleared so
+/// the DER INTEGER stays positive without a padding byte).
+pub fn random_serial() -> SerialNumber {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01; // never a leading zero octet, so the serial is always 16 bytes
+    SerialNumber::from_slice(&bytes)
+}
+
+fn leaf_params(
+    dn: DistinguishedName,
+    valid_for: Duration,
+    key_type: KeyType,
+) -> Result<(CertificateParams, String)> {
+    let now = OffsetDateTime::now_utc();
+    let serial = random_serial();
+    let serial_hex = hex::encode(serial.to_bytes());
+    let mut params = CertificateParams::default();
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.serial_number = Some(serial);
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = now - to_time(CLOCK_SKEW_ALLOWANCE)?;
+    params.not_after = now + to_time(valid_for)?;
+    params.key_usages = match key_type {
+        KeyType::EcdsaP256 => vec![KeyUsagePurpose::DigitalSignature],
+        KeyType::Rsa2048 => vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ],
+    };
+    Ok((params, serial_hex))
+}
+
+fn sign(
+    ca: &CertificateAuthority,
+    params: CertificateParams,
+    serial_hex: String,
+    key_type: KeyType,
+) -> Result<IssuedCert> {
+    let key = key_type.generate()?;
+    let cert = params
+        .signed_by(&key, ca.issuer())
+        .map_err(|e| Error::external(format!("cannot sign with the CA `{}`: {e}", ca.subject())))?;
+    Ok(IssuedCert {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        not_before: params.not_before,
+        not_after: params.not_after,
+        serial_hex,
+    })
+}
+
+/// Issues a client certificate: CN = `common_name`, one O per organization in order.
+pub fn client_cert(ca: &CertificateAuthority, spec: &ClientCertSpec) -> Result<IssuedCert> {
+    // rcgen writes one value per attribute type, so the real subject (every O, in order, as
+    // Kubernetes reads groups) is put in by `subject::replace_subject` after signing.
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, spec.common_name.as_str());
+    let (mut params, serial_hex) = leaf_params(dn, spec.valid_for, spec.key_type)?;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let mut issued = sign(ca, params, serial_hex, spec.key_type)?;
+    let der = pem::parse(&issued.cert_pem)
+        .map_err(|e| Error::external(format!("cannot re-read the certificate just signed: {e}")))?;
+    let subject = super::subject::client_subject_der(&spec.common_name, &spec.organizations);
+    let der = super::subject::replace_subject(der.contents(), &subject, ca.issuer().key())
+        .map_err(|e| Error::external(format!("cannot set the certificate subject: {e}")))?;
+    issued.cert_pem = pem::encode(&pem::Pem::new("CERTIFICATE", der));
+    Ok(issued)
+}
+
+/// Issues a serving certificate for `sans` (IP addresses become IP SANs, the rest DNS SANs).
+pub fn server_cert(
+    ca: &CertificateAuthority,
+    common_name: &str,
+    sans: &[String],
+    valid_for: Duration,
+) -> Result<IssuedCert> {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    let (mut params, serial_hex) = leaf_params(dn, valid_for, KeyType::EcdsaP256)?;
+    params.subject_alt_names = CertificateParams::new(sans.to_vec())
+        .map_err(|e| {
+            Error::bad_input(format!("invalid subject alternative name in {sans:?}: {e}"))
+        })?
+        .subject_alt_names;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    sign(ca, params, serial_hex, KeyType::EcdsaP256)
+}

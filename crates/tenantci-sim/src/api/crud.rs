@@ -1,0 +1,650 @@
+//! Writes: create, update (PUT), patch (merge, strategic, JSON, apply), delete and
+//! deletecollection, with kube-apiserver's preconditions and errors. Reads are in `read`,
+//! watches in `watch`.
+
+use std::sync::Arc;
+
+use http::Method;
+use serde_json::{Value, json};
+
+use super::kinds;
+use super::managed;
+use super::patch;
+use super::registry::ResourceDef;
+use super::request::MediaType;
+use super::route::ResourceRoute;
+use super::{ApiServer, Reply, Request, authorize, reviews};
+use crate::authz::UserInfo;
+use crate::status::{ApiError, ApiResult};
+use crate::validate;
+
+use crate::ids::{name_suffix, now, uuid};
+
+fn rv_of(v: &Value) -> &str {
+    v["metadata"]["resourceVersion"].as_str().unwrap_or("")
+}
+
+/// The body of a create or update: a whole object in JSON or YAML, of the URL's kind, in the
+/// URL's namespace (filled in when absent).
+fn object_body(def: &'static ResourceDef, ns: &str, req: &Request) -> ApiResult<Value> {
+    let yaml = match req.media_type()? {
+        MediaType::Json => false,
+        MediaType::Yaml => true,
+        _ => return Err(ApiError::unsupported_media_type(req.content_type())),
+    };
+    let mut obj = req.json_body(yaml)?;
+    check_type(def, &obj)?;
+    check_namespace(def, &mut obj, ns)?;
+    Ok(obj)
+}
+
+/// The object names its type correctly (kube-apiserver's decoding step).
+fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    let kind = obj["kind"].as_str().unwrap_or("");
+    if kind.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Object 'Kind' is missing in '{}'",
+            truncate(obj)
+        )));
+    }
+    let api_version = obj["apiVersion"].as_str().unwrap_or("");
+    if api_version.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Object 'apiVersion' is missing in '{}'",
+            truncate(obj)
+        )));
+    }
+    if kind != def.kind || api_version != def.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            def.api_version()
+        )));
+    }
+    Ok(())
+}
+
+fn truncate(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 200 {
+        format!(
+            "{}...",
+            &s[..s.char_indices().nth(200).map(|(i, _)| i).unwrap_or(s.len())]
+        )
+    } else {
+        s
+    }
+}
+
+fn meta_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("just made an object")
+}
+
+fn check_namespace(def: &ResourceDef, obj: &mut Value, ns: &str) -> ApiResult<()> {
+    let meta = meta_mut(obj);
+    if !def.namespaced {
+        meta.remove("namespace");
+        return Ok(());
+    }
+    match meta.get("namespace").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() && n != ns => Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
+        _ => {
+            meta.insert("namespace".into(), json!(ns));
+            Ok(())
+        }
+    }
+}
+
+impl ApiServer {
+    fn namespace_exists(&self, def: &ResourceDef, ns: &str) -> ApiResult<()> {
+        if def.namespaced && self.store.get("namespaces", "", ns).is_none() {
+            return Err(ApiError::not_found(
+                crate::status::GroupResource {
+                    group: "",
+                    resource: "namespaces",
+                },
+                ns,
+            ));
+        }
+        Ok(())
+    }
+
+    fn manager(req: &Request) -> String {
+        req.param("fieldManager")
+            .map(str::to_string)
+            .unwrap_or_else(|| req.user_agent_manager())
+    }
+
+    pub(super) fn resource(
+        self: &Arc<Self>,
+        req: Request,
+        r: ResourceRoute,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
+        let def = r.def;
+        if def.is_review() {
+            if req.method != Method::POST || r.name.is_some() {
+                return Err(ApiError::method_not_allowed());
+            }
+            return reviews::handle(self, &req, def, user);
+        }
+        let sub = r.subresource.as_deref();
+        if let Some(s) = sub {
+            if !def.subresources.contains(&s) {
+                return Err(ApiError::no_route());
+            }
+        }
+        let ns = if def.namespaced {
+            r.namespace.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        if def.namespaced
+            && r.namespace.is_none()
+            && (r.name.is_some() || req.method != Method::GET)
+        {
+            return Err(if r.name.is_some() {
+                ApiError::no_route()
+            } else {
+                ApiError::method_not_allowed()
+            });
+        }
+        match (&req.method, r.name.as_deref()) {
+            (&Method::GET | &Method::HEAD, Some(name)) => self.get(def, &ns, name, sub),
+            (&Method::GET | &Method::HEAD, None) if req.flag("watch") => {
+                self.watch(def, r.namespace.as_deref(), &req)
+            }
+            (&Method::GET | &Method::HEAD, None) => self.list(def, r.namespace.as_deref(), &req),
+            (&Method::POST, None) => self.create(def, &ns, &req, user),
+            (&Method::POST, Some(_)) if matches!(sub, Some("exec" | "attach")) => {
+                Err(upgrade_required())
+            }
+            (&Method::PUT, Some(name)) => self.update(def, &ns, name, sub, &req, user),
+            (&Method::PATCH, Some(name)) => self.patch(def, &ns, name, sub, &req, user),
+            (&Method::DELETE, Some(name)) if sub.is_none() => self.delete(def, &ns, name, &req),
+            (&Method::DELETE, None) => self.delete_collection(def, r.namespace.as_deref(), &req),
+            _ => Err(ApiError::method_not_allowed()),
+        }
+    }
+
+    fn create(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
+        let mut obj = object_body(def, ns, req)?;
+        let meta = meta_mut(&mut obj);
+        if meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let mut name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() {
+            match meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
+            {
+                Some(g) => name = format!("{g}{}", name_suffix()),
+                None => {
+                    return Err(ApiError::invalid(
+                        def.kind,
+                        def.group,
+                        "",
+                        "metadata.name",
+                        "FieldValueRequired",
+                        "Required value: name or generateName is required",
+                    ));
+                }
+            }
+            meta.insert("name".into(), json!(name));
+        }
+        if let Some(msg) = validate::name_errors(&name, def.name_rule).first() {
+            return Err(ApiError::invalid(
+                def.kind,
+                def.group,
+                &name,
+                "metadata.name",
+                "FieldValueInvalid",
+                &format!("Invalid value: \"{name}\": {msg}"),
+            ));
+        }
+        kinds::validate(def, &obj)?;
+        self.namespace_exists(def, ns)?;
+        if authorize::is_rbac(def.key) {
+            self.check_escalation(user, def.plural, def.namespaced.then_some(ns), &name, &obj)?;
+        }
+        let obj = self.prepare_new(def, obj, &Self::manager(req));
+        if req.param("dryRun") == Some("All") {
+            return Ok(Reply::Json(201, obj));
+        }
+        let stored = self
+            .store
+            .create(def.key, ns, &name, obj)
+            .map_err(|_| ApiError::already_exists(def.group_resource(), &name))?;
+        self.after_create(def, &name);
+        Ok(Reply::Json(201, (*stored).clone()))
+    }
+
+    /// Server-set metadata and defaults of an object about to be created.
+    fn prepare_new(&self, def: &ResourceDef, mut obj: Value, manager: &str) -> Value {
+        let had_managed = obj["metadata"]
+            .get("managedFields")
+            .is_some_and(|m| !m.is_null());
+        let meta = meta_mut(&mut obj);
+        meta.insert("uid".into(), json!(uuid()));
+        meta.insert("creationTimestamp".into(), json!(now()));
+        meta.remove("deletionTimestamp");
+        if def.generation {
+            meta.insert("generation".into(), json!(1));
+        }
+        kinds::defaults_on_create(def, &mut obj);
+        if !had_managed {
+            managed::record_update(None, &mut obj, manager, &def.api_version(), "");
+        }
+        obj
+    }
+
+    /// What controllers do right after a create: a new namespace gets its `default`
+    /// ServiceAccount. (Pods are placed by `sim::nodes`, which watches the store.)
+    fn after_create(&self, def: &ResourceDef, name: &str) {
+        if def.key != "namespaces" {
+            return;
+        }
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}});
+        if let Some(sa_def) = super::registry::by_key(self.registry, "serviceaccounts") {
+            let obj = self.prepare_new(sa_def, sa, "kube-controller-manager");
+            let _ = self.store.create("serviceaccounts", name, "default", obj);
+        }
+    }
+
+    /// The stored object's identity carried into a replacement, generation bumped on spec change.
+    fn carry_over(def: &ResourceDef, current: &Value, new: &mut Value, sub: Option<&str>) {
+        let cur_meta = &current["metadata"];
+        let spec_changed = current.get("spec") != new.get("spec");
+        let meta = meta_mut(new);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+        ] {
+            match cur_meta.get(k) {
+                Some(v) => meta.insert(k.into(), v.clone()),
+                None => meta.remove(k),
+            };
+        }
+        if let Some(mf) = cur_meta.get("managedFields") {
+            meta.insert("managedFields".into(), mf.clone());
+        } else {
+            meta.remove("managedFields");
+        }
+        if def.generation && spec_changed && sub.is_none() {
+            let g = cur_meta["generation"].as_i64().unwrap_or(1) + 1;
+            meta.insert("generation".into(), json!(g));
+        }
+        if def.has_status() && sub.is_none() {
+            match current.get("status") {
+                Some(s) => new["status"] = s.clone(),
+                None => {
+                    new.as_object_mut().map(|m| m.remove("status"));
+                }
+            }
+        }
+    }
+
+    fn update(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
+        let body = object_body(def, ns, req)?;
+        let body_name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if authorize::is_rbac(def.key) {
+            self.check_escalation(user, def.plural, def.namespaced.then_some(ns), name, &body)?;
+        }
+        let manager = Self::manager(req);
+        let precondition = rv_of(&body).to_string();
+        let (obj, _) = self.store.update(def.key, ns, name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            if !precondition.is_empty() && precondition != rv_of(current) {
+                return Err(ApiError::modified(def.group_resource(), name));
+            }
+            let mut new = if sub == Some("status") {
+                let mut n = current.clone();
+                n["status"] = body["status"].clone();
+                n
+            } else {
+                body.clone()
+            };
+            Self::carry_over(def, current, &mut new, sub);
+            meta_mut(&mut new).insert("resourceVersion".into(), json!(rv_of(current)));
+            kinds::validate(def, &new)?;
+            managed::record_update(
+                Some(current),
+                &mut new,
+                &manager,
+                &def.api_version(),
+                sub.unwrap_or(""),
+            );
+            Ok(new)
+        })?;
+        Ok(Reply::Json(200, (*obj).clone()))
+    }
+
+    fn patch(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
+        let media = req.media_type()?;
+        match media {
+            MediaType::ApplyPatch => return self.apply(def, ns, name, sub, req, user),
+            MediaType::MergePatch | MediaType::JsonPatch => {}
+            MediaType::StrategicMergePatch if def.group != super::registry::TENANCY_GROUP => {}
+            _ => return Err(ApiError::unsupported_media_type(req.content_type())),
+        }
+        let body = req.json_body(false)?;
+        let manager = Self::manager(req);
+        let compute = |current: &Value| -> ApiResult<Value> {
+            let mut new = current.clone();
+            match media {
+                MediaType::MergePatch => patch::merge_patch(&mut new, &body),
+                MediaType::StrategicMergePatch => patch::strategic_merge(&mut new, &body),
+                _ => patch::json_patch(&mut new, &body)
+                    .map_err(|e| ApiError::new(422, "Invalid", e, None))?,
+            }
+            if rv_of(&new) != rv_of(current) {
+                return Err(ApiError::modified(def.group_resource(), name));
+            }
+            if new["metadata"]["name"] != current["metadata"]["name"] {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object does not match the name on the URL ({name})"
+                )));
+            }
+            if sub == Some("status") {
+                let status = new["status"].clone();
+                new = current.clone();
+                new["status"] = status;
+            }
+            Self::carry_over(def, current, &mut new, sub);
+            kinds::validate(def, &new)?;
+            managed::record_update(
+                Some(current),
+                &mut new,
+                &manager,
+                &def.api_version(),
+                sub.unwrap_or(""),
+            );
+            Ok(new)
+        };
+        // Escalation needs the RBAC snapshot, which reads the store: check the patched object
+        // before the write, and write only if nothing changed in between.
+        let mut checked_rv = None;
+        if authorize::is_rbac(def.key) {
+            let current = self
+                .store
+                .get(def.key, ns, name)
+                .ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            let candidate = compute(&current)?;
+            self.check_escalation(
+                user,
+                def.plural,
+                def.namespaced.then_some(ns),
+                name,
+                &candidate,
+            )?;
+            checked_rv = Some(rv_of(&current).to_string());
+        }
+        let (obj, _) = self.store.update(def.key, ns, name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            if checked_rv.as_deref().is_some_and(|rv| rv != rv_of(current)) {
+                return Err(ApiError::modified(def.group_resource(), name));
+            }
+            compute(current)
+        })?;
+        Ok(Reply::Json(200, (*obj).clone()))
+    }
+
+    fn apply(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        req: &Request,
+        user: &UserInfo,
+    ) -> ApiResult<Reply> {
+        let manager = req
+            .param("fieldManager")
+            .ok_or_else(|| ApiError::bad_request("PATCH, application/apply-patch+yaml requests must have the fieldManager query parameter set"))?
+            .to_string();
+        let mut config = req.json_body(true)?;
+        check_type(def, &config)?;
+        check_namespace(def, &mut config, ns)?;
+        let cfg_name = config["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if cfg_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({cfg_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let exists = self.store.get(def.key, ns, name).is_some();
+        if !exists {
+            if sub.is_some() {
+                return Err(ApiError::not_found(def.group_resource(), name));
+            }
+            self.require(
+                user,
+                &authorize::resource_attrs("create", def.group, def.plural, "", ns, ""),
+            )?;
+            if let Some(msg) = validate::name_errors(name, def.name_rule).first() {
+                return Err(ApiError::invalid(
+                    def.kind,
+                    def.group,
+                    name,
+                    "metadata.name",
+                    "FieldValueInvalid",
+                    &format!("Invalid value: \"{name}\": {msg}"),
+                ));
+            }
+            self.namespace_exists(def, ns)?;
+        }
+        if authorize::is_rbac(def.key) {
+            self.check_escalation(
+                user,
+                def.plural,
+                def.namespaced.then_some(ns),
+                name,
+                &config,
+            )?;
+        }
+        let force = req.flag("force");
+        let precondition = rv_of(&config).to_string();
+        let api_version = def.api_version();
+        let compute = |current: Option<&Value>| -> ApiResult<Value> {
+            if !precondition.is_empty() && current.is_none_or(|c| rv_of(c) != precondition) {
+                return Err(ApiError::modified(def.group_resource(), name));
+            }
+            let mut new = managed::apply(
+                current,
+                &config,
+                &manager,
+                force,
+                &api_version,
+                (def.plural, def.group, name),
+            )?;
+            match current {
+                Some(cur) => {
+                    let mf = new["metadata"]["managedFields"].clone();
+                    let rv = rv_of(cur).to_string();
+                    Self::carry_over(def, cur, &mut new, sub);
+                    let meta = meta_mut(&mut new);
+                    meta.insert("resourceVersion".into(), json!(rv));
+                    meta.insert("managedFields".into(), mf);
+                }
+                None => {
+                    let mf = new["metadata"]["managedFields"].clone();
+                    new = self.prepare_new(def, new, &manager);
+                    meta_mut(&mut new).insert("managedFields".into(), mf);
+                }
+            }
+            kinds::validate(def, &new)?;
+            Ok(new)
+        };
+        // dryRun=All: the same admission and merge, nothing stored (kube-apiserver semantics).
+        if req.param("dryRun") == Some("All") {
+            let current = self.store.get(def.key, ns, name);
+            let new = compute(current.as_deref())?;
+            return Ok(Reply::Json(if current.is_none() { 201 } else { 200 }, new));
+        }
+        let (obj, created) = self.store.update(def.key, ns, name, compute)?;
+        if created {
+            self.after_create(def, name);
+        }
+        Ok(Reply::Json(if created { 201 } else { 200 }, (*obj).clone()))
+    }
+
+    fn delete(
+        &self,
+        def: &'static ResourceDef,
+        ns: &str,
+        name: &str,
+        req: &Request,
+    ) -> ApiResult<Reply> {
+        let opts: Value = if req.body.is_empty() {
+            json!({})
+        } else {
+            req.json_body(false)?
+        };
+        let pre_rv = opts["preconditions"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let pre_uid = opts["preconditions"]["uid"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let gone = self.store.delete(def.key, ns, name, |current| {
+            let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            if !pre_rv.is_empty() && pre_rv != rv_of(current) {
+                return Err(ApiError::conflict(def.group_resource(), name, &format!(
+                    "Precondition failed: ResourceVersion in precondition: {pre_rv}, ResourceVersion in object meta: {}", rv_of(current))));
+            }
+            let uid = current["metadata"]["uid"].as_str().unwrap_or("");
+            if !pre_uid.is_empty() && pre_uid != uid {
+                return Err(ApiError::conflict(def.group_resource(), name, &format!(
+                    "Precondition failed: UID in precondition: {pre_uid}, UID in object meta: {uid}")));
+            }
+            Ok(())
+        })?;
+        if def.key == "namespaces" {
+            self.store.delete_namespace_contents(name);
+        }
+        Ok(Reply::Json(200, (*gone).clone()))
+    }
+
+    fn delete_collection(
+        &self,
+        def: &'static ResourceDef,
+        ns: Option<&str>,
+        req: &Request,
+    ) -> ApiResult<Reply> {
+        let (items, _) = self.select(def, ns, req)?;
+        let mut deleted = Vec::new();
+        for item in items {
+            let n = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let ins = item["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if let Ok(g) = self
+                .store
+                .delete(def.key, &ins, &n, |c| c.map(|_| ()).ok_or(()))
+            {
+                deleted.push((*g).clone());
+            }
+        }
+        Ok(Reply::Json(
+            200,
+            json!({
+                "kind": format!("{}List", def.kind),
+                "apiVersion": def.api_version(),
+                "metadata": {"resourceVersion": self.store.resource_version().to_string()},
+                "items": deleted,
+            }),
+        ))
+    }
+}
+
+fn upgrade_required() -> ApiError {
+    ApiError::bad_request("Upgrade request required")
+}
+
+impl ApiServer {
+    /// Stores a bootstrap object (no authorization, manager `tenantci-sim`); returns false
+    /// if its type is not served or the name exists.
+    pub fn seed(&self, obj: Value) -> bool {
+        let kind = obj["kind"].as_str().unwrap_or("");
+        let api_version = obj["apiVersion"].as_str().unwrap_or("");
+        let Some(def) = self
+            .registry
+            .iter()
+            .find(|d| d.kind == kind && d.api_version() == api_version)
+        else {
+            return false;
+        };
+        let ns = if def.namespaced {
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string()
+        } else {
+            String::new()
+        };
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let mut obj = obj;
+        let _ = check_namespace(def, &mut obj, &ns);
+        let obj = self.prepare_new(def, obj, "tenantci-sim");
+        let created = self.store.create(def.key, &ns, &name, obj).is_ok();
+        if created {
+            self.after_create(def, &name);
+        }
+        created
+    }
+}

@@ -1,0 +1,174 @@
+//! What differs per kind: defaults set on create (pod phase Pending, namespace Active, ...)
+//! and the few validations tenantci's objects meet (pods need containers with name and image).
+//! Everything else is stored as sent.
+
+use serde_json::{Value, json};
+
+use super::registry::ResourceDef;
+use crate::status::ApiError;
+
+fn invalid(def: &ResourceDef, name: &str, field: &str, reason: &str, detail: &str) -> ApiError {
+    ApiError::invalid(def.kind, def.group, name, field, reason, detail)
+}
+
+/// Validates a new or updated object beyond its name.
+#[allow(clippy::collapsible_match)]
+pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    match def.key {
+        "pods" => {
+            let containers = obj["spec"]["containers"].as_array();
+            let Some(containers) = containers.filter(|c| !c.is_empty()) else {
+                return Err(invalid(
+                    def,
+                    name,
+                    "spec.containers",
+                    "FieldValueRequired",
+                    "Required value",
+                ));
+            };
+            for (i, c) in containers.iter().enumerate() {
+                if c["name"].as_str().unwrap_or("").is_empty() {
+                    return Err(invalid(
+                        def,
+                        name,
+                        &format!("spec.containers[{i}].name"),
+                        "FieldValueRequired",
+                        "Required value",
+                    ));
+                }
+                if c["image"].as_str().unwrap_or("").is_empty() {
+                    return Err(invalid(
+                        def,
+                        name,
+                        &format!("spec.containers[{i}].image"),
+                        "FieldValueRequired",
+                        "Required value",
+                    ));
+                }
+            }
+        }
+        "roles.rbac.authorization.k8s.io" | "clusterroles.rbac.authorization.k8s.io" => {
+            if let Some(rules) = obj["rules"].as_array() {
+                for (i, r) in rules.iter().enumerate() {
+                    if r["verbs"].as_array().is_none_or(|v| v.is_empty()) {
+                        return Err(invalid(
+                            def,
+                            name,
+                            &format!("rules[{i}].verbs"),
+                            "FieldValueRequired",
+                            "Required value: verbs must contain at least one value",
+                        ));
+                    }
+                }
+            }
+        }
+        "rolebindings.rbac.authorization.k8s.io"
+        | "clusterrolebindings.rbac.authorization.k8s.io" => {
+            if obj["roleRef"]["name"].as_str().unwrap_or("").is_empty() {
+                return Err(invalid(
+                    def,
+                    name,
+                    "roleRef.name",
+                    "FieldValueRequired",
+                    "Required value",
+                ));
+            }
+        }
+        "priorityclasses.scheduling.k8s.io" => {
+            if !obj["value"].is_i64() {
+                return Err(invalid(
+                    def,
+                    name,
+                    "value",
+                    "FieldValueRequired",
+                    "Required value",
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn set_default(obj: &mut Value, ptr: &str, value: Value) {
+    let mut cur = obj;
+    let parts: Vec<&str> = ptr.split('/').filter(|s| !s.is_empty()).collect();
+    for (i, p) in parts.iter().enumerate() {
+        if !cur.is_object() {
+            return;
+        }
+        let last = i == parts.len() - 1;
+        let m = cur.as_object_mut().expect("checked");
+        if last {
+            m.entry(p.to_string()).or_insert(value);
+            return;
+        }
+        cur = m.entry(p.to_string()).or_insert_with(|| json!({}));
+    }
+}
+
+/// Server-set fields of a new object (kube-apiserver's PrepareForCreate and defaulting).
+pub fn defaults_on_create(def: &ResourceDef, obj: &mut Value) {
+    match def.key {
+        "pods" => {
+            obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+            set_default(obj, "/spec/restartPolicy", json!("Always"));
+            set_default(obj, "/spec/terminationGracePeriodSeconds", json!(30));
+            set_default(obj, "/spec/dnsPolicy", json!("ClusterFirst"));
+            set_default(obj, "/spec/schedulerName", json!("default-scheduler"));
+            set_default(obj, "/spec/serviceAccountName", json!("default"));
+            set_default(obj, "/spec/priority", json!(0));
+            if let Some(cs) = obj["spec"]["containers"].as_array_mut() {
+                for c in cs {
+                    set_default(c, "/imagePullPolicy", json!("IfNotPresent"));
+                    set_default(c, "/terminationMessagePath", json!("/dev/termination-log"));
+                    set_default(c, "/terminationMessagePolicy", json!("File"));
+                }
+            }
+        }
+        "namespaces" => {
+            obj["status"] = json!({"phase": "Active"});
+            set_default(obj, "/spec/finalizers", json!(["kubernetes"]));
+            let name = obj["metadata"]["name"].clone();
+            if let Some(labels) = obj["metadata"].as_object_mut() {
+                let l = labels.entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = l.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), name);
+                }
+            }
+        }
+        "deployments.apps" => {
+            obj["status"] = json!({});
+            set_default(obj, "/spec/replicas", json!(1));
+            set_default(obj, "/spec/revisionHistoryLimit", json!(10));
+            set_default(obj, "/spec/progressDeadlineSeconds", json!(600));
+            set_default(
+                obj,
+                "/spec/strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+            );
+        }
+        "services" => {
+            set_default(obj, "/spec/type", json!("ClusterIP"));
+            set_default(obj, "/spec/sessionAffinity", json!("None"));
+            let ip = format!(
+                "10.96.{}.{}",
+                rand::random::<u8>(),
+                rand::random::<u8>().max(1)
+            );
+            set_default(obj, "/spec/clusterIP", json!(ip.clone()));
+            set_default(obj, "/spec/clusterIPs", json!([ip]));
+        }
+        "priorityclasses.scheduling.k8s.io" => {
+            set_default(obj, "/preemptionPolicy", json!("PreemptLowerPriority"));
+        }
+        "secrets" => {
+            set_default(obj, "/type", json!("Opaque"));
+        }
+        "poddisruptionbudgets.policy" => {
+            obj["status"] = json!({"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0});
+        }
+        _ => {}
+    }
+}

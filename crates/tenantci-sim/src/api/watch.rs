@@ -1,0 +1,168 @@
+//! Watches: `?watch=true` streams `{"type","object"}` lines for changes after the requested
+//! resourceVersion (or, without one, ADDED for every current object first). A version older
+//! than the store's history gets one ERROR event with a 410 Expired Status, then the stream
+//! closes, so clients relist. Bookmarks are sent when asked for (`allowWatchBookmarks`), and
+//! after the initial events with `sendInitialEvents=true`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::registry::ResourceDef;
+use super::{ApiServer, Reply, Request};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+use crate::store::Event;
+
+const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+struct Filter {
+    def: &'static ResourceDef,
+    ns: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn matches(&self, ev: &Event) -> bool {
+        ev.resource == self.def.key
+            && self.ns.as_deref().is_none_or(|n| n == ev.namespace)
+            && self.labels.matches(&ev.object)
+            && self.fields.matches(&ev.object)
+    }
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn bookmark(def: &ResourceDef, rv: u64, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line(
+        "BOOKMARK",
+        &json!({"kind": def.kind, "apiVersion": def.api_version(), "metadata": meta}),
+    )
+}
+
+impl ApiServer {
+    pub(super) fn watch(
+        self: &Arc<Self>,
+        def: &'static ResourceDef,
+        ns: Option<&str>,
+        req: &Request,
+    ) -> ApiResult<Reply> {
+        let filter = Filter {
+            def,
+            ns: if def.namespaced {
+                ns.map(str::to_string)
+            } else {
+                None
+            },
+            labels: LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+                .map_err(ApiError::bad_request)?,
+            fields: FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key)
+                .map_err(ApiError::bad_request)?,
+        };
+        let bookmarks = req.flag("allowWatchBookmarks");
+        let send_initial = req.flag("sendInitialEvents");
+        let timeout = req
+            .param("timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let since = req.param("resourceVersion").unwrap_or("0");
+        let (tx, rx) = mpsc::channel::<Bytes>(256);
+        let mut initial = Vec::new();
+        let (rx_events, mut floor) = if since == "0" || send_initial {
+            let (items, rv, events) = self.store.snapshot_and_watch(def.key, filter.ns.as_deref());
+            for o in items
+                .iter()
+                .filter(|o| filter.labels.matches(o) && filter.fields.matches(o))
+            {
+                initial.push(line("ADDED", o));
+            }
+            if send_initial {
+                initial.push(bookmark(def, rv, true));
+            }
+            (events, rv)
+        } else {
+            let since: u64 = since
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {since}")))?;
+            match self.store.watch_from(since) {
+                Ok((past, events)) => {
+                    let mut floor = since;
+                    for ev in past.iter().filter(|e| filter.matches(e)) {
+                        initial.push(line(ev.kind.as_str(), &ev.object));
+                        floor = ev.rv;
+                    }
+                    if let Some(last) = past.last() {
+                        floor = floor.max(last.rv);
+                    }
+                    (events, floor)
+                }
+                Err(old) => {
+                    let status = ApiError::expired(format!(
+                        "too old resource version: {since} ({})",
+                        old.oldest
+                    ));
+                    initial.push(line("ERROR", &status.body));
+                    tokio::spawn(async move {
+                        for b in initial {
+                            let _ = tx.send(b).await;
+                        }
+                    });
+                    return Ok(Reply::Stream(rx));
+                }
+            }
+        };
+        let store_rv = self.store.resource_version();
+        let _ = store_rv;
+        tokio::spawn(async move {
+            for b in initial {
+                if tx.send(b).await.is_err() {
+                    return;
+                }
+            }
+            let mut events = rx_events;
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => return,
+                    _ = tx.closed() => return,
+                    _ = tick.tick(), if bookmarks => {
+                        if tx.send(bookmark(filter.def, floor, false)).await.is_err() {
+                            return;
+                        }
+                    }
+                    ev = events.recv() => match ev {
+                        Ok(ev) => {
+                            if ev.rv <= floor {
+                                continue;
+                            }
+                            floor = ev.rv;
+                            if filter.matches(&ev) && tx.send(line(ev.kind.as_str(), &ev.object)).await.is_err() {
+                                return;
+                            }
+                        }
+                        // A watcher that fell behind is closed; the client re-watches or relists.
+                        Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+            }
+        });
+        Ok(Reply::Stream(rx))
+    }
+}

@@ -1,0 +1,769 @@
+//! A Gitea double: the RunnerService and PingService over plain HTTP on loopback (Connect,
+//! binary protobuf and JSON, via `forge::gitea::facade::router`), keeping the server
+//! behaviours of `facts/gitea-runner-protocol.md`, plus a small admin JSON API to enqueue jobs
+//! and read tasks for tests and the demo.
+//!
+//! Kept behaviours: Register with the registration token (fresh uuid + token; only the token's
+//! SHA-256 is stored, compared in constant time); tasks_version as Gitea's FetchTask steps
+//! (0 is bumped to 1; a task is picked only when the caller's version differs; enqueue and
+//! cancel bump it); label matching (every runs-on label among the runner's); one claim per job
+//! (under the state lock: a job leaves Waiting exactly once, task ids are never reused);
+//! UpdateLog ack semantics and `no_more` archiving (later writes: `already_exists`);
+//! UpdateTask finalisation (result != UNSPECIFIED; a finished task ignores updates), the
+//! heartbeat (updated time), CANCELLED answers for cancelled tasks, ephemeral runners deleted
+//! after their final update; ownership (another runner's task: `permission_denied`).
+//! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
+//!
+//! Never used in production paths.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path as UrlPath, State as AxState};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use prost_types::Timestamp;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use tenantci_core::forge::gitea::ConnectError;
+use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
+use tenantci_core::forge::gitea::json::struct_from_json;
+use tenantci_core::forge::gitea::proto::{
+    DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, ProtoEnum,
+    RegisterRequest, RegisterResponse, Runner, RunnerStatus, StepState, Task, TaskResult,
+    TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,
+    timestamp,
+};
+
+/// A job to enqueue (the admin API's `POST /admin/jobs` body).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct JobSpec {
+    pub name: String,
+    pub runs_on: Vec<String>,
+    /// The expanded single-job workflow YAML.
+    pub workflow_payload: String,
+    pub secrets: BTreeMap<String, String>,
+    pub vars: BTreeMap<String, String>,
+    /// Extra github-style context fields (merged under the generated ones).
+    pub context: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Waiting,
+    Running,
+    Done,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct JobView {
+    pub id: i64,
+    pub name: String,
+    pub runs_on: Vec<String>,
+    pub status: JobStatus,
+    pub task_id: Option<i64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskView {
+    pub id: i64,
+    pub job_id: i64,
+    pub runner_id: i64,
+    pub runner_name: String,
+    /// `running` or `done`.
+    pub state: &'static str,
+    /// The proto name, e.g. `RESULT_SUCCESS`.
+    pub result: &'static str,
+    pub cancelled: bool,
+    pub logs: Vec<String>,
+    pub log_archived: bool,
+    pub outputs: BTreeMap<String, String>,
+    pub steps: usize,
+    pub started_at: String,
+    pub stopped_at: Option<String>,
+    /// Last heartbeat (non-final UpdateTask) or claim.
+    pub updated_at: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunnerView {
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+    pub version: String,
+    pub labels: Vec<String>,
+    pub ephemeral: bool,
+    /// `idle`, `active` or `offline`, as Gitea computes it.
+    pub status: &'static str,
+}
+
+struct RunnerRec {
+    id: i64,
+    uuid: String,
+    token_sha256: [u8; 32],
+    name: String,
+    version: String,
+    labels: Vec<String>,
+    ephemeral: bool,
+    last_online: SystemTime,
+    last_active: Option<SystemTime>,
+    took_task: bool,
+}
+
+struct JobRec {
+    id: i64,
+    spec: JobSpec,
+    status: JobStatus,
+    task_id: Option<i64>,
+}
+
+struct TaskRec {
+    id: i64,
+    job_id: i64,
+    runner_id: i64,
+    runner_name: String,
+    result: TaskResult,
+    done: bool,
+    cancelled: bool,
+    started: SystemTime,
+    stopped: Option<Timestamp>,
+    updated: SystemTime,
+    steps: Vec<StepState>,
+    outputs: BTreeMap<String, String>,
+    log: Vec<String>,
+    log_archived: bool,
+}
+
+#[derive(Default)]
+struct State {
+    tasks_version: i64,
+    next_runner: i64,
+    next_job: i64,
+    next_task: i64,
+    runners: BTreeMap<i64, RunnerRec>,
+    jobs: BTreeMap<i64, JobRec>,
+    tasks: BTreeMap<i64, TaskRec>,
+}
+
+/// The double's state and behaviour; [`GiteaDouble::start`] serves it.
+pub struct GiteaDouble {
+    registration_token: String,
+    state: Mutex<State>,
+}
+
+/// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
+pub struct GiteaHandle {
+    pub base_url: String,
+    pub addr: SocketAddr,
+    pub registration_token: String,
+    pub double: Arc<GiteaDouble>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl GiteaHandle {
+    /// Stops serving: in-flight requests get a moment to finish, then every connection is
+    /// dropped (a client's idle keep-alive connection must not keep the simulator alive).
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(2), &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for GiteaHandle {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GiteaJson<'a> {
+    url: &'a str,
+    address: String,
+    registration_token: &'a str,
+    admin_url: String,
+}
+
+/// Writes `<state_dir>/gitea.json` (`url`, `address`, `registrationToken`, `adminUrl`),
+/// mode 0600 because it holds the registration token.
+pub fn write_gitea_json(state_dir: &Path, handle: &GiteaHandle) -> tenantci_core::Result<PathBuf> {
+    let path = state_dir.join("gitea.json");
+    let doc = GiteaJson {
+        url: &handle.base_url,
+        address: handle.addr.to_string(),
+        registration_token: &handle.registration_token,
+        admin_url: format!("{}/admin", handle.base_url),
+    };
+    let mut bytes = serde_json::to_vec_pretty(&doc)
+        .map_err(|e| tenantci_core::Error::external(format!("cannot encode gitea.json: {e}")))?;
+    bytes.push(b'\n');
+    tenantci_core::fsutil::write_atomic(&path, &bytes, tenantci_core::fsutil::MODE_SECRET)
+        .map_err(|e| {
+            tenantci_core::Error::unwritable("the Gitea double's address file", &path, e)
+        })?;
+    Ok(path)
+}
+
+fn random_hex(bytes: usize) -> String {
+    let buf: Vec<u8> = (0..bytes).map(|_| rand::random::<u8>()).collect();
+    hex::encode(buf)
+}
+
+fn sha256(s: &str) -> [u8; 32] {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+/// Microseconds: the dispatch benchmark measures from a task's claim (`started_at`).
+fn rfc3339(ts: &Timestamp) -> String {
+    chrono::DateTime::from_timestamp(ts.seconds, ts.nanos.max(0) as u32)
+        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .unwrap_or_default()
+}
+
+fn result_name(r: TaskResult) -> &'static str {
+    TaskResult::proto_name(r as i32).unwrap_or("RESULT_UNSPECIFIED")
+}
+
+impl RunnerRec {
+    fn status(&self, now: SystemTime) -> RunnerStatus {
+        let since = |t: SystemTime| now.duration_since(t).unwrap_or_default();
+        if since(self.last_online) > Duration::from_secs(60) {
+            RunnerStatus::Offline
+        } else if self
+            .last_active
+            .is_some_and(|t| since(t) < Duration::from_secs(10))
+        {
+            RunnerStatus::Active
+        } else {
+            RunnerStatus::Idle
+        }
+    }
+
+    fn to_proto(&self, token: String, now: SystemTime) -> Runner {
+        Runner {
+            id: self.id,
+            uuid: self.uuid.clone(),
+            token,
+            name: self.name.clone(),
+            status: self.status(now) as i32,
+            version: self.version.clone(),
+            labels: self.labels.clone(),
+            ephemeral: self.ephemeral,
+            ..Default::default()
+        }
+    }
+
+    fn view(&self, now: SystemTime) -> RunnerView {
+        RunnerView {
+            id: self.id,
+            uuid: self.uuid.clone(),
+            name: self.name.clone(),
+            version: self.version.clone(),
+            labels: self.labels.clone(),
+            ephemeral: self.ephemeral,
+            status: match self.status(now) {
+                RunnerStatus::Active => "active",
+                RunnerStatus::Offline => "offline",
+                _ => "idle",
+            },
+        }
+    }
+}
+
+impl TaskRec {
+    fn view(&self) -> TaskView {
+        TaskView {
+            id: self.id,
+            job_id: self.job_id,
+            runner_id: self.runner_id,
+            runner_name: self.runner_name.clone(),
+            state: if self.done { "done" } else { "running" },
+            result: result_name(self.result),
+            cancelled: self.cancelled,
+            logs: self.log.clone(),
+            log_archived: self.log_archived,
+            outputs: self.outputs.clone(),
+            steps: self.steps.len(),
+            started_at: rfc3339(&timestamp(self.started)),
+            stopped_at: self.stopped.as_ref().map(rfc3339),
+            updated_at: rfc3339(&timestamp(self.updated)),
+        }
+    }
+}
+
+impl JobRec {
+    fn view(&self) -> JobView {
+        JobView {
+            id: self.id,
+            name: self.spec.name.clone(),
+            runs_on: self.spec.runs_on.clone(),
+            status: self.status,
+            task_id: self.task_id,
+        }
+    }
+}
+
+impl GiteaDouble {
+    pub fn new() -> Self {
+        GiteaDouble {
+            registration_token: random_hex(20),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Serves a fresh double on `listen` (use port 0 in tests).
+    pub async fn start(listen: SocketAddr) -> tenantci_core::Result<GiteaHandle> {
+        let listener = TcpListener::bind(listen).await.map_err(|e| {
+            tenantci_core::Error::external(format!(
+                "cannot listen on {listen} for the Gitea double: {e}"
+            ))
+            .hint("pick a free port, or port 0 for any")
+        })?;
+        let addr = listener.local_addr().map_err(|e| {
+            tenantci_core::Error::external(format!("cannot read the listen address: {e}"))
+        })?;
+        let double = Arc::new(GiteaDouble::new());
+        let app = Self::router(double.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::warn!(error = %e, "the Gitea double stopped with an error");
+            }
+        });
+        Ok(GiteaHandle {
+            base_url: format!("http://{addr}"),
+            addr,
+            registration_token: double.registration_token.clone(),
+            double,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// The RunnerService, PingService and admin routes, without transport.
+    pub fn router(double: Arc<GiteaDouble>) -> Router {
+        let admin = Router::new()
+            .route("/admin/jobs", post(admin_enqueue))
+            .route("/admin/jobs/{id}", get(admin_job))
+            .route("/admin/tasks/{id}", get(admin_task))
+            .route("/admin/tasks/{id}/cancel", post(admin_cancel))
+            .route("/admin/runners", get(admin_runners))
+            .with_state(double.clone());
+        facade::router(double).merge(admin)
+    }
+
+    pub fn registration_token(&self) -> &str {
+        &self.registration_token
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Enqueues a Waiting job and bumps the tasks version; returns the job id.
+    pub fn enqueue(&self, spec: JobSpec) -> i64 {
+        let mut st = self.lock();
+        st.next_job += 1;
+        let id = st.next_job;
+        st.jobs.insert(
+            id,
+            JobRec {
+                id,
+                spec,
+                status: JobStatus::Waiting,
+                task_id: None,
+            },
+        );
+        st.tasks_version += 1;
+        id
+    }
+
+    pub fn job(&self, id: i64) -> Option<JobView> {
+        self.lock().jobs.get(&id).map(JobRec::view)
+    }
+
+    pub fn task(&self, id: i64) -> Option<TaskView> {
+        self.lock().tasks.get(&id).map(TaskRec::view)
+    }
+
+    pub fn runners(&self) -> Vec<RunnerView> {
+        let now = SystemTime::now();
+        self.lock().runners.values().map(|r| r.view(now)).collect()
+    }
+
+    pub fn tasks_version(&self) -> i64 {
+        self.lock().tasks_version
+    }
+
+    /// Cancels a job: a Waiting one never runs; a running task is stopped as CANCELLED and
+    /// its runner learns it from its next UpdateTask answer.
+    pub fn cancel_job(&self, job_id: i64) -> Result<(), ConnectError> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let job = st
+            .jobs
+            .get_mut(&job_id)
+            .ok_or_else(|| ConnectError::not_found(format!("no job {job_id}")))?;
+        match job.status {
+            JobStatus::Waiting => job.status = JobStatus::Cancelled,
+            JobStatus::Running => {
+                job.status = JobStatus::Cancelled;
+                if let Some(task) = job.task_id.and_then(|t| st.tasks.get_mut(&t)) {
+                    task.cancelled = true;
+                    task.done = true;
+                    task.result = TaskResult::Cancelled;
+                    task.stopped = Some(timestamp(SystemTime::now()));
+                }
+            }
+            JobStatus::Done | JobStatus::Cancelled => return Ok(()),
+        }
+        st.tasks_version += 1;
+        Ok(())
+    }
+
+    fn owned_task(st: &mut State, caller: i64, task_id: i64) -> Result<&mut TaskRec, ConnectError> {
+        let task = st
+            .tasks
+            .get_mut(&task_id)
+            .ok_or_else(|| ConnectError::not_found(format!("no task {task_id}")))?;
+        if task.runner_id != caller {
+            return Err(ConnectError::permission_denied(format!(
+                "task {task_id} is not assigned to this runner"
+            )));
+        }
+        Ok(task)
+    }
+
+    fn claim(st: &mut State, runner_id: i64, now: SystemTime) -> Option<Task> {
+        let runner = st.runners.get(&runner_id)?;
+        if runner.ephemeral && runner.took_task {
+            return None;
+        }
+        let job_id = st
+            .jobs
+            .values()
+            .find(|j| {
+                j.status == JobStatus::Waiting
+                    && j.spec.runs_on.iter().all(|l| runner.labels.contains(l))
+            })?
+            .id;
+        let runner_name = runner.name.clone();
+        st.next_task += 1;
+        let task_id = st.next_task;
+        let job = st.jobs.get_mut(&job_id)?;
+        job.status = JobStatus::Running;
+        job.task_id = Some(task_id);
+        let spec = job.spec.clone();
+        if let Some(r) = st.runners.get_mut(&runner_id) {
+            r.took_task = true;
+        }
+        st.tasks.insert(
+            task_id,
+            TaskRec {
+                id: task_id,
+                job_id,
+                runner_id,
+                runner_name,
+                result: TaskResult::Unspecified,
+                done: false,
+                cancelled: false,
+                started: now,
+                stopped: None,
+                updated: now,
+                steps: Vec::new(),
+                outputs: BTreeMap::new(),
+                log: Vec::new(),
+                log_archived: false,
+            },
+        );
+        let mut context = spec.context.clone();
+        context.insert("job".into(), spec.name.clone().into());
+        context.insert("run_id".into(), job_id.to_string().into());
+        context.insert("token".into(), random_hex(20).into());
+        context.insert("gitea_runtime_token".into(), random_hex(20).into());
+        Some(Task {
+            id: task_id,
+            workflow_payload: Some(spec.workflow_payload.into_bytes()),
+            context: Some(struct_from_json(context)),
+            secrets: spec.secrets,
+            vars: spec.vars,
+            ..Default::default()
+        })
+    }
+}
+
+impl Default for GiteaDouble {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FacadeBackend for GiteaDouble {
+    type Caller = i64;
+
+    async fn authenticate(&self, uuid: &str, token: &str) -> Result<i64, ConnectError> {
+        let presented = sha256(token);
+        let mut st = self.lock();
+        let found = st.runners.values_mut().find(|r| r.uuid == uuid);
+        let (expected, id) = match &found {
+            Some(r) => (r.token_sha256, Some(r.id)),
+            None => ([0u8; 32], None),
+        };
+        let matches: bool = presented.ct_eq(&expected).into();
+        match (id, matches, found) {
+            (Some(id), true, Some(r)) => {
+                r.last_online = SystemTime::now();
+                Ok(id)
+            }
+            _ => Err(ConnectError::unauthenticated("unregistered runner")),
+        }
+    }
+
+    async fn register(&self, req: RegisterRequest) -> Result<RegisterResponse, ConnectError> {
+        let ok: bool = sha256(&req.token)
+            .ct_eq(&sha256(&self.registration_token))
+            .into();
+        if !ok {
+            return Err(ConnectError::permission_denied(
+                "runner registration token is invalid",
+            ));
+        }
+        if req.name.trim().is_empty() {
+            return Err(ConnectError::invalid_argument("runner name is required"));
+        }
+        let labels = if req.labels.is_empty() {
+            // Runners older than the `labels` field send agent + custom labels.
+            req.agent_labels
+                .iter()
+                .chain(&req.custom_labels)
+                .cloned()
+                .collect()
+        } else {
+            req.labels.clone()
+        };
+        let now = SystemTime::now();
+        let token = random_hex(20);
+        let mut st = self.lock();
+        st.next_runner += 1;
+        let rec = RunnerRec {
+            id: st.next_runner,
+            uuid: crate::ids::uuid(),
+            token_sha256: sha256(&token),
+            name: req.name,
+            version: req.version,
+            labels,
+            ephemeral: req.ephemeral,
+            last_online: now,
+            last_active: None,
+            took_task: false,
+        };
+        let runner = rec.to_proto(token, now);
+        st.runners.insert(rec.id, rec);
+        Ok(RegisterResponse {
+            runner: Some(runner),
+        })
+    }
+
+    async fn declare(
+        &self,
+        caller: &i64,
+        req: DeclareRequest,
+    ) -> Result<DeclareResponse, ConnectError> {
+        let mut st = self.lock();
+        let r = st
+            .runners
+            .get_mut(caller)
+            .ok_or_else(|| ConnectError::unauthenticated("unregistered runner"))?;
+        r.version = req.version;
+        r.labels = req.labels;
+        Ok(DeclareResponse {
+            runner: Some(r.to_proto(String::new(), SystemTime::now())),
+        })
+    }
+
+    async fn fetch_task(
+        &self,
+        caller: &i64,
+        req: FetchTaskRequest,
+    ) -> Result<FetchTaskResponse, ConnectError> {
+        let mut st = self.lock();
+        if st.tasks_version == 0 {
+            st.tasks_version = 1;
+        }
+        let latest = st.tasks_version;
+        let task = if req.tasks_version != latest {
+            Self::claim(&mut st, *caller, SystemTime::now())
+        } else {
+            None
+        };
+        Ok(FetchTaskResponse {
+            task,
+            tasks_version: latest,
+        })
+    }
+
+    async fn update_task(
+        &self,
+        caller: &i64,
+        req: UpdateTaskRequest,
+    ) -> Result<UpdateTaskResponse, ConnectError> {
+        let state = req
+            .state
+            .ok_or_else(|| ConnectError::invalid_argument("UpdateTask needs a state"))?;
+        let now = SystemTime::now();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let task = Self::owned_task(st, *caller, state.id)?;
+        let mut sent = Vec::new();
+        for (k, v) in req.outputs {
+            task.outputs.entry(k.clone()).or_insert(v);
+            sent.push(k);
+        }
+        let mut finished = false;
+        if !task.done {
+            task.updated = now;
+            if !state.steps.is_empty() {
+                task.steps = state.steps;
+            }
+            let result = TaskResult::try_from(state.result).unwrap_or(TaskResult::Unspecified);
+            if result.is_final() {
+                task.done = true;
+                task.result = result;
+                task.stopped = Some(state.stopped_at.unwrap_or_else(|| timestamp(now)));
+                finished = true;
+            }
+        }
+        let answer = TaskState {
+            id: task.id,
+            result: if task.cancelled {
+                TaskResult::Cancelled as i32
+            } else {
+                task.result as i32
+            },
+            ..Default::default()
+        };
+        let job_id = task.job_id;
+        if finished {
+            if let Some(job) = st.jobs.get_mut(&job_id) {
+                job.status = JobStatus::Done;
+            }
+        }
+        let ephemeral_done = finished && st.runners.get(caller).is_some_and(|r| r.ephemeral);
+        if ephemeral_done {
+            st.runners.remove(caller);
+        } else if let Some(r) = st.runners.get_mut(caller) {
+            r.last_active = Some(now);
+        }
+        Ok(UpdateTaskResponse {
+            state: Some(answer),
+            sent_outputs: sent,
+        })
+    }
+
+    async fn update_log(
+        &self,
+        caller: &i64,
+        req: UpdateLogRequest,
+    ) -> Result<UpdateLogResponse, ConnectError> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if let Some(r) = st.runners.get_mut(caller) {
+            r.last_active = Some(SystemTime::now());
+        }
+        let task = Self::owned_task(st, *caller, req.task_id)?;
+        let ack = task.log.len() as i64;
+        let rows = req.rows.len() as i64;
+        if req.index > ack || (rows > 0 && req.index + rows <= ack) {
+            return Ok(UpdateLogResponse { ack_index: ack });
+        }
+        if task.log_archived {
+            return Err(ConnectError::already_exists("log file has been archived"));
+        }
+        let skip = (ack - req.index).max(0) as usize;
+        task.log
+            .extend(req.rows.into_iter().skip(skip).map(|r| r.content));
+        if req.no_more {
+            task.log_archived = true;
+        }
+        Ok(UpdateLogResponse {
+            ack_index: task.log.len() as i64,
+        })
+    }
+}
+
+type Double = AxState<Arc<GiteaDouble>>;
+
+fn not_found(what: String) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(serde_json::json!({ "error": what })),
+    )
+        .into_response()
+}
+
+async fn admin_enqueue(AxState(d): Double, Json(spec): Json<JobSpec>) -> Response {
+    let id = d.enqueue(spec);
+    (
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "job_id": id })),
+    )
+        .into_response()
+}
+
+async fn admin_job(AxState(d): Double, UrlPath(id): UrlPath<i64>) -> Response {
+    match d.job(id) {
+        Some(j) => Json(j).into_response(),
+        None => not_found(format!("no job {id}")),
+    }
+}
+
+async fn admin_task(AxState(d): Double, UrlPath(id): UrlPath<i64>) -> Response {
+    match d.task(id) {
+        Some(t) => Json(t).into_response(),
+        None => not_found(format!("no task {id}")),
+    }
+}
+
+async fn admin_cancel(AxState(d): Double, UrlPath(id): UrlPath<i64>) -> Response {
+    let job_id = match d.task(id) {
+        Some(t) => t.job_id,
+        None => return not_found(format!("no task {id}")),
+    };
+    match d.cancel_job(job_id) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => not_found(e.message),
+    }
+}
+
+async fn admin_runners(AxState(d): Double) -> Response {
+    Json(d.runners()).into_response()
+}

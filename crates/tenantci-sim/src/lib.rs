@@ -1,0 +1,237 @@
+//! `tenantci sim`: a local gateway for tests and the quickstart. One admin apiserver serving
+//! the `Cluster` objects, and one tenant apiserver per cluster with real HTTPS, client-cert
+//! authentication and RBAC, over an in-memory object store.
+//!
+//! A test double: production code paths never use it. Objects live in memory; the state
+//! directory (CAs, kubeconfigs, ports) survives restarts. See docs/simulator.md.
+
+pub mod api;
+pub mod authn;
+pub mod authz;
+pub mod gitea;
+pub mod ids;
+pub mod nodes;
+pub mod scheduler;
+pub mod seed;
+pub mod selector;
+pub mod server;
+pub mod statedir;
+pub mod status;
+pub mod store;
+pub mod tls;
+pub mod validate;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use api::{ApiServer, Mode, registry};
+use statedir::{ClusterEntry, GatewayJson};
+use tenantci_core::{Error, Result};
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub state_dir: PathBuf,
+    pub clusters: Vec<String>,
+    /// Rented nodes: the node image and the autoscaler's timing and limit.
+    pub nodes: nodes::NodeConfig,
+}
+
+/// The machine-readable line `tenantci sim` prints once every server listens.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadyInfo {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub state_dir: PathBuf,
+    pub admin_kubeconfig: PathBuf,
+    pub admin_url: String,
+    pub admin_port: u16,
+    pub clusters: Vec<ClusterEntry>,
+}
+
+/// A running simulator; drop or [`SimHandle::shutdown`] stops it.
+pub struct SimHandle {
+    pub info: ReadyInfo,
+    pub admin: Arc<ApiServer>,
+    /// Tenant apiservers by cluster name, for in-process inspection.
+    pub tenants: Vec<(String, Arc<ApiServer>)>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl SimHandle {
+    pub fn tenant(&self, name: &str) -> Option<&Arc<ApiServer>> {
+        self.tenants.iter().find(|(n, _)| n == name).map(|(_, a)| a)
+    }
+
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn bind(preferred: Option<u16>) -> Result<TcpListener> {
+    if let Some(port) = preferred {
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)).await {
+            return Ok(l);
+        }
+    }
+    TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(|e| Error::external(format!("cannot listen on 127.0.0.1: {e}")))
+}
+
+fn url(port: u16) -> String {
+    format!("https://127.0.0.1:{port}")
+}
+
+/// `<cluster>/node-image.json`, which tenantci reads for sizing (docs/state-dir.md).
+fn write_node_image(
+    path: &std::path::Path,
+    image: &tenantci_core::node_image::NodeImage,
+) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(image).expect("a node image serializes");
+    text.push('\n');
+    tenantci_core::fsutil::write_if_changed(
+        path,
+        text.as_bytes(),
+        tenantci_core::fsutil::MODE_SECRET,
+    )
+    .map(|_| ())
+    .map_err(|e| Error::unwritable("the node image manifest", path, e))
+}
+
+/// Prepares the state directory, binds every server and starts serving.
+pub async fn start(config: SimConfig) -> Result<SimHandle> {
+    tenantci_core::tls::ensure_crypto_provider();
+    let mut names = config.clusters.clone();
+    names.dedup();
+    let state = statedir::open(&config.state_dir)?;
+    if names.is_empty() {
+        names = state
+            .cluster_names()
+            .map_err(|e| Error::unreadable("the state directory", state.root(), e))?;
+    }
+    if names.is_empty() {
+        return Err(Error::bad_input("no cluster to simulate")
+            .hint("pass --cluster NAME (repeatable), e.g. --cluster ci"));
+    }
+    let ports = statedir::previous_ports(&state);
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let admin_ca = statedir::admin_ca(&state)?;
+    let admin_listener = bind(ports.get("").copied()).await?;
+    let admin_port = admin_listener
+        .local_addr()
+        .map_err(|e| Error::external(e.to_string()))?
+        .port();
+    let admin_api = Arc::new(ApiServer::new(
+        registry::ADMIN,
+        Mode::VerifiedOnly,
+        format!("127.0.0.1:{admin_port}"),
+    ));
+
+    let mut entries = Vec::new();
+    let mut tenants = Vec::new();
+    for name in &names {
+        let (serving_ca, client_ca) = statedir::cluster_cas(&state, name)?;
+        let listener = bind(ports.get(name).copied()).await?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::external(e.to_string()))?
+            .port();
+        let paths = state.cluster(name);
+        statedir::ensure_kubeconfig(
+            &paths.tenant_admin_kubeconfig,
+            name,
+            &url(port),
+            serving_ca.cert_pem(),
+            &client_ca,
+            "tenant-admin",
+        )?;
+        let cert = statedir::serving_cert(&serving_ca, &format!("{name}-apiserver"))?;
+        let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
+        let authn = Arc::new(authn::Authenticator::new(client_ca.cert_pem())?);
+        let api = ApiServer::new(registry::TENANT, Mode::Rbac, format!("127.0.0.1:{port}"));
+        let api = Arc::new(api);
+        seed::tenant(&api);
+        write_node_image(&paths.node_image, &config.nodes.image)?;
+        tasks.push(tokio::spawn(nodes::run(
+            api.clone(),
+            config.nodes.clone(),
+            stop_rx.clone(),
+        )));
+        admin_api.seed(seed::cluster_object(name, &url(port)));
+        tasks.push(tokio::spawn(server::serve(
+            listener,
+            tls,
+            authn,
+            api.clone(),
+            stop_rx.clone(),
+        )));
+        tenants.push((name.clone(), api));
+        entries.push(ClusterEntry {
+            name: name.clone(),
+            url: url(port),
+            port,
+            tenant_admin_kubeconfig: paths.tenant_admin_kubeconfig,
+        });
+    }
+
+    statedir::ensure_kubeconfig(
+        &state.admin_kubeconfig(),
+        "gateway-admin",
+        &url(admin_port),
+        admin_ca.cert_pem(),
+        &admin_ca,
+        "gateway-admin",
+    )?;
+    let cert = statedir::serving_cert(&admin_ca, "tenantci-sim-gateway")?;
+    let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
+    let authn = Arc::new(authn::Authenticator::new(admin_ca.cert_pem())?);
+    tasks.push(tokio::spawn(server::serve(
+        admin_listener,
+        tls,
+        authn,
+        admin_api.clone(),
+        stop_rx,
+    )));
+
+    let gateway = GatewayJson {
+        admin_kubeconfig: state.admin_kubeconfig(),
+        state_dir: state.root().to_path_buf(),
+        admin_url: url(admin_port),
+        admin_port,
+        clusters: entries.clone(),
+    };
+    statedir::write_gateway_json(&state, &gateway)?;
+    Ok(SimHandle {
+        info: ReadyInfo {
+            kind: "ready",
+            state_dir: gateway.state_dir,
+            admin_kubeconfig: gateway.admin_kubeconfig,
+            admin_url: gateway.admin_url,
+            admin_port,
+            clusters: entries,
+        },
+        admin: admin_api,
+        tenants,
+        stop,
+        tasks,
+    })
+}

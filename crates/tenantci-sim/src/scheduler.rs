@@ -1,0 +1,567 @@
+//! The simulator's scheduler and node autoscaler as one pure planning step: given the pods,
+//! the nodes and the PriorityClasses, decide what to bind, what to preempt, and whether to
+//! rent or release a node. The simulator's controller loop applies the plan to its store.
+//!
+//! Modelled on kube-scheduler and cluster-autoscaler, as far as tenantci depends on them:
+//! pods are placed in priority order (then age); a pod fits a Ready node when its requests fit
+//! the node's allocatable minus what bound pods request, its nodeSelector matches the node's
+//! labels and it tolerates the node's NoSchedule/NoExecute taints. A pod that fits nowhere may
+//! preempt lower-priority pods on one node (unless its preemptionPolicy is Never). A pod that
+//! still fits nowhere makes the autoscaler rent a node, unless its priority is below the cutoff
+//! (-10) or `max_nodes` is reached, or a node already booting will take it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use tenantci_core::quantity::{self, Milli};
+
+/// cluster-autoscaler's default `expendable-pods-priority-cutoff`: pods below never rent.
+pub const AUTOSCALER_PRIORITY_CUTOFF: i32 = -10;
+
+/// What the planner needs to know about a pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    pub priority: i32,
+    pub preempt_never: bool,
+    pub cpu: Milli,
+    pub memory: Milli,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Value>,
+    pub node_name: Option<String>,
+    /// Succeeded and Failed pods hold no resources.
+    pub terminal: bool,
+    /// Creation order (the store's resourceVersion or a timestamp): older first.
+    pub age_key: u64,
+}
+
+/// What the planner needs to know about a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeView {
+    pub name: String,
+    pub ready: bool,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Value>,
+    pub cpu: Milli,
+    pub memory: Milli,
+    /// How long the node has had no non-terminal pods (None while it has some).
+    pub idle_for: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_nodes: usize,
+    pub node_idle: Duration,
+    /// Allocatable of a node about to be rented (from the node image).
+    pub new_node_cpu: Milli,
+    pub new_node_memory: Milli,
+    /// Labels a rented node comes up with (a pod whose nodeSelector they do not satisfy
+    /// would never fit one, so it rents nothing).
+    pub new_node_labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Set spec.nodeName, PodScheduled, phase Running.
+    Bind {
+        namespace: String,
+        name: String,
+        node: String,
+    },
+    /// Delete these pods so `for_pod` fits on `node` (it is bound in the same plan).
+    Preempt {
+        victims: Vec<(String, String)>,
+        node: String,
+        for_pod: (String, String),
+    },
+    /// Rent one node (created NotReady, Ready after the boot time).
+    RentNode,
+    /// Release an idle node.
+    ReleaseNode { name: String },
+}
+
+/// Effective requests as kube-scheduler computes them: the larger of the containers' sum and
+/// the largest init container, per resource (sidecar init containers are not modelled).
+pub fn pod_requests(pod: &Value) -> (Milli, Milli) {
+    let spec = &pod["spec"];
+    let request = |c: &Value, res: &str| {
+        c["resources"]["requests"][res]
+            .as_str()
+            .and_then(quantity::parse)
+            .unwrap_or_default()
+    };
+    let list = |key: &str| spec[key].as_array().cloned().unwrap_or_default();
+    let mut out = [Milli(0), Milli(0)];
+    for (i, res) in ["cpu", "memory"].iter().enumerate() {
+        let sum: Milli = list("containers").iter().map(|c| request(c, res)).sum();
+        let init = list("initContainers")
+            .iter()
+            .map(|c| request(c, res))
+            .max()
+            .unwrap_or_default();
+        out[i] = sum.max(init);
+    }
+    (out[0], out[1])
+}
+
+fn string_map(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl PodView {
+    /// Reads a stored Pod; `priority` is resolved by the caller from priorityClassName.
+    pub fn from_json(pod: &Value, priority: i32, age_key: u64) -> Self {
+        let (cpu, memory) = pod_requests(pod);
+        let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+        PodView {
+            namespace: pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string(),
+            name: pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            priority,
+            preempt_never: pod["spec"]["preemptionPolicy"] == "Never",
+            cpu,
+            memory,
+            node_selector: string_map(&pod["spec"]["nodeSelector"]),
+            tolerations: pod["spec"]["tolerations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+            node_name: pod["spec"]["nodeName"].as_str().map(str::to_string),
+            terminal: matches!(phase, "Succeeded" | "Failed"),
+            age_key,
+        }
+    }
+
+    fn key(&self) -> (String, String) {
+        (self.namespace.clone(), self.name.clone())
+    }
+
+    fn tolerates(&self, taint: &Value) -> bool {
+        let effect = taint["effect"].as_str().unwrap_or_default();
+        if effect == "PreferNoSchedule" {
+            return true;
+        }
+        self.tolerations.iter().any(|t| {
+            let key_ok = match t["key"].as_str() {
+                None | Some("") => t["operator"] == "Exists",
+                Some(k) => Some(k) == taint["key"].as_str(),
+            };
+            let value_ok = t["operator"] == "Exists"
+                || t["value"].as_str().unwrap_or_default()
+                    == taint["value"].as_str().unwrap_or_default();
+            let effect_ok = t["effect"]
+                .as_str()
+                .is_none_or(|e| e.is_empty() || e == effect);
+            key_ok && value_ok && effect_ok
+        })
+    }
+
+    /// Placement constraints other than resources.
+    fn can_run_on(&self, node: &NodeView) -> bool {
+        self.node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+            && node.taints.iter().all(|t| self.tolerates(t))
+    }
+}
+
+/// Resolves a pod's priority as the Priority admission plugin does: its PriorityClass's
+/// value when the class exists, else `spec.priority`, else 0 (no global default).
+pub fn resolve_priority(pod: &Value, classes: &BTreeMap<String, i32>) -> i32 {
+    pod["spec"]["priorityClassName"]
+        .as_str()
+        .and_then(|n| classes.get(n).copied())
+        .or_else(|| pod["spec"]["priority"].as_i64().map(|p| p as i32))
+        .unwrap_or(0)
+}
+
+struct Room {
+    cpu: Milli,
+    memory: Milli,
+}
+
+impl Room {
+    fn fits(&self, pod: &PodView) -> bool {
+        pod.cpu <= self.cpu && pod.memory <= self.memory
+    }
+    fn take(&mut self, pod: &PodView) {
+        self.cpu = Milli(self.cpu.0 - pod.cpu.0);
+        self.memory = Milli(self.memory.0 - pod.memory.0);
+    }
+    fn give(&mut self, pod: &PodView) {
+        self.cpu += pod.cpu;
+        self.memory += pod.memory;
+    }
+}
+
+/// One planning pass.
+pub fn plan(pods: &[PodView], nodes: &[NodeView], limits: &Limits) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let live: Vec<&PodView> = pods.iter().filter(|p| !p.terminal).collect();
+    let mut room: BTreeMap<&str, Room> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.name.as_str(),
+                Room {
+                    cpu: n.cpu,
+                    memory: n.memory,
+                },
+            )
+        })
+        .collect();
+    // Bound pods per node, for preemption.
+    let mut bound: BTreeMap<&str, Vec<&PodView>> = BTreeMap::new();
+    for p in &live {
+        if let Some(n) = p.node_name.as_deref() {
+            if let Some(r) = room.get_mut(n) {
+                r.take(p);
+                bound.entry(n).or_default().push(p);
+            }
+        }
+    }
+    let mut pending: Vec<&PodView> = live
+        .iter()
+        .copied()
+        .filter(|p| p.node_name.is_none())
+        .collect();
+    pending.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.age_key.cmp(&b.age_key)));
+    let mut evicted: Vec<(String, String)> = Vec::new();
+    let mut unplaced: Vec<&PodView> = Vec::new();
+
+    for pod in pending {
+        let candidates = || nodes.iter().filter(|n| n.ready && pod.can_run_on(n));
+        if let Some(node) = candidates().find(|n| room[n.name.as_str()].fits(pod)) {
+            room.get_mut(node.name.as_str()).unwrap().take(pod);
+            bound.entry(node.name.as_str()).or_default().push(pod);
+            actions.push(Action::Bind {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                node: node.name.clone(),
+            });
+            continue;
+        }
+        if !pod.preempt_never {
+            if let Some((node, victims)) = candidates().find_map(|n| {
+                preemption_victims(
+                    pod,
+                    &room[n.name.as_str()],
+                    bound.get(n.name.as_str()),
+                    &evicted,
+                )
+                .map(|v| (n, v))
+            }) {
+                let r = room.get_mut(node.name.as_str()).unwrap();
+                for v in &victims {
+                    r.give(v);
+                    evicted.push(v.key());
+                }
+                r.take(pod);
+                let list = bound.entry(node.name.as_str()).or_default();
+                list.retain(|b| !victims.iter().any(|v| v.key() == b.key()));
+                list.push(pod);
+                actions.push(Action::Preempt {
+                    victims: victims.iter().map(|v| v.key()).collect(),
+                    node: node.name.clone(),
+                    for_pod: pod.key(),
+                });
+                actions.push(Action::Bind {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    node: node.name.clone(),
+                });
+                continue;
+            }
+        }
+        unplaced.push(pod);
+    }
+
+    // Autoscaler: booting nodes absorb what they can; the rest rents new nodes.
+    let mut booting: Vec<Room> = nodes
+        .iter()
+        .filter(|n| !n.ready)
+        .map(|n| Room {
+            cpu: n.cpu,
+            memory: n.memory,
+        })
+        .collect();
+    let mut total = nodes.len();
+    for pod in unplaced {
+        if pod.priority < AUTOSCALER_PRIORITY_CUTOFF {
+            continue;
+        }
+        let fresh = NodeView {
+            name: String::new(),
+            ready: true,
+            labels: limits.new_node_labels.clone(),
+            taints: Vec::new(),
+            cpu: limits.new_node_cpu,
+            memory: limits.new_node_memory,
+            idle_for: None,
+        };
+        if !pod.can_run_on(&fresh) {
+            continue;
+        }
+        if let Some(r) = booting.iter_mut().find(|r| r.fits(pod)) {
+            r.take(pod);
+            continue;
+        }
+        let new_room = Room {
+            cpu: limits.new_node_cpu,
+            memory: limits.new_node_memory,
+        };
+        if !new_room.fits(pod) || total >= limits.max_nodes {
+            continue;
+        }
+        let mut new_room = new_room;
+        new_room.take(pod);
+        booting.push(new_room);
+        total += 1;
+        actions.push(Action::RentNode);
+    }
+
+    for n in nodes {
+        let empty = !bound.contains_key(n.name.as_str());
+        if n.ready && empty && n.idle_for.is_some_and(|d| d >= limits.node_idle) {
+            actions.push(Action::ReleaseNode {
+                name: n.name.clone(),
+            });
+        }
+    }
+    actions
+}
+
+/// The lowest-priority pods on a node whose removal lets `pod` fit; None when impossible.
+fn preemption_victims<'a>(
+    pod: &PodView,
+    room: &Room,
+    bound: Option<&Vec<&'a PodView>>,
+    already: &[(String, String)],
+) -> Option<Vec<&'a PodView>> {
+    let mut lower: Vec<&PodView> = bound?
+        .iter()
+        .copied()
+        .filter(|b| b.priority < pod.priority && !already.contains(&b.key()))
+        .collect();
+    lower.sort_by(|a, b| a.priority.cmp(&b.priority).then(b.age_key.cmp(&a.age_key)));
+    let mut freed = Room {
+        cpu: room.cpu,
+        memory: room.memory,
+    };
+    let mut victims = Vec::new();
+    for v in lower {
+        if freed.fits(pod) {
+            break;
+        }
+        freed.give(v);
+        victims.push(v);
+    }
+    freed.fits(pod).then_some(victims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, prio: i32, cpu: i128, node: Option<&str>) -> PodView {
+        PodView {
+            namespace: "ns".into(),
+            name: name.into(),
+            priority: prio,
+            preempt_never: prio < 0,
+            cpu: Milli(cpu),
+            memory: Milli::from_units(1 << 20),
+            node_selector: BTreeMap::new(),
+            tolerations: vec![],
+            node_name: node.map(str::to_string),
+            terminal: false,
+            age_key: 0,
+        }
+    }
+
+    fn node(name: &str, ready: bool) -> NodeView {
+        NodeView {
+            name: name.into(),
+            ready,
+            labels: BTreeMap::new(),
+            taints: vec![],
+            cpu: Milli(1900),
+            memory: Milli::from_units(1792 << 20),
+            idle_for: None,
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            max_nodes: 3,
+            node_idle: Duration::from_secs(60),
+            new_node_cpu: Milli(1900),
+            new_node_memory: Milli::from_units(1792 << 20),
+            new_node_labels: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_pod_that_fits_nowhere_rents_one_node() {
+        let a = plan(&[pod("a", 0, 1000, None)], &[], &limits());
+        assert_eq!(a, vec![Action::RentNode]);
+    }
+
+    #[test]
+    fn a_booting_node_absorbs_the_next_pod() {
+        let a = plan(&[pod("a", 0, 1000, None)], &[node("n1", false)], &limits());
+        assert!(a.is_empty(), "{a:?}");
+    }
+
+    #[test]
+    fn pods_below_the_cutoff_never_rent_but_minus_ten_does() {
+        assert!(plan(&[pod("a", -11, 100, None)], &[], &limits()).is_empty());
+        assert_eq!(
+            plan(&[pod("a", -10, 100, None)], &[], &limits()),
+            vec![Action::RentNode]
+        );
+    }
+
+    #[test]
+    fn max_nodes_caps_rental() {
+        let l = Limits {
+            max_nodes: 1,
+            ..limits()
+        };
+        let mut picky = pod("picky", 0, 100, None);
+        picky.node_selector = BTreeMap::from([("pool".into(), "gpu".into())]);
+        assert!(
+            plan(&[picky], &[], &l).is_empty(),
+            "a selector no rented node satisfies rents nothing"
+        );
+        let a = plan(&[pod("a", 0, 1500, None), pod("b", 0, 1500, None)], &[], &l);
+        assert_eq!(a, vec![Action::RentNode]);
+    }
+
+    #[test]
+    fn a_job_preempts_a_pause_pod_and_binds_at_once() {
+        let pause = pod("pause", -10, 1500, Some("n1"));
+        let job = pod("job", 0, 1500, None);
+        let a = plan(&[pause, job], &[node("n1", true)], &limits());
+        assert_eq!(
+            a[0],
+            Action::Preempt {
+                victims: vec![("ns".into(), "pause".into())],
+                node: "n1".into(),
+                for_pod: ("ns".into(), "job".into())
+            }
+        );
+        assert_eq!(
+            a[1],
+            Action::Bind {
+                namespace: "ns".into(),
+                name: "job".into(),
+                node: "n1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn preemption_policy_never_does_not_preempt() {
+        let low = pod("low", -20, 1500, Some("n1"));
+        let mut p = pod("p", 0, 1500, None);
+        p.preempt_never = true;
+        let a = plan(&[low, p], &[node("n1", true)], &limits());
+        assert_eq!(a, vec![Action::RentNode]);
+    }
+
+    #[test]
+    fn node_selector_and_taints_are_honoured() {
+        let mut tainted = node("n1", true);
+        tainted.taints =
+            vec![serde_json::json!({"key": "dedicated", "value": "ci", "effect": "NoSchedule"})];
+        let mut tolerant = pod("t", 0, 100, None);
+        tolerant.tolerations = vec![
+            serde_json::json!({"key": "dedicated", "operator": "Equal", "value": "ci", "effect": "NoSchedule"}),
+        ];
+        let a = plan(
+            &[tolerant.clone()],
+            std::slice::from_ref(&tainted),
+            &limits(),
+        );
+        assert_eq!(
+            a,
+            vec![Action::Bind {
+                namespace: "ns".into(),
+                name: "t".into(),
+                node: "n1".into()
+            }]
+        );
+        let plain = pod("p", 0, 100, None);
+        assert_eq!(
+            plan(&[plain], &[tainted], &limits()),
+            vec![Action::RentNode]
+        );
+        let mut picky = pod("s", 0, 100, None);
+        picky.node_selector = BTreeMap::from([("pool".into(), "gpu".into())]);
+        let mut labelled = node("n2", true);
+        labelled.labels = BTreeMap::from([("pool".into(), "gpu".into())]);
+        let a = plan(&[picky], &[node("n1", true), labelled], &limits());
+        assert_eq!(
+            a,
+            vec![Action::Bind {
+                namespace: "ns".into(),
+                name: "s".into(),
+                node: "n2".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn idle_ready_nodes_are_released() {
+        let mut idle = node("n1", true);
+        idle.idle_for = Some(Duration::from_secs(61));
+        assert_eq!(
+            plan(&[], &[idle], &limits()),
+            vec![Action::ReleaseNode { name: "n1".into() }]
+        );
+    }
+
+    #[test]
+    fn init_containers_count_as_kube_scheduler_counts_them() {
+        let p = serde_json::json!({"spec": {
+            "containers": [{"resources": {"requests": {"cpu": "100m"}}}, {"resources": {"requests": {"cpu": "200m"}}}],
+            "initContainers": [{"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+        }});
+        let (cpu, mem) = pod_requests(&p);
+        assert_eq!(cpu, Milli(500));
+        assert_eq!(mem, Milli::from_units(1 << 30));
+    }
+
+    #[test]
+    fn priority_comes_from_the_class() {
+        let classes = BTreeMap::from([("tenantci-pause".to_string(), -10)]);
+        let p = serde_json::json!({"spec": {"priorityClassName": "tenantci-pause"}});
+        assert_eq!(resolve_priority(&p, &classes), -10);
+        let defaulted =
+            serde_json::json!({"spec": {"priorityClassName": "tenantci-pause", "priority": 0}});
+        assert_eq!(
+            resolve_priority(&defaulted, &classes),
+            -10,
+            "the class wins over a defaulted 0"
+        );
+        assert_eq!(
+            resolve_priority(&serde_json::json!({"spec": {}}), &classes),
+            0
+        );
+    }
+}

@@ -1,0 +1,449 @@
+//! A GitLab double for the runner REST API, for tests and the quickstart (never production).
+//!
+//! Speaks the real wire format of `POST /api/v4/user/runners`, `POST /api/v4/runners/verify`
+//! and the legacy `POST /api/v4/runners` (always 410, as GitLab 17+ by default), and validates
+//! as GitLab does: the `PRIVATE-TOKEN` (or `Authorization: Bearer`) header, the token's
+//! `create_runner`/`api` scope, `runner_type` and the id it requires (group_id for
+//! group_type, project_id for project_type), existing groups/projects. It can be told to
+//! answer 401 / 403 / 410 or to hang, and records created runners. Listens on 127.0.0.1:0,
+//! over plain HTTP ([`GitlabDouble::start`]) or HTTPS with its own CA
+//! ([`GitlabDouble::start_tls`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+/// What the double answers to runner creation, whatever the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Behaviour {
+    /// Validate and answer as GitLab does.
+    #[default]
+    Normal,
+    /// 401 Unauthorized.
+    Unauthorized,
+    /// 403 insufficient_scope.
+    Forbidden,
+    /// 410 Gone "runner registration disallowed".
+    Gone,
+    /// Never answer.
+    Hang,
+}
+
+/// A runner the double created.
+#[derive(Debug, Clone)]
+pub struct CreatedRunner {
+    pub id: u64,
+    pub token: String,
+    pub runner_type: String,
+    pub group_id: Option<u64>,
+    pub project_id: Option<u64>,
+    pub tag_list: Vec<String>,
+    pub run_untagged: bool,
+    pub locked: bool,
+    pub description: Option<String>,
+    /// System ids that verified this runner's token.
+    pub verified_by: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct GitlabState {
+    /// Access token -> its scopes.
+    pub access_tokens: BTreeMap<String, BTreeSet<String>>,
+    pub groups: BTreeSet<u64>,
+    pub projects: BTreeSet<u64>,
+    pub behaviour: Behaviour,
+    pub runners: Vec<CreatedRunner>,
+    /// Every request path seen, in order.
+    pub requests: Vec<String>,
+    next_id: u64,
+}
+
+/// A running double; stops when dropped.
+pub struct GitlabDouble {
+    addr: SocketAddr,
+    state: Arc<Mutex<GitlabState>>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    tls: bool,
+}
+
+/// An access token the double accepts by default, with scope `create_runner`.
+pub const DEFAULT_ACCESS_TOKEN: &str = "glpat-double-create-runner";
+/// An access token the double knows with scope `read_api` only.
+pub const READ_ONLY_ACCESS_TOKEN: &str = "glpat-double-read-api";
+
+fn default_state() -> GitlabState {
+    let mut state = GitlabState::default();
+    state.access_tokens.insert(
+        DEFAULT_ACCESS_TOKEN.into(),
+        ["create_runner".to_string()].into(),
+    );
+    state.access_tokens.insert(
+        READ_ONLY_ACCESS_TOKEN.into(),
+        ["read_api".to_string()].into(),
+    );
+    state.groups.insert(7);
+    state.projects.insert(42);
+    state
+}
+
+impl GitlabDouble {
+    /// Starts on 127.0.0.1:0 with [`DEFAULT_ACCESS_TOKEN`], [`READ_ONLY_ACCESS_TOKEN`], group 7
+    /// and project 42.
+    pub async fn start() -> std::io::Result<Self> {
+        Self::start_with(default_state()).await
+    }
+
+    pub async fn start_with(state: GitlabState) -> std::io::Result<Self> {
+        let state = Arc::new(Mutex::new(state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let app = app(state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(GitlabDouble {
+            addr,
+            state,
+            shutdown: Some(tx),
+            tls: false,
+        })
+    }
+
+    /// Like [`GitlabDouble::start`], over HTTPS with a certificate for 127.0.0.1 and
+    /// localhost signed by a fresh CA, whose PEM is returned (give it as `--gitlab-ca-file`).
+    pub async fn start_tls() -> tenantci_core::Result<(Self, String)> {
+        use tenantci_core::pki::{CertificateAuthority, issue};
+        tenantci_core::tls::ensure_crypto_provider();
+        let day = std::time::Duration::from_secs(86_400);
+        let ca = CertificateAuthority::generate("gitlab-double-ca", day)?;
+        let leaf = issue::server_cert(
+            &ca,
+            "gitlab-double",
+            &["127.0.0.1".to_string(), "localhost".to_string()],
+            day,
+        )?;
+        let certs = rustls_pemfile::certs(&mut leaf.cert_pem.as_bytes())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| {
+                tenantci_core::Error::external(format!("cannot read the double's cert: {e}"))
+            })?;
+        let key = rustls_pemfile::private_key(&mut leaf.key_pem.as_bytes())
+            .ok()
+            .flatten()
+            .ok_or_else(|| tenantci_core::Error::external("cannot read the double's key"))?;
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| {
+                tenantci_core::Error::external(format!("cannot build the TLS config: {e}"))
+            })?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| tenantci_core::Error::external(format!("cannot bind 127.0.0.1:0: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| tenantci_core::Error::external(e.to_string()))?;
+        let state = Arc::new(Mutex::new(default_state()));
+        let app = app(state.clone());
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let double = GitlabDouble {
+            addr,
+            state,
+            shutdown: Some(tx),
+            tls: true,
+        };
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok(a) => a,
+                        Err(_) => continue,
+                    },
+                    _ = &mut rx => return,
+                };
+                let acceptor = acceptor.clone();
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+                });
+            }
+        });
+        Ok((double, ca.cert_pem().to_string()))
+    }
+
+    /// `http://127.0.0.1:<port>` (or `https://`).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        self.state.lock().unwrap().behaviour = behaviour;
+    }
+
+    pub fn runners(&self) -> Vec<CreatedRunner> {
+        self.state.lock().unwrap().runners.clone()
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.state.lock().unwrap().requests.clone()
+    }
+}
+
+impl Drop for GitlabDouble {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+type Shared = Arc<Mutex<GitlabState>>;
+
+/// The double's routes, usable in-process with `tower::ServiceExt::oneshot` too.
+pub fn app(state: Shared) -> Router {
+    Router::new()
+        .route("/api/v4/user/runners", post(create_runner))
+        .route("/api/v4/runners/verify", post(verify_runner))
+        .route("/api/v4/runners", post(legacy_register))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, body: Value) -> Response {
+    (status, Json(body)).into_response()
+}
+
+fn access_token(headers: &HeaderMap) -> Option<String> {
+    if let Some(v) = headers.get("private-token").and_then(|v| v.to_str().ok()) {
+        return Some(v.to_string());
+    }
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
+}
+
+/// GitLab accepts ids and booleans as JSON values or strings.
+fn as_u64(v: Option<&Value>) -> Option<u64> {
+    match v? {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_bool(v: Option<&Value>) -> bool {
+    match v {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => s == "true",
+        _ => false,
+    }
+}
+
+fn runner_token() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+    let suffix: String = (0..20)
+        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("glrt-{suffix}")
+}
+
+async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: String) -> Response {
+    let behaviour = {
+        let mut s = state.lock().unwrap();
+        s.requests.push("POST /api/v4/user/runners".into());
+        s.behaviour
+    };
+    match behaviour {
+        Behaviour::Normal => {}
+        Behaviour::Unauthorized => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                json!({"message": "401 Unauthorized"}),
+            );
+        }
+        Behaviour::Forbidden => return insufficient_scope(),
+        Behaviour::Gone => return gone(),
+        Behaviour::Hang => std::future::pending::<()>().await,
+    }
+    let mut s = state.lock().unwrap();
+    let Some(token) = access_token(&headers) else {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401 Unauthorized"}),
+        );
+    };
+    let Some(scopes) = s.access_tokens.get(&token) else {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401 Unauthorized"}),
+        );
+    };
+    if !scopes.contains("create_runner") && !scopes.contains("api") {
+        return insufficient_scope();
+    }
+    let params: Value = match serde_json::from_str(&body) {
+        Ok(Value::Object(m)) => Value::Object(m),
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "runner_type is missing, runner_type does not have a valid value"}),
+            );
+        }
+    };
+    let runner_type = params
+        .get("runner_type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let group_id = as_u64(params.get("group_id"));
+    let project_id = as_u64(params.get("project_id"));
+    match runner_type {
+        "instance_type" => {
+            if group_id.is_some() || project_id.is_some() {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    json!({"message": "400 Bad request - group_id, project_id are mutually exclusive with instance_type"}),
+                );
+            }
+        }
+        "group_type" => match group_id {
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "group_id is missing"}),
+                );
+            }
+            Some(id) if !s.groups.contains(&id) => {
+                return error(StatusCode::FORBIDDEN, json!({"message": "403 Forbidden"}));
+            }
+            Some(_) => {}
+        },
+        "project_type" => match project_id {
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "project_id is missing"}),
+                );
+            }
+            Some(id) if !s.projects.contains(&id) => {
+                return error(StatusCode::FORBIDDEN, json!({"message": "403 Forbidden"}));
+            }
+            Some(_) => {}
+        },
+        "" => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "runner_type is missing, runner_type does not have a valid value"}),
+            );
+        }
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "runner_type does not have a valid value"}),
+            );
+        }
+    }
+    let tag_list: Vec<String> = match params.get("tag_list") {
+        Some(Value::String(s)) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    };
+    s.next_id += 1;
+    let runner = CreatedRunner {
+        id: s.next_id,
+        token: runner_token(),
+        runner_type: runner_type.to_string(),
+        group_id,
+        project_id,
+        tag_list,
+        run_untagged: as_bool(params.get("run_untagged")),
+        locked: as_bool(params.get("locked")),
+        description: params
+            .get("description")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        verified_by: Vec::new(),
+    };
+    let body = json!({"id": runner.id, "token": runner.token, "token_expires_at": null});
+    s.runners.push(runner);
+    (StatusCode::CREATED, Json(body)).into_response()
+}
+
+fn insufficient_scope() -> Response {
+    error(
+        StatusCode::FORBIDDEN,
+        json!({
+            "error": "insufficient_scope",
+            "error_description": "The request requires higher privileges than provided by the access token.",
+            "scope": "create_runner api"
+        }),
+    )
+}
+
+fn gone() -> Response {
+    error(
+        StatusCode::GONE,
+        json!({"message": "410 Gone - runner registration disallowed"}),
+    )
+}
+
+async fn verify_runner(State(state): State<Shared>, body: String) -> Response {
+    let mut s = state.lock().unwrap();
+    s.requests.push("POST /api/v4/runners/verify".into());
+    let params: Value = serde_json::from_str(&body).unwrap_or_default();
+    let token = params.get("token").and_then(Value::as_str).unwrap_or("");
+    let system_id = params
+        .get("system_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    match s.runners.iter_mut().find(|r| r.token == token) {
+        Some(r) => {
+            r.verified_by.push(system_id);
+            let body = json!({"id": r.id, "token": r.token, "token_expires_at": null});
+            (StatusCode::OK, Json(body)).into_response()
+        }
+        None => error(StatusCode::FORBIDDEN, json!({"message": "403 Forbidden"})),
+    }
+}
+
+async fn legacy_register(State(state): State<Shared>) -> Response {
+    state
+        .lock()
+        .unwrap()
+        .requests
+        .push("POST /api/v4/runners".into());
+    gone()
+}

@@ -1,0 +1,548 @@
+//! Dispatch benchmark: claim -> executor Pod created through `tenantci dispatch run` (FetchTask,
+//! JetStream, pod worker) against the raw path (FetchTask + Secret + Pod create in this process,
+//! no queue), in one run on one `tenantci sim --gitea` and one nats-server; and the dispatcher's
+//! RSS idle and with 1000 claimed assignments. Prints Markdown on stdout, progress on stderr.
+//! `scripts/bench-dispatch.sh` builds it and writes docs/benchmarks/dispatch.md.
+//!
+//! Latency, both paths, per task: from the Gitea double's claim (the task's `started_at`, taken
+//! under the double's lock when FetchTask picks the job) to the return of the Pod create
+//! (dispatcher: its `executor started` JSON log line, written right after Secret and Pod
+//! creates returned; raw: this process's clock after the Pod create). All on one host, one wall
+//! clock, microsecond resolution. The dispatcher's `claimed and queued` line (after the PubAck)
+//! splits its latency into scheduler and queue + worker parts.
+//!
+//! Usage: bench_dispatch TENANTCI_BIN [TASKS=500] [HELD=1000] [SEQUENTIAL=100]
+//! (BENCH_KEEP=1 keeps the temporary directory with every log.)
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use prost::Message as _;
+use serde_json::{Value, json};
+use tenantci_app::dispatch::capability;
+use tenantci_app::dispatch::config::{Config, files};
+use tenantci_app::dispatch::executor::{self, COMPONENT_SELECTOR, ExecutorSpec};
+use tenantci_app::dispatch::routing;
+use tenantci_app::queue::Backend;
+use tenantci_app::queue::assignment::{Assignment, SealingKey};
+use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
+use tenantci_core::forge::gitea::proto::{
+    DeclareRequest, LogRow, RegisterRequest, TaskResult, TaskState, UpdateLogRequest,
+    UpdateTaskRequest,
+};
+
+mod logtail;
+mod procs;
+mod report;
+
+use logtail::LogTail;
+use procs::{Nats, Proc, Sim, cpu_time, free_port, memory};
+use report::{Cpu, Idle, Memory, PathResult, dispatch_result, millis_between, parse_time, stats};
+
+const NAMESPACE: &str = "dynamic-runner";
+const IMAGE: &str =
+    "gitea/act_runner@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+/// A deadlock guard per phase, not a measurement.
+const DEADLINE: Duration = Duration::from_secs(120);
+/// The raw path's runner has this extra label and its jobs ask for it, so the dispatcher's
+/// registration (self-hosted, pod) can never claim them.
+const RAW_LABEL: &str = "bench-raw";
+
+fn progress(msg: &str) {
+    eprintln!("bench_dispatch: {msg}");
+}
+
+/// One `tenantci dispatch run` child with a JSON log.
+struct Dispatcher {
+    proc: Proc,
+    tail: LogTail,
+    capacity: u32,
+}
+
+struct Bench {
+    bin: PathBuf,
+    dir: PathBuf,
+    sim: Sim,
+    nats: Nats,
+    config: PathBuf,
+    admin: kube::Client,
+    http: reqwest::Client,
+    runs: usize,
+    /// Jobs enqueued so far (names only).
+    jobs: usize,
+}
+
+impl Bench {
+    /// Starts a dispatcher with pod capacity `capacity` and waits until it leads.
+    async fn dispatcher(&mut self, name: &str, capacity: u32, env: &[(&str, &str)]) -> Dispatcher {
+        self.runs += 1;
+        let log = self
+            .dir
+            .join(format!("dispatcher-{}-{name}.log", self.runs));
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["--log-format", "json", "dispatch", "run", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "warn,tenantci=info")
+            .env("TENANTCI_DISPATCH_CAPACITY_POD", capacity.to_string())
+            .env(
+                "TENANTCI_DISPATCH_STATUS_LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            )
+            .env("TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL", "50ms")
+            // Longer than a phase: no keep-alive UpdateTask calls inside the latency windows.
+            .env("TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL", "5m");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn tenantci dispatch run");
+        let mut d = Dispatcher {
+            proc: Proc(Some(child)),
+            tail: LogTail::open(&log),
+            capacity,
+        };
+        d.tail
+            .until("the scheduler lease", |t| t.leading, || {})
+            .await;
+        d
+    }
+
+    fn cpu(&self, d: &Dispatcher) -> Cpu {
+        Cpu {
+            dispatcher: cpu_time(d.proc.pid()),
+            nats: cpu_time(self.nats.pid()),
+        }
+    }
+
+    fn cpu_since(&self, d: &Dispatcher, before: &Cpu) -> Cpu {
+        let now = self.cpu(d);
+        Cpu {
+            dispatcher: now.dispatcher - before.dispatcher,
+            nats: now.nats - before.nats,
+        }
+    }
+
+    /// SIGTERM (the dispatcher must drain and exit 0), then delete every executor.
+    async fn stop(&self, name: &str, mut d: Dispatcher) -> LogTail {
+        let code = d.proc.terminate(Duration::from_secs(30));
+        assert_eq!(code, Some(0), "{name}: the dispatcher drains and exits 0");
+        d.tail.poll();
+        if !d.tail.errors.is_empty() {
+            progress(&format!(
+                "{name}: {} warnings/errors in the dispatcher log, first: {}",
+                d.tail.errors.len(),
+                d.tail.errors[0]
+            ));
+        }
+        self.clear_executors().await;
+        d.tail
+    }
+
+    async fn enqueue(&mut self, runs_on: &[&str]) {
+        self.jobs += 1;
+        let name = format!("bench-{}", self.jobs);
+        let labels = runs_on.join(", ");
+        let body = json!({
+            "name": name,
+            "runs_on": runs_on,
+            "workflow_payload": format!("name: {name}\njobs:\n  build:\n    runs-on: [{labels}]\n    steps:\n      - run: make test\n"),
+            "secrets": {"DEPLOY_KEY": format!("bench-secret-{}-{}", self.jobs, "x".repeat(32))},
+        });
+        let r = self
+            .http
+            .post(format!("{}/jobs", self.sim.admin_url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "enqueue: {}", r.status());
+    }
+
+    /// Plays the official runner of `task` from its Secret's files (Declare, FetchTask,
+    /// UpdateLog, UpdateTask SUCCESS through the facade), then waits until the dispatcher
+    /// deleted the executor, which frees its slot.
+    async fn execute(&self, task: i64) {
+        let name = executor::object_name(task);
+        let secret = Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
+            .get(&name)
+            .await
+            .unwrap();
+        let data = secret.data.unwrap();
+        let runner: Value = serde_json::from_slice(&data[executor::RUNNER_KEY].0).unwrap();
+        let mut cfg = ClientConfig::new(runner["address"].as_str().unwrap());
+        cfg.ca_pem = Some(String::from_utf8(data[executor::CA_KEY].0.clone()).unwrap());
+        let c = RunnerClient::new(cfg)
+            .unwrap()
+            .with_credentials(Credentials {
+                uuid: runner["uuid"].as_str().unwrap().into(),
+                token: runner["token"].as_str().unwrap().into(),
+            });
+        c.declare(&DeclareRequest {
+            version: "bench".into(),
+            labels: vec!["self-hosted".into(), "pod".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let fetched = c.fetch_task(0).await.unwrap().task.expect("the task");
+        assert_eq!(fetched.id, task);
+        c.update_log(&UpdateLogRequest {
+            task_id: task,
+            index: 0,
+            rows: vec![LogRow {
+                time: None,
+                content: "ok".into(),
+            }],
+            no_more: true,
+        })
+        .await
+        .unwrap();
+        c.update_task(&UpdateTaskRequest {
+            state: Some(TaskState {
+                id: task,
+                result: TaskResult::Success as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE);
+        let until = Instant::now() + DEADLINE;
+        while pods.get_opt(&name).await.unwrap().is_some() {
+            assert!(
+                Instant::now() < until,
+                "the executor of {task} was not deleted"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The double's claim time of each task.
+    async fn claimed_at(&self, tasks: impl Iterator<Item = i64>) -> BTreeMap<i64, DateTime<Utc>> {
+        let mut out = BTreeMap::new();
+        for t in tasks {
+            let v: Value = self
+                .http
+                .get(format!("{}/tasks/{t}", self.sim.admin_url))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            out.insert(t, parse_time(v["started_at"].as_str().unwrap()));
+        }
+        out
+    }
+
+    /// Deletes every executor Pod and Secret (tenant-admin), so each phase starts empty.
+    async fn clear_executors(&self) {
+        let lp = ListParams::default().labels(COMPONENT_SELECTOR);
+        let dp = DeleteParams::default();
+        Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE)
+            .delete_collection(&dp, &lp)
+            .await
+            .unwrap();
+        Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
+            .delete_collection(&dp, &lp)
+            .await
+            .unwrap();
+    }
+}
+
+async fn idle(b: &Bench, d: &Dispatcher, window: Duration) -> Idle {
+    let before = b.cpu(d);
+    tokio::time::sleep(window).await;
+    Idle {
+        capacity: d.capacity,
+        mem: memory(d.proc.pid()),
+        cpu: b.cpu_since(d, &before),
+        window,
+    }
+}
+
+/// `n` tasks one at a time: each job is enqueued once the previous task ran to completion
+/// through the facade and its executor was deleted, so no task waits behind another.
+async fn sequential(b: &mut Bench, d: &mut Dispatcher, n: usize) -> PathResult {
+    progress(&format!("{n} tasks one at a time, capacity {}", d.capacity));
+    let before = b.cpu(d);
+    let seen = d.tail.started.len();
+    for i in 0..n {
+        b.enqueue(&["self-hosted", "pod"]).await;
+        d.tail
+            .until("the executor", |t| t.started.len() > seen + i, || {})
+            .await;
+        let task = *d.tail.started.keys().next_back().unwrap();
+        b.execute(task).await;
+    }
+    let cpu = b.cpu_since(d, &before);
+    let claimed = b.claimed_at(d.tail.started.keys().copied()).await;
+    dispatch_result(&claimed, &d.tail, cpu)
+}
+
+/// The raw path, `n` jobs queued first; one loop: FetchTask, seal, Secret + Pod create.
+async fn raw(b: &mut Bench, n: usize) -> PathResult {
+    progress(&format!("raw path, {n} tasks"));
+    let cfg = Config::load(&b.config).unwrap();
+    let runner = RunnerClient::new(ClientConfig::new(&b.sim.gitea_url))
+        .unwrap()
+        .register(&RegisterRequest {
+            name: "bench-raw".into(),
+            token: b.sim.registration_token.clone(),
+            labels: vec!["self-hosted".into(), "pod".into(), RAW_LABEL.into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let gitea = RunnerClient::new(ClientConfig::new(&b.sim.gitea_url))
+        .unwrap()
+        .with_credentials(Credentials::from_runner(&runner));
+    for _ in 0..n {
+        b.enqueue(&["self-hosted", "pod", RAW_LABEL]).await;
+    }
+    // The dispatcher's own credential and files: the same RBAC path, the same objects.
+    let kube = tenantci_core::kube_client::from_kubeconfig(
+        &b.dir.join("dispatch").join(files::KUBECONFIG),
+    )
+    .await
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(kube.clone(), NAMESPACE);
+    let pods = Api::<Pod>::namespaced(kube, NAMESPACE);
+    let capability_key = capability::load_key(&cfg.facade.capability_key_file).unwrap();
+    let sealing_key = SealingKey::load_or_create(&cfg.nats.sealing_key_file).unwrap();
+    let ca_pem = std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap();
+    let pp = PostParams::default();
+    let mut version = TasksVersion::default();
+    let mut done: Vec<(i64, DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+    let until = Instant::now() + DEADLINE;
+    while done.len() < n {
+        assert!(Instant::now() < until, "the raw path timed out");
+        let Some(task) = gitea.poll(&mut version).await.unwrap() else {
+            continue;
+        };
+        let fetched: DateTime<Utc> = SystemTime::now().into();
+        let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
+        let sealed = Assignment::seal(
+            &sealing_key,
+            &task.id.to_string(),
+            1,
+            Backend::Pod,
+            labels.clone(),
+            &task.encode_to_vec(),
+        )
+        .unwrap();
+        let spec = ExecutorSpec {
+            namespace: NAMESPACE.into(),
+            task_id: task.id,
+            attempt: 1,
+            assignment_id: capability::assignment_id(task.id, 1),
+            capability: capability_key.token(task.id, 1),
+            facade_url: cfg.facade.url.clone(),
+            facade_ca_pem: ca_pem.clone(),
+            labels,
+            runner_name: cfg.gitea.runner_name.clone(),
+            image: cfg.executor.image.clone(),
+        };
+        secrets
+            .create(&pp, &executor::desired_secret(&spec, &sealed.to_json()))
+            .await
+            .unwrap();
+        pods.create(&pp, &executor::desired_pod(&spec))
+            .await
+            .unwrap();
+        done.push((task.id, fetched, SystemTime::now().into()));
+    }
+    let claimed = b.claimed_at(done.iter().map(|d| d.0)).await;
+    let (mut total, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
+    for (t, fetched, created) in &done {
+        let c = claimed[t];
+        total.push(millis_between(c, *created));
+        first.push(millis_between(c, *fetched));
+        second.push(millis_between(*fetched, *created));
+    }
+    let window = millis_between(*claimed.values().min().unwrap(), done.last().unwrap().2);
+    b.clear_executors().await;
+    PathResult {
+        tasks: n,
+        per_sec: n as f64 / (window / 1000.0),
+        total: stats(total),
+        first: stats(first),
+        second: stats(second),
+        max_backlog: 0,
+        cpu: Cpu {
+            dispatcher: Duration::ZERO,
+            nats: Duration::ZERO,
+        },
+    }
+}
+
+/// `n` jobs queued at Gitea first, then a dispatcher with `capacity` claims them all. Returns
+/// the result, the memory when every executor exists (max over `settle`) and the peak RSS.
+async fn burst(
+    b: &mut Bench,
+    name: &str,
+    n: usize,
+    capacity: u32,
+    settle: Duration,
+    env: &[(&str, &str)],
+) -> (PathResult, Memory, u64) {
+    progress(&format!(
+        "{name}: {n} tasks queued at Gitea, then a dispatcher with capacity {capacity}"
+    ));
+    for _ in 0..n {
+        b.enqueue(&["self-hosted", "pod"]).await;
+    }
+    let mut d = b.dispatcher(name, capacity, env).await;
+    let pid = d.proc.pid();
+    let before = b.cpu(&d);
+    d.tail
+        .until("every executor", |t| t.started.len() >= n, || {})
+        .await;
+    let cpu = b.cpu_since(&d, &before);
+    let mut held = Memory::default();
+    let until = Instant::now() + settle;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let m = memory(pid);
+        if m.rss > held.rss {
+            held = m;
+        }
+    }
+    let peak = memory(pid).hwm;
+    let tail = b.stop(name, d).await;
+    let claimed = b.claimed_at(tail.started.keys().copied()).await;
+    (dispatch_result(&claimed, &tail, cpu), held, peak)
+}
+
+#[tokio::main]
+async fn main() {
+    tenantci_core::tls::ensure_crypto_provider();
+    let args: Vec<String> = std::env::args().collect();
+    let bin = PathBuf::from(
+        args.get(1)
+            .expect("usage: bench_dispatch TENANTCI_BIN [TASKS] [HELD] [SEQUENTIAL]"),
+    );
+    let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    let (n, held_n, seq_n) = (arg(2, 500), arg(3, 1000), arg(4, 100));
+    let tmp = tempfile::tempdir_in("/var/tmp")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+
+    let sim = Sim::start(&bin, &dir);
+    let nats = Nats::start(&dir);
+    let admin = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin)
+        .await
+        .unwrap();
+    let token = dir.join("registration-token");
+    tenantci_core::fsutil::write_new_atomic(&token, sim.registration_token.as_bytes(), 0o600)
+        .unwrap();
+    let config = dir.join("dispatch").join("config.toml");
+    let init = Command::new(&bin)
+        .args([
+            "dispatch",
+            "init",
+            "--cluster",
+            "ci",
+            "--executor-image",
+            IMAGE,
+        ])
+        .args(["--gitea-url", &sim.gitea_url, "--nats", &nats.url])
+        .arg("--facade-listen")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--registration-token-file")
+        .arg(&token)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--nats-secrets-dir")
+        .arg(&nats.secrets)
+        .arg("--out")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("init.log")).unwrap())
+        .status()
+        .unwrap();
+    assert!(
+        init.success(),
+        "tenantci dispatch init failed:\n{}",
+        std::fs::read_to_string(dir.join("init.log")).unwrap_or_default()
+    );
+    let mut b = Bench {
+        bin,
+        dir: dir.clone(),
+        sim,
+        nats,
+        config,
+        admin,
+        http: reqwest::Client::new(),
+        runs: 0,
+        jobs: 0,
+    };
+    // Capacities: the default, the largest below the consumer's max_waiting (512 pull requests
+    // by default), and the high capacity.
+    let (low, mid, high) = (4u32, n.min(512) as u32, held_n.max(n) as u32);
+    let window = Duration::from_secs(6);
+
+    progress("idle dispatchers");
+    let mut idles = Vec::new();
+    let mut d = b.dispatcher("default", low, &[]).await;
+    idles.push(idle(&b, &d, window).await);
+    let seq = sequential(&mut b, &mut d, seq_n).await;
+    b.stop("default", d).await;
+    let mut d = b.dispatcher("high", high, &[]).await;
+    idles.push(idle(&b, &d, window).await);
+    let seq_high = sequential(&mut b, &mut d, seq_n).await;
+    b.stop("high", d).await;
+    if mid != low && mid != high {
+        let d = b.dispatcher("mid", mid, &[]).await;
+        idles.push(idle(&b, &d, window).await);
+        b.stop("mid", d).await;
+    }
+    let raw = raw(&mut b, n).await;
+    let (disp, with_n, _) = burst(&mut b, "burst", n, mid, Duration::from_secs(3), &[]).await;
+    let (disp_high, _, _) = burst(&mut b, "burst-high", n, high, Duration::ZERO, &[]).await;
+    // Keep-alive every 5 s here: the held window includes it over every unfetched task.
+    let (held, held_mem, held_peak) = burst(
+        &mut b,
+        "held",
+        held_n,
+        high,
+        Duration::from_secs(8),
+        &[("TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL", "5s")],
+    )
+    .await;
+    let sim_rss = memory(b.sim.proc.pid()).rss;
+    b.sim.proc.terminate(Duration::from_secs(10));
+
+    report::print(report::Report {
+        n,
+        held_n,
+        low,
+        mid,
+        high,
+        raw,
+        disp,
+        seq,
+        disp_high,
+        seq_high,
+        held,
+        idles,
+        with_n,
+        held_mem,
+        held_peak,
+        sim_rss,
+    });
+    drop(b);
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        progress(&format!("kept {} (logs)", tmp.keep().display()));
+    }
+}

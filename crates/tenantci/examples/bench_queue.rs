@@ -1,0 +1,318 @@
+//! Queue benchmark: assignments/s and publish-to-delivery latency through the capped consumer
+//! (sealed assignments, Producer with Msg-Id + PubAck, CappedConsumer with confirmed acks)
+//! against raw async-nats JetStream (publish + PubAck, `messages()` pull with default batch,
+//! plain ack), side by side in one run on one loopback nats-server with the generated config.
+//!
+//! Run: `cargo run --release --example bench_queue [-- N]` (scripts/bench-queue.sh); prints a
+//! Markdown table. `BENCH_PLAIN_ACK=1` measures the consumer with plain (unconfirmed) acks.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use futures::StreamExt as _;
+use tenantci_app::queue::assignment::{Assignment, SealingKey};
+use tenantci_app::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
+use tenantci_app::queue::producer::Producer;
+use tenantci_app::queue::topology::{self, TopologySpec};
+use tenantci_app::queue::{Backend, STREAM, connect, permissions};
+
+const PUBLISHERS: usize = 16;
+
+struct Server(Child, tempfile::TempDir, String);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn nats_server_bin() -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("nats-server"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nats-server"))
+}
+
+fn start_server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    permissions::write_nats_config(&dir.path().join("secrets"), &dir.path().join("auth.conf"))
+        .unwrap();
+    let log = dir.path().join("nats.log");
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listen: \"127.0.0.1:-1\"\njetstream {{ store_dir: \"{}\" }}\nlog_file: \"{}\"\ninclude ./auth.conf\n",
+            dir.path().join("store").display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(nats_server_bin())
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let marker = "Listening for client connections on 127.0.0.1:";
+        if text.contains("Server is ready") {
+            if let Some(i) = text.find(marker) {
+                let digits: String = text[i + marker.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect();
+                break digits;
+            }
+        }
+        assert!(Instant::now() < deadline, "nats-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Server(child, dir, format!("nats://127.0.0.1:{port}"))
+}
+
+async fn client(s: &Server, user: &str) -> async_nats::Client {
+    let pw = s.1.path().join("secrets").join(format!("{user}.password"));
+    connect::connect(&s.2, user, &pw).await.unwrap()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+type Sent = Arc<Mutex<HashMap<String, Instant>>>;
+
+struct Result_ {
+    per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Capped path: `n` assignments published by PUBLISHERS tasks and consumed concurrently.
+async fn capped(s: &Server, capacity: usize, n: usize, key: &SealingKey) -> Result_ {
+    let producer = Producer::new(client(s, "ci-producer").await);
+    let consumer = Arc::new(
+        CappedConsumer::bind(
+            client(s, "ci-worker").await,
+            Backend::Pod,
+            capacity,
+            ConsumerSettings {
+                confirm_acks: std::env::var_os("BENCH_PLAIN_ACK").is_none(),
+                ..ConsumerSettings::default()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let sent: Sent = Arc::default();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Duration>();
+    let handler = {
+        let sent = sent.clone();
+        move |job: Job| {
+            let sent = sent.clone();
+            let done_tx = done_tx.clone();
+            async move {
+                let t = sent.lock().unwrap().get(&job.assignment.task_id).copied();
+                if let Some(t) = t {
+                    let _ = done_tx.send(t.elapsed());
+                }
+                Outcome::Started
+            }
+        }
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = {
+        let c = consumer.clone();
+        tokio::spawn(async move {
+            c.run(handler, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    // Latency, unloaded: one at a time.
+    let mut lat = Vec::new();
+    for i in 0..200 {
+        let a = Assignment::seal(
+            key,
+            &format!("l{capacity}-{i}"),
+            1,
+            Backend::Pod,
+            vec![],
+            b"{}",
+        )
+        .unwrap();
+        sent.lock()
+            .unwrap()
+            .insert(a.task_id.clone(), Instant::now());
+        producer.publish(&a).await.unwrap();
+        lat.push(done_rx.recv().await.unwrap());
+    }
+    // Throughput.
+    let start = Instant::now();
+    let mut pubs = Vec::new();
+    for w in 0..PUBLISHERS {
+        let producer = producer.clone();
+        let sent = sent.clone();
+        let key = key.clone();
+        pubs.push(tokio::spawn(async move {
+            for i in (w..n).step_by(PUBLISHERS) {
+                let a = Assignment::seal(
+                    &key,
+                    &format!("t{capacity}-{i}"),
+                    1,
+                    Backend::Pod,
+                    vec![],
+                    br#"{"token":"x"}"#,
+                )
+                .unwrap();
+                sent.lock()
+                    .unwrap()
+                    .insert(a.task_id.clone(), Instant::now());
+                producer.publish(&a).await.unwrap();
+            }
+        }));
+    }
+    for _ in 0..n {
+        done_rx.recv().await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    for p in pubs {
+        p.await.unwrap();
+    }
+    let _ = stop_tx.send(());
+    runner.await.unwrap();
+    lat.sort();
+    Result_ {
+        per_sec: n as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    }
+}
+
+/// Raw path (on subject `ci.runner.vm`, consumer `vm`, same cap): plain bodies, `js.publish().await.await`, `messages()` with its default batch, ack.
+async fn raw(s: &Server, n: usize) -> Result_ {
+    let pjs = jetstream::new(client(s, "ci-producer").await);
+    let wjs = jetstream::new(client(s, "ci-worker").await);
+    let consumer: PullConsumer = wjs.get_consumer_from_stream("vm", STREAM).await.unwrap();
+    let sent: Sent = Arc::default();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Duration>();
+    let reader = {
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            let mut messages = consumer.messages().await.unwrap();
+            while let Some(Ok(m)) = messages.next().await {
+                let id = String::from_utf8_lossy(&m.payload).into_owned();
+                m.ack().await.unwrap();
+                let t = sent.lock().unwrap().get(&id).copied();
+                if let Some(t) = t {
+                    if done_tx.send(t.elapsed()).is_err() {
+                        break;
+                    }
+                }
+            }
+        })
+    };
+    let mut lat = Vec::new();
+    for i in 0..200 {
+        let id = format!("rl-{i}");
+        sent.lock().unwrap().insert(id.clone(), Instant::now());
+        pjs.publish("ci.runner.vm", id.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        lat.push(done_rx.recv().await.unwrap());
+    }
+    let start = Instant::now();
+    let mut pubs = Vec::new();
+    for w in 0..PUBLISHERS {
+        let pjs = pjs.clone();
+        let sent = sent.clone();
+        pubs.push(tokio::spawn(async move {
+            for i in (w..n).step_by(PUBLISHERS) {
+                let id = format!("rt-{i}");
+                sent.lock().unwrap().insert(id.clone(), Instant::now());
+                pjs.publish("ci.runner.vm", id.into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for _ in 0..n {
+        done_rx.recv().await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    for p in pubs {
+        p.await.unwrap();
+    }
+    drop(done_rx);
+    reader.abort();
+    lat.sort();
+    Result_ {
+        per_sec: n as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+#[tokio::main]
+async fn main() {
+    tenantci_core::tls::ensure_crypto_provider();
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5000);
+    let server = start_server();
+    let key = SealingKey::generate();
+    println!("| capacity | path | assignments/s | p50 ms | p99 ms | throughput ratio |");
+    println!("|---:|---|---:|---:|---:|---:|");
+    for capacity in [4usize, 64] {
+        let admin = jetstream::new(client(&server, "ci-admin").await);
+        let spec = TopologySpec {
+            pod_capacity: capacity as u32,
+            // The raw path runs on `vm`, so the two never share pull requests.
+            vm_capacity: capacity as u32,
+            ..TopologySpec::default()
+        };
+        topology::apply(&admin, &spec).await.unwrap();
+        let r = raw(&server, n).await;
+        let c = capped(&server, capacity, n, &key).await;
+        println!(
+            "| {capacity} | raw async-nats (publish+ack, messages(), ack) | {:.0} | {} | {} | 1.00 |",
+            r.per_sec,
+            ms(r.p50),
+            ms(r.p99)
+        );
+        println!(
+            "| {capacity} | tenantci capped consumer (sealed, Msg-Id, {} ack) | {:.0} | {} | {} | {:.2} |",
+            if std::env::var_os("BENCH_PLAIN_ACK").is_some() {
+                "plain"
+            } else {
+                "confirmed"
+            },
+            c.per_sec,
+            ms(c.p50),
+            ms(c.p99),
+            c.per_sec / r.per_sec
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! `tenantci dispatch ...`: set up (`init`) and run (`run`) the Gitea dispatcher, and probe its
+//! loopback status API from inside its container (`probe`, for the Deployment's exec probes).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+
+use crate::output::{self, OutputArgs};
+use tenantci_app::dispatch::config::Config;
+use tenantci_app::dispatch::init::{self, Inputs, RegistrationToken};
+use tenantci_app::dispatch::status;
+use tenantci_core::{Error, Result};
+
+#[derive(Debug, Subcommand)]
+pub enum DispatchCommand {
+    /// Register with Gitea once and write everything `dispatch run` needs (idempotent).
+    ///
+    /// Checks every input first (bad input: exit 2, nothing written, applied or registered),
+    /// then registers the dispatcher at Gitea (kept on re-run: scheduler.json), mints its
+    /// client credential (<dir>/kube/, CN tenantci-dispatcher), applies its namespaced RBAC
+    /// with the cluster's tenant-admin kubeconfig and verifies it with the new credential,
+    /// creates the capability and sealing keys and the facade's CA and serving cert (all kept
+    /// on re-run), and writes the config last. Every file is 0600 in a 0700 directory; the
+    /// registration token is never written. Only the pod backend is implemented: a `vm`
+    /// label is accepted, but tasks routed to `vm` wait until the VM backend exists.
+    /// See docs/runbooks/gitea-dispatcher.md.
+    Init(Box<InitArgs>),
+    /// Run the dispatcher described by a config until SIGTERM, then drain.
+    Run(RunArgs),
+    /// GET the status API (/healthz, /readyz) of a dispatcher in this network namespace:
+    /// exit 0 on 2xx, 1 otherwise. For exec probes (the status API binds loopback only).
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub gitea: GiteaArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    #[command(flatten)]
+    pub facade: FacadeArgs,
+    /// The config file to write; the files it names go beside it.
+    #[arg(long, value_name = "CONFIG.toml")]
+    pub out: PathBuf,
+    /// Check everything and say what would happen; write, apply and register nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Gitea")]
+pub struct GiteaArgs {
+    /// Gitea's base URL (the RunnerService is under /api/actions).
+    #[arg(long, value_name = "URL")]
+    pub gitea_url: String,
+    /// File holding the runner registration token (Site Administration > Actions > Runners).
+    /// Needed only until the first registration; never written anywhere.
+    #[arg(long, value_name = "FILE")]
+    pub registration_token_file: Option<PathBuf>,
+    /// The registration token itself. WARNING: visible to every user in `ps`; prefer
+    /// --registration-token-file or the environment variable.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "TENANTCI_GITEA_REGISTRATION_TOKEN",
+        hide_env_values = true
+    )]
+    pub registration_token: Option<String>,
+    /// The runner's name at Gitea. Default: the kept registration's, else
+    /// tenantci-dispatch-<cluster>.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Labels registered at Gitea, comma-separated; runs-on `vm` routes to the VM backend
+    /// (not implemented yet: such tasks are reported to Gitea as FAILURE at once), anything else
+    /// to executor Pods.
+    #[arg(
+        long,
+        value_name = "LABELS",
+        value_delimiter = ',',
+        default_value = "self-hosted,pod"
+    )]
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "The tenant cluster")]
+pub struct ClusterArgs {
+    /// The gateway state directory (resolves the cluster through gateway.json).
+    #[arg(long, value_name = "DIR", env = "TENANTCI_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// The tenant cluster's name.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// Namespace of the executor Pods, their Secrets and the leader Lease.
+    #[arg(long, value_name = "NS", default_value = "dynamic-runner")]
+    pub namespace: String,
+    /// Lifetime of the dispatcher's client certificate (Go duration). A re-run of init
+    /// rotates it once two thirds have passed: re-run init regularly (e.g. weekly) and
+    /// restart `dispatch run` after a rotation.
+    #[arg(long, value_name = "DURATION", default_value = "720h")]
+    pub credential_valid_for: String,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Queue and capacity")]
+pub struct NatsArgs {
+    /// NATS server URL.
+    #[arg(long, value_name = "URL", env = "TENANTCI_NATS_URL")]
+    pub nats: String,
+    /// The directory `tenantci queue nats-config --secrets-dir` filled (ci-producer.password,
+    /// ci-worker.password; ci-admin.password optional).
+    #[arg(long, value_name = "DIR")]
+    pub nats_secrets_dir: PathBuf,
+    /// Concurrent executor Pods. Default: the existing config's, else 4.
+    #[arg(long, value_name = "N")]
+    pub pod_capacity: Option<u32>,
+    /// Concurrent VMs. Default: the existing config's, else 1.
+    #[arg(long, value_name = "N")]
+    pub vm_capacity: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Facade and executors")]
+pub struct FacadeArgs {
+    /// Where the facade listens (HTTPS), an address and port.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub facade_listen: SocketAddr,
+    /// The base URL executors use; its host goes into the serving cert. Default:
+    /// https://<facade-listen> (refused for 0.0.0.0 / [::]).
+    #[arg(long, value_name = "URL")]
+    pub facade_url: Option<String>,
+    /// The official runner image, pinned by digest (IMAGE@sha256:<64 hex>); a tag is refused.
+    #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
+    pub executor_image: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The config `dispatch init --out` wrote.
+    #[arg(long, value_name = "FILE", env = "TENANTCI_DISPATCH_CONFIG")]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The dispatcher's config (status.listen, with the same environment overrides).
+    #[arg(long, value_name = "FILE", env = "TENANTCI_DISPATCH_CONFIG")]
+    pub config: PathBuf,
+    /// The status path to GET.
+    #[arg(long, value_name = "PATH", default_value = "/healthz")]
+    pub path: String,
+}
+
+pub async fn run(cmd: DispatchCommand) -> Result<i32> {
+    match cmd {
+        DispatchCommand::Init(args) => init_cmd(*args).await,
+        DispatchCommand::Run(args) => {
+            let cfg = Config::load(&args.config)?;
+            tenantci_app::dispatch::runtime::run(cfg).await?;
+            Ok(0)
+        }
+        DispatchCommand::Probe(args) => probe(&args).await,
+    }
+}
+
+fn read_token_file(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::unreadable("the registration token file", path, e))?;
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(Error::bad_input(format!(
+            "the registration token file `{}` is empty",
+            path.display()
+        ))
+        .hint("put the token from Gitea's Site Administration > Actions > Runners into it"));
+    }
+    Ok(t.to_string())
+}
+
+/// Precedence: the file, then the flag or its environment variable.
+fn registration_token(g: &GiteaArgs) -> Result<Option<RegistrationToken>> {
+    if let Some(f) = &g.registration_token_file {
+        return Ok(Some(RegistrationToken::new(read_token_file(f)?)));
+    }
+    Ok(g.registration_token
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(RegistrationToken::new))
+}
+
+fn inputs(a: &InitArgs) -> Result<Inputs> {
+    Ok(Inputs {
+        gitea_url: a.gitea.gitea_url.clone(),
+        registration_token: registration_token(&a.gitea)?,
+        name: a.gitea.name.clone(),
+        labels: a
+            .gitea
+            .labels
+            .iter()
+            .map(|l| l.trim().to_string())
+            .collect(),
+        state_dir: a.cluster.state_dir.clone(),
+        cluster: a.cluster.cluster.clone(),
+        namespace: a.cluster.namespace.clone(),
+        nats_url: a.nats.nats.clone(),
+        nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
+        pod_capacity: a.nats.pod_capacity,
+        vm_capacity: a.nats.vm_capacity,
+        facade_listen: a.facade.facade_listen,
+        facade_url: a.facade.facade_url.clone(),
+        executor_image: a.facade.executor_image.clone(),
+        credential_valid_for: a.cluster.credential_valid_for.clone(),
+        out: a.out.clone(),
+        dry_run: a.dry_run,
+    })
+}
+
+async fn init_cmd(a: InitArgs) -> Result<i32> {
+    let inputs = inputs(&a)?;
+    let json = a.output.is_json();
+    let hb = init::run(&inputs, |s| {
+        if !json {
+            eprintln!("{:<15} {:<16} {}", s.step, s.outcome, s.detail);
+        }
+    })
+    .await?;
+    if json {
+        output::print_json(&hb)?;
+        return Ok(0);
+    }
+    println!(
+        "Dispatcher config{}: {}",
+        if hb.dry_run {
+            " (dry run: nothing was written, applied or registered)"
+        } else {
+            ""
+        },
+        hb.config.display()
+    );
+    if let Some(r) = &hb.runner {
+        println!("  runner       `{}` id {} uuid {}", r.name, r.id, r.uuid);
+    }
+    println!("  cluster      {} ({})", hb.cluster, hb.server);
+    println!("  namespace    {}", hb.namespace);
+    println!("  facade       {}", hb.facade_url);
+    println!(
+        "next: tenantci dispatch run --config {}",
+        hb.config.display()
+    );
+    Ok(0)
+}
+
+async fn probe(a: &ProbeArgs) -> Result<i32> {
+    let cfg = Config::load(&a.config)?;
+    let path = if a.path.starts_with('/') {
+        a.path.clone()
+    } else {
+        format!("/{}", a.path)
+    };
+    let body = status::probe(cfg.status.listen, &path).await?;
+    println!("{}", body.trim_end());
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_file_wins_over_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t");
+        std::fs::write(&f, "from-file\n").unwrap();
+        let g = GiteaArgs {
+            gitea_url: "http://g".into(),
+            registration_token_file: Some(f),
+            registration_token: Some("from-flag".into()),
+            name: None,
+            labels: vec![],
+        };
+        assert_eq!(
+            registration_token(&g).unwrap().unwrap().expose(),
+            "from-file"
+        );
+        let g = GiteaArgs {
+            registration_token_file: None,
+            ..g
+        };
+        assert_eq!(
+            registration_token(&g).unwrap().unwrap().expose(),
+            "from-flag"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Command-line surface: parses arguments and dispatches to the library. No work happens here
+//! beyond turning flags into the library's inputs and its results into output.
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::logging::LogFormat;
+
+mod bootstrap;
+mod check_host;
+mod credential;
+mod dispatch;
+mod internal;
+mod pki;
+mod queue;
+mod runner;
+#[cfg(feature = "sim")]
+mod sim;
+mod tenant;
+mod values;
+
+/// tenantci connects GitLab and Gitea CI to multi-tenant Kubernetes clusters whose nodes are
+/// rented on demand. Run it on the gateway host, where the tenant apiservers listen on loopback.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tenantci",
+    version,
+    propagate_version = true,
+    after_help = "Exit codes: 0 success, 1 a check or verification failed, 2 bad input \
+                  (nothing was changed), 3 an external system failed.\n\
+                  Docs: docs/cli.md; runbooks in docs/runbooks/."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalArgs {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, env = "TENANTCI_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// More log detail: -v info, -vv debug, -vvv trace (RUST_LOG overrides).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+// Parsed once per process: variant sizes do not matter, boxing would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// From a cluster name to a working runner: credential, RBAC, checks, config.
+    #[command(subcommand)]
+    Bootstrap(bootstrap::BootstrapCommand),
+    /// Create a tenant cluster's PKI (serving CA, ClientCA) in the state directory.
+    #[command(subcommand)]
+    Pki(pki::PkiCommand),
+    /// Mint scoped runner credentials signed by a cluster's ClientCA.
+    #[command(subcommand)]
+    Credential(credential::CredentialCommand),
+    /// Check that this host can run the gateway or a runner (state dir, disk, ClientCAs, tools).
+    CheckHost(check_host::CheckHostArgs),
+    /// Entry points with a fixed environment interface, as the runbook calls them.
+    #[command(subcommand)]
+    Internal(internal::InternalCommand),
+    /// Size job pods against the node image and keep rented nodes warm with pause pods.
+    #[command(subcommand)]
+    Tenant(tenant::TenantCommand),
+    /// Write runner configuration: gitlab-runner's config.toml, act_runner's files.
+    #[command(subcommand)]
+    Runner(runner::RunnerCommand),
+    #[cfg(feature = "sim")]
+    /// Run a local gateway simulator with HTTPS tenant apiservers (tests and the quickstart).
+    Sim(sim::SimArgs),
+    /// The JetStream job queue: NATS users, stream and consumers, status.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
+    /// The Gitea dispatcher: `init` registers and writes its config, `run` runs it.
+    #[command(subcommand)]
+    Dispatch(dispatch::DispatchCommand),
+}
+
+/// Runs the parsed command and returns the process exit code.
+pub fn run(cli: Cli) -> tenantci_core::Result<i32> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            tenantci_core::Error::external(format!("cannot start the async runtime: {e}"))
+        })?;
+    runtime.block_on(dispatch(cli.command))
+}
+
+async fn dispatch(command: Command) -> tenantci_core::Result<i32> {
+    match command {
+        Command::Bootstrap(cmd) => bootstrap::run(cmd).await,
+        Command::Pki(cmd) => pki::run(cmd).await,
+        Command::Credential(cmd) => credential::run(cmd).await,
+        Command::CheckHost(args) => check_host::run(args).await,
+        Command::Internal(cmd) => internal::run(cmd).await,
+        Command::Tenant(cmd) => tenant::run(cmd).await,
+        Command::Runner(cmd) => runner::run(cmd).await,
+        #[cfg(feature = "sim")]
+        Command::Sim(args) => sim::run(args).await,
+        Command::Queue(cmd) => queue::run(cmd).await,
+        Command::Dispatch(cmd) => dispatch::run(cmd).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

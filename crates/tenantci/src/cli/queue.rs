@@ -1,0 +1,199 @@
+//! `tenantci queue ...`: the NATS users' config, the JetStream topology, and its status.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::output::{self, OutputArgs};
+use tenantci_app::queue::topology::{self, Change, TopologySpec};
+use tenantci_app::queue::{permissions, status};
+use tenantci_core::duration;
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Write the nats-server authorization fragment for ci-admin, ci-producer and ci-worker.
+    ///
+    /// Creates DIR/<user>.password (random, 0600) for each user that has none (existing ones are
+    /// kept) and writes the fragment with bcrypt hashes to FILE, includable from nats-server.conf.
+    NatsConfig(NatsConfigArgs),
+    /// Create or update the stream CI_RUNNER and the consumers `pod` and `vm` (idempotent).
+    Init(InitArgs),
+    /// Show pending and in-flight assignments per consumer.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NatsConfigArgs {
+    /// Directory for the password files (created 0700).
+    #[arg(long, value_name = "DIR")]
+    pub secrets_dir: PathBuf,
+    /// Where to write the nats-server config fragment.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Connection")]
+pub struct ConnArgs {
+    /// NATS server URL.
+    #[arg(long, value_name = "URL", env = "TENANTCI_NATS_URL")]
+    pub nats: String,
+    /// NATS user.
+    #[arg(long, value_name = "USER")]
+    pub user: String,
+    /// File holding the user's password (from `queue nats-config`).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Concurrent executor Pods (max_ack_pending of consumer `pod`). Default: 4.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub pod_capacity: u32,
+    /// Concurrent VMs (max_ack_pending of consumer `vm`). Default: 1.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub vm_capacity: u32,
+    /// Stream replicas: 3 on a three-node NATS cluster. Default: 1.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub replicas: usize,
+    /// Redeliver an unacked assignment after this long without progress. Default: 30s.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub ack_wait: String,
+    /// Deliveries before the server gives up on an assignment. Default: 5.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub max_deliver: i64,
+    /// Most assignments the stream holds; more are refused. Default: 100000.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_msgs: i64,
+    /// Most bytes the stream holds; more are refused. Default: 268435456 (256 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_bytes: i64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+pub async fn run(cmd: QueueCommand) -> tenantci_core::Result<i32> {
+    match cmd {
+        QueueCommand::NatsConfig(args) => nats_config(args),
+        QueueCommand::Init(args) => init(args).await,
+        QueueCommand::Status(args) => status(args).await,
+    }
+}
+
+fn nats_config(args: NatsConfigArgs) -> tenantci_core::Result<i32> {
+    let report = permissions::write_nats_config(&args.secrets_dir, &args.out)?;
+    if args.output.is_json() {
+        output::print_json(&report)?;
+    } else {
+        let state = if report.fragment_written {
+            "wrote"
+        } else {
+            "unchanged"
+        };
+        println!("{} {state}", report.fragment.display());
+        for u in &report.users {
+            let how = if u.password_created {
+                "created"
+            } else {
+                "kept"
+            };
+            println!(
+                "  {:<12} {} ({how}, 0600)",
+                u.user,
+                u.password_file.display()
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn spec_from(args: &InitArgs) -> tenantci_core::Result<TopologySpec> {
+    let ack_wait = duration::parse_positive(&args.ack_wait).map_err(|e| {
+        tenantci_core::Error::bad_input(format!("the ack wait `{}` {e}", args.ack_wait))
+            .hint("pass --ack-wait as a Go duration such as `30s`")
+    })?;
+    let spec = TopologySpec {
+        pod_capacity: args.pod_capacity,
+        vm_capacity: args.vm_capacity,
+        replicas: args.replicas,
+        ack_wait,
+        max_deliver: args.max_deliver,
+        max_messages: args.max_msgs,
+        max_bytes: args.max_bytes,
+        ..TopologySpec::default()
+    };
+    spec.validate().map_err(|e| {
+        tenantci_core::Error::bad_input(format!("invalid queue topology: {e}"))
+            .hint("see `tenantci queue init --help` for the accepted values")
+    })?;
+    Ok(spec)
+}
+
+async fn init(args: InitArgs) -> tenantci_core::Result<i32> {
+    let spec = spec_from(&args)?;
+    let report = topology::apply_at(
+        &args.conn.nats,
+        &args.conn.user,
+        &args.conn.password_file,
+        &spec,
+    )
+    .await?;
+    if args.output.is_json() {
+        output::print_json(&report)?;
+    } else {
+        println!(
+            "stream {}: {}",
+            report.stream,
+            describe(&report.stream_change)
+        );
+        for c in &report.consumers {
+            println!(
+                "consumer {} (capacity {}): {}",
+                c.consumer,
+                c.capacity,
+                describe(&c.change)
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn describe(c: &Change) -> String {
+    match c {
+        Change::Created => "created".into(),
+        Change::Unchanged => "unchanged".into(),
+        Change::Updated { fields } => format!("updated ({})", fields.join(", ")),
+    }
+}
+
+async fn status(args: StatusArgs) -> tenantci_core::Result<i32> {
+    let report = status::read(&args.conn.nats, &args.conn.user, &args.conn.password_file).await?;
+    if args.output.is_json() {
+        output::print_json(&report)?;
+    } else {
+        println!(
+            "{:<8} {:>8} {:>10} {:>9}",
+            "CONSUMER", "PENDING", "IN-FLIGHT", "CAPACITY"
+        );
+        for c in &report.consumers {
+            println!(
+                "{:<8} {:>8} {:>10} {:>9}",
+                c.consumer, c.pending, c.in_flight, c.capacity
+            );
+        }
+    }
+    Ok(0)
+}

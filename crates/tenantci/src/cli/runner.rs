@@ -1,0 +1,714 @@
+//! `tenantci runner ...`: write gitlab-runner's config.toml entry and act_runner's files.
+//! Flags become [`tenantci_app::runner`] inputs here; the library does the work.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use super::values::RunnerTypeArg;
+use crate::output::{self, OutputArgs};
+use tenantci_app::runner::gitea_files::{self, ActRunnerConfig, Registration};
+use tenantci_app::runner::gitlab_api::{self, CreateRunner};
+use tenantci_app::runner::gitlab_config::entry::{
+    Autoscaler, DEFAULT_PAUSE_IDLE_TIME, DEFAULT_PAUSE_PERIOD, DEFAULT_PAUSE_POD_IMAGE,
+    NativePausePods, REDACTED,
+};
+use tenantci_app::runner::gitlab_config::{
+    self, Action, KubernetesSettings, MergeOptions, PodSecurityContext, RunnerEntry, RunnerToken,
+    Secret,
+};
+use tenantci_core::{Error, Result};
+
+// Parsed once per process: variant sizes do not matter, boxing would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum RunnerCommand {
+    /// Merge a Kubernetes-executor [[runners]] entry into gitlab-runner's config.toml.
+    ///
+    /// The entry is found by --name; comments, other runners and unknown keys are kept. The
+    /// file is written atomically (0600, directory 0700) only when something changed, so
+    /// gitlab-runner does not reload needlessly. The runner token comes from, in this order,
+    /// --runner-token-file, runner creation through GitLab's API (--gitlab-api-token-file),
+    /// or --runner-token / TENANTCI_RUNNER_TOKEN (the flag is visible in `ps`; avoid it). A
+    /// token of the form $VAR is written as is and expanded by gitlab-runner from its
+    /// environment. Exit 2: bad input or refused (file untouched); 3: GitLab failed.
+    GitlabConfig(Box<GitlabConfigArgs>),
+    /// Write act_runner's config.yaml (and `.runner` when registration data is given).
+    GiteaConfig(Box<GiteaConfigArgs>),
+}
+
+pub async fn run(cmd: RunnerCommand) -> Result<i32> {
+    match cmd {
+        RunnerCommand::GitlabConfig(args) => gitlab_config(*args).await,
+        RunnerCommand::GiteaConfig(args) => gitea_config(*args),
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "The runner entry")]
+pub struct GitlabConfigArgs {
+    /// gitlab-runner's config.toml (created if missing).
+    #[arg(long, value_name = "PATH")]
+    pub config: PathBuf,
+    /// The runner's name: how tenantci finds its [[runners]] entry.
+    #[arg(long, value_name = "NAME")]
+    pub name: String,
+    /// GitLab's URL (also the API base for runner creation).
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// The runner authentication token (glrt-...) or a $VAR reference. Visible to other users
+    /// in `ps`: prefer --runner-token-file or the environment variable.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "TENANTCI_RUNNER_TOKEN",
+        hide_env_values = true
+    )]
+    pub runner_token: Option<String>,
+    /// A file holding the runner authentication token (or a $VAR reference).
+    #[arg(long, value_name = "FILE")]
+    pub runner_token_file: Option<PathBuf>,
+    /// Jobs this runner runs at once (0 = bounded only by `concurrent`).
+    #[arg(long, default_value_t = 4)]
+    pub limit: u32,
+    /// Concurrent job requests to GitLab.
+    #[arg(long, default_value_t = 1)]
+    pub request_concurrency: u32,
+    /// Take over an entry with this name that uses another executor.
+    #[arg(long)]
+    pub force: bool,
+    /// Show what would change; write nothing and create no runner.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub api: GitlabApiArgs,
+    #[command(flatten)]
+    pub kubernetes: KubernetesArgs,
+    /// Pause pods gitlab-runner keeps itself (with --gitlab-native-pause-pods; 0 is refused).
+    #[arg(long, value_name = "N", help_heading = "Pause pods")]
+    pub prewarm: Option<i32>,
+    #[command(flatten)]
+    pub pause_pods: NativePausePodArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// gitlab-runner's own pause pods (`[runners.kubernetes.autoscaler]`, GitLab Runner 18.10+);
+/// shared by `runner gitlab-config` and `bootstrap runner`.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Pause pods")]
+pub struct NativePausePodArgs {
+    /// Let gitlab-runner (18.10+) keep the --prewarm N pause pods itself: tenantci writes
+    /// [runners.kubernetes.autoscaler] (max_pause_pods, pause_pod_image, one policy) and keeps
+    /// it in sync, instead of its own pause-pod Deployment.
+    #[arg(long, conflicts_with = "remove_gitlab_native_pause_pods")]
+    pub gitlab_native_pause_pods: bool,
+    /// Leave native mode: remove the autoscaler keys tenantci wrote (without either flag the
+    /// table is never touched).
+    #[arg(long)]
+    pub remove_gitlab_native_pause_pods: bool,
+    /// The pause pods' image. Default: registry.k8s.io/pause:3.10.
+    #[arg(long, value_name = "IMAGE")]
+    pub pause_pod_image: Option<String>,
+    /// How long gitlab-runner waits before it scales pause pods down (Go duration).
+    /// Default: 30m.
+    #[arg(long, value_name = "DURATION", requires = "gitlab_native_pause_pods")]
+    pub pause_idle_time: Option<String>,
+    /// A cron expression during which the pause pods are kept (repeatable). Default: always
+    /// ("* * * * *").
+    #[arg(long, value_name = "CRON", requires = "gitlab_native_pause_pods")]
+    pub pause_period: Vec<String>,
+}
+
+impl NativePausePodArgs {
+    /// The pause image, for the runner's autoscaler and tenantci's Deployment alike.
+    pub fn image(&self) -> String {
+        self.pause_pod_image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_PAUSE_POD_IMAGE.into())
+    }
+
+    /// What the runner entry does with its autoscaler table, given the `--prewarm` count.
+    pub fn autoscaler(&self, prewarm: Option<i32>) -> Result<Autoscaler> {
+        if self.remove_gitlab_native_pause_pods {
+            return Ok(Autoscaler::Remove);
+        }
+        if !self.gitlab_native_pause_pods {
+            return Ok(Autoscaler::LeaveAlone);
+        }
+        let count = match prewarm {
+            Some(n) if n > 0 => n as u32,
+            _ => {
+                return Err(Error::bad_input(
+                    "--gitlab-native-pause-pods needs --prewarm N with N > 0 (the pause pods gitlab-runner keeps; it reads 0 as unlimited): add e.g. --prewarm 1",
+                ));
+            }
+        };
+        let native = NativePausePods {
+            count,
+            image: self.image(),
+            idle_time: self
+                .pause_idle_time
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PAUSE_IDLE_TIME.into()),
+            periods: if self.pause_period.is_empty() {
+                vec![DEFAULT_PAUSE_PERIOD.into()]
+            } else {
+                self.pause_period.clone()
+            },
+        };
+        // Here, not only in the merge: bootstrap changes the cluster before it writes config.
+        native.validate()?;
+        Ok(Autoscaler::Native(native))
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Create the runner through GitLab's API (instead of a token)")]
+pub struct GitlabApiArgs {
+    /// A file holding an access token with the `create_runner` scope.
+    /// Precedence: --runner-token-file, then this, then --runner-token / TENANTCI_RUNNER_TOKEN.
+    #[arg(long, value_name = "FILE", conflicts_with = "runner_token_file")]
+    pub gitlab_api_token_file: Option<PathBuf>,
+    /// The kind of runner to create.
+    #[arg(long, value_enum, requires = "gitlab_api_token_file")]
+    pub runner_type: Option<RunnerTypeArg>,
+    /// The group's numeric id (group_type).
+    #[arg(long, value_name = "N", conflicts_with = "project_id")]
+    pub group_id: Option<u64>,
+    /// The project's numeric id (project_type).
+    #[arg(long, value_name = "N")]
+    pub project_id: Option<u64>,
+    /// Job tags the runner picks up, comma-separated.
+    #[arg(long, value_name = "TAGS", value_delimiter = ',')]
+    pub tag_list: Vec<String>,
+    /// Also run jobs without tags.
+    #[arg(long)]
+    pub run_untagged: bool,
+    /// Lock the runner to its current projects.
+    #[arg(long)]
+    pub locked: bool,
+    /// The runner's description in GitLab. Default: the --name.
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+    /// A CA bundle (PEM) to trust for GitLab's HTTPS certificate.
+    #[arg(long, value_name = "FILE")]
+    pub gitlab_ca_file: Option<PathBuf>,
+    /// Timeout for each GitLab API request (Go duration). Default: 30s.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub gitlab_timeout: String,
+    /// Create a new runner even when config.toml already has a token for --name.
+    #[arg(long)]
+    pub recreate: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "[runners.kubernetes]")]
+pub struct KubernetesArgs {
+    /// The tenant apiserver URL (https://127.0.0.1:<port>).
+    #[arg(long, value_name = "URL")]
+    pub host: Option<String>,
+    /// Client certificate (absolute path) signed by the cluster's ClientCA.
+    #[arg(long, value_name = "FILE")]
+    pub cert_file: Option<PathBuf>,
+    /// The certificate's private key (absolute path).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// The CA that signed the apiserver's serving certificate (absolute path).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Namespace for job pods.
+    #[arg(long, value_name = "NS", default_value = "gitlab-runner")]
+    pub namespace: String,
+    /// Seconds a job pod may stay Pending (a rented node may need to boot).
+    #[arg(long, value_name = "SECONDS", default_value_t = gitlab_config::entry::DEFAULT_POLL_TIMEOUT)]
+    pub poll_timeout: u32,
+    /// Default job image.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Helper image (default: gitlab-runner's own).
+    #[arg(long, value_name = "IMAGE")]
+    pub helper_image: Option<String>,
+    /// Build container CPU request (Kubernetes quantity).
+    #[arg(long, value_name = "QTY")]
+    pub cpu_request: Option<String>,
+    #[arg(long, value_name = "QTY")]
+    pub cpu_limit: Option<String>,
+    #[arg(long, value_name = "QTY")]
+    pub memory_request: Option<String>,
+    #[arg(long, value_name = "QTY")]
+    pub memory_limit: Option<String>,
+    #[arg(long, value_name = "QTY")]
+    pub ephemeral_storage_request: Option<String>,
+    #[arg(long, value_name = "QTY")]
+    pub ephemeral_storage_limit: Option<String>,
+    /// Any other resource key, e.g. helper_memory_limit=256Mi or
+    /// cpu_request_overwrite_max_allowed=4 (repeatable).
+    #[arg(long, value_name = "KEY=QTY")]
+    pub resource: Vec<String>,
+    /// Node selector label (repeatable).
+    #[arg(long, value_name = "K=V")]
+    pub node_selector: Vec<String>,
+    /// Node toleration `key=value:Effect` or `key:Effect` (repeatable).
+    #[arg(long, value_name = "K=V:EFFECT")]
+    pub toleration: Vec<String>,
+    /// Label on job pods (repeatable).
+    #[arg(long, value_name = "K=V")]
+    pub pod_label: Vec<String>,
+    #[arg(long, value_name = "UID")]
+    pub run_as_user: Option<i64>,
+    #[arg(long, value_name = "GID")]
+    pub run_as_group: Option<i64>,
+    #[arg(long, value_name = "GID")]
+    pub fs_group: Option<i64>,
+    #[arg(long)]
+    pub run_as_non_root: bool,
+}
+
+fn key_value(flag: &str, raw: &str) -> Result<(String, String)> {
+    match raw.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(Error::bad_input(format!(
+            "--{flag} `{raw}` is not KEY=VALUE"
+        ))),
+    }
+}
+
+fn key_values(flag: &str, raws: &[String]) -> Result<BTreeMap<String, String>> {
+    raws.iter().map(|r| key_value(flag, r)).collect()
+}
+
+impl KubernetesArgs {
+    fn settings(&self) -> Result<KubernetesSettings> {
+        let mut resources = BTreeMap::new();
+        for (key, value) in [
+            ("cpu_request", &self.cpu_request),
+            ("cpu_limit", &self.cpu_limit),
+            ("memory_request", &self.memory_request),
+            ("memory_limit", &self.memory_limit),
+            ("ephemeral_storage_request", &self.ephemeral_storage_request),
+            ("ephemeral_storage_limit", &self.ephemeral_storage_limit),
+        ] {
+            if let Some(v) = value {
+                resources.insert(key.to_string(), v.clone());
+            }
+        }
+        resources.extend(key_values("resource", &self.resource)?);
+        let mut node_tolerations = BTreeMap::new();
+        for raw in &self.toleration {
+            let Some((key, effect)) = raw.rsplit_once(':') else {
+                return Err(Error::bad_input(format!(
+                    "--toleration `{raw}` is not key=value:Effect"
+                ))
+                .hint("e.g. --toleration dedicated=ci:NoSchedule"));
+            };
+            node_tolerations.insert(key.to_string(), effect.to_string());
+        }
+        Ok(KubernetesSettings {
+            host: self.host.clone(),
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            ca_file: self.ca_file.clone(),
+            namespace: self.namespace.clone(),
+            resources,
+            poll_timeout: self.poll_timeout,
+            image: self.image.clone(),
+            helper_image: self.helper_image.clone(),
+            node_selector: key_values("node-selector", &self.node_selector)?,
+            node_tolerations,
+            pod_labels: key_values("pod-label", &self.pod_label)?,
+            pod_security_context: PodSecurityContext {
+                run_as_user: self.run_as_user,
+                run_as_group: self.run_as_group,
+                fs_group: self.fs_group,
+                run_as_non_root: self.run_as_non_root.then_some(true),
+            },
+            autoscaler: Autoscaler::LeaveAlone,
+        })
+    }
+}
+
+fn read_secret_file(what: &str, path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))?;
+    let text = text.trim().to_string();
+    if text.is_empty() {
+        return Err(Error::bad_input(format!(
+            "{what} `{}` is empty",
+            path.display()
+        )));
+    }
+    Ok(text)
+}
+
+/// The `-o json` shape of `runner gitlab-config` (stable; docs/runbooks/gitlab-runner-config.md).
+#[derive(Debug, Serialize)]
+pub struct GitlabConfigReport {
+    pub config: PathBuf,
+    pub action: Action,
+    pub written: bool,
+    pub dry_run: bool,
+    pub runner: RunnerSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gitlab: Option<GitlabRunnerSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunnerSummary {
+    pub name: String,
+    pub url: String,
+    /// `[redacted]` for a literal token, the reference for `$VAR`.
+    pub token: String,
+    pub executor: &'static str,
+    pub namespace: String,
+    pub host: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GitlabRunnerSummary {
+    /// `created`, `reused` (config.toml already had a token) or `would-create` (dry run).
+    pub token_source: &'static str,
+    pub id: Option<u64>,
+    pub token_expires_at: Option<String>,
+}
+
+/// The placeholder token used to plan before GitLab has issued one.
+const PENDING_TOKEN: &str = "$TENANTCI_PENDING_RUNNER_TOKEN";
+
+async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
+    let mut kubernetes = args.kubernetes.settings()?;
+    let native_only = [
+        ("--prewarm", args.prewarm.is_some()),
+        (
+            "--pause-pod-image",
+            args.pause_pods.pause_pod_image.is_some(),
+        ),
+    ];
+    if let Some((flag, _)) = native_only
+        .iter()
+        .find(|(_, given)| *given && !args.pause_pods.gitlab_native_pause_pods)
+    {
+        return Err(Error::bad_input(format!(
+            "{flag} in `runner gitlab-config` sets the pause pods gitlab-runner keeps itself, so it needs --gitlab-native-pause-pods (tenantci's own pause-pod Deployment is `tenant prewarm` or `bootstrap runner --prewarm`)"
+        )));
+    }
+    kubernetes.autoscaler = args.pause_pods.autoscaler(args.prewarm)?;
+    for caveat in kubernetes.native_pause_pod_caveats() {
+        eprintln!("warning: {caveat}");
+    }
+    // Precedence: token file, API creation, then --runner-token / TENANTCI_RUNNER_TOKEN (an
+    // exported variable must not stop an explicit file or API creation).
+    let literal = match (
+        &args.runner_token_file,
+        &args.api.gitlab_api_token_file,
+        &args.runner_token,
+    ) {
+        (Some(file), _, _) => Some(read_secret_file("the runner token file", file)?),
+        (None, Some(_), _) => None,
+        (None, None, Some(t)) => Some(t.clone()),
+        (None, None, None) => None,
+    };
+    let mut entry = RunnerEntry {
+        name: args.name.clone(),
+        url: args.url.clone(),
+        token: RunnerToken::EnvRef(PENDING_TOKEN.into()),
+        limit: args.limit,
+        request_concurrency: args.request_concurrency,
+        kubernetes,
+        registration: None,
+    };
+    let options = MergeOptions { force: args.force };
+    let existing = gitlab_config::write::read_existing(&args.config)?;
+    // Plan once before any API call: a broken config.toml or a refused entry must not leave
+    // a runner behind in GitLab.
+    gitlab_config::merge::plan(&args.config, existing.as_deref(), &entry, options)?;
+
+    let mut gitlab = None;
+    match (literal, &args.api.gitlab_api_token_file) {
+        (Some(raw), _) => entry.token = RunnerToken::parse(&raw)?,
+        (None, Some(api_token_file)) => {
+            let reusable = existing
+                .as_deref()
+                .and_then(|t| gitlab_config::merge::existing_token(t, &args.name))
+                .filter(|_| !args.api.recreate);
+            if let Some(token) = reusable {
+                entry.token = RunnerToken::parse(&token)?;
+                gitlab = Some(GitlabRunnerSummary {
+                    token_source: "reused",
+                    id: None,
+                    token_expires_at: None,
+                });
+            } else {
+                let request = create_request(&args)?;
+                if args.dry_run {
+                    gitlab = Some(GitlabRunnerSummary {
+                        token_source: "would-create",
+                        id: None,
+                        token_expires_at: None,
+                    });
+                } else {
+                    let api_token = read_secret_file("the GitLab API token file", api_token_file)?;
+                    let timeout = tenantci_core::duration::parse_positive(&args.api.gitlab_timeout)
+                        .map_err(|e| {
+                            Error::bad_input(format!(
+                                "--gitlab-timeout `{}`: {e}",
+                                args.api.gitlab_timeout
+                            ))
+                        })?;
+                    let client = gitlab_api::Client::new(
+                        &args.url,
+                        Secret::new(api_token),
+                        args.api.gitlab_ca_file.as_deref(),
+                        timeout,
+                    )?;
+                    let created = client.create_and_verify(&request).await?;
+                    entry.token = RunnerToken::Literal(created.token.clone());
+                    entry.registration = Some(gitlab_config::entry::TokenMetadata {
+                        id: created.id,
+                        obtained_at: chrono::Utc::now()
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        expires_at: created.token_expires_at.clone(),
+                    });
+                    gitlab = Some(GitlabRunnerSummary {
+                        token_source: "created",
+                        id: Some(created.id),
+                        token_expires_at: created.token_expires_at,
+                    });
+                }
+            }
+        }
+        (None, None) => {
+            return Err(Error::bad_input("no runner token given").hint(
+                "pass --runner-token-file FILE, set TENANTCI_RUNNER_TOKEN, or create the runner with --gitlab-api-token-file FILE --runner-type ...",
+            ));
+        }
+    }
+
+    let plan = gitlab_config::merge::plan(&args.config, existing.as_deref(), &entry, options)?;
+    let written = if args.dry_run {
+        false
+    } else {
+        gitlab_config::write::write_plan(&args.config, &plan)?
+    };
+    let report = GitlabConfigReport {
+        config: args.config.clone(),
+        action: plan.action,
+        written,
+        dry_run: args.dry_run,
+        runner: RunnerSummary {
+            name: entry.name.clone(),
+            url: entry.url.clone(),
+            token: entry.token.redacted(),
+            executor: gitlab_config::entry::EXECUTOR_KUBERNETES,
+            namespace: entry.kubernetes.namespace.clone(),
+            host: entry.kubernetes.host.clone(),
+        },
+        gitlab,
+    };
+    if args.output.is_json() {
+        output::print_json(&report)?;
+    } else {
+        let what = match plan.action {
+            Action::Unchanged => "unchanged",
+            Action::Created => "new file with runner",
+            Action::Added => "added runner",
+            Action::Updated => "updated runner",
+        };
+        let mode = if args.dry_run && plan.changed() {
+            " (dry run: not written)"
+        } else {
+            ""
+        };
+        println!("{}: {what} `{}`{mode}", args.config.display(), entry.name);
+        if args.dry_run && plan.changed() {
+            print!("{}", gitlab_config::redact(&plan.text, &entry.token));
+        }
+    }
+    Ok(0)
+}
+
+fn create_request(args: &GitlabConfigArgs) -> Result<CreateRunner> {
+    let Some(runner_type) = args.api.runner_type else {
+        return Err(
+            Error::bad_input("--gitlab-api-token-file needs --runner-type")
+                .hint("pass --runner-type instance_type|group_type|project_type"),
+        );
+    };
+    let request = CreateRunner {
+        runner_type: runner_type.into(),
+        group_id: args.api.group_id,
+        project_id: args.api.project_id,
+        description: Some(
+            args.api
+                .description
+                .clone()
+                .unwrap_or_else(|| args.name.clone()),
+        ),
+        tag_list: args
+            .api
+            .tag_list
+            .iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect(),
+        run_untagged: args.api.run_untagged,
+        locked: args.api.locked,
+        paused: false,
+    };
+    request.validate()?;
+    Ok(request)
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "act_runner config.yaml")]
+pub struct GiteaConfigArgs {
+    /// act_runner's config.yaml to write.
+    #[arg(long, value_name = "PATH")]
+    pub config: PathBuf,
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+    /// Tasks act_runner runs at once.
+    #[arg(long, default_value_t = 1)]
+    pub capacity: u32,
+    /// Job timeout (Go duration).
+    #[arg(long, default_value = "3h")]
+    pub timeout: String,
+    /// FetchTask long-poll timeout (Go duration).
+    #[arg(long, default_value = "5s")]
+    pub fetch_timeout: String,
+    /// Pause between FetchTask polls (Go duration).
+    #[arg(long, default_value = "2s")]
+    pub fetch_interval: String,
+    /// Label `name[:docker:IMAGE|:host]` (repeatable). Default: pod:host.
+    #[arg(long = "label", value_name = "LABEL")]
+    pub labels: Vec<String>,
+    /// runner.file: where act_runner reads `.runner` (relative to its working directory).
+    #[arg(long, value_name = "PATH", default_value = ".runner")]
+    pub runner_file: String,
+    /// Skip TLS verification towards Gitea (never in production).
+    #[arg(long)]
+    pub insecure: bool,
+
+    #[command(flatten)]
+    pub registration: GiteaRegistrationArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "The .runner registration file (written when --uuid is given)")]
+pub struct GiteaRegistrationArgs {
+    /// Where to write `.runner`. Default: --runner-file next to --config.
+    #[arg(long, value_name = "PATH", requires = "uuid")]
+    pub registration_out: Option<PathBuf>,
+    /// Gitea's URL.
+    #[arg(long, value_name = "URL", requires = "uuid")]
+    pub gitea_url: Option<String>,
+    /// The runner's UUID from registration.
+    #[arg(long, value_name = "UUID")]
+    pub uuid: Option<String>,
+    /// The runner's numeric id.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub runner_id: i64,
+    /// The runner's name.
+    #[arg(long, value_name = "NAME", requires = "uuid")]
+    pub runner_name: Option<String>,
+    /// A file holding the runner token from registration.
+    #[arg(long, value_name = "FILE", requires = "uuid")]
+    pub gitea_runner_token_file: Option<PathBuf>,
+    /// Mark the registration ephemeral (one task, Gitea 1.24+).
+    #[arg(long)]
+    pub ephemeral: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GiteaConfigReport {
+    pub config: PathBuf,
+    pub config_written: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration: Option<PathBuf>,
+    pub registration_written: bool,
+}
+
+fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
+    let mut config = ActRunnerConfig::default();
+    config.log.level = args.log_level.clone();
+    config.runner.capacity = args.capacity;
+    config.runner.timeout = args.timeout.clone();
+    config.runner.fetch_timeout = args.fetch_timeout.clone();
+    config.runner.fetch_interval = args.fetch_interval.clone();
+    config.runner.insecure = args.insecure;
+    config.runner.file = args.runner_file.clone();
+    if !args.labels.is_empty() {
+        config.runner.labels = args.labels.clone();
+    }
+    config.validate()?;
+    let reg = &args.registration;
+    let registration = match &reg.uuid {
+        None => None,
+        Some(uuid) => {
+            let (Some(address), Some(name), Some(token_file)) = (
+                &reg.gitea_url,
+                &reg.runner_name,
+                &reg.gitea_runner_token_file,
+            ) else {
+                return Err(Error::bad_input(
+                    "--uuid needs --gitea-url, --runner-name and --gitea-runner-token-file",
+                ));
+            };
+            let token = read_secret_file("the Gitea runner token file", token_file)?;
+            let registration = Registration {
+                warning: gitea_files::REGISTRATION_WARNING.into(),
+                id: reg.runner_id,
+                uuid: uuid.clone(),
+                name: name.clone(),
+                token: Secret::new(token),
+                address: address.clone(),
+                labels: config
+                    .runner
+                    .labels
+                    .iter()
+                    .map(|l| gitea_files::Label::parse(l).map(|l| l.name))
+                    .collect::<Result<_>>()?,
+                ephemeral: reg.ephemeral,
+            };
+            registration.validate()?;
+            let path = reg.registration_out.clone().unwrap_or_else(|| {
+                let file = Path::new(&args.runner_file);
+                if file.is_absolute() {
+                    file.to_path_buf()
+                } else {
+                    args.config.parent().unwrap_or(Path::new(".")).join(file)
+                }
+            });
+            Some((path, registration))
+        }
+    };
+    let config_written = gitea_files::write_config(&args.config, &config)?;
+    let registration_written = match &registration {
+        Some((path, r)) => gitea_files::write_registration(path, r)?,
+        None => false,
+    };
+    let report = GiteaConfigReport {
+        config: args.config.clone(),
+        config_written,
+        registration: registration.as_ref().map(|(p, _)| p.clone()),
+        registration_written,
+    };
+    if args.output.is_json() {
+        output::print_json(&report)?;
+    } else {
+        let state = |w: bool| if w { "written" } else { "unchanged" };
+        println!("{} {}", args.config.display(), state(config_written));
+        if let Some(path) = &report.registration {
+            println!(
+                "{} {} (token {REDACTED})",
+                path.display(),
+                state(registration_written)
+            );
+        }
+    }
+    Ok(0)
+}

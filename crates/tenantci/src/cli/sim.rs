@@ -1,0 +1,139 @@
+//! `tenantci sim`: run the local gateway simulator in the foreground until SIGTERM/SIGINT.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use tenantci_core::{Error, Result};
+use tenantci_sim::{self as sim, SimConfig};
+
+/// Run a local gateway: an admin apiserver listing `Cluster` objects and one HTTPS tenant
+/// apiserver per cluster (client-cert auth, RBAC, objects in memory). Prints one JSON line
+/// `{"type":"ready",...}` on stdout when every server listens; stops on SIGTERM or SIGINT.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Simulator options")]
+pub struct SimArgs {
+    /// State directory (created if missing; CAs, kubeconfigs and ports are reused).
+    #[arg(long, value_name = "DIR", env = "TENANTCI_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// A tenant cluster to serve (repeatable). Default: the clusters already in the state dir.
+    #[arg(long = "cluster", value_name = "NAME")]
+    pub clusters: Vec<String>,
+    #[command(flatten)]
+    pub nodes: NodeArgs,
+    /// Also serve a Gitea double (RunnerService over plain HTTP, plus an admin API to enqueue
+    /// jobs); its address and registration token go to <state>/gitea.json (0600) before the
+    /// ready line.
+    #[arg(long)]
+    pub gitea: bool,
+    /// Where the Gitea double listens (port 0: any free port).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:0",
+        requires = "gitea"
+    )]
+    pub gitea_listen: std::net::SocketAddr,
+}
+
+/// Rented nodes: a cluster starts with none; a Pod that fits no Ready node rents one.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Rented nodes")]
+pub struct NodeArgs {
+    /// How long a rented node boots before it is Ready.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub node_boot: String,
+    /// vCPUs of the node image (written to clusters/<name>/node-image.json).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub node_vcpu: u32,
+    /// Memory of the node image, MiB.
+    #[arg(long, value_name = "N", default_value_t = 2048)]
+    pub node_mem_mib: u64,
+    /// Root filesystem of the node image, MiB (unset: not modelled).
+    #[arg(long, value_name = "N")]
+    pub node_rootfs_mib: Option<u64>,
+    /// A node with no pods for this long is released.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub node_idle: String,
+    /// At most this many nodes per cluster.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub max_nodes: usize,
+}
+
+impl NodeArgs {
+    pub fn config(&self) -> Result<sim::nodes::NodeConfig> {
+        let dur = |flag: &str, v: &str| {
+            tenantci_core::duration::parse(v).map_err(|e| {
+                Error::bad_input(format!("{flag} `{v}` {e}"))
+                    .hint(format!("pass {flag} as a Go duration such as `3s`"))
+            })
+        };
+        if self.node_vcpu == 0 || self.node_mem_mib == 0 {
+            return Err(
+                Error::bad_input("--node-vcpu and --node-mem-mib must be positive")
+                    .hint("the runbook's node is --node-vcpu 2 --node-mem-mib 2048"),
+            );
+        }
+        Ok(sim::nodes::NodeConfig {
+            image: tenantci_core::node_image::NodeImage {
+                vcpu: self.node_vcpu,
+                mem_mib: self.node_mem_mib,
+                rootfs_mib: self.node_rootfs_mib,
+            },
+            boot: dur("--node-boot", &self.node_boot)?,
+            idle: dur("--node-idle", &self.node_idle)?,
+            max_nodes: self.max_nodes,
+        })
+    }
+}
+
+pub async fn run(args: SimArgs) -> Result<i32> {
+    // Before the ready line: a supervisor may send SIGTERM as soon as it reads it.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::external(format!("cannot watch SIGTERM: {e}")))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| Error::external(format!("cannot watch SIGINT: {e}")))?;
+    let nodes = args.nodes.config()?;
+    let state_dir = args.state_dir.clone();
+    let handle = sim::start(SimConfig {
+        state_dir: args.state_dir,
+        clusters: args.clusters,
+        nodes,
+    })
+    .await?;
+    let gitea = match args.gitea {
+        true => {
+            let g = sim::gitea::GiteaDouble::start(args.gitea_listen).await?;
+            let path = sim::gitea::write_gitea_json(&state_dir, &g)?;
+            eprintln!("gitea double at {} ({})", g.base_url, path.display());
+            Some(g)
+        }
+        false => None,
+    };
+    println!(
+        "{}",
+        serde_json::to_string(&handle.info).expect("the ready line serializes")
+    );
+    for c in &handle.info.clusters {
+        eprintln!(
+            "cluster {} at {} (kubeconfig {})",
+            c.name,
+            c.url,
+            c.tenant_admin_kubeconfig.display()
+        );
+    }
+    eprintln!(
+        "gateway admin at {} (kubeconfig {})",
+        handle.info.admin_url,
+        handle.info.admin_kubeconfig.display()
+    );
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    if let Some(g) = gitea {
+        g.shutdown().await;
+    }
+    handle.shutdown().await;
+    Ok(0)
+}

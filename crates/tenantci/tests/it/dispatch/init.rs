@@ -1,0 +1,490 @@
+//! `tenantci dispatch init` with the real binary against `tenantci sim --gitea` (tenant
+//! apiserver + Gitea double) and a NATS secrets dir from `tenantci queue nats-config`.
+//! Checked from outside: the double's runner list, kubectl with the minted kubeconfig, the
+//! files' modes and bytes.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::sim::harness::{Kubectl, SimProcess, repo_file};
+use crate::util::{assert_exit, mode, run, run_args, scratch, snapshot, stderr, stdout, tenantci};
+
+const IMAGE: &str =
+    "gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// A default flag replaced (Some) or dropped (None).
+type Edit<'a> = (&'a str, Option<&'a str>);
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    sim: SimProcess,
+    gitea_url: String,
+    admin_url: String,
+    token: String,
+    nats: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = scratch();
+    let root = dir.path().to_path_buf();
+    let sim = SimProcess::start_with(&root.join("state"), &["ci"], &["--gitea"]);
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(root.join("state/gitea.json")).unwrap()).unwrap();
+    let token = doc["registrationToken"].as_str().unwrap().to_string();
+    std::fs::write(root.join("registration-token"), format!("{token}\n")).unwrap();
+    let nats = root.join("nats");
+    let o = run_args([
+        "queue".as_ref(),
+        "nats-config".as_ref(),
+        "--secrets-dir".as_ref(),
+        nats.as_os_str(),
+        "--out".as_ref(),
+        root.join("nats-auth.conf").as_os_str(),
+    ]);
+    assert_exit(&o, 0);
+    Setup {
+        gitea_url: doc["url"].as_str().unwrap().to_string(),
+        admin_url: doc["adminUrl"].as_str().unwrap().to_string(),
+        _dir: dir,
+        root,
+        sim,
+        token,
+        nats,
+    }
+}
+
+impl Setup {
+    fn out(&self, name: &str) -> PathBuf {
+        self.root.join(name).join("config.toml")
+    }
+
+    /// `dispatch init -o json` with working defaults; `edits` replace (Some) or drop (None) a
+    /// default flag, `extra` adds flags.
+    fn init(&self, out: &str, edits: &[Edit], extra: &[&str]) -> Output {
+        let root = |p: &str| self.root.join(p).display().to_string();
+        let mut flags: Vec<(String, String)> = vec![
+            ("--gitea-url".into(), self.gitea_url.clone()),
+            (
+                "--registration-token-file".into(),
+                root("registration-token"),
+            ),
+            ("--state-dir".into(), root("state")),
+            ("--cluster".into(), "ci".into()),
+            ("--nats".into(), "nats://127.0.0.1:4222".into()),
+            ("--nats-secrets-dir".into(), self.nats.display().to_string()),
+            ("--facade-listen".into(), "127.0.0.1:18443".into()),
+            ("--executor-image".into(), IMAGE.into()),
+            ("--out".into(), self.out(out).display().to_string()),
+        ];
+        for (flag, value) in edits {
+            let pos = flags.iter().position(|(f, _)| f == flag);
+            match (pos, value) {
+                (Some(i), Some(v)) => flags[i].1 = v.to_string(),
+                (Some(i), None) => {
+                    flags.remove(i);
+                }
+                (None, Some(v)) => flags.push((flag.to_string(), v.to_string())),
+                (None, None) => {}
+            }
+        }
+        let mut cmd = tenantci();
+        cmd.args(["dispatch", "init", "-o", "json"]);
+        for (f, v) in flags {
+            cmd.arg(f).arg(v);
+        }
+        run(cmd.args(extra))
+    }
+
+    fn runners(&self) -> Vec<Value> {
+        let url = format!("{}/runners", self.admin_url);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            reqwest::get(&url)
+                .await
+                .unwrap()
+                .json::<Vec<Value>>()
+                .await
+                .unwrap()
+        })
+    }
+
+    fn admin(&self) -> Kubectl {
+        Kubectl::new(&self.sim.tenant_admin("ci"), &self.root)
+    }
+
+    fn namespace_exists(&self) -> bool {
+        self.admin()
+            .run(&["get", "namespace", "dynamic-runner"])
+            .status
+            .success()
+    }
+}
+
+fn hand_back(o: &Output) -> Value {
+    serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
+
+fn outcomes(hb: &Value) -> Vec<(String, String)> {
+    hb["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["step"].as_str().unwrap().to_string(),
+                s["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    snapshot(dir)
+}
+
+fn can_i(k: &Kubectl, args: &[&str]) -> (bool, String) {
+    let mut a = vec!["auth", "can-i"];
+    a.extend_from_slice(args);
+    let o = k.run(&a);
+    (o.status.success(), stdout(&o).trim().to_string())
+}
+
+#[test]
+fn init_registers_once_writes_private_files_and_a_rerun_keeps_everything() {
+    let s = setup();
+    let o = s.init("d", &[], &[]);
+    assert_exit(&o, 0);
+    for text in [stdout(&o), stderr(&o)] {
+        assert!(
+            !text.contains(&s.token),
+            "the registration token is never printed"
+        );
+    }
+    let hb = hand_back(&o);
+    let uuid = hb["runner"]["uuid"].as_str().unwrap().to_string();
+    assert!(!uuid.is_empty());
+    assert_eq!(hb["namespace"], "dynamic-runner");
+    assert_eq!(hb["runner"]["name"], "tenantci-dispatch-ci");
+    let steps = outcomes(&hb);
+    assert!(
+        steps.contains(&("registration".into(), "created".into())),
+        "{steps:?}"
+    );
+    assert!(
+        steps.contains(&("rbac".into(), "applied".into())),
+        "{steps:?}"
+    );
+    assert!(steps.contains(&("verify".into(), "ok".into())), "{steps:?}");
+
+    let runners = s.runners();
+    assert_eq!(runners.len(), 1, "exactly one registration: {runners:?}");
+    assert_eq!(runners[0]["uuid"], uuid.as_str());
+    assert_eq!(
+        runners[0]["labels"],
+        serde_json::json!(["self-hosted", "pod"])
+    );
+    assert_eq!(runners[0]["ephemeral"], false);
+
+    let dir = s.root.join("d");
+    let before = files(&dir);
+    let names: Vec<String> = before
+        .iter()
+        .map(|(p, _)| p.strip_prefix(&dir).unwrap().display().to_string())
+        .collect();
+    for f in [
+        "config.toml",
+        "scheduler.json",
+        "capability.key",
+        "sealing.key",
+        "facade-ca.crt",
+        "facade-ca.key",
+        "facade.crt",
+        "facade.key",
+        "kube/ca.crt",
+        "kube/tls.crt",
+        "kube/tls.key",
+        "kube/kubeconfig",
+    ] {
+        assert!(names.contains(&f.to_string()), "{f} in {names:?}");
+    }
+    assert_eq!(mode(&dir), 0o700);
+    for (p, bytes) in &before {
+        if p.is_dir() {
+            assert_eq!(mode(p), 0o700, "{}", p.display());
+            continue;
+        }
+        assert_eq!(mode(p), 0o600, "{}", p.display());
+        assert!(
+            !String::from_utf8_lossy(bytes).contains(&s.token),
+            "the registration token is in {}",
+            p.display()
+        );
+    }
+    let scheduler: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("scheduler.json")).unwrap()).unwrap();
+    assert_eq!(scheduler["uuid"], uuid.as_str());
+    assert!(scheduler["token"].as_str().is_some_and(|t| !t.is_empty()));
+
+    let cfg = tenantci_app::dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
+    assert_eq!(cfg.cluster.kubeconfig, Some(dir.join("kube/kubeconfig")));
+    assert_eq!(cfg.gitea.credential_file, dir.join("scheduler.json"));
+    assert_eq!(cfg.facade.url, "https://127.0.0.1:18443");
+    assert_eq!(cfg.capacity.pod, 4);
+    assert_eq!(cfg.nats.secrets_dir, s.nats);
+
+    let own = Kubectl::new(&dir.join("kube/kubeconfig"), &s.root);
+    assert_eq!(
+        can_i(&own, &["create", "pods", "-n", "dynamic-runner"]),
+        (true, "yes".into())
+    );
+    assert_eq!(
+        can_i(
+            &own,
+            &[
+                "create",
+                "leases.coordination.k8s.io",
+                "-n",
+                "dynamic-runner"
+            ]
+        ),
+        (true, "yes".into())
+    );
+    assert_eq!(
+        can_i(&own, &["get", "secrets", "-n", "kube-system"]),
+        (false, "no".into())
+    );
+    assert_eq!(
+        can_i(&own, &["list", "secrets", "--all-namespaces"]),
+        (false, "no".into())
+    );
+
+    // The re-run needs no token: the registration, keys, certs and config are kept as they are.
+    let o = s.init("d", &[("--registration-token-file", None)], &[]);
+    assert_exit(&o, 0);
+    let hb = hand_back(&o);
+    assert_eq!(hb["runner"]["uuid"], uuid.as_str());
+    for (step, outcome) in outcomes(&hb) {
+        assert!(
+            ["ok", "kept", "unchanged"].contains(&outcome.as_str()),
+            "{step}: {outcome}"
+        );
+    }
+    assert_eq!(files(&dir), before, "a re-run rewrites nothing");
+    assert_eq!(s.runners().len(), 1, "a re-run registers nothing");
+}
+
+#[test]
+fn init_reissues_the_facade_cert_from_the_same_ca_when_the_host_changes() {
+    let s = setup();
+    assert_exit(&s.init("d", &[], &[]), 0);
+    let dir = s.root.join("d");
+    let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+    let (ca, ca_key, cert) = (
+        read("facade-ca.crt"),
+        read("facade-ca.key"),
+        read("facade.crt"),
+    );
+    let o = s.init(
+        "d",
+        &[
+            ("--facade-listen", Some("0.0.0.0:18443")),
+            ("--facade-url", Some("https://dispatch.ci.internal:18443")),
+        ],
+        &[],
+    );
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        steps.contains(&("facade-cert".into(), "re-issued".into())),
+        "{steps:?}"
+    );
+    assert!(
+        steps.contains(&("config".into(), "updated".into())),
+        "{steps:?}"
+    );
+    assert_eq!((read("facade-ca.crt"), read("facade-ca.key")), (ca, ca_key));
+    assert_ne!(read("facade.crt"), cert);
+    let sans = tenantci_core::pki::inspect::subject_alt_names(
+        &String::from_utf8(read("facade.crt")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(sans, ["dispatch.ci.internal"]);
+    assert_eq!(mode(&dir.join("facade.key")), 0o600);
+}
+
+#[test]
+fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
+    let s = setup();
+    let partial = s.root.join("nats-partial");
+    std::fs::create_dir(&partial).unwrap();
+    std::fs::copy(
+        s.nats.join("ci-producer.password"),
+        partial.join("ci-producer.password"),
+    )
+    .unwrap();
+    let wrong_token = s.root.join("wrong-token.txt");
+    std::fs::write(&wrong_token, "not-the-token\n").unwrap();
+    let partial = partial.display().to_string();
+    let wrong_token = wrong_token.display().to_string();
+    let cases: Vec<(&str, Vec<Edit>, &str)> = vec![
+        (
+            "tag",
+            vec![("--executor-image", Some("gitea/act_runner:0.2.11"))],
+            "not pinned by digest",
+        ),
+        (
+            "http-facade",
+            vec![("--facade-url", Some("http://127.0.0.1:18443"))],
+            "--facade-url",
+        ),
+        (
+            "any-address",
+            vec![("--facade-listen", Some("0.0.0.0:18443"))],
+            "--facade-listen",
+        ),
+        ("unknown-cluster", vec![("--cluster", Some("nope"))], "nope"),
+        (
+            "missing-worker-password",
+            vec![("--nats-secrets-dir", Some(partial.as_str()))],
+            "ci-worker.password",
+        ),
+        (
+            "no-token",
+            vec![("--registration-token-file", None)],
+            "registration token",
+        ),
+        (
+            "wrong-token",
+            vec![("--registration-token-file", Some(wrong_token.as_str()))],
+            "refused the registration token",
+        ),
+    ];
+    for (name, edits, needle) in cases {
+        let o = s.init(name, &edits, &[]);
+        assert_exit(&o, 2);
+        let err = stderr(&o);
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(err.contains("help:"), "{name}: a fix is given: {err}");
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{name}: one sentence"
+        );
+        assert!(
+            !s.root.join(name).exists(),
+            "{name}: nothing written: {:?}",
+            files(&s.root.join(name))
+        );
+    }
+    assert!(s.runners().is_empty(), "nothing registered");
+    assert!(!s.namespace_exists(), "nothing applied");
+}
+
+#[test]
+fn init_dry_run_changes_nothing_anywhere() {
+    let s = setup();
+    let o = s.init("d", &[], &["--dry-run"]);
+    assert_exit(&o, 0);
+    let hb = hand_back(&o);
+    assert_eq!(hb["dryRun"], true);
+    assert!(hb["runner"].is_null());
+    let steps = outcomes(&hb);
+    for step in [
+        "registration",
+        "credential",
+        "rbac",
+        "capability-key",
+        "facade-cert",
+        "config",
+    ] {
+        let outcome = &steps.iter().find(|(s, _)| s == step).unwrap().1;
+        assert!(outcome.starts_with("would "), "{step}: {outcome}");
+    }
+    assert!(!s.root.join("d").exists(), "nothing written");
+    assert!(s.runners().is_empty(), "nothing registered");
+    assert!(!s.namespace_exists(), "nothing applied");
+
+    assert_exit(&s.init("d", &[], &[]), 0);
+    let before = files(&s.root.join("d"));
+    let o = s.init("d", &[("--pod-capacity", Some("7"))], &["--dry-run"]);
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        steps.contains(&("config".into(), "would update".into())),
+        "{steps:?}"
+    );
+    assert!(
+        steps.contains(&("rbac".into(), "unchanged".into())),
+        "{steps:?}"
+    );
+    assert_eq!(files(&s.root.join("d")), before, "a dry run writes nothing");
+    assert_eq!(s.runners().len(), 1);
+}
+
+#[test]
+fn init_says_how_to_re_register_when_gitea_no_longer_knows_the_registration() {
+    let s = setup();
+    let dir = s.root.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    // A registration Gitea does not know: what scheduler.json holds after the runner was
+    // deleted in Gitea's admin UI.
+    std::fs::write(
+        dir.join("scheduler.json"),
+        r#"{"id": 41, "uuid": "6d1f3c9e-0000-4000-8000-000000000041", "token": "0123abcd", "name": "tenantci-dispatch-ci"}"#,
+    )
+    .unwrap();
+    let o = s.init("d", &[], &[]);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    assert!(err.contains("deleted at Gitea"), "{err}");
+    assert!(
+        err.contains("delete") && err.contains("scheduler.json"),
+        "{err}"
+    );
+    assert_eq!(files(&dir).len(), 1, "nothing else written");
+    assert!(!s.namespace_exists(), "nothing applied");
+    assert!(s.runners().is_empty());
+}
+
+#[test]
+fn dispatch_manifests_apply_with_kubectl_as_they_are() {
+    let s = setup();
+    // The simulator serves no OpenAPI document, so kubectl cannot validate client-side; the
+    // unit tests in src/dispatch/manifests.rs check every field against the typed schema.
+    let o = s.admin().run(&[
+        "apply",
+        "--server-side",
+        "--validate=false",
+        "-f",
+        repo_file("manifests/dispatch/rbac.yaml").to_str().unwrap(),
+        "-f",
+        repo_file("manifests/dispatch/deployment.yaml")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = s.admin().run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "deployment/tenantci-dispatcher",
+        "-o",
+        "jsonpath={.spec.strategy.rollingUpdate.maxUnavailable}",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "0");
+    // `dispatch init` applies the same RBAC: nothing to change.
+    let o = s.init("d", &[], &[]);
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        steps.contains(&("rbac".into(), "unchanged".into())),
+        "{steps:?}"
+    );
+}

@@ -1,0 +1,339 @@
+//! `tenantci dispatch run`: the must-shows. Each test plays the executor through the
+//! facade with only the executor Secret's files.
+
+use tenantci_core::forge::gitea::connect::Code;
+use tenantci_core::forge::gitea::proto::{TaskResult, TaskState, UpdateTaskRequest};
+
+use super::harness::{World, eventually};
+
+fn secret_value(i: usize) -> String {
+    format!("s3cr3t-{i}-{}", "x".repeat(24))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_tasks_with_capacity_two_all_succeed_never_more_than_two_pods() {
+    let w = World::start(2).await;
+    let d = w.dispatcher("d1");
+    d.wait_leader(true).await;
+    let mut jobs = Vec::new();
+    for i in 0..5 {
+        jobs.push(w.enqueue(&format!("job-{i}"), &secret_value(i)).await);
+    }
+    let mut done = 0;
+    let mut seen_objects = Vec::new();
+    while done < 5 {
+        // Whichever executors exist now: run each to completion.
+        let secrets = eventually("an executor Secret", || async {
+            let s = w.secrets().await;
+            (!s.is_empty()).then_some(s)
+        })
+        .await;
+        assert!(
+            secrets.len() <= 2,
+            "at most capacity executors: {}",
+            secrets.len()
+        );
+        for s in secrets {
+            let task: i64 = s.metadata.labels.as_ref().unwrap()["tenantci.io/task-id"]
+                .parse()
+                .unwrap();
+            let pod = w.pods().await;
+            seen_objects.push(serde_json::to_string(&s).unwrap());
+            seen_objects.push(serde_json::to_string(&pod).unwrap());
+            let ex = super::harness::Executor::from_secret(&s);
+            let t = ex.run(task).await;
+            assert!(
+                t.secrets
+                    .get("DEPLOY_KEY")
+                    .is_some_and(|v| v.starts_with("s3cr3t-")),
+                "the task's secrets reach the executor"
+            );
+            done += 1;
+            // Wait for this executor to be cleaned up before looking at the next batch.
+            let name = format!("gitea-task-{task}");
+            eventually("the finished executor to be deleted", || async {
+                (!w.secrets()
+                    .await
+                    .iter()
+                    .any(|s| s.metadata.name.as_deref() == Some(&name)))
+                .then_some(())
+            })
+            .await;
+        }
+    }
+    for job in &jobs {
+        let task = w.claimed(*job).await;
+        let view = w.task(task).await;
+        assert_eq!(view["result"], "RESULT_SUCCESS", "{view}");
+        assert!(
+            view["logs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l.as_str() == Some(&format!("ran task {task}"))),
+            "{view}"
+        );
+    }
+    w.all_cleaned_up().await;
+    assert!(
+        w.watch.max_live() <= 2,
+        "never more than 2 executor Pods at once (saw {})",
+        w.watch.max_live()
+    );
+    assert!(
+        w.watch.creations().values().all(|n| *n == 1),
+        "one Pod per task: {:?}",
+        w.watch.creations()
+    );
+    // No task secret in clear: not in the JetStream store, the objects, or the log.
+    let store = w.jetstream_store();
+    let log = d.log_text();
+    for i in 0..5 {
+        let v = secret_value(i);
+        assert!(
+            !store.windows(v.len()).any(|win| win == v.as_bytes()),
+            "secret {i} in the JetStream store"
+        );
+        assert!(!log.contains(&v), "secret {i} in the dispatcher log");
+        assert!(
+            seen_objects.iter().all(|o| !o.contains(&v)),
+            "secret {i} in a Pod or Secret"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forged_and_borrowed_capabilities_are_refused() {
+    let w = World::start(2).await;
+    let _d = w.dispatcher("d1");
+    let a = w.claimed(w.enqueue("a", "sa").await).await;
+    let b = w.claimed(w.enqueue("b", "sb").await).await;
+    let ea = w.executor(a).await;
+    let eb = w.executor(b).await;
+    // A forged token for task a.
+    let forged = ea.client(&ea.uuid, &"0".repeat(64));
+    let err = forged.fetch_task(0).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::Unauthenticated), "{err}");
+    // Task a's capability presented for task b.
+    let borrowed = ea.client(&eb.uuid, &ea.token);
+    let err = borrowed.fetch_task(0).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::Unauthenticated), "{err}");
+    // Task a's own credentials, reporting task b.
+    let err = ea
+        .own()
+        .update_task(&UpdateTaskRequest {
+            state: Some(TaskState {
+                id: b,
+                result: TaskResult::Failure as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(Code::PermissionDenied), "{err}");
+    // Neither refusal changed anything: both tasks still run to success.
+    ea.run(a).await;
+    eb.run(b).await;
+    for t in [a, b] {
+        assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
+    }
+    // Handed out once: a second FetchTask gets no task.
+    assert!(
+        ea.own()
+            .fetch_task(0)
+            .await
+            .map(|r| r.task.is_none())
+            .unwrap_or(true)
+    );
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
+    let w = World::start(2).await;
+    let mut d = w.dispatcher("d1");
+    let mut jobs = Vec::new();
+    for i in 0..4 {
+        jobs.push(w.enqueue(&format!("job-{i}"), &secret_value(i)).await);
+    }
+    // Two executors in flight; one has its task, the other has not fetched it yet.
+    let a = w.claimed(jobs[0]).await;
+    let b = w.claimed(jobs[1]).await;
+    let (ea, eb) = (w.executor(a).await, w.executor(b).await);
+    assert_eq!(ea.fetch().await.id, a);
+    d.kill9();
+    let d = w.dispatcher("d1");
+    // The executors carry on against the restarted facade.
+    ea.finish(a, &format!("ran task {a}")).await;
+    eb.run(b).await;
+    for job in &jobs[2..] {
+        let t = w.claimed(*job).await;
+        w.executor(t).await.run(t).await;
+    }
+    w.all_cleaned_up().await;
+    for job in &jobs {
+        let view = w.job(*job).await;
+        let task = view["task_id"].as_i64().unwrap();
+        let t = w.task(task).await;
+        assert_eq!(t["result"], "RESULT_SUCCESS", "{t}");
+        let line = format!("ran task {task}");
+        let n = t["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l.as_str() == Some(&line))
+            .count();
+        assert_eq!(n, 1, "the task ran once: {t}");
+    }
+    assert!(
+        w.watch.creations().values().all(|n| *n == 1),
+        "no executor started twice: {:?}",
+        w.watch.creations()
+    );
+    assert_eq!(w.watch.creations().len(), 4);
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_leader_fetches_and_a_standby_takes_over_when_it_dies() {
+    let w = World::start(2).await;
+    let mut d1 = w.dispatcher("d1");
+    d1.wait_leader(true).await;
+    let d2 = w.dispatcher("d2");
+    d2.wait_up().await;
+    for i in 0..2 {
+        let t = w
+            .claimed(w.enqueue(&format!("job-{i}"), &secret_value(i)).await)
+            .await;
+        w.executor(t).await.run(t).await;
+    }
+    w.all_cleaned_up().await;
+    assert!(
+        d1.metric("tenantci_dispatch_fetch_task_calls_total")
+            .await
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(
+        d2.metric("tenantci_dispatch_fetch_task_calls_total").await,
+        Some(0.0),
+        "the standby never calls FetchTask"
+    );
+    assert_eq!(d2.metric("tenantci_dispatch_leader").await, Some(0.0));
+    d1.kill9();
+    d2.wait_leader(true).await;
+    let t = w
+        .claimed(w.enqueue("after-failover", &secret_value(9)).await)
+        .await;
+    w.executor(t).await.run(t).await;
+    assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
+    assert!(
+        d2.metric("tenantci_dispatch_fetch_task_calls_total")
+            .await
+            .unwrap()
+            > 0.0
+    );
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_executor_pod_that_vanishes_is_reported_as_failure_and_cleaned_up() {
+    let w = World::start(2).await;
+    let _d = w.dispatcher("d1");
+    let t = w.claimed(w.enqueue("doomed", &secret_value(0)).await).await;
+    let _ = w.executor(t).await;
+    let pods = kube::api::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
+        w.kube.clone(),
+        super::harness::NAMESPACE,
+    );
+    eventually("the executor Pod", || async {
+        pods.get_opt(&format!("gitea-task-{t}")).await.unwrap()
+    })
+    .await;
+    pods.delete(&format!("gitea-task-{t}"), &Default::default())
+        .await
+        .unwrap();
+    let view = eventually("FAILURE at Gitea", || async {
+        let v = w.task(t).await;
+        (v["result"] == "RESULT_FAILURE").then_some(v)
+    })
+    .await;
+    assert!(
+        view["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap_or("").contains("vanished")),
+        "{view}"
+    );
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_drains_hands_the_lease_back_and_leaves_executors_running() {
+    let w = World::start(2).await;
+    let mut d = w.dispatcher("d1");
+    let t = w.claimed(w.enqueue("long", &secret_value(0)).await).await;
+    let ex = w.executor(t).await;
+    assert_eq!(ex.fetch().await.id, t);
+    assert_eq!(d.terminate(), Some(0), "a drained dispatcher exits 0");
+    let lease = kube::api::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        w.kube.clone(),
+        super::harness::NAMESPACE,
+    )
+    .get("dynamic-runner-scheduler")
+    .await
+    .unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some(""),
+        "the lease is handed back"
+    );
+    assert_eq!(
+        w.pods().await.len(),
+        1,
+        "the executor keeps running through the drain"
+    );
+    let _d = w.dispatcher("d1");
+    ex.finish(t, "done after the restart").await;
+    assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn what_init_writes_runs_a_task_with_the_dispatchers_own_scoped_credential() {
+    let w = World::start_via_init().await;
+    let _d = w.dispatcher("d1");
+    let t = w
+        .claimed(w.enqueue("via-init", &secret_value(0)).await)
+        .await;
+    let task = w.executor(t).await.run(t).await;
+    assert_eq!(task.secrets["DEPLOY_KEY"], secret_value(0));
+    assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_waiting_for_its_executor_is_kept_alive_at_gitea() {
+    let w = World::start(1).await;
+    let _d = w.dispatcher("d1");
+    let t = w
+        .claimed(w.enqueue("waiting", &secret_value(0)).await)
+        .await;
+    let ex = w.executor(t).await;
+    // Nobody fetches the task; the scheduler's non-final UpdateTask moves updated_at on.
+    let first = w.task(t).await["updated_at"].as_str().unwrap().to_string();
+    eventually("a keep-alive UpdateTask", || async {
+        let now = w.task(t).await["updated_at"].as_str().unwrap().to_string();
+        (now != first).then_some(())
+    })
+    .await;
+    assert_eq!(
+        w.task(t).await["state"],
+        "running",
+        "a keep-alive does not finish the task"
+    );
+    ex.run(t).await;
+    w.all_cleaned_up().await;
+}

@@ -1,3 +1,0 @@
-//! bootstrap
-pub mod credential;
-pub mod runner;
