@@ -97,6 +97,7 @@ pub enum PausePods {
 }
 
 pub use crate::steps::Step;
+use crate::steps::{Outcome, Steps};
 
 /// The hand-back (runbook 01's "what 02 needs"), `-o json`'s shape.
 #[derive(Debug, Clone, Serialize)]
@@ -207,16 +208,7 @@ async fn resolve_target(inputs: &Inputs) -> Result<Resolved> {
 
 /// Runs every step; `on_step` sees each line as it completes (the CLI prints them).
 pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
-    let mut steps = Vec::new();
-    let mut record = |step: &'static str, outcome: &str, detail: String| {
-        let s = Step {
-            step,
-            outcome: outcome.to_string(),
-            detail,
-        };
-        on_step(&s);
-        steps.push(s);
-    };
+    let mut steps = Steps::new(&mut on_step, inputs.dry_run);
     let groups = vec![inputs.group.clone()];
     let requests_before = client::requests();
 
@@ -230,9 +222,9 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
 
     // 1. Resolve the cluster.
     let r = resolve_target(inputs).await?;
-    record(
+    steps.record(
         "resolve",
-        "ok",
+        Outcome::Ok,
         format!("cluster {} at {} (Ready)", r.cluster, r.server),
     );
 
@@ -280,9 +272,9 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
                 .cert
                 .as_ref()
                 .expect("kept credentials have a cert");
-            record(
+            steps.record(
                 "credential",
-                "kept",
+                Outcome::Kept,
                 format!(
                     "{} (valid until {})",
                     inputs.credential_dir.display(),
@@ -292,9 +284,9 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
             false
         }
         (d, true) => {
-            record(
+            steps.act(
                 "credential",
-                "would mint",
+                Outcome::Minted,
                 format!("{} ({d:?})", inputs.credential_dir.display()),
             );
             false
@@ -302,9 +294,9 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         (d, false) => {
             if let Decision::Rotate { why } = d {
                 let moved = cred::move_aside(&inputs.credential_dir, now)?;
-                record(
+                steps.act(
                     "credential",
-                    "rotated",
+                    Outcome::Rotated,
                     format!("{why}; moved aside {} file(s)", moved.len()),
                 );
             }
@@ -317,9 +309,9 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
                 valid_for: inputs.valid_for.clone(),
                 key_type: KeyType::EcdsaP256,
             })?;
-            record(
+            steps.act(
                 "credential",
-                "minted",
+                Outcome::Minted,
                 format!(
                     "{} (valid until {})",
                     inputs.credential_dir.display(),
@@ -345,21 +337,19 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         let removed = rbac::remove_pause_pod_objects(&admin, &rbac_spec, inputs.dry_run).await?;
         // Absent objects are what a re-run expects; only a deletion is a change.
         applied.extend(removed.into_iter().map(|mut a| {
-            if a.outcome == "absent" {
-                a.outcome = "unchanged";
+            if a.outcome == Outcome::Absent {
+                a.outcome = Outcome::Unchanged;
             }
             a
         }));
     }
-    let rbac_unchanged = applied.iter().all(|a| a.outcome == "unchanged");
-    record(
+    let rbac_unchanged = applied.iter().all(|a| a.outcome == Outcome::Unchanged);
+    steps.act(
         "rbac",
         if rbac_unchanged {
-            "unchanged"
-        } else if inputs.dry_run {
-            "would apply"
+            Outcome::Unchanged
         } else {
-            "applied"
+            Outcome::Applied
         },
         applied
             .iter()
@@ -393,9 +383,9 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
             native,
         )
         .await?;
-        record(
+        steps.record(
             "verify",
-            "ok",
+            Outcome::Ok,
             format!(
                 "subject {}; {} access review(s) as expected; list pods with the credential ok",
                 cert.subject,
@@ -403,23 +393,23 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
             ),
         );
     } else {
-        record("verify", "skipped", "dry run: no credential yet".into());
+        steps.record("verify", Outcome::Skipped, "dry run: no credential yet");
     }
 
     // 5. Sizing and pre-warm.
     match &sizing_report {
-        Some(s) => record(
+        Some(s) => steps.record(
             "sizing",
-            "ok",
+            Outcome::Ok,
             format!(
                 "job pod {} CPU / {} fits {} / {} allocatable",
                 s.cpu_request, s.memory_request, s.allocatable_cpu, s.allocatable_memory
             ),
         ),
-        None => record(
+        None => steps.record(
             "sizing",
-            "skipped",
-            "no node-image.json for this cluster".into(),
+            Outcome::Skipped,
+            "no node-image.json for this cluster",
         ),
     }
     match (&inputs.pause_pods, inputs.prewarm) {
@@ -444,9 +434,9 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
                     }
                 ),
             };
-            record(
+            steps.record(
                 "prewarm",
-                "native",
+                Outcome::Native,
                 format!(
                     "gitlab-runner keeps {} pause pod(s) sized like the build container ([runners.kubernetes.autoscaler]){removed}",
                     native.count
@@ -465,7 +455,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
                 image: inputs.pause_pod_image.clone(),
             };
             let rep = prewarm::apply(&admin, &spec, inputs.dry_run).await?;
-            record(
+            steps.act(
                 "prewarm",
                 rep.action,
                 format!(
@@ -496,7 +486,11 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
                 None if inputs.dry_run => RunnerToken::EnvRef("$TENANTCI_DRY_RUN_TOKEN".into()),
                 None => {
                     let created = client.create_and_verify(request).await?;
-                    record("gitlab", "created", format!("runner id {}", created.id));
+                    steps.act(
+                        "gitlab",
+                        Outcome::Created,
+                        format!("runner id {}", created.id),
+                    );
                     registration = Some(gitlab_config::entry::TokenMetadata {
                         id: created.id,
                         obtained_at: rfc3339(OffsetDateTime::now_utc()),
@@ -537,14 +531,12 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         },
         inputs.dry_run,
     )?;
-    record(
+    steps.act(
         "config",
-        if outcome.written {
-            "written"
-        } else if outcome.plan.changed() {
-            "would write"
+        if outcome.written || outcome.plan.changed() {
+            Outcome::Written
         } else {
-            "unchanged"
+            Outcome::Unchanged
         },
         inputs.config_path.display().to_string(),
     );
@@ -559,7 +551,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         config: inputs.config_path.clone(),
         runner_name: inputs.runner_name.clone(),
         dry_run: inputs.dry_run,
-        steps,
+        steps: steps.into_vec(),
         apiserver_requests: client::requests() - requests_before,
         warning: LOOPBACK_WARNING,
     })

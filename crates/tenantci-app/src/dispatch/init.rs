@@ -48,6 +48,7 @@ pub use plan::{Inputs, RegistrationToken};
 /// `kept`, `applied`, `unchanged`, `updated`, `rotated`, `re-issued`, `skipped`, or
 /// `would ...` in a dry run.
 pub use crate::steps::Step;
+use crate::steps::{Outcome, Steps};
 
 /// The registration, without its token.
 #[derive(Debug, Clone, Serialize)]
@@ -91,52 +92,9 @@ pub struct HandBack {
     pub steps: Vec<Step>,
 }
 
-struct Steps<'a, F: FnMut(&Step)> {
-    on_step: &'a mut F,
-    all: Vec<Step>,
-    dry_run: bool,
-}
-
-impl<F: FnMut(&Step)> Steps<'_, F> {
-    fn record(&mut self, step: &'static str, outcome: &str, detail: impl Into<String>) {
-        let s = Step {
-            step,
-            outcome: outcome.to_string(),
-            detail: detail.into(),
-        };
-        (self.on_step)(&s);
-        self.all.push(s);
-    }
-
-    /// `done` for a real run, `would <done>` for a dry run.
-    fn act(&mut self, step: &'static str, done: &str, detail: impl Into<String>) {
-        let outcome = if self.dry_run {
-            format!("would {}", would(done))
-        } else {
-            done.to_string()
-        };
-        self.record(step, &outcome, detail);
-    }
-}
-
-fn would(done: &str) -> &str {
-    match done {
-        "created" => "create",
-        "applied" => "apply",
-        "rotated" => "rotate",
-        "re-issued" => "re-issue",
-        "updated" => "update",
-        other => other,
-    }
-}
-
 /// Runs init; `on_step` sees each line as it completes (the CLI prints them).
 pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
-    let mut steps = Steps {
-        on_step: &mut on_step,
-        all: Vec::new(),
-        dry_run: i.dry_run,
-    };
+    let mut steps = Steps::new(&mut on_step, i.dry_run);
 
     // ---- Phase one: nothing changes.
     let c = plan::check(i)?;
@@ -180,12 +138,12 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let r = resolve::resolve(&StateDir::new(&i.state_dir), &i.cluster).await?;
     steps.record(
         "resolve",
-        "ok",
+        Outcome::Ok,
         format!("cluster {} at {} (Ready)", r.name, r.url),
     );
     steps.record(
         "nats",
-        "ok",
+        Outcome::Ok,
         format!(
             "{} has {}.password and {}.password{}",
             c.nats_secrets_dir.display(),
@@ -217,7 +175,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
             };
             steps.record(
                 "registration",
-                "kept",
+                Outcome::Kept,
                 format!("runner `{}` id {} uuid {} ({how})", k.name, k.id, k.uuid),
             );
             Some(k.clone())
@@ -225,7 +183,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
         (None, Some(_)) if i.dry_run => {
             steps.act(
                 "registration",
-                "created",
+                Outcome::Created,
                 format!(
                     "register runner `{runner_name}` with labels {:?} at {}",
                     i.labels, i.gitea_url
@@ -237,7 +195,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
             let k = register(i, &runner_name, token, p).await?;
             steps.record(
                 "registration",
-                "created",
+                Outcome::Created,
                 format!(
                     "runner `{}` id {} uuid {} -> {}",
                     k.name,
@@ -258,25 +216,25 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
 
     let objects = manifests::rbac(&i.namespace);
     let applied = access::apply(&admin, &objects, i.dry_run).await?;
-    let unchanged = applied.iter().all(|a| a.outcome == "unchanged");
+    let unchanged = applied.iter().all(|a| a.outcome == Outcome::Unchanged);
     let detail = applied
         .iter()
         .map(|a| format!("{} {} {}", a.kind, a.name, a.outcome))
         .collect::<Vec<_>>()
         .join(", ");
     if unchanged {
-        steps.record("rbac", "unchanged", detail);
+        steps.record("rbac", Outcome::Unchanged, detail);
     } else {
-        steps.act("rbac", "applied", detail);
+        steps.act("rbac", Outcome::Applied, detail);
     }
     if i.dry_run {
-        steps.record("verify", "skipped", "dry run");
+        steps.record("verify", Outcome::Skipped, "dry run");
     } else {
         let own = client::from_kubeconfig(&p.kube_dir.join("kubeconfig")).await?;
         let n = access::verify(&own, &i.namespace).await?;
         steps.record(
             "verify",
-            "ok",
+            Outcome::Ok,
             format!(
                 "{n} SelfSubjectAccessReviews as {} ({}) as expected",
                 manifests::NAME,
@@ -292,7 +250,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     if p.capability_key.exists() {
         steps.record(
             "capability-key",
-            "kept",
+            Outcome::Kept,
             p.capability_key.display().to_string(),
         );
     } else {
@@ -303,19 +261,23 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
         }
         steps.act(
             "capability-key",
-            "created",
+            Outcome::Created,
             format!("{} (32 random bytes)", p.capability_key.display()),
         );
     }
     if p.sealing_key.exists() {
-        steps.record("sealing-key", "kept", p.sealing_key.display().to_string());
+        steps.record(
+            "sealing-key",
+            Outcome::Kept,
+            p.sealing_key.display().to_string(),
+        );
     } else {
         if !i.dry_run {
             SealingKey::load_or_create(&p.sealing_key)?;
         }
         steps.act(
             "sealing-key",
-            "created",
+            Outcome::Created,
             format!("{} (256-bit)", p.sealing_key.display()),
         );
     }
@@ -327,15 +289,15 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
         c.facade_url
     );
     match &facade_plan {
-        facade_pki::Plan::Keep => steps.record("facade-cert", "kept", facade_detail),
+        facade_pki::Plan::Keep => steps.record("facade-cert", Outcome::Kept, facade_detail),
         facade_pki::Plan::NewCa { why } => steps.act(
             "facade-cert",
-            "created",
+            Outcome::Created,
             format!("{facade_detail}; new CA: {why}"),
         ),
         facade_pki::Plan::Reissue { why } => steps.act(
             "facade-cert",
-            "re-issued",
+            Outcome::Reissued,
             format!("{facade_detail}, from the kept CA: {why}"),
         ),
     }
@@ -353,9 +315,9 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     };
     let detail = p.config.display().to_string();
     match (changed, existed) {
-        (false, _) => steps.record("config", "unchanged", detail),
-        (true, false) => steps.act("config", "created", detail),
-        (true, true) => steps.act("config", "updated", detail),
+        (false, _) => steps.record("config", Outcome::Unchanged, detail),
+        (true, false) => steps.act("config", Outcome::Created, detail),
+        (true, true) => steps.act("config", Outcome::Updated, detail),
     }
 
     Ok(HandBack {
@@ -383,7 +345,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
             kubeconfig: p.kube_dir.join("kubeconfig"),
             nats_secrets_dir: c.nats_secrets_dir.clone(),
         },
-        steps: steps.all,
+        steps: steps.into_vec(),
     })
 }
 
@@ -598,12 +560,12 @@ fn credential_decision(
     Ok(decision)
 }
 
-fn apply_credential<F: FnMut(&Step)>(
+fn apply_credential(
     decision: &Decision,
     r: &resolve::ResolvedCluster,
     p: &plan::Paths,
     i: &Inputs,
-    steps: &mut Steps<'_, F>,
+    steps: &mut Steps<'_>,
 ) -> Result<bool> {
     let dir = p.kube_dir.display().to_string();
     let subject = format!("CN={} O={}", manifests::NAME, manifests::GROUP);
@@ -614,7 +576,7 @@ fn apply_credential<F: FnMut(&Step)>(
             .unwrap_or_default();
         steps.record(
             "credential",
-            "kept",
+            Outcome::Kept,
             format!("{dir} ({subject}, valid until {until})"),
         );
         return Ok(false);
@@ -624,7 +586,11 @@ fn apply_credential<F: FnMut(&Step)>(
         _ => String::new(),
     };
     if i.dry_run {
-        let done = if why.is_empty() { "created" } else { "rotated" };
+        let done = if why.is_empty() {
+            Outcome::Created
+        } else {
+            Outcome::Rotated
+        };
         steps.act("credential", done, format!("{dir} ({subject}{why})"));
         return Ok(false);
     }
@@ -643,7 +609,11 @@ fn apply_credential<F: FnMut(&Step)>(
         valid_for: Some(i.credential_valid_for.clone()),
         key_type: KeyType::EcdsaP256,
     })?;
-    let done = if why.is_empty() { "created" } else { "rotated" };
+    let done = if why.is_empty() {
+        Outcome::Created
+    } else {
+        Outcome::Rotated
+    };
     steps.record(
         "credential",
         done,

@@ -7,6 +7,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::steps::Outcome;
+
 pub const FIELD_MANAGER: &str = "tenantci";
 
 /// What happened to one object.
@@ -14,8 +16,9 @@ pub const FIELD_MANAGER: &str = "tenantci";
 pub struct Applied {
     pub kind: String,
     pub name: String,
-    /// `created`, `updated`, `unchanged` (with `dry_run`: what would happen).
-    pub outcome: &'static str,
+    /// Created, Updated or Unchanged (with `dry_run`: what would happen); Deleted or Absent
+    /// for removals.
+    pub outcome: Outcome,
 }
 
 /// True when every field of `desired` is present and equal in `live` (arrays element-wise,
@@ -46,11 +49,11 @@ where
             return Ok(Applied {
                 kind,
                 name,
-                outcome: "unchanged",
+                outcome: Outcome::Unchanged,
             });
         }
-        Some(_) => "updated",
-        None => "created",
+        Some(_) => Outcome::Updated,
+        None => Outcome::Created,
     };
     let mut params = PatchParams::apply(FIELD_MANAGER).force();
     params.dry_run = dry_run;

@@ -7,6 +7,7 @@
 //! When gitlab-runner keeps the pause pods itself (`--gitlab-native-pause-pods`),
 //! [`remove_for_native`] takes tenantci's Deployment away so the two never both hold nodes.
 
+use crate::steps::Outcome;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
@@ -219,7 +220,8 @@ pub struct PrewarmReport {
     pub priority_class: String,
     pub priority: i32,
     pub deployment: String,
-    pub action: &'static str,
+    /// Applied, Unchanged or Removed.
+    pub action: Outcome,
     pub dry_run: bool,
 }
 
@@ -245,10 +247,10 @@ pub async fn apply(
     let d = super::apply::apply(&deployments, &desired_deployment(spec), dry_run)
         .await
         .map_err(|e| api_error("apply the pause Deployment", e))?;
-    let action = if pc.outcome == "unchanged" && d.outcome == "unchanged" {
-        "unchanged"
+    let action = if pc.outcome == Outcome::Unchanged && d.outcome == Outcome::Unchanged {
+        Outcome::Unchanged
     } else {
-        "applied"
+        Outcome::Applied
     };
     Ok(report(spec, action, dry_run))
 }
@@ -269,7 +271,7 @@ pub async fn remove(
     let pcs: Api<PriorityClass> = Api::all(client.clone());
     ignore_not_found(pcs.delete(NAME, &params).await.map(|_| ()))
         .map_err(|e| api_error("delete the pause PriorityClass", e))?;
-    Ok(report(spec, "removed", dry_run))
+    Ok(report(spec, Outcome::Removed, dry_run))
 }
 
 /// What [`remove_for_native`] found.
@@ -335,7 +337,7 @@ fn ignore_not_found(
     }
 }
 
-fn report(spec: &PrewarmSpec, action: &'static str, dry_run: bool) -> PrewarmReport {
+fn report(spec: &PrewarmSpec, action: Outcome, dry_run: bool) -> PrewarmReport {
     PrewarmReport {
         namespace: spec.namespace.clone(),
         replicas: spec.replicas,

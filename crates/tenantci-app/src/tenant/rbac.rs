@@ -13,6 +13,7 @@
 //! (`--gitlab-native-pause-pods`); tenantci's own Deployment is applied with the tenant-admin
 //! kubeconfig and needs nothing from the runner.
 
+use crate::steps::Outcome;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -156,7 +157,7 @@ pub async fn apply(client: &kube::Client, o: &RbacObjects, dry_run: bool) -> Res
     ];
     // In a dry run the namespace does not exist yet; the apiserver would refuse a RoleBinding
     // in it, so the binding's dry run waits for a real run.
-    let ns_exists = !(dry_run && out[0].outcome == "created");
+    let ns_exists = !(dry_run && out[0].outcome == Outcome::Created);
     if ns_exists {
         let ns = o.binding.metadata.namespace.clone().unwrap_or_default();
         out.push(
@@ -172,7 +173,7 @@ pub async fn apply(client: &kube::Client, o: &RbacObjects, dry_run: bool) -> Res
         out.push(Applied {
             kind: "RoleBinding".into(),
             name: name_of(&o.binding.metadata),
-            outcome: "created",
+            outcome: Outcome::Created,
         });
     }
     if let (Some(cr), Some(crb)) = (&o.cluster_role, &o.cluster_binding) {
@@ -207,8 +208,8 @@ pub async fn remove_pause_pod_objects(
         ..Default::default()
     };
     let outcome = |r: std::result::Result<(), kube::Error>, kind: &str| match r {
-        Ok(()) => Ok("deleted"),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok("absent"),
+        Ok(()) => Ok(Outcome::Deleted),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Outcome::Absent),
         Err(e) => Err(tenantci_core::kube_client::api_error(
             e,
             &format!("delete {kind} `{name}`"),

@@ -4,6 +4,7 @@
 //! check covers the certificate, the binding and the rules at once.
 //! The checks are data (`must_allow`, `must_deny`); the reviews are the I/O.
 
+use crate::steps::Outcome;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -79,7 +80,7 @@ pub async fn apply(admin: &kube::Client, o: &RbacObjects, dry_run: bool) -> Resu
         .map_err(|e| apply_error("Namespace", &ns, e))?;
     // A dry run cannot create the namespace, and the apiserver refuses namespaced objects in
     // a namespace that does not exist: report them as what a real run would do.
-    let ns_missing = dry_run && first.outcome == "created";
+    let ns_missing = dry_run && first.outcome == Outcome::Created;
     let mut out = vec![first];
     macro_rules! namespaced {
         ($t:ty, $obj:expr, $kind:literal) => {{
@@ -88,7 +89,7 @@ pub async fn apply(admin: &kube::Client, o: &RbacObjects, dry_run: bool) -> Resu
                 out.push(Applied {
                     kind: $kind.into(),
                     name,
-                    outcome: "created",
+                    outcome: Outcome::Created,
                 });
             } else {
                 let api = Api::<$t>::namespaced(admin.clone(), &ns);
