@@ -1,6 +1,8 @@
-//! The runner-facing side of a tenant cluster: resource quantities, the node image, sizing a
-//! job pod against it, and pre-warmed pause pods. Talks to the tenant apiserver through kube;
-//! does not mint credentials (`pki`) or write runner config (`runner`).
+//! The runner-facing side of a tenant cluster: the runner's RBAC (`rbac`) and its checks
+//! (`verify`), server-side apply that skips what is already as desired (`apply`), sizing a job
+//! pod against the node image (`sizing`), and pre-warmed pause pods (`prewarm`). Talks to the
+//! tenant apiserver through kube; does not mint credentials (`credential`) or write runner
+//! config (`runner`). Quantities and the node image are `tenantci_core`'s.
 
 pub mod apply;
 pub mod prewarm;
