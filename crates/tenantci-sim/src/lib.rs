@@ -31,6 +31,8 @@ use tokio::task::JoinHandle;
 
 use api::{ApiServer, Mode, registry};
 use statedir::{ClusterEntry, GatewayJson};
+use tenantci_core::gateway::StateDir;
+use tenantci_core::pki::CertificateAuthority;
 use tenantci_core::{Error, Result};
 
 /// What to start.
@@ -118,28 +120,15 @@ fn write_node_image(
 /// Prepares the state directory, binds every server and starts serving.
 pub async fn start(config: SimConfig) -> Result<SimHandle> {
     tenantci_core::tls::ensure_crypto_provider();
-    let mut names = config.clusters.clone();
-    names.dedup();
     let state = statedir::open(&config.state_dir)?;
-    if names.is_empty() {
-        names = state
-            .cluster_names()
-            .map_err(|e| Error::unreadable("the state directory", state.root(), e))?;
-    }
-    if names.is_empty() {
-        return Err(Error::bad_input("no cluster to simulate")
-            .hint("pass --cluster NAME (repeatable), e.g. --cluster ci"));
-    }
+    let names = cluster_names(&config, &state)?;
     let ports = statedir::previous_ports(&state);
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
 
     let admin_ca = statedir::admin_ca(&state)?;
     let admin_listener = bind(ports.get("").copied()).await?;
-    let admin_port = admin_listener
-        .local_addr()
-        .map_err(|e| Error::external(e.to_string()))?
-        .port();
+    let admin_port = port_of(&admin_listener)?;
     let admin_api = Arc::new(ApiServer::new(
         registry::ADMIN,
         Mode::VerifiedOnly,
@@ -149,68 +138,20 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
     let mut entries = Vec::new();
     let mut tenants = Vec::new();
     for name in &names {
-        let (serving_ca, client_ca) = statedir::cluster_cas(&state, name)?;
         let listener = bind(ports.get(name).copied()).await?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| Error::external(e.to_string()))?
-            .port();
-        let paths = state.cluster(name);
-        statedir::ensure_kubeconfig(
-            &paths.tenant_admin_kubeconfig,
-            name,
-            &url(port),
-            serving_ca.cert_pem(),
-            &client_ca,
-            "tenant-admin",
-        )?;
-        let cert = statedir::serving_cert(&serving_ca, &format!("{name}-apiserver"))?;
-        let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
-        let authn = Arc::new(authn::Authenticator::new(client_ca.cert_pem())?);
-        let api = ApiServer::new(registry::TENANT, Mode::Rbac, format!("127.0.0.1:{port}"));
-        let api = Arc::new(api);
-        seed::tenant(&api);
-        write_node_image(&paths.node_image, &config.nodes.image)?;
-        tasks.push(tokio::spawn(nodes::run(
-            api.clone(),
-            config.nodes.clone(),
-            stop_rx.clone(),
-        )));
-        admin_api.seed(seed::cluster_object(name, &url(port)));
-        tasks.push(tokio::spawn(server::serve(
-            listener,
-            tls,
-            authn,
-            api.clone(),
-            stop_rx.clone(),
-        )));
-        tenants.push((name.clone(), api));
-        entries.push(ClusterEntry {
-            name: name.clone(),
-            url: url(port),
-            port,
-            tenant_admin_kubeconfig: paths.tenant_admin_kubeconfig,
-        });
+        let tenant = start_tenant(&state, name, listener, &config.nodes, &stop_rx)?;
+        admin_api.seed(seed::cluster_object(name, &tenant.entry.url));
+        tasks.extend(tenant.tasks);
+        tenants.push((name.clone(), tenant.api));
+        entries.push(tenant.entry);
     }
-
-    statedir::ensure_kubeconfig(
-        &state.admin_kubeconfig(),
-        "gateway-admin",
-        &url(admin_port),
-        admin_ca.cert_pem(),
+    tasks.push(serve_admin(
+        &state,
         &admin_ca,
-        "gateway-admin",
-    )?;
-    let cert = statedir::serving_cert(&admin_ca, "tenantci-sim-gateway")?;
-    let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
-    let authn = Arc::new(authn::Authenticator::new(admin_ca.cert_pem())?);
-    tasks.push(tokio::spawn(server::serve(
         admin_listener,
-        tls,
-        authn,
         admin_api.clone(),
         stop_rx,
-    )));
+    )?);
 
     let gateway = GatewayJson {
         admin_kubeconfig: state.admin_kubeconfig(),
@@ -234,4 +175,110 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
         stop,
         tasks,
     })
+}
+
+/// The clusters to simulate: the flags, else every cluster already in the state directory.
+fn cluster_names(config: &SimConfig, state: &StateDir) -> Result<Vec<String>> {
+    let mut names = config.clusters.clone();
+    names.dedup();
+    if names.is_empty() {
+        names = state
+            .cluster_names()
+            .map_err(|e| Error::unreadable("the state directory", state.root(), e))?;
+    }
+    if names.is_empty() {
+        return Err(Error::bad_input("no cluster to simulate")
+            .hint("pass --cluster NAME (repeatable), e.g. --cluster ci"));
+    }
+    Ok(names)
+}
+
+fn port_of(listener: &TcpListener) -> Result<u16> {
+    Ok(listener
+        .local_addr()
+        .map_err(|e| Error::external(e.to_string()))?
+        .port())
+}
+
+/// One tenant cluster, serving.
+struct Tenant {
+    entry: ClusterEntry,
+    api: Arc<ApiServer>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A tenant apiserver on `listener`: its CAs and tenant-admin kubeconfig in the state
+/// directory, the seeded objects, its rented-node controller and its HTTPS server.
+fn start_tenant(
+    state: &StateDir,
+    name: &str,
+    listener: TcpListener,
+    nodes: &nodes::NodeConfig,
+    stop_rx: &watch::Receiver<bool>,
+) -> Result<Tenant> {
+    let (serving_ca, client_ca) = statedir::cluster_cas(state, name)?;
+    let port = port_of(&listener)?;
+    let paths = state.cluster(name);
+    statedir::ensure_kubeconfig(
+        &paths.tenant_admin_kubeconfig,
+        name,
+        &url(port),
+        serving_ca.cert_pem(),
+        &client_ca,
+        "tenant-admin",
+    )?;
+    let cert = statedir::serving_cert(&serving_ca, &format!("{name}-apiserver"))?;
+    let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
+    let authn = Arc::new(authn::Authenticator::new(client_ca.cert_pem())?);
+    let api = Arc::new(ApiServer::new(
+        registry::TENANT,
+        Mode::Rbac,
+        format!("127.0.0.1:{port}"),
+    ));
+    seed::tenant(&api);
+    write_node_image(&paths.node_image, &nodes.image)?;
+    let tasks = vec![
+        tokio::spawn(nodes::run(api.clone(), nodes.clone(), stop_rx.clone())),
+        tokio::spawn(server::serve(
+            listener,
+            tls,
+            authn,
+            api.clone(),
+            stop_rx.clone(),
+        )),
+    ];
+    Ok(Tenant {
+        entry: ClusterEntry {
+            name: name.to_string(),
+            url: url(port),
+            port,
+            tenant_admin_kubeconfig: paths.tenant_admin_kubeconfig,
+        },
+        api,
+        tasks,
+    })
+}
+
+/// The admin apiserver (the `Cluster` objects) and its gateway-admin kubeconfig.
+fn serve_admin(
+    state: &StateDir,
+    admin_ca: &CertificateAuthority,
+    listener: TcpListener,
+    api: Arc<ApiServer>,
+    stop_rx: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>> {
+    statedir::ensure_kubeconfig(
+        &state.admin_kubeconfig(),
+        "gateway-admin",
+        &url(port_of(&listener)?),
+        admin_ca.cert_pem(),
+        admin_ca,
+        "gateway-admin",
+    )?;
+    let cert = statedir::serving_cert(admin_ca, "tenantci-sim-gateway")?;
+    let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
+    let authn = Arc::new(authn::Authenticator::new(admin_ca.cert_pem())?);
+    Ok(tokio::spawn(server::serve(
+        listener, tls, authn, api, stop_rx,
+    )))
 }

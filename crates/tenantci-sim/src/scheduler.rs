@@ -208,89 +208,140 @@ impl Room {
     }
 }
 
-/// One planning pass.
+/// One planning pass: bind (preempting where priority allows), rent nodes for what still does
+/// not fit, release idle nodes. Pure: the node controller carries the actions out.
 pub fn plan(pods: &[PodView], nodes: &[NodeView], limits: &Limits) -> Vec<Action> {
-    let mut actions = Vec::new();
     let live: Vec<&PodView> = pods.iter().filter(|p| !p.terminal).collect();
-    let mut room: BTreeMap<&str, Room> = nodes
-        .iter()
-        .map(|n| {
-            (
-                n.name.as_str(),
-                Room {
-                    cpu: n.cpu,
-                    memory: n.memory,
-                },
-            )
-        })
-        .collect();
-    // Bound pods per node, for preemption.
-    let mut bound: BTreeMap<&str, Vec<&PodView>> = BTreeMap::new();
-    for p in &live {
-        if let Some(n) = p.node_name.as_deref() {
-            if let Some(r) = room.get_mut(n) {
-                r.take(p);
-                bound.entry(n).or_default().push(p);
-            }
-        }
-    }
+    let mut cluster = Placement::new(nodes, &live);
     let mut pending: Vec<&PodView> = live
         .iter()
         .copied()
         .filter(|p| p.node_name.is_none())
         .collect();
     pending.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.age_key.cmp(&b.age_key)));
-    let mut evicted: Vec<(String, String)> = Vec::new();
-    let mut unplaced: Vec<&PodView> = Vec::new();
-
-    for pod in pending {
-        let candidates = || nodes.iter().filter(|n| n.ready && pod.can_run_on(n));
-        if let Some(node) = candidates().find(|n| room[n.name.as_str()].fits(pod)) {
-            room.get_mut(node.name.as_str()).unwrap().take(pod);
-            bound.entry(node.name.as_str()).or_default().push(pod);
-            actions.push(Action::Bind {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                node: node.name.clone(),
+    let unplaced: Vec<&PodView> = pending
+        .into_iter()
+        .filter(|pod| !cluster.bind(pod, nodes) && !cluster.preempt_for(pod, nodes))
+        .collect();
+    let mut actions = cluster.actions;
+    actions.extend(rent_nodes(&unplaced, nodes, limits));
+    for n in nodes {
+        let empty = !cluster.bound.contains_key(n.name.as_str());
+        if n.ready && empty && n.idle_for.is_some_and(|d| d >= limits.node_idle) {
+            actions.push(Action::ReleaseNode {
+                name: n.name.clone(),
             });
-            continue;
         }
-        if !pod.preempt_never {
-            if let Some((node, victims)) = candidates().find_map(|n| {
-                preemption_victims(
-                    pod,
-                    &room[n.name.as_str()],
-                    bound.get(n.name.as_str()),
-                    &evicted,
+    }
+    actions
+}
+
+/// Room left on each ready node, the pods bound to each (for preemption), and what this
+/// pass has decided so far.
+struct Placement<'a> {
+    room: BTreeMap<&'a str, Room>,
+    bound: BTreeMap<&'a str, Vec<&'a PodView>>,
+    evicted: Vec<(String, String)>,
+    actions: Vec<Action>,
+}
+
+impl<'a> Placement<'a> {
+    fn new(nodes: &'a [NodeView], live: &[&'a PodView]) -> Self {
+        let mut room: BTreeMap<&str, Room> = nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.name.as_str(),
+                    Room {
+                        cpu: n.cpu,
+                        memory: n.memory,
+                    },
                 )
-                .map(|v| (n, v))
-            }) {
-                let r = room.get_mut(node.name.as_str()).unwrap();
-                for v in &victims {
-                    r.give(v);
-                    evicted.push(v.key());
+            })
+            .collect();
+        let mut bound: BTreeMap<&str, Vec<&PodView>> = BTreeMap::new();
+        for p in live {
+            if let Some(n) = p.node_name.as_deref() {
+                if let Some(r) = room.get_mut(n) {
+                    r.take(p);
+                    bound.entry(n).or_default().push(p);
                 }
-                r.take(pod);
-                let list = bound.entry(node.name.as_str()).or_default();
-                list.retain(|b| !victims.iter().any(|v| v.key() == b.key()));
-                list.push(pod);
-                actions.push(Action::Preempt {
-                    victims: victims.iter().map(|v| v.key()).collect(),
-                    node: node.name.clone(),
-                    for_pod: pod.key(),
-                });
-                actions.push(Action::Bind {
-                    namespace: pod.namespace.clone(),
-                    name: pod.name.clone(),
-                    node: node.name.clone(),
-                });
-                continue;
             }
         }
-        unplaced.push(pod);
+        Placement {
+            room,
+            bound,
+            evicted: Vec::new(),
+            actions: Vec::new(),
+        }
     }
 
-    // Autoscaler: booting nodes absorb what they can; the rest rents new nodes.
+    /// Binds `pod` to the first ready node it fits on.
+    fn bind(&mut self, pod: &'a PodView, nodes: &'a [NodeView]) -> bool {
+        let Some(node) = nodes
+            .iter()
+            .filter(|n| n.ready && pod.can_run_on(n))
+            .find(|n| self.room[n.name.as_str()].fits(pod))
+        else {
+            return false;
+        };
+        self.room.get_mut(node.name.as_str()).unwrap().take(pod);
+        self.bound.entry(node.name.as_str()).or_default().push(pod);
+        self.actions.push(bind_action(pod, node));
+        true
+    }
+
+    /// Evicts lower-priority pods from the first node where that makes `pod` fit, then binds.
+    fn preempt_for(&mut self, pod: &'a PodView, nodes: &'a [NodeView]) -> bool {
+        if pod.preempt_never {
+            return false;
+        }
+        let Some((node, victims)) = nodes
+            .iter()
+            .filter(|n| n.ready && pod.can_run_on(n))
+            .find_map(|n| {
+                preemption_victims(
+                    pod,
+                    &self.room[n.name.as_str()],
+                    self.bound.get(n.name.as_str()),
+                    &self.evicted,
+                )
+                .map(|v| (n, v))
+            })
+        else {
+            return false;
+        };
+        let r = self.room.get_mut(node.name.as_str()).unwrap();
+        for v in &victims {
+            r.give(v);
+            self.evicted.push(v.key());
+        }
+        r.take(pod);
+        let list = self.bound.entry(node.name.as_str()).or_default();
+        list.retain(|b| !victims.iter().any(|v| v.key() == b.key()));
+        list.push(pod);
+        self.actions.push(Action::Preempt {
+            victims: victims.iter().map(|v| v.key()).collect(),
+            node: node.name.clone(),
+            for_pod: pod.key(),
+        });
+        self.actions.push(bind_action(pod, node));
+        true
+    }
+}
+
+fn bind_action(pod: &PodView, node: &NodeView) -> Action {
+    Action::Bind {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        node: node.name.clone(),
+    }
+}
+
+/// The autoscaler: booting nodes absorb what they can; the rest rents new nodes, up to
+/// `max_nodes`. Pods below the cutoff priority (pause pods at -10 are above it) never rent.
+fn rent_nodes(unplaced: &[&PodView], nodes: &[NodeView], limits: &Limits) -> Vec<Action> {
+    let mut actions = Vec::new();
     let mut booting: Vec<Room> = nodes
         .iter()
         .filter(|n| !n.ready)
@@ -300,47 +351,34 @@ pub fn plan(pods: &[PodView], nodes: &[NodeView], limits: &Limits) -> Vec<Action
         })
         .collect();
     let mut total = nodes.len();
+    let fresh = NodeView {
+        name: String::new(),
+        ready: true,
+        labels: limits.new_node_labels.clone(),
+        taints: Vec::new(),
+        cpu: limits.new_node_cpu,
+        memory: limits.new_node_memory,
+        idle_for: None,
+    };
     for pod in unplaced {
-        if pod.priority < AUTOSCALER_PRIORITY_CUTOFF {
-            continue;
-        }
-        let fresh = NodeView {
-            name: String::new(),
-            ready: true,
-            labels: limits.new_node_labels.clone(),
-            taints: Vec::new(),
-            cpu: limits.new_node_cpu,
-            memory: limits.new_node_memory,
-            idle_for: None,
-        };
-        if !pod.can_run_on(&fresh) {
+        if pod.priority < AUTOSCALER_PRIORITY_CUTOFF || !pod.can_run_on(&fresh) {
             continue;
         }
         if let Some(r) = booting.iter_mut().find(|r| r.fits(pod)) {
             r.take(pod);
             continue;
         }
-        let new_room = Room {
+        let mut new_room = Room {
             cpu: limits.new_node_cpu,
             memory: limits.new_node_memory,
         };
         if !new_room.fits(pod) || total >= limits.max_nodes {
             continue;
         }
-        let mut new_room = new_room;
         new_room.take(pod);
         booting.push(new_room);
         total += 1;
         actions.push(Action::RentNode);
-    }
-
-    for n in nodes {
-        let empty = !bound.contains_key(n.name.as_str());
-        if n.ready && empty && n.idle_for.is_some_and(|d| d >= limits.node_idle) {
-            actions.push(Action::ReleaseNode {
-                name: n.name.clone(),
-            });
-        }
     }
     actions
 }

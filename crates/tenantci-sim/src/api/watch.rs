@@ -82,7 +82,7 @@ impl ApiServer {
         let since = req.param("resourceVersion").unwrap_or("0");
         let (tx, rx) = mpsc::channel::<Bytes>(256);
         let mut initial = Vec::new();
-        let (rx_events, mut floor) = if since == "0" || send_initial {
+        let (rx_events, floor) = if since == "0" || send_initial {
             let (items, rv, events) = self.store.snapshot_and_watch(def.key, filter.ns.as_deref());
             for o in items
                 .iter()
@@ -125,44 +125,69 @@ impl ApiServer {
                 }
             }
         };
-        let store_rv = self.store.resource_version();
-        let _ = store_rv;
-        tokio::spawn(async move {
-            for b in initial {
-                if tx.send(b).await.is_err() {
+        tokio::spawn(stream(
+            tx,
+            initial,
+            rx_events,
+            Follow {
+                filter,
+                floor,
+                timeout,
+                bookmarks,
+            },
+        ));
+        Ok(Reply::Stream(rx))
+    }
+}
+
+/// What a watch follows after its initial events: which objects, from which resource version,
+/// for how long, and whether the client asked for bookmarks.
+struct Follow {
+    filter: Filter,
+    floor: u64,
+    timeout: Duration,
+    bookmarks: bool,
+}
+
+/// Sends the initial events, then every matching store event above the floor, until the
+/// timeout, the client going away, or the watcher falling behind the store's broadcast.
+async fn stream(
+    tx: mpsc::Sender<Bytes>,
+    initial: Vec<Bytes>,
+    mut events: broadcast::Receiver<Arc<Event>>,
+    mut f: Follow,
+) {
+    for b in initial {
+        if tx.send(b).await.is_err() {
+            return;
+        }
+    }
+    let deadline = tokio::time::sleep(f.timeout);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return,
+            _ = tx.closed() => return,
+            _ = tick.tick(), if f.bookmarks => {
+                if tx.send(bookmark(f.filter.def, f.floor, false)).await.is_err() {
                     return;
                 }
             }
-            let mut events = rx_events;
-            let deadline = tokio::time::sleep(timeout);
-            tokio::pin!(deadline);
-            let mut tick = tokio::time::interval(BOOKMARK_EVERY);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    _ = &mut deadline => return,
-                    _ = tx.closed() => return,
-                    _ = tick.tick(), if bookmarks => {
-                        if tx.send(bookmark(filter.def, floor, false)).await.is_err() {
-                            return;
-                        }
+            ev = events.recv() => match ev {
+                Ok(ev) => {
+                    if ev.rv <= f.floor {
+                        continue;
                     }
-                    ev = events.recv() => match ev {
-                        Ok(ev) => {
-                            if ev.rv <= floor {
-                                continue;
-                            }
-                            floor = ev.rv;
-                            if filter.matches(&ev) && tx.send(line(ev.kind.as_str(), &ev.object)).await.is_err() {
-                                return;
-                            }
-                        }
-                        // A watcher that fell behind is closed; the client re-watches or relists.
-                        Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
-                    },
+                    f.floor = ev.rv;
+                    if f.filter.matches(&ev) && tx.send(line(ev.kind.as_str(), &ev.object)).await.is_err() {
+                        return;
+                    }
                 }
-            }
-        });
-        Ok(Reply::Stream(rx))
+                // A watcher that fell behind is closed; the client re-watches or relists.
+                Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+            },
+        }
     }
 }
