@@ -12,12 +12,15 @@ ensure_kubectl
 log "cargo fmt --check"
 cargo fmt --all -- --check
 
+log "crate layering (docs/architecture.md)"
+bash scripts/check-layering.sh
+
 log "cargo clippy --all-targets -- -D warnings"
-cargo clippy --locked --all-targets -- -D warnings
+cargo clippy --locked --workspace --all-targets -- -D warnings
 
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --locked --no-fail-fast
+  cargo nextest run --locked --workspace --no-fail-fast
 else
-  cargo test --locked --no-fail-fast
+  cargo test --locked --workspace --no-fail-fast
 fi
