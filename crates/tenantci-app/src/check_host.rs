@@ -353,7 +353,7 @@ fn cluster_checks(state: &StateDir, now: OffsetDateTime, checks: &mut Vec<Check>
             Ok(ca) => checks.push(validity_check(&name, ca.not_after(), now)),
             Err(e) => checks.push(Check::fail(
                 format!("cluster-{name}-client-ca"),
-                e.message().to_string(),
+                format!("{e:#}"),
                 e.hint_text()
                     .unwrap_or("restore the cluster's ClientCA files from the gateway")
                     .to_string(),

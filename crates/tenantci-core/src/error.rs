@@ -1,8 +1,18 @@
 //! The one error type commands return, and its mapping to the exit codes of DESIGN.md.
 //!
 //! Every error carries a message (one sentence naming the input that is wrong or the system
-//! that failed) and, where we know one, a hint saying how to fix it. `main` prints both once,
-//! cargo-style (`error: ...` / `help: ...`), and exits with [`Error::exit_code`].
+//! that failed), where there is one the underlying cause as its [`std::error::Error::source`]
+//! (never formatted into the message), and, where we know one, a hint saying how to fix it.
+//! `main` prints [`Error::render`] once, cargo-style, and exits with [`Error::exit_code`]:
+//!
+//! ```text
+//! error: cannot read the kubeconfig `/x/y`
+//!   caused by: No such file or directory (os error 2)
+//! help: pass --kubeconfig naming a kubeconfig file
+//! ```
+//!
+//! `Display` is the message alone (the cause is the source, as std expects); `{:#}` is the
+//! message and its causes on one line (`message: cause: cause`), for logs and check results.
 
 use std::fmt;
 use std::path::Path;
@@ -82,21 +92,27 @@ impl Error {
         self
     }
 
-    /// The underlying cause; printed after the message as `(cause)`.
-    pub fn source(mut self, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    /// The underlying cause, returned by [`std::error::Error::source`] and printed by
+    /// [`Error::render`] as `caused by: ...` (with its own causes).
+    pub fn caused_by(
+        mut self,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
         self.source = Some(source.into());
         self
     }
 
-    /// A file could not be read: bad input (the user named it), with the OS reason.
+    /// A file could not be read: bad input (the user named it), the OS reason as the cause.
     pub fn unreadable(what: &str, path: &Path, err: std::io::Error) -> Self {
-        Error::bad_input(format!("cannot read {what} `{}`: {err}", path.display()))
+        Error::bad_input(format!("cannot read {what} `{}`", path.display()))
+            .caused_by(err)
             .hint("check the path and that this user may read it")
     }
 
     /// A file could not be written: the host refused, which is bad input (the path) too.
     pub fn unwritable(what: &str, path: &Path, err: std::io::Error) -> Self {
-        Error::bad_input(format!("cannot write {what} `{}`: {err}", path.display()))
+        Error::bad_input(format!("cannot write {what} `{}`", path.display()))
+            .caused_by(err)
             .hint("check that the directory exists, is writable by this user, and has free space")
     }
 
@@ -116,14 +132,31 @@ impl Error {
         self.hint.as_deref()
     }
 
-    /// The text `main` prints on stderr.
+    /// The causes worth printing, outermost first: the source chain, skipping a cause whose
+    /// text is empty or already contained in the message or in a cause printed before it (a
+    /// wrapper that formats its source, or an error wrapping an `Error` with the same message).
+    pub fn causes(&self) -> Vec<String> {
+        let mut shown: Vec<String> = Vec::new();
+        let mut next = std::error::Error::source(self);
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            let text = text.trim();
+            let repeated = self.message.contains(text) || shown.iter().any(|s| s.contains(text));
+            if !text.is_empty() && !repeated {
+                shown.push(text.to_string());
+            }
+            next = cause.source();
+        }
+        shown
+    }
+
+    /// The text `main` prints on stderr: `error: <message>`, one `  caused by: <cause>` line
+    /// per [`Error::causes`], then `help: <hint>`.
     pub fn render(&self) -> String {
         let mut out = format!("error: {}", self.message);
-        if let Some(source) = &self.source {
-            let cause = source.to_string();
-            if !cause.is_empty() && !self.message.contains(&cause) {
-                out.push_str(&format!(" ({cause})"));
-            }
+        for cause in self.causes() {
+            out.push_str("\n  caused by: ");
+            out.push_str(&cause.replace('\n', "\n    "));
         }
         if let Some(hint) = &self.hint {
             out.push_str(&format!("\nhelp: {hint}"));
@@ -133,8 +166,15 @@ impl Error {
 }
 
 impl fmt::Display for Error {
+    /// The message; with `{:#}`, followed by the causes of [`Error::causes`] (`msg: a: b`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.message)?;
+        if f.alternate() {
+            for cause in self.causes() {
+                write!(f, ": {cause}")?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -161,14 +201,87 @@ mod tests {
         assert_eq!(Error::external("x").exit_code(), 3);
     }
 
+    /// A cause that formats its own source, as thiserror enums with `{source}` do.
+    #[derive(Debug)]
+    struct Wrapper(&'static str, std::io::Error);
+
+    impl fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}: {}", self.0, self.1)
+        }
+    }
+
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
+
     #[test]
     fn render_prints_message_cause_and_hint() {
         let e = Error::external("cannot reach the tenant apiserver at https://127.0.0.1:1")
-            .source(std::io::Error::other("connection refused"))
+            .caused_by(std::io::Error::other("connection refused"))
             .hint("is the gateway up?");
         assert_eq!(
             e.render(),
-            "error: cannot reach the tenant apiserver at https://127.0.0.1:1 (connection refused)\nhelp: is the gateway up?"
+            "error: cannot reach the tenant apiserver at https://127.0.0.1:1\n  caused by: connection refused\nhelp: is the gateway up?"
+        );
+        assert_eq!(
+            e.to_string(),
+            "cannot reach the tenant apiserver at https://127.0.0.1:1"
+        );
+    }
+
+    #[test]
+    fn render_prints_a_two_level_chain_outermost_first() {
+        let inner = Error::external("the apiserver answered 503")
+            .caused_by(std::io::Error::other("upstream connect error"));
+        let e = Error::external("cannot apply Namespace `ci`")
+            .caused_by(inner)
+            .hint("retry when the apiserver is up");
+        assert_eq!(
+            e.render(),
+            "error: cannot apply Namespace `ci`\n  caused by: the apiserver answered 503\n  caused by: upstream connect error\nhelp: retry when the apiserver is up"
+        );
+        assert_eq!(
+            format!("{e:#}"),
+            "cannot apply Namespace `ci`: the apiserver answered 503: upstream connect error"
+        );
+    }
+
+    #[test]
+    fn a_cause_already_printed_is_not_printed_twice() {
+        // In the message: the cause adds nothing.
+        let e = Error::bad_input("cannot read `/x`: permission denied")
+            .caused_by(std::io::Error::other("permission denied"));
+        assert_eq!(e.render(), "error: cannot read `/x`: permission denied");
+        // In the cause before it: the wrapper already shows its source.
+        let e = Error::external("cannot create the stream")
+            .caused_by(Wrapper("NATS answered", std::io::Error::other("timed out")));
+        assert_eq!(
+            e.render(),
+            "error: cannot create the stream\n  caused by: NATS answered: timed out"
+        );
+        // An `Error` re-wrapped with its own message: only its cause is new.
+        let inner = Error::unreadable("the CA key", Path::new("/k"), std::io::Error::other("gone"));
+        let e = Error::bad_input(inner.message().to_string()).caused_by(inner);
+        assert_eq!(
+            e.render(),
+            "error: cannot read the CA key `/k`\n  caused by: gone"
+        );
+    }
+
+    #[test]
+    fn file_helpers_keep_the_os_reason_as_the_source() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = Error::unreadable("the kubeconfig", Path::new("/x/y"), io);
+        assert_eq!(e.message(), "cannot read the kubeconfig `/x/y`");
+        assert_eq!(e.kind(), ErrorKind::BadInput);
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.to_string(), "entity not found");
+        assert_eq!(
+            e.render(),
+            "error: cannot read the kubeconfig `/x/y`\n  caused by: entity not found\nhelp: check the path and that this user may read it"
         );
     }
 }

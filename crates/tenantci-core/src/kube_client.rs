@@ -20,23 +20,20 @@ pub fn requests() -> u64 {
 pub async fn from_kubeconfig(path: &Path) -> Result<kube::Client> {
     crate::tls::ensure_crypto_provider();
     let kc = Kubeconfig::read_from(path).map_err(|e| {
-        Error::bad_input(format!("cannot read the kubeconfig `{}`: {e}", path.display()))
+        Error::bad_input(format!("cannot read the kubeconfig `{}`", path.display())).caused_by(e)
             .hint("pass --kubeconfig naming a kubeconfig file (e.g. the credential's `kubeconfig` or the cluster's tenant-admin.kubeconfig)")
     })?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| {
-            Error::bad_input(format!(
-                "the kubeconfig `{}` is not usable: {e}",
-                path.display()
-            ))
-            .hint("check that the certificate, key and CA files it names exist and are readable")
+            Error::bad_input(format!("the kubeconfig `{}` is not usable", path.display()))
+                .caused_by(e)
+                .hint(
+                    "check that the certificate, key and CA files it names exist and are readable",
+                )
         })?;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| {
-        Error::bad_input(format!(
-            "cannot build a client from `{}`: {e}",
-            path.display()
-        ))
+        Error::bad_input(format!("cannot build a client from `{}`", path.display())).caused_by(e)
     })?;
     let counting = tower::util::MapRequestLayer::new(|req: http::Request<kube::client::Body>| {
         REQUESTS.fetch_add(1, Ordering::Relaxed);
@@ -55,7 +52,7 @@ pub fn api_error(e: kube::Error, what: &str, forbidden_hint: &str) -> Error {
         kube::Error::Api(s) if s.code == 401 => Error::bad_input(format!("the tenant apiserver did not accept the credential when trying to {what}"))
             .hint("the kubeconfig's certificate is not signed by this cluster's ClientCA"),
         kube::Error::Api(s) => Error::external(format!("the tenant apiserver failed to {what}: {} ({})", s.message, s.code)),
-        _ => Error::external(format!("cannot reach the tenant apiserver to {what}: {e}"))
+        _ => Error::external(format!("cannot reach the tenant apiserver to {what}")).caused_by(e)
             .hint("the apiserver binds loopback on the gateway host; is the gateway up? (`tenantci check-host`)"),
     }
 }

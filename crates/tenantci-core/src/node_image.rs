@@ -41,9 +41,10 @@ impl NodeImage {
             .map_err(|e| Error::unreadable("the node image manifest", path, e))?;
         serde_json::from_str(&text).map_err(|e| {
             Error::bad_input(format!(
-                "the node image manifest `{}` is not valid: {e}",
+                "the node image manifest `{}` is not valid",
                 path.display()
             ))
+            .caused_by(e)
             .hint("it must be JSON like {\"vcpu\": 2, \"memMiB\": 2048, \"rootfsMiB\": 10240}")
         })
     }

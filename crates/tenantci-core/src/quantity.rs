@@ -95,6 +95,18 @@ pub fn parse(input: &str) -> Option<Milli> {
     Some(Milli(sign * value))
 }
 
+/// Parses a resource request or limit as it appears in a pod spec or a gitlab-runner config
+/// (`cpu_request = "500m"`): a [`parse`]able quantity, not negative (the apiserver refuses
+/// negative requests and limits), and without surrounding whitespace (gitlab-runner hands the
+/// string to `resource.ParseQuantity`, which, unlike the apiserver's JSON decoding, does not
+/// trim). The one grammar for every quantity a user passes to tenantci.
+pub fn parse_resource(input: &str) -> Option<Milli> {
+    if input.trim() != input {
+        return None;
+    }
+    parse(input).filter(|m| m.0 >= 0)
+}
+
 /// Formats CPU millicores the way people write them (`500m`, `2`).
 pub fn format_cpu(m: Milli) -> String {
     if m.0 % 1000 == 0 {
@@ -139,6 +151,17 @@ mod tests {
     fn refuses_non_quantities() {
         for bad in ["", "abc", "1x", "1.2.3", "Gi", "--1", "1 Gi"] {
             assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn resources_are_quantities_that_are_not_negative_nor_padded() {
+        for ok in ["1e3", "500m", "2Gi", "0", "+1", "1.5"] {
+            assert_eq!(parse_resource(ok), parse(ok), "{ok:?}");
+            assert!(parse_resource(ok).is_some(), "{ok:?}");
+        }
+        for bad in ["-1", "-500m", " 1", "1 ", "1.5.2", "Gi", ""] {
+            assert_eq!(parse_resource(bad), None, "{bad:?}");
         }
     }
 

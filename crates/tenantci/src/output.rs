@@ -30,7 +30,7 @@ impl OutputArgs {
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(value: &T) -> tenantci_core::Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(|e| {
-        tenantci_core::Error::external(format!("cannot encode the JSON output: {e}"))
+        tenantci_core::Error::external("cannot encode the JSON output").caused_by(e)
     })?;
     println!("{text}");
     Ok(())

@@ -246,9 +246,10 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     )
     .map_err(|e| {
         Error::bad_input(format!(
-            "the ClientCA `{}` is not a certificate: {e}",
+            "the ClientCA `{}` is not a certificate",
             r.client_ca_cert.display()
         ))
+        .caused_by(e)
     })?;
     let existing = cred::inspect(&inputs.credential_dir)?;
     let decision = cred::decide(
@@ -366,9 +367,10 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         )
         .map_err(|e| {
             Error::bad_input(format!(
-                "the credential `{}` is not a certificate: {e}",
+                "the credential `{}` is not a certificate",
                 files.cert.display()
             ))
+            .caused_by(e)
         })?;
         verify::check_subject(&cert, &inputs.common_name, &inputs.group)?;
         let runner = client::from_kubeconfig(&files.kubeconfig).await?;

@@ -53,9 +53,10 @@ pub fn inspect(dir: &Path) -> Result<Existing> {
     let cert = match std::fs::read_to_string(&files.cert) {
         Ok(pem) => Some(CertInfo::from_pem(&pem).map_err(|e| {
             Error::bad_input(format!(
-                "the existing credential `{}` is not a certificate: {e}",
+                "the existing credential `{}` is not a certificate",
                 files.cert.display()
             ))
+            .caused_by(e)
             .hint("pass --rotate to move it aside and mint a new one")
         })?),
         Err(_) => None,

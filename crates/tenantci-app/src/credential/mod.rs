@@ -220,9 +220,10 @@ fn check_server_url(server: &str) -> Result<()> {
 fn absolute(p: &Path) -> Result<PathBuf> {
     std::path::absolute(p).map_err(|e| {
         Error::bad_input(format!(
-            "cannot resolve the output directory `{}`: {e}",
+            "cannot resolve the output directory `{}`",
             p.display()
         ))
+        .caused_by(e)
     })
 }
 
@@ -259,9 +260,10 @@ fn read_server_ca(path: &Path) -> Result<String> {
         std::fs::read_to_string(path).map_err(|e| Error::unreadable("the serving CA", path, e))?;
     CertInfo::from_pem(&pem).map_err(|e| {
         Error::bad_input(format!(
-            "the serving CA `{}` is not a PEM certificate: {e}",
+            "the serving CA `{}` is not a PEM certificate",
             path.display()
         ))
+        .caused_by(e)
         .hint("pass --server-ca naming the CA that signed the tenant apiserver's certificate")
     })?;
     Ok(pem)

@@ -348,9 +348,10 @@ impl Config {
     pub fn load_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::bad_input(format!(
-                "cannot read the dispatcher config {}: {e}",
+                "cannot read the dispatcher config {}",
                 path.display()
             ))
+            .caused_by(e)
             .hint("pass the file `tenantci dispatch init --out` wrote")
         })?;
         let cfg = Self::parse(&text, path, env)?;

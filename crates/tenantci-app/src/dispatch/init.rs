@@ -395,6 +395,7 @@ fn read_existing_config(path: &Path) -> Result<Option<Config>> {
         .map(Some)
         .map_err(|e| {
             Error::bad_input(e.message().to_string())
+                .caused_by(e)
                 .hint("fix it, or move it aside: init then writes a fresh config from its flags")
         })
 }
@@ -433,12 +434,14 @@ fn runner_name(i: &Inputs, kept: Option<&SchedulerCredential>, file: &Path) -> R
 }
 
 fn gitea_client(url: &str) -> Result<RunnerClient> {
-    RunnerClient::new(ClientConfig::new(url))
-        .map_err(|e| Error::bad_input(format!("cannot build a client for Gitea at {url}: {e}")))
+    RunnerClient::new(ClientConfig::new(url)).map_err(|e| {
+        Error::bad_input(format!("cannot build a client for Gitea at {url}")).caused_by(e)
+    })
 }
 
-fn gitea_error(url: &str, e: &ClientError) -> Error {
-    Error::external(format!("Gitea at {url} failed: {e}"))
+fn gitea_error(url: &str, e: ClientError) -> Error {
+    Error::external(format!("Gitea at {url} failed"))
+        .caused_by(e)
         .hint("check that --gitea-url is reachable from this host and Gitea is up")
 }
 
@@ -467,7 +470,7 @@ async fn declare(i: &Inputs, k: &SchedulerCredential, p: &plan::Paths) -> Result
             "to register anew, delete {} and re-run `tenantci dispatch init` with a registration token (--registration-token-file)",
             p.scheduler.display()
         ))),
-        Err(e) => Err(gitea_error(&i.gitea_url, &e)),
+        Err(e) => Err(gitea_error(&i.gitea_url, e)),
     }
 }
 
@@ -494,12 +497,9 @@ async fn register(
                 Error::bad_input(format!("Gitea at {} refused the registration token", i.gitea_url))
                     .hint("create a fresh one (Site Administration > Actions > Runners > Create new runner, or `gitea actions generate-runner-token`) and pass it with --registration-token-file")
             }
-            Some(Code::InvalidArgument) => Error::bad_input(format!(
-                "Gitea at {} refused the registration: {e}",
-                i.gitea_url
-            ))
+            Some(Code::InvalidArgument) => Error::bad_input(format!("Gitea at {} refused the registration", i.gitea_url)).caused_by(e)
             .hint("check --name and --labels"),
-            _ => gitea_error(&i.gitea_url, &e),
+            _ => gitea_error(&i.gitea_url, e),
         })?;
     let k = SchedulerCredential::from_runner(&runner);
     let lost = |e: Error| {
@@ -530,9 +530,10 @@ fn credential_decision(
     let ca = CertificateAuthority::load(&r.client_ca_cert, &r.client_ca_key)?;
     let ca_info = CertInfo::from_pem(ca.cert_pem()).map_err(|e| {
         Error::bad_input(format!(
-            "the ClientCA `{}` cannot be read back: {e}",
+            "the ClientCA `{}` cannot be read back",
             r.client_ca_cert.display()
         ))
+        .caused_by(e)
     })?;
     let existing = cred::inspect(&p.kube_dir)?;
     let groups = [manifests::GROUP.to_string()];
@@ -549,7 +550,7 @@ fn credential_decision(
         &p.kube_dir,
     )
     .map_err(|e| {
-        Error::bad_input(e.message().to_string()).hint(format!(
+        Error::bad_input(e.message().to_string()).caused_by(e).hint(format!(
             "move {} aside (or delete it) and re-run `tenantci dispatch init`: it mints a new credential",
             p.kube_dir.display()
         ))

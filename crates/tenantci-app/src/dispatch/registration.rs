@@ -59,10 +59,7 @@ impl SchedulerCredential {
 
     pub fn from_json(bytes: &[u8], path: &Path) -> Result<Self> {
         let c: SchedulerCredential = serde_json::from_slice(bytes).map_err(|e| {
-            Error::bad_input(format!(
-                "the scheduler credential `{}` is not valid: {e}",
-                path.display()
-            ))
+            Error::bad_input(format!("the scheduler credential `{}` is not valid", path.display())).caused_by(e)
             .hint("restore the file `tenantci dispatch init` wrote, or delete it and re-run init with a registration token to register anew")
         })?;
         if c.uuid.is_empty() || c.token.is_empty() {

@@ -84,7 +84,7 @@ async fn kube_client(cfg: &Config) -> Result<kube::Client> {
         None => {
             tenantci_core::tls::ensure_crypto_provider();
             kube::Client::try_default().await.map_err(|e| {
-                Error::bad_input(format!("no in-cluster or KUBECONFIG credentials: {e}"))
+                Error::bad_input("no in-cluster or KUBECONFIG credentials").caused_by(e)
                     .hint("set cluster.kubeconfig in the config, or run inside the cluster with the tenantci-dispatcher ServiceAccount")
             })
         }
@@ -93,7 +93,8 @@ async fn kube_client(cfg: &Config) -> Result<kube::Client> {
 
 async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|e| {
-        Error::bad_input(format!("cannot listen on {addr} for the {what}: {e}"))
+        Error::bad_input(format!("cannot listen on {addr} for the {what}"))
+            .caused_by(e)
             .hint("pick a free address in the config (or its TENANTCI_DISPATCH_* override)")
     })
 }
@@ -145,7 +146,13 @@ pub async fn run(cfg: Config) -> Result<()> {
     apply_topology(&cfg).await?;
 
     let gitea = RunnerClient::new(ClientConfig::new(&cfg.gitea.url))
-        .map_err(|e| Error::bad_input(format!("gitea.url: {e}")))?
+        .map_err(|e| {
+            Error::bad_input(format!(
+                "cannot build a client for Gitea at {}",
+                cfg.gitea.url
+            ))
+            .caused_by(e)
+        })?
         .with_credentials(inputs.credentials.clone());
     let metrics = Arc::new(Metrics::default());
     metrics.capacity(Backend::Pod, cfg.capacity.pod);
@@ -166,7 +173,7 @@ pub async fn run(cfg: Config) -> Result<()> {
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listener = bind("status API", cfg.status.listen).await?;
     let facade = transport::spawn(facade_listener, inputs.facade_tls.clone(), facade)
-        .map_err(|e| Error::external(format!("cannot start the facade: {e}")))?;
+        .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
     health.facade_up.store(true, Ordering::SeqCst);
     let (stop_tx, stop_rx) = watch::channel(false);
     let status_task = {
@@ -279,7 +286,12 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     let report = topology::apply(&async_nats::jetstream::new(client), &spec)
         .await
         .map_err(|e| {
-            Error::external(e.to_string()).hint("check nats-server and the ci-admin password")
+            Error::external(format!(
+                "cannot apply the queue topology at NATS {}",
+                cfg.nats.url
+            ))
+            .caused_by(e)
+            .hint("check nats-server and the ci-admin password")
         })?;
     tracing::info!(stream = %report.stream, change = ?report.stream_change, "queue topology applied");
     Ok(())
@@ -295,7 +307,7 @@ impl Signals {
     fn new() -> Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
         let err =
-            |e: std::io::Error| Error::external(format!("cannot install signal handlers: {e}"));
+            |e: std::io::Error| Error::external("cannot install signal handlers").caused_by(e);
         Ok(Signals {
             term: signal(SignalKind::terminate()).map_err(err)?,
             int: signal(SignalKind::interrupt()).map_err(err)?,

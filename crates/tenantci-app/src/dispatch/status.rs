@@ -83,11 +83,12 @@ pub async fn probe(listen: std::net::SocketAddr, path: &str) -> tenantci_core::R
         .timeout(std::time::Duration::from_secs(2))
         .no_proxy()
         .build()
-        .map_err(|e| Error::external(format!("cannot build an HTTP client: {e}")))?;
+        .map_err(|e| Error::external("cannot build an HTTP client").caused_by(e))?;
     let resp = client.get(&url).send().await.map_err(|e| {
         Error::check_failed(format!(
-            "the dispatcher's status API at {url} did not answer: {e}"
+            "the dispatcher's status API at {url} did not answer"
         ))
+        .caused_by(e)
         .hint("is `tenantci dispatch run` running with this config?")
     })?;
     let status = resp.status();

@@ -18,7 +18,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Parses a NATS URL (`nats://host:port`, `host:port`).
 pub fn parse_url(url: &str) -> tenantci_core::Result<ServerAddr> {
     url.parse::<ServerAddr>().map_err(|e| {
-        tenantci_core::Error::bad_input(format!("the NATS URL `{url}` is not valid: {e}"))
+        tenantci_core::Error::bad_input(format!("the NATS URL `{url}` is not valid"))
+            .caused_by(e)
             .hint("pass --nats as nats://HOST:PORT, e.g. nats://127.0.0.1:4222")
     })
 }
@@ -57,7 +58,7 @@ pub async fn connect_with(
         ))
         .hint("pass --nats as nats://HOST:PORT"),
         _ => tenantci_core::Error::external(format!("cannot reach NATS at {url}"))
-            .source(e)
+            .caused_by(e)
             .hint("is nats-server running and listening there? (`nats-server -c <config>`)"),
     })
 }

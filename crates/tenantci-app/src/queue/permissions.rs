@@ -213,10 +213,8 @@ pub fn write_nats_config(
         let hash = match kept {
             Some(h) => h,
             None => hash_password(&p.secret).map_err(|e| {
-                tenantci_core::Error::external(format!(
-                    "cannot hash the password of `{}`: {e}",
-                    p.user
-                ))
+                tenantci_core::Error::external(format!("cannot hash the password of `{}`", p.user))
+                    .caused_by(e)
             })?,
         };
         hashes.push((p.user, hash));

@@ -39,16 +39,16 @@ pub async fn read(url: &str, user: &str, password_file: &Path) -> Result<StatusR
             .get_consumer_from_stream(b.consumer(), STREAM)
             .await
             .map_err(|e| {
-                Error::external(format!(
-                    "NATS at {url}: cannot read the consumer `{}` of stream {STREAM}: {e}",
-                    b.consumer()
-                ))
+                Error::external(format!("NATS at {url}: cannot read the consumer `{}` of stream {STREAM}", b.consumer())).caused_by(e)
                 .hint("create the topology with `tenantci queue init`; status needs ci-admin or ci-worker")
             })?;
-        let info = c
-            .info()
-            .await
-            .map_err(|e| Error::external(format!("NATS at {url}: {e}")))?;
+        let info = c.info().await.map_err(|e| {
+            Error::external(format!(
+                "cannot read the consumer `{}` of stream {STREAM} at NATS {url}",
+                b.consumer()
+            ))
+            .caused_by(e)
+        })?;
         consumers.push(ConsumerStatus {
             consumer: b.consumer().to_string(),
             pending: info.num_pending,

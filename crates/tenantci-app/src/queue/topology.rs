@@ -251,7 +251,9 @@ pub async fn apply_at(
     let client = super::connect::connect(url, user, password_file).await?;
     let js = jetstream::new(client);
     apply(&js, spec).await.map_err(|e| {
-        tenantci_core::Error::external(format!("NATS at {url}: {e}")).hint(
+        tenantci_core::Error::external(format!("cannot apply the queue topology at NATS {url}"))
+            .caused_by(e)
+            .hint(
             "run it as ci-admin with JetStream enabled; with --replicas N the cluster needs N servers",
         )
     })

@@ -171,7 +171,7 @@ impl ActRunnerConfig {
     pub fn render(&self) -> Result<String> {
         self.validate()?;
         let yaml = serde_yaml::to_string(self)
-            .map_err(|e| Error::external(format!("cannot encode config.yaml: {e}")))?;
+            .map_err(|e| Error::external("cannot encode config.yaml").caused_by(e))?;
         Ok(format!(
             "# act_runner configuration, written by `tenantci runner gitea-config`.\n\
              # Keys not listed here take act_runner's defaults (`act_runner generate-config`).\n\
@@ -242,7 +242,7 @@ impl Registration {
     pub fn render(&self) -> Result<String> {
         self.validate()?;
         let mut text = serde_json::to_string_pretty(self)
-            .map_err(|e| Error::external(format!("cannot encode .runner: {e}")))?;
+            .map_err(|e| Error::external("cannot encode .runner").caused_by(e))?;
         text.push('\n');
         Ok(text)
     }

@@ -201,9 +201,10 @@ impl Client {
                 .map_err(|e| Error::unreadable("the GitLab CA file", path, e))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
                 Error::bad_input(format!(
-                    "`{}` is not a PEM certificate bundle: {e}",
+                    "`{}` is not a PEM certificate bundle",
                     path.display()
                 ))
+                .caused_by(e)
             })?;
             if certs.is_empty() {
                 return Err(Error::bad_input(format!(
@@ -217,7 +218,7 @@ impl Client {
         }
         let http = builder
             .build()
-            .map_err(|e| Error::external(format!("cannot build the HTTPS client: {e}")))?;
+            .map_err(|e| Error::external("cannot build the HTTPS client").caused_by(e))?;
         let base = base.trim_end_matches('/').to_string();
         if !(base.starts_with("https://") || base.starts_with("http://")) {
             return Err(Error::bad_input(format!(

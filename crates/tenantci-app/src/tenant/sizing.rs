@@ -36,9 +36,9 @@ impl JobPodRequests {
 
 /// Parses a request flag; `what` names the flag in the error.
 pub fn parse_request(what: &str, value: &str) -> Result<Milli> {
-    match quantity::parse(value) {
-        Some(m) if m.0 >= 0 => Ok(m),
-        _ => Err(
+    match quantity::parse_resource(value) {
+        Some(m) => Ok(m),
+        None => Err(
             Error::bad_input(format!("{what} `{value}` is not a Kubernetes quantity"))
                 .hint("write CPU as `500m` or `2` and memory as `512Mi` or `2Gi`"),
         ),

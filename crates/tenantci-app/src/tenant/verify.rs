@@ -202,9 +202,7 @@ pub async fn verify(
             .create(&PostParams::default(), &sar(user, groups, &access, &ns))
             .await
             .map_err(|e| {
-                Error::external(format!(
-                    "the tenant apiserver failed a SubjectAccessReview: {e}"
-                ))
+                Error::external("the tenant apiserver failed a SubjectAccessReview").caused_by(e)
             })?;
         let allowed = review.status.is_some_and(|s| s.allowed);
         results.push(ReviewResult {
@@ -243,7 +241,7 @@ pub async fn verify(
             .hint("the credential is not from this cluster's ClientCA: re-mint it with --rotate"),
         kube::Error::Api(s) if s.code == 403 => Error::check_failed(format!("the runner's credential may not list pods in {namespace}: {}", s.message))
             .hint("the organization (O) must be the bound group; a mismatch is a 403 that reads as a broken runner"),
-        _ => Error::external(format!("the runner's own request to the tenant apiserver failed: {e}")),
+        _ => Error::external("the runner's own request to the tenant apiserver failed").caused_by(e),
     })?;
     Ok(results)
 }

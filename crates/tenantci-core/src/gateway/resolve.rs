@@ -28,15 +28,13 @@ impl GatewayJson {
     pub fn load(state: &StateDir) -> Result<Self> {
         let path = state.gateway_json();
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::bad_input(format!("cannot read `{}`: {e}", path.display()))
+            Error::bad_input(format!("cannot read `{}`", path.display())).caused_by(e)
                 .hint("pass the gateway's --state-dir (the directory that holds gateway.json); is the gateway installed?")
         })?;
         serde_json::from_str(&text).map_err(|e| {
-            Error::bad_input(format!(
-                "`{}` is not a valid gateway.json: {e}",
-                path.display()
-            ))
-            .hint("restore it from the gateway; it must name adminKubeconfig")
+            Error::bad_input(format!("`{}` is not a valid gateway.json", path.display()))
+                .caused_by(e)
+                .hint("restore it from the gateway; it must name adminKubeconfig")
         })
     }
 }
@@ -69,8 +67,9 @@ pub async fn resolve(state: &StateDir, name: &str) -> Result<ResolvedCluster> {
     let api: Api<DynamicObject> = Api::all_with(admin, &cluster_api_resource());
     let cluster = api.get_opt(name).await.map_err(|e| {
         Error::external(format!(
-            "cannot read Cluster `{name}` from the gateway's admin apiserver: {e}"
+            "cannot read Cluster `{name}` from the gateway's admin apiserver"
         ))
+        .caused_by(e)
         .hint("is the gateway up? `kubectl --kubeconfig <admin> get clusters` should list it")
     })?;
     let Some(cluster) = cluster else {

@@ -38,7 +38,7 @@ impl CertificateAuthority {
     /// Generates a self-signed ECDSA P-256 CA valid from now for `valid_for`.
     pub fn generate(common_name: &str, valid_for: Duration) -> Result<Self> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-            .map_err(|e| Error::external(format!("cannot generate a CA key: {e}")))?;
+            .map_err(|e| Error::external("cannot generate a CA key").caused_by(e))?;
         let now = OffsetDateTime::now_utc();
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
@@ -54,7 +54,7 @@ impl CertificateAuthority {
         params.not_before = now - time::Duration::minutes(5);
         params.not_after = now + to_time(valid_for)?;
         let cert = params.self_signed(&key).map_err(|e| {
-            Error::external(format!("cannot self-sign the CA `{common_name}`: {e}"))
+            Error::external(format!("cannot self-sign the CA `{common_name}`")).caused_by(e)
         })?;
         let cert_pem = cert.pem();
         let key_pem = key.serialize_pem();
@@ -85,9 +85,10 @@ impl CertificateAuthority {
     ) -> Result<Self> {
         let info = super::inspect::CertInfo::from_pem(cert_pem).map_err(|e| {
             Error::bad_input(format!(
-                "the CA certificate `{}` is not a PEM certificate: {e}",
+                "the CA certificate `{}` is not a PEM certificate",
                 cert_path.display()
             ))
+            .caused_by(e)
             .hint("pass the ClientCA's certificate (PEM, `-----BEGIN CERTIFICATE-----`)")
         })?;
         if !info.is_ca {
@@ -109,9 +110,10 @@ impl CertificateAuthority {
         }
         let key = KeyPair::from_pem(key_pem).map_err(|e| {
             Error::bad_input(format!(
-                "the CA key `{}` is not a PEM private key (PKCS#8, SEC1 or PKCS#1): {e}",
+                "the CA key `{}` is not a PEM private key (PKCS#8, SEC1 or PKCS#1)",
                 key_path.display()
             ))
+            .caused_by(e)
             .hint("pass the unencrypted private key that belongs to the CA certificate")
         })?;
         if key.subject_public_key_info() != info.spki_der {
@@ -125,10 +127,8 @@ impl CertificateAuthority {
             ));
         }
         let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(|e| {
-            Error::bad_input(format!(
-                "cannot use `{}` as an issuer: {e}",
-                cert_path.display()
-            ))
+            Error::bad_input(format!("cannot use `{}` as an issuer", cert_path.display()))
+                .caused_by(e)
         })?;
         Ok(CertificateAuthority {
             cert_pem: cert_pem.to_string(),

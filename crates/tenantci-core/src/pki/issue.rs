@@ -37,7 +37,7 @@ impl KeyType {
                 KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)
             }
         };
-        key.map_err(|e| Error::external(format!("cannot generate a {self:?} key: {e}")))
+        key.map_err(|e| Error::external(format!("cannot generate a {self:?} key")).caused_by(e))
     }
 }
 
@@ -110,9 +110,9 @@ fn sign(
     key_type: KeyType,
 ) -> Result<IssuedCert> {
     let key = key_type.generate()?;
-    let cert = params
-        .signed_by(&key, ca.issuer())
-        .map_err(|e| Error::external(format!("cannot sign with the CA `{}`: {e}", ca.subject())))?;
+    let cert = params.signed_by(&key, ca.issuer()).map_err(|e| {
+        Error::external(format!("cannot sign with the CA `{}`", ca.subject())).caused_by(e)
+    })?;
     Ok(IssuedCert {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
@@ -132,10 +132,10 @@ pub fn client_cert(ca: &CertificateAuthority, spec: &ClientCertSpec) -> Result<I
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let mut issued = sign(ca, params, serial_hex, spec.key_type)?;
     let der = pem::parse(&issued.cert_pem)
-        .map_err(|e| Error::external(format!("cannot re-read the certificate just signed: {e}")))?;
+        .map_err(|e| Error::external("cannot re-read the certificate just signed").caused_by(e))?;
     let subject = super::subject::client_subject_der(&spec.common_name, &spec.organizations);
     let der = super::subject::replace_subject(der.contents(), &subject, ca.issuer().key())
-        .map_err(|e| Error::external(format!("cannot set the certificate subject: {e}")))?;
+        .map_err(|e| Error::external("cannot set the certificate subject").caused_by(e))?;
     issued.cert_pem = pem::encode(&pem::Pem::new("CERTIFICATE", der));
     Ok(issued)
 }
@@ -152,7 +152,7 @@ pub fn server_cert(
     let (mut params, serial_hex) = leaf_params(dn, valid_for, KeyType::EcdsaP256)?;
     params.subject_alt_names = CertificateParams::new(sans.to_vec())
         .map_err(|e| {
-            Error::bad_input(format!("invalid subject alternative name in {sans:?}: {e}"))
+            Error::bad_input(format!("invalid subject alternative name in {sans:?}")).caused_by(e)
         })?
         .subject_alt_names;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];

@@ -88,7 +88,7 @@ pub fn run(cli: Cli) -> tenantci_core::Result<i32> {
         .enable_all()
         .build()
         .map_err(|e| {
-            tenantci_core::Error::external(format!("cannot start the async runtime: {e}"))
+            tenantci_core::Error::external("cannot start the async runtime").caused_by(e)
         })?;
     runtime.block_on(dispatch(cli.command))
 }

@@ -453,7 +453,7 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
                     let timeout = tenantci_core::duration::parse_positive(&args.api.gitlab_timeout)
                         .map_err(|e| {
                             Error::bad_input(format!(
-                                "--gitlab-timeout `{}`: {e}",
+                                "--gitlab-timeout `{}` {e}",
                                 args.api.gitlab_timeout
                             ))
                         })?;

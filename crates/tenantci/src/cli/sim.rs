@@ -90,9 +90,9 @@ impl NodeArgs {
 pub async fn run(args: SimArgs) -> Result<i32> {
     // Before the ready line: a supervisor may send SIGTERM as soon as it reads it.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Error::external(format!("cannot watch SIGTERM: {e}")))?;
+        .map_err(|e| Error::external("cannot watch SIGTERM").caused_by(e))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| Error::external(format!("cannot watch SIGINT: {e}")))?;
+        .map_err(|e| Error::external("cannot watch SIGINT").caused_by(e))?;
     let nodes = args.nodes.config()?;
     let state_dir = args.state_dir.clone();
     let handle = sim::start(SimConfig {

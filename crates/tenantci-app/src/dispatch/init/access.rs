@@ -159,9 +159,7 @@ pub async fn verify(dispatcher: &kube::Client, namespace: &str) -> Result<usize>
                     "the tenant apiserver rejected the dispatcher's credential (401)",
                 )
                 .hint("the credential in <out dir>/kube is not from this cluster's ClientCA: delete that directory and re-run `tenantci dispatch init`"),
-                _ => Error::external(format!(
-                    "the tenant apiserver failed a SelfSubjectAccessReview: {e}"
-                )),
+                _ => Error::external("the tenant apiserver failed a SelfSubjectAccessReview").caused_by(e),
             })?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         if allowed != *expected {

@@ -65,15 +65,13 @@ pub fn inspect(paths: &Paths) -> Result<Existing> {
         (false, false) => None,
         (true, true) => {
             let ca = CertificateAuthority::load(&paths.facade_ca_cert, &paths.facade_ca_key)
-                .map_err(|e| refuse(e.message().to_string(), paths))?;
+                .map_err(|e| refuse(e.message().to_string(), paths).caused_by(e))?;
             let info = CertInfo::from_pem(ca.cert_pem()).map_err(|e| {
                 refuse(
-                    format!(
-                        "`{}` cannot be read back: {e}",
-                        paths.facade_ca_cert.display()
-                    ),
+                    format!("`{}` cannot be read back", paths.facade_ca_cert.display()),
                     paths,
                 )
+                .caused_by(e)
             })?;
             Some((ca, info))
         }

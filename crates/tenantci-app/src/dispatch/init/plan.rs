@@ -179,7 +179,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
     let credential_valid_for =
         tenantci_core::pki::policy::parse_valid_for(&i.credential_valid_for)?;
     let out = std::path::absolute(&i.out).map_err(|e| {
-        Error::bad_input(format!("cannot resolve --out `{}`: {e}", i.out.display()))
+        Error::bad_input(format!("cannot resolve --out `{}`", i.out.display())).caused_by(e)
     })?;
     if out.file_name().is_none() || out.is_dir() {
         return Err(Error::bad_input(format!(
@@ -190,9 +190,10 @@ pub fn check(i: &Inputs) -> Result<Checked> {
     }
     let nats_secrets_dir = std::path::absolute(&i.nats_secrets_dir).map_err(|e| {
         Error::bad_input(format!(
-            "cannot resolve --nats-secrets-dir `{}`: {e}",
+            "cannot resolve --nats-secrets-dir `{}`",
             i.nats_secrets_dir.display()
         ))
+        .caused_by(e)
     })?;
     Ok(Checked {
         paths: Paths::beside(&out),

@@ -556,7 +556,7 @@ impl KubernetesSettings {
                     keys::OVERWRITE_SUFFIX
                 )));
             }
-            if !is_quantity(quantity) {
+            if tenantci_core::quantity::parse_resource(quantity).is_none() {
                 return Err(Error::bad_input(format!(
                     "{key} `{quantity}` is not a Kubernetes quantity"
                 ))
@@ -650,22 +650,6 @@ impl KubernetesSettings {
     }
 }
 
-/// A Kubernetes quantity: a decimal number with an optional SI or binary suffix.
-pub fn is_quantity(s: &str) -> bool {
-    const SUFFIXES: &[&str] = &[
-        "", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
-    ];
-    let digits_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, suffix) = s.split_at(digits_end);
-    let number_ok = !number.is_empty()
-        && number.matches('.').count() <= 1
-        && !number.starts_with('.')
-        && !number.ends_with('.');
-    number_ok && SUFFIXES.contains(&suffix)
-}
-
 /// [`example_entry`] with two native pause pods, for tests, fuzzing and docs.
 #[doc(hidden)]
 pub fn example_native_entry() -> RunnerEntry {
@@ -757,12 +741,34 @@ mod tests {
     }
 
     #[test]
-    fn entry_quantities() {
-        for ok in ["1", "500m", "2.5", "512Mi", "4Gi", "1k"] {
-            assert!(is_quantity(ok), "{ok}");
+    fn entry_quantities_follow_the_core_grammar() {
+        let with = |q: &str| {
+            let mut e = sample();
+            e.kubernetes
+                .resources
+                .insert("cpu_request".into(), q.into());
+            e.validate()
+        };
+        for ok in ["1", "500m", "2.5", "512Mi", "2Gi", "1k", "1e3", "1E3"] {
+            assert!(with(ok).is_ok(), "{ok}: {:?}", with(ok));
+            assert!(
+                tenantci_core::quantity::parse_resource(ok).is_some(),
+                "{ok}"
+            );
         }
-        for bad in ["", "1 Gi", "1gb", ".5", "1..2", "-1", "1Gi\""] {
-            assert!(!is_quantity(bad), "{bad}");
+        for bad in [
+            "", "1 Gi", " 1", "1gb", "1..2", "1.5.2", "Gi", "-1", "1Gi\"",
+        ] {
+            let e = with(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+            assert!(
+                e.message().contains("is not a Kubernetes quantity"),
+                "{bad}: {e:?}"
+            );
+            assert!(
+                tenantci_core::quantity::parse_resource(bad).is_none(),
+                "{bad}"
+            );
         }
     }
 

@@ -136,6 +136,13 @@ pub enum ClientError {
     },
     #[error("{0}")]
     Config(String),
+    /// The HTTP client could not be built; `what` names the step, the cause is the source.
+    #[error("{what}")]
+    Build {
+        what: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
 }
 
 impl ClientError {
@@ -162,7 +169,7 @@ impl ClientError {
                 error.code,
                 Code::Unknown | Code::Unavailable | Code::DeadlineExceeded
             ),
-            ClientError::Config(_) => false,
+            ClientError::Config(_) | ClientError::Build { .. } => false,
         }
     }
 
@@ -213,14 +220,18 @@ impl RunnerClient {
             .connect_timeout(cfg.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(60));
         if let Some(pem) = &cfg.ca_pem {
-            let ca = reqwest::Certificate::from_pem(pem.as_bytes()).map_err(|e| {
-                ClientError::Config(format!("the extra CA is not a PEM certificate: {e}"))
+            let ca = reqwest::Certificate::from_pem(pem.as_bytes()).map_err(|source| {
+                ClientError::Build {
+                    what: "the extra CA is not a PEM certificate",
+                    source,
+                }
             })?;
             builder = builder.add_root_certificate(ca);
         }
-        let http = builder
-            .build()
-            .map_err(|e| ClientError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let http = builder.build().map_err(|source| ClientError::Build {
+            what: "cannot build the HTTP client",
+            source,
+        })?;
         Ok(RunnerClient {
             http,
             cfg,

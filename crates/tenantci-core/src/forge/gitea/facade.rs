@@ -260,15 +260,15 @@ pub fn tls_config(cert_pem: &str, key_pem: &str) -> crate::Result<Arc<rustls::Se
     crate::tls::ensure_crypto_provider();
     let certs = rustls_pemfile::certs(&mut cert_pem.as_bytes())
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| crate::Error::bad_input(format!("facade certificate is not PEM: {e}")))?;
+        .map_err(|e| crate::Error::bad_input("facade certificate is not PEM").caused_by(e))?;
     let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
-        .map_err(|e| crate::Error::bad_input(format!("facade key is not PEM: {e}")))?
+        .map_err(|e| crate::Error::bad_input("facade key is not PEM").caused_by(e))?
         .ok_or_else(|| crate::Error::bad_input("facade key PEM holds no private key"))?;
     let mut cfg = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| {
-            crate::Error::bad_input(format!("facade certificate and key do not fit: {e}"))
+            crate::Error::bad_input("facade certificate and key do not fit").caused_by(e)
         })?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
