@@ -120,15 +120,20 @@ dispatch_dir="$work/etc/tenantci/dispatch"
   --registration-token-file "$work/gitea-registration-token" \
   --state-dir "$state" --cluster ci --namespace dynamic-runner \
   --nats "$nats_url" --nats-secrets-dir "$nats_dir/secrets" --pod-capacity 2 \
-  --facade-listen "127.0.0.1:$(free_port)" \
+  --facade-listen 127.0.0.1:0 \
   --executor-image gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --out "$dispatch_dir/config.toml"
 rm -f "$work/gitea-registration-token"
 
-status="127.0.0.1:$(free_port)"
-TENANTCI_DISPATCH_STATUS_LISTEN="$status" \
-  "$tenantci" -v dispatch run --config "$dispatch_dir/config.toml" 2>"$work/dispatch.log" &
+# Port 0: the dispatcher picks free ports and prints them in one JSON line on stdout; the
+# executors are given the facade's bound port.
+TENANTCI_DISPATCH_STATUS_LISTEN=127.0.0.1:0 \
+  "$tenantci" -v dispatch run --config "$dispatch_dir/config.toml" >"$work/dispatch.out" 2>"$work/dispatch.log" &
 dispatch_pid=$!
+for _ in $(seq 100); do [ -s "$work/dispatch.out" ] && break; sleep 0.2; done
+[ -s "$work/dispatch.out" ] || { echo "the dispatcher did not start:" >&2; cat "$work/dispatch.log" >&2; exit 3; }
+status=$(jq -r .status "$work/dispatch.out")
+echo "dispatcher listening: $(jq -c 'del(.type)' "$work/dispatch.out")"
 for _ in $(seq 100); do curl -fsS "http://$status/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -fsS "http://$status/readyz" >/dev/null || { echo "the dispatcher is not ready:" >&2; cat "$work/dispatch.log" >&2; exit 3; }
 echo "dispatcher up (pid $dispatch_pid), leader, status API on $status"

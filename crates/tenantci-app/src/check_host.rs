@@ -229,9 +229,16 @@ pub fn ram_backed(fs_type: i64) -> Option<&'static str> {
 }
 
 fn disk_check(name: &str, what: &str, dir: &Path) -> Check {
+    let fs_type = nix::sys::statfs::statfs(dir).map(|fs| fs.filesystem_type().0);
+    disk_verdict(name, what, dir, fs_type)
+}
+
+/// The verdict on `dir` from its file system type (statfs's `f_type`), apart from the
+/// statfs call so it can be tested for any file system on any host.
+fn disk_verdict(name: &str, what: &str, dir: &Path, fs_type: nix::Result<i64>) -> Check {
     let shown = dir.display();
-    match nix::sys::statfs::statfs(dir) {
-        Ok(fs) => match ram_backed(fs.filesystem_type().0) {
+    match fs_type {
+        Ok(fs_type) => match ram_backed(fs_type) {
             Some(kind) => Check::fail(
                 name,
                 format!(
@@ -445,6 +452,26 @@ mod tests {
         assert_eq!(ram_backed(0x0102_1994), Some("tmpfs"));
         assert_eq!(ram_backed(0x8584_58f6), Some("ramfs"));
         assert_eq!(ram_backed(0xEF53), None); // ext4
+    }
+
+    #[test]
+    fn a_directory_in_ram_fails_pointing_at_real_disk() {
+        let dir = Path::new("/somewhere");
+        let tmpfs = disk_verdict(
+            "state-dir-disk",
+            "the state directory",
+            dir,
+            Ok(0x0102_1994),
+        );
+        assert_eq!(tmpfs.status, Status::Fail);
+        assert!(tmpfs.detail.contains("on tmpfs"), "{}", tmpfs.detail);
+        let fix = tmpfs.fix.unwrap();
+        assert!(fix.contains("TMPDIR=/var/tmp"), "{fix}");
+        let ext4 = disk_verdict("tmpdir-disk", "TMPDIR", dir, Ok(0xEF53));
+        assert_eq!((ext4.status, ext4.fix), (Status::Ok, None));
+        let gone = disk_verdict("tmpdir-disk", "TMPDIR", dir, Err(nix::Error::ENOENT));
+        assert_eq!(gone.status, Status::Fail);
+        assert!(gone.detail.contains("cannot statfs"), "{}", gone.detail);
     }
 
     #[test]

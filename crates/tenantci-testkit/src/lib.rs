@@ -1,4 +1,24 @@
-//! Test and benchmark helpers for tenantci (not published, never linked into the product):
-//! the GitLab REST double, nats-server processes with generated permissions, and `eventually`.
+//! Test and benchmark helpers for tenantci (not published, never linked into the product).
+//!
+//! - [`gitlab`]: the GitLab REST double.
+//! - [`sim`]: the simulator as a process or in-process, and its Gitea double.
+//! - [`nats`]: a real nats-server with the queue's generated users.
+//! - [`executor`]: a Gitea executor played from the executor Secret's files.
+//! - [`forward`]: a fixed address in front of a server that restarts on another port.
+//! - [`kube`]: kubectl and kube-rs clients as a given identity.
+//! - [`process`]: child processes that never outlive the test, and ready lines.
+//! - [`wait`]: `eventually`, for conditions that have no event to wait on.
+//! - [`procfs`]: a process's memory and CPU time, for the benchmarks.
+//!
+//! Helpers that run the `tenantci` binary take a `Command` for it: only the binary's own
+//! tests know its path (`CARGO_BIN_EXE_tenantci`), a benchmark takes it as an argument.
 
+pub mod executor;
+pub mod forward;
 pub mod gitlab;
+pub mod kube;
+pub mod nats;
+pub mod process;
+pub mod procfs;
+pub mod sim;
+pub mod wait;

@@ -7,8 +7,6 @@
 //! Markdown table. `BENCH_PLAIN_ACK=1` measures the consumer with plain (unconfirmed) acks.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,74 +16,10 @@ use tenantci_app::queue::assignment::{Assignment, SealingKey};
 use tenantci_app::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
 use tenantci_app::queue::producer::Producer;
 use tenantci_app::queue::topology::{self, TopologySpec};
-use tenantci_app::queue::{Backend, STREAM, connect, permissions};
+use tenantci_app::queue::{Backend, STREAM};
+use tenantci_testkit::nats::NatsServer;
 
 const PUBLISHERS: usize = 16;
-
-struct Server(Child, tempfile::TempDir, String);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nats_server_bin() -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("nats-server"))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nats-server"))
-}
-
-fn start_server() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    permissions::write_nats_config(&dir.path().join("secrets"), &dir.path().join("auth.conf"))
-        .unwrap();
-    let log = dir.path().join("nats.log");
-    let conf = dir.path().join("nats.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "listen: \"127.0.0.1:-1\"\njetstream {{ store_dir: \"{}\" }}\nlog_file: \"{}\"\ninclude ./auth.conf\n",
-            dir.path().join("store").display(),
-            log.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(nats_server_bin())
-        .arg("-c")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let port = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let marker = "Listening for client connections on 127.0.0.1:";
-        if text.contains("Server is ready") {
-            if let Some(i) = text.find(marker) {
-                let digits: String = text[i + marker.len()..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit())
-                    .collect();
-                break digits;
-            }
-        }
-        assert!(Instant::now() < deadline, "nats-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Server(child, dir, format!("nats://127.0.0.1:{port}"))
-}
-
-async fn client(s: &Server, user: &str) -> async_nats::Client {
-    let pw = s.1.path().join("secrets").join(format!("{user}.password"));
-    connect::connect(&s.2, user, &pw).await.unwrap()
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -101,11 +35,11 @@ struct Result_ {
 }
 
 /// Capped path: `n` assignments published by PUBLISHERS tasks and consumed concurrently.
-async fn capped(s: &Server, capacity: usize, n: usize, key: &SealingKey) -> Result_ {
-    let producer = Producer::new(client(s, "ci-producer").await);
+async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> Result_ {
+    let producer = Producer::new(s.client("ci-producer").await);
     let consumer = Arc::new(
         CappedConsumer::bind(
-            client(s, "ci-worker").await,
+            s.client("ci-worker").await,
             Backend::Pod,
             capacity,
             ConsumerSettings {
@@ -203,9 +137,9 @@ async fn capped(s: &Server, capacity: usize, n: usize, key: &SealingKey) -> Resu
 }
 
 /// Raw path (on subject `ci.runner.vm`, consumer `vm`, same cap): plain bodies, `js.publish().await.await`, `messages()` with its default batch, ack.
-async fn raw(s: &Server, n: usize) -> Result_ {
-    let pjs = jetstream::new(client(s, "ci-producer").await);
-    let wjs = jetstream::new(client(s, "ci-worker").await);
+async fn raw(s: &NatsServer, n: usize) -> Result_ {
+    let pjs = jetstream::new(s.client("ci-producer").await);
+    let wjs = jetstream::new(s.client("ci-worker").await);
     let consumer: PullConsumer = wjs.get_consumer_from_stream("vm", STREAM).await.unwrap();
     let sent: Sent = Arc::default();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Duration>();
@@ -281,12 +215,12 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(5000);
-    let server = start_server();
+    let server = NatsServer::start();
     let key = SealingKey::generate();
     println!("| capacity | path | assignments/s | p50 ms | p99 ms | throughput ratio |");
     println!("|---:|---|---:|---:|---:|---:|");
     for capacity in [4usize, 64] {
-        let admin = jetstream::new(client(&server, "ci-admin").await);
+        let admin = jetstream::new(server.client("ci-admin").await);
         let spec = TopologySpec {
             pod_capacity: capacity as u32,
             // The raw path runs on `vm`, so the two never share pull requests.

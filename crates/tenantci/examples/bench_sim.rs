@@ -4,13 +4,15 @@
 //!
 //! `scripts/bench-sim.sh` builds and runs it.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
+use tenantci_testkit::kube::kube_client;
+use tenantci_testkit::procfs::memory;
+use tenantci_testkit::sim::SimProcess;
 
 const CONCURRENCY: usize = 32;
 const STORED: usize = 10_000;
@@ -24,16 +26,6 @@ fn pod(name: &str) -> Pod {
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
     }))
     .unwrap()
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 fn p99(mut v: Vec<Duration>) -> Duration {
@@ -81,30 +73,12 @@ async fn main() {
         .nth(1)
         .unwrap_or_else(|| "target/release/tenantci".into());
     let state = tempfile::tempdir().unwrap();
-    let mut child = Command::new(&bin)
-        .args(["sim", "--state-dir"])
-        .arg(state.path())
-        .args(["--cluster", "bench"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tenantci sim");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let ready: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let kc = ready["clusters"][0]["tenantAdminKubeconfig"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let kubeconfig = kube::config::Kubeconfig::read_from(&kc).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let mut cmd = Command::new(&bin);
+    cmd.stderr(Stdio::null());
+    let sim = SimProcess::start(cmd, state.path(), &["bench"], &[]);
+    let client = kube_client(&sim.tenant_admin("bench")).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let rss_idle = rss_kib(child.id());
+    let rss_idle = memory(sim.pid()).rss;
 
     let p = pods.clone();
     let (create_rps, create_p99) = drive(STORED, 0, move |i| {
@@ -116,7 +90,7 @@ async fn main() {
         }
     })
     .await;
-    let rss_full = rss_kib(child.id());
+    let rss_full = memory(sim.pid()).rss;
     let p = pods.clone();
     let (get_rps, get_p99) = drive(GETS, 0, move |i| {
         let p = p.clone();
@@ -125,11 +99,7 @@ async fn main() {
         }
     })
     .await;
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = child.wait();
+    sim.stop();
     println!("| measurement | value |");
     println!("|---|---|");
     println!(

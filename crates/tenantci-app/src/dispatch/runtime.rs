@@ -11,6 +11,10 @@
 //! finishes and is acked), release the lease so a standby takes over at once, then stop the
 //! facade (in-flight requests finish). Executor Pods keep running; the next dispatcher's
 //! facade and reconciler pick them up from the apiserver.
+//!
+//! Listen addresses may have port 0 (tests, a second instance on one host): the system picks
+//! the ports, [`Listening`] reports them, and a `facade.url` with port 0 is advertised to
+//! executors with the facade's bound port.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -110,6 +114,32 @@ fn identity(cfg: &Config) -> String {
     })
 }
 
+/// Where the servers of a running dispatcher listen: `dispatch run` prints it on stdout as
+/// one JSON line, `{"type":"listening","facade":ADDR,"facadeUrl":URL,"status":ADDR}`, once
+/// both listen (docs/cli.md). With port 0 in the config these are the ports the system picked.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listening {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub facade: SocketAddr,
+    /// The facade URL executors are given.
+    pub facade_url: String,
+    pub status: SocketAddr,
+}
+
+/// The facade URL executors are given: `facade.url` as configured, except that port 0 (as
+/// `dispatch init --facade-listen HOST:0` writes it) becomes the facade's bound port, so the
+/// executors of this instance reach it. A URL without a port means 443 and is kept.
+fn advertised_facade_url(configured: &str, bound_port: u16) -> String {
+    let (scheme, rest) = configured.split_once("://").unwrap_or(("", configured));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once(':') {
+        Some((host, "0")) => format!("{scheme}://{host}:{bound_port}{path}"),
+        _ => configured.to_string(),
+    }
+}
+
 /// What a leadership term needs; cloned into each term.
 #[derive(Clone)]
 struct Shared {
@@ -125,8 +155,9 @@ struct Shared {
     facade_ca_pem: String,
 }
 
-/// Runs the dispatcher described by `config` until SIGTERM / SIGINT.
-pub async fn run(cfg: Config) -> Result<()> {
+/// Runs the dispatcher described by `config` until SIGTERM / SIGINT; `on_listening` is
+/// called once the facade and the status API listen.
+pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Result<()> {
     let inputs = load_inputs(&cfg)?;
     let timing = cfg.leader_timing().map_err(Error::bad_input)?;
     let client = kube_client(&cfg).await?;
@@ -172,8 +203,13 @@ pub async fn run(cfg: Config) -> Result<()> {
     });
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listener = bind("status API", cfg.status.listen).await?;
+    let status_addr = status_listener
+        .local_addr()
+        .map_err(|e| Error::external("cannot read the status API's address").caused_by(e))?;
     let facade = transport::spawn(facade_listener, inputs.facade_tls.clone(), facade)
         .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
+    // Before `Shared` is built from `cfg`: the worker puts this URL into executor Secrets.
+    cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());
     health.facade_up.store(true, Ordering::SeqCst);
     let (stop_tx, stop_rx) = watch::channel(false);
     let status_task = {
@@ -189,10 +225,17 @@ pub async fn run(cfg: Config) -> Result<()> {
     };
     tracing::info!(
         facade = %facade.local_addr,
-        status = %cfg.status.listen,
+        facade_url = %cfg.facade.url,
+        status = %status_addr,
         namespace = %cfg.cluster.namespace,
         "dispatcher up; waiting for the scheduler lease"
     );
+    on_listening(&Listening {
+        kind: "listening",
+        facade: facade.local_addr,
+        facade_url: cfg.facade.url.clone(),
+        status: status_addr,
+    });
 
     let me = identity(&cfg);
     let leases: Api<Lease> = Api::namespaced(client, &cfg.cluster.namespace);
@@ -447,4 +490,35 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
     });
     let _ = stop_rx.wait_for(|s| *s).await;
     while tasks.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised_facade_url;
+
+    #[test]
+    fn a_facade_url_with_port_0_advertises_the_bound_port() {
+        for (configured, advertised) in [
+            ("https://127.0.0.1:0", "https://127.0.0.1:41234"),
+            ("https://[::1]:0/", "https://[::1]:41234/"),
+            (
+                "https://dispatch.ci.internal:0/base",
+                "https://dispatch.ci.internal:41234/base",
+            ),
+            // A fixed port or none (443), e.g. a Service in front of every instance: kept.
+            ("https://127.0.0.1:8443", "https://127.0.0.1:8443"),
+            ("https://127.0.0.1:10", "https://127.0.0.1:10"),
+            (
+                "https://dispatch.ci.internal",
+                "https://dispatch.ci.internal",
+            ),
+            ("https://[::0]", "https://[::0]"),
+        ] {
+            assert_eq!(
+                advertised_facade_url(configured, 41234),
+                advertised,
+                "{configured}"
+            );
+        }
+    }
 }

@@ -37,9 +37,23 @@ impl std::fmt::Debug for CertificateAuthority {
 impl CertificateAuthority {
     /// Generates a self-signed ECDSA P-256 CA valid from now for `valid_for`.
     pub fn generate(common_name: &str, valid_for: Duration) -> Result<Self> {
+        let now = OffsetDateTime::now_utc();
+        Self::generate_valid(
+            common_name,
+            now - time::Duration::minutes(5),
+            now + to_time(valid_for)?,
+        )
+    }
+
+    /// Generates a self-signed ECDSA P-256 CA valid from `not_before` to `not_after`, either
+    /// of which may lie in the past (tests use it for a CA that has already expired).
+    pub fn generate_valid(
+        common_name: &str,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> Result<Self> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(|e| Error::external("cannot generate a CA key").caused_by(e))?;
-        let now = OffsetDateTime::now_utc();
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, common_name);
@@ -51,8 +65,8 @@ impl CertificateAuthority {
             KeyUsagePurpose::DigitalSignature,
         ];
         params.serial_number = Some(super::issue::random_serial());
-        params.not_before = now - time::Duration::minutes(5);
-        params.not_after = now + to_time(valid_for)?;
+        params.not_before = not_before;
+        params.not_after = not_after;
         let cert = params.self_signed(&key).map_err(|e| {
             Error::external(format!("cannot self-sign the CA `{common_name}`")).caused_by(e)
         })?;

@@ -23,7 +23,6 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use prost::Message as _;
-use serde_json::{Value, json};
 use tenantci_app::dispatch::capability;
 use tenantci_app::dispatch::config::{Config, files};
 use tenantci_app::dispatch::executor::{self, COMPONENT_SELECTOR, ExecutorSpec};
@@ -31,17 +30,17 @@ use tenantci_app::dispatch::routing;
 use tenantci_app::queue::Backend;
 use tenantci_app::queue::assignment::{Assignment, SealingKey};
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
-use tenantci_core::forge::gitea::proto::{
-    DeclareRequest, LogRow, RegisterRequest, TaskResult, TaskState, UpdateLogRequest,
-    UpdateTaskRequest,
-};
+use tenantci_core::forge::gitea::proto::RegisterRequest;
+use tenantci_testkit::executor::Executor;
+use tenantci_testkit::nats::NatsServer;
+use tenantci_testkit::process::Process;
+use tenantci_testkit::procfs::{cpu_time, memory};
+use tenantci_testkit::sim::{Gitea, SimProcess};
 
 mod logtail;
-mod procs;
 mod report;
 
 use logtail::LogTail;
-use procs::{Nats, Proc, Sim, cpu_time, free_port, memory};
 use report::{Cpu, Idle, Memory, PathResult, dispatch_result, millis_between, parse_time, stats};
 
 const NAMESPACE: &str = "dynamic-runner";
@@ -59,7 +58,7 @@ fn progress(msg: &str) {
 
 /// One `tenantci dispatch run` child with a JSON log.
 struct Dispatcher {
-    proc: Proc,
+    proc: Process,
     tail: LogTail,
     capacity: u32,
 }
@@ -67,8 +66,9 @@ struct Dispatcher {
 struct Bench {
     bin: PathBuf,
     dir: PathBuf,
-    sim: Sim,
-    nats: Nats,
+    sim: SimProcess,
+    gitea: Gitea,
+    nats: NatsServer,
     config: PathBuf,
     admin: kube::Client,
     http: reqwest::Client,
@@ -89,23 +89,20 @@ impl Bench {
             .arg(&self.config)
             .env("RUST_LOG", "warn,tenantci=info")
             .env("TENANTCI_DISPATCH_CAPACITY_POD", capacity.to_string())
-            .env(
-                "TENANTCI_DISPATCH_STATUS_LISTEN",
-                format!("127.0.0.1:{}", free_port()),
-            )
+            // Any free port: the benchmark reads no status API.
+            .env("TENANTCI_DISPATCH_STATUS_LISTEN", "127.0.0.1:0")
             .env("TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL", "50ms")
             // Longer than a phase: no keep-alive UpdateTask calls inside the latency windows.
             .env("TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL", "5m");
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn tenantci dispatch run");
+        let proc = Process::spawn(
+            cmd.stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap()),
+        );
         let mut d = Dispatcher {
-            proc: Proc(Some(child)),
+            proc,
             tail: LogTail::open(&log),
             capacity,
         };
@@ -149,21 +146,10 @@ impl Bench {
     async fn enqueue(&mut self, runs_on: &[&str]) {
         self.jobs += 1;
         let name = format!("bench-{}", self.jobs);
-        let labels = runs_on.join(", ");
-        let body = json!({
-            "name": name,
-            "runs_on": runs_on,
-            "workflow_payload": format!("name: {name}\njobs:\n  build:\n    runs-on: [{labels}]\n    steps:\n      - run: make test\n"),
-            "secrets": {"DEPLOY_KEY": format!("bench-secret-{}-{}", self.jobs, "x".repeat(32))},
-        });
-        let r = self
-            .http
-            .post(format!("{}/jobs", self.sim.admin_url))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "enqueue: {}", r.status());
+        let secret = format!("bench-secret-{}-{}", self.jobs, "x".repeat(32));
+        self.gitea
+            .enqueue(&self.http, &name, runs_on, &secret)
+            .await;
     }
 
     /// Plays the official runner of `task` from its Secret's files (Declare, FetchTask,
@@ -175,46 +161,7 @@ impl Bench {
             .get(&name)
             .await
             .unwrap();
-        let data = secret.data.unwrap();
-        let runner: Value = serde_json::from_slice(&data[executor::RUNNER_KEY].0).unwrap();
-        let mut cfg = ClientConfig::new(runner["address"].as_str().unwrap());
-        cfg.ca_pem = Some(String::from_utf8(data[executor::CA_KEY].0.clone()).unwrap());
-        let c = RunnerClient::new(cfg)
-            .unwrap()
-            .with_credentials(Credentials {
-                uuid: runner["uuid"].as_str().unwrap().into(),
-                token: runner["token"].as_str().unwrap().into(),
-            });
-        c.declare(&DeclareRequest {
-            version: "bench".into(),
-            labels: vec!["self-hosted".into(), "pod".into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let fetched = c.fetch_task(0).await.unwrap().task.expect("the task");
-        assert_eq!(fetched.id, task);
-        c.update_log(&UpdateLogRequest {
-            task_id: task,
-            index: 0,
-            rows: vec![LogRow {
-                time: None,
-                content: "ok".into(),
-            }],
-            no_more: true,
-        })
-        .await
-        .unwrap();
-        c.update_task(&UpdateTaskRequest {
-            state: Some(TaskState {
-                id: task,
-                result: TaskResult::Success as i32,
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        Executor::from_secret(&secret).run(task).await;
         let pods = Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE);
         let until = Instant::now() + DEADLINE;
         while pods.get_opt(&name).await.unwrap().is_some() {
@@ -230,15 +177,7 @@ impl Bench {
     async fn claimed_at(&self, tasks: impl Iterator<Item = i64>) -> BTreeMap<i64, DateTime<Utc>> {
         let mut out = BTreeMap::new();
         for t in tasks {
-            let v: Value = self
-                .http
-                .get(format!("{}/tasks/{t}", self.sim.admin_url))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let v = self.gitea.admin(&self.http, &format!("tasks/{t}")).await;
             out.insert(t, parse_time(v["started_at"].as_str().unwrap()));
         }
         out
@@ -293,17 +232,17 @@ async fn sequential(b: &mut Bench, d: &mut Dispatcher, n: usize) -> PathResult {
 async fn raw(b: &mut Bench, n: usize) -> PathResult {
     progress(&format!("raw path, {n} tasks"));
     let cfg = Config::load(&b.config).unwrap();
-    let runner = RunnerClient::new(ClientConfig::new(&b.sim.gitea_url))
+    let runner = RunnerClient::new(ClientConfig::new(&b.gitea.url))
         .unwrap()
         .register(&RegisterRequest {
             name: "bench-raw".into(),
-            token: b.sim.registration_token.clone(),
+            token: b.gitea.registration_token.clone(),
             labels: vec!["self-hosted".into(), "pod".into(), RAW_LABEL.into()],
             ..Default::default()
         })
         .await
         .unwrap();
-    let gitea = RunnerClient::new(ClientConfig::new(&b.sim.gitea_url))
+    let gitea = RunnerClient::new(ClientConfig::new(&b.gitea.url))
         .unwrap()
         .with_credentials(Credentials::from_runner(&runner));
     for _ in 0..n {
@@ -438,13 +377,23 @@ async fn main() {
         .unwrap();
     let dir = tmp.path().to_path_buf();
 
-    let sim = Sim::start(&bin, &dir);
-    let nats = Nats::start(&dir);
-    let admin = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin)
+    // Pods stay Pending (`--max-nodes 0`), so the simulator does only API work, the same
+    // for both paths.
+    let mut sim_cmd = Command::new(&bin);
+    sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
+    let sim = SimProcess::start(
+        sim_cmd,
+        &dir.join("state"),
+        &["ci"],
+        &["--gitea", "--max-nodes", "0"],
+    );
+    let gitea = sim.gitea();
+    let nats = NatsServer::start_in(&dir.join("nats"));
+    let admin = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin("ci"))
         .await
         .unwrap();
     let token = dir.join("registration-token");
-    tenantci_core::fsutil::write_new_atomic(&token, sim.registration_token.as_bytes(), 0o600)
+    tenantci_core::fsutil::write_new_atomic(&token, gitea.registration_token.as_bytes(), 0o600)
         .unwrap();
     let config = dir.join("dispatch").join("config.toml");
     let init = Command::new(&bin)
@@ -456,15 +405,15 @@ async fn main() {
             "--executor-image",
             IMAGE,
         ])
-        .args(["--gitea-url", &sim.gitea_url, "--nats", &nats.url])
-        .arg("--facade-listen")
-        .arg(format!("127.0.0.1:{}", free_port()))
+        .args(["--gitea-url", &gitea.url, "--nats", &nats.url])
+        // Any free port, advertised to executors as bound (one dispatcher runs at a time).
+        .args(["--facade-listen", "127.0.0.1:0"])
         .arg("--registration-token-file")
         .arg(&token)
         .arg("--state-dir")
         .arg(dir.join("state"))
         .arg("--nats-secrets-dir")
-        .arg(&nats.secrets)
+        .arg(nats.secrets_dir())
         .arg("--out")
         .arg(&config)
         .stdout(Stdio::null())
@@ -480,6 +429,7 @@ async fn main() {
         bin,
         dir: dir.clone(),
         sim,
+        gitea,
         nats,
         config,
         admin,
@@ -520,8 +470,7 @@ async fn main() {
         &[("TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL", "5s")],
     )
     .await;
-    let sim_rss = memory(b.sim.proc.pid()).rss;
-    b.sim.proc.terminate(Duration::from_secs(10));
+    let sim_rss = memory(b.sim.pid()).rss;
 
     report::print(report::Report {
         n,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::logtail::LogTail;
-pub use crate::procs::Memory;
+pub use tenantci_testkit::procfs::Memory;
 
 pub fn mib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / 1024.0)

@@ -26,7 +26,9 @@ pub enum DispatchCommand {
     /// label is accepted, but tasks routed to `vm` wait until the VM backend exists.
     /// See docs/runbooks/gitea-dispatcher.md.
     Init(Box<InitArgs>),
-    /// Run the dispatcher described by a config until SIGTERM, then drain.
+    /// Run the dispatcher described by a config until SIGTERM, then drain. Prints one JSON
+    /// line `{"type":"listening","facade":ADDR,"facadeUrl":URL,"status":ADDR}` on stdout once
+    /// the facade and the status API listen (port 0 in the config: the ports picked).
     Run(RunArgs),
     /// GET the status API (/healthz, /readyz) of a dispatcher in this network namespace:
     /// exit 0 on 2xx, 1 otherwise. For exec probes (the status API binds loopback only).
@@ -162,7 +164,13 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
         DispatchCommand::Init(args) => init_cmd(*args).await,
         DispatchCommand::Run(args) => {
             let cfg = Config::load(&args.config)?;
-            tenantci_app::dispatch::runtime::run(cfg).await?;
+            tenantci_app::dispatch::runtime::run(cfg, |listening| {
+                println!(
+                    "{}",
+                    serde_json::to_string(listening).expect("the listening line serializes")
+                );
+            })
+            .await?;
             Ok(0)
         }
         DispatchCommand::Probe(args) => probe(&args).await,

@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::sim::harness::{Kubectl, SimProcess};
 use crate::util::{assert_exit, mode, run, scratch, snapshot, stderr, stdout, tenantci};
+use tenantci_testkit::kube::Kubectl;
+use tenantci_testkit::sim::SimProcess;
 
 const EXISTING: &str = r#"# managed by hand: keep this comment
 concurrent = 4
@@ -28,7 +29,7 @@ struct Setup {
 fn setup(clusters: &[&str]) -> Setup {
     let dir = scratch();
     let root = dir.path().to_path_buf();
-    let sim = SimProcess::start(&root.join("state"), clusters);
+    let sim = SimProcess::start(tenantci(), &root.join("state"), clusters, &[]);
     std::fs::write(root.join("token"), "glrt-test-token-123\n").unwrap();
     Setup {
         _dir: dir,

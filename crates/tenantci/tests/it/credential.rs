@@ -344,25 +344,22 @@ fn credential_bad_inputs_exit_2_and_write_nothing() {
         ]),
         0,
     );
+    let ca = |s: &Path| s.join("clusters/ci/pki");
+    // A ClientCA that expired yesterday, beside the valid cluster's serving CA.
     let expired = dir.path().join("expired");
-    assert_exit(
-        &run_args([
-            "pki",
-            "init-cluster",
-            "--state-dir",
-            expired.to_str().unwrap(),
-            "--cluster",
-            "ci",
-            "--valid-for",
-            "1s",
-        ]),
-        0,
-    );
-    std::thread::sleep(std::time::Duration::from_millis(1100)); // let the 1s CA expire (no event exists for "time passed")
+    let now = ::time::OffsetDateTime::now_utc();
+    let old_ca = tenantci_core::pki::CertificateAuthority::generate_valid(
+        "ci-client-ca",
+        now - ::time::Duration::days(30),
+        now - ::time::Duration::days(1),
+    )
+    .unwrap();
+    std::fs::create_dir_all(ca(&expired)).unwrap();
+    std::fs::write(ca(&expired).join("client-ca.crt"), old_ca.cert_pem()).unwrap();
+    std::fs::write(ca(&expired).join("client-ca.key"), old_ca.key_pem()).unwrap();
     let not_a_dir = dir.path().join("a-file");
     std::fs::write(&not_a_dir, b"x").unwrap();
 
-    let ca = |s: &Path| s.join("clusters/ci/pki");
     let files = |cert: PathBuf, key: PathBuf, server: PathBuf| -> Vec<String> {
         vec![
             "--client-ca-cert".into(),
@@ -519,7 +516,7 @@ fn credential_bad_inputs_exit_2_and_write_nothing() {
                 files(
                     ca(&expired).join("client-ca.crt"),
                     ca(&expired).join("client-ca.key"),
-                    ca(&expired).join("serving-ca.crt"),
+                    ca(&state).join("serving-ca.crt"),
                 ),
                 ok(None),
             ]

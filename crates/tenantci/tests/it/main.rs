@@ -1,6 +1,7 @@
 //! The integration test binary: one binary, one module per capability, all running the real
 //! `tenantci` binary (and, where the capability needs them, the simulator, kubectl and a real
-//! nats-server). Shared helpers live in `util`.
+//! nats-server). Shared helpers live in `util` and
+//! the tenantci-testkit crate (simulator and nats-server processes, executors, `eventually`).
 
 mod bootstrap;
 mod check_host;
@@ -14,4 +15,3 @@ mod queue;
 mod runner;
 mod sim;
 mod util;
-mod util_nats;

@@ -14,8 +14,10 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
 
-use crate::sim::harness::{DEADLINE, SimProcess, kube_client};
 use crate::util::{assert_exit, run, scratch, stderr, tenantci};
+use tenantci_testkit::kube::kube_client;
+use tenantci_testkit::sim::SimProcess;
+use tenantci_testkit::wait::{DEADLINE, eventually};
 
 fn job_pod(name: &str, cpu: &str, memory: &str, priority_class: Option<&str>) -> Pod {
     serde_json::from_value(serde_json::json!({
@@ -92,7 +94,12 @@ async fn pause_pods(pods: &Api<Pod>) -> Vec<Pod> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_a_warm_job_preempts_the_pause_pod_and_the_next_node_is_rented() {
     let dir = scratch();
-    let sim = SimProcess::start_with(&dir.path().join("state"), &["ci"], &["--node-boot", "4s"]);
+    let sim = SimProcess::start(
+        tenantci(),
+        &dir.path().join("state"),
+        &["ci"],
+        &["--node-boot", "4s"],
+    );
     bootstrap(dir.path(), &["--prewarm", "1"]);
     let admin = kube_client(&sim.tenant_admin("ci")).await;
     let runner = kube_client(&dir.path().join("creds/kubeconfig")).await;
@@ -108,13 +115,10 @@ async fn prewarm_a_warm_job_preempts_the_pause_pod_and_the_next_node_is_rented()
 
     // The pause pod gets a node rented and runs on it once it booted.
     wait(&nodes, "rented-1", node_ready()).await;
-    let pause = loop {
-        let list = pause_pods(&admin_pods).await;
-        if let Some(p) = list.first() {
-            break p.metadata.name.clone().unwrap();
-        }
-        tokio::task::yield_now().await;
-    };
+    let pause = eventually("the pause pod", || async {
+        pause_pods(&admin_pods).await.first()?.metadata.name.clone()
+    })
+    .await;
     let pause_pod = wait(&admin_pods, &pause, conditions::is_pod_running()).await;
     assert_eq!(
         pause_pod.spec.unwrap().node_name.as_deref(),
@@ -175,7 +179,12 @@ async fn prewarm_a_warm_job_preempts_the_pause_pod_and_the_next_node_is_rented()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_without_it_a_job_waits_for_a_node_to_boot() {
     let dir = scratch();
-    let sim = SimProcess::start_with(&dir.path().join("state"), &["ci"], &["--node-boot", "4s"]);
+    let sim = SimProcess::start(
+        tenantci(),
+        &dir.path().join("state"),
+        &["ci"],
+        &["--node-boot", "4s"],
+    );
     bootstrap(dir.path(), &[]);
     let admin = kube_client(&sim.tenant_admin("ci")).await;
     let runner = kube_client(&dir.path().join("creds/kubeconfig")).await;
@@ -221,7 +230,7 @@ async fn prewarm_without_it_a_job_waits_for_a_node_to_boot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_pods_below_minus_ten_rent_nothing() {
     let dir = scratch();
-    let sim = SimProcess::start_with(&dir.path().join("state"), &["ci"], &[]);
+    let sim = SimProcess::start(tenantci(), &dir.path().join("state"), &["ci"], &[]);
     let admin = kube_client(&sim.tenant_admin("ci")).await;
     let pcs: Api<PriorityClass> = Api::all(admin.clone());
     let low: PriorityClass = serde_json::from_value(serde_json::json!({
@@ -269,7 +278,8 @@ async fn prewarm_pods_below_minus_ten_rent_nothing() {
 fn prewarm_a_job_larger_than_the_node_image_is_refused() {
     let dir = scratch();
     let state = dir.path().join("state");
-    let _sim = SimProcess::start_with(
+    let _sim = SimProcess::start(
+        tenantci(),
         &state,
         &["ci"],
         &["--node-vcpu", "2", "--node-mem-mib", "2048"],
@@ -388,7 +398,7 @@ async fn runner_may_create_deployments(runner: &kube::Client, name: &str) -> boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_native_pause_pods_are_the_runners_own_and_a_rerun_writes_nothing() {
     let dir = scratch();
-    let sim = SimProcess::start(&dir.path().join("state"), &["ci"]);
+    let sim = SimProcess::start(tenantci(), &dir.path().join("state"), &["ci"], &[]);
     let config = dir.path().join("config.toml");
     let native = ["--prewarm", "2", "--gitlab-native-pause-pods", "-o", "json"];
     let first = hand_back(&bootstrap(dir.path(), &native));
@@ -478,7 +488,7 @@ async fn prewarm_native_pause_pods_are_the_runners_own_and_a_rerun_writes_nothin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_native_switching_either_way_is_explicit() {
     let dir = scratch();
-    let sim = SimProcess::start(&dir.path().join("state"), &["ci"]);
+    let sim = SimProcess::start(tenantci(), &dir.path().join("state"), &["ci"], &[]);
     let config = dir.path().join("config.toml");
     let admin = kube_client(&sim.tenant_admin("ci")).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "gitlab-runner");

@@ -13,26 +13,32 @@ use tenantci_app::queue::producer::{Producer, PublishError, Published};
 use tenantci_app::queue::{Backend, STREAM};
 use tokio::sync::{Semaphore, mpsc};
 
+use tenantci_testkit::nats::NatsServer;
+use tenantci_testkit::wait::{DEADLINE, eventually};
+
 use super::util::{self, assert_exit, stderr, stdout};
-use super::util_nats::NatsServer;
 
-/// Deadlock guard for awaiting an event (never a timing assertion).
-const GUARD: Duration = Duration::from_secs(20);
-
+/// Awaits an event, bounded by DEADLINE (a deadlock guard, never a timing assertion).
 async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
+    tokio::time::timeout(DEADLINE, f)
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
-/// Polls `cond` (bounded by GUARD) without blocking the runtime.
-async fn until(what: &str, cond: impl Fn() -> bool) {
-    within(what, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
+/// Runs `tenantci queue <sub> --nats URL --user U --password-file F EXTRA...`.
+fn queue_cmd(server: &NatsServer, sub: &str, user: &str, extra: &[&str]) -> std::process::Output {
+    util::run(
+        util::tenantci()
+            .args(["queue", sub, "--nats", &server.url, "--user", user])
+            .arg("--password-file")
+            .arg(server.password_file(user))
+            .args(extra),
+    )
+}
+
+/// `tenantci queue init` as ci-admin with `extra` flags; asserts success.
+fn init_topology(server: &NatsServer, extra: &[&str]) {
+    assert_exit(&queue_cmd(server, "init", "ci-admin", extra), 0);
 }
 
 fn assignment(key: &SealingKey, id: &str, backend: Backend, payload: &[u8]) -> Assignment {
@@ -78,7 +84,7 @@ fn fast_settings() -> ConsumerSettings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_producer_cannot_pull_create_streams_or_read_the_worker_inbox() {
     let server = NatsServer::start();
-    server.init_topology(&[]);
+    init_topology(&server, &[]);
     let (producer, mut events) = server.client_with_events("ci-producer").await;
 
     // Allowed: publishing an assignment, with its PubAck on the producer's own inbox.
@@ -131,7 +137,7 @@ async fn queue_producer_cannot_pull_create_streams_or_read_the_worker_inbox() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_worker_cannot_publish_assignments_or_read_the_producer_inbox() {
     let server = NatsServer::start();
-    server.init_topology(&[]);
+    init_topology(&server, &[]);
     let (worker, mut events) = server.client_with_events("ci-worker").await;
 
     // Allowed: binding to (reading the info of) its consumers.
@@ -195,7 +201,7 @@ async fn queue_anonymous_and_wrong_password_connections_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_capacity_two_never_has_more_than_two_in_flight() {
     let server = NatsServer::start();
-    server.init_topology(&["--pod-capacity", "2"]);
+    init_topology(&server, &["--pod-capacity", "2"]);
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     for i in 0..10 {
@@ -286,7 +292,10 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
                 .unwrap(),
         );
     }
-    until("all acks", || consumer.stats().acked == 10).await;
+    eventually("all acks", || async {
+        (consumer.stats().acked == 10).then_some(())
+    })
+    .await;
     stop_tx.send(()).unwrap();
     within("the consumer to stop", runner).await.unwrap();
 
@@ -307,7 +316,7 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_a_worker_that_dies_without_acking_gets_its_assignment_redelivered() {
     let server = NatsServer::start();
-    server.init_topology(&["--ack-wait", "1s"]);
+    init_topology(&server, &["--ack-wait", "1s"]);
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     producer
@@ -385,7 +394,7 @@ async fn queue_a_worker_that_dies_without_acking_gets_its_assignment_redelivered
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_transient_failure_naks_and_poison_is_terminated() {
     let server = NatsServer::start();
-    server.init_topology(&["--max-deliver", "3"]);
+    init_topology(&server, &["--max-deliver", "3"]);
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     producer
@@ -434,9 +443,9 @@ async fn queue_transient_failure_naks_and_poison_is_terminated() {
                 ("poison".into(), 1)
             ]
         );
-        until("ack and term", || {
+        eventually("ack and term", || async {
             let s = consumer.stats();
-            s.acked == 1 && s.termed == 1
+            (s.acked == 1 && s.termed == 1).then_some(())
         })
         .await;
         stop_tx.send(()).unwrap();
@@ -454,7 +463,7 @@ async fn queue_transient_failure_naks_and_poison_is_terminated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_republishing_the_same_task_attempt_is_deduplicated() {
     let server = NatsServer::start();
-    server.init_topology(&[]);
+    init_topology(&server, &[]);
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     let first = producer
@@ -482,7 +491,7 @@ async fn queue_republishing_the_same_task_attempt_is_deduplicated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_a_full_stream_is_an_error_the_producer_sees() {
     let server = NatsServer::start();
-    server.init_topology(&["--max-msgs", "2"]);
+    init_topology(&server, &["--max-msgs", "2"]);
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     for i in 0..2 {
@@ -502,7 +511,7 @@ async fn queue_a_full_stream_is_an_error_the_producer_sees() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_a_server_restart_with_file_storage_loses_nothing() {
     let mut server = NatsServer::start();
-    server.init_topology(&[]);
+    init_topology(&server, &[]);
     let key = SealingKey::generate();
     {
         let producer = Producer::new(server.client("ci-producer").await);
@@ -556,7 +565,10 @@ async fn queue_a_server_restart_with_file_storage_loses_nothing() {
         }
         got.sort();
         assert_eq!(got, vec!["payload-0", "payload-1", "payload-2"]);
-        until("acks", || consumer.stats().acked == 3).await;
+        eventually("acks", || async {
+            (consumer.stats().acked == 3).then_some(())
+        })
+        .await;
         stop_tx.send(()).unwrap();
     };
     tokio::join!(run, check);
@@ -565,7 +577,7 @@ async fn queue_a_server_restart_with_file_storage_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_the_jetstream_store_holds_no_task_secret_in_clear() {
     let mut server = NatsServer::start();
-    server.init_topology(&[]);
+    init_topology(&server, &[]);
     let key = SealingKey::generate();
     let secret = format!("TASK-SECRET-{:016x}", rand::random::<u64>());
     let task_id = format!("visible{:08x}", rand::random::<u32>());
@@ -656,7 +668,7 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     let json = |extra: &[&str]| {
         let mut args = extra.to_vec();
         args.extend(["-o", "json"]);
-        let out = server.queue_cmd("init", "ci-admin", &args);
+        let out = queue_cmd(&server, "init", "ci-admin", &args);
         assert_exit(&out, 0);
         serde_json::from_str::<serde_json::Value>(&stdout(&out)).unwrap()
     };
@@ -690,7 +702,7 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     assert!(s.duplicate_window >= Duration::from_secs(120));
 
     // The producer may not administer.
-    let out = server.queue_cmd("init", "ci-producer", &[]);
+    let out = queue_cmd(&server, "init", "ci-producer", &[]);
     assert_exit(&out, 3);
 }
 
@@ -703,7 +715,7 @@ async fn admin_stream_config(server: &NatsServer) -> jetstream::stream::Config {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_status_shows_pending_and_in_flight_per_consumer() {
     let server = NatsServer::start();
-    server.init_topology(&[]);
+    init_topology(&server, &[]);
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     for i in 0..3 {
@@ -712,7 +724,7 @@ async fn queue_status_shows_pending_and_in_flight_per_consumer() {
             .await
             .unwrap();
     }
-    let out = server.queue_cmd("status", "ci-worker", &["-o", "json"]);
+    let out = queue_cmd(&server, "status", "ci-worker", &["-o", "json"]);
     assert_exit(&out, 0);
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["consumers"][0]["consumer"], "pod");
@@ -722,7 +734,7 @@ async fn queue_status_shows_pending_and_in_flight_per_consumer() {
     assert_eq!(v["consumers"][1]["consumer"], "vm");
     assert_eq!(v["consumers"][1]["pending"], 0);
     assert_eq!(v["consumers"][1]["capacity"], 1);
-    let text = server.queue_cmd("status", "ci-admin", &[]);
+    let text = queue_cmd(&server, "status", "ci-admin", &[]);
     assert_exit(&text, 0);
     assert!(stdout(&text).contains("pod"));
 }

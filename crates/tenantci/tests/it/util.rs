@@ -97,3 +97,14 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// A file of the repository (manifests/, runner-configs/), or of this crate when `rel`
+/// starts with `tests/`.
+pub fn repo_file(rel: &str) -> PathBuf {
+    let krate = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if rel.starts_with("tests/") {
+        krate.join(rel)
+    } else {
+        krate.join("../..").join(rel)
+    }
+}

@@ -1,10 +1,16 @@
 //! A dispatcher under test: the simulator with its Gitea double, a real nats-server with the
 //! generated users, `tenantci dispatch run` as a child process (killable with SIGKILL), and
-//! an executor played by the test through the facade using only the executor Secret's files.
+//! an executor played by the test through the facade using only the executor Secret's files
+//! (tenantci_testkit::executor).
+//!
+//! Every dispatcher listens on port 0 and reports its addresses on stdout. Its executors are
+//! given a fixed facade URL per instance name, a [`Forward`] pointed at whichever process
+//! serves that name, as a restarted Pod keeps its Service.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,44 +20,19 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
 use tenantci_app::dispatch::config::{self, Config};
-use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
-use tenantci_core::forge::gitea::proto::{
-    DeclareRequest, LogRow, RegisterRequest, Task, TaskResult, TaskState, UpdateLogRequest,
-    UpdateTaskRequest,
-};
+use tenantci_core::forge::gitea::client::{ClientConfig, RunnerClient};
+use tenantci_core::forge::gitea::proto::RegisterRequest;
+use tenantci_testkit::executor::Executor;
+use tenantci_testkit::forward::Forward;
+use tenantci_testkit::kube::kube_client;
+use tenantci_testkit::nats::NatsServer;
+use tenantci_testkit::process::{Process, first_line};
+use tenantci_testkit::sim::{Gitea, SimProcess};
+use tenantci_testkit::wait::{DEADLINE, eventually};
 
-use crate::sim::harness::{DEADLINE, SimProcess, kube_client};
-use crate::util::{self, scratch};
-use crate::util_nats::NatsServer;
+use crate::util::{self, scratch, tenantci};
 
 pub const NAMESPACE: &str = "dynamic-runner";
-
-/// Polls `f` until it yields Some; a deadlock guard, not a timing assertion.
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Everything one test's dispatchers share.
 pub struct World {
@@ -61,11 +42,13 @@ pub struct World {
     /// Kept for its lifetime: the simulator stops when the world is dropped.
     _sim: SimProcess,
     pub nats: NatsServer,
-    pub admin_url: String,
+    pub gitea: Gitea,
     pub kube: kube::Client,
     http: reqwest::Client,
-    /// The config every dispatcher starts from (facade and status ports differ per instance).
+    /// The config every dispatcher starts from (facade URL and identity differ per name).
     base: Config,
+    /// Each instance name's fixed facade address.
+    services: Mutex<BTreeMap<String, Arc<Forward>>>,
 }
 
 impl World {
@@ -85,12 +68,8 @@ impl World {
     async fn build(manual: Option<u32>) -> World {
         let dir = scratch();
         let state = dir.path().join("state");
-        let sim = SimProcess::start_with(&state, &["ci"], &["--gitea"]);
-        let gitea: Value =
-            serde_json::from_slice(&std::fs::read(state.join("gitea.json")).unwrap()).unwrap();
-        let gitea_url = gitea["url"].as_str().unwrap().to_string();
-        let admin_url = gitea["adminUrl"].as_str().unwrap().to_string();
-        let token = gitea["registrationToken"].as_str().unwrap();
+        let sim = SimProcess::start(tenantci(), &state, &["ci"], &["--gitea"]);
+        let gitea = sim.gitea();
         let nats = NatsServer::start();
         let kubeconfig = sim.tenant_admin("ci");
         let kube = kube_client(&kubeconfig).await;
@@ -105,94 +84,103 @@ impl World {
                     )
                     .await
                     .unwrap();
-                write_inputs(
-                    &cfg_dir,
-                    &gitea_url,
-                    token,
-                    &nats,
-                    &kubeconfig,
-                    pod_capacity,
-                )
-                .await
+                write_inputs(&cfg_dir, &gitea, &nats, &kubeconfig, pod_capacity).await
             }
-            None => init(dir.path(), &cfg_dir, &state, &gitea_url, token, &nats),
+            None => init(dir.path(), &cfg_dir, &state, &gitea, &nats),
         };
         let watch = PodWatch::start(kube.clone());
         World {
             dir,
             _sim: sim,
             nats,
-            admin_url,
+            gitea,
             kube,
             watch,
             http: reqwest::Client::new(),
             base,
+            services: Mutex::default(),
         }
     }
 
-    /// Starts a dispatcher instance named `name` (its own facade and status ports, kept
-    /// when the same name is started again, as a restarted Pod keeps its Service).
-    pub fn dispatcher(&self, name: &str) -> Dispatcher {
-        let path = self
-            .dir
+    /// Starts a dispatcher instance named `name` and waits until it listens. Its executors
+    /// are given the name's fixed facade address, which follows the instance when the same
+    /// name is started again (as a restarted Pod keeps its Service).
+    pub async fn dispatcher(&self, name: &str) -> Dispatcher {
+        let service = self.services.lock().unwrap().get(name).cloned();
+        let service = match service {
+            Some(s) => s,
+            None => {
+                let s = Arc::new(Forward::start().await);
+                let mut cfg = self.base.clone();
+                cfg.facade.url = format!("https://{}", s.addr());
+                self.write_config(name, cfg);
+                self.services
+                    .lock()
+                    .unwrap()
+                    .insert(name.to_string(), s.clone());
+                s
+            }
+        };
+        let d = self.spawn(name).await;
+        assert_eq!(
+            d.facade_url,
+            format!("https://{}", service.addr()),
+            "a facade URL with a fixed port is advertised as configured"
+        );
+        service.point_at(d.facade);
+        d
+    }
+
+    /// Starts a dispatcher instance named `name` whose config has port 0 in the facade URL:
+    /// executors are given the port its facade was bound to.
+    pub async fn dispatcher_on_any_port(&self, name: &str) -> Dispatcher {
+        let mut cfg = self.base.clone();
+        cfg.facade.url = "https://127.0.0.1:0".into();
+        self.write_config(name, cfg);
+        self.spawn(name).await
+    }
+
+    fn config_path(&self, name: &str) -> PathBuf {
+        self.dir
             .path()
             .join("dispatch")
-            .join(format!("{name}.toml"));
-        if !path.exists() {
-            let mut cfg = self.base.clone();
-            let facade = free_port();
-            cfg.facade.listen = format!("127.0.0.1:{facade}").parse().unwrap();
-            cfg.facade.url = format!("https://127.0.0.1:{facade}");
-            cfg.status.listen = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            cfg.leader.identity = Some(name.to_string());
-            std::fs::write(&path, cfg.to_toml()).unwrap();
-        }
-        let status = Config::load(&path).unwrap().status.listen;
+            .join(format!("{name}.toml"))
+    }
+
+    /// Writes `name`'s config: `cfg` listening on port 0, with `name` as its identity.
+    fn write_config(&self, name: &str, mut cfg: Config) {
+        cfg.facade.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.status.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.leader.identity = Some(name.to_string());
+        std::fs::write(self.config_path(name), cfg.to_toml()).unwrap();
+    }
+
+    async fn spawn(&self, name: &str) -> Dispatcher {
         // TENANTCI_TEST_LOG_DIR keeps the dispatcher logs after the test (for debugging).
         let log_dir = std::env::var_os("TENANTCI_TEST_LOG_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| self.dir.path().to_path_buf());
-        Dispatcher::spawn(name, &path, &log_dir.join(format!("{name}.log")), status)
+        Dispatcher::spawn(
+            name,
+            &self.config_path(name),
+            &log_dir.join(format!("{name}.log")),
+        )
+        .await
     }
 
     /// Enqueues a job at the Gitea double; returns the job id.
     pub async fn enqueue(&self, name: &str, secret: &str) -> i64 {
-        let body = json!({
-            "name": name,
-            "runs_on": ["self-hosted", "pod"],
-            "workflow_payload": format!("name: {name}\njobs:\n  build:\n    runs-on: [self-hosted, pod]\n    steps:\n      - run: echo hi\n"),
-            "secrets": {"DEPLOY_KEY": secret},
-        });
-        let resp: Value = self
-            .http
-            .post(format!("{}/jobs", self.admin_url))
-            .json(&body)
-            .send()
+        self.gitea
+            .enqueue(&self.http, name, &["self-hosted", "pod"], secret)
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        resp["job_id"].as_i64().unwrap()
-    }
-
-    /// GET `<adminUrl>/<path>` as JSON.
-    async fn admin(&self, path: &str) -> Value {
-        let resp = self
-            .http
-            .get(format!("{}/{path}", self.admin_url))
-            .send()
-            .await
-            .unwrap();
-        resp.json().await.unwrap()
     }
 
     pub async fn job(&self, id: i64) -> Value {
-        self.admin(&format!("jobs/{id}")).await
+        self.gitea.admin(&self.http, &format!("jobs/{id}")).await
     }
 
     pub async fn task(&self, id: i64) -> Value {
-        self.admin(&format!("tasks/{id}")).await
+        self.gitea.admin(&self.http, &format!("tasks/{id}")).await
     }
 
     /// The task id of a job once it is claimed.
@@ -237,39 +225,50 @@ impl World {
         .await
     }
 
-    /// Every file under the JetStream store, as bytes (to search for secrets in clear).
-    pub fn jetstream_store(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        collect_files(&self.nats.store_dir(), &mut out);
-        out
+    /// Stores a marker on the `vm` subject as ci-producer and returns it. No dispatcher
+    /// consumes `vm` (that backend does not exist yet), so the marker stays, and with it the
+    /// stream's message block: nats-server drops the bytes of a block whose messages were all
+    /// acked, and a search of the store for secrets must see the acked assignments' bytes.
+    pub async fn pin_store(&self) -> String {
+        let marker = format!("positive-control-{:016x}", rand::random::<u64>());
+        let js = async_nats::jetstream::new(self.nats.client("ci-producer").await);
+        js.publish(
+            tenantci_app::queue::Backend::Vm.subject(),
+            marker.clone().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .expect("the stream stores the marker");
+        marker
     }
-}
 
-fn collect_files(dir: &Path, out: &mut Vec<u8>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            collect_files(&p, out);
-        } else if let Ok(bytes) = std::fs::read(&p) {
-            out.extend(bytes);
-        }
+    /// Stops nats-server (SIGTERM: JetStream writes its store out) and returns every file
+    /// of the store, to search for secrets in clear. Panics when there is none.
+    pub fn stop_nats_and_read_store(&mut self) -> Vec<(PathBuf, Vec<u8>)> {
+        self.nats.stop();
+        let files: Vec<_> = util::snapshot(&self.nats.store_dir())
+            .into_iter()
+            .filter(|(p, _)| p.is_file())
+            .collect();
+        assert!(
+            !files.is_empty(),
+            "no files in the JetStream store {}",
+            self.nats.store_dir().display()
+        );
+        files
     }
 }
 
 /// Runs `tenantci dispatch init` (registration token from a 0600 file) and loads its config.
-fn init(
-    root: &Path,
-    cfg_dir: &Path,
-    state: &Path,
-    gitea_url: &str,
-    token: &str,
-    nats: &NatsServer,
-) -> Config {
+fn init(root: &Path, cfg_dir: &Path, state: &Path, gitea: &Gitea, nats: &NatsServer) -> Config {
     let token_file = root.join("registration-token");
-    tenantci_core::fsutil::write_new_atomic(&token_file, token.as_bytes(), 0o600).unwrap();
+    tenantci_core::fsutil::write_new_atomic(
+        &token_file,
+        gitea.registration_token.as_bytes(),
+        0o600,
+    )
+    .unwrap();
     let out = cfg_dir.join("config.toml");
     let o = util::run(
         util::tenantci()
@@ -277,7 +276,7 @@ fn init(
                 "dispatch",
                 "init",
                 "--gitea-url",
-                gitea_url,
+                &gitea.url,
                 "--registration-token-file",
             ])
             .arg(&token_file)
@@ -293,7 +292,7 @@ fn init(
                 "--nats-secrets-dir",
             ])
             .arg(nats.secrets_dir())
-            .args(["--facade-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--facade-listen", "127.0.0.1:0"])
             .args([
                 "--executor-image",
                 &format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
@@ -308,18 +307,17 @@ fn init(
 /// What `dispatch init` would write, made with the library so these tests exercise `run`.
 async fn write_inputs(
     dir: &Path,
-    gitea_url: &str,
-    registration_token: &str,
+    gitea: &Gitea,
     nats: &NatsServer,
     kubeconfig: &Path,
     pod_capacity: u32,
 ) -> Config {
     use tenantci_app::dispatch::capability::{CapabilityKey, encode_key};
-    let runner = RunnerClient::new(ClientConfig::new(gitea_url))
+    let runner = RunnerClient::new(ClientConfig::new(&gitea.url))
         .unwrap()
         .register(&RegisterRequest {
             name: "tenantci-dispatch".into(),
-            token: registration_token.into(),
+            token: gitea.registration_token.clone(),
             labels: vec!["self-hosted".into(), "pod".into()],
             ..Default::default()
         })
@@ -357,7 +355,7 @@ async fn write_inputs(
     Config {
         version: config::VERSION,
         gitea: config::Gitea {
-            url: gitea_url.into(),
+            url: gitea.url.clone(),
             runner_name: "tenantci-dispatch".into(),
             labels: vec!["self-hosted".into(), "pod".into()],
             credential_file: config::files::SCHEDULER_CREDENTIAL.into(),
@@ -401,35 +399,56 @@ async fn write_inputs(
     }
 }
 
-/// A `tenantci dispatch run` child process.
+/// A `tenantci dispatch run` child process, after its listening line.
 pub struct Dispatcher {
     pub name: String,
-    child: Option<Child>,
+    process: Process,
     pub log: PathBuf,
-    status: std::net::SocketAddr,
+    /// Where its facade listens, and the facade URL its executors are given.
+    pub facade: SocketAddr,
+    pub facade_url: String,
+    status: SocketAddr,
 }
 
 impl Dispatcher {
-    fn spawn(name: &str, config: &Path, log: &Path, status: std::net::SocketAddr) -> Dispatcher {
+    async fn spawn(name: &str, config: &Path, log: &Path) -> Dispatcher {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .unwrap();
-        let child = util::tenantci()
-            .args(["dispatch", "run", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "tenantci=debug")
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("spawn tenantci dispatch run");
-        Dispatcher {
+        let mut process = Process::spawn(
+            tenantci()
+                .args(["dispatch", "run", "--config"])
+                .arg(config)
+                .env("RUST_LOG", "tenantci=debug")
+                .stdout(Stdio::piped())
+                .stderr(file),
+        );
+        let stdout = process.child().stdout.take().unwrap();
+        let mut d = Dispatcher {
             name: name.into(),
-            child: Some(child),
+            process,
             log: log.to_path_buf(),
-            status,
-        }
+            facade: SocketAddr::from(([0, 0, 0, 0], 0)),
+            facade_url: String::new(),
+            status: SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        // Read on a blocking thread; a panic here still prints the log (Drop below).
+        let what = format!("dispatcher {name}");
+        let line = tokio::task::spawn_blocking(move || first_line(stdout, &what))
+            .await
+            .unwrap();
+        let listening: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("listening line {line:?}: {e}"));
+        assert_eq!(listening["type"], "listening", "{line}");
+        let addr = |k: &str| -> SocketAddr { listening[k].as_str().unwrap().parse().unwrap() };
+        d.facade = addr("facade");
+        d.status = addr("status");
+        d.facade_url = listening["facadeUrl"].as_str().unwrap().to_string();
+        assert_ne!(d.facade.port(), 0, "{line}");
+        assert_ne!(d.status.port(), 0, "{line}");
+        d
     }
 
     pub async fn metrics(&self) -> Option<String> {
@@ -465,20 +484,12 @@ impl Dispatcher {
 
     /// SIGKILL: no drain, no lease release.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.kill();
     }
 
     /// SIGTERM and wait; returns the exit code.
     pub fn terminate(&mut self) -> Option<i32> {
-        let mut c = self.child.take()?;
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(c.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        c.wait().ok()?.code()
+        self.process.terminate(DEADLINE)
     }
 
     pub fn log_text(&self) -> String {
@@ -497,102 +508,6 @@ impl Drop for Dispatcher {
                 eprintln!("{l}");
             }
         }
-    }
-}
-
-/// The official runner's part, played from the executor Secret's files only.
-pub struct Executor {
-    pub uuid: String,
-    pub token: String,
-    pub address: String,
-    pub ca_pem: String,
-}
-
-impl Executor {
-    pub fn from_secret(secret: &Secret) -> Executor {
-        let data = secret.data.as_ref().unwrap();
-        let runner: tenantci_app::runner::gitea_files::Registration =
-            serde_json::from_slice(&data[".runner"].0).unwrap();
-        Executor {
-            uuid: runner.uuid,
-            token: runner.token.expose().to_string(),
-            address: runner.address,
-            ca_pem: String::from_utf8(data["ca.crt"].0.clone()).unwrap(),
-        }
-    }
-
-    /// A client for the facade with these credentials (or forged ones).
-    pub fn client(&self, uuid: &str, token: &str) -> RunnerClient {
-        let mut cfg = ClientConfig::new(&self.address);
-        cfg.ca_pem = Some(self.ca_pem.clone());
-        cfg.request_timeout = Duration::from_secs(10);
-        cfg.retry.initial_backoff = Duration::from_millis(50);
-        RunnerClient::new(cfg)
-            .unwrap()
-            .with_credentials(Credentials {
-                uuid: uuid.into(),
-                token: token.into(),
-            })
-    }
-
-    pub fn own(&self) -> RunnerClient {
-        self.client(&self.uuid, &self.token)
-    }
-
-    /// Declare, then FetchTask until the task arrives (the facade may be restarting).
-    pub async fn fetch(&self) -> Task {
-        let c = self.own();
-        eventually("the facade to hand out the task", || async {
-            c.declare(&DeclareRequest {
-                version: "v0.2.11".into(),
-                labels: vec!["pod".into()],
-                ..Default::default()
-            })
-            .await
-            .ok()?;
-            c.fetch_task(0).await.ok()?.task
-        })
-        .await
-    }
-
-    /// Logs one line and reports SUCCESS (retrying while the facade is away).
-    pub async fn finish(&self, task: i64, line: &str) {
-        let c = self.own();
-        eventually(
-            "the facade to accept the log and the final state",
-            || async {
-                c.update_log(&UpdateLogRequest {
-                    task_id: task,
-                    index: 0,
-                    rows: vec![LogRow {
-                        time: None,
-                        content: line.into(),
-                    }],
-                    no_more: true,
-                })
-                .await
-                .ok()?;
-                c.update_task(&UpdateTaskRequest {
-                    state: Some(TaskState {
-                        id: task,
-                        result: TaskResult::Success as i32,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .await
-                .ok()
-            },
-        )
-        .await;
-    }
-
-    /// The whole run of one task: fetch it, check it, log, succeed.
-    pub async fn run(&self, task: i64) -> Task {
-        let t = self.fetch().await;
-        assert_eq!(t.id, task, "the facade hands out the caller's own task");
-        self.finish(task, &format!("ran task {task}")).await;
-        t
     }
 }
 

@@ -8,8 +8,12 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::sim::harness::{Kubectl, SimProcess, repo_file};
-use crate::util::{assert_exit, mode, run, run_args, scratch, snapshot, stderr, stdout, tenantci};
+use tenantci_testkit::kube::Kubectl;
+use tenantci_testkit::sim::SimProcess;
+
+use crate::util::{
+    assert_exit, mode, repo_file, run, run_args, scratch, snapshot, stderr, stdout, tenantci,
+};
 
 const IMAGE: &str =
     "gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -30,10 +34,9 @@ struct Setup {
 fn setup() -> Setup {
     let dir = scratch();
     let root = dir.path().to_path_buf();
-    let sim = SimProcess::start_with(&root.join("state"), &["ci"], &["--gitea"]);
-    let doc: Value =
-        serde_json::from_slice(&std::fs::read(root.join("state/gitea.json")).unwrap()).unwrap();
-    let token = doc["registrationToken"].as_str().unwrap().to_string();
+    let sim = SimProcess::start(tenantci(), &root.join("state"), &["ci"], &["--gitea"]);
+    let gitea = sim.gitea();
+    let token = gitea.registration_token;
     std::fs::write(root.join("registration-token"), format!("{token}\n")).unwrap();
     let nats = root.join("nats");
     let o = run_args([
@@ -46,8 +49,8 @@ fn setup() -> Setup {
     ]);
     assert_exit(&o, 0);
     Setup {
-        gitea_url: doc["url"].as_str().unwrap().to_string(),
-        admin_url: doc["adminUrl"].as_str().unwrap().to_string(),
+        gitea_url: gitea.url,
+        admin_url: gitea.admin_url,
         _dir: dir,
         root,
         sim,

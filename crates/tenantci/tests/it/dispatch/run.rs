@@ -4,7 +4,10 @@
 use tenantci_core::forge::gitea::connect::Code;
 use tenantci_core::forge::gitea::proto::{TaskResult, TaskState, UpdateTaskRequest};
 
-use super::harness::{World, eventually};
+use tenantci_testkit::executor::Executor;
+use tenantci_testkit::wait::eventually;
+
+use super::harness::World;
 
 fn secret_value(i: usize) -> String {
     format!("s3cr3t-{i}-{}", "x".repeat(24))
@@ -12,9 +15,10 @@ fn secret_value(i: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_tasks_with_capacity_two_all_succeed_never_more_than_two_pods() {
-    let w = World::start(2).await;
-    let d = w.dispatcher("d1");
+    let mut w = World::start(2).await;
+    let d = w.dispatcher("d1").await;
     d.wait_leader(true).await;
+    let marker = w.pin_store().await;
     let mut jobs = Vec::new();
     for i in 0..5 {
         jobs.push(w.enqueue(&format!("job-{i}"), &secret_value(i)).await);
@@ -40,7 +44,7 @@ async fn five_tasks_with_capacity_two_all_succeed_never_more_than_two_pods() {
             let pod = w.pods().await;
             seen_objects.push(serde_json::to_string(&s).unwrap());
             seen_objects.push(serde_json::to_string(&pod).unwrap());
-            let ex = super::harness::Executor::from_secret(&s);
+            let ex = Executor::from_secret(&s);
             let t = ex.run(task).await;
             assert!(
                 t.secrets
@@ -86,14 +90,36 @@ async fn five_tasks_with_capacity_two_all_succeed_never_more_than_two_pods() {
         w.watch.creations()
     );
     // No task secret in clear: not in the JetStream store, the objects, or the log.
-    let store = w.jetstream_store();
     let log = d.log_text();
+    let mut tasks = Vec::new();
+    for job in &jobs {
+        tasks.push(w.claimed(*job).await);
+    }
+    let store = w.stop_nats_and_read_store();
+    let in_store = |needle: &str| {
+        store.iter().any(|(_, bytes)| {
+            bytes
+                .windows(needle.len())
+                .any(|win| win == needle.as_bytes())
+        })
+    };
+    // Positive controls: the marker, and each task's assignment record (its routing fields
+    // are clear text) are in the store, so the search below reads the bytes that carried
+    // the sealed secrets.
+    assert!(
+        in_store(&marker),
+        "the marker is not in the JetStream store"
+    );
+    for task in &tasks {
+        assert!(
+            in_store(&format!("\"task_id\":\"{task}\"")),
+            "the assignment of task {task} is not in the JetStream store: {:?}",
+            store.iter().map(|(p, _)| p).collect::<Vec<_>>()
+        );
+    }
     for i in 0..5 {
         let v = secret_value(i);
-        assert!(
-            !store.windows(v.len()).any(|win| win == v.as_bytes()),
-            "secret {i} in the JetStream store"
-        );
+        assert!(!in_store(&v), "secret {i} in the JetStream store");
         assert!(!log.contains(&v), "secret {i} in the dispatcher log");
         assert!(
             seen_objects.iter().all(|o| !o.contains(&v)),
@@ -105,7 +131,7 @@ async fn five_tasks_with_capacity_two_all_succeed_never_more_than_two_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn forged_and_borrowed_capabilities_are_refused() {
     let w = World::start(2).await;
-    let _d = w.dispatcher("d1");
+    let _d = w.dispatcher("d1").await;
     let a = w.claimed(w.enqueue("a", "sa").await).await;
     let b = w.claimed(w.enqueue("b", "sb").await).await;
     let ea = w.executor(a).await;
@@ -152,7 +178,7 @@ async fn forged_and_borrowed_capabilities_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
     let w = World::start(2).await;
-    let mut d = w.dispatcher("d1");
+    let mut d = w.dispatcher("d1").await;
     let mut jobs = Vec::new();
     for i in 0..4 {
         jobs.push(w.enqueue(&format!("job-{i}"), &secret_value(i)).await);
@@ -163,9 +189,9 @@ async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
     let (ea, eb) = (w.executor(a).await, w.executor(b).await);
     assert_eq!(ea.fetch().await.id, a);
     d.kill9();
-    let d = w.dispatcher("d1");
+    let d = w.dispatcher("d1").await;
     // The executors carry on against the restarted facade.
-    ea.finish(a, &format!("ran task {a}")).await;
+    ea.finish(a, &[&format!("ran task {a}")]).await;
     eb.run(b).await;
     for job in &jobs[2..] {
         let t = w.claimed(*job).await;
@@ -198,9 +224,9 @@ async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_the_leader_fetches_and_a_standby_takes_over_when_it_dies() {
     let w = World::start(2).await;
-    let mut d1 = w.dispatcher("d1");
+    let mut d1 = w.dispatcher("d1").await;
     d1.wait_leader(true).await;
-    let d2 = w.dispatcher("d2");
+    let d2 = w.dispatcher("d2").await;
     d2.wait_up().await;
     for i in 0..2 {
         let t = w
@@ -240,7 +266,7 @@ async fn only_the_leader_fetches_and_a_standby_takes_over_when_it_dies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_executor_pod_that_vanishes_is_reported_as_failure_and_cleaned_up() {
     let w = World::start(2).await;
-    let _d = w.dispatcher("d1");
+    let _d = w.dispatcher("d1").await;
     let t = w.claimed(w.enqueue("doomed", &secret_value(0)).await).await;
     let _ = w.executor(t).await;
     let pods = kube::api::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
@@ -273,7 +299,7 @@ async fn an_executor_pod_that_vanishes_is_reported_as_failure_and_cleaned_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_drains_hands_the_lease_back_and_leaves_executors_running() {
     let w = World::start(2).await;
-    let mut d = w.dispatcher("d1");
+    let mut d = w.dispatcher("d1").await;
     let t = w.claimed(w.enqueue("long", &secret_value(0)).await).await;
     let ex = w.executor(t).await;
     assert_eq!(ex.fetch().await.id, t);
@@ -295,8 +321,8 @@ async fn sigterm_drains_hands_the_lease_back_and_leaves_executors_running() {
         1,
         "the executor keeps running through the drain"
     );
-    let _d = w.dispatcher("d1");
-    ex.finish(t, "done after the restart").await;
+    let _d = w.dispatcher("d1").await;
+    ex.finish(t, &["done after the restart"]).await;
     assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
     w.all_cleaned_up().await;
 }
@@ -304,7 +330,7 @@ async fn sigterm_drains_hands_the_lease_back_and_leaves_executors_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn what_init_writes_runs_a_task_with_the_dispatchers_own_scoped_credential() {
     let w = World::start_via_init().await;
-    let _d = w.dispatcher("d1");
+    let _d = w.dispatcher("d1").await;
     let t = w
         .claimed(w.enqueue("via-init", &secret_value(0)).await)
         .await;
@@ -317,7 +343,7 @@ async fn what_init_writes_runs_a_task_with_the_dispatchers_own_scoped_credential
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_task_waiting_for_its_executor_is_kept_alive_at_gitea() {
     let w = World::start(1).await;
-    let _d = w.dispatcher("d1");
+    let _d = w.dispatcher("d1").await;
     let t = w
         .claimed(w.enqueue("waiting", &secret_value(0)).await)
         .await;
@@ -335,5 +361,24 @@ async fn a_task_waiting_for_its_executor_is_kept_alive_at_gitea() {
         "a keep-alive does not finish the task"
     );
     ex.run(t).await;
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_facade_url_with_port_0_gives_executors_the_bound_port() {
+    let w = World::start(1).await;
+    let d = w.dispatcher_on_any_port("d1").await;
+    assert_eq!(
+        d.facade_url,
+        format!("https://127.0.0.1:{}", d.facade.port()),
+        "the listening line advertises the bound port"
+    );
+    let t = w
+        .claimed(w.enqueue("any-port", &secret_value(0)).await)
+        .await;
+    let ex = w.executor(t).await;
+    assert_eq!(ex.address, d.facade_url, "the executor Secret's .runner");
+    ex.run(t).await;
+    assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
     w.all_cleaned_up().await;
 }

@@ -4,14 +4,14 @@
 use tenantci_core::forge::gitea::Codec;
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 
-use crate::sim::harness::SimProcess;
-use crate::util::{mode, scratch};
+use crate::util::{mode, scratch, tenantci};
+use tenantci_testkit::sim::SimProcess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitea_sim_flag_serves_the_double_and_writes_gitea_json() {
     let dir = scratch();
     let state = dir.path().join("state");
-    let _sim = SimProcess::start_with(&state, &["ci"], &["--gitea"]);
+    let _sim = SimProcess::start(tenantci(), &state, &["ci"], &["--gitea"]);
     let path = state.join("gitea.json");
     assert_eq!(
         mode(&path),

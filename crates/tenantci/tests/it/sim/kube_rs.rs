@@ -8,8 +8,10 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::harness::{DEADLINE, in_process, kube_client};
 use crate::util;
+use tenantci_testkit::kube::kube_client;
+use tenantci_testkit::sim::in_process;
+use tenantci_testkit::wait::DEADLINE;
 
 fn pod(name: &str) -> Pod {
     serde_json::from_value(json!({
@@ -45,7 +47,7 @@ async fn sim_kube_pod_crud() {
         "a",
         kube::runtime::conditions::is_pod_running(),
     );
-    tokio::time::timeout(super::harness::DEADLINE, running)
+    tokio::time::timeout(DEADLINE, running)
         .await
         .expect("deadlock guard")
         .unwrap();

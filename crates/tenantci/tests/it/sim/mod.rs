@@ -1,7 +1,6 @@
 //! The simulator: the runbook's steps against `tenantci sim` with real kubectl, kube-rs
 //! against an in-process simulator, and the wire details (Status bodies, authn) over HTTPS.
 
-pub mod harness;
 mod kube_rs;
 mod runbook;
 mod wire;

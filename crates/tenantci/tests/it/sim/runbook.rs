@@ -3,8 +3,11 @@
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use super::harness::{DEADLINE, Kubectl, SimProcess, kubeconfig_for, repo_file};
-use crate::util::{self, assert_exit, stderr, stdout};
+use tenantci_testkit::kube::{Kubectl, kubeconfig_for};
+use tenantci_testkit::sim::SimProcess;
+use tenantci_testkit::wait::DEADLINE;
+
+use crate::util::{self, assert_exit, repo_file, stderr, stdout, tenantci};
 
 const POD: &str = "apiVersion: v1
 kind: Pod
@@ -60,7 +63,7 @@ fn apply_rbac(sim: &SimProcess, scratch: &std::path::Path) -> Kubectl {
 fn sim_runbook_steps_2_4_5() {
     let scratch = util::scratch();
     let state = scratch.path().join("socialweb");
-    let sim = SimProcess::start(&state, &["ci"]);
+    let sim = SimProcess::start(tenantci(), &state, &["ci"], &[]);
 
     // Step 2: the clusters, and the URL that goes in the runner's host.
     let admin = Kubectl::new(&sim.admin_kubeconfig(), scratch.path());
@@ -169,7 +172,7 @@ fn sim_runbook_steps_2_4_5() {
 fn sim_foreign_ca_is_unauthorized_and_wrong_group_is_forbidden() {
     let scratch = util::scratch();
     let state = scratch.path().join("state");
-    let sim = SimProcess::start(&state, &["ci"]);
+    let sim = SimProcess::start(tenantci(), &state, &["ci"], &[]);
     let url = sim.cluster_url("ci");
     apply_rbac(&sim, scratch.path());
     let serving_ca = std::fs::read_to_string(state.join("clusters/ci/pki/serving-ca.crt")).unwrap();
@@ -217,7 +220,7 @@ fn sim_foreign_ca_is_unauthorized_and_wrong_group_is_forbidden() {
 #[test]
 fn sim_kubectl_watch_sees_a_new_pod() {
     let scratch = util::scratch();
-    let sim = SimProcess::start(&scratch.path().join("state"), &["ci"]);
+    let sim = SimProcess::start(tenantci(), &scratch.path().join("state"), &["ci"], &[]);
     let k = Kubectl::new(&sim.tenant_admin("ci"), scratch.path());
     let mut watch = k
         .command()
@@ -260,7 +263,7 @@ fn sim_kubectl_watch_sees_a_new_pod() {
 fn sim_restart_keeps_cas_and_ports() {
     let scratch = util::scratch();
     let state = scratch.path().join("state");
-    let first = SimProcess::start(&state, &["ci", "team-a"]);
+    let first = SimProcess::start(tenantci(), &state, &["ci", "team-a"], &[]);
     let url = first.cluster_url("ci");
     let ca = std::fs::read(state.join("clusters/ci/pki/client-ca.crt")).unwrap();
     let kc = std::fs::read(first.tenant_admin("ci")).unwrap();
@@ -269,7 +272,7 @@ fn sim_restart_keeps_cas_and_ports() {
         0o600
     );
     assert_eq!(first.stop(), Some(0));
-    let second = SimProcess::start(&state, &["ci", "team-a"]);
+    let second = SimProcess::start(tenantci(), &state, &["ci", "team-a"], &[]);
     assert_eq!(second.cluster_url("ci"), url);
     assert_eq!(
         std::fs::read(state.join("clusters/ci/pki/client-ca.crt")).unwrap(),

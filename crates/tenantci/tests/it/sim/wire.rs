@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::harness::in_process;
 use crate::util;
+use tenantci_testkit::sim::in_process;
 
 struct Http {
     client: reqwest::Client,

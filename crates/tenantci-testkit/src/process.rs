@@ -1,0 +1,93 @@
+//! Child processes of tests and benchmarks: killed and reaped when dropped, so a panicking
+//! test leaves nothing running; stopped with SIGTERM and a grace period; and the first line
+//! a server prints on stdout once it listens (its ready line).
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::wait::DEADLINE;
+
+/// A child process, SIGKILLed and reaped when dropped unless already stopped.
+pub struct Process(Option<Child>);
+
+impl Process {
+    /// Spawns `cmd`; panics naming it when it cannot start.
+    pub fn spawn(cmd: &mut Command) -> Process {
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        Process(Some(child))
+    }
+
+    /// The running child (panics once it was stopped).
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the process was stopped")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().expect("the process was stopped").id()
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited after `grace`. The exit code: `None` when it
+    /// had to be killed, died of a signal, or was already stopped.
+    pub fn terminate(&mut self, grace: Duration) -> Option<i32> {
+        let mut child = self.0.take()?;
+        let pid = Pid::from_raw(child.id() as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        // Unreaped until `wait` returns, so the pid cannot be reused before the SIGKILL.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(grace) {
+            Ok(status) => status.ok()?.code(),
+            Err(_) => {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = rx.recv();
+                None
+            }
+        }
+    }
+
+    /// SIGKILL (no clean-up in the child) and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The first line of a child's stdout (a server's ready line), without the newline. Panics
+/// when none arrives within [`DEADLINE`], or the stream ends first (the child exited; its
+/// stderr says why). The rest of the stream is drained on a thread, so the child's later
+/// writes never fail; the thread ends with the child.
+pub fn first_line(stdout: impl Read + Send + 'static, what: &str) -> String {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        let _ = tx.send(line);
+        let _ = std::io::copy(&mut reader, &mut std::io::sink());
+    });
+    let line = rx
+        .recv_timeout(DEADLINE)
+        .unwrap_or_else(|_| panic!("no ready line from {what} within {DEADLINE:?}"));
+    assert!(
+        line.ends_with('\n'),
+        "{what} exited before its ready line (stdout: {line:?})"
+    );
+    line.trim_end().to_string()
+}
