@@ -291,20 +291,8 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
         Behaviour::Hang => std::future::pending::<()>().await,
     }
     let mut s = state.lock().unwrap();
-    let Some(token) = access_token(&headers) else {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            json!({"message": "401 Unauthorized"}),
-        );
-    };
-    let Some(scopes) = s.access_tokens.get(&token) else {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            json!({"message": "401 Unauthorized"}),
-        );
-    };
-    if !scopes.contains("create_runner") && !scopes.contains("api") {
-        return insufficient_scope();
+    if let Err(refused) = authorize(&s, &headers) {
+        return refused;
     }
     let params: Value = match serde_json::from_str(&body) {
         Ok(Value::Object(m)) => Value::Object(m),
@@ -321,65 +309,10 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
         .unwrap_or("");
     let group_id = as_u64(params.get("group_id"));
     let project_id = as_u64(params.get("project_id"));
-    match runner_type {
-        "instance_type" => {
-            if group_id.is_some() || project_id.is_some() {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    json!({"message": "400 Bad request - group_id, project_id are mutually exclusive with instance_type"}),
-                );
-            }
-        }
-        "group_type" => match group_id {
-            None => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    json!({"error": "group_id is missing"}),
-                );
-            }
-            Some(id) if !s.groups.contains(&id) => {
-                return error(StatusCode::FORBIDDEN, json!({"message": "403 Forbidden"}));
-            }
-            Some(_) => {}
-        },
-        "project_type" => match project_id {
-            None => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    json!({"error": "project_id is missing"}),
-                );
-            }
-            Some(id) if !s.projects.contains(&id) => {
-                return error(StatusCode::FORBIDDEN, json!({"message": "403 Forbidden"}));
-            }
-            Some(_) => {}
-        },
-        "" => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "runner_type is missing, runner_type does not have a valid value"}),
-            );
-        }
-        _ => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "runner_type does not have a valid value"}),
-            );
-        }
+    if let Err(refused) = check_owner(&s, runner_type, group_id, project_id) {
+        return refused;
     }
-    let tag_list: Vec<String> = match params.get("tag_list") {
-        Some(Value::String(s)) => s
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .collect(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let tag_list = tag_list(params.get("tag_list"));
     s.next_id += 1;
     let runner = CreatedRunner {
         id: s.next_id,
@@ -399,6 +332,70 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
     let body = json!({"id": runner.id, "token": runner.token, "token_expires_at": null});
     s.runners.push(runner);
     (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// GitLab's answers to a missing or unknown access token, or one without `create_runner`.
+fn authorize(s: &GitlabState, headers: &HeaderMap) -> Result<(), Response> {
+    let unauthorized = || {
+        error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401 Unauthorized"}),
+        )
+    };
+    let token = access_token(headers).ok_or_else(unauthorized)?;
+    let scopes = s.access_tokens.get(&token).ok_or_else(unauthorized)?;
+    if !scopes.contains("create_runner") && !scopes.contains("api") {
+        return Err(insufficient_scope());
+    }
+    Ok(())
+}
+
+/// `runner_type` against `group_id` / `project_id`, with GitLab's 400 and 403 bodies.
+fn check_owner(
+    s: &GitlabState,
+    runner_type: &str,
+    group_id: Option<u64>,
+    project_id: Option<u64>,
+) -> Result<(), Response> {
+    let bad = |body: Value| Err(error(StatusCode::BAD_REQUEST, body));
+    let forbidden = || {
+        Err(error(
+            StatusCode::FORBIDDEN,
+            json!({"message": "403 Forbidden"}),
+        ))
+    };
+    match (runner_type, group_id, project_id) {
+        ("instance_type", None, None) => Ok(()),
+        ("instance_type", _, _) => bad(
+            json!({"message": "400 Bad request - group_id, project_id are mutually exclusive with instance_type"}),
+        ),
+        ("group_type", None, _) => bad(json!({"error": "group_id is missing"})),
+        ("group_type", Some(id), _) if !s.groups.contains(&id) => forbidden(),
+        ("project_type", _, None) => bad(json!({"error": "project_id is missing"})),
+        ("project_type", _, Some(id)) if !s.projects.contains(&id) => forbidden(),
+        ("group_type" | "project_type", _, _) => Ok(()),
+        ("", _, _) => {
+            bad(json!({"error": "runner_type is missing, runner_type does not have a valid value"}))
+        }
+        _ => bad(json!({"error": "runner_type does not have a valid value"})),
+    }
+}
+
+/// `tag_list` as a comma-separated string or a JSON array, as the API accepts both.
+fn tag_list(v: Option<&Value>) -> Vec<String> {
+    match v {
+        Some(Value::String(s)) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 fn insufficient_scope() -> Response {
