@@ -291,7 +291,7 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
         Behaviour::Hang => std::future::pending::<()>().await,
     }
     let mut s = state.lock().unwrap();
-    if let Err(refused) = authorize(&s, &headers) {
+    if let Some(refused) = refuse_token(&s, &headers) {
         return refused;
     }
     let params: Value = match serde_json::from_str(&body) {
@@ -309,7 +309,7 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
         .unwrap_or("");
     let group_id = as_u64(params.get("group_id"));
     let project_id = as_u64(params.get("project_id"));
-    if let Err(refused) = check_owner(&s, runner_type, group_id, project_id) {
+    if let Some(refused) = refuse_owner(&s, runner_type, group_id, project_id) {
         return refused;
     }
     let tag_list = tag_list(params.get("tag_list"));
@@ -334,38 +334,39 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
-/// GitLab's answers to a missing or unknown access token, or one without `create_runner`.
-fn authorize(s: &GitlabState, headers: &HeaderMap) -> Result<(), Response> {
-    let unauthorized = || {
-        error(
+/// GitLab's answer to a missing or unknown access token, or one without `create_runner`;
+/// None when the token may create runners.
+fn refuse_token(s: &GitlabState, headers: &HeaderMap) -> Option<Response> {
+    let scopes = access_token(headers).and_then(|t| s.access_tokens.get(&t));
+    match scopes {
+        None => Some(error(
             StatusCode::UNAUTHORIZED,
             json!({"message": "401 Unauthorized"}),
-        )
-    };
-    let token = access_token(headers).ok_or_else(unauthorized)?;
-    let scopes = s.access_tokens.get(&token).ok_or_else(unauthorized)?;
-    if !scopes.contains("create_runner") && !scopes.contains("api") {
-        return Err(insufficient_scope());
+        )),
+        Some(scopes) if !scopes.contains("create_runner") && !scopes.contains("api") => {
+            Some(insufficient_scope())
+        }
+        Some(_) => None,
     }
-    Ok(())
 }
 
-/// `runner_type` against `group_id` / `project_id`, with GitLab's 400 and 403 bodies.
-fn check_owner(
+/// GitLab's 400 or 403 for a `runner_type` that does not fit `group_id` / `project_id`, or
+/// names a group or project the token cannot reach; None when they fit.
+fn refuse_owner(
     s: &GitlabState,
     runner_type: &str,
     group_id: Option<u64>,
     project_id: Option<u64>,
-) -> Result<(), Response> {
-    let bad = |body: Value| Err(error(StatusCode::BAD_REQUEST, body));
+) -> Option<Response> {
+    let bad = |body: Value| Some(error(StatusCode::BAD_REQUEST, body));
     let forbidden = || {
-        Err(error(
+        Some(error(
             StatusCode::FORBIDDEN,
             json!({"message": "403 Forbidden"}),
         ))
     };
     match (runner_type, group_id, project_id) {
-        ("instance_type", None, None) => Ok(()),
+        ("instance_type", None, None) => None,
         ("instance_type", _, _) => bad(
             json!({"message": "400 Bad request - group_id, project_id are mutually exclusive with instance_type"}),
         ),
@@ -373,7 +374,7 @@ fn check_owner(
         ("group_type", Some(id), _) if !s.groups.contains(&id) => forbidden(),
         ("project_type", _, None) => bad(json!({"error": "project_id is missing"})),
         ("project_type", _, Some(id)) if !s.projects.contains(&id) => forbidden(),
-        ("group_type" | "project_type", _, _) => Ok(()),
+        ("group_type" | "project_type", _, _) => None,
         ("", _, _) => {
             bad(json!({"error": "runner_type is missing, runner_type does not have a valid value"}))
         }
