@@ -7,9 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use crate::output::{self, OutputArgs};
 use tenantci_app::bootstrap::runner::{self as boot, Inputs, PausePods, Target, TokenSource};
-use tenantci_app::runner::gitlab_api::{Client as GitlabClient, CreateRunner, RunnerType};
 use tenantci_app::runner::gitlab_config::entry::Autoscaler;
-use tenantci_app::runner::gitlab_config::{RunnerToken, Secret};
 use tenantci_core::{Error, Result};
 
 #[derive(Debug, Subcommand)]
@@ -170,49 +168,12 @@ fn target(c: &ClusterArgs) -> Result<Target> {
     }
 }
 
-fn token_source(g: &GitlabArgs) -> Result<TokenSource> {
-    if let Some(t) = &g.runner_token {
-        return Ok(TokenSource::Given(RunnerToken::parse(t)?));
-    }
-    if let Some(f) = &g.runner_token_file {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| Error::unreadable("the runner token file", f, e))?;
-        return Ok(TokenSource::Given(RunnerToken::parse(text.trim())?));
-    }
-    let api = &g.api;
-    let Some(api_token_file) = &api.gitlab_api_token_file else {
-        return Err(Error::bad_input("no runner token given")
-            .hint("pass --runner-token-file F (or TENANTCI_RUNNER_TOKEN), or --gitlab-api-token-file with --runner-type to create the runner through the GitLab API"));
-    };
-    let api_token = std::fs::read_to_string(api_token_file)
-        .map_err(|e| Error::unreadable("the GitLab API token file", api_token_file, e))?;
-    let url = g.gitlab_url.as_deref().unwrap_or_default();
-    let timeout = tenantci_core::duration::parse_positive(&api.gitlab_timeout).map_err(|e| {
-        Error::bad_input(format!("--gitlab-timeout `{}` {e}", api.gitlab_timeout))
-            .hint("pass a Go duration such as `30s`")
-    })?;
-    let client = GitlabClient::new(
-        url,
-        Secret::new(api_token.trim()),
-        api.gitlab_ca_file.as_deref(),
-        timeout,
-    )?;
-    let request = CreateRunner {
-        runner_type: api.runner_type.map_or(RunnerType::InstanceType, Into::into),
-        group_id: api.group_id,
-        project_id: api.project_id,
-        description: api.description.clone(),
-        tag_list: api.tag_list.clone(),
-        run_untagged: api.run_untagged,
-        locked: api.locked,
-        paused: false,
-    };
-    request.validate()?;
-    Ok(TokenSource::Create {
-        client,
-        request,
-        recreate: api.recreate,
-    })
+fn token_source(g: &GitlabArgs, gitlab_url: &str, runner_name: &str) -> Result<TokenSource> {
+    TokenSource::from_flags(
+        g.runner_token_file.clone(),
+        g.api.creation(gitlab_url, runner_name)?,
+        g.runner_token.as_deref(),
+    )
 }
 
 fn inputs(a: &RunnerArgs) -> Result<Inputs> {
@@ -251,14 +212,16 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
     };
     let cluster = &a.cluster.cluster;
     tenantci_core::gateway::layout::validate_cluster_name(cluster)?;
+    let runner_name = a
+        .identity
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("tenant-{cluster}"));
     Ok(Inputs {
         target: target(&a.cluster)?,
         tenant_kubeconfig: a.cluster.tenant_kubeconfig.clone(),
-        runner_name: a
-            .identity
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("tenant-{cluster}")),
+        token: token_source(&a.gitlab, &gitlab_url, &runner_name)?,
+        runner_name,
         namespace: a.identity.namespace.clone(),
         group: a.identity.group.clone(),
         common_name: a.identity.common_name.clone(),
@@ -269,7 +232,6 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
             .unwrap_or_else(|| PathBuf::from(format!("/etc/gitlab-runner/tenant-{cluster}"))),
         config_path: a.identity.config.clone(),
         gitlab_url,
-        token: token_source(&a.gitlab)?,
         job,
         resources,
         prewarm: a.prewarm,

@@ -10,15 +10,16 @@ use serde::Serialize;
 use super::values::RunnerTypeArg;
 use crate::output::{self, OutputArgs};
 use tenantci_app::runner::gitea_files::{self, ActRunnerConfig, Registration};
-use tenantci_app::runner::gitlab_api::{self, CreateRunner};
+use tenantci_app::runner::gitlab_api::CreateRunner;
 use tenantci_app::runner::gitlab_config::entry::{
     Autoscaler, DEFAULT_PAUSE_IDLE_TIME, DEFAULT_PAUSE_PERIOD, DEFAULT_PAUSE_POD_IMAGE,
     NativePausePods, REDACTED,
 };
 use tenantci_app::runner::gitlab_config::{
-    self, Action, KubernetesSettings, MergeOptions, PodSecurityContext, RunnerEntry, RunnerToken,
-    Secret,
+    self, Action, KubernetesSettings, PodSecurityContext, Secret,
 };
+use tenantci_app::runner::gitlab_setup::{self, Configured};
+use tenantci_app::runner::token::{self, ApiCreation, TokenSource};
 use tenantci_core::{Error, Result};
 
 // Parsed once per process: variant sizes do not matter, boxing would only add noise.
@@ -331,54 +332,9 @@ impl KubernetesArgs {
     }
 }
 
-fn read_secret_file(what: &str, path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))?;
-    let text = text.trim().to_string();
-    if text.is_empty() {
-        return Err(Error::bad_input(format!(
-            "{what} `{}` is empty",
-            path.display()
-        )));
-    }
-    Ok(text)
-}
-
-/// The `-o json` shape of `runner gitlab-config` (stable; docs/runbooks/gitlab-runner-config.md).
-#[derive(Debug, Serialize)]
-pub struct GitlabConfigReport {
-    pub config: PathBuf,
-    pub action: Action,
-    pub written: bool,
-    pub dry_run: bool,
-    pub runner: RunnerSummary,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gitlab: Option<GitlabRunnerSummary>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct RunnerSummary {
-    pub name: String,
-    pub url: String,
-    /// `[redacted]` for a literal token, the reference for `$VAR`.
-    pub token: String,
-    pub executor: &'static str,
-    pub namespace: String,
-    pub host: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct GitlabRunnerSummary {
-    /// `created`, `reused` (config.toml already had a token) or `would-create` (dry run).
-    pub token_source: &'static str,
-    pub id: Option<u64>,
-    pub token_expires_at: Option<String>,
-}
-
-/// The placeholder token used to plan before GitLab has issued one.
-const PENDING_TOKEN: &str = "$TENANTCI_PENDING_RUNNER_TOKEN";
-
-async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
-    let mut kubernetes = args.kubernetes.settings()?;
+/// `--prewarm` and `--pause-pod-image` here only configure gitlab-runner's own pause pods:
+/// without `--gitlab-native-pause-pods` they would be ignored, so they are refused.
+fn refuse_native_only_flags(args: &GitlabConfigArgs) -> Result<()> {
     let native_only = [
         ("--prewarm", args.prewarm.is_some()),
         (
@@ -386,179 +342,126 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
             args.pause_pods.pause_pod_image.is_some(),
         ),
     ];
-    if let Some((flag, _)) = native_only
+    match native_only
         .iter()
         .find(|(_, given)| *given && !args.pause_pods.gitlab_native_pause_pods)
     {
-        return Err(Error::bad_input(format!(
+        Some((flag, _)) => Err(Error::bad_input(format!(
             "{flag} in `runner gitlab-config` sets the pause pods gitlab-runner keeps itself, so it needs --gitlab-native-pause-pods (tenantci's own pause-pod Deployment is `tenant prewarm` or `bootstrap runner --prewarm`)"
-        )));
+        ))),
+        None => Ok(()),
     }
+}
+
+fn gitlab_setup_inputs(args: &GitlabConfigArgs) -> Result<gitlab_setup::Inputs> {
+    let mut kubernetes = args.kubernetes.settings()?;
+    refuse_native_only_flags(args)?;
     kubernetes.autoscaler = args.pause_pods.autoscaler(args.prewarm)?;
-    for caveat in kubernetes.native_pause_pod_caveats() {
-        eprintln!("warning: {caveat}");
-    }
-    // Precedence: token file, API creation, then --runner-token / TENANTCI_RUNNER_TOKEN (an
-    // exported variable must not stop an explicit file or API creation).
-    let literal = match (
-        &args.runner_token_file,
-        &args.api.gitlab_api_token_file,
-        &args.runner_token,
-    ) {
-        (Some(file), _, _) => Some(read_secret_file("the runner token file", file)?),
-        (None, Some(_), _) => None,
-        (None, None, Some(t)) => Some(t.clone()),
-        (None, None, None) => None,
-    };
-    let mut entry = RunnerEntry {
+    let token = TokenSource::from_flags(
+        args.runner_token_file.clone(),
+        args.api.creation(&args.url, &args.name)?,
+        args.runner_token.as_deref(),
+    )?;
+    Ok(gitlab_setup::Inputs {
+        config: args.config.clone(),
         name: args.name.clone(),
         url: args.url.clone(),
-        token: RunnerToken::EnvRef(PENDING_TOKEN.into()),
+        token,
         limit: args.limit,
         request_concurrency: args.request_concurrency,
         kubernetes,
-        registration: None,
-    };
-    let options = MergeOptions { force: args.force };
-    let existing = gitlab_config::write::read_existing(&args.config)?;
-    // Plan once before any API call: a broken config.toml or a refused entry must not leave
-    // a runner behind in GitLab.
-    gitlab_config::merge::plan(&args.config, existing.as_deref(), &entry, options)?;
-
-    let mut gitlab = None;
-    match (literal, &args.api.gitlab_api_token_file) {
-        (Some(raw), _) => entry.token = RunnerToken::parse(&raw)?,
-        (None, Some(api_token_file)) => {
-            let reusable = existing
-                .as_deref()
-                .and_then(|t| gitlab_config::merge::existing_token(t, &args.name))
-                .filter(|_| !args.api.recreate);
-            if let Some(token) = reusable {
-                entry.token = RunnerToken::parse(&token)?;
-                gitlab = Some(GitlabRunnerSummary {
-                    token_source: "reused",
-                    id: None,
-                    token_expires_at: None,
-                });
-            } else {
-                let request = create_request(&args)?;
-                if args.dry_run {
-                    gitlab = Some(GitlabRunnerSummary {
-                        token_source: "would-create",
-                        id: None,
-                        token_expires_at: None,
-                    });
-                } else {
-                    let api_token = read_secret_file("the GitLab API token file", api_token_file)?;
-                    let timeout = tenantci_core::duration::parse_positive(&args.api.gitlab_timeout)
-                        .map_err(|e| {
-                            Error::bad_input(format!(
-                                "--gitlab-timeout `{}` {e}",
-                                args.api.gitlab_timeout
-                            ))
-                        })?;
-                    let client = gitlab_api::Client::new(
-                        &args.url,
-                        Secret::new(api_token),
-                        args.api.gitlab_ca_file.as_deref(),
-                        timeout,
-                    )?;
-                    let created = client.create_and_verify(&request).await?;
-                    entry.token = RunnerToken::Literal(created.token.clone());
-                    entry.registration = Some(gitlab_config::entry::TokenMetadata {
-                        id: created.id,
-                        obtained_at: chrono::Utc::now()
-                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                        expires_at: created.token_expires_at.clone(),
-                    });
-                    gitlab = Some(GitlabRunnerSummary {
-                        token_source: "created",
-                        id: Some(created.id),
-                        token_expires_at: created.token_expires_at,
-                    });
-                }
-            }
-        }
-        (None, None) => {
-            return Err(Error::bad_input("no runner token given").hint(
-                "pass --runner-token-file FILE, set TENANTCI_RUNNER_TOKEN, or create the runner with --gitlab-api-token-file FILE --runner-type ...",
-            ));
-        }
-    }
-
-    let plan = gitlab_config::merge::plan(&args.config, existing.as_deref(), &entry, options)?;
-    let written = if args.dry_run {
-        false
-    } else {
-        gitlab_config::write::write_plan(&args.config, &plan)?
-    };
-    let report = GitlabConfigReport {
-        config: args.config.clone(),
-        action: plan.action,
-        written,
+        force: args.force,
         dry_run: args.dry_run,
-        runner: RunnerSummary {
-            name: entry.name.clone(),
-            url: entry.url.clone(),
-            token: entry.token.redacted(),
-            executor: gitlab_config::entry::EXECUTOR_KUBERNETES,
-            namespace: entry.kubernetes.namespace.clone(),
-            host: entry.kubernetes.host.clone(),
-        },
-        gitlab,
-    };
+    })
+}
+
+async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
+    let inputs = gitlab_setup_inputs(&args)?;
+    for caveat in inputs.kubernetes.native_pause_pod_caveats() {
+        eprintln!("warning: {caveat}");
+    }
+    let done = gitlab_setup::run(&inputs).await?;
     if args.output.is_json() {
-        output::print_json(&report)?;
+        output::print_json(&done.report)?;
     } else {
-        let what = match plan.action {
-            Action::Unchanged => "unchanged",
-            Action::Created => "new file with runner",
-            Action::Added => "added runner",
-            Action::Updated => "updated runner",
-        };
-        let mode = if args.dry_run && plan.changed() {
-            " (dry run: not written)"
-        } else {
-            ""
-        };
-        println!("{}: {what} `{}`{mode}", args.config.display(), entry.name);
-        if args.dry_run && plan.changed() {
-            print!("{}", gitlab_config::redact(&plan.text, &entry.token));
-        }
+        print_gitlab_config(&done);
     }
     Ok(0)
 }
 
-fn create_request(args: &GitlabConfigArgs) -> Result<CreateRunner> {
-    let Some(runner_type) = args.api.runner_type else {
-        return Err(
-            Error::bad_input("--gitlab-api-token-file needs --runner-type")
-                .hint("pass --runner-type instance_type|group_type|project_type"),
-        );
+fn print_gitlab_config(done: &Configured) {
+    let report = &done.report;
+    let what = match report.action {
+        Action::Unchanged => "unchanged",
+        Action::Created => "new file with runner",
+        Action::Added => "added runner",
+        Action::Updated => "updated runner",
     };
-    let request = CreateRunner {
-        runner_type: runner_type.into(),
-        group_id: args.api.group_id,
-        project_id: args.api.project_id,
-        description: Some(
-            args.api
-                .description
-                .clone()
-                .unwrap_or_else(|| args.name.clone()),
-        ),
-        tag_list: args
-            .api
-            .tag_list
-            .iter()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect(),
-        run_untagged: args.api.run_untagged,
-        locked: args.api.locked,
-        paused: false,
+    let mode = if done.preview.is_some() {
+        " (dry run: not written)"
+    } else {
+        ""
     };
-    request.validate()?;
-    Ok(request)
+    println!(
+        "{}: {what} `{}`{mode}",
+        report.config.display(),
+        report.runner.name
+    );
+    if let Some(preview) = &done.preview {
+        print!("{preview}");
+    }
+}
+
+impl GitlabApiArgs {
+    /// Runner creation through GitLab's API at `url`, when --gitlab-api-token-file is given;
+    /// `name` is the default description. The flags are checked here, the files read only
+    /// when a runner is created.
+    pub fn creation(&self, url: &str, name: &str) -> Result<Option<ApiCreation>> {
+        let Some(api_token_file) = &self.gitlab_api_token_file else {
+            return Ok(None);
+        };
+        Ok(Some(ApiCreation {
+            url: url.to_string(),
+            api_token_file: api_token_file.clone(),
+            ca_file: self.gitlab_ca_file.clone(),
+            timeout: self.timeout()?,
+            request: self.create_request(name)?,
+            recreate: self.recreate,
+        }))
+    }
+
+    fn timeout(&self) -> Result<std::time::Duration> {
+        tenantci_core::duration::parse_positive(&self.gitlab_timeout).map_err(|e| {
+            Error::bad_input(format!("--gitlab-timeout `{}` {e}", self.gitlab_timeout))
+                .hint("pass a Go duration such as `30s`")
+        })
+    }
+
+    fn create_request(&self, name: &str) -> Result<CreateRunner> {
+        let Some(runner_type) = self.runner_type else {
+            return Err(
+                Error::bad_input("--gitlab-api-token-file needs --runner-type")
+                    .hint("pass --runner-type instance_type|group_type|project_type"),
+            );
+        };
+        let request = CreateRunner {
+            runner_type: runner_type.into(),
+            group_id: self.group_id,
+            project_id: self.project_id,
+            description: Some(self.description.clone().unwrap_or_else(|| name.to_string())),
+            tag_list: self
+                .tag_list
+                .iter()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect(),
+            run_untagged: self.run_untagged,
+            locked: self.locked,
+            paused: false,
+        };
+        request.validate()?;
+        Ok(request)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -658,7 +561,7 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
                     "--uuid needs --gitea-url, --runner-name and --gitea-runner-token-file",
                 ));
             };
-            let token = read_secret_file("the Gitea runner token file", token_file)?;
+            let token = token::read_secret_file("the Gitea runner token file", token_file)?;
             let registration = Registration {
                 warning: gitea_files::REGISTRATION_WARNING.into(),
                 id: reg.runner_id,

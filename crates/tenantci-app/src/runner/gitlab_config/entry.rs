@@ -29,6 +29,10 @@ pub enum RunnerToken {
 /// How output shows a literal token.
 pub const REDACTED: &str = "[redacted]";
 
+/// The placeholder token a plan carries before GitLab has issued one; never taken for a
+/// token to reuse.
+pub const PENDING_TOKEN: &str = "$TENANTCI_PENDING_RUNNER_TOKEN";
+
 impl RunnerToken {
     /// `$NAME` / `${NAME}` becomes a reference; anything else a literal token.
     pub fn parse(raw: &str) -> Result<Self> {

@@ -406,7 +406,7 @@ pub fn existing_token(text: &str, name: &str) -> Option<String> {
         .find(|t| t.get(keys::NAME).and_then(Item::as_str) == Some(name))?
         .get(keys::TOKEN)?
         .as_str()
-        .filter(|t| !t.is_empty() && *t != "$TENANTCI_PENDING_RUNNER_TOKEN")
+        .filter(|t| !t.is_empty() && *t != super::entry::PENDING_TOKEN)
         .map(str::to_string)
 }
 

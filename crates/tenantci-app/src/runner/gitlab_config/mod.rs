@@ -3,7 +3,7 @@
 //! - [`keys`]: the one list of keys gitlab-runner knows, with their TOML types, and a checker.
 //! - [`entry`]: the desired entry as data ([`RunnerEntry`]) and its validation.
 //! - [`merge`]: pure `plan(existing text, entry) -> Plan{text, action}`.
-//! - [`write`]: the only I/O (read; atomic 0600 write only when changed).
+//! - [`write`](mod@write): the only I/O (read; atomic 0600 write only when changed).
 //!
 //! Callers (`tenantci runner gitlab-config`, `bootstrap runner`) use [`configure`], or
 //! [`merge::plan`] + [`write::write_plan`] when they want to show the plan first.

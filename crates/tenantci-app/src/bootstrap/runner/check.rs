@@ -1,0 +1,61 @@
+//! Step 0: what can be checked before any request, so bad input fails before anything changes.
+//! Also decides the runner token (reading its file, or config.toml for a token to reuse) and
+//! builds the GitLab client when a runner will be created; creating it is left to the end.
+
+use super::{Inputs, PausePods};
+use crate::runner::gitlab_config::{merge, write};
+use crate::runner::token::{self, Prepared};
+use tenantci_core::pki::policy;
+use tenantci_core::{Error, Result};
+
+pub(super) fn check_inputs(inputs: &Inputs) -> Result<Prepared<'_>> {
+    if let Some(raw) = &inputs.valid_for {
+        policy::parse_valid_for(raw)?;
+    }
+    policy::check_common_name(&inputs.common_name)?;
+    policy::check_organizations(std::slice::from_ref(&inputs.group))?;
+    refuse_double_pause_pods(inputs)?;
+    prepare_token(inputs)
+}
+
+/// config.toml does not change before the last step, so deciding about the token now (reusing
+/// the token of an earlier run) gives what deciding at the end would.
+fn prepare_token(inputs: &Inputs) -> Result<Prepared<'_>> {
+    let existing = if inputs.token.reads_config() {
+        write::read_existing(&inputs.config_path)?
+    } else {
+        None
+    };
+    token::prepare(
+        &inputs.token,
+        existing.as_deref(),
+        &inputs.runner_name,
+        inputs.dry_run,
+    )
+}
+
+/// Whether this run asks for tenantci's Deployment to keep pause pods.
+fn wants_deployment(pause_pods: &PausePods, prewarm: Option<i32>) -> bool {
+    *pause_pods == PausePods::Deployment && prewarm.is_some_and(|n| n > 0)
+}
+
+/// tenantci's Deployment and gitlab-runner's own autoscaler would each keep N pause pods,
+/// renting twice the headroom: a Deployment run is refused, before anything changes, while
+/// our config.toml entry still has the runner keep pause pods. The table is never deleted
+/// without being asked (`--remove-gitlab-native-pause-pods`).
+fn refuse_double_pause_pods(inputs: &Inputs) -> Result<()> {
+    if !wants_deployment(&inputs.pause_pods, inputs.prewarm) {
+        return Ok(());
+    }
+    let Some(text) = write::read_existing(&inputs.config_path)? else {
+        return Ok(());
+    };
+    if merge::keeps_native_pause_pods(&text, &inputs.runner_name) {
+        return Err(Error::bad_input(format!(
+            "the runner `{}` in `{}` keeps its own pause pods ([runners.kubernetes.autoscaler]), so tenantci's Deployment would rent that headroom twice: pass --gitlab-native-pause-pods to stay native, or --remove-gitlab-native-pause-pods to switch to the Deployment",
+            inputs.runner_name,
+            inputs.config_path.display()
+        )));
+    }
+    Ok(())
+}

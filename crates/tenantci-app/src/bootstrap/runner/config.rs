@@ -1,0 +1,101 @@
+//! Step 6, last: the runner token (created through GitLab's API only now, when every earlier
+//! step held) and the runner's config.toml entry.
+
+use super::{Inputs, PausePods, Run};
+use crate::credential::CredentialFiles;
+use crate::runner::gitlab_config::entry::Autoscaler;
+use crate::runner::gitlab_config::{self, KubernetesSettings, MergeOptions, RunnerEntry};
+use crate::runner::token::{Obtained, Origin, Prepared};
+use crate::steps::Outcome;
+use tenantci_core::Result;
+
+impl Run<'_> {
+    /// The token prepared by [`super::check`]; a runner created now is its own step.
+    pub(super) async fn runner_token(&mut self, prepared: Prepared<'_>) -> Result<Obtained> {
+        let obtained = prepared.obtain().await?;
+        if let Origin::Created { id, .. } = &obtained.origin {
+            self.steps
+                .act("gitlab", Outcome::Created, format!("runner id {id}"));
+        }
+        Ok(obtained)
+    }
+
+    /// Merges our entry into config.toml; written only when it changed (and not in a dry run).
+    pub(super) fn write_config(&mut self, files: &CredentialFiles, token: Obtained) -> Result<()> {
+        let inputs = self.inputs;
+        let entry = runner_entry(inputs, &self.cluster.server, files, token);
+        let options = MergeOptions {
+            force: inputs.force,
+        };
+        let outcome =
+            gitlab_config::configure(&inputs.config_path, &entry, options, inputs.dry_run)?;
+        let changed = outcome.written || outcome.plan.changed();
+        self.steps.act(
+            "config",
+            if changed {
+                Outcome::Written
+            } else {
+                Outcome::Unchanged
+            },
+            inputs.config_path.display().to_string(),
+        );
+        Ok(())
+    }
+}
+
+/// The entry: this cluster's server and the credential's files; one job request at a time,
+/// no limit of its own (`concurrent` bounds it).
+fn runner_entry(
+    inputs: &Inputs,
+    server: &str,
+    files: &CredentialFiles,
+    token: Obtained,
+) -> RunnerEntry {
+    RunnerEntry {
+        name: inputs.runner_name.clone(),
+        url: inputs.gitlab_url.clone(),
+        token: token.token,
+        registration: token.registration,
+        limit: 0,
+        request_concurrency: 1,
+        kubernetes: KubernetesSettings {
+            host: Some(server.to_string()),
+            cert_file: Some(files.cert.clone()),
+            key_file: Some(files.key.clone()),
+            ca_file: Some(files.ca.clone()),
+            namespace: inputs.namespace.clone(),
+            resources: inputs.resources.clone(),
+            autoscaler: autoscaler(&inputs.pause_pods),
+            ..Default::default()
+        },
+    }
+}
+
+/// With tenantci's Deployment the autoscaler table is not ours to touch.
+fn autoscaler(pause_pods: &PausePods) -> Autoscaler {
+    match pause_pods {
+        PausePods::Deployment => Autoscaler::LeaveAlone,
+        PausePods::GitlabNative(native) => Autoscaler::Native(native.clone()),
+        PausePods::LeaveGitlabNative => Autoscaler::Remove,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::gitlab_config::entry::NativePausePods;
+
+    #[test]
+    fn only_native_and_leaving_native_touch_the_autoscaler_table() {
+        assert_eq!(autoscaler(&PausePods::Deployment), Autoscaler::LeaveAlone);
+        assert_eq!(
+            autoscaler(&PausePods::LeaveGitlabNative),
+            Autoscaler::Remove
+        );
+        let native = NativePausePods::new(2);
+        assert_eq!(
+            autoscaler(&PausePods::GitlabNative(native.clone())),
+            Autoscaler::Native(native)
+        );
+    }
+}

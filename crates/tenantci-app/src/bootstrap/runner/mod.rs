@@ -1,0 +1,165 @@
+//! `bootstrap runner --forge gitlab`: runbook 01 steps 2, 4 and 5 plus the runner config of 02,
+//! in order, each step's outcome recorded. Nothing is written to the runner config until every
+//! earlier step held; an error in any step leaves the config untouched.
+//!
+//! The work lives in its own modules (`credential`, `tenant::rbac`, `tenant::verify`,
+//! `tenant::sizing`, `tenant::prewarm`, `runner::token`, `runner::gitlab_config`). [`run`] is
+//! the list of steps; each step is a method of `Run` (the inputs, the resolved cluster and the
+//! step recorder) in the submodule that names it: `check` (before any request), `resolve`,
+//! `credential`, `cluster` (rbac, verify, sizing, prewarm) and `config` (runner token,
+//! config.toml). Their pure decisions are functions of their own, unit-tested there.
+//!
+//! Pause pods ([`PausePods`]) are kept by tenantci's Deployment or, with
+//! `--gitlab-native-pause-pods`, by gitlab-runner itself; never by both: switching to native
+//! removes the Deployment, and a Deployment run refuses while config.toml still has the
+//! runner keep its own (switching back is the explicit `--remove-gitlab-native-pause-pods`).
+
+mod check;
+mod cluster;
+mod config;
+mod credential;
+mod resolve;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::credential::CredentialFiles;
+use crate::runner::gitlab_config::entry::NativePausePods;
+pub use crate::runner::token::TokenSource;
+use crate::tenant::sizing::JobPodRequests;
+use resolve::Resolved;
+use tenantci_core::Result;
+use tenantci_core::kube_client as client;
+
+/// Where the cluster comes from.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Resolve through gateway.json and the admin apiserver.
+    StateDir { state_dir: PathBuf, cluster: String },
+    /// Everything given directly.
+    Direct {
+        server: String,
+        server_ca: PathBuf,
+        client_ca_cert: PathBuf,
+        client_ca_key: PathBuf,
+        tenant_kubeconfig: PathBuf,
+        cluster: String,
+    },
+}
+
+pub struct Inputs {
+    pub target: Target,
+    pub tenant_kubeconfig: Option<PathBuf>,
+    pub runner_name: String,
+    pub namespace: String,
+    pub group: String,
+    pub common_name: String,
+    pub credential_dir: PathBuf,
+    pub config_path: PathBuf,
+    pub gitlab_url: String,
+    pub token: TokenSource,
+    pub job: JobPodRequests,
+    /// gitlab-runner resource keys (cpu_request, memory_limit, ...) to quantities.
+    pub resources: std::collections::BTreeMap<String, String>,
+    pub prewarm: Option<i32>,
+    pub pause_pods: PausePods,
+    pub pause_pod_image: String,
+    pub valid_for: Option<String>,
+    pub rotate: bool,
+    pub dry_run: bool,
+    pub force: bool,
+}
+
+/// Who keeps the `--prewarm N` pause pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PausePods {
+    /// tenantci's Deployment (`tenant::prewarm`); config.toml's autoscaler table is not
+    /// touched.
+    Deployment,
+    /// gitlab-runner's own autoscaler (`[runners.kubernetes.autoscaler]`, Runner 18.10+):
+    /// no Deployment, and the runner's RBAC gets deployments and priorityclasses.
+    GitlabNative(NativePausePods),
+    /// Leaving native mode: remove tenantci's autoscaler keys and the runner's pause-pod RBAC;
+    /// with `--prewarm N` tenantci's Deployment takes over.
+    LeaveGitlabNative,
+}
+
+pub use crate::steps::Step;
+use crate::steps::Steps;
+
+/// The hand-back (runbook 01's "what 02 needs"), `-o json`'s shape.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandBack {
+    pub cluster: String,
+    pub server: String,
+    pub credential: CredentialFiles,
+    pub common_name: String,
+    pub group: String,
+    pub namespace: String,
+    pub config: PathBuf,
+    pub runner_name: String,
+    pub dry_run: bool,
+    pub steps: Vec<Step>,
+    /// Requests this run sent to the admin and tenant apiservers.
+    pub apiserver_requests: u64,
+    pub warning: &'static str,
+}
+
+pub const LOOPBACK_WARNING: &str = "the tenant apiserver binds loopback on this host: gitlab-runner must run here. A GitLab Runner on another VM cannot reach it, and publishing an authenticated front for the apiserver is a deliberate trust-boundary change (docs/runbooks/gitlab-runner.md), not a config step.";
+
+/// What every step reads and records to: the inputs, the cluster they resolved to, and the
+/// step list. Values one step hands to a later one (the admin client, the credential) are
+/// passed as arguments, so each step says what it needs.
+struct Run<'a> {
+    inputs: &'a Inputs,
+    /// `[group]`: the credential's organizations and the groups the access reviews ask for.
+    groups: Vec<String>,
+    cluster: Resolved,
+    steps: Steps<'a>,
+}
+
+/// Runs every step; `on_step` sees each line as it completes (the CLI prints them).
+pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
+    let requests_before = client::requests();
+    let token = check::check_inputs(inputs)?;
+    let mut steps = Steps::new(&mut on_step, inputs.dry_run);
+    let cluster = resolve::resolve(inputs, &mut steps).await?;
+    let mut run = Run {
+        inputs,
+        groups: vec![inputs.group.clone()],
+        cluster,
+        steps,
+    };
+    let sizing = run.check_sizing()?;
+    let credential = run.credential()?;
+    let admin = client::from_kubeconfig(&run.cluster.tenant_kubeconfig).await?;
+    let rbac_changed = run.rbac(&admin).await?;
+    run.verify(&admin, &credential, rbac_changed).await?;
+    run.record_sizing(sizing.as_ref());
+    run.prewarm(&admin).await?;
+    let token = run.runner_token(token).await?;
+    run.write_config(&credential.files, token)?;
+    Ok(run.hand_back(credential.files, requests_before))
+}
+
+impl Run<'_> {
+    fn hand_back(self, credential: CredentialFiles, requests_before: u64) -> HandBack {
+        let inputs = self.inputs;
+        HandBack {
+            cluster: self.cluster.cluster,
+            server: self.cluster.server,
+            credential,
+            common_name: inputs.common_name.clone(),
+            group: inputs.group.clone(),
+            namespace: inputs.namespace.clone(),
+            config: inputs.config_path.clone(),
+            runner_name: inputs.runner_name.clone(),
+            dry_run: inputs.dry_run,
+            steps: self.steps.into_vec(),
+            apiserver_requests: client::requests() - requests_before,
+            warning: LOOPBACK_WARNING,
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! `runner gitlab-config`: one Kubernetes-executor entry merged into gitlab-runner's
+//! config.toml, its token given, reused or created through GitLab's API ([`super::token`],
+//! shared with `bootstrap runner`). Takes plain inputs (the CLI parses flags) and returns the
+//! report; prints nothing.
+//!
+//! The merge is planned with a placeholder token before the token is obtained, so a broken
+//! config.toml or a refused entry fails before a runner is created in GitLab. On any error the
+//! file is untouched; a dry run writes nothing and creates no runner.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::gitlab_config::{
+    self, Action, KubernetesSettings, MergeOptions, Plan, RunnerEntry, RunnerToken, merge, write,
+};
+use super::token::{self, Origin, PENDING_TOKEN, TokenSource};
+use tenantci_core::Result;
+
+pub struct Inputs {
+    pub config: PathBuf,
+    /// How tenantci finds its `[[runners]]` entry.
+    pub name: String,
+    pub url: String,
+    pub token: TokenSource,
+    pub limit: u32,
+    pub request_concurrency: u32,
+    pub kubernetes: KubernetesSettings,
+    pub force: bool,
+    pub dry_run: bool,
+}
+
+/// The `-o json` shape of `runner gitlab-config` (stable; docs/runbooks/gitlab-runner-config.md).
+#[derive(Debug, Serialize)]
+pub struct GitlabConfigReport {
+    pub config: PathBuf,
+    pub action: Action,
+    pub written: bool,
+    pub dry_run: bool,
+    pub runner: RunnerSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gitlab: Option<GitlabRunnerSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunnerSummary {
+    pub name: String,
+    pub url: String,
+    /// `[redacted]` for a literal token, the reference for `$VAR`.
+    pub token: String,
+    pub executor: &'static str,
+    pub namespace: String,
+    pub host: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GitlabRunnerSummary {
+    /// `created`, `reused` (config.toml already had a token) or `would-create` (dry run).
+    pub token_source: &'static str,
+    pub id: Option<u64>,
+    pub token_expires_at: Option<String>,
+}
+
+impl GitlabRunnerSummary {
+    /// `None` for a given token: GitLab was not involved.
+    fn of(origin: Origin) -> Option<Self> {
+        let (token_source, id, token_expires_at) = match origin {
+            Origin::Given => return None,
+            Origin::Reused => ("reused", None, None),
+            Origin::WouldCreate => ("would-create", None, None),
+            Origin::Created { id, expires_at } => ("created", Some(id), expires_at),
+        };
+        Some(GitlabRunnerSummary {
+            token_source,
+            id,
+            token_expires_at,
+        })
+    }
+}
+
+/// What [`run`] did.
+#[derive(Debug)]
+pub struct Configured {
+    pub report: GitlabConfigReport,
+    /// The planned file with the token redacted: what a dry run that changes something shows.
+    pub preview: Option<String>,
+}
+
+/// Plans, obtains the token, plans again with it and writes (unless a dry run).
+pub async fn run(inputs: &Inputs) -> Result<Configured> {
+    let mut entry = pending_entry(inputs);
+    let options = MergeOptions {
+        force: inputs.force,
+    };
+    let existing = write::read_existing(&inputs.config)?;
+    merge::plan(&inputs.config, existing.as_deref(), &entry, options)?;
+    let obtained = token::prepare(
+        &inputs.token,
+        existing.as_deref(),
+        &inputs.name,
+        inputs.dry_run,
+    )?
+    .obtain()
+    .await?;
+    entry.token = obtained.token;
+    entry.registration = obtained.registration;
+    let plan = merge::plan(&inputs.config, existing.as_deref(), &entry, options)?;
+    let written = !inputs.dry_run && write::write_plan(&inputs.config, &plan)?;
+    Ok(configured(inputs, &entry, plan, written, obtained.origin))
+}
+
+/// The entry as asked for, with [`PENDING_TOKEN`] until the token is known.
+fn pending_entry(inputs: &Inputs) -> RunnerEntry {
+    RunnerEntry {
+        name: inputs.name.clone(),
+        url: inputs.url.clone(),
+        token: RunnerToken::EnvRef(PENDING_TOKEN.into()),
+        limit: inputs.limit,
+        request_concurrency: inputs.request_concurrency,
+        kubernetes: inputs.kubernetes.clone(),
+        registration: None,
+    }
+}
+
+fn configured(
+    inputs: &Inputs,
+    entry: &RunnerEntry,
+    plan: Plan,
+    written: bool,
+    origin: Origin,
+) -> Configured {
+    let preview =
+        (inputs.dry_run && plan.changed()).then(|| gitlab_config::redact(&plan.text, &entry.token));
+    let report = GitlabConfigReport {
+        config: inputs.config.clone(),
+        action: plan.action,
+        written,
+        dry_run: inputs.dry_run,
+        runner: RunnerSummary {
+            name: entry.name.clone(),
+            url: entry.url.clone(),
+            token: entry.token.redacted(),
+            executor: gitlab_config::entry::EXECUTOR_KUBERNETES,
+            namespace: entry.kubernetes.namespace.clone(),
+            host: entry.kubernetes.host.clone(),
+        },
+        gitlab: GitlabRunnerSummary::of(origin),
+    };
+    Configured { report, preview }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gitlab_summary_names_where_the_token_came_from() {
+        assert!(GitlabRunnerSummary::of(Origin::Given).is_none());
+        let json = |o| serde_json::to_value(GitlabRunnerSummary::of(o)).unwrap();
+        assert_eq!(json(Origin::Reused)["token_source"], "reused");
+        assert_eq!(json(Origin::WouldCreate)["token_source"], "would-create");
+        let created = json(Origin::Created {
+            id: 7,
+            expires_at: None,
+        });
+        assert_eq!(created["token_source"], "created");
+        assert_eq!(created["id"], 7);
+    }
+}
