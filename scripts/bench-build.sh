@@ -8,7 +8,9 @@
 # Usage: scripts/bench-build.sh [REV ...]     e.g. scripts/bench-build.sh 8935caa HEAD
 # Each revision is cloned into a scratch directory with an empty target dir; the cargo registry
 # cache (~/.cargo) is shared, so "cold" means every crate compiled, nothing downloaded. Run it on
-# an otherwise idle machine: other builds on the same 2 cores inflate every figure.
+# an otherwise idle machine: other builds on the same 2 cores inflate every figure. A
+# revision's figures are kept in target/bench-build/<commit>.txt, so a later run that names it
+# again (the baseline) reuses them; delete the file to measure it again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
@@ -41,13 +43,20 @@ recompiled() {
 }
 
 declare -A R
+cache=$repo/target/bench-build
+mkdir -p "$cache"
 for rev in "${revs[@]}"; do
+  short=$(git rev-parse --short "$rev^{commit}")
+  R[$rev,name]="$rev ($short)"
+  if [ -s "$cache/$short.txt" ]; then
+    log "$rev: figures from $cache/$short.txt"
+    while IFS=$'\t' read -r key value; do R[$rev,$key]=$value; done <"$cache/$short.txt"
+    continue
+  fi
   dir="$scratch/$rev"
   log "cloning $rev"
   git clone -q "$repo" "$dir"
   git -C "$dir" checkout -q "$rev"
-  short=$(git -C "$dir" rev-parse --short HEAD)
-  R[$rev,name]="$rev ($short)"
   pushd "$dir" >/dev/null
   log "$rev: cold scripts/test.sh"
   R[$rev,test]=$(seconds "$scratch/$rev-test.log" bash scripts/test.sh)
@@ -82,6 +91,9 @@ for rev in "${revs[@]}"; do
   fi
   popd >/dev/null
   rm -rf "$dir"
+  for key in test tests timings path chain dispatch dispatch-crates sim sim-crates pki pki-crates size size-nosim; do
+    printf '%s\t%s\n' "$key" "${R[$rev,$key]:-}"
+  done >"$cache/$short.txt"
 done
 
 mib() { case $1 in *[!0-9]*) echo "$1" ;; *) python3 -c "print(f'{$1/1048576:.1f} MiB')" ;; esac; }
