@@ -2,6 +2,7 @@
 //! job pod against it, and pre-warmed pause pods. Talks to the tenant apiserver through kube;
 //! does not mint credentials (`pki`) or write runner config (`runner`).
 
+pub mod access;
 pub mod apply;
 pub mod prewarm;
 pub mod rbac;
