@@ -127,7 +127,7 @@ struct Shared {
 /// Runs the dispatcher described by `config` until SIGTERM / SIGINT.
 pub async fn run(cfg: Config) -> Result<()> {
     let inputs = load_inputs(&cfg)?;
-    let timing = cfg.leader_timing().map_err(Error::bad_input)?;
+    let timing = cfg.leader_timing();
     let client = kube_client(&cfg).await?;
     let secrets = &cfg.nats.secrets_dir;
     let producer_client = connect::connect(
@@ -273,7 +273,7 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     let spec = TopologySpec {
         pod_capacity: cfg.capacity.pod,
         vm_capacity: cfg.capacity.vm,
-        ack_wait: cfg.ack_wait(),
+        ack_wait: cfg.nats.ack_wait.get(),
         ..TopologySpec::default()
     };
     let report = topology::apply(&async_nats::jetstream::new(client), &spec)
@@ -399,8 +399,8 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         registry: s.registry.clone(),
         metrics: s.metrics.clone(),
         pod_capacity: s.cfg.capacity.pod,
-        interval: s.cfg.fetch_interval(),
-        idle_interval: s.cfg.fetch_interval_idle(),
+        interval: s.cfg.gitea.fetch_interval.get(),
+        idle_interval: s.cfg.gitea.fetch_interval_idle.get(),
     };
     let worker = Arc::new(Worker {
         executors: s.objects.clone(),
@@ -422,7 +422,7 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         s.gitea.clone(),
         s.objects.clone(),
         s.registry.clone(),
-        s.cfg.keepalive_interval(),
+        s.cfg.gitea.keepalive_interval.get(),
         stop_rx.clone(),
     ));
     let mut worker_stop = stop_rx.clone();
