@@ -101,15 +101,18 @@ pub fn parse_positive(input: &str) -> Result<Duration, DurationError> {
     Ok(d)
 }
 
-/// Formats like Go's `time.Duration.String()` for whole seconds: `720h0m0s` becomes `720h`,
-/// trailing zero units dropped, so a parsed value prints back the way an operator writes it.
+/// Formats like Go's `time.Duration.String()`, zero units dropped (`720h0m0s` is `720h`), so a
+/// parsed value prints back the way an operator writes it. Exact: `parse(format(d)) == d`
+/// (`1.5s`, `1m0.25s`; below a second the largest whole unit, `200ms`, `1500us`, `7ns`).
 pub fn format(d: Duration) -> String {
     let mut secs = d.as_secs();
+    let nanos = d.subsec_nanos();
     if secs == 0 {
-        return if d.is_zero() {
-            "0s".into()
-        } else {
-            format!("{}ms", d.as_millis())
+        return match nanos {
+            0 => "0s".into(),
+            n if n % 1_000_000 == 0 => format!("{}ms", n / 1_000_000),
+            n if n % 1_000 == 0 => format!("{}us", n / 1_000),
+            n => format!("{n}ns"),
         };
     }
     let h = secs / 3600;
@@ -123,7 +126,10 @@ pub fn format(d: Duration) -> String {
     if m > 0 {
         out.push_str(&format!("{m}m"));
     }
-    if s > 0 {
+    if nanos > 0 {
+        let fraction = format!("{nanos:09}");
+        out.push_str(&format!("{s}.{}s", fraction.trim_end_matches('0')));
+    } else if s > 0 {
         out.push_str(&format!("{s}s"));
     }
     out
@@ -190,5 +196,23 @@ mod tests {
         assert_eq!(format(Duration::from_secs(5400)), "1h30m");
         assert_eq!(format(Duration::from_secs(45)), "45s");
         assert_eq!(format(Duration::ZERO), "0s");
+        assert_eq!(format(Duration::from_millis(200)), "200ms");
+        assert_eq!(format(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format(Duration::from_millis(60_250)), "1m0.25s");
+        assert_eq!(format(Duration::from_micros(1500)), "1500us");
+    }
+
+    #[test]
+    fn formatting_is_exact() {
+        for d in [
+            Duration::from_nanos(7),
+            Duration::from_micros(3),
+            Duration::from_millis(250),
+            Duration::from_millis(1500),
+            Duration::new(3 * 3600 + 1, 1),
+            Duration::from_secs(600),
+        ] {
+            assert_eq!(parse(&format(d)).unwrap(), d, "{}", format(d));
+        }
     }
 }

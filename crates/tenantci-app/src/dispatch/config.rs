@@ -7,20 +7,79 @@
 //! Every value can be overridden by an environment variable `TENANTCI_DISPATCH_<SECTION>_<KEY>`
 //! (e.g. `TENANTCI_DISPATCH_NATS_URL`), listed in [`OVERRIDES`], so a Deployment can change one
 //! value without a new ConfigMap.
+//!
+//! Invariant: a loaded [`Config`] is valid. Durations are parsed into [`GoDuration`]s while the
+//! file is read, and [`Config::validate`] checks the rest, so `run` never meets a bad value.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::dispatch::leader::Timing;
 use crate::queue::Backend;
-use tenantci_core::duration;
+use tenantci_core::duration::{self, DurationError};
 use tenantci_core::{Error, Result};
 
 /// The schema version this build writes and reads.
 pub const VERSION: u32 = 1;
+
+/// A positive Go-style duration (`"200ms"`, `"1m30s"`), parsed when the config is read and
+/// written back as it was spelled, so a re-run of `init` leaves an operator's edit byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoDuration {
+    value: Duration,
+    text: String,
+}
+
+impl GoDuration {
+    pub fn get(&self) -> Duration {
+        self.value
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// Spelled by [`duration::format`]; for durations the program chooses (defaults, tests), which
+/// are positive.
+impl From<Duration> for GoDuration {
+    fn from(value: Duration) -> Self {
+        GoDuration {
+            value,
+            text: duration::format(value),
+        }
+    }
+}
+
+impl FromStr for GoDuration {
+    type Err = DurationError;
+
+    fn from_str(text: &str) -> std::result::Result<Self, DurationError> {
+        Ok(GoDuration {
+            value: duration::parse_positive(text)?,
+            text: text.to_string(),
+        })
+    }
+}
+
+impl Serialize for GoDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+/// The error names the value; [`Config::parse`] adds the key.
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse()
+            .map_err(|e| serde::de::Error::custom(format!("`{text}` {e}")))
+    }
+}
 
 /// File names `init` uses beside the config (each 0600).
 pub mod files {
@@ -66,14 +125,14 @@ pub struct Gitea {
     pub credential_file: PathBuf,
     /// FetchTask interval while a slot is free and Gitea had nothing (Go duration).
     #[serde(default = "defaults::fetch_interval")]
-    pub fetch_interval: String,
+    pub fetch_interval: GoDuration,
     /// Longest FetchTask interval after a long idle spell.
     #[serde(default = "defaults::fetch_interval_idle")]
-    pub fetch_interval_idle: String,
+    pub fetch_interval_idle: GoDuration,
     /// Non-final UpdateTask for claimed tasks no executor has fetched yet (Gitea fails tasks
     /// not updated for 10 minutes).
     #[serde(default = "defaults::keepalive_interval")]
-    pub keepalive_interval: String,
+    pub keepalive_interval: GoDuration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,7 +158,7 @@ pub struct Nats {
     pub sealing_key_file: PathBuf,
     /// Redelivery of an assignment a crashed worker held, when `run` applies the topology.
     #[serde(default = "defaults::ack_wait")]
-    pub ack_wait: String,
+    pub ack_wait: GoDuration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,11 +234,11 @@ impl Default for Status {
 #[serde(deny_unknown_fields)]
 pub struct Leader {
     #[serde(default = "defaults::lease_duration")]
-    pub lease_duration: String,
+    pub lease_duration: GoDuration,
     #[serde(default = "defaults::renew_deadline")]
-    pub renew_deadline: String,
+    pub renew_deadline: GoDuration,
     #[serde(default = "defaults::retry_period")]
-    pub retry_period: String,
+    pub retry_period: GoDuration,
     /// This instance's holder identity; absent: `<hostname>-<pid>` (the Pod name in-cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
@@ -199,18 +258,21 @@ impl Default for Leader {
 /// The schema's defaults (`init` uses them for keys it has no flag for).
 pub(crate) mod defaults {
     use std::net::SocketAddr;
+    use std::time::Duration;
 
-    pub fn fetch_interval() -> String {
-        "200ms".into()
+    use super::GoDuration;
+
+    pub fn fetch_interval() -> GoDuration {
+        Duration::from_millis(200).into()
     }
-    pub fn fetch_interval_idle() -> String {
-        "2s".into()
+    pub fn fetch_interval_idle() -> GoDuration {
+        Duration::from_secs(2).into()
     }
-    pub fn keepalive_interval() -> String {
-        "1m".into()
+    pub fn keepalive_interval() -> GoDuration {
+        Duration::from_secs(60).into()
     }
-    pub fn ack_wait() -> String {
-        "30s".into()
+    pub fn ack_wait() -> GoDuration {
+        Duration::from_secs(30).into()
     }
     pub fn pod_capacity() -> u32 {
         4
@@ -221,14 +283,14 @@ pub(crate) mod defaults {
     pub fn status_listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 9464))
     }
-    pub fn lease_duration() -> String {
-        "15s".into()
+    pub fn lease_duration() -> GoDuration {
+        Duration::from_secs(15).into()
     }
-    pub fn renew_deadline() -> String {
-        "10s".into()
+    pub fn renew_deadline() -> GoDuration {
+        Duration::from_secs(10).into()
     }
-    pub fn retry_period() -> String {
-        "2s".into()
+    pub fn retry_period() -> GoDuration {
+        Duration::from_secs(2).into()
     }
 }
 
@@ -367,8 +429,8 @@ impl Config {
             bad(format!("is not valid TOML: {}", e.message()))
         })?;
         apply_overrides(&mut doc, env).map_err(bad)?;
-        let cfg: Config = toml_edit::de::from_document(doc)
-            .map_err(|e| bad(format!("does not match the schema: {}", e.message())))?;
+        let cfg: Config = serde_path_to_error::deserialize(toml_edit::de::Deserializer::from(doc))
+            .map_err(|e| bad(schema_error(&e)))?;
         if cfg.version != VERSION {
             return Err(bad(format!(
                 "has version {}; this build reads version {VERSION}",
@@ -407,19 +469,10 @@ impl Config {
                 self.status.listen
             ));
         }
-        for (key, value) in [
-            ("gitea.fetch_interval", &self.gitea.fetch_interval),
-            ("gitea.fetch_interval_idle", &self.gitea.fetch_interval_idle),
-            ("gitea.keepalive_interval", &self.gitea.keepalive_interval),
-            ("nats.ack_wait", &self.nats.ack_wait),
-        ] {
-            duration::parse_positive(value)
-                .map_err(|e| format!("has {key} = `{value}`, which {e}"))?;
-        }
-        if self.keepalive_interval() >= Duration::from_secs(600) {
+        if self.gitea.keepalive_interval.get() >= Duration::from_secs(600) {
             return Err("has gitea.keepalive_interval of 10m or more; Gitea fails tasks not updated for 10 minutes".into());
         }
-        self.leader_timing()?
+        self.leader_timing()
             .validate()
             .map_err(|e| format!("has leader timings where {e}"))?;
         Ok(())
@@ -444,31 +497,12 @@ impl Config {
         self
     }
 
-    pub fn fetch_interval(&self) -> Duration {
-        duration::parse_positive(&self.gitea.fetch_interval).expect("validated")
-    }
-
-    pub fn fetch_interval_idle(&self) -> Duration {
-        duration::parse_positive(&self.gitea.fetch_interval_idle).expect("validated")
-    }
-
-    pub fn ack_wait(&self) -> Duration {
-        duration::parse_positive(&self.nats.ack_wait).expect("validated")
-    }
-
-    pub fn keepalive_interval(&self) -> Duration {
-        duration::parse_positive(&self.gitea.keepalive_interval).expect("validated")
-    }
-
-    pub fn leader_timing(&self) -> std::result::Result<Timing, String> {
-        let d = |key: &str, v: &str| {
-            duration::parse_positive(v).map_err(|e| format!("leader.{key} = `{v}` {e}"))
-        };
-        Ok(Timing {
-            lease_duration: d("lease_duration", &self.leader.lease_duration)?,
-            renew_deadline: d("renew_deadline", &self.leader.renew_deadline)?,
-            retry_period: d("retry_period", &self.leader.retry_period)?,
-        })
+    pub fn leader_timing(&self) -> Timing {
+        Timing {
+            lease_duration: self.leader.lease_duration.get(),
+            renew_deadline: self.leader.renew_deadline.get(),
+            retry_period: self.leader.retry_period.get(),
+        }
     }
 
     /// The config as `init` writes it: TOML with a header comment.
@@ -479,6 +513,18 @@ impl Config {
              # Schema: docs/runbooks/gitea-dispatcher.md. No secrets here: the files named below\n\
              # hold them (0600). Override any key with TENANTCI_DISPATCH_<SECTION>_<KEY>.\n\n{body}"
         )
+    }
+}
+
+/// What the schema refused, at its dotted key (`... at gitea.fetch_interval: `1d` has an
+/// unknown unit ...`).
+fn schema_error(e: &serde_path_to_error::Error<toml_edit::de::Error>) -> String {
+    let path = e.path().to_string();
+    let why = e.inner().message();
+    if path == "." {
+        format!("does not match the schema: {why}")
+    } else {
+        format!("does not match the schema at {path}: {why}")
     }
 }
 
@@ -611,11 +657,28 @@ mod tests {
                 "10 minutes",
             ),
             ("TENANTCI_DISPATCH_LEADER_RENEW_DEADLINE", "20s", "leader"),
+            (
+                "TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL",
+                "1d",
+                "at gitea.fetch_interval: `1d` has an unknown unit `d`",
+            ),
+            (
+                "TENANTCI_DISPATCH_LEADER_RETRY_PERIOD",
+                "0s",
+                "at leader.retry_period: `0s` is zero",
+            ),
         ] {
             let err = parse(&text, &[(var, value)]).unwrap_err();
             assert_eq!(err.exit_code(), 2);
             assert!(err.message().contains(needle), "{var}: {}", err.message());
         }
+        let in_file = text.replace("ack_wait = \"30s\"", "ack_wait = \"30\"");
+        let err = parse(&in_file, &[]).unwrap_err();
+        assert!(
+            err.message().contains("at nats.ack_wait: `30` has no unit"),
+            "{}",
+            err.message()
+        );
         assert!(parse("version = 1\n[nonsense]\n", &[]).is_err());
         assert!(
             parse("not toml [", &[])
@@ -623,5 +686,106 @@ mod tests {
                 .message()
                 .contains("TOML")
         );
+    }
+
+    #[test]
+    fn durations_keep_the_operators_spelling() {
+        let text = sample()
+            .to_toml()
+            .replace("ack_wait = \"30s\"", "ack_wait = \"90s\"");
+        let cfg = parse(&text, &[]).unwrap();
+        assert_eq!(cfg.nats.ack_wait.get(), Duration::from_secs(90));
+        assert_eq!(cfg.to_toml(), text, "written back as read");
+        assert_eq!(defaults::fetch_interval().as_str(), "200ms");
+        assert_eq!(defaults::keepalive_interval().as_str(), "1m");
+    }
+
+    /// Every key set, none at its default, so an override that sets nothing is seen.
+    fn tuned() -> Config {
+        let mut cfg = sample();
+        cfg.gitea.fetch_interval = Duration::from_millis(300).into();
+        cfg.gitea.fetch_interval_idle = Duration::from_secs(3).into();
+        cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
+        cfg.nats.ack_wait = Duration::from_secs(45).into();
+        cfg.capacity = Capacity { pod: 5, vm: 2 };
+        cfg.status.listen = "127.0.0.1:9999".parse().unwrap();
+        cfg.leader = Leader {
+            lease_duration: Duration::from_secs(20).into(),
+            renew_deadline: Duration::from_secs(12).into(),
+            retry_period: Duration::from_secs(3).into(),
+            identity: Some("me".into()),
+        };
+        cfg
+    }
+
+    /// The dotted keys of every value of the schema (all of `tuned`'s leaves but `version`).
+    fn schema_keys() -> Vec<String> {
+        let doc: toml_edit::DocumentMut = tuned().to_toml().parse().unwrap();
+        let mut keys = Vec::new();
+        for (section, item) in doc.iter() {
+            for (key, _) in item.as_table().into_iter().flat_map(|t| t.iter()) {
+                keys.push(format!("{section}.{key}"));
+            }
+        }
+        keys
+    }
+
+    /// A TOML value as an operator writes it in the environment.
+    fn as_env(value: &toml_edit::Value) -> String {
+        match value {
+            toml_edit::Value::String(s) => s.value().clone(),
+            toml_edit::Value::Array(a) => a.iter().map(as_env).collect::<Vec<_>>().join(","),
+            other => other.to_string().trim().to_string(),
+        }
+    }
+
+    #[test]
+    fn every_key_has_an_override_and_every_override_sets_its_key() {
+        let mut keys: Vec<&str> = OVERRIDES.iter().map(|(_, k)| *k).collect();
+        keys.sort();
+        let mut schema = schema_keys();
+        schema.sort();
+        assert_eq!(keys, schema, "OVERRIDES against the schema");
+        let want = tuned();
+        for (var, key) in OVERRIDES {
+            let (section, field) = key.split_once('.').unwrap();
+            assert_eq!(
+                *var,
+                format!("TENANTCI_DISPATCH_{section}_{field}").to_uppercase(),
+                "the variable's name follows the key"
+            );
+            let mut doc: toml_edit::DocumentMut = want.to_toml().parse().unwrap();
+            let value = as_env(doc[section][field].as_value().unwrap());
+            doc[section].as_table_mut().unwrap().remove(field);
+            let got = parse(&doc.to_string(), &[(var, &value)])
+                .unwrap_or_else(|e| panic!("{var}={value}: {}", e.message()));
+            assert_eq!(got, want, "{var}={value} sets {key}");
+        }
+    }
+
+    #[test]
+    fn the_runbooks_config_table_lists_the_same_overrides() {
+        const RUNBOOK: &str = include_str!("../../../../docs/runbooks/gitea-dispatcher.md");
+        // The first `code` span of a cell.
+        let tick = |cell: &str| {
+            let rest = cell.trim().strip_prefix('`')?;
+            Some(rest[..rest.find('`')?].to_string())
+        };
+        let mut documented: Vec<(String, String)> = RUNBOOK
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').collect();
+                let key = tick(cells.get(1)?)?;
+                let var = tick(cells.get(3)?)?;
+                var.starts_with("TENANTCI_DISPATCH_").then_some((var, key))
+            })
+            .collect();
+        documented.sort();
+        let mut table: Vec<(String, String)> = OVERRIDES
+            .iter()
+            .map(|(v, k)| (v.to_string(), k.to_string()))
+            .collect();
+        table.sort();
+        assert_eq!(documented, table);
     }
 }

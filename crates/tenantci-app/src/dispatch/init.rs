@@ -15,9 +15,17 @@
 //! Every file is 0600 in a 0700 directory; the registration token is sent once and never
 //! written or logged. Kept on re-run: the registration, both keys, the facade CA, a valid
 //! credential and a serving cert that still covers the facade host.
+//!
+//! Layout: `local::check` is phase one on this host, [`check_cluster`] phase one against the
+//! cluster and Gitea; then one function per step over the shared [`Context`], in the order of
+//! `run`. The outcome and detail of a line come from pure functions (`rbac_line`,
+//! `credential_change`, `facade_line`, `config_outcome`). Gitea's calls are in `gitea`, the
+//! RBAC checks in `access`, the facade's CA and cert in `facade_pki`.
 
 pub mod access;
 pub mod facade_pki;
+mod gitea;
+mod local;
 pub mod plan;
 
 use std::path::{Path, PathBuf};
@@ -28,13 +36,12 @@ use time::OffsetDateTime;
 use crate::credential::decision::{self as cred, Decision, Wanted};
 use crate::credential::{CaSource, MintRequest};
 use crate::dispatch::capability::{self, CapabilityKey};
-use crate::dispatch::config::Config;
 use crate::dispatch::manifests;
 use crate::dispatch::registration::SchedulerCredential;
 use crate::queue::assignment::SealingKey;
-use crate::queue::{permissions, users};
-use tenantci_core::forge::gitea::proto::{DeclareRequest, RegisterRequest};
-use tenantci_core::forge::gitea::{ClientConfig, ClientError, Code, RunnerClient};
+use crate::queue::users;
+use crate::tenant::apply::Applied;
+use local::{Local, Registration};
 use tenantci_core::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
 use tenantci_core::gateway::{StateDir, resolve};
 use tenantci_core::kube_client as client;
@@ -95,240 +102,380 @@ pub struct HandBack {
 /// Runs init; `on_step` sees each line as it completes (the CLI prints them).
 pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
     let mut steps = Steps::new(&mut on_step, i.dry_run);
+    // Phase one: nothing changes.
+    let local = local::check(i)?;
+    let cx = check_cluster(i, local, &mut steps).await?;
+    // Phase two (or, in a dry run, what it would do).
+    let runner = registration(&cx, &mut steps).await?;
+    if !i.dry_run {
+        make_dir(&cx.paths().dir)?;
+    }
+    let minted = credential(&cx, &mut steps)?;
+    rbac(&cx, &mut steps).await?;
+    verify(&cx, minted, &mut steps).await?;
+    keys(&cx, &mut steps)?;
+    facade_cert(&cx, &mut steps)?;
+    config(&cx, &mut steps)?;
+    Ok(hand_back(cx, runner, steps.into_vec()))
+}
 
-    // ---- Phase one: nothing changes.
-    let c = plan::check(i)?;
-    let p = &c.paths;
-    check_out_dir(&p.dir)?;
-    let old_config = read_existing_config(&p.config)?;
-    let admin_password = check_nats(&c.nats_secrets_dir)?;
-    let kept = if p.scheduler.exists() {
-        Some(SchedulerCredential::load(&p.scheduler)?)
-    } else {
-        None
-    };
-    if kept.is_none() && i.registration_token.is_none() {
-        return Err(Error::bad_input(format!(
-            "no registration token given, and `{}` holds no registration yet",
-            p.scheduler.display()
-        ))
-        .hint("pass --registration-token-file FILE (or TENANTCI_GITEA_REGISTRATION_TOKEN) with a token from Gitea's Site Administration > Actions > Runners > Create new runner"));
-    }
-    let runner_name = runner_name(i, kept.as_ref(), &p.scheduler)?;
-    if p.capability_key.exists() {
-        capability::load_key(&p.capability_key)?;
-    }
-    if p.sealing_key.exists() {
-        SealingKey::load_or_create(&p.sealing_key)?;
-    }
-    let facade = facade_pki::inspect(p)?;
-    let now = OffsetDateTime::now_utc();
-    let facade_plan = facade_pki::decide(
-        facade.ca.as_ref().map(|(_, info)| info),
-        facade.serving.as_ref(),
-        &c.facade_host,
-        now,
-    );
-    let config = plan::config(i, &c, &runner_name, old_config.as_ref());
-    config.validate().map_err(|e| {
-        Error::bad_input(format!("the config `dispatch init` would write {e}"))
-            .hint("fix the flag that sets it")
-    })?;
+/// Everything phase one found and decided; the steps of phase two read it.
+struct Context<'i> {
+    i: &'i Inputs,
+    local: Local,
+    cluster: resolve::ResolvedCluster,
+    credential: Decision,
+    /// The tenant-admin client (applies the RBAC).
+    admin: kube::Client,
+}
 
-    let r = resolve::resolve(&StateDir::new(&i.state_dir), &i.cluster).await?;
-    steps.record(
-        "resolve",
-        Outcome::Ok,
-        format!("cluster {} at {} (Ready)", r.name, r.url),
-    );
+impl Context<'_> {
+    fn paths(&self) -> &plan::Paths {
+        &self.local.checked.paths
+    }
+}
+
+/// Phase one against the cluster and Gitea: the cluster resolved, the credential decided, a
+/// kept registration declared (skipped in a dry run: Declare updates its labels).
+async fn check_cluster<'i>(
+    i: &'i Inputs,
+    local: Local,
+    steps: &mut Steps<'_>,
+) -> Result<Context<'i>> {
+    let cluster = resolve::resolve(&StateDir::new(&i.state_dir), &i.cluster).await?;
+    steps.record("resolve", Outcome::Ok, resolve_detail(&cluster));
     steps.record(
         "nats",
         Outcome::Ok,
-        format!(
-            "{} has {}.password and {}.password{}",
-            c.nats_secrets_dir.display(),
-            users::PRODUCER,
-            users::WORKER,
-            if admin_password {
-                format!(
-                    " ({}.password too: `run` applies the capacities)",
-                    users::ADMIN
-                )
-            } else {
-                String::new()
-            }
-        ),
+        nats_detail(&local.checked.nats_secrets_dir, local.admin_password),
     );
-    let decision = credential_decision(&r, p, &c, now)?;
-    let admin = client::from_kubeconfig(&r.tenant_admin_kubeconfig).await?;
-    if let (Some(k), false) = (&kept, i.dry_run) {
-        declare(i, k, p).await?;
+    let credential = credential_decision(&cluster, &local.checked, local.now)?;
+    let admin = client::from_kubeconfig(&cluster.tenant_admin_kubeconfig).await?;
+    if let (Some(k), false) = (local.registration.kept(), i.dry_run) {
+        gitea::declare(i, k, &local.checked.paths).await?;
     }
+    Ok(Context {
+        i,
+        local,
+        cluster,
+        credential,
+        admin,
+    })
+}
 
-    // ---- Phase two (or, in a dry run, what it would do).
-    let registration = match (&kept, &i.registration_token) {
-        (Some(k), _) => {
-            let how = if i.dry_run {
-                "not re-declared in a dry run"
-            } else {
-                "Gitea knows it; labels declared"
-            };
-            steps.record(
-                "registration",
-                Outcome::Kept,
-                format!("runner `{}` id {} uuid {} ({how})", k.name, k.id, k.uuid),
-            );
-            Some(k.clone())
-        }
-        (None, Some(_)) if i.dry_run => {
-            steps.act(
-                "registration",
-                Outcome::Created,
-                format!(
-                    "register runner `{runner_name}` with labels {:?} at {}",
-                    i.labels, i.gitea_url
-                ),
-            );
-            None
-        }
-        (None, Some(token)) => {
-            let k = register(i, &runner_name, token, p).await?;
-            steps.record(
-                "registration",
-                Outcome::Created,
-                format!(
-                    "runner `{}` id {} uuid {} -> {}",
-                    k.name,
-                    k.id,
-                    k.uuid,
-                    p.scheduler.display()
-                ),
-            );
-            Some(k)
-        }
-        (None, None) => unreachable!("checked in phase one"),
+fn resolve_detail(r: &resolve::ResolvedCluster) -> String {
+    format!("cluster {} at {} (Ready)", r.name, r.url)
+}
+
+fn nats_detail(dir: &Path, admin_password: bool) -> String {
+    let admin = if admin_password {
+        format!(
+            " ({}.password too: `run` applies the capacities)",
+            users::ADMIN
+        )
+    } else {
+        String::new()
     };
-    if !i.dry_run {
-        make_dir(&p.dir)?;
+    format!(
+        "{} has {}.password and {}.password{admin}",
+        dir.display(),
+        users::PRODUCER,
+        users::WORKER,
+    )
+}
+
+/// First of phase two: a wrong registration token is the one input only Gitea can judge, and
+/// Register is the only way to ask. Returns the registration (None: a dry run's new one).
+async fn registration(
+    cx: &Context<'_>,
+    steps: &mut Steps<'_>,
+) -> Result<Option<SchedulerCredential>> {
+    let (i, p) = (cx.i, cx.paths());
+    match &cx.local.registration {
+        Registration::Kept(k) => {
+            steps.record("registration", Outcome::Kept, kept_detail(k, i.dry_run));
+            Ok(Some(k.clone()))
+        }
+        Registration::New(_) if i.dry_run => {
+            let detail = format!(
+                "register runner `{}` with labels {:?} at {}",
+                cx.local.runner_name, i.labels, i.gitea_url
+            );
+            steps.act("registration", Outcome::Created, detail);
+            Ok(None)
+        }
+        Registration::New(token) => {
+            let k = gitea::register(i, &cx.local.runner_name, token, p).await?;
+            let detail = format!(
+                "runner `{}` id {} uuid {} -> {}",
+                k.name,
+                k.id,
+                k.uuid,
+                p.scheduler.display()
+            );
+            steps.record("registration", Outcome::Created, detail);
+            Ok(Some(k))
+        }
     }
+}
 
-    let minted = apply_credential(&decision, &r, p, i, &mut steps)?;
+fn kept_detail(k: &SchedulerCredential, dry_run: bool) -> String {
+    let how = if dry_run {
+        "not re-declared in a dry run"
+    } else {
+        "Gitea knows it; labels declared"
+    };
+    format!("runner `{}` id {} uuid {} ({how})", k.name, k.id, k.uuid)
+}
 
-    let objects = manifests::rbac(&i.namespace);
-    let applied = access::apply(&admin, &objects, i.dry_run).await?;
+/// Keep, mint or rotate the dispatcher's client credential (`bootstrap`'s decision).
+fn credential_decision(
+    r: &resolve::ResolvedCluster,
+    c: &plan::Checked,
+    now: OffsetDateTime,
+) -> Result<Decision> {
+    let kube_dir = &c.paths.kube_dir;
+    let ca = CertificateAuthority::load(&r.client_ca_cert, &r.client_ca_key)?;
+    let ca_info = CertInfo::from_pem(ca.cert_pem()).map_err(|e| {
+        Error::bad_input(format!(
+            "the ClientCA `{}` cannot be read back",
+            r.client_ca_cert.display()
+        ))
+        .caused_by(e)
+    })?;
+    let existing = cred::inspect(kube_dir)?;
+    let groups = [manifests::GROUP.to_string()];
+    let wanted = Wanted {
+        server: &r.url,
+        common_name: manifests::NAME,
+        groups: &groups,
+        client_ca_key_id: ca_info.subject_key_id.as_deref(),
+    };
+    let decision = cred::decide(&existing, &wanted, now, false, kube_dir).map_err(|e| {
+        Error::bad_input(e.message().to_string()).caused_by(e).hint(format!(
+            "move {} aside (or delete it) and re-run `tenantci dispatch init`: it mints a new credential",
+            kube_dir.display()
+        ))
+    })?;
+    if decision != Decision::Keep {
+        tenantci_core::pki::policy::check_within_ca(c.credential_valid_for, now, ca.not_after())?;
+    }
+    Ok(decision)
+}
+
+/// The change a decision makes, and why (a `; why` suffix for a rotation); None: kept.
+fn credential_change(decision: &Decision) -> Option<(Outcome, String)> {
+    match decision {
+        Decision::Keep => None,
+        Decision::Mint => Some((Outcome::Created, String::new())),
+        Decision::Rotate { why } => Some((Outcome::Rotated, format!("; {why}"))),
+    }
+}
+
+/// The dispatcher's credential in `<dir>/kube/`; returns whether a new one was minted.
+fn credential(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<bool> {
+    let kube_dir = &cx.paths().kube_dir;
+    let dir = kube_dir.display();
+    let subject = format!("CN={} O={}", manifests::NAME, manifests::GROUP);
+    let Some((outcome, why)) = credential_change(&cx.credential) else {
+        let until = cred::inspect(kube_dir)?
+            .cert
+            .map(|c| rfc3339(c.not_after))
+            .unwrap_or_default();
+        let detail = format!("{dir} ({subject}, valid until {until})");
+        steps.record("credential", Outcome::Kept, detail);
+        return Ok(false);
+    };
+    if cx.i.dry_run {
+        steps.act("credential", outcome, format!("{dir} ({subject}{why})"));
+        return Ok(false);
+    }
+    let until = mint_credential(cx)?;
+    let detail = format!("{dir} ({subject}, valid until {until}{why})");
+    steps.record("credential", outcome, detail);
+    Ok(true)
+}
+
+/// Mints (after moving an old credential aside); returns the new one's expiry.
+fn mint_credential(cx: &Context<'_>) -> Result<String> {
+    let (i, kube_dir) = (cx.i, &cx.paths().kube_dir);
+    if matches!(cx.credential, Decision::Rotate { .. }) {
+        cred::move_aside(kube_dir, OffsetDateTime::now_utc())?;
+    }
+    let minted = crate::credential::mint(&MintRequest {
+        ca: CaSource::StateDir {
+            state_dir: i.state_dir.clone(),
+            cluster: i.cluster.clone(),
+        },
+        server: cx.cluster.url.clone(),
+        common_name: manifests::NAME.into(),
+        organizations: vec![manifests::GROUP.into()],
+        out_dir: kube_dir.clone(),
+        valid_for: Some(i.credential_valid_for.clone()),
+        key_type: KeyType::EcdsaP256,
+    })?;
+    Ok(minted.not_after)
+}
+
+/// The RBAC objects, with the tenant-admin client.
+async fn rbac(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
+    let objects = manifests::rbac(&cx.i.namespace);
+    let applied = access::apply(&cx.admin, &objects, cx.i.dry_run).await?;
+    let (outcome, detail) = rbac_line(&applied);
+    steps.act("rbac", outcome, detail);
+    Ok(())
+}
+
+fn rbac_line(applied: &[Applied]) -> (Outcome, String) {
     let unchanged = applied.iter().all(|a| a.outcome == Outcome::Unchanged);
     let detail = applied
         .iter()
         .map(|a| format!("{} {} {}", a.kind, a.name, a.outcome))
         .collect::<Vec<_>>()
         .join(", ");
-    if unchanged {
-        steps.record("rbac", Outcome::Unchanged, detail);
+    let outcome = if unchanged {
+        Outcome::Unchanged
     } else {
-        steps.act("rbac", Outcome::Applied, detail);
-    }
-    if i.dry_run {
+        Outcome::Applied
+    };
+    (outcome, detail)
+}
+
+/// The RBAC as the dispatcher's own credential sees it (none on disk in a dry run).
+async fn verify(cx: &Context<'_>, minted: bool, steps: &mut Steps<'_>) -> Result<()> {
+    if cx.i.dry_run {
         steps.record("verify", Outcome::Skipped, "dry run");
-    } else {
-        let own = client::from_kubeconfig(&p.kube_dir.join("kubeconfig")).await?;
-        let n = access::verify(&own, &i.namespace).await?;
-        steps.record(
-            "verify",
-            Outcome::Ok,
-            format!(
-                "{n} SelfSubjectAccessReviews as {} ({}) as expected",
-                manifests::NAME,
-                if minted {
-                    "new credential"
-                } else {
-                    "kept credential"
-                }
-            ),
-        );
+        return Ok(());
     }
-
-    if p.capability_key.exists() {
-        steps.record(
-            "capability-key",
-            Outcome::Kept,
-            p.capability_key.display().to_string(),
-        );
+    let own = client::from_kubeconfig(&cx.paths().kube_dir.join("kubeconfig")).await?;
+    let n = access::verify(&own, &cx.i.namespace).await?;
+    let which = if minted {
+        "new credential"
     } else {
-        if !i.dry_run {
+        "kept credential"
+    };
+    let detail = format!(
+        "{n} SelfSubjectAccessReviews as {} ({which}) as expected",
+        manifests::NAME
+    );
+    steps.record("verify", Outcome::Ok, detail);
+    Ok(())
+}
+
+/// The capability and sealing keys: kept when there (executors and other dispatchers hold
+/// them), else created.
+fn keys(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
+    let (p, dry_run) = (cx.paths(), cx.i.dry_run);
+    key(
+        steps,
+        "capability-key",
+        &p.capability_key,
+        "32 random bytes",
+        dry_run,
+        |path| {
             let text = capability::encode_key(&CapabilityKey::generate());
-            fsutil::write_new_atomic(&p.capability_key, text.as_bytes(), MODE_SECRET)
-                .map_err(|e| Error::unwritable("the capability key", &p.capability_key, e))?;
-        }
-        steps.act(
-            "capability-key",
-            Outcome::Created,
-            format!("{} (32 random bytes)", p.capability_key.display()),
-        );
-    }
-    if p.sealing_key.exists() {
-        steps.record(
-            "sealing-key",
-            Outcome::Kept,
-            p.sealing_key.display().to_string(),
-        );
-    } else {
-        if !i.dry_run {
-            SealingKey::load_or_create(&p.sealing_key)?;
-        }
-        steps.act(
-            "sealing-key",
-            Outcome::Created,
-            format!("{} (256-bit)", p.sealing_key.display()),
-        );
-    }
+            fsutil::write_new_atomic(path, text.as_bytes(), MODE_SECRET)
+                .map_err(|e| Error::unwritable("the capability key", path, e))
+        },
+    )?;
+    key(
+        steps,
+        "sealing-key",
+        &p.sealing_key,
+        "256-bit",
+        dry_run,
+        |path| SealingKey::load_or_create(path).map(drop),
+    )
+}
 
-    let facade_detail = format!(
+fn key(
+    steps: &mut Steps<'_>,
+    step: &'static str,
+    path: &Path,
+    what: &str,
+    dry_run: bool,
+    create: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    if path.exists() {
+        steps.record(step, Outcome::Kept, path.display().to_string());
+        return Ok(());
+    }
+    if !dry_run {
+        create(path)?;
+    }
+    steps.act(
+        step,
+        Outcome::Created,
+        format!("{} ({what})", path.display()),
+    );
+    Ok(())
+}
+
+/// The facade's serving cert (and CA), as phase one planned.
+fn facade_cert(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
+    let (local, p) = (&cx.local, cx.paths());
+    let (outcome, detail) = facade_line(&local.facade_plan, p, &local.checked);
+    steps.act("facade-cert", outcome, detail);
+    if !cx.i.dry_run {
+        let host = &local.checked.facade_host;
+        facade_pki::apply(&local.facade_plan, &local.facade, p, host)?;
+    }
+    Ok(())
+}
+
+fn facade_line(plan: &facade_pki::Plan, p: &plan::Paths, c: &plan::Checked) -> (Outcome, String) {
+    let detail = format!(
         "{} for {} ({})",
         p.facade_cert.display(),
         c.facade_host,
         c.facade_url
     );
-    match &facade_plan {
-        facade_pki::Plan::Keep => steps.record("facade-cert", Outcome::Kept, facade_detail),
-        facade_pki::Plan::NewCa { why } => steps.act(
-            "facade-cert",
-            Outcome::Created,
-            format!("{facade_detail}; new CA: {why}"),
-        ),
-        facade_pki::Plan::Reissue { why } => steps.act(
-            "facade-cert",
+    match plan {
+        facade_pki::Plan::Keep => (Outcome::Kept, detail),
+        facade_pki::Plan::NewCa { why } => (Outcome::Created, format!("{detail}; new CA: {why}")),
+        facade_pki::Plan::Reissue { why } => (
             Outcome::Reissued,
-            format!("{facade_detail}, from the kept CA: {why}"),
+            format!("{detail}, from the kept CA: {why}"),
         ),
     }
-    if !i.dry_run {
-        facade_pki::apply(&facade_plan, facade, p, &c.facade_host)?;
-    }
+}
 
-    let text = config.to_toml();
-    let existed = p.config.exists();
-    let changed = if i.dry_run {
-        !same_file(&p.config, text.as_bytes())
+/// Last, so a config on disk always names files that exist.
+fn config(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
+    let path = &cx.paths().config;
+    let text = cx.local.config.to_toml();
+    let existed = path.exists();
+    let changed = if cx.i.dry_run {
+        !same_file(path, text.as_bytes())
     } else {
-        fsutil::write_if_changed(&p.config, text.as_bytes(), MODE_SECRET)
-            .map_err(|e| Error::unwritable("the dispatcher config", &p.config, e))?
+        fsutil::write_if_changed(path, text.as_bytes(), MODE_SECRET)
+            .map_err(|e| Error::unwritable("the dispatcher config", path, e))?
     };
-    let detail = p.config.display().to_string();
-    match (changed, existed) {
-        (false, _) => steps.record("config", Outcome::Unchanged, detail),
-        (true, false) => steps.act("config", Outcome::Created, detail),
-        (true, true) => steps.act("config", Outcome::Updated, detail),
-    }
+    let outcome = config_outcome(changed, existed);
+    steps.act("config", outcome, path.display().to_string());
+    Ok(())
+}
 
-    Ok(HandBack {
+fn config_outcome(changed: bool, existed: bool) -> Outcome {
+    match (changed, existed) {
+        (false, _) => Outcome::Unchanged,
+        (true, false) => Outcome::Created,
+        (true, true) => Outcome::Updated,
+    }
+}
+
+fn hand_back(cx: Context<'_>, runner: Option<SchedulerCredential>, steps: Vec<Step>) -> HandBack {
+    let (i, c) = (cx.i, &cx.local.checked);
+    let p = &c.paths;
+    HandBack {
         config: p.config.clone(),
         dry_run: i.dry_run,
-        cluster: r.name,
-        server: r.url,
+        cluster: cx.cluster.name,
+        server: cx.cluster.url,
         namespace: i.namespace.clone(),
-        gitea_url: config.gitea.url.clone(),
+        gitea_url: cx.local.config.gitea.url.clone(),
         facade_url: c.facade_url.clone(),
-        runner: registration.map(|k| RunnerInfo {
+        runner: runner.map(|k| RunnerInfo {
             id: k.id,
             uuid: k.uuid,
             name: k.name,
@@ -345,8 +492,8 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
             kubeconfig: p.kube_dir.join("kubeconfig"),
             nats_secrets_dir: c.nats_secrets_dir.clone(),
         },
-        steps: steps.into_vec(),
-    })
+        steps,
+    }
 }
 
 fn make_dir(dir: &Path) -> Result<()> {
@@ -360,265 +507,83 @@ fn same_file(path: &Path, contents: &[u8]) -> bool {
         && std::fs::read(path).is_ok_and(|b| b == contents)
 }
 
-/// The directory the config goes into must exist or be creatable by this user.
-fn check_out_dir(dir: &Path) -> Result<()> {
-    let mut probe = dir;
-    while !probe.exists() {
-        match probe.parent() {
-            Some(parent) => probe = parent,
-            None => break,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(kind: &str, outcome: Outcome) -> Applied {
+        Applied {
+            kind: kind.into(),
+            name: "tenantci-dispatcher".into(),
+            outcome,
         }
     }
-    if !probe.is_dir() {
-        return Err(Error::bad_input(format!(
-            "`{}` is not a directory, so --out cannot be written below it",
-            probe.display()
-        ))
-        .hint("pass --out in a directory (it is created 0700 when missing)"));
-    }
-    if nix::unistd::access(probe, nix::unistd::AccessFlags::W_OK).is_err() {
-        return Err(Error::bad_input(format!(
-            "`{}` is not writable by this user, so --out cannot be written there",
-            probe.display()
-        ))
-        .hint("run as the user that owns the dispatcher's directory, or pass another --out"));
-    }
-    Ok(())
-}
 
-/// The config already at --out (its tuning keys are kept), read without env overrides.
-fn read_existing_config(path: &Path) -> Result<Option<Config>> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    Config::load_with_env(path, &|_| None)
-        .map(Some)
-        .map_err(|e| {
-            Error::bad_input(e.message().to_string())
-                .caused_by(e)
-                .hint("fix it, or move it aside: init then writes a fresh config from its flags")
-        })
-}
-
-/// The producer and worker passwords must exist; returns whether ci-admin's does too.
-fn check_nats(dir: &Path) -> Result<bool> {
-    for user in [users::PRODUCER, users::WORKER] {
-        let f = permissions::password_file(dir, user);
-        if !f.exists() {
-            return Err(Error::bad_input(format!(
-                "the NATS secrets dir `{}` has no {user}.password",
-                dir.display()
-            ))
-            .hint(format!(
-                "run `tenantci queue nats-config --secrets-dir {} --out <nats-server include file>` (it creates the password files), or pass the --nats-secrets-dir it used",
-                dir.display()
-            )));
-        }
-        permissions::read_password(&f)?;
-    }
-    Ok(permissions::password_file(dir, users::ADMIN).exists())
-}
-
-fn runner_name(i: &Inputs, kept: Option<&SchedulerCredential>, file: &Path) -> Result<String> {
-    match (kept, &i.name) {
-        (Some(k), Some(n)) if &k.name != n => Err(Error::bad_input(format!(
-            "--name `{n}` differs from the registration in `{}`, runner `{}`; Gitea cannot rename a runner",
-            file.display(),
-            k.name
-        ))
-        .hint("leave --name out to keep the registration, or delete scheduler.json and re-run with a registration token to register anew (then delete the old runner in Gitea)")),
-        (Some(k), _) => Ok(k.name.clone()),
-        (None, Some(n)) => Ok(n.clone()),
-        (None, None) => Ok(format!("tenantci-dispatch-{}", i.cluster)),
-    }
-}
-
-fn gitea_client(url: &str) -> Result<RunnerClient> {
-    RunnerClient::new(ClientConfig::new(url)).map_err(|e| {
-        Error::bad_input(format!("cannot build a client for Gitea at {url}")).caused_by(e)
-    })
-}
-
-fn gitea_error(url: &str, e: ClientError) -> Error {
-    Error::external(format!("Gitea at {url} failed"))
-        .caused_by(e)
-        .hint("check that --gitea-url is reachable from this host and Gitea is up")
-}
-
-fn version() -> String {
-    env!("CARGO_PKG_VERSION").to_string()
-}
-
-/// A kept registration must still exist at Gitea; Declare also updates its labels.
-async fn declare(i: &Inputs, k: &SchedulerCredential, p: &plan::Paths) -> Result<()> {
-    let client = gitea_client(&i.gitea_url)?.with_credentials(k.credentials());
-    let req = DeclareRequest {
-        version: version(),
-        labels: i.labels.clone(),
-        capabilities: Vec::new(),
-    };
-    match client.declare(&req).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_unauthenticated() => Err(Error::bad_input(format!(
-            "Gitea at {} does not know the registration in `{}` (runner `{}`, uuid {}): it was deleted at Gitea, or the file belongs to another Gitea",
-            i.gitea_url,
-            p.scheduler.display(),
-            k.name,
-            k.uuid
-        ))
-        .hint(format!(
-            "to register anew, delete {} and re-run `tenantci dispatch init` with a registration token (--registration-token-file)",
-            p.scheduler.display()
-        ))),
-        Err(e) => Err(gitea_error(&i.gitea_url, e)),
-    }
-}
-
-/// Registers once and stores the credential before anything else can fail.
-async fn register(
-    i: &Inputs,
-    name: &str,
-    token: &RegistrationToken,
-    p: &plan::Paths,
-) -> Result<SchedulerCredential> {
-    let req = RegisterRequest {
-        name: name.to_string(),
-        token: token.expose().to_string(),
-        version: version(),
-        labels: i.labels.clone(),
-        ephemeral: false,
-        ..Default::default()
-    };
-    let runner = gitea_client(&i.gitea_url)?
-        .register(&req)
-        .await
-        .map_err(|e| match e.code() {
-            Some(Code::PermissionDenied | Code::Unauthenticated | Code::NotFound) => {
-                Error::bad_input(format!("Gitea at {} refused the registration token", i.gitea_url))
-                    .hint("create a fresh one (Site Administration > Actions > Runners > Create new runner, or `gitea actions generate-runner-token`) and pass it with --registration-token-file")
-            }
-            Some(Code::InvalidArgument) => Error::bad_input(format!("Gitea at {} refused the registration", i.gitea_url)).caused_by(e)
-            .hint("check --name and --labels"),
-            _ => gitea_error(&i.gitea_url, e),
-        })?;
-    let k = SchedulerCredential::from_runner(&runner);
-    let lost = |e: Error| {
-        e.hint(format!(
-            "Gitea registered runner id {} (`{}`) but its credential could not be stored: delete that runner in Gitea, fix the directory, and re-run",
-            k.id, k.name
-        ))
-    };
-    make_dir(&p.dir).map_err(lost)?;
-    fsutil::write_new_atomic(&p.scheduler, &k.to_json(), MODE_SECRET).map_err(|e| {
-        lost(Error::unwritable(
-            "the scheduler credential",
-            &p.scheduler,
-            e,
-        ))
-    })?;
-    tracing::info!(runner_id = k.id, uuid = %k.uuid, name = %k.name, "registered the dispatcher at Gitea");
-    Ok(k)
-}
-
-/// Keep, mint or rotate the dispatcher's client credential (`bootstrap`'s decision).
-fn credential_decision(
-    r: &resolve::ResolvedCluster,
-    p: &plan::Paths,
-    c: &plan::Checked,
-    now: OffsetDateTime,
-) -> Result<Decision> {
-    let ca = CertificateAuthority::load(&r.client_ca_cert, &r.client_ca_key)?;
-    let ca_info = CertInfo::from_pem(ca.cert_pem()).map_err(|e| {
-        Error::bad_input(format!(
-            "the ClientCA `{}` cannot be read back",
-            r.client_ca_cert.display()
-        ))
-        .caused_by(e)
-    })?;
-    let existing = cred::inspect(&p.kube_dir)?;
-    let groups = [manifests::GROUP.to_string()];
-    let decision = cred::decide(
-        &existing,
-        &Wanted {
-            server: &r.url,
-            common_name: manifests::NAME,
-            groups: &groups,
-            client_ca_key_id: ca_info.subject_key_id.as_deref(),
-        },
-        now,
-        false,
-        &p.kube_dir,
-    )
-    .map_err(|e| {
-        Error::bad_input(e.message().to_string()).caused_by(e).hint(format!(
-            "move {} aside (or delete it) and re-run `tenantci dispatch init`: it mints a new credential",
-            p.kube_dir.display()
-        ))
-    })?;
-    if decision != Decision::Keep {
-        tenantci_core::pki::policy::check_within_ca(c.credential_valid_for, now, ca.not_after())?;
-    }
-    Ok(decision)
-}
-
-fn apply_credential(
-    decision: &Decision,
-    r: &resolve::ResolvedCluster,
-    p: &plan::Paths,
-    i: &Inputs,
-    steps: &mut Steps<'_>,
-) -> Result<bool> {
-    let dir = p.kube_dir.display().to_string();
-    let subject = format!("CN={} O={}", manifests::NAME, manifests::GROUP);
-    if *decision == Decision::Keep {
-        let until = cred::inspect(&p.kube_dir)?
-            .cert
-            .map(|c| rfc3339(c.not_after))
-            .unwrap_or_default();
-        steps.record(
-            "credential",
-            Outcome::Kept,
-            format!("{dir} ({subject}, valid until {until})"),
+    #[test]
+    fn rbac_is_unchanged_only_when_every_object_is() {
+        let all = [
+            applied("Namespace", Outcome::Unchanged),
+            applied("Role", Outcome::Unchanged),
+        ];
+        let (outcome, detail) = rbac_line(&all);
+        assert_eq!(outcome, Outcome::Unchanged);
+        assert_eq!(
+            detail,
+            "Namespace tenantci-dispatcher unchanged, Role tenantci-dispatcher unchanged"
         );
-        return Ok(false);
+        let one = [all[0].clone(), applied("Role", Outcome::Updated)];
+        assert_eq!(rbac_line(&one).0, Outcome::Applied);
     }
-    let why = match decision {
-        Decision::Rotate { why } => format!("; {why}"),
-        _ => String::new(),
-    };
-    if i.dry_run {
-        let done = if why.is_empty() {
-            Outcome::Created
-        } else {
-            Outcome::Rotated
+
+    #[test]
+    fn the_credential_line_follows_the_decision() {
+        assert_eq!(credential_change(&Decision::Keep), None);
+        assert_eq!(
+            credential_change(&Decision::Mint),
+            Some((Outcome::Created, String::new()))
+        );
+        let rotate = Decision::Rotate {
+            why: "expires soon".into(),
         };
-        steps.act("credential", done, format!("{dir} ({subject}{why})"));
-        return Ok(false);
+        assert_eq!(
+            credential_change(&rotate),
+            Some((Outcome::Rotated, "; expires soon".into()))
+        );
     }
-    if matches!(decision, Decision::Rotate { .. }) {
-        cred::move_aside(&p.kube_dir, OffsetDateTime::now_utc())?;
+
+    #[test]
+    fn the_facade_line_says_why_and_the_config_line_what_changed() {
+        let i = plan::tests::inputs();
+        let c = plan::check(&i).unwrap();
+        let keep = facade_line(&facade_pki::Plan::Keep, &c.paths, &c);
+        assert_eq!(
+            keep,
+            (
+                Outcome::Kept,
+                "/etc/tenantci/dispatch/facade.crt for 127.0.0.1 (https://127.0.0.1:8443)".into()
+            )
+        );
+        let reissue = facade_pki::Plan::Reissue {
+            why: "moved".into(),
+        };
+        let (outcome, detail) = facade_line(&reissue, &c.paths, &c);
+        assert_eq!(outcome, Outcome::Reissued);
+        assert!(detail.ends_with(", from the kept CA: moved"), "{detail}");
+        assert_eq!(config_outcome(false, true), Outcome::Unchanged);
+        assert_eq!(config_outcome(true, false), Outcome::Created);
+        assert_eq!(config_outcome(true, true), Outcome::Updated);
     }
-    let hb = crate::credential::mint(&MintRequest {
-        ca: CaSource::StateDir {
-            state_dir: i.state_dir.clone(),
-            cluster: i.cluster.clone(),
-        },
-        server: r.url.clone(),
-        common_name: manifests::NAME.into(),
-        organizations: vec![manifests::GROUP.into()],
-        out_dir: p.kube_dir.clone(),
-        valid_for: Some(i.credential_valid_for.clone()),
-        key_type: KeyType::EcdsaP256,
-    })?;
-    let done = if why.is_empty() {
-        Outcome::Created
-    } else {
-        Outcome::Rotated
-    };
-    steps.record(
-        "credential",
-        done,
-        format!("{dir} ({subject}, valid until {}{why})", hb.not_after),
-    );
-    Ok(true)
+
+    #[test]
+    fn the_nats_line_mentions_the_admin_password_only_when_there() {
+        let dir = Path::new("/etc/tenantci/nats");
+        assert_eq!(
+            nats_detail(dir, false),
+            "/etc/tenantci/nats has ci-producer.password and ci-worker.password"
+        );
+        assert!(
+            nats_detail(dir, true)
+                .ends_with("(ci-admin.password too: `run` applies the capacities)")
+        );
+    }
 }

@@ -6,6 +6,8 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde::Deserialize as _;
 
+use crate::tenant::apply::Object;
+
 pub const RBAC: &str = include_str!("../../../../manifests/dispatch/rbac.yaml");
 pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deployment.yaml");
 
@@ -23,6 +25,18 @@ pub struct RbacObjects {
     pub service_account: ServiceAccount,
     pub role: Role,
     pub binding: RoleBinding,
+}
+
+impl RbacObjects {
+    /// The objects in apply order.
+    pub fn objects(&self) -> Vec<Object> {
+        vec![
+            Object::Namespace(self.namespace.clone()),
+            Object::ServiceAccount(self.service_account.clone()),
+            Object::Role(self.role.clone()),
+            Object::RoleBinding(self.binding.clone()),
+        ]
+    }
 }
 
 /// Every document of a multi-document YAML string.

@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use async_nats::jetstream::consumer::PullConsumer;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use tokio::net::TcpListener;
@@ -157,23 +158,15 @@ struct Shared {
 
 /// Runs the dispatcher described by `config` until SIGTERM / SIGINT; `on_listening` is
 /// called once the facade and the status API listen.
+///
+/// One sequence on purpose: its order is the start-up contract (every file loaded, NATS
+/// connected and the topology applied before anything listens; the facade serving before the
+/// lease is contested) and the drain undoes it in reverse, which reads best top to bottom.
 pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Result<()> {
     let inputs = load_inputs(&cfg)?;
-    let timing = cfg.leader_timing().map_err(Error::bad_input)?;
+    let timing = cfg.leader_timing();
     let client = kube_client(&cfg).await?;
-    let secrets = &cfg.nats.secrets_dir;
-    let producer_client = connect::connect(
-        &cfg.nats.url,
-        users::PRODUCER,
-        &permissions::password_file(secrets, users::PRODUCER),
-    )
-    .await?;
-    let worker_client = connect::connect(
-        &cfg.nats.url,
-        users::WORKER,
-        &permissions::password_file(secrets, users::WORKER),
-    )
-    .await?;
+    let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
 
     let gitea = RunnerClient::new(ClientConfig::new(&cfg.gitea.url))
@@ -239,7 +232,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
     let me = identity(&cfg);
     let leases: Api<Lease> = Api::namespaced(client, &cfg.cluster.namespace);
-    let (leader_tx, mut leader_rx) = watch::channel(false);
+    let (leader_tx, leader_rx) = watch::channel(false);
     let election = tokio::spawn(leader::run(
         leases.clone(),
         me.clone(),
@@ -260,18 +253,55 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         facade_ca_pem: inputs.facade_ca_pem,
     };
 
+    let term = follow_the_lease(&shared, &health, leader_rx, &me).await?;
+    tracing::info!("draining: no more FetchTask, finishing starts in progress");
+    if let Some(t) = term {
+        t.stop().await;
+    }
+    let _ = stop_tx.send(true);
+    let _ = election.await;
+    if leader::release(&leases, &me).await {
+        tracing::info!("released the scheduler lease");
+    }
+    health.facade_up.store(false, Ordering::SeqCst);
+    facade.shutdown().await;
+    stop_status(status_task).await;
+    tracing::info!("dispatcher stopped");
+    Ok(())
+}
+
+/// The producer's and the worker's NATS connections (each user has its own permissions).
+async fn connect_queue(cfg: &Config) -> Result<(async_nats::Client, async_nats::Client)> {
+    let producer = connect_as(cfg, users::PRODUCER).await?;
+    let worker = connect_as(cfg, users::WORKER).await?;
+    Ok((producer, worker))
+}
+
+async fn connect_as(cfg: &Config, user: &str) -> Result<async_nats::Client> {
+    let password = permissions::password_file(&cfg.nats.secrets_dir, user);
+    connect::connect(&cfg.nats.url, user, &password).await
+}
+
+/// Starts a term when the lease is won and stops it when it is lost, until SIGTERM / SIGINT
+/// or the election ends; returns the term still running then, for the drain to stop.
+async fn follow_the_lease(
+    shared: &Shared,
+    health: &Health,
+    mut leader_rx: watch::Receiver<bool>,
+    me: &str,
+) -> Result<Option<Term>> {
     let mut signals = Signals::new()?;
     let mut term: Option<Term> = None;
     loop {
         tokio::select! {
-            _ = signals.next() => break,
+            _ = signals.next() => return Ok(term),
             changed = leader_rx.changed() => {
                 if changed.is_err() {
-                    break;
+                    return Ok(term);
                 }
                 let leading = *leader_rx.borrow_and_update();
                 health.leader.store(leading, Ordering::SeqCst);
-                metrics.leader(leading);
+                shared.metrics.leader(leading);
                 match (leading, term.take()) {
                     (true, None) => {
                         tracing::info!(identity = %me, "acquired the scheduler lease; starting a term");
@@ -287,27 +317,17 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
             }
         }
     }
-    tracing::info!("draining: no more FetchTask, finishing starts in progress");
-    if let Some(t) = term.take() {
-        t.stop().await;
-    }
-    let _ = stop_tx.send(true);
-    let _ = election.await;
-    if leader::release(&leases, &me).await {
-        tracing::info!("released the scheduler lease");
-    }
-    health.facade_up.store(false, Ordering::SeqCst);
-    facade.shutdown().await;
-    // A scraper's keep-alive connection must not hold the exit up.
-    let mut status_task = status_task;
+}
+
+/// Waits for the status API to finish its requests, but not for long: a scraper's
+/// keep-alive connection must not hold the exit up.
+async fn stop_status(mut status_task: tokio::task::JoinHandle<std::io::Result<()>>) {
     if tokio::time::timeout(std::time::Duration::from_secs(2), &mut status_task)
         .await
         .is_err()
     {
         status_task.abort();
     }
-    tracing::info!("dispatcher stopped");
-    Ok(())
 }
 
 /// Applies the topology with this config's capacities when ci-admin's password is at hand.
@@ -323,7 +343,7 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     let spec = TopologySpec {
         pod_capacity: cfg.capacity.pod,
         vm_capacity: cfg.capacity.vm,
-        ack_wait: cfg.ack_wait(),
+        ack_wait: cfg.nats.ack_wait.get(),
         ..TopologySpec::default()
     };
     let report = topology::apply(&async_nats::jetstream::new(client), &spec)
@@ -397,24 +417,8 @@ async fn stopped_within(stop: &mut watch::Receiver<bool>, wait: std::time::Durat
 
 /// One term's life: bind, recover, run every component until `stop`, then wait for them.
 async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
-    let mut tasks = tokio::task::JoinSet::new();
-    let consumer = loop {
-        match CappedConsumer::bind(
-            s.worker_client.clone(),
-            Backend::Pod,
-            s.cfg.capacity.pod as usize,
-            ConsumerSettings::default(),
-        )
-        .await
-        {
-            Ok(c) => break Arc::new(c),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot bind the pod consumer (run `tenantci queue init`, or give the dispatcher ci-admin's password); retrying");
-                if stopped_within(&mut stop_rx, std::time::Duration::from_secs(5)).await {
-                    return;
-                }
-            }
-        }
+    let Some(consumer) = bind_consumer(&s, &mut stop_rx).await else {
+        return;
     };
     let reconciler = Reconciler {
         objects: s.objects.clone(),
@@ -423,18 +427,8 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         metrics: s.metrics.clone(),
         logged: Default::default(),
     };
-    // Recovery before anything claims or starts: existing executors take their slots.
-    loop {
-        let c = consumer.clone();
-        match reconciler.recover(&move || c.reserve_slot()).await {
-            Ok(_) => break,
-            Err(e) => {
-                tracing::error!(error = %e, "recovery: cannot list executor objects; retrying");
-                if stopped_within(&mut stop_rx, std::time::Duration::from_secs(2)).await {
-                    return;
-                }
-            }
-        }
+    if !recover(&reconciler, &consumer, &mut stop_rx).await {
+        return;
     }
     let pod_consumer = match async_nats::jetstream::new(s.worker_client.clone())
         .get_consumer_from_stream(Backend::Pod.consumer(), STREAM)
@@ -446,7 +440,77 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
             return;
         }
     };
-    let scheduler = Scheduler {
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(scheduler(&s, pod_consumer).run(stop_rx.clone()));
+    tasks.spawn(reconciler.run(stop_rx.clone()));
+    tasks.spawn(scheduler::keep_alive(
+        s.gitea.clone(),
+        s.objects.clone(),
+        s.registry.clone(),
+        s.cfg.gitea.keepalive_interval.get(),
+        stop_rx.clone(),
+    ));
+    let worker = Arc::new(worker(&s));
+    let mut worker_stop = stop_rx.clone();
+    tasks.spawn(async move {
+        consumer
+            .run(move |job| worker.clone().handle(job), async move {
+                let _ = worker_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    let _ = stop_rx.wait_for(|s| *s).await;
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Binds the pod consumer, retrying while NATS or the topology is away; None: stopped first.
+async fn bind_consumer(
+    s: &Shared,
+    stop_rx: &mut watch::Receiver<bool>,
+) -> Option<Arc<CappedConsumer>> {
+    loop {
+        match CappedConsumer::bind(
+            s.worker_client.clone(),
+            Backend::Pod,
+            s.cfg.capacity.pod as usize,
+            ConsumerSettings::default(),
+        )
+        .await
+        {
+            Ok(c) => return Some(Arc::new(c)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot bind the pod consumer (run `tenantci queue init`, or give the dispatcher ci-admin's password); retrying");
+                if stopped_within(stop_rx, std::time::Duration::from_secs(5)).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Recovery before anything claims or starts: existing executors take their slots. Retries
+/// while the apiserver is away; false: stopped first.
+async fn recover(
+    reconciler: &Reconciler,
+    consumer: &Arc<CappedConsumer>,
+    stop_rx: &mut watch::Receiver<bool>,
+) -> bool {
+    loop {
+        let c = consumer.clone();
+        match reconciler.recover(&move || c.reserve_slot()).await {
+            Ok(_) => return true,
+            Err(e) => {
+                tracing::error!(error = %e, "recovery: cannot list executor objects; retrying");
+                if stopped_within(stop_rx, std::time::Duration::from_secs(2)).await {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+fn scheduler(s: &Shared, pod_consumer: PullConsumer) -> Scheduler {
+    Scheduler {
         gitea: s.gitea.clone(),
         producer: s.producer.clone(),
         pod_consumer,
@@ -454,10 +518,13 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         registry: s.registry.clone(),
         metrics: s.metrics.clone(),
         pod_capacity: s.cfg.capacity.pod,
-        interval: s.cfg.fetch_interval(),
-        idle_interval: s.cfg.fetch_interval_idle(),
-    };
-    let worker = Arc::new(Worker {
+        interval: s.cfg.gitea.fetch_interval.get(),
+        idle_interval: s.cfg.gitea.fetch_interval_idle.get(),
+    }
+}
+
+fn worker(s: &Shared) -> Worker<ExecutorObjects> {
+    Worker {
         executors: s.objects.clone(),
         template: ExecutorTemplate {
             namespace: s.cfg.cluster.namespace.clone(),
@@ -470,26 +537,7 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         gitea: s.gitea.clone(),
         registry: s.registry.clone(),
         metrics: s.metrics.clone(),
-    });
-    tasks.spawn(scheduler.run(stop_rx.clone()));
-    tasks.spawn(reconciler.run(stop_rx.clone()));
-    tasks.spawn(scheduler::keep_alive(
-        s.gitea.clone(),
-        s.objects.clone(),
-        s.registry.clone(),
-        s.cfg.keepalive_interval(),
-        stop_rx.clone(),
-    ));
-    let mut worker_stop = stop_rx.clone();
-    tasks.spawn(async move {
-        consumer
-            .run(move |job| worker.clone().handle(job), async move {
-                let _ = worker_stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-    let _ = stop_rx.wait_for(|s| *s).await;
-    while tasks.join_next().await.is_some() {}
+    }
 }
 
 #[cfg(test)]

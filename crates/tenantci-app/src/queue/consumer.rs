@@ -73,6 +73,29 @@ pub fn nak_delay(settings: &ConsumerSettings, delivered: i64) -> Duration {
         .min(settings.nak_max)
 }
 
+/// The answer to the server for a handler's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Settle {
+    Ack,
+    /// Redeliver after a backoff.
+    Nak(String),
+    /// Never redeliver.
+    Term(String),
+}
+
+/// A transient failure on the last delivery the server allows (`max_deliver`, 0 or less:
+/// unlimited) is final: TERM it rather than NAK a redelivery that will not come.
+fn settle(outcome: Outcome, delivered: i64, max_deliver: i64) -> Settle {
+    match outcome {
+        Outcome::Started => Settle::Ack,
+        Outcome::Retry(reason) if max_deliver > 0 && delivered >= max_deliver => Settle::Term(
+            format!("transient failure on the last of {max_deliver} deliveries: {reason}"),
+        ),
+        Outcome::Retry(reason) => Settle::Nak(reason),
+        Outcome::Poison(reason) => Settle::Term(reason),
+    }
+}
+
 /// What the handler made of an assignment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -125,6 +148,16 @@ impl Drop for SlotInner {
     fn drop(&mut self) {
         self.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Counts a slot taken with `permit` as in flight until every clone of it is dropped.
+fn take_slot(counters: &Arc<Counters>, permit: OwnedSemaphorePermit) -> Slot {
+    let n = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    counters.max_in_flight.fetch_max(n, Ordering::SeqCst);
+    Slot(Arc::new(SlotInner {
+        _permit: permit,
+        counters: counters.clone(),
+    }))
 }
 
 /// One delivered assignment, handed to the handler.
@@ -235,12 +268,7 @@ impl CappedConsumer {
     /// None when every slot is taken.
     pub fn reserve_slot(&self) -> Option<Slot> {
         let permit = self.slots.clone().try_acquire_owned().ok()?;
-        let n = self.counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.counters.max_in_flight.fetch_max(n, Ordering::SeqCst);
-        Some(Slot(Arc::new(SlotInner {
-            _permit: permit,
-            counters: self.counters.clone(),
-        })))
+        Some(take_slot(&self.counters, permit))
     }
 
     pub fn stats(&self) -> Stats {
@@ -431,6 +459,8 @@ impl Lane {
         }
     }
 
+    /// Handles one delivery: admit it to its slot, run the handler with progress acks, then
+    /// answer the server (ack, NAK or TERM).
     async fn handle<H, F>(
         &self,
         message: jetstream::Message,
@@ -443,34 +473,15 @@ impl Lane {
         F: Future<Output = Outcome> + Send + 'static,
     {
         // Counted from here: the slot (permit) is the assignment's until every Slot is dropped.
-        let n = self.counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.counters.max_in_flight.fetch_max(n, Ordering::SeqCst);
+        let slot = take_slot(&self.counters, permit);
         self.counters.delivered.fetch_add(1, Ordering::SeqCst);
-        let slot = Slot(Arc::new(SlotInner {
-            _permit: permit,
-            counters: self.counters.clone(),
-        }));
         let (delivered, stream_sequence) = match message.info() {
             Ok(i) => (i.delivered, i.stream_sequence),
             Err(_) => (1, 0),
         };
-        let assignment = match Assignment::from_json(&message.payload) {
-            Ok(a) if a.backend == self.backend => a,
-            Ok(a) => {
-                return self
-                    .term(
-                        &message,
-                        stream_sequence,
-                        &format!(
-                            "assignment {} is for backend {}, not {}",
-                            a.msg_id(),
-                            a.backend,
-                            self.backend
-                        ),
-                    )
-                    .await;
-            }
-            Err(e) => return self.term(&message, stream_sequence, &e.to_string()).await,
+        let assignment = match self.assignment_of(&message) {
+            Ok(a) => a,
+            Err(why) => return self.term(&message, stream_sequence, &why).await,
         };
         let msg_id = assignment.msg_id();
         let job = Job {
@@ -479,69 +490,97 @@ impl Lane {
             stream_sequence,
             slot: slot.clone(),
         };
-        let work = handler(job);
+        let outcome = self
+            .with_progress_acks(handler(job), &message, &msg_id)
+            .await;
+        // The slot is free for the next pull as soon as the outcome is known; the server's
+        // max_ack_pending holds that pull back until this ack/NAK/TERM has landed.
+        drop(slot);
+        match settle(outcome, delivered, self.max_deliver) {
+            Settle::Ack => self.ack(&message, &msg_id, sub, ack_inbox).await,
+            Settle::Nak(reason) => self.nak(&message, &msg_id, delivered, &reason).await,
+            Settle::Term(reason) => self.term(&message, stream_sequence, &reason).await,
+        }
+    }
+
+    /// The assignment a message carries, or why it is poison (undecodable, another backend's).
+    fn assignment_of(&self, message: &jetstream::Message) -> Result<Assignment, String> {
+        let a = Assignment::from_json(&message.payload).map_err(|e| e.to_string())?;
+        if a.backend != self.backend {
+            return Err(format!(
+                "assignment {} is for backend {}, not {}",
+                a.msg_id(),
+                a.backend,
+                self.backend
+            ));
+        }
+        Ok(a)
+    }
+
+    /// Runs the handler, sending progress acks so the delivery does not time out meanwhile.
+    async fn with_progress_acks(
+        &self,
+        work: impl Future<Output = Outcome>,
+        message: &jetstream::Message,
+        msg_id: &str,
+    ) -> Outcome {
         tokio::pin!(work);
         // Not `interval()`: its immediate first tick still waits for the timer wheel (~1 ms).
         let mut ticker = tokio::time::interval_at(
             tokio::time::Instant::now() + self.progress_every,
             self.progress_every,
         );
-        let outcome = loop {
+        loop {
             tokio::select! {
-                o = &mut work => break o,
+                o = &mut work => return o,
                 _ = ticker.tick() => {
                     if let Err(e) = message.ack_with(AckKind::Progress).await {
                         tracing::warn!(msg_id, error = %e, "cannot send a progress ack");
                     }
                 }
             }
+        }
+    }
+
+    async fn ack(
+        &self,
+        message: &jetstream::Message,
+        msg_id: &str,
+        sub: &mut async_nats::Subscriber,
+        ack_inbox: &str,
+    ) {
+        let acked = if self.settings.confirm_acks {
+            self.confirmed_ack(message, sub, ack_inbox).await
+        } else {
+            message.ack().await
         };
-        // The slot is free for the next pull as soon as the outcome is known; the server's
-        // max_ack_pending holds that pull back until this ack/NAK/TERM has landed.
-        drop(slot);
-        match outcome {
-            Outcome::Started => {
-                let acked = if self.settings.confirm_acks {
-                    self.confirmed_ack(&message, sub, ack_inbox).await
-                } else {
-                    message.ack().await
-                };
-                match acked {
-                    Ok(()) => {
-                        self.counters.acked.fetch_add(1, Ordering::SeqCst);
-                    }
-                    // The workload exists; a redelivery will find it (handlers are idempotent).
-                    Err(e) => {
-                        tracing::warn!(msg_id, error = %e, "ack not confirmed; the assignment may be redelivered")
-                    }
-                }
+        match acked {
+            Ok(()) => {
+                self.counters.acked.fetch_add(1, Ordering::SeqCst);
             }
-            Outcome::Retry(reason) if self.max_deliver > 0 && delivered >= self.max_deliver => {
-                let why = format!(
-                    "transient failure on the last of {} deliveries: {reason}",
-                    self.max_deliver
-                );
-                self.term(&message, stream_sequence, &why).await;
+            // The workload exists; a redelivery will find it (handlers are idempotent).
+            Err(e) => {
+                tracing::warn!(msg_id, error = %e, "ack not confirmed; the assignment may be redelivered")
             }
-            Outcome::Retry(reason) => {
-                let delay = nak_delay(&self.settings, delivered);
-                tracing::info!(
-                    msg_id,
-                    delivered,
-                    ?delay,
-                    reason,
-                    "assignment failed transiently; NAK with backoff"
-                );
-                match message.ack_with(AckKind::Nak(Some(delay))).await {
-                    Ok(()) => {
-                        self.counters.naked.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(e) => {
-                        tracing::warn!(msg_id, error = %e, "cannot NAK; it is redelivered after ack_wait")
-                    }
-                }
+        }
+    }
+
+    async fn nak(&self, message: &jetstream::Message, msg_id: &str, delivered: i64, reason: &str) {
+        let delay = nak_delay(&self.settings, delivered);
+        tracing::info!(
+            msg_id,
+            delivered,
+            ?delay,
+            reason,
+            "assignment failed transiently; NAK with backoff"
+        );
+        match message.ack_with(AckKind::Nak(Some(delay))).await {
+            Ok(()) => {
+                self.counters.naked.fetch_add(1, Ordering::SeqCst);
             }
-            Outcome::Poison(reason) => self.term(&message, stream_sequence, &reason).await,
+            Err(e) => {
+                tracing::warn!(msg_id, error = %e, "cannot NAK; it is redelivered after ack_wait")
+            }
         }
     }
 
@@ -613,5 +652,25 @@ mod tests {
         assert_eq!(nak_delay(&s, 10), Duration::from_secs(60));
         assert_eq!(nak_delay(&s, 1000), Duration::from_secs(60));
         assert_eq!(nak_delay(&s, 0), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_retry_on_the_last_allowed_delivery_is_terminated() {
+        let retry = || Outcome::Retry("apiserver away".into());
+        assert_eq!(settle(Outcome::Started, 5, 5), Settle::Ack);
+        assert_eq!(settle(retry(), 4, 5), Settle::Nak("apiserver away".into()));
+        assert_eq!(
+            settle(retry(), 5, 5),
+            Settle::Term("transient failure on the last of 5 deliveries: apiserver away".into())
+        );
+        assert_eq!(
+            settle(retry(), 99, 0),
+            Settle::Nak("apiserver away".into()),
+            "unlimited"
+        );
+        assert_eq!(
+            settle(Outcome::Poison("bad".into()), 1, 5),
+            Settle::Term("bad".into())
+        );
     }
 }

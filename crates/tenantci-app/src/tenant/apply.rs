@@ -1,6 +1,11 @@
 //! Server-side apply that first reads the live object and skips the PATCH when the live object
 //! already holds every field we set: a re-run costs one GET per object and changes nothing.
+//! [`apply_all`] applies a list of [`Object`]s in order (the runner's RBAC, the dispatcher's),
+//! with the one rule a dry run needs for a namespace that does not exist yet.
 
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde::Serialize;
@@ -8,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::steps::Outcome;
+use tenantci_core::Result;
 
 pub const FIELD_MANAGER: &str = "tenantci";
 
@@ -65,10 +71,161 @@ where
     })
 }
 
+/// An object of a kind tenantci applies, so one loop applies any mix of them in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Namespace(Namespace),
+    ServiceAccount(ServiceAccount),
+    Role(Role),
+    RoleBinding(RoleBinding),
+    ClusterRole(ClusterRole),
+    ClusterRoleBinding(ClusterRoleBinding),
+}
+
+impl Object {
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Object::Namespace(o) => &o.metadata,
+            Object::ServiceAccount(o) => &o.metadata,
+            Object::Role(o) => &o.metadata,
+            Object::RoleBinding(o) => &o.metadata,
+            Object::ClusterRole(o) => &o.metadata,
+            Object::ClusterRoleBinding(o) => &o.metadata,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Object::Namespace(_) => "Namespace",
+            Object::ServiceAccount(_) => "ServiceAccount",
+            Object::Role(_) => "Role",
+            Object::RoleBinding(_) => "RoleBinding",
+            Object::ClusterRole(_) => "ClusterRole",
+            Object::ClusterRoleBinding(_) => "ClusterRoleBinding",
+        }
+    }
+
+    pub fn name(&self) -> String {
+        self.meta().name.clone().unwrap_or_default()
+    }
+
+    /// The namespace of a namespaced object; None for cluster-scoped kinds.
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Object::ServiceAccount(_) | Object::Role(_) | Object::RoleBinding(_) => {
+                Some(self.meta().namespace.as_deref().unwrap_or_default())
+            }
+            _ => None,
+        }
+    }
+
+    async fn apply(&self, client: &kube::Client, dry_run: bool) -> Result<Applied, kube::Error> {
+        let c = client.clone();
+        let ns = self.namespace().unwrap_or_default();
+        match self {
+            Object::Namespace(o) => apply(&Api::all(c), o, dry_run).await,
+            Object::ServiceAccount(o) => apply(&Api::namespaced(c, ns), o, dry_run).await,
+            Object::Role(o) => apply(&Api::namespaced(c, ns), o, dry_run).await,
+            Object::RoleBinding(o) => apply(&Api::namespaced(c, ns), o, dry_run).await,
+            Object::ClusterRole(o) => apply(&Api::all(c), o, dry_run).await,
+            Object::ClusterRoleBinding(o) => apply(&Api::all(c), o, dry_run).await,
+        }
+    }
+
+    /// What a real run would do, without asking: for an object a dry run cannot apply.
+    fn would_create(&self) -> Applied {
+        Applied {
+            kind: self.kind().into(),
+            name: self.name(),
+            outcome: Outcome::Created,
+        }
+    }
+}
+
+/// The namespace a dry run found missing (its outcome is a creation it did not make).
+fn missing_namespace(object: &Object, applied: &Applied, dry_run: bool) -> Option<String> {
+    let created = dry_run && applied.outcome == Outcome::Created;
+    (created && matches!(object, Object::Namespace(_))).then(|| object.name())
+}
+
+/// Whether `object` lives in a namespace the dry run found missing: the apiserver would refuse
+/// its dry run, so it is reported as what a real run would do.
+fn in_missing_namespace(object: &Object, missing: &[String]) -> bool {
+    object
+        .namespace()
+        .is_some_and(|ns| missing.iter().any(|m| m == ns))
+}
+
+/// Applies `objects` in order (namespaces first) with an admin client. An error names the
+/// object, with `hint` (how to get a client allowed to apply it).
+pub async fn apply_all(
+    client: &kube::Client,
+    objects: &[Object],
+    dry_run: bool,
+    hint: &str,
+) -> Result<Vec<Applied>> {
+    let mut out = Vec::with_capacity(objects.len());
+    let mut missing = Vec::new();
+    for object in objects {
+        let applied = if in_missing_namespace(object, &missing) {
+            object.would_create()
+        } else {
+            object.apply(client, dry_run).await.map_err(|e| {
+                let what = format!("apply {} `{}`", object.kind(), object.name());
+                tenantci_core::kube_client::api_error(e, &what, hint)
+            })?
+        };
+        missing.extend(missing_namespace(object, &applied, dry_run));
+        out.push(applied);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn named<T: Default>(
+        name: &str,
+        ns: Option<&str>,
+        meta: impl Fn(&mut T) -> &mut ObjectMeta,
+    ) -> T {
+        let mut o = T::default();
+        let m = meta(&mut o);
+        m.name = Some(name.into());
+        m.namespace = ns.map(str::to_string);
+        o
+    }
+
+    #[test]
+    fn a_dry_run_creating_a_namespace_reports_its_objects_as_created() {
+        let ns = Object::Namespace(named("ci", None, |o: &mut Namespace| &mut o.metadata));
+        let sa = Object::ServiceAccount(named("d", Some("ci"), |o: &mut ServiceAccount| {
+            &mut o.metadata
+        }));
+        let elsewhere = Object::Role(named("d", Some("other"), |o: &mut Role| &mut o.metadata));
+        let cluster = Object::ClusterRole(named("d", None, |o: &mut ClusterRole| &mut o.metadata));
+        let created = ns.would_create();
+        assert_eq!(missing_namespace(&ns, &created, true), Some("ci".into()));
+        assert_eq!(missing_namespace(&ns, &created, false), None);
+        let unchanged = Applied {
+            outcome: Outcome::Unchanged,
+            ..created
+        };
+        assert_eq!(missing_namespace(&ns, &unchanged, true), None);
+        let missing = ["ci".to_string()];
+        assert!(in_missing_namespace(&sa, &missing));
+        assert!(!in_missing_namespace(&elsewhere, &missing));
+        assert!(!in_missing_namespace(&cluster, &missing));
+        assert_eq!(
+            (
+                sa.would_create().kind.as_str(),
+                sa.would_create().name.as_str()
+            ),
+            ("ServiceAccount", "d")
+        );
+    }
 
     #[test]
     fn subset_ignores_added_fields_but_not_changed_ones() {

@@ -4,6 +4,7 @@
 //! tenant apiserver through kube; does not mint credentials (`credential`) or write runner
 //! config (`runner`). Quantities and the node image are `tenantci_core`'s.
 
+pub mod access;
 pub mod apply;
 pub mod prewarm;
 pub mod rbac;

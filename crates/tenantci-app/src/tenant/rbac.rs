@@ -20,8 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use serde::Deserialize as _;
 
-use super::apply::Applied;
-use tenantci_core::{Error, Result};
+use super::apply::{Applied, Object, apply_all};
+use tenantci_core::Result;
 
 pub const MANIFEST: &str = include_str!("../../../../manifests/gitlab-runner-rbac.yaml");
 
@@ -127,72 +127,30 @@ pub fn desired(spec: &RbacSpec) -> RbacObjects {
     }
 }
 
-fn apply_error(kind: &str, name: &str, e: kube::Error) -> Error {
-    tenantci_core::kube_client::api_error(
-        e,
-        &format!("apply {kind} `{name}`"),
-        "use the cluster's tenant-admin.kubeconfig (it must be cluster admin), or pass the right --tenant-kubeconfig",
-    )
-}
+/// How to get a client that may apply and delete the runner's RBAC.
+const ADMIN_HINT: &str = "use the cluster's tenant-admin.kubeconfig (it must be cluster admin), or pass the right --tenant-kubeconfig";
 
-fn name_of(m: &ObjectMeta) -> String {
-    m.name.clone().unwrap_or_default()
+impl RbacObjects {
+    /// The objects in apply order: the namespace, the role and binding, then the pause-pod
+    /// objects when present.
+    pub fn objects(&self) -> Vec<Object> {
+        let mut v = vec![
+            Object::Namespace(self.namespace.clone()),
+            Object::ClusterRole(self.role.clone()),
+            Object::RoleBinding(self.binding.clone()),
+        ];
+        if let (Some(cr), Some(crb)) = (&self.cluster_role, &self.cluster_binding) {
+            v.push(Object::ClusterRole(cr.clone()));
+            v.push(Object::ClusterRoleBinding(crb.clone()));
+        }
+        v
+    }
 }
 
 /// Applies the namespace, then the roles and bindings (server-side apply, field manager
 /// `tenantci`, skipped per object when the live one already matches).
 pub async fn apply(client: &kube::Client, o: &RbacObjects, dry_run: bool) -> Result<Vec<Applied>> {
-    use super::apply::apply as ssa;
-    let mut out = vec![
-        ssa(
-            &Api::<Namespace>::all(client.clone()),
-            &o.namespace,
-            dry_run,
-        )
-        .await
-        .map_err(|e| apply_error("Namespace", &name_of(&o.namespace.metadata), e))?,
-        ssa(&Api::<ClusterRole>::all(client.clone()), &o.role, dry_run)
-            .await
-            .map_err(|e| apply_error("ClusterRole", &name_of(&o.role.metadata), e))?,
-    ];
-    // In a dry run the namespace does not exist yet; the apiserver would refuse a RoleBinding
-    // in it, so the binding's dry run waits for a real run.
-    let ns_exists = !(dry_run && out[0].outcome == Outcome::Created);
-    if ns_exists {
-        let ns = o.binding.metadata.namespace.clone().unwrap_or_default();
-        out.push(
-            ssa(
-                &Api::<RoleBinding>::namespaced(client.clone(), &ns),
-                &o.binding,
-                dry_run,
-            )
-            .await
-            .map_err(|e| apply_error("RoleBinding", &name_of(&o.binding.metadata), e))?,
-        );
-    } else {
-        out.push(Applied {
-            kind: "RoleBinding".into(),
-            name: name_of(&o.binding.metadata),
-            outcome: Outcome::Created,
-        });
-    }
-    if let (Some(cr), Some(crb)) = (&o.cluster_role, &o.cluster_binding) {
-        out.push(
-            ssa(&Api::<ClusterRole>::all(client.clone()), cr, dry_run)
-                .await
-                .map_err(|e| apply_error("ClusterRole", &name_of(&cr.metadata), e))?,
-        );
-        out.push(
-            ssa(
-                &Api::<ClusterRoleBinding>::all(client.clone()),
-                crb,
-                dry_run,
-            )
-            .await
-            .map_err(|e| apply_error("ClusterRoleBinding", &name_of(&crb.metadata), e))?,
-        );
-    }
-    Ok(out)
+    apply_all(client, &o.objects(), dry_run, ADMIN_HINT).await
 }
 
 /// Leaving native pause pods: deletes the `<role>-priorityclasses` ClusterRole and binding
@@ -213,7 +171,7 @@ pub async fn remove_pause_pod_objects(
         Err(e) => Err(tenantci_core::kube_client::api_error(
             e,
             &format!("delete {kind} `{name}`"),
-            "use the cluster's tenant-admin.kubeconfig (it must be cluster admin), or pass the right --tenant-kubeconfig",
+            ADMIN_HINT,
         )),
     };
     let binding = outcome(
@@ -294,5 +252,24 @@ mod tests {
                 .contains(&"pods/exec".to_string())
         }));
         assert!(o.cluster_role.is_none() && o.cluster_binding.is_none());
+    }
+
+    #[test]
+    fn objects_apply_namespace_first_and_pause_pod_objects_last() {
+        let kinds = |o: &RbacObjects| o.objects().iter().map(Object::kind).collect::<Vec<_>>();
+        assert_eq!(
+            kinds(&desired(&spec(false))),
+            ["Namespace", "ClusterRole", "RoleBinding"]
+        );
+        assert_eq!(
+            kinds(&desired(&spec(true))),
+            [
+                "Namespace",
+                "ClusterRole",
+                "RoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding"
+            ]
+        );
     }
 }

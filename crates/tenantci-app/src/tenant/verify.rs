@@ -1,58 +1,38 @@
 //! "Check both halves before blaming the runner" (runbook step 5): the certificate's subject
 //! is what the binding names, SubjectAccessReviews as (CN, groups) allow everything the
 //! Kubernetes executor needs and deny what a runner must never do, and one real request with
-//! the credential itself succeeds. The checks are data (`executor_needs`, `must_deny`), the
-//! reviews are the I/O.
+//! the credential itself succeeds. The checks are data (`executor_needs`, `must_deny`); the
+//! reviews are `tenant::access`'s I/O.
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use serde::Serialize;
 
+use super::access::{self, Reviewer};
+pub use super::access::{Access, ReviewResult, Scope};
 use tenantci_core::pki::inspect::CertInfo;
 use tenantci_core::{Error, Result};
 
-/// One access the runner must have (or must not have).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Access {
-    pub verb: &'static str,
-    pub group: &'static str,
-    pub resource: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub subresource: Option<&'static str>,
-    /// None: the runner namespace; `Some("")`: cluster scope.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<&'static str>,
-}
-
-const fn a(verb: &'static str, resource: &'static str, sub: Option<&'static str>) -> Access {
-    Access {
-        verb,
-        group: "",
-        resource,
-        subresource: sub,
-        namespace: None,
-    }
+const fn core(verb: &'static str, resource: &'static str) -> Access {
+    Access::new(verb, "", resource)
 }
 
 /// What gitlab-runner's Kubernetes executor calls in its namespace (facts/gitlab-runner.md §2).
 pub fn executor_needs() -> Vec<Access> {
     let mut v = Vec::new();
     for verb in ["create", "delete", "get", "list", "watch"] {
-        v.push(a(verb, "pods", None));
+        v.push(core(verb, "pods"));
     }
     // exec and attach are authorized as `create` (POST, and the websocket GET since 1.30).
-    v.push(a("create", "pods", Some("exec")));
-    v.push(a("create", "pods", Some("attach")));
-    v.push(a("get", "pods", Some("log")));
+    v.push(core("create", "pods").sub("exec"));
+    v.push(core("create", "pods").sub("attach"));
+    v.push(core("get", "pods").sub("log"));
     for verb in ["create", "delete", "get", "update"] {
-        v.push(a(verb, "secrets", None));
+        v.push(core(verb, "secrets"));
     }
-    v.push(a("get", "serviceaccounts", None));
-    v.push(a("create", "services", None));
-    v.push(a("list", "events", None));
+    v.push(core("get", "serviceaccounts"));
+    v.push(core("create", "services"));
+    v.push(core("list", "events"));
     v
 }
 
@@ -62,17 +42,10 @@ pub fn executor_needs() -> Vec<Access> {
 pub fn autoscaler_needs() -> Vec<Access> {
     let mut v: Vec<Access> = ["create", "get", "list", "update", "delete"]
         .into_iter()
-        .map(|verb| Access {
-            group: "apps",
-            ..a(verb, "deployments", None)
-        })
+        .map(|verb| Access::new(verb, "apps", "deployments"))
         .collect();
     for verb in ["get", "create"] {
-        v.push(Access {
-            group: "scheduling.k8s.io",
-            namespace: Some(""),
-            ..a(verb, "priorityclasses", None)
-        });
+        v.push(Access::new(verb, "scheduling.k8s.io", "priorityclasses").scope(Scope::Cluster));
     }
     v
 }
@@ -80,41 +53,16 @@ pub fn autoscaler_needs() -> Vec<Access> {
 /// What a runner with the autoscaler rules must still never be allowed: they are bound in its
 /// namespace only.
 pub fn autoscaler_must_deny() -> Vec<Access> {
-    vec![Access {
-        group: "apps",
-        namespace: Some("kube-system"),
-        ..a("create", "deployments", None)
-    }]
+    vec![Access::new("create", "apps", "deployments").scope(Scope::Namespace("kube-system"))]
 }
 
 /// What a runner must never be allowed.
 pub fn must_deny() -> Vec<Access> {
     vec![
-        Access {
-            verb: "get",
-            group: "",
-            resource: "secrets",
-            subresource: None,
-            namespace: Some("kube-system"),
-        },
-        Access {
-            verb: "create",
-            group: "rbac.authorization.k8s.io",
-            resource: "clusterrolebindings",
-            subresource: None,
-            namespace: None,
-        },
+        core("get", "secrets").scope(Scope::Namespace("kube-system")),
+        Access::new("create", "rbac.authorization.k8s.io", "clusterrolebindings")
+            .scope(Scope::Cluster),
     ]
-}
-
-/// The outcome of one review.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReviewResult {
-    #[serde(flatten)]
-    pub access: Access,
-    pub namespace: String,
-    pub allowed: bool,
-    pub expected: bool,
 }
 
 /// The whole verification, `-o json`'s `verify` section.
@@ -140,23 +88,30 @@ pub fn check_subject(cert: &CertInfo, common_name: &str, group: &str) -> Result<
     Ok(())
 }
 
-fn sar(user: &str, groups: &[String], access: &Access, namespace: &str) -> SubjectAccessReview {
-    SubjectAccessReview {
-        metadata: Default::default(),
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.to_string()),
-            groups: Some(groups.to_vec()),
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(access.verb.into()),
-                group: Some(access.group.into()),
-                resource: Some(access.resource.into()),
-                subresource: access.subresource.map(str::to_string),
-                namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        status: None,
+/// The reviews a run asks for: see [`verify`].
+fn checks(positive: bool, autoscaler: bool) -> Vec<(Access, bool)> {
+    let mut needs = Vec::new();
+    let mut denied = must_deny();
+    if positive {
+        needs.extend(executor_needs());
+        // The autoscaler's denial checks the namespaced binding we just applied, so it runs
+        // with the positive reviews; `must_deny` guards the crown jewels on every run.
+        if autoscaler {
+            needs.extend(autoscaler_needs());
+            denied.extend(autoscaler_must_deny());
+        }
+    }
+    access::checks(needs, denied)
+}
+
+fn mismatch_error(bad: &ReviewResult, user: &str, groups: &[String]) -> Error {
+    let what = bad.describe();
+    if bad.expected {
+        Error::check_failed(format!("user `{user}` in groups {groups:?} may not {what}, which the Kubernetes executor needs"))
+            .hint("the ClusterRoleBinding must name the credential's organization as its Group; a mismatch is a 403 that reads as a broken runner")
+    } else {
+        Error::check_failed(format!("user `{user}` in groups {groups:?} may {what}, which a runner must never do"))
+            .hint("remove the broader binding that grants it; never give a runner system:masters or cluster-admin")
     }
 }
 
@@ -175,66 +130,25 @@ pub async fn verify(
     positive: bool,
     autoscaler: bool,
 ) -> Result<Vec<ReviewResult>> {
-    let api: Api<SubjectAccessReview> = Api::all(admin.clone());
-    let mut results = Vec::new();
-    let mut needs = Vec::new();
-    let mut denied = must_deny();
-    if positive {
-        needs.extend(executor_needs());
-        // The autoscaler's denial checks the namespaced binding we just applied, so it runs
-        // with the positive reviews; `must_deny` guards the crown jewels on every run.
-        if autoscaler {
-            needs.extend(autoscaler_needs());
-            denied.extend(autoscaler_must_deny());
-        }
+    let who = Reviewer::Subject {
+        admin,
+        user,
+        groups,
+    };
+    let results = access::review(&who, checks(positive, autoscaler), namespace)
+        .await
+        .map_err(|e| {
+            Error::external("the tenant apiserver failed a SubjectAccessReview").caused_by(e)
+        })?;
+    if let Some(bad) = access::first_mismatch(&results) {
+        return Err(mismatch_error(bad, user, groups));
     }
-    let checks = needs
-        .into_iter()
-        .map(|a| (a, true))
-        .chain(denied.into_iter().map(|a| (a, false)));
-    for (access, expected) in checks {
-        let ns = match access.namespace {
-            Some(n) => n.to_string(),
-            None if access.resource == "clusterrolebindings" => String::new(),
-            None => namespace.to_string(),
-        };
-        let review = api
-            .create(&PostParams::default(), &sar(user, groups, &access, &ns))
-            .await
-            .map_err(|e| {
-                Error::external("the tenant apiserver failed a SubjectAccessReview").caused_by(e)
-            })?;
-        let allowed = review.status.is_some_and(|s| s.allowed);
-        results.push(ReviewResult {
-            access,
-            namespace: ns,
-            allowed,
-            expected,
-        });
-    }
-    if let Some(bad) = results.iter().find(|r| r.allowed != r.expected) {
-        let what = format!(
-            "{} {}{} in {}",
-            bad.access.verb,
-            bad.access.resource,
-            bad.access
-                .subresource
-                .map(|s| format!("/{s}"))
-                .unwrap_or_default(),
-            if bad.namespace.is_empty() {
-                "the cluster scope".to_string()
-            } else {
-                format!("namespace {}", bad.namespace)
-            }
-        );
-        return Err(if bad.expected {
-            Error::check_failed(format!("user `{user}` in groups {groups:?} may not {what}, which the Kubernetes executor needs"))
-                .hint("the ClusterRoleBinding must name the credential's organization as its Group; a mismatch is a 403 that reads as a broken runner")
-        } else {
-            Error::check_failed(format!("user `{user}` in groups {groups:?} may {what}, which a runner must never do"))
-                .hint("remove the broader binding that grants it; never give a runner system:masters or cluster-admin")
-        });
-    }
+    list_pods_as_runner(runner, namespace).await?;
+    Ok(results)
+}
+
+/// The one real request: the credential itself, not a review of it.
+async fn list_pods_as_runner(runner: &kube::Client, namespace: &str) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(runner.clone(), namespace);
     pods.list(&ListParams::default().limit(1)).await.map_err(|e| match &e {
         kube::Error::Api(s) if s.code == 401 => Error::check_failed("the tenant apiserver rejected the runner's credential (401)")
@@ -243,7 +157,7 @@ pub async fn verify(
             .hint("the organization (O) must be the bound group; a mismatch is a 403 that reads as a broken runner"),
         _ => Error::external("the runner's own request to the tenant apiserver failed").caused_by(e),
     })?;
-    Ok(results)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -253,9 +167,9 @@ mod tests {
     #[test]
     fn executor_needs_exec_and_attach_separately_from_pods() {
         let needs = executor_needs();
-        assert!(needs.contains(&a("create", "pods", Some("exec"))));
-        assert!(needs.contains(&a("create", "pods", Some("attach"))));
-        assert!(needs.contains(&a("create", "secrets", None)));
+        assert!(needs.contains(&core("create", "pods").sub("exec")));
+        assert!(needs.contains(&core("create", "pods").sub("attach")));
+        assert!(needs.contains(&core("create", "secrets")));
     }
 
     #[test]
@@ -265,12 +179,28 @@ mod tests {
             .iter()
             .find(|x| x.resource == "deployments" && x.verb == "create")
             .unwrap();
-        assert_eq!((deploy.group, deploy.namespace), ("apps", None));
+        assert_eq!((deploy.group, deploy.scope), ("apps", Scope::Reviewed));
         let pc = needs
             .iter()
             .find(|x| x.resource == "priorityclasses" && x.verb == "create")
             .unwrap();
-        assert_eq!((pc.group, pc.namespace), ("scheduling.k8s.io", Some("")));
-        assert_eq!(autoscaler_must_deny()[0].namespace, Some("kube-system"));
+        assert_eq!((pc.group, pc.scope), ("scheduling.k8s.io", Scope::Cluster));
+        assert_eq!(
+            autoscaler_must_deny()[0].scope,
+            Scope::Namespace("kube-system")
+        );
+    }
+
+    #[test]
+    fn an_unchanged_rerun_keeps_only_the_denials() {
+        let expected = |c: &[(Access, bool)]| c.iter().filter(|(_, e)| *e).count();
+        assert_eq!(checks(false, true), access::checks([], must_deny()));
+        assert_eq!(expected(&checks(true, false)), executor_needs().len());
+        let all = checks(true, true);
+        assert_eq!(
+            expected(&all),
+            executor_needs().len() + autoscaler_needs().len()
+        );
+        assert_eq!(all.len() - expected(&all), 3);
     }
 }

@@ -1,50 +1,27 @@
-//! The dispatcher's RBAC in the tenant cluster: server-side applied with the tenant-admin
-//! client (namespace first, each object skipped when the live one already matches), then
-//! verified with the dispatcher's OWN credential through SelfSubjectAccessReviews, so the
-//! check covers the certificate, the binding and the rules at once.
-//! The checks are data (`must_allow`, `must_deny`); the reviews are the I/O.
-
-use crate::steps::Outcome;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, PostParams};
-use serde::Serialize;
+//! The dispatcher's RBAC in the tenant cluster: applied with the tenant-admin client
+//! (`tenant::apply`), then verified with the dispatcher's OWN credential through
+//! SelfSubjectAccessReviews (`tenant::access`), so the check covers the certificate, the
+//! binding and the rules at once. This file holds the data (`must_allow`, `must_deny`) and
+//! the wording of a failure; the objects are `dispatch::manifests`'.
 
 use crate::dispatch::manifests::RbacObjects;
-use crate::tenant::apply::{Applied, apply as ssa};
+use crate::tenant::access::{self, Access, ReviewResult, Reviewer, Scope};
+use crate::tenant::apply::{Applied, apply_all};
 use tenantci_core::{Error, Result};
 
-/// One access to review.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Access {
-    pub verb: &'static str,
-    pub group: &'static str,
-    pub resource: &'static str,
-    /// Empty: cluster scope (all namespaces).
-    pub namespace: String,
-}
-
-fn a(verb: &'static str, group: &'static str, resource: &'static str, ns: &str) -> Access {
-    Access {
-        verb,
-        group,
-        resource,
-        namespace: ns.to_string(),
-    }
-}
+/// How to get a client that may apply the dispatcher's RBAC.
+const ADMIN_HINT: &str =
+    "the cluster's tenant-admin.kubeconfig must be cluster admin; check the state dir";
 
 /// What the runtime calls in its namespace: every verb of the Role.
-pub fn must_allow(ns: &str) -> Vec<Access> {
+pub fn must_allow() -> Vec<Access> {
     let mut v = Vec::new();
     for verb in ["get", "create", "update"] {
-        v.push(a(verb, "coordination.k8s.io", "leases", ns));
+        v.push(Access::new(verb, "coordination.k8s.io", "leases"));
     }
     for resource in ["pods", "secrets"] {
         for verb in ["get", "list", "watch", "create", "delete", "patch"] {
-            v.push(a(verb, "", resource, ns));
+            v.push(Access::new(verb, "", resource));
         }
     }
     v
@@ -53,132 +30,55 @@ pub fn must_allow(ns: &str) -> Vec<Access> {
 /// What the dispatcher must never be allowed.
 pub fn must_deny() -> Vec<Access> {
     vec![
-        a("get", "", "secrets", "kube-system"),
-        a("list", "", "secrets", ""),
-        a("create", "", "pods", "kube-system"),
-        a("create", "rbac.authorization.k8s.io", "rolebindings", ""),
+        Access::new("get", "", "secrets").scope(Scope::Namespace("kube-system")),
+        Access::new("list", "", "secrets").scope(Scope::AllNamespaces),
+        Access::new("create", "", "pods").scope(Scope::Namespace("kube-system")),
+        Access::new("create", "rbac.authorization.k8s.io", "rolebindings")
+            .scope(Scope::AllNamespaces),
     ]
-}
-
-fn apply_error(kind: &str, name: &str, e: kube::Error) -> Error {
-    tenantci_core::kube_client::api_error(
-        e,
-        &format!("apply {kind} `{name}`"),
-        "the cluster's tenant-admin.kubeconfig must be cluster admin; check the state dir",
-    )
-}
-
-fn name_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    m.name.clone().unwrap_or_default()
 }
 
 /// Applies the namespace, then the ServiceAccount, Role and RoleBinding in it.
 pub async fn apply(admin: &kube::Client, o: &RbacObjects, dry_run: bool) -> Result<Vec<Applied>> {
-    let ns = name_of(&o.namespace.metadata);
-    let first = ssa(&Api::<Namespace>::all(admin.clone()), &o.namespace, dry_run)
-        .await
-        .map_err(|e| apply_error("Namespace", &ns, e))?;
-    // A dry run cannot create the namespace, and the apiserver refuses namespaced objects in
-    // a namespace that does not exist: report them as what a real run would do.
-    let ns_missing = dry_run && first.outcome == Outcome::Created;
-    let mut out = vec![first];
-    macro_rules! namespaced {
-        ($t:ty, $obj:expr, $kind:literal) => {{
-            let name = name_of(&$obj.metadata);
-            if ns_missing {
-                out.push(Applied {
-                    kind: $kind.into(),
-                    name,
-                    outcome: Outcome::Created,
-                });
-            } else {
-                let api = Api::<$t>::namespaced(admin.clone(), &ns);
-                out.push(
-                    ssa(&api, &$obj, dry_run)
-                        .await
-                        .map_err(|e| apply_error($kind, &name, e))?,
-                );
-            }
-        }};
-    }
-    namespaced!(ServiceAccount, o.service_account, "ServiceAccount");
-    namespaced!(Role, o.role, "Role");
-    namespaced!(RoleBinding, o.binding, "RoleBinding");
-    Ok(out)
+    apply_all(admin, &o.objects(), dry_run, ADMIN_HINT).await
 }
 
-fn review(access: &Access) -> SelfSubjectAccessReview {
-    SelfSubjectAccessReview {
-        metadata: Default::default(),
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(access.verb.into()),
-                group: Some(access.group.into()),
-                resource: Some(access.resource.into()),
-                namespace: (!access.namespace.is_empty()).then(|| access.namespace.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        status: None,
+fn review_error(e: kube::Error) -> Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 401 => Error::check_failed(
+            "the tenant apiserver rejected the dispatcher's credential (401)",
+        )
+        .hint("the credential in <out dir>/kube is not from this cluster's ClientCA: delete that directory and re-run `tenantci dispatch init`"),
+        _ => Error::external("the tenant apiserver failed a SelfSubjectAccessReview").caused_by(e),
     }
 }
 
-fn describe(x: &Access) -> String {
-    format!(
-        "{} {}{} in {}",
-        x.verb,
-        x.resource,
-        if x.group.is_empty() {
-            String::new()
-        } else {
-            format!(".{}", x.group)
-        },
-        if x.namespace.is_empty() {
-            "all namespaces".to_string()
-        } else {
-            format!("namespace {}", x.namespace)
-        }
-    )
+fn mismatch_error(bad: &ReviewResult) -> Error {
+    if bad.expected {
+        Error::check_failed(format!(
+            "the dispatcher's credential may not {}, which `dispatch run` needs",
+            bad.describe()
+        ))
+        .hint("the RoleBinding `tenantci-dispatcher` must name the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac.yaml")
+    } else {
+        Error::check_failed(format!(
+            "the dispatcher's credential may {}, which it must never be allowed",
+            bad.describe()
+        ))
+        .hint("remove the broader binding that grants it to user `tenantci-dispatcher` or group `tenantci:gitea-dispatchers`")
+    }
 }
 
 /// Reviews every access as the dispatcher itself; returns how many reviews ran.
 pub async fn verify(dispatcher: &kube::Client, namespace: &str) -> Result<usize> {
-    let api: Api<SelfSubjectAccessReview> = Api::all(dispatcher.clone());
-    let checks: Vec<(Access, bool)> = must_allow(namespace)
-        .into_iter()
-        .map(|x| (x, true))
-        .chain(must_deny().into_iter().map(|x| (x, false)))
-        .collect();
-    for (access, expected) in &checks {
-        let answer = api
-            .create(&PostParams::default(), &review(access))
-            .await
-            .map_err(|e| match &e {
-                kube::Error::Api(s) if s.code == 401 => Error::check_failed(
-                    "the tenant apiserver rejected the dispatcher's credential (401)",
-                )
-                .hint("the credential in <out dir>/kube is not from this cluster's ClientCA: delete that directory and re-run `tenantci dispatch init`"),
-                _ => Error::external("the tenant apiserver failed a SelfSubjectAccessReview").caused_by(e),
-            })?;
-        let allowed = answer.status.is_some_and(|s| s.allowed);
-        if allowed != *expected {
-            return Err(if *expected {
-                Error::check_failed(format!(
-                    "the dispatcher's credential may not {}, which `dispatch run` needs",
-                    describe(access)
-                ))
-                .hint("the RoleBinding `tenantci-dispatcher` must name the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac.yaml")
-            } else {
-                Error::check_failed(format!(
-                    "the dispatcher's credential may {}, which it must never be allowed",
-                    describe(access)
-                ))
-                .hint("remove the broader binding that grants it to user `tenantci-dispatcher` or group `tenantci:gitea-dispatchers`")
-            });
-        }
+    let checks = access::checks(must_allow(), must_deny());
+    let results = access::review(&Reviewer::Own(dispatcher), checks, namespace)
+        .await
+        .map_err(review_error)?;
+    match access::first_mismatch(&results) {
+        Some(bad) => Err(mismatch_error(bad)),
+        None => Ok(results.len()),
     }
-    Ok(checks.len())
 }
 
 #[cfg(test)]
@@ -187,14 +87,28 @@ mod tests {
 
     #[test]
     fn the_checks_cover_the_role_and_deny_other_namespaces() {
-        let allow = must_allow("dr");
-        assert!(allow.contains(&a("create", "", "pods", "dr")));
-        assert!(allow.contains(&a("create", "", "secrets", "dr")));
-        assert!(allow.contains(&a("create", "coordination.k8s.io", "leases", "dr")));
-        assert!(must_deny().contains(&a("get", "", "secrets", "kube-system")));
-        assert_eq!(
-            describe(&a("get", "", "secrets", "")),
-            "get secrets in all namespaces"
+        let allow = must_allow();
+        assert!(allow.contains(&Access::new("create", "", "pods")));
+        assert!(allow.contains(&Access::new("create", "", "secrets")));
+        assert!(allow.contains(&Access::new("create", "coordination.k8s.io", "leases")));
+        assert!(allow.iter().all(|a| a.scope == Scope::Reviewed));
+        let deny = must_deny();
+        assert!(
+            deny.contains(
+                &Access::new("get", "", "secrets").scope(Scope::Namespace("kube-system"))
+            )
+        );
+        assert!(deny.iter().all(|a| a.scope != Scope::Reviewed));
+        let refused = ReviewResult {
+            access: deny[1],
+            namespace: String::new(),
+            allowed: true,
+            expected: false,
+        };
+        assert!(
+            mismatch_error(&refused)
+                .message()
+                .contains("may list secrets in all namespaces")
         );
     }
 }

@@ -164,19 +164,24 @@ fn write(path: &Path, pem: &str, what: &str) -> Result<()> {
 }
 
 /// Carries out `plan`; keys are written before the certs that name them.
-pub fn apply(plan: &Plan, existing: Existing, paths: &Paths, host: &str) -> Result<()> {
-    let ca = match (plan, existing.ca) {
+pub fn apply(plan: &Plan, existing: &Existing, paths: &Paths, host: &str) -> Result<()> {
+    let generated;
+    let ca = match (plan, &existing.ca) {
         (Plan::Keep, _) => return Ok(()),
         (Plan::Reissue { .. }, Some((ca, _))) => ca,
         _ => {
-            let ca = CertificateAuthority::generate(CA_COMMON_NAME, CA_VALIDITY)?;
-            write(&paths.facade_ca_key, ca.key_pem(), "the facade CA key")?;
-            write(&paths.facade_ca_cert, ca.cert_pem(), "the facade CA")?;
-            ca
+            generated = CertificateAuthority::generate(CA_COMMON_NAME, CA_VALIDITY)?;
+            write(
+                &paths.facade_ca_key,
+                generated.key_pem(),
+                "the facade CA key",
+            )?;
+            write(&paths.facade_ca_cert, generated.cert_pem(), "the facade CA")?;
+            &generated
         }
     };
     let issued =
-        tenantci_core::pki::issue::server_cert(&ca, host, &[host.to_string()], SERVING_VALIDITY)?;
+        tenantci_core::pki::issue::server_cert(ca, host, &[host.to_string()], SERVING_VALIDITY)?;
     write(&paths.facade_key, &issued.key_pem, "the facade key")?;
     write(
         &paths.facade_cert,
@@ -195,7 +200,7 @@ mod tests {
         let e = inspect(&paths).unwrap();
         let plan = decide(None, None, host, OffsetDateTime::now_utc());
         assert!(matches!(plan, Plan::NewCa { .. }));
-        apply(&plan, e, &paths, host).unwrap();
+        apply(&plan, &e, &paths, host).unwrap();
         (dir, paths)
     }
 
@@ -218,7 +223,13 @@ mod tests {
         let ca_before = std::fs::read(&paths.facade_ca_key).unwrap();
         let plan = plan_for(&paths, "dispatch.internal");
         assert!(matches!(plan, Plan::Reissue { .. }), "{plan:?}");
-        apply(&plan, inspect(&paths).unwrap(), &paths, "dispatch.internal").unwrap();
+        apply(
+            &plan,
+            &inspect(&paths).unwrap(),
+            &paths,
+            "dispatch.internal",
+        )
+        .unwrap();
         assert_eq!(std::fs::read(&paths.facade_ca_key).unwrap(), ca_before);
         assert_eq!(plan_for(&paths, "dispatch.internal"), Plan::Keep);
         assert_eq!(plan_for(&paths, "DISPATCH.internal"), Plan::Keep);
@@ -244,7 +255,7 @@ mod tests {
         let plan = decide(None, None, "127.0.0.1", OffsetDateTime::now_utc());
         apply(
             &plan,
-            inspect(&other_paths).unwrap(),
+            &inspect(&other_paths).unwrap(),
             &other_paths,
             "127.0.0.1",
         )

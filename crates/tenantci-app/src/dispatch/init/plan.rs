@@ -216,7 +216,7 @@ pub fn config(i: &Inputs, c: &Checked, runner_name: &str, existing: Option<&Conf
         capacity.vm = v;
     }
     let tuning = existing;
-    let keep = |f: fn(&Config) -> String, default: String| tuning.map(f).unwrap_or(default);
+    let keep = |f: fn(&Config) -> config::GoDuration, default| tuning.map(f).unwrap_or(default);
     use config::defaults as d;
     Config {
         version: config::VERSION,
@@ -306,7 +306,7 @@ pub(crate) mod tests {
             Some(Path::new("kube/kubeconfig"))
         );
         assert_eq!(cfg.capacity.pod, 4);
-        assert_eq!(cfg.gitea.fetch_interval, "200ms");
+        assert_eq!(cfg.gitea.fetch_interval.as_str(), "200ms");
         assert!(cfg.to_toml().contains("capability.key"));
         assert!(!cfg.to_toml().contains("reg-token"));
     }
@@ -317,11 +317,11 @@ pub(crate) mod tests {
         let c = check(&i).unwrap();
         let mut old = config(&i, &c, "r", None);
         old.capacity.pod = 9;
-        old.gitea.fetch_interval = "1s".into();
+        old.gitea.fetch_interval = "1s".parse().unwrap();
         old.leader.identity = Some("me".into());
         let again = config(&i, &c, "r", Some(&old));
         assert_eq!(again.capacity.pod, 9);
-        assert_eq!(again.gitea.fetch_interval, "1s");
+        assert_eq!(again.gitea.fetch_interval.as_str(), "1s");
         assert_eq!(again.leader.identity.as_deref(), Some("me"));
         let mut flagged = inputs();
         flagged.pod_capacity = Some(2);

@@ -359,9 +359,9 @@ async fn write_inputs(
             runner_name: "tenantci-dispatch".into(),
             labels: vec!["self-hosted".into(), "pod".into()],
             credential_file: config::files::SCHEDULER_CREDENTIAL.into(),
-            fetch_interval: "50ms".into(),
-            fetch_interval_idle: "1s".into(),
-            keepalive_interval: "1s".into(),
+            fetch_interval: Duration::from_millis(50).into(),
+            fetch_interval_idle: Duration::from_secs(1).into(),
+            keepalive_interval: Duration::from_secs(1).into(),
         },
         cluster: config::Cluster {
             kubeconfig: Some(kubeconfig.to_path_buf()),
@@ -372,7 +372,7 @@ async fn write_inputs(
             secrets_dir: nats.secrets_dir(),
             sealing_key_file: config::files::SEALING_KEY.into(),
             // Short, so an assignment a killed dispatcher held comes back soon.
-            ack_wait: "2s".into(),
+            ack_wait: Duration::from_secs(2).into(),
         },
         capacity: config::Capacity {
             pod: pod_capacity,
@@ -391,9 +391,9 @@ async fn write_inputs(
         },
         status: config::Status::default(),
         leader: config::Leader {
-            lease_duration: "3s".into(),
-            renew_deadline: "2s".into(),
-            retry_period: "250ms".into(),
+            lease_duration: Duration::from_secs(3).into(),
+            renew_deadline: Duration::from_secs(2).into(),
+            retry_period: Duration::from_millis(250).into(),
             identity: None,
         },
     }
