@@ -18,7 +18,7 @@
 //!
 //! Layout: `local::check` is phase one on this host, [`check_cluster`] phase one against the
 //! cluster and Gitea; then one function per step over the shared [`Context`], in the order of
-//! `run`. The outcome and detail of a line come from pure functions (`rbac_line`,
+//! `run`. The outcome and detail of a line come from pure functions (`apply::summary`,
 //! `credential_change`, `facade_line`, `config_outcome`). Gitea's calls are in `gitea`, the
 //! RBAC checks in `access`, the facade's CA and cert in `facade_pki`.
 
@@ -40,7 +40,7 @@ use crate::dispatch::manifests;
 use crate::dispatch::registration::SchedulerCredential;
 use crate::queue::assignment::SealingKey;
 use crate::queue::users;
-use crate::tenant::apply::Applied;
+use crate::tenant::apply::summary;
 use local::{Local, Registration};
 use tenantci_core::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
 use tenantci_core::gateway::{StateDir, resolve};
@@ -321,24 +321,9 @@ fn mint_credential(cx: &Context<'_>) -> Result<String> {
 async fn rbac(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
     let objects = manifests::rbac(&cx.i.namespace);
     let applied = access::apply(&cx.admin, &objects, cx.i.dry_run).await?;
-    let (outcome, detail) = rbac_line(&applied);
+    let (outcome, detail) = summary(&applied);
     steps.act("rbac", outcome, detail);
     Ok(())
-}
-
-fn rbac_line(applied: &[Applied]) -> (Outcome, String) {
-    let unchanged = applied.iter().all(|a| a.outcome == Outcome::Unchanged);
-    let detail = applied
-        .iter()
-        .map(|a| format!("{} {} {}", a.kind, a.name, a.outcome))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let outcome = if unchanged {
-        Outcome::Unchanged
-    } else {
-        Outcome::Applied
-    };
-    (outcome, detail)
 }
 
 /// The RBAC as the dispatcher's own credential sees it (none on disk in a dry run).
@@ -510,6 +495,7 @@ fn same_file(path: &Path, contents: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tenant::apply::Applied;
 
     fn applied(kind: &str, outcome: Outcome) -> Applied {
         Applied {
@@ -525,14 +511,14 @@ mod tests {
             applied("Namespace", Outcome::Unchanged),
             applied("Role", Outcome::Unchanged),
         ];
-        let (outcome, detail) = rbac_line(&all);
+        let (outcome, detail) = summary(&all);
         assert_eq!(outcome, Outcome::Unchanged);
         assert_eq!(
             detail,
             "Namespace tenantci-dispatcher unchanged, Role tenantci-dispatcher unchanged"
         );
         let one = [all[0].clone(), applied("Role", Outcome::Updated)];
-        assert_eq!(rbac_line(&one).0, Outcome::Applied);
+        assert_eq!(summary(&one).0, Outcome::Applied);
     }
 
     #[test]

@@ -181,6 +181,23 @@ pub async fn apply_all(
     Ok(out)
 }
 
+/// One step line for a set of objects: `unchanged` when every object is, `applied` otherwise;
+/// the detail lists each object with its own outcome (`bootstrap runner`, `dispatch init`).
+pub fn summary(applied: &[Applied]) -> (Outcome, String) {
+    let unchanged = applied.iter().all(|a| a.outcome == Outcome::Unchanged);
+    let detail = applied
+        .iter()
+        .map(|a| format!("{} {} {}", a.kind, a.name, a.outcome))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let outcome = if unchanged {
+        Outcome::Unchanged
+    } else {
+        Outcome::Applied
+    };
+    (outcome, detail)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

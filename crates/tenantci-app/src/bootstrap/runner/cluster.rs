@@ -6,7 +6,7 @@ use super::credential::{Credential, read_cert};
 use super::{Inputs, PausePods, Run};
 use crate::runner::gitlab_config::entry::NativePausePods;
 use crate::steps::Outcome;
-use crate::tenant::apply::Applied;
+use crate::tenant::apply::{Applied, summary};
 use crate::tenant::prewarm::{self, NativeSwitch, PrewarmSpec};
 use crate::tenant::rbac::{self, RbacSpec};
 use crate::tenant::sizing::SizingReport;
@@ -25,7 +25,7 @@ impl Run<'_> {
             let removed = rbac::remove_pause_pod_objects(admin, &spec, dry_run).await?;
             applied.extend(removed.into_iter().map(absent_as_unchanged));
         }
-        let (outcome, detail) = rbac_line(&applied);
+        let (outcome, detail) = summary(&applied);
         self.steps.act("rbac", outcome, detail);
         Ok(outcome != Outcome::Unchanged)
     }
@@ -130,22 +130,6 @@ fn absent_as_unchanged(mut applied: Applied) -> Applied {
     applied
 }
 
-/// `unchanged` when every object is, `applied` otherwise; the detail lists each object.
-fn rbac_line(applied: &[Applied]) -> (Outcome, String) {
-    let unchanged = applied.iter().all(|a| a.outcome == Outcome::Unchanged);
-    let detail = applied
-        .iter()
-        .map(|a| format!("{} {} {}", a.kind, a.name, a.outcome))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let outcome = if unchanged {
-        Outcome::Unchanged
-    } else {
-        Outcome::Applied
-    };
-    (outcome, detail)
-}
-
 fn sizing_line(report: Option<&SizingReport>) -> (Outcome, String) {
     match report {
         Some(s) => (
@@ -212,13 +196,13 @@ mod tests {
     #[test]
     fn rbac_is_unchanged_only_when_every_object_is() {
         let removed_before = absent_as_unchanged(applied(Outcome::Absent));
-        let (outcome, detail) = rbac_line(&[applied(Outcome::Unchanged), removed_before]);
+        let (outcome, detail) = summary(&[applied(Outcome::Unchanged), removed_before]);
         assert_eq!(outcome, Outcome::Unchanged);
         assert_eq!(
             detail,
             "ClusterRole gitlab-runner unchanged, ClusterRole gitlab-runner unchanged"
         );
-        let (outcome, _) = rbac_line(&[applied(Outcome::Unchanged), applied(Outcome::Deleted)]);
+        let (outcome, _) = summary(&[applied(Outcome::Unchanged), applied(Outcome::Deleted)]);
         assert_eq!(outcome, Outcome::Applied);
     }
 
