@@ -74,9 +74,9 @@ for rev in "${revs[@]}"; do
   log "$rev: cold cargo build --timings"
   CARGO_TARGET_DIR="$scratch/$rev-timings" cargo build --locked --timings >"$scratch/$rev-timings.log" 2>&1
   html=$(ls "$scratch/$rev-timings"/cargo-timings/cargo-timing*.html | head -1)
-  R[$rev,timings]=$(python3 scripts/lib/critical_path.py "$html" | sed -n 's/^timings_total //p')
-  R[$rev,path]=$(python3 scripts/lib/critical_path.py "$html" | sed -n 's/^critical_path_ours //p')
-  R[$rev,chain]=$(python3 scripts/lib/critical_path.py "$html" | sed -n 's/^critical_path_tail //p')
+  R[$rev,timings]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^timings_total //p')
+  R[$rev,path]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^critical_path_ours //p')
+  R[$rev,chain]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^critical_path_tail //p')
   rm -rf "$scratch/$rev-timings"
   log "$rev: release builds"
   if [ -d crates ]; then
