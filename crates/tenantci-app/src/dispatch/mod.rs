@@ -1,7 +1,8 @@
 //! The Gitea dynamic runner: scheduler (claims tasks from Gitea), queue (JetStream), pod
 //! backend (one executor Pod per task), facade (RunnerService towards executors) and the
-//! lifecycle reconciler. The pure decisions live in `capability`, `routing`, `executor` and
-//! `lifecycle`; the actors that do I/O build on them.
+//! lifecycle reconciler, composed by `runtime` (`dispatch run`); `init` sets it all up once
+//! (`dispatch init`). The pure decisions live in `capability`, `routing`, `executor`,
+//! `lifecycle` and `config`; the actors that do I/O build on them.
 
 pub mod capability;
 pub mod config;

@@ -8,6 +8,7 @@
 //!   key only the dispatcher holds.
 //! - [`producer`] / [`consumer`]: publish with dedupe; pull only as many as there are free slots.
 //! - [`connect`]: a client with user/password from a file and the user's own inbox prefix.
+//! - [`status`]: `queue status`, what each backend's consumer holds.
 //!
 //! Does not talk to Gitea or Kubernetes; the dispatcher (`dispatch/`) composes these parts.
 
