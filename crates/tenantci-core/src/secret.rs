@@ -2,6 +2,9 @@
 //! `Display`, so it cannot reach a log line or an error message by accident.
 
 use std::fmt;
+use std::path::Path;
+
+use crate::{Error, Result};
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -21,6 +24,22 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret([redacted])")
     }
+}
+
+/// The trimmed contents of a file holding a secret (a token, a password), `what` naming it in
+/// errors. An empty file is refused with `if_empty` as the fix, where the caller knows one.
+/// One reader for every secret file, so they all trim and refuse alike.
+pub fn read_file(what: &str, path: &Path, if_empty: Option<&str>) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))?;
+    let text = text.trim();
+    if text.is_empty() {
+        let err = Error::bad_input(format!("{what} `{}` is empty", path.display()));
+        return Err(match if_empty {
+            Some(hint) => err.hint(hint),
+            None => err,
+        });
+    }
+    Ok(text.to_string())
 }
 
 #[cfg(test)]

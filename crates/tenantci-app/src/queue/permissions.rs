@@ -120,17 +120,11 @@ pub fn password_file(secrets_dir: &Path, user: &str) -> PathBuf {
 
 /// Reads a password file (surrounding whitespace trimmed); it must not be empty.
 pub fn read_password(path: &Path) -> tenantci_core::Result<String> {
-    let raw = std::fs::read_to_string(path)
-        .map_err(|e| tenantci_core::Error::unreadable("the password file", path, e))?;
-    let pw = raw.trim().to_string();
-    if pw.is_empty() {
-        return Err(tenantci_core::Error::bad_input(format!(
-            "the password file `{}` is empty",
-            path.display()
-        ))
-        .hint("delete it and run `tenantci queue nats-config` again to generate one"));
-    }
-    Ok(pw)
+    tenantci_core::secret::read_file(
+        "the password file",
+        path,
+        Some("delete it and run `tenantci queue nats-config` again to generate one"),
+    )
 }
 
 /// One user's password, and whether this call created it.

@@ -8,7 +8,7 @@
 //! will be created), then [`Prepared::obtain`] (the only GitLab call). Does not write
 //! config.toml; the token never reaches output (only [`RunnerToken::redacted`] does).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -18,7 +18,7 @@ pub use super::gitlab_config::entry::PENDING_TOKEN;
 use super::gitlab_config::entry::TokenMetadata;
 use super::gitlab_config::{RunnerToken, Secret, merge};
 use tenantci_core::pki::inspect::rfc3339;
-use tenantci_core::{Error, Result};
+use tenantci_core::{Error, Result, secret};
 
 /// How to create the runner through GitLab's API. Holds paths, not secrets: the files are
 /// read only when a runner is really created.
@@ -161,7 +161,7 @@ pub fn prepare<'a>(
             )));
         }
         TokenSource::File(path) => {
-            let raw = read_secret_file("the runner token file", path)?;
+            let raw = secret::read_file("the runner token file", path, None)?;
             return Ok(Prepared::Ready(Obtained::without_registration(
                 RunnerToken::parse(&raw)?,
                 Origin::Given,
@@ -185,7 +185,7 @@ pub fn prepare<'a>(
 }
 
 fn client(api: &ApiCreation) -> Result<Client> {
-    let api_token = read_secret_file("the GitLab API token file", &api.api_token_file)?;
+    let api_token = secret::read_file("the GitLab API token file", &api.api_token_file, None)?;
     Client::new(
         &api.url,
         Secret::new(api_token),
@@ -215,19 +215,6 @@ impl Prepared<'_> {
             },
         })
     }
-}
-
-/// The trimmed contents of a file holding a secret; an empty file is refused.
-pub fn read_secret_file(what: &str, path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))?;
-    let text = text.trim().to_string();
-    if text.is_empty() {
-        return Err(Error::bad_input(format!(
-            "{what} `{}` is empty",
-            path.display()
-        )));
-    }
-    Ok(text)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::output::{self, OutputArgs};
 use tenantci_app::dispatch::config::Config;
 use tenantci_app::dispatch::init::{self, Inputs, RegistrationToken};
 use tenantci_app::dispatch::status;
-use tenantci_core::{Error, Result};
+use tenantci_core::Result;
 
 #[derive(Debug, Subcommand)]
 pub enum DispatchCommand {
@@ -178,17 +178,11 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
 }
 
 fn read_token_file(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::unreadable("the registration token file", path, e))?;
-    let t = text.trim();
-    if t.is_empty() {
-        return Err(Error::bad_input(format!(
-            "the registration token file `{}` is empty",
-            path.display()
-        ))
-        .hint("put the token from Gitea's Site Administration > Actions > Runners into it"));
-    }
-    Ok(t.to_string())
+    tenantci_core::secret::read_file(
+        "the registration token file",
+        path,
+        Some("put the token from Gitea's Site Administration > Actions > Runners into it"),
+    )
 }
 
 /// Precedence: the file, then the flag or its environment variable.

@@ -19,7 +19,7 @@ use tenantci_app::runner::gitlab_config::{
     self, Action, KubernetesSettings, PodSecurityContext, Secret,
 };
 use tenantci_app::runner::gitlab_setup::{self, Configured};
-use tenantci_app::runner::token::{self, ApiCreation, TokenSource};
+use tenantci_app::runner::token::{ApiCreation, TokenSource};
 use tenantci_core::{Error, Result};
 
 // Parsed once per process: variant sizes do not matter, boxing would only add noise.
@@ -561,7 +561,8 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
                     "--uuid needs --gitea-url, --runner-name and --gitea-runner-token-file",
                 ));
             };
-            let token = token::read_secret_file("the Gitea runner token file", token_file)?;
+            let token =
+                tenantci_core::secret::read_file("the Gitea runner token file", token_file, None)?;
             let registration = Registration {
                 warning: gitea_files::REGISTRATION_WARNING.into(),
                 id: reg.runner_id,
