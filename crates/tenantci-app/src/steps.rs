@@ -73,11 +73,6 @@ impl Outcome {
             _ => return None,
         })
     }
-
-    /// A change, as opposed to `ok`, `unchanged`, `kept`, `absent`, `skipped`, `native`.
-    pub fn is_change(self) -> bool {
-        self.verb().is_some()
-    }
 }
 
 impl fmt::Display for Outcome {
@@ -188,7 +183,5 @@ mod tests {
     fn names_are_stable() {
         let json = serde_json::to_string(&Outcome::Reissued).unwrap();
         assert_eq!(json, "\"re-issued\"");
-        assert!(!Outcome::Kept.is_change());
-        assert!(Outcome::Written.is_change());
     }
 }

@@ -251,8 +251,9 @@ fn credential_decision(
         groups: &groups,
         client_ca_key_id: ca_info.subject_key_id.as_deref(),
     };
+    // decide's refusals are bad input already; only the fix differs here.
     let decision = cred::decide(&existing, &wanted, now, false, kube_dir).map_err(|e| {
-        Error::bad_input(e.message().to_string()).caused_by(e).hint(format!(
+        e.hint(format!(
             "move {} aside (or delete it) and re-run `tenantci dispatch init`: it mints a new credential",
             kube_dir.display()
         ))

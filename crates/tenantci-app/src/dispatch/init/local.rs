@@ -115,10 +115,9 @@ fn read_existing_config(path: &Path) -> Result<Option<Config>> {
     }
     Config::load_with_env(path, &|_| None)
         .map(Some)
+        // Every load error is bad input already; only the fix differs for init.
         .map_err(|e| {
-            Error::bad_input(e.message().to_string())
-                .caused_by(e)
-                .hint("fix it, or move it aside: init then writes a fresh config from its flags")
+            e.hint("fix it, or move it aside: init then writes a fresh config from its flags")
         })
 }
 
