@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 ensure_rust
 ensure_nats_server
 ensure_kubectl
+ensure_openssl
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

@@ -15,6 +15,37 @@ pub const MODE_SECRET: u32 = 0o600;
 /// Mode for directories that hold secrets.
 pub const MODE_PRIVATE_DIR: u32 = 0o700;
 
+/// Reads a regular file of at most `max` bytes. A FIFO, a device or a directory would block,
+/// never end, or mean a wrong path, so they are refused by kind before any read; a file
+/// growing past `max` while read is refused too (the bound holds, not just the `stat`).
+pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let not_regular = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory)",
+        )
+    };
+    // Checked before the open as well: opening a FIFO blocks until a writer comes.
+    if !fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let mut out = Vec::with_capacity(meta.len().min(max) as usize);
+    file.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than the limit of {max} bytes"),
+        ));
+    }
+    Ok(out)
+}
+
 /// Creates `dir` and missing parents; directories this call creates get `mode`.
 /// An existing directory is left as it is (its mode is the operator's business).
 pub fn create_dir_all(dir: &Path, mode: u32) -> io::Result<()> {
@@ -139,6 +170,27 @@ mod tests {
 
     fn mode_of(p: &Path) -> u32 {
         fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn bounded_reads_refuse_devices_directories_and_oversized_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small");
+        fs::write(&small, b"abc").unwrap();
+        assert_eq!(read_bounded(&small, 3).unwrap(), b"abc");
+        let err = read_bounded(&small, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        // A symlink to /dev/zero would otherwise be read until memory runs out.
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert_eq!(
+            read_bounded(&zero, 1 << 20).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            read_bounded(dir.path(), 10).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
     }
 
     #[test]

@@ -18,23 +18,34 @@ pub fn requests() -> u64 {
 
 /// Builds a client for the kubeconfig's current context.
 pub async fn from_kubeconfig(path: &Path) -> Result<kube::Client> {
-    crate::tls::ensure_crypto_provider();
     let kc = Kubeconfig::read_from(path).map_err(|e| {
         Error::bad_input(format!("cannot read the kubeconfig `{}`", path.display())).caused_by(e)
             .hint("pass --kubeconfig naming a kubeconfig file (e.g. the credential's `kubeconfig` or the cluster's tenant-admin.kubeconfig)")
     })?;
+    from_parsed(kc, &format!("`{}`", path.display())).await
+}
+
+/// Builds a client from a kubeconfig held in memory (`kubeconfig::render`); `what` names it
+/// in errors ("the runner entry's credential").
+pub async fn from_kubeconfig_yaml(yaml: &str, what: &str) -> Result<kube::Client> {
+    let kc = Kubeconfig::from_yaml(yaml)
+        .map_err(|e| Error::bad_input(format!("{what} does not make a kubeconfig")).caused_by(e))?;
+    from_parsed(kc, what).await
+}
+
+async fn from_parsed(kc: Kubeconfig, what: &str) -> Result<kube::Client> {
+    crate::tls::ensure_crypto_provider();
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| {
-            Error::bad_input(format!("the kubeconfig `{}` is not usable", path.display()))
+            Error::bad_input(format!("the kubeconfig {what} is not usable"))
                 .caused_by(e)
                 .hint(
                     "check that the certificate, key and CA files it names exist and are readable",
                 )
         })?;
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| {
-        Error::bad_input(format!("cannot build a client from `{}`", path.display())).caused_by(e)
-    })?;
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| Error::bad_input(format!("cannot build a client from {what}")).caused_by(e))?;
     let counting = tower::util::MapRequestLayer::new(|req: http::Request<kube::client::Body>| {
         REQUESTS.fetch_add(1, Ordering::Relaxed);
         req

@@ -134,12 +134,20 @@ impl GitlabDouble {
             &["127.0.0.1".to_string(), "localhost".to_string()],
             day,
         )?;
-        let certs = rustls_pemfile::certs(&mut leaf.cert_pem.as_bytes())
+        let double = Self::start_tls_with(&leaf.cert_pem, &leaf.key_pem).await?;
+        Ok((double, ca.cert_pem().to_string()))
+    }
+
+    /// Over HTTPS presenting exactly `cert_pem` (a chain, leaf first) with `key_pem`: e.g. a
+    /// self-signed certificate made by `openssl req -x509`.
+    pub async fn start_tls_with(cert_pem: &str, key_pem: &str) -> tenantci_core::Result<Self> {
+        tenantci_core::tls::ensure_crypto_provider();
+        let certs = rustls_pemfile::certs(&mut cert_pem.as_bytes())
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| {
                 tenantci_core::Error::external(format!("cannot read the double's cert: {e}"))
             })?;
-        let key = rustls_pemfile::private_key(&mut leaf.key_pem.as_bytes())
+        let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
             .ok()
             .flatten()
             .ok_or_else(|| tenantci_core::Error::external("cannot read the double's key"))?;
@@ -191,7 +199,7 @@ impl GitlabDouble {
                 });
             }
         });
-        Ok((double, ca.cert_pem().to_string()))
+        Ok(double)
     }
 
     /// `http://127.0.0.1:<port>` (or `https://`).
@@ -202,6 +210,11 @@ impl GitlabDouble {
 
     pub fn set_behaviour(&self, behaviour: Behaviour) {
         self.state.lock().unwrap().behaviour = behaviour;
+    }
+
+    /// Deletes the runner with `id`, as an admin does in GitLab's UI: its token stops working.
+    pub fn delete_runner(&self, id: u64) {
+        self.state.lock().unwrap().runners.retain(|r| r.id != id);
     }
 
     pub fn runners(&self) -> Vec<CreatedRunner> {

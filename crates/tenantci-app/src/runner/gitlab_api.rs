@@ -191,31 +191,16 @@ impl Client {
         ca_file: Option<&Path>,
         timeout: Duration,
     ) -> Result<Self> {
-        tenantci_core::tls::ensure_crypto_provider();
-        let mut builder = reqwest::Client::builder()
+        let extra = match ca_file {
+            Some(path) => tenantci_core::tls::read_ca_bundle("the GitLab CA file", path)?,
+            None => Vec::new(),
+        };
+        let tls = tenantci_core::tls::client_config(&extra)?;
+        let builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
-            .user_agent(concat!("tenantci/", env!("CARGO_PKG_VERSION")));
-        if let Some(path) = ca_file {
-            let pem = std::fs::read(path)
-                .map_err(|e| Error::unreadable("the GitLab CA file", path, e))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                Error::bad_input(format!(
-                    "`{}` is not a PEM certificate bundle",
-                    path.display()
-                ))
-                .caused_by(e)
-            })?;
-            if certs.is_empty() {
-                return Err(Error::bad_input(format!(
-                    "`{}` holds no PEM certificate",
-                    path.display()
-                )));
-            }
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
+            .user_agent(concat!("tenantci/", env!("CARGO_PKG_VERSION")))
+            .use_preconfigured_tls(tls);
         let http = builder
             .build()
             .map_err(|e| Error::external("cannot build the HTTPS client").caused_by(e))?;

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::gitlab_ca::{self, GitlabCa};
 use super::gitlab_config::{
     self, Action, KubernetesSettings, MergeOptions, Plan, RunnerEntry, RunnerToken, merge, write,
 };
@@ -26,6 +27,8 @@ pub struct Inputs {
     pub limit: u32,
     pub request_concurrency: u32,
     pub kubernetes: KubernetesSettings,
+    /// GitLab's CA, handed on as `tls-ca-file` ([`gitlab_ca`]).
+    pub gitlab_ca: Option<GitlabCa>,
     pub force: bool,
     pub dry_run: bool,
 }
@@ -88,7 +91,9 @@ pub struct Configured {
 
 /// Plans, obtains the token, plans again with it and writes (unless a dry run).
 pub async fn run(inputs: &Inputs) -> Result<Configured> {
+    let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &managed_ca_dir(inputs))?;
     let mut entry = pending_entry(inputs);
+    entry.tls_ca_file = ca.tls_ca_file.clone();
     let options = MergeOptions {
         force: inputs.force,
     };
@@ -105,8 +110,24 @@ pub async fn run(inputs: &Inputs) -> Result<Configured> {
     entry.token = obtained.token;
     entry.registration = obtained.registration;
     let plan = merge::plan(&inputs.config, existing.as_deref(), &entry, options)?;
-    let written = !inputs.dry_run && write::write_plan(&inputs.config, &plan)?;
+    let written = !inputs.dry_run && {
+        gitlab_ca::apply(&ca)?;
+        write::write_plan(&inputs.config, &plan)?
+    };
     Ok(configured(inputs, &entry, plan, written, obtained.origin))
+}
+
+/// Where the managed copy of GitLab's CA lives: beside the Kubernetes credential when the
+/// entry has one, else beside config.toml.
+fn managed_ca_dir(inputs: &Inputs) -> std::path::PathBuf {
+    let beside = |p: &std::path::Path| p.parent().map(std::path::Path::to_path_buf);
+    inputs
+        .kubernetes
+        .cert_file
+        .as_deref()
+        .and_then(beside)
+        .or_else(|| beside(&inputs.config))
+        .unwrap_or_default()
 }
 
 /// The entry as asked for, with [`PENDING_TOKEN`] until the token is known.
@@ -119,6 +140,7 @@ fn pending_entry(inputs: &Inputs) -> RunnerEntry {
         request_concurrency: inputs.request_concurrency,
         kubernetes: inputs.kubernetes.clone(),
         registration: None,
+        tls_ca_file: Default::default(),
     }
 }
 

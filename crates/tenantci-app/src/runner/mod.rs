@@ -5,12 +5,16 @@
 //! - [`token`]: the runner token: given, reused from config.toml, or created through the API
 //!   (one implementation for `runner gitlab-config` and `bootstrap runner`).
 //! - [`gitlab_setup`]: `runner gitlab-config` (token, merge, write, report).
+//! - [`gitlab_ca`]: GitLab's CA handed on to gitlab-runner as `tls-ca-file`.
+//! - [`check`]: `runner check`, every check of an existing entry, read-only.
 //! - [`gitea_files`]: act_runner's `config.yaml` and `.runner` registration file.
 //!
 //! Does not mint credentials (`pki`, `credential`) or apply RBAC to the tenant cluster.
 
+pub mod check;
 pub mod gitea_files;
 pub mod gitlab_api;
+pub mod gitlab_ca;
 pub mod gitlab_config;
 pub mod gitlab_setup;
 pub mod token;

@@ -124,12 +124,35 @@ fn sign(
 
 /// Issues a client certificate: CN = `common_name`, one O per organization in order.
 pub fn client_cert(ca: &CertificateAuthority, spec: &ClientCertSpec) -> Result<IssuedCert> {
+    client_cert_with(ca, spec, |_| {})
+}
+
+/// [`client_cert`] valid from `not_before` to `not_after`, either of which may lie in the past
+/// (tests use it for a credential that has already expired).
+pub fn client_cert_between(
+    ca: &CertificateAuthority,
+    spec: &ClientCertSpec,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> Result<IssuedCert> {
+    client_cert_with(ca, spec, |params| {
+        params.not_before = not_before;
+        params.not_after = not_after;
+    })
+}
+
+fn client_cert_with(
+    ca: &CertificateAuthority,
+    spec: &ClientCertSpec,
+    adjust: impl FnOnce(&mut CertificateParams),
+) -> Result<IssuedCert> {
     // rcgen writes one value per attribute type, so the real subject (every O, in order, as
     // Kubernetes reads groups) is put in by `subject::replace_subject` after signing.
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, spec.common_name.as_str());
     let (mut params, serial_hex) = leaf_params(dn, spec.valid_for, spec.key_type)?;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    adjust(&mut params);
     let mut issued = sign(ca, params, serial_hex, spec.key_type)?;
     let der = pem::parse(&issued.cert_pem)
         .map_err(|e| Error::external("cannot re-read the certificate just signed").caused_by(e))?;

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod issue;
 pub mod policy;
 pub mod subject;
+pub mod verify;
 
 pub use ca::CertificateAuthority;
 pub use issue::{ClientCertSpec, IssuedCert, KeyType};

@@ -221,6 +221,7 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
         target: target(&a.cluster)?,
         tenant_kubeconfig: a.cluster.tenant_kubeconfig.clone(),
         token: token_source(&a.gitlab, &gitlab_url, &runner_name)?,
+        gitlab_ca: a.gitlab.api.gitlab_ca(),
         runner_name,
         namespace: a.identity.namespace.clone(),
         group: a.identity.group.clone(),

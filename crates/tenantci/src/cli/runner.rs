@@ -11,6 +11,7 @@ use super::values::RunnerTypeArg;
 use crate::output::{self, OutputArgs};
 use tenantci_app::runner::gitea_files::{self, ActRunnerConfig, Registration};
 use tenantci_app::runner::gitlab_api::CreateRunner;
+use tenantci_app::runner::gitlab_ca::GitlabCa;
 use tenantci_app::runner::gitlab_config::entry::{
     Autoscaler, DEFAULT_PAUSE_IDLE_TIME, DEFAULT_PAUSE_PERIOD, DEFAULT_PAUSE_POD_IMAGE,
     NativePausePods, REDACTED,
@@ -38,12 +39,64 @@ pub enum RunnerCommand {
     GitlabConfig(Box<GitlabConfigArgs>),
     /// Write act_runner's config.yaml (and `.runner` when registration data is given).
     GiteaConfig(Box<GiteaConfigArgs>),
+    /// Check an existing gitlab-runner entry end to end, changing nothing.
+    ///
+    /// "Check both halves before blaming the runner": one line per check with its fix. The
+    /// entry and its files (modes included); the client certificate (validity, remaining life,
+    /// key, chain to the cluster's ClientCA when --state-dir knows the cluster at `host`);
+    /// `ca_file` against the apiserver; SelfSubjectAccessReviews with the entry's own
+    /// credential for everything the Kubernetes executor needs in its namespace; GitLab with
+    /// the entry's `tls-ca-file` and token (`POST /api/v4/runners/verify`, using
+    /// gitlab-runner's `.runner_system_id` when present); pause pods against the node image.
+    /// Needs no admin credential. When a job fails with 403, run this first.
+    ///
+    /// Exit 0: the runner can work (warnings allowed); 1: a check failed; 2: config.toml
+    /// cannot be read.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// gitlab-runner's config.toml.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/etc/gitlab-runner/config.toml"
+    )]
+    pub config: PathBuf,
+    /// The entry's name. Default: the only kubernetes entry in the file.
+    #[arg(long, value_name = "RUNNER")]
+    pub name: Option<String>,
+    /// The gateway's state directory: checks the certificate against the ClientCA of the
+    /// cluster serving the entry's `host`, and the pause pods against its node image.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+async fn check(args: CheckArgs) -> Result<i32> {
+    let report = tenantci_app::runner::check::run(&tenantci_app::runner::check::Inputs {
+        config: args.config,
+        name: args.name,
+        state_dir: args.state_dir,
+        cluster: None,
+        gitlab: true,
+    })
+    .await?;
+    if args.output.is_json() {
+        output::print_json(&report)?;
+    } else {
+        print!("{}", tenantci_app::runner::check::render(&report));
+    }
+    Ok(if report.passed { 0 } else { 1 })
 }
 
 pub async fn run(cmd: RunnerCommand) -> Result<i32> {
     match cmd {
         RunnerCommand::GitlabConfig(args) => gitlab_config(*args).await,
         RunnerCommand::GiteaConfig(args) => gitea_config(*args),
+        RunnerCommand::Check(args) => check(args).await,
     }
 }
 
@@ -195,9 +248,18 @@ pub struct GitlabApiArgs {
     /// The runner's description in GitLab. Default: the --name.
     #[arg(long, value_name = "TEXT")]
     pub description: Option<String>,
-    /// A CA bundle (PEM) to trust for GitLab's HTTPS certificate.
+    /// GitLab's CA bundle (PEM), for a GitLab behind a private CA or with a self-signed
+    /// certificate (`openssl req -x509`, accepted when it is the very certificate GitLab
+    /// presents). tenantci trusts it for its own GitLab calls and writes it into the entry as
+    /// `tls-ca-file` (a 0600 copy beside the credential), so gitlab-runner trusts the same.
+    /// Dropping the flag later removes that copy and key; an operator's own `tls-ca-file`
+    /// stays.
     #[arg(long, value_name = "FILE")]
     pub gitlab_ca_file: Option<PathBuf>,
+    /// Write --gitlab-ca-file's own (absolute) path as `tls-ca-file` instead of a copy; the
+    /// file must stay readable by gitlab-runner.
+    #[arg(long, requires = "gitlab_ca_file")]
+    pub gitlab_ca_in_place: bool,
     /// Timeout for each GitLab API request (Go duration). Default: 30s.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub gitlab_timeout: String,
@@ -370,6 +432,7 @@ fn gitlab_setup_inputs(args: &GitlabConfigArgs) -> Result<gitlab_setup::Inputs> 
         limit: args.limit,
         request_concurrency: args.request_concurrency,
         kubernetes,
+        gitlab_ca: args.api.gitlab_ca(),
         force: args.force,
         dry_run: args.dry_run,
     })
@@ -413,6 +476,14 @@ fn print_gitlab_config(done: &Configured) {
 }
 
 impl GitlabApiArgs {
+    /// GitLab's CA as the entry hands it on.
+    pub fn gitlab_ca(&self) -> Option<GitlabCa> {
+        self.gitlab_ca_file.clone().map(|file| GitlabCa {
+            file,
+            in_place: self.gitlab_ca_in_place,
+        })
+    }
+
     /// Runner creation through GitLab's API at `url`, when --gitlab-api-token-file is given;
     /// `name` is the default description. The flags are checked here, the files read only
     /// when a runner is created.

@@ -3,6 +3,7 @@
 
 use super::{Inputs, PausePods, Run};
 use crate::credential::CredentialFiles;
+use crate::runner::gitlab_ca;
 use crate::runner::gitlab_config::entry::Autoscaler;
 use crate::runner::gitlab_config::{self, KubernetesSettings, MergeOptions, RunnerEntry};
 use crate::runner::token::{Obtained, Origin, Prepared};
@@ -21,15 +22,30 @@ impl Run<'_> {
     }
 
     /// Merges our entry into config.toml; written only when it changed (and not in a dry run).
-    pub(super) fn write_config(&mut self, files: &CredentialFiles, token: Obtained) -> Result<()> {
+    /// GitLab's CA copy ([`gitlab_ca`]) is written just before, so the entry never names a
+    /// missing file.
+    pub(super) fn write_config(
+        &mut self,
+        files: &CredentialFiles,
+        token: Obtained,
+        ca: &gitlab_ca::Plan,
+    ) -> Result<()> {
         let inputs = self.inputs;
-        let entry = runner_entry(inputs, &self.cluster.server, files, token);
+        let mut entry = runner_entry(inputs, &self.cluster.server, files, token);
+        entry.tls_ca_file = ca.tls_ca_file.clone();
         let options = MergeOptions {
             force: inputs.force,
         };
+        let mut changed = false;
+        if !inputs.dry_run {
+            // Planned first: a refused merge leaves the CA copy as it was.
+            let existing = gitlab_config::write::read_existing(&inputs.config_path)?;
+            gitlab_config::merge::plan(&inputs.config_path, existing.as_deref(), &entry, options)?;
+            changed |= gitlab_ca::apply(ca)?;
+        }
         let outcome =
             gitlab_config::configure(&inputs.config_path, &entry, options, inputs.dry_run)?;
-        let changed = outcome.written || outcome.plan.changed();
+        changed |= outcome.written || outcome.plan.changed();
         self.steps.act(
             "config",
             if changed {
@@ -56,6 +72,7 @@ fn runner_entry(
         url: inputs.gitlab_url.clone(),
         token: token.token,
         registration: token.registration,
+        tls_ca_file: Default::default(),
         limit: 0,
         request_concurrency: 1,
         kubernetes: KubernetesSettings {

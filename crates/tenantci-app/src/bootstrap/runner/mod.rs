@@ -6,8 +6,8 @@
 //! `tenant::sizing`, `tenant::prewarm`, `runner::token`, `runner::gitlab_config`). [`run`] is
 //! the list of steps; each step is a method of `Run` (the inputs, the resolved cluster and the
 //! step recorder) in the submodule that names it: `check` (before any request), `resolve`,
-//! `credential`, `cluster` (rbac, verify, sizing, prewarm) and `config` (runner token,
-//! config.toml). Their pure decisions are functions of their own, unit-tested there.
+//! `credential`, `cluster` (rbac, verify, sizing, prewarm), `config` (runner token,
+//! config.toml) and `final_check` (`runner check` on the written entry). Their pure decisions are functions of their own, unit-tested there.
 //!
 //! Pause pods ([`PausePods`]) are kept by tenantci's Deployment or, with
 //! `--gitlab-native-pause-pods`, by gitlab-runner itself; never by both: switching to native
@@ -18,6 +18,7 @@ mod check;
 mod cluster;
 mod config;
 mod credential;
+mod final_check;
 mod resolve;
 
 use std::path::PathBuf;
@@ -25,6 +26,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::credential::CredentialFiles;
+use crate::runner::gitlab_ca::{self, GitlabCa};
 use crate::runner::gitlab_config::entry::NativePausePods;
 pub use crate::runner::token::TokenSource;
 use crate::tenant::sizing::JobPodRequests;
@@ -59,6 +61,8 @@ pub struct Inputs {
     pub config_path: PathBuf,
     pub gitlab_url: String,
     pub token: TokenSource,
+    /// GitLab's CA, handed on to gitlab-runner as `tls-ca-file`.
+    pub gitlab_ca: Option<GitlabCa>,
     pub job: JobPodRequests,
     /// gitlab-runner resource keys (cpu_request, memory_limit, ...) to quantities.
     pub resources: std::collections::BTreeMap<String, String>,
@@ -102,8 +106,10 @@ pub struct HandBack {
     pub runner_name: String,
     pub dry_run: bool,
     pub steps: Vec<Step>,
-    /// Requests this run sent to the admin and tenant apiservers.
+    /// Requests this run's steps sent to the admin and tenant apiservers.
     pub apiserver_requests: u64,
+    /// Requests of the final check (access reviews with the runner's own credential).
+    pub check_requests: u64,
     pub warning: &'static str,
 }
 
@@ -124,6 +130,7 @@ struct Run<'a> {
 pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
     let requests_before = client::requests();
     let token = check::check_inputs(inputs)?;
+    let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
     let mut steps = Steps::new(&mut on_step, inputs.dry_run);
     let cluster = resolve::resolve(inputs, &mut steps).await?;
     let mut run = Run {
@@ -140,12 +147,22 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     run.record_sizing(sizing.as_ref());
     run.prewarm(&admin).await?;
     let token = run.runner_token(token).await?;
-    run.write_config(&credential.files, token)?;
-    Ok(run.hand_back(credential.files, requests_before))
+    // GitLab is checked when this run talked to it; a given or reused token may be for a
+    // GitLab this host does not reach yet, which `runner check` reports on its own.
+    let created = matches!(token.origin, crate::runner::token::Origin::Created { .. });
+    run.write_config(&credential.files, token, &ca)?;
+    let steps_requests = client::requests() - requests_before;
+    run.final_check(created).await?;
+    Ok(run.hand_back(credential.files, steps_requests, requests_before))
 }
 
 impl Run<'_> {
-    fn hand_back(self, credential: CredentialFiles, requests_before: u64) -> HandBack {
+    fn hand_back(
+        self,
+        credential: CredentialFiles,
+        steps_requests: u64,
+        requests_before: u64,
+    ) -> HandBack {
         let inputs = self.inputs;
         HandBack {
             cluster: self.cluster.cluster,
@@ -158,7 +175,8 @@ impl Run<'_> {
             runner_name: inputs.runner_name.clone(),
             dry_run: inputs.dry_run,
             steps: self.steps.into_vec(),
-            apiserver_requests: client::requests() - requests_before,
+            apiserver_requests: steps_requests,
+            check_requests: client::requests() - requests_before - steps_requests,
             warning: LOOPBACK_WARNING,
         }
     }

@@ -287,6 +287,22 @@ pub struct RunnerEntry {
     /// `token_expires_at` (gitlab-runner rotates a token with an expiry). `None` leaves those
     /// keys as they are.
     pub registration: Option<TokenMetadata>,
+    /// `tls-ca-file`: how gitlab-runner trusts GitLab's certificate.
+    pub tls_ca_file: TlsCaFile,
+}
+
+/// What tenantci does with `tls-ca-file`. It is owned by value, not by key: tenantci writes
+/// the CA it trusted to reach GitLab, and when it no longer needs one it removes only the
+/// path it manages itself, so an operator's own `tls-ca-file` survives every run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TlsCaFile {
+    /// Neither read nor written.
+    #[default]
+    LeaveAlone,
+    /// Written with this absolute path.
+    Set(PathBuf),
+    /// Removed when it holds exactly this path (tenantci's managed copy); otherwise left.
+    RemoveIfManaged(PathBuf),
 }
 
 /// What GitLab said about a runner token it issued.
@@ -401,6 +417,15 @@ impl RunnerEntry {
         if self.request_concurrency == 0 {
             return Err(Error::bad_input("request_concurrency must be at least 1"));
         }
+        if let TlsCaFile::Set(path) = &self.tls_ca_file {
+            if !path.is_absolute() {
+                return Err(Error::bad_input(format!(
+                    "tls-ca-file `{}` is not an absolute path",
+                    path.display()
+                ))
+                .hint("gitlab-runner resolves paths from its own working directory; give an absolute --gitlab-ca-file"));
+            }
+        }
         if let Some(reg) = &self.registration {
             datetime("token_obtained_at", &reg.obtained_at)?;
             datetime(
@@ -429,6 +454,9 @@ impl RunnerEntry {
         } else {
             out.push((keys::TOKEN, Field::Str(self.token.file_value().to_string())));
         }
+        if let TlsCaFile::Set(path) = &self.tls_ca_file {
+            out.push((keys::TLS_CA_FILE, Field::Str(path.display().to_string())));
+        }
         out.extend([
             (keys::EXECUTOR, Field::Str(EXECUTOR_KUBERNETES.into())),
             (keys::LIMIT, Field::Int(self.limit.into())),
@@ -453,6 +481,9 @@ impl RunnerEntry {
         let mut owned = RUNNER_OWNED.to_vec();
         if self.registration.is_some() {
             owned.extend([keys::ID, keys::TOKEN_OBTAINED_AT, keys::TOKEN_EXPIRES_AT]);
+        }
+        if matches!(self.tls_ca_file, TlsCaFile::Set(_)) {
+            owned.push(keys::TLS_CA_FILE);
         }
         owned
     }
@@ -672,6 +703,7 @@ pub fn example_entry() -> RunnerEntry {
         limit: 4,
         request_concurrency: 1,
         registration: None,
+        tls_ca_file: TlsCaFile::LeaveAlone,
         kubernetes: KubernetesSettings {
             host: Some("https://127.0.0.1:6443".into()),
             cert_file: Some("/etc/gitlab-runner/tenant-a/tls.crt".into()),
@@ -702,6 +734,7 @@ mod tests {
             limit: 4,
             request_concurrency: 1,
             registration: None,
+            tls_ca_file: TlsCaFile::LeaveAlone,
             kubernetes: KubernetesSettings {
                 host: Some("https://127.0.0.1:6443".into()),
                 cert_file: Some("/etc/gitlab-runner/tenant/tls.crt".into()),

@@ -80,6 +80,7 @@ pub const TOKEN: &str = "token";
 pub const ID: &str = "id";
 pub const TOKEN_OBTAINED_AT: &str = "token_obtained_at";
 pub const TOKEN_EXPIRES_AT: &str = "token_expires_at";
+pub const TLS_CA_FILE: &str = "tls-ca-file";
 pub const EXECUTOR: &str = "executor";
 pub const LIMIT: &str = "limit";
 pub const REQUEST_CONCURRENCY: &str = "request_concurrency";

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, Value};
 
-use super::entry::{EXECUTOR_KUBERNETES, Field, RunnerEntry};
+use super::entry::{EXECUTOR_KUBERNETES, Field, RunnerEntry, TlsCaFile};
 use super::keys;
 use tenantci_core::{Error, Result};
 
@@ -167,6 +167,7 @@ pub fn merge(
                     .hint("choose another --name, or pass --force to turn it into a kubernetes runner"));
                 }
             }
+            drop_managed_ca_file(table, &entry.tls_ca_file);
             apply(table, &fields, &entry.owned(), 1);
             Ok(true)
         }
@@ -177,6 +178,17 @@ pub fn merge(
             entry.name
         ))
         .hint("runner names must be unique for tenantci to find its entry; rename or remove the extras")),
+    }
+}
+
+/// Removes `tls-ca-file` when it is tenantci's managed copy and no longer wanted; an
+/// operator's own path stays ([`TlsCaFile`]).
+fn drop_managed_ca_file(table: &mut Table, tls_ca_file: &TlsCaFile) {
+    if let TlsCaFile::RemoveIfManaged(managed) = tls_ca_file {
+        let current = table.get(keys::TLS_CA_FILE).and_then(Item::as_str);
+        if current.map(Path::new) == Some(managed.as_path()) {
+            table.remove(keys::TLS_CA_FILE);
+        }
     }
 }
 
@@ -468,6 +480,30 @@ mod tests {
         let mut e = example_entry();
         e.kubernetes.autoscaler = autoscaler;
         e
+    }
+
+    #[test]
+    fn tls_ca_file_is_written_and_only_the_managed_copy_removed() {
+        let managed = std::path::PathBuf::from("/etc/gitlab-runner/tenant-a/gitlab-ca.crt");
+        let mut entry = example_entry();
+        entry.tls_ca_file = TlsCaFile::Set(managed.clone());
+        let with_ca = merged(None, &entry).text;
+        assert!(with_ca.contains("tls-ca-file = \"/etc/gitlab-runner/tenant-a/gitlab-ca.crt\""));
+        assert_eq!(merged(Some(&with_ca), &entry).action, Action::Unchanged);
+
+        entry.tls_ca_file = TlsCaFile::RemoveIfManaged(managed.clone());
+        let without = merged(Some(&with_ca), &entry).text;
+        assert!(!without.contains("tls-ca-file"), "{without}");
+        assert_eq!(without, merged(None, &example_entry()).text);
+
+        // The operator's own path is not tenantci's to remove.
+        let own = with_ca.replace("tenant-a/gitlab-ca.crt", "corp-ca.pem");
+        let kept = merged(Some(&own), &entry);
+        assert_eq!(kept.action, Action::Unchanged);
+        assert!(
+            kept.text
+                .contains("tls-ca-file = \"/etc/gitlab-runner/corp-ca.pem\"")
+        );
     }
 
     #[test]

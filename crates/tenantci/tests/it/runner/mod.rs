@@ -2,7 +2,9 @@
 //! against the GitLab double, act_runner files, runner-configs/ examples, and the CLI.
 
 mod api;
+mod check;
 mod cli;
 mod examples;
 mod golden;
 mod props;
+mod trust;

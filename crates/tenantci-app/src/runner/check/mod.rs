@@ -1,0 +1,203 @@
+//! `tenantci runner check`: "check both halves before blaming the runner" (the runbook) as one
+//! read-only command, for a gitlab-runner entry that already exists. It reads config.toml and
+//! uses only the entry's own credential (no admin): files and modes, the client certificate
+//! (validity, key, chain to the cluster's ClientCA), the apiserver's CA and answer,
+//! SelfSubjectAccessReviews for what the Kubernetes executor needs, GitLab with the entry's
+//! `tls-ca-file` and token, and the pause pods against the node image.
+//!
+//! Each check is one [`Line`] with its fix; a check that cannot run because an earlier one
+//! failed is `skip`, so the first failure is the one to fix. `bootstrap runner` ends with the
+//! same [`run`]. Writes nothing.
+
+mod cluster;
+pub mod entry;
+mod gitlab;
+mod local;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use entry::EntryView;
+pub use local::ClusterFiles;
+use tenantci_core::gateway::StateDir;
+use tenantci_core::{Error, Result};
+
+/// How a check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// Works now, but will not for long (or is unsafe); does not fail the check.
+    Warn,
+    Fail,
+    /// Could not run: an earlier check failed or the input is missing.
+    Skip,
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Line {
+    pub check: &'static str,
+    pub status: Status,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Line {
+    fn ok(check: &'static str, detail: impl Into<String>) -> Self {
+        Line {
+            check,
+            status: Status::Ok,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn skip(check: &'static str, detail: impl Into<String>) -> Self {
+        Line {
+            check,
+            status: Status::Skip,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn fail(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Line {
+            check,
+            status: Status::Fail,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+    fn warn(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Line {
+            check,
+            status: Status::Warn,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// What to check.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub config: PathBuf,
+    /// The entry's name; `None`: the only kubernetes entry in the file.
+    pub name: Option<String>,
+    /// The gateway's state dir: the ClientCA and node image of the cluster at the entry's
+    /// `host`, when it knows one.
+    pub state_dir: Option<PathBuf>,
+    /// The cluster's files when the caller resolved them already (`bootstrap runner`);
+    /// otherwise they are looked up in `state_dir`.
+    pub cluster: Option<ClusterFiles>,
+    /// Whether to call GitLab (`bootstrap runner` skips it when it was given the token and
+    /// never talked to GitLab).
+    pub gitlab: bool,
+}
+
+/// `runner check -o json`'s shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub config: PathBuf,
+    pub runner: Option<String>,
+    pub passed: bool,
+    pub checks: Vec<Line>,
+}
+
+/// config.toml is small; a bound keeps a wrong path from being read whole.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Runs every check. `Err` only for a config.toml that cannot be read (bad input, exit 2);
+/// a failing runner is a report with `passed: false`.
+pub async fn run(inputs: &Inputs) -> Result<Report> {
+    let raw = tenantci_core::fsutil::read_bounded(&inputs.config, MAX_CONFIG_BYTES)
+        .map_err(|e| Error::unreadable("gitlab-runner's config.toml", &inputs.config, e))?;
+    let text = String::from_utf8(raw).map_err(|_| {
+        Error::bad_input(format!("`{}` is not UTF-8 text", inputs.config.display()))
+            .hint("pass --config naming gitlab-runner's config.toml")
+    })?;
+    let mut lines = Vec::new();
+    let found = entry::find(&inputs.config, &text, inputs.name.as_deref());
+    let view = match found {
+        Ok(view) => view,
+        Err(line) => {
+            lines.push(line);
+            return Ok(report(inputs, None, lines));
+        }
+    };
+    lines.push(Line::ok(
+        "entry",
+        format!("[[runners]] `{}` in {}", view.name, inputs.config.display()),
+    ));
+    check_entry(inputs, &view, &mut lines).await;
+    Ok(report(inputs, Some(view.name.clone()), lines))
+}
+
+fn report(inputs: &Inputs, runner: Option<String>, checks: Vec<Line>) -> Report {
+    Report {
+        config: inputs.config.clone(),
+        runner,
+        passed: !checks.iter().any(|l| l.status == Status::Fail),
+        checks,
+    }
+}
+
+async fn check_entry(inputs: &Inputs, view: &EntryView, lines: &mut Vec<Line>) {
+    if view.executor.as_deref() != Some(entry::EXECUTOR) {
+        lines.push(Line::fail(
+            "executor",
+            format!(
+                "the entry uses executor `{}`, not kubernetes",
+                view.executor.as_deref().unwrap_or("(none)")
+            ),
+            "tenantci checks Kubernetes-executor entries; pass --name of one",
+        ));
+        return;
+    }
+    lines.push(Line::ok("executor", "kubernetes"));
+    let files_ok = local::files(&inputs.config, view, lines);
+    let cluster = inputs.cluster.clone().or_else(|| {
+        let dir = inputs.state_dir.as_deref()?;
+        local::cluster_at(&StateDir::new(dir), view.host.as_deref())
+    });
+    let now = OffsetDateTime::now_utc();
+    let cert = if files_ok {
+        local::certificate(view, cluster.as_ref(), now, lines)
+    } else {
+        lines.push(Line::skip(
+            "certificate",
+            "the entry's files are not usable",
+        ));
+        None
+    };
+    cluster::check(view, cert.as_ref(), cluster.as_ref(), lines).await;
+    if inputs.gitlab {
+        gitlab::check(&inputs.config, view, lines).await;
+    } else {
+        lines.push(Line::skip(
+            "gitlab",
+            "not contacted in this run; `tenantci runner check` calls it",
+        ));
+    }
+}
+
+/// The human form: one line per check, the fix indented below a failure or warning.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    for line in &report.checks {
+        let status = match line.status {
+            Status::Ok => "ok  ",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+            Status::Skip => "skip",
+        };
+        out.push_str(&format!("{status} {:<12} {}\n", line.check, line.detail));
+        if let Some(fix) = &line.fix {
+            out.push_str(&format!("     {:<12} fix: {fix}\n", ""));
+        }
+    }
+    out
+}

@@ -1,0 +1,79 @@
+//! rustls process set-up, and the client trust tenantci uses to reach servers it does not run
+//! (GitLab): the platform's public roots plus an operator's CA bundle, with a self-signed
+//! server certificate in that bundle accepted as Go's verifier accepts it ([`pinned`]).
+//!
+//! Our dependencies enable both the ring and aws-lc-rs providers, and rustls then refuses to
+//! guess: every TLS user (kube, reqwest, our servers) must find a process default.
+//! [`ensure_crypto_provider`] installs aws-lc-rs once; call it before building any rustls
+//! config (it is cheap and idempotent).
+
+pub mod pinned;
+
+use std::path::Path;
+use std::sync::{Arc, Once};
+
+use rustls::pki_types::CertificateDer;
+
+use crate::{Error, Result};
+
+pub fn ensure_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Err means another provider was installed first, which is just as good.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    });
+}
+
+/// A CA bundle is a few certificates; anything near this is a wrong path (or `/dev/zero`).
+pub const MAX_CA_BUNDLE_BYTES: u64 = 1 << 20;
+
+/// The certificates of a PEM bundle file, `what` naming it in errors ("the GitLab CA file").
+/// Read with a size bound, regular files only; a file without a certificate is refused.
+pub fn read_ca_bundle(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let pem = crate::fsutil::read_bounded(path, MAX_CA_BUNDLE_BYTES)
+        .map_err(|e| Error::unreadable(what, path, e))?;
+    parse_ca_bundle(what, path, &pem)
+}
+
+/// [`read_ca_bundle`] on bytes already read; `path` only names them.
+pub fn parse_ca_bundle(
+    what: &str,
+    path: &Path,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>> {
+    let certs = rustls_pemfile::certs(&mut &pem[..])
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Error::bad_input(format!("{what} `{}` is not a PEM bundle", path.display()))
+                .caused_by(e)
+                .hint("give the CA certificate(s) in PEM (-----BEGIN CERTIFICATE-----)")
+        })?;
+    if certs.is_empty() {
+        return Err(Error::bad_input(format!(
+            "{what} `{}` holds no PEM certificate",
+            path.display()
+        ))
+        .hint("give the CA certificate(s) in PEM (-----BEGIN CERTIFICATE-----)"));
+    }
+    Ok(certs)
+}
+
+/// A client config trusting the public web roots and `extra` (an operator's CA bundle), with
+/// a self-signed server certificate that is itself in `extra` accepted ([`pinned`]).
+pub fn client_config(extra: &[CertificateDer<'static>]) -> Result<rustls::ClientConfig> {
+    ensure_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let (added, ignored) = roots.add_parsable_certificates(extra.iter().cloned());
+    if added == 0 && !extra.is_empty() {
+        return Err(Error::bad_input(format!(
+            "none of the {ignored} certificate(s) in the CA bundle can be a trust anchor"
+        ))
+        .hint("give the PEM certificate of the CA that signed the server's certificate"));
+    }
+    let verifier = pinned::PinnedSelfSigned::new(Arc::new(roots), extra.to_vec())?;
+    Ok(rustls::ClientConfig::builder()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth())
+}
