@@ -268,7 +268,7 @@ async fn pause_pods(
         Ok(None) => lines.push(Line::ok("prewarm", format!("no pause pods; {sized}"))),
         Err(_) => lines.push(Line::ok(
             "prewarm",
-            format!("{sized} (the credential may not read the pause Deployment)"),
+            format!("{sized}; the pause Deployment's size was not compared (the runner's credential may not read it)"),
         )),
     }
 }

@@ -87,11 +87,15 @@ pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Line>) {
             format!("{url} does not accept the runner token (403 on /api/v4/runners/verify)"),
             "the runner was deleted or its token revoked or expired: create it again (`tenantci bootstrap runner --gitlab-api-token-file FILE --recreate`)",
         ),
-        Err(e @ (ApiError::Network(_) | ApiError::Timeout(_))) => Line::fail(
-            "gitlab",
-            format!("cannot reach {url} with {trust}: {e}"),
-            "a certificate error means gitlab-runner cannot verify GitLab either: set tls-ca-file to GitLab's CA (`--gitlab-ca-file` of `tenantci bootstrap runner`)",
-        ),
+        Err(e @ (ApiError::Network(_) | ApiError::Timeout(_))) => {
+            let text = e.to_string();
+            let fix = if text.to_ascii_lowercase().contains("certificate") {
+                "gitlab-runner cannot verify GitLab either: set tls-ca-file to GitLab's CA (`tenantci bootstrap runner --gitlab-ca-file FILE`)"
+            } else {
+                "check the url and this host's path to GitLab (DNS, firewall, proxy): gitlab-runner runs here and needs it too"
+            };
+            Line::fail("gitlab", format!("{url} with {trust}: {text}"), fix)
+        }
         Err(e) => Line::fail("gitlab", format!("{url}: {e}"), "check GitLab's health"),
     });
 }

@@ -169,7 +169,7 @@ fn validity(info: &CertInfo, now: OffsetDateTime) -> Line {
         return Line::warn(
             "certificate",
             format!(
-                "{who}: {days} day(s) left, {:.0}% of its lifetime",
+                "{who}: {days} day(s) left ({:.0}% of its lifetime)",
                 left * 100.0
             ),
             format!("renew now: {REMINT}"),
@@ -178,7 +178,7 @@ fn validity(info: &CertInfo, now: OffsetDateTime) -> Line {
     Line::ok(
         "certificate",
         format!(
-            "{who}: {days} day(s) left, {:.0}% of its lifetime",
+            "{who}: {days} day(s) left ({:.0}% of its lifetime)",
             left * 100.0
         ),
     )
