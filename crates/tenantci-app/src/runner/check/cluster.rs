@@ -151,10 +151,12 @@ async fn access_reviews(
     lines: &mut Vec<Line>,
 ) {
     let mut needs = verify::executor_needs();
+    let mut never = verify::must_deny();
     if view.native_pause_pods.is_some() {
         needs.extend(verify::autoscaler_needs());
+        never.extend(verify::autoscaler_must_deny());
     }
-    let checks = access::checks(needs, Vec::new());
+    let checks = access::checks(needs, never);
     let results = match access::review(&Reviewer::Own(client), checks, &view.namespace).await {
         Ok(r) => r,
         Err(e) => {
@@ -166,33 +168,43 @@ async fn access_reviews(
             return;
         }
     };
-    let denied: Vec<String> = results
-        .iter()
-        .filter(|r| !r.allowed)
-        .map(|r| r.describe())
-        .collect();
     let who = format!(
         "user `{}` in group(s) [{}]",
         cert.common_name.as_deref().unwrap_or("?"),
         cert.organizations.join(", ")
     );
-    if denied.is_empty() {
-        lines.push(Line::ok(
-            "access",
-            format!(
-                "{who} may do all {} thing(s) the Kubernetes executor needs in namespace {}",
-                results.len(),
-                view.namespace
-            ),
-        ));
-    } else {
+    let describe = |expected: bool| -> Vec<String> {
+        results
+            .iter()
+            .filter(|r| r.expected == expected && r.allowed != expected)
+            .map(|r| r.describe())
+            .collect()
+    };
+    let (denied, excess) = (describe(true), describe(false));
+    if !denied.is_empty() {
         lines.push(Line::fail(
             "access",
             format!("{who} may not {}: every job fails with 403", denied.join(", ")),
             format!(
-                "the ClusterRoleBinding's group must match the certificate's organization ({}): re-run `tenantci bootstrap runner --group {}` or fix the binding",
+                "the RoleBinding's group must match the certificate's organization ({}): re-run `tenantci bootstrap runner --group {}` or fix the binding",
                 cert.organizations.join(", "),
                 cert.organizations.first().map(String::as_str).unwrap_or("GROUP")
+            ),
+        ));
+    } else if !excess.is_empty() {
+        lines.push(Line::fail(
+            "access",
+            format!("{who} may {}, which a runner must never do", excess.join(", ")),
+            "remove the broader binding that grants it; never bind a runner to cluster-admin or system:masters",
+        ));
+    } else {
+        lines.push(Line::ok(
+            "access",
+            format!(
+                "{who} may do the {} thing(s) the Kubernetes executor needs in namespace {} and none of the {} a runner must not",
+                results.iter().filter(|r| r.expected).count(),
+                view.namespace,
+                results.iter().filter(|r| !r.expected).count()
             ),
         ));
     }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Output;
 
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use kube::Api;
 use serde_json::Value;
 
@@ -249,6 +249,31 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
     }
     assert_exit(&check(&s).await.0, 0);
 
+    // A broader binding that lets the runner read every Secret is a failure too.
+    let admin = tenantci_core::kube_client::from_kubeconfig(&s.sim.tenant_admin("ci"))
+        .await
+        .unwrap();
+    let too_much: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "too-much"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "too-much"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gitlab-runner"}]
+    }))
+    .unwrap();
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "too-much"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    }))
+    .unwrap();
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let crbs: Api<ClusterRoleBinding> = Api::all(admin);
+    roles.create(&Default::default(), &role).await.unwrap();
+    crbs.create(&Default::default(), &too_much).await.unwrap();
+    let (o, report) = check(&s).await;
+    assert_fails(&o, &report, "access", "which a runner must never do");
+    crbs.delete("too-much", &Default::default()).await.unwrap();
+    roles.delete("too-much", &Default::default()).await.unwrap();
+    assert_exit(&check(&s).await.0, 0);
+
     let cert = s.creds().join("tls.crt");
     let key = s.creds().join("tls.key");
     broken(&s, "certificate", "expired", |s| {
@@ -307,4 +332,23 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
     });
     let (o, report) = check(&s).await;
     assert_fails(&o, &report, "apiserver", "does not answer");
+}
+
+#[test]
+fn runner_check_refuses_a_config_it_cannot_read_with_exit_2() {
+    let dir = scratch();
+    for (config, says) in [
+        (dir.path().join("missing.toml"), "No such file"),
+        (PathBuf::from("/dev/zero"), "not a regular file"),
+    ] {
+        let o = run(tenantci().args(["runner", "check", "--config"]).arg(&config));
+        assert_exit(&o, 2);
+        let err = crate::util::stderr(&o);
+        assert!(err.contains(says) && err.contains("config.toml"), "{err}");
+    }
+    let empty = dir.path().join("config.toml");
+    std::fs::write(&empty, "concurrent = 1\n").unwrap();
+    let o = run(tenantci().args(["runner", "check", "--config"]).arg(&empty));
+    assert_exit(&o, 1);
+    assert!(stdout(&o).contains("no kubernetes [[runners]] entry"), "{}", stdout(&o));
 }
