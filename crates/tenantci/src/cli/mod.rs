@@ -9,6 +9,7 @@ mod bootstrap;
 mod check_host;
 mod credential;
 mod dispatch;
+mod docs;
 mod internal;
 mod pki;
 mod queue;
@@ -80,6 +81,10 @@ pub enum Command {
     /// The Gitea dispatcher: `init` registers and writes its config, `run` runs it.
     #[command(subcommand)]
     Dispatch(dispatch::DispatchCommand),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// Print the man page, or write one per command with --out-dir.
+    Man(docs::ManArgs),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -106,6 +111,8 @@ async fn dispatch(command: Command) -> tenantci_core::Result<i32> {
         Command::Sim(args) => sim::run(args).await,
         Command::Queue(cmd) => queue::run(cmd).await,
         Command::Dispatch(cmd) => dispatch::run(cmd).await,
+        Command::Completions(args) => docs::completions(args),
+        Command::Man(args) => docs::man(args),
     }
 }
 
@@ -116,5 +123,46 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    /// Every command's `--help`, as the user sees it, against `tests/help/<command>.txt`: a
+    /// flag or wording change is a visible diff in review. `TENANTCI_UPDATE_HELP=1` rewrites
+    /// the snapshots after an intended change.
+    #[test]
+    fn help_output_matches_the_snapshots() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/help");
+        let update = std::env::var_os("TENANTCI_UPDATE_HELP").is_some();
+        let mut seen = Vec::new();
+        let mut stale = Vec::new();
+        walk(super::Cli::command(), "tenantci", &mut |name, help| {
+            let path = dir.join(format!("{name}.txt"));
+            seen.push(path.clone());
+            if update {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &help).unwrap();
+            } else if std::fs::read_to_string(&path).ok().as_deref() != Some(help.as_str()) {
+                stale.push(name.to_string());
+            }
+        });
+        assert!(
+            stale.is_empty(),
+            "--help changed for {stale:?}: review, then TENANTCI_UPDATE_HELP=1 cargo test -p tenantci help_output"
+        );
+        let extra: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| !seen.contains(p))
+            .collect();
+        assert!(extra.is_empty(), "snapshots of commands that no longer exist: {extra:?}");
+    }
+
+    fn walk(cmd: clap::Command, name: &str, visit: &mut dyn FnMut(&str, String)) {
+        // A fixed width: the snapshot must not depend on the terminal running the test.
+        let mut cmd = cmd.term_width(100);
+        cmd.build();
+        visit(name, cmd.render_long_help().to_string());
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            walk(sub.clone(), &format!("{name}-{}", sub.get_name()), visit);
+        }
     }
 }
