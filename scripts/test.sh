@@ -9,6 +9,7 @@ ensure_rust
 ensure_nats_server
 ensure_kubectl
 ensure_openssl
+ensure_systemd_analyze
 
 log "cargo fmt --check"
 cargo fmt --all -- --check
@@ -25,3 +26,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --locked --workspace --no-fail-fast
 fi
+
+log "the OCI image (scripts/image.sh: release build, two builds, one digest)"
+scripts/check-image.sh

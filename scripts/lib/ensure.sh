@@ -72,3 +72,21 @@ ensure_jq() {
   fi
   command -v jq >/dev/null 2>&1 || { echo "error: jq is needed (apt-get install jq)" >&2; exit 3; }
 }
+
+# umoci builds OCI images without a daemon (scripts/image.sh).
+ensure_umoci() {
+  command -v umoci >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq umoci) >&2 || true
+  fi
+  command -v umoci >/dev/null 2>&1 || { echo "error: umoci is needed (apt-get install umoci)" >&2; exit 3; }
+}
+
+# systemd-analyze checks the shipped units (packaging/systemd).
+ensure_systemd_analyze() {
+  command -v systemd-analyze >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd) >&2 || true
+  fi
+  command -v systemd-analyze >/dev/null 2>&1 || { echo "error: systemd-analyze is needed (apt-get install systemd)" >&2; exit 3; }
+}

@@ -362,16 +362,9 @@ async fn burst(
     (dispatch_result(&claimed, &tail, cpu), held, peak)
 }
 
-#[tokio::main]
-async fn main() {
-    tenantci_core::tls::ensure_crypto_provider();
-    let args: Vec<String> = std::env::args().collect();
-    let bin = PathBuf::from(
-        args.get(1)
-            .expect("usage: bench_dispatch TENANTCI_BIN [TASKS] [HELD] [SEQUENTIAL]"),
-    );
-    let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
-    let (n, held_n, seq_n) = (arg(2, 500), arg(3, 1000), arg(4, 100));
+/// One `tenantci sim --gitea`, one nats-server and `dispatch init`, with `bin` (which must
+/// have the `sim` feature); the directory goes when the returned guard drops.
+async fn setup(bin: PathBuf) -> (tempfile::TempDir, Bench) {
     let tmp = tempfile::tempdir_in("/var/tmp")
         .or_else(|_| tempfile::tempdir())
         .unwrap();
@@ -425,7 +418,7 @@ async fn main() {
         "tenantci dispatch init failed:\n{}",
         std::fs::read_to_string(dir.join("init.log")).unwrap_or_default()
     );
-    let mut b = Bench {
+    let b = Bench {
         bin,
         dir: dir.clone(),
         sim,
@@ -437,6 +430,53 @@ async fn main() {
         runs: 0,
         jobs: 0,
     };
+    (tmp, b)
+}
+
+/// `--idle SIM_BIN NAME=BIN...`: the idle dispatcher (capacity 4, 6 s once it leads) of each
+/// binary on the same simulator, queue and config: what a build profile or feature set costs
+/// (scripts/bench-release.sh). Prints one Markdown row per binary.
+async fn idle_only(args: &[String]) {
+    let sim_bin = PathBuf::from(
+        args.first()
+            .expect("usage: bench_dispatch --idle SIM_BIN NAME=BIN..."),
+    );
+    let (_tmp, mut b) = setup(sim_bin).await;
+    println!("| build | binary | idle RSS | anonymous | file-backed | CPU |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for spec in &args[1..] {
+        let (name, bin) = spec.split_once('=').expect("NAME=BIN");
+        b.bin = PathBuf::from(bin);
+        let size = std::fs::metadata(bin).unwrap().len();
+        let d = b.dispatcher(name, 4, &[]).await;
+        let i = idle(&b, &d, Duration::from_secs(6)).await;
+        b.stop(name, d).await;
+        let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+        println!(
+            "| {name} | {:.1} MiB | {} | {} | {} | {:.1}% |",
+            size as f64 / (1024.0 * 1024.0),
+            mib(i.mem.rss),
+            mib(i.mem.anon),
+            mib(i.mem.file),
+            100.0 * i.cpu.dispatcher.as_secs_f64() / i.window.as_secs_f64()
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    tenantci_core::tls::ensure_crypto_provider();
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--idle") {
+        return idle_only(&args[2..]).await;
+    }
+    let bin = PathBuf::from(
+        args.get(1)
+            .expect("usage: bench_dispatch TENANTCI_BIN [TASKS] [HELD] [SEQUENTIAL]"),
+    );
+    let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    let (n, held_n, seq_n) = (arg(2, 500), arg(3, 1000), arg(4, 100));
+    let (tmp, mut b) = setup(bin).await;
     // Capacities: the default, the largest below the consumer's max_waiting (512 pull requests
     // by default), and the high capacity.
     let (low, mid, high) = (4u32, n.min(512) as u32, held_n.max(n) as u32);

@@ -153,7 +153,10 @@ mod tests {
             .map(|e| e.unwrap().path())
             .filter(|p| !seen.contains(p))
             .collect();
-        assert!(extra.is_empty(), "snapshots of commands that no longer exist: {extra:?}");
+        assert!(
+            extra.is_empty(),
+            "snapshots of commands that no longer exist: {extra:?}"
+        );
     }
 
     fn walk(cmd: clap::Command, name: &str, visit: &mut dyn FnMut(&str, String)) {

@@ -13,5 +13,6 @@ mod pki;
 mod prewarm;
 mod queue;
 mod runner;
+mod ship;
 mod sim;
 mod util;

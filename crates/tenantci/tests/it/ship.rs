@@ -1,0 +1,250 @@
+//! What ships beside the binary, checked with the tools operators use: kustomize (kubectl's)
+//! against the simulator, `systemd-analyze verify`, scripts/install.sh into a scratch root,
+//! bash on the completions, promtool on the alert rules. (The image: scripts/check-image.sh.)
+
+use std::process::Command;
+
+use serde::Deserialize as _;
+use serde_yaml::Value;
+
+use crate::util::{assert_exit, repo_file, run, scratch, snapshot, stderr, stdout, tenantci};
+use tenantci_testkit::kube::Kubectl;
+use tenantci_testkit::sim::SimProcess;
+
+fn kustomize(dir: &str) -> Vec<Value> {
+    let o = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(repo_file(dir))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect()
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+#[test]
+fn the_dispatch_kustomization_renders_and_applies_to_the_simulator() {
+    let objects = kustomize("manifests/dispatch");
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap();
+    assert!(image.contains("@sha256:"), "pinned by digest: {image}");
+    for o in &objects {
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/part-of"],
+            "tenantci"
+        );
+    }
+
+    let dir = scratch();
+    let sim = SimProcess::start(tenantci(), &dir.path().join("state"), &["ci"], &[]);
+    let kubectl = Kubectl::new(&sim.tenant_admin("ci"), dir.path());
+    let docs: Vec<String> = objects
+        .iter()
+        .map(|o| serde_yaml::to_string(o).unwrap())
+        .collect();
+    let o = kubectl.run_stdin(
+        &["apply", "--server-side", "--validate=false", "-f", "-"],
+        &docs.join("---\n"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = kubectl.run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "deployment/tenantci-dispatcher",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), image);
+}
+
+#[test]
+fn the_openbao_overlay_renders_an_external_secret_and_a_generated_config() {
+    let objects = kustomize("manifests/overlays/openbao");
+    let secret = of_kind(&objects, "ExternalSecret");
+    assert_eq!(secret.len(), 1);
+    let spec = &secret[0]["spec"];
+    assert_eq!(spec["secretStoreRef"]["kind"], "ClusterSecretStore");
+    assert_eq!(spec["secretStoreRef"]["name"], "openbao");
+    assert_eq!(spec["target"]["name"], "tenantci-dispatcher");
+    assert_eq!(secret[0]["apiVersion"], "external-secrets.io/v1beta1");
+    let keys: Vec<&str> = spec["data"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|d| d["secretKey"].as_str().unwrap())
+        .collect();
+    for key in [
+        "scheduler.json",
+        "capability.key",
+        "sealing.key",
+        "ci-worker.password",
+    ] {
+        assert!(keys.contains(&key), "{key} in {keys:?}");
+    }
+    let config = of_kind(&objects, "ConfigMap")[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        config.starts_with("tenantci-dispatcher-config-"),
+        "{config}"
+    );
+    let deployment = serde_yaml::to_string(of_kind(&objects, "Deployment")[0]).unwrap();
+    assert!(
+        deployment.contains(&config),
+        "the Deployment mounts the generated ConfigMap"
+    );
+    // The example config loads with this build's schema.
+    tenantci_app::dispatch::config::Config::load(&repo_file(
+        "manifests/overlays/openbao/config.toml",
+    ))
+    .unwrap();
+}
+
+/// Verifies each unit with ExecStart pointing at this build's binary (verify insists that the
+/// executable exists).
+#[test]
+fn systemd_units_pass_systemd_analyze_verify() {
+    let dir = scratch();
+    let bin = crate::util::bin();
+    for entry in std::fs::read_dir(repo_file("packaging/systemd")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .replace("@.", "@ci.");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("/usr/local/bin/tenantci", bin.to_str().unwrap());
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let units: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(units.len(), 3);
+    let o = Command::new("systemd-analyze")
+        .arg("verify")
+        .args(&units)
+        .output()
+        .expect("systemd-analyze (scripts/test.sh installs systemd)");
+    assert!(
+        o.status.success() && o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn install_sh_installs_once_and_then_changes_nothing() {
+    let dir = scratch();
+    let staged = dir.path().join("dist");
+    std::fs::create_dir(&staged).unwrap();
+    let bin = staged.join("tenantci");
+    std::fs::copy(crate::util::bin(), &bin).unwrap();
+    let sum = Command::new("sha256sum")
+        .arg("tenantci")
+        .current_dir(&staged)
+        .output()
+        .unwrap();
+    std::fs::write(staged.join("tenantci.sha256"), sum.stdout).unwrap();
+    let root = dir.path().join("root");
+    let install = || {
+        run(Command::new("bash")
+            .arg(repo_file("scripts/install.sh"))
+            .env("BIN", &bin)
+            .env("DESTDIR", &root))
+    };
+    let o = install();
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("installed"), "{}", stdout(&o));
+    for f in [
+        "usr/local/bin/tenantci",
+        "etc/systemd/system/tenantci-dispatch@.service",
+        "etc/systemd/system/tenantci-credential-renew@.timer",
+        "usr/local/share/bash-completion/completions/tenantci",
+        "usr/local/share/man/man1/tenantci-runner-check.1",
+    ] {
+        assert!(root.join(f).is_file(), "{f}");
+    }
+    let before = snapshot(&root);
+    let o = install();
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o).trim(), "nothing changed");
+    assert_eq!(snapshot(&root), before);
+
+    // A binary that does not match its checksum is refused before anything is written.
+    std::fs::write(&bin, b"not the binary").unwrap();
+    let fresh = dir.path().join("fresh");
+    let o = run(Command::new("bash")
+        .arg(repo_file("scripts/install.sh"))
+        .env("BIN", &bin)
+        .env("DESTDIR", &fresh));
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
+    assert!(!fresh.exists());
+}
+
+#[test]
+fn bash_completions_parse() {
+    let o = run(tenantci().args(["completions", "bash"]));
+    assert_exit(&o, 0);
+    let dir = scratch();
+    let file = dir.path().join("tenantci.bash");
+    std::fs::write(&file, &o.stdout).unwrap();
+    let check = Command::new("bash").arg("-n").arg(&file).output().unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(stdout(&o).contains("runner__check") || stdout(&o).contains("check"));
+}
+
+#[test]
+fn the_dashboard_plots_every_metric_the_alerts_use() {
+    let dir = repo_file("manifests/monitoring");
+    let dashboard = std::fs::read_to_string(dir.join("dashboard.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&dashboard).unwrap();
+    let alerts = std::fs::read_to_string(dir.join("alerts.yaml")).unwrap();
+    let metrics: std::collections::BTreeSet<&str> = alerts
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("tenantci_dispatch_"))
+        .collect();
+    assert!(metrics.len() >= 5, "{metrics:?}");
+    for m in metrics {
+        assert!(dashboard.contains(m), "the dashboard does not plot {m}");
+    }
+}
+
+#[test]
+fn alert_rules_pass_promtool() {
+    let dir = repo_file("manifests/monitoring");
+    let Ok(o) = Command::new("promtool")
+        .args(["test", "rules", "alerts.test.yaml"])
+        .current_dir(&dir)
+        .output()
+    else {
+        eprintln!(
+            "SKIPPED: promtool is not installed (apt-get install prometheus); the alert rules were not tested"
+        );
+        return;
+    };
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
