@@ -24,50 +24,8 @@ pub enum Role {
     Runner,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-/// One line of the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub name: String,
-    pub status: Status,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-}
-
-impl Check {
-    fn ok(name: impl Into<String>, detail: impl Into<String>) -> Self {
-        Check {
-            name: name.into(),
-            status: Status::Ok,
-            detail: detail.into(),
-            fix: None,
-        }
-    }
-    fn warn(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Check {
-            name: name.into(),
-            status: Status::Warn,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-    fn fail(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Check {
-            name: name.into(),
-            status: Status::Fail,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-}
+use crate::checklist;
+pub use crate::checklist::{Check, Status};
 
 /// Options of one run.
 #[derive(Debug, Clone)]
@@ -94,8 +52,8 @@ pub struct Report {
 
 impl Report {
     fn new(role: Role, state_dir: PathBuf, checks: Vec<Check>) -> Self {
-        let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
-        let warnings = checks.iter().filter(|c| c.status == Status::Warn).count();
+        let failed = checklist::count(&checks, Status::Fail);
+        let warnings = checklist::count(&checks, Status::Warn);
         Report {
             role,
             state_dir,

@@ -13,6 +13,7 @@
 
 pub mod bootstrap;
 pub mod check_host;
+pub mod checklist;
 pub mod credential;
 pub mod dispatch;
 pub mod queue;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::values::RoleArg;
 use crate::output::{self, OutputArgs};
-use tenantci_app::check_host::{self, Options, Status};
+use tenantci_app::check_host::{self, Options};
 
 /// One line per check (`ok` / `warn` / `FAIL`), each non-ok line with its fix; exits 1 when
 /// any check fails. See docs/host-contract.md for every check.
@@ -38,17 +38,7 @@ pub async fn run(args: CheckHostArgs) -> tenantci_core::Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        for c in &report.checks {
-            let tag = match c.status {
-                Status::Ok => "ok  ",
-                Status::Warn => "warn",
-                Status::Fail => "FAIL",
-            };
-            println!("{tag}  {:<36} {}", c.name, c.detail);
-            if let Some(fix) = &c.fix {
-                println!("      fix: {fix}");
-            }
-        }
+        print!("{}", tenantci_app::checklist::render(&report.checks));
         println!(
             "{} checks, {} failed, {} warnings",
             report.checks.len(),

@@ -87,7 +87,7 @@ async fn check(args: CheckArgs) -> Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        print!("{}", tenantci_app::runner::check::render(&report));
+        print!("{}", tenantci_app::checklist::render(&report.checks));
     }
     Ok(if report.passed { 0 } else { 1 })
 }

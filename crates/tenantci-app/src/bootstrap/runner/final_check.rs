@@ -2,7 +2,8 @@
 //! leaves a runner that the same checks pass (one code path: [`crate::runner::check`]).
 
 use super::Run;
-use crate::runner::check::{self, ClusterFiles, Status};
+use crate::checklist::{self, Status};
+use crate::runner::check::{self, ClusterFiles};
 use crate::steps::Outcome;
 use tenantci_core::{Error, Result};
 
@@ -36,7 +37,7 @@ impl Run<'_> {
             .checks
             .iter()
             .filter(|l| l.status == Status::Fail)
-            .map(|l| format!("{}: {}", l.check, l.detail))
+            .map(|l| format!("{}: {}", l.name, l.detail))
             .collect();
         if let Some(first) = failed.first() {
             return Err(Error::check_failed(format!(
@@ -48,16 +49,8 @@ impl Run<'_> {
                 inputs.runner_name
             )));
         }
-        let warned = report
-            .checks
-            .iter()
-            .filter(|l| l.status == Status::Warn)
-            .count();
-        let passed = report
-            .checks
-            .iter()
-            .filter(|l| l.status == Status::Ok)
-            .count();
+        let warned = checklist::count(&report.checks, Status::Warn);
+        let passed = checklist::count(&report.checks, Status::Ok);
         self.steps.record(
             "check",
             Outcome::Ok,

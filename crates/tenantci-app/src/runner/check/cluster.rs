@@ -8,9 +8,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 
-use super::Line;
 use super::entry::EntryView;
 use super::local::ClusterFiles;
+use crate::checklist::Check;
 use crate::tenant::access::{self, Reviewer};
 use crate::tenant::prewarm;
 use crate::tenant::sizing::{self, JobPodRequests};
@@ -26,17 +26,17 @@ pub async fn check(
     view: &EntryView,
     cert: Option<&CertInfo>,
     cluster: Option<&ClusterFiles>,
-    lines: &mut Vec<Line>,
+    lines: &mut Vec<Check>,
 ) {
     let (Some(host), Some(ca)) = (view.host.as_deref(), view.ca_file.as_deref()) else {
-        lines.push(Line::skip("apiserver", "no host or ca_file"));
+        lines.push(Check::skip("apiserver", "no host or ca_file"));
         return;
     };
     if !serving_ca(host, ca, lines).await {
         return;
     }
     let Some(cert) = cert else {
-        lines.push(Line::skip("access", "the certificate is not usable"));
+        lines.push(Check::skip("access", "the certificate is not usable"));
         return;
     };
     let (Some(cert_file), Some(key_file)) = (view.cert_file.as_deref(), view.key_file.as_deref())
@@ -55,7 +55,7 @@ pub async fn check(
         {
             Ok(c) => c,
             Err(e) => {
-                lines.push(Line::fail(
+                lines.push(Check::fail(
                     "apiserver",
                     e.message().to_string(),
                     "check cert_file, key_file and ca_file",
@@ -64,12 +64,12 @@ pub async fn check(
             }
         };
     match client.apiserver_version().await {
-        Ok(v) => lines.push(Line::ok(
+        Ok(v) => lines.push(Check::ok(
             "apiserver",
             format!("{host} answers ({}) to the credential", v.git_version),
         )),
         Err(e) => {
-            lines.push(Line::fail(
+            lines.push(Check::fail(
                 "apiserver",
                 format!("{host} refused the credential: {e}"),
                 "an expired or foreign certificate is refused with 401: run the checks above, or re-mint with --rotate",
@@ -83,14 +83,17 @@ pub async fn check(
 
 /// A TLS handshake trusting only `ca_file`, as gitlab-runner makes it. Returns whether the
 /// apiserver was reached and verified.
-async fn serving_ca(host: &str, ca: &std::path::Path, lines: &mut Vec<Line>) -> bool {
+async fn serving_ca(host: &str, ca: &std::path::Path, lines: &mut Vec<Check>) -> bool {
     match handshake(host, ca).await {
         Ok(()) => {
-            lines.push(Line::ok("apiserver-ca", format!("ca_file verifies {host}")));
+            lines.push(Check::ok(
+                "apiserver-ca",
+                format!("ca_file verifies {host}"),
+            ));
             true
         }
         Err(Handshake::Unreachable(e)) => {
-            lines.push(Line::fail(
+            lines.push(Check::fail(
                 "apiserver",
                 format!("{host} does not answer: {e}"),
                 "the tenant apiserver is down or its port changed: check the Cluster's status.url (`tenantci tenant resolve`) and the gateway",
@@ -98,7 +101,7 @@ async fn serving_ca(host: &str, ca: &std::path::Path, lines: &mut Vec<Line>) -> 
             false
         }
         Err(Handshake::Untrusted(e)) => {
-            lines.push(Line::fail(
+            lines.push(Check::fail(
                 "apiserver-ca",
                 format!("ca_file `{}` does not verify {host}: {e}", ca.display()),
                 "ca_file must be this cluster's serving CA (its tenant-admin kubeconfig's certificate-authority); re-run `tenantci bootstrap runner`",
@@ -148,7 +151,7 @@ async fn access_reviews(
     client: &kube::Client,
     view: &EntryView,
     cert: &CertInfo,
-    lines: &mut Vec<Line>,
+    lines: &mut Vec<Check>,
 ) {
     let mut needs = verify::executor_needs();
     let mut never = verify::must_deny();
@@ -160,7 +163,7 @@ async fn access_reviews(
     let results = match access::review(&Reviewer::Own(client), checks, &view.namespace).await {
         Ok(r) => r,
         Err(e) => {
-            lines.push(Line::fail(
+            lines.push(Check::fail(
                 "access",
                 format!("the apiserver did not answer the access reviews: {e}"),
                 "retry; check the apiserver",
@@ -182,7 +185,7 @@ async fn access_reviews(
     };
     let (denied, excess) = (describe(true), describe(false));
     if !denied.is_empty() {
-        lines.push(Line::fail(
+        lines.push(Check::fail(
             "access",
             format!("{who} may not {}: every job fails with 403", denied.join(", ")),
             format!(
@@ -192,13 +195,13 @@ async fn access_reviews(
             ),
         ));
     } else if !excess.is_empty() {
-        lines.push(Line::fail(
+        lines.push(Check::fail(
             "access",
             format!("{who} may {}, which a runner must never do", excess.join(", ")),
             "remove the broader binding that grants it; never bind a runner to cluster-admin or system:masters",
         ));
     } else {
-        lines.push(Line::ok(
+        lines.push(Check::ok(
             "access",
             format!(
                 "{who} may do the {} thing(s) the Kubernetes executor needs in namespace {} and none of the {} a runner must not",
@@ -236,24 +239,24 @@ async fn pause_pods(
     client: &kube::Client,
     view: &EntryView,
     cluster: Option<&ClusterFiles>,
-    lines: &mut Vec<Line>,
+    lines: &mut Vec<Check>,
 ) {
     let Some(image) = cluster
         .filter(|c| c.node_image.is_file())
         .and_then(|c| NodeImage::load(&c.node_image).ok())
     else {
-        lines.push(Line::skip("prewarm", "no node image for this cluster"));
+        lines.push(Check::skip("prewarm", "no node image for this cluster"));
         return;
     };
     let job = match job_requests(view) {
         Ok(j) => j,
         Err(e) => {
-            lines.push(Line::fail("prewarm", e, "fix the entry's resources"));
+            lines.push(Check::fail("prewarm", e, "fix the entry's resources"));
             return;
         }
     };
     if let Err(e) = sizing::check(&job, &image, None) {
-        lines.push(Line::fail(
+        lines.push(Check::fail(
             "prewarm",
             e.message().to_string(),
             e.hint_text().unwrap_or("lower the job's requests"),
@@ -268,7 +271,7 @@ async fn pause_pods(
         image.mem_mib
     );
     if let Some(n) = view.native_pause_pods {
-        lines.push(Line::ok(
+        lines.push(Check::ok(
             "prewarm",
             format!("gitlab-runner keeps {n} pause pod(s) sized as job pods; {sized}"),
         ));
@@ -277,8 +280,8 @@ async fn pause_pods(
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &view.namespace);
     match deployments.get_opt(prewarm::NAME).await {
         Ok(Some(d)) => lines.push(deployment_line(&d, &job, &sized)),
-        Ok(None) => lines.push(Line::ok("prewarm", format!("no pause pods; {sized}"))),
-        Err(_) => lines.push(Line::ok(
+        Ok(None) => lines.push(Check::ok("prewarm", format!("no pause pods; {sized}"))),
+        Err(_) => lines.push(Check::ok(
             "prewarm",
             format!("{sized}; the pause Deployment's size was not compared (the runner's credential may not read it)"),
         )),
@@ -286,7 +289,7 @@ async fn pause_pods(
 }
 
 /// tenantci's pause Deployment reserves whole job pods: its requests must be the entry's.
-fn deployment_line(d: &Deployment, job: &JobPodRequests, sized: &str) -> Line {
+fn deployment_line(d: &Deployment, job: &JobPodRequests, sized: &str) -> Check {
     let requests = d
         .spec
         .template
@@ -304,12 +307,12 @@ fn deployment_line(d: &Deployment, job: &JobPodRequests, sized: &str) -> Line {
     };
     let replicas = d.spec.replicas.unwrap_or(0);
     if get("cpu") == job.cpu() && get("memory") == job.memory() {
-        Line::ok(
+        Check::ok(
             "prewarm",
             format!("{replicas} pause pod(s) reserve whole job pods; {sized}"),
         )
     } else {
-        Line::fail(
+        Check::fail(
             "prewarm",
             format!(
                 "the pause pods request {} CPU / {} but a job pod needs {} / {}: a warm node may not fit the job",

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{DocumentMut, Item, Table};
 
-use super::Line;
+use crate::checklist::Check;
 use crate::runner::gitlab_config::keys;
 
 pub const EXECUTOR: &str = "kubernetes";
@@ -32,10 +32,10 @@ pub struct EntryView {
     pub native_pause_pods: Option<i64>,
 }
 
-/// The entry named `name`, or the only kubernetes entry; a [`Line`] saying what is wrong
+/// The entry named `name`, or the only kubernetes entry; a [`Check`] saying what is wrong
 /// otherwise.
-pub fn find(path: &Path, text: &str, name: Option<&str>) -> Result<EntryView, Line> {
-    let fail = |detail: String, fix: &str| Line::fail("entry", detail, fix);
+pub fn find(path: &Path, text: &str, name: Option<&str>) -> Result<EntryView, Check> {
+    let fail = |detail: String, fix: &str| Check::fail("entry", detail, fix);
     let doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         fail(
             format!("`{}` is not valid TOML: {}", path.display(), e.message()),

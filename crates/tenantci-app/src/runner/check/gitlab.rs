@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::Line;
 use super::entry::EntryView;
+use crate::checklist::Check;
 use crate::runner::gitlab_api::{self, ApiError, Client};
 use tenantci_core::Secret;
 
@@ -24,11 +24,11 @@ fn system_id(config: &Path) -> String {
 
 /// `$VAR` tokens are expanded from this process's environment, as gitlab-runner's are from
 /// its own.
-fn token(view: &EntryView) -> Result<Secret, Line> {
+fn token(view: &EntryView) -> Result<Secret, Check> {
     let raw = view.token.as_deref().unwrap_or_default();
     let Some(var) = raw.strip_prefix('$') else {
         return if raw.is_empty() {
-            Err(Line::fail(
+            Err(Check::fail(
                 "gitlab",
                 "the entry has no token",
                 "re-run `tenantci bootstrap runner` with a token or --gitlab-api-token-file",
@@ -40,7 +40,7 @@ fn token(view: &EntryView) -> Result<Secret, Line> {
     let var = var.trim_start_matches('{').trim_end_matches('}');
     match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => Ok(Secret::new(v.trim())),
-        _ => Err(Line::skip(
+        _ => Err(Check::skip(
             "gitlab",
             format!(
                 "the token is ${var}, not set here: run the check with gitlab-runner's environment"
@@ -49,9 +49,12 @@ fn token(view: &EntryView) -> Result<Secret, Line> {
     }
 }
 
-pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Line>) {
+pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Check>) {
     let Some(url) = view.url.as_deref().filter(|u| !u.starts_with('$')) else {
-        lines.push(Line::skip("gitlab", "the entry's url is not set or a $VAR"));
+        lines.push(Check::skip(
+            "gitlab",
+            "the entry's url is not set or a $VAR",
+        ));
         return;
     };
     let token = match token(view) {
@@ -65,7 +68,7 @@ pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Line>) {
     let client = match Client::new(url, Secret::new(""), view.tls_ca_file.as_deref(), TIMEOUT) {
         Ok(c) => c,
         Err(e) => {
-            lines.push(Line::fail(
+            lines.push(Check::fail(
                 "gitlab",
                 e.message().to_string(),
                 e.hint_text().unwrap_or("fix tls-ca-file"),
@@ -78,11 +81,11 @@ pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Line>) {
         None => "the public roots".to_string(),
     };
     lines.push(match client.verify_runner(&token, &system_id(config)).await {
-        Ok(()) => Line::ok(
+        Ok(()) => Check::ok(
             "gitlab",
             format!("{url} reached with {trust}; the runner token is accepted"),
         ),
-        Err(ApiError::VerifyRejected) => Line::fail(
+        Err(ApiError::VerifyRejected) => Check::fail(
             "gitlab",
             format!("{url} does not accept the runner token (403 on /api/v4/runners/verify)"),
             "the runner was deleted or its token revoked or expired: create it again (`tenantci bootstrap runner --gitlab-api-token-file FILE --recreate`)",
@@ -94,8 +97,8 @@ pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Line>) {
             } else {
                 "check the url and this host's path to GitLab (DNS, firewall, proxy): gitlab-runner runs here and needs it too"
             };
-            Line::fail("gitlab", format!("{url} with {trust}: {text}"), fix)
+            Check::fail("gitlab", format!("{url} with {trust}: {text}"), fix)
         }
-        Err(e) => Line::fail("gitlab", format!("{url}: {e}"), "check GitLab's health"),
+        Err(e) => Check::fail("gitlab", format!("{url}: {e}"), "check GitLab's health"),
     });
 }

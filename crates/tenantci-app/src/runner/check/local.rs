@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use time::OffsetDateTime;
 
-use super::Line;
 use super::entry::EntryView;
+use crate::checklist::Check;
 use kube::config::Kubeconfig;
 use tenantci_core::gateway::StateDir;
 use tenantci_core::pki::inspect::{CertInfo, rfc3339};
@@ -55,7 +55,7 @@ fn mode(path: &Path) -> Option<u32> {
 
 /// The entry's files exist as regular files and the secrets in them are not readable by
 /// others. Returns whether the credential files are usable.
-pub fn files(config: &Path, view: &EntryView, lines: &mut Vec<Line>) -> bool {
+pub fn files(config: &Path, view: &EntryView, lines: &mut Vec<Check>) -> bool {
     let mut problems = Vec::new();
     let literal_token = view.token.as_deref().is_some_and(|t| !t.starts_with('$'));
     if literal_token && mode(config).is_some_and(|m| m & 0o077 != 0) {
@@ -66,7 +66,7 @@ pub fn files(config: &Path, view: &EntryView, lines: &mut Vec<Line>) -> bool {
         ));
     }
     if view.host.is_none() {
-        lines.push(Line::fail(
+        lines.push(Check::fail(
             "files",
             "[runners.kubernetes] has no host: gitlab-runner would use its in-cluster config",
             "re-run `tenantci bootstrap runner` to write host, cert_file, key_file and ca_file",
@@ -101,14 +101,14 @@ pub fn files(config: &Path, view: &EntryView, lines: &mut Vec<Line>) -> bool {
         }
     }
     if problems.is_empty() {
-        lines.push(Line::ok(
+        lines.push(Check::ok(
             "files",
             "cert_file, key_file, ca_file present; secrets 0600",
         ));
         true
     } else {
         let fix = "chmod 600 the secret files; re-run `tenantci bootstrap runner` to restore missing ones";
-        lines.push(Line::fail("files", problems.join("; "), fix));
+        lines.push(Check::fail("files", problems.join("; "), fix));
         false
     }
 }
@@ -127,7 +127,7 @@ pub fn certificate(
     view: &EntryView,
     cluster: Option<&ClusterFiles>,
     now: OffsetDateTime,
-    lines: &mut Vec<Line>,
+    lines: &mut Vec<Check>,
 ) -> Option<CertInfo> {
     let (cert_path, key_path) = (view.cert_file.as_deref()?, view.key_file.as_deref()?);
     let parsed = read_pem(cert_path).and_then(|pem| {
@@ -137,7 +137,7 @@ pub fn certificate(
     let (pem, info) = match parsed {
         Ok(p) => p,
         Err(e) => {
-            lines.push(Line::fail("certificate", e, REMINT));
+            lines.push(Check::fail("certificate", e, REMINT));
             return None;
         }
     };
@@ -147,17 +147,17 @@ pub fn certificate(
     Some(info)
 }
 
-fn validity(info: &CertInfo, now: OffsetDateTime) -> Line {
+fn validity(info: &CertInfo, now: OffsetDateTime) -> Check {
     let who = format!("{} (expires {})", info.subject, rfc3339(info.not_after));
     if now >= info.not_after {
-        return Line::fail(
+        return Check::fail(
             "certificate",
             format!("{who}: expired; the apiserver refuses it (401)"),
             REMINT,
         );
     }
     if now < info.not_before {
-        return Line::fail(
+        return Check::fail(
             "certificate",
             format!("{who}: not valid before {}", rfc3339(info.not_before)),
             "check this host's clock, or re-mint",
@@ -166,7 +166,7 @@ fn validity(info: &CertInfo, now: OffsetDateTime) -> Line {
     let left = info.remaining_fraction(now);
     let days = (info.not_after - now).whole_days();
     if left < RENEW_AT_FRACTION {
-        return Line::warn(
+        return Check::warn(
             "certificate",
             format!(
                 "{who}: {days} day(s) left ({:.0}% of its lifetime)",
@@ -175,7 +175,7 @@ fn validity(info: &CertInfo, now: OffsetDateTime) -> Line {
             format!("renew now: {REMINT}"),
         );
     }
-    Line::ok(
+    Check::ok(
         "certificate",
         format!(
             "{who}: {days} day(s) left ({:.0}% of its lifetime)",
@@ -184,11 +184,11 @@ fn validity(info: &CertInfo, now: OffsetDateTime) -> Line {
     )
 }
 
-fn key_line(info: &CertInfo, key_path: &Path) -> Line {
+fn key_line(info: &CertInfo, key_path: &Path) -> Check {
     let matched = read_pem(key_path).and_then(|pem| verify::key_matches(&info.spki_der, &pem));
     match matched {
-        Ok(true) => Line::ok("key", "key_file is the certificate's key"),
-        Ok(false) => Line::fail(
+        Ok(true) => Check::ok("key", "key_file is the certificate's key"),
+        Ok(false) => Check::fail(
             "key",
             format!(
                 "key_file `{}` is not the key of cert_file: TLS to the apiserver fails",
@@ -196,31 +196,31 @@ fn key_line(info: &CertInfo, key_path: &Path) -> Line {
             ),
             "restore the key that belongs to the certificate, or re-mint both with --rotate",
         ),
-        Err(e) => Line::fail("key", format!("key_file: {e}"), REMINT),
+        Err(e) => Check::fail("key", format!("key_file: {e}"), REMINT),
     }
 }
 
-fn chain_line(pem: &str, info: &CertInfo, cluster: Option<&ClusterFiles>) -> Line {
+fn chain_line(pem: &str, info: &CertInfo, cluster: Option<&ClusterFiles>) -> Check {
     let Some(cluster) = cluster else {
-        return Line::skip(
+        return Check::skip(
             "client-ca",
             "no state dir cluster serves this host (pass --state-dir to check the chain)",
         );
     };
     let der = match pem::parse(pem) {
         Ok(p) => p.into_contents(),
-        Err(e) => return Line::fail("client-ca", e.to_string(), REMINT),
+        Err(e) => return Check::fail("client-ca", e.to_string(), REMINT),
     };
     // An instant inside the certificate's life: the chain alone is checked here, validity is
     // the `certificate` line's.
     let within = info.not_before + (info.not_after - info.not_before) / 2;
     let verdict = read_pem(&cluster.client_ca).and_then(|ca| verify::chains_to(&der, &ca, within));
     match verdict {
-        Ok(()) => Line::ok(
+        Ok(()) => Check::ok(
             "client-ca",
             format!("signed by cluster `{}`'s ClientCA", cluster.name),
         ),
-        Err(e) => Line::fail(
+        Err(e) => Check::fail(
             "client-ca",
             format!(
                 "the certificate does not chain to cluster `{}`'s ClientCA ({e}): the apiserver refuses it",

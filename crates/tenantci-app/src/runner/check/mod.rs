@@ -5,7 +5,7 @@
 //! SelfSubjectAccessReviews for what the Kubernetes executor needs, GitLab with the entry's
 //! `tls-ca-file` and token, and the pause pods against the node image.
 //!
-//! Each check is one [`Line`] with its fix; a check that cannot run because an earlier one
+//! Each check is one [`Check`] with its fix; a check that cannot run because an earlier one
 //! failed is `skip`, so the first failure is the one to fix. `bootstrap runner` ends with the
 //! same [`run`]. Writes nothing.
 
@@ -19,67 +19,12 @@ use std::path::PathBuf;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::checklist::{self, Check};
+
 use entry::EntryView;
 pub use local::ClusterFiles;
 use tenantci_core::gateway::StateDir;
 use tenantci_core::{Error, Result};
-
-/// How a check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    /// Works now, but will not for long (or is unsafe); does not fail the check.
-    Warn,
-    Fail,
-    /// Could not run: an earlier check failed or the input is missing.
-    Skip,
-}
-
-/// One check's verdict.
-#[derive(Debug, Clone, Serialize)]
-pub struct Line {
-    pub check: &'static str,
-    pub status: Status,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-}
-
-impl Line {
-    fn ok(check: &'static str, detail: impl Into<String>) -> Self {
-        Line {
-            check,
-            status: Status::Ok,
-            detail: detail.into(),
-            fix: None,
-        }
-    }
-    fn skip(check: &'static str, detail: impl Into<String>) -> Self {
-        Line {
-            check,
-            status: Status::Skip,
-            detail: detail.into(),
-            fix: None,
-        }
-    }
-    fn fail(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Line {
-            check,
-            status: Status::Fail,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-    fn warn(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Line {
-            check,
-            status: Status::Warn,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-}
 
 /// What to check.
 #[derive(Debug, Clone)]
@@ -104,7 +49,7 @@ pub struct Report {
     pub config: PathBuf,
     pub runner: Option<String>,
     pub passed: bool,
-    pub checks: Vec<Line>,
+    pub checks: Vec<Check>,
 }
 
 /// config.toml is small; a bound keeps a wrong path from being read whole.
@@ -128,7 +73,7 @@ pub async fn run(inputs: &Inputs) -> Result<Report> {
             return Ok(report(inputs, None, lines));
         }
     };
-    lines.push(Line::ok(
+    lines.push(Check::ok(
         "entry",
         format!("[[runners]] `{}` in {}", view.name, inputs.config.display()),
     ));
@@ -136,18 +81,18 @@ pub async fn run(inputs: &Inputs) -> Result<Report> {
     Ok(report(inputs, Some(view.name.clone()), lines))
 }
 
-fn report(inputs: &Inputs, runner: Option<String>, checks: Vec<Line>) -> Report {
+fn report(inputs: &Inputs, runner: Option<String>, checks: Vec<Check>) -> Report {
     Report {
         config: inputs.config.clone(),
         runner,
-        passed: !checks.iter().any(|l| l.status == Status::Fail),
+        passed: checklist::passed(&checks),
         checks,
     }
 }
 
-async fn check_entry(inputs: &Inputs, view: &EntryView, lines: &mut Vec<Line>) {
+async fn check_entry(inputs: &Inputs, view: &EntryView, lines: &mut Vec<Check>) {
     if view.executor.as_deref() != Some(entry::EXECUTOR) {
-        lines.push(Line::fail(
+        lines.push(Check::fail(
             "executor",
             format!(
                 "the entry uses executor `{}`, not kubernetes",
@@ -157,7 +102,7 @@ async fn check_entry(inputs: &Inputs, view: &EntryView, lines: &mut Vec<Line>) {
         ));
         return;
     }
-    lines.push(Line::ok("executor", "kubernetes"));
+    lines.push(Check::ok("executor", "kubernetes"));
     let files_ok = local::files(&inputs.config, view, lines);
     let cluster = inputs.cluster.clone().or_else(|| {
         let dir = inputs.state_dir.as_deref()?;
@@ -167,7 +112,7 @@ async fn check_entry(inputs: &Inputs, view: &EntryView, lines: &mut Vec<Line>) {
     let cert = if files_ok {
         local::certificate(view, cluster.as_ref(), now, lines)
     } else {
-        lines.push(Line::skip(
+        lines.push(Check::skip(
             "certificate",
             "the entry's files are not usable",
         ));
@@ -177,27 +122,9 @@ async fn check_entry(inputs: &Inputs, view: &EntryView, lines: &mut Vec<Line>) {
     if inputs.gitlab {
         gitlab::check(&inputs.config, view, lines).await;
     } else {
-        lines.push(Line::skip(
+        lines.push(Check::skip(
             "gitlab",
             "not contacted in this run; `tenantci runner check` calls it",
         ));
     }
-}
-
-/// The human form: one line per check, the fix indented below a failure or warning.
-pub fn render(report: &Report) -> String {
-    let mut out = String::new();
-    for line in &report.checks {
-        let status = match line.status {
-            Status::Ok => "ok  ",
-            Status::Warn => "WARN",
-            Status::Fail => "FAIL",
-            Status::Skip => "skip",
-        };
-        out.push_str(&format!("{status} {:<12} {}\n", line.check, line.detail));
-        if let Some(fix) = &line.fix {
-            out.push_str(&format!("     {:<12} fix: {fix}\n", ""));
-        }
-    }
-    out
 }

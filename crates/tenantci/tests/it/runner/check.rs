@@ -105,7 +105,7 @@ fn line<'a>(report: &'a Value, check: &str) -> &'a Value {
         .as_array()
         .unwrap()
         .iter()
-        .find(|l| l["check"] == check)
+        .find(|l| l["name"] == check)
         .unwrap_or_else(|| panic!("no `{check}` line in {report:#}"))
 }
 
@@ -216,11 +216,22 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
     let token = s.gitlab.runners()[0].token.clone();
     assert!(!text.contains(&token), "the token never reaches output");
 
-    // The binding names another group than the certificate's organization.
-    let admin = tenantci_core::kube_client::from_kubeconfig(&s.sim.tenant_admin("ci"))
-        .await
-        .unwrap();
-    let bindings: Api<RoleBinding> = Api::namespaced(admin, "gitlab-runner");
+    binding_of_another_group(&s).await;
+    a_binding_that_grants_too_much(&s).await;
+    broken_files(&s).await;
+    assert_exit(&check(&s).await.0, 0);
+
+    let id = s.gitlab.runners()[0].id;
+    s.gitlab.delete_runner(id);
+    let (o, report) = check(&s).await;
+    assert_fails(&o, &report, "gitlab", "does not accept the runner token");
+
+    apiserver_gone(&s).await;
+}
+
+/// The binding names another group than the certificate's organization: the 403.
+async fn binding_of_another_group(s: &Setup) {
+    let bindings: Api<RoleBinding> = Api::namespaced(admin(s).await, "gitlab-runner");
     let original = bindings.list(&Default::default()).await.unwrap().items;
     assert!(!original.is_empty());
     for b in &original {
@@ -234,7 +245,7 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
             .await
             .unwrap();
     }
-    let (o, report) = check(&s).await;
+    let (o, report) = check(s).await;
     assert_fails(&o, &report, "access", "may not create pods");
     let fix = line(&report, "access")["fix"].as_str().unwrap();
     assert!(fix.contains("group must match"), "{fix}");
@@ -247,12 +258,12 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
             .await
             .unwrap();
     }
-    assert_exit(&check(&s).await.0, 0);
+    assert_exit(&check(s).await.0, 0);
+}
 
-    // A broader binding that lets the runner read every Secret is a failure too.
-    let admin = tenantci_core::kube_client::from_kubeconfig(&s.sim.tenant_admin("ci"))
-        .await
-        .unwrap();
+/// A broader binding that lets the runner read every Secret is a failure too.
+async fn a_binding_that_grants_too_much(s: &Setup) {
+    let admin = admin(s).await;
     let too_much: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "too-much"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "too-much"},
@@ -268,15 +279,19 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
     let crbs: Api<ClusterRoleBinding> = Api::all(admin);
     roles.create(&Default::default(), &role).await.unwrap();
     crbs.create(&Default::default(), &too_much).await.unwrap();
-    let (o, report) = check(&s).await;
+    let (o, report) = check(s).await;
     assert_fails(&o, &report, "access", "which a runner must never do");
     crbs.delete("too-much", &Default::default()).await.unwrap();
     roles.delete("too-much", &Default::default()).await.unwrap();
-    assert_exit(&check(&s).await.0, 0);
+    assert_exit(&check(s).await.0, 0);
+}
 
+/// The credential's files, one thing at a time: expired, another key, another cluster's
+/// credential, another cluster's serving CA.
+async fn broken_files(s: &Setup) {
     let cert = s.creds().join("tls.crt");
     let key = s.creds().join("tls.key");
-    broken(&s, "certificate", "expired", |s| {
+    broken(s, "certificate", "expired", |s| {
         let now = time::OffsetDateTime::now_utc();
         let day = time::Duration::days(1);
         let old =
@@ -286,18 +301,18 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
         std::fs::write(&key, old.key_pem).unwrap();
     })
     .await;
-    broken(&s, "key", "is not the key of cert_file", |s| {
+    broken(s, "key", "is not the key of cert_file", |s| {
         let other = issue::client_cert(&client_ca(s, "ci"), &spec()).unwrap();
         std::fs::write(&key, other.key_pem).unwrap();
     })
     .await;
-    broken(&s, "client-ca", "does not chain", |s| {
+    broken(s, "client-ca", "does not chain", |s| {
         let foreign = issue::client_cert(&client_ca(s, "other"), &spec()).unwrap();
         std::fs::write(&cert, foreign.cert_pem).unwrap();
         std::fs::write(&key, foreign.key_pem).unwrap();
     })
     .await;
-    broken(&s, "apiserver-ca", "does not verify", |s| {
+    broken(s, "apiserver-ca", "does not verify", |s| {
         let other_ca = s.root.join("state/clusters/other/pki/serving-ca.crt");
         let ca_file = s.creds().join("ca.crt");
         let text = std::fs::read_to_string(s.config()).unwrap();
@@ -308,14 +323,10 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
         std::fs::write(s.config(), text).unwrap();
     })
     .await;
-    assert_exit(&check(&s).await.0, 0);
+}
 
-    let id = s.gitlab.runners()[0].id;
-    s.gitlab.delete_runner(id);
-    let (o, report) = check(&s).await;
-    assert_fails(&o, &report, "gitlab", "does not accept the runner token");
-
-    // The apiserver goes away (kill -9 of the simulator).
+/// The apiserver goes away (kill -9 of the simulator).
+async fn apiserver_gone(s: &Setup) {
     let pid = s.sim.pid();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -330,8 +341,14 @@ async fn runner_check_passes_a_good_runner_and_names_each_broken_half() {
     tenantci_testkit::wait::eventually_blocking("the simulator stops listening", || {
         std::net::TcpStream::connect(&addr).is_err().then_some(())
     });
-    let (o, report) = check(&s).await;
+    let (o, report) = check(s).await;
     assert_fails(&o, &report, "apiserver", "does not answer");
+}
+
+async fn admin(s: &Setup) -> kube::Client {
+    tenantci_core::kube_client::from_kubeconfig(&s.sim.tenant_admin("ci"))
+        .await
+        .unwrap()
 }
 
 #[test]
