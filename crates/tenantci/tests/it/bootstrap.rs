@@ -340,3 +340,88 @@ async fn bootstrap_creates_the_runner_through_the_gitlab_api_once() {
     assert_eq!(gitlab.runners().len(), 1, "the re-run reused the token");
     assert_eq!(std::fs::read(&config).unwrap(), before);
 }
+
+/// Bad names are refused before the credential is minted or anything applied (exit 2), and a
+/// tenant apiserver this run cannot reach is exit 3 before any write: "Ready" is printed only
+/// for a cluster that was reached.
+#[test]
+fn bootstrap_validates_names_and_reaches_the_apiserver_before_writing() {
+    let s = setup(&["ci"]);
+    let untouched = |s: &Setup| {
+        assert!(!s.root.join("creds-ci").exists(), "no credential minted");
+        assert!(!s.root.join("gitlab-runner").exists(), "no config written");
+    };
+    for (flag, value) in [
+        ("--namespace", "../kube-system"),
+        ("--namespace", "GitLab"),
+        ("--name", "tenant\nci"),
+    ] {
+        let o = bootstrap(&s, "ci", &[flag, value]);
+        assert_exit(&o, 2);
+        assert!(stderr(&o).contains(flag), "{flag}: {}", stderr(&o));
+        untouched(&s);
+    }
+    let k = Kubectl::new(&s.sim.tenant_admin("ci"), &s.root);
+    assert_ne!(
+        k.run(&["get", "namespace", "gitlab-runner"]).status.code(),
+        Some(0),
+        "no RBAC applied"
+    );
+
+    // Given directly, a --server that the tenant kubeconfig does not name is bad input, and
+    // one nobody answers on is an external failure; neither writes.
+    let pki = s.root.join("state/clusters/ci/pki");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("https://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let direct = |server: &str, kubeconfig: &Path| {
+        let mut cmd = tenantci();
+        cmd.args([
+            "bootstrap",
+            "runner",
+            "--forge",
+            "gitlab",
+            "--cluster",
+            "ci",
+        ])
+        .args(["--server", server, "--server-ca"])
+        .arg(pki.join("serving-ca.crt"))
+        .arg("--client-ca-cert")
+        .arg(pki.join("client-ca.crt"))
+        .arg("--client-ca-key")
+        .arg(pki.join("client-ca.key"))
+        .arg("--tenant-kubeconfig")
+        .arg(kubeconfig)
+        .arg("--credential-dir")
+        .arg(s.root.join("creds-ci"))
+        .arg("--config")
+        .arg(s.root.join("gitlab-runner/config.toml"))
+        .args([
+            "--gitlab-url",
+            "https://gitlab.example.com",
+            "--runner-token-file",
+        ])
+        .arg(s.root.join("token"));
+        run(&mut cmd)
+    };
+    let o = direct(&dead, &s.sim.tenant_admin("ci"));
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("names the apiserver"), "{}", stderr(&o));
+    untouched(&s);
+    let pointing_at_dead = s.root.join("dead.kubeconfig");
+    let text = std::fs::read_to_string(s.sim.tenant_admin("ci")).unwrap();
+    std::fs::write(
+        &pointing_at_dead,
+        text.replace(&s.sim.cluster_url("ci"), &dead),
+    )
+    .unwrap();
+    let o = direct(&dead, &pointing_at_dead);
+    assert_exit(&o, 3);
+    assert!(
+        stderr(&o).contains("cannot reach the tenant apiserver"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains("Ready") && !stderr(&o).contains("Ready"));
+    untouched(&s);
+}

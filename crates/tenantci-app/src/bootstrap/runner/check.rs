@@ -14,8 +14,42 @@ pub(super) fn check_inputs(inputs: &Inputs) -> Result<Prepared<'_>> {
     }
     policy::check_common_name(&inputs.common_name)?;
     policy::check_organizations(std::slice::from_ref(&inputs.group))?;
+    check_names(inputs)?;
     refuse_double_pause_pods(inputs)?;
     prepare_token(inputs)
+}
+
+/// The names the run will use in the cluster and in config.toml: refused here, before the
+/// credential is minted, rather than by the apiserver after it.
+fn check_names(inputs: &Inputs) -> Result<()> {
+    if !tenantci_core::dns::is_label(&inputs.namespace) {
+        return Err(Error::bad_input(format!(
+            "--namespace `{}` is not a Kubernetes namespace name",
+            short(&inputs.namespace)
+        ))
+        .hint("use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit, e.g. gitlab-runner"));
+    }
+    let cluster = match &inputs.target {
+        super::Target::StateDir { cluster, .. } | super::Target::Direct { cluster, .. } => cluster,
+    };
+    tenantci_core::gateway::layout::validate_cluster_name(cluster)?;
+    let name = &inputs.runner_name;
+    if name.trim().is_empty() || name.len() > 255 || name.chars().any(char::is_control) {
+        return Err(Error::bad_input(format!(
+            "--name `{}` is not a usable runner name",
+            short(name)
+        ))
+        .hint("use up to 255 printable characters, e.g. tenant-ci"));
+    }
+    Ok(())
+}
+
+/// At most 64 characters of a bad value: errors name it without echoing a whole file.
+fn short(value: &str) -> String {
+    match value.char_indices().nth(64) {
+        Some((i, _)) => format!("{}...", &value[..i]),
+        None => value.to_string(),
+    }
 }
 
 /// config.toml does not change before the last step, so deciding about the token now (reusing

@@ -132,7 +132,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     let token = check::check_inputs(inputs)?;
     let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
     let mut steps = Steps::new(&mut on_step, inputs.dry_run);
-    let cluster = resolve::resolve(inputs, &mut steps).await?;
+    let (cluster, admin) = resolve::resolve(inputs, &mut steps).await?;
     let mut run = Run {
         inputs,
         groups: vec![inputs.group.clone()],
@@ -141,7 +141,6 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     };
     let sizing = run.check_sizing()?;
     let credential = run.credential()?;
-    let admin = client::from_kubeconfig(&run.cluster.tenant_kubeconfig).await?;
     let rbac_changed = run.rbac(&admin).await?;
     run.verify(&admin, &credential, rbac_changed).await?;
     run.record_sizing(sizing.as_ref());

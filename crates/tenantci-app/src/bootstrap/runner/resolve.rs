@@ -7,9 +7,10 @@ use super::{Inputs, Run, Target};
 use crate::credential::CaSource;
 use crate::steps::{Outcome, Steps};
 use crate::tenant::sizing::{self, SizingReport};
-use tenantci_core::Result;
 use tenantci_core::gateway::{StateDir, resolve as gateway};
+use tenantci_core::kube_client as client;
 use tenantci_core::node_image::NodeImage;
+use tenantci_core::{Error, Result};
 
 /// The cluster the inputs name, with the files later steps need.
 pub(super) struct Resolved {
@@ -22,14 +23,73 @@ pub(super) struct Resolved {
     pub node_image: Option<PathBuf>,
 }
 
-pub(super) async fn resolve(inputs: &Inputs, steps: &mut Steps<'_>) -> Result<Resolved> {
+/// The cluster, and a tenant-admin client that has reached its apiserver: nothing is minted
+/// or applied for a server this run did not reach (exit 3 before any write).
+pub(super) async fn resolve(
+    inputs: &Inputs,
+    steps: &mut Steps<'_>,
+) -> Result<(Resolved, kube::Client)> {
     let r = resolve_target(inputs).await?;
+    let named = kubeconfig_server(&r.tenant_kubeconfig)?;
+    if named.trim_end_matches('/') != r.server.trim_end_matches('/') {
+        return Err(Error::bad_input(format!(
+            "the tenant kubeconfig `{}` names the apiserver {named}, but cluster `{}` is at {}",
+            r.tenant_kubeconfig.display(),
+            r.cluster,
+            r.server
+        ))
+        .hint("pass the tenant-admin kubeconfig of that cluster (--tenant-kubeconfig), or the matching --server"));
+    }
+    let admin = client::from_kubeconfig(&r.tenant_kubeconfig).await?;
+    let version = admin.apiserver_version().await.map_err(|e| {
+        Error::external(format!(
+            "cannot reach the tenant apiserver of cluster `{}` at {}",
+            r.cluster, r.server
+        ))
+        .caused_by(e)
+        .hint("check that the gateway runs the cluster (`tenantci check-host --role gateway`) and that --server / the tenant kubeconfig name it; nothing was written")
+    })?;
+    let state = match inputs.target {
+        Target::StateDir { .. } => "Ready, reached",
+        Target::Direct { .. } => "reached",
+    };
     steps.record(
         "resolve",
         Outcome::Ok,
-        format!("cluster {} at {} (Ready)", r.cluster, r.server),
+        format!(
+            "cluster {} at {} ({state}: {})",
+            r.cluster, r.server, version.git_version
+        ),
     );
-    Ok(r)
+    Ok((r, admin))
+}
+
+/// The server of the kubeconfig's current context.
+fn kubeconfig_server(path: &std::path::Path) -> Result<String> {
+    let bad = || {
+        Error::bad_input(format!(
+            "the tenant kubeconfig `{}` has no current context with a server",
+            path.display()
+        ))
+        .hint("pass the cluster's tenant-admin kubeconfig (--tenant-kubeconfig)")
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+        Error::bad_input(format!("cannot read the kubeconfig `{}`", path.display())).caused_by(e)
+    })?;
+    let context = kc.current_context.as_deref().ok_or_else(bad)?;
+    let cluster = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone())
+        .ok_or_else(bad)?;
+    kc.clusters
+        .iter()
+        .find(|c| c.name == cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .ok_or_else(bad)
 }
 
 async fn resolve_target(inputs: &Inputs) -> Result<Resolved> {
