@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod manifests;
 pub mod metrics;
 pub mod objects;
+pub mod proxy;
 pub mod reconciler;
 pub mod registration;
 pub mod registry;

@@ -9,6 +9,7 @@ mod bootstrap;
 mod check_host;
 mod credential;
 mod dispatch;
+mod executor_proxy;
 mod internal;
 mod pki;
 mod queue;
@@ -80,6 +81,10 @@ pub enum Command {
     /// The Gitea dispatcher: `init` registers and writes its config, `run` runs it.
     #[command(subcommand)]
     Dispatch(dispatch::DispatchCommand),
+    /// The executor Pod's sidecar: plain HTTP on loopback for the runner, HTTPS to the facade
+    /// trusting only its CA (docs/cli.md). Written into Pod specs by the dispatcher.
+    #[command(hide = true)]
+    ExecutorProxy(executor_proxy::ExecutorProxyArgs),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -106,6 +111,7 @@ async fn dispatch(command: Command) -> tenantci_core::Result<i32> {
         Command::Sim(args) => sim::run(args).await,
         Command::Queue(cmd) => queue::run(cmd).await,
         Command::Dispatch(cmd) => dispatch::run(cmd).await,
+        Command::ExecutorProxy(args) => executor_proxy::run(args).await,
     }
 }
 
