@@ -19,6 +19,7 @@ pub mod reconciler;
 pub mod registration;
 pub mod registry;
 pub mod report;
+pub mod resources;
 pub mod routing;
 pub mod runtime;
 pub mod scheduler;

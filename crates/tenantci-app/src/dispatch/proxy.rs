@@ -69,7 +69,9 @@ pub fn read_ca_file(path: &Path) -> Result<String> {
     use std::io::Read as _;
     let what = "the facade CA file";
     let file = std::fs::File::open(path).map_err(|e| Error::unreadable(what, path, e))?;
-    let meta = file.metadata().map_err(|e| Error::unreadable(what, path, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::unreadable(what, path, e))?;
     if !meta.is_file() || meta.len() > CA_FILE_LIMIT {
         return Err(Error::bad_input(format!(
             "{what} `{}` is not a regular file of at most 256 KiB",
@@ -87,11 +89,10 @@ pub fn read_ca_file(path: &Path) -> Result<String> {
 /// Checks what the proxy was given before it binds anything.
 pub fn check(cfg: &ProxyConfig) -> Result<()> {
     if !cfg.listen.ip().is_loopback() {
-        return Err(Error::bad_input(format!(
-            "--listen {} is not a loopback address",
-            cfg.listen
-        ))
-        .hint("the runner reaches the proxy inside its Pod: pass 127.0.0.1:<port>"));
+        return Err(
+            Error::bad_input(format!("--listen {} is not a loopback address", cfg.listen))
+                .hint("the runner reaches the proxy inside its Pod: pass 127.0.0.1:<port>"),
+        );
     }
     let ok = cfg
         .facade_url

@@ -34,7 +34,11 @@ pub struct ExecutorProxyArgs {
 
 pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
     if args.probe {
-        return Ok(if proxy::probe(args.listen).await { 0 } else { 1 });
+        return Ok(if proxy::probe(args.listen).await {
+            0
+        } else {
+            1
+        });
     }
     let retry_for = duration::parse_positive(&args.retry_for).map_err(|e| {
         Error::bad_input(format!("--retry-for `{}` {e}", args.retry_for))

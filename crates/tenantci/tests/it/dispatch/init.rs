@@ -80,6 +80,7 @@ impl Setup {
             ("--nats-secrets-dir".into(), self.nats.display().to_string()),
             ("--facade-listen".into(), "127.0.0.1:18443".into()),
             ("--executor-image".into(), IMAGE.into()),
+            ("--proxy-image".into(), super::harness::PROXY_IMAGE.into()),
             ("--out".into(), self.out(out).display().to_string()),
         ];
         for (flag, value) in edits {
