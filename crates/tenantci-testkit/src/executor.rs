@@ -10,7 +10,6 @@
 //! go with tenantci's RunnerClient. For the dispatch tests, the dispatch benchmark and the demo
 //! (examples/demo_executor.rs).
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -59,18 +58,21 @@ fn proxy_flag(pod: &Pod, flag: &str) -> String {
 
 /// The executor Pod's `tenantci executor-proxy` sidecar, run as a local process with the
 /// sidecar's own argv but two values: `--listen 127.0.0.1:0` (tests run side by side) and
-/// `--facade-ca` a private copy of the Secret's `ca.crt`. Stopped (SIGTERM, as the kubelet
-/// stops a sidecar) when dropped.
+/// `--facade-ca` a private copy of the Secret's `ca.crt`; `-vv`, its log in a file
+/// ([`PodProxy::log_text`]). Stopped (SIGTERM, as the kubelet stops a sidecar) when dropped.
 pub struct PodProxy {
     process: Process,
     /// `http://127.0.0.1:<port>`.
     pub address: String,
+    log: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl PodProxy {
-    pub fn start(tenantci: &Path, secret: &Secret, pod: &Pod) -> PodProxy {
+    /// `tenantci` is the binary to run (its argv[0] replaces the sidecar's `tenantci`).
+    pub fn start(mut tenantci: Command, secret: &Secret, pod: &Pod) -> PodProxy {
         let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("executor-proxy.log");
         let ca = dir.path().join(CA_KEY);
         std::fs::write(&ca, &secret.data.as_ref().unwrap()[CA_KEY].0).unwrap();
         let mut args = proxy_container(pod).command.clone().unwrap();
@@ -83,10 +85,11 @@ impl PodProxy {
             args[i + 1] = value.to_string();
         }
         let mut process = Process::spawn(
-            Command::new(tenantci)
+            tenantci
                 .args(&args[1..])
+                .arg("-vv")
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit()),
+                .stderr(std::fs::File::create(&log).unwrap()),
         );
         let line = first_line(process.child().stdout.take().unwrap(), "executor-proxy");
         let address = line
@@ -96,8 +99,14 @@ impl PodProxy {
         PodProxy {
             process,
             address,
+            log,
             _dir: dir,
         }
+    }
+
+    /// What the proxy logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGTERM and the exit code.
