@@ -2,6 +2,7 @@
 //! nats-server.
 
 mod executor_pod;
+mod golden;
 mod harness;
 mod init;
 mod run;
