@@ -233,3 +233,62 @@ async fn executors_are_sized_for_the_rented_node_and_never_share_one() {
     }
     w.all_cleaned_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_warm_executor_takes_the_place_of_a_pause_pod_sized_from_the_dispatch_config() {
+    let w = World::start(1).await;
+    let _d = w.dispatcher("d1").await;
+    let out = tenantci()
+        .args(["tenant", "prewarm", "--replicas", "1", "--kubeconfig"])
+        .arg(&w.tenant_admin)
+        .arg("--dispatch-config")
+        .arg(w.config_path("d1"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("1810m CPU / 1760Mi"),
+        "runner + sidecar: {text}"
+    );
+    let pause_node = eventually("the pause pod to hold a rented node", || async {
+        let pods = w.pods().await;
+        let pause = pods.iter().find(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("tenantci-pause"))
+        })?;
+        (pause.status.as_ref()?.phase.as_deref() == Some("Running"))
+            .then(|| pause.spec.as_ref()?.node_name.clone())?
+    })
+    .await;
+    let task = w.claimed(w.enqueue("warm", "s3cr3t-warm").await).await;
+    let name = format!("gitea-task-{task}");
+    let executor_node = eventually("the executor Pod to run", || async {
+        let pods = w.pods().await;
+        let p = pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&name))?;
+        (p.status.as_ref()?.phase.as_deref() == Some("Running"))
+            .then(|| p.spec.as_ref()?.node_name.clone())?
+    })
+    .await;
+    assert_eq!(
+        executor_node, pause_node,
+        "the executor preempted the pause pod on the warm node"
+    );
+    w.executor(task).await.run(task).await;
+    eventually("the executor objects to go", || async {
+        w.pods()
+            .await
+            .iter()
+            .all(|p| p.metadata.name.as_deref() != Some(&name))
+            .then_some(())
+    })
+    .await;
+}

@@ -48,6 +48,8 @@ pub struct World {
     pub nats: NatsServer,
     pub gitea: Gitea,
     pub kube: kube::Client,
+    /// The tenant-admin kubeconfig of the simulated cluster.
+    pub tenant_admin: PathBuf,
     http: reqwest::Client,
     /// The config every dispatcher starts from (facade URL and identity differ per name).
     base: Config,
@@ -99,6 +101,7 @@ impl World {
             nats,
             gitea,
             kube,
+            tenant_admin: kubeconfig,
             watch,
             http: reqwest::Client::new(),
             base,
@@ -144,7 +147,7 @@ impl World {
         self.spawn(name).await
     }
 
-    fn config_path(&self, name: &str) -> PathBuf {
+    pub fn config_path(&self, name: &str) -> PathBuf {
         self.dir
             .path()
             .join("dispatch")
