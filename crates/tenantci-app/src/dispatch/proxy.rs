@@ -48,6 +48,9 @@ const REQUEST_HEADERS: [HeaderName; 9] = [
 /// The largest call body (UpdateLog batches are the big ones; the runner sends at most a few
 /// hundred rows at a time).
 pub const BODY_LIMIT: usize = 16 << 20;
+/// One attempt's bound: the facade answers every executor call at once (FetchTask never
+/// long-polls), so an attempt this slow is a hung facade, and is retried like a refused one.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest CA file read.
 const CA_FILE_LIMIT: u64 = 256 << 10;
 
@@ -128,6 +131,7 @@ fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
         .tls_built_in_root_certs(false)
         .add_root_certificate(ca)
         .connect_timeout(Duration::from_secs(5))
+        .timeout(ATTEMPT_TIMEOUT)
         .build()
         .map_err(|e| Error::bad_input("cannot build the facade client").caused_by(e))?;
     Ok(Upstream {
