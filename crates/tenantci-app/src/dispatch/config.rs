@@ -725,6 +725,38 @@ mod tests {
     }
 
     #[test]
+    fn executor_placement_and_resources_are_written_as_the_runbook_shows() {
+        let text = format!(
+            "{}\n[executor.resources]\ncpu = \"1500m\"\nmemory = \"1Gi\"\nephemeral_storage = \"4Gi\"\n\
+             ephemeral_storage_limit = \"6Gi\"\n\n[executor.node_selector]\n\"socialweb.computer/pool\" = \"ci\"\n\n\
+             [[executor.tolerations]]\nkey = \"rented\"\noperator = \"Exists\"\neffect = \"NoSchedule\"\n",
+            {
+                let mut doc: toml_edit::DocumentMut = sample().to_toml().parse().unwrap();
+                doc["executor"].as_table_mut().unwrap().remove("resources");
+                doc.to_string()
+            }
+        );
+        let cfg = parse(&text, &[]).unwrap();
+        let x = &cfg.executor;
+        assert_eq!(x.resources.cpu, "1500m");
+        assert_eq!(x.resources.ephemeral_storage_limit(), "6Gi");
+        assert_eq!(x.node_selector["socialweb.computer/pool"], "ci");
+        assert_eq!(x.tolerations[0].operator.as_deref(), Some("Exists"));
+        assert_eq!(
+            parse(&cfg.to_toml(), &[]).unwrap(),
+            cfg,
+            "written back as read"
+        );
+        let low = text.replace("\"6Gi\"", "\"1Gi\"");
+        assert!(
+            parse(&low, &[])
+                .unwrap_err()
+                .message()
+                .contains("ephemeral_storage_limit")
+        );
+    }
+
+    #[test]
     fn bad_values_are_refused_naming_the_key() {
         let text = sample().to_toml();
         for (var, value, needle) in [

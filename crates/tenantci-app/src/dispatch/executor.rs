@@ -17,8 +17,9 @@
 //! the Secret, whose `.runner` only the runner container mounts (read-only), and whose sealed
 //! assignment no container mounts.
 //!
-//! Identity hook: a SPIFFE identity mode (another issue) gives the sidecar its SVID; the
-//! runner side does not change, since the runner only ever talks to the loopback proxy.
+//! Identity hook: a SPIFFE identity mode (another issue) gives the sidecar its SVID (a volume
+//! in `proxy_container`, a flag in [`proxy_args`]); the runner side does not change, since
+//! the runner only ever talks to the loopback proxy.
 
 use std::collections::BTreeMap;
 

@@ -15,6 +15,10 @@
 //! Declare fails (docs/gitea-protocol.md).
 //!
 //! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited.
+//!
+//! Identity hook (the executor-identity issue): SPIFFE mTLS towards the facade is a client
+//! identity on the client [`upstream`] builds (and the SVID's trust bundle as its root); the
+//! routes, the retries and the runner side stay as they are.
 
 use std::net::SocketAddr;
 use std::path::Path;
