@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks: each writes its table to docs/benchmarks/<name>.md, then docs/benchmarks.md is
 # assembled from them. Usage: scripts/bench.sh [mint ...]   (default: mint bootstrap prewarm
-# dispatch; `queue`, `sim` and `build` run by name, each through scripts/bench-<name>.sh)
+# dispatch; `executor-start` by name; `queue`, `sim` and `build` run by name, each through
+# scripts/bench-<name>.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
@@ -21,6 +22,9 @@ for b in "${benches[@]}"; do
       ;;
     prewarm)
       cargo run --locked --quiet --example bench_prewarm
+      ;;
+    executor-start)
+      cargo run --locked --quiet --example bench_executor_start
       ;;
     *)
       if [ -x "scripts/bench-$b.sh" ]; then "scripts/bench-$b.sh"; else echo "unknown benchmark: $b" >&2; exit 2; fi

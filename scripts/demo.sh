@@ -24,11 +24,13 @@ demo_executor="$target/debug/examples/demo_executor"
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tenantci-demo.XXXXXX")
 sim_pid=""
 dispatch_pid=""
+proxy_pid=""
 nats_pid=""
 stop() { # SIGTERM one process this script started, and wait for it
   if [ -n "$1" ]; then kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; fi
 }
 cleanup() {
+  stop "$proxy_pid"
   stop "$dispatch_pid"
   stop "$nats_pid"
   stop "$sim_pid"
@@ -122,6 +124,7 @@ dispatch_dir="$work/etc/tenantci/dispatch"
   --nats "$nats_url" --nats-secrets-dir "$nats_dir/secrets" --pod-capacity 2 \
   --facade-listen 127.0.0.1:0 \
   --executor-image gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
+  --proxy-image tenantci@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --out "$dispatch_dir/config.toml"
 rm -f "$work/gitea-registration-token"
 
@@ -159,12 +162,24 @@ tk wait --for=create "secret/gitea-task-$task" --timeout=60s
 tk wait --for=create "pod/gitea-task-$task" --timeout=60s
 tk get pods,secrets -l app.kubernetes.io/component=gitea-executor
 
-# Play the official runner from the Secret's two files, as it would find them in its Pod.
+# Play the Pod: its executor-proxy sidecar with the Pod's own flags (on a free port), and the
+# official runner from the Secret's `.runner`, talking plain HTTP to the proxy.
 exec_dir="$work/executor"
 (umask 077; mkdir -p "$exec_dir"
  tk get secret "gitea-task-$task" -o jsonpath='{.data.\.runner}' | base64 -d > "$exec_dir/.runner"
  tk get secret "gitea-task-$task" -o jsonpath='{.data.ca\.crt}' | base64 -d > "$exec_dir/ca.crt")
-"$demo_executor" "$exec_dir/.runner" "$exec_dir/ca.crt"
+facade_url=$(tk get pod "gitea-task-$task" -o json \
+  | jq -r '.spec.initContainers[] | select(.name == "executor-proxy") | .command as $c
+           | $c[($c | index("--facade-url")) + 1]')
+"$tenantci" executor-proxy --listen 127.0.0.1:0 --facade-url "$facade_url" \
+  --facade-ca "$exec_dir/ca.crt" > "$work/proxy.out" 2> "$work/proxy.log" &
+proxy_pid=$!
+for _ in $(seq 100); do grep -q '^listening ' "$work/proxy.out" 2>/dev/null && break; sleep 0.1; done
+proxy_url=$(sed -n 's/^listening //p' "$work/proxy.out")
+[ -n "$proxy_url" ] || { echo "executor-proxy did not start" >&2; cat "$work/proxy.log" >&2; exit 1; }
+echo "executor-proxy (the Pod's sidecar) on $proxy_url -> $facade_url"
+"$demo_executor" "$exec_dir/.runner" "$proxy_url"
+stop "$proxy_pid"; proxy_pid=""
 
 echo "the task at the Gitea double:"
 curl -fsS "$gitea_admin/tasks/$task" | jq -c '{id, state, result, logs}'

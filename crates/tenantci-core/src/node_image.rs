@@ -36,9 +36,26 @@ impl Default for NodeImage {
 }
 
 impl NodeImage {
+    /// Reads the manifest: a regular file of at most 64 KiB (it is three numbers).
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::unreadable("the node image manifest", path, e))?;
+        use std::io::Read as _;
+        const LIMIT: u64 = 64 << 10;
+        let what = "the node image manifest";
+        let file = std::fs::File::open(path).map_err(|e| Error::unreadable(what, path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::unreadable(what, path, e))?;
+        if !meta.is_file() || meta.len() > LIMIT {
+            return Err(Error::bad_input(format!(
+                "{what} `{}` is not a regular file of at most 64 KiB",
+                path.display()
+            ))
+            .hint("it must be JSON like {\"vcpu\": 2, \"memMiB\": 2048, \"rootfsMiB\": 10240}"));
+        }
+        let mut text = String::new();
+        file.take(LIMIT)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::unreadable(what, path, e))?;
         serde_json::from_str(&text).map_err(|e| {
             Error::bad_input(format!(
                 "the node image manifest `{}` is not valid",
@@ -65,5 +82,27 @@ impl NodeImage {
     pub fn allocatable_memory(&self) -> Milli {
         self.capacity_memory()
             .saturating_sub(Milli::from_units(RESERVED_MEMORY_MIB << 20))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_reads_a_small_regular_file_only() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(NodeImage::load(dir.path()).unwrap_err().exit_code(), 2);
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, vec![b' '; 70 << 10]).unwrap();
+        assert!(
+            NodeImage::load(&big)
+                .unwrap_err()
+                .message()
+                .contains("at most 64 KiB")
+        );
+        let ok = dir.path().join("node-image.json");
+        std::fs::write(&ok, r#"{"vcpu": 4, "memMiB": 8192}"#).unwrap();
+        assert_eq!(NodeImage::load(&ok).unwrap().vcpu, 4);
     }
 }

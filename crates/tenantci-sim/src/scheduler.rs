@@ -83,8 +83,10 @@ pub enum Action {
     ReleaseNode { name: String },
 }
 
-/// Effective requests as kube-scheduler computes them: the larger of the containers' sum and
-/// the largest init container, per resource (sidecar init containers are not modelled).
+/// Effective requests as kube-scheduler computes them (KEP-753), per resource: sidecars
+/// (init containers with `restartPolicy: Always`) run beside the containers, so they add to
+/// the containers' sum; a plain init container runs alone beside the sidecars started before
+/// it; the Pod needs the larger of the two.
 pub fn pod_requests(pod: &Value) -> (Milli, Milli) {
     let spec = &pod["spec"];
     let request = |c: &Value, res: &str| {
@@ -96,13 +98,18 @@ pub fn pod_requests(pod: &Value) -> (Milli, Milli) {
     let list = |key: &str| spec[key].as_array().cloned().unwrap_or_default();
     let mut out = [Milli(0), Milli(0)];
     for (i, res) in ["cpu", "memory"].iter().enumerate() {
+        let mut sidecars = Milli(0);
+        let mut init_peak = Milli(0);
+        for c in list("initContainers") {
+            if c["restartPolicy"] == "Always" {
+                sidecars += request(&c, res);
+                init_peak = init_peak.max(sidecars);
+            } else {
+                init_peak = init_peak.max(sidecars + request(&c, res));
+            }
+        }
         let sum: Milli = list("containers").iter().map(|c| request(c, res)).sum();
-        let init = list("initContainers")
-            .iter()
-            .map(|c| request(c, res))
-            .max()
-            .unwrap_or_default();
-        out[i] = sum.max(init);
+        out[i] = (sum + sidecars).max(init_peak);
     }
     (out[0], out[1])
 }
@@ -583,6 +590,24 @@ mod tests {
         let (cpu, mem) = pod_requests(&p);
         assert_eq!(cpu, Milli(500));
         assert_eq!(mem, Milli::from_units(1 << 30));
+    }
+
+    #[test]
+    fn sidecars_add_to_the_containers() {
+        let p = serde_json::json!({"spec": {
+            "containers": [{"resources": {"requests": {"cpu": "1800m", "memory": "1728Mi"}}}],
+            "initContainers": [
+                {"restartPolicy": "Always", "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}},
+                {"resources": {"requests": {"cpu": "1900m"}}}
+            ]
+        }});
+        let (cpu, mem) = pod_requests(&p);
+        assert_eq!(
+            cpu,
+            Milli(1910),
+            "the init container runs beside the sidecar"
+        );
+        assert_eq!(mem, Milli::from_units(1760 << 20));
     }
 
     #[test]

@@ -1,32 +1,124 @@
-//! The official runner's part of one Gitea task (act_runner in the executor Pod), played from
-//! the executor Secret's two files only: `.runner` (the facade's address, the runner uuid and
-//! the per-task capability as its token) and `ca.crt` (the facade's CA). Declare, FetchTask,
-//! UpdateLog and UpdateTask go through the dispatcher's facade with tenantci's RunnerClient.
-//! For the dispatch tests, the dispatch benchmark and the demo (examples/demo_executor.rs).
+//! The official runner's part of one Gitea task (the runner in the executor Pod), played from
+//! the executor objects: `.runner` (the runner uuid and the per-task capability as its token)
+//! and, for the way to the facade, either
+//! - the Pod's `tenantci executor-proxy` sidecar run here as a process ([`PodProxy`]): the
+//!   stand-in talks plain HTTP to it on loopback, as the runner does in the Pod; or
+//! - directly ([`Executor::from_objects`]): the stand-in plays the proxy's part too, HTTPS to
+//!   the facade URL in the sidecar's argv trusting the Secret's `ca.crt`.
+//!
+//! Declare (label names only, as the runner sends them), FetchTask, UpdateLog and UpdateTask
+//! go with tenantci's RunnerClient. For the dispatch tests, the dispatch benchmark and the demo
+//! (examples/demo_executor.rs).
 
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use tenantci_app::dispatch::executor::{CA_KEY, RUNNER_KEY};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use tenantci_app::dispatch::executor::{CA_KEY, PROXY_CONTAINER, RUNNER_KEY};
 use tenantci_app::runner::gitea_files::Registration;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, LogRow, Task, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
 
+use crate::process::{Process, first_line};
 use crate::wait::eventually;
 
 /// An executor with the credentials of one task.
 pub struct Executor {
-    /// The facade's base URL.
+    /// Where its calls go: the facade (https) or the proxy (http on loopback).
     pub address: String,
     pub uuid: String,
     /// The task's capability.
     pub token: String,
     pub labels: Vec<String>,
     pub ephemeral: bool,
-    /// The facade's CA certificate.
+    /// The facade's CA certificate; empty when the address is the plain-HTTP proxy.
     pub ca_pem: String,
+}
+
+/// The Pod's sidecar (its container named executor-proxy, an init container).
+fn proxy_container(pod: &Pod) -> &k8s_openapi::api::core::v1::Container {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == PROXY_CONTAINER))
+        .expect("the executor Pod has the executor-proxy sidecar")
+}
+
+/// The value after `flag` in the sidecar's argv.
+fn proxy_flag(pod: &Pod, flag: &str) -> String {
+    let args = proxy_container(pod).command.clone().unwrap_or_default();
+    let i = args
+        .iter()
+        .position(|a| a == flag)
+        .unwrap_or_else(|| panic!("the sidecar has {flag}: {args:?}"));
+    args[i + 1].clone()
+}
+
+/// The executor Pod's `tenantci executor-proxy` sidecar, run as a local process with the
+/// sidecar's own argv but two values: `--listen 127.0.0.1:0` (tests run side by side) and
+/// `--facade-ca` a private copy of the Secret's `ca.crt`; `-vv`, its log in a file
+/// ([`PodProxy::log_text`]). Stopped (SIGTERM, as the kubelet stops a sidecar) when dropped.
+pub struct PodProxy {
+    process: Process,
+    /// `http://127.0.0.1:<port>`.
+    pub address: String,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PodProxy {
+    /// `tenantci` is the binary to run (its argv[0] replaces the sidecar's `tenantci`).
+    pub fn start(mut tenantci: Command, secret: &Secret, pod: &Pod) -> PodProxy {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("executor-proxy.log");
+        let ca = dir.path().join(CA_KEY);
+        std::fs::write(&ca, &secret.data.as_ref().unwrap()[CA_KEY].0).unwrap();
+        let mut args = proxy_container(pod).command.clone().unwrap();
+        assert_eq!(&args[..2], ["tenantci", "executor-proxy"], "{args:?}");
+        for (flag, value) in [
+            ("--listen", "127.0.0.1:0"),
+            ("--facade-ca", &*ca.to_string_lossy()),
+        ] {
+            let i = args.iter().position(|a| a == flag).unwrap();
+            args[i + 1] = value.to_string();
+        }
+        let mut process = Process::spawn(
+            tenantci
+                .args(&args[1..])
+                .arg("-vv")
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&log).unwrap()),
+        );
+        let line = first_line(process.child().stdout.take().unwrap(), "executor-proxy");
+        let address = line
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("executor-proxy's first line: {line}"))
+            .to_string();
+        PodProxy {
+            process,
+            address,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// What the proxy logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM and the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        self.process.terminate(Duration::from_secs(10))
+    }
+}
+
+impl Drop for PodProxy {
+    fn drop(&mut self) {
+        self.process.terminate(Duration::from_secs(10));
+    }
 }
 
 /// What the facade answered to the final reports.
@@ -52,17 +144,28 @@ impl Executor {
         })
     }
 
-    /// From the executor Secret's data.
-    pub fn from_secret(secret: &Secret) -> Executor {
+    /// Straight to the facade (the stand-in plays the proxy's TLS part): `.runner` and
+    /// `ca.crt` from the Secret, the facade URL from the Pod's sidecar.
+    pub fn from_objects(secret: &Secret, pod: &Pod) -> Executor {
         let data = secret.data.as_ref().expect("the executor Secret has data");
         let ca = String::from_utf8(data[CA_KEY].0.clone()).expect("ca.crt is PEM");
-        Self::from_files(&data[RUNNER_KEY].0, &ca).unwrap()
+        let mut ex = Self::from_files(&data[RUNNER_KEY].0, &ca).unwrap();
+        ex.address = proxy_flag(pod, "--facade-url");
+        ex
+    }
+
+    /// Through the Pod's sidecar run as `proxy`: plain HTTP on loopback, no CA.
+    pub fn through(secret: &Secret, proxy: &PodProxy) -> Executor {
+        let data = secret.data.as_ref().expect("the executor Secret has data");
+        let mut ex = Self::from_files(&data[RUNNER_KEY].0, "").unwrap();
+        ex.address = proxy.address.clone();
+        ex
     }
 
     /// A facade client with these credentials, or forged ones.
     pub fn client(&self, uuid: &str, token: &str) -> RunnerClient {
         let mut cfg = ClientConfig::new(&self.address);
-        cfg.ca_pem = Some(self.ca_pem.clone());
+        cfg.ca_pem = (!self.ca_pem.is_empty()).then(|| self.ca_pem.clone());
         cfg.request_timeout = Duration::from_secs(10);
         cfg.retry.initial_backoff = Duration::from_millis(50);
         RunnerClient::new(cfg)
@@ -85,7 +188,12 @@ impl Executor {
         eventually("the facade to hand out the task", || async {
             c.declare(&DeclareRequest {
                 version: "tenantci-testkit".into(),
-                labels: self.labels.clone(),
+                // Names only, as the runner declares (`pod:host` -> `pod`).
+                labels: self
+                    .labels
+                    .iter()
+                    .map(|l| l.split(':').next().unwrap_or_default().to_string())
+                    .collect(),
                 ..Default::default()
             })
             .await

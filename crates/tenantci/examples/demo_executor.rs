@@ -1,10 +1,12 @@
 //! The official runner's part of one task, for `scripts/demo.sh` (the demo has no act_runner
-//! and the simulator no kubelet): reads the executor Secret's two files as the runner would
-//! find them in its Pod, then Declare, FetchTask, UpdateLog and UpdateTask(SUCCESS) through the
-//! dispatcher's facade (tenantci_testkit::executor), saying what it does on stdout. Prints no
-//! token and no secret value.
+//! and the simulator no kubelet): reads the executor Secret's `.runner` as the runner would
+//! find it in its Pod, then Declare, FetchTask, UpdateLog and UpdateTask(SUCCESS) through the
+//! Pod's `tenantci executor-proxy` (which the demo runs with the sidecar's flags, on a free
+//! port instead of the Pod's fixed one) to the dispatcher's facade
+//! (tenantci_testkit::executor), saying what it does on stdout. Prints no token and no
+//! secret value.
 //!
-//! Usage: demo_executor RUNNER_FILE CA_FILE   (the Secret's `.runner` and `ca.crt`)
+//! Usage: demo_executor RUNNER_FILE PROXY_URL   (the Secret's `.runner`; http://127.0.0.1:PORT)
 
 use tenantci_core::forge::gitea::proto::{ProtoEnum, TaskResult};
 use tenantci_testkit::executor::Executor;
@@ -17,18 +19,19 @@ fn fail(msg: String) -> ! {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, runner_file, ca_file] = args.as_slice() else {
-        fail("usage: demo_executor RUNNER_FILE CA_FILE".into())
+    let [_, runner_file, proxy_url] = args.as_slice() else {
+        fail("usage: demo_executor RUNNER_FILE PROXY_URL".into())
     };
     let read = |p: &str| {
         std::fs::read_to_string(p).unwrap_or_else(|e| fail(format!("cannot read {p}: {e}")))
     };
-    let ex = Executor::from_files(read(runner_file).as_bytes(), &read(ca_file))
+    let mut ex = Executor::from_files(read(runner_file).as_bytes(), "")
         .unwrap_or_else(|e| fail(format!("{runner_file}: {e}")));
     println!(
-        "executor: .runner says facade {}, runner uuid {}, ephemeral {}",
-        ex.address, ex.uuid, ex.ephemeral
+        "executor: .runner says proxy {} (here {proxy_url}), runner uuid {}, labels {:?}, ephemeral {}",
+        ex.address, ex.uuid, ex.labels, ex.ephemeral
     );
+    ex.address = proxy_url.clone();
 
     let task = ex.fetch().await;
     let names: Vec<&str> = task.secrets.keys().map(String::as_str).collect();

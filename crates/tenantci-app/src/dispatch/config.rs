@@ -11,6 +11,7 @@
 //! Invariant: a loaded [`Config`] is valid. Durations are parsed into [`GoDuration`]s while the
 //! file is read, and [`Config::validate`] checks the rest, so `run` never meets a bad value.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -18,7 +19,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use k8s_openapi::api::core::v1::Toleration;
+
 use crate::dispatch::leader::Timing;
+pub use crate::dispatch::resources::Resources;
 use crate::queue::Backend;
 use tenantci_core::duration::{self, DurationError};
 use tenantci_core::{Error, Result};
@@ -210,8 +214,68 @@ pub struct Facade {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Executor {
-    /// The official runner image, pinned by digest (`IMAGE@sha256:<64 hex>`).
+    /// The official runner image, pinned by digest (`IMAGE@sha256:<64 hex>`). It runs the job
+    /// in host mode, so it holds the job's tools (runbook: the executor image).
     pub image: String,
+    /// The tenantci image whose `tenantci executor-proxy` runs beside the runner (the only
+    /// holder of the facade CA), pinned by digest.
+    pub proxy_image: String,
+    /// The runner binary in `image`: `act_runner` (gitea/act_runner) or `gitea-runner`
+    /// (gitea/runner 1.0 and later).
+    #[serde(default)]
+    pub runner_command: RunnerCommand,
+    /// The runner container's requests and limits (defaults: the runbook's node; `init`
+    /// derives them from the node image).
+    #[serde(default)]
+    pub resources: Resources,
+    /// How long the runner may finish its job after SIGTERM (its `shutdown_timeout`); the
+    /// Pod's grace period adds 15 s for the final reports.
+    #[serde(default = "defaults::shutdown_timeout")]
+    pub shutdown_timeout: GoDuration,
+    /// Pod nodeSelector (e.g. the rented nodes' pool label).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Pod tolerations, as in a Pod spec (`{key, operator, value, effect}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Pod runtimeClassName (e.g. a sandboxed runtime for untrusted jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+}
+
+impl Executor {
+    /// The two images with every other key at its default.
+    pub fn with_images(image: impl Into<String>, proxy_image: impl Into<String>) -> Executor {
+        Executor {
+            image: image.into(),
+            proxy_image: proxy_image.into(),
+            runner_command: RunnerCommand::default(),
+            resources: Resources::default(),
+            shutdown_timeout: defaults::shutdown_timeout(),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            runtime_class_name: None,
+        }
+    }
+}
+
+/// The runner binary the executor image ships.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunnerCommand {
+    #[default]
+    #[serde(rename = "act_runner")]
+    ActRunner,
+    #[serde(rename = "gitea-runner")]
+    GiteaRunner,
+}
+
+impl RunnerCommand {
+    pub fn binary(self) -> &'static str {
+        match self {
+            RunnerCommand::ActRunner => "act_runner",
+            RunnerCommand::GiteaRunner => "gitea-runner",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -292,6 +356,9 @@ pub(crate) mod defaults {
     pub fn retry_period() -> GoDuration {
         Duration::from_secs(2).into()
     }
+    pub fn shutdown_timeout() -> GoDuration {
+        Duration::from_secs(30).into()
+    }
 }
 
 /// Environment overrides: variable, and the dotted key it sets.
@@ -339,6 +406,22 @@ pub const OVERRIDES: &[(&str, &str)] = &[
     ("TENANTCI_DISPATCH_FACADE_CERT_FILE", "facade.cert_file"),
     ("TENANTCI_DISPATCH_FACADE_KEY_FILE", "facade.key_file"),
     ("TENANTCI_DISPATCH_EXECUTOR_IMAGE", "executor.image"),
+    (
+        "TENANTCI_DISPATCH_EXECUTOR_PROXY_IMAGE",
+        "executor.proxy_image",
+    ),
+    (
+        "TENANTCI_DISPATCH_EXECUTOR_RUNNER_COMMAND",
+        "executor.runner_command",
+    ),
+    (
+        "TENANTCI_DISPATCH_EXECUTOR_SHUTDOWN_TIMEOUT",
+        "executor.shutdown_timeout",
+    ),
+    (
+        "TENANTCI_DISPATCH_EXECUTOR_RUNTIME_CLASS_NAME",
+        "executor.runtime_class_name",
+    ),
     ("TENANTCI_DISPATCH_STATUS_LISTEN", "status.listen"),
     (
         "TENANTCI_DISPATCH_LEADER_LEASE_DURATION",
@@ -463,6 +546,16 @@ impl Config {
         }
         crate::dispatch::executor::check_image_digest(&self.executor.image)
             .map_err(|e| format!("has executor.image: {}", e.message()))?;
+        crate::dispatch::executor::check_image_digest(&self.executor.proxy_image)
+            .map_err(|e| format!("has executor.proxy_image: {}", e.message()))?;
+        self.executor.resources.validate()?;
+        if let Some(rc) = &self.executor.runtime_class_name
+            && !tenantci_core::dns::is_subdomain(rc)
+        {
+            return Err(format!(
+                "has executor.runtime_class_name = `{rc}`, which is not a DNS subdomain"
+            ));
+        }
         if !self.status.listen.ip().is_loopback() {
             return Err(format!(
                 "has status.listen = {}; the status API serves on loopback only",
@@ -574,9 +667,10 @@ mod tests {
                 cert_file: files::FACADE_CERT.into(),
                 key_file: files::FACADE_KEY.into(),
             },
-            executor: Executor {
-                image: format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
-            },
+            executor: Executor::with_images(
+                format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
+                format!("tenantci@sha256:{}", "c".repeat(64)),
+            ),
             status: Status::default(),
             leader: Leader::default(),
         }
@@ -631,6 +725,38 @@ mod tests {
     }
 
     #[test]
+    fn executor_placement_and_resources_are_written_as_the_runbook_shows() {
+        let text = format!(
+            "{}\n[executor.resources]\ncpu = \"1500m\"\nmemory = \"1Gi\"\nephemeral_storage = \"4Gi\"\n\
+             ephemeral_storage_limit = \"6Gi\"\n\n[executor.node_selector]\n\"socialweb.computer/pool\" = \"ci\"\n\n\
+             [[executor.tolerations]]\nkey = \"rented\"\noperator = \"Exists\"\neffect = \"NoSchedule\"\n",
+            {
+                let mut doc: toml_edit::DocumentMut = sample().to_toml().parse().unwrap();
+                doc["executor"].as_table_mut().unwrap().remove("resources");
+                doc.to_string()
+            }
+        );
+        let cfg = parse(&text, &[]).unwrap();
+        let x = &cfg.executor;
+        assert_eq!(x.resources.cpu, "1500m");
+        assert_eq!(x.resources.ephemeral_storage_limit(), "6Gi");
+        assert_eq!(x.node_selector["socialweb.computer/pool"], "ci");
+        assert_eq!(x.tolerations[0].operator.as_deref(), Some("Exists"));
+        assert_eq!(
+            parse(&cfg.to_toml(), &[]).unwrap(),
+            cfg,
+            "written back as read"
+        );
+        let low = text.replace("\"6Gi\"", "\"1Gi\"");
+        assert!(
+            parse(&low, &[])
+                .unwrap_err()
+                .message()
+                .contains("ephemeral_storage_limit")
+        );
+    }
+
+    #[test]
     fn bad_values_are_refused_naming_the_key() {
         let text = sample().to_toml();
         for (var, value, needle) in [
@@ -644,6 +770,16 @@ mod tests {
                 "TENANTCI_DISPATCH_EXECUTOR_IMAGE",
                 "act_runner:latest",
                 "executor.image",
+            ),
+            (
+                "TENANTCI_DISPATCH_EXECUTOR_PROXY_IMAGE",
+                "tenantci:latest",
+                "executor.proxy_image",
+            ),
+            (
+                "TENANTCI_DISPATCH_EXECUTOR_RUNNER_COMMAND",
+                "runner",
+                "at executor.runner_command",
             ),
             ("TENANTCI_DISPATCH_FACADE_URL", "http://x:1", "facade.url"),
             (
@@ -708,6 +844,9 @@ mod tests {
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
         cfg.capacity = Capacity { pod: 5, vm: 2 };
+        cfg.executor.runner_command = RunnerCommand::GiteaRunner;
+        cfg.executor.shutdown_timeout = Duration::from_secs(90).into();
+        cfg.executor.runtime_class_name = Some("gvisor".into());
         cfg.status.listen = "127.0.0.1:9999".parse().unwrap();
         cfg.leader = Leader {
             lease_duration: Duration::from_secs(20).into(),
@@ -719,12 +858,16 @@ mod tests {
     }
 
     /// The dotted keys of every value of the schema (all of `tuned`'s leaves but `version`).
+    /// Nested tables (`executor.resources`, `executor.node_selector`, `executor.tolerations`)
+    /// are set in the file only.
     fn schema_keys() -> Vec<String> {
         let doc: toml_edit::DocumentMut = tuned().to_toml().parse().unwrap();
         let mut keys = Vec::new();
         for (section, item) in doc.iter() {
-            for (key, _) in item.as_table().into_iter().flat_map(|t| t.iter()) {
-                keys.push(format!("{section}.{key}"));
+            for (key, value) in item.as_table().into_iter().flat_map(|t| t.iter()) {
+                if value.is_value() && !value.is_inline_table() {
+                    keys.push(format!("{section}.{key}"));
+                }
             }
         }
         keys

@@ -1,20 +1,39 @@
-//! The executor of one task: Secret `gitea-task-<id>` (the act_runner registration `.runner`
-//! pointing at the facade, and the facade's CA) and Pod `gitea-task-<id>` running the official
-//! runner for exactly one task. Pure: `desired_secret` / `desired_pod`; the worker creates them.
+//! The executor of one task: Secret `gitea-task-<id>` and Pod `gitea-task-<id>` running the
+//! official runner for exactly one task. Pure: `desired_secret` / `desired_pod`; the worker
+//! creates them.
+//!
+//! The Pod has two containers. The runner (the executor image, in host mode: the job runs in
+//! that image) reads `.runner` and a generated `config.yaml`; its `.runner` address is the
+//! `tenantci executor-proxy` sidecar on 127.0.0.1, which alone holds the facade's CA and
+//! speaks HTTPS to the facade. So no trust-store variable is set: the runner and the job's
+//! steps keep the image's own CA bundle for Gitea, GitHub and package registries. The proxy
+//! is a native sidecar (an init container with `restartPolicy: Always`): the kubelet starts it
+//! first, holds the runner back until its startup probe answers, and stops it once the runner
+//! has exited, so the Pod still ends with its task. HOME, work and cache dirs are an emptyDir
+//! bounded by the ephemeral-storage limit.
 //!
 //! The task's own secrets are in neither object: the executor fetches them from the facade,
 //! which decrypts them only then. The Pod spec holds no secret either; the capability is in
-//! the Secret, mounted read-only.
+//! the Secret, whose `.runner` only the runner container mounts (read-only), and whose sealed
+//! assignment no container mounts.
+//!
+//! Identity hook: a SPIFFE identity mode (another issue) gives the sidecar its SVID (a volume
+//! in `proxy_container`, a flag in [`proxy_args`]); the runner side does not change, since
+//! the runner only ever talks to the loopback proxy.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, KeyToPath, Pod, PodSecurityContext, PodSpec, Secret,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath, Pod,
+    PodSecurityContext, PodSpec, Probe, Secret, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::dispatch::config;
+use crate::dispatch::resources;
 use crate::runner::gitea_files::Registration;
 use crate::runner::gitlab_config::Secret as Sensitive;
 use tenantci_core::{Error, Result};
@@ -27,14 +46,28 @@ pub const TERMINAL_ANNOTATION: &str = "tenantci.io/terminal";
 /// Set on the Secret by the facade when the executor fetched its task.
 pub const FETCHED_ANNOTATION: &str = "tenantci.io/fetched-at";
 /// The Secret key holding the sealed assignment until the executor fetches it. Only the
-/// dispatcher can open it; the executor's volume does not project it.
+/// dispatcher can open it; no container mounts it.
 pub const ASSIGNMENT_KEY: &str = "assignment";
 pub const RUNNER_KEY: &str = ".runner";
+/// The runner's config file (no secret in it; kept in the Secret to make one object per task).
+pub const CONFIG_KEY: &str = "config.yaml";
 pub const CA_KEY: &str = "ca.crt";
 /// Selects every executor object (Pods and Secrets).
 pub const COMPONENT_SELECTOR: &str = "app.kubernetes.io/component=gitea-executor";
-pub const MOUNT_DIR: &str = "/etc/gitea-task";
+/// Where the runner container sees `.runner` and `config.yaml`.
+pub const RUNNER_DIR: &str = "/etc/gitea-task/runner";
+/// Where the proxy container sees `ca.crt`.
+pub const PROXY_DIR: &str = "/etc/gitea-task/proxy";
+/// HOME of the runner: an emptyDir for its cache, the job's work dirs and tools' dotfiles.
+pub const HOME_DIR: &str = "/home/runner";
+/// The proxy's address inside the Pod, and so the `.runner` address.
+pub const PROXY_LISTEN: &str = "127.0.0.1:8431";
 pub const RUN_AS_USER: i64 = 2000;
+/// The runner's container name and the sidecar's.
+pub const RUNNER_CONTAINER: &str = "runner";
+pub const PROXY_CONTAINER: &str = "executor-proxy";
+/// Time for the final UpdateLog/UpdateTask after the runner's own shutdown timeout.
+const REPORT_GRACE_SECONDS: i64 = 15;
 
 /// `gitea-task-<id>`, for both objects.
 pub fn object_name(task_id: i64) -> String {
@@ -70,9 +103,11 @@ pub struct ExecutorSpec {
     pub capability: String,
     pub facade_url: String,
     pub facade_ca_pem: String,
+    /// The task's runs-on labels (names; the execution mode is added here).
     pub labels: Vec<String>,
     pub runner_name: String,
-    pub image: String,
+    /// Images, runner binary, resources and placement from the dispatcher config.
+    pub executor: config::Executor,
 }
 
 fn labels(spec: &ExecutorSpec) -> BTreeMap<String, String> {
@@ -103,10 +138,50 @@ fn meta(spec: &ExecutorSpec) -> ObjectMeta {
     }
 }
 
-/// The Secret: `.runner` and `ca.crt` for the executor, and the sealed assignment (the
-/// queue's JSON, ciphertext for everyone but the dispatcher) for the facade to hand out once.
+/// `name:host` for each runs-on name: the job runs in the executor image itself (the Pod has
+/// no Docker daemon for `docker://`). Written in the runner's normalised form, because a
+/// runner that finds its `.runner` labels differ from the normalised ones rewrites the file,
+/// which is a read-only mount here (docs/gitea-protocol.md).
+pub fn runner_labels(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| {
+            if n.contains(':') {
+                n.clone()
+            } else {
+                format!("{n}:host")
+            }
+        })
+        .collect()
+}
+
+/// The runner's config: one task, the registration in the Secret mount, work and cache under
+/// HOME, the first fetch at once and the next one a second later.
+pub fn runner_config(spec: &ExecutorSpec) -> String {
+    let doc = serde_json::json!({
+        "log": {"level": "info"},
+        "runner": {
+            "file": format!("{RUNNER_DIR}/{RUNNER_KEY}"),
+            "capacity": 1,
+            "shutdown_timeout": spec.executor.shutdown_timeout.as_str(),
+            "fetch_timeout": "5s",
+            "fetch_interval": "1s",
+            "fetch_interval_max": "2s",
+            "insecure": false,
+        },
+        "cache": {"enabled": true, "dir": format!("{HOME_DIR}/.cache/actcache")},
+        "host": {"workdir_parent": format!("{HOME_DIR}/work")},
+    });
+    format!(
+        "# Generated by tenantci for one task (docs/gitea-protocol.md: the runner in the executor Pod).\n{}",
+        serde_yaml::to_string(&doc).expect("the runner config serializes")
+    )
+}
+
+/// The Secret: `.runner` and `config.yaml` for the runner, `ca.crt` for the proxy, and the
+/// sealed assignment (the queue's JSON, ciphertext for everyone but the dispatcher) for the
+/// facade to hand out once.
 pub fn desired_secret(spec: &ExecutorSpec, sealed_assignment: &[u8]) -> Secret {
-    // act_runner's `.runner`, the same file `runner gitea-files` writes.
     let runner = Registration {
         warning:
             "This file is generated by tenantci for one task; it is useless after the task ends."
@@ -115,8 +190,8 @@ pub fn desired_secret(spec: &ExecutorSpec, sealed_assignment: &[u8]) -> Secret {
         uuid: spec.assignment_id.clone(),
         name: spec.runner_name.clone(),
         token: Sensitive::new(spec.capability.clone()),
-        address: spec.facade_url.clone(),
-        labels: spec.labels.clone(),
+        address: format!("http://{PROXY_LISTEN}"),
+        labels: runner_labels(&spec.labels),
         ephemeral: true,
     };
     let runner_json = serde_json::to_vec_pretty(&runner).expect("the .runner file serializes");
@@ -125,6 +200,10 @@ pub fn desired_secret(spec: &ExecutorSpec, sealed_assignment: &[u8]) -> Secret {
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([
             (RUNNER_KEY.to_string(), ByteString(runner_json)),
+            (
+                CONFIG_KEY.to_string(),
+                ByteString(runner_config(spec).into_bytes()),
+            ),
             (
                 CA_KEY.to_string(),
                 ByteString(spec.facade_ca_pem.clone().into_bytes()),
@@ -138,67 +217,171 @@ pub fn desired_secret(spec: &ExecutorSpec, sealed_assignment: &[u8]) -> Secret {
     }
 }
 
+/// A read-only projection of some of the Secret's keys.
+fn secret_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            default_mode: Some(0o400),
+            items: Some(
+                keys.iter()
+                    .map(|k| KeyToPath {
+                        key: (*k).into(),
+                        path: (*k).into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+fn locked_down(read_only_root: bool) -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        run_as_non_root: Some(true),
+        read_only_root_filesystem: read_only_root.then_some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The proxy's argv (no secret: the facade URL and the CA path).
+pub fn proxy_args(spec: &ExecutorSpec) -> Vec<String> {
+    [
+        "tenantci",
+        "executor-proxy",
+        "--listen",
+        PROXY_LISTEN,
+        "--facade-url",
+        &spec.facade_url,
+        "--facade-ca",
+        &format!("{PROXY_DIR}/{CA_KEY}"),
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+fn proxy_container(spec: &ExecutorSpec) -> Container {
+    Container {
+        name: PROXY_CONTAINER.into(),
+        image: Some(spec.executor.proxy_image.clone()),
+        command: Some(proxy_args(spec)),
+        // A native sidecar: started before the runner, stopped after it.
+        restart_policy: Some("Always".into()),
+        startup_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(
+                    [
+                        "tenantci",
+                        "executor-proxy",
+                        "--probe",
+                        "--listen",
+                        PROXY_LISTEN,
+                    ]
+                    .map(str::to_string)
+                    .to_vec(),
+                ),
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(30),
+            ..Default::default()
+        }),
+        resources: Some(resources::proxy_requirements()),
+        volume_mounts: Some(vec![mount("facade-ca", PROXY_DIR, true)]),
+        security_context: Some(locked_down(true)),
+        ..Default::default()
+    }
+}
+
+fn runner_container(spec: &ExecutorSpec) -> Container {
+    let x = &spec.executor;
+    Container {
+        name: RUNNER_CONTAINER.into(),
+        image: Some(x.image.clone()),
+        // One task, then exit: the registration is ephemeral and bound to this task.
+        command: Some(
+            [
+                x.runner_command.binary(),
+                "daemon",
+                "--once",
+                "--config",
+                &format!("{RUNNER_DIR}/{CONFIG_KEY}"),
+            ]
+            .map(str::to_string)
+            .to_vec(),
+        ),
+        working_dir: Some(HOME_DIR.into()),
+        // HOME only: a uid the image does not know would get `/`, which it cannot write. No
+        // trust-store variable: the job keeps the image's CA bundle.
+        env: Some(vec![EnvVar {
+            name: "HOME".into(),
+            value: Some(HOME_DIR.into()),
+            ..Default::default()
+        }]),
+        resources: Some(x.resources.runner_requirements()),
+        volume_mounts: Some(vec![
+            mount("runner", RUNNER_DIR, true),
+            mount("home", HOME_DIR, false),
+        ]),
+        security_context: Some(locked_down(false)),
+        ..Default::default()
+    }
+}
+
 pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
     let name = object_name(spec.task_id);
+    let x = &spec.executor;
+    let grace = x.shutdown_timeout.get().as_secs() as i64 + REPORT_GRACE_SECONDS;
     Pod {
         metadata: meta(spec),
         spec: Some(PodSpec {
             restart_policy: Some("Never".into()),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(grace),
+            node_selector: (!x.node_selector.is_empty()).then(|| x.node_selector.clone()),
+            tolerations: (!x.tolerations.is_empty()).then(|| x.tolerations.clone()),
+            runtime_class_name: x.runtime_class_name.clone(),
             security_context: Some(PodSecurityContext {
                 run_as_user: Some(RUN_AS_USER),
                 run_as_group: Some(RUN_AS_USER),
+                fs_group: Some(RUN_AS_USER),
                 run_as_non_root: Some(true),
                 ..Default::default()
             }),
-            volumes: Some(vec![Volume {
-                name: "task".into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(name),
-                    default_mode: Some(0o400),
-                    // Only what the runner reads; the sealed assignment stays out of the Pod.
-                    items: Some(
-                        [RUNNER_KEY, CA_KEY]
-                            .map(|k| KeyToPath {
-                                key: k.into(),
-                                path: k.into(),
-                                ..Default::default()
-                            })
-                            .to_vec(),
-                    ),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
-            containers: vec![Container {
-                name: "runner".into(),
-                image: Some(spec.image.clone()),
-                // One task, then exit: the registration is ephemeral and bound to this task.
-                command: Some(vec!["act_runner".into(), "daemon".into(), "--once".into()]),
-                working_dir: Some(MOUNT_DIR.into()),
-                env: Some(vec![EnvVar {
-                    name: "SSL_CERT_FILE".into(),
-                    value: Some(format!("{MOUNT_DIR}/ca.crt")),
-                    ..Default::default()
-                }]),
-                volume_mounts: Some(vec![VolumeMount {
-                    name: "task".into(),
-                    mount_path: MOUNT_DIR.into(),
-                    read_only: Some(true),
-                    ..Default::default()
-                }]),
-                security_context: Some(SecurityContext {
-                    allow_privilege_escalation: Some(false),
-                    run_as_non_root: Some(true),
-                    capabilities: Some(Capabilities {
-                        drop: Some(vec!["ALL".into()]),
+            volumes: Some(vec![
+                // Only what each container reads; the sealed assignment stays out of the Pod.
+                secret_volume("runner", &name, &[RUNNER_KEY, CONFIG_KEY]),
+                secret_volume("facade-ca", &name, &[CA_KEY]),
+                Volume {
+                    name: "home".into(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        size_limit: Some(Quantity(
+                            x.resources.ephemeral_storage_limit().to_string(),
+                        )),
                         ..Default::default()
                     }),
                     ..Default::default()
-                }),
-                ..Default::default()
-            }],
+                },
+            ]),
+            init_containers: Some(vec![proxy_container(spec)]),
+            containers: vec![runner_container(spec)],
             ..Default::default()
         }),
         status: None,
@@ -220,7 +403,10 @@ mod tests {
             facade_ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
             labels: vec!["self-hosted".into(), "pod".into()],
             runner_name: "tenantci".into(),
-            image: format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
+            executor: config::Executor::with_images(
+                format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
+                format!("tenantci@sha256:{}", "b".repeat(64)),
+            ),
         }
     }
 
@@ -237,6 +423,13 @@ mod tests {
         }
     }
 
+    fn projected(pod: &Pod, volume: &str) -> Vec<String> {
+        let v = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap();
+        let v = v.iter().find(|v| v.name == volume).unwrap();
+        let items = v.secret.as_ref().unwrap().items.clone().unwrap();
+        items.into_iter().map(|i| i.key).collect()
+    }
+
     #[test]
     fn the_capability_is_in_the_secret_only() {
         let s = spec();
@@ -245,26 +438,102 @@ mod tests {
             serde_json::from_slice(&secret.data.as_ref().unwrap()[".runner"].0).unwrap();
         assert_eq!(runner["token"], s.capability);
         assert_eq!(runner["uuid"], "a-42-1");
-        assert_eq!(runner["address"], "https://10.0.0.5:8443");
+        assert_eq!(runner["address"], "http://127.0.0.1:8431");
         assert_eq!(runner["ephemeral"], true);
-        let pod = serde_json::to_string(&desired_pod(&s)).unwrap();
+        let pod = desired_pod(&s);
+        let text = serde_json::to_string(&pod).unwrap();
         assert!(
-            !pod.contains(&s.capability),
+            !text.contains(&s.capability),
             "no capability in the Pod spec"
         );
-        let volume = desired_pod(&s).spec.unwrap().volumes.unwrap().remove(0);
-        let projected: Vec<String> = volume
-            .secret
-            .unwrap()
-            .items
-            .unwrap()
-            .into_iter()
-            .map(|i| i.key)
-            .collect();
+        assert_eq!(projected(&pod, "runner"), [RUNNER_KEY, CONFIG_KEY]);
         assert_eq!(
-            projected,
-            [RUNNER_KEY, CA_KEY],
+            projected(&pod, "facade-ca"),
+            [CA_KEY],
             "the sealed assignment is not projected"
+        );
+    }
+
+    #[test]
+    fn labels_carry_host_mode_in_the_runners_normalised_form() {
+        assert_eq!(
+            runner_labels(&[
+                "self-hosted".into(),
+                "pod".into(),
+                "x:docker://node:20".into()
+            ]),
+            ["self-hosted:host", "pod:host", "x:docker://node:20"]
+        );
+    }
+
+    #[test]
+    fn no_trust_store_variable_and_a_writable_home() {
+        let pod = desired_pod(&spec());
+        let ps = pod.spec.as_ref().unwrap();
+        let runner = &ps.containers[0];
+        let env = runner.env.clone().unwrap();
+        assert!(
+            env.iter()
+                .all(|e| e.name != "SSL_CERT_FILE" && e.name != "SSL_CERT_DIR"),
+            "{env:?}"
+        );
+        assert!(
+            env.iter()
+                .any(|e| e.name == "HOME" && e.value.as_deref() == Some(HOME_DIR))
+        );
+        let home = runner
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.mount_path == HOME_DIR)
+            .unwrap();
+        assert_eq!(home.read_only, Some(false));
+        let config = runner_config(&spec());
+        assert!(
+            config.contains("/etc/gitea-task/runner/.runner"),
+            "{config}"
+        );
+        assert!(config.contains("capacity: 1"), "{config}");
+        assert!(
+            config.contains("workdir_parent: /home/runner/work"),
+            "{config}"
+        );
+    }
+
+    #[test]
+    fn the_proxy_is_a_native_sidecar_pointing_at_the_facade() {
+        let pod = desired_pod(&spec());
+        let ps = pod.spec.as_ref().unwrap();
+        let proxy = &ps.init_containers.as_ref().unwrap()[0];
+        assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
+        let args = proxy.command.clone().unwrap();
+        assert_eq!(
+            args[args.iter().position(|a| a == "--facade-url").unwrap() + 1],
+            "https://10.0.0.5:8443"
+        );
+        assert!(
+            proxy.startup_probe.is_some(),
+            "the runner waits for the proxy"
+        );
+        assert_eq!(ps.termination_grace_period_seconds, Some(45));
+    }
+
+    #[test]
+    fn the_runner_command_follows_the_config() {
+        let mut s = spec();
+        s.executor.runner_command = config::RunnerCommand::GiteaRunner;
+        let pod = desired_pod(&s);
+        let cmd = pod.spec.unwrap().containers[0].command.clone().unwrap();
+        assert_eq!(
+            cmd,
+            [
+                "gitea-runner",
+                "daemon",
+                "--once",
+                "--config",
+                "/etc/gitea-task/runner/config.yaml"
+            ]
         );
     }
 
@@ -277,14 +546,25 @@ mod tests {
         let sc = ps.security_context.as_ref().unwrap();
         assert_eq!(sc.run_as_user, Some(2000));
         assert_eq!(sc.run_as_non_root, Some(true));
-        let c = &ps.containers[0];
-        assert_eq!(
-            c.security_context
-                .as_ref()
-                .unwrap()
-                .allow_privilege_escalation,
-            Some(false)
-        );
-        assert_eq!(c.volume_mounts.as_ref().unwrap()[0].read_only, Some(true));
+        for c in ps
+            .containers
+            .iter()
+            .chain(ps.init_containers.as_ref().unwrap())
+        {
+            assert_eq!(
+                c.security_context
+                    .as_ref()
+                    .unwrap()
+                    .allow_privilege_escalation,
+                Some(false),
+                "{}",
+                c.name
+            );
+            assert!(
+                c.resources.as_ref().unwrap().requests.is_some(),
+                "{}",
+                c.name
+            );
+        }
     }
 }

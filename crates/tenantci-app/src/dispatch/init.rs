@@ -151,6 +151,7 @@ async fn check_cluster<'i>(
     );
     let credential = credential_decision(&cluster, &local.checked, local.now)?;
     let admin = client::from_kubeconfig(&cluster.tenant_admin_kubeconfig).await?;
+    check_native_sidecars(&admin, &cluster.url).await?;
     if let (Some(k), false) = (local.registration.kept(), i.dry_run) {
         gitea::declare(i, k, &local.checked.paths).await?;
     }
@@ -161,6 +162,31 @@ async fn check_cluster<'i>(
         credential,
         admin,
     })
+}
+
+/// Executor Pods run their proxy as a native sidecar (Kubernetes 1.29+). An older apiserver
+/// drops the init container's `restartPolicy` without an error, and every executor would
+/// then wait in Init forever behind a proxy that never exits: refuse before writing anything.
+async fn check_native_sidecars(admin: &kube::Client, url: &str) -> Result<()> {
+    let v = admin.apiserver_version().await.map_err(|e| {
+        Error::external(format!("cannot read the Kubernetes version of {url}"))
+            .caused_by(e)
+            .hint("is the tenant apiserver up? (`tenantci check-host`)")
+    })?;
+    if native_sidecars(&v.major, &v.minor) {
+        return Ok(());
+    }
+    Err(Error::bad_input(format!(
+        "the tenant cluster at {url} runs Kubernetes {}.{}, but executor Pods need native sidecar containers (Kubernetes 1.29 or later)",
+        v.major, v.minor
+    ))
+    .hint("upgrade the tenant cluster's control plane to 1.29 or later"))
+}
+
+/// `major`/`minor` as /version reports them (`"1"`, `"29+"`).
+fn native_sidecars(major: &str, minor: &str) -> bool {
+    let num = |s: &str| s.trim_end_matches('+').parse::<u32>().unwrap_or(0);
+    (num(major), num(minor)) >= (1, 29)
 }
 
 fn resolve_detail(r: &resolve::ResolvedCluster) -> String {
@@ -504,6 +530,14 @@ mod tests {
             name: "tenantci-dispatcher".into(),
             outcome,
         }
+    }
+
+    #[test]
+    fn native_sidecars_need_1_29() {
+        assert!(native_sidecars("1", "29"));
+        assert!(native_sidecars("1", "32+"));
+        assert!(!native_sidecars("1", "28"));
+        assert!(!native_sidecars("1", ""));
     }
 
     #[test]

@@ -531,7 +531,7 @@ fn worker(s: &Shared) -> Worker<ExecutorObjects> {
             facade_url: s.cfg.facade.url.clone(),
             facade_ca_pem: s.facade_ca_pem.clone(),
             runner_name: s.cfg.gitea.runner_name.clone(),
-            image: s.cfg.executor.image.clone(),
+            executor: s.cfg.executor.clone(),
         },
         capability_key: s.capability_key.clone(),
         gitea: s.gitea.clone(),

@@ -85,7 +85,7 @@ pub struct ExecutorTemplate {
     pub facade_url: String,
     pub facade_ca_pem: String,
     pub runner_name: String,
-    pub image: String,
+    pub executor: crate::dispatch::config::Executor,
 }
 
 pub struct Worker<E: Executors> {
@@ -129,7 +129,7 @@ impl<E: Executors> Worker<E> {
             facade_ca_pem: self.template.facade_ca_pem.clone(),
             labels: a.labels.clone(),
             runner_name: self.template.runner_name.clone(),
-            image: self.template.image.clone(),
+            executor: self.template.executor.clone(),
         };
         match self.executors.start(&spec, &a.to_json()).await {
             Ok(created) => {

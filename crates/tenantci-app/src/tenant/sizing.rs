@@ -58,6 +58,54 @@ pub struct SizingReport {
     pub warnings: Vec<String>,
 }
 
+/// A pod's total requests, named with their breakdown for the error.
+#[derive(Debug, Clone)]
+pub struct PodTotal<'a> {
+    /// "the job pod", "the executor Pod".
+    pub what: &'a str,
+    pub cpu: Milli,
+    pub cpu_parts: String,
+    pub memory: Milli,
+    pub memory_parts: String,
+    /// What the hint says to lower ("the job's requests").
+    pub lower: &'a str,
+}
+
+/// Exit 2 naming the request and the image when a pod's requests exceed what a rented node
+/// can allocate (it would stay Pending: no node the autoscaler can rent is big enough).
+pub fn fits(pod: &PodTotal, image: &NodeImage) -> Result<()> {
+    let (alloc_cpu, alloc_mem) = (image.allocatable_cpu(), image.allocatable_memory());
+    let rebuild = format!(
+        "changing either builds a new guest image (runbook §3); or lower {}",
+        pod.lower
+    );
+    if pod.cpu > alloc_cpu {
+        return Err(Error::bad_input(format!(
+            "{} requests {} CPU ({}) but a rented node has {} allocatable: the node image has vcpu {} (memMiB {})",
+            pod.what,
+            quantity::format_cpu(pod.cpu),
+            pod.cpu_parts,
+            quantity::format_cpu(alloc_cpu),
+            image.vcpu,
+            image.mem_mib
+        ))
+        .hint(rebuild));
+    }
+    if pod.memory > alloc_mem {
+        return Err(Error::bad_input(format!(
+            "{} requests {} memory ({}) but a rented node has {} allocatable: the node image has memMiB {} (vcpu {})",
+            pod.what,
+            quantity::format_memory(pod.memory),
+            pod.memory_parts,
+            quantity::format_memory(alloc_mem),
+            image.mem_mib,
+            image.vcpu
+        ))
+        .hint(rebuild));
+    }
+    Ok(())
+}
+
 /// Checks that the job pod fits; exit 2 naming the request and the image otherwise.
 /// `job_image_size_mib` enables the root-filesystem warning.
 pub fn check(
@@ -65,38 +113,31 @@ pub fn check(
     image: &NodeImage,
     job_image_size_mib: Option<u64>,
 ) -> Result<SizingReport> {
+    fits(
+        &PodTotal {
+            what: "the job pod",
+            cpu: job.cpu(),
+            cpu_parts: format!(
+                "build {}, helper {}, {} service(s) x {}",
+                quantity::format_cpu(job.build_cpu),
+                quantity::format_cpu(job.helper_cpu),
+                job.services,
+                quantity::format_cpu(job.service_cpu)
+            ),
+            memory: job.memory(),
+            memory_parts: format!(
+                "build {}, helper {}, {} service(s) x {}",
+                quantity::format_memory(job.build_memory),
+                quantity::format_memory(job.helper_memory),
+                job.services,
+                quantity::format_memory(job.service_memory)
+            ),
+            lower: "the job's requests",
+        },
+        image,
+    )?;
     let (cpu, mem) = (job.cpu(), job.memory());
     let (alloc_cpu, alloc_mem) = (image.allocatable_cpu(), image.allocatable_memory());
-    let rebuild =
-        "changing either builds a new guest image (runbook §3); or lower the job's requests";
-    if cpu > alloc_cpu {
-        return Err(Error::bad_input(format!(
-            "the job pod requests {} CPU (build {}, helper {}, {} service(s) x {}) but a rented node has {} allocatable: the node image has vcpu {} (memMiB {})",
-            quantity::format_cpu(cpu),
-            quantity::format_cpu(job.build_cpu),
-            quantity::format_cpu(job.helper_cpu),
-            job.services,
-            quantity::format_cpu(job.service_cpu),
-            quantity::format_cpu(alloc_cpu),
-            image.vcpu,
-            image.mem_mib
-        ))
-        .hint(rebuild));
-    }
-    if mem > alloc_mem {
-        return Err(Error::bad_input(format!(
-            "the job pod requests {} memory (build {}, helper {}, {} service(s) x {}) but a rented node has {} allocatable: the node image has memMiB {} (vcpu {})",
-            quantity::format_memory(mem),
-            quantity::format_memory(job.build_memory),
-            quantity::format_memory(job.helper_memory),
-            job.services,
-            quantity::format_memory(job.service_memory),
-            quantity::format_memory(alloc_mem),
-            image.mem_mib,
-            image.vcpu
-        ))
-        .hint(rebuild));
-    }
     let mut warnings = Vec::new();
     if let (Some(size), Some(rootfs)) = (job_image_size_mib, image.rootfs_mib) {
         // A pull holds the compressed layers and the unpacked snapshot at once (about twice

@@ -161,8 +161,9 @@ impl Bench {
             .get(&name)
             .await
             .unwrap();
-        Executor::from_secret(&secret).run(task).await;
         let pods = Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE);
+        let pod = pods.get(&name).await.unwrap();
+        Executor::from_objects(&secret, &pod).run(task).await;
         let until = Instant::now() + DEADLINE;
         while pods.get_opt(&name).await.unwrap().is_some() {
             assert!(
@@ -289,7 +290,7 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             facade_ca_pem: ca_pem.clone(),
             labels,
             runner_name: cfg.gitea.runner_name.clone(),
-            image: cfg.executor.image.clone(),
+            executor: cfg.executor.clone(),
         };
         secrets
             .create(&pp, &executor::desired_secret(&spec, &sealed.to_json()))
@@ -396,6 +397,8 @@ async fn setup(bin: PathBuf) -> (tempfile::TempDir, Bench) {
             "--cluster",
             "ci",
             "--executor-image",
+            IMAGE,
+            "--proxy-image",
             IMAGE,
         ])
         .args(["--gitea-url", &gitea.url, "--nats", &nats.url])

@@ -140,6 +140,24 @@ pub struct FacadeArgs {
     /// The official runner image, pinned by digest (IMAGE@sha256:<64 hex>); a tag is refused.
     #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
     pub executor_image: String,
+    /// The tenantci image (pinned by digest) whose `tenantci executor-proxy` runs beside each
+    /// executor: the only holder of the facade CA in the Pod. Default: the existing config's.
+    #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
+    pub proxy_image: Option<String>,
+    /// The runner container's CPU request (e.g. 1500m). Default: the existing config's, else
+    /// the node image's allocatable less the sidecar (1800m on a 2-vCPU node). An executor
+    /// that cannot fit the cluster's node image is refused.
+    #[arg(long, value_name = "QUANTITY")]
+    pub executor_cpu: Option<String>,
+    /// The runner container's memory request and limit (e.g. 1536Mi). Default: the existing
+    /// config's, else derived from the node image (1728Mi on a 2048 MiB node).
+    #[arg(long, value_name = "QUANTITY")]
+    pub executor_memory: Option<String>,
+    /// The runner container's ephemeral-storage request and limit, which also bounds its
+    /// HOME/work/cache emptyDir. Default: the existing config's, else half the node image's
+    /// rootfsMiB, else 2Gi.
+    #[arg(long, value_name = "QUANTITY")]
+    pub executor_ephemeral_storage: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -218,6 +236,10 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         facade_listen: a.facade.facade_listen,
         facade_url: a.facade.facade_url.clone(),
         executor_image: a.facade.executor_image.clone(),
+        proxy_image: a.facade.proxy_image.clone(),
+        executor_cpu: a.facade.executor_cpu.clone(),
+        executor_memory: a.facade.executor_memory.clone(),
+        executor_ephemeral_storage: a.facade.executor_ephemeral_storage.clone(),
         credential_valid_for: a.cluster.credential_valid_for.clone(),
         out: a.out.clone(),
         dry_run: a.dry_run,

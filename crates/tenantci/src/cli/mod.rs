@@ -10,6 +10,7 @@ mod check_host;
 mod credential;
 mod dispatch;
 mod docs;
+mod executor_proxy;
 mod internal;
 mod pki;
 mod queue;
@@ -85,6 +86,10 @@ pub enum Command {
     Completions(docs::CompletionsArgs),
     /// Print the man page, or write one per command with --out-dir.
     Man(docs::ManArgs),
+    /// The executor Pod's sidecar: plain HTTP on loopback for the runner, HTTPS to the facade
+    /// trusting only its CA (docs/cli.md). Written into Pod specs by the dispatcher.
+    #[command(hide = true)]
+    ExecutorProxy(executor_proxy::ExecutorProxyArgs),
 }
 
 /// Runs the parsed command and returns the process exit code.
@@ -113,6 +118,7 @@ async fn dispatch(command: Command) -> tenantci_core::Result<i32> {
         Command::Dispatch(cmd) => dispatch::run(cmd).await,
         Command::Completions(args) => docs::completions(args),
         Command::Man(args) => docs::man(args),
+        Command::ExecutorProxy(args) => executor_proxy::run(args).await,
     }
 }
 

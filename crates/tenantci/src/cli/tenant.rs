@@ -111,15 +111,20 @@ pub struct PrewarmArgs {
     /// The runner namespace (where job pods run).
     #[arg(long, value_name = "NS", default_value = "gitlab-runner")]
     pub namespace: String,
+    /// Size the pause pods as the Gitea dispatcher's executor Pods instead: namespace
+    /// (cluster.namespace), CPU and memory (executor.resources plus the executor-proxy
+    /// sidecar), node selector and tolerations from this dispatcher config.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cpu", "memory", "node_selector", "tolerations"])]
+    pub dispatch_config: Option<PathBuf>,
     /// Pause pods to keep (the headroom, in job pods).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub replicas: i32,
     /// CPU request of one pause pod: the whole job pod (build + helper + services).
-    #[arg(long, value_name = "Q")]
-    pub cpu: String,
+    #[arg(long, value_name = "Q", required_unless_present = "dispatch_config")]
+    pub cpu: Option<String>,
     /// Memory request of one pause pod.
-    #[arg(long, value_name = "Q")]
-    pub memory: String,
+    #[arg(long, value_name = "Q", required_unless_present = "dispatch_config")]
+    pub memory: Option<String>,
     /// The job pods' node selector, `k=v` (repeatable).
     #[arg(long = "node-selector", value_name = "K=V")]
     pub node_selector: Vec<String>,
@@ -193,11 +198,22 @@ pub(crate) fn prewarm_spec(args: &PrewarmArgs) -> Result<PrewarmSpec> {
                 .hint("pass 0 to keep the objects without pause pods, or --remove to delete them"),
         );
     }
+    if let Some(path) = &args.dispatch_config {
+        let cfg = tenantci_app::dispatch::config::Config::load(path)?;
+        let mut spec = tenantci_app::dispatch::resources::prewarm_spec(
+            &cfg.executor,
+            &cfg.cluster.namespace,
+            args.replicas,
+        );
+        spec.labels = key_values("--label", &args.labels)?;
+        spec.image = args.image.clone();
+        return Ok(spec);
+    }
     Ok(PrewarmSpec {
         namespace: args.namespace.clone(),
         replicas: args.replicas,
-        cpu: sizing::parse_request("--cpu", &args.cpu)?,
-        memory: sizing::parse_request("--memory", &args.memory)?,
+        cpu: sizing::parse_request("--cpu", args.cpu.as_deref().unwrap_or_default())?,
+        memory: sizing::parse_request("--memory", args.memory.as_deref().unwrap_or_default())?,
         node_selector: key_values("--node-selector", &args.node_selector)?,
         tolerations: args
             .tolerations

@@ -13,6 +13,8 @@ use crate::dispatch::config::Config;
 use crate::dispatch::registration::SchedulerCredential;
 use crate::queue::assignment::SealingKey;
 use crate::queue::{permissions, users};
+use tenantci_core::gateway::StateDir;
+use tenantci_core::node_image::NodeImage;
 use tenantci_core::{Error, Result};
 
 /// The registration phase two works with.
@@ -65,11 +67,21 @@ pub fn check(i: &Inputs) -> Result<Local> {
         &checked.facade_host,
         now,
     );
-    let config = plan::config(i, &checked, &runner_name, old_config.as_ref());
+    let node = node_image(i)?;
+    let config = plan::config(
+        i,
+        &checked,
+        &runner_name,
+        old_config.as_ref(),
+        node.as_ref(),
+    )?;
     config.validate().map_err(|e| {
         Error::bad_input(format!("the config `dispatch init` would write {e}"))
             .hint("fix the flag that sets it")
     })?;
+    if let Some(image) = &node {
+        config.executor.resources.check_fits(image)?;
+    }
     Ok(Local {
         checked,
         registration,
@@ -80,6 +92,15 @@ pub fn check(i: &Inputs) -> Result<Local> {
         config,
         now,
     })
+}
+
+/// The cluster's node image, when the state dir records one (executors are sized for it).
+fn node_image(i: &Inputs) -> Result<Option<NodeImage>> {
+    let path = StateDir::new(&i.state_dir).cluster(&i.cluster).node_image;
+    if !path.exists() {
+        return Ok(None);
+    }
+    NodeImage::load(&path).map(Some)
 }
 
 /// The directory the config goes into must exist or be creatable by this user.

@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::dispatch::config::{self, Config, files};
+use crate::dispatch::config::{self, Config, Resources, files};
+use tenantci_core::node_image::NodeImage;
 use tenantci_core::{Error, Result};
 
 /// A registration token: sent to Gitea once, never written or logged.
@@ -47,6 +48,13 @@ pub struct Inputs {
     pub facade_listen: SocketAddr,
     pub facade_url: Option<String>,
     pub executor_image: String,
+    /// None: the existing config's value (required when there is none).
+    pub proxy_image: Option<String>,
+    /// The runner container's requests; None: the existing config's, else derived from the
+    /// node image.
+    pub executor_cpu: Option<String>,
+    pub executor_memory: Option<String>,
+    pub executor_ephemeral_storage: Option<String>,
     /// Lifetime of the dispatcher's client certificate (Go duration).
     pub credential_valid_for: String,
     pub out: PathBuf,
@@ -204,10 +212,56 @@ pub fn check(i: &Inputs) -> Result<Checked> {
     })
 }
 
+/// The executor section: the flags over the existing config's keys over the defaults, with
+/// resources derived from the node image when the state dir has one.
+fn executor(
+    i: &Inputs,
+    existing: Option<&Config>,
+    node: Option<&NodeImage>,
+) -> Result<config::Executor> {
+    let proxy_image = match (&i.proxy_image, existing) {
+        (Some(p), _) => p.clone(),
+        (None, Some(e)) => e.executor.proxy_image.clone(),
+        (None, None) => {
+            return Err(Error::bad_input("--proxy-image is not given and there is no config to keep it from")
+                .hint("pass --proxy-image TENANTCI_IMAGE@sha256:<64 hex digits>: the image of this tenantci build, whose `tenantci executor-proxy` runs beside each executor"));
+        }
+    };
+    let mut x = match existing {
+        Some(e) => config::Executor {
+            image: i.executor_image.clone(),
+            proxy_image,
+            ..e.executor.clone()
+        },
+        None => {
+            let mut x = config::Executor::with_images(i.executor_image.clone(), proxy_image);
+            x.resources = node.map(Resources::for_node).unwrap_or_default();
+            x
+        }
+    };
+    let r = &mut x.resources;
+    for (flag, field) in [
+        (&i.executor_cpu, &mut r.cpu),
+        (&i.executor_memory, &mut r.memory),
+        (&i.executor_ephemeral_storage, &mut r.ephemeral_storage),
+    ] {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
+    }
+    Ok(x)
+}
+
 /// The config `init` writes: the flags, relative file names from [`files`], and the tuning
-/// keys (intervals, status, leader timings; capacities unless given) of an existing config,
-/// so a re-run keeps the operator's edits.
-pub fn config(i: &Inputs, c: &Checked, runner_name: &str, existing: Option<&Config>) -> Config {
+/// keys (intervals, status, leader timings; capacities unless given; the executor section
+/// but its image) of an existing config, so a re-run keeps the operator's edits.
+pub fn config(
+    i: &Inputs,
+    c: &Checked,
+    runner_name: &str,
+    existing: Option<&Config>,
+    node: Option<&NodeImage>,
+) -> Result<Config> {
     let mut capacity = existing.map(|e| e.capacity).unwrap_or_default();
     if let Some(p) = i.pod_capacity {
         capacity.pod = p;
@@ -218,7 +272,7 @@ pub fn config(i: &Inputs, c: &Checked, runner_name: &str, existing: Option<&Conf
     let tuning = existing;
     let keep = |f: fn(&Config) -> config::GoDuration, default| tuning.map(f).unwrap_or(default);
     use config::defaults as d;
-    Config {
+    Ok(Config {
         version: config::VERSION,
         gitea: config::Gitea {
             url: i.gitea_url.trim_end_matches('/').to_string(),
@@ -254,12 +308,10 @@ pub fn config(i: &Inputs, c: &Checked, runner_name: &str, existing: Option<&Conf
             cert_file: files::FACADE_CERT.into(),
             key_file: files::FACADE_KEY.into(),
         },
-        executor: config::Executor {
-            image: i.executor_image.clone(),
-        },
+        executor: executor(i, existing, node)?,
         status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
         leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -282,6 +334,10 @@ pub(crate) mod tests {
             facade_listen: "127.0.0.1:8443".parse().unwrap(),
             facade_url: None,
             executor_image: format!("gitea/act_runner@sha256:{}", "b".repeat(64)),
+            proxy_image: Some(format!("tenantci@sha256:{}", "d".repeat(64))),
+            executor_cpu: None,
+            executor_memory: None,
+            executor_ephemeral_storage: None,
             credential_valid_for: "720h".into(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
             dry_run: false,
@@ -298,7 +354,7 @@ pub(crate) mod tests {
             c.paths.scheduler,
             Path::new("/etc/tenantci/dispatch/scheduler.json")
         );
-        let cfg = config(&i, &c, "r", None);
+        let cfg = config(&i, &c, "r", None, None).unwrap();
         cfg.validate().unwrap();
         assert_eq!(cfg.gitea.url, "https://gitea.example.com");
         assert_eq!(
@@ -315,17 +371,23 @@ pub(crate) mod tests {
     fn a_rerun_keeps_tuned_keys_unless_a_flag_sets_them() {
         let i = inputs();
         let c = check(&i).unwrap();
-        let mut old = config(&i, &c, "r", None);
+        let mut old = config(&i, &c, "r", None, None).unwrap();
         old.capacity.pod = 9;
         old.gitea.fetch_interval = "1s".parse().unwrap();
         old.leader.identity = Some("me".into());
-        let again = config(&i, &c, "r", Some(&old));
+        let again = config(&i, &c, "r", Some(&old), None).unwrap();
         assert_eq!(again.capacity.pod, 9);
         assert_eq!(again.gitea.fetch_interval.as_str(), "1s");
         assert_eq!(again.leader.identity.as_deref(), Some("me"));
         let mut flagged = inputs();
         flagged.pod_capacity = Some(2);
-        assert_eq!(config(&flagged, &c, "r", Some(&old)).capacity.pod, 2);
+        assert_eq!(
+            config(&flagged, &c, "r", Some(&old), None)
+                .unwrap()
+                .capacity
+                .pod,
+            2
+        );
     }
 
     #[test]
@@ -382,5 +444,38 @@ pub(crate) mod tests {
             assert!(e.message().contains(needle), "{needle}: {}", e.message());
             assert!(e.hint_text().is_some(), "{needle}: a fix");
         }
+    }
+
+    #[test]
+    fn executor_resources_come_from_the_node_image_unless_flagged_or_kept() {
+        let i = inputs();
+        let c = check(&i).unwrap();
+        let big = NodeImage {
+            vcpu: 4,
+            mem_mib: 8192,
+            rootfs_mib: None,
+        };
+        let cfg = config(&i, &c, "r", None, Some(&big)).unwrap();
+        assert_eq!(cfg.executor.resources.cpu, "3800m");
+        let mut flagged = inputs();
+        flagged.executor_cpu = Some("1".into());
+        let cfg = config(&flagged, &c, "r", Some(&cfg), Some(&big)).unwrap();
+        assert_eq!(cfg.executor.resources.cpu, "1");
+        assert_eq!(cfg.executor.resources.memory, "7872Mi", "kept");
+        let mut none = inputs();
+        none.proxy_image = None;
+        assert!(
+            config(&none, &c, "r", None, None)
+                .unwrap_err()
+                .message()
+                .contains("--proxy-image")
+        );
+        assert_eq!(
+            config(&none, &c, "r", Some(&cfg), None)
+                .unwrap()
+                .executor
+                .proxy_image,
+            cfg.executor.proxy_image
+        );
     }
 }

@@ -33,6 +33,10 @@ use tenantci_testkit::wait::{DEADLINE, eventually};
 use crate::util::{self, scratch, tenantci};
 
 pub const NAMESPACE: &str = "dynamic-runner";
+/// The sidecar image of the executor Pods (the simulator pulls nothing; only the digest form
+/// matters).
+pub const PROXY_IMAGE: &str =
+    "tenantci@sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
 /// Everything one test's dispatchers share.
 pub struct World {
@@ -44,6 +48,8 @@ pub struct World {
     pub nats: NatsServer,
     pub gitea: Gitea,
     pub kube: kube::Client,
+    /// The tenant-admin kubeconfig of the simulated cluster.
+    pub tenant_admin: PathBuf,
     http: reqwest::Client,
     /// The config every dispatcher starts from (facade URL and identity differ per name).
     base: Config,
@@ -95,6 +101,7 @@ impl World {
             nats,
             gitea,
             kube,
+            tenant_admin: kubeconfig,
             watch,
             http: reqwest::Client::new(),
             base,
@@ -140,7 +147,7 @@ impl World {
         self.spawn(name).await
     }
 
-    fn config_path(&self, name: &str) -> PathBuf {
+    pub fn config_path(&self, name: &str) -> PathBuf {
         self.dir
             .path()
             .join("dispatch")
@@ -207,14 +214,25 @@ impl World {
             .items
     }
 
-    /// Waits until the executor Secret of `task` exists, then returns an executor for it.
+    /// Waits until the executor objects of `task` exist, then returns an executor for it that
+    /// goes straight to the facade (`from_objects`).
     pub async fn executor(&self, task: i64) -> Executor {
-        let api = Api::<Secret>::namespaced(self.kube.clone(), NAMESPACE);
-        let secret = eventually("the executor Secret", || async {
-            api.get_opt(&format!("gitea-task-{task}")).await.unwrap()
+        let (secret, pod) = self.objects(task).await;
+        Executor::from_objects(&secret, &pod)
+    }
+
+    /// Waits until the executor Secret and Pod of `task` exist.
+    pub async fn objects(&self, task: i64) -> (Secret, Pod) {
+        let secrets = Api::<Secret>::namespaced(self.kube.clone(), NAMESPACE);
+        let pods = Api::<Pod>::namespaced(self.kube.clone(), NAMESPACE);
+        let name = format!("gitea-task-{task}");
+        eventually("the executor Secret and Pod", || async {
+            Some((
+                secrets.get_opt(&name).await.unwrap()?,
+                pods.get_opt(&name).await.unwrap()?,
+            ))
         })
-        .await;
-        Executor::from_secret(&secret)
+        .await
     }
 
     /// Waits until every executor Pod and Secret is gone.
@@ -297,6 +315,7 @@ fn init(root: &Path, cfg_dir: &Path, state: &Path, gitea: &Gitea, nats: &NatsSer
                 "--executor-image",
                 &format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
             ])
+            .args(["--proxy-image", PROXY_IMAGE])
             .arg("--out")
             .arg(&out),
     );
@@ -386,9 +405,10 @@ async fn write_inputs(
             cert_file: config::files::FACADE_CERT.into(),
             key_file: config::files::FACADE_KEY.into(),
         },
-        executor: config::Executor {
-            image: format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
-        },
+        executor: config::Executor::with_images(
+            format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
+            PROXY_IMAGE,
+        ),
         status: config::Status::default(),
         leader: config::Leader {
             lease_duration: Duration::from_secs(3).into(),

@@ -80,6 +80,7 @@ impl Setup {
             ("--nats-secrets-dir".into(), self.nats.display().to_string()),
             ("--facade-listen".into(), "127.0.0.1:18443".into()),
             ("--executor-image".into(), IMAGE.into()),
+            ("--proxy-image".into(), super::harness::PROXY_IMAGE.into()),
             ("--out".into(), self.out(out).display().to_string()),
         ];
         for (flag, value) in edits {
@@ -195,6 +196,15 @@ fn init_registers_once_writes_private_files_and_a_rerun_keeps_everything() {
     assert_eq!(runners[0]["ephemeral"], false);
 
     let dir = s.root.join("d");
+    let cfg = tenantci_app::dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
+    assert_eq!(
+        (
+            cfg.executor.resources.cpu.as_str(),
+            cfg.executor.resources.memory.as_str()
+        ),
+        ("1800m", "1728Mi"),
+        "executor requests derived from the cluster's node image (2 vCPU, 2048 MiB)"
+    );
     let before = files(&dir);
     let names: Vec<String> = before
         .iter()
@@ -350,6 +360,26 @@ fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
             "any-address",
             vec![("--facade-listen", Some("0.0.0.0:18443"))],
             "--facade-listen",
+        ),
+        (
+            "executor-bigger-than-the-node",
+            vec![("--executor-cpu", Some("4"))],
+            "the executor Pod requests 4010m CPU (runner 4, executor-proxy 10m) but a rented node has 1900m allocatable: the node image has vcpu 2",
+        ),
+        (
+            "executor-memory-not-a-quantity",
+            vec![("--executor-memory", Some("2 GB"))],
+            "executor.resources.memory",
+        ),
+        (
+            "no-proxy-image",
+            vec![("--proxy-image", None)],
+            "--proxy-image",
+        ),
+        (
+            "proxy-image-tag",
+            vec![("--proxy-image", Some("tenantci:0.1.0"))],
+            "executor.proxy_image",
         ),
         ("unknown-cluster", vec![("--cluster", Some("nope"))], "nope"),
         (

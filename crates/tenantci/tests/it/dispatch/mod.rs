@@ -1,6 +1,8 @@
 //! `tenantci dispatch`: init and run against the simulator, its Gitea double and a real
 //! nats-server.
 
+mod executor_pod;
+mod golden;
 mod harness;
 mod init;
 mod run;

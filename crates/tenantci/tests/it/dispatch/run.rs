@@ -4,7 +4,6 @@
 use tenantci_core::forge::gitea::connect::Code;
 use tenantci_core::forge::gitea::proto::{TaskResult, TaskState, UpdateTaskRequest};
 
-use tenantci_testkit::executor::Executor;
 use tenantci_testkit::wait::eventually;
 
 use super::harness::World;
@@ -44,7 +43,7 @@ async fn five_tasks_with_capacity_two_all_succeed_never_more_than_two_pods() {
             let pod = w.pods().await;
             seen_objects.push(serde_json::to_string(&s).unwrap());
             seen_objects.push(serde_json::to_string(&pod).unwrap());
-            let ex = Executor::from_secret(&s);
+            let ex = w.executor(task).await;
             let t = ex.run(task).await;
             assert!(
                 t.secrets

@@ -1,0 +1,330 @@
+//! `tenantci executor-proxy`: the executor Pod's only road to the facade. The runner talks
+//! plain HTTP to it on 127.0.0.1 (its `.runner` address); it forwards the RunnerService calls
+//! an executor makes over HTTPS, trusting the facade's CA and nothing else. So the runner and
+//! the job's steps keep the image's own trust store: no `SSL_CERT_FILE`/`SSL_CERT_DIR`.
+//!
+//! Boundary: it forwards, it does not authenticate (the facade checks the capability in the
+//! runner's headers) and it keeps no state. Only `POST /api/actions/runner.v1.RunnerService/`
+//! `{Declare,FetchTask,UpdateTask,UpdateLog}` pass; everything else is a Connect `not_found`.
+//!
+//! Retries: while the facade is away (a dispatcher restart: connection refused or reset, or a
+//! 502/503/504 from what stands in front of it), a call is sent again with backoff for up to
+//! `retry_for`. Every forwarded method is safe to repeat at the facade: Declare is pure,
+//! FetchTask hands a task out once (a JSON-patch `test` on the Secret), UpdateLog is indexed
+//! and UpdateTask sets a state. This matters because the runner ends at once when its first
+//! Declare fails (docs/gitea-protocol.md).
+//!
+//! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited.
+//!
+//! Identity hook (the executor-identity issue): SPIFFE mTLS towards the facade is a client
+//! identity on the client [`upstream`] builds (and the SVID's trust bundle as its root); the
+//! routes, the retries and the runner side stay as they are.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tenantci_core::forge::gitea::facade::RUNNER_SERVICE_PATH;
+use tenantci_core::{Error, Result};
+
+/// The methods an executor calls (Register is the dispatcher's business, never the Pod's).
+pub const FORWARDED_METHODS: [&str; 4] = ["Declare", "FetchTask", "UpdateTask", "UpdateLog"];
+
+/// Request headers the facade reads; nothing else leaves the Pod.
+const REQUEST_HEADERS: [HeaderName; 9] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_ENCODING,
+    header::ACCEPT_ENCODING,
+    header::USER_AGENT,
+    HeaderName::from_static("connect-protocol-version"),
+    HeaderName::from_static("connect-timeout-ms"),
+    HeaderName::from_static("x-runner-uuid"),
+    HeaderName::from_static("x-runner-token"),
+    HeaderName::from_static("x-runner-version"),
+];
+
+/// The largest call body (UpdateLog batches are the big ones; the runner sends at most a few
+/// hundred rows at a time).
+pub const BODY_LIMIT: usize = 16 << 20;
+/// One attempt's bound: the facade answers every executor call at once (FetchTask never
+/// long-polls), so an attempt this slow is a hung facade, and is retried like a refused one.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest CA file read.
+const CA_FILE_LIMIT: u64 = 256 << 10;
+
+/// How the proxy runs.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Loopback address the runner talks to.
+    pub listen: SocketAddr,
+    /// The facade's base URL (https).
+    pub facade_url: String,
+    /// The facade CA, PEM.
+    pub facade_ca_pem: String,
+    /// How long one call is retried while the facade is away.
+    pub retry_for: Duration,
+}
+
+/// Reads the facade CA: a regular file, at most 256 KiB.
+pub fn read_ca_file(path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let what = "the facade CA file";
+    let file = std::fs::File::open(path).map_err(|e| Error::unreadable(what, path, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::unreadable(what, path, e))?;
+    if !meta.is_file() || meta.len() > CA_FILE_LIMIT {
+        return Err(Error::bad_input(format!(
+            "{what} `{}` is not a regular file of at most 256 KiB",
+            path.display()
+        ))
+        .hint("pass the `ca.crt` of the executor Secret (mounted by the executor Pod)"));
+    }
+    let mut text = String::new();
+    file.take(CA_FILE_LIMIT)
+        .read_to_string(&mut text)
+        .map_err(|e| Error::unreadable(what, path, e))?;
+    Ok(text)
+}
+
+/// Checks what the proxy was given before it binds anything.
+pub fn check(cfg: &ProxyConfig) -> Result<()> {
+    if !cfg.listen.ip().is_loopback() {
+        return Err(
+            Error::bad_input(format!("--listen {} is not a loopback address", cfg.listen))
+                .hint("the runner reaches the proxy inside its Pod: pass 127.0.0.1:<port>"),
+        );
+    }
+    let ok = cfg
+        .facade_url
+        .strip_prefix("https://")
+        .is_some_and(|rest| !rest.is_empty());
+    if !ok {
+        return Err(Error::bad_input(format!(
+            "--facade-url `{}` is not an https:// URL",
+            cfg.facade_url
+        ))
+        .hint("pass the dispatcher's facade.url, e.g. https://10.0.0.5:8443"));
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+struct Upstream {
+    http: reqwest::Client,
+    base: String,
+    retry_for: Duration,
+}
+
+/// The HTTPS client towards the facade: its CA is the only root.
+fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
+    tenantci_core::tls::ensure_crypto_provider();
+    let ca = reqwest::Certificate::from_pem(cfg.facade_ca_pem.as_bytes()).map_err(|e| {
+        Error::bad_input("the facade CA is not a PEM certificate")
+            .caused_by(e)
+            .hint("pass the `ca.crt` of the executor Secret")
+    })?;
+    let http = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(ATTEMPT_TIMEOUT)
+        .build()
+        .map_err(|e| Error::bad_input("cannot build the facade client").caused_by(e))?;
+    Ok(Upstream {
+        http,
+        base: cfg.facade_url.trim_end_matches('/').to_string(),
+        retry_for: cfg.retry_for,
+    })
+}
+
+/// The proxy's routes over a facade client (no listener: tests can drive it in-process).
+fn router(up: Upstream) -> Router {
+    Router::new()
+        .route(&format!("{RUNNER_SERVICE_PATH}/{{method}}"), post(forward))
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(|| async { not_found("only the RunnerService calls of an executor pass") })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(up)
+}
+
+fn not_found(why: &str) -> Response {
+    let body = serde_json::json!({"code": "not_found", "message": why}).to_string();
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+/// Whether a facade answer means "not there right now" (a Service without a ready endpoint,
+/// a restarting dispatcher behind a load balancer).
+fn unavailable(status: reqwest::StatusCode) -> bool {
+    matches!(status.as_u16(), 502..=504)
+}
+
+/// Backoff between attempts: 50 ms doubling to 1 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_secs(1))
+}
+
+async fn forward(
+    State(up): State<Upstream>,
+    UrlPath(method): UrlPath<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !FORWARDED_METHODS.contains(&method.as_str()) {
+        return not_found(&format!(
+            "runner.v1.RunnerService/{method} is not an executor's call"
+        ));
+    }
+    let url = format!("{}{RUNNER_SERVICE_PATH}/{method}", up.base);
+    let give_up = tokio::time::Instant::now() + up.retry_for;
+    let mut attempt = 0u32;
+    loop {
+        let mut req = up.http.post(&url).body(body.clone());
+        for name in &REQUEST_HEADERS {
+            for value in headers.get_all(name) {
+                req = req.header(name, value);
+            }
+        }
+        let outcome = req.send().await;
+        let retry = match &outcome {
+            Ok(resp) => unavailable(resp.status()),
+            Err(e) => !e.is_builder(),
+        };
+        if !retry || tokio::time::Instant::now() >= give_up {
+            return match outcome {
+                Ok(resp) => relay(resp).await,
+                Err(e) => {
+                    tracing::warn!(%method, error = %e, "executor-proxy: the facade is unreachable");
+                    let body = serde_json::json!({"code": "unavailable", "message": "the facade is unreachable"}).to_string();
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response()
+                }
+            };
+        }
+        tracing::debug!(%method, attempt, "executor-proxy: the facade is away, retrying");
+        tokio::time::sleep(backoff(attempt)).await;
+        attempt += 1;
+    }
+}
+
+/// The facade's answer as it came (status, body, headers but the hop-by-hop ones).
+async fn relay(resp: reqwest::Response) -> Response {
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut headers = HeaderMap::new();
+    for (name, value) in resp.headers() {
+        let hop = [
+            header::CONNECTION,
+            header::TRANSFER_ENCODING,
+            header::CONTENT_LENGTH,
+        ]
+        .contains(name)
+            || name.as_str() == "keep-alive";
+        if !hop {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    match resp.bytes().await {
+        Ok(body) => (status, headers, body).into_response(),
+        Err(_) => (StatusCode::BAD_GATEWAY, "the facade's answer broke off").into_response(),
+    }
+}
+
+/// Binds `cfg.listen` and serves until `shutdown` resolves; `on_listening` gets the bound
+/// address (port 0 picks one).
+pub async fn serve(
+    cfg: ProxyConfig,
+    on_listening: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    check(&cfg)?;
+    let up = upstream(&cfg)?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| {
+            Error::bad_input(format!("cannot listen on {}", cfg.listen))
+                .caused_by(e)
+                .hint("pick a free loopback port (the executor Pod uses executor-proxy's default)")
+        })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Error::external("cannot read the bound address").caused_by(e))?;
+    on_listening(bound);
+    axum::serve(listener, router(up))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| Error::external("the executor proxy stopped").caused_by(e))
+}
+
+/// Asks a running proxy's `/healthz` (the sidecar's startup probe): true when it answers.
+pub async fn probe(listen: SocketAddr) -> bool {
+    let Ok(client) = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+    else {
+        return false;
+    };
+    client
+        .get(format!("http://{listen}/healthz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_and_https_are_accepted() {
+        let good = ProxyConfig {
+            listen: "127.0.0.1:8431".parse().unwrap(),
+            facade_url: "https://10.0.0.5:8443".into(),
+            facade_ca_pem: String::new(),
+            retry_for: Duration::from_secs(60),
+        };
+        check(&good).unwrap();
+        let mut wide = good.clone();
+        wide.listen = "0.0.0.0:8431".parse().unwrap();
+        assert!(check(&wide).unwrap_err().message().contains("--listen"));
+        let mut plain = good.clone();
+        plain.facade_url = "http://10.0.0.5:8443".into();
+        let e = check(&plain).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message().contains("--facade-url"));
+    }
+
+    #[test]
+    fn backoff_grows_to_one_second() {
+        assert_eq!(backoff(0), Duration::from_millis(50));
+        assert_eq!(backoff(2), Duration::from_millis(200));
+        assert_eq!(backoff(30), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_ca_file_must_be_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_ca_file(dir.path()).is_err());
+        let big = dir.path().join("big.crt");
+        std::fs::write(&big, vec![b'a'; (CA_FILE_LIMIT + 1) as usize]).unwrap();
+        assert_eq!(read_ca_file(&big).unwrap_err().exit_code(), 2);
+        let ok = dir.path().join("ca.crt");
+        std::fs::write(&ok, "pem").unwrap();
+        assert_eq!(read_ca_file(&ok).unwrap(), "pem");
+    }
+}

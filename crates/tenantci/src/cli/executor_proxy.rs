@@ -1,0 +1,81 @@
+//! `tenantci executor-proxy`: the sidecar of every executor Pod (see
+//! tenantci_app::dispatch::proxy). Hidden from the top-level help: the dispatcher writes its
+//! flags into the Pod spec; docs/cli.md documents it for operators reading a Pod.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use tenantci_app::dispatch::proxy::{self, ProxyConfig};
+use tenantci_core::duration;
+use tenantci_core::{Error, Result};
+
+#[derive(Debug, Args)]
+pub struct ExecutorProxyArgs {
+    /// Loopback address the runner's `.runner` points at (port 0 picks one and prints it).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8431")]
+    pub listen: SocketAddr,
+    /// The dispatcher's facade (https), as `facade.url` in its config.
+    #[arg(long, value_name = "URL", required_unless_present = "probe")]
+    pub facade_url: Option<String>,
+    /// The facade's CA certificate (PEM): the only certificate the proxy trusts.
+    #[arg(long, value_name = "FILE", required_unless_present = "probe")]
+    pub facade_ca: Option<PathBuf>,
+    /// How long one call is retried while the facade is away (a dispatcher restart), as a Go
+    /// duration. Default 2m.
+    #[arg(long, value_name = "DURATION", default_value = "2m")]
+    pub retry_for: String,
+    /// Ask the proxy at --listen whether it serves (exit 0) or not (exit 1), then exit: the
+    /// sidecar's startup probe, so the runner starts only once the proxy listens.
+    #[arg(long)]
+    pub probe: bool,
+}
+
+pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
+    if args.probe {
+        return Ok(if proxy::probe(args.listen).await {
+            0
+        } else {
+            1
+        });
+    }
+    let retry_for = duration::parse_positive(&args.retry_for).map_err(|e| {
+        Error::bad_input(format!("--retry-for `{}` {e}", args.retry_for))
+            .hint("pass a Go duration such as 2m or 90s")
+    })?;
+    let ca_path = args.facade_ca.expect("clap requires --facade-ca");
+    let cfg = ProxyConfig {
+        listen: args.listen,
+        facade_url: args.facade_url.expect("clap requires --facade-url"),
+        facade_ca_pem: proxy::read_ca_file(&ca_path)?,
+        retry_for,
+    };
+    proxy::check(&cfg)?;
+    let shutdown = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    };
+    proxy::serve(
+        cfg,
+        |bound| {
+            // The first stdout line: the bound address (tests and port 0 read it).
+            println!("listening http://{bound}");
+            tracing::info!(%bound, "executor-proxy: listening");
+        },
+        shutdown,
+    )
+    .await?;
+    Ok(0)
+}

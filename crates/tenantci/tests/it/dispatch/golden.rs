@@ -1,0 +1,92 @@
+//! Golden files of the executor Pod and Secret for a config with resources derived from a
+//! node image, the gitea-runner command and placement keys. Regenerate with
+//! `UPDATE_GOLDEN=1 cargo nextest run -p tenantci --test it -E 'test(/dispatch::golden/)'`
+//! and review the diff: every line of these files is something the runner or the kubelet
+//! reads.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Toleration;
+use serde_json::{Value, json};
+use tenantci_app::dispatch::config::{Executor, Resources, RunnerCommand};
+use tenantci_app::dispatch::executor::{self, ExecutorSpec};
+use tenantci_core::node_image::NodeImage;
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/dispatch/golden")
+}
+
+#[track_caller]
+fn assert_golden(name: &str, actual: &str) {
+    let path = golden_dir().join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("read {}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
+    assert_eq!(
+        actual, expected,
+        "golden file {name} differs (UPDATE_GOLDEN=1 to accept)"
+    );
+}
+
+fn spec() -> ExecutorSpec {
+    let node = NodeImage {
+        vcpu: 4,
+        mem_mib: 8192,
+        rootfs_mib: Some(20480),
+    };
+    let mut x = Executor::with_images(
+        format!("gitea/runner@sha256:{}", "a".repeat(64)),
+        format!("registry.example/tenantci@sha256:{}", "b".repeat(64)),
+    );
+    x.runner_command = RunnerCommand::GiteaRunner;
+    x.resources = Resources::for_node(&node);
+    x.resources.check_fits(&node).unwrap();
+    x.node_selector = BTreeMap::from([("socialweb.computer/pool".into(), "ci".into())]);
+    x.tolerations = vec![Toleration {
+        key: Some("socialweb.computer/rented".into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Default::default()
+    }];
+    x.runtime_class_name = Some("gvisor".into());
+    ExecutorSpec {
+        namespace: "dynamic-runner".into(),
+        task_id: 4242,
+        attempt: 1,
+        assignment_id: "task-4242-attempt-1".into(),
+        capability: "CAPABILITY-PLACEHOLDER".into(),
+        facade_url: "https://10.0.0.1:8443".into(),
+        facade_ca_pem: "-----BEGIN CERTIFICATE-----\nFACADE-CA\n-----END CERTIFICATE-----\n".into(),
+        labels: vec!["self-hosted".into(), "pod".into()],
+        runner_name: "tenantci-dispatch-ci".into(),
+        executor: x,
+    }
+}
+
+#[test]
+fn dispatch_golden_executor_pod() {
+    let pod = executor::desired_pod(&spec());
+    assert_golden("executor-pod.yaml", &serde_yaml::to_string(&pod).unwrap());
+}
+
+#[test]
+fn dispatch_golden_executor_secret() {
+    let secret = executor::desired_secret(&spec(), b"SEALED-ASSIGNMENT");
+    // Decoded, so the golden file shows what the runner and the proxy read.
+    let mut v = serde_json::to_value(&secret).unwrap();
+    let data: BTreeMap<String, Value> = secret
+        .data
+        .unwrap()
+        .into_iter()
+        .map(|(k, b)| (k, json!(String::from_utf8(b.0).unwrap())))
+        .collect();
+    v["data"] = json!(data);
+    assert_golden(
+        "executor-secret.decoded.yaml",
+        &serde_yaml::to_string(&v).unwrap(),
+    );
+}
