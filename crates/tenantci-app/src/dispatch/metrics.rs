@@ -31,6 +31,8 @@ pub struct Metrics {
     leader: Gauge,
     handed_out: Counter,
     facade_refused: Counter,
+    webhook: Family<Vec<(String, String)>, Counter>,
+    attempts: Counter,
 }
 
 impl Default for Metrics {
@@ -49,6 +51,8 @@ impl Default for Metrics {
             leader: Gauge::default(),
             handed_out: Counter::default(),
             facade_refused: Counter::default(),
+            webhook: Family::default(),
+            attempts: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -102,6 +106,16 @@ impl Default for Metrics {
             "Facade calls refused for a bad capability",
             m.facade_refused.clone(),
         );
+        registry.register(
+            "webhook_deliveries",
+            "Webhook deliveries by outcome: nudge, standby (a non-leader's nudge), ignored, unsigned, bad_signature, too_large, malformed",
+            m.webhook.clone(),
+        );
+        registry.register(
+            "task_restarts",
+            "Executors replaced by a new attempt (the previous one never fetched its task)",
+            m.attempts.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -137,6 +151,14 @@ impl Metrics {
     }
     pub fn facade_refused(&self) {
         self.facade_refused.inc();
+    }
+    pub fn webhook(&self, outcome: &str) {
+        self.webhook
+            .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
+            .inc();
+    }
+    pub fn restarted(&self) {
+        self.attempts.inc();
     }
 
     /// The Prometheus text exposition.

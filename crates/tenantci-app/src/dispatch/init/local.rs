@@ -70,6 +70,14 @@ pub fn check(i: &Inputs) -> Result<Local> {
         Error::bad_input(format!("the config `dispatch init` would write {e}"))
             .hint("fix the flag that sets it")
     })?;
+    if let Some(w) = &config.webhook {
+        // `run` reads it at start; refuse now rather than write a config it cannot run.
+        tenantci_core::secret::read_file(
+            "the webhook secret file",
+            &w.secret_file,
+            Some("put the secret typed into the Gitea webhook's settings into it"),
+        )?;
+    }
     Ok(Local {
         checked,
         registration,

@@ -47,6 +47,10 @@ pub struct Inputs {
     pub facade_listen: SocketAddr,
     pub facade_url: Option<String>,
     pub executor_image: String,
+    /// The webhook receiver's address and secret file, both or neither (neither: an
+    /// existing config's webhook is kept).
+    pub webhook_listen: Option<SocketAddr>,
+    pub webhook_secret_file: Option<PathBuf>,
     /// Lifetime of the dispatcher's client certificate (Go duration).
     pub credential_valid_for: String,
     pub out: PathBuf,
@@ -95,6 +99,8 @@ pub struct Checked {
     pub facade_host: String,
     pub nats_secrets_dir: PathBuf,
     pub credential_valid_for: std::time::Duration,
+    /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
+    pub webhook: Option<(SocketAddr, PathBuf)>,
 }
 
 fn host_of(url: &str, schemes: &[&str]) -> Option<String> {
@@ -201,7 +207,28 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         facade_host,
         nats_secrets_dir,
         credential_valid_for,
+        webhook: check_webhook(i)?,
     })
+}
+
+fn check_webhook(i: &Inputs) -> Result<Option<(SocketAddr, PathBuf)>> {
+    match (i.webhook_listen, &i.webhook_secret_file) {
+        (None, None) => Ok(None),
+        (Some(listen), Some(file)) => {
+            let file = std::path::absolute(file).map_err(|e| {
+                Error::bad_input(format!(
+                    "cannot resolve --webhook-secret-file `{}`",
+                    file.display()
+                ))
+                .caused_by(e)
+            })?;
+            Ok(Some((listen, file)))
+        }
+        (Some(_), None) => Err(Error::bad_input("--webhook-listen is given without --webhook-secret-file")
+            .hint("pass --webhook-secret-file FILE holding the secret typed into the Gitea webhook (an unsigned webhook is refused)")),
+        (None, Some(_)) => Err(Error::bad_input("--webhook-secret-file is given without --webhook-listen")
+            .hint("pass --webhook-listen HOST:PORT, where Gitea's deliveries arrive")),
+    }
 }
 
 /// The config `init` writes: the flags, relative file names from [`files`], and the tuning
@@ -259,6 +286,17 @@ pub fn config(i: &Inputs, c: &Checked, runner_name: &str, existing: Option<&Conf
         },
         status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
         leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
+        webhook: match &c.webhook {
+            Some((listen, secret_file)) => Some(config::Webhook {
+                listen: *listen,
+                secret_file: secret_file.clone(),
+                fetch_interval: tuning
+                    .and_then(|e| e.webhook.as_ref())
+                    .map(|w| w.fetch_interval.clone())
+                    .unwrap_or_else(d::webhook_fetch_interval),
+            }),
+            None => tuning.and_then(|e| e.webhook.clone()),
+        },
     }
 }
 
@@ -282,6 +320,8 @@ pub(crate) mod tests {
             facade_listen: "127.0.0.1:8443".parse().unwrap(),
             facade_url: None,
             executor_image: format!("gitea/act_runner@sha256:{}", "b".repeat(64)),
+            webhook_listen: None,
+            webhook_secret_file: None,
             credential_valid_for: "720h".into(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
             dry_run: false,

@@ -4,3 +4,4 @@
 mod harness;
 mod init;
 mod run;
+mod webhook;
