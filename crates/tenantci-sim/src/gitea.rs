@@ -673,7 +673,14 @@ impl FacadeBackend for GiteaDouble {
         let claimed = task.as_ref().and_then(|t| {
             let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
             let runner = st.runners.get(caller)?;
-            Some((job.id, job.spec.name.clone(), job.spec.runs_on.clone(), job.created, runner.id, runner.name.clone()))
+            Some((
+                job.id,
+                job.spec.name.clone(),
+                job.spec.runs_on.clone(),
+                job.created,
+                runner.id,
+                runner.name.clone(),
+            ))
         });
         drop(st);
         if let Some((job_id, name, labels, created, runner_id, runner_name)) = claimed {
@@ -838,7 +845,11 @@ async fn admin_add_hook(AxState(d): Double, Json(spec): Json<HookSpec>) -> Respo
             .into_response();
     }
     let id = d.hooks.add(spec);
-    (StatusCode::CREATED, Json(serde_json::json!({ "hook_id": id }))).into_response()
+    (
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "hook_id": id })),
+    )
+        .into_response()
 }
 
 async fn admin_deliveries(AxState(d): Double) -> Response {

@@ -134,13 +134,15 @@ impl Hooks {
                     Ok(s) => (Some(s), None),
                     Err(e) => (None, Some(e)),
                 };
-                log.lock().unwrap_or_else(|p| p.into_inner()).push(DeliveryView {
-                    hook: i,
-                    action,
-                    job_id,
-                    status,
-                    error,
-                });
+                log.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(DeliveryView {
+                        hook: i,
+                        action,
+                        job_id,
+                        status,
+                        error,
+                    });
             });
         }
     }

@@ -113,6 +113,30 @@ pub struct Config {
     /// Gitea's `workflow_job` webhook as a nudge; absent: polling alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<Webhook>,
+    #[serde(default)]
+    pub claim: Claim,
+}
+
+/// What happens to a claimed task whose executor never fetches it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// How long an executor may take from creation to its first FetchTask before it is
+    /// replaced by a new attempt (image pull stuck, crash loop, sandbox never boots).
+    #[serde(default = "defaults::start_deadline")]
+    pub start_deadline: GoDuration,
+    /// Attempts before the task is reported as FAILURE (1: no replacement).
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Claim {
+            start_deadline: defaults::start_deadline(),
+            max_attempts: defaults::max_attempts(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -315,6 +339,17 @@ pub(crate) mod defaults {
     pub fn webhook_fetch_interval() -> GoDuration {
         Duration::from_secs(5).into()
     }
+    /// 3 min: a node rental plus a cold image pull take 30-90 s, so a healthy start has
+    /// twice that; a stuck one is replaced well inside Gitea's 10-minute zombie limit (the
+    /// keep-alive keeps the task open meanwhile, so the limit is never the one that bites).
+    pub fn start_deadline() -> GoDuration {
+        Duration::from_secs(180).into()
+    }
+    /// 3 attempts: one retry for a bad node, a second for bad luck; a third failure is the
+    /// image or the job, and more attempts would only delay the FAILURE the user must see.
+    pub fn max_attempts() -> u32 {
+        3
+    }
 }
 
 /// Environment overrides: variable, and the dotted key it sets.
@@ -377,18 +412,26 @@ pub const OVERRIDES: &[(&str, &str)] = &[
     ),
     ("TENANTCI_DISPATCH_LEADER_IDENTITY", "leader.identity"),
     ("TENANTCI_DISPATCH_WEBHOOK_LISTEN", "webhook.listen"),
-    ("TENANTCI_DISPATCH_WEBHOOK_SECRET_FILE", "webhook.secret_file"),
+    (
+        "TENANTCI_DISPATCH_WEBHOOK_SECRET_FILE",
+        "webhook.secret_file",
+    ),
     (
         "TENANTCI_DISPATCH_WEBHOOK_FETCH_INTERVAL",
         "webhook.fetch_interval",
     ),
+    (
+        "TENANTCI_DISPATCH_CLAIM_START_DEADLINE",
+        "claim.start_deadline",
+    ),
+    ("TENANTCI_DISPATCH_CLAIM_MAX_ATTEMPTS", "claim.max_attempts"),
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has
 /// them, strings elsewhere. A malformed number names the variable.
 fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_edit::Item, String> {
     Ok(match key {
-        "capacity.pod" | "capacity.vm" => {
+        "capacity.pod" | "capacity.vm" | "claim.max_attempts" => {
             let n: i64 = raw.trim().parse().map_err(|_| {
                 format!("has {var} = `{raw}` in the environment, which is not a whole number")
             })?;
@@ -489,6 +532,9 @@ impl Config {
         }
         if self.capacity.vm == 0 {
             return Err("has capacity.vm = 0 (at least 1)".into());
+        }
+        if self.claim.max_attempts == 0 {
+            return Err("has claim.max_attempts = 0 (at least 1: no replacement)".into());
         }
         crate::dispatch::executor::check_image_digest(&self.executor.image)
             .map_err(|e| format!("has executor.image: {}", e.message()))?;
@@ -612,6 +658,7 @@ mod tests {
             status: Status::default(),
             leader: Leader::default(),
             webhook: None,
+            claim: Claim::default(),
         }
     }
 
@@ -753,6 +800,10 @@ mod tests {
             secret_file: "webhook.secret".into(),
             fetch_interval: Duration::from_secs(7).into(),
         });
+        cfg.claim = Claim {
+            start_deadline: Duration::from_secs(100).into(),
+            max_attempts: 5,
+        };
         cfg
     }
 

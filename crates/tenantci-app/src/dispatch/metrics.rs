@@ -33,6 +33,7 @@ pub struct Metrics {
     facade_refused: Counter,
     webhook: Family<Vec<(String, String)>, Counter>,
     attempts: Counter,
+    withdrawn: Counter,
 }
 
 impl Default for Metrics {
@@ -53,6 +54,7 @@ impl Default for Metrics {
             facade_refused: Counter::default(),
             webhook: Family::default(),
             attempts: Counter::default(),
+            withdrawn: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -116,6 +118,11 @@ impl Default for Metrics {
             "Executors replaced by a new attempt (the previous one never fetched its task)",
             m.attempts.clone(),
         );
+        registry.register(
+            "tasks_withdrawn",
+            "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
+            m.withdrawn.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -156,6 +163,9 @@ impl Metrics {
         self.webhook
             .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
             .inc();
+    }
+    pub fn withdrawn(&self) {
+        self.withdrawn.inc();
     }
     pub fn restarted(&self) {
         self.attempts.inc();

@@ -208,6 +208,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         registry: registry.clone(),
         metrics: metrics.clone(),
         runner_name: cfg.gitea.runner_name.clone(),
+        consumed: Default::default(),
     });
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listener = bind("status API", cfg.status.listen).await?;
@@ -473,6 +474,12 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         registry: s.registry.clone(),
         metrics: s.metrics.clone(),
         logged: Default::default(),
+        restarts: super::reconciler::Restarts {
+            claim: s.cfg.claim.clone(),
+            sealing_key: s.sealing_key.clone(),
+            capability_key: s.capability_key.clone(),
+            template: template(&s),
+        },
     };
     if !recover(&reconciler, &consumer, &mut stop_rx).await {
         return;
@@ -494,6 +501,7 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         s.gitea.clone(),
         s.objects.clone(),
         s.registry.clone(),
+        s.metrics.clone(),
         s.cfg.gitea.keepalive_interval.get(),
         stop_rx.clone(),
     ));
@@ -570,6 +578,16 @@ fn scheduler(s: &Shared, pod_consumer: PullConsumer) -> Scheduler {
     }
 }
 
+fn template(s: &Shared) -> ExecutorTemplate {
+    ExecutorTemplate {
+        namespace: s.cfg.cluster.namespace.clone(),
+        facade_url: s.cfg.facade.url.clone(),
+        facade_ca_pem: s.facade_ca_pem.clone(),
+        runner_name: s.cfg.gitea.runner_name.clone(),
+        image: s.cfg.executor.image.clone(),
+    }
+}
+
 fn polling(cfg: &Config) -> scheduler::Polling {
     match &cfg.webhook {
         Some(w) => scheduler::Polling::Webhook {
@@ -586,13 +604,7 @@ fn polling(cfg: &Config) -> scheduler::Polling {
 fn worker(s: &Shared) -> Worker<ExecutorObjects> {
     Worker {
         executors: s.objects.clone(),
-        template: ExecutorTemplate {
-            namespace: s.cfg.cluster.namespace.clone(),
-            facade_url: s.cfg.facade.url.clone(),
-            facade_ca_pem: s.facade_ca_pem.clone(),
-            runner_name: s.cfg.gitea.runner_name.clone(),
-            image: s.cfg.executor.image.clone(),
-        },
+        template: template(s),
         capability_key: s.capability_key.clone(),
         gitea: s.gitea.clone(),
         registry: s.registry.clone(),

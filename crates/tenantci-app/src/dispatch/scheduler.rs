@@ -30,7 +30,7 @@ use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
 use tenantci_core::forge::gitea::client::{RunnerClient, TasksVersion};
-use tenantci_core::forge::gitea::proto::Task;
+use tenantci_core::forge::gitea::proto::{Task, TaskResult};
 
 /// How long without a task before polling slows to `fetch_interval_idle` (no webhook).
 pub const IDLE_AFTER: Duration = Duration::from_secs(300);
@@ -232,10 +232,13 @@ impl Scheduler {
 
 /// Keeps tasks alive at Gitea until their executor fetched them: every `interval`, a non-final
 /// UpdateTask for each task queued by this leader or whose Secret still holds the assignment.
+/// Gitea's answer carries the task's state: a task it ended meanwhile (cancelled while
+/// waiting for its executor) is withdrawn, not reported as failed.
 pub async fn keep_alive(
     gitea: RunnerClient,
     objects: super::objects::ExecutorObjects,
     registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -256,11 +259,40 @@ pub async fn keep_alive(
         tasks.sort_unstable();
         tasks.dedup();
         for task in tasks {
-            if let Err(e) = report::keep_alive(&gitea, task).await {
-                tracing::warn!(task, error = %e, "keep-alive UpdateTask failed");
+            match report::keep_alive(&gitea, task).await {
+                Ok(result) if result.is_final() => {
+                    withdraw(&objects, &registry, &metrics, task, result).await
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),
             }
         }
     }
+}
+
+/// Gitea ended `task` (cancelled) before its executor fetched it: a queued assignment is
+/// dropped by the worker, an executor not yet fetched is deleted, and its slot freed.
+async fn withdraw(
+    objects: &super::objects::ExecutorObjects,
+    registry: &Registry,
+    metrics: &Metrics,
+    task: i64,
+    result: TaskResult,
+) {
+    let queued = registry.withdraw(task);
+    // Freed before the delete, so the reconciler does not take the vanished objects for a
+    // lost executor and report FAILURE over Gitea's CANCELLED.
+    registry.finished(task);
+    if let Err(e) = objects.delete(task).await {
+        tracing::warn!(task, error = %e, "cannot delete the withdrawn task's executor; the reconciler retries");
+    }
+    metrics.withdrawn();
+    tracing::info!(
+        task,
+        ?result,
+        queued,
+        "the task ended at Gitea before its executor fetched it; withdrawn (no executor runs it)"
+    );
 }
 
 #[cfg(test)]

@@ -297,6 +297,7 @@ pub fn config(i: &Inputs, c: &Checked, runner_name: &str, existing: Option<&Conf
             }),
             None => tuning.and_then(|e| e.webhook.clone()),
         },
+        claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
     }
 }
 

@@ -124,6 +124,15 @@ impl World {
         });
     }
 
+    /// Every dispatcher started from now on replaces an executor that has not fetched its
+    /// task after `start_deadline`, up to `max_attempts`.
+    pub fn with_start_deadline(&mut self, start_deadline: Duration, max_attempts: u32) {
+        self.base.claim = config::Claim {
+            start_deadline: start_deadline.into(),
+            max_attempts,
+        };
+    }
+
     /// Registers `d`'s webhook receiver at the Gitea double, with the right secret.
     pub async fn register_hook(&self, d: &Dispatcher) {
         let addr = d.webhook.expect("the dispatcher has a webhook receiver");
@@ -448,6 +457,7 @@ async fn write_inputs(
             identity: None,
         },
         webhook: None,
+        claim: config::Claim::default(),
     }
 }
 

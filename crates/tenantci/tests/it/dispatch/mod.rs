@@ -1,6 +1,7 @@
 //! `tenantci dispatch`: init and run against the simulator, its Gitea double and a real
 //! nats-server.
 
+mod claims;
 mod harness;
 mod init;
 mod run;

@@ -55,7 +55,10 @@ async fn webhook_nudges_claim_twenty_jobs_and_an_idle_dispatcher_polls_rarely() 
         (all.len() == 40).then_some(all)
     })
     .await;
-    let queued = deliveries.iter().filter(|d| d["action"] == "queued").count();
+    let queued = deliveries
+        .iter()
+        .filter(|d| d["action"] == "queued")
+        .count();
     assert_eq!(queued, 20, "{deliveries:?}");
     assert!(
         deliveries.iter().all(|d| d["status"] == 204),
@@ -123,7 +126,10 @@ async fn bad_deliveries_are_refused_counted_and_trigger_no_fetch_task() {
         post(&d, &gpu, Some(&secret.sign(&gpu)), "workflow_job").await,
         204
     );
-    assert_eq!(post(&d, b"{}", Some(&secret.sign(b"{}")), "push").await, 204);
+    assert_eq!(
+        post(&d, b"{}", Some(&secret.sign(b"{}")), "push").await,
+        204
+    );
     for (name, n) in [
         ("bad_signature", 1.0),
         ("unsigned", 1.0),
@@ -176,7 +182,10 @@ async fn with_the_receiver_unreachable_the_idle_poll_still_claims_the_job() {
         (!d.is_empty()).then_some(d)
     })
     .await;
-    assert!(lost[0]["status"].is_null() && lost[0]["error"].is_string(), "{lost:?}");
+    assert!(
+        lost[0]["status"].is_null() && lost[0]["error"].is_string(),
+        "{lost:?}"
+    );
     assert_eq!(d.metric(NUDGES).await, None, "claimed by the poll alone");
     w.executor(task).await.run(task).await;
     assert_eq!(w.task(task).await["result"], "RESULT_SUCCESS");
