@@ -330,6 +330,35 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn webhook_flags_go_together_and_a_rerun_without_them_keeps_the_webhook() {
+        let mut i = inputs();
+        i.webhook_listen = Some("127.0.0.1:8090".parse().unwrap());
+        let err = check(&i).unwrap_err();
+        assert!(
+            err.message().contains("--webhook-secret-file"),
+            "{}",
+            err.message()
+        );
+        i.webhook_secret_file = Some("/etc/tenantci/dispatch/webhook.secret".into());
+        let c = check(&i).unwrap();
+        let cfg = config(&i, &c, "r", None);
+        let w = cfg.webhook.clone().expect("a webhook");
+        assert_eq!(w.listen.port(), 8090);
+        assert_eq!(w.fetch_interval.as_str(), "5s");
+        cfg.validate().unwrap();
+        let plain = inputs();
+        let kept = config(&plain, &check(&plain).unwrap(), "r", Some(&cfg));
+        assert_eq!(
+            kept.webhook, cfg.webhook,
+            "kept on a re-run without the flags"
+        );
+        assert_eq!(
+            config(&plain, &check(&plain).unwrap(), "r", None).webhook,
+            None
+        );
+    }
+
+    #[test]
     fn good_inputs_give_a_valid_config_with_relative_files() {
         let i = inputs();
         let c = check(&i).unwrap();

@@ -191,3 +191,39 @@ async fn with_the_receiver_unreachable_the_idle_poll_still_claims_the_job() {
     assert_eq!(w.task(task).await["result"], "RESULT_SUCCESS");
     w.all_cleaned_up().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_accepts_deliveries_but_only_the_leader_acts() {
+    let mut w = World::start(1).await;
+    w.with_webhook(Duration::from_secs(3600));
+    let leader = w.dispatcher("d1").await;
+    leader.wait_leader(true).await;
+    let standby = w.dispatcher("d2").await;
+    standby.wait_up().await;
+    standby.wait_leader(false).await;
+    eventually("the leader's first FetchTask", || async {
+        (w.fetch_calls().await >= 1).then_some(())
+    })
+    .await;
+    let calls = w.fetch_calls().await;
+    let secret = WebhookSecret::new(WEBHOOK_SECRET);
+    let queued = json!({"action": "queued", "workflow_job": {"id": 1, "labels": ["pod"]}})
+        .to_string()
+        .into_bytes();
+    let sig = secret.sign(&queued);
+    assert_eq!(
+        post(&standby, &queued, Some(&sig), "workflow_job").await,
+        204
+    );
+    assert_eq!(standby.metric(&outcome("standby")).await, Some(1.0));
+    assert_eq!(w.fetch_calls().await, calls, "the standby forwards nothing");
+    // Positive control: the same delivery at the leader makes it FetchTask.
+    assert_eq!(
+        post(&leader, &queued, Some(&sig), "workflow_job").await,
+        204
+    );
+    eventually("the leader's nudged FetchTask", || async {
+        (w.fetch_calls().await > calls).then_some(())
+    })
+    .await;
+}
