@@ -88,6 +88,21 @@ async fn post(d: &Dispatcher, body: &[u8], signature: Option<&str>, event: &str)
     req.send().await.unwrap().status().as_u16()
 }
 
+/// Like [`post`], for a body the receiver refuses from its Content-Length: it answers 413 and
+/// closes the connection without reading the body, so the client may see the close (a broken
+/// pipe while it still writes) before the answer. Either way the delivery was refused.
+async fn post_oversized(d: &Dispatcher, body: &[u8], signature: &str) -> Option<u16> {
+    reqwest::Client::new()
+        .post(format!("http://{}/webhooks/gitea", d.webhook.unwrap()))
+        .header("x-gitea-event", "workflow_job")
+        .header("x-gitea-signature", signature)
+        .body(body.to_vec())
+        .send()
+        .await
+        .ok()
+        .map(|r| r.status().as_u16())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_deliveries_are_refused_counted_and_trigger_no_fetch_task() {
     let mut w = World::start(1).await;
@@ -109,10 +124,8 @@ async fn bad_deliveries_are_refused_counted_and_trigger_no_fetch_task() {
     assert_eq!(post(&d, &queued, Some(&wrong), "workflow_job").await, 401);
     assert_eq!(post(&d, &queued, None, "workflow_job").await, 401);
     let big = vec![b' '; 2 << 20];
-    assert_eq!(
-        post(&d, &big, Some(&secret.sign(&big)), "workflow_job").await,
-        413
-    );
+    let answer = post_oversized(&d, &big, &secret.sign(&big)).await;
+    assert!(matches!(answer, None | Some(413)), "{answer:?}");
     let junk = b"{\"action\": \"queued\", \"workflow_job\": ";
     assert_eq!(
         post(&d, junk, Some(&secret.sign(junk)), "workflow_job").await,
