@@ -50,6 +50,13 @@ async fn a_task_cancelled_while_queued_gets_no_executor_and_frees_its_slot() {
     assert_eq!(w.task(b).await["result"], "RESULT_SUCCESS");
     assert_eq!(d.metric(WITHDRAWN).await, Some(1.0));
     assert_eq!(d.metric(FAILED).await, Some(0.0), "cancelled, not failed");
+    // Without a webhook, the start-up line states what polling costs Gitea (50ms, then 1s).
+    assert!(
+        d.log_text()
+            .contains("FetchTask rate: polling only: FetchTask every 50ms (20.00/s)"),
+        "{}",
+        d.log_text()
+    );
     w.all_cleaned_up().await;
 }
 
