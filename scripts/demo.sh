@@ -117,12 +117,15 @@ echo "nats-server at $nats_url (JetStream under $nats_dir/jetstream)"
 # The registration token goes through a 0600 file, never argv.
 (umask 077; jq -r .registrationToken "$state/gitea.json" > "$work/gitea-registration-token")
 dispatch_dir="$work/etc/tenantci/dispatch"
+# The workflow_job webhook's secret, as it would be typed into Gitea's webhook settings.
+(umask 077; head -c 24 /dev/urandom | base64 > "$work/webhook.secret")
 # The simulator has no kubelet: the image is never pulled, but it must be pinned by digest.
 "$tenantci" dispatch init --gitea-url "$gitea_url" \
   --registration-token-file "$work/gitea-registration-token" \
   --state-dir "$state" --cluster ci --namespace dynamic-runner \
   --nats "$nats_url" --nats-secrets-dir "$nats_dir/secrets" --pod-capacity 2 \
   --facade-listen 127.0.0.1:0 \
+  --webhook-listen 127.0.0.1:0 --webhook-secret-file "$work/webhook.secret" \
   --executor-image gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --proxy-image tenantci@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --out "$dispatch_dir/config.toml"
@@ -140,6 +143,13 @@ echo "dispatcher listening: $(jq -c 'del(.type)' "$work/dispatch.out")"
 for _ in $(seq 100); do curl -fsS "http://$status/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -fsS "http://$status/readyz" >/dev/null || { echo "the dispatcher is not ready:" >&2; cat "$work/dispatch.log" >&2; exit 3; }
 echo "dispatcher up (pid $dispatch_pid), leader, status API on $status"
+grep -o 'FetchTask rate: [^"]*' "$work/dispatch.log" | head -1 || true
+# The Gitea double delivers workflow_job webhooks, signed as Gitea signs them, to the
+# receiver: the job below is picked up by that nudge, not by the 5 s safety-net poll.
+webhook=$(jq -r .webhook "$work/dispatch.out")
+jq -n --arg url "http://$webhook/webhooks/gitea" --arg secret "$(cat "$work/webhook.secret")" \
+  '{url: $url, secret: $secret}' | curl -fsS -H 'content-type: application/json' "$gitea_admin/hooks" -d @- >/dev/null
+echo "webhook registered at the Gitea double: http://$webhook/webhooks/gitea (event workflow_job)"
 
 job=$(curl -fsS -H 'content-type: application/json' "$gitea_admin/jobs" -d @- <<'JOB' | jq -r .job_id
 {"name": "demo",
@@ -156,7 +166,8 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [ -n "$task" ] || { echo "the dispatcher did not claim job $job" >&2; exit 1; }
-echo "the dispatcher claimed it as task $task"
+echo "the dispatcher claimed it as task $task ($(curl -fsS "$gitea_admin/jobs/$job" | jq -r .created_at) created)"
+curl -fsS "http://$status/metrics" | grep '^tenantci_dispatch_webhook_deliveries_total' || true
 tk() { kubectl --kubeconfig "$state/clusters/ci/tenant-admin.kubeconfig" --cache-dir "$work/kcache" -n dynamic-runner "$@"; }
 tk wait --for=create "secret/gitea-task-$task" --timeout=60s
 tk wait --for=create "pod/gitea-task-$task" --timeout=60s

@@ -30,7 +30,7 @@ impl fmt::Debug for Secret {
 /// errors. An empty file is refused with `if_empty` as the fix, where the caller knows one.
 /// One reader for every secret file, so they all trim and refuse alike.
 pub fn read_file(what: &str, path: &Path, if_empty: Option<&str>) -> Result<String> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))?;
+    let text = read_bounded(what, path)?;
     let text = text.trim();
     if text.is_empty() {
         let err = Error::bad_input(format!("{what} `{}` is empty", path.display()));
@@ -42,9 +42,69 @@ pub fn read_file(what: &str, path: &Path, if_empty: Option<&str>) -> Result<Stri
     Ok(text.to_string())
 }
 
+/// Largest secret file read: tokens and passwords are far below it; a path pointing at
+/// something else (a log, a device) is refused instead of read into memory.
+pub const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// A regular file's text, at most [`MAX_SECRET_FILE`] bytes.
+fn read_bounded(what: &str, path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| Error::unreadable(what, path, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::unreadable(what, path, e))?;
+    if !meta.is_file() {
+        return Err(
+            Error::bad_input(format!("{what} `{}` is not a regular file", path.display()))
+                .hint("pass the file that holds the secret"),
+        );
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::unreadable(what, path, e))?;
+    if bytes.len() as u64 > MAX_SECRET_FILE {
+        return Err(Error::bad_input(format!(
+            "{what} `{}` is larger than {} KiB",
+            path.display(),
+            MAX_SECRET_FILE / 1024
+        ))
+        .hint("pass the file that holds only the secret"));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        Error::bad_input(format!("{what} `{}` is not UTF-8 text", path.display()))
+            .hint("pass the file that holds the secret as text")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::Secret;
+
+    #[test]
+    fn secret_files_are_trimmed_bounded_and_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("ok");
+        std::fs::write(&ok, "s3cret\n").unwrap();
+        assert_eq!(super::read_file("the secret", &ok, None).unwrap(), "s3cret");
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; super::MAX_SECRET_FILE as usize + 1]).unwrap();
+        let err = super::read_file("the secret", &big, None).unwrap_err();
+        assert!(
+            err.message().contains("larger than 64 KiB"),
+            "{}",
+            err.message()
+        );
+        let err = super::read_file("the secret", dir.path(), None).unwrap_err();
+        assert!(
+            err.message().contains("not a regular file"),
+            "{}",
+            err.message()
+        );
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        assert!(super::read_file("the secret", &empty, None).is_err());
+    }
 
     #[test]
     fn debug_is_redacted() {

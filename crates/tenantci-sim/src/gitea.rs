@@ -12,6 +12,8 @@
 //! UpdateTask finalisation (result != UNSPECIFIED; a finished task ignores updates), the
 //! heartbeat (updated time), CANCELLED answers for cancelled tasks, ephemeral runners deleted
 //! after their final update; ownership (another runner's task: `permission_denied`).
+//! Webhooks (`gitea_hooks`): `workflow_job` deliveries (`queued` on enqueue, `in_progress` on
+//! claim) to URLs registered with `POST /admin/hooks`, signed as Gitea signs them.
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
 //! Never used in production paths.
@@ -36,6 +38,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::gitea_hooks::{HookSpec, Hooks, JobEvent};
 use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
 use tenantci_core::forge::gitea::json::struct_from_json;
@@ -76,6 +79,8 @@ pub struct JobView {
     pub runs_on: Vec<String>,
     pub status: JobStatus,
     pub task_id: Option<i64>,
+    /// When the job was enqueued (microseconds; the pickup benchmark measures from here).
+    pub created_at: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -129,6 +134,7 @@ struct JobRec {
     spec: JobSpec,
     status: JobStatus,
     task_id: Option<i64>,
+    created: SystemTime,
 }
 
 struct TaskRec {
@@ -157,12 +163,22 @@ struct State {
     runners: BTreeMap<i64, RunnerRec>,
     jobs: BTreeMap<i64, JobRec>,
     tasks: BTreeMap<i64, TaskRec>,
+    /// FetchTask calls answered, for the pickup tests and benchmark.
+    fetch_calls: u64,
+}
+
+/// `GET /admin/stats`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    pub fetch_task_calls: u64,
+    pub tasks_version: i64,
 }
 
 /// The double's state and behaviour; [`GiteaDouble::start`] serves it.
 pub struct GiteaDouble {
     registration_token: String,
     state: Mutex<State>,
+    pub hooks: Hooks,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -324,6 +340,7 @@ impl JobRec {
             runs_on: self.spec.runs_on.clone(),
             status: self.status,
             task_id: self.task_id,
+            created_at: rfc3339(&timestamp(self.created)),
         }
     }
 }
@@ -333,6 +350,7 @@ impl GiteaDouble {
         GiteaDouble {
             registration_token: random_hex(20),
             state: Mutex::new(State::default()),
+            hooks: Hooks::default(),
         }
     }
 
@@ -376,6 +394,9 @@ impl GiteaDouble {
             .route("/admin/tasks/{id}", get(admin_task))
             .route("/admin/tasks/{id}/cancel", post(admin_cancel))
             .route("/admin/runners", get(admin_runners))
+            .route("/admin/hooks", post(admin_add_hook))
+            .route("/admin/hooks/deliveries", get(admin_deliveries))
+            .route("/admin/stats", get(admin_stats))
             .with_state(double.clone());
         facade::router(double).merge(admin)
     }
@@ -391,20 +412,43 @@ impl GiteaDouble {
 
     /// Enqueues a Waiting job and bumps the tasks version; returns the job id.
     pub fn enqueue(&self, spec: JobSpec) -> i64 {
-        let mut st = self.lock();
-        st.next_job += 1;
-        let id = st.next_job;
-        st.jobs.insert(
-            id,
-            JobRec {
+        let created = SystemTime::now();
+        let (name, labels) = (spec.name.clone(), spec.runs_on.clone());
+        let id = {
+            let mut st = self.lock();
+            st.next_job += 1;
+            let id = st.next_job;
+            st.jobs.insert(
                 id,
-                spec,
-                status: JobStatus::Waiting,
-                task_id: None,
-            },
-        );
-        st.tasks_version += 1;
+                JobRec {
+                    id,
+                    spec,
+                    status: JobStatus::Waiting,
+                    task_id: None,
+                    created,
+                },
+            );
+            st.tasks_version += 1;
+            id
+        };
+        // After the version bump, as Gitea notifies once the run is stored.
+        self.hooks.deliver(&JobEvent {
+            action: "queued",
+            job_id: id,
+            name: &name,
+            labels: &labels,
+            runner: None,
+            created,
+        });
         id
+    }
+
+    pub fn stats(&self) -> Stats {
+        let st = self.lock();
+        Stats {
+            fetch_task_calls: st.fetch_calls,
+            tasks_version: st.tasks_version,
+        }
     }
 
     pub fn job(&self, id: i64) -> Option<JobView> {
@@ -616,6 +660,7 @@ impl FacadeBackend for GiteaDouble {
         req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
         let mut st = self.lock();
+        st.fetch_calls += 1;
         if st.tasks_version == 0 {
             st.tasks_version = 1;
         }
@@ -625,6 +670,29 @@ impl FacadeBackend for GiteaDouble {
         } else {
             None
         };
+        let claimed = task.as_ref().and_then(|t| {
+            let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
+            let runner = st.runners.get(caller)?;
+            Some((
+                job.id,
+                job.spec.name.clone(),
+                job.spec.runs_on.clone(),
+                job.created,
+                runner.id,
+                runner.name.clone(),
+            ))
+        });
+        drop(st);
+        if let Some((job_id, name, labels, created, runner_id, runner_name)) = claimed {
+            self.hooks.deliver(&JobEvent {
+                action: "in_progress",
+                job_id,
+                name: &name,
+                labels: &labels,
+                runner: Some((runner_id, &runner_name)),
+                created,
+            });
+        }
         Ok(FetchTaskResponse {
             task,
             tasks_version: latest,
@@ -766,4 +834,28 @@ async fn admin_cancel(AxState(d): Double, UrlPath(id): UrlPath<i64>) -> Response
 
 async fn admin_runners(AxState(d): Double) -> Response {
     Json(d.runners()).into_response()
+}
+
+async fn admin_add_hook(AxState(d): Double, Json(spec): Json<HookSpec>) -> Response {
+    if !spec.url.starts_with("http://") {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({ "error": "the double delivers to http:// URLs only" })),
+        )
+            .into_response();
+    }
+    let id = d.hooks.add(spec);
+    (
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "hook_id": id })),
+    )
+        .into_response()
+}
+
+async fn admin_deliveries(AxState(d): Double) -> Response {
+    Json(d.hooks.deliveries()).into_response()
+}
+
+async fn admin_stats(AxState(d): Double) -> Response {
+    Json(d.stats()).into_response()
 }

@@ -9,6 +9,7 @@ pub mod api;
 pub mod authn;
 pub mod authz;
 pub mod gitea;
+pub mod gitea_hooks;
 pub mod ids;
 pub mod nodes;
 pub mod scheduler;

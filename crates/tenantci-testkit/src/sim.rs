@@ -138,6 +138,18 @@ impl Gitea {
         created["job_id"].as_i64().expect("job_id")
     }
 
+    /// Registers a webhook at the double: `workflow_job` deliveries to `url`, signed with
+    /// `secret` (as Gitea signs them).
+    pub async fn add_hook(&self, http: &reqwest::Client, url: &str, secret: &str) {
+        let resp = http
+            .post(format!("{}/hooks", self.admin_url))
+            .json(&json!({"url": url, "secret": secret}))
+            .send()
+            .await
+            .expect("the Gitea double's admin API");
+        assert!(resp.status().is_success(), "add hook: {}", resp.status());
+    }
+
     /// GET `<admin_url>/<path>` as JSON (`jobs/<id>`, `tasks/<id>`).
     pub async fn admin(&self, http: &reqwest::Client, path: &str) -> Value {
         http.get(format!("{}/{path}", self.admin_url))

@@ -114,6 +114,33 @@ pub struct Config {
     pub status: Status,
     #[serde(default)]
     pub leader: Leader,
+    /// Gitea's `workflow_job` webhook as a nudge; absent: polling alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<Webhook>,
+    #[serde(default)]
+    pub claim: Claim,
+}
+
+/// What happens to a claimed task whose executor never fetches it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// How long an executor may take from creation to its first FetchTask before it is
+    /// replaced by a new attempt (image pull stuck, crash loop, sandbox never boots).
+    #[serde(default = "defaults::start_deadline")]
+    pub start_deadline: GoDuration,
+    /// Attempts before the task is reported as FAILURE (1: no replacement).
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Claim {
+            start_deadline: defaults::start_deadline(),
+            max_attempts: defaults::max_attempts(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,6 +164,21 @@ pub struct Gitea {
     /// not updated for 10 minutes).
     #[serde(default = "defaults::keepalive_interval")]
     pub keepalive_interval: GoDuration,
+}
+
+/// The webhook receiver (`POST /webhooks/gitea`, plain HTTP: deliveries are authenticated by
+/// their HMAC signature, and one only ever triggers a FetchTask).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    /// Where the receiver listens; Gitea must reach it (directly or through a proxy).
+    pub listen: SocketAddr,
+    /// The webhook secret as typed into Gitea (a trailing newline is ignored), 0600.
+    pub secret_file: PathBuf,
+    /// FetchTask interval while a webhook is configured: the safety net for a lost delivery
+    /// (replaces `gitea.fetch_interval` / `_idle`).
+    #[serde(default = "defaults::webhook_fetch_interval")]
+    pub fetch_interval: GoDuration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -359,6 +401,22 @@ pub(crate) mod defaults {
     pub fn shutdown_timeout() -> GoDuration {
         Duration::from_secs(30).into()
     }
+    /// 5 s: 0.2 FetchTask/s idle, 2.5x less than one act_runner (2 s), while a lost delivery
+    /// costs at most 5 s of pickup latency (2.5 s on average), no worse than act_runner.
+    pub fn webhook_fetch_interval() -> GoDuration {
+        Duration::from_secs(5).into()
+    }
+    /// 3 min: a node rental plus a cold image pull take 30-90 s, so a healthy start has
+    /// twice that; a stuck one is replaced well inside Gitea's 10-minute zombie limit (the
+    /// keep-alive keeps the task open meanwhile, so the limit is never the one that bites).
+    pub fn start_deadline() -> GoDuration {
+        Duration::from_secs(180).into()
+    }
+    /// 3 attempts: one retry for a bad node, a second for bad luck; a third failure is the
+    /// image or the job, and more attempts would only delay the FAILURE the user must see.
+    pub fn max_attempts() -> u32 {
+        3
+    }
 }
 
 /// Environment overrides: variable, and the dotted key it sets.
@@ -436,13 +494,27 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "leader.retry_period",
     ),
     ("TENANTCI_DISPATCH_LEADER_IDENTITY", "leader.identity"),
+    ("TENANTCI_DISPATCH_WEBHOOK_LISTEN", "webhook.listen"),
+    (
+        "TENANTCI_DISPATCH_WEBHOOK_SECRET_FILE",
+        "webhook.secret_file",
+    ),
+    (
+        "TENANTCI_DISPATCH_WEBHOOK_FETCH_INTERVAL",
+        "webhook.fetch_interval",
+    ),
+    (
+        "TENANTCI_DISPATCH_CLAIM_START_DEADLINE",
+        "claim.start_deadline",
+    ),
+    ("TENANTCI_DISPATCH_CLAIM_MAX_ATTEMPTS", "claim.max_attempts"),
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has
 /// them, strings elsewhere. A malformed number names the variable.
 fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_edit::Item, String> {
     Ok(match key {
-        "capacity.pod" | "capacity.vm" => {
+        "capacity.pod" | "capacity.vm" | "claim.max_attempts" => {
             let n: i64 = raw.trim().parse().map_err(|_| {
                 format!("has {var} = `{raw}` in the environment, which is not a whole number")
             })?;
@@ -544,6 +616,9 @@ impl Config {
         if self.capacity.vm == 0 {
             return Err("has capacity.vm = 0 (at least 1)".into());
         }
+        if self.claim.max_attempts == 0 {
+            return Err("has claim.max_attempts = 0 (at least 1: no replacement)".into());
+        }
         crate::dispatch::executor::check_image_digest(&self.executor.image)
             .map_err(|e| format!("has executor.image: {}", e.message()))?;
         crate::dispatch::executor::check_image_digest(&self.executor.proxy_image)
@@ -587,6 +662,9 @@ impl Config {
         abs(&mut self.facade.ca_cert_file);
         abs(&mut self.facade.cert_file);
         abs(&mut self.facade.key_file);
+        if let Some(w) = self.webhook.as_mut() {
+            abs(&mut w.secret_file);
+        }
         self
     }
 
@@ -673,6 +751,8 @@ mod tests {
             ),
             status: Status::default(),
             leader: Leader::default(),
+            webhook: None,
+            claim: Claim::default(),
         }
     }
 
@@ -853,6 +933,15 @@ mod tests {
             renew_deadline: Duration::from_secs(12).into(),
             retry_period: Duration::from_secs(3).into(),
             identity: Some("me".into()),
+        };
+        cfg.webhook = Some(Webhook {
+            listen: "127.0.0.1:9000".parse().unwrap(),
+            secret_file: "webhook.secret".into(),
+            fetch_interval: Duration::from_secs(7).into(),
+        });
+        cfg.claim = Claim {
+            start_deadline: Duration::from_secs(100).into(),
+            max_attempts: 5,
         };
         cfg
     }

@@ -4,15 +4,18 @@
 //! - Authentication is stateless: the runner uuid is the assignment id (`task-<id>-attempt-<n>`)
 //!   and the token its capability, recomputed with the capability key and compared in constant
 //!   time. A token for one task is worthless for another.
-//! - FetchTask hands the caller its own task exactly once: the sealed assignment is taken out
-//!   of the executor's Secret and opened only here, in memory.
+//! - FetchTask hands the caller its own task, opened only here in memory, until the caller's
+//!   first UpdateLog / UpdateTask: a retried FetchTask after a lost answer gets it again
+//!   (`ExecutorObjects::fetch_assignment`); the first report consumes the assignment for good,
+//!   and a replaced attempt's capability never gets it.
 //! - UpdateTask / UpdateLog are accepted only for the caller's own task and forwarded to Gitea
 //!   with the scheduler's credential; a final state Gitea accepted puts the terminal marker
 //!   on the Pod, which lets the reconciler clean up.
 //!
 //! Every dispatcher instance serves this (leader or not): all state is on the apiserver.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use prost::Message as _;
 
@@ -47,6 +50,9 @@ pub struct Facade {
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub runner_name: String,
+    /// Executors (task, attempt) whose assignment this instance consumed: every later report
+    /// skips the apiserver round trip. Another instance consumes at most once more.
+    pub consumed: Mutex<BTreeSet<(i64, u32)>>,
 }
 
 /// Gitea's answer, as the executor should see it: its code, a message without our URL.
@@ -80,6 +86,32 @@ impl Facade {
             Err(ConnectError::permission_denied(
                 "this runner may only report its own task",
             ))
+        }
+    }
+
+    /// The caller reported: its assignment leaves the Secret (once per instance). A failure
+    /// is logged, not returned: the report itself matters more, and the next one retries.
+    async fn consume(&self, caller: &Executor) {
+        let key = (caller.task, caller.attempt);
+        if self
+            .consumed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&key)
+        {
+            return;
+        }
+        let id = capability::assignment_id(caller.task, caller.attempt);
+        match self.objects.consume_assignment(caller.task, &id).await {
+            Ok(()) => {
+                self.consumed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key);
+            }
+            Err(e) => {
+                tracing::warn!(task = caller.task, error = %e, "facade: cannot consume the assignment; retrying at the next report")
+            }
         }
     }
 
@@ -145,9 +177,10 @@ impl FacadeBackend for Facade {
         caller: &Executor,
         _req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
+        let id = capability::assignment_id(caller.task, caller.attempt);
         let Some(sealed) = self
             .objects
-            .take_assignment(caller.task)
+            .fetch_assignment(caller.task, &id)
             .await
             .map_err(apiserver)?
         else {
@@ -180,6 +213,7 @@ impl FacadeBackend for Facade {
             .as_ref()
             .ok_or_else(|| ConnectError::invalid_argument("UpdateTask needs a state"))?;
         self.own(caller, state.id)?;
+        self.consume(caller).await;
         let final_result = TaskResult::try_from(state.result).is_ok_and(TaskResult::is_final);
         let resp = self
             .gitea
@@ -187,6 +221,10 @@ impl FacadeBackend for Facade {
             .await
             .map_err(|e| forwarded("UpdateTask", e))?;
         if final_result {
+            self.consumed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(caller.task, caller.attempt));
             // Gitea has the final state: from here on the executor objects may go.
             self.objects
                 .mark_terminal(caller.task)
@@ -208,6 +246,7 @@ impl FacadeBackend for Facade {
         req: UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ConnectError> {
         self.own(caller, req.task_id)?;
+        self.consume(caller).await;
         self.gitea.update_log(&req).await.map_err(|e| {
             let e = forwarded("UpdateLog", e);
             if e.code == Code::AlreadyExists {

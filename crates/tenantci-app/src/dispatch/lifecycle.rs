@@ -48,8 +48,51 @@ pub fn decide(o: &Observed) -> Decision {
     }
 }
 
+/// What to do with an executor that has not fetched its task (pure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Fetched, or still within the start deadline.
+    Wait,
+    /// Past the deadline: replace it by this attempt.
+    Replace { attempt: u32 },
+    /// Past the deadline on the last attempt: report FAILURE.
+    GiveUp,
+}
+
+/// `age`: since the executor's objects were created; `fetched`: it called FetchTask once.
+pub fn start(
+    fetched: bool,
+    age: std::time::Duration,
+    attempt: u32,
+    deadline: std::time::Duration,
+    max_attempts: u32,
+) -> Start {
+    if fetched || age < deadline {
+        Start::Wait
+    } else if attempt < max_attempts {
+        Start::Replace {
+            attempt: attempt + 1,
+        }
+    } else {
+        Start::GiveUp
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_slow_start_is_replaced_until_the_last_attempt() {
+        use super::{Start, start};
+        use std::time::Duration;
+        let (s, d) = (Duration::from_secs, Duration::from_secs(180));
+        assert_eq!(start(false, s(179), 1, d, 3), Start::Wait);
+        assert_eq!(start(true, s(999), 1, d, 3), Start::Wait, "fetched");
+        assert_eq!(start(false, s(180), 1, d, 3), Start::Replace { attempt: 2 });
+        assert_eq!(start(false, s(180), 2, d, 3), Start::Replace { attempt: 3 });
+        assert_eq!(start(false, s(180), 3, d, 3), Start::GiveUp);
+        assert_eq!(start(false, s(180), 1, d, 1), Start::GiveUp, "no retry");
+    }
+
     use super::*;
 
     fn obs(phase: Option<&str>, marker: bool, secret: bool) -> Observed {

@@ -31,6 +31,9 @@ pub struct Metrics {
     leader: Gauge,
     handed_out: Counter,
     facade_refused: Counter,
+    webhook: Family<Vec<(String, String)>, Counter>,
+    attempts: Counter,
+    withdrawn: Counter,
 }
 
 impl Default for Metrics {
@@ -49,6 +52,9 @@ impl Default for Metrics {
             leader: Gauge::default(),
             handed_out: Counter::default(),
             facade_refused: Counter::default(),
+            webhook: Family::default(),
+            attempts: Counter::default(),
+            withdrawn: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -102,6 +108,21 @@ impl Default for Metrics {
             "Facade calls refused for a bad capability",
             m.facade_refused.clone(),
         );
+        registry.register(
+            "webhook_deliveries",
+            "Webhook deliveries by outcome: nudge, standby (a non-leader's nudge), ignored, unsigned, bad_signature, too_large, malformed",
+            m.webhook.clone(),
+        );
+        registry.register(
+            "task_restarts",
+            "Executors replaced by a new attempt (the previous one never fetched its task)",
+            m.attempts.clone(),
+        );
+        registry.register(
+            "tasks_withdrawn",
+            "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
+            m.withdrawn.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -137,6 +158,17 @@ impl Metrics {
     }
     pub fn facade_refused(&self) {
         self.facade_refused.inc();
+    }
+    pub fn webhook(&self, outcome: &str) {
+        self.webhook
+            .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
+            .inc();
+    }
+    pub fn withdrawn(&self) {
+        self.withdrawn.inc();
+    }
+    pub fn restarted(&self) {
+        self.attempts.inc();
     }
 
     /// The Prometheus text exposition.

@@ -24,4 +24,5 @@ pub mod routing;
 pub mod runtime;
 pub mod scheduler;
 pub mod status;
+pub mod webhook;
 pub mod worker;

@@ -4,9 +4,10 @@
 //!
 //! Idempotent by name: creating what exists already is success when it carries the same
 //! assignment id, and a refusal when it carries another (a task id is never reused by Gitea,
-//! so that means someone else's object). The sealed assignment leaves the Secret exactly once
-//! ([`ExecutorObjects::take_assignment`]), guarded by a JSON-patch `test`, so two facade
-//! instances racing for one task cannot both hand it out.
+//! so that means someone else's object). The sealed assignment stays in the Secret, handed only
+//! to the attempt named by the Secret, until that executor's first report consumes it
+//! ([`ExecutorObjects::consume_assignment`], guarded by a JSON-patch `test`): an executor
+//! whose FetchTask answer was lost gets its task again on retry, and nobody gets it after.
 
 use std::collections::BTreeMap;
 
@@ -48,8 +49,12 @@ pub struct Observed {
     pub pod_exists: bool,
     pub terminal: bool,
     pub secret_exists: bool,
-    /// The sealed assignment is still in the Secret: no executor has fetched the task yet.
+    /// The sealed assignment is still in the Secret: no executor has reported yet.
     pub unfetched: bool,
+    /// The executor called FetchTask at least once (the Secret's fetched-at annotation).
+    pub fetched: bool,
+    /// How long ago the Secret was created (this attempt's start).
+    pub age: Option<std::time::Duration>,
 }
 
 impl Observed {
@@ -178,6 +183,8 @@ impl ExecutorObjects {
             terminal: false,
             secret_exists: false,
             unfetched: false,
+            fetched: false,
+            age: None,
         };
         list_paged(&self.pods, &lp, |pod: Pod| {
             let Some((task, attempt)) = task_of(&pod.metadata) else {
@@ -195,6 +202,11 @@ impl ExecutorObjects {
             };
             let o = out.entry(task).or_insert_with(|| blank(task, attempt));
             o.secret_exists = true;
+            o.fetched = annotation(&secret.metadata, FETCHED_ANNOTATION).is_some();
+            o.age = secret.metadata.creation_timestamp.as_ref().and_then(|t| {
+                let created = std::time::SystemTime::from(t.0);
+                std::time::SystemTime::now().duration_since(created).ok()
+            });
             o.unfetched = secret
                 .data
                 .as_ref()
@@ -204,6 +216,18 @@ impl ExecutorObjects {
         Ok(out)
     }
 
+    /// The sealed assignment in the task's Secret, whoever's attempt it is.
+    pub async fn sealed_assignment(&self, task_id: i64) -> Result<Option<Vec<u8>>, kube::Error> {
+        let secret = self
+            .secrets
+            .get_opt(&executor::object_name(task_id))
+            .await?;
+        Ok(secret
+            .and_then(|s| s.data)
+            .and_then(|mut d| d.remove(ASSIGNMENT_KEY))
+            .map(|b| b.0))
+    }
+
     /// Whether the task's Pod or Secret exists.
     pub async fn any_exists(&self, task_id: i64) -> Result<bool, kube::Error> {
         let name = executor::object_name(task_id);
@@ -211,15 +235,50 @@ impl ExecutorObjects {
             || self.secrets.get_opt(&name).await?.is_some())
     }
 
-    /// Takes the sealed assignment out of the Secret: Some the first time, None after (or when
-    /// there is no Secret). A concurrent taker loses the JSON-patch `test` and gets None.
-    pub async fn take_assignment(&self, task_id: i64) -> Result<Option<Vec<u8>>, kube::Error> {
+    /// The sealed assignment for the executor `assignment_id` (task and attempt): Some while
+    /// the Secret holds it for that attempt and no report consumed it, None otherwise. The
+    /// first hand-out stamps the Secret [`FETCHED_ANNOTATION`] (the start deadline stops).
+    pub async fn fetch_assignment(
+        &self,
+        task_id: i64,
+        assignment_id: &str,
+    ) -> Result<Option<Vec<u8>>, kube::Error> {
         let name = executor::object_name(task_id);
         let Some(secret) = self.secrets.get_opt(&name).await? else {
             return Ok(None);
         };
+        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id) {
+            // A replaced attempt: the Secret belongs to its successor now.
+            return Ok(None);
+        }
         let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {
             return Ok(None);
+        };
+        if annotation(&secret.metadata, FETCHED_ANNOTATION).is_none() {
+            let patch = json!({"metadata": {"annotations": {FETCHED_ANNOTATION: chrono::Utc::now().to_rfc3339()}}});
+            self.secrets
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Ok(Some(sealed.0.clone()))
+    }
+
+    /// Removes the sealed assignment from the Secret: the executor `assignment_id` reported,
+    /// so it has its task. Idempotent; a concurrent consumer loses the `test` harmlessly.
+    pub async fn consume_assignment(
+        &self,
+        task_id: i64,
+        assignment_id: &str,
+    ) -> Result<(), kube::Error> {
+        let name = executor::object_name(task_id);
+        let Some(secret) = self.secrets.get_opt(&name).await? else {
+            return Ok(());
+        };
+        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id) {
+            return Ok(());
+        }
+        let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {
+            return Ok(());
         };
         let encoded = {
             use base64::Engine as _;
@@ -244,9 +303,9 @@ impl ExecutorObjects {
             .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
-            Ok(_) => Ok(Some(sealed.0.clone())),
-            // The test failed (someone took it first) or the Secret went away meanwhile.
-            Err(e) if is_status(&e, 422) || is_status(&e, 409) || is_status(&e, 404) => Ok(None),
+            Ok(_) => Ok(()),
+            // The test failed (consumed already) or the Secret went away meanwhile.
+            Err(e) if is_status(&e, 422) || is_status(&e, 409) || is_status(&e, 404) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -2,6 +2,13 @@
 //! `lifecycle::decide` about each, and carries the decision out. It also rebuilds the claim
 //! registry at the start of a leadership term (recovery): every executor found takes a
 //! backend slot, so no more executors start than capacity allows, and none is started twice.
+//!
+//! Start deadline: an executor that has not called FetchTask `claim.start_deadline` after its
+//! objects were created (image pull stuck, crash loop, sandbox never boots) is deleted and
+//! replaced by the next attempt of the same task (re-sealed for it, with a fresh capability,
+//! keeping its slot), as long as Gitea still has the task open; after `claim.max_attempts` the
+//! task is reported as FAILURE with a log line saying so. The reconciler is the one actor
+//! that deletes executors, so a replacement never races its own pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -9,12 +16,16 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::lifecycle::{self, Decision};
+use super::capability::CapabilityKey;
+use super::config::Claim;
+use super::lifecycle::{self, Decision, Start};
 use super::metrics::Metrics;
 use super::objects::{ExecutorObjects, Observed};
 use super::registry::Registry;
 use super::report;
+use super::worker::ExecutorTemplate;
 use crate::queue::Backend;
+use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::consumer::Slot;
 use tenantci_core::forge::gitea::client::RunnerClient;
 
@@ -28,6 +39,16 @@ pub struct Reconciler {
     pub metrics: Arc<Metrics>,
     /// Tasks already logged as kept-unknown (logged once, not every resync).
     pub logged: BTreeSet<i64>,
+    /// For replacing an executor that never fetched its task.
+    pub restarts: Restarts,
+}
+
+/// What replacing an executor needs.
+pub struct Restarts {
+    pub claim: Claim,
+    pub sealing_key: SealingKey,
+    pub capability_key: CapabilityKey,
+    pub template: ExecutorTemplate,
 }
 
 impl Reconciler {
@@ -73,11 +94,16 @@ impl Reconciler {
                 // whose assignment will be redelivered: the worker owns it.
                 continue;
             }
+            if registered.contains(&o.task_id) && self.start_overdue(o).await {
+                continue;
+            }
             self.one(o).await;
         }
         // Registered executors whose objects are gone, though we did not delete them.
         for task in registered {
-            if !found.contains_key(&task) {
+            // Re-checked: a task withdrawn meanwhile is no longer registered, and its
+            // objects were deleted on purpose.
+            if !found.contains_key(&task) && self.registry.is_running(task) {
                 self.fail(task, "the executor's Pod and Secret were deleted before the task reported a final state").await;
             }
         }
@@ -105,6 +131,108 @@ impl Reconciler {
                 }
             }
         }
+    }
+
+    /// Handles an executor past its start deadline; false when it is not (or fetched).
+    async fn start_overdue(&mut self, o: &Observed) -> bool {
+        let (Some(age), true, false) = (o.age, o.unfetched, o.terminal) else {
+            return false;
+        };
+        let c = &self.restarts.claim;
+        let deadline = c.start_deadline.get();
+        match lifecycle::start(o.fetched, age, o.attempt, deadline, c.max_attempts) {
+            Start::Wait => false,
+            Start::GiveUp => {
+                let why = format!(
+                    "the executor did not fetch its task within {} in {} attempt(s) (image pull stuck, crash loop, or the sandbox never booted); giving up",
+                    c.start_deadline.as_str(),
+                    o.attempt
+                );
+                self.fail(o.task_id, &why).await;
+                true
+            }
+            Start::Replace { attempt } => {
+                self.replace(o, attempt).await;
+                true
+            }
+        }
+    }
+
+    /// Deletes the executor of `o` and starts `attempt` of the same task, if Gitea still has
+    /// it open. Anything unreachable: left for the next pass.
+    async fn replace(&mut self, o: &Observed, attempt: u32) {
+        let task = o.task_id;
+        match report::keep_alive(&self.gitea, task).await {
+            Ok(result) if result.is_final() => {
+                tracing::info!(
+                    task,
+                    ?result,
+                    "the task ended at Gitea before its executor started; deleting the executor"
+                );
+                self.registry.finished(task);
+                let _ = self.objects.delete(task).await;
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot ask Gitea whether the task is open; not replacing its executor yet");
+                return;
+            }
+        }
+        let resealed = match self.objects.sealed_assignment(task).await {
+            Ok(Some(sealed)) => self.reseal(&sealed, attempt),
+            Ok(None) => return, // Consumed meanwhile: the executor reported after all.
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot read the executor Secret");
+                return;
+            }
+        };
+        let (assignment, labels) = match resealed {
+            Ok(r) => r,
+            Err(why) => return self.fail(task, &why).await,
+        };
+        if let Err(e) = self.objects.delete(task).await {
+            tracing::warn!(task, error = %e, "cannot delete the stuck executor; retrying next pass");
+            return;
+        }
+        let r = &self.restarts;
+        let spec = r.template.spec(&r.capability_key, task, attempt, labels);
+        match self.objects.create(&spec, &assignment.to_json()).await {
+            Ok(_) => {
+                self.metrics.restarted();
+                tracing::warn!(
+                    task,
+                    attempt,
+                    previous = o.attempt,
+                    "the executor did not fetch its task within {}; replaced by attempt {attempt}",
+                    r.claim.start_deadline.as_str()
+                );
+            }
+            // The next pass finds the task registered without objects and reports FAILURE.
+            Err(e) => {
+                tracing::error!(task, attempt, error = %e, "cannot create the replacement executor")
+            }
+        }
+    }
+
+    /// The Secret's assignment, sealed again for `attempt` (the attempt is sealed in).
+    fn reseal(&self, sealed: &[u8], attempt: u32) -> Result<(Assignment, Vec<String>), String> {
+        let key = &self.restarts.sealing_key;
+        let a = Assignment::from_json(sealed)
+            .map_err(|e| format!("the stored assignment does not decode ({e})"))?;
+        let payload = a
+            .open(key)
+            .map_err(|e| format!("the stored assignment does not open ({e})"))?;
+        let next = Assignment::seal(
+            key,
+            &a.task_id,
+            attempt,
+            a.backend,
+            a.labels.clone(),
+            &payload,
+        )
+        .map_err(|e| format!("the assignment cannot be sealed again ({e})"))?;
+        Ok((next, a.labels))
     }
 
     /// Reports FAILURE, then deletes; while Gitea is unreachable the objects stay (next pass).

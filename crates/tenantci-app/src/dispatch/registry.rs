@@ -3,7 +3,7 @@
 //! It is rebuilt from the apiserver when a term starts (recovery), so nothing here must
 //! survive a crash: the Pod and Secret metadata and the JetStream stream are the truth.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
@@ -21,6 +21,9 @@ struct Running {
 struct Inner {
     queued: BTreeMap<i64, Backend>,
     running: BTreeMap<i64, Running>,
+    /// Queued tasks Gitea ended (cancelled) before an executor started: the worker acks
+    /// their assignment without starting one.
+    withdrawn: BTreeSet<i64>,
 }
 
 #[derive(Default)]
@@ -79,6 +82,21 @@ impl Registry {
         }
     }
 
+    /// Gitea ended `task` while it was queued: it must not start. True when it was queued.
+    pub fn withdraw(&self, task: i64) -> bool {
+        let mut g = self.lock();
+        let was_queued = g.queued.remove(&task).is_some();
+        if was_queued {
+            g.withdrawn.insert(task);
+        }
+        was_queued
+    }
+
+    /// Whether `task` was withdrawn (once: the caller drops its assignment).
+    pub fn take_withdrawn(&self, task: i64) -> bool {
+        self.lock().withdrawn.remove(&task)
+    }
+
     /// Tasks queued by this leader that have no executor yet.
     pub fn queued_tasks(&self) -> Vec<i64> {
         self.lock().queued.keys().copied().collect()
@@ -101,6 +119,7 @@ impl Registry {
         let mut g = self.lock();
         g.queued.clear();
         g.running.clear();
+        g.withdrawn.clear();
     }
 
     /// Something changed that the scheduler or reconciler should look at now.

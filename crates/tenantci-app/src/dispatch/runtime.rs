@@ -25,7 +25,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::capability::{self, CapabilityKey};
 use super::config::Config;
@@ -38,6 +38,7 @@ use super::registration::SchedulerCredential;
 use super::registry::Registry;
 use super::scheduler::{self, Scheduler};
 use super::status::{self, Health};
+use super::webhook::{self, Receiver, WebhookSecret};
 use super::worker::{ExecutorTemplate, Worker};
 use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
@@ -60,6 +61,7 @@ struct Inputs {
     sealing_key: SealingKey,
     facade_tls: Arc<rustls::ServerConfig>,
     facade_ca_pem: String,
+    webhook_secret: Option<WebhookSecret>,
 }
 
 fn load_inputs(cfg: &Config) -> Result<Inputs> {
@@ -80,6 +82,14 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
             &read("the facade key", &cfg.facade.key_file)?,
         )?,
         facade_ca_pem: read("the facade CA certificate", &cfg.facade.ca_cert_file)?,
+        webhook_secret: match &cfg.webhook {
+            Some(w) => Some(WebhookSecret::new(tenantci_core::secret::read_file(
+                "the webhook secret file",
+                &w.secret_file,
+                Some("put the secret typed into the Gitea webhook's settings into it"),
+            )?)),
+            None => None,
+        },
     })
 }
 
@@ -127,6 +137,9 @@ pub struct Listening {
     /// The facade URL executors are given.
     pub facade_url: String,
     pub status: SocketAddr,
+    /// The webhook receiver, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<SocketAddr>,
 }
 
 /// The facade URL executors are given: `facade.url` as configured, except that port 0 (as
@@ -154,6 +167,8 @@ struct Shared {
     capability_key: CapabilityKey,
     sealing_key: SealingKey,
     facade_ca_pem: String,
+    /// The webhook receiver's nudges, for the scheduler of the current term.
+    nudge: Arc<Notify>,
 }
 
 /// Runs the dispatcher described by `config` until SIGTERM / SIGINT; `on_listening` is
@@ -193,12 +208,17 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         registry: registry.clone(),
         metrics: metrics.clone(),
         runner_name: cfg.gitea.runner_name.clone(),
+        consumed: Default::default(),
     });
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listener = bind("status API", cfg.status.listen).await?;
     let status_addr = status_listener
         .local_addr()
         .map_err(|e| Error::external("cannot read the status API's address").caused_by(e))?;
+    let webhook_listener = match &cfg.webhook {
+        Some(w) => Some(bind("webhook receiver", w.listen).await?),
+        None => None,
+    };
     let facade = transport::spawn(facade_listener, inputs.facade_tls.clone(), facade)
         .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
     // Before `Shared` is built from `cfg`: the worker puts this URL into executor Secrets.
@@ -216,8 +236,31 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
             },
         ))
     };
+    let nudge = Arc::new(Notify::new());
+    let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
+        (Some(listener), Some(secret)) => {
+            let addr = listener.local_addr().map_err(|e| {
+                Error::external("cannot read the webhook receiver's address").caused_by(e)
+            })?;
+            let receiver = Arc::new(Receiver {
+                secret,
+                labels: cfg.gitea.labels.clone(),
+                metrics: metrics.clone(),
+                health: health.clone(),
+                nudge: nudge.clone(),
+            });
+            let mut stop = stop_rx.clone();
+            let task = tokio::spawn(webhook::serve(listener, receiver, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            }));
+            (Some(addr), Some(task))
+        }
+        _ => (None, None),
+    };
+    tracing::info!("FetchTask rate: {}", polling(&cfg).describe());
     tracing::info!(
         facade = %facade.local_addr,
+        webhook = ?webhook_addr,
         facade_url = %cfg.facade.url,
         status = %status_addr,
         namespace = %cfg.cluster.namespace,
@@ -228,6 +271,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         facade: facade.local_addr,
         facade_url: cfg.facade.url.clone(),
         status: status_addr,
+        webhook: webhook_addr,
     });
 
     let me = identity(&cfg);
@@ -251,6 +295,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         capability_key: inputs.capability_key,
         sealing_key: inputs.sealing_key,
         facade_ca_pem: inputs.facade_ca_pem,
+        nudge,
     };
 
     let term = follow_the_lease(&shared, &health, leader_rx, &me).await?;
@@ -266,6 +311,9 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     health.facade_up.store(false, Ordering::SeqCst);
     facade.shutdown().await;
     stop_status(status_task).await;
+    if let Some(t) = webhook_task {
+        stop_status(t).await;
+    }
     tracing::info!("dispatcher stopped");
     Ok(())
 }
@@ -426,6 +474,12 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         registry: s.registry.clone(),
         metrics: s.metrics.clone(),
         logged: Default::default(),
+        restarts: super::reconciler::Restarts {
+            claim: s.cfg.claim.clone(),
+            sealing_key: s.sealing_key.clone(),
+            capability_key: s.capability_key.clone(),
+            template: template(&s),
+        },
     };
     if !recover(&reconciler, &consumer, &mut stop_rx).await {
         return;
@@ -447,6 +501,7 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         s.gitea.clone(),
         s.objects.clone(),
         s.registry.clone(),
+        s.metrics.clone(),
         s.cfg.gitea.keepalive_interval.get(),
         stop_rx.clone(),
     ));
@@ -518,21 +573,38 @@ fn scheduler(s: &Shared, pod_consumer: PullConsumer) -> Scheduler {
         registry: s.registry.clone(),
         metrics: s.metrics.clone(),
         pod_capacity: s.cfg.capacity.pod,
-        interval: s.cfg.gitea.fetch_interval.get(),
-        idle_interval: s.cfg.gitea.fetch_interval_idle.get(),
+        polling: polling(&s.cfg),
+        nudge: s.nudge.clone(),
+    }
+}
+
+fn template(s: &Shared) -> ExecutorTemplate {
+    ExecutorTemplate {
+        namespace: s.cfg.cluster.namespace.clone(),
+        facade_url: s.cfg.facade.url.clone(),
+        facade_ca_pem: s.facade_ca_pem.clone(),
+        runner_name: s.cfg.gitea.runner_name.clone(),
+        executor: s.cfg.executor.clone(),
+    }
+}
+
+fn polling(cfg: &Config) -> scheduler::Polling {
+    match &cfg.webhook {
+        Some(w) => scheduler::Polling::Webhook {
+            interval: w.fetch_interval.get(),
+        },
+        None => scheduler::Polling::Timer {
+            interval: cfg.gitea.fetch_interval.get(),
+            idle: cfg.gitea.fetch_interval_idle.get(),
+            idle_after: scheduler::IDLE_AFTER,
+        },
     }
 }
 
 fn worker(s: &Shared) -> Worker<ExecutorObjects> {
     Worker {
         executors: s.objects.clone(),
-        template: ExecutorTemplate {
-            namespace: s.cfg.cluster.namespace.clone(),
-            facade_url: s.cfg.facade.url.clone(),
-            facade_ca_pem: s.facade_ca_pem.clone(),
-            runner_name: s.cfg.gitea.runner_name.clone(),
-            executor: s.cfg.executor.clone(),
-        },
+        template: template(s),
         capability_key: s.capability_key.clone(),
         gitea: s.gitea.clone(),
         registry: s.registry.clone(),

@@ -4,8 +4,13 @@
 //! Capacity: a FetchTask is sent only while running executors plus assignments queued or
 //! being started (the consumer's pending + ack-pending, read from JetStream, so assignments
 //! a previous leader queued count too) stay below the backend's capacity: no task is claimed
-//! that no slot can take soon. Gitea's tasks_version makes an idle poll cheap for Gitea, so
-//! the poll interval is short while a slot is free and grows only after a long idle spell.
+//! that no slot can take soon.
+//!
+//! When to poll ([`Polling`]): without a webhook, every `fetch_interval` while a slot is free,
+//! slowing to `fetch_interval_idle` after [`IDLE_AFTER`] without a task. With the webhook, a
+//! `workflow_job` delivery wakes the scheduler at once (tasks version 0, so Gitea picks even
+//! if the version cursor has not moved for us) and the poll is only the safety net, every
+//! `webhook.fetch_interval`.
 //!
 //! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
 //! build does not run), it is reported to Gitea as FAILURE with a log line saying why.
@@ -15,7 +20,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use prost::Message as _;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::metrics::Metrics;
@@ -25,10 +30,12 @@ use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
 use tenantci_core::forge::gitea::client::{RunnerClient, TasksVersion};
-use tenantci_core::forge::gitea::proto::Task;
+use tenantci_core::forge::gitea::proto::{Task, TaskResult};
 
-/// How long without a task before polling slows to `idle_interval`.
-const IDLE_AFTER: Duration = Duration::from_secs(300);
+/// How long without a task before polling slows to `fetch_interval_idle` (no webhook).
+pub const IDLE_AFTER: Duration = Duration::from_secs(300);
+/// How often a full dispatcher looks at its slots again (freed slots also wake it at once).
+const FULL_RECHECK: Duration = Duration::from_millis(200);
 /// Backoff after a failed FetchTask.
 const ERROR_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -41,8 +48,70 @@ pub struct Scheduler {
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub pod_capacity: u32,
-    pub interval: Duration,
-    pub idle_interval: Duration,
+    pub polling: Polling,
+    /// Fired by the webhook receiver (leader only): FetchTask now.
+    pub nudge: Arc<Notify>,
+}
+
+/// When the scheduler polls after Gitea had nothing (pure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polling {
+    /// Polling alone: `interval` while tasks came recently, `idle` after `idle_after`.
+    Timer {
+        interval: Duration,
+        idle: Duration,
+        idle_after: Duration,
+    },
+    /// Webhook nudges, and a poll every `interval` as the safety net.
+    Webhook { interval: Duration },
+}
+
+impl Polling {
+    /// The wait after an empty FetchTask, `since_task` after the last task claimed.
+    pub fn after_empty(&self, since_task: Duration) -> Duration {
+        match *self {
+            Polling::Timer {
+                interval,
+                idle,
+                idle_after,
+            } => {
+                if since_task > idle_after {
+                    idle
+                } else {
+                    interval
+                }
+            }
+            Polling::Webhook { interval } => interval,
+        }
+    }
+
+    /// FetchTask calls per second Gitea sees from an idle dispatcher with a free slot:
+    /// (right after a task, after the idle spell).
+    pub fn rates(&self) -> (f64, f64) {
+        let per_s = |d: Duration| 1.0 / d.as_secs_f64();
+        match *self {
+            Polling::Timer { interval, idle, .. } => (per_s(interval), per_s(idle)),
+            Polling::Webhook { interval } => (per_s(interval), per_s(interval)),
+        }
+    }
+
+    /// The start-up log line: what this dispatcher will cost Gitea.
+    pub fn describe(&self) -> String {
+        let (busy, idle) = self.rates();
+        match *self {
+            Polling::Timer {
+                interval,
+                idle: idle_interval,
+                idle_after,
+            } => format!(
+                "polling only: FetchTask every {interval:?} ({busy:.2}/s) while a slot is free, every {idle_interval:?} ({idle:.2}/s) after {}s without a task; a webhook (`dispatch init --webhook-listen`) picks up faster for less",
+                idle_after.as_secs()
+            ),
+            Polling::Webhook { interval } => format!(
+                "webhook nudges, and a safety-net FetchTask every {interval:?} ({busy:.2}/s) while a slot is free"
+            ),
+        }
+    }
 }
 
 /// Free slots: capacity minus running minus queued (pure).
@@ -71,7 +140,8 @@ impl Scheduler {
         let mut last_task = Instant::now();
         while !*stop.borrow() {
             let wait = if self.free().await == 0 {
-                Some(self.interval)
+                // Not a FetchTask: only the consumer's depth is read again.
+                Some(FULL_RECHECK)
             } else {
                 let started = Instant::now();
                 let polled = self.gitea.poll(&mut version).await;
@@ -82,8 +152,7 @@ impl Scheduler {
                         self.enqueue(task).await;
                         None
                     }
-                    Ok(None) if last_task.elapsed() > IDLE_AFTER => Some(self.idle_interval),
-                    Ok(None) => Some(self.interval),
+                    Ok(None) => Some(self.polling.after_empty(last_task.elapsed())),
                     Err(e) => {
                         if e.is_unauthenticated() {
                             tracing::error!(
@@ -102,6 +171,10 @@ impl Scheduler {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = self.registry.changed() => {}
+                    _ = self.nudge.notified() => {
+                        // The job may not have moved our version cursor: make Gitea pick.
+                        version = TasksVersion::default();
+                    }
                     _ = stop.changed() => {}
                 }
             }
@@ -159,10 +232,13 @@ impl Scheduler {
 
 /// Keeps tasks alive at Gitea until their executor fetched them: every `interval`, a non-final
 /// UpdateTask for each task queued by this leader or whose Secret still holds the assignment.
+/// Gitea's answer carries the task's state: a task it ended meanwhile (cancelled while
+/// waiting for its executor) is withdrawn, not reported as failed.
 pub async fn keep_alive(
     gitea: RunnerClient,
     objects: super::objects::ExecutorObjects,
     registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -183,15 +259,65 @@ pub async fn keep_alive(
         tasks.sort_unstable();
         tasks.dedup();
         for task in tasks {
-            if let Err(e) = report::keep_alive(&gitea, task).await {
-                tracing::warn!(task, error = %e, "keep-alive UpdateTask failed");
+            match report::keep_alive(&gitea, task).await {
+                Ok(result) if result.is_final() => {
+                    withdraw(&objects, &registry, &metrics, task, result).await
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),
             }
         }
     }
 }
 
+/// Gitea ended `task` (cancelled) before its executor fetched it: a queued assignment is
+/// dropped by the worker, an executor not yet fetched is deleted, and its slot freed.
+async fn withdraw(
+    objects: &super::objects::ExecutorObjects,
+    registry: &Registry,
+    metrics: &Metrics,
+    task: i64,
+    result: TaskResult,
+) {
+    let queued = registry.withdraw(task);
+    // Freed before the delete, so the reconciler does not take the vanished objects for a
+    // lost executor and report FAILURE over Gitea's CANCELLED.
+    registry.finished(task);
+    if let Err(e) = objects.delete(task).await {
+        tracing::warn!(task, error = %e, "cannot delete the withdrawn task's executor; the reconciler retries");
+    }
+    metrics.withdrawn();
+    tracing::info!(
+        task,
+        ?result,
+        queued,
+        "the task ended at Gitea before its executor fetched it; withdrawn (no executor runs it)"
+    );
+}
+
 #[cfg(test)]
 mod tests {
+    use super::Polling;
+    use std::time::Duration;
+
+    #[test]
+    fn polling_slows_after_the_idle_spell_only_without_a_webhook() {
+        let s = Duration::from_secs;
+        let timer = Polling::Timer {
+            interval: Duration::from_millis(200),
+            idle: s(2),
+            idle_after: s(300),
+        };
+        assert_eq!(timer.after_empty(s(10)), Duration::from_millis(200));
+        assert_eq!(timer.after_empty(s(301)), s(2));
+        assert_eq!(timer.rates(), (5.0, 0.5));
+        let hook = Polling::Webhook { interval: s(5) };
+        assert_eq!(hook.after_empty(s(0)), s(5));
+        assert_eq!(hook.rates(), (0.2, 0.2));
+        assert!(hook.describe().contains("0.20/s"), "{}", hook.describe());
+        assert!(timer.describe().contains("5.00/s"), "{}", timer.describe());
+    }
+
     #[test]
     fn free_slots_never_go_negative() {
         assert_eq!(super::free_slots(2, 0, 0), 2);

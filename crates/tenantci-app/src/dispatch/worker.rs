@@ -88,6 +88,30 @@ pub struct ExecutorTemplate {
     pub executor: crate::dispatch::config::Executor,
 }
 
+impl ExecutorTemplate {
+    /// The executor of one task attempt, with its capability.
+    pub fn spec(
+        &self,
+        key: &CapabilityKey,
+        task: i64,
+        attempt: u32,
+        labels: Vec<String>,
+    ) -> ExecutorSpec {
+        ExecutorSpec {
+            namespace: self.namespace.clone(),
+            task_id: task,
+            attempt,
+            assignment_id: capability::assignment_id(task, attempt),
+            capability: key.token(task, attempt),
+            facade_url: self.facade_url.clone(),
+            facade_ca_pem: self.facade_ca_pem.clone(),
+            labels,
+            runner_name: self.runner_name.clone(),
+            executor: self.executor.clone(),
+        }
+    }
+}
+
 pub struct Worker<E: Executors> {
     pub executors: E,
     pub template: ExecutorTemplate,
@@ -105,6 +129,13 @@ impl<E: Executors> Worker<E> {
         let Ok(task) = a.task_id.parse::<i64>() else {
             return Outcome::Poison(format!("`{}` is not a Gitea task id", a.task_id));
         };
+        if self.registry.take_withdrawn(task) {
+            tracing::info!(
+                task,
+                "the task was cancelled at Gitea while queued; no executor is started"
+            );
+            return Outcome::Started;
+        }
         if job.delivered > 1 && !self.registry.is_running(task) {
             match self.already_over(task).await {
                 Ok(true) => {
@@ -119,18 +150,9 @@ impl<E: Executors> Worker<E> {
                 Err(why) => return Outcome::Retry(why),
             }
         }
-        let spec = ExecutorSpec {
-            namespace: self.template.namespace.clone(),
-            task_id: task,
-            attempt: a.attempt,
-            assignment_id: capability::assignment_id(task, a.attempt),
-            capability: self.capability_key.token(task, a.attempt),
-            facade_url: self.template.facade_url.clone(),
-            facade_ca_pem: self.template.facade_ca_pem.clone(),
-            labels: a.labels.clone(),
-            runner_name: self.template.runner_name.clone(),
-            executor: self.template.executor.clone(),
-        };
+        let spec = self
+            .template
+            .spec(&self.capability_key, task, a.attempt, a.labels.clone());
         match self.executors.start(&spec, &a.to_json()).await {
             Ok(created) => {
                 self.registry

@@ -28,7 +28,9 @@ pub enum DispatchCommand {
     Init(Box<InitArgs>),
     /// Run the dispatcher described by a config until SIGTERM, then drain. Prints one JSON
     /// line `{"type":"listening","facade":ADDR,"facadeUrl":URL,"status":ADDR}` on stdout once
-    /// the facade and the status API listen (port 0 in the config: the ports picked).
+    /// the facade and the status API listen (port 0 in the config: the ports picked), with
+    /// `"webhook":ADDR` when a webhook receiver is configured. Logs the FetchTask rate it
+    /// will cost Gitea at start.
     Run(RunArgs),
     /// GET the status API (/healthz, /readyz) of a dispatcher in this network namespace:
     /// exit 0 on 2xx, 1 otherwise. For exec probes (the status API binds loopback only).
@@ -45,6 +47,8 @@ pub struct InitArgs {
     pub nats: NatsArgs,
     #[command(flatten)]
     pub facade: FacadeArgs,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
     /// The config file to write; the files it names go beside it.
     #[arg(long, value_name = "CONFIG.toml")]
     pub out: PathBuf,
@@ -161,6 +165,22 @@ pub struct FacadeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Webhook (faster pickup, less polling)")]
+pub struct WebhookArgs {
+    /// Where `dispatch run` receives Gitea's `workflow_job` webhook (plain HTTP, POST
+    /// /webhooks/gitea; deliveries are verified by their signature). Each delivery for a
+    /// queued job makes the leader FetchTask at once; polling drops to every 5s
+    /// (webhook.fetch_interval) as the safety net for lost deliveries. Default: the existing
+    /// config's webhook, else none (polling only: 5 FetchTask/s after a task, 0.5/s idle).
+    #[arg(long, value_name = "HOST:PORT", requires = "webhook_secret_file")]
+    pub webhook_listen: Option<SocketAddr>,
+    /// File holding the webhook's secret exactly as typed into Gitea (a trailing newline is
+    /// ignored); 0600. Gitea signs every delivery with it; unsigned ones are refused.
+    #[arg(long, value_name = "FILE", requires = "webhook_listen")]
+    pub webhook_secret_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct RunArgs {
     /// The config `dispatch init --out` wrote.
     #[arg(long, value_name = "FILE", env = "TENANTCI_DISPATCH_CONFIG")]
@@ -240,6 +260,8 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         executor_cpu: a.facade.executor_cpu.clone(),
         executor_memory: a.facade.executor_memory.clone(),
         executor_ephemeral_storage: a.facade.executor_ephemeral_storage.clone(),
+        webhook_listen: a.webhook.webhook_listen,
+        webhook_secret_file: a.webhook.webhook_secret_file.clone(),
         credential_valid_for: a.cluster.credential_valid_for.clone(),
         out: a.out.clone(),
         dry_run: a.dry_run,

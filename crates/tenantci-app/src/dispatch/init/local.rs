@@ -82,6 +82,14 @@ pub fn check(i: &Inputs) -> Result<Local> {
     if let Some(image) = &node {
         config.executor.resources.check_fits(image)?;
     }
+    if let Some(w) = &config.webhook {
+        // `run` reads it at start; refuse now rather than write a config it cannot run.
+        tenantci_core::secret::read_file(
+            "the webhook secret file",
+            &w.secret_file,
+            Some("put the secret typed into the Gitea webhook's settings into it"),
+        )?;
+    }
     Ok(Local {
         checked,
         registration,

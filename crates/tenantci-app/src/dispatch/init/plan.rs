@@ -55,6 +55,10 @@ pub struct Inputs {
     pub executor_cpu: Option<String>,
     pub executor_memory: Option<String>,
     pub executor_ephemeral_storage: Option<String>,
+    /// The webhook receiver's address and secret file, both or neither (neither: an
+    /// existing config's webhook is kept).
+    pub webhook_listen: Option<SocketAddr>,
+    pub webhook_secret_file: Option<PathBuf>,
     /// Lifetime of the dispatcher's client certificate (Go duration).
     pub credential_valid_for: String,
     pub out: PathBuf,
@@ -103,6 +107,8 @@ pub struct Checked {
     pub facade_host: String,
     pub nats_secrets_dir: PathBuf,
     pub credential_valid_for: std::time::Duration,
+    /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
+    pub webhook: Option<(SocketAddr, PathBuf)>,
 }
 
 fn host_of(url: &str, schemes: &[&str]) -> Option<String> {
@@ -209,6 +215,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         facade_host,
         nats_secrets_dir,
         credential_valid_for,
+        webhook: check_webhook(i)?,
     })
 }
 
@@ -250,6 +257,26 @@ fn executor(
         }
     }
     Ok(x)
+}
+
+fn check_webhook(i: &Inputs) -> Result<Option<(SocketAddr, PathBuf)>> {
+    match (i.webhook_listen, &i.webhook_secret_file) {
+        (None, None) => Ok(None),
+        (Some(listen), Some(file)) => {
+            let file = std::path::absolute(file).map_err(|e| {
+                Error::bad_input(format!(
+                    "cannot resolve --webhook-secret-file `{}`",
+                    file.display()
+                ))
+                .caused_by(e)
+            })?;
+            Ok(Some((listen, file)))
+        }
+        (Some(_), None) => Err(Error::bad_input("--webhook-listen is given without --webhook-secret-file")
+            .hint("pass --webhook-secret-file FILE holding the secret typed into the Gitea webhook (an unsigned webhook is refused)")),
+        (None, Some(_)) => Err(Error::bad_input("--webhook-secret-file is given without --webhook-listen")
+            .hint("pass --webhook-listen HOST:PORT, where Gitea's deliveries arrive")),
+    }
 }
 
 /// The config `init` writes: the flags, relative file names from [`files`], and the tuning
@@ -311,6 +338,18 @@ pub fn config(
         executor: executor(i, existing, node)?,
         status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
         leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
+        webhook: match &c.webhook {
+            Some((listen, secret_file)) => Some(config::Webhook {
+                listen: *listen,
+                secret_file: secret_file.clone(),
+                fetch_interval: tuning
+                    .and_then(|e| e.webhook.as_ref())
+                    .map(|w| w.fetch_interval.clone())
+                    .unwrap_or_else(d::webhook_fetch_interval),
+            }),
+            None => tuning.and_then(|e| e.webhook.clone()),
+        },
+        claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
     })
 }
 
@@ -338,10 +377,43 @@ pub(crate) mod tests {
             executor_cpu: None,
             executor_memory: None,
             executor_ephemeral_storage: None,
+            webhook_listen: None,
+            webhook_secret_file: None,
             credential_valid_for: "720h".into(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
             dry_run: false,
         }
+    }
+
+    #[test]
+    fn webhook_flags_go_together_and_a_rerun_without_them_keeps_the_webhook() {
+        let mut i = inputs();
+        i.webhook_listen = Some("127.0.0.1:8090".parse().unwrap());
+        let err = check(&i).unwrap_err();
+        assert!(
+            err.message().contains("--webhook-secret-file"),
+            "{}",
+            err.message()
+        );
+        i.webhook_secret_file = Some("/etc/tenantci/dispatch/webhook.secret".into());
+        let c = check(&i).unwrap();
+        let cfg = config(&i, &c, "r", None, None).unwrap();
+        let w = cfg.webhook.clone().expect("a webhook");
+        assert_eq!(w.listen.port(), 8090);
+        assert_eq!(w.fetch_interval.as_str(), "5s");
+        cfg.validate().unwrap();
+        let plain = inputs();
+        let kept = config(&plain, &check(&plain).unwrap(), "r", Some(&cfg), None).unwrap();
+        assert_eq!(
+            kept.webhook, cfg.webhook,
+            "kept on a re-run without the flags"
+        );
+        assert_eq!(
+            config(&plain, &check(&plain).unwrap(), "r", None, None)
+                .unwrap()
+                .webhook,
+            None
+        );
     }
 
     #[test]

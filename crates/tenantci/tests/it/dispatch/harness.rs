@@ -37,6 +37,8 @@ pub const NAMESPACE: &str = "dynamic-runner";
 /// matters).
 pub const PROXY_IMAGE: &str =
     "tenantci@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+/// The webhook secret of [`World::with_webhook`].
+pub const WEBHOOK_SECRET: &str = "webhook-s3cret-typed-into-gitea";
 
 /// Everything one test's dispatchers share.
 pub struct World {
@@ -107,6 +109,64 @@ impl World {
             base,
             services: Mutex::default(),
         }
+    }
+
+    /// Configures every dispatcher started from now on with a webhook receiver (port 0,
+    /// secret [`WEBHOOK_SECRET`] in a 0600 file with a trailing newline, as an operator
+    /// writes it) polling every `fetch_interval` as the safety net.
+    pub fn with_webhook(&mut self, fetch_interval: Duration) {
+        let file = self.dir.path().join("dispatch").join("webhook.secret");
+        if !file.exists() {
+            tenantci_core::fsutil::write_new_atomic(
+                &file,
+                format!("{WEBHOOK_SECRET}\n").as_bytes(),
+                0o600,
+            )
+            .unwrap();
+        }
+        self.base.webhook = Some(config::Webhook {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            secret_file: file,
+            fetch_interval: fetch_interval.into(),
+        });
+    }
+
+    /// Every dispatcher started from now on replaces an executor that has not fetched its
+    /// task after `start_deadline`, up to `max_attempts`.
+    pub fn with_start_deadline(&mut self, start_deadline: Duration, max_attempts: u32) {
+        self.base.claim = config::Claim {
+            start_deadline: start_deadline.into(),
+            max_attempts,
+        };
+    }
+
+    /// Registers `d`'s webhook receiver at the Gitea double, with the right secret.
+    pub async fn register_hook(&self, d: &Dispatcher) {
+        let addr = d.webhook.expect("the dispatcher has a webhook receiver");
+        self.gitea
+            .add_hook(
+                &self.http,
+                &format!("http://{addr}/webhooks/gitea"),
+                WEBHOOK_SECRET,
+            )
+            .await;
+    }
+
+    /// FetchTask calls the Gitea double answered so far.
+    pub async fn fetch_calls(&self) -> u64 {
+        self.gitea.admin(&self.http, "stats").await["fetch_task_calls"]
+            .as_u64()
+            .unwrap()
+    }
+
+    /// The double's webhook deliveries so far.
+    pub async fn deliveries(&self) -> Vec<Value> {
+        self.gitea
+            .admin(&self.http, "hooks/deliveries")
+            .await
+            .as_array()
+            .unwrap()
+            .clone()
     }
 
     /// Starts a dispatcher instance named `name` and waits until it listens. Its executors
@@ -416,6 +476,8 @@ async fn write_inputs(
             retry_period: Duration::from_millis(250).into(),
             identity: None,
         },
+        webhook: None,
+        claim: config::Claim::default(),
     }
 }
 
@@ -428,6 +490,8 @@ pub struct Dispatcher {
     pub facade: SocketAddr,
     pub facade_url: String,
     status: SocketAddr,
+    /// The webhook receiver, when configured.
+    pub webhook: Option<SocketAddr>,
 }
 
 impl Dispatcher {
@@ -453,6 +517,7 @@ impl Dispatcher {
             facade: SocketAddr::from(([0, 0, 0, 0], 0)),
             facade_url: String::new(),
             status: SocketAddr::from(([0, 0, 0, 0], 0)),
+            webhook: None,
         };
         // Read on a blocking thread; a panic here still prints the log (Drop below).
         let what = format!("dispatcher {name}");
@@ -466,6 +531,7 @@ impl Dispatcher {
         d.facade = addr("facade");
         d.status = addr("status");
         d.facade_url = listening["facadeUrl"].as_str().unwrap().to_string();
+        d.webhook = listening["webhook"].as_str().map(|a| a.parse().unwrap());
         assert_ne!(d.facade.port(), 0, "{line}");
         assert_ne!(d.status.port(), 0, "{line}");
         d

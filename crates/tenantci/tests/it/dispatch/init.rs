@@ -345,6 +345,10 @@ fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
     std::fs::write(&wrong_token, "not-the-token\n").unwrap();
     let partial = partial.display().to_string();
     let wrong_token = wrong_token.display().to_string();
+    let empty_secret = s.root.join("empty-webhook.secret");
+    std::fs::write(&empty_secret, "\n").unwrap();
+    let empty_secret = empty_secret.display().to_string();
+    let missing_secret = s.root.join("no-such.secret").display().to_string();
     let cases: Vec<(&str, Vec<Edit>, &str)> = vec![
         (
             "tag",
@@ -396,6 +400,22 @@ fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
             "wrong-token",
             vec![("--registration-token-file", Some(wrong_token.as_str()))],
             "refused the registration token",
+        ),
+        (
+            "webhook-secret-missing",
+            vec![
+                ("--webhook-listen", Some("127.0.0.1:18090")),
+                ("--webhook-secret-file", Some(missing_secret.as_str())),
+            ],
+            "the webhook secret file",
+        ),
+        (
+            "webhook-secret-empty",
+            vec![
+                ("--webhook-listen", Some("127.0.0.1:18090")),
+                ("--webhook-secret-file", Some(empty_secret.as_str())),
+            ],
+            "is empty",
         ),
     ];
     for (name, edits, needle) in cases {

@@ -1,8 +1,10 @@
 //! `tenantci dispatch`: init and run against the simulator, its Gitea double and a real
 //! nats-server.
 
+mod claims;
 mod executor_pod;
 mod golden;
 mod harness;
 mod init;
 mod run;
+mod webhook;

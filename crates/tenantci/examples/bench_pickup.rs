@@ -1,0 +1,351 @@
+//! Pickup benchmark (issue 16): job created -> claimed, and FetchTask calls per idle second,
+//! for three ways of running `tenantci dispatch run`, side by side in one run on one
+//! `tenantci sim --gitea` and one nats-server:
+//!
+//! - **act_runner-style** (the baseline): `gitea.fetch_interval` = `_idle` = 2s, no webhook.
+//! - **poll-only defaults**: 200ms while tasks came in the last 5 minutes, then 2s.
+//! - **webhook**: the Gitea double delivers signed `workflow_job` webhooks to the receiver,
+//!   with the default 5s safety-net poll.
+//!
+//! Per mode: a fresh dispatcher (capacity 1), then JOBS jobs created one at a time after idle
+//! pauses of 1-3 s (uniformly random, so a poll timer cannot phase-lock with them); each is
+//! run to completion through the facade before the next pause. Latency is the double's own
+//! clock: the job's `created_at` (enqueue) to its task's `started_at` (the FetchTask that
+//! claimed it), microseconds. Then an idle window of IDLE seconds: FetchTask calls the double
+//! answered, divided by the window. Prints Markdown on stdout, progress on stderr;
+//! `scripts/bench-pickup.sh` writes it into docs/benchmarks/pickup.md.
+//!
+//! Usage: bench_pickup TENANTCI_BIN [JOBS=20] [IDLE=10]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use serde_json::Value;
+use tenantci_testkit::executor::Executor;
+use tenantci_testkit::nats::NatsServer;
+use tenantci_testkit::process::{Process, first_line};
+use tenantci_testkit::sim::{Gitea, SimProcess};
+
+const NAMESPACE: &str = "dynamic-runner";
+const IMAGE: &str =
+    "gitea/act_runner@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+const SECRET: &str = "bench-webhook-secret";
+/// A deadlock guard per wait, not a measurement.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn progress(msg: &str) {
+    eprintln!("bench_pickup: {msg}");
+}
+
+struct Bench {
+    bin: PathBuf,
+    dir: PathBuf,
+    gitea: Gitea,
+    config: PathBuf,
+    kube: kube::Client,
+    http: reqwest::Client,
+}
+
+struct Mode {
+    name: &'static str,
+    env: Vec<(&'static str, String)>,
+    webhook: bool,
+}
+
+struct Result {
+    name: &'static str,
+    pickups_ms: Vec<f64>,
+    idle_per_s: f64,
+}
+
+async fn until<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+impl Bench {
+    async fn admin(&self, path: &str) -> Value {
+        self.gitea.admin(&self.http, path).await
+    }
+
+    async fn fetch_calls(&self) -> u64 {
+        self.admin("stats").await["fetch_task_calls"]
+            .as_u64()
+            .unwrap()
+    }
+
+    /// A dispatcher child with `mode`'s environment, once it leads.
+    async fn dispatcher(&self, mode: &Mode) -> (Process, Value) {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["dispatch", "run", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "warn,tenantci=info")
+            .env("TENANTCI_DISPATCH_CAPACITY_POD", "1")
+            .env("TENANTCI_DISPATCH_STATUS_LISTEN", "127.0.0.1:0");
+        for (k, v) in &mode.env {
+            cmd.env(k, v);
+        }
+        let log = std::fs::File::create(self.dir.join(format!("{}.log", mode.name))).unwrap();
+        let mut p = Process::spawn(cmd.stdout(Stdio::piped()).stderr(log));
+        let stdout = p.child().stdout.take().unwrap();
+        let line = tokio::task::spawn_blocking(move || first_line(stdout, "dispatch run"))
+            .await
+            .unwrap();
+        let listening: Value = serde_json::from_str(&line).unwrap();
+        let metrics = format!("http://{}/metrics", listening["status"].as_str().unwrap());
+        until("the lease", || async {
+            let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
+            text.contains("tenantci_dispatch_leader 1").then_some(())
+        })
+        .await;
+        (p, listening)
+    }
+
+    /// Enqueues one job, waits for its claim, runs it through the facade; the pickup in ms.
+    async fn one(&self, i: usize) -> f64 {
+        let job = self
+            .gitea
+            .enqueue(
+                &self.http,
+                &format!("pickup-{i}"),
+                &["self-hosted", "pod"],
+                "s",
+            )
+            .await;
+        let task = until("the claim", || async {
+            self.admin(&format!("jobs/{job}")).await["task_id"].as_i64()
+        })
+        .await;
+        let (j, t) = (
+            self.admin(&format!("jobs/{job}")).await,
+            self.admin(&format!("tasks/{task}")).await,
+        );
+        let at = |v: &Value| {
+            chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+                .unwrap()
+                .timestamp_micros()
+        };
+        let pickup = (at(&t["started_at"]) - at(&j["created_at"])) as f64 / 1000.0;
+        let secrets = Api::<Secret>::namespaced(self.kube.clone(), NAMESPACE);
+        let name = format!("gitea-task-{task}");
+        let secret = until("the executor Secret", || async {
+            secrets.get_opt(&name).await.ok()?
+        })
+        .await;
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.kube.clone(), NAMESPACE);
+        let pod = until("the executor Pod", || async {
+            pods.get_opt(&name).await.ok()?
+        })
+        .await;
+        Executor::from_objects(&secret, &pod).run(task).await;
+        until("the executor to be deleted", || async {
+            secrets.get_opt(&name).await.ok()?.is_none().then_some(())
+        })
+        .await;
+        pickup
+    }
+
+    async fn run(&self, mode: &Mode, jobs: usize, idle: Duration) -> Result {
+        progress(&format!("{}: {jobs} jobs after idle pauses", mode.name));
+        let (mut p, listening) = self.dispatcher(mode).await;
+        if mode.webhook {
+            let addr = listening["webhook"].as_str().expect("a webhook receiver");
+            self.gitea
+                .add_hook(&self.http, &format!("http://{addr}/webhooks/gitea"), SECRET)
+                .await;
+        }
+        let mut pickups_ms = Vec::new();
+        for i in 0..jobs {
+            tokio::time::sleep(Duration::from_millis(rand::random_range(1000..3000))).await;
+            pickups_ms.push(self.one(i).await);
+        }
+        progress(&format!("{}: {}s idle", mode.name, idle.as_secs()));
+        let before = self.fetch_calls().await;
+        tokio::time::sleep(idle).await;
+        let idle_per_s = (self.fetch_calls().await - before) as f64 / idle.as_secs_f64();
+        assert_eq!(p.terminate(Duration::from_secs(30)), Some(0), "drains");
+        Result {
+            name: mode.name,
+            pickups_ms,
+            idle_per_s,
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn print(results: &[Result], jobs: usize, idle: Duration) {
+    let base = &results[0];
+    let p50 = |r: &Result| {
+        let mut s = r.pickups_ms.clone();
+        s.sort_by(f64::total_cmp);
+        (percentile(&s, 0.5), percentile(&s, 0.95))
+    };
+    let (b50, _) = p50(base);
+    println!(
+        "{jobs} jobs per mode, created one at a time after 1-3 s idle pauses; idle window {} s; capacity 1.\n",
+        idle.as_secs()
+    );
+    println!("| mode | created -> claimed p50 | p95 | p50 vs baseline | FetchTask/s idle |");
+    println!("|---|---|---|---|---|");
+    for r in results {
+        let (a, b) = p50(r);
+        println!(
+            "| {} | {a:.1} ms | {b:.1} ms | {:.3}x | {:.2} |",
+            r.name,
+            a / b50,
+            r.idle_per_s
+        );
+    }
+}
+
+fn init(bin: &Path, dir: &Path, gitea: &Gitea, nats: &NatsServer, secret: &Path) -> PathBuf {
+    let token = dir.join("registration-token");
+    tenantci_core::fsutil::write_new_atomic(&token, gitea.registration_token.as_bytes(), 0o600)
+        .unwrap();
+    let config = dir.join("dispatch").join("config.toml");
+    let ok = Command::new(bin)
+        .args([
+            "dispatch",
+            "init",
+            "--cluster",
+            "ci",
+            "--executor-image",
+            IMAGE,
+        ])
+        .args(["--gitea-url", &gitea.url, "--nats", &nats.url])
+        .args(["--facade-listen", "127.0.0.1:0"])
+        .args(["--webhook-listen", "127.0.0.1:0", "--webhook-secret-file"])
+        .arg(secret)
+        .arg("--registration-token-file")
+        .arg(&token)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--nats-secrets-dir")
+        .arg(nats.secrets_dir())
+        .arg("--out")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "tenantci dispatch init failed");
+    config
+}
+
+#[tokio::main]
+async fn main() {
+    tenantci_core::tls::ensure_crypto_provider();
+    let args: Vec<String> = std::env::args().collect();
+    let bin = PathBuf::from(
+        args.get(1)
+            .expect("usage: bench_pickup TENANTCI_BIN [JOBS] [IDLE]"),
+    );
+    let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    let (jobs, idle) = (arg(2, 20), Duration::from_secs(arg(3, 10) as u64));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let mut sim_cmd = Command::new(&bin);
+    sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
+    let sim = SimProcess::start(sim_cmd, &dir.join("state"), &["ci"], &["--gitea"]);
+    let gitea = sim.gitea();
+    let nats = NatsServer::start_in(&dir.join("nats"));
+    let secret = dir.join("webhook.secret");
+    tenantci_core::fsutil::write_new_atomic(&secret, format!("{SECRET}\n").as_bytes(), 0o600)
+        .unwrap();
+    let config = init(&bin, &dir, &gitea, &nats, &secret);
+    let kube = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin("ci"))
+        .await
+        .unwrap();
+    let b = Bench {
+        bin,
+        dir: dir.clone(),
+        gitea,
+        config,
+        kube,
+        http: reqwest::Client::new(),
+    };
+    // The config `init` wrote has the webhook; the polling modes switch it off by pointing
+    // its interval keys at polling and dropping the receiver (an override cannot remove a
+    // section, so they use a copy of the config without it).
+    let polling_config = dir.join("dispatch").join("polling.toml");
+    let text = std::fs::read_to_string(&b.config).unwrap();
+    let cut = text
+        .find("[webhook]")
+        .expect("init wrote a webhook section");
+    let rest = &text[cut..];
+    let end = rest[1..]
+        .find("\n[")
+        .map(|i| cut + i + 2)
+        .unwrap_or(text.len());
+    std::fs::write(&polling_config, format!("{}{}", &text[..cut], &text[end..])).unwrap();
+    let polling = |name, interval: &str| Mode {
+        name,
+        env: vec![
+            (
+                "TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL",
+                interval.to_string(),
+            ),
+            ("TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL_IDLE", "2s".into()),
+        ],
+        webhook: false,
+    };
+    let mut results = Vec::new();
+    let b_poll = Bench {
+        config: polling_config,
+        ..b
+    };
+    results.push(
+        b_poll
+            .run(
+                &polling("act_runner-style 2 s poll (baseline)", "2s"),
+                jobs,
+                idle,
+            )
+            .await,
+    );
+    results.push(
+        b_poll
+            .run(
+                &polling("poll-only defaults (200 ms, 2 s after 5 min idle)", "200ms"),
+                jobs,
+                idle,
+            )
+            .await,
+    );
+    let b = Bench {
+        config: dir.join("dispatch").join("config.toml"),
+        ..b_poll
+    };
+    results.push(
+        b.run(
+            &Mode {
+                name: "webhook + 5 s safety-net poll",
+                env: vec![],
+                webhook: true,
+            },
+            jobs,
+            idle,
+        )
+        .await,
+    );
+    print(&results, jobs, idle);
+    drop(b);
+    drop(nats);
+    drop(sim);
+}

@@ -1,0 +1,242 @@
+//! The `workflow_job` webhook as the scheduler's nudge (issue 16): deliveries from the Gitea
+//! double (signed as Gitea signs them) to `dispatch run`'s receiver, a real nats-server, and
+//! the executor played through the facade.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tenantci_app::dispatch::webhook::WebhookSecret;
+use tenantci_testkit::wait::eventually;
+
+use super::harness::{Dispatcher, WEBHOOK_SECRET, World};
+
+const NUDGES: &str = "tenantci_dispatch_webhook_deliveries_total{outcome=\"nudge\"}";
+
+fn outcome(name: &str) -> String {
+    format!("tenantci_dispatch_webhook_deliveries_total{{outcome=\"{name}\"}}")
+}
+
+fn micros(rfc3339: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339.as_str().unwrap())
+        .unwrap()
+        .timestamp_micros()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhook_nudges_claim_twenty_jobs_and_an_idle_dispatcher_polls_rarely() {
+    let mut w = World::start(2).await;
+    // The default safety-net interval: what an operator gets from `dispatch init`.
+    w.with_webhook(Duration::from_secs(5));
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    w.register_hook(&d).await;
+    let mut pickups_ms = Vec::new();
+    for i in 0..20u64 {
+        // Idle pauses of 1-4 s between jobs (spread evenly, no randomness in a test): the
+        // dispatcher idles between them, as it does between pushes.
+        tokio::time::sleep(Duration::from_millis(1000 + (i * 1571) % 3000)).await;
+        let job = w.enqueue(&format!("job-{i}"), "s").await;
+        let task = w.claimed(job).await;
+        let (j, t) = (w.job(job).await, w.task(task).await);
+        pickups_ms.push((micros(&t["started_at"]) - micros(&j["created_at"])) as f64 / 1000.0);
+        w.executor(task).await.run(task).await;
+    }
+    let mut sorted = pickups_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    eprintln!(
+        "job created -> claimed (ms), webhook path: p50 {:.1}, max {:.1}; all: {pickups_ms:?}",
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1]
+    );
+    // Every job was announced by a signed delivery the receiver accepted and acted on
+    // (queued), and its claim by one it accepted and ignored (in_progress).
+    let deliveries = eventually("40 deliveries", || async {
+        let all = w.deliveries().await;
+        (all.len() == 40).then_some(all)
+    })
+    .await;
+    let queued = deliveries
+        .iter()
+        .filter(|d| d["action"] == "queued")
+        .count();
+    assert_eq!(queued, 20, "{deliveries:?}");
+    assert!(
+        deliveries.iter().all(|d| d["status"] == 204),
+        "{deliveries:?}"
+    );
+    assert_eq!(d.metric(NUDGES).await, Some(20.0));
+    assert_eq!(d.metric(&outcome("ignored")).await, Some(20.0));
+    w.all_cleaned_up().await;
+    // Idle: at most 0.5 FetchTask/s (the window is the measurement, not a synchronisation).
+    let before = w.fetch_calls().await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_calls = w.fetch_calls().await - before;
+    eprintln!("FetchTask calls in 10 idle seconds with the webhook: {idle_calls}");
+    assert!(idle_calls <= 5, "{idle_calls} FetchTask calls in 10 idle s");
+}
+
+/// Posts a delivery to `d`'s receiver; returns the status.
+async fn post(d: &Dispatcher, body: &[u8], signature: Option<&str>, event: &str) -> u16 {
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{}/webhooks/gitea", d.webhook.unwrap()))
+        .header("x-gitea-event", event)
+        .header("content-type", "application/json")
+        .body(body.to_vec());
+    if let Some(s) = signature {
+        req = req.header("x-gitea-signature", s);
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+/// Like [`post`], for a body the receiver refuses from its Content-Length: it answers 413 and
+/// closes the connection without reading the body, so the client may see the close (a broken
+/// pipe while it still writes) before the answer. Either way the delivery was refused.
+async fn post_oversized(d: &Dispatcher, body: &[u8], signature: &str) -> Option<u16> {
+    reqwest::Client::new()
+        .post(format!("http://{}/webhooks/gitea", d.webhook.unwrap()))
+        .header("x-gitea-event", "workflow_job")
+        .header("x-gitea-signature", signature)
+        .body(body.to_vec())
+        .send()
+        .await
+        .ok()
+        .map(|r| r.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_deliveries_are_refused_counted_and_trigger_no_fetch_task() {
+    let mut w = World::start(1).await;
+    // A safety-net poll that never comes during the test: every FetchTask after the first
+    // is a delivery's doing.
+    w.with_webhook(Duration::from_secs(3600));
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    eventually("the term's first FetchTask", || async {
+        (w.fetch_calls().await >= 1).then_some(())
+    })
+    .await;
+    let calls = w.fetch_calls().await;
+    let secret = WebhookSecret::new(WEBHOOK_SECRET);
+    let queued = json!({"action": "queued", "workflow_job": {"id": 1, "labels": ["pod"]}})
+        .to_string()
+        .into_bytes();
+    let wrong = WebhookSecret::new("not-the-secret").sign(&queued);
+    assert_eq!(post(&d, &queued, Some(&wrong), "workflow_job").await, 401);
+    assert_eq!(post(&d, &queued, None, "workflow_job").await, 401);
+    let big = vec![b' '; 2 << 20];
+    let answer = post_oversized(&d, &big, &secret.sign(&big)).await;
+    assert!(matches!(answer, None | Some(413)), "{answer:?}");
+    let junk = b"{\"action\": \"queued\", \"workflow_job\": ";
+    assert_eq!(
+        post(&d, junk, Some(&secret.sign(junk)), "workflow_job").await,
+        400
+    );
+    // Signed and well-formed, but not for us: accepted, ignored.
+    let gpu = json!({"action": "queued", "workflow_job": {"id": 2, "labels": ["gpu"]}})
+        .to_string()
+        .into_bytes();
+    assert_eq!(
+        post(&d, &gpu, Some(&secret.sign(&gpu)), "workflow_job").await,
+        204
+    );
+    assert_eq!(
+        post(&d, b"{}", Some(&secret.sign(b"{}")), "push").await,
+        204
+    );
+    for (name, n) in [
+        ("bad_signature", 1.0),
+        ("unsigned", 1.0),
+        ("too_large", 1.0),
+        ("malformed", 1.0),
+        ("ignored", 2.0),
+    ] {
+        assert_eq!(d.metric(&outcome(name)).await, Some(n), "{name}");
+    }
+    assert_eq!(d.metric(NUDGES).await, None, "no nudge yet");
+    assert_eq!(w.fetch_calls().await, calls, "no FetchTask from them");
+    // Positive control: the same body, signed right, makes the leader FetchTask.
+    assert_eq!(
+        post(&d, &queued, Some(&secret.sign(&queued)), "workflow_job").await,
+        204
+    );
+    eventually("a nudged FetchTask", || async {
+        (w.fetch_calls().await > calls).then_some(())
+    })
+    .await;
+    assert_eq!(d.metric(NUDGES).await, Some(1.0));
+    let log = d.log_text();
+    assert!(log.contains("webhook nudges"), "the start-up rate line");
+    assert!(!log.contains(WEBHOOK_SECRET), "the secret is never logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_receiver_unreachable_the_idle_poll_still_claims_the_job() {
+    let mut w = World::start(1).await;
+    w.with_webhook(Duration::from_secs(1));
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    // Gitea's deliveries go to an address where nothing listens (a receiver down, a
+    // firewall): every one is lost.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    w.gitea
+        .add_hook(
+            &reqwest::Client::new(),
+            &format!("http://{closed}/webhooks/gitea"),
+            WEBHOOK_SECRET,
+        )
+        .await;
+    let job = w.enqueue("lost-delivery", "s").await;
+    let task = w.claimed(job).await;
+    let lost = eventually("the delivery attempt to be recorded", || async {
+        let d = w.deliveries().await;
+        (!d.is_empty()).then_some(d)
+    })
+    .await;
+    assert!(
+        lost[0]["status"].is_null() && lost[0]["error"].is_string(),
+        "{lost:?}"
+    );
+    assert_eq!(d.metric(NUDGES).await, None, "claimed by the poll alone");
+    w.executor(task).await.run(task).await;
+    assert_eq!(w.task(task).await["result"], "RESULT_SUCCESS");
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_accepts_deliveries_but_only_the_leader_acts() {
+    let mut w = World::start(1).await;
+    w.with_webhook(Duration::from_secs(3600));
+    let leader = w.dispatcher("d1").await;
+    leader.wait_leader(true).await;
+    let standby = w.dispatcher("d2").await;
+    standby.wait_up().await;
+    standby.wait_leader(false).await;
+    eventually("the leader's first FetchTask", || async {
+        (w.fetch_calls().await >= 1).then_some(())
+    })
+    .await;
+    let calls = w.fetch_calls().await;
+    let secret = WebhookSecret::new(WEBHOOK_SECRET);
+    let queued = json!({"action": "queued", "workflow_job": {"id": 1, "labels": ["pod"]}})
+        .to_string()
+        .into_bytes();
+    let sig = secret.sign(&queued);
+    assert_eq!(
+        post(&standby, &queued, Some(&sig), "workflow_job").await,
+        204
+    );
+    assert_eq!(standby.metric(&outcome("standby")).await, Some(1.0));
+    assert_eq!(w.fetch_calls().await, calls, "the standby forwards nothing");
+    // Positive control: the same delivery at the leader makes it FetchTask.
+    assert_eq!(
+        post(&leader, &queued, Some(&sig), "workflow_job").await,
+        204
+    );
+    eventually("the leader's nudged FetchTask", || async {
+        (w.fetch_calls().await > calls).then_some(())
+    })
+    .await;
+}
