@@ -481,8 +481,9 @@ async fn prewarm_native_pause_pods_are_the_runners_own_and_a_rerun_writes_nothin
         std::fs::metadata(&config).unwrap().modified().unwrap(),
         mtime
     );
+    // 10, plus the /version call that reaches the tenant apiserver before anything is minted.
     let requests = again["apiserverRequests"].as_u64().unwrap();
-    assert!(requests <= 10, "a native re-run costs {requests} requests");
+    assert!(requests <= 11, "a native re-run costs {requests} requests");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
