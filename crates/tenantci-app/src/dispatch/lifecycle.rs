@@ -11,7 +11,16 @@ pub struct Observed {
     pub pod_phase: Option<String>,
     pub terminal_marker: bool,
     pub secret_exists: bool,
+    /// Since the Secret was created (None: unknown, taken as old).
+    pub secret_age: Option<std::time::Duration>,
 }
+
+/// The worker creates the Secret, then the Pod; a reconciler pass that lists between the two
+/// (or lists Pods before a pair created meanwhile) sees a Secret without its Pod. That is a
+/// vanished Pod only once the Secret is older than this (the two creates are milliseconds
+/// apart, seconds on a loaded host): without it, a loaded host failed a healthy task. A Pod
+/// that never comes is the start deadline's business (minutes), not this.
+pub const POD_CREATE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -30,6 +39,9 @@ pub fn decide(o: &Observed) -> Decision {
         return Decision::Delete;
     }
     match o.pod_phase.as_deref() {
+        None if o.secret_exists && o.secret_age.is_some_and(|a| a < POD_CREATE_GRACE) => {
+            Decision::Keep
+        }
         None if o.secret_exists => Decision::FailAndDelete {
             reason: "the executor Pod vanished before the task reported a final state".into(),
         },
@@ -100,7 +112,22 @@ mod tests {
             pod_phase: phase.map(str::to_string),
             terminal_marker: marker,
             secret_exists: secret,
+            secret_age: None,
         }
+    }
+
+    #[test]
+    fn a_secret_whose_pod_is_being_created_is_not_a_vanished_pod() {
+        let young = Observed {
+            secret_age: Some(std::time::Duration::from_millis(5)),
+            ..obs(None, false, true)
+        };
+        assert_eq!(decide(&young), Decision::Keep);
+        let old = Observed {
+            secret_age: Some(POD_CREATE_GRACE),
+            ..young
+        };
+        assert!(matches!(decide(&old), Decision::FailAndDelete { .. }));
     }
 
     #[test]

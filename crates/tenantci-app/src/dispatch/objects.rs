@@ -66,6 +66,7 @@ impl Observed {
             }),
             terminal_marker: self.terminal,
             secret_exists: self.secret_exists,
+            secret_age: self.age,
         }
     }
 }
