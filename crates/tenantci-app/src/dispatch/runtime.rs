@@ -184,15 +184,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
 
-    let gitea = RunnerClient::new(ClientConfig::new(&cfg.gitea.url))
-        .map_err(|e| {
-            Error::bad_input(format!(
-                "cannot build a client for Gitea at {}",
-                cfg.gitea.url
-            ))
-            .caused_by(e)
-        })?
-        .with_credentials(inputs.credentials.clone());
+    let gitea = gitea_client(&cfg, &inputs)?;
     let metrics = Arc::new(Metrics::default());
     metrics.capacity(Backend::Pod, cfg.capacity.pod);
     metrics.capacity(Backend::Vm, cfg.capacity.vm);
@@ -225,34 +217,23 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());
     health.facade_up.store(true, Ordering::SeqCst);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let status_task = {
-        let (health, metrics, mut stop) = (health.clone(), metrics.clone(), stop_rx.clone());
-        tokio::spawn(status::serve(
-            status_listener,
-            health,
-            metrics,
-            async move {
-                let _ = stop.wait_for(|s| *s).await;
-            },
-        ))
-    };
+    let status_task = tokio::spawn(status::serve(
+        status_listener,
+        health.clone(),
+        metrics.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
         (Some(listener), Some(secret)) => {
-            let addr = listener.local_addr().map_err(|e| {
-                Error::external("cannot read the webhook receiver's address").caused_by(e)
-            })?;
-            let receiver = Arc::new(Receiver {
+            let receiver = Receiver {
                 secret,
                 labels: cfg.gitea.labels.clone(),
                 metrics: metrics.clone(),
                 health: health.clone(),
                 nudge: nudge.clone(),
-            });
-            let mut stop = stop_rx.clone();
-            let task = tokio::spawn(webhook::serve(listener, receiver, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            }));
+            };
+            let (addr, task) = start_webhook(listener, receiver, stop_rx.clone())?;
             (Some(addr), Some(task))
         }
         _ => (None, None),
@@ -316,6 +297,36 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     }
     tracing::info!("dispatcher stopped");
     Ok(())
+}
+
+/// The scheduler's Gitea client, with the registration's credentials.
+fn gitea_client(cfg: &Config, inputs: &Inputs) -> Result<RunnerClient> {
+    let client = RunnerClient::new(ClientConfig::new(&cfg.gitea.url)).map_err(|e| {
+        Error::bad_input(format!(
+            "cannot build a client for Gitea at {}",
+            cfg.gitea.url
+        ))
+        .caused_by(e)
+    })?;
+    Ok(client.with_credentials(inputs.credentials.clone()))
+}
+
+/// Resolves once `stop` turns true: the shutdown signal of the servers.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Serves Gitea's webhook deliveries on `listener` until `stop`.
+fn start_webhook(
+    listener: TcpListener,
+    receiver: Receiver,
+    stop: watch::Receiver<bool>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::external("cannot read the webhook receiver's address").caused_by(e))?;
+    let task = tokio::spawn(webhook::serve(listener, Arc::new(receiver), stopped(stop)));
+    Ok((addr, task))
 }
 
 /// The producer's and the worker's NATS connections (each user has its own permissions).
