@@ -50,12 +50,13 @@ async fn main() {
         .fetch_task(0)
         .await
         .unwrap_or_else(|e| fail(format!("FetchTask: {e}")));
+    let same = again.task.as_ref().map(|t| t.id) == Some(task.id);
     println!(
-        "executor: FetchTask again -> {}",
-        if again.task.is_some() {
-            "a task (unexpected!)"
+        "executor: FetchTask again, before any report -> {}",
+        if same {
+            "the same task (an answer may have been lost: handed again until the first report)"
         } else {
-            "no task (each capability gets its task once)"
+            "something else (unexpected!)"
         }
     );
 
@@ -70,5 +71,15 @@ async fn main() {
     println!(
         "executor: UpdateTask(SUCCESS) -> Gitea holds {}",
         TaskResult::proto_name(done.result).unwrap_or("RESULT_UNSPECIFIED")
+    );
+    let after = ex.own().fetch_task(0).await;
+    println!(
+        "executor: FetchTask after reporting -> {}",
+        match after {
+            Ok(r) if r.task.is_none() =>
+                "no task (consumed once the executor reported)".to_string(),
+            Ok(_) => "a task (unexpected!)".to_string(),
+            Err(e) => format!("refused ({e})"),
+        }
     );
 }
