@@ -341,7 +341,9 @@ fn runner_check_refuses_a_config_it_cannot_read_with_exit_2() {
         (dir.path().join("missing.toml"), "No such file"),
         (PathBuf::from("/dev/zero"), "not a regular file"),
     ] {
-        let o = run(tenantci().args(["runner", "check", "--config"]).arg(&config));
+        let o = run(tenantci()
+            .args(["runner", "check", "--config"])
+            .arg(&config));
         assert_exit(&o, 2);
         let err = crate::util::stderr(&o);
         assert!(err.contains(says) && err.contains("config.toml"), "{err}");
@@ -350,5 +352,9 @@ fn runner_check_refuses_a_config_it_cannot_read_with_exit_2() {
     std::fs::write(&empty, "concurrent = 1\n").unwrap();
     let o = run(tenantci().args(["runner", "check", "--config"]).arg(&empty));
     assert_exit(&o, 1);
-    assert!(stdout(&o).contains("no kubernetes [[runners]] entry"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("no kubernetes [[runners]] entry"),
+        "{}",
+        stdout(&o)
+    );
 }
