@@ -150,6 +150,35 @@ fn sim_kubectl_explain_and_field_validation() {
     let o = k.run(&["get", "pod", "typo", "-o", "jsonpath={.spec.containers[0]}"]);
     assert_exit(&o, 0);
     assert!(!stdout(&o).contains("imagePolicy"), "{}", stdout(&o));
+    // `get` prints kube-apiserver's columns for the kind (a Table answer).
+    let o = k.run(&["get", "pods"]);
+    assert_exit(&o, 0);
+    let header: Vec<String> = stdout(&o)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("typo "), "{}", stdout(&o));
+    let o = k.run(&["get", "namespace", "default"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("STATUS"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("default") && lines[1].contains("Active"),
+        "{lines:?}"
+    );
     // --validate=false (Ignore): accepted without a word.
     let o = k.run_stdin(
         &["create", "--validate=false", "-f", "-"],
