@@ -179,6 +179,26 @@ fn sim_kubectl_explain_and_field_validation() {
         lines[1].starts_with("default") && lines[1].contains("Active"),
         "{lines:?}"
     );
+    // The everyday edits of an applied object.
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c1\ndata:\n  a: b\n";
+    assert_exit(&k.run_stdin(&["apply", "-f", "-"], cm), 0);
+    assert_exit(&k.run(&["label", "configmap", "c1", "x=y"]), 0);
+    assert_exit(&k.run(&["annotate", "configmap", "c1", "note=hi"]), 0);
+    assert_exit(
+        &k.run(&["patch", "configmap", "c1", "-p", r#"{"data":{"c":"d"}}"#]),
+        0,
+    );
+    let o = k.run(&["get", "configmap", "c1", "-o", "yaml"]);
+    assert_exit(&o, 0);
+    assert_exit(&k.run_stdin(&["replace", "-f", "-"], &stdout(&o)), 0);
+    let o = k.run(&[
+        "get",
+        "configmap",
+        "c1",
+        "-o",
+        "jsonpath={.metadata.labels.x} {.data.c}",
+    ]);
+    assert_eq!(stdout(&o), "y d");
     // --validate=false (Ignore): accepted without a word.
     let o = k.run_stdin(
         &["create", "--validate=false", "-f", "-"],
