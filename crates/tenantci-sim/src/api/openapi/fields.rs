@@ -87,11 +87,9 @@ fn walk(
                 fields.remove(&k);
             }
         }
-        Value::Array(items) => {
-            if s["items"].is_object() {
-                for (i, item) in items.iter_mut().enumerate() {
-                    walk(schemas, &s["items"], item, &format!("{path}[{i}]"), unknown);
-                }
+        Value::Array(items) if s["items"].is_object() => {
+            for (i, item) in items.iter_mut().enumerate() {
+                walk(schemas, &s["items"], item, &format!("{path}[{i}]"), unknown);
             }
         }
         _ => {}
