@@ -28,12 +28,14 @@ fn rv_of(v: &Value) -> &str {
 /// The body of a create or update: a whole object in JSON or YAML, of the URL's kind, in the
 /// URL's namespace (filled in when absent).
 fn object_body(def: &'static ResourceDef, ns: &str, req: &Request) -> ApiResult<Value> {
-    let yaml = match req.media_type()? {
-        MediaType::Json => false,
-        MediaType::Yaml => true,
+    let mut obj = match req.media_type()? {
+        MediaType::Json => req.json_body(false)?,
+        MediaType::Yaml => req.json_body(true)?,
+        // kubectl's typed generators (`create deployment`) send protobuf only.
+        MediaType::Protobuf => super::protobuf::decode_object(&req.body)
+            .map_err(|_| ApiError::unsupported_media_type(req.content_type()))?,
         _ => return Err(ApiError::unsupported_media_type(req.content_type())),
     };
-    let mut obj = req.json_body(yaml)?;
     check_type(def, &obj)?;
     check_namespace(def, &mut obj, ns)?;
     Ok(obj)

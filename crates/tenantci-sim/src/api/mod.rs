@@ -13,6 +13,7 @@ mod kinds;
 pub mod managed;
 pub mod openapi;
 pub mod patch;
+mod protobuf;
 mod read;
 pub mod registry;
 pub mod request;

@@ -110,13 +110,12 @@ fn ports(o: &Value) -> String {
     }
 }
 
-/// The columns between NAME and AGE, and their cells for one object (AGE last unless the
-/// kind ends with something else, as priorityclasses do).
+/// The columns after NAME (AGE last unless listed, as for nodes: AGE before VERSION).
 fn columns(def: &ResourceDef) -> &'static [&'static str] {
     match def.key {
         "pods" => &["Ready", "Status", "Restarts"],
         "namespaces" => &["Status"],
-        "nodes" => &["Status", "Roles", "Version"],
+        "nodes" => &["Status", "Roles", "Age", "Version"],
         "services" => &["Type", "Cluster-IP", "External-IP", "Port(s)"],
         "secrets" => &["Type", "Data"],
         "configmaps" => &["Data"],
@@ -201,17 +200,28 @@ fn cells(def: &ResourceDef, o: &Value) -> Vec<Value> {
 
 /// The `Table` of `items` with `def`'s columns.
 pub fn table(def: &ResourceDef, items: &[Arc<Value>], meta: Value) -> Value {
-    let mut defs = vec![column("Name", "name")];
-    defs.extend(columns(def).iter().map(|c| column(c, "")));
-    defs.push(column("Age", ""));
+    let mut names = vec!["Name"];
+    names.extend(columns(def));
+    if !names.contains(&"Age") {
+        names.push("Age");
+    }
+    let defs: Vec<Value> = names
+        .iter()
+        .map(|c| column(c, if *c == "Name" { "name" } else { "" }))
+        .collect();
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
-            let mut row = vec![o["metadata"]["name"].clone()];
-            row.extend(cells(def, o));
-            row.push(json!(age(o["metadata"]["creationTimestamp"]
-                .as_str()
-                .unwrap_or(""))));
+            let mut cells = cells(def, o).into_iter();
+            let created = o["metadata"]["creationTimestamp"].as_str().unwrap_or("");
+            let row: Vec<Value> = names
+                .iter()
+                .map(|c| match *c {
+                    "Name" => o["metadata"]["name"].clone(),
+                    "Age" => json!(age(created)),
+                    _ => cells.next().unwrap_or(Value::Null),
+                })
+                .collect();
             json!({"cells": row, "object": partial(o)})
         })
         .collect();

@@ -208,3 +208,67 @@ fn sim_kubectl_explain_and_field_validation() {
     assert!(!stderr(&o).contains("Warning"), "{}", stderr(&o));
     assert_eq!(sim.stop(), Some(0));
 }
+
+#[test]
+fn sim_kubectl_create_deployment_rolls_out_on_rented_nodes() {
+    let scratch = util::scratch();
+    let sim = SimProcess::start(tenantci(), &scratch.path().join("state"), &["ci"], &[]);
+    let k = Kubectl::new(&sim.tenant_admin("ci"), scratch.path());
+    // A typed generator: kubectl sends the Deployment as protobuf.
+    let o = k.run(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=registry.k8s.io/pause:3.10",
+        "--replicas=2",
+        "--port=8080",
+    ]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o).trim(), "deployment.apps/web created");
+    // rollout status watches until every replica runs on a rented node.
+    let o = k.run(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert_exit(&o, 0);
+    assert!(
+        stdout(&o).contains("deployment \"web\" successfully rolled out"),
+        "{}",
+        stdout(&o)
+    );
+    let o = k.run(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[*].spec.nodeName}",
+    ]);
+    assert_exit(&o, 0);
+    let nodes = stdout(&o);
+    assert_eq!(nodes.split_whitespace().count(), 2, "{nodes}");
+    assert!(
+        nodes.split_whitespace().all(|n| n.starts_with("rented-")),
+        "{nodes}"
+    );
+    let o = k.run(&[
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].ports[0].containerPort}",
+    ]);
+    assert_eq!(stdout(&o), "8080");
+    let o = k.run(&["get", "deployment", "web"]);
+    assert!(stdout(&o).contains("2/2"), "{}", stdout(&o));
+    // The other generators: configmap, secret (data base64 as sent), namespace.
+    assert_exit(
+        &k.run(&["create", "configmap", "c", "--from-literal=a=b"]),
+        0,
+    );
+    assert_exit(
+        &k.run(&["create", "secret", "generic", "s", "--from-literal=p=q"]),
+        0,
+    );
+    assert_exit(&k.run(&["create", "namespace", "n1"]), 0);
+    let o = k.run(&["get", "secret", "s", "-o", "jsonpath={.data.p}"]);
+    assert_eq!(stdout(&o), "cQ==");
+    assert_eq!(sim.stop(), Some(0));
+}
