@@ -28,7 +28,7 @@ pub struct Documents {
     discovery: Bytes,
     /// `api/v1` / `apis/<group>/<version>` -> document body.
     by_group_version: HashMap<String, Bytes>,
-    /// Every component schema, for field validation.
+    /// Every component schema without descriptions, for field validation.
     pub schemas: Map<String, Value>,
     /// Resource key (`pods`) -> its kind's component schema name.
     kind_schema: HashMap<&'static str, String>,
@@ -64,6 +64,20 @@ fn hash(body: &[u8]) -> String {
     hex::encode_upper(&Sha256::digest(body)[..16])
 }
 
+/// Drops the prose from a schema kept for validation only (most of its size).
+fn strip_descriptions(schema: &mut Value) {
+    match schema {
+        Value::Object(m) => {
+            if m.get("description").is_some_and(Value::is_string) {
+                m.remove("description");
+            }
+            m.values_mut().for_each(strip_descriptions);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_descriptions),
+        _ => {}
+    }
+}
+
 fn build(registry: &'static [ResourceDef]) -> Documents {
     let mut by_group_version = HashMap::new();
     let mut listing = Map::new();
@@ -97,7 +111,8 @@ fn build(registry: &'static [ResourceDef]) -> Documents {
             json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", hash(&body))}),
         );
         by_group_version.insert(path, body);
-        if let Value::Object(c) = doc["components"]["schemas"].clone() {
+        if let Value::Object(mut c) = doc["components"]["schemas"].clone() {
+            c.values_mut().for_each(strip_descriptions);
             all.extend(c);
         }
     }
