@@ -62,9 +62,24 @@ fn json_response(code: u16, body: Vec<u8>) -> Response<ReplyBody> {
         .expect("static headers are valid")
 }
 
+/// RFC 7234 warn-code 299 with the text as a quoted string, as kube-apiserver sends it.
+fn warning_header(text: &str) -> String {
+    let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("299 - \"{quoted}\"")
+}
+
 fn to_response(reply: Reply, head: bool) -> Response<ReplyBody> {
     let mut resp = match reply {
         Reply::Json(code, v) => json_response(code, serde_json::to_vec(&v).unwrap_or_default()),
+        Reply::Warned(code, v, warnings) => {
+            let mut r = json_response(code, serde_json::to_vec(&v).unwrap_or_default());
+            for w in warnings {
+                if let Ok(h) = http::HeaderValue::from_str(&warning_header(&w)) {
+                    r.headers_mut().append("warning", h);
+                }
+            }
+            r
+        }
         Reply::Text(code, ct, b) => Response::builder()
             .status(code)
             .header("content-type", ct)

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::kinds;
 use super::managed;
+use super::openapi::{self, fields};
 use super::patch;
 use super::registry::ResourceDef;
 use super::request::MediaType;
@@ -27,12 +28,14 @@ fn rv_of(v: &Value) -> &str {
 /// The body of a create or update: a whole object in JSON or YAML, of the URL's kind, in the
 /// URL's namespace (filled in when absent).
 fn object_body(def: &'static ResourceDef, ns: &str, req: &Request) -> ApiResult<Value> {
-    let yaml = match req.media_type()? {
-        MediaType::Json => false,
-        MediaType::Yaml => true,
+    let mut obj = match req.media_type()? {
+        MediaType::Json => req.json_body(false)?,
+        MediaType::Yaml => req.json_body(true)?,
+        // kubectl's typed generators (`create deployment`) send protobuf only.
+        MediaType::Protobuf => super::protobuf::decode_object(&req.body)
+            .map_err(|_| ApiError::unsupported_media_type(req.content_type()))?,
         _ => return Err(ApiError::unsupported_media_type(req.content_type())),
     };
-    let mut obj = req.json_body(yaml)?;
     check_type(def, &obj)?;
     check_namespace(def, &mut obj, ns)?;
     Ok(obj)
@@ -104,7 +107,55 @@ fn check_namespace(def: &ResourceDef, obj: &mut Value, ns: &str) -> ApiResult<()
     }
 }
 
+/// The answer to a write: the object, with a `Warning` per unknown field dropped.
+fn written(code: u16, obj: Value, warnings: Vec<String>) -> Reply {
+    if warnings.is_empty() {
+        Reply::Json(code, obj)
+    } else {
+        Reply::Warned(code, obj, warnings)
+    }
+}
+
+fn dry_run(req: &Request) -> bool {
+    req.param("dryRun") == Some("All")
+}
+
 impl ApiServer {
+    /// Unknown fields of `obj` under the request's `fieldValidation` (kube-apiserver decodes
+    /// into typed objects before anything else): refused under Strict, otherwise dropped
+    /// from `obj`, with the warnings to send under Warn. Fields in `already` (unknown in the
+    /// stored object a patch starts from) are dropped without a word.
+    fn check_fields(
+        &self,
+        def: &ResourceDef,
+        req: &Request,
+        obj: &mut Value,
+        already: &[String],
+    ) -> ApiResult<Vec<String>> {
+        let directive = fields::Directive::parse(req.param("fieldValidation"))?;
+        let docs = openapi::documents(self.registry);
+        let Some(schema) = docs.kind(def) else {
+            return Ok(Vec::new());
+        };
+        let mut unknown = fields::prune_unknown(&docs.schemas, schema, obj);
+        unknown.retain(|p| !already.contains(p));
+        match directive {
+            _ if unknown.is_empty() => Ok(Vec::new()),
+            fields::Directive::Strict => Err(fields::strict_error(def.kind, def.version, &unknown)),
+            fields::Directive::Warn => Ok(fields::warnings(&unknown)),
+            fields::Directive::Ignore => Ok(Vec::new()),
+        }
+    }
+
+    /// The unknown fields of a stored object, which a patch does not answer for.
+    fn stored_unknown(&self, def: &ResourceDef, current: &Value) -> Vec<String> {
+        let docs = openapi::documents(self.registry);
+        match docs.kind(def) {
+            Some(schema) => fields::prune_unknown(&docs.schemas, schema, &mut current.clone()),
+            None => Vec::new(),
+        }
+    }
+
     fn namespace_exists(&self, def: &ResourceDef, ns: &str) -> ApiResult<()> {
         if def.namespaced && self.store.get("namespaces", "", ns).is_none() {
             return Err(ApiError::not_found(
@@ -159,7 +210,9 @@ impl ApiServer {
             });
         }
         match (&req.method, r.name.as_deref()) {
-            (&Method::GET | &Method::HEAD, Some(name)) => self.get(def, &ns, name, sub),
+            (&Method::GET | &Method::HEAD, Some(name)) => {
+                self.get(def, &ns, name, sub, req.accepts_table())
+            }
             (&Method::GET | &Method::HEAD, None) if req.flag("watch") => {
                 self.watch(def, r.namespace.as_deref(), &req)
             }
@@ -184,6 +237,7 @@ impl ApiServer {
         user: &UserInfo,
     ) -> ApiResult<Reply> {
         let mut obj = object_body(def, ns, req)?;
+        let warnings = self.check_fields(def, req, &mut obj, &[])?;
         let meta = meta_mut(&mut obj);
         if meta
             .get("resourceVersion")
@@ -235,15 +289,15 @@ impl ApiServer {
             self.check_escalation(user, def.plural, def.namespaced.then_some(ns), &name, &obj)?;
         }
         let obj = self.prepare_new(def, obj, &Self::manager(req));
-        if req.param("dryRun") == Some("All") {
-            return Ok(Reply::Json(201, obj));
+        if dry_run(req) {
+            return Ok(written(201, obj, warnings));
         }
         let stored = self
             .store
             .create(def.key, ns, &name, obj)
             .map_err(|_| ApiError::already_exists(def.group_resource(), &name))?;
         self.after_create(def, &name);
-        Ok(Reply::Json(201, (*stored).clone()))
+        Ok(written(201, (*stored).clone(), warnings))
     }
 
     /// Server-set metadata and defaults of an object about to be created.
@@ -322,7 +376,8 @@ impl ApiServer {
         req: &Request,
         user: &UserInfo,
     ) -> ApiResult<Reply> {
-        let body = object_body(def, ns, req)?;
+        let mut body = object_body(def, ns, req)?;
+        let warnings = self.check_fields(def, req, &mut body, &[])?;
         let body_name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
         if body_name != name {
             return Err(ApiError::bad_request(format!(
@@ -334,7 +389,7 @@ impl ApiServer {
         }
         let manager = Self::manager(req);
         let precondition = rv_of(&body).to_string();
-        let (obj, _) = self.store.update(def.key, ns, name, |current| {
+        let compute = |current: Option<&Value>| {
             let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
             if !precondition.is_empty() && precondition != rv_of(current) {
                 return Err(ApiError::modified(def.group_resource(), name));
@@ -357,8 +412,13 @@ impl ApiServer {
                 sub.unwrap_or(""),
             );
             Ok(new)
-        })?;
-        Ok(Reply::Json(200, (*obj).clone()))
+        };
+        if dry_run(req) {
+            let current = self.store.get(def.key, ns, name);
+            return Ok(written(200, compute(current.as_deref())?, warnings));
+        }
+        let (obj, _) = self.store.update(def.key, ns, name, compute)?;
+        Ok(written(200, (*obj).clone(), warnings))
     }
 
     fn patch(
@@ -379,6 +439,7 @@ impl ApiServer {
         }
         let body = req.json_body(false)?;
         let manager = Self::manager(req);
+        let warnings = std::cell::RefCell::new(Vec::new());
         let compute = |current: &Value| -> ApiResult<Value> {
             let mut new = current.clone();
             match media {
@@ -401,6 +462,8 @@ impl ApiServer {
                 new["status"] = status;
             }
             Self::carry_over(def, current, &mut new, sub);
+            let already = self.stored_unknown(def, current);
+            *warnings.borrow_mut() = self.check_fields(def, req, &mut new, &already)?;
             kinds::validate(def, &new)?;
             managed::record_update(
                 Some(current),
@@ -429,6 +492,15 @@ impl ApiServer {
             )?;
             checked_rv = Some(rv_of(&current).to_string());
         }
+        // dryRun=All: the same checks and merge, nothing stored.
+        if dry_run(req) {
+            let current = self
+                .store
+                .get(def.key, ns, name)
+                .ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            let new = compute(&current)?;
+            return Ok(written(200, new, warnings.take()));
+        }
         let (obj, _) = self.store.update(def.key, ns, name, |current| {
             let current = current.ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
             if checked_rv.as_deref().is_some_and(|rv| rv != rv_of(current)) {
@@ -436,7 +508,7 @@ impl ApiServer {
             }
             compute(current)
         })?;
-        Ok(Reply::Json(200, (*obj).clone()))
+        Ok(written(200, (*obj).clone(), warnings.take()))
     }
 
     fn apply(
@@ -454,6 +526,7 @@ impl ApiServer {
             .to_string();
         let mut config = req.json_body(true)?;
         check_type(def, &config)?;
+        let warnings = self.check_fields(def, req, &mut config, &[])?;
         check_namespace(def, &mut config, ns)?;
         let cfg_name = config["metadata"]["name"]
             .as_str()
@@ -528,16 +601,21 @@ impl ApiServer {
             Ok(new)
         };
         // dryRun=All: the same admission and merge, nothing stored (kube-apiserver semantics).
-        if req.param("dryRun") == Some("All") {
+        if dry_run(req) {
             let current = self.store.get(def.key, ns, name);
             let new = compute(current.as_deref())?;
-            return Ok(Reply::Json(if current.is_none() { 201 } else { 200 }, new));
+            let code = if current.is_none() { 201 } else { 200 };
+            return Ok(written(code, new, warnings));
         }
         let (obj, created) = self.store.update(def.key, ns, name, compute)?;
         if created {
             self.after_create(def, name);
         }
-        Ok(Reply::Json(if created { 201 } else { 200 }, (*obj).clone()))
+        Ok(written(
+            if created { 201 } else { 200 },
+            (*obj).clone(),
+            warnings,
+        ))
     }
 
     fn delete(

@@ -11,7 +11,9 @@ pub mod discovery;
 pub mod fieldset;
 mod kinds;
 pub mod managed;
+pub mod openapi;
 pub mod patch;
+mod protobuf;
 mod read;
 pub mod registry;
 pub mod request;
@@ -55,6 +57,8 @@ pub enum Mode {
 /// What a handler answers.
 pub enum Reply {
     Json(u16, Value),
+    /// A JSON answer with `Warning` headers (unknown fields dropped under fieldValidation=Warn).
+    Warned(u16, Value, Vec<String>),
     Text(u16, &'static str, Bytes),
     /// A watch: newline-delimited JSON events until the sender drops.
     Stream(mpsc::Receiver<Bytes>),
@@ -143,6 +147,21 @@ impl ApiServer {
             Route::Group(g) => get_only(discovery::group(self.registry, &g)),
             Route::ResourceList { group, version } => {
                 get_only(discovery::resource_list(self.registry, &group, &version))
+            }
+            Route::OpenApiV3(path) => {
+                let docs = openapi::documents(self.registry);
+                let body = if path.is_empty() {
+                    Some(docs.discovery())
+                } else {
+                    docs.group_version(&path)
+                };
+                match body {
+                    Some(b) if req.method == http::Method::GET => {
+                        Ok(Reply::Text(200, "application/json", b))
+                    }
+                    Some(_) => Err(ApiError::method_not_allowed()),
+                    None => Err(ApiError::no_route()),
+                }
             }
             Route::UnknownResource { .. } | Route::Other => Err(ApiError::no_route()),
             Route::Resource(r) => self.resource(req, r, user),

@@ -28,6 +28,7 @@ impl ApiServer {
         ns: &str,
         name: &str,
         sub: Option<&str>,
+        as_table: bool,
     ) -> ApiResult<Reply> {
         let obj = self
             .store
@@ -36,6 +37,10 @@ impl ApiServer {
         match sub {
             Some("log") => Ok(Reply::Text(200, "text/plain", Bytes::new())),
             Some("exec" | "attach") => Err(ApiError::bad_request("Upgrade request required")),
+            None if as_table => {
+                let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+                Ok(Reply::Json(200, table::table(def, &[obj], meta)))
+            }
             _ => Ok(Reply::Json(200, (*obj).clone())),
         }
     }
@@ -96,9 +101,7 @@ impl ApiServer {
             }
         }
         if req.accepts_table() {
-            if let Some(t) = table::table(def, &items, meta.clone()) {
-                return Ok(Reply::Json(200, t));
-            }
+            return Ok(Reply::Json(200, table::table(def, &items, meta)));
         }
         let items: Vec<Value> = items.iter().map(|o| (**o).clone()).collect();
         Ok(Reply::Json(

@@ -27,7 +27,9 @@ pub enum Route {
         namespace: String,
         name: String,
     },
-    /// Anything else (including `/openapi/*`): a non-resource URL that answers 404.
+    /// `/openapi/v3` (empty) or `/openapi/v3/<group-version path>`.
+    OpenApiV3(String),
+    /// Anything else (including `/openapi/v2`): a non-resource URL that answers 404.
     Other,
 }
 
@@ -46,6 +48,7 @@ pub fn route(registry: &'static [ResourceDef], path: &str) -> Route {
         ["version"] => Route::Version,
         ["healthz"] | ["readyz"] | ["livez"] => Route::Health,
         [h, ..] if matches!(*h, "healthz" | "readyz" | "livez") => Route::Health,
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
         ["api"] => Route::CoreVersions,
         ["apis"] => Route::Groups,
         ["apis", g] => Route::Group(g.to_string()),
@@ -152,6 +155,9 @@ mod tests {
             route(registry::TENANT, "/openapi/v2"),
             Route::Other
         ));
+        assert!(
+            matches!(route(registry::TENANT, "/openapi/v3/apis/apps/v1"), Route::OpenApiV3(p) if p == "apis/apps/v1")
+        );
         assert!(matches!(
             route(registry::TENANT, "/api/v1/namespaces/x/widgets"),
             Route::UnknownResource { .. }

@@ -80,14 +80,14 @@ impl<'a> Reader<'a> {
     }
 }
 
-enum Field<'a> {
+pub(crate) enum Field<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
     Skipped,
 }
 
 /// Calls `f(number, value)` for every field of `msg`.
-fn fields<'a>(
+pub(crate) fn fields<'a>(
     msg: &'a [u8],
     mut f: impl FnMut(u64, Field<'a>) -> Result<(), String>,
 ) -> Result<(), String> {
@@ -98,14 +98,14 @@ fn fields<'a>(
     Ok(())
 }
 
-fn string(v: Field<'_>, what: &str) -> Result<String, String> {
+pub(crate) fn string(v: Field<'_>, what: &str) -> Result<String, String> {
     match v {
         Field::Bytes(b) => String::from_utf8(b.to_vec()).map_err(|_| format!("{what}: not UTF-8")),
         _ => Err(format!("{what}: expected a length-delimited string")),
     }
 }
 
-fn message<'a>(v: Field<'a>, what: &str) -> Result<&'a [u8], String> {
+pub(crate) fn message<'a>(v: Field<'a>, what: &str) -> Result<&'a [u8], String> {
     match v {
         Field::Bytes(b) => Ok(b),
         _ => Err(format!("{what}: expected a message")),

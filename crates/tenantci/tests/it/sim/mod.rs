@@ -2,5 +2,6 @@
 //! against an in-process simulator, and the wire details (Status bodies, authn) over HTTPS.
 
 mod kube_rs;
+mod kubectl;
 mod runbook;
 mod wire;

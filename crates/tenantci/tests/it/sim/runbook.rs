@@ -40,14 +40,7 @@ fn mint(state: &std::path::Path, server: &str, out: &std::path::Path, orgs: &str
 fn apply_rbac(sim: &SimProcess, scratch: &std::path::Path) -> Kubectl {
     let tenant_admin = Kubectl::new(&sim.tenant_admin("ci"), scratch);
     let manifest = repo_file("tests/it/fixtures/runbook-rbac.yaml");
-    // --validate=false: /openapi answers 404 (docs/simulator.md).
-    let o = tenant_admin.run(&[
-        "apply",
-        "--server-side",
-        "--validate=false",
-        "-f",
-        manifest.to_str().unwrap(),
-    ]);
+    let o = tenant_admin.run(&["apply", "--server-side", "-f", manifest.to_str().unwrap()]);
     assert_exit(&o, 0);
     assert!(
         stdout(&o).contains(
@@ -118,7 +111,7 @@ fn sim_runbook_steps_2_4_5() {
     let runner = Kubectl::new(&out.join("kubeconfig"), scratch.path());
     let o = runner.run(&["get", "pods", "-n", "gitlab-runner"]);
     assert_exit(&o, 0);
-    let o = runner.run_stdin(&["create", "--validate=false", "-f", "-"], POD);
+    let o = runner.run_stdin(&["create", "-f", "-"], POD);
     assert_exit(&o, 0);
     // The pod runs once a node is rented for it: wait for that event (watch), then look.
     let o = runner.run(&[
@@ -244,10 +237,7 @@ fn sim_kubectl_watch_sees_a_new_pod() {
         let pod = POD
             .replace("job-1", &format!("w-{i}"))
             .replace("gitlab-runner", "default");
-        assert_exit(
-            &k.run_stdin(&["create", "--validate=false", "-f", "-"], &pod),
-            0,
-        );
+        assert_exit(&k.run_stdin(&["create", "-f", "-"], &pod), 0);
         if let Ok(line) = rx.recv_timeout(DEADLINE / 30) {
             assert!(line.starts_with("pod/w-"), "{line}");
             seen = true;
