@@ -50,10 +50,7 @@ fn the_dispatch_kustomization_renders_and_applies_to_the_simulator() {
         .iter()
         .map(|o| serde_yaml::to_string(o).unwrap())
         .collect();
-    let o = kubectl.run_stdin(
-        &["apply", "--server-side", "--validate=false", "-f", "-"],
-        &docs.join("---\n"),
-    );
+    let o = kubectl.run_stdin(&["apply", "--server-side", "-f", "-"], &docs.join("---\n"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = kubectl.run(&[
         "-n",

@@ -508,12 +508,10 @@ fn init_says_how_to_re_register_when_gitea_no_longer_knows_the_registration() {
 #[test]
 fn dispatch_manifests_apply_with_kubectl_as_they_are() {
     let s = setup();
-    // The simulator serves no OpenAPI document, so kubectl cannot validate client-side; the
-    // unit tests in src/dispatch/manifests.rs check every field against the typed schema.
+    // kubectl validates against the simulator's OpenAPI documents, as against kube-apiserver.
     let o = s.admin().run(&[
         "apply",
         "--server-side",
-        "--validate=false",
         "-f",
         repo_file("manifests/dispatch/rbac.yaml").to_str().unwrap(),
         "-f",
