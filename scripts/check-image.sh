@@ -11,7 +11,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 log "image build 1"
-first=$(IMAGE_OUT="$work/one" scripts/image.sh)
+first=$(IMAGE_OUT="$work/one" IMAGE_SKIP_BUILD=${IMAGE_SKIP_BUILD:-0} scripts/image.sh)
 log "image build 2 (same commit)"
 second=$(IMAGE_OUT="$work/two" IMAGE_SKIP_BUILD=1 scripts/image.sh)
 [ "$first" = "$second" ] || { echo "FAIL: two builds differ: $first vs $second" >&2; exit 1; }

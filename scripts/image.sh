@@ -47,7 +47,9 @@ log "root file system"
 install -D -m 0755 "$bin" "$root/usr/local/bin/tenantci"
 # The C runtime: every library ldd resolves, at the path it resolves to, plus the loader.
 ldd "$bin" | awk '/=> \// {print $3} /^\s*\/[^ ]+ \(/ {print $1}' | sort -u | while read -r lib; do
-  install -D -m 0644 "$(readlink -f "$lib")" "$root$lib"
+  real=$(readlink -f "$lib")
+  # The host's mode: the dynamic loader must stay executable.
+  install -D -m "$(stat -c %a "$real")" "$real" "$root$lib"
 done
 ca=/etc/ssl/certs/ca-certificates.crt
 [ -f "$ca" ] || { echo "error: $ca is missing (apt-get install ca-certificates)" >&2; exit 3; }
@@ -61,6 +63,12 @@ install -d -m 1777 "$root/tmp"
 # No timestamps but SOURCE_DATE_EPOCH, so the layer is the same bytes on every build.
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 
+log "layer"
+# The config comes after the layer: umoci repack rewrites the config from the bundle it
+# unpacked (dropping earlier `umoci config` edits) and stamps the current time.
+umoci repack --image "$IMAGE_OUT:$TAG" \
+  --history.created "$created" --history.created_by "scripts/image.sh: tenantci $version" \
+  "$work/bundle"
 log "image config"
 umoci config --image "$IMAGE_OUT:$TAG" \
   --created "$created" --author tenantci \
@@ -73,9 +81,6 @@ umoci config --image "$IMAGE_OUT:$TAG" \
   --config.label "org.opencontainers.image.version=$version" \
   --config.label "org.opencontainers.image.title=tenantci" \
   --history.created "$created" --history.created_by "scripts/image.sh"
-umoci repack --image "$IMAGE_OUT:$TAG" \
-  --history.created "$created" --history.created_by "scripts/image.sh: tenantci $version" \
-  "$work/bundle"
 umoci gc --layout "$IMAGE_OUT"
 
 digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$IMAGE_OUT/index.json")
