@@ -68,7 +68,7 @@ impl ApiError {
     pub fn into_error(self) -> Error {
         let hint = match &self {
             ApiError::Unauthorized { key_file } => format!(
-                "put the Lifecycle API key (OPEN-SANDBOX-API-KEY) in {} and restart",
+                "put the Lifecycle API key (OPEN-SANDBOX-API-KEY) into {}, or name the right file",
                 key_file.display()
             ),
             ApiError::Unreachable { .. } | ApiError::Server { .. } => {
