@@ -24,5 +24,6 @@ pub mod routing;
 pub mod runtime;
 pub mod scheduler;
 pub mod status;
+pub mod vm;
 pub mod webhook;
 pub mod worker;

@@ -7,4 +7,5 @@ mod golden;
 mod harness;
 mod init;
 mod run;
+mod vm;
 mod webhook;
