@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The shipped binary: size and the idle dispatcher's RSS for the release profile as it was
-# (`release-baseline`: no strip, no LTO) against the lean one (`release`: stripped, thin LTO),
-# with and without the simulator feature, measured in one run on one simulator and queue
-# (bench_dispatch --idle). Writes docs/benchmarks/release.md between the markers.
+# (`release-baseline`: opt-level 3, no strip, no LTO) against the lean one (`release`: stripped,
+# opt-level "s", fat LTO, one codegen unit), with and without the simulator feature, measured
+# in one run on one simulator and queue (bench_dispatch --idle). Writes docs/benchmarks/release.md
+# between the markers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
