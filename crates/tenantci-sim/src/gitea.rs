@@ -14,6 +14,9 @@
 //! after their final update; ownership (another runner's task: `permission_denied`).
 //! Webhooks (`gitea_hooks`): `workflow_job` deliveries (`queued` on enqueue, `in_progress` on
 //! claim) to URLs registered with `POST /admin/hooks`, signed as Gitea signs them.
+//! A stall (`POST /admin/stall {"millis": N}`): RunnerService calls arriving in the next N ms
+//! are held until it ends, then served (as a Gitea frozen by a database lock or SIGSTOP
+//! answers late: a FetchTask held this way still claims its task when it is served).
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
 //! Never used in production paths.
@@ -179,6 +182,8 @@ pub struct GiteaDouble {
     registration_token: String,
     state: Mutex<State>,
     pub hooks: Hooks,
+    /// RunnerService calls wait until then (`POST /admin/stall`).
+    stalled_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -351,6 +356,21 @@ impl GiteaDouble {
             registration_token: random_hex(20),
             state: Mutex::new(State::default()),
             hooks: Hooks::default(),
+            stalled_until: Mutex::new(None),
+        }
+    }
+
+    /// Holds every RunnerService call arriving in the next `duration` until it has passed.
+    pub fn stall(&self, duration: Duration) {
+        let until = tokio::time::Instant::now() + duration;
+        *self.stalled_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    }
+
+    /// Waits out a stall in progress: the stall itself, not a synchronisation.
+    async fn wait_out_stall(&self) {
+        let until = *self.stalled_until.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
         }
     }
 
@@ -397,6 +417,7 @@ impl GiteaDouble {
             .route("/admin/hooks", post(admin_add_hook))
             .route("/admin/hooks/deliveries", get(admin_deliveries))
             .route("/admin/stats", get(admin_stats))
+            .route("/admin/stall", post(admin_stall))
             .with_state(double.clone());
         facade::router(double).merge(admin)
     }
@@ -575,6 +596,8 @@ impl FacadeBackend for GiteaDouble {
     type Caller = i64;
 
     async fn authenticate(&self, uuid: &str, token: &str) -> Result<i64, ConnectError> {
+        // Every call but Register and Ping authenticates first: the one place to hold them.
+        self.wait_out_stall().await;
         let presented = sha256(token);
         let mut st = self.lock();
         let found = st.runners.values_mut().find(|r| r.uuid == uuid);
@@ -858,4 +881,15 @@ async fn admin_deliveries(AxState(d): Double) -> Response {
 
 async fn admin_stats(AxState(d): Double) -> Response {
     Json(d.stats()).into_response()
+}
+
+/// `POST /admin/stall`'s body.
+#[derive(Deserialize)]
+struct StallSpec {
+    millis: u64,
+}
+
+async fn admin_stall(AxState(d): Double, Json(spec): Json<StallSpec>) -> Response {
+    d.stall(Duration::from_millis(spec.millis));
+    StatusCode::NO_CONTENT.into_response()
 }

@@ -42,6 +42,7 @@ use super::webhook::{self, Receiver, WebhookSecret};
 use super::worker::{ExecutorTemplate, Worker};
 use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
+use crate::queue::ledger::Ledger;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
 use crate::queue::{Backend, STREAM, connect, permissions, users};
@@ -161,6 +162,7 @@ struct Shared {
     gitea: RunnerClient,
     objects: ExecutorObjects,
     registry: Arc<Registry>,
+    ledger: Ledger,
     metrics: Arc<Metrics>,
     producer: Producer,
     worker_client: async_nats::Client,
@@ -183,6 +185,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let client = kube_client(&cfg).await?;
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
+    let ledger = open_ledger(&cfg, &worker_client).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
     let metrics = Arc::new(Metrics::default());
@@ -198,9 +201,11 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         objects: objects.clone(),
         gitea: gitea.clone(),
         registry: registry.clone(),
+        ledger: ledger.clone(),
         metrics: metrics.clone(),
         runner_name: cfg.gitea.runner_name.clone(),
         consumed: Default::default(),
+        finished: Default::default(),
     });
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listener = bind("status API", cfg.status.listen).await?;
@@ -270,6 +275,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         gitea,
         objects,
         registry,
+        ledger,
         metrics: metrics.clone(),
         producer: Producer::new(producer_client),
         worker_client,
@@ -301,7 +307,9 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
 /// The scheduler's Gitea client, with the registration's credentials.
 fn gitea_client(cfg: &Config, inputs: &Inputs) -> Result<RunnerClient> {
-    let client = RunnerClient::new(ClientConfig::new(&cfg.gitea.url)).map_err(|e| {
+    let mut config = ClientConfig::new(&cfg.gitea.url);
+    config.fetch_timeout = scheduler::FETCH_TIMEOUT;
+    let client = RunnerClient::new(config).map_err(|e| {
         Error::bad_input(format!(
             "cannot build a client for Gitea at {}",
             cfg.gitea.url
@@ -334,6 +342,17 @@ async fn connect_queue(cfg: &Config) -> Result<(async_nats::Client, async_nats::
     let producer = connect_as(cfg, users::PRODUCER).await?;
     let worker = connect_as(cfg, users::WORKER).await?;
     Ok((producer, worker))
+}
+
+/// The claim ledger, through the worker's connection (its permissions cover the bucket).
+async fn open_ledger(cfg: &Config, worker: &async_nats::Client) -> Result<Ledger> {
+    Ledger::open(&async_nats::jetstream::new(worker.clone()))
+        .await
+        .map_err(|e| {
+            Error::external(format!("cannot open the claim ledger at NATS {}", cfg.nats.url))
+                .caused_by(e)
+                .hint("run `tenantci queue init` (it creates the bucket CI_CLAIMS) and `tenantci queue nats-config` (ci-worker's permissions), then reload nats-server")
+        })
 }
 
 async fn connect_as(cfg: &Config, user: &str) -> Result<async_nats::Client> {
@@ -479,10 +498,12 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
     let Some(consumer) = bind_consumer(&s, &mut stop_rx).await else {
         return;
     };
-    let reconciler = Reconciler {
+    let slots = consumer.clone();
+    let mut reconciler = Reconciler {
         objects: s.objects.clone(),
         gitea: s.gitea.clone(),
         registry: s.registry.clone(),
+        ledger: s.ledger.clone(),
         metrics: s.metrics.clone(),
         logged: Default::default(),
         restarts: super::reconciler::Restarts {
@@ -491,8 +512,10 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
             capability_key: s.capability_key.clone(),
             template: template(&s),
         },
+        lost: Default::default(),
+        reserve: Box::new(move || slots.reserve_slot()),
     };
-    if !recover(&reconciler, &consumer, &mut stop_rx).await {
+    if !recover(&mut reconciler, &mut stop_rx).await {
         return;
     }
     let pod_consumer = match async_nats::jetstream::new(s.worker_client.clone())
@@ -512,6 +535,7 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         s.gitea.clone(),
         s.objects.clone(),
         s.registry.clone(),
+        s.ledger.clone(),
         s.metrics.clone(),
         s.cfg.gitea.keepalive_interval.get(),
         stop_rx.clone(),
@@ -554,19 +578,14 @@ async fn bind_consumer(
     }
 }
 
-/// Recovery before anything claims or starts: existing executors take their slots. Retries
-/// while the apiserver is away; false: stopped first.
-async fn recover(
-    reconciler: &Reconciler,
-    consumer: &Arc<CappedConsumer>,
-    stop_rx: &mut watch::Receiver<bool>,
-) -> bool {
+/// Recovery before anything claims or starts: the claim ledger, then existing executors take
+/// their slots. Retries while the ledger or the apiserver is away; false: stopped first.
+async fn recover(reconciler: &mut Reconciler, stop_rx: &mut watch::Receiver<bool>) -> bool {
     loop {
-        let c = consumer.clone();
-        match reconciler.recover(&move || c.reserve_slot()).await {
+        match reconciler.recover().await {
             Ok(_) => return true,
             Err(e) => {
-                tracing::error!(error = %e, "recovery: cannot list executor objects; retrying");
+                tracing::error!(error = %e, "recovery: retrying");
                 if stopped_within(stop_rx, std::time::Duration::from_secs(2)).await {
                     return false;
                 }
@@ -582,6 +601,7 @@ fn scheduler(s: &Shared, pod_consumer: PullConsumer) -> Scheduler {
         pod_consumer,
         sealing_key: s.sealing_key.clone(),
         registry: s.registry.clone(),
+        ledger: s.ledger.clone(),
         metrics: s.metrics.clone(),
         pod_capacity: s.cfg.capacity.pod,
         polling: polling(&s.cfg),
@@ -619,6 +639,7 @@ fn worker(s: &Shared) -> Worker<ExecutorObjects> {
         capability_key: s.capability_key.clone(),
         gitea: s.gitea.clone(),
         registry: s.registry.clone(),
+        ledger: s.ledger.clone(),
         metrics: s.metrics.clone(),
     }
 }
