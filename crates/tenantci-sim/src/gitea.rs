@@ -14,9 +14,8 @@
 //! after their final update; ownership (another runner's task: `permission_denied`).
 //! Webhooks (`gitea_hooks`): `workflow_job` deliveries (`queued` on enqueue, `in_progress` on
 //! claim) to URLs registered with `POST /admin/hooks`, signed as Gitea signs them.
-//! A stall (`POST /admin/stall {"millis": N}`): RunnerService calls arriving in the next N ms
-//! are held until it ends, then served (as a Gitea frozen by a database lock or SIGSTOP
-//! answers late: a FetchTask held this way still claims its task when it is served).
+//! A stall (`gitea_stall`, `POST /admin/stall {"millis": N}`): RunnerService calls arriving
+//! in the next N ms are served when it ends, a FetchTask even if its client gave up.
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
 //! Never used in production paths.
@@ -42,6 +41,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::gitea_hooks::{HookSpec, Hooks, JobEvent};
+use crate::gitea_stall::Stall;
 use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
 use tenantci_core::forge::gitea::json::struct_from_json;
@@ -182,8 +182,8 @@ pub struct GiteaDouble {
     registration_token: String,
     state: Mutex<State>,
     pub hooks: Hooks,
-    /// RunnerService calls wait until then (`POST /admin/stall`).
-    stalled_until: Mutex<Option<tokio::time::Instant>>,
+    /// `POST /admin/stall`.
+    pub stall: Stall,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -356,22 +356,22 @@ impl GiteaDouble {
             registration_token: random_hex(20),
             state: Mutex::new(State::default()),
             hooks: Hooks::default(),
-            stalled_until: Mutex::new(None),
+            stall: Stall::default(),
         }
     }
 
-    /// Holds every RunnerService call arriving in the next `duration` until it has passed.
-    pub fn stall(&self, duration: Duration) {
-        let until = tokio::time::Instant::now() + duration;
-        *self.stalled_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
-    }
-
-    /// Waits out a stall in progress: the stall itself, not a synchronisation.
-    async fn wait_out_stall(&self) {
-        let until = *self.stalled_until.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(until) = until {
+    /// Stalls every RunnerService call for `duration`; FetchTasks held meanwhile are served
+    /// when it ends, by a task of their own (their clients may be gone).
+    pub fn stall_for(self: &Arc<Self>, duration: Duration) {
+        let until = self.stall.start(duration);
+        let double = self.clone();
+        tokio::spawn(async move {
             tokio::time::sleep_until(until).await;
-        }
+            for held in double.stall.thaw() {
+                let answer = double.fetch_now(held.caller, held.tasks_version);
+                let _ = held.answer.send(answer);
+            }
+        });
     }
 
     /// Serves a fresh double on `listen` (use port 0 in tests).
@@ -515,6 +515,49 @@ impl GiteaDouble {
         Ok(())
     }
 
+    /// FetchTask as Gitea answers it: a task is picked only when the caller's version differs.
+    fn fetch_now(&self, caller: i64, tasks_version: i64) -> FetchTaskResponse {
+        let caller = &caller;
+        let mut st = self.lock();
+        st.fetch_calls += 1;
+        if st.tasks_version == 0 {
+            st.tasks_version = 1;
+        }
+        let latest = st.tasks_version;
+        let task = if tasks_version != latest {
+            Self::claim(&mut st, *caller, SystemTime::now())
+        } else {
+            None
+        };
+        let claimed = task.as_ref().and_then(|t| {
+            let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
+            let runner = st.runners.get(caller)?;
+            Some((
+                job.id,
+                job.spec.name.clone(),
+                job.spec.runs_on.clone(),
+                job.created,
+                runner.id,
+                runner.name.clone(),
+            ))
+        });
+        drop(st);
+        if let Some((job_id, name, labels, created, runner_id, runner_name)) = claimed {
+            self.hooks.deliver(&JobEvent {
+                action: "in_progress",
+                job_id,
+                name: &name,
+                labels: &labels,
+                runner: Some((runner_id, &runner_name)),
+                created,
+            });
+        }
+        FetchTaskResponse {
+            task,
+            tasks_version: latest,
+        }
+    }
+
     fn owned_task(st: &mut State, caller: i64, task_id: i64) -> Result<&mut TaskRec, ConnectError> {
         let task = st
             .tasks
@@ -596,8 +639,6 @@ impl FacadeBackend for GiteaDouble {
     type Caller = i64;
 
     async fn authenticate(&self, uuid: &str, token: &str) -> Result<i64, ConnectError> {
-        // Every call but Register and Ping authenticates first: the one place to hold them.
-        self.wait_out_stall().await;
         let presented = sha256(token);
         let mut st = self.lock();
         let found = st.runners.values_mut().find(|r| r.uuid == uuid);
@@ -616,6 +657,7 @@ impl FacadeBackend for GiteaDouble {
     }
 
     async fn register(&self, req: RegisterRequest) -> Result<RegisterResponse, ConnectError> {
+        self.stall.wait_out().await;
         let ok: bool = sha256(&req.token)
             .ct_eq(&sha256(&self.registration_token))
             .into();
@@ -665,6 +707,7 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: DeclareRequest,
     ) -> Result<DeclareResponse, ConnectError> {
+        self.stall.wait_out().await;
         let mut st = self.lock();
         let r = st
             .runners
@@ -682,44 +725,12 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
-        let mut st = self.lock();
-        st.fetch_calls += 1;
-        if st.tasks_version == 0 {
-            st.tasks_version = 1;
+        if let Some(thawed) = self.stall.hold_fetch(*caller, req.tasks_version) {
+            return thawed
+                .await
+                .map_err(|_| ConnectError::unavailable("the Gitea double stopped"));
         }
-        let latest = st.tasks_version;
-        let task = if req.tasks_version != latest {
-            Self::claim(&mut st, *caller, SystemTime::now())
-        } else {
-            None
-        };
-        let claimed = task.as_ref().and_then(|t| {
-            let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
-            let runner = st.runners.get(caller)?;
-            Some((
-                job.id,
-                job.spec.name.clone(),
-                job.spec.runs_on.clone(),
-                job.created,
-                runner.id,
-                runner.name.clone(),
-            ))
-        });
-        drop(st);
-        if let Some((job_id, name, labels, created, runner_id, runner_name)) = claimed {
-            self.hooks.deliver(&JobEvent {
-                action: "in_progress",
-                job_id,
-                name: &name,
-                labels: &labels,
-                runner: Some((runner_id, &runner_name)),
-                created,
-            });
-        }
-        Ok(FetchTaskResponse {
-            task,
-            tasks_version: latest,
-        })
+        Ok(self.fetch_now(*caller, req.tasks_version))
     }
 
     async fn update_task(
@@ -727,6 +738,7 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: UpdateTaskRequest,
     ) -> Result<UpdateTaskResponse, ConnectError> {
+        self.stall.wait_out().await;
         let state = req
             .state
             .ok_or_else(|| ConnectError::invalid_argument("UpdateTask needs a state"))?;
@@ -785,6 +797,7 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ConnectError> {
+        self.stall.wait_out().await;
         let mut guard = self.lock();
         let st = &mut *guard;
         if let Some(r) = st.runners.get_mut(caller) {
@@ -890,6 +903,6 @@ struct StallSpec {
 }
 
 async fn admin_stall(AxState(d): Double, Json(spec): Json<StallSpec>) -> Response {
-    d.stall(Duration::from_millis(spec.millis));
+    d.stall_for(Duration::from_millis(spec.millis));
     StatusCode::NO_CONTENT.into_response()
 }
