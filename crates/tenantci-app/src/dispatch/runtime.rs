@@ -418,22 +418,27 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
         return Ok(());
     }
     let client = connect::connect(&cfg.nats.url, users::ADMIN, &admin).await?;
+    let js = async_nats::jetstream::new(client);
+    // The replica count is `queue init --replicas`' to choose; the dispatcher keeps it.
+    let replicas = match js.get_stream(STREAM).await {
+        Ok(s) => s.cached_info().config.num_replicas.max(1),
+        Err(_) => 1,
+    };
     let spec = TopologySpec {
         pod_capacity: cfg.capacity.pod,
         vm_capacity: cfg.capacity.vm,
         ack_wait: cfg.nats.ack_wait.get(),
+        replicas,
         ..TopologySpec::default()
     };
-    let report = topology::apply(&async_nats::jetstream::new(client), &spec)
-        .await
-        .map_err(|e| {
-            Error::external(format!(
-                "cannot apply the queue topology at NATS {}",
-                cfg.nats.url
-            ))
-            .caused_by(e)
-            .hint("check nats-server and the ci-admin password")
-        })?;
+    let report = topology::apply(&js, &spec).await.map_err(|e| {
+        Error::external(format!(
+            "cannot apply the queue topology at NATS {}",
+            cfg.nats.url
+        ))
+        .caused_by(e)
+        .hint("check nats-server and the ci-admin password")
+    })?;
     tracing::info!(stream = %report.stream, change = ?report.stream_change, "queue topology applied");
     Ok(())
 }

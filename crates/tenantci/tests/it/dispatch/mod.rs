@@ -3,6 +3,7 @@
 
 mod after_end;
 mod claims;
+mod cluster;
 mod executor_pod;
 mod golden;
 mod harness;
