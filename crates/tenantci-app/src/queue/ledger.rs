@@ -202,7 +202,7 @@ impl Ledger {
         let kv = js
             .get_key_value(BUCKET)
             .await
-            .map_err(|e| err("cannot open the bucket (run `tenantci queue init`)")(&e))?;
+            .map_err(|e| err("cannot open the bucket")(&e))?;
         Ok(Ledger { kv })
     }
 
