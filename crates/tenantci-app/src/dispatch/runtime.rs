@@ -243,22 +243,16 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         }
         _ => (None, None),
     };
-    tracing::info!("FetchTask rate: {}", polling(&cfg).describe());
-    tracing::info!(
-        facade = %facade.local_addr,
-        webhook = ?webhook_addr,
-        facade_url = %cfg.facade.url,
-        status = %status_addr,
-        namespace = %cfg.cluster.namespace,
-        "dispatcher up; waiting for the scheduler lease"
-    );
-    on_listening(&Listening {
-        kind: "listening",
-        facade: facade.local_addr,
-        facade_url: cfg.facade.url.clone(),
-        status: status_addr,
-        webhook: webhook_addr,
-    });
+    on_listening(&announce(
+        &cfg,
+        Listening {
+            kind: "listening",
+            facade: facade.local_addr,
+            facade_url: cfg.facade.url.clone(),
+            status: status_addr,
+            webhook: webhook_addr,
+        },
+    ));
 
     let me = identity(&cfg);
     let leases: Api<Lease> = Api::namespaced(client, &cfg.cluster.namespace);
@@ -286,23 +280,70 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     };
 
     let term = follow_the_lease(&shared, &health, leader_rx, &me).await?;
-    tracing::info!("draining: no more FetchTask, finishing starts in progress");
-    if let Some(t) = term {
-        t.stop().await;
+    Running {
+        term,
+        stop: stop_tx,
+        election,
+        leases,
+        me,
+        health,
+        facade,
+        status: status_task,
+        webhook: webhook_task,
     }
-    let _ = stop_tx.send(true);
-    let _ = election.await;
-    if leader::release(&leases, &me).await {
-        tracing::info!("released the scheduler lease");
-    }
-    health.facade_up.store(false, Ordering::SeqCst);
-    facade.shutdown().await;
-    stop_status(status_task).await;
-    if let Some(t) = webhook_task {
-        stop_status(t).await;
-    }
-    tracing::info!("dispatcher stopped");
+    .drain()
+    .await;
     Ok(())
+}
+
+/// What a running dispatcher stops at SIGTERM / SIGINT.
+struct Running {
+    term: Option<Term>,
+    stop: watch::Sender<bool>,
+    election: tokio::task::JoinHandle<()>,
+    leases: Api<Lease>,
+    me: String,
+    health: Arc<Health>,
+    facade: transport::FacadeHandle,
+    status: tokio::task::JoinHandle<std::io::Result<()>>,
+    webhook: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// The drain, the start undone in reverse: the term, the election and the lease, then
+    /// the servers (the facade finishes its requests).
+    async fn drain(self) {
+        tracing::info!("draining: no more FetchTask, finishing starts in progress");
+        if let Some(t) = self.term {
+            t.stop().await;
+        }
+        let _ = self.stop.send(true);
+        let _ = self.election.await;
+        if leader::release(&self.leases, &self.me).await {
+            tracing::info!("released the scheduler lease");
+        }
+        self.health.facade_up.store(false, Ordering::SeqCst);
+        self.facade.shutdown().await;
+        stop_status(self.status).await;
+        if let Some(t) = self.webhook {
+            stop_status(t).await;
+        }
+        tracing::info!("dispatcher stopped");
+    }
+}
+
+/// Logs that the dispatcher is up, and what its polling costs Gitea; returns `listening`.
+fn announce(cfg: &Config, listening: Listening) -> Listening {
+    tracing::info!("FetchTask rate: {}", polling(cfg).describe());
+    tracing::info!(
+        facade = %listening.facade,
+        webhook = ?listening.webhook,
+        facade_url = %cfg.facade.url,
+        status = %listening.status,
+        namespace = %cfg.cluster.namespace,
+        "dispatcher up; waiting for the scheduler lease"
+    );
+    listening
 }
 
 /// The scheduler's Gitea client, with the registration's credentials.
