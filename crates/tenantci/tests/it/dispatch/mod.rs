@@ -11,4 +11,5 @@ mod init;
 mod ledger;
 mod run;
 mod stall;
+mod vm;
 mod webhook;
