@@ -14,6 +14,8 @@
 //! after their final update; ownership (another runner's task: `permission_denied`).
 //! Webhooks (`gitea_hooks`): `workflow_job` deliveries (`queued` on enqueue, `in_progress` on
 //! claim) to URLs registered with `POST /admin/hooks`, signed as Gitea signs them.
+//! A stall (`gitea_stall`, `POST /admin/stall {"millis": N}`): RunnerService calls arriving
+//! in the next N ms are served when it ends, a FetchTask even if its client gave up.
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
 //! Never used in production paths.
@@ -37,6 +39,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::gitea_hooks::{HookSpec, Hooks, JobEvent};
+use crate::gitea_stall::Stall;
 use crate::served::Served;
 use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
@@ -178,6 +181,8 @@ pub struct GiteaDouble {
     registration_token: String,
     state: Mutex<State>,
     pub hooks: Hooks,
+    /// `POST /admin/stall`.
+    pub stall: Stall,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -331,7 +336,22 @@ impl GiteaDouble {
             registration_token: random_hex(20),
             state: Mutex::new(State::default()),
             hooks: Hooks::default(),
+            stall: Stall::default(),
         }
+    }
+
+    /// Stalls every RunnerService call for `duration`; FetchTasks held meanwhile are served
+    /// when it ends, by a task of their own (their clients may be gone).
+    pub fn stall_for(self: &Arc<Self>, duration: Duration) {
+        let until = self.stall.start(duration);
+        let double = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until).await;
+            for held in double.stall.thaw() {
+                let answer = double.fetch_now(held.caller, held.tasks_version);
+                let _ = held.answer.send(answer);
+            }
+        });
     }
 
     /// Serves a fresh double on `listen` (use port 0 in tests).
@@ -368,6 +388,7 @@ impl GiteaDouble {
             .route("/admin/hooks", post(admin_add_hook))
             .route("/admin/hooks/deliveries", get(admin_deliveries))
             .route("/admin/stats", get(admin_stats))
+            .route("/admin/stall", post(admin_stall))
             .with_state(double.clone());
         facade::router(double).merge(admin)
     }
@@ -463,6 +484,49 @@ impl GiteaDouble {
         }
         st.tasks_version += 1;
         Ok(())
+    }
+
+    /// FetchTask as Gitea answers it: a task is picked only when the caller's version differs.
+    fn fetch_now(&self, caller: i64, tasks_version: i64) -> FetchTaskResponse {
+        let caller = &caller;
+        let mut st = self.lock();
+        st.fetch_calls += 1;
+        if st.tasks_version == 0 {
+            st.tasks_version = 1;
+        }
+        let latest = st.tasks_version;
+        let task = if tasks_version != latest {
+            Self::claim(&mut st, *caller, SystemTime::now())
+        } else {
+            None
+        };
+        let claimed = task.as_ref().and_then(|t| {
+            let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
+            let runner = st.runners.get(caller)?;
+            Some((
+                job.id,
+                job.spec.name.clone(),
+                job.spec.runs_on.clone(),
+                job.created,
+                runner.id,
+                runner.name.clone(),
+            ))
+        });
+        drop(st);
+        if let Some((job_id, name, labels, created, runner_id, runner_name)) = claimed {
+            self.hooks.deliver(&JobEvent {
+                action: "in_progress",
+                job_id,
+                name: &name,
+                labels: &labels,
+                runner: Some((runner_id, &runner_name)),
+                created,
+            });
+        }
+        FetchTaskResponse {
+            task,
+            tasks_version: latest,
+        }
     }
 
     fn owned_task(st: &mut State, caller: i64, task_id: i64) -> Result<&mut TaskRec, ConnectError> {
@@ -564,6 +628,7 @@ impl FacadeBackend for GiteaDouble {
     }
 
     async fn register(&self, req: RegisterRequest) -> Result<RegisterResponse, ConnectError> {
+        self.stall.wait_out().await;
         let ok: bool = sha256(&req.token)
             .ct_eq(&sha256(&self.registration_token))
             .into();
@@ -613,6 +678,7 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: DeclareRequest,
     ) -> Result<DeclareResponse, ConnectError> {
+        self.stall.wait_out().await;
         let mut st = self.lock();
         let r = st
             .runners
@@ -630,44 +696,12 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
-        let mut st = self.lock();
-        st.fetch_calls += 1;
-        if st.tasks_version == 0 {
-            st.tasks_version = 1;
+        if let Some(thawed) = self.stall.hold_fetch(*caller, req.tasks_version) {
+            return thawed
+                .await
+                .map_err(|_| ConnectError::unavailable("the Gitea double stopped"));
         }
-        let latest = st.tasks_version;
-        let task = if req.tasks_version != latest {
-            Self::claim(&mut st, *caller, SystemTime::now())
-        } else {
-            None
-        };
-        let claimed = task.as_ref().and_then(|t| {
-            let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
-            let runner = st.runners.get(caller)?;
-            Some((
-                job.id,
-                job.spec.name.clone(),
-                job.spec.runs_on.clone(),
-                job.created,
-                runner.id,
-                runner.name.clone(),
-            ))
-        });
-        drop(st);
-        if let Some((job_id, name, labels, created, runner_id, runner_name)) = claimed {
-            self.hooks.deliver(&JobEvent {
-                action: "in_progress",
-                job_id,
-                name: &name,
-                labels: &labels,
-                runner: Some((runner_id, &runner_name)),
-                created,
-            });
-        }
-        Ok(FetchTaskResponse {
-            task,
-            tasks_version: latest,
-        })
+        Ok(self.fetch_now(*caller, req.tasks_version))
     }
 
     async fn update_task(
@@ -675,6 +709,7 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: UpdateTaskRequest,
     ) -> Result<UpdateTaskResponse, ConnectError> {
+        self.stall.wait_out().await;
         let state = req
             .state
             .ok_or_else(|| ConnectError::invalid_argument("UpdateTask needs a state"))?;
@@ -733,6 +768,7 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ConnectError> {
+        self.stall.wait_out().await;
         let mut guard = self.lock();
         let st = &mut *guard;
         if let Some(r) = st.runners.get_mut(caller) {
@@ -829,4 +865,15 @@ async fn admin_deliveries(AxState(d): Double) -> Response {
 
 async fn admin_stats(AxState(d): Double) -> Response {
     Json(d.stats()).into_response()
+}
+
+/// `POST /admin/stall`'s body.
+#[derive(Deserialize)]
+struct StallSpec {
+    millis: u64,
+}
+
+async fn admin_stall(AxState(d): Double, Json(spec): Json<StallSpec>) -> Response {
+    d.stall_for(Duration::from_millis(spec.millis));
+    StatusCode::NO_CONTENT.into_response()
 }

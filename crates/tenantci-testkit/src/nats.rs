@@ -2,6 +2,8 @@
 //! `tenantci queue nats-config` generates them, a loopback port the server picks itself
 //! (read back from its log), and its files (config, store, passwords, log) in one directory.
 //! Killed when dropped; [`NatsServer::stop`] and [`NatsServer::restart`] keep the store.
+//! [`NatsCluster`]: three such servers on loopback as one JetStream cluster (server names,
+//! routes on fixed ports), sharing the users; one can be killed with SIGKILL and rejoin.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -36,6 +38,13 @@ pub struct NatsServer {
     /// `nats://127.0.0.1:<port>`; changes on [`NatsServer::restart`].
     pub url: String,
     pub port: u16,
+    /// Where the users' passwords and the authorization fragment are (shared in a cluster).
+    secrets: PathBuf,
+    auth: PathBuf,
+    /// This server's part of a cluster: its name, route port, and every member's route port.
+    member: Option<(String, u16, Vec<u16>)>,
+    /// The monitoring port (cluster members only), read from the log like the client port.
+    monitor: Option<u16>,
 }
 
 impl NatsServer {
@@ -59,8 +68,12 @@ impl NatsServer {
             process: None,
             url: String::new(),
             port: 0,
+            secrets: dir.join("secrets"),
+            auth: dir.join("auth.conf"),
+            member: None,
+            monitor: None,
         };
-        permissions::write_nats_config(&s.secrets_dir(), &s.dir.join("auth.conf"))
+        permissions::write_nats_config(&s.secrets, &s.auth)
             .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
         s.spawn();
         s
@@ -77,7 +90,7 @@ impl NatsServer {
 
     /// The `<user>.password` files (`ci-admin`, `ci-producer`, `ci-worker`).
     pub fn secrets_dir(&self) -> PathBuf {
-        self.dir.join("secrets")
+        self.secrets.clone()
     }
 
     pub fn password_file(&self, user: &str) -> PathBuf {
@@ -106,14 +119,29 @@ impl NatsServer {
 
     fn spawn(&mut self) {
         let conf = self.dir.join("nats.conf");
+        let (name, cluster) = match &self.member {
+            None => ("tenantci-test".to_string(), String::new()),
+            Some((name, port, routes)) => {
+                let routes: Vec<String> = routes
+                    .iter()
+                    .map(|p| format!("\"nats-route://127.0.0.1:{p}\""))
+                    .collect();
+                let block = format!(
+                    "http: \"127.0.0.1:-1\"\ncluster {{\n  name: tenantci\n  listen: \"127.0.0.1:{port}\"\n  routes: [{}]\n}}\n",
+                    routes.join(", ")
+                );
+                (name.clone(), block)
+            }
+        };
         std::fs::write(
             &conf,
             format!(
-                "listen: \"127.0.0.1:-1\"\nserver_name: tenantci-test\n\
+                "listen: \"127.0.0.1:-1\"\nserver_name: {name}\n\
                  jetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n\
-                 log_file: \"{}\"\ninclude ./auth.conf\n",
+                 {cluster}log_file: \"{}\"\ninclude \"{}\"\n",
                 self.store_dir().display(),
-                self.log_file().display()
+                self.log_file().display(),
+                self.auth_include()
             ),
         )
         .unwrap();
@@ -143,6 +171,48 @@ impl NatsServer {
         self.process = Some(process);
         self.port = port;
         self.url = format!("nats://127.0.0.1:{port}");
+        let log = self.log();
+        let marker = "Starting http monitor on 127.0.0.1:";
+        self.monitor = log.find(marker).and_then(|at| {
+            let rest = &log[at + marker.len()..];
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse().ok()
+        });
+    }
+
+    /// The fragment as nats-server's `include` takes it: relative to this server's config
+    /// (a leading `/` is not honoured), which is in `dir`.
+    fn auth_include(&self) -> String {
+        let name = self.auth.file_name().unwrap().to_string_lossy().to_string();
+        if self.auth.parent() == Some(self.dir.as_path()) {
+            format!("./{name}")
+        } else {
+            assert_eq!(
+                self.auth.parent(),
+                self.dir.parent(),
+                "the fragment is beside the server directories"
+            );
+            format!("../{name}")
+        }
+    }
+
+    /// The names of the clients connected to this server now (`/connz`; cluster members).
+    pub async fn client_names(&self) -> Vec<String> {
+        let port = self
+            .monitor
+            .expect("a cluster member has a monitoring port");
+        let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{port}/connz")).await else {
+            return Vec::new();
+        };
+        let doc: serde_json::Value = resp.json().await.unwrap_or_default();
+        doc["connections"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| c["name"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Stops the server gracefully (SIGTERM: JetStream flushes its store) and waits for it.
@@ -155,6 +225,19 @@ impl NatsServer {
     /// Stops and starts again on the same store (the port may change; `url` follows).
     pub fn restart(&mut self) {
         self.stop();
+        self.spawn();
+    }
+
+    /// SIGKILL: no flush, no goodbye to the cluster.
+    pub fn kill9(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill();
+        }
+    }
+
+    /// Starts a killed or stopped server again on its store (and its cluster route port).
+    pub fn start_again(&mut self) {
+        assert!(self.process.is_none(), "nats-server is running");
         self.spawn();
     }
 
@@ -185,5 +268,71 @@ impl NatsServer {
             .await
             .unwrap_or_else(|e| panic!("connect as {user}: {}", e.render()));
         (client, rx)
+    }
+}
+
+/// Three nats-servers on loopback as one JetStream cluster `tenantci` (server names `n1`..`n3`,
+/// routes on ports picked free at start), sharing one authorization fragment and its
+/// passwords, each with its own store. Dropped: every server is killed, the directory removed.
+pub struct NatsCluster {
+    pub servers: Vec<NatsServer>,
+    _dir: tempfile::TempDir,
+}
+
+/// A loopback port free right now (for the route ports, which must be known up front).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl NatsCluster {
+    pub fn start() -> NatsCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("tenantci-nats-cluster-")
+            .tempdir()
+            .expect("create a directory for the NATS cluster");
+        let secrets = dir.path().join("secrets");
+        let auth = dir.path().join("auth.conf");
+        permissions::write_nats_config(&secrets, &auth)
+            .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
+        let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let mut servers: Vec<NatsServer> = (0..3)
+            .map(|i| {
+                let own = dir.path().join(format!("n{}", i + 1));
+                std::fs::create_dir_all(&own).unwrap();
+                NatsServer {
+                    dir: own,
+                    _temp: None,
+                    process: None,
+                    url: String::new(),
+                    port: 0,
+                    secrets: secrets.clone(),
+                    auth: auth.clone(),
+                    member: Some((format!("n{}", i + 1), routes[i], routes.clone())),
+                    monitor: None,
+                }
+            })
+            .collect();
+        for s in &mut servers {
+            s.spawn();
+        }
+        NatsCluster { servers, _dir: dir }
+    }
+
+    /// Every server's client URL, comma-separated (what a client configures).
+    pub fn url(&self) -> String {
+        let urls: Vec<&str> = self.servers.iter().map(|s| s.url.as_str()).collect();
+        urls.join(",")
+    }
+
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.servers[0].secrets_dir()
+    }
+
+    /// The servers and the directory holding their files (removed when it is dropped).
+    pub fn into_parts(self) -> (Vec<NatsServer>, tempfile::TempDir) {
+        (self.servers, self._dir)
     }
 }

@@ -150,6 +150,18 @@ impl Gitea {
         assert!(resp.status().is_success(), "add hook: {}", resp.status());
     }
 
+    /// Holds the double's RunnerService calls arriving in the next `duration` until it has
+    /// passed (a frozen Gitea), then serves them.
+    pub async fn stall(&self, http: &reqwest::Client, duration: std::time::Duration) {
+        let resp = http
+            .post(format!("{}/stall", self.admin_url))
+            .json(&json!({"millis": duration.as_millis() as u64}))
+            .send()
+            .await
+            .expect("the Gitea double's admin API");
+        assert!(resp.status().is_success(), "stall: {}", resp.status());
+    }
+
     /// GET `<admin_url>/<path>` as JSON (`jobs/<id>`, `tasks/<id>`).
     pub async fn admin(&self, http: &reqwest::Client, path: &str) -> Value {
         http.get(format!("{}/{path}", self.admin_url))

@@ -602,7 +602,9 @@ impl Config {
     pub fn validate(&self) -> std::result::Result<(), String> {
         url_ok("gitea.url", &self.gitea.url, &["http", "https"])?;
         url_ok("facade.url", &self.facade.url, &["https"])?;
-        url_ok("nats.url", &self.nats.url, &["nats", "tls"])?;
+        for one in self.nats.url.split(',') {
+            url_ok("nats.url", one.trim(), &["nats", "tls"])?;
+        }
         if self.gitea.runner_name.trim().is_empty() {
             return Err("has an empty gitea.runner_name".into());
         }

@@ -11,8 +11,15 @@
 //! - UpdateTask / UpdateLog are accepted only for the caller's own task and forwarded to Gitea
 //!   with the scheduler's credential; a final state Gitea accepted puts the terminal marker
 //!   on the Pod, which lets the reconciler clean up.
+//! - After the end nothing is forwarded: once Gitea accepted a final state (recorded in
+//!   [`Finished`] and in the claim ledger, which every instance reads) or the task's executor
+//!   Secret is gone, a final UpdateTask repeating that state is answered with it (the runner's
+//!   retry of a lost answer), and every other UpdateTask or UpdateLog gets
+//!   `failed_precondition`. The capability itself stays valid.
+//! - The claim ledger learns `fetched` at the hand-out and `final` with the result.
 //!
-//! Every dispatcher instance serves this (leader or not): all state is on the apiserver.
+//! Every dispatcher instance serves this (leader or not): all state is on the apiserver and in
+//! the ledger; [`Finished`] and `consumed` only save round trips.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -20,16 +27,21 @@ use std::sync::{Arc, Mutex};
 use prost::Message as _;
 
 use super::capability::{self, CapabilityKey};
+use super::finished::Finished;
 use super::metrics::Metrics;
-use super::objects::ExecutorObjects;
+use super::objects::{ExecutorObjects, Presence};
 use super::registry::Registry;
+use super::report;
+use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
+use crate::queue::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::connect::{Code, ConnectError};
 use tenantci_core::forge::gitea::facade::FacadeBackend;
 use tenantci_core::forge::gitea::proto::{
-    DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, Runner, Task, TaskResult,
-    UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,
+    DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, ProtoEnum as _, Runner,
+    Task, TaskResult, TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest,
+    UpdateTaskResponse,
 };
 
 /// The tasks version the facade answers with: constant, since a caller only ever has one task.
@@ -48,11 +60,26 @@ pub struct Facade {
     pub objects: ExecutorObjects,
     pub gitea: RunnerClient,
     pub registry: Arc<Registry>,
+    pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
     pub runner_name: String,
     /// Executors (task, attempt) whose assignment this instance consumed: every later report
     /// skips the apiserver round trip. Another instance consumes at most once more.
     pub consumed: Mutex<BTreeSet<(i64, u32)>>,
+    /// Tasks whose final state Gitea accepted through this instance (bounded).
+    pub finished: Finished,
+}
+
+/// The refusal of a report after the task's end.
+fn over(task: i64, result: Option<TaskResult>) -> ConnectError {
+    let state = result.map_or("its executor objects are gone".to_string(), |r| {
+        let name = TaskResult::proto_name(r as i32).unwrap_or("final");
+        format!("its final state is {name}")
+    });
+    ConnectError::new(
+        Code::FailedPrecondition,
+        format!("task {task} is over ({state}); nothing more is forwarded to Gitea"),
+    )
 }
 
 /// Gitea's answer, as the executor should see it: its code, a message without our URL.
@@ -89,9 +116,13 @@ impl Facade {
         }
     }
 
-    /// The caller reported: its assignment leaves the Secret (once per instance). A failure
-    /// is logged, not returned: the report itself matters more, and the next one retries.
-    async fn consume(&self, caller: &Executor) {
+    /// The caller reported: its assignment leaves the Secret (once per instance). Refused
+    /// when the task is over (recorded here, or its Secret is gone). An apiserver failure is
+    /// logged, not returned: the report itself matters more, and the next one retries.
+    async fn consume(&self, caller: &Executor) -> Result<(), ConnectError> {
+        if let Some(result) = self.finished.result(caller.task) {
+            return Err(over(caller.task, Some(result)));
+        }
         let key = (caller.task, caller.attempt);
         if self
             .consumed
@@ -99,20 +130,69 @@ impl Facade {
             .unwrap_or_else(|p| p.into_inner())
             .contains(&key)
         {
-            return;
+            return Ok(());
+        }
+        if let Some(result) = self.ledger_final(caller.task).await {
+            return Err(over(caller.task, Some(result)));
         }
         let id = capability::assignment_id(caller.task, caller.attempt);
         match self.objects.consume_assignment(caller.task, &id).await {
-            Ok(()) => {
+            Ok(Presence::Present) => {
                 self.consumed
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(key);
             }
+            Ok(Presence::Gone) => {
+                tracing::warn!(
+                    task = caller.task,
+                    "facade: a report for a task whose executor objects are gone; refused"
+                );
+                return Err(over(caller.task, None));
+            }
             Err(e) => {
                 tracing::warn!(task = caller.task, error = %e, "facade: cannot consume the assignment; retrying at the next report")
             }
         }
+        Ok(())
+    }
+
+    /// The final state the claim ledger holds for `task` (another instance saw the end),
+    /// remembered here. A ledger that cannot be read is logged, and the report goes on.
+    async fn ledger_final(&self, task: i64) -> Option<TaskResult> {
+        let name = match self.ledger.final_result(task).await {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::warn!(task, error = %e, "facade: cannot read the claim ledger");
+                return None;
+            }
+        };
+        let result = TaskResult::from_proto_name(&name)
+            .and_then(|v| TaskResult::try_from(v).ok())
+            .unwrap_or(TaskResult::Unspecified);
+        self.finished.record(task, result);
+        Some(result)
+    }
+
+    /// A final UpdateTask repeating the recorded final state: the runner retrying a lost
+    /// answer. Answered as Gitea answered, without asking it again.
+    async fn repeated_final(&self, req: &UpdateTaskRequest) -> Option<UpdateTaskResponse> {
+        let state = req.state.as_ref()?;
+        if !TaskResult::try_from(state.result).is_ok_and(TaskResult::is_final) {
+            return None;
+        }
+        let recorded = match self.finished.result(state.id) {
+            Some(r) => r,
+            None => self.ledger_final(state.id).await?,
+        };
+        (state.result == recorded as i32).then(|| UpdateTaskResponse {
+            state: Some(TaskState {
+                id: state.id,
+                result: recorded as i32,
+                ..Default::default()
+            }),
+            sent_outputs: req.outputs.keys().cloned().collect(),
+        })
     }
 
     /// Opens the assignment taken from the Secret; it must be the caller's.
@@ -195,6 +275,10 @@ impl FacadeBackend for Facade {
             attempt = caller.attempt,
             "facade: handed the task to its executor"
         );
+        // Recorded before the answer: once the executor has its task, recovery must not
+        // start it again.
+        let fetched = Entry::step(caller.task, caller.attempt, Backend::Pod, Phase::Fetched);
+        self.ledger.note(fetched).await;
         self.metrics.handed_out();
         self.registry.notify();
         Ok(FetchTaskResponse {
@@ -213,14 +297,27 @@ impl FacadeBackend for Facade {
             .as_ref()
             .ok_or_else(|| ConnectError::invalid_argument("UpdateTask needs a state"))?;
         self.own(caller, state.id)?;
-        self.consume(caller).await;
-        let final_result = TaskResult::try_from(state.result).is_ok_and(TaskResult::is_final);
+        if let Some(resp) = self.repeated_final(&req).await {
+            tracing::info!(
+                task = caller.task,
+                "facade: the final state again; answered without Gitea"
+            );
+            return Ok(resp);
+        }
+        self.consume(caller).await?;
+        let final_result = TaskResult::try_from(state.result)
+            .ok()
+            .filter(|r| r.is_final());
         let resp = self
             .gitea
             .update_task(&req)
             .await
             .map_err(|e| forwarded("UpdateTask", e))?;
-        if final_result {
+        if let Some(result) = final_result {
+            self.finished.record(caller.task, result);
+            self.ledger
+                .note(report::final_step(caller.task, result))
+                .await;
             self.consumed
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -246,7 +343,7 @@ impl FacadeBackend for Facade {
         req: UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ConnectError> {
         self.own(caller, req.task_id)?;
-        self.consume(caller).await;
+        self.consume(caller).await?;
         self.gitea.update_log(&req).await.map_err(|e| {
             let e = forwarded("UpdateLog", e);
             if e.code == Code::AlreadyExists {

@@ -34,6 +34,7 @@ pub struct Metrics {
     webhook: Family<Vec<(String, String)>, Counter>,
     attempts: Counter,
     withdrawn: Counter,
+    answers_lost: Counter,
 }
 
 impl Default for Metrics {
@@ -55,6 +56,7 @@ impl Default for Metrics {
             webhook: Family::default(),
             attempts: Counter::default(),
             withdrawn: Counter::default(),
+            answers_lost: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -119,6 +121,11 @@ impl Default for Metrics {
             m.attempts.clone(),
         );
         registry.register(
+            "fetch_task_answers_lost",
+            "FetchTask calls that failed after they were sent: Gitea may have claimed a task whose answer never arrived (it fails such a task after 10 minutes without updates)",
+            m.answers_lost.clone(),
+        );
+        registry.register(
             "tasks_withdrawn",
             "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
             m.withdrawn.clone(),
@@ -170,6 +177,9 @@ impl Metrics {
     pub fn restarted(&self) {
         self.attempts.inc();
     }
+    pub fn answer_lost(&self) {
+        self.answers_lost.inc();
+    }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
@@ -189,11 +199,13 @@ mod tests {
         m.claimed(Backend::Pod);
         m.fetched(Duration::from_millis(3));
         m.leader(true);
+        m.answer_lost();
         let text = m.render();
         for needle in [
             "tenantci_dispatch_tasks_claimed_total{backend=\"pod\"} 1",
             "tenantci_dispatch_fetch_task_calls_total 1",
             "tenantci_dispatch_leader 1",
+            "tenantci_dispatch_fetch_task_answers_lost_total 1",
             "tenantci_dispatch_fetch_task_duration_seconds_bucket",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");

@@ -39,6 +39,13 @@ pub enum CreateError {
     Api(#[from] kube::Error),
 }
 
+/// Whether a task's executor Secret still exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Present,
+    Gone,
+}
+
 /// One task's objects as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
@@ -266,20 +273,22 @@ impl ExecutorObjects {
 
     /// Removes the sealed assignment from the Secret: the executor `assignment_id` reported,
     /// so it has its task. Idempotent; a concurrent consumer loses the `test` harmlessly.
+    /// [`Presence::Gone`] when the task has no Secret any more: its executor objects were
+    /// deleted, so the task is over (or reported FAILURE by the reconciler).
     pub async fn consume_assignment(
         &self,
         task_id: i64,
         assignment_id: &str,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Presence, kube::Error> {
         let name = executor::object_name(task_id);
         let Some(secret) = self.secrets.get_opt(&name).await? else {
-            return Ok(());
+            return Ok(Presence::Gone);
         };
         if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id) {
-            return Ok(());
+            return Ok(Presence::Present);
         }
         let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {
-            return Ok(());
+            return Ok(Presence::Present);
         };
         let encoded = {
             use base64::Engine as _;
@@ -304,9 +313,10 @@ impl ExecutorObjects {
             .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(Presence::Present),
             // The test failed (consumed already) or the Secret went away meanwhile.
-            Err(e) if is_status(&e, 422) || is_status(&e, 409) || is_status(&e, 404) => Ok(()),
+            Err(e) if is_status(&e, 422) || is_status(&e, 409) => Ok(Presence::Present),
+            Err(e) if is_status(&e, 404) => Ok(Presence::Gone),
             Err(e) => Err(e),
         }
     }

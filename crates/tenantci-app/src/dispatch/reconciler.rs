@@ -1,7 +1,10 @@
 //! The lifecycle reconciler (leader only): lists the executor objects, asks
 //! `lifecycle::decide` about each, and carries the decision out. It also rebuilds the claim
-//! registry at the start of a leadership term (recovery): every executor found takes a
-//! backend slot, so no more executors start than capacity allows, and none is started twice.
+//! registry at the start of a leadership term (recovery): it reads the claim ledger first,
+//! then every executor found takes a backend slot, so no more executors start than capacity
+//! allows, and none is started twice. Ledger entries whose executor is gone are carried out
+//! by the passes as `recovery::decide` says (started again, or FAILURE), retried each pass
+//! until Gitea and the apiserver took them.
 //!
 //! Start deadline: an executor that has not called FetchTask `claim.start_deadline` after its
 //! objects were created (image pull stuck, crash loop, sandbox never boots) is deleted and
@@ -21,12 +24,14 @@ use super::config::Claim;
 use super::lifecycle::{self, Decision, Start};
 use super::metrics::Metrics;
 use super::objects::{ExecutorObjects, Observed};
+use super::recovery::{self, Recovery};
 use super::registry::Registry;
 use super::report;
 use super::worker::ExecutorTemplate;
 use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::consumer::Slot;
+use crate::queue::ledger::{Entry, Ledger, LedgerError, Phase};
 use tenantci_core::forge::gitea::client::RunnerClient;
 
 /// Full resync interval; the facade's terminal marker and freed slots also wake it at once.
@@ -36,11 +41,25 @@ pub struct Reconciler {
     pub objects: ExecutorObjects,
     pub gitea: RunnerClient,
     pub registry: Arc<Registry>,
+    pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
     /// Tasks already logged as kept-unknown (logged once, not every resync).
     pub logged: BTreeSet<i64>,
     /// For replacing an executor that never fetched its task.
     pub restarts: Restarts,
+    /// Ledger entries whose executor recovery found gone, until carried out.
+    pub lost: BTreeMap<i64, (Entry, Recovery)>,
+    /// A backend slot for an executor recovery starts again (None when all are taken).
+    pub reserve: Box<dyn Fn() -> Option<Slot> + Send + Sync>,
+}
+
+/// Why recovery could not read what it needs.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error("cannot list executor objects: {0}")]
+    Apiserver(#[from] kube::Error),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
 }
 
 /// What replacing an executor needs.
@@ -52,12 +71,21 @@ pub struct Restarts {
 }
 
 impl Reconciler {
-    /// Recovery: every executor found is registered as running with a reserved slot.
-    pub async fn recover(
-        &self,
-        reserve: &(dyn Fn() -> Option<Slot> + Sync),
-    ) -> Result<BTreeMap<i64, Observed>, kube::Error> {
+    /// Recovery: the claim ledger first, then every executor found is registered as running
+    /// with a reserved slot; entries without executor are queued in `lost` for the passes.
+    pub async fn recover(&mut self) -> Result<BTreeMap<i64, Observed>, RecoverError> {
+        let entries = self.ledger.entries().await?;
         let found = self.objects.list().await?;
+        self.lost.clear();
+        for e in entries {
+            match recovery::decide(&e, found.contains_key(&e.task)) {
+                Recovery::Leave => {}
+                action => {
+                    self.lost.insert(e.task, (e, action));
+                }
+            }
+        }
+        let reserve = &self.reserve;
         // A Secret still holding its assignment without a Pod is a start cut short: its
         // assignment was not acked, so it comes back and the worker finishes the start.
         for o in found.values().filter(|o| o.pod_exists || !o.unfetched) {
@@ -65,9 +93,80 @@ impl Reconciler {
         }
         tracing::info!(
             executors = found.len(),
-            "recovered executors from the apiserver"
+            lost = self.lost.len(),
+            "recovered executors from the claim ledger and the apiserver"
         );
         Ok(found)
+    }
+
+    /// Carries out what recovery decided for entries whose executor is gone; what cannot be
+    /// done now (Gitea or the apiserver away) stays for the next pass.
+    async fn recover_lost(&mut self) {
+        let lost = std::mem::take(&mut self.lost);
+        for (task, (entry, action)) in lost {
+            let done = match &action {
+                Recovery::Leave => true,
+                Recovery::Delete => {
+                    tracing::info!(
+                        task,
+                        "the claim ledger has the task as over; deleting its executor objects"
+                    );
+                    self.delete(task).await
+                }
+                Recovery::Fail { reason } => self.fail(task, reason).await,
+                Recovery::Restart => self.restart_lost(&entry).await,
+            };
+            if !done {
+                self.lost.insert(task, (entry, action));
+            }
+        }
+    }
+
+    /// Starts the next attempt of a task whose executor vanished before it fetched the task,
+    /// from the ledger's sealed assignment, if Gitea still has it open. True when settled.
+    async fn restart_lost(&mut self, entry: &Entry) -> bool {
+        let task = entry.task;
+        match report::keep_alive(&self.gitea, task).await {
+            Ok(result) if result.is_final() => {
+                tracing::info!(
+                    task,
+                    ?result,
+                    "the task ended at Gitea while its executor was lost; nothing to start"
+                );
+                self.ledger.note(report::final_step(task, result)).await;
+                return true;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot ask Gitea whether the lost task is open; retrying next pass");
+                return false;
+            }
+        }
+        let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
+            return true;
+        };
+        let attempt = entry.attempt + 1;
+        let (assignment, labels) = match self.reseal(&sealed, attempt) {
+            Ok(r) => r,
+            Err(why) => return self.fail(task, &why).await,
+        };
+        let r = &self.restarts;
+        let spec = r.template.spec(&r.capability_key, task, attempt, labels);
+        if let Err(e) = self.objects.create(&spec, &assignment.to_json()).await {
+            tracing::warn!(task, attempt, error = %e, "cannot start the lost task again; retrying next pass");
+            return false;
+        }
+        let step = Entry::step(task, attempt, entry.backend, Phase::Started);
+        self.ledger.note(step.with_assignment(&assignment)).await;
+        self.registry.running(task, entry.backend, &self.reserve);
+        self.metrics.restarted();
+        tracing::warn!(
+            task,
+            attempt,
+            "the executor of attempt {} was lost before it fetched its task (its Pod and Secret are gone); started again as attempt {attempt}",
+            entry.attempt
+        );
+        true
     }
 
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
@@ -85,6 +184,7 @@ impl Reconciler {
 
     /// One pass over every executor.
     pub async fn pass(&mut self) -> Result<(), kube::Error> {
+        self.recover_lost().await;
         // Taken before the list: an executor registered by then must be in the list.
         let registered: BTreeSet<i64> = self.registry.running_tasks().into_iter().collect();
         let found = self.objects.list().await?;
@@ -124,7 +224,9 @@ impl Reconciler {
                     );
                 }
             }
-            Decision::FailAndDelete { reason } => self.fail(o.task_id, &reason).await,
+            Decision::FailAndDelete { reason } => {
+                self.fail(o.task_id, &reason).await;
+            }
             Decision::KeepUnknown { reason } => {
                 if self.logged.insert(o.task_id) {
                     tracing::warn!(task = o.task_id, "{reason}");
@@ -170,6 +272,7 @@ impl Reconciler {
                     "the task ended at Gitea before its executor started; deleting the executor"
                 );
                 self.registry.finished(task);
+                self.ledger.note(report::final_step(task, result)).await;
                 let _ = self.objects.delete(task).await;
                 return;
             }
@@ -189,7 +292,10 @@ impl Reconciler {
         };
         let (assignment, labels) = match resealed {
             Ok(r) => r,
-            Err(why) => return self.fail(task, &why).await,
+            Err(why) => {
+                self.fail(task, &why).await;
+                return;
+            }
         };
         if let Err(e) = self.objects.delete(task).await {
             tracing::warn!(task, error = %e, "cannot delete the stuck executor; retrying next pass");
@@ -199,6 +305,8 @@ impl Reconciler {
         let spec = r.template.spec(&r.capability_key, task, attempt, labels);
         match self.objects.create(&spec, &assignment.to_json()).await {
             Ok(_) => {
+                let step = Entry::step(task, attempt, Backend::Pod, Phase::Started);
+                self.ledger.note(step.with_assignment(&assignment)).await;
                 self.metrics.restarted();
                 tracing::warn!(
                     task,
@@ -235,8 +343,9 @@ impl Reconciler {
         Ok((next, a.labels))
     }
 
-    /// Reports FAILURE, then deletes; while Gitea is unreachable the objects stay (next pass).
-    async fn fail(&mut self, task: i64, reason: &str) {
+    /// Reports FAILURE, then deletes; while Gitea is unreachable the objects stay (next
+    /// pass). True once Gitea has been told (or refused to hear it).
+    async fn fail(&mut self, task: i64, reason: &str) -> bool {
         match report::fail(&self.gitea, task, reason).await {
             Ok(()) => {}
             Err(e) if e.code().is_some() => {
@@ -245,12 +354,15 @@ impl Reconciler {
             }
             Err(e) => {
                 tracing::warn!(task, error = %e, "cannot report FAILURE to Gitea; keeping the executor for the next pass");
-                return;
+                return false;
             }
         }
         tracing::warn!(task, "{reason}: reported FAILURE to Gitea");
+        // The dispatcher's own verdict; Gitea keeps a final state it had before.
+        self.ledger.note(report::failed_step(task)).await;
         self.metrics.failed();
         self.delete(task).await;
+        true
     }
 
     async fn delete(&mut self, task: i64) -> bool {

@@ -2,10 +2,24 @@
 //! has picked up yet, and FAILURE with one log line saying why when the dispatcher gives up
 //! on a task (it could not be queued, its executor ended or vanished without a final state).
 
+use crate::queue::Backend;
+use crate::queue::ledger::{Entry, Phase};
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
-    LogRow, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
+    LogRow, ProtoEnum as _, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
 };
+
+/// The claim ledger's step for a task Gitea has as ended with `result`. Attempt and backend
+/// are the entry's own (`ledger::merge` keeps them); these only fill a missing entry.
+pub fn final_step(task: i64, result: TaskResult) -> Entry {
+    let name = TaskResult::proto_name(result as i32).unwrap_or("RESULT_UNSPECIFIED");
+    Entry::step(task, 1, Backend::Pod, Phase::Final).with_result(name)
+}
+
+/// The ledger step after [`fail`] succeeded.
+pub fn failed_step(task: i64) -> Entry {
+    final_step(task, TaskResult::Failure)
+}
 
 fn now() -> prost_types::Timestamp {
     timestamp(std::time::SystemTime::now())

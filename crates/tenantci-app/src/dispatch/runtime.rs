@@ -42,6 +42,7 @@ use super::webhook::{self, Receiver, WebhookSecret};
 use super::worker::{ExecutorTemplate, Worker};
 use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
+use crate::queue::ledger::Ledger;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
 use crate::queue::{Backend, STREAM, connect, permissions, users};
@@ -161,6 +162,7 @@ struct Shared {
     gitea: RunnerClient,
     objects: ExecutorObjects,
     registry: Arc<Registry>,
+    ledger: Ledger,
     metrics: Arc<Metrics>,
     producer: Producer,
     worker_client: async_nats::Client,
@@ -183,6 +185,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let client = kube_client(&cfg).await?;
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
+    let ledger = open_ledger(&cfg, &worker_client).await?;
     // Checked at start: a wrong key is refused now, naming its file, not at the first vm task.
     let _sandboxes = super::vm::api::connect(cfg.vm.as_ref()).await?;
 
@@ -200,9 +203,11 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         objects: objects.clone(),
         gitea: gitea.clone(),
         registry: registry.clone(),
+        ledger: ledger.clone(),
         metrics: metrics.clone(),
         runner_name: cfg.gitea.runner_name.clone(),
         consumed: Default::default(),
+        finished: Default::default(),
     });
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listener = bind("status API", cfg.status.listen).await?;
@@ -240,22 +245,16 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         }
         _ => (None, None),
     };
-    tracing::info!("FetchTask rate: {}", polling(&cfg).describe());
-    tracing::info!(
-        facade = %facade.local_addr,
-        webhook = ?webhook_addr,
-        facade_url = %cfg.facade.url,
-        status = %status_addr,
-        namespace = %cfg.cluster.namespace,
-        "dispatcher up; waiting for the scheduler lease"
-    );
-    on_listening(&Listening {
-        kind: "listening",
-        facade: facade.local_addr,
-        facade_url: cfg.facade.url.clone(),
-        status: status_addr,
-        webhook: webhook_addr,
-    });
+    on_listening(&announce(
+        &cfg,
+        Listening {
+            kind: "listening",
+            facade: facade.local_addr,
+            facade_url: cfg.facade.url.clone(),
+            status: status_addr,
+            webhook: webhook_addr,
+        },
+    ));
 
     let me = identity(&cfg);
     let leases: Api<Lease> = Api::namespaced(client, &cfg.cluster.namespace);
@@ -272,6 +271,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         gitea,
         objects,
         registry,
+        ledger,
         metrics: metrics.clone(),
         producer: Producer::new(producer_client),
         worker_client,
@@ -282,28 +282,77 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     };
 
     let term = follow_the_lease(&shared, &health, leader_rx, &me).await?;
-    tracing::info!("draining: no more FetchTask, finishing starts in progress");
-    if let Some(t) = term {
-        t.stop().await;
+    Running {
+        term,
+        stop: stop_tx,
+        election,
+        leases,
+        me,
+        health,
+        facade,
+        status: status_task,
+        webhook: webhook_task,
     }
-    let _ = stop_tx.send(true);
-    let _ = election.await;
-    if leader::release(&leases, &me).await {
-        tracing::info!("released the scheduler lease");
-    }
-    health.facade_up.store(false, Ordering::SeqCst);
-    facade.shutdown().await;
-    stop_status(status_task).await;
-    if let Some(t) = webhook_task {
-        stop_status(t).await;
-    }
-    tracing::info!("dispatcher stopped");
+    .drain()
+    .await;
     Ok(())
+}
+
+/// What a running dispatcher stops at SIGTERM / SIGINT.
+struct Running {
+    term: Option<Term>,
+    stop: watch::Sender<bool>,
+    election: tokio::task::JoinHandle<()>,
+    leases: Api<Lease>,
+    me: String,
+    health: Arc<Health>,
+    facade: transport::FacadeHandle,
+    status: tokio::task::JoinHandle<std::io::Result<()>>,
+    webhook: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// The drain, the start undone in reverse: the term, the election and the lease, then
+    /// the servers (the facade finishes its requests).
+    async fn drain(self) {
+        tracing::info!("draining: no more FetchTask, finishing starts in progress");
+        if let Some(t) = self.term {
+            t.stop().await;
+        }
+        let _ = self.stop.send(true);
+        let _ = self.election.await;
+        if leader::release(&self.leases, &self.me).await {
+            tracing::info!("released the scheduler lease");
+        }
+        self.health.facade_up.store(false, Ordering::SeqCst);
+        self.facade.shutdown().await;
+        stop_status(self.status).await;
+        if let Some(t) = self.webhook {
+            stop_status(t).await;
+        }
+        tracing::info!("dispatcher stopped");
+    }
+}
+
+/// Logs that the dispatcher is up, and what its polling costs Gitea; returns `listening`.
+fn announce(cfg: &Config, listening: Listening) -> Listening {
+    tracing::info!("FetchTask rate: {}", polling(cfg).describe());
+    tracing::info!(
+        facade = %listening.facade,
+        webhook = ?listening.webhook,
+        facade_url = %cfg.facade.url,
+        status = %listening.status,
+        namespace = %cfg.cluster.namespace,
+        "dispatcher up; waiting for the scheduler lease"
+    );
+    listening
 }
 
 /// The scheduler's Gitea client, with the registration's credentials.
 fn gitea_client(cfg: &Config, inputs: &Inputs) -> Result<RunnerClient> {
-    let client = RunnerClient::new(ClientConfig::new(&cfg.gitea.url)).map_err(|e| {
+    let mut config = ClientConfig::new(&cfg.gitea.url);
+    config.fetch_timeout = scheduler::FETCH_TIMEOUT;
+    let client = RunnerClient::new(config).map_err(|e| {
         Error::bad_input(format!(
             "cannot build a client for Gitea at {}",
             cfg.gitea.url
@@ -336,6 +385,17 @@ async fn connect_queue(cfg: &Config) -> Result<(async_nats::Client, async_nats::
     let producer = connect_as(cfg, users::PRODUCER).await?;
     let worker = connect_as(cfg, users::WORKER).await?;
     Ok((producer, worker))
+}
+
+/// The claim ledger, through the worker's connection (its permissions cover the bucket).
+async fn open_ledger(cfg: &Config, worker: &async_nats::Client) -> Result<Ledger> {
+    Ledger::open(&async_nats::jetstream::new(worker.clone()))
+        .await
+        .map_err(|e| {
+            Error::external(format!("cannot open the claim ledger at NATS {}", cfg.nats.url))
+                .caused_by(e)
+                .hint("run `tenantci queue init` (it creates the bucket CI_CLAIMS) and `tenantci queue nats-config` (ci-worker's permissions), then reload nats-server")
+        })
 }
 
 async fn connect_as(cfg: &Config, user: &str) -> Result<async_nats::Client> {
@@ -401,22 +461,27 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
         return Ok(());
     }
     let client = connect::connect(&cfg.nats.url, users::ADMIN, &admin).await?;
+    let js = async_nats::jetstream::new(client);
+    // The replica count is `queue init --replicas`' to choose; the dispatcher keeps it.
+    let replicas = match js.get_stream(STREAM).await {
+        Ok(s) => s.cached_info().config.num_replicas.max(1),
+        Err(_) => 1,
+    };
     let spec = TopologySpec {
         pod_capacity: cfg.capacity.pod,
         vm_capacity: cfg.capacity.vm,
         ack_wait: cfg.nats.ack_wait.get(),
+        replicas,
         ..TopologySpec::default()
     };
-    let report = topology::apply(&async_nats::jetstream::new(client), &spec)
-        .await
-        .map_err(|e| {
-            Error::external(format!(
-                "cannot apply the queue topology at NATS {}",
-                cfg.nats.url
-            ))
-            .caused_by(e)
-            .hint("check nats-server and the ci-admin password")
-        })?;
+    let report = topology::apply(&js, &spec).await.map_err(|e| {
+        Error::external(format!(
+            "cannot apply the queue topology at NATS {}",
+            cfg.nats.url
+        ))
+        .caused_by(e)
+        .hint("check nats-server and the ci-admin password")
+    })?;
     tracing::info!(stream = %report.stream, change = ?report.stream_change, "queue topology applied");
     Ok(())
 }
@@ -481,10 +546,12 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
     let Some(consumer) = bind_consumer(&s, &mut stop_rx).await else {
         return;
     };
-    let reconciler = Reconciler {
+    let slots = consumer.clone();
+    let mut reconciler = Reconciler {
         objects: s.objects.clone(),
         gitea: s.gitea.clone(),
         registry: s.registry.clone(),
+        ledger: s.ledger.clone(),
         metrics: s.metrics.clone(),
         logged: Default::default(),
         restarts: super::reconciler::Restarts {
@@ -493,8 +560,10 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
             capability_key: s.capability_key.clone(),
             template: template(&s),
         },
+        lost: Default::default(),
+        reserve: Box::new(move || slots.reserve_slot()),
     };
-    if !recover(&reconciler, &consumer, &mut stop_rx).await {
+    if !recover(&mut reconciler, &mut stop_rx).await {
         return;
     }
     let pod_consumer = match async_nats::jetstream::new(s.worker_client.clone())
@@ -514,6 +583,7 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         s.gitea.clone(),
         s.objects.clone(),
         s.registry.clone(),
+        s.ledger.clone(),
         s.metrics.clone(),
         s.cfg.gitea.keepalive_interval.get(),
         stop_rx.clone(),
@@ -556,19 +626,14 @@ async fn bind_consumer(
     }
 }
 
-/// Recovery before anything claims or starts: existing executors take their slots. Retries
-/// while the apiserver is away; false: stopped first.
-async fn recover(
-    reconciler: &Reconciler,
-    consumer: &Arc<CappedConsumer>,
-    stop_rx: &mut watch::Receiver<bool>,
-) -> bool {
+/// Recovery before anything claims or starts: the claim ledger, then existing executors take
+/// their slots. Retries while the ledger or the apiserver is away; false: stopped first.
+async fn recover(reconciler: &mut Reconciler, stop_rx: &mut watch::Receiver<bool>) -> bool {
     loop {
-        let c = consumer.clone();
-        match reconciler.recover(&move || c.reserve_slot()).await {
+        match reconciler.recover().await {
             Ok(_) => return true,
             Err(e) => {
-                tracing::error!(error = %e, "recovery: cannot list executor objects; retrying");
+                tracing::error!(error = %e, "recovery: retrying");
                 if stopped_within(stop_rx, std::time::Duration::from_secs(2)).await {
                     return false;
                 }
@@ -584,6 +649,7 @@ fn scheduler(s: &Shared, pod_consumer: PullConsumer) -> Scheduler {
         pod_consumer,
         sealing_key: s.sealing_key.clone(),
         registry: s.registry.clone(),
+        ledger: s.ledger.clone(),
         metrics: s.metrics.clone(),
         pod_capacity: s.cfg.capacity.pod,
         polling: polling(&s.cfg),
@@ -621,6 +687,7 @@ fn worker(s: &Shared) -> Worker<ExecutorObjects> {
         capability_key: s.capability_key.clone(),
         gitea: s.gitea.clone(),
         registry: s.registry.clone(),
+        ledger: s.ledger.clone(),
         metrics: s.metrics.clone(),
     }
 }

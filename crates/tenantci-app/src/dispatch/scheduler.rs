@@ -13,7 +13,9 @@
 //! `webhook.fetch_interval`.
 //!
 //! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
-//! build does not run), it is reported to Gitea as FAILURE with a log line saying why.
+//! build does not run), it is reported to Gitea as FAILURE with a log line saying why. Every
+//! claim is written to the claim ledger (`queue::ledger`) with its sealed assignment before it
+//! is queued, so recovery can queue it again when the dispatcher dies in between.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,7 @@ use super::registry::Registry;
 use super::{report, routing};
 use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
+use crate::queue::ledger::{Entry, Ledger, Phase};
 use crate::queue::producer::Producer;
 use tenantci_core::forge::gitea::client::{RunnerClient, TasksVersion};
 use tenantci_core::forge::gitea::proto::{Task, TaskResult};
@@ -38,6 +41,12 @@ pub const IDLE_AFTER: Duration = Duration::from_secs(300);
 const FULL_RECHECK: Duration = Duration::from_millis(200);
 /// Backoff after a failed FetchTask.
 const ERROR_BACKOFF: Duration = Duration::from_secs(2);
+/// How long the scheduler waits for a FetchTask answer. Gitea claims the task before it
+/// answers, so an answer given up on is a task claimed and lost: wait through ordinary stalls
+/// (a database lock, a garbage-collection pause, a proxy holding the connection while Gitea
+/// restarts). Nothing else waits on the scheduler; a drain waits at most this long for the
+/// FetchTask in flight (the Deployment's 60 s grace period covers it). act_runner uses 5 s.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Scheduler {
     pub gitea: RunnerClient,
@@ -46,6 +55,7 @@ pub struct Scheduler {
     pub pod_consumer: PullConsumer,
     pub sealing_key: SealingKey,
     pub registry: Arc<Registry>,
+    pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
     pub pod_capacity: u32,
     pub polling: Polling,
@@ -159,7 +169,8 @@ impl Scheduler {
                                 "Gitea does not know the scheduler's registration any more; re-register with `tenantci dispatch init` (delete scheduler.json first)"
                             );
                         } else if e.claim_may_be_lost() {
-                            tracing::warn!(error = %e, "FetchTask failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes)");
+                            self.metrics.answer_lost();
+                            tracing::warn!(error = %e, "FetchTask failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes; counted in tenantci_dispatch_fetch_task_answers_lost_total)");
                         } else {
                             tracing::warn!(error = %e, "FetchTask failed");
                         }
@@ -186,6 +197,9 @@ impl Scheduler {
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
         let backend = routing::route(&labels);
         if backend == Backend::Vm {
+            self.ledger
+                .note(Entry::step(id, 1, backend, Phase::Claimed))
+                .await;
             self.give_up(id, "this job asks for the vm backend, which this tenantci version does not run yet; use `runs-on: pod`").await;
             return;
         }
@@ -200,16 +214,25 @@ impl Scheduler {
         let assignment = match sealed {
             Ok(a) => a,
             Err(e) => {
+                self.ledger
+                    .note(Entry::step(id, 1, backend, Phase::Claimed))
+                    .await;
                 return self
                     .give_up(id, &format!("the task could not be sealed: {e}"))
                     .await;
             }
         };
+        self.ledger
+            .note(Entry::step(id, 1, backend, Phase::Claimed).with_assignment(&assignment))
+            .await;
         // Registered before the publish: the worker may start the executor before the PubAck
         // is back, and its `running` must find (and clear) this entry.
         self.registry.queued(id, backend);
         match self.producer.publish(&assignment).await {
             Ok(published) => {
+                self.ledger
+                    .note(Entry::step(id, 1, backend, Phase::Queued))
+                    .await;
                 self.metrics.claimed(backend);
                 tracing::info!(task = id, %backend, ?published, "claimed and queued");
             }
@@ -224,8 +247,11 @@ impl Scheduler {
     async fn give_up(&self, task: i64, why: &str) {
         tracing::error!(task, "{why}; reporting FAILURE to Gitea");
         self.metrics.failed();
-        if let Err(e) = report::fail(&self.gitea, task, why).await {
-            tracing::error!(task, error = %e, "cannot report the failure to Gitea (it fails the task after 10 minutes)");
+        match report::fail(&self.gitea, task, why).await {
+            Ok(()) => self.ledger.note(report::failed_step(task)).await,
+            Err(e) => {
+                tracing::error!(task, error = %e, "cannot report the failure to Gitea (it fails the task after 10 minutes)")
+            }
         }
     }
 }
@@ -238,6 +264,7 @@ pub async fn keep_alive(
     gitea: RunnerClient,
     objects: super::objects::ExecutorObjects,
     registry: Arc<Registry>,
+    ledger: Ledger,
     metrics: Arc<Metrics>,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
@@ -261,7 +288,8 @@ pub async fn keep_alive(
         for task in tasks {
             match report::keep_alive(&gitea, task).await {
                 Ok(result) if result.is_final() => {
-                    withdraw(&objects, &registry, &metrics, task, result).await
+                    withdraw(&objects, &registry, &metrics, task, result).await;
+                    ledger.note(report::final_step(task, result)).await;
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),

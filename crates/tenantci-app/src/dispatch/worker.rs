@@ -9,7 +9,9 @@
 //!
 //! No task runs twice: a redelivered assignment whose executor is gone is started again only
 //! if Gitea still has the task open (a redelivery can follow a crash between creating the
-//! executor and the ack, and the executor may have finished meanwhile).
+//! executor and the ack, and the executor may have finished meanwhile), and an assignment the
+//! claim ledger has as final, or superseded by a later attempt, is dropped. Each start is
+//! recorded in the ledger with its sealed assignment.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,8 +23,11 @@ use super::objects::{CreateError, Created, ExecutorObjects};
 use super::registry::Registry;
 use super::report;
 use crate::queue::Backend;
+use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{Job, Outcome};
+use crate::queue::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::client::RunnerClient;
+use tenantci_core::forge::gitea::proto::TaskResult;
 
 /// Why an executor could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -118,10 +123,39 @@ pub struct Worker<E: Executors> {
     pub capability_key: CapabilityKey,
     pub gitea: RunnerClient,
     pub registry: Arc<Registry>,
+    pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
 }
 
 impl<E: Executors> Worker<E> {
+    /// Whether the ledger says this assignment must not start: its task is over, or a later
+    /// attempt replaced it. A ledger that cannot be read does not hold a start up.
+    async fn stale(&self, task: i64, a: &Assignment) -> bool {
+        match self.ledger.get(task).await {
+            Ok(Some(e)) if e.is_final() => {
+                tracing::info!(
+                    task,
+                    "the claim ledger has the task as over; its assignment is dropped"
+                );
+                true
+            }
+            Ok(Some(e)) if e.attempt > a.attempt => {
+                tracing::info!(
+                    task,
+                    attempt = a.attempt,
+                    current = e.attempt,
+                    "a later attempt replaced this assignment; it is dropped"
+                );
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot read the claim ledger; starting anyway");
+                false
+            }
+        }
+    }
+
     /// The consumer's handler for one delivery.
     pub async fn handle(self: Arc<Self>, job: Job) -> Outcome {
         let a = &job.assignment;
@@ -136,17 +170,21 @@ impl<E: Executors> Worker<E> {
             );
             return Outcome::Started;
         }
+        if self.stale(task, a).await {
+            return Outcome::Started;
+        }
         if job.delivered > 1 && !self.registry.is_running(task) {
             match self.already_over(task).await {
-                Ok(true) => {
+                Ok(Some(result)) => {
                     tracing::info!(
                         task,
                         "the task ended at Gitea already; its executor is not started again"
                     );
                     self.registry.finished(task);
+                    self.ledger.note(report::final_step(task, result)).await;
                     return Outcome::Started;
                 }
-                Ok(false) => {}
+                Ok(None) => {}
                 Err(why) => return Outcome::Retry(why),
             }
         }
@@ -155,6 +193,8 @@ impl<E: Executors> Worker<E> {
             .spec(&self.capability_key, task, a.attempt, a.labels.clone());
         match self.executors.start(&spec, &a.to_json()).await {
             Ok(created) => {
+                let step = Entry::step(task, a.attempt, backend, Phase::Started);
+                self.ledger.note(step.with_assignment(a)).await;
                 self.registry
                     .running(task, backend, || Some(job.hold_slot()));
                 self.metrics
@@ -165,8 +205,11 @@ impl<E: Executors> Worker<E> {
             Err(StartError::Unavailable(why)) => Outcome::Retry(why),
             Err(StartError::Refused(why)) => {
                 let line = format!("the executor could not be created: {why}");
-                if let Err(e) = report::fail(&self.gitea, task, &line).await {
-                    tracing::warn!(task, error = %e, "cannot report the failure to Gitea");
+                match report::fail(&self.gitea, task, &line).await {
+                    Ok(()) => self.ledger.note(report::failed_step(task)).await,
+                    Err(e) => {
+                        tracing::warn!(task, error = %e, "cannot report the failure to Gitea")
+                    }
                 }
                 self.metrics.failed();
                 self.registry.finished(task);
@@ -175,19 +218,19 @@ impl<E: Executors> Worker<E> {
         }
     }
 
-    /// A redelivery without an executor: is the task over at Gitea?
-    async fn already_over(&self, task: i64) -> Result<bool, String> {
+    /// A redelivery without an executor: is the task over at Gitea? Its result when it is.
+    async fn already_over(&self, task: i64) -> Result<Option<TaskResult>, String> {
         if self
             .executors
             .exists(task)
             .await
             .map_err(|e| e.to_string())?
         {
-            return Ok(false);
+            return Ok(None);
         }
         report::keep_alive(&self.gitea, task)
             .await
-            .map(|r| r.is_final())
+            .map(|r| r.is_final().then_some(r))
             .map_err(|e| format!("cannot ask Gitea about task {task}: {e}"))
     }
 }

@@ -1,5 +1,8 @@
 //! Connects to NATS as one of the queue's users: user/password (the password read from a file,
-//! never argv), and the user's own inbox prefix, which its permissions require.
+//! never argv), and the user's own inbox prefix, which its permissions require. A URL may name
+//! several servers of one cluster, comma-separated (`nats://n1:4222,nats://n2:4222`): the
+//! client connects to one and fails over to the others; losing and regaining the connection
+//! is logged.
 //!
 //! Errors are `tenantci::Error`s naming the URL: unreachable or refused -> exit 3, a bad URL
 //! or an unreadable password file -> exit 2.
@@ -7,7 +10,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use async_nats::{Client, ConnectErrorKind, ConnectOptions, ServerAddr};
+use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event, ServerAddr};
 
 use super::permissions::read_password;
 use super::users;
@@ -15,13 +18,35 @@ use super::users;
 /// How long one connect attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Parses a NATS URL (`nats://host:port`, `host:port`).
-pub fn parse_url(url: &str) -> tenantci_core::Result<ServerAddr> {
-    url.parse::<ServerAddr>().map_err(|e| {
-        tenantci_core::Error::bad_input(format!("the NATS URL `{url}` is not valid"))
-            .caused_by(e)
-            .hint("pass --nats as nats://HOST:PORT, e.g. nats://127.0.0.1:4222")
-    })
+/// Parses a NATS URL (`nats://host:port`, `host:port`), or several separated by commas.
+pub fn parse_url(url: &str) -> tenantci_core::Result<Vec<ServerAddr>> {
+    url.split(',')
+        .map(|one| {
+            one.trim().parse::<ServerAddr>().map_err(|e| {
+                tenantci_core::Error::bad_input(format!("the NATS URL `{url}` is not valid"))
+                    .caused_by(e)
+                    .hint("pass --nats as nats://HOST:PORT, e.g. nats://127.0.0.1:4222, or several of one cluster separated by commas")
+            })
+        })
+        .collect()
+}
+
+/// Logs what happens to a connection: lost (the client reconnects on its own, to any
+/// server of the list or that the cluster announced) and (re)established.
+fn log_event(user: String) -> impl Fn(Event) -> std::future::Ready<()> + Send + Sync + 'static {
+    move |event| {
+        match &event {
+            Event::Disconnected => {
+                tracing::warn!(user = %user, "NATS connection lost; reconnecting")
+            }
+            Event::Connected => tracing::info!(user = %user, "NATS connection (re)established"),
+            Event::LameDuckMode => {
+                tracing::warn!(user = %user, "the NATS server is shutting down; moving")
+            }
+            other => tracing::debug!(user = %user, event = %other, "NATS client event"),
+        }
+        std::future::ready(())
+    }
 }
 
 /// Client options for `user`: credentials and the inbox prefix `_INBOX_<user>`.
@@ -31,6 +56,7 @@ pub fn options(user: &str, password: &str) -> ConnectOptions {
         .custom_inbox_prefix(users::inbox_prefix(user))
         .connection_timeout(CONNECT_TIMEOUT)
         .name(format!("tenantci/{user}"))
+        .event_callback(log_event(user.to_string()))
 }
 
 /// Connects as `user` with the password in `password_file`.
@@ -61,4 +87,17 @@ pub async fn connect_with(
             .caused_by(e)
             .hint("is nats-server running and listening there? (`nats-server -c <config>`)"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_url_may_list_the_servers_of_a_cluster() {
+        let one = super::parse_url("nats://127.0.0.1:4222").unwrap();
+        assert_eq!(one.len(), 1);
+        let three = super::parse_url("nats://n1:4222, nats://n2:4222,nats://n3:4222").unwrap();
+        assert_eq!(three.len(), 3);
+        let bad = super::parse_url("nats://n1:4222,nats://n2:notaport").unwrap_err();
+        assert!(bad.to_string().contains("is not valid"), "{bad}");
+    }
 }

@@ -9,12 +9,14 @@
 //! - [`producer`] / [`consumer`]: publish with dedupe; pull only as many as there are free slots.
 //! - [`connect`]: a client with user/password from a file and the user's own inbox prefix.
 //! - [`status`]: `queue status`, what each backend's consumer holds.
+//! - [`ledger`]: the claim ledger, a key-value bucket with one entry per claimed task.
 //!
 //! Does not talk to Gitea or Kubernetes; the dispatcher (`dispatch/`) composes these parts.
 
 pub mod assignment;
 pub mod connect;
 pub mod consumer;
+pub mod ledger;
 pub mod permissions;
 pub mod producer;
 pub mod status;

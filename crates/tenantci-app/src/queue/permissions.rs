@@ -6,7 +6,7 @@
 //!
 //! Least privilege: `ci-admin` only talks to the JetStream API; `ci-producer` only publishes
 //! assignments and reads its PubAcks; `ci-worker` only pulls, acks and reads info of the two
-//! consumers. Each user subscribes only below its own inbox prefix (`_INBOX_<user>.>`), so
+//! consumers, and reads and writes the claim ledger's entries (not its config). Each user subscribes only below its own inbox prefix (`_INBOX_<user>.>`), so
 //! nobody can read another user's replies. Anything not allowed is denied.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use rand::RngCore as _;
 
-use super::{Backend, STREAM, users};
+use super::{Backend, STREAM, ledger, users};
 use tenantci_core::fsutil;
 
 /// Cost of the bcrypt hashes (what `nats server passwd` uses): each client connect costs the
@@ -39,6 +39,12 @@ pub fn user_permissions() -> Vec<UserPermissions> {
         worker_publish.push(format!("$JS.API.CONSUMER.INFO.{STREAM}.{c}"));
         worker_publish.push(format!("$JS.ACK.{STREAM}.{c}.>"));
     }
+    // The claim ledger: open the bucket and list its keys (stream info), read entries
+    // (direct get), write them (publish to the bucket's subjects; JetStream checks revisions).
+    let ledger = ledger::stream_name();
+    worker_publish.push(format!("$JS.API.STREAM.INFO.{ledger}"));
+    worker_publish.push(format!("$JS.API.DIRECT.GET.{ledger}.>"));
+    worker_publish.push(ledger::subjects());
     vec![
         UserPermissions {
             user: users::ADMIN,
@@ -269,6 +275,9 @@ mod tests {
                 "$JS.API.CONSUMER.MSG.NEXT.CI_RUNNER.vm",
                 "$JS.API.CONSUMER.INFO.CI_RUNNER.vm",
                 "$JS.ACK.CI_RUNNER.vm.>",
+                "$JS.API.STREAM.INFO.KV_CI_CLAIMS",
+                "$JS.API.DIRECT.GET.KV_CI_CLAIMS.>",
+                "$KV.CI_CLAIMS.>",
             ]
         );
         assert_eq!(p.subscribe, vec!["_INBOX_ci-worker.>"]);

@@ -1,5 +1,6 @@
-//! The queue's JetStream topology: stream `CI_RUNNER` on `ci.runner.>` and the durable pull
-//! consumers `pod` and `vm`.
+//! The queue's JetStream topology: stream `CI_RUNNER` on `ci.runner.>`, the durable pull
+//! consumers `pod` and `vm`, and the claim ledger's bucket (`ledger`), with the stream's
+//! replica count.
 //!
 //! [`desired_stream`] and [`desired_consumer`] compute the configs as data (pure, unit-tested);
 //! [`apply`] creates what is missing and updates what differs, so a re-run is a no-op and a
@@ -19,7 +20,7 @@ use async_nats::jetstream::{
 };
 use serde::Serialize;
 
-use super::{Backend, STREAM, STREAM_SUBJECTS};
+use super::{Backend, STREAM, STREAM_SUBJECTS, ledger};
 
 /// The knobs of the topology; everything else is fixed by design.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +207,9 @@ pub struct ApplyReport {
     pub stream: String,
     pub stream_change: Change,
     pub consumers: Vec<ConsumerChange>,
+    /// The claim ledger's key-value bucket.
+    pub ledger: String,
+    pub ledger_change: Change,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -265,36 +269,13 @@ pub async fn apply(
     spec: &TopologySpec,
 ) -> Result<ApplyReport, ApplyError> {
     spec.validate().map_err(ApplyError::Invalid)?;
-    let desired = desired_stream(spec);
-    let stream_change = match js.get_stream(STREAM).await {
-        Ok(mut existing) => {
-            let info = existing
-                .info()
-                .await
-                .map_err(|e| server_err("read", format!("stream {STREAM}"))(e.into()))?;
-            let drift = stream_drift(&desired, &info.config);
-            if drift.is_empty() {
-                Change::Unchanged
-            } else {
-                js.update_stream(desired.clone())
-                    .await
-                    .map_err(|e| server_err("update", format!("stream {STREAM}"))(e.into()))?;
-                Change::Updated {
-                    fields: drift.into_iter().map(String::from).collect(),
-                }
-            }
-        }
-        Err(e)
-            if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
-                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
-        {
-            js.create_stream(desired)
-                .await
-                .map_err(|e| server_err("create", format!("stream {STREAM}"))(e.into()))?;
-            Change::Created
-        }
-        Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e.into())),
-    };
+    let stream_change = apply_stream(
+        js,
+        desired_stream(spec),
+        format!("stream {STREAM}"),
+        stream_drift,
+    )
+    .await?;
     let mut consumers = Vec::new();
     for backend in Backend::ALL {
         let want = desired_consumer(spec, backend);
@@ -340,7 +321,73 @@ pub async fn apply(
         stream: STREAM.to_string(),
         stream_change,
         consumers,
+        ledger: ledger::BUCKET.to_string(),
+        ledger_change: apply_stream(
+            js,
+            ledger::desired_bucket(spec.replicas, spec.max_message_size, spec.max_bytes),
+            format!("claim ledger {}", ledger::BUCKET),
+            ledger_drift,
+        )
+        .await?,
     })
+}
+
+/// The managed fields of the ledger's stream that differ from `desired`.
+pub fn ledger_drift(desired: &stream::Config, actual: &stream::Config) -> Vec<&'static str> {
+    [
+        ("max_age", desired.max_age == actual.max_age),
+        ("num_replicas", desired.num_replicas == actual.num_replicas),
+        (
+            "max_msg_size",
+            desired.max_message_size == actual.max_message_size,
+        ),
+        ("max_bytes", desired.max_bytes == actual.max_bytes),
+        (
+            "history",
+            desired.max_messages_per_subject == actual.max_messages_per_subject,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(field, same)| (!same).then_some(field))
+    .collect()
+}
+
+/// Creates the stream `desired` names, or updates it when `drift` finds managed fields that
+/// differ (the queue's stream, the claim ledger's bucket).
+async fn apply_stream(
+    js: &jetstream::Context,
+    desired: stream::Config,
+    object: String,
+    drift: fn(&stream::Config, &stream::Config) -> Vec<&'static str>,
+) -> Result<Change, ApplyError> {
+    match js.get_stream(desired.name.clone()).await {
+        Ok(mut existing) => {
+            let info = existing
+                .info()
+                .await
+                .map_err(|e| server_err("read", object.clone())(e.into()))?;
+            let drift = drift(&desired, &info.config);
+            if drift.is_empty() {
+                return Ok(Change::Unchanged);
+            }
+            js.update_stream(desired)
+                .await
+                .map_err(|e| server_err("update", object)(e.into()))?;
+            Ok(Change::Updated {
+                fields: drift.into_iter().map(String::from).collect(),
+            })
+        }
+        Err(e)
+            if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            js.create_stream(desired)
+                .await
+                .map_err(|e| server_err("create", object)(e.into()))?;
+            Ok(Change::Created)
+        }
+        Err(e) => Err(server_err("read", object)(e.into())),
+    }
 }
 
 async fn create_consumer(
@@ -423,6 +470,14 @@ mod tests {
             ),
             vec!["num_replicas"]
         );
+    }
+
+    #[test]
+    fn replicas_are_drift_of_the_claim_ledger_too() {
+        let one = ledger::desired_bucket(1, 1024, 1 << 20);
+        let three = ledger::desired_bucket(3, 1024, 1 << 20);
+        assert!(ledger_drift(&one, &one).is_empty());
+        assert_eq!(ledger_drift(&three, &one), vec!["num_replicas"]);
     }
 
     #[test]

@@ -16,7 +16,8 @@ pub enum QueueCommand {
     /// Creates DIR/<user>.password (random, 0600) for each user that has none (existing ones are
     /// kept) and writes the fragment with bcrypt hashes to FILE, includable from nats-server.conf.
     NatsConfig(NatsConfigArgs),
-    /// Create or update the stream CI_RUNNER and the consumers `pod` and `vm` (idempotent).
+    /// Create or update the stream CI_RUNNER, the consumers `pod` and `vm` and the claim ledger
+    /// (key-value bucket CI_CLAIMS), all with --replicas (idempotent).
     Init(InitArgs),
     /// Show pending and in-flight assignments per consumer.
     Status(StatusArgs),
@@ -167,6 +168,11 @@ async fn init(args: InitArgs) -> tenantci_core::Result<i32> {
                 describe(&c.change)
             );
         }
+        println!(
+            "claim ledger {}: {}",
+            report.ledger,
+            describe(&report.ledger_change)
+        );
     }
     Ok(0)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use tenantci_app::queue::assignment::{Assignment, SealingKey};
 use tenantci_app::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
+use tenantci_app::queue::ledger::{self, Entry, Ledger, Phase};
 use tenantci_app::queue::producer::{Producer, PublishError, Published};
 use tenantci_app::queue::{Backend, STREAM};
 use tokio::sync::{Semaphore, mpsc};
@@ -675,8 +676,11 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     let created = json(&[]);
     assert_eq!(created["stream_change"]["action"], "created");
     assert_eq!(created["consumers"][0]["change"]["action"], "created");
+    assert_eq!(created["ledger"], "CI_CLAIMS");
+    assert_eq!(created["ledger_change"]["action"], "created");
     let again = json(&[]);
     assert_eq!(again["stream_change"]["action"], "unchanged");
+    assert_eq!(again["ledger_change"]["action"], "unchanged");
     assert_eq!(again["consumers"][0]["change"]["action"], "unchanged");
     assert_eq!(again["consumers"][1]["change"]["action"], "unchanged");
     let resized = json(&["--pod-capacity", "8"]);
@@ -706,10 +710,87 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     assert_exit(&out, 3);
 }
 
-async fn admin_stream_config(server: &NatsServer) -> jetstream::stream::Config {
+/// The claim ledger as ci-worker uses it (open, write, compare-and-set, list, read), and
+/// what neither ci-worker nor ci-producer may do with it, against the generated permissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_administer() {
+    let server = NatsServer::start();
+    init_topology(&server, &[]);
+    let bucket = admin_stream_config_of(&server, &ledger::stream_name()).await;
+    assert_eq!(
+        bucket.max_age,
+        ledger::RETENTION,
+        "the documented retention"
+    );
+    assert_eq!(bucket.max_messages_per_subject, 1);
+    assert_eq!(bucket.storage, jetstream::stream::StorageType::File);
+
+    let (worker, mut events) = server.client_with_events("ci-worker").await;
+    let l = Ledger::open(&jetstream::new(worker.clone())).await.unwrap();
+    let key = SealingKey::generate();
+    let a = assignment(&key, "41", Backend::Pod, b"payload");
+    let claimed = Entry::step(41, 1, Backend::Pod, Phase::Claimed).with_assignment(&a);
+    l.record(claimed).await.unwrap();
+    l.record(Entry::step(41, 1, Backend::Pod, Phase::Fetched))
+        .await
+        .unwrap();
+    // A step behind the entry changes nothing.
+    let kept = l
+        .record(Entry::step(41, 1, Backend::Pod, Phase::Queued))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.phase, Phase::Fetched);
+    assert_eq!(kept.assignment, None, "dropped once fetched");
+    l.record(Entry::step(42, 1, Backend::Vm, Phase::Queued))
+        .await
+        .unwrap();
+    l.record(Entry::step(41, 1, Backend::Pod, Phase::Final).with_result("RESULT_SUCCESS"))
+        .await
+        .unwrap();
+    let all = l.entries().await.unwrap();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(
+        l.final_result(41).await.unwrap().as_deref(),
+        Some("RESULT_SUCCESS")
+    );
+    assert_eq!(l.final_result(42).await.unwrap(), None);
+
+    // ci-worker may not purge, delete or reconfigure the bucket.
+    for api in [
+        "$JS.API.STREAM.PURGE.KV_CI_CLAIMS",
+        "$JS.API.STREAM.DELETE.KV_CI_CLAIMS",
+        "$JS.API.STREAM.UPDATE.KV_CI_CLAIMS",
+    ] {
+        worker
+            .publish_with_reply(api, "_INBOX_ci-worker.x", "{}".into())
+            .await
+            .unwrap();
+        violation(&mut events, api).await;
+    }
+    // ci-producer may neither read nor write it.
+    let (producer, mut events) = server.client_with_events("ci-producer").await;
+    producer
+        .publish("$KV.CI_CLAIMS.task.41", "{}".into())
+        .await
+        .unwrap();
+    violation(&mut events, "$KV.CI_CLAIMS.task.41").await;
+    assert!(
+        Ledger::open(&jetstream::new(producer)).await.is_err(),
+        "the producer opened the ledger"
+    );
+    violation(&mut events, "$JS.API.STREAM.INFO.KV_CI_CLAIMS").await;
+    assert_eq!(l.entries().await.unwrap().len(), 2, "nothing changed");
+}
+
+async fn admin_stream_config_of(server: &NatsServer, name: &str) -> jetstream::stream::Config {
     let js = jetstream::new(server.client("ci-admin").await);
-    let mut s = js.get_stream(STREAM).await.unwrap();
+    let mut s = js.get_stream(name).await.unwrap();
     s.info().await.unwrap().config.clone()
+}
+
+async fn admin_stream_config(server: &NatsServer) -> jetstream::stream::Config {
+    admin_stream_config_of(server, STREAM).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

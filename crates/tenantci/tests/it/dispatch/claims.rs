@@ -96,7 +96,7 @@ async fn an_executor_that_lost_the_fetch_answer_gets_its_task_on_retry_until_it_
 }
 
 /// The executor Secret of `task` once it holds attempt `attempt`.
-async fn attempt(w: &World, task: i64, attempt: u32) -> Executor {
+pub(super) async fn attempt(w: &World, task: i64, attempt: u32) -> Executor {
     let api = Api::<Secret>::namespaced(w.kube.clone(), NAMESPACE);
     let want = format!("task-{task}-attempt-{attempt}");
     let secret = eventually(&format!("the executor Secret of {want}"), || async {

@@ -25,7 +25,7 @@ use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_testkit::executor::Executor;
 use tenantci_testkit::forward::Forward;
 use tenantci_testkit::kube::kube_client;
-use tenantci_testkit::nats::NatsServer;
+use tenantci_testkit::nats::{NatsCluster, NatsServer};
 use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::process::{Process, first_line};
 use tenantci_testkit::sim::{Gitea, SimProcess};
@@ -60,6 +60,10 @@ pub struct World {
     base: Config,
     /// Each instance name's fixed facade address.
     services: Mutex<BTreeMap<String, Arc<Forward>>>,
+    /// With a three-node NATS cluster: `nats` is n1, these are n2 and n3.
+    pub peers: Vec<NatsServer>,
+    /// The cluster's files; last, so every server is killed before they go.
+    _nats_dir: Option<tempfile::TempDir>,
 }
 
 impl World {
@@ -67,22 +71,59 @@ impl World {
     /// registration, keys, facade PKI), with short timings; the dispatcher uses the
     /// tenant-admin kubeconfig.
     pub async fn start(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity)).await
+        Self::build(Some(pod_capacity), None).await
+    }
+
+    /// As [`World::start`], on a three-node JetStream cluster (`NatsCluster`) whose topology
+    /// `tenantci queue init --replicas 3` created; dispatchers get every server's URL.
+    pub async fn start_clustered(pod_capacity: u32) -> World {
+        let (servers, dir) = NatsCluster::start().into_parts();
+        let mut w = Self::build(Some(pod_capacity), Some((servers, dir))).await;
+        let urls: Vec<String> = std::iter::once(&w.nats)
+            .chain(&w.peers)
+            .map(|s| s.url.clone())
+            .collect();
+        w.base.nats.url = urls.join(",");
+        let url = w.base.nats.url.clone();
+        let password = w.nats.password_file("ci-admin");
+        // Until the cluster has elected its JetStream meta leader, init exits 3.
+        tenantci_testkit::wait::eventually_blocking("queue init --replicas 3", || {
+            let o = util::run(
+                util::tenantci()
+                    .args(["queue", "init", "--nats", &url, "--user", "ci-admin"])
+                    .arg("--password-file")
+                    .arg(&password)
+                    .args([
+                        "--replicas",
+                        "3",
+                        "--pod-capacity",
+                        &pod_capacity.to_string(),
+                    ]),
+            );
+            o.status.success().then_some(())
+        });
+        w
     }
 
     /// A world whose dispatcher inputs come from `tenantci dispatch init` (its scoped
     /// credential, RBAC, registration, keys and facade PKI), with init's default timings.
     pub async fn start_via_init() -> World {
-        Self::build(None).await
+        Self::build(None, None).await
     }
 
-    async fn build(manual: Option<u32>) -> World {
+    async fn build(
+        manual: Option<u32>,
+        cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
+    ) -> World {
         let dir = scratch();
         let state = dir.path().join("state");
         let sim = SimProcess::start(tenantci(), &state, &["ci"], &["--gitea", "--opensandbox"]);
         let gitea = sim.gitea();
         let opensandbox = OpenSandbox::from_state_dir(&state);
-        let nats = NatsServer::start();
+        let (nats, peers, nats_dir) = match cluster {
+            Some((mut servers, d)) => (servers.remove(0), servers, Some(d)),
+            None => (NatsServer::start(), Vec::new(), None),
+        };
         let kubeconfig = sim.tenant_admin("ci");
         let kube = kube_client(&kubeconfig).await;
         let cfg_dir = dir.path().join("dispatch");
@@ -113,6 +154,8 @@ impl World {
             http: reqwest::Client::new(),
             base,
             services: Mutex::default(),
+            peers,
+            _nats_dir: nats_dir,
         }
     }
 
@@ -273,6 +316,17 @@ impl World {
 
     pub async fn task(&self, id: i64) -> Value {
         self.gitea.admin(&self.http, &format!("tasks/{id}")).await
+    }
+
+    /// Every job of `jobs` is done and its task SUCCESS with one log line: it ran, once.
+    pub async fn assert_ran_once(&self, jobs: &[i64]) {
+        for job in jobs {
+            let j = self.job(*job).await;
+            assert_eq!(j["status"], "done", "{j}");
+            let t = self.task(j["task_id"].as_i64().unwrap()).await;
+            assert_eq!(t["result"], "RESULT_SUCCESS", "{t}");
+            assert_eq!(t["logs"].as_array().unwrap().len(), 1, "ran once: {t}");
+        }
     }
 
     /// The task id of a job once it is claimed.

@@ -1,11 +1,15 @@
 //! `tenantci dispatch`: init and run against the simulator, its Gitea double and a real
 //! nats-server.
 
+mod after_end;
 mod claims;
+mod cluster;
 mod executor_pod;
 mod golden;
 mod harness;
 mod init;
+mod ledger;
 mod run;
+mod stall;
 mod vm;
 mod webhook;

@@ -506,3 +506,29 @@ async fn gitea_double_writes_gitea_json() {
     assert_eq!(doc["address"], g.addr.to_string());
     g.shutdown().await;
 }
+
+/// The stall switch: a FetchTask sent during a stall is served when it ends, and claims its
+/// task even though its client gave up waiting (what a Gitea frozen by SIGSTOP does).
+#[tokio::test]
+async fn gitea_double_stall_serves_a_held_fetch_even_after_its_client_gave_up() {
+    let g = start().await;
+    let (_, c) = register(&g, "r1", &["linux"], false).await;
+    let job_id = g.double.enqueue(job(&["linux"]));
+    g.double.stall_for(std::time::Duration::from_millis(1500));
+    let mut cfg = tenantci_core::forge::gitea::ClientConfig::new(&g.base_url);
+    cfg.fetch_timeout = std::time::Duration::from_millis(200);
+    let impatient = RunnerClient::new(cfg)
+        .unwrap()
+        .with_credentials(c.credentials().unwrap().clone());
+    let err = impatient.fetch_task(0).await.unwrap_err();
+    assert!(err.claim_may_be_lost(), "{err}");
+    // The claim happens at the thaw, with nobody left to hear of it.
+    let task_id = tenantci_testkit::wait::eventually("the held FetchTask to claim", || async {
+        g.double.job(job_id).unwrap().task_id
+    })
+    .await;
+    assert!(g.double.task(task_id).is_some());
+    // A patient client is answered once the stall is over.
+    assert!(c.fetch_task(0).await.unwrap().task.is_none());
+    g.shutdown().await;
+}

@@ -1,0 +1,371 @@
+//! The claim ledger: a JetStream key-value bucket ([`BUCKET`]) with one entry per task a
+//! scheduler claimed, from the moment FetchTask returned it until Gitea accepted its final
+//! state. It is what survives when the executor objects do not (an apiserver that lost its
+//! state, Pods deleted while no dispatcher was leading, a VM sandbox that is simply gone):
+//! recovery at every leadership term reads it first.
+//!
+//! An entry is `{task, attempt, backend, phase, result?, assignment?, at}`. The phase only
+//! moves forward (claimed, queued, started, fetched, final); a new attempt restarts at
+//! `started`; a final entry never changes. Until the executor fetched its task the entry keeps
+//! the sealed assignment (ciphertext, as on the queue), so a task whose executor vanished
+//! before fetching can be started again; from `fetched` on it is dropped. [`merge`] is that
+//! rule, pure; [`Ledger::record`] applies it with a compare-and-set on the entry's revision, so
+//! two writers never lose each other's step.
+//!
+//! Retention: the bucket keeps one revision per key and drops every entry [`RETENTION`] after
+//! its last write (JetStream `max_age`). Final entries are kept that long on purpose: a
+//! facade of any instance answers a replayed report from them. No live task outlives its
+//! entry as long as RETENTION exceeds Gitea's `[actions] ENDLESS_TASK_TIMEOUT` (3h by default),
+//! after which Gitea stops the task itself.
+//!
+//! Backend-neutral: the backend is a field; nothing here knows Pods or VMs. Does not decide
+//! what recovery does with an entry (`dispatch::recovery`).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{
+    self, kv,
+    stream::{self, DiscardPolicy, StorageType},
+};
+use futures::TryStreamExt as _;
+use serde::{Deserialize, Serialize};
+
+use super::Backend;
+use super::assignment::Assignment;
+
+/// The bucket's name; its stream is `KV_CI_CLAIMS`, its subjects `$KV.CI_CLAIMS.>`.
+pub const BUCKET: &str = "CI_CLAIMS";
+/// How long an entry lives after its last write (see the module header).
+pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Room for an entry's own fields around the largest assignment the queue takes.
+pub const ENTRY_OVERHEAD: i32 = 64 * 1024;
+
+/// The stream behind the bucket.
+pub fn stream_name() -> String {
+    format!("KV_{BUCKET}")
+}
+
+/// The subjects an entry is written to (`$KV.CI_CLAIMS.task.<id>`).
+pub fn subjects() -> String {
+    format!("$KV.{BUCKET}.>")
+}
+
+fn key(task: i64) -> String {
+    format!("task.{task}")
+}
+
+/// Where a claimed task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// FetchTask returned it; not yet on the queue.
+    Claimed,
+    /// Its assignment is on the queue.
+    Queued,
+    /// Its executor exists (this attempt's).
+    Started,
+    /// Its executor has been handed the task.
+    Fetched,
+    /// Gitea accepted its final state.
+    Final,
+}
+
+/// One task's entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub task: i64,
+    pub attempt: u32,
+    pub backend: Backend,
+    pub phase: Phase,
+    /// The final result's proto name (`RESULT_SUCCESS`), once final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// The sealed assignment, until the executor fetched the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment: Option<Assignment>,
+    /// When this entry was written (RFC 3339, UTC).
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Entry {
+    /// A step of `task` to record; [`merge`] decides what it changes.
+    pub fn step(task: i64, attempt: u32, backend: Backend, phase: Phase) -> Entry {
+        Entry {
+            task,
+            attempt,
+            backend,
+            phase,
+            result: None,
+            assignment: None,
+            at: chrono::Utc::now(),
+        }
+    }
+
+    pub fn with_assignment(mut self, a: &Assignment) -> Entry {
+        self.assignment = Some(a.clone());
+        self
+    }
+
+    pub fn with_result(mut self, result: &str) -> Entry {
+        self.result = Some(result.to_string());
+        self
+    }
+
+    pub fn is_final(&self) -> bool {
+        self.phase == Phase::Final
+    }
+}
+
+/// What recording `step` over `current` writes; None when it changes nothing (pure).
+pub fn merge(current: Option<&Entry>, step: Entry) -> Option<Entry> {
+    let Some(cur) = current else {
+        return Some(trimmed(step));
+    };
+    if cur.is_final() {
+        return None;
+    }
+    let next = if step.phase == Phase::Final {
+        Entry {
+            attempt: cur.attempt.max(step.attempt),
+            ..step
+        }
+    } else if step.attempt > cur.attempt {
+        step
+    } else if step.attempt == cur.attempt && step.phase > cur.phase {
+        Entry {
+            assignment: step.assignment.or_else(|| cur.assignment.clone()),
+            ..step
+        }
+    } else {
+        return None;
+    };
+    Some(trimmed(Entry {
+        backend: cur.backend,
+        ..next
+    }))
+}
+
+/// From `fetched` on the assignment is not needed (and not kept).
+fn trimmed(mut e: Entry) -> Entry {
+    if e.phase >= Phase::Fetched {
+        e.assignment = None;
+    }
+    e
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("claim ledger: {0}")]
+pub struct LedgerError(String);
+
+fn err(what: &str) -> impl FnOnce(&dyn std::fmt::Display) -> LedgerError + '_ {
+    move |e| LedgerError(format!("{what}: {e}"))
+}
+
+/// The bucket's stream for `replicas`, the queue's largest assignment and byte bound (pure).
+/// The stream a JetStream key-value bucket is (what `nats kv add` creates), made directly:
+/// async-nats' bucket creation first asks for account limits in a shape nats-server 2.9 does
+/// not answer with.
+pub fn desired_bucket(replicas: usize, max_assignment: i32, max_bytes: i64) -> stream::Config {
+    stream::Config {
+        name: stream_name(),
+        description: Some("tenantci claim ledger: one entry per claimed task".to_string()),
+        subjects: vec![subjects()],
+        max_messages_per_subject: 1,
+        max_messages: -1,
+        max_bytes,
+        max_age: RETENTION,
+        max_message_size: max_assignment.saturating_add(ENTRY_OVERHEAD),
+        storage: StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        deny_purge: false,
+        allow_direct: true,
+        num_replicas: replicas,
+        discard: DiscardPolicy::New,
+        ..Default::default()
+    }
+}
+
+/// The ledger, reached through a JetStream context (as `ci-worker`, whose permissions allow
+/// exactly this bucket's reads and writes).
+#[derive(Clone)]
+pub struct Ledger {
+    kv: kv::Store,
+}
+
+/// Compare-and-set attempts before [`Ledger::record`] gives up (another writer kept winning).
+const CAS_ATTEMPTS: usize = 5;
+
+impl Ledger {
+    /// Opens the bucket `queue init` created.
+    pub async fn open(js: &jetstream::Context) -> Result<Ledger, LedgerError> {
+        let kv = js
+            .get_key_value(BUCKET)
+            .await
+            .map_err(|e| err("cannot open the bucket")(&e))?;
+        Ok(Ledger { kv })
+    }
+
+    /// The entry of `task` and its revision.
+    async fn entry(&self, task: i64) -> Result<Option<(Entry, u64)>, LedgerError> {
+        let found = self
+            .kv
+            .entry(key(task))
+            .await
+            .map_err(|e| err("cannot read an entry")(&e))?;
+        let Some(e) = found.filter(|e| e.operation == kv::Operation::Put) else {
+            return Ok(None);
+        };
+        let entry = serde_json::from_slice(&e.value)
+            .map_err(|e| err(&format!("the entry of task {task} does not decode"))(&e))?;
+        Ok(Some((entry, e.revision)))
+    }
+
+    pub async fn get(&self, task: i64) -> Result<Option<Entry>, LedgerError> {
+        Ok(self.entry(task).await?.map(|(e, _)| e))
+    }
+
+    /// Records `step` ([`merge`]); returns the entry as it stands afterwards.
+    pub async fn record(&self, step: Entry) -> Result<Option<Entry>, LedgerError> {
+        let task = step.task;
+        for _ in 0..CAS_ATTEMPTS {
+            let current = self.entry(task).await?;
+            let Some(next) = merge(current.as_ref().map(|(e, _)| e), step.clone()) else {
+                return Ok(current.map(|(e, _)| e));
+            };
+            let value = serde_json::to_vec(&next).expect("an entry always serializes");
+            let written = match &current {
+                Some((_, revision)) => self
+                    .kv
+                    .update(key(task), value.into(), *revision)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                None => self
+                    .kv
+                    .create(key(task), value.into())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+            };
+            match written {
+                Ok(()) => return Ok(Some(next)),
+                // Another writer was first: read again and merge over its entry.
+                Err(e) => {
+                    tracing::debug!(task, error = %e, "claim ledger: write lost a race; retrying")
+                }
+            }
+        }
+        Err(LedgerError(format!(
+            "the entry of task {task} kept changing; {CAS_ATTEMPTS} writes lost the race"
+        )))
+    }
+
+    /// Records `step`, logging a failure instead of returning it: the step itself (a claim,
+    /// a start, a report) matters more, and recovery still has the apiserver objects.
+    pub async fn note(&self, step: Entry) {
+        let (task, phase) = (step.task, step.phase);
+        if let Err(e) = self.record(step).await {
+            tracing::warn!(task, ?phase, error = %e, "the claim ledger did not record this step");
+        }
+    }
+
+    /// The final result recorded for `task` (its proto name), if the entry is final.
+    pub async fn final_result(&self, task: i64) -> Result<Option<String>, LedgerError> {
+        Ok(self
+            .get(task)
+            .await?
+            .filter(Entry::is_final)
+            .map(|e| e.result.unwrap_or_default()))
+    }
+
+    /// Every entry within the retention, final ones too (what recovery looks at): one stream
+    /// info (the keys) and one read per entry.
+    pub async fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
+        let mut stream = self
+            .kv
+            .stream
+            .info_with_subjects(format!("$KV.{BUCKET}.task.>"))
+            .await
+            .map_err(|e| err("cannot list the entries")(&e))?;
+        let mut tasks = Vec::new();
+        while let Some((subject, _)) = stream
+            .try_next()
+            .await
+            .map_err(|e| err("cannot list the entries")(&e))?
+        {
+            if let Some(task) = subject.rsplit('.').next().and_then(|t| t.parse().ok()) {
+                tasks.push(task);
+            }
+        }
+        tasks.sort_unstable();
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(self.get(task).await?);
+        }
+        Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(attempt: u32, phase: Phase) -> Entry {
+        Entry::step(7, attempt, Backend::Pod, phase)
+    }
+
+    fn sealed() -> Assignment {
+        let key = super::super::assignment::SealingKey::generate();
+        Assignment::seal(&key, "7", 1, Backend::Pod, vec![], b"task").unwrap()
+    }
+
+    #[test]
+    fn phases_only_move_forward_and_final_never_changes() {
+        let claimed = merge(None, step(1, Phase::Claimed).with_assignment(&sealed())).unwrap();
+        let queued = merge(Some(&claimed), step(1, Phase::Queued)).unwrap();
+        assert_eq!(queued.phase, Phase::Queued);
+        assert!(queued.assignment.is_some(), "kept until fetched");
+        assert_eq!(merge(Some(&queued), step(1, Phase::Claimed)), None);
+        let fetched = merge(Some(&queued), step(1, Phase::Fetched)).unwrap();
+        assert_eq!(fetched.assignment, None, "dropped once fetched");
+        let done = merge(
+            Some(&fetched),
+            step(1, Phase::Final).with_result("RESULT_SUCCESS"),
+        );
+        let done = done.unwrap();
+        assert_eq!(done.result.as_deref(), Some("RESULT_SUCCESS"));
+        for later in [Phase::Started, Phase::Final] {
+            assert_eq!(merge(Some(&done), step(2, later)), None);
+        }
+    }
+
+    #[test]
+    fn a_new_attempt_restarts_and_a_stale_one_changes_nothing() {
+        let started = merge(None, step(1, Phase::Started)).unwrap();
+        let second = merge(Some(&started), step(2, Phase::Started)).unwrap();
+        assert_eq!((second.attempt, second.phase), (2, Phase::Started));
+        assert_eq!(merge(Some(&second), step(1, Phase::Fetched)), None);
+        let failed = merge(Some(&second), step(1, Phase::Final)).unwrap();
+        assert_eq!(failed.attempt, 2, "final keeps the latest attempt");
+    }
+
+    #[test]
+    fn the_backend_of_the_first_entry_stays() {
+        let vm = merge(None, Entry::step(7, 1, Backend::Vm, Phase::Claimed)).unwrap();
+        let next = merge(Some(&vm), step(1, Phase::Started)).unwrap();
+        assert_eq!(next.backend, Backend::Vm);
+    }
+
+    #[test]
+    fn the_bucket_keeps_one_revision_for_the_retention_with_the_queues_replicas() {
+        let b = desired_bucket(3, 1024 * 1024, 1 << 28);
+        assert_eq!(b.name, "KV_CI_CLAIMS");
+        assert_eq!(b.subjects, vec!["$KV.CI_CLAIMS.>"]);
+        assert_eq!(b.max_messages_per_subject, 1, "one revision per key");
+        assert_eq!(b.max_age, RETENTION);
+        assert_eq!(b.num_replicas, 3);
+        assert!(b.max_message_size > 1024 * 1024);
+        assert!(b.allow_direct, "entries are read with direct get");
+    }
+}

@@ -1,0 +1,87 @@
+//! The claim ledger (issue 19): executor objects the apiserver lost while no dispatcher was
+//! leading do not take their tasks with them. The next term reads the ledger, starts again
+//! what never reached its executor and reports FAILURE, saying what was lost, for what had;
+//! no task is left open at Gitea.
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams};
+use tenantci_testkit::wait::eventually;
+
+use super::claims::attempt;
+use super::harness::{NAMESPACE, World};
+
+/// Deletes every executor Pod and Secret, as a restored or wiped apiserver loses them.
+async fn lose_every_executor(w: &World) {
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let lp = ListParams::default();
+    Api::<Pod>::namespaced(w.kube.clone(), NAMESPACE)
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(w.kube.clone(), NAMESPACE)
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+    w.all_cleaned_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn executors_lost_while_no_dispatcher_leads_are_restarted_or_reported() {
+    let w = World::start(3).await;
+    let mut d = w.dispatcher("d1").await;
+    let mut tasks = Vec::new();
+    for name in ["fetched", "waiting-1", "waiting-2"] {
+        tasks.push(w.claimed(w.enqueue(name, "s").await).await);
+    }
+    let [fetched, w1, w2] = tasks[..] else {
+        unreachable!("three tasks")
+    };
+    let waiting = [w1, w2];
+    // One executor has its task; the other two are still pulling their image.
+    assert_eq!(w.executor(fetched).await.fetch().await.id, fetched);
+    for t in waiting {
+        w.objects(t).await;
+    }
+    eventually("all three executors started", || async {
+        (d.metric("tenantci_dispatch_capacity_in_use").await == Some(3.0)).then_some(())
+    })
+    .await;
+
+    // The dispatcher dies; while none leads, the apiserver loses every executor object.
+    d.kill9();
+    lose_every_executor(&w).await;
+    let d = w.dispatcher("d1").await;
+
+    let view = eventually("the fetched task to be reported", || async {
+        let v = w.task(fetched).await;
+        (v["state"] == "done").then_some(v)
+    })
+    .await;
+    assert_eq!(view["result"], "RESULT_FAILURE", "{view}");
+    assert!(
+        view["logs"].as_array().unwrap().iter().any(|l| l
+            .as_str()
+            .unwrap()
+            .contains("had fetched the task when its Pod and Secret were lost")),
+        "a line says what was lost: {view}"
+    );
+    for t in waiting {
+        attempt(&w, t, 2).await.run(t).await;
+        let v = w.task(t).await;
+        assert_eq!(v["result"], "RESULT_SUCCESS", "{v}");
+        let ran = v["logs"].as_array().unwrap();
+        assert_eq!(ran.len(), 1, "ran once: {v}");
+    }
+    for t in &tasks {
+        assert_eq!(w.task(*t).await["state"], "done", "no task left open");
+    }
+    assert_eq!(
+        d.metric("tenantci_dispatch_task_restarts_total").await,
+        Some(2.0)
+    );
+    assert!(d.log_text().contains("started again as attempt 2"));
+    w.all_cleaned_up().await;
+}
