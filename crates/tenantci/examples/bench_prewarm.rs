@@ -58,6 +58,8 @@ async fn trace(pause: i32, times: &[Duration], boot: Duration, run_for: u64) -> 
     let handle = sim::start(SimConfig {
         state_dir: dir.path().join("state"),
         clusters: vec!["ci".into()],
+        // In-process and never restarted: nothing to keep across a restart.
+        persist: false,
         nodes: NodeConfig {
             image: NodeImage::default(),
             boot,

@@ -6,5 +6,6 @@ mod executor_pod;
 mod golden;
 mod harness;
 mod init;
+mod inputs;
 mod run;
 mod webhook;
