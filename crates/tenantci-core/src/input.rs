@@ -74,11 +74,10 @@ pub fn read_bytes(what: &str, path: &Path, max: u64) -> Result<Vec<u8>> {
             size(max)
         ))
         .hint(format!("pass the path of {what} itself, not a larger file")),
-        io::ErrorKind::InvalidInput => Error::bad_input(format!(
-            "{what} `{}` is not a regular file",
-            path.display()
-        ))
-        .hint(format!("pass the path of {what} itself")),
+        io::ErrorKind::InvalidInput => {
+            Error::bad_input(format!("{what} `{}` is not a regular file", path.display()))
+                .hint(format!("pass the path of {what} itself"))
+        }
         _ => Error::unreadable(what, path, e),
     })
 }

@@ -105,9 +105,10 @@ fn resume(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
         {
             timers.next_node = timers.next_node.max(i);
         }
-        let ready = n["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        let ready = n["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
         if !ready && n["metadata"]["labels"][RENTED_LABEL] == "true" {
             timers.boot_done.insert(name.to_string(), now + cfg.boot);
         }
@@ -119,8 +120,14 @@ fn resume(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
             .and_then(|d| tenantci_core::duration::parse(d).ok())
         {
             let key = (
-                p["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
-                p["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                p["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             );
             timers.finish_at.insert(key, now + d);
         }

@@ -83,7 +83,10 @@ pub fn encode(store: &Store) -> Vec<u8> {
 }
 
 /// A store from the file's bytes; `Err` says what is wrong with them.
-pub fn decode(bytes: &[u8], registry: &'static [ResourceDef]) -> std::result::Result<Store, String> {
+pub fn decode(
+    bytes: &[u8],
+    registry: &'static [ResourceDef],
+) -> std::result::Result<Store, String> {
     let file: In = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     if file.format != FORMAT {
         return Err(format!(
@@ -176,10 +179,7 @@ mod tests {
             .unwrap();
         let back = decode(&encode(&s), registry::TENANT).unwrap();
         assert_eq!(back.resource_version(), s.resource_version());
-        assert_eq!(
-            back.get("configmaps", "ns", "c").unwrap()["data"]["k"],
-            "v"
-        );
+        assert_eq!(back.get("configmaps", "ns", "c").unwrap()["data"]["k"], "v");
         assert!(back.get("namespaces", "", "ns").is_some());
     }
 

@@ -52,7 +52,8 @@ pub fn admin_ca_paths(state: &StateDir) -> (PathBuf, PathBuf) {
 /// Ports recorded by the previous run: ("" = admin, else cluster name) -> port.
 pub fn previous_ports(state: &StateDir) -> HashMap<String, u16> {
     let mut out = HashMap::new();
-    let Ok(text) = fsutil::read_bounded(&state.gateway_json(), tenantci_core::input::MAX_CONFIG) else {
+    let Ok(text) = fsutil::read_bounded(&state.gateway_json(), tenantci_core::input::MAX_CONFIG)
+    else {
         return out;
     };
     let Ok(g) = serde_json::from_slice::<GatewayJson>(&text) else {

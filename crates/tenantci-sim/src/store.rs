@@ -44,6 +44,8 @@ pub struct Event {
 }
 
 pub type Key = (String, String);
+/// One object with its resource and key, as a snapshot lists it.
+pub type Stored = (&'static str, Key, Arc<Value>);
 type Table = BTreeMap<Key, Arc<Value>>;
 
 struct Inner {
@@ -292,7 +294,7 @@ impl Store {
     }
 
     /// Every object with the version the copy was taken at (objects shared, not copied).
-    pub fn snapshot(&self) -> (u64, Vec<(&'static str, Key, Arc<Value>)>) {
+    pub fn snapshot(&self) -> (u64, Vec<Stored>) {
         let inner = self.inner.read().unwrap();
         let objects = inner
             .tables

@@ -63,12 +63,13 @@ pub fn inspect(dir: &Path) -> Result<Existing> {
         })?),
         Err(_) => None,
     };
-    let server = tenantci_core::fsutil::read_bounded(&files.kubeconfig, tenantci_core::input::MAX_CONFIG)
-        .ok()
-        .and_then(|t| serde_yaml::from_slice::<kube::config::Kubeconfig>(&t).ok())
-        .and_then(|kc| kc.clusters.into_iter().next())
-        .and_then(|c| c.cluster)
-        .and_then(|c| c.server);
+    let server =
+        tenantci_core::fsutil::read_bounded(&files.kubeconfig, tenantci_core::input::MAX_CONFIG)
+            .ok()
+            .and_then(|t| serde_yaml::from_slice::<kube::config::Kubeconfig>(&t).ok())
+            .and_then(|kc| kc.clusters.into_iter().next())
+            .and_then(|c| c.cluster)
+            .and_then(|c| c.server);
     Ok(Existing {
         present,
         cert,

@@ -256,7 +256,8 @@ fn check_out_dir(out_dir: &Path, files: &CredentialFiles) -> Result<()> {
 }
 
 fn read_server_ca(path: &Path) -> Result<String> {
-    let pem = tenantci_core::input::read_text("the serving CA", path, tenantci_core::input::MAX_PEM)?;
+    let pem =
+        tenantci_core::input::read_text("the serving CA", path, tenantci_core::input::MAX_PEM)?;
     CertInfo::from_pem(&pem).map_err(|e| {
         Error::bad_input(format!(
             "the serving CA `{}` is not a PEM certificate",

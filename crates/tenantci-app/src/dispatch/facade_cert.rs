@@ -51,8 +51,11 @@ pub fn check(files: &Files, host: &str, now: OffsetDateTime) -> Result<Valid> {
     let ((cert_path, cert), (key_path, key)) = (files.cert, files.key);
     let c = cert_path.display();
     let refuse = |what: String| Error::bad_input(what).hint(REISSUE);
-    let info = CertInfo::from_pem(cert)
-        .map_err(|e| refuse(format!("the facade certificate `{c}` is not a PEM certificate ({e})")))?;
+    let info = CertInfo::from_pem(cert).map_err(|e| {
+        refuse(format!(
+            "the facade certificate `{c}` is not a PEM certificate ({e})"
+        ))
+    })?;
     if now < info.not_before {
         return Err(refuse(format!(
             "the facade certificate `{c}` is not valid before {} (check this host's clock)",
@@ -113,7 +116,11 @@ pub struct Loaded {
 
 /// Reads the facade's certificate, key (only when private to this account) and CA, and checks
 /// them for `host`.
-pub fn load(facade: &crate::dispatch::config::Facade, host: &str, now: OffsetDateTime) -> Result<Loaded> {
+pub fn load(
+    facade: &crate::dispatch::config::Facade,
+    host: &str,
+    now: OffsetDateTime,
+) -> Result<Loaded> {
     let cert_pem = input::read_text("the facade certificate", &facade.cert_file, MAX_PEM)?;
     let key_pem = input::read_private("the facade key", &facade.key_file, MAX_PEM)?;
     let ca_pem = input::read_text("the facade CA certificate", &facade.ca_cert_file, MAX_PEM)?;
@@ -173,7 +180,14 @@ mod tests {
     #[test]
     fn a_fitting_certificate_reports_its_days() {
         let i = issued("127.0.0.1");
-        let v = run(&i, &i.key, &i.ca, "127.0.0.1", i.not_before + time::Duration::days(10)).unwrap();
+        let v = run(
+            &i,
+            &i.key,
+            &i.ca,
+            "127.0.0.1",
+            i.not_before + time::Duration::days(10),
+        )
+        .unwrap();
         assert!((89..=90).contains(&v.days_left), "{v:?}");
     }
 
@@ -183,11 +197,41 @@ mod tests {
         let other = issued("127.0.0.1");
         let nb = i.not_before;
         for (key, ca, host, now, says) in [
-            (&i.key, &i.ca, "127.0.0.1", nb + time::Duration::days(101), "expired at"),
-            (&i.key, &i.ca, "127.0.0.1", nb - time::Duration::days(1), "not valid before"),
-            (&other.key, &i.ca, "127.0.0.1", nb, "`facade.key` is not the key"),
-            (&i.key, &other.ca, "127.0.0.1", nb, "not signed by the facade CA `facade-ca.crt`"),
-            (&i.key, &i.ca, "dispatch.example", nb, "not for dispatch.example"),
+            (
+                &i.key,
+                &i.ca,
+                "127.0.0.1",
+                nb + time::Duration::days(101),
+                "expired at",
+            ),
+            (
+                &i.key,
+                &i.ca,
+                "127.0.0.1",
+                nb - time::Duration::days(1),
+                "not valid before",
+            ),
+            (
+                &other.key,
+                &i.ca,
+                "127.0.0.1",
+                nb,
+                "`facade.key` is not the key",
+            ),
+            (
+                &i.key,
+                &other.ca,
+                "127.0.0.1",
+                nb,
+                "not signed by the facade CA `facade-ca.crt`",
+            ),
+            (
+                &i.key,
+                &i.ca,
+                "dispatch.example",
+                nb,
+                "not for dispatch.example",
+            ),
         ] {
             let e = run(&i, key, ca, host, now).unwrap_err();
             assert_eq!(e.exit_code(), 2);

@@ -103,6 +103,15 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
     })
 }
 
+/// The metrics, with the configured capacities and the facade certificate's end.
+fn start_metrics(cfg: &Config, inputs: &Inputs) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::default());
+    report_facade_cert(cfg, &inputs.facade_cert, &metrics);
+    metrics.capacity(Backend::Pod, cfg.capacity.pod);
+    metrics.capacity(Backend::Vm, cfg.capacity.vm);
+    metrics
+}
+
 /// Says how long the facade certificate has left (a warning within [`facade_cert::WARN_DAYS`])
 /// and exports it as a metric.
 fn report_facade_cert(cfg: &Config, valid: &facade_cert::Valid, metrics: &Metrics) {
@@ -115,7 +124,10 @@ fn report_facade_cert(cfg: &Config, valid: &facade_cert::Valid, metrics: &Metric
             "the facade certificate expires at {until}; re-run `tenantci dispatch init` to issue a new one before executors stop trusting the facade"
         );
     } else {
-        tracing::info!(days_left = valid.days_left, "the facade certificate is valid until {until}");
+        tracing::info!(
+            days_left = valid.days_left,
+            "the facade certificate is valid until {until}"
+        );
     }
 }
 
@@ -211,10 +223,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     apply_topology(&cfg).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
-    let metrics = Arc::new(Metrics::default());
-    report_facade_cert(&cfg, &inputs.facade_cert, &metrics);
-    metrics.capacity(Backend::Pod, cfg.capacity.pod);
-    metrics.capacity(Backend::Vm, cfg.capacity.vm);
+    let metrics = start_metrics(&cfg, &inputs);
     let registry = Arc::new(Registry::default());
     let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
     let health = Arc::new(Health::default());

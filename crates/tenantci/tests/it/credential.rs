@@ -630,7 +630,11 @@ fn credential_mint_echoes_only_a_prefix_of_a_huge_common_name() {
         let o = run_args(&args);
         assert_exit(&o, 2);
         assert!(stderr(&o).len() < 1000, "{}", stderr(&o));
-        assert!(stderr(&o).contains("(100"), "says how long it was: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("(100"),
+            "says how long it was: {}",
+            stderr(&o)
+        );
         assert!(!out.exists());
     }
 }

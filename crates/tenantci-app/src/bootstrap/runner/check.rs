@@ -5,8 +5,8 @@
 use super::{Inputs, PausePods};
 use crate::runner::gitlab_config::{merge, write};
 use crate::runner::token::{self, Prepared};
-use tenantci_core::pki::policy;
 use tenantci_core::input::shown;
+use tenantci_core::pki::policy;
 use tenantci_core::{Error, Result};
 
 pub(super) fn check_inputs(inputs: &Inputs) -> Result<Prepared<'_>> {

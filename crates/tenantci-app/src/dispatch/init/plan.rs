@@ -119,10 +119,11 @@ pub fn check(i: &Inputs) -> Result<Checked> {
     }
     tenantci_core::gateway::layout::validate_cluster_name(&i.cluster)?;
     if !tenantci_core::dns::is_label(&i.namespace) {
-        return Err(
-            Error::bad_input(format!("--namespace `{}` is not a DNS label", tenantci_core::input::shown(&i.namespace)))
-                .hint("use 1-63 lower-case letters, digits and `-`, e.g. `dynamic-runner`"),
-        );
+        return Err(Error::bad_input(format!(
+            "--namespace `{}` is not a DNS label",
+            tenantci_core::input::shown(&i.namespace)
+        ))
+        .hint("use 1-63 lower-case letters, digits and `-`, e.g. `dynamic-runner`"));
     }
     if i.labels.is_empty() {
         return Err(Error::bad_input("--labels is empty")

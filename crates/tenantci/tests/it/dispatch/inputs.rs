@@ -178,20 +178,38 @@ fn good_inputs_get_past_loading_to_the_first_connection() {
 fn an_expired_or_not_yet_valid_facade_certificate_is_refused() {
     let s = setup();
     let now = OffsetDateTime::now_utc();
-    s.facade_valid(now - time::Duration::days(10), now - time::Duration::days(1));
+    s.facade_valid(
+        now - time::Duration::days(10),
+        now - time::Duration::days(1),
+    );
     assert_refused(&s.run(), &["facade.crt", "expired at"]);
-    s.facade_valid(now + time::Duration::days(1), now + time::Duration::days(10));
+    s.facade_valid(
+        now + time::Duration::days(1),
+        now + time::Duration::days(10),
+    );
     assert_refused(&s.run(), &["facade.crt", "is not valid before"]);
 }
 
 #[test]
 fn a_facade_key_that_is_not_the_certificates_is_refused_naming_both_files() {
     let s = setup();
-    let other = issue::server_cert(&s.ca, "x", &["127.0.0.1".into()], Duration::from_secs(86400))
-        .unwrap();
+    let other = issue::server_cert(
+        &s.ca,
+        "x",
+        &["127.0.0.1".into()],
+        Duration::from_secs(86400),
+    )
+    .unwrap();
     secret(&s.path(files::FACADE_KEY), &other.key_pem);
     let o = s.run();
-    assert_refused(&o, &["facade.key", "is not the key of the facade certificate", "facade.crt"]);
+    assert_refused(
+        &o,
+        &[
+            "facade.key",
+            "is not the key of the facade certificate",
+            "facade.crt",
+        ],
+    );
     assert!(!stderr(&o).contains("KeyMismatch"), "{}", stderr(&o));
 }
 
