@@ -487,9 +487,11 @@ fn init_says_how_to_re_register_when_gitea_no_longer_knows_the_registration() {
     std::fs::create_dir(&dir).unwrap();
     // A registration Gitea does not know: what scheduler.json holds after the runner was
     // deleted in Gitea's admin UI.
-    std::fs::write(
-        dir.join("scheduler.json"),
-        r#"{"id": 41, "uuid": "6d1f3c9e-0000-4000-8000-000000000041", "token": "0123abcd", "name": "tenantci-dispatch-ci"}"#,
+    // 0600 as init writes it: a credential open to other accounts is refused before this.
+    tenantci_core::fsutil::write_atomic(
+        &dir.join("scheduler.json"),
+        br#"{"id": 41, "uuid": "6d1f3c9e-0000-4000-8000-000000000041", "token": "0123abcd", "name": "tenantci-dispatch-ci"}"#,
+        0o600,
     )
     .unwrap();
     let o = s.init("d", &[], &[]);
