@@ -98,7 +98,7 @@ pub fn check(files: &Files, host: &str, now: OffsetDateTime) -> Result<Valid> {
             input::shown(&sans.join(", ")),
             input::shown(host)
         ))
-        .hint(REISSUE));
+        .hint("re-run `tenantci dispatch init` with --facade-url set to the URL executors dial: it issues a facade certificate for that host from the facade CA"));
     }
     Ok(Valid {
         not_after: info.not_after,
