@@ -1,7 +1,8 @@
 //! tenantci-core: the leaves every other tenantci crate builds on. Errors and exit codes,
 //! durations, careful file writes and bounded file reads, TLS set-up, the secret type, the PKI (ClientCA, issuing,
 //! inspecting), the gateway's state directory and tenant-cluster resolution, kube clients from
-//! kubeconfigs, resource quantities, the node image, and the Gitea runner protocol.
+//! kubeconfigs, resource quantities, the node image, the Gitea runner protocol and the
+//! OpenSandbox Lifecycle API.
 //!
 //! No CLI (clap) and no NATS (async-nats): the manifest does not list them, so a leaf cannot
 //! grow a dependency on either without a visible manifest change.
@@ -16,6 +17,7 @@ pub mod input;
 pub mod kube_client;
 pub mod kubeconfig;
 pub mod node_image;
+pub mod opensandbox;
 pub mod pki;
 pub mod quantity;
 pub mod secret;

@@ -35,10 +35,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::gitea_hooks::{HookSpec, Hooks, JobEvent};
+use crate::served::Served;
 use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
 use tenantci_core::forge::gitea::json::struct_from_json;
@@ -187,32 +186,13 @@ pub struct GiteaHandle {
     pub addr: SocketAddr,
     pub registration_token: String,
     pub double: Arc<GiteaDouble>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    served: Served,
 }
 
 impl GiteaHandle {
-    /// Stops serving: in-flight requests get a moment to finish, then every connection is
-    /// dropped (a client's idle keep-alive connection must not keep the simulator alive).
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(Duration::from_secs(2), &mut task)
-                .await
-                .is_err()
-        {
-            task.abort();
-        }
-    }
-}
-
-impl Drop for GiteaHandle {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+    /// Stops serving (`Served::shutdown`).
+    pub async fn shutdown(self) {
+        self.served.shutdown().await;
     }
 }
 
@@ -367,22 +347,13 @@ impl GiteaDouble {
         })?;
         let double = Arc::new(GiteaDouble::new());
         let app = Self::router(double.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::warn!(error = %e, "the Gitea double stopped with an error");
-            }
-        });
+        let served = Served::spawn(listener, app, "the Gitea double");
         Ok(GiteaHandle {
             base_url: format!("http://{addr}"),
             addr,
             registration_token: double.registration_token.clone(),
             double,
-            stop: Some(stop),
-            task: Some(task),
+            served,
         })
     }
 

@@ -2,6 +2,7 @@
 //!
 //! - [`gitlab`]: the GitLab REST double.
 //! - [`sim`]: the simulator as a process or in-process, and its Gitea double.
+//! - [`opensandbox`]: the simulator's OpenSandbox double, its client and admin API.
 //! - [`nats`]: a real nats-server with the queue's generated users.
 //! - [`executor`]: a Gitea executor played from the executor Secret's files.
 //! - [`forward`]: a fixed address in front of a server that restarts on another port.
@@ -18,6 +19,7 @@ pub mod forward;
 pub mod gitlab;
 pub mod kube;
 pub mod nats;
+pub mod opensandbox;
 pub mod process;
 pub mod procfs;
 pub mod sim;

@@ -119,6 +119,9 @@ pub struct Config {
     pub webhook: Option<Webhook>,
     #[serde(default)]
     pub claim: Claim,
+    /// The VM backend (OpenSandbox); absent: off, and `vm` is not registered at Gitea.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<crate::dispatch::vm::Vm>,
 }
 
 /// What happens to a claimed task whose executor never fetches it.
@@ -213,8 +216,7 @@ pub struct Capacity {
     /// Concurrent executor Pods.
     #[serde(default = "defaults::pod_capacity")]
     pub pod: u32,
-    /// Concurrent VMs (the VM backend is not implemented yet; tasks routed to `vm` are
-    /// reported to Gitea as FAILURE at once).
+    /// Concurrent VM sandboxes (used when the `[vm]` section is present).
     #[serde(default = "defaults::vm_capacity")]
     pub vm: u32,
 }
@@ -657,6 +659,9 @@ impl Config {
         self.leader_timing()
             .validate()
             .map_err(|e| format!("has leader timings where {e}"))?;
+        if let Some(vm) = &self.vm {
+            vm.validate()?;
+        }
         Ok(())
     }
 
@@ -678,6 +683,9 @@ impl Config {
         abs(&mut self.facade.key_file);
         if let Some(w) = self.webhook.as_mut() {
             abs(&mut w.secret_file);
+        }
+        if let Some(vm) = self.vm.as_mut() {
+            abs(&mut vm.api_key_file);
         }
         self
     }
@@ -784,6 +792,7 @@ mod tests {
             leader: Leader::default(),
             webhook: None,
             claim: Claim::default(),
+            vm: None,
         }
     }
 

@@ -38,6 +38,7 @@ use crate::credential::{CaSource, MintRequest};
 use crate::dispatch::capability::{self, CapabilityKey};
 use crate::dispatch::manifests;
 use crate::dispatch::registration::SchedulerCredential;
+use crate::dispatch::vm;
 use crate::queue::assignment::SealingKey;
 use crate::queue::users;
 use crate::tenant::apply::summary;
@@ -103,8 +104,16 @@ pub struct HandBack {
 pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
     let mut steps = Steps::new(&mut on_step, i.dry_run);
     // Phase one: nothing changes.
+    let vm = vm::init::section(&i.vm)?;
+    let registered = Inputs {
+        labels: vm::init::registered_labels(&i.labels, vm.as_ref())?,
+        ..i.clone()
+    };
+    let vm_dropped = registered.labels.len() < i.labels.len();
+    let i = &registered;
     let local = local::check(i)?;
     let cx = check_cluster(i, local, &mut steps).await?;
+    opensandbox(&cx, vm_dropped, &mut steps).await?;
     // Phase two (or, in a dry run, what it would do).
     let runner = registration(&cx, &mut steps).await?;
     if !i.dry_run {
@@ -162,6 +171,28 @@ async fn check_cluster<'i>(
         credential,
         admin,
     })
+}
+
+/// The VM backend: its Lifecycle API reached with the key (phase one), or, when `--labels`
+/// asked for `vm` without it, why `vm` is not registered.
+async fn opensandbox(cx: &Context<'_>, vm_dropped: bool, steps: &mut Steps<'_>) -> Result<()> {
+    let Some(v) = &cx.local.config.vm else {
+        if vm_dropped {
+            steps.record("opensandbox", Outcome::Skipped, vm::init::VM_DROPPED);
+        }
+        return Ok(());
+    };
+    vm::api::check_access(&vm::api::client(v)?).await?;
+    steps.record(
+        "opensandbox",
+        Outcome::Ok,
+        format!(
+            "{} answers; the API key in {} is accepted",
+            v.opensandbox_url,
+            v.api_key_file.display()
+        ),
+    );
+    Ok(())
 }
 
 /// Executor Pods run their proxy as a native sidecar (Kubernetes 1.29+). An older apiserver

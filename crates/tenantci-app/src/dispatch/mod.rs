@@ -25,5 +25,6 @@ pub mod routing;
 pub mod runtime;
 pub mod scheduler;
 pub mod status;
+pub mod vm;
 pub mod webhook;
 pub mod worker;

@@ -221,6 +221,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let client = kube_client(&cfg).await?;
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
+    // Checked at start: a wrong key is refused now, naming its file, not at the first vm task.
+    let _sandboxes = super::vm::api::connect(cfg.vm.as_ref()).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
     let metrics = start_metrics(&cfg, &inputs);

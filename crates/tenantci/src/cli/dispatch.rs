@@ -22,9 +22,9 @@ pub enum DispatchCommand {
     /// with the cluster's tenant-admin kubeconfig and verifies it with the new credential,
     /// creates the capability and sealing keys and the facade's CA and serving cert (all kept
     /// on re-run), and writes the config last. Every file is 0600 in a 0700 directory; the
-    /// registration token is never written. Only the pod backend is implemented: a `vm`
-    /// label is accepted, but tasks routed to `vm` wait until the VM backend exists.
-    /// See docs/runbooks/gitea-dispatcher.md.
+    /// registration token is never written. With --opensandbox-url the VM backend is on
+    /// (its Lifecycle API is reached with the key before anything is written); without it,
+    /// `vm` is not registered at Gitea. See docs/runbooks/gitea-dispatcher.md.
     Init(Box<InitArgs>),
     /// Run the dispatcher described by a config until SIGTERM, then drain. Prints one JSON
     /// line `{"type":"listening","facade":ADDR,"facadeUrl":URL,"status":ADDR}` on stdout once
@@ -49,6 +49,8 @@ pub struct InitArgs {
     pub facade: FacadeArgs,
     #[command(flatten)]
     pub webhook: WebhookArgs,
+    #[command(flatten)]
+    pub vm: VmArgs,
     /// The config file to write; the files it names go beside it.
     #[arg(long, value_name = "CONFIG.toml")]
     pub out: PathBuf,
@@ -83,8 +85,7 @@ pub struct GiteaArgs {
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Labels registered at Gitea, comma-separated; runs-on `vm` routes to the VM backend
-    /// (not implemented yet: such tasks are reported to Gitea as FAILURE at once), anything else
-    /// to executor Pods.
+    /// (registered only with --opensandbox-url), anything else to executor Pods.
     #[arg(
         long,
         value_name = "LABELS",
@@ -181,6 +182,31 @@ pub struct WebhookArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "VM backend (OpenSandbox)")]
+pub struct VmArgs {
+    /// The OpenSandbox server (its Lifecycle API is under /v1). Turns the VM backend on: jobs
+    /// whose runs-on has `vm` run in one sandbox each. Without it, `vm` is not registered.
+    #[arg(long, value_name = "URL")]
+    pub opensandbox_url: Option<String>,
+    /// File holding the Lifecycle API key (sent as OPEN-SANDBOX-API-KEY); 0600. The config
+    /// names it; the key is never copied.
+    #[arg(long, value_name = "FILE")]
+    pub opensandbox_api_key_file: Option<PathBuf>,
+    /// The executor image for sandboxes, pinned by digest. Default: --executor-image.
+    #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
+    pub vm_image: Option<String>,
+    /// Each sandbox's CPU limit. Default: 2.
+    #[arg(long, value_name = "QUANTITY")]
+    pub vm_cpu: Option<String>,
+    /// Each sandbox's memory limit. Default: 4Gi.
+    #[arg(long, value_name = "QUANTITY")]
+    pub vm_memory: Option<String>,
+    /// Each sandbox's lifetime, at least Gitea's 3h task limit. Default: 3h10m.
+    #[arg(long, value_name = "DURATION")]
+    pub vm_timeout: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct RunArgs {
     /// The config `dispatch init --out` wrote.
     #[arg(long, value_name = "FILE", env = "TENANTCI_DISPATCH_CONFIG")]
@@ -263,6 +289,14 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         webhook_listen: a.webhook.webhook_listen,
         webhook_secret_file: a.webhook.webhook_secret_file.clone(),
         credential_valid_for: a.cluster.credential_valid_for.clone(),
+        vm: tenantci_app::dispatch::vm::init::VmInputs {
+            opensandbox_url: a.vm.opensandbox_url.clone(),
+            api_key_file: a.vm.opensandbox_api_key_file.clone(),
+            image: a.vm.vm_image.clone(),
+            cpu: a.vm.vm_cpu.clone(),
+            memory: a.vm.vm_memory.clone(),
+            timeout: a.vm.vm_timeout.clone(),
+        },
         out: a.out.clone(),
         dry_run: a.dry_run,
     })

@@ -40,6 +40,63 @@ pub struct SimArgs {
     /// and come back on the next start, as etcd keeps them for kube-apiserver.
     #[arg(long)]
     pub in_memory: bool,
+    #[command(flatten)]
+    pub opensandbox: OpenSandboxArgs,
+}
+
+/// The OpenSandbox double: the Lifecycle API a VM backend creates sandboxes through.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "OpenSandbox double")]
+pub struct OpenSandboxArgs {
+    /// Also serve an OpenSandbox Lifecycle API double (plain HTTP, API-key auth, plus an admin
+    /// API for tests); its API key goes to <state>/opensandbox-api-key and its address to
+    /// <state>/opensandbox.json (both 0600) before the ready line.
+    #[arg(long)]
+    pub opensandbox: bool,
+    /// Where the OpenSandbox double listens (port 0: any free port).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:0",
+        requires = "opensandbox"
+    )]
+    pub opensandbox_listen: std::net::SocketAddr,
+    /// How long a new sandbox stays Pending before it is Running.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        requires = "opensandbox"
+    )]
+    pub opensandbox_boot: String,
+}
+
+impl OpenSandboxArgs {
+    /// The boot delay, checked before anything starts.
+    fn boot(&self) -> Result<std::time::Duration> {
+        tenantci_core::duration::parse(&self.opensandbox_boot).map_err(|e| {
+            Error::bad_input(format!(
+                "--opensandbox-boot `{}` {e}",
+                self.opensandbox_boot
+            ))
+            .hint("pass --opensandbox-boot as a Go duration such as `500ms`")
+        })
+    }
+
+    /// Starts the double when asked and writes its files into `state_dir`.
+    async fn start(
+        &self,
+        state_dir: &std::path::Path,
+        boot: std::time::Duration,
+    ) -> Result<Option<sim::opensandbox::OpenSandboxHandle>> {
+        if !self.opensandbox {
+            return Ok(None);
+        }
+        let o = sim::opensandbox::OpenSandboxDouble::start(self.opensandbox_listen, boot).await?;
+        let path = sim::opensandbox::write_opensandbox_json(state_dir, &o)?;
+        eprintln!("opensandbox double at {} ({})", o.base_url, path.display());
+        Ok(Some(o))
+    }
 }
 
 /// Rented nodes: a cluster starts with none; a Pod that fits no Ready node rents one.
@@ -100,6 +157,7 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| Error::external("cannot watch SIGINT").caused_by(e))?;
     let nodes = args.nodes.config()?;
+    let boot = args.opensandbox.boot()?;
     let state_dir = args.state_dir.clone();
     let config = SimConfig {
         state_dir: args.state_dir,
@@ -118,6 +176,7 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         }
         false => None,
     };
+    let opensandbox = args.opensandbox.start(&state_dir, boot).await?;
     println!(
         "{}",
         serde_json::to_string(&handle.info).expect("the ready line serializes")
@@ -141,6 +200,9 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     }
     if let Some(g) = gitea {
         g.shutdown().await;
+    }
+    if let Some(o) = opensandbox {
+        o.shutdown().await;
     }
     handle.shutdown().await;
     Ok(0)

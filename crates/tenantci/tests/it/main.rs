@@ -9,6 +9,7 @@ mod cli;
 mod credential;
 mod dispatch;
 mod gitea;
+mod opensandbox;
 mod pki;
 mod prewarm;
 mod queue;

@@ -90,6 +90,9 @@ pub fn check(i: &Inputs) -> Result<Local> {
             Some("put the secret typed into the Gitea webhook's settings into it"),
         )?;
     }
+    if let Some(vm) = &config.vm {
+        crate::dispatch::vm::api::client(vm)?;
+    }
     Ok(Local {
         checked,
         registration,

@@ -61,6 +61,8 @@ pub struct Inputs {
     pub webhook_secret_file: Option<PathBuf>,
     /// Lifetime of the dispatcher's client certificate (Go duration).
     pub credential_valid_for: String,
+    /// The VM backend's flags (`--opensandbox-*`, `--vm-*`).
+    pub vm: crate::dispatch::vm::init::VmInputs,
     pub out: PathBuf,
     pub dry_run: bool,
 }
@@ -342,6 +344,7 @@ pub fn config(
             None => tuning.and_then(|e| e.webhook.clone()),
         },
         claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
+        vm: crate::dispatch::vm::init::section(&i.vm)?,
     })
 }
 
@@ -372,6 +375,7 @@ pub(crate) mod tests {
             webhook_listen: None,
             webhook_secret_file: None,
             credential_valid_for: "720h".into(),
+            vm: Default::default(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
             dry_run: false,
         }

@@ -26,6 +26,7 @@ use tenantci_testkit::executor::Executor;
 use tenantci_testkit::forward::Forward;
 use tenantci_testkit::kube::kube_client;
 use tenantci_testkit::nats::NatsServer;
+use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::process::{Process, first_line};
 use tenantci_testkit::sim::{Gitea, SimProcess};
 use tenantci_testkit::wait::{DEADLINE, eventually};
@@ -49,6 +50,8 @@ pub struct World {
     _sim: SimProcess,
     pub nats: NatsServer,
     pub gitea: Gitea,
+    /// The simulator's OpenSandbox double (the VM backend's Lifecycle API).
+    pub opensandbox: OpenSandbox,
     pub kube: kube::Client,
     /// The tenant-admin kubeconfig of the simulated cluster.
     pub tenant_admin: PathBuf,
@@ -76,8 +79,9 @@ impl World {
     async fn build(manual: Option<u32>) -> World {
         let dir = scratch();
         let state = dir.path().join("state");
-        let sim = SimProcess::start(tenantci(), &state, &["ci"], &["--gitea"]);
+        let sim = SimProcess::start(tenantci(), &state, &["ci"], &["--gitea", "--opensandbox"]);
         let gitea = sim.gitea();
+        let opensandbox = OpenSandbox::from_state_dir(&state);
         let nats = NatsServer::start();
         let kubeconfig = sim.tenant_admin("ci");
         let kube = kube_client(&kubeconfig).await;
@@ -102,6 +106,7 @@ impl World {
             _sim: sim,
             nats,
             gitea,
+            opensandbox,
             kube,
             tenant_admin: kubeconfig,
             watch,
@@ -138,6 +143,26 @@ impl World {
             start_deadline: start_deadline.into(),
             max_attempts,
         };
+    }
+
+    /// Every dispatcher started from now on runs the VM backend against the simulator's
+    /// OpenSandbox double with the key in `api_key_file`, `capacity` sandboxes at once.
+    pub fn with_vm(&mut self, capacity: u32, api_key_file: &Path) {
+        self.base.capacity.vm = capacity;
+        self.base.vm = Some(tenantci_app::dispatch::vm::Vm {
+            opensandbox_url: self.opensandbox.url.clone(),
+            api_key_file: api_key_file.to_path_buf(),
+            image: None,
+            cpu: "2".into(),
+            memory: "4Gi".into(),
+            timeout: Duration::from_secs(3 * 3600 + 600).into(),
+        });
+    }
+
+    /// Writes `name`'s config as [`World::dispatcher`] would, without starting it.
+    pub fn config_only(&self, name: &str) -> PathBuf {
+        self.write_config(name, self.base.clone());
+        self.config_path(name)
     }
 
     /// Registers `d`'s webhook receiver at the Gitea double, with the right secret.
@@ -478,6 +503,7 @@ async fn write_inputs(
         },
         webhook: None,
         claim: config::Claim::default(),
+        vm: None,
     }
 }
 

@@ -34,7 +34,12 @@ struct Setup {
 fn setup() -> Setup {
     let dir = scratch();
     let root = dir.path().to_path_buf();
-    let sim = SimProcess::start(tenantci(), &root.join("state"), &["ci"], &["--gitea"]);
+    let sim = SimProcess::start(
+        tenantci(),
+        &root.join("state"),
+        &["ci"],
+        &["--gitea", "--opensandbox"],
+    );
     let gitea = sim.gitea();
     let token = gitea.registration_token;
     std::fs::write(root.join("registration-token"), format!("{token}\n")).unwrap();
@@ -540,4 +545,89 @@ fn dispatch_manifests_apply_with_kubectl_as_they_are() {
         steps.contains(&("rbac".into(), "unchanged".into())),
         "{steps:?}"
     );
+}
+
+/// The VM backend's flags: without `--opensandbox-url`, `vm` is not registered and the line
+/// says so; with it, the API is reached with the key and `[vm]` names the key file (never the
+/// key); a key the API refuses is exit 2 naming the file, with nothing written or registered.
+#[test]
+fn init_turns_the_vm_backend_on_only_with_a_reachable_opensandbox() {
+    let s = setup();
+    let o = tenantci_testkit::opensandbox::OpenSandbox::from_state_dir(&s.root.join("state"));
+    let key_file = o.api_key_file.display().to_string();
+    let labels = ("--labels", Some("self-hosted,pod,vm"));
+
+    let wrong = s.root.join("wrong-opensandbox-key");
+    std::fs::write(&wrong, "not-the-key\n").unwrap();
+    let refused = s.init(
+        "refused",
+        &[labels],
+        &[
+            "--opensandbox-url",
+            &o.url,
+            "--opensandbox-api-key-file",
+            wrong.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&refused, 2);
+    let err = stderr(&refused);
+    assert!(
+        err.contains(wrong.to_str().unwrap()) && !err.contains("not-the-key"),
+        "{err}"
+    );
+    assert!(!s.root.join("refused").exists(), "nothing written");
+    assert!(s.runners().is_empty(), "nothing registered");
+
+    let off = s.init("off", &[labels], &[]);
+    assert_exit(&off, 0);
+    let hb = hand_back(&off);
+    assert!(
+        outcomes(&hb).contains(&("opensandbox".into(), "skipped".into())),
+        "{hb}"
+    );
+    assert_eq!(
+        hb["runner"]["labels"],
+        serde_json::json!(["self-hosted", "pod"])
+    );
+    assert_eq!(
+        s.runners()[0]["labels"],
+        serde_json::json!(["self-hosted", "pod"])
+    );
+    let text = std::fs::read_to_string(s.out("off")).unwrap();
+    assert!(!text.contains("[vm]"), "{text}");
+
+    let on = s.init(
+        "on",
+        &[labels, ("--name", Some("with-vm"))],
+        &[
+            "--opensandbox-url",
+            &o.url,
+            "--opensandbox-api-key-file",
+            &key_file,
+            "--vm-capacity",
+            "1",
+            "--vm-memory",
+            "2Gi",
+        ],
+    );
+    assert_exit(&on, 0);
+    let hb = hand_back(&on);
+    assert!(
+        outcomes(&hb).contains(&("opensandbox".into(), "ok".into())),
+        "{hb}"
+    );
+    assert_eq!(
+        hb["runner"]["labels"],
+        serde_json::json!(["self-hosted", "pod", "vm"])
+    );
+    let cfg = tenantci_app::dispatch::config::Config::load(&s.out("on")).unwrap();
+    let vm = cfg.vm.expect("a [vm] section");
+    assert_eq!(vm.opensandbox_url, o.url);
+    assert_eq!(vm.api_key_file, o.api_key_file);
+    assert_eq!(
+        (vm.cpu.as_str(), vm.memory.as_str(), vm.timeout.as_str()),
+        ("2", "2Gi", "3h10m")
+    );
+    let text = std::fs::read_to_string(s.out("on")).unwrap();
+    assert!(!text.contains(&o.api_key()), "the key stays in its file");
 }

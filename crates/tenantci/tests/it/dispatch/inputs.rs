@@ -149,6 +149,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         leader: config::Leader::default(),
         webhook: None,
         claim: config::Claim::default(),
+        vm: None,
     }
 }
 

@@ -8,4 +8,5 @@ mod harness;
 mod init;
 mod inputs;
 mod run;
+mod vm;
 mod webhook;

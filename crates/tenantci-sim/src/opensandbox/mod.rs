@@ -1,0 +1,152 @@
+//! An OpenSandbox double: the Lifecycle API subset of facts/opensandbox.md over plain HTTP
+//! on loopback, for the VM backend's tests and the demo. API-key auth, POST 202 Pending then
+//! Running after a boot delay, GET, list with `state` and `metadata` filters and pages,
+//! metadata merge patches, renew-expiration, DELETE 204 then 404, the label rules and
+//! `{code, message}` errors (`sandboxes` keeps the rules, `routes` the HTTP).
+//!
+//! Not kept: pause/resume, endpoints, snapshots, volumes, network policy; nothing runs inside
+//! a sandbox (a test plays its executor from the admin view). Never used in production paths.
+
+pub mod routes;
+pub mod sandboxes;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::served::Served;
+use tenantci_core::fsutil::{self, MODE_SECRET};
+use tenantci_core::{Error, Result};
+
+use sandboxes::Sandboxes;
+
+/// The double's state; [`OpenSandboxDouble::start`] serves it.
+pub struct OpenSandboxDouble {
+    api_key: String,
+    boot: Duration,
+    sandboxes: Mutex<Sandboxes>,
+    /// An injected outage: every API call answers this status until the instant.
+    outage: Mutex<Option<(u16, Instant)>>,
+    requests: AtomicU64,
+}
+
+/// A running double. Dropping it without [`OpenSandboxHandle::shutdown`] aborts the server.
+pub struct OpenSandboxHandle {
+    pub base_url: String,
+    pub api_key: String,
+    pub double: Arc<OpenSandboxDouble>,
+    served: Served,
+}
+
+impl OpenSandboxDouble {
+    /// A double whose sandboxes stay Pending for `boot`, with a fresh random API key.
+    pub fn new(boot: Duration) -> Self {
+        OpenSandboxDouble {
+            api_key: format!(
+                "{:032x}{:032x}",
+                rand::random::<u128>(),
+                rand::random::<u128>()
+            ),
+            boot,
+            sandboxes: Mutex::new(Sandboxes::default()),
+            outage: Mutex::new(None),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    pub async fn start(listen: SocketAddr, boot: Duration) -> Result<OpenSandboxHandle> {
+        let listener = TcpListener::bind(listen).await.map_err(|e| {
+            Error::external(format!(
+                "cannot listen on {listen} for the OpenSandbox double: {e}"
+            ))
+            .hint("pick a free port, or port 0 for any")
+        })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::external(format!("cannot read the listen address: {e}")))?;
+        let double = Arc::new(OpenSandboxDouble::new(boot));
+        let app = routes::router(double.clone());
+        let served = Served::spawn(listener, app, "the OpenSandbox double");
+        Ok(OpenSandboxHandle {
+            base_url: format!("http://{addr}"),
+            api_key: double.api_key.clone(),
+            double,
+            served,
+        })
+    }
+
+    pub fn sandboxes(&self) -> MutexGuard<'_, Sandboxes> {
+        self.sandboxes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn outage(&self) -> Option<u16> {
+        let mut o = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        match *o {
+            Some((status, until)) if Instant::now() < until => Some(status),
+            Some(_) => {
+                *o = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Every API call answers `status` for `for_` from now (zero ends an outage).
+    pub fn set_outage(&self, status: u16, for_: Duration) {
+        *self.outage.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((status, Instant::now() + for_));
+    }
+
+    fn count_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// API calls received (health and admin calls not counted).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl OpenSandboxHandle {
+    /// Stops serving (`Served::shutdown`).
+    pub async fn shutdown(self) {
+        self.served.shutdown().await;
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OpenSandboxJson<'a> {
+    url: &'a str,
+    admin_url: String,
+    api_key_file: &'a Path,
+}
+
+/// Writes the API key to `<state_dir>/opensandbox-api-key` (what `dispatch init
+/// --opensandbox-api-key-file` reads) and `<state_dir>/opensandbox.json` (`url`, `adminUrl`,
+/// `apiKeyFile`), both 0600; returns the JSON file's path.
+pub fn write_opensandbox_json(state_dir: &Path, handle: &OpenSandboxHandle) -> Result<PathBuf> {
+    let key_file = state_dir.join("opensandbox-api-key");
+    fsutil::write_atomic(
+        &key_file,
+        format!("{}\n", handle.api_key).as_bytes(),
+        MODE_SECRET,
+    )
+    .map_err(|e| Error::unwritable("the OpenSandbox double's API key file", &key_file, e))?;
+    let path = state_dir.join("opensandbox.json");
+    let doc = OpenSandboxJson {
+        url: &handle.base_url,
+        admin_url: format!("{}/admin", handle.base_url),
+        api_key_file: &key_file,
+    };
+    let mut bytes = serde_json::to_vec_pretty(&doc).expect("opensandbox.json serializes");
+    bytes.push(b'\n');
+    fsutil::write_atomic(&path, &bytes, MODE_SECRET)
+        .map_err(|e| Error::unwritable("the OpenSandbox double's address file", &path, e))?;
+    Ok(path)
+}
