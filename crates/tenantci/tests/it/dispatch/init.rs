@@ -558,7 +558,8 @@ fn init_turns_the_vm_backend_on_only_with_a_reachable_opensandbox() {
     let labels = ("--labels", Some("self-hosted,pod,vm"));
 
     let wrong = s.root.join("wrong-opensandbox-key");
-    std::fs::write(&wrong, "not-the-key\n").unwrap();
+    // 0600: a key file open to other accounts is refused before the API is asked.
+    tenantci_core::fsutil::write_atomic(&wrong, b"not-the-key\n", 0o600).unwrap();
     let refused = s.init(
         "refused",
         &[labels],
