@@ -247,7 +247,7 @@ fn free_space_check(dir: &Path, min_free_gib: u64) -> Check {
 
 fn gateway_json_check(dir: &Path, checks: &mut Vec<Check>) {
     let path = StateDir::new(dir).gateway_json();
-    match std::fs::read(&path) {
+    match tenantci_core::fsutil::read_bounded(&path, tenantci_core::input::MAX_CONFIG) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => checks.push(Check::ok(
             "gateway-json",
             "no gateway.json yet: a fresh host, ready for the gateway's first start",

@@ -18,6 +18,8 @@ pub fn requests() -> u64 {
 
 /// Builds a client for the kubeconfig's current context.
 pub async fn from_kubeconfig(path: &Path) -> Result<kube::Client> {
+    // The kind and size first: kube reads whatever the path names, a FIFO or /dev/zero too.
+    crate::input::read_bytes("the kubeconfig", path, crate::input::MAX_CONFIG)?;
     let kc = Kubeconfig::read_from(path).map_err(|e| {
         Error::bad_input(format!("cannot read the kubeconfig `{}`", path.display())).caused_by(e)
             .hint("pass --kubeconfig naming a kubeconfig file (e.g. the credential's `kubeconfig` or the cluster's tenant-admin.kubeconfig)")

@@ -1,5 +1,5 @@
 //! tenantci-core: the leaves every other tenantci crate builds on. Errors and exit codes,
-//! durations, careful file writes, TLS set-up, the secret type, the PKI (ClientCA, issuing,
+//! durations, careful file writes and bounded file reads, TLS set-up, the secret type, the PKI (ClientCA, issuing,
 //! inspecting), the gateway's state directory and tenant-cluster resolution, kube clients from
 //! kubeconfigs, resource quantities, the node image, the Gitea runner protocol and the
 //! OpenSandbox Lifecycle API.
@@ -13,6 +13,7 @@ pub mod error;
 pub mod forge;
 pub mod fsutil;
 pub mod gateway;
+pub mod input;
 pub mod kube_client;
 pub mod kubeconfig;
 pub mod node_image;

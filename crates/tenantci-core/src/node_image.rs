@@ -38,24 +38,8 @@ impl Default for NodeImage {
 impl NodeImage {
     /// Reads the manifest: a regular file of at most 64 KiB (it is three numbers).
     pub fn load(path: &Path) -> Result<Self> {
-        use std::io::Read as _;
         const LIMIT: u64 = 64 << 10;
-        let what = "the node image manifest";
-        let file = std::fs::File::open(path).map_err(|e| Error::unreadable(what, path, e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::unreadable(what, path, e))?;
-        if !meta.is_file() || meta.len() > LIMIT {
-            return Err(Error::bad_input(format!(
-                "{what} `{}` is not a regular file of at most 64 KiB",
-                path.display()
-            ))
-            .hint("it must be JSON like {\"vcpu\": 2, \"memMiB\": 2048, \"rootfsMiB\": 10240}"));
-        }
-        let mut text = String::new();
-        file.take(LIMIT)
-            .read_to_string(&mut text)
-            .map_err(|e| Error::unreadable(what, path, e))?;
+        let text = crate::input::read_text("the node image manifest", path, LIMIT)?;
         serde_json::from_str(&text).map_err(|e| {
             Error::bad_input(format!(
                 "the node image manifest `{}` is not valid",
@@ -99,7 +83,7 @@ mod tests {
             NodeImage::load(&big)
                 .unwrap_err()
                 .message()
-                .contains("at most 64 KiB")
+                .contains("larger than 64 KiB")
         );
         let ok = dir.path().join("node-image.json");
         std::fs::write(&ok, r#"{"vcpu": 4, "memMiB": 8192}"#).unwrap();

@@ -27,55 +27,35 @@ impl fmt::Debug for Secret {
 }
 
 /// The trimmed contents of a file holding a secret (a token, a password), `what` naming it in
-/// errors. An empty file is refused with `if_empty` as the fix, where the caller knows one.
-/// One reader for every secret file, so they all trim and refuse alike.
+/// errors. An empty file is refused with `if_empty` as the fix where the caller knows a better
+/// one than "put the secret into it". One reader for every secret file, so they all trim,
+/// bound and refuse alike: a regular file (not a FIFO or a device), at most
+/// [`MAX_SECRET_FILE`] bytes, one line.
 pub fn read_file(what: &str, path: &Path, if_empty: Option<&str>) -> Result<String> {
-    let text = read_bounded(what, path)?;
+    let text = crate::input::read_text(what, path, MAX_SECRET_FILE)?;
     let text = text.trim();
     if text.is_empty() {
-        let err = Error::bad_input(format!("{what} `{}` is empty", path.display()));
-        return Err(match if_empty {
-            Some(hint) => err.hint(hint),
-            None => err,
-        });
+        return Err(
+            Error::bad_input(format!("{what} `{}` is empty", path.display())).hint(
+                if_empty
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("put the secret into {what}, on one line")),
+            ),
+        );
+    }
+    if text.contains(['\n', '\r']) {
+        return Err(Error::bad_input(format!(
+            "{what} `{}` holds more than one line",
+            path.display()
+        ))
+        .hint(format!("{what} holds the secret alone, on one line")));
     }
     Ok(text.to_string())
 }
 
-/// Largest secret file read: tokens and passwords are far below it; a path pointing at
-/// something else (a log, a device) is refused instead of read into memory.
-pub const MAX_SECRET_FILE: u64 = 64 * 1024;
-
-/// A regular file's text, at most [`MAX_SECRET_FILE`] bytes.
-fn read_bounded(what: &str, path: &Path) -> Result<String> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).map_err(|e| Error::unreadable(what, path, e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::unreadable(what, path, e))?;
-    if !meta.is_file() {
-        return Err(
-            Error::bad_input(format!("{what} `{}` is not a regular file", path.display()))
-                .hint("pass the file that holds the secret"),
-        );
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_SECRET_FILE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::unreadable(what, path, e))?;
-    if bytes.len() as u64 > MAX_SECRET_FILE {
-        return Err(Error::bad_input(format!(
-            "{what} `{}` is larger than {} KiB",
-            path.display(),
-            MAX_SECRET_FILE / 1024
-        ))
-        .hint("pass the file that holds only the secret"));
-    }
-    String::from_utf8(bytes).map_err(|_| {
-        Error::bad_input(format!("{what} `{}` is not UTF-8 text", path.display()))
-            .hint("pass the file that holds the secret as text")
-    })
-}
+/// Largest secret file read: tokens and passwords are far below it (GitLab's and Gitea's
+/// tokens are under 100 characters); a path naming something else is refused, not stored.
+pub const MAX_SECRET_FILE: u64 = 4 * 1024;
 
 #[cfg(test)]
 mod tests {
@@ -91,7 +71,7 @@ mod tests {
         std::fs::write(&big, vec![b'x'; super::MAX_SECRET_FILE as usize + 1]).unwrap();
         let err = super::read_file("the secret", &big, None).unwrap_err();
         assert!(
-            err.message().contains("larger than 64 KiB"),
+            err.message().contains("larger than 4 KiB"),
             "{}",
             err.message()
         );
@@ -103,7 +83,11 @@ mod tests {
         );
         let empty = dir.path().join("empty");
         std::fs::write(&empty, "\n").unwrap();
-        assert!(super::read_file("the secret", &empty, None).is_err());
+        let err = super::read_file("the secret", &empty, None).unwrap_err();
+        assert!(err.hint_text().is_some(), "an empty file has a fix");
+        let two = dir.path().join("two");
+        std::fs::write(&two, "a\nb\n").unwrap();
+        assert!(super::read_file("the secret", &two, None).is_err());
     }
 
     #[test]

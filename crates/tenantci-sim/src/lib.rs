@@ -2,8 +2,9 @@
 //! the `Cluster` objects, and one tenant apiserver per cluster with real HTTPS, client-cert
 //! authentication and RBAC, over an in-memory object store.
 //!
-//! A test double: production code paths never use it. Objects live in memory; the state
-//! directory (CAs, kubeconfigs, ports) survives restarts. See docs/simulator.md.
+//! A test double: production code paths never use it. The state directory (CAs, kubeconfigs,
+//! ports) survives restarts, and so do the tenant clusters' objects unless `persist` is off
+//! (`persist`). See docs/simulator.md.
 
 pub mod api;
 pub mod authn;
@@ -14,6 +15,7 @@ pub mod gitea_stall;
 pub mod ids;
 pub mod nodes;
 pub mod opensandbox;
+pub mod persist;
 pub mod scheduler;
 pub mod seed;
 pub mod selector;
@@ -46,6 +48,27 @@ pub struct SimConfig {
     pub clusters: Vec<String>,
     /// Rented nodes: the node image and the autoscaler's timing and limit.
     pub nodes: nodes::NodeConfig,
+    /// Keep each tenant cluster's objects in `clusters/<name>/objects.json` across restarts
+    /// (`tenantci sim`'s default); false: in memory only (`--in-memory`, in-process tests).
+    pub persist: bool,
+}
+
+impl SimConfig {
+    /// Checks every value that needs no disk, before anything is created or written.
+    pub fn validate(&self) -> Result<()> {
+        for name in &self.clusters {
+            tenantci_core::gateway::layout::validate_cluster_name(name)
+                .map_err(|e| e.hint("pass --cluster as a DNS label such as `ci` (1-63 lower-case letters, digits and `-`)"))?;
+        }
+        if self.state_dir.exists() && !self.state_dir.is_dir() {
+            return Err(Error::bad_input(format!(
+                "the state directory `{}` is not a directory",
+                self.state_dir.display()
+            ))
+            .hint("pass --state-dir naming a directory (created when missing)"));
+        }
+        Ok(())
+    }
 }
 
 /// The machine-readable line `tenantci sim` prints once every server listens.
@@ -124,8 +147,17 @@ fn write_node_image(
 /// Prepares the state directory, binds every server and starts serving.
 pub async fn start(config: SimConfig) -> Result<SimHandle> {
     tenantci_core::tls::ensure_crypto_provider();
+    config.validate()?;
     let state = statedir::open(&config.state_dir)?;
     let names = cluster_names(&config, &state)?;
+    // Read back before anything is written: a damaged file stops the start with nothing changed.
+    let mut stores = Vec::new();
+    for name in &names {
+        stores.push(match config.persist {
+            true => persist::load(&persist::path(&state, name), registry::TENANT)?,
+            false => None,
+        });
+    }
     let ports = statedir::previous_ports(&state);
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -141,9 +173,13 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
 
     let mut entries = Vec::new();
     let mut tenants = Vec::new();
-    for name in &names {
+    for (name, saved) in names.iter().zip(stores) {
         let listener = bind(ports.get(name).copied()).await?;
-        let tenant = start_tenant(&state, name, listener, &config.nodes, &stop_rx)?;
+        let store = Stored {
+            saved,
+            persist: config.persist,
+        };
+        let tenant = start_tenant(&state, name, listener, (&config.nodes, store), &stop_rx)?;
         admin_api.seed(seed::cluster_object(name, &tenant.entry.url));
         tasks.extend(tenant.tasks);
         tenants.push((name.clone(), tenant.api));
@@ -211,13 +247,21 @@ struct Tenant {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// A tenant cluster's objects: read back from its file (None: a first start), and whether
+/// to keep saving them there.
+struct Stored {
+    saved: Option<store::Store>,
+    persist: bool,
+}
+
 /// A tenant apiserver on `listener`: its CAs and tenant-admin kubeconfig in the state
-/// directory, the seeded objects, its rented-node controller and its HTTPS server.
+/// directory, the seeded (or saved) objects, its rented-node controller, the persister and
+/// its HTTPS server.
 fn start_tenant(
     state: &StateDir,
     name: &str,
     listener: TcpListener,
-    nodes: &nodes::NodeConfig,
+    (nodes, stored): (&nodes::NodeConfig, Stored),
     stop_rx: &watch::Receiver<bool>,
 ) -> Result<Tenant> {
     let (serving_ca, client_ca) = statedir::cluster_cas(state, name)?;
@@ -234,14 +278,14 @@ fn start_tenant(
     let cert = statedir::serving_cert(&serving_ca, &format!("{name}-apiserver"))?;
     let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
     let authn = Arc::new(authn::Authenticator::new(client_ca.cert_pem())?);
-    let api = Arc::new(ApiServer::new(
-        registry::TENANT,
-        Mode::Rbac,
-        format!("127.0.0.1:{port}"),
-    ));
+    let mut api = ApiServer::new(registry::TENANT, Mode::Rbac, format!("127.0.0.1:{port}"));
+    if let Some(saved) = stored.saved {
+        api.store = saved;
+    }
+    let api = Arc::new(api);
     seed::tenant(&api);
     write_node_image(&paths.node_image, &nodes.image)?;
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(nodes::run(api.clone(), nodes.clone(), stop_rx.clone())),
         tokio::spawn(server::serve(
             listener,
@@ -251,6 +295,13 @@ fn start_tenant(
             stop_rx.clone(),
         )),
     ];
+    if stored.persist {
+        tasks.push(tokio::spawn(persist::run(
+            api.clone(),
+            persist::path(state, name),
+            stop_rx.clone(),
+        )));
+    }
     Ok(Tenant {
         entry: ClusterEntry {
             name: name.to_string(),

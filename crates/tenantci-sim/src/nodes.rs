@@ -71,6 +71,7 @@ impl Timers {
 pub async fn run(api: Arc<ApiServer>, cfg: NodeConfig, mut stop: watch::Receiver<bool>) {
     let store = &api.store;
     let mut timers = Timers::default();
+    resume(store, &cfg, &mut timers, Instant::now());
     let Ok((_, mut rx)) = store.watch_from(store.resource_version()) else {
         return;
     };
@@ -87,6 +88,48 @@ pub async fn run(api: Arc<ApiServer>, cfg: NodeConfig, mut stop: watch::Receiver
                 while rx.try_recv().is_ok() {}
             }
             _ = sleep_until(deadline) => {}
+        }
+    }
+}
+
+/// Picks up objects saved by an earlier run (`persist`): new nodes are numbered after the
+/// rented ones, a node that was booting boots again from now, and a running pod's run-for
+/// starts again from now (the timers were in the stopped process).
+fn resume(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
+    let (nodes, _) = store.list("nodes", None);
+    for n in &nodes {
+        let name = n["metadata"]["name"].as_str().unwrap_or_default();
+        if let Some(i) = name
+            .strip_prefix("rented-")
+            .and_then(|i| i.parse::<u64>().ok())
+        {
+            timers.next_node = timers.next_node.max(i);
+        }
+        let ready = n["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        if !ready && n["metadata"]["labels"][RENTED_LABEL] == "true" {
+            timers.boot_done.insert(name.to_string(), now + cfg.boot);
+        }
+    }
+    let (pods, _) = store.list("pods", None);
+    for p in pods.iter().filter(|p| p["status"]["phase"] == "Running") {
+        if let Some(d) = p["metadata"]["annotations"][RUN_FOR_ANNOTATION]
+            .as_str()
+            .and_then(|d| tenantci_core::duration::parse(d).ok())
+        {
+            let key = (
+                p["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            timers.finish_at.insert(key, now + d);
         }
     }
 }

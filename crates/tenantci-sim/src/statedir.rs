@@ -52,7 +52,8 @@ pub fn admin_ca_paths(state: &StateDir) -> (PathBuf, PathBuf) {
 /// Ports recorded by the previous run: ("" = admin, else cluster name) -> port.
 pub fn previous_ports(state: &StateDir) -> HashMap<String, u16> {
     let mut out = HashMap::new();
-    let Ok(text) = std::fs::read(state.gateway_json()) else {
+    let Ok(text) = fsutil::read_bounded(&state.gateway_json(), tenantci_core::input::MAX_CONFIG)
+    else {
         return out;
     };
     let Ok(g) = serde_json::from_slice::<GatewayJson>(&text) else {
@@ -120,8 +121,8 @@ pub fn serving_cert(ca: &CertificateAuthority, cn: &str) -> Result<issue::Issued
 }
 
 fn kubeconfig_server(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let kc: kube::config::Kubeconfig = serde_yaml::from_str(&text).ok()?;
+    let text = fsutil::read_bounded(path, tenantci_core::input::MAX_CONFIG).ok()?;
+    let kc: kube::config::Kubeconfig = serde_yaml::from_slice(&text).ok()?;
     kc.clusters.first()?.cluster.as_ref()?.server.clone()
 }
 

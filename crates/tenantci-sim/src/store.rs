@@ -4,7 +4,8 @@
 //! Invariants: every write bumps the counter and stamps `metadata.resourceVersion` with it;
 //! events are appended (and broadcast) under the same lock as the write, so a watcher that
 //! subscribes under that lock sees every change after its starting version exactly once.
-//! Nothing is persisted: objects live as long as the process.
+//! The store itself does no I/O: `persist` saves a [`Store::snapshot`] and builds a store back
+//! with [`Store::restore`], whose version continues where the saved one ended.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
@@ -42,7 +43,9 @@ pub struct Event {
     pub object: Arc<Value>,
 }
 
-type Key = (String, String);
+pub type Key = (String, String);
+/// One object with its resource and key, as a snapshot lists it.
+pub type Stored = (&'static str, Key, Arc<Value>);
 type Table = BTreeMap<Key, Arc<Value>>;
 
 struct Inner {
@@ -290,6 +293,44 @@ impl Store {
         Ok((past, rx))
     }
 
+    /// Every object with the version the copy was taken at (objects shared, not copied).
+    pub fn snapshot(&self) -> (u64, Vec<Stored>) {
+        let inner = self.inner.read().unwrap();
+        let objects = inner
+            .tables
+            .iter()
+            .flat_map(|(resource, t)| t.iter().map(|(k, v)| (*resource, k.clone(), v.clone())))
+            .collect();
+        (inner.rv, objects)
+    }
+
+    /// A store holding `objects` at version `rv`, as after a restart: new writes continue after
+    /// `rv`, and a watch from before it is too old (410 Gone, the client lists again), as
+    /// kube-apiserver answers after etcd compacted.
+    pub fn restore(rv: u64, objects: Vec<(&'static str, Key, Value)>) -> Self {
+        let store = Store::new();
+        {
+            let mut inner = store.inner.write().unwrap();
+            let mut changed = store.changed.write().unwrap();
+            inner.rv = rv;
+            inner.compacted = rv;
+            for (resource, key, obj) in objects {
+                changed.insert(resource, rv);
+                inner
+                    .tables
+                    .entry(resource)
+                    .or_default()
+                    .insert(key, Arc::new(obj));
+            }
+        }
+        store
+    }
+
+    /// A receiver of every change from now on (the persister's wake-up).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.tx.subscribe()
+    }
+
     /// Current objects of a resource and a receiver, taken atomically (watch without a version).
     pub fn snapshot_and_watch(
         &self,
@@ -350,6 +391,28 @@ mod tests {
         }
         assert!(s.watch_from(1).is_err());
         assert!(s.watch_from(s.resource_version() - 10).is_ok());
+    }
+
+    #[test]
+    fn a_restored_store_continues_its_versions_and_refuses_older_watches() {
+        let s = Store::new();
+        s.create("pods", "ns", "a", json!({"metadata": {"name": "a"}}))
+            .unwrap();
+        let (rv, objects) = s.snapshot();
+        let objects = objects
+            .into_iter()
+            .map(|(r, k, v)| (r, k, (*v).clone()))
+            .collect();
+        let r = Store::restore(rv, objects);
+        assert_eq!(r.resource_version(), rv);
+        assert!(r.get("pods", "ns", "a").is_some());
+        assert!(r.watch_from(rv - 1).is_err(), "older than the restart: 410");
+        assert!(r.watch_from(rv).is_ok());
+        let b = r
+            .create("pods", "ns", "b", json!({"metadata": {"name": "b"}}))
+            .unwrap();
+        assert_eq!(b["metadata"]["resourceVersion"], (rv + 1).to_string());
+        assert_eq!(r.changed_at("pods"), rv + 1);
     }
 
     #[test]

@@ -179,6 +179,8 @@ pub async fn in_process(scratch: &Path, cluster: &str) -> tenantci_sim::SimHandl
     tenantci_sim::start(tenantci_sim::SimConfig {
         state_dir: scratch.join("state"),
         clusters: vec![cluster.to_string()],
+        // In-process and never restarted: nothing to keep across a restart.
+        persist: false,
         nodes: Default::default(),
     })
     .await

@@ -60,6 +60,8 @@ async fn starts(warm: bool, runs: usize, boot: Duration) -> Vec<f64> {
     let handle = sim::start(SimConfig {
         state_dir: dir.path().join("state"),
         clusters: vec!["ci".into()],
+        // In-process and never restarted: nothing to keep across a restart.
+        persist: false,
         nodes: NodeConfig {
             image: NodeImage::default(),
             boot,

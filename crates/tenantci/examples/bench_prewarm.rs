@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use tenantci_app::tenant::prewarm::{self, PrewarmSpec};
-use tenantci_core::node_image::NodeImage;
 use tenantci_core::quantity;
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 
@@ -53,20 +52,24 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// One in-process cluster whose nodes boot in `boot` (never restarted: nothing persisted).
+fn sim_config(dir: &std::path::Path, boot: Duration) -> SimConfig {
+    SimConfig {
+        state_dir: dir.join("state"),
+        clusters: vec!["ci".into()],
+        persist: false,
+        nodes: NodeConfig {
+            boot,
+            max_nodes: 20,
+            idle: Duration::from_secs(2),
+            ..Default::default()
+        },
+    }
+}
+
 async fn trace(pause: i32, times: &[Duration], boot: Duration, run_for: u64) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
-    let handle = sim::start(SimConfig {
-        state_dir: dir.path().join("state"),
-        clusters: vec!["ci".into()],
-        nodes: NodeConfig {
-            image: NodeImage::default(),
-            boot,
-            idle: Duration::from_secs(2),
-            max_nodes: 20,
-        },
-    })
-    .await
-    .unwrap();
+    let handle = sim::start(sim_config(dir.path(), boot)).await.unwrap();
     let client = tenantci_core::kube_client::from_kubeconfig(
         &handle.info.clusters[0].tenant_admin_kubeconfig,
     )

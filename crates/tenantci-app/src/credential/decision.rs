@@ -50,7 +50,9 @@ pub fn inspect(dir: &Path) -> Result<Existing> {
         .filter(|p| p.exists())
         .map(|p| p.to_path_buf())
         .collect();
-    let cert = match std::fs::read_to_string(&files.cert) {
+    let cert = match tenantci_core::fsutil::read_bounded(&files.cert, tenantci_core::input::MAX_PEM)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+    {
         Ok(pem) => Some(CertInfo::from_pem(&pem).map_err(|e| {
             Error::bad_input(format!(
                 "the existing credential `{}` is not a certificate",
@@ -61,12 +63,13 @@ pub fn inspect(dir: &Path) -> Result<Existing> {
         })?),
         Err(_) => None,
     };
-    let server = std::fs::read_to_string(&files.kubeconfig)
-        .ok()
-        .and_then(|t| serde_yaml::from_str::<kube::config::Kubeconfig>(&t).ok())
-        .and_then(|kc| kc.clusters.into_iter().next())
-        .and_then(|c| c.cluster)
-        .and_then(|c| c.server);
+    let server =
+        tenantci_core::fsutil::read_bounded(&files.kubeconfig, tenantci_core::input::MAX_CONFIG)
+            .ok()
+            .and_then(|t| serde_yaml::from_slice::<kube::config::Kubeconfig>(&t).ok())
+            .and_then(|kc| kc.clusters.into_iter().next())
+            .and_then(|c| c.cluster)
+            .and_then(|c| c.server);
     Ok(Existing {
         present,
         cert,

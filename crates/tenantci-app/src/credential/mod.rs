@@ -257,7 +257,7 @@ fn check_out_dir(out_dir: &Path, files: &CredentialFiles) -> Result<()> {
 
 fn read_server_ca(path: &Path) -> Result<String> {
     let pem =
-        std::fs::read_to_string(path).map_err(|e| Error::unreadable("the serving CA", path, e))?;
+        tenantci_core::input::read_text("the serving CA", path, tenantci_core::input::MAX_PEM)?;
     CertInfo::from_pem(&pem).map_err(|e| {
         Error::bad_input(format!(
             "the serving CA `{}` is not a PEM certificate",

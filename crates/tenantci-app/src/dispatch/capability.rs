@@ -84,11 +84,13 @@ pub fn encode_key(key: &CapabilityKey) -> String {
     )
 }
 
-/// Reads the key file `dispatch init` wrote (base64, 0600).
+/// A key file is 45 bytes; anything much larger is another file.
+const KEY_FILE_MAX: u64 = 4096;
+
+/// Reads the key file `dispatch init` wrote (base64, 0600; refused when others may read it).
 pub fn load_key(path: &std::path::Path) -> tenantci_core::Result<CapabilityKey> {
     use base64::Engine as _;
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| tenantci_core::Error::unreadable("the capability key", path, e))?;
+    let text = tenantci_core::input::read_private("the capability key", path, KEY_FILE_MAX)?;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
         .map_err(|_| {

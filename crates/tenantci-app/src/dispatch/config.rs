@@ -565,14 +565,11 @@ impl Config {
     }
 
     pub fn load_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::bad_input(format!(
-                "cannot read the dispatcher config {}",
-                path.display()
-            ))
-            .caused_by(e)
-            .hint("pass the file `tenantci dispatch init --out` wrote")
-        })?;
+        let text = tenantci_core::input::read_text(
+            "the dispatcher config",
+            path,
+            tenantci_core::input::MAX_CONFIG,
+        )?;
         let cfg = Self::parse(&text, path, env)?;
         Ok(cfg.resolved(path.parent().unwrap_or(Path::new("."))))
     }
@@ -608,11 +605,28 @@ impl Config {
         if self.gitea.runner_name.trim().is_empty() {
             return Err("has an empty gitea.runner_name".into());
         }
+        if self.gitea.runner_name.len() > MAX_NAME {
+            return Err(format!(
+                "has a gitea.runner_name of {} bytes, `{}` (at most {MAX_NAME}, Gitea's limit)",
+                self.gitea.runner_name.len(),
+                tenantci_core::input::shown(&self.gitea.runner_name)
+            ));
+        }
         if self.gitea.labels.is_empty() {
             return Err("has no gitea.labels (e.g. [\"self-hosted\", \"pod\"])".into());
         }
-        if self.cluster.namespace.is_empty() {
-            return Err("has an empty cluster.namespace".into());
+        if let Some(l) = self.gitea.labels.iter().find(|l| l.len() > MAX_NAME) {
+            return Err(format!(
+                "has a gitea.labels entry of {} bytes, `{}` (at most {MAX_NAME})",
+                l.len(),
+                tenantci_core::input::shown(l)
+            ));
+        }
+        if !tenantci_core::dns::is_label(&self.cluster.namespace) {
+            return Err(format!(
+                "has cluster.namespace = `{}`, which is not a DNS label (lower-case letters, digits and `-`, at most 63)",
+                tenantci_core::input::shown(&self.cluster.namespace)
+            ));
         }
         if self.capacity.pod == 0 {
             return Err("has capacity.pod = 0 (at least 1)".into());
@@ -710,14 +724,31 @@ fn schema_error(e: &serde_path_to_error::Error<toml_edit::de::Error>) -> String 
 }
 
 fn url_ok(key: &str, value: &str, schemes: &[&str]) -> std::result::Result<(), String> {
-    let scheme = value.split_once("://");
-    match scheme {
-        Some((s, rest)) if schemes.contains(&s) && !rest.is_empty() => Ok(()),
+    match url_host(value, schemes) {
+        Some(_) if value.len() <= MAX_URL => Ok(()),
         _ => Err(format!(
-            "has {key} = `{value}`, which is not a {} URL",
+            "has {key} = `{}`, which is not a {} URL with a host",
+            tenantci_core::input::shown(value),
             schemes.join("/")
         )),
     }
+}
+
+/// Longest runner name or label: Gitea stores them in VARCHAR(255) columns.
+const MAX_NAME: usize = 255;
+
+/// Longest URL a config value may hold (browsers and proxies stop near here too).
+const MAX_URL: usize = 2048;
+
+/// The host of `url` when its scheme is one of `schemes` (brackets of an IPv6 address taken
+/// off): what a certificate must cover, and the check that a URL names a host at all.
+pub fn url_host(url: &str, schemes: &[&str]) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    if !schemes.contains(&uri.scheme_str()?) || url.contains(char::is_whitespace) {
+        return None;
+    }
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| host.to_string())
 }
 
 #[cfg(test)]

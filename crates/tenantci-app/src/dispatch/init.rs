@@ -547,7 +547,8 @@ fn make_dir(dir: &Path) -> Result<()> {
 fn same_file(path: &Path, contents: &[u8]) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o7777 == MODE_SECRET)
-        && std::fs::read(path).is_ok_and(|b| b == contents)
+        && tenantci_core::fsutil::read_bounded(path, contents.len() as u64)
+            .is_ok_and(|b| b == contents)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The dispatcher's Prometheus metrics (served on /metrics by `status`). One struct so every
 //! actor records into the same registry; names are `tenantci_dispatch_*`.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -35,6 +36,9 @@ pub struct Metrics {
     attempts: Counter,
     withdrawn: Counter,
     answers_lost: Counter,
+    /// Days until the facade certificate expires, computed when scraped from its end.
+    facade_cert_days: Gauge<f64, AtomicU64>,
+    facade_cert_not_after: AtomicI64,
 }
 
 impl Default for Metrics {
@@ -57,6 +61,8 @@ impl Default for Metrics {
             attempts: Counter::default(),
             withdrawn: Counter::default(),
             answers_lost: Counter::default(),
+            facade_cert_days: Gauge::default(),
+            facade_cert_not_after: AtomicI64::new(i64::MIN),
             registry: Registry::default(),
         };
         registry.register(
@@ -130,6 +136,11 @@ impl Default for Metrics {
             "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
             m.withdrawn.clone(),
         );
+        registry.register(
+            "facade_cert_expiry_days",
+            "Days until the facade's serving certificate expires (executors cannot connect after it; re-run `tenantci dispatch init`)",
+            m.facade_cert_days.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -181,8 +192,20 @@ impl Metrics {
         self.answers_lost.inc();
     }
 
+    /// The facade certificate's end, for `facade_cert_expiry_days`.
+    pub fn facade_cert_expiry(&self, not_after: time::OffsetDateTime) {
+        self.facade_cert_not_after
+            .store(not_after.unix_timestamp(), Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        let not_after = self.facade_cert_not_after.load(Ordering::Relaxed);
+        if not_after != i64::MIN {
+            let now = time::OffsetDateTime::now_utc().unix_timestamp();
+            self.facade_cert_days
+                .set((not_after - now) as f64 / 86_400.0);
+        }
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
@@ -200,6 +223,7 @@ mod tests {
         m.fetched(Duration::from_millis(3));
         m.leader(true);
         m.answer_lost();
+        m.facade_cert_expiry(time::OffsetDateTime::now_utc() + time::Duration::days(20));
         let text = m.render();
         for needle in [
             "tenantci_dispatch_tasks_claimed_total{backend=\"pod\"} 1",
@@ -210,5 +234,12 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
+        let days: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("tenantci_dispatch_facade_cert_expiry_days "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((19.9..=20.0).contains(&days), "{days}");
     }
 }

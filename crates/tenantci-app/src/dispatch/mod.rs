@@ -8,6 +8,7 @@ pub mod capability;
 pub mod config;
 pub mod executor;
 pub mod facade;
+pub mod facade_cert;
 pub mod finished;
 pub mod init;
 pub mod leader;

@@ -71,26 +71,9 @@ pub struct ProxyConfig {
     pub retry_for: Duration,
 }
 
-/// Reads the facade CA: a regular file, at most 256 KiB.
+/// Reads the facade CA: a regular file (not a FIFO or a device), at most 256 KiB.
 pub fn read_ca_file(path: &Path) -> Result<String> {
-    use std::io::Read as _;
-    let what = "the facade CA file";
-    let file = std::fs::File::open(path).map_err(|e| Error::unreadable(what, path, e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::unreadable(what, path, e))?;
-    if !meta.is_file() || meta.len() > CA_FILE_LIMIT {
-        return Err(Error::bad_input(format!(
-            "{what} `{}` is not a regular file of at most 256 KiB",
-            path.display()
-        ))
-        .hint("pass the `ca.crt` of the executor Secret (mounted by the executor Pod)"));
-    }
-    let mut text = String::new();
-    file.take(CA_FILE_LIMIT)
-        .read_to_string(&mut text)
-        .map_err(|e| Error::unreadable(what, path, e))?;
-    Ok(text)
+    tenantci_core::input::read_text("the facade CA file", path, CA_FILE_LIMIT)
 }
 
 /// Checks what the proxy was given before it binds anything.

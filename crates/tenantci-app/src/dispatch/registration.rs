@@ -72,11 +72,10 @@ impl SchedulerCredential {
         Ok(c)
     }
 
-    /// Reads `scheduler.json`.
+    /// Reads `scheduler.json` (it holds the runner token: refused when others may read it).
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::unreadable("the scheduler credential", path, e))?;
-        Self::from_json(&bytes, path)
+        let text = tenantci_core::input::read_private("the scheduler credential", path, 64 << 10)?;
+        Self::from_json(text.as_bytes(), path)
     }
 }
 

@@ -17,7 +17,6 @@
 //! executors with the facade's bound port.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -30,6 +29,7 @@ use tokio::sync::{Notify, watch};
 use super::capability::{self, CapabilityKey};
 use super::config::Config;
 use super::facade::Facade;
+use super::facade_cert;
 use super::leader;
 use super::metrics::Metrics;
 use super::objects::ExecutorObjects;
@@ -48,20 +48,19 @@ use crate::queue::topology::{self, TopologySpec};
 use crate::queue::{Backend, STREAM, connect, permissions, users};
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
 use tenantci_core::forge::gitea::facade as transport;
-use tenantci_core::{Error, Result};
-
-fn read(what: &str, path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))
-}
+use tenantci_core::{Error, Result, input};
 
 /// Everything `run` needs from disk, loaded before anything connects or listens, so a bad
-/// file is exit 2 with nothing started.
+/// file is exit 2 with nothing started: each read bounded and only from a regular file, each
+/// key and token only when no other account can read it, the facade certificate checked
+/// against its key, the clock and `facade.url`'s host (`facade_cert`).
 struct Inputs {
     credentials: Credentials,
     capability_key: CapabilityKey,
     sealing_key: SealingKey,
     facade_tls: Arc<rustls::ServerConfig>,
     facade_ca_pem: String,
+    facade_cert: facade_cert::Valid,
     webhook_secret: Option<WebhookSecret>,
 }
 
@@ -74,24 +73,63 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
         ))
         .hint("run `tenantci dispatch init`, which creates it; every dispatcher sharing a queue needs the same key"));
     }
+    let host = super::config::url_host(&cfg.facade.url, &["https"])
+        .ok_or_else(|| Error::bad_input("facade.url has no host").hint("fix facade.url"))?;
+    let facade = facade_cert::load(&cfg.facade, &host, time::OffsetDateTime::now_utc())?;
+    for user in [users::PRODUCER, users::WORKER, users::ADMIN] {
+        let path = permissions::password_file(&cfg.nats.secrets_dir, user);
+        // ci-admin's is optional (`apply_topology`); the others are read when connecting.
+        if user != users::ADMIN || path.exists() {
+            input::check_private("the NATS password file", &path)?;
+        }
+    }
     Ok(Inputs {
         credentials,
         capability_key: capability::load_key(&cfg.facade.capability_key_file)?,
         sealing_key: SealingKey::load_or_create(&cfg.nats.sealing_key_file)?,
-        facade_tls: transport::tls_config(
-            &read("the facade certificate", &cfg.facade.cert_file)?,
-            &read("the facade key", &cfg.facade.key_file)?,
-        )?,
-        facade_ca_pem: read("the facade CA certificate", &cfg.facade.ca_cert_file)?,
+        facade_tls: transport::tls_config(&facade.cert_pem, &facade.key_pem)?,
+        facade_ca_pem: facade.ca_pem,
+        facade_cert: facade.valid,
         webhook_secret: match &cfg.webhook {
-            Some(w) => Some(WebhookSecret::new(tenantci_core::secret::read_file(
-                "the webhook secret file",
-                &w.secret_file,
-                Some("put the secret typed into the Gitea webhook's settings into it"),
-            )?)),
+            Some(w) => {
+                input::check_private("the webhook secret file", &w.secret_file)?;
+                Some(WebhookSecret::new(tenantci_core::secret::read_file(
+                    "the webhook secret file",
+                    &w.secret_file,
+                    Some("put the secret typed into the Gitea webhook's settings into it"),
+                )?))
+            }
             None => None,
         },
     })
+}
+
+/// The metrics, with the configured capacities and the facade certificate's end.
+fn start_metrics(cfg: &Config, inputs: &Inputs) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::default());
+    report_facade_cert(cfg, &inputs.facade_cert, &metrics);
+    metrics.capacity(Backend::Pod, cfg.capacity.pod);
+    metrics.capacity(Backend::Vm, cfg.capacity.vm);
+    metrics
+}
+
+/// Says how long the facade certificate has left (a warning within [`facade_cert::WARN_DAYS`])
+/// and exports it as a metric.
+fn report_facade_cert(cfg: &Config, valid: &facade_cert::Valid, metrics: &Metrics) {
+    metrics.facade_cert_expiry(valid.not_after);
+    let until = tenantci_core::pki::inspect::rfc3339(valid.not_after);
+    if valid.days_left < facade_cert::WARN_DAYS {
+        tracing::warn!(
+            cert = %cfg.facade.cert_file.display(),
+            days_left = valid.days_left,
+            "the facade certificate expires at {until}; re-run `tenantci dispatch init` to issue a new one before executors stop trusting the facade"
+        );
+    } else {
+        tracing::info!(
+            days_left = valid.days_left,
+            "the facade certificate is valid until {until}"
+        );
+    }
 }
 
 async fn kube_client(cfg: &Config) -> Result<kube::Client> {
@@ -190,9 +228,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let _sandboxes = super::vm::api::connect(cfg.vm.as_ref()).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
-    let metrics = Arc::new(Metrics::default());
-    metrics.capacity(Backend::Pod, cfg.capacity.pod);
-    metrics.capacity(Backend::Vm, cfg.capacity.vm);
+    let metrics = start_metrics(&cfg, &inputs);
     let registry = Arc::new(Registry::default());
     let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
     let health = Arc::new(Health::default());

@@ -106,11 +106,11 @@ impl SealingKey {
         SealingKey(bytes)
     }
 
-    /// Reads the key file (base64 of 32 bytes), or creates it (0600) when it does not exist.
+    /// Reads the key file (base64 of 32 bytes; refused when others may read it), or creates it
+    /// (0600) when it does not exist.
     pub fn load_or_create(path: &Path) -> tenantci_core::Result<Self> {
         if path.exists() {
-            let raw = std::fs::read_to_string(path)
-                .map_err(|e| tenantci_core::Error::unreadable("the sealing key", path, e))?;
+            let raw = tenantci_core::input::read_private("the sealing key", path, 4096)?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(raw.trim())
                 .ok()

@@ -203,7 +203,9 @@ pub fn write_nats_config(
     out: &Path,
 ) -> tenantci_core::Result<NatsConfigReport> {
     let passwords = ensure_passwords(secrets_dir)?;
-    let existing = std::fs::read_to_string(out).ok();
+    let existing = tenantci_core::fsutil::read_bounded(out, tenantci_core::input::MAX_CONFIG)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok());
     let mut hashes = Vec::new();
     for p in &passwords {
         let kept = existing

@@ -100,7 +100,8 @@ pub fn validate_cluster_name(name: &str) -> crate::Result<()> {
         Ok(())
     } else {
         Err(crate::Error::bad_input(format!(
-            "cluster name `{name}` is not a DNS label"
+            "cluster name `{}` is not a DNS label",
+            crate::input::shown(name)
         ))
         .hint("use 1-63 lower-case letters, digits and `-`, starting and ending with a letter or digit, e.g. `ci`"))
     }

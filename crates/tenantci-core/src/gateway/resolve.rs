@@ -27,10 +27,14 @@ pub struct GatewayJson {
 impl GatewayJson {
     pub fn load(state: &StateDir) -> Result<Self> {
         let path = state.gateway_json();
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::bad_input(format!("cannot read `{}`", path.display())).caused_by(e)
-                .hint("pass the gateway's --state-dir (the directory that holds gateway.json); is the gateway installed?")
-        })?;
+        let text = crate::input::read_text("the gateway's gateway.json", &path, crate::input::MAX_CONFIG)
+            .map_err(|e| {
+                if path.exists() {
+                    return e;
+                }
+                Error::bad_input(format!("cannot read `{}`", path.display())).caused_by(e)
+                    .hint("pass the gateway's --state-dir (the directory that holds gateway.json); is the gateway installed?")
+            })?;
         serde_json::from_str(&text).map_err(|e| {
             Error::bad_input(format!("`{}` is not a valid gateway.json", path.display()))
                 .caused_by(e)

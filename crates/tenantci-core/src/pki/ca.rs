@@ -83,10 +83,9 @@ impl CertificateAuthority {
 
     /// Loads and checks a CA from its certificate and key files.
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Self> {
-        let cert_pem = std::fs::read_to_string(cert_path)
-            .map_err(|e| Error::unreadable("the CA certificate", cert_path, e))?;
-        let key_pem = std::fs::read_to_string(key_path)
-            .map_err(|e| Error::unreadable("the CA key", key_path, e))?;
+        use crate::input::{MAX_PEM, read_text};
+        let cert_pem = read_text("the CA certificate", cert_path, MAX_PEM)?;
+        let key_pem = read_text("the CA key", key_path, MAX_PEM)?;
         Self::from_pem(&cert_pem, &key_pem, cert_path, key_path)
     }
 

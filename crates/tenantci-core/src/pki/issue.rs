@@ -170,6 +170,30 @@ pub fn server_cert(
     sans: &[String],
     valid_for: Duration,
 ) -> Result<IssuedCert> {
+    server_cert_with(ca, common_name, sans, valid_for, |_| {})
+}
+
+/// [`server_cert`] valid from `not_before` to `not_after`, either of which may lie in the past
+/// or the future (tests use it for an expired or not yet valid facade certificate).
+pub fn server_cert_between(
+    ca: &CertificateAuthority,
+    common_name: &str,
+    sans: &[String],
+    (not_before, not_after): (OffsetDateTime, OffsetDateTime),
+) -> Result<IssuedCert> {
+    server_cert_with(ca, common_name, sans, Duration::ZERO, |params| {
+        params.not_before = not_before;
+        params.not_after = not_after;
+    })
+}
+
+fn server_cert_with(
+    ca: &CertificateAuthority,
+    common_name: &str,
+    sans: &[String],
+    valid_for: Duration,
+    adjust: impl FnOnce(&mut CertificateParams),
+) -> Result<IssuedCert> {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
     let (mut params, serial_hex) = leaf_params(dn, valid_for, KeyType::EcdsaP256)?;
@@ -179,5 +203,6 @@ pub fn server_cert(
         })?
         .subject_alt_names;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    adjust(&mut params);
     sign(ca, params, serial_hex, KeyType::EcdsaP256)
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::inspect::rfc3339;
+use crate::input::shown;
 use crate::{Error, Result};
 
 /// Default lifetime of a minted credential (the runbook's `720h`).
@@ -20,7 +21,8 @@ pub fn check_common_name(cn: &str) -> Result<()> {
     }
     if cn.starts_with("system:") {
         return Err(Error::bad_input(format!(
-            "the common name `{cn}` starts with `system:`, which is reserved for Kubernetes' own identities"
+            "the common name `{}` starts with `system:`, which is reserved for Kubernetes' own identities",
+            shown(cn)
         ))
         .hint("use a plain user name such as `gitlab-runner`; a scoped runner must never act as a system identity"));
     }
@@ -47,7 +49,8 @@ pub fn check_organizations(orgs: &[String]) -> Result<()> {
         }
         if org.starts_with("system:") {
             return Err(Error::bad_input(format!(
-                "the organization `{org}` starts with `system:`, which is reserved for Kubernetes' own groups"
+                "the organization `{}` starts with `system:`, which is reserved for Kubernetes' own groups",
+                shown(org)
             ))
             .hint("use the group your ClusterRoleBinding names, e.g. `gitlab-runner`"));
         }
@@ -59,7 +62,8 @@ pub fn check_organizations(orgs: &[String]) -> Result<()> {
 fn check_printable(what: &str, value: &str) -> Result<()> {
     if value.chars().any(|c| c.is_control()) || value.len() > 64 {
         return Err(Error::bad_input(format!(
-            "the {what} {value:?} has control characters or is longer than 64 bytes"
+            "the {what} {:?} has control characters or is longer than 64 bytes",
+            shown(value)
         ))
         .hint("use a short name of letters, digits, `-`, `.` or `:`"));
     }

@@ -8,8 +8,9 @@ use tenantci_core::{Error, Result};
 use tenantci_sim::{self as sim, SimConfig};
 
 /// Run a local gateway: an admin apiserver listing `Cluster` objects and one HTTPS tenant
-/// apiserver per cluster (client-cert auth, RBAC, objects in memory). Prints one JSON line
-/// `{"type":"ready",...}` on stdout when every server listens; stops on SIGTERM or SIGINT.
+/// apiserver per cluster (client-cert auth, RBAC, objects kept in the state dir across
+/// restarts). Prints one JSON line `{"type":"ready",...}` on stdout when every server listens;
+/// stops on SIGTERM or SIGINT. Every flag is checked before anything is written.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Simulator options")]
 pub struct SimArgs {
@@ -34,6 +35,11 @@ pub struct SimArgs {
         requires = "gitea"
     )]
     pub gitea_listen: std::net::SocketAddr,
+    /// Keep the tenant clusters' objects in memory only: a restart starts from the seeded
+    /// state. Default: each cluster's objects are saved to clusters/<name>/objects.json (0600)
+    /// and come back on the next start, as etcd keeps them for kube-apiserver.
+    #[arg(long)]
+    pub in_memory: bool,
     #[command(flatten)]
     pub opensandbox: OpenSandboxArgs,
 }
@@ -153,12 +159,14 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     let nodes = args.nodes.config()?;
     let boot = args.opensandbox.boot()?;
     let state_dir = args.state_dir.clone();
-    let handle = sim::start(SimConfig {
+    let config = SimConfig {
         state_dir: args.state_dir,
         clusters: args.clusters,
         nodes,
-    })
-    .await?;
+        persist: !args.in_memory,
+    };
+    config.validate()?;
+    let handle = sim::start(config).await?;
     let gitea = match args.gitea {
         true => {
             let g = sim::gitea::GiteaDouble::start(args.gitea_listen).await?;

@@ -613,3 +613,28 @@ fn credential_bad_inputs_exit_2_and_write_nothing() {
     assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
     assert_eq!(snapshot(dir.path()), before);
 }
+
+/// A 100 kB common name is refused with a short prefix of it, not echoed whole.
+#[test]
+fn credential_mint_echoes_only_a_prefix_of_a_huge_common_name() {
+    let dir = scratch();
+    let state = state_with_cluster(dir.path());
+    let out = dir.path().join("out");
+    for cn in [
+        format!("system:{}", "a".repeat(100_000)),
+        "a".repeat(100_000),
+    ] {
+        let mut args = mint_args(&state, &out);
+        let at = args.iter().position(|a| a == "gitlab-runner").unwrap();
+        args[at] = cn;
+        let o = run_args(&args);
+        assert_exit(&o, 2);
+        assert!(stderr(&o).len() < 1000, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("(100"),
+            "says how long it was: {}",
+            stderr(&o)
+        );
+        assert!(!out.exists());
+    }
+}

@@ -5,6 +5,7 @@
 use super::{Inputs, PausePods};
 use crate::runner::gitlab_config::{merge, write};
 use crate::runner::token::{self, Prepared};
+use tenantci_core::input::shown;
 use tenantci_core::pki::policy;
 use tenantci_core::{Error, Result};
 
@@ -25,7 +26,7 @@ fn check_names(inputs: &Inputs) -> Result<()> {
     if !tenantci_core::dns::is_label(&inputs.namespace) {
         return Err(Error::bad_input(format!(
             "--namespace `{}` is not a Kubernetes namespace name",
-            short(&inputs.namespace)
+            shown(&inputs.namespace)
         ))
         .hint("use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit, e.g. gitlab-runner"));
     }
@@ -37,7 +38,7 @@ fn check_names(inputs: &Inputs) -> Result<()> {
     if name.trim().is_empty() || name.len() > 255 || name.chars().any(char::is_control) {
         return Err(Error::bad_input(format!(
             "--name `{}` is not a usable runner name",
-            short(name)
+            shown(name)
         ))
         .hint("use up to 255 printable characters, e.g. tenant-ci"));
     }
@@ -45,13 +46,6 @@ fn check_names(inputs: &Inputs) -> Result<()> {
 }
 
 /// At most 64 characters of a bad value: errors name it without echoing a whole file.
-fn short(value: &str) -> String {
-    match value.char_indices().nth(64) {
-        Some((i, _)) => format!("{}...", &value[..i]),
-        None => value.to_string(),
-    }
-}
-
 /// config.toml does not change before the last step, so deciding about the token now (reusing
 /// the token of an earlier run) gives what deciding at the end would.
 fn prepare_token(inputs: &Inputs) -> Result<Prepared<'_>> {

@@ -23,7 +23,7 @@ pub(super) struct Credential {
 
 /// A PEM certificate file, with errors that name `what` it is.
 pub(super) fn read_cert(what: &str, path: &Path) -> Result<CertInfo> {
-    let pem = std::fs::read_to_string(path).map_err(|e| Error::unreadable(what, path, e))?;
+    let pem = tenantci_core::input::read_text(what, path, tenantci_core::input::MAX_PEM)?;
     CertInfo::from_pem(&pem).map_err(|e| {
         Error::bad_input(format!("{what} `{}` is not a certificate", path.display())).caused_by(e)
     })

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::dispatch::config::{self, Config, Resources, files};
+use crate::dispatch::config::{self, Config, Resources, files, url_host};
 use tenantci_core::node_image::NodeImage;
 use tenantci_core::{Error, Result};
 
@@ -113,27 +113,19 @@ pub struct Checked {
     pub webhook: Option<(SocketAddr, PathBuf)>,
 }
 
-fn host_of(url: &str, schemes: &[&str]) -> Option<String> {
-    let uri: http::Uri = url.parse().ok()?;
-    if !schemes.contains(&uri.scheme_str()?) || url.contains(char::is_whitespace) {
-        return None;
-    }
-    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then(|| host.to_string())
-}
-
 /// Checks every flag that needs no file system or network.
 pub fn check(i: &Inputs) -> Result<Checked> {
-    if host_of(&i.gitea_url, &["http", "https"]).is_none() {
+    if url_host(&i.gitea_url, &["http", "https"]).is_none() {
         return Err(Error::bad_input(format!("--gitea-url `{}` is not an http(s):// URL with a host", i.gitea_url))
             .hint("pass Gitea's base URL, e.g. https://gitea.example.com (the RunnerService is under /api/actions)"));
     }
     tenantci_core::gateway::layout::validate_cluster_name(&i.cluster)?;
     if !tenantci_core::dns::is_label(&i.namespace) {
-        return Err(
-            Error::bad_input(format!("--namespace `{}` is not a DNS label", i.namespace))
-                .hint("use 1-63 lower-case letters, digits and `-`, e.g. `dynamic-runner`"),
-        );
+        return Err(Error::bad_input(format!(
+            "--namespace `{}` is not a DNS label",
+            tenantci_core::input::shown(&i.namespace)
+        ))
+        .hint("use 1-63 lower-case letters, digits and `-`, e.g. `dynamic-runner`"));
     }
     if i.labels.is_empty() {
         return Err(Error::bad_input("--labels is empty")
@@ -155,7 +147,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
                 .hint("pass the name the runner gets at Gitea, or leave --name out"));
         }
     }
-    if host_of(&i.nats_url, &["nats", "tls"]).is_none() {
+    if url_host(&i.nats_url, &["nats", "tls"]).is_none() {
         return Err(Error::bad_input(format!(
             "--nats `{}` is not a nats:// or tls:// URL",
             i.nats_url
@@ -182,7 +174,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         }
         None => format!("https://{}", i.facade_listen),
     };
-    let Some(facade_host) = host_of(&facade_url, &["https"]) else {
+    let Some(facade_host) = url_host(&facade_url, &["https"]) else {
         return Err(Error::bad_input(format!(
             "--facade-url `{facade_url}` is not an https:// URL with a host"
         ))

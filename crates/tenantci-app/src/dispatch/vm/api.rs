@@ -7,8 +7,10 @@ use tenantci_core::{Result, Secret};
 
 use super::settings::Vm;
 
-/// The client for `vm`, with the key from `vm.api_key_file`.
+/// The client for `vm`, with the key from `vm.api_key_file` (refused when other accounts may
+/// read it, as every key file the dispatcher reads).
 pub fn client(vm: &Vm) -> Result<LifecycleClient> {
+    tenantci_core::input::check_private("the OpenSandbox API key file", &vm.api_key_file)?;
     let key = tenantci_core::secret::read_file(
         "the OpenSandbox API key file",
         &vm.api_key_file,

@@ -12,13 +12,14 @@ use tenantci_core::{Error, Result};
 
 /// The current text of `path`, or `None` when it does not exist.
 pub fn read_existing(path: &Path) -> Result<Option<String>> {
-    match std::fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
-            Error::bad_input(format!("`{}` is not UTF-8 text", path.display()))
-                .hint("config.toml must be UTF-8 TOML; fix or move the file")
-        }),
+    match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::unreadable("the gitlab-runner config", path, e)),
+        _ => tenantci_core::input::read_text(
+            "the gitlab-runner config",
+            path,
+            tenantci_core::input::MAX_CONFIG,
+        )
+        .map(Some),
     }
 }
 

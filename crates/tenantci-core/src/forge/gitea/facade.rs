@@ -268,7 +268,9 @@ pub fn tls_config(cert_pem: &str, key_pem: &str) -> crate::Result<Arc<rustls::Se
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| {
-            crate::Error::bad_input("facade certificate and key do not fit").caused_by(e)
+            crate::Error::bad_input("the facade certificate and the facade key do not fit")
+                .caused_by(e)
+                .hint("re-run `tenantci dispatch init`, which issues a new facade certificate and key as a pair")
         })?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))

@@ -492,9 +492,11 @@ fn init_says_how_to_re_register_when_gitea_no_longer_knows_the_registration() {
     std::fs::create_dir(&dir).unwrap();
     // A registration Gitea does not know: what scheduler.json holds after the runner was
     // deleted in Gitea's admin UI.
-    std::fs::write(
-        dir.join("scheduler.json"),
-        r#"{"id": 41, "uuid": "6d1f3c9e-0000-4000-8000-000000000041", "token": "0123abcd", "name": "tenantci-dispatch-ci"}"#,
+    // 0600 as init writes it: a credential open to other accounts is refused before this.
+    tenantci_core::fsutil::write_atomic(
+        &dir.join("scheduler.json"),
+        br#"{"id": 41, "uuid": "6d1f3c9e-0000-4000-8000-000000000041", "token": "0123abcd", "name": "tenantci-dispatch-ci"}"#,
+        0o600,
     )
     .unwrap();
     let o = s.init("d", &[], &[]);
@@ -556,7 +558,8 @@ fn init_turns_the_vm_backend_on_only_with_a_reachable_opensandbox() {
     let labels = ("--labels", Some("self-hosted,pod,vm"));
 
     let wrong = s.root.join("wrong-opensandbox-key");
-    std::fs::write(&wrong, "not-the-key\n").unwrap();
+    // 0600: a key file open to other accounts is refused before the API is asked.
+    tenantci_core::fsutil::write_atomic(&wrong, b"not-the-key\n", 0o600).unwrap();
     let refused = s.init(
         "refused",
         &[labels],

@@ -8,6 +8,7 @@ mod executor_pod;
 mod golden;
 mod harness;
 mod init;
+mod inputs;
 mod ledger;
 mod run;
 mod stall;

@@ -9,7 +9,8 @@ use crate::util::{assert_exit, run, stderr, tenantci};
 async fn run_refuses_a_wrong_opensandbox_key_at_start_naming_the_file() {
     let mut w = World::start(1).await;
     let wrong = w.dir.path().join("wrong-opensandbox.key");
-    std::fs::write(&wrong, "not-the-key\n").unwrap();
+    // 0600: a key file open to other accounts is refused before the API is asked.
+    tenantci_core::fsutil::write_atomic(&wrong, b"not-the-key\n", 0o600).unwrap();
     w.with_vm(1, &wrong);
     let config = w.config_only("d1");
     let out = run(tenantci()

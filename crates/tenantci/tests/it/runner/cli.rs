@@ -529,3 +529,24 @@ fn runner_cli_native_autoscaler_flags_without_their_partner_are_refused() {
         assert!(!s.config.exists(), "{extra:?} wrote the file");
     }
 }
+
+/// A runner token file that is not a token (5 MB, or empty) is refused with one sentence and
+/// a fix, and config.toml is not written.
+#[test]
+fn runner_cli_refuses_an_oversized_or_empty_token_file() {
+    let s = setup();
+    for (contents, says) in [
+        ("x".repeat(5 << 20), "larger than 4 KiB"),
+        ("\n".to_string(), "is empty"),
+    ] {
+        std::fs::write(&s.token_file, &contents).unwrap();
+        let o = go(&with_token_file(&s));
+        assert_exit(&o, 2);
+        let err = stderr(&o);
+        assert!(err.contains(says), "{err}");
+        assert!(err.contains("runner-token`"), "names the file: {err}");
+        assert!(err.lines().any(|l| l.starts_with("help: ")), "{err}");
+        assert!(err.len() < 1000, "{err}");
+        assert!(!s.config.exists(), "nothing written");
+    }
+}

@@ -3,5 +3,6 @@
 
 mod kube_rs;
 mod kubectl;
+mod restart;
 mod runbook;
 mod wire;
