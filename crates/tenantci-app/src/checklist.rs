@@ -46,19 +46,19 @@ impl Check {
         detail: impl Into<String>,
         fix: impl Into<String>,
     ) -> Self {
-        Check {
-            fix: Some(fix.into()),
-            ..Self::new(name, Status::Warn, detail)
-        }
+        Self::new(name, Status::Warn, detail).with_fix(fix)
     }
     pub fn fail(
         name: impl Into<String>,
         detail: impl Into<String>,
         fix: impl Into<String>,
     ) -> Self {
+        Self::new(name, Status::Fail, detail).with_fix(fix)
+    }
+    fn with_fix(self, fix: impl Into<String>) -> Self {
         Check {
             fix: Some(fix.into()),
-            ..Self::new(name, Status::Fail, detail)
+            ..self
         }
     }
 }

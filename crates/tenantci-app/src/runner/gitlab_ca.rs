@@ -48,8 +48,11 @@ pub fn plan(ca: Option<&GitlabCa>, managed_dir: &Path) -> Result<Plan> {
             copy: None,
         });
     };
-    let pem = fsutil::read_bounded(&ca.file, tenantci_core::tls::MAX_CA_BUNDLE_BYTES)
-        .map_err(|e| Error::unreadable("the GitLab CA file", &ca.file, e))?;
+    let pem = tenantci_core::input::read_bytes(
+        "the GitLab CA file",
+        &ca.file,
+        tenantci_core::tls::MAX_CA_BUNDLE_BYTES,
+    )?;
     tenantci_core::tls::parse_ca_bundle("the GitLab CA file", &ca.file, &pem)?;
     if ca.in_place {
         let own = std::path::absolute(&ca.file)

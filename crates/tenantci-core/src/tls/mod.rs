@@ -25,13 +25,12 @@ pub fn ensure_crypto_provider() {
 }
 
 /// A CA bundle is a few certificates; anything near this is a wrong path (or `/dev/zero`).
-pub const MAX_CA_BUNDLE_BYTES: u64 = 1 << 20;
+pub const MAX_CA_BUNDLE_BYTES: u64 = crate::input::MAX_PEM;
 
 /// The certificates of a PEM bundle file, `what` naming it in errors ("the GitLab CA file").
 /// Read with a size bound, regular files only; a file without a certificate is refused.
 pub fn read_ca_bundle(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    let pem = crate::fsutil::read_bounded(path, MAX_CA_BUNDLE_BYTES)
-        .map_err(|e| Error::unreadable(what, path, e))?;
+    let pem = crate::input::read_bytes(what, path, MAX_CA_BUNDLE_BYTES)?;
     parse_ca_bundle(what, path, &pem)
 }
 

@@ -23,8 +23,8 @@ use crate::checklist::{self, Check};
 
 use entry::EntryView;
 pub use local::ClusterFiles;
+use tenantci_core::Result;
 use tenantci_core::gateway::StateDir;
-use tenantci_core::{Error, Result};
 
 /// What to check.
 #[derive(Debug, Clone)]
@@ -58,12 +58,11 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Runs every check. `Err` only for a config.toml that cannot be read (bad input, exit 2);
 /// a failing runner is a report with `passed: false`.
 pub async fn run(inputs: &Inputs) -> Result<Report> {
-    let raw = tenantci_core::fsutil::read_bounded(&inputs.config, MAX_CONFIG_BYTES)
-        .map_err(|e| Error::unreadable("gitlab-runner's config.toml", &inputs.config, e))?;
-    let text = String::from_utf8(raw).map_err(|_| {
-        Error::bad_input(format!("`{}` is not UTF-8 text", inputs.config.display()))
-            .hint("pass --config naming gitlab-runner's config.toml")
-    })?;
+    let text = tenantci_core::input::read_text(
+        "gitlab-runner's config.toml",
+        &inputs.config,
+        MAX_CONFIG_BYTES,
+    )?;
     let mut lines = Vec::new();
     let found = entry::find(&inputs.config, &text, inputs.name.as_deref());
     let view = match found {
