@@ -101,16 +101,7 @@ async fn the_runner_reaches_the_facade_through_its_proxy_across_a_dispatcher_res
     ex.finish(task, &[&format!("ran task {task}")]).await;
 
     w.all_cleaned_up().await;
-    let t = w.task(task).await;
-    assert_eq!(t["result"], "RESULT_SUCCESS", "{t}");
-    let line = format!("ran task {task}");
-    let n = t["logs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|l| l.as_str() == Some(&line))
-        .count();
-    assert_eq!(n, 1, "the task ran and logged once: {t}");
+    w.assert_succeeded_once(task).await;
     assert!(
         w.watch.creations().values().all(|n| *n == 1),
         "one executor: {:?}",

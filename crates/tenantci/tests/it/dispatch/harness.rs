@@ -329,6 +329,21 @@ impl World {
         }
     }
 
+    /// `task` is SUCCESS at the double and its executor's "ran task N" line is there exactly
+    /// once (other lines, such as a replaced attempt's, may be there too).
+    pub async fn assert_succeeded_once(&self, task: i64) {
+        let t = self.task(task).await;
+        assert_eq!(t["result"], "RESULT_SUCCESS", "{t}");
+        let line = format!("ran task {task}");
+        let n = t["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l.as_str() == Some(&line))
+            .count();
+        assert_eq!(n, 1, "the task ran and logged once: {t}");
+    }
+
     /// The task id of a job once it is claimed.
     pub async fn claimed(&self, job: i64) -> i64 {
         eventually("the job to be claimed", || async {

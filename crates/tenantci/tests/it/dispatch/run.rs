@@ -199,17 +199,8 @@ async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
     w.all_cleaned_up().await;
     for job in &jobs {
         let view = w.job(*job).await;
-        let task = view["task_id"].as_i64().unwrap();
-        let t = w.task(task).await;
-        assert_eq!(t["result"], "RESULT_SUCCESS", "{t}");
-        let line = format!("ran task {task}");
-        let n = t["logs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|l| l.as_str() == Some(&line))
-            .count();
-        assert_eq!(n, 1, "the task ran once: {t}");
+        w.assert_succeeded_once(view["task_id"].as_i64().unwrap())
+            .await;
     }
     assert!(
         w.watch.creations().values().all(|n| *n == 1),
