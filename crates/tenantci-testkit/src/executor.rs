@@ -154,6 +154,21 @@ impl Executor {
         ex
     }
 
+    /// A VM executor, from its sandbox as the OpenSandbox double's admin view shows it (the
+    /// env the boot script reads): straight to the facade, as the proxy inside would go.
+    pub fn from_sandbox(sandbox: &serde_json::Value) -> Executor {
+        use tenantci_app::dispatch::vm::sandbox::env;
+        let var = |k: &str| {
+            sandbox["env"][k]
+                .as_str()
+                .unwrap_or_else(|| panic!("the sandbox env has {k}: {sandbox}"))
+                .to_string()
+        };
+        let mut ex = Self::from_files(var(env::RUNNER).as_bytes(), &var(env::FACADE_CA)).unwrap();
+        ex.address = var(env::FACADE_URL);
+        ex
+    }
+
     /// Through the Pod's sidecar run as `proxy`: plain HTTP on loopback, no CA.
     pub fn through(secret: &Secret, proxy: &PodProxy) -> Executor {
         let data = secret.data.as_ref().expect("the executor Secret has data");

@@ -6,11 +6,11 @@
 //!   time. A token for one task is worthless for another.
 //! - FetchTask hands the caller its own task, opened only here in memory, until the caller's
 //!   first UpdateLog / UpdateTask: a retried FetchTask after a lost answer gets it again
-//!   (`ExecutorObjects::fetch_assignment`); the first report consumes the assignment for good,
-//!   and a replaced attempt's capability never gets it.
+//!   (from the Pod's Secret or, for a VM, the claim ledger: `handout`); the first report
+//!   consumes the assignment for good, and a replaced attempt's capability never gets it.
 //! - UpdateTask / UpdateLog are accepted only for the caller's own task and forwarded to Gitea
 //!   with the scheduler's credential; a final state Gitea accepted puts the terminal marker
-//!   on the Pod, which lets the reconciler clean up.
+//!   on the Pod or the sandbox, which lets the reconciler clean up.
 //! - After the end nothing is forwarded: once Gitea accepted a final state (recorded in
 //!   [`Finished`] and in the claim ledger, which every instance reads) or the task's executor
 //!   Secret is gone, a final UpdateTask repeating that state is answered with it (the runner's
@@ -28,11 +28,11 @@ use prost::Message as _;
 
 use super::capability::{self, CapabilityKey};
 use super::finished::Finished;
+use super::handout::Handout;
 use super::metrics::Metrics;
-use super::objects::{ExecutorObjects, Presence};
+use super::objects::Presence;
 use super::registry::Registry;
 use super::report;
-use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
@@ -57,7 +57,7 @@ pub struct Executor {
 pub struct Facade {
     pub capability_key: CapabilityKey,
     pub sealing_key: SealingKey,
-    pub objects: ExecutorObjects,
+    pub handout: Handout,
     pub gitea: RunnerClient,
     pub registry: Arc<Registry>,
     pub ledger: Ledger,
@@ -95,11 +95,6 @@ fn forwarded(method: &str, e: ClientError) -> ConnectError {
     }
 }
 
-fn apiserver(e: kube::Error) -> ConnectError {
-    tracing::warn!(error = %e, "facade: the tenant apiserver call failed");
-    ConnectError::unavailable("the dispatcher cannot reach the tenant apiserver; retry")
-}
-
 impl Facade {
     fn own(&self, caller: &Executor, task: i64) -> Result<(), ConnectError> {
         if caller.task == task {
@@ -135,8 +130,12 @@ impl Facade {
         if let Some(result) = self.ledger_final(caller.task).await {
             return Err(over(caller.task, Some(result)));
         }
-        let id = capability::assignment_id(caller.task, caller.attempt);
-        match self.objects.consume_assignment(caller.task, &id).await {
+        let backend = self.handout.backend_of(caller.task).await?;
+        match self
+            .handout
+            .consume(caller.task, caller.attempt, backend)
+            .await
+        {
             Ok(Presence::Present) => {
                 self.consumed
                     .lock()
@@ -195,7 +194,12 @@ impl Facade {
         })
     }
 
-    /// Opens the assignment taken from the Secret; it must be the caller's.
+    async fn mark_terminal(&self, task: i64) -> Result<(), ConnectError> {
+        let backend = self.handout.backend_of(task).await?;
+        self.handout.mark_terminal(task, backend).await
+    }
+
+    /// Opens the assignment taken from the Secret or the ledger; it must be the caller's.
     fn open(&self, caller: &Executor, sealed: &[u8]) -> Result<Task, ConnectError> {
         let a = Assignment::from_json(sealed).map_err(|e| {
             tracing::error!(task = caller.task, error = %e, "facade: the stored assignment does not decode");
@@ -204,7 +208,7 @@ impl Facade {
         if a.task_id != caller.task.to_string() || a.attempt != caller.attempt {
             tracing::error!(
                 task = caller.task,
-                "facade: the Secret holds another task's assignment"
+                "facade: the stored assignment is another task's"
             );
             return Err(ConnectError::internal(
                 "the task's assignment is not this runner's",
@@ -257,12 +261,11 @@ impl FacadeBackend for Facade {
         caller: &Executor,
         _req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
-        let id = capability::assignment_id(caller.task, caller.attempt);
+        let backend = self.handout.backend_of(caller.task).await?;
         let Some(sealed) = self
-            .objects
-            .fetch_assignment(caller.task, &id)
-            .await
-            .map_err(apiserver)?
+            .handout
+            .fetch(caller.task, caller.attempt, backend)
+            .await?
         else {
             return Ok(FetchTaskResponse {
                 task: None,
@@ -277,7 +280,7 @@ impl FacadeBackend for Facade {
         );
         // Recorded before the answer: once the executor has its task, recovery must not
         // start it again.
-        let fetched = Entry::step(caller.task, caller.attempt, Backend::Pod, Phase::Fetched);
+        let fetched = Entry::step(caller.task, caller.attempt, backend, Phase::Fetched);
         self.ledger.note(fetched).await;
         self.metrics.handed_out();
         self.registry.notify();
@@ -302,6 +305,11 @@ impl FacadeBackend for Facade {
                 task = caller.task,
                 "facade: the final state again; answered without Gitea"
             );
+            // The first answer may have been lost because the marker could not be set: set
+            // it again (idempotent), or the executor would never be cleaned up.
+            if let Err(e) = self.mark_terminal(caller.task).await {
+                tracing::warn!(task = caller.task, error = %e, "facade: the terminal marker is still not set; the executor retries");
+            }
             return Ok(resp);
         }
         self.consume(caller).await?;
@@ -322,11 +330,8 @@ impl FacadeBackend for Facade {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&(caller.task, caller.attempt));
-            // Gitea has the final state: from here on the executor objects may go.
-            self.objects
-                .mark_terminal(caller.task)
-                .await
-                .map_err(apiserver)?;
+            // Gitea has the final state: from here on the executor may go.
+            self.mark_terminal(caller.task).await?;
             tracing::info!(
                 task = caller.task,
                 result = state.result,

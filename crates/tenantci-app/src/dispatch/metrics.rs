@@ -22,8 +22,8 @@ fn backend(b: Backend) -> ByBackend {
 pub struct Metrics {
     registry: Registry,
     claimed: Family<ByBackend, Counter>,
-    completed: Counter,
-    failed: Counter,
+    completed: Family<ByBackend, Counter>,
+    failed: Family<ByBackend, Counter>,
     fetch_calls: Counter,
     fetch_latency: Histogram,
     queue_depth: Family<ByBackend, Gauge>,
@@ -46,8 +46,8 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("tenantci_dispatch");
         let m = Metrics {
             claimed: Family::default(),
-            completed: Counter::default(),
-            failed: Counter::default(),
+            completed: Family::default(),
+            failed: Family::default(),
             fetch_calls: Counter::default(),
             // 1 ms .. ~16 s.
             fetch_latency: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
@@ -149,11 +149,11 @@ impl Metrics {
     pub fn claimed(&self, b: Backend) {
         self.claimed.get_or_create(&backend(b)).inc();
     }
-    pub fn completed(&self) {
-        self.completed.inc();
+    pub fn completed(&self, b: Backend) {
+        self.completed.get_or_create(&backend(b)).inc();
     }
-    pub fn failed(&self) {
-        self.failed.inc();
+    pub fn failed(&self, b: Backend) {
+        self.failed.get_or_create(&backend(b)).inc();
     }
     pub fn fetched(&self, took: Duration) {
         self.fetch_calls.inc();

@@ -1,4 +1,5 @@
-//! The lifecycle reconciler (leader only): lists the executor objects, asks
+//! The lifecycle reconciler of the pod backend (leader only; `vm::reconciler` is the VM
+//! backend's): lists the executor objects, asks
 //! `lifecycle::decide` about each, and carries the decision out. It also rebuilds the claim
 //! registry at the start of a leadership term (recovery): it reads the claim ledger first,
 //! then every executor found takes a backend slot, so no more executors start than capacity
@@ -77,7 +78,11 @@ impl Reconciler {
         let entries = self.ledger.entries().await?;
         let found = self.objects.list().await?;
         self.lost.clear();
-        for e in entries {
+        for e in entries.into_iter().filter(|e| e.backend == Backend::Pod) {
+            if recovery::waits_in_the_queue(&e, found.contains_key(&e.task)) {
+                // Queued by an earlier term: kept alive at Gitea until its executor starts.
+                self.registry.queued(e.task, Backend::Pod);
+            }
             match recovery::decide(&e, found.contains_key(&e.task)) {
                 Recovery::Leave => {}
                 action => {
@@ -186,7 +191,11 @@ impl Reconciler {
     pub async fn pass(&mut self) -> Result<(), kube::Error> {
         self.recover_lost().await;
         // Taken before the list: an executor registered by then must be in the list.
-        let registered: BTreeSet<i64> = self.registry.running_tasks().into_iter().collect();
+        let registered: BTreeSet<i64> = self
+            .registry
+            .running_tasks_of(Backend::Pod)
+            .into_iter()
+            .collect();
         let found = self.objects.list().await?;
         for o in found.values() {
             if !o.pod_exists && o.unfetched && !registered.contains(&o.task_id) {
@@ -217,7 +226,7 @@ impl Reconciler {
             Decision::Keep => {}
             Decision::Delete => {
                 if self.delete(o.task_id).await {
-                    self.metrics.completed();
+                    self.metrics.completed(Backend::Pod);
                     tracing::info!(
                         task = o.task_id,
                         "task done; executor Pod and Secret deleted"
@@ -323,44 +332,25 @@ impl Reconciler {
         }
     }
 
-    /// The Secret's assignment, sealed again for `attempt` (the attempt is sealed in).
     fn reseal(&self, sealed: &[u8], attempt: u32) -> Result<(Assignment, Vec<String>), String> {
-        let key = &self.restarts.sealing_key;
-        let a = Assignment::from_json(sealed)
-            .map_err(|e| format!("the stored assignment does not decode ({e})"))?;
-        let payload = a
-            .open(key)
-            .map_err(|e| format!("the stored assignment does not open ({e})"))?;
-        let next = Assignment::seal(
-            key,
-            &a.task_id,
-            attempt,
-            a.backend,
-            a.labels.clone(),
-            &payload,
-        )
-        .map_err(|e| format!("the assignment cannot be sealed again ({e})"))?;
-        Ok((next, a.labels))
+        reseal(&self.restarts.sealing_key, sealed, attempt)
     }
 
     /// Reports FAILURE, then deletes; while Gitea is unreachable the objects stay (next
     /// pass). True once Gitea has been told (or refused to hear it).
     async fn fail(&mut self, task: i64, reason: &str) -> bool {
-        match report::fail(&self.gitea, task, reason).await {
-            Ok(()) => {}
-            Err(e) if e.code().is_some() => {
-                // Gitea answered (e.g. the task is not ours any more): nothing more to tell it.
-                tracing::warn!(task, error = %e, "Gitea refused the FAILURE report");
-            }
-            Err(e) => {
-                tracing::warn!(task, error = %e, "cannot report FAILURE to Gitea; keeping the executor for the next pass");
-                return false;
-            }
+        if !report::executor_failed(
+            &self.gitea,
+            &self.ledger,
+            &self.metrics,
+            Backend::Pod,
+            task,
+            reason,
+        )
+        .await
+        {
+            return false;
         }
-        tracing::warn!(task, "{reason}: reported FAILURE to Gitea");
-        // The dispatcher's own verdict; Gitea keeps a final state it had before.
-        self.ledger.note(report::failed_step(task)).await;
-        self.metrics.failed();
         self.delete(task).await;
         true
     }
@@ -378,4 +368,27 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// A stored assignment, sealed again for `attempt` (the attempt is sealed in), and its labels.
+pub fn reseal(
+    key: &SealingKey,
+    sealed: &[u8],
+    attempt: u32,
+) -> Result<(Assignment, Vec<String>), String> {
+    let a = Assignment::from_json(sealed)
+        .map_err(|e| format!("the stored assignment does not decode ({e})"))?;
+    let payload = a
+        .open(key)
+        .map_err(|e| format!("the stored assignment does not open ({e})"))?;
+    let next = Assignment::seal(
+        key,
+        &a.task_id,
+        attempt,
+        a.backend,
+        a.labels.clone(),
+        &payload,
+    )
+    .map_err(|e| format!("the assignment cannot be sealed again ({e})"))?;
+    Ok((next, a.labels))
 }

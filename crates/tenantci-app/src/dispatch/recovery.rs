@@ -8,6 +8,7 @@
 //! was lost when it had. A task the ledger has as final whose objects are still there is over:
 //! its objects go.
 
+use crate::queue::Backend;
 use crate::queue::ledger::{Entry, Phase};
 
 /// What recovery does for one entry.
@@ -37,19 +38,30 @@ pub fn decide(entry: &Entry, objects: bool) -> Recovery {
                 entry.attempt
             ),
         },
-        (Phase::Fetched, false) => Recovery::Fail {
+        (Phase::Fetched | Phase::Reported, false) => Recovery::Fail {
             reason: format!(
-                "the executor of attempt {} had fetched the task when its Pod and Secret were lost (deleted while no dispatcher was leading, or the tenant apiserver lost them); what it ran and logged after its last report is lost; re-run the job",
-                entry.attempt
+                "the executor of attempt {} had fetched the task when {}; what it ran and logged after its last report is lost; re-run the job",
+                entry.attempt,
+                match entry.backend {
+                    Backend::Pod =>
+                        "its Pod and Secret were lost (deleted while no dispatcher was leading, or the tenant apiserver lost them)",
+                    Backend::Vm =>
+                        "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
+                }
             ),
         },
     }
 }
 
+/// Whether `entry` is an assignment an earlier term queued that no executor took yet: the
+/// new term keeps it alive at Gitea (which fails a task not updated for 10 minutes).
+pub fn waits_in_the_queue(entry: &Entry, objects: bool) -> bool {
+    entry.phase == Phase::Queued && !objects
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::Backend;
     use crate::queue::assignment::{Assignment, SealingKey};
 
     fn entry(phase: Phase, with_assignment: bool) -> Entry {

@@ -106,6 +106,15 @@ impl Registry {
         self.lock().running.keys().copied().collect()
     }
 
+    pub fn running_tasks_of(&self, backend: Backend) -> Vec<i64> {
+        self.lock()
+            .running
+            .iter()
+            .filter(|(_, r)| r.backend == backend)
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
     pub fn running_count(&self, backend: Backend) -> usize {
         self.lock()
             .running

@@ -81,3 +81,31 @@ pub async fn fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), Cli
         .await
         .map(|_| ())
 }
+/// A reconciler's FAILURE report for an executor that ended or vanished without a final
+/// state: reported with `reason` in the log, then recorded in the ledger and counted. False
+/// while Gitea is unreachable (the caller keeps the executor for its next pass); true once
+/// Gitea has been told, or answered that it will not hear it (the task is not ours any more).
+pub async fn executor_failed(
+    gitea: &RunnerClient,
+    ledger: &crate::queue::ledger::Ledger,
+    metrics: &super::metrics::Metrics,
+    backend: Backend,
+    task: i64,
+    reason: &str,
+) -> bool {
+    match fail(gitea, task, reason).await {
+        Ok(()) => {}
+        Err(e) if e.code().is_some() => {
+            tracing::warn!(task, error = %e, "Gitea refused the FAILURE report");
+        }
+        Err(e) => {
+            tracing::warn!(task, error = %e, "cannot report FAILURE to Gitea; keeping the executor for the next pass");
+            return false;
+        }
+    }
+    tracing::warn!(task, "{reason}: reported FAILURE to Gitea");
+    // The dispatcher's own verdict; Gitea keeps a final state it had before.
+    ledger.note(failed_step(task)).await;
+    metrics.failed(backend);
+    true
+}

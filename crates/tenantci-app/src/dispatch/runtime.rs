@@ -20,7 +20,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use async_nats::jetstream::consumer::PullConsumer;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use tokio::net::TcpListener;
@@ -30,18 +29,18 @@ use super::capability::{self, CapabilityKey};
 use super::config::Config;
 use super::facade::Facade;
 use super::facade_cert;
+use super::handout::Handout;
 use super::leader;
 use super::metrics::Metrics;
 use super::objects::ExecutorObjects;
-use super::reconciler::Reconciler;
 use super::registration::SchedulerCredential;
 use super::registry::Registry;
-use super::scheduler::{self, Scheduler};
+use super::scheduler;
 use super::status::{self, Health};
+use super::term::{Shared, Term};
+use super::vm::sandboxes::Sandboxes;
 use super::webhook::{self, Receiver, WebhookSecret};
-use super::worker::{ExecutorTemplate, Worker};
 use crate::queue::assignment::SealingKey;
-use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::ledger::Ledger;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
@@ -56,6 +55,8 @@ use tenantci_core::{Error, Result, input};
 /// against its key, the clock and `facade.url`'s host (`facade_cert`).
 struct Inputs {
     credentials: Credentials,
+    /// The scheduler registration's Gitea runner id (owner of this dispatcher's sandboxes).
+    runner_id: i64,
     capability_key: CapabilityKey,
     sealing_key: SealingKey,
     facade_tls: Arc<rustls::ServerConfig>,
@@ -65,7 +66,7 @@ struct Inputs {
 }
 
 fn load_inputs(cfg: &Config) -> Result<Inputs> {
-    let credentials = SchedulerCredential::load(&cfg.gitea.credential_file)?.credentials();
+    let registration = SchedulerCredential::load(&cfg.gitea.credential_file)?;
     if !cfg.nats.sealing_key_file.exists() {
         return Err(Error::bad_input(format!(
             "the sealing key `{}` does not exist",
@@ -84,7 +85,8 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
         }
     }
     Ok(Inputs {
-        credentials,
+        credentials: registration.credentials(),
+        runner_id: registration.id,
         capability_key: capability::load_key(&cfg.facade.capability_key_file)?,
         sealing_key: SealingKey::load_or_create(&cfg.nats.sealing_key_file)?,
         facade_tls: transport::tls_config(&facade.cert_pem, &facade.key_pem)?,
@@ -193,24 +195,6 @@ fn advertised_facade_url(configured: &str, bound_port: u16) -> String {
     }
 }
 
-/// What a leadership term needs; cloned into each term.
-#[derive(Clone)]
-struct Shared {
-    cfg: Config,
-    gitea: RunnerClient,
-    objects: ExecutorObjects,
-    registry: Arc<Registry>,
-    ledger: Ledger,
-    metrics: Arc<Metrics>,
-    producer: Producer,
-    worker_client: async_nats::Client,
-    capability_key: CapabilityKey,
-    sealing_key: SealingKey,
-    facade_ca_pem: String,
-    /// The webhook receiver's nudges, for the scheduler of the current term.
-    nudge: Arc<Notify>,
-}
-
 /// Runs the dispatcher described by `config` until SIGTERM / SIGINT; `on_listening` is
 /// called once the facade and the status API listen.
 ///
@@ -225,7 +209,10 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     apply_topology(&cfg).await?;
     let ledger = open_ledger(&cfg, &worker_client).await?;
     // Checked at start: a wrong key is refused now, naming its file, not at the first vm task.
-    let _sandboxes = super::vm::api::connect(cfg.vm.as_ref()).await?;
+    let sandboxes = super::vm::api::connect(cfg.vm.as_ref())
+        .await?
+        .zip(cfg.vm.clone())
+        .map(|(client, vm)| Sandboxes::new(client, vm, inputs.runner_id));
 
     let gitea = gitea_client(&cfg, &inputs)?;
     let metrics = start_metrics(&cfg, &inputs);
@@ -236,7 +223,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let facade = Arc::new(Facade {
         capability_key: inputs.capability_key.clone(),
         sealing_key: inputs.sealing_key.clone(),
-        objects: objects.clone(),
+        handout: Handout::new(objects.clone(), sandboxes.clone(), ledger.clone()),
         gitea: gitea.clone(),
         registry: registry.clone(),
         ledger: ledger.clone(),
@@ -306,6 +293,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         cfg: cfg.clone(),
         gitea,
         objects,
+        sandboxes,
         registry,
         ledger,
         metrics: metrics.clone(),
@@ -547,163 +535,7 @@ impl Signals {
     }
 }
 
-/// One leadership term: recovery, then scheduler, worker, keep-alive and reconciler.
-struct Term {
-    stop: watch::Sender<bool>,
-    tasks: tokio::task::JoinSet<()>,
-}
-
-impl Term {
-    /// Starts a term in the background: binding the consumer and recovery may retry for a
-    /// while (NATS or the apiserver away), and the runtime must stay responsive to SIGTERM
-    /// and to losing the lease meanwhile.
-    fn start(s: Shared) -> Term {
-        let (stop, stop_rx) = watch::channel(false);
-        let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(run_term(s, stop_rx));
-        Term { stop, tasks }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        while self.tasks.join_next().await.is_some() {}
-    }
-}
-
-/// True when `stop` turned true within `wait`.
-async fn stopped_within(stop: &mut watch::Receiver<bool>, wait: std::time::Duration) -> bool {
-    tokio::time::timeout(wait, stop.wait_for(|s| *s))
-        .await
-        .is_ok()
-}
-
-/// One term's life: bind, recover, run every component until `stop`, then wait for them.
-async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
-    let Some(consumer) = bind_consumer(&s, &mut stop_rx).await else {
-        return;
-    };
-    let slots = consumer.clone();
-    let mut reconciler = Reconciler {
-        objects: s.objects.clone(),
-        gitea: s.gitea.clone(),
-        registry: s.registry.clone(),
-        ledger: s.ledger.clone(),
-        metrics: s.metrics.clone(),
-        logged: Default::default(),
-        restarts: super::reconciler::Restarts {
-            claim: s.cfg.claim.clone(),
-            sealing_key: s.sealing_key.clone(),
-            capability_key: s.capability_key.clone(),
-            template: template(&s),
-        },
-        lost: Default::default(),
-        reserve: Box::new(move || slots.reserve_slot()),
-    };
-    if !recover(&mut reconciler, &mut stop_rx).await {
-        return;
-    }
-    let pod_consumer = match async_nats::jetstream::new(s.worker_client.clone())
-        .get_consumer_from_stream(Backend::Pod.consumer(), STREAM)
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot look up the pod consumer; this term claims nothing (restart after `tenantci queue init`)");
-            return;
-        }
-    };
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(scheduler(&s, pod_consumer).run(stop_rx.clone()));
-    tasks.spawn(reconciler.run(stop_rx.clone()));
-    tasks.spawn(scheduler::keep_alive(
-        s.gitea.clone(),
-        s.objects.clone(),
-        s.registry.clone(),
-        s.ledger.clone(),
-        s.metrics.clone(),
-        s.cfg.gitea.keepalive_interval.get(),
-        stop_rx.clone(),
-    ));
-    let worker = Arc::new(worker(&s));
-    let mut worker_stop = stop_rx.clone();
-    tasks.spawn(async move {
-        consumer
-            .run(move |job| worker.clone().handle(job), async move {
-                let _ = worker_stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-    let _ = stop_rx.wait_for(|s| *s).await;
-    while tasks.join_next().await.is_some() {}
-}
-
-/// Binds the pod consumer, retrying while NATS or the topology is away; None: stopped first.
-async fn bind_consumer(
-    s: &Shared,
-    stop_rx: &mut watch::Receiver<bool>,
-) -> Option<Arc<CappedConsumer>> {
-    loop {
-        match CappedConsumer::bind(
-            s.worker_client.clone(),
-            Backend::Pod,
-            s.cfg.capacity.pod as usize,
-            ConsumerSettings::default(),
-        )
-        .await
-        {
-            Ok(c) => return Some(Arc::new(c)),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot bind the pod consumer (run `tenantci queue init`, or give the dispatcher ci-admin's password); retrying");
-                if stopped_within(stop_rx, std::time::Duration::from_secs(5)).await {
-                    return None;
-                }
-            }
-        }
-    }
-}
-
-/// Recovery before anything claims or starts: the claim ledger, then existing executors take
-/// their slots. Retries while the ledger or the apiserver is away; false: stopped first.
-async fn recover(reconciler: &mut Reconciler, stop_rx: &mut watch::Receiver<bool>) -> bool {
-    loop {
-        match reconciler.recover().await {
-            Ok(_) => return true,
-            Err(e) => {
-                tracing::error!(error = %e, "recovery: retrying");
-                if stopped_within(stop_rx, std::time::Duration::from_secs(2)).await {
-                    return false;
-                }
-            }
-        }
-    }
-}
-
-fn scheduler(s: &Shared, pod_consumer: PullConsumer) -> Scheduler {
-    Scheduler {
-        gitea: s.gitea.clone(),
-        producer: s.producer.clone(),
-        pod_consumer,
-        sealing_key: s.sealing_key.clone(),
-        registry: s.registry.clone(),
-        ledger: s.ledger.clone(),
-        metrics: s.metrics.clone(),
-        pod_capacity: s.cfg.capacity.pod,
-        polling: polling(&s.cfg),
-        nudge: s.nudge.clone(),
-    }
-}
-
-fn template(s: &Shared) -> ExecutorTemplate {
-    ExecutorTemplate {
-        namespace: s.cfg.cluster.namespace.clone(),
-        facade_url: s.cfg.facade.url.clone(),
-        facade_ca_pem: s.facade_ca_pem.clone(),
-        runner_name: s.cfg.gitea.runner_name.clone(),
-        executor: s.cfg.executor.clone(),
-    }
-}
-
-fn polling(cfg: &Config) -> scheduler::Polling {
+pub(super) fn polling(cfg: &Config) -> scheduler::Polling {
     match &cfg.webhook {
         Some(w) => scheduler::Polling::Webhook {
             interval: w.fetch_interval.get(),
@@ -713,18 +545,6 @@ fn polling(cfg: &Config) -> scheduler::Polling {
             idle: cfg.gitea.fetch_interval_idle.get(),
             idle_after: scheduler::IDLE_AFTER,
         },
-    }
-}
-
-fn worker(s: &Shared) -> Worker<ExecutorObjects> {
-    Worker {
-        executors: s.objects.clone(),
-        template: template(s),
-        capability_key: s.capability_key.clone(),
-        gitea: s.gitea.clone(),
-        registry: s.registry.clone(),
-        ledger: s.ledger.clone(),
-        metrics: s.metrics.clone(),
     }
 }
 

@@ -1,10 +1,13 @@
 //! The scheduler (leader only): claims tasks from Gitea with the one registration, bounded by
 //! free capacity, seals each into an assignment and queues it on its backend's subject.
 //!
-//! Capacity: a FetchTask is sent only while running executors plus assignments queued or
-//! being started (the consumer's pending + ack-pending, read from JetStream, so assignments
-//! a previous leader queued count too) stay below the backend's capacity: no task is claimed
-//! that no slot can take soon.
+//! Capacity (the seed's rule, one registration for both backends): a FetchTask is sent only
+//! while running executors plus assignments queued or being started (each consumer's pending
+//! + ack-pending, read from JetStream, so assignments a previous leader queued count too), over
+//! both backends, stay below the total capacity (pod + vm). A claimed task goes to its
+//! backend's subject by its runs-on labels; when that backend is full it waits there, and the
+//! total keeps counting it, so no more is claimed than the slots of both can take soon. Each
+//! worker admits only into its own backend's slots.
 //!
 //! When to poll ([`Polling`]): without a webhook, every `fetch_interval` while a slot is free,
 //! slowing to `fetch_interval_idle` after [`IDLE_AFTER`] without a task. With the webhook, a
@@ -41,6 +44,13 @@ pub const IDLE_AFTER: Duration = Duration::from_secs(300);
 const FULL_RECHECK: Duration = Duration::from_millis(200);
 /// Backoff after a failed FetchTask.
 const ERROR_BACKOFF: Duration = Duration::from_secs(2);
+/// How long a claimed task may wait for the queue to store it. A three-node cluster that lost
+/// a server answers nothing for the stream until its raft group has a new leader (seconds);
+/// a full stream drains as backends work. Meanwhile keep-alive holds the task open at Gitea
+/// and the scheduler claims nothing more; after this long the queue is down, not electing.
+const QUEUE_PATIENCE: Duration = Duration::from_secs(300);
+/// The longest pause between two tries to queue a claimed task.
+const QUEUE_RETRY_MAX: Duration = Duration::from_secs(5);
 /// How long the scheduler waits for a FetchTask answer. Gitea claims the task before it
 /// answers, so an answer given up on is a task claimed and lost: wait through ordinary stalls
 /// (a database lock, a garbage-collection pause, a proxy holding the connection while Gitea
@@ -53,11 +63,16 @@ pub struct Scheduler {
     pub producer: Producer,
     /// The pod backend's consumer, for its pending counts (read as ci-worker).
     pub pod_consumer: PullConsumer,
+    /// The vm backend's, when the VM backend is on.
+    pub vm_consumer: Option<PullConsumer>,
+    /// Whether the VM backend has recovered its slots; until then none of them is free.
+    pub vm_ready: Arc<std::sync::atomic::AtomicBool>,
     pub sealing_key: SealingKey,
     pub registry: Arc<Registry>,
     pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
     pub pod_capacity: u32,
+    pub vm_capacity: u32,
     pub polling: Polling,
     /// Fired by the webhook receiver (leader only): FetchTask now.
     pub nudge: Arc<Notify>,
@@ -130,18 +145,44 @@ pub fn free_slots(capacity: u32, running: usize, queued: u64) -> u64 {
 }
 
 impl Scheduler {
-    async fn free(&mut self) -> u64 {
-        let queued = match self.pod_consumer.info().await {
+    /// One backend's (capacity, running, queued), its gauges updated; None when its consumer
+    /// cannot be read (then nothing is claimed: the queue's depth is unknown).
+    async fn load(&mut self, backend: Backend) -> Option<(u32, usize, u64)> {
+        let (consumer, capacity) = match backend {
+            Backend::Pod => (&mut self.pod_consumer, self.pod_capacity),
+            Backend::Vm => (self.vm_consumer.as_mut()?, self.vm_capacity),
+        };
+        let queued = match consumer.info().await {
             Ok(info) => info.num_pending + info.num_ack_pending as u64,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the pod consumer's depth; not claiming");
-                return 0;
+                tracing::warn!(error = %e, %backend, "cannot read the consumer's depth; not claiming");
+                return None;
             }
         };
-        let running = self.registry.running_count(Backend::Pod);
-        self.metrics.queue_depth(Backend::Pod, queued);
-        self.metrics.in_use(Backend::Pod, running);
-        free_slots(self.pod_capacity, running, queued)
+        let running = self.registry.running_count(backend);
+        self.metrics.queue_depth(backend, queued);
+        self.metrics.in_use(backend, running);
+        Some((capacity, running, queued))
+    }
+
+    async fn free(&mut self) -> u64 {
+        let Some((capacity, running, queued)) = self.load(Backend::Pod).await else {
+            return 0;
+        };
+        if self.vm_consumer.is_none() {
+            return free_slots(capacity, running, queued);
+        }
+        let Some((mut vm_capacity, vm_running, vm_queued)) = self.load(Backend::Vm).await else {
+            return 0;
+        };
+        if !self.vm_ready.load(std::sync::atomic::Ordering::SeqCst) {
+            vm_capacity = 0;
+        }
+        free_slots(
+            capacity + vm_capacity,
+            running + vm_running,
+            queued + vm_queued,
+        )
     }
 
     /// Runs until `stop` turns true.
@@ -159,7 +200,7 @@ impl Scheduler {
                 match polled {
                     Ok(Some(task)) => {
                         last_task = Instant::now();
-                        self.enqueue(task).await;
+                        self.enqueue(task, stop.clone()).await;
                         None
                     }
                     Ok(None) => Some(self.polling.after_empty(last_task.elapsed())),
@@ -192,15 +233,15 @@ impl Scheduler {
         }
     }
 
-    async fn enqueue(&self, task: Task) {
+    async fn enqueue(&self, task: Task, stop: watch::Receiver<bool>) {
         let id = task.id;
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
         let backend = routing::route(&labels);
-        if backend == Backend::Vm {
+        if backend == Backend::Vm && self.vm_consumer.is_none() {
             self.ledger
                 .note(Entry::step(id, 1, backend, Phase::Claimed))
                 .await;
-            self.give_up(id, "this job asks for the vm backend, which this tenantci version does not run yet; use `runs-on: pod`").await;
+            self.give_up(id, backend, "this job asks for the vm backend, which this dispatcher does not run (no `--opensandbox-url` at `dispatch init`); use `runs-on: pod` or turn the VM backend on").await;
             return;
         }
         let sealed = Assignment::seal(
@@ -218,7 +259,7 @@ impl Scheduler {
                     .note(Entry::step(id, 1, backend, Phase::Claimed))
                     .await;
                 return self
-                    .give_up(id, &format!("the task could not be sealed: {e}"))
+                    .give_up(id, backend, &format!("the task could not be sealed: {e}"))
                     .await;
             }
         };
@@ -228,25 +269,56 @@ impl Scheduler {
         // Registered before the publish: the worker may start the executor before the PubAck
         // is back, and its `running` must find (and clear) this entry.
         self.registry.queued(id, backend);
-        match self.producer.publish(&assignment).await {
-            Ok(published) => {
+        match self.queue_patiently(&assignment, stop).await {
+            Queueing::Queued(published) => {
                 self.ledger
                     .note(Entry::step(id, 1, backend, Phase::Queued))
                     .await;
                 self.metrics.claimed(backend);
                 tracing::info!(task = id, %backend, ?published, "claimed and queued");
             }
-            Err(e) => {
+            Queueing::Stopped => tracing::warn!(
+                task = id,
+                "stopping before the queue took the task; the claim ledger holds its assignment and the next leader queues it"
+            ),
+            Queueing::Failed(e) => {
                 self.registry.finished(id);
-                self.give_up(id, &format!("the task could not be queued: {e}"))
+                self.give_up(id, backend, &format!("the task could not be queued: {e}"))
                     .await
             }
         }
     }
 
-    async fn give_up(&self, task: i64, why: &str) {
+    /// Publishes `assignment`, trying again after a transient failure with a growing pause
+    /// until [`QUEUE_PATIENCE`] runs out or the dispatcher stops. The Msg-Id makes a repeat
+    /// that the stream had in fact stored a duplicate, never a second copy.
+    async fn queue_patiently(
+        &self,
+        assignment: &Assignment,
+        mut stop: watch::Receiver<bool>,
+    ) -> Queueing {
+        let deadline = Instant::now() + QUEUE_PATIENCE;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let e = match self.producer.publish(assignment).await {
+                Ok(published) => return Queueing::Queued(published),
+                Err(e) if !e.is_transient() || Instant::now() + pause > deadline => {
+                    return Queueing::Failed(e);
+                }
+                Err(e) => e,
+            };
+            tracing::warn!(task = %assignment.task_id, error = %e, retry_in = ?pause, "the queue did not take the task yet; trying again (the task stays open at Gitea)");
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.wait_for(|stopping| *stopping) => return Queueing::Stopped,
+            }
+            pause = (pause * 2).min(QUEUE_RETRY_MAX);
+        }
+    }
+
+    async fn give_up(&self, task: i64, backend: Backend, why: &str) {
         tracing::error!(task, "{why}; reporting FAILURE to Gitea");
-        self.metrics.failed();
+        self.metrics.failed(backend);
         match report::fail(&self.gitea, task, why).await {
             Ok(()) => self.ledger.note(report::failed_step(task)).await,
             Err(e) => {
@@ -254,6 +326,14 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// How queueing a claimed task ended.
+enum Queueing {
+    Queued(crate::queue::producer::Published),
+    /// The dispatcher is stopping; the ledger entry (phase claimed) is left for recovery.
+    Stopped,
+    Failed(crate::queue::producer::PublishError),
 }
 
 /// Keeps tasks alive at Gitea until their executor fetched them: every `interval`, a non-final

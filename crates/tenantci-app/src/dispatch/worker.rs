@@ -211,7 +211,7 @@ impl<E: Executors> Worker<E> {
                         tracing::warn!(task, error = %e, "cannot report the failure to Gitea")
                     }
                 }
-                self.metrics.failed();
+                self.metrics.failed(backend);
                 self.registry.finished(task);
                 Outcome::Poison(why)
             }

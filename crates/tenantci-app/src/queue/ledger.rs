@@ -5,10 +5,12 @@
 //! recovery at every leadership term reads it first.
 //!
 //! An entry is `{task, attempt, backend, phase, result?, assignment?, at}`. The phase only
-//! moves forward (claimed, queued, started, fetched, final); a new attempt restarts at
-//! `started`; a final entry never changes. Until the executor fetched its task the entry keeps
-//! the sealed assignment (ciphertext, as on the queue), so a task whose executor vanished
-//! before fetching can be started again; from `fetched` on it is dropped. [`merge`] is that
+//! moves forward (claimed, queued, started, fetched, reported, final); a new attempt restarts
+//! at `started`; a final entry never changes. Until the executor's first report the entry
+//! keeps the sealed assignment (ciphertext, as on the queue): a task whose executor vanished
+//! before fetching can be started again, and a VM executor (which has no Secret to hold it)
+//! is handed its task from here, again after a lost FetchTask answer; from `reported` on it is
+//! dropped. [`merge`] is that
 //! rule, pure; [`Ledger::record`] applies it with a compare-and-set on the entry's revision, so
 //! two writers never lose each other's step.
 //!
@@ -66,6 +68,8 @@ pub enum Phase {
     Started,
     /// Its executor has been handed the task.
     Fetched,
+    /// Its executor reported (UpdateLog / UpdateTask): the hand-out arrived; no second one.
+    Reported,
     /// Gitea accepted its final state.
     Final,
 }
@@ -80,7 +84,7 @@ pub struct Entry {
     /// The final result's proto name (`RESULT_SUCCESS`), once final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
-    /// The sealed assignment, until the executor fetched the task.
+    /// The sealed assignment, until the executor's first report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assignment: Option<Assignment>,
     /// When this entry was written (RFC 3339, UTC).
@@ -145,9 +149,9 @@ pub fn merge(current: Option<&Entry>, step: Entry) -> Option<Entry> {
     }))
 }
 
-/// From `fetched` on the assignment is not needed (and not kept).
+/// From `reported` on the assignment is not needed (and not kept).
 fn trimmed(mut e: Entry) -> Entry {
-    if e.phase >= Phase::Fetched {
+    if e.phase >= Phase::Reported {
         e.assignment = None;
     }
     e
@@ -328,9 +332,11 @@ mod tests {
         assert!(queued.assignment.is_some(), "kept until fetched");
         assert_eq!(merge(Some(&queued), step(1, Phase::Claimed)), None);
         let fetched = merge(Some(&queued), step(1, Phase::Fetched)).unwrap();
-        assert_eq!(fetched.assignment, None, "dropped once fetched");
+        assert!(fetched.assignment.is_some(), "kept for a repeated hand-out");
+        let reported = merge(Some(&fetched), step(1, Phase::Reported)).unwrap();
+        assert_eq!(reported.assignment, None, "dropped at the first report");
         let done = merge(
-            Some(&fetched),
+            Some(&reported),
             step(1, Phase::Final).with_result("RESULT_SUCCESS"),
         );
         let done = done.unwrap();

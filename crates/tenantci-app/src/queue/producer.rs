@@ -34,6 +34,14 @@ pub enum PublishError {
 }
 
 impl PublishError {
+    /// Whether publishing the same assignment again later may succeed. A cluster answers "no
+    /// responders" (which async-nats reports as stream-not-found) while a stream's raft group
+    /// elects a new leader after a server died, and a full stream drains as backends work:
+    /// neither says the task cannot be queued. A refusal with a reason does.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, PublishError::Rejected(..))
+    }
+
     /// The tenantci error (exit 3, with a hint) for a command to return.
     pub fn into_error(self) -> tenantci_core::Error {
         let hint = match &self {

@@ -731,7 +731,7 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
     let a = assignment(&key, "41", Backend::Pod, b"payload");
     let claimed = Entry::step(41, 1, Backend::Pod, Phase::Claimed).with_assignment(&a);
     l.record(claimed).await.unwrap();
-    l.record(Entry::step(41, 1, Backend::Pod, Phase::Fetched))
+    l.record(Entry::step(41, 1, Backend::Pod, Phase::Reported))
         .await
         .unwrap();
     // A step behind the entry changes nothing.
@@ -740,8 +740,8 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(kept.phase, Phase::Fetched);
-    assert_eq!(kept.assignment, None, "dropped once fetched");
+    assert_eq!(kept.phase, Phase::Reported);
+    assert_eq!(kept.assignment, None, "dropped once reported");
     l.record(Entry::step(42, 1, Backend::Vm, Phase::Queued))
         .await
         .unwrap();

@@ -192,6 +192,7 @@ impl World {
     /// OpenSandbox double with the key in `api_key_file`, `capacity` sandboxes at once.
     pub fn with_vm(&mut self, capacity: u32, api_key_file: &Path) {
         self.base.capacity.vm = capacity;
+        self.base.gitea.labels.push("vm".into());
         self.base.vm = Some(tenantci_app::dispatch::vm::Vm {
             opensandbox_url: self.opensandbox.url.clone(),
             api_key_file: api_key_file.to_path_buf(),
@@ -308,6 +309,54 @@ impl World {
         self.gitea
             .enqueue(&self.http, name, &["self-hosted", "pod"], secret)
             .await
+    }
+
+    /// Enqueues a job that runs on the VM backend (`runs-on: [self-hosted, vm]`).
+    pub async fn enqueue_vm(&self, name: &str, secret: &str) -> i64 {
+        self.gitea
+            .enqueue(&self.http, name, &["self-hosted", "vm"], secret)
+            .await
+    }
+
+    /// The live sandboxes of `task` as the OpenSandbox double's admin view shows them.
+    pub async fn sandboxes_of(&self, task: i64) -> Vec<Value> {
+        let id = task.to_string();
+        self.opensandbox
+            .sandboxes(&self.http)
+            .await
+            .into_iter()
+            .filter(|s| s["metadata"]["tenantci.io/task-id"].as_str() == Some(id.as_str()))
+            .collect()
+    }
+
+    /// Waits until `task`'s sandbox exists; an executor for it from the sandbox's env.
+    pub async fn vm_executor(&self, task: i64) -> Executor {
+        let sandbox = eventually("the task's VM sandbox", || async {
+            self.sandboxes_of(task).await.into_iter().next()
+        })
+        .await;
+        Executor::from_sandbox(&sandbox)
+    }
+
+    /// Waits until no sandbox is left at the double.
+    pub async fn no_sandboxes_left(&self) {
+        eventually("every VM sandbox to be deleted", || async {
+            self.opensandbox
+                .sandboxes(&self.http)
+                .await
+                .is_empty()
+                .then_some(())
+        })
+        .await
+    }
+
+    /// The OpenSandbox double's figures (`{created, deleted, live, maxLive, ...}`).
+    pub async fn sandbox_stats(&self) -> Value {
+        self.opensandbox.stats(&self.http).await
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     pub async fn job(&self, id: i64) -> Value {
@@ -491,7 +540,9 @@ async fn write_inputs(
         .register(&RegisterRequest {
             name: "tenantci-dispatch".into(),
             token: gitea.registration_token.clone(),
-            labels: vec!["self-hosted".into(), "pod".into()],
+            // `vm` too, so a world `with_vm` gets vm jobs; a dispatcher without the VM
+            // backend never sees one (no test enqueues a vm job there).
+            labels: vec!["self-hosted".into(), "pod".into(), "vm".into()],
             ..Default::default()
         })
         .await

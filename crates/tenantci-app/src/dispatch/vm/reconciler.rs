@@ -1,0 +1,234 @@
+//! The VM backend's lifecycle reconciler (leader only), beside the pod backend's: lists this
+//! dispatcher's sandboxes, asks `vm::lifecycle::decide` about each and carries the decision
+//! out; at the start of a leadership term it rebuilds the VM slots from the sandboxes the API
+//! lists for this dispatcher (recovery), after reading the claim ledger, whose VM entries
+//! without a sandbox are started again or failed as `recovery::decide` says.
+//!
+//! A sandbox is deleted only after its terminal marker, or after FAILURE was reported for it;
+//! a registered task whose sandbox is gone (deleted by someone, expired) gets FAILURE.
+//! Not here (yet): the start deadline the pod backend has for an executor that never fetches
+//! its task; a sandbox that never boots holds its slot until its timeout expires it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::lifecycle;
+use super::sandboxes::Sandboxes;
+use crate::dispatch::lifecycle::Decision;
+use crate::dispatch::metrics::Metrics;
+use crate::dispatch::reconciler::{RESYNC, Restarts, reseal};
+use crate::dispatch::recovery::{self, Recovery};
+use crate::dispatch::registry::Registry;
+use crate::dispatch::report;
+use crate::dispatch::worker::Executors as _;
+use crate::queue::Backend;
+use crate::queue::assignment::Assignment;
+use crate::queue::consumer::Slot;
+use crate::queue::ledger::{Entry, Ledger, LedgerError, Phase};
+use tenantci_core::forge::gitea::client::RunnerClient;
+use tenantci_core::opensandbox::ApiError;
+
+pub struct VmReconciler {
+    pub sandboxes: Sandboxes,
+    pub gitea: RunnerClient,
+    pub registry: Arc<Registry>,
+    pub ledger: Ledger,
+    pub metrics: Arc<Metrics>,
+    pub restarts: Restarts,
+    /// Tasks already logged as kept-unknown.
+    pub logged: BTreeSet<i64>,
+    /// Ledger entries whose sandbox recovery found gone, until carried out.
+    pub lost: BTreeMap<i64, (Entry, Recovery)>,
+    /// A VM slot for a sandbox recovery found or starts again (None when all are taken).
+    pub reserve: Box<dyn Fn() -> Option<Slot> + Send + Sync>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VmRecoverError {
+    #[error("cannot list the sandboxes: {0}")]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+impl VmReconciler {
+    /// Recovery: the ledger's VM entries, then every sandbox of this dispatcher takes a slot.
+    pub async fn recover(&mut self) -> Result<(), VmRecoverError> {
+        let entries = self.ledger.entries().await?;
+        let found = self.sandboxes.owned().await?;
+        self.lost.clear();
+        for e in entries.into_iter().filter(|e| e.backend == Backend::Vm) {
+            let has = found.contains_key(&e.task);
+            if recovery::waits_in_the_queue(&e, has) {
+                self.registry.queued(e.task, Backend::Vm);
+            }
+            match recovery::decide(&e, has) {
+                Recovery::Leave => {}
+                action => {
+                    self.lost.insert(e.task, (e, action));
+                }
+            }
+        }
+        for task in found.keys() {
+            self.registry.running(*task, Backend::Vm, &self.reserve);
+        }
+        tracing::info!(
+            sandboxes = found.len(),
+            lost = self.lost.len(),
+            "recovered VM sandboxes from the claim ledger and the Lifecycle API"
+        );
+        Ok(())
+    }
+
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            if let Err(e) = self.pass().await {
+                tracing::warn!(error = %e, "reconcile: cannot list the VM sandboxes");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(RESYNC) => {}
+                _ = self.registry.changed() => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
+    /// One pass over every sandbox of this dispatcher.
+    pub async fn pass(&mut self) -> Result<(), ApiError> {
+        self.recover_lost().await;
+        // Taken before the list: a sandbox registered by then must be in the list.
+        let registered: BTreeSet<i64> = self
+            .registry
+            .running_tasks_of(Backend::Vm)
+            .into_iter()
+            .collect();
+        let found = self.sandboxes.owned().await?;
+        for (task, s) in &found {
+            let decision = lifecycle::decide(s);
+            // Not registered: being started right now (created, not yet registered); the
+            // worker owns it, unless Gitea has its final state already.
+            if !registered.contains(task) && decision != Decision::Delete {
+                continue;
+            }
+            match decision {
+                Decision::Keep => {}
+                Decision::Delete => {
+                    if self.delete(*task).await {
+                        self.metrics.completed(Backend::Vm);
+                        tracing::info!(task, sandbox = %s.id, "task done; VM sandbox deleted");
+                    }
+                }
+                Decision::FailAndDelete { reason } => {
+                    self.fail(*task, &reason).await;
+                }
+                Decision::KeepUnknown { reason } => {
+                    if self.logged.insert(*task) {
+                        tracing::warn!(task, "{reason}");
+                    }
+                }
+            }
+        }
+        for task in registered {
+            if !found.contains_key(&task) && self.registry.is_running(task) {
+                self.fail(task, "the VM sandbox vanished (deleted or expired) before the task reported a final state").await;
+            }
+        }
+        self.metrics
+            .in_use(Backend::Vm, self.registry.running_count(Backend::Vm));
+        Ok(())
+    }
+
+    async fn recover_lost(&mut self) {
+        let lost = std::mem::take(&mut self.lost);
+        for (task, (entry, action)) in lost {
+            let done = match &action {
+                Recovery::Leave => true,
+                Recovery::Delete => self.delete(task).await,
+                Recovery::Fail { reason } => self.fail(task, reason).await,
+                Recovery::Restart => self.restart_lost(&entry).await,
+            };
+            if !done {
+                self.lost.insert(task, (entry, action));
+            }
+        }
+    }
+
+    /// Starts the next attempt of a task whose sandbox vanished before its executor fetched
+    /// the task, from the ledger's sealed assignment, if Gitea still has it open.
+    async fn restart_lost(&mut self, entry: &Entry) -> bool {
+        let task = entry.task;
+        match report::keep_alive(&self.gitea, task).await {
+            Ok(result) if result.is_final() => {
+                self.ledger.note(report::final_step(task, result)).await;
+                return true;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot ask Gitea whether the lost task is open; retrying next pass");
+                return false;
+            }
+        }
+        let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
+            return true;
+        };
+        let attempt = entry.attempt + 1;
+        let r = &self.restarts;
+        let (assignment, labels) = match reseal(&r.sealing_key, &sealed, attempt) {
+            Ok(x) => x,
+            Err(why) => return self.fail(task, &why).await,
+        };
+        // A VM slot first: recovery never starts more sandboxes than the capacity.
+        let Some(slot) = (self.reserve)() else {
+            return false;
+        };
+        let spec = r.template.spec(&r.capability_key, task, attempt, labels);
+        if let Err(e) = self.sandboxes.start(&spec, &[]).await {
+            tracing::warn!(task, attempt, error = %e, "cannot start the lost VM task again; retrying next pass");
+            return false;
+        }
+        let step = Entry::step(task, attempt, Backend::Vm, Phase::Started);
+        self.ledger.note(step.with_assignment(&assignment)).await;
+        self.registry.running(task, Backend::Vm, || Some(slot));
+        self.metrics.restarted();
+        tracing::warn!(
+            task,
+            attempt,
+            "the sandbox of attempt {} was lost before it fetched its task; started again as attempt {attempt}",
+            entry.attempt
+        );
+        true
+    }
+
+    async fn fail(&mut self, task: i64, reason: &str) -> bool {
+        if !report::executor_failed(
+            &self.gitea,
+            &self.ledger,
+            &self.metrics,
+            Backend::Vm,
+            task,
+            reason,
+        )
+        .await
+        {
+            return false;
+        }
+        self.delete(task).await;
+        true
+    }
+
+    async fn delete(&mut self, task: i64) -> bool {
+        match self.sandboxes.delete_task(task).await {
+            Ok(()) => {
+                self.registry.finished(task);
+                self.logged.remove(&task);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot delete the VM sandbox; retrying next pass");
+                false
+            }
+        }
+    }
+}
