@@ -162,8 +162,14 @@ impl Metrics {
     pub fn queue_depth(&self, b: Backend, n: u64) {
         self.queue_depth.get_or_create(&backend(b)).set(n as i64);
     }
+    /// A backend's capacity; its task counters start at 0 (a series that never appeared
+    /// reads as "no data" in alerts, not as "no failures").
     pub fn capacity(&self, b: Backend, n: u32) {
         self.capacity.get_or_create(&backend(b)).set(n as i64);
+        let labels = backend(b);
+        for family in [&self.claimed, &self.completed, &self.failed] {
+            family.get_or_create(&labels);
+        }
     }
     pub fn in_use(&self, b: Backend, n: usize) {
         self.in_use.get_or_create(&backend(b)).set(n as i64);

@@ -475,6 +475,9 @@ async fn stop_status(mut status_task: tokio::task::JoinHandle<std::io::Result<()
     }
 }
 
+/// How long start-up retries applying the topology while the servers answer with errors.
+const TOPOLOGY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Applies the topology with this config's capacities when ci-admin's password is at hand.
 async fn apply_topology(cfg: &Config) -> Result<()> {
     let admin = permissions::password_file(&cfg.nats.secrets_dir, users::ADMIN);
@@ -498,14 +501,29 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
         replicas,
         ..TopologySpec::default()
     };
-    let report = topology::apply(&js, &spec).await.map_err(|e| {
-        Error::external(format!(
-            "cannot apply the queue topology at NATS {}",
-            cfg.nats.url
-        ))
-        .caused_by(e)
-        .hint("check nats-server and the ci-admin password")
-    })?;
+    // A cluster that just lost a server answers the stream's and consumers' requests only
+    // once their raft groups have leaders again (seconds): a restart then waits, it does not
+    // exit. A topology the server refuses for good still fails, after the wait.
+    let deadline = tokio::time::Instant::now() + TOPOLOGY_PATIENCE;
+    let report = loop {
+        match topology::apply(&js, &spec).await {
+            Ok(r) => break r,
+            Err(e @ topology::ApplyError::Server { .. })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(error = %e, "the queue topology cannot be applied yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => {
+                return Err(Error::external(format!(
+                    "cannot apply the queue topology at NATS {}",
+                    cfg.nats.url
+                ))
+                .caused_by(e)
+                .hint("check nats-server and the ci-admin password"));
+            }
+        }
+    };
     tracing::info!(stream = %report.stream, change = ?report.stream_change, "queue topology applied");
     Ok(())
 }

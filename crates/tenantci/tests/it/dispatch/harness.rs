@@ -690,12 +690,16 @@ impl Dispatcher {
         r.text().await.ok()
     }
 
-    /// A metric's value (first sample whose line starts with `name`).
+    /// The value of metric `name`, summed over its series (e.g. both backends); None when the
+    /// instance does not serve it.
     pub async fn metric(&self, name: &str) -> Option<f64> {
         let text = self.metrics().await?;
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        let values: Vec<f64> = text
+            .lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
     }
 
     /// Waits until the instance serves its status API.

@@ -230,7 +230,9 @@ async fn opensandbox_answering_503_for_20s_fails_no_task() {
     let d = w.dispatcher("d1").await;
     // After the VM backend's recovery, so the outage meets the worker's starts.
     eventually("the VM backend to recover its slots", || async {
-        d.log_text().contains("recovered VM sandboxes").then_some(())
+        d.log_text()
+            .contains("recovered VM sandboxes")
+            .then_some(())
     })
     .await;
     w.opensandbox
