@@ -46,7 +46,7 @@ mkdir -p -m 0700 "$state"
 "$tenantci" check-host --role gateway --state-dir "$state" --min-free-gib 1 || true
 
 log "2. start a local gateway: tenant cluster 'ci', nodes rented on demand"
-exec 3< <(exec "$tenantci" sim --state-dir "$state" --cluster ci --gitea ${SIM_FLAGS:-} 2>"$work/sim.log")
+exec 3< <(exec "$tenantci" sim --state-dir "$state" --cluster ci --gitea --opensandbox ${SIM_FLAGS:-} 2>"$work/sim.log")
 sim_pid=$!
 read -r ready <&3 || { echo "the simulator did not start:" >&2; cat "$work/sim.log" >&2; exit 3; }
 admin="$state/admin.kubeconfig"
@@ -126,6 +126,9 @@ dispatch_dir="$work/etc/tenantci/dispatch"
   --nats "$nats_url" --nats-secrets-dir "$nats_dir/secrets" --pod-capacity 2 \
   --facade-listen 127.0.0.1:0 \
   --webhook-listen 127.0.0.1:0 --webhook-secret-file "$work/webhook.secret" \
+  --labels self-hosted,pod,vm --vm-capacity 1 \
+  --opensandbox-url "$(jq -r .url "$state/opensandbox.json")" \
+  --opensandbox-api-key-file "$(jq -r .apiKeyFile "$state/opensandbox.json")" \
   --executor-image gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --proxy-image tenantci@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --out "$dispatch_dir/config.toml"
@@ -201,11 +204,58 @@ echo "dispatcher metrics:"
 curl -fsS "http://$status/metrics" | grep -E '^tenantci_dispatch_(tasks_|leader|capacity|queue_depth|in_use)' || true
 grep -E 'claimed and queued|executor started|task done' "$work/dispatch.log" || true
 
-log "7. SIGTERM the dispatcher (it drains and releases the lease), stop nats-server"
+log "7. a vm task: an OpenSandbox sandbox instead of a Pod (the simulator's Lifecycle API double)"
+sandbox_admin=$(jq -r .adminUrl "$state/opensandbox.json")
+vm_job=$(curl -fsS -H 'content-type: application/json' "$gitea_admin/jobs" -d @- <<'JOB' | jq -r .job_id
+{"name": "demo-vm",
+ "runs_on": ["self-hosted", "vm"],
+ "workflow_payload": "name: demo-vm\njobs:\n  test:\n    runs-on: [self-hosted, vm]\n    steps:\n      - run: make test\n",
+ "secrets": {"DEPLOY_KEY": "demo-secret-never-in-clear"}}
+JOB
+)
+vm_task=""
+for _ in $(seq 100); do
+  vm_task=$(curl -fsS "$gitea_admin/jobs/$vm_job" | jq -r '.task_id // empty')
+  [ -n "$vm_task" ] && break
+  sleep 0.1
+done
+[ -n "$vm_task" ] || { echo "the dispatcher did not claim vm job $vm_job" >&2; exit 1; }
+sandbox=""
+for _ in $(seq 100); do
+  sandbox=$(curl -fsS "$sandbox_admin/sandboxes" \
+    | jq -c --arg t "$vm_task" 'map(select(.metadata["tenantci.io/task-id"] == $t)) | first // empty')
+  [ -n "$sandbox" ] && break
+  sleep 0.1
+done
+[ -n "$sandbox" ] || { echo "no sandbox for vm task $vm_task" >&2; exit 1; }
+echo "task $vm_task runs in sandbox $(jq -r .id <<<"$sandbox"): image $(jq -r .image.uri <<<"$sandbox"), metadata $(jq -c .metadata <<<"$sandbox")"
+# Play the sandbox's boot script: its files from the env (0600), executor-proxy, the runner.
+vm_dir="$work/vm-executor"
+(umask 077; mkdir -p "$vm_dir"
+ jq -r '.env.TENANTCI_RUNNER' <<<"$sandbox" > "$vm_dir/.runner"
+ jq -r '.env.TENANTCI_FACADE_CA' <<<"$sandbox" > "$vm_dir/ca.crt")
+"$tenantci" executor-proxy --listen 127.0.0.1:0 --facade-url "$(jq -r .env.TENANTCI_FACADE_URL <<<"$sandbox")" \
+  --facade-ca "$vm_dir/ca.crt" > "$work/vm-proxy.out" 2> "$work/vm-proxy.log" &
+proxy_pid=$!
+for _ in $(seq 100); do grep -q '^listening ' "$work/vm-proxy.out" 2>/dev/null && break; sleep 0.1; done
+proxy_url=$(sed -n 's/^listening //p' "$work/vm-proxy.out")
+[ -n "$proxy_url" ] || { echo "executor-proxy did not start" >&2; cat "$work/vm-proxy.log" >&2; exit 1; }
+"$demo_executor" "$vm_dir/.runner" "$proxy_url"
+stop "$proxy_pid"; proxy_pid=""
+curl -fsS "$gitea_admin/tasks/$vm_task" | jq -c '{id, state, result, logs}'
+for _ in $(seq 100); do
+  [ "$(curl -fsS "$sandbox_admin/sandboxes" | jq length)" = 0 ] && break
+  sleep 0.1
+done
+[ "$(curl -fsS "$sandbox_admin/sandboxes" | jq length)" = 0 ] || { echo "the sandbox was not deleted" >&2; exit 1; }
+echo "sandbox deleted by the dispatcher after the final state; OpenSandbox: $(curl -fsS "$sandbox_admin/stats" | jq -c '{created, deleted, live}')"
+curl -fsS "http://$status/metrics" | grep -E '^tenantci_dispatch_tasks_(claimed|completed|failed)_total' || true
+
+log "8. SIGTERM the dispatcher (it drains and releases the lease), stop nats-server"
 kill -TERM "$dispatch_pid"
 if wait "$dispatch_pid"; then echo "dispatcher drained and exited 0"; else rc=$?; echo "the dispatcher exited $rc:" >&2; tail -20 "$work/dispatch.log" >&2; exit 1; fi
 dispatch_pid=""
 stop "$nats_pid"
 nats_pid=""
 
-log "done: GitLab runner config at $config; a Gitea task went claim -> queue -> executor Pod -> facade -> SUCCESS"
+log "done: GitLab runner config at $config; Gitea tasks went claim -> queue -> executor Pod / VM sandbox -> facade -> SUCCESS"
