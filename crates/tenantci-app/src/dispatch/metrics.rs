@@ -168,7 +168,7 @@ impl Metrics {
         self.capacity.get_or_create(&backend(b)).set(n as i64);
         let labels = backend(b);
         for family in [&self.claimed, &self.completed, &self.failed] {
-            family.get_or_create(&labels);
+            drop(family.get_or_create(&labels));
         }
     }
     pub fn in_use(&self, b: Backend, n: usize) {

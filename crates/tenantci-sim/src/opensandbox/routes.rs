@@ -81,12 +81,15 @@ async fn request_id(req: Request, next: Next) -> Response {
 async fn guard(State(d): Double, req: Request, next: Next) -> Response {
     d.count_request();
     if let Some(status) = d.outage() {
-        return ApiError::new(
-            status,
-            "SERVICE_UNAVAILABLE",
-            "the sandbox service is unavailable (simulated)",
-        )
-        .into_response();
+        let (code, message) = match status {
+            400 => ("INVALID_REQUEST", "the request is not valid (simulated)"),
+            409 => ("CONFLICT", "the sandbox is changing (simulated)"),
+            _ => (
+                "SERVICE_UNAVAILABLE",
+                "the sandbox service is unavailable (simulated)",
+            ),
+        };
+        return ApiError::new(status, code, message).into_response();
     }
     let key = req.headers().get(API_KEY_HEADER).map(HeaderValue::as_bytes);
     match key {
@@ -247,12 +250,12 @@ struct FaultBody {
 
 /// Every API call answers `status` for `seconds` from now.
 async fn admin_fault(State(d): Double, Json(b): Json<FaultBody>) -> Result<StatusCode, ApiError> {
-    let status_ok = (500..=599).contains(&b.status) || b.status == 409;
+    let status_ok = (500..=599).contains(&b.status) || matches!(b.status, 400 | 409);
     if !status_ok || !b.seconds.is_finite() || b.seconds < 0.0 {
         return Err(ApiError::new(
             400,
             "INVALID_REQUEST",
-            "a fault is a 5xx or 409 status for a non-negative number of seconds",
+            "a fault is a 5xx, 409 or 400 status for a non-negative number of seconds",
         ));
     }
     d.set_outage(b.status, Duration::from_secs_f64(b.seconds));

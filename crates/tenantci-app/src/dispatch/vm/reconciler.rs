@@ -6,8 +6,12 @@
 //!
 //! A sandbox is deleted only after its terminal marker, or after FAILURE was reported for it;
 //! a registered task whose sandbox is gone (deleted by someone, expired) gets FAILURE.
-//! Not here (yet): the start deadline the pod backend has for an executor that never fetches
-//! its task; a sandbox that never boots holds its slot until its timeout expires it.
+//!
+//! Start deadline, as for Pods (`lifecycle::start`): a sandbox whose executor has not fetched
+//! its task `claim.start_deadline` after the sandbox was created (never boots, image missing,
+//! runner crashing) is deleted and replaced by the next attempt, re-sealed from the claim
+//! ledger's assignment, keeping its slot, while Gitea has the task open; after
+//! `claim.max_attempts` the task is reported as FAILURE.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -15,8 +19,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::lifecycle;
+use super::sandbox;
 use super::sandboxes::Sandboxes;
-use crate::dispatch::lifecycle::Decision;
+use crate::dispatch::lifecycle::{Decision, Start};
 use crate::dispatch::metrics::Metrics;
 use crate::dispatch::reconciler::{RESYNC, Restarts, reseal};
 use crate::dispatch::recovery::{self, Recovery};
@@ -28,7 +33,7 @@ use crate::queue::assignment::Assignment;
 use crate::queue::consumer::Slot;
 use crate::queue::ledger::{Entry, Ledger, LedgerError, Phase};
 use tenantci_core::forge::gitea::client::RunnerClient;
-use tenantci_core::opensandbox::ApiError;
+use tenantci_core::opensandbox::{ApiError, Sandbox};
 
 pub struct VmReconciler {
     pub sandboxes: Sandboxes,
@@ -113,7 +118,7 @@ impl VmReconciler {
                 continue;
             }
             match decision {
-                Decision::Keep => {}
+                Decision::Keep => self.check_start(*task, s).await,
                 Decision::Delete => {
                     if self.delete(*task).await {
                         self.metrics.completed(Backend::Vm);
@@ -138,6 +143,92 @@ impl VmReconciler {
         self.metrics
             .in_use(Backend::Vm, self.registry.running_count(Backend::Vm));
         Ok(())
+    }
+
+    /// The start deadline of `task`'s live sandbox `s` (see the module header).
+    async fn check_start(&mut self, task: i64, s: &Sandbox) {
+        let Some((_, attempt)) = sandbox::task_of(s) else {
+            return;
+        };
+        let claim = &self.restarts.claim;
+        let deadline = claim.start_deadline.get();
+        let age = age(s);
+        // Young sandboxes are the common case: the ledger is read only past the deadline.
+        if age < deadline {
+            return;
+        }
+        let entry = match self.ledger.get(task).await {
+            Ok(Some(e)) if e.attempt == attempt => e,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot read the claim ledger; the start deadline is checked next pass");
+                return;
+            }
+        };
+        let fetched = entry.phase >= Phase::Fetched;
+        match crate::dispatch::lifecycle::start(fetched, age, attempt, deadline, claim.max_attempts)
+        {
+            Start::Wait => {}
+            Start::GiveUp => {
+                let why = format!(
+                    "the VM executor did not fetch its task within {} in {attempt} attempt(s) (the sandbox never booted, or its runner never started); giving up",
+                    claim.start_deadline.as_str()
+                );
+                self.fail(task, &why).await;
+            }
+            Start::Replace { attempt: next } => self.replace(&entry, s, next).await,
+        }
+    }
+
+    /// Deletes `old` and starts attempt `next` of its task from the ledger's assignment, if
+    /// Gitea still has the task open. Anything unreachable: left for the next pass.
+    async fn replace(&mut self, entry: &Entry, old: &Sandbox, next: u32) {
+        let task = entry.task;
+        match report::keep_alive(&self.gitea, task).await {
+            Ok(result) if result.is_final() => {
+                self.ledger.note(report::final_step(task, result)).await;
+                self.delete(task).await;
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot ask Gitea whether the task is open; not replacing its sandbox yet");
+                return;
+            }
+        }
+        let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
+            return;
+        };
+        let r = &self.restarts;
+        let (assignment, labels) = match reseal(&r.sealing_key, &sealed, next) {
+            Ok(x) => x,
+            Err(why) => {
+                self.fail(task, &why).await;
+                return;
+            }
+        };
+        if let Err(e) = self.sandboxes.delete(&old.id).await {
+            tracing::warn!(task, error = %e, "cannot delete the stuck sandbox; retrying next pass");
+            return;
+        }
+        let spec = r.template.spec(&r.capability_key, task, next, labels);
+        match self.sandboxes.start(&spec, &[]).await {
+            Ok(_) => {
+                let step = Entry::step(task, next, Backend::Vm, Phase::Started);
+                self.ledger.note(step.with_assignment(&assignment)).await;
+                self.metrics.restarted();
+                tracing::warn!(
+                    task,
+                    attempt = next,
+                    "the VM executor did not fetch its task within {}; its sandbox was replaced by attempt {next}",
+                    r.claim.start_deadline.as_str()
+                );
+            }
+            // The next pass finds the task registered without a sandbox and reports FAILURE.
+            Err(e) => {
+                tracing::error!(task, attempt = next, error = %e, "cannot create the replacement sandbox")
+            }
+        }
     }
 
     async fn recover_lost(&mut self) {
@@ -231,4 +322,18 @@ impl VmReconciler {
             }
         }
     }
+}
+
+/// Since the sandbox was created, by its `createdAt`; unknown counts as new (never replaced
+/// on a guess).
+fn age(s: &Sandbox) -> std::time::Duration {
+    s.created_at
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .and_then(|t| {
+            (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                .to_std()
+                .ok()
+        })
+        .unwrap_or_default()
 }

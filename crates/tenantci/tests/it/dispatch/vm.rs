@@ -255,6 +255,78 @@ async fn opensandbox_answering_503_for_20s_fails_no_task() {
     );
 }
 
+/// A sandbox whose executor never fetches its task (it never booted) is replaced by attempt 2
+/// after the start deadline, keeping its slot; attempt 2 runs the task once, attempt 1's
+/// capability gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandbox_that_never_fetches_is_replaced_by_attempt_two() {
+    let mut w = world(1, 1).await;
+    w.with_start_deadline(Duration::from_secs(2), 3);
+    let d = w.dispatcher("d1").await;
+    let task = w.claimed(w.enqueue_vm("stuck", "s").await).await;
+    let first = w.vm_executor(task).await;
+    let second = eventually("attempt 2's sandbox", || async {
+        let found = w.sandboxes_of(task).await;
+        found
+            .iter()
+            .find(|s| s["metadata"]["tenantci.io/attempt"] == "2")
+            .map(tenantci_testkit::executor::Executor::from_sandbox)
+    })
+    .await;
+    assert_ne!(first.token, second.token, "a fresh capability");
+    assert!(
+        first
+            .own()
+            .fetch_task(0)
+            .await
+            .map(|r| r.task.is_none())
+            .unwrap_or(true),
+        "the replaced attempt gets nothing"
+    );
+    second.run(task).await;
+    w.assert_succeeded_once(task).await;
+    w.no_sandboxes_left().await;
+    let stats = w.sandbox_stats().await;
+    assert_eq!(
+        (stats["created"].as_u64(), stats["maxLive"].as_u64()),
+        (Some(2), Some(1)),
+        "{stats}"
+    );
+    assert!(
+        d.log_text()
+            .contains("its sandbox was replaced by attempt 2")
+    );
+}
+
+/// A create the Lifecycle API refuses as invalid (400): the task fails at once, with the
+/// API's code and message in its log, instead of waiting in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_the_api_refuses_fails_the_task_with_the_apis_message() {
+    let w = world(1, 1).await;
+    let d = w.dispatcher("d1").await;
+    eventually("the VM backend to recover its slots", || async {
+        d.log_text()
+            .contains("recovered VM sandboxes")
+            .then_some(())
+    })
+    .await;
+    // Every call answers 400 from now on (long past the end of the test).
+    w.opensandbox
+        .outage(w.http(), 400, Duration::from_secs(300))
+        .await;
+    let task = w.claimed(w.enqueue_vm("refused", "s").await).await;
+    let view = eventually("FAILURE at Gitea", || async {
+        let t = w.task(task).await;
+        (t["result"] == "RESULT_FAILURE").then_some(t)
+    })
+    .await;
+    let logs = view["logs"].to_string();
+    assert!(
+        logs.contains("refused the request (INVALID_REQUEST: the request is not valid"),
+        "{view}"
+    );
+}
+
 /// A Lifecycle API key OpenSandbox refuses stops `dispatch run` at start (exit 2), in one
 /// sentence naming the key file and never showing a key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
