@@ -3,8 +3,8 @@
 //!
 //! Capacity (the seed's rule, one registration for both backends): a FetchTask is sent only
 //! while running executors plus assignments queued or being started (each consumer's pending
-//! + ack-pending, read from JetStream, so assignments a previous leader queued count too), over
-//! both backends, stay below the total capacity (pod + vm). A claimed task goes to its
+//! and ack-pending, read from JetStream, so assignments a previous leader queued count too),
+//! over both backends, stay below the total capacity (pod + vm). A claimed task goes to its
 //! backend's subject by its runs-on labels; when that backend is full it waits there, and the
 //! total keeps counting it, so no more is claimed than the slots of both can take soon. Each
 //! worker admits only into its own backend's slots.
