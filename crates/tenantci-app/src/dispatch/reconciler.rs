@@ -131,21 +131,10 @@ impl Reconciler {
     /// from the ledger's sealed assignment, if Gitea still has it open. True when settled.
     async fn restart_lost(&mut self, entry: &Entry) -> bool {
         let task = entry.task;
-        match report::keep_alive(&self.gitea, task).await {
-            Ok(result) if result.is_final() => {
-                tracing::info!(
-                    task,
-                    ?result,
-                    "the task ended at Gitea while its executor was lost; nothing to start"
-                );
-                self.ledger.note(report::final_step(task, result)).await;
-                return true;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(task, error = %e, "cannot ask Gitea whether the lost task is open; retrying next pass");
-                return false;
-            }
+        match report::still_open(&self.gitea, &self.ledger, task).await {
+            Some(true) => {}
+            Some(false) => return true,
+            None => return false,
         }
         let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
             return true;
@@ -273,23 +262,14 @@ impl Reconciler {
     /// it open. Anything unreachable: left for the next pass.
     async fn replace(&mut self, o: &Observed, attempt: u32) {
         let task = o.task_id;
-        match report::keep_alive(&self.gitea, task).await {
-            Ok(result) if result.is_final() => {
-                tracing::info!(
-                    task,
-                    ?result,
-                    "the task ended at Gitea before its executor started; deleting the executor"
-                );
+        match report::still_open(&self.gitea, &self.ledger, task).await {
+            Some(true) => {}
+            Some(false) => {
                 self.registry.finished(task);
-                self.ledger.note(report::final_step(task, result)).await;
                 let _ = self.objects.delete(task).await;
                 return;
             }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(task, error = %e, "cannot ask Gitea whether the task is open; not replacing its executor yet");
-                return;
-            }
+            None => return,
         }
         let resealed = match self.objects.sealed_assignment(task).await {
             Ok(Some(sealed)) => self.reseal(&sealed, attempt),

@@ -81,6 +81,32 @@ pub async fn fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), Cli
         .await
         .map(|_| ())
 }
+/// Before an executor is started again for `task`: whether Gitea still has it open. `Some(false)`
+/// when it ended meanwhile (recorded in the ledger, logged); `None` when Gitea cannot be asked
+/// now (logged; the caller tries again at its next pass).
+pub async fn still_open(
+    gitea: &RunnerClient,
+    ledger: &crate::queue::ledger::Ledger,
+    task: i64,
+) -> Option<bool> {
+    match keep_alive(gitea, task).await {
+        Ok(result) if result.is_final() => {
+            tracing::info!(
+                task,
+                ?result,
+                "the task ended at Gitea meanwhile; no executor is started for it"
+            );
+            ledger.note(final_step(task, result)).await;
+            Some(false)
+        }
+        Ok(_) => Some(true),
+        Err(e) => {
+            tracing::warn!(task, error = %e, "cannot ask Gitea whether the task is open; retrying next pass");
+            None
+        }
+    }
+}
+
 /// A reconciler's FAILURE report for an executor that ended or vanished without a final
 /// state: reported with `reason` in the log, then recorded in the ledger and counted. False
 /// while Gitea is unreachable (the caller keeps the executor for its next pass); true once

@@ -184,17 +184,13 @@ impl VmReconciler {
     /// Gitea still has the task open. Anything unreachable: left for the next pass.
     async fn replace(&mut self, entry: &Entry, old: &Sandbox, next: u32) {
         let task = entry.task;
-        match report::keep_alive(&self.gitea, task).await {
-            Ok(result) if result.is_final() => {
-                self.ledger.note(report::final_step(task, result)).await;
+        match report::still_open(&self.gitea, &self.ledger, task).await {
+            Some(true) => {}
+            Some(false) => {
                 self.delete(task).await;
                 return;
             }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(task, error = %e, "cannot ask Gitea whether the task is open; not replacing its sandbox yet");
-                return;
-            }
+            None => return,
         }
         let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
             return;
@@ -250,16 +246,10 @@ impl VmReconciler {
     /// the task, from the ledger's sealed assignment, if Gitea still has it open.
     async fn restart_lost(&mut self, entry: &Entry) -> bool {
         let task = entry.task;
-        match report::keep_alive(&self.gitea, task).await {
-            Ok(result) if result.is_final() => {
-                self.ledger.note(report::final_step(task, result)).await;
-                return true;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(task, error = %e, "cannot ask Gitea whether the lost task is open; retrying next pass");
-                return false;
-            }
+        match report::still_open(&self.gitea, &self.ledger, task).await {
+            Some(true) => {}
+            Some(false) => return true,
+            None => return false,
         }
         let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
             return true;

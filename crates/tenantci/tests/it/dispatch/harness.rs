@@ -481,6 +481,15 @@ impl World {
     }
 }
 
+/// Whether any file of a store snapshot ([`World::stop_nats_and_read_store`]) holds `needle`.
+pub fn store_contains(store: &[(PathBuf, Vec<u8>)], needle: &str) -> bool {
+    store.iter().any(|(_, bytes)| {
+        bytes
+            .windows(needle.len())
+            .any(|win| win == needle.as_bytes())
+    })
+}
+
 /// Runs `tenantci dispatch init` (registration token from a 0600 file) and loads its config.
 fn init(root: &Path, cfg_dir: &Path, state: &Path, gitea: &Gitea, nats: &NatsServer) -> Config {
     let token_file = root.join("registration-token");

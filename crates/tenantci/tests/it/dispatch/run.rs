@@ -6,7 +6,7 @@ use tenantci_core::forge::gitea::proto::{TaskResult, TaskState, UpdateTaskReques
 
 use tenantci_testkit::wait::eventually;
 
-use super::harness::World;
+use super::harness::{World, store_contains};
 
 fn secret_value(i: usize) -> String {
     format!("s3cr3t-{i}-{}", "x".repeat(24))
@@ -95,13 +95,7 @@ async fn five_tasks_with_capacity_two_all_succeed_never_more_than_two_pods() {
         tasks.push(w.claimed(*job).await);
     }
     let store = w.stop_nats_and_read_store();
-    let in_store = |needle: &str| {
-        store.iter().any(|(_, bytes)| {
-            bytes
-                .windows(needle.len())
-                .any(|win| win == needle.as_bytes())
-        })
-    };
+    let in_store = |needle: &str| store_contains(&store, needle);
     // Positive controls: the marker, and each task's assignment record (its routing fields
     // are clear text) are in the store, so the search below reads the bytes that carried
     // the sealed secrets.

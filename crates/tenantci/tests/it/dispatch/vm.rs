@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::harness::World;
+use super::harness::{World, store_contains};
 use crate::util::{assert_exit, run, stderr, tenantci};
 use tenantci_testkit::wait::eventually;
 
@@ -16,6 +16,23 @@ async fn world(pod_capacity: u32, vm_capacity: u32) -> World {
     let key = w.opensandbox.api_key_file.clone();
     w.with_vm(vm_capacity, &key);
     w
+}
+
+/// Waits until the dispatcher's VM backend has recovered its slots (its log says so).
+async fn vm_backend_recovered(d: &super::harness::Dispatcher) {
+    eventually("the VM backend to recover its slots", || async {
+        d.log_text().contains("recovered VM sandboxes").then_some(())
+    })
+    .await;
+}
+
+/// Waits until `task` is FAILURE at the Gitea double; its view.
+async fn failed_at_gitea(w: &World, task: i64) -> serde_json::Value {
+    eventually("FAILURE at Gitea", || async {
+        let t = w.task(task).await;
+        (t["result"] == "RESULT_FAILURE").then_some(t)
+    })
+    .await
 }
 
 /// The secret of the job named `name` (distinct, to search for in clear).
@@ -111,23 +128,24 @@ async fn vm_and_pod_tasks_share_one_registration_and_neither_pool_blocks_the_oth
         );
     }
     let tasks = [tv1, tv2, tv3, tp1, tp2, tp3, tp4];
+    assert_no_secret_in_store(&mut w, &tasks, &secrets);
+}
+
+/// No task secret in clear in the JetStream store (after stopping nats-server); the claim
+/// ledger's final entries of `tasks`, clear JSON, are the positive control.
+fn assert_no_secret_in_store(w: &mut World, tasks: &[i64], secrets: &[String]) {
     let store = w.stop_nats_and_read_store();
-    let in_store = |needle: &str| {
-        store.iter().any(|(_, bytes)| {
-            bytes
-                .windows(needle.len())
-                .any(|win| win == needle.as_bytes())
-        })
-    };
-    // Positive control: the claim ledger's final entries are clear JSON in the store.
     for task in tasks {
         assert!(
-            in_store(&format!("\"task\":{task},")),
+            store_contains(&store, &format!("\"task\":{task},")),
             "the ledger entry of task {task} is not in the store"
         );
     }
-    for s in &secrets {
-        assert!(!in_store(s), "a task secret in the JetStream store");
+    for s in secrets {
+        assert!(
+            !store_contains(&store, s),
+            "a task secret in the JetStream store"
+        );
     }
 }
 
@@ -206,11 +224,7 @@ async fn a_failed_sandbox_is_reported_as_failure_and_deleted() {
         .unwrap()
         .to_string();
     w.opensandbox.fail(w.http(), &id).await;
-    let view = eventually("FAILURE at Gitea", || async {
-        let t = w.task(task).await;
-        (t["result"] == "RESULT_FAILURE").then_some(t)
-    })
-    .await;
+    let view = failed_at_gitea(&w, task).await;
     let logs = view["logs"].to_string();
     assert!(
         logs.contains(&format!("the VM sandbox {id} failed")),
@@ -229,12 +243,7 @@ async fn opensandbox_answering_503_for_20s_fails_no_task() {
     let w = world(1, 1).await;
     let d = w.dispatcher("d1").await;
     // After the VM backend's recovery, so the outage meets the worker's starts.
-    eventually("the VM backend to recover its slots", || async {
-        d.log_text()
-            .contains("recovered VM sandboxes")
-            .then_some(())
-    })
-    .await;
+    vm_backend_recovered(&d).await;
     w.opensandbox
         .outage(w.http(), 503, Duration::from_secs(20))
         .await;
@@ -304,22 +313,13 @@ async fn a_sandbox_that_never_fetches_is_replaced_by_attempt_two() {
 async fn a_create_the_api_refuses_fails_the_task_with_the_apis_message() {
     let w = world(1, 1).await;
     let d = w.dispatcher("d1").await;
-    eventually("the VM backend to recover its slots", || async {
-        d.log_text()
-            .contains("recovered VM sandboxes")
-            .then_some(())
-    })
-    .await;
+    vm_backend_recovered(&d).await;
     // Every call answers 400 from now on (long past the end of the test).
     w.opensandbox
         .outage(w.http(), 400, Duration::from_secs(300))
         .await;
     let task = w.claimed(w.enqueue_vm("refused", "s").await).await;
-    let view = eventually("FAILURE at Gitea", || async {
-        let t = w.task(task).await;
-        (t["result"] == "RESULT_FAILURE").then_some(t)
-    })
-    .await;
+    let view = failed_at_gitea(&w, task).await;
     let logs = view["logs"].to_string();
     assert!(
         logs.contains("refused the request (INVALID_REQUEST: the request is not valid"),
