@@ -263,7 +263,8 @@ mod tests {
                 .to_string(),
             "example.org"
         );
-        assert!(trust_domain("--spiffe-trust-domain", "Example.org").is_err());
+        assert!(trust_domain("--spiffe-trust-domain", "exa mple.org").is_err());
+        assert!(trust_domain("--spiffe-trust-domain", "example.org/path").is_err());
         assert!(trust_domain("--spiffe-trust-domain", "").is_err());
         let id = spiffe_id(
             "--spiffe-facade-id",

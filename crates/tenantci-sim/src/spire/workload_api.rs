@@ -145,3 +145,77 @@ async fn fetch_x509_svid(
     );
     Ok(Response::new(Box::pin(updates)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spire::proto::X509Svid;
+
+    async fn client(path: &Path) -> tonic::client::Grpc<tonic::transport::Channel> {
+        let path = path.to_path_buf();
+        let channel = tonic::transport::Endpoint::from_static("http://workload.invalid")
+            .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+                let path = path.clone();
+                async move {
+                    let s = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+                }
+            }))
+            .await
+            .unwrap();
+        tonic::client::Grpc::new(channel)
+    }
+
+    async fn fetch(
+        path: &Path,
+        header: bool,
+    ) -> Result<tonic::Streaming<X509SvidResponse>, Status> {
+        let mut grpc = client(path).await;
+        grpc.ready().await.unwrap();
+        let mut req = Request::new(X509SvidRequest {});
+        if header {
+            req.metadata_mut()
+                .insert(SECURITY_HEADER, "true".parse().unwrap());
+        }
+        let codec = tonic_prost::ProstCodec::<X509SvidRequest, X509SvidResponse>::default();
+        let path = http::uri::PathAndQuery::from_static(FETCH_X509_SVID);
+        grpc.server_streaming(req, path, codec)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    fn svid(id: &str) -> Current {
+        Some(Arc::new(X509SvidResponse {
+            svids: vec![X509Svid {
+                spiffe_id: id.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+    }
+
+    #[tokio::test]
+    async fn fetch_streams_the_svid_and_its_rotations_and_needs_the_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.sock");
+        let endpoint = Endpoint::bind(&path, svid("spiffe://example.org/a")).unwrap();
+
+        let refused = fetch(&path, false).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+
+        let mut stream = fetch(&path, true).await.unwrap();
+        let first = stream.message().await.unwrap().unwrap();
+        assert_eq!(first.svids[0].spiffe_id, "spiffe://example.org/a");
+        endpoint.set(svid("spiffe://example.org/b"));
+        let next = stream.message().await.unwrap().unwrap();
+        assert_eq!(next.svids[0].spiffe_id, "spiffe://example.org/b");
+        endpoint.set(None);
+        let ended = stream.message().await.unwrap_err();
+        assert_eq!(ended.code(), tonic::Code::PermissionDenied);
+        let none = fetch(&path, true).await.unwrap_err();
+        assert_eq!(none.code(), tonic::Code::PermissionDenied);
+
+        drop(endpoint);
+        assert!(!path.exists(), "the socket file goes with the endpoint");
+    }
+}
