@@ -283,7 +283,7 @@ pub async fn start(
         fsutil::create_dir_all(&d, MODE_PRIVATE_DIR)
             .map_err(|e| Error::unwritable("the SPIRE stand-in's socket directory", &d, e))?;
     }
-    let ca = TrustDomainCa::new(&td.to_string()).map_err(Error::external)?;
+    let ca = TrustDomainCa::new(td.as_ref()).map_err(Error::external)?;
     let bundle_file = dir.join("bundle.pem");
     fsutil::write_atomic(&bundle_file, ca.bundle_pem().as_bytes(), 0o644)
         .map_err(|e| Error::unwritable("the SPIRE stand-in's bundle", &bundle_file, e))?;
