@@ -42,6 +42,14 @@ pub struct SimArgs {
     pub in_memory: bool,
     #[command(flatten)]
     pub opensandbox: OpenSandboxArgs,
+    #[command(flatten)]
+    pub spire: SpireArgs,
+}
+
+/// The SPIRE stand-in: SVIDs for ClusterStaticEntry objects over a Workload API double.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "SPIRE stand-in")]
+pub struct SpireArgs {
     /// Also run a SPIRE stand-in for this trust domain (e.g. `example.org`): it issues an
     /// X509-SVID for each ClusterStaticEntry of a tenant cluster on a Workload API double at
     /// <state>/spire/<cluster>/<entry>.sock, and writes <state>/spire.json (0600: bundle,
@@ -164,7 +172,7 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         .map_err(|e| Error::external("cannot watch SIGINT").caused_by(e))?;
     let nodes = args.nodes.config()?;
     let boot = args.opensandbox.boot()?;
-    if let Some(td) = &args.spire {
+    if let Some(td) = &args.spire.spire {
         sim::spire::validate_trust_domain(td)?;
     }
     let state_dir = args.state_dir.clone();
@@ -186,7 +194,7 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         false => None,
     };
     let opensandbox = args.opensandbox.start(&state_dir, boot).await?;
-    let spire = match &args.spire {
+    let spire = match &args.spire.spire {
         Some(td) => {
             let s = sim::spire::start(&state_dir, td, &handle.tenants).await?;
             eprintln!(

@@ -87,3 +87,22 @@ async fn an_entry_outside_the_trust_domain_gets_no_svid() {
     .unwrap_err();
     assert!(err.message().contains("no X509-SVID"), "{}", err.render());
 }
+
+#[test]
+fn a_bad_trust_domain_is_refused_before_anything_is_written() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let out = crate::util::run(
+        crate::util::tenantci()
+            .args(["sim", "--cluster", "ci", "--spire", "Not A Domain"])
+            .arg("--state-dir")
+            .arg(&state),
+    );
+    assert_exit(&out, 2);
+    let err = crate::util::stderr(&out);
+    assert!(
+        err.contains("--spire `Not A Domain` is not a SPIFFE trust domain"),
+        "{err}"
+    );
+    assert!(!state.exists(), "nothing written");
+}
