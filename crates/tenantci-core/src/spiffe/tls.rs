@@ -3,7 +3,8 @@
 //!
 //! - [`server_config`]: presents the SVID and REQUIRES a client SVID that chains to the trust
 //!   domain's bundle and names an ID in that trust domain; [`peer_id`] gives the caller the
-//!   client's SPIFFE ID per connection, for its own per-request authorization.
+//!   client's SPIFFE ID per connection, for its own per-request authorization (over HTTP:
+//!   the [`PeerId`] request extension the facade transport adds).
 //! - [`client_config`]: presents the SVID and accepts the server only when its SVID chains to
 //!   the bundle and names exactly the expected SPIFFE ID. DNS names and IP addresses are not
 //!   checked: the URI SAN is the server's identity.
@@ -66,6 +67,12 @@ pub fn client_config(source: Arc<dyn SvidSource>, expected: SpiffeId) -> ClientC
 pub fn peer_id(conn: &rustls::CommonState) -> Option<SpiffeId> {
     conn.peer_certificates()?.first().and_then(id_of)
 }
+
+/// The client's SPIFFE ID as an HTTP request extension: the facade transport
+/// (`forge::gitea::facade::spawn_router`) adds it to every request of a connection accepted
+/// with [`server_config`], so a handler authorizes per request with `Extension<PeerId>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerId(pub SpiffeId);
 
 fn provider() -> Arc<CryptoProvider> {
     CryptoProvider::get_default()

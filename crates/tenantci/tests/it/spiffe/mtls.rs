@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use tenantci_core::spiffe::tls::{client_config, server_config};
+use tenantci_core::spiffe::tls::{PeerId, client_config, server_config};
 use tenantci_core::spiffe::workload::WorkloadSource;
 use tenantci_core::spiffe::{SpiffeId, SvidSource, TrustDomain};
 use tenantci_sim::spire::ca::TrustDomainCa;
@@ -183,4 +183,36 @@ async fn a_client_refuses_a_server_whose_spiffe_id_is_not_the_expected_one() {
         "{why}"
     );
     assert!(seen.is_err(), "the client aborted the handshake");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facade_transport_hands_each_request_the_client_s_spiffe_id() {
+    let w = world().await;
+    let app = axum::Router::new().route(
+        "/whoami",
+        axum::routing::get(|peer: Option<axum::Extension<PeerId>>| async move {
+            peer.map_or_else(|| "nobody".to_string(), |p| p.0.0.to_string())
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let facade = tenantci_core::forge::gitea::facade::spawn_router(
+        listener,
+        Arc::new(server_config(w.facade.clone(), td())),
+        app,
+    )
+    .unwrap();
+    let http = reqwest::Client::builder()
+        .use_preconfigured_tls(client_config(w.executor.clone(), id(FACADE_ID)))
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let resp = http
+            .get(format!("{}/whoami", facade.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.text().await.unwrap(), TASK_ID);
+    }
+    facade.shutdown().await;
 }

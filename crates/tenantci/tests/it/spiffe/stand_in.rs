@@ -47,6 +47,25 @@ async fn the_workload_api_source_gets_the_entry_s_svid_and_follows_a_rotation() 
     assert_eq!(second.id().to_string(), TASK_ID);
     assert_ne!(second.leaf(), first.leaf(), "a new SVID after the rotation");
 
+    // A changed SPIFFE ID is issued again and pushed on the open stream.
+    let mut updates = source.updates();
+    let moved = "spiffe://example.org/gitea/acme/widgets/2";
+    let patch = format!(r#"{{"spec":{{"spiffeID":"{moved}"}}}}"#);
+    let o = kubectl.run(&[
+        "patch",
+        "clusterstaticentry",
+        "exec-1",
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+    assert_exit(&o, 0);
+    updates
+        .changed()
+        .await
+        .expect("the new ID reaches the source");
+    assert_eq!(source.current().unwrap().id().to_string(), moved);
+
     let o = kubectl.run(&["delete", "clusterstaticentry", "exec-1"]);
     assert_exit(&o, 0);
     let socket = state.join("spire/ci/exec-1.sock");
