@@ -125,3 +125,30 @@ fn a_bad_trust_domain_is_refused_before_anything_is_written() {
     );
     assert!(!state.exists(), "nothing written");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_kept_across_a_restart_are_served_before_the_ready_line() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let (sim, spire) = sim_with_spire(&state);
+    let http = reqwest::Client::new();
+    let kubectl = Kubectl::new(&sim.tenant_admin("ci"), dir.path());
+    create_entry(&kubectl, "exec-1", TASK_ID);
+    spire.served(&http, "ci", "exec-1").await;
+    assert_eq!(sim.stop(), Some(0));
+    assert!(
+        !state.join("spire/ci/exec-1.sock").exists(),
+        "a stopped stand-in leaves no socket"
+    );
+
+    let (_sim, spire) = sim_with_spire(&state);
+    let entries = spire.entries(&http).await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["spiffeId"], TASK_ID);
+    assert!(entries[0]["serial"].is_u64(), "{entries:?}");
+    let source = WorkloadSource::connect(Some(&spire.endpoint("ci", "exec-1")), DEADLINE)
+        .await
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    assert_eq!(source.current().unwrap().id().to_string(), TASK_ID);
+    source.shutdown().await;
+}
