@@ -54,7 +54,7 @@ pub fn socket_path(dir: &Path, cluster: &str, name: &str) -> PathBuf {
 }
 
 /// One entry as served: what its SVID was issued for, and its socket.
-struct Served1 {
+struct ServedEntry {
     spiffe_id: String,
     ttl: Duration,
     issued: Option<IssuedSvid>,
@@ -76,7 +76,7 @@ pub struct EntryView {
 pub struct StandIn {
     ca: TrustDomainCa,
     dir: PathBuf,
-    entries: Mutex<BTreeMap<(String, String), Served1>>,
+    entries: Mutex<BTreeMap<(String, String), ServedEntry>>,
 }
 
 impl std::fmt::Debug for StandIn {
@@ -172,7 +172,7 @@ impl StandIn {
                     tracing::info!(cluster, entry = name, spiffe_id = %id, socket = %path.display(), "SPIRE stand-in: entry served");
                     entries.insert(
                         key,
-                        Served1 {
+                        ServedEntry {
                             spiffe_id: id,
                             ttl,
                             issued,
