@@ -1,8 +1,8 @@
 //! tenantci-core: the leaves every other tenantci crate builds on. Errors and exit codes,
 //! durations, careful file writes and bounded file reads, TLS set-up, the secret type, the PKI (ClientCA, issuing,
 //! inspecting), the gateway's state directory and tenant-cluster resolution, kube clients from
-//! kubeconfigs, resource quantities, the node image, the Gitea runner protocol and the
-//! OpenSandbox Lifecycle API.
+//! kubeconfigs, resource quantities, the node image, the Gitea runner protocol, the
+//! OpenSandbox Lifecycle API and SPIFFE identity (SVID sources, mTLS configs).
 //!
 //! No CLI (clap) and no NATS (async-nats): the manifest does not list them, so a leaf cannot
 //! grow a dependency on either without a visible manifest change.
@@ -21,6 +21,7 @@ pub mod opensandbox;
 pub mod pki;
 pub mod quantity;
 pub mod secret;
+pub mod spiffe;
 pub mod tls;
 
 pub use error::{Error, ErrorKind, Result};

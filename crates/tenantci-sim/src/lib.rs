@@ -21,6 +21,7 @@ pub mod seed;
 pub mod selector;
 pub mod served;
 pub mod server;
+pub mod spire;
 pub mod statedir;
 pub mod status;
 pub mod store;

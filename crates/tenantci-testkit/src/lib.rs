@@ -3,6 +3,7 @@
 //! - [`gitlab`]: the GitLab REST double.
 //! - [`sim`]: the simulator as a process or in-process, and its Gitea double.
 //! - [`opensandbox`]: the simulator's OpenSandbox double, its client and admin API.
+//! - [`spire`]: the simulator's SPIRE stand-in: entry sockets, rotation, entry manifests.
 //! - [`nats`]: a real nats-server with the queue's generated users.
 //! - [`executor`]: a Gitea executor played from the executor Secret's files.
 //! - [`forward`]: a fixed address in front of a server that restarts on another port.
@@ -23,4 +24,5 @@ pub mod opensandbox;
 pub mod process;
 pub mod procfs;
 pub mod sim;
+pub mod spire;
 pub mod wait;

@@ -86,6 +86,29 @@ pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
                 ));
             }
         }
+        super::registry::CLUSTER_STATIC_ENTRIES => {
+            // The CRD's required fields, as kube-apiserver's schema validation refuses them.
+            for field in ["spiffeID", "parentID"] {
+                if obj["spec"][field].as_str().unwrap_or("").is_empty() {
+                    return Err(invalid(
+                        def,
+                        name,
+                        &format!("spec.{field}"),
+                        "FieldValueRequired",
+                        "Required value",
+                    ));
+                }
+            }
+            if !obj["spec"]["selectors"].is_array() {
+                return Err(invalid(
+                    def,
+                    name,
+                    "spec.selectors",
+                    "FieldValueRequired",
+                    "Required value",
+                ));
+            }
+        }
         _ => {}
     }
     Ok(())

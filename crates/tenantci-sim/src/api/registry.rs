@@ -304,6 +304,22 @@ pub static TENANT: &[ResourceDef] = &[
         true,
         &[],
     ),
+    // SPIRE's registration entries (spire-controller-manager): the dispatcher writes one per
+    // executor Pod, the simulator's SPIRE stand-in (`crate::spire`) issues SVIDs for them.
+    ResourceDef {
+        subresources: &["status"],
+        generation: true,
+        ..def(
+            CLUSTER_STATIC_ENTRIES,
+            SPIRE_GROUP,
+            "v1alpha1",
+            "ClusterStaticEntry",
+            "clusterstaticentries",
+            "clusterstaticentry",
+            false,
+            &[],
+        )
+    },
     ResourceDef {
         verbs: CREATE_ONLY,
         ..def(
@@ -331,6 +347,11 @@ pub static TENANT: &[ResourceDef] = &[
         )
     },
 ];
+
+/// Group of SPIRE's custom resources (spire-controller-manager).
+pub const SPIRE_GROUP: &str = "spire.spiffe.io";
+/// Store key of SPIRE's `ClusterStaticEntry` objects.
+pub const CLUSTER_STATIC_ENTRIES: &str = "clusterstaticentries.spire.spiffe.io";
 
 /// Group of the gateway's `Cluster` objects (DESIGN.md contract).
 pub const TENANCY_GROUP: &str = "tenancy.socialweb.computer";

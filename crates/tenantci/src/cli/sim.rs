@@ -42,6 +42,20 @@ pub struct SimArgs {
     pub in_memory: bool,
     #[command(flatten)]
     pub opensandbox: OpenSandboxArgs,
+    #[command(flatten)]
+    pub spire: SpireArgs,
+}
+
+/// The SPIRE stand-in: SVIDs for ClusterStaticEntry objects over a Workload API double.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "SPIRE stand-in")]
+pub struct SpireArgs {
+    /// Also run a SPIRE stand-in for this trust domain (e.g. `example.org`): it issues an
+    /// X509-SVID for each ClusterStaticEntry of a tenant cluster on a Workload API double at
+    /// <state>/spire/<cluster>/<entry>.sock, and writes <state>/spire.json (0600: bundle,
+    /// socket directory, admin API for rotation) before the ready line.
+    #[arg(long, value_name = "TRUST_DOMAIN")]
+    pub spire: Option<String>,
 }
 
 /// The OpenSandbox double: the Lifecycle API a VM backend creates sandboxes through.
@@ -158,6 +172,9 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         .map_err(|e| Error::external("cannot watch SIGINT").caused_by(e))?;
     let nodes = args.nodes.config()?;
     let boot = args.opensandbox.boot()?;
+    if let Some(td) = &args.spire.spire {
+        sim::spire::validate_trust_domain(td)?;
+    }
     let state_dir = args.state_dir.clone();
     let config = SimConfig {
         state_dir: args.state_dir,
@@ -177,6 +194,19 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         false => None,
     };
     let opensandbox = args.opensandbox.start(&state_dir, boot).await?;
+    let spire = match &args.spire.spire {
+        Some(td) => {
+            let s = sim::spire::start(&state_dir, td, &handle.tenants).await?;
+            eprintln!(
+                "SPIRE stand-in for {} (sockets under {}, admin {})",
+                s.json.trust_domain,
+                s.json.socket_dir.display(),
+                s.json.admin_url
+            );
+            Some(s)
+        }
+        None => None,
+    };
     println!(
         "{}",
         serde_json::to_string(&handle.info).expect("the ready line serializes")
@@ -203,6 +233,9 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     }
     if let Some(o) = opensandbox {
         o.shutdown().await;
+    }
+    if let Some(s) = spire {
+        s.shutdown().await;
     }
     handle.shutdown().await;
     Ok(0)

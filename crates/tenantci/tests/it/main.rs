@@ -16,4 +16,5 @@ mod queue;
 mod runner;
 mod ship;
 mod sim;
+mod spiffe;
 mod util;

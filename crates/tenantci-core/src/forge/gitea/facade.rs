@@ -26,6 +26,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::spiffe::tls::PeerId;
+
 use super::connect::{self, Codec, ConnectError, GZIP_MIN, MAX_BODY, Wire};
 use super::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, PingRequest,
@@ -348,6 +350,15 @@ pub fn spawn_router(
                     }
                     Err(_) => return,
                 };
+                // With a SPIFFE mTLS config (core::spiffe::tls) every request of this
+                // connection carries the client's ID; server-only TLS adds nothing.
+                let peer_id = crate::spiffe::tls::peer_id(tls.get_ref().1).map(PeerId);
+                let app = tower::ServiceExt::map_request(app, move |mut req: http::Request<_>| {
+                    if let Some(id) = &peer_id {
+                        req.extensions_mut().insert(id.clone());
+                    }
+                    req
+                });
                 let service = hyper_util::service::TowerToHyperService::new(app);
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {

@@ -14,8 +14,12 @@ use serde_json::{Map, Value, json};
 use crate::api::patch;
 use crate::api::registry::ResourceDef;
 
-/// The definition the admin apiserver's `Cluster` schema comes from.
-const CLUSTER_CRD: &str = include_str!("../../../../../manifests/sim/cluster-crd.yaml");
+/// The definitions the custom kinds' schemas come from: the admin apiserver's `Cluster` and
+/// the tenant apiservers' SPIRE `ClusterStaticEntry`.
+const CRDS: &[&str] = &[
+    include_str!("../../../../../manifests/sim/cluster-crd.yaml"),
+    include_str!("../../../../../manifests/sim/clusterstaticentry-crd.yaml"),
+];
 
 /// Component name of a CRD kind, as kube-apiserver names it (reversed group, version, kind).
 fn crd_schema_name(def: &ResourceDef) -> String {
@@ -64,10 +68,10 @@ fn add_kind(generator: &mut SchemaGenerator, def: &ResourceDef) -> Option<String
 /// The `openAPIV3Schema` of the CRD that defines `def`, with `metadata` pointing at
 /// ObjectMeta as kube-apiserver publishes CRD schemas.
 fn crd_schema(generator: &mut SchemaGenerator, def: &ResourceDef) -> Option<Value> {
-    let crd: CustomResourceDefinition = serde_yaml::from_str(CLUSTER_CRD).ok()?;
-    if crd.spec.group != def.group || crd.spec.names.kind != def.kind {
-        return None;
-    }
+    let crd = CRDS.iter().find_map(|yaml| {
+        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).ok()?;
+        (crd.spec.group == def.group && crd.spec.names.kind == def.kind).then_some(crd)
+    })?;
     let version = crd.spec.versions.iter().find(|v| v.name == def.version)?;
     let schema = version.schema.as_ref()?.open_api_v3_schema.as_ref()?;
     let mut schema = serde_json::to_value(schema).ok()?;
@@ -199,5 +203,21 @@ mod tests {
             "Cluster"
         );
         assert!(schemas.contains_key(OBJECT_META));
+    }
+
+    #[test]
+    fn cluster_static_entry_schema_comes_from_the_spire_crd() {
+        let def = registry::by_key(TENANT, registry::CLUSTER_STATIC_ENTRIES).unwrap();
+        let (schemas, names) = components(&[def]);
+        assert_eq!(names, ["io.spiffe.spire.v1alpha1.ClusterStaticEntry"]);
+        let entry = &schemas["io.spiffe.spire.v1alpha1.ClusterStaticEntry"];
+        assert_eq!(
+            entry["properties"]["spec"]["required"],
+            json!(["spiffeID", "parentID", "selectors"])
+        );
+        assert_eq!(
+            entry["x-kubernetes-group-version-kind"],
+            json!([{"group": "spire.spiffe.io", "version": "v1alpha1", "kind": "ClusterStaticEntry"}])
+        );
     }
 }
