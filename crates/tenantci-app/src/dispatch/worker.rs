@@ -202,20 +202,33 @@ impl<E: Executors> Worker<E> {
                 tracing::info!(task, attempt = a.attempt, %backend, ?created, "executor started");
                 Outcome::Started
             }
-            Err(StartError::Unavailable(why)) => Outcome::Retry(why),
+            Err(StartError::Unavailable(why)) if !job.last_delivery => Outcome::Retry(why),
+            // The queue will not deliver it again (a finite `max_deliver`): say so at Gitea
+            // rather than leave the task claimed with nobody to start it.
+            Err(StartError::Unavailable(why)) => {
+                let line = format!(
+                    "the {backend} backend stayed unavailable through {} deliveries of the assignment: {why}",
+                    job.delivered
+                );
+                self.fail(task, backend, &line).await;
+                Outcome::Poison(why)
+            }
             Err(StartError::Refused(why)) => {
                 let line = format!("the executor could not be created: {why}");
-                match report::fail(&self.gitea, task, &line).await {
-                    Ok(()) => self.ledger.note(report::failed_step(task)).await,
-                    Err(e) => {
-                        tracing::warn!(task, error = %e, "cannot report the failure to Gitea")
-                    }
-                }
-                self.metrics.failed(backend);
-                self.registry.finished(task);
+                self.fail(task, backend, &line).await;
                 Outcome::Poison(why)
             }
         }
+    }
+
+    /// Reports FAILURE with `line` for a task whose assignment leaves the queue unstarted.
+    async fn fail(&self, task: i64, backend: Backend, line: &str) {
+        match report::fail(&self.gitea, task, line).await {
+            Ok(()) => self.ledger.note(report::failed_step(task)).await,
+            Err(e) => tracing::warn!(task, error = %e, "cannot report the failure to Gitea"),
+        }
+        self.metrics.failed(backend);
+        self.registry.finished(task);
     }
 
     /// A redelivery without an executor: is the task over at Gitea? Its result when it is.

@@ -166,6 +166,9 @@ pub struct Job {
     /// How many times the server has delivered it (1 = first delivery).
     pub delivered: i64,
     pub stream_sequence: u64,
+    /// The server delivers no more after this one (a finite `max_deliver` reached): a
+    /// transient failure now is final.
+    pub last_delivery: bool,
     slot: Slot,
 }
 
@@ -488,6 +491,7 @@ impl Lane {
             assignment,
             delivered,
             stream_sequence,
+            last_delivery: self.max_deliver > 0 && delivered >= self.max_deliver,
             slot: slot.clone(),
         };
         let outcome = self

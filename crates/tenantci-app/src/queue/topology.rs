@@ -33,7 +33,8 @@ pub struct TopologySpec {
     pub replicas: usize,
     /// How long a delivery may stay unacked (without progress) before it is redelivered.
     pub ack_wait: Duration,
-    /// Deliveries of one message before the server gives up on it (see docs/runbooks/nats-queue.md).
+    /// Deliveries of one message before the server gives up on it; -1: unlimited (the default:
+    /// a transient failure costs latency, never the task; see docs/runbooks/nats-queue.md).
     pub max_deliver: i64,
     /// Window in which a re-published `Nats-Msg-Id` is dropped as a duplicate (>= 2 min).
     pub duplicate_window: Duration,
@@ -43,6 +44,10 @@ pub struct TopologySpec {
     /// Largest single assignment accepted.
     pub max_message_size: i32,
 }
+
+/// `max_deliver` for "redeliver until it succeeds" (JetStream's -1). Poison is terminated by
+/// the worker at once, so only transient failures are retried, with backoff up to a minute.
+pub const UNLIMITED_DELIVERIES: i64 = -1;
 
 /// The smallest duplicate window accepted: a producer retrying a timed-out publish must land
 /// inside it.
@@ -55,7 +60,7 @@ impl Default for TopologySpec {
             vm_capacity: 1,
             replicas: 1,
             ack_wait: Duration::from_secs(30),
-            max_deliver: 5,
+            max_deliver: UNLIMITED_DELIVERIES,
             duplicate_window: MIN_DUPLICATE_WINDOW,
             max_messages: 100_000,
             max_bytes: 256 * 1024 * 1024,
@@ -79,8 +84,8 @@ impl TopologySpec {
         if self.ack_wait < Duration::from_millis(100) {
             return Err("ack_wait must be at least 100ms".into());
         }
-        if self.max_deliver < 1 {
-            return Err("max_deliver must be at least 1".into());
+        if self.max_deliver < 1 && self.max_deliver != UNLIMITED_DELIVERIES {
+            return Err("max_deliver must be at least 1, or -1 for unlimited".into());
         }
         if self.duplicate_window < MIN_DUPLICATE_WINDOW {
             return Err("the duplicate window must be at least 2m".into());

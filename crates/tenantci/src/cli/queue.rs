@@ -65,8 +65,9 @@ pub struct InitArgs {
     /// Redeliver an unacked assignment after this long without progress. Default: 30s.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub ack_wait: String,
-    /// Deliveries before the server gives up on an assignment. Default: 5.
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    /// Deliveries before the server gives up on an assignment; -1: unlimited (a transient
+    /// failure is retried with backoff up to 60s until it succeeds). Default: -1.
+    #[arg(long, value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
     pub max_deliver: i64,
     /// Most assignments the stream holds; more are refused. Default: 100000.
     #[arg(long, value_name = "N", default_value_t = 100_000)]

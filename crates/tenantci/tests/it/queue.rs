@@ -699,6 +699,36 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
         8
     );
 
+    assert_eq!(
+        admin_consumer(&server, Backend::Pod)
+            .await
+            .config
+            .max_deliver,
+        -1,
+        "unlimited deliveries by default"
+    );
+    // A consumer made with a finite max_deliver (as tenantci did before) is updated to -1.
+    json(&["--pod-capacity", "8", "--max-deliver", "5"]);
+    assert_eq!(
+        admin_consumer(&server, Backend::Pod)
+            .await
+            .config
+            .max_deliver,
+        5
+    );
+    let upgraded = json(&["--pod-capacity", "8"]);
+    assert_eq!(
+        upgraded["consumers"][0]["change"]["fields"],
+        serde_json::json!(["max_deliver"])
+    );
+    assert_eq!(
+        admin_consumer(&server, Backend::Vm)
+            .await
+            .config
+            .max_deliver,
+        -1
+    );
+
     let s = admin_stream_config(&server).await;
     assert_eq!(s.retention, jetstream::stream::RetentionPolicy::WorkQueue);
     assert_eq!(s.storage, jetstream::stream::StorageType::File);

@@ -7,8 +7,8 @@
 //! delivery for up to [`OUTAGE_PATIENCE`] (the consumer's progress acks keep the assignment
 //! ours meanwhile), then are worth another delivery; a refused key names its file and is
 //! treated the same (the operator can fix the file under a running dispatcher); a 400 is the
-//! task's failure with the API's message. With the queue's 5 deliveries that lets an outage
-//! of about five minutes cost latency only (docs/runbooks/gitea-dispatcher.md).
+//! task's failure with the API's message. Deliveries are unlimited by default, so an outage
+//! costs latency only (docs/runbooks/gitea-dispatcher.md).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
