@@ -226,7 +226,7 @@ async fn sequential(b: &mut Bench, d: &mut Dispatcher, n: usize) -> PathResult {
     }
     let cpu = b.cpu_since(d, &before);
     let claimed = b.claimed_at(d.tail.started.keys().copied()).await;
-    dispatch_result(&claimed, &d.tail, cpu)
+    dispatch_result(&claimed, &d.tail.queued, &d.tail.started, cpu)
 }
 
 /// The raw path, `n` jobs queued first; one loop: FetchTask, seal, Secret + Pod create.
@@ -360,7 +360,11 @@ async fn burst(
     let peak = memory(pid).hwm;
     let tail = b.stop(name, d).await;
     let claimed = b.claimed_at(tail.started.keys().copied()).await;
-    (dispatch_result(&claimed, &tail, cpu), held, peak)
+    (
+        dispatch_result(&claimed, &tail.queued, &tail.started, cpu),
+        held,
+        peak,
+    )
 }
 
 /// One `tenantci sim --gitea`, one nats-server and `dispatch init`, with `bin` (which must
