@@ -375,15 +375,16 @@ async fn setup(bin: PathBuf) -> (tempfile::TempDir, Bench) {
         .unwrap();
     let dir = tmp.path().to_path_buf();
 
-    // Pods stay Pending (`--max-nodes 0`), so the simulator does only API work, the same
-    // for both paths.
+    // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the
+    // simulator's persister rewrites every object after each burst of writes, a cost that
+    // grows with the objects), so the simulator does only API work, the same for both paths.
     let mut sim_cmd = Command::new(&bin);
     sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
     let sim = SimProcess::start(
         sim_cmd,
         &dir.join("state"),
         &["ci"],
-        &["--gitea", "--max-nodes", "0"],
+        &["--gitea", "--max-nodes", "0", "--in-memory"],
     );
     let gitea = sim.gitea();
     let nats = NatsServer::start_in(&dir.join("nats"));

@@ -64,16 +64,40 @@ pub fn print(r: &Results) {
     println!("|---|---:|---:|---:|---:|---:|");
     let lines = [
         row("raw vm: one loop, FetchTask + seal + create, no queue", raw),
-        row("raw vm + list: the same with the list-by-metadata before the create", raw_list),
+        row(
+            "raw vm + list: the same with the list-by-metadata before the create",
+            raw_list,
+        ),
         stats_row("(the list call alone)", list),
-        row(&format!("`dispatch run` vm, {n} queued at Gitea, capacity {c}"), &vm.burst),
-        diff("**vm dispatch - raw vm create** (goal: p99 <= 2 ms)", &vm.burst, raw, true),
+        row(
+            &format!("`dispatch run` vm, {n} queued at Gitea, capacity {c}"),
+            &vm.burst,
+        ),
+        diff(
+            "**vm dispatch - raw vm create** (goal: p99 <= 2 ms)",
+            &vm.burst,
+            raw,
+            true,
+        ),
         diff("**vm dispatch - raw vm + list**", &vm.burst, raw_list, true),
         row(&format!("`dispatch run` vm, {seq} one at a time"), &vm.one),
         diff("**vm one at a time - raw vm create**", &vm.one, raw, false),
-        diff("**vm one at a time - raw vm + list**", &vm.one, raw_list, false),
-        row(&format!("`dispatch run` pod, {n} queued at Gitea, capacity {c} (to `executor started`)"), &pod.burst),
-        row(&format!("`dispatch run` pod, {seq} one at a time (to `executor started`)"), &pod.one),
+        diff(
+            "**vm one at a time - raw vm + list**",
+            &vm.one,
+            raw_list,
+            false,
+        ),
+        row(
+            &format!(
+                "`dispatch run` pod, {n} queued at Gitea, capacity {c} (to `executor started`)"
+            ),
+            &pod.burst,
+        ),
+        row(
+            &format!("`dispatch run` pod, {seq} one at a time (to `executor started`)"),
+            &pod.one,
+        ),
     ];
     for l in lines {
         println!("{l}");
@@ -82,14 +106,54 @@ pub fn print(r: &Results) {
     println!("| path | first part p50 / p99 ms | second part p50 / p99 ms |");
     println!("|---|---|---|");
     let lines = [
-        split("raw vm", "claim -> FetchTask returned", "-> create returned", raw),
-        split("raw vm + list", "claim -> FetchTask returned", "-> list + create returned", raw_list),
-        split(&format!("vm, {n} queued"), "claim -> queued (PubAck)", "-> `sandbox created`", &vm.burst),
-        split("vm, one at a time", "claim -> queued (PubAck)", "-> `sandbox created`", &vm.one),
-        split(&format!("vm, {n} queued"), "claim -> queued", "-> `executor started` (ledger noted)", &vm.started.0),
-        split("vm, one at a time", "claim -> queued", "-> `executor started` (ledger noted)", &vm.started.1),
-        split(&format!("pod, {n} queued"), "claim -> queued", "-> `executor started`", &pod.burst),
-        split("pod, one at a time", "claim -> queued", "-> `executor started`", &pod.one),
+        split(
+            "raw vm",
+            "claim -> FetchTask returned",
+            "-> create returned",
+            raw,
+        ),
+        split(
+            "raw vm + list",
+            "claim -> FetchTask returned",
+            "-> list + create returned",
+            raw_list,
+        ),
+        split(
+            &format!("vm, {n} queued"),
+            "claim -> queued (PubAck)",
+            "-> `sandbox created`",
+            &vm.burst,
+        ),
+        split(
+            "vm, one at a time",
+            "claim -> queued (PubAck)",
+            "-> `sandbox created`",
+            &vm.one,
+        ),
+        split(
+            &format!("vm, {n} queued"),
+            "claim -> queued",
+            "-> `executor started` (ledger noted)",
+            &vm.started.0,
+        ),
+        split(
+            "vm, one at a time",
+            "claim -> queued",
+            "-> `executor started` (ledger noted)",
+            &vm.started.1,
+        ),
+        split(
+            &format!("pod, {n} queued"),
+            "claim -> queued",
+            "-> `executor started`",
+            &pod.burst,
+        ),
+        split(
+            "pod, one at a time",
+            "claim -> queued",
+            "-> `executor started`",
+            &pod.one,
+        ),
     ];
     for l in lines {
         println!("{l}");

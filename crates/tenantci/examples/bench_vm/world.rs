@@ -14,8 +14,8 @@ use tenantci_testkit::process::Process;
 use tenantci_testkit::sim::{Gitea, SimProcess};
 
 use crate::logtail::LogTail;
-use crate::report::parse_time;
 use crate::progress;
+use crate::report::parse_time;
 
 const IMAGE: &str =
     "gitea/act_runner@sha256:0000000000000000000000000000000000000000000000000000000000000000";
@@ -47,14 +47,22 @@ impl World {
             .or_else(|_| tempfile::tempdir())
             .unwrap();
         let dir = tmp.path().to_path_buf();
-        // Pods stay Pending (`--max-nodes 0`): the simulator does API work only.
+        // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the
+        // persister rewrites every object after each burst of writes, a cost growing with the
+        // objects): the simulator does API work only.
         let mut sim_cmd = Command::new(&bin);
         sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
         let sim = SimProcess::start(
             sim_cmd,
             &dir.join("state"),
             &["ci"],
-            &["--gitea", "--opensandbox", "--max-nodes", "0"],
+            &[
+                "--gitea",
+                "--opensandbox",
+                "--max-nodes",
+                "0",
+                "--in-memory",
+            ],
         );
         let gitea = sim.gitea();
         let opensandbox = OpenSandbox::from_state_dir(&dir.join("state"));
