@@ -32,7 +32,7 @@ mod table;
 mod world;
 
 use logtail::LogTail;
-use report::{Cpu, PathResult, dispatch_result};
+use report::{Cpu, PathResult, Stats, dispatch_result, millis_between, stats};
 use world::{Dispatcher, World};
 
 const NAMESPACE: &str = "dynamic-runner";
@@ -112,7 +112,19 @@ async fn phase(w: &mut World, vm: bool, n: usize, seq: usize, capacity: usize) -
             .await;
     }
     let (all_burst, all_one) = (0..n, n..n + seq);
+    let t = &d.tail;
+    // VM only: what the worker does between the two lines (the claim ledger's `started`
+    // note, one JetStream KV write), the cost of one such round trip here.
+    let ledger_note = vm.then(|| {
+        stats(
+            t.queued
+                .keys()
+                .map(|k| millis_between(t.sandboxes[k], t.started[k]))
+                .collect(),
+        )
+    });
     let phase = Phase {
+        ledger_note,
         burst: measured(w, &d, end, all_burst.clone()).await,
         one: measured(w, &d, end, all_one.clone()).await,
         started: (
@@ -131,6 +143,8 @@ pub struct Phase {
     pub one: PathResult,
     /// Burst and one at a time up to `executor started` (after the claim-ledger note).
     pub started: (PathResult, PathResult),
+    /// VM: `sandbox created` -> `executor started`, every task of the phase.
+    pub ledger_note: Option<Stats>,
 }
 
 #[tokio::main]

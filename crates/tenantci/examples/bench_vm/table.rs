@@ -88,6 +88,10 @@ pub fn print(r: &Results) {
             raw_list,
             false,
         ),
+        stats_row(
+            "(vm: `sandbox created` -> `executor started`, the claim ledger's note, all tasks)",
+            vm.ledger_note.as_ref().unwrap(),
+        ),
         row(
             &format!(
                 "`dispatch run` pod, {n} queued at Gitea, capacity {c} (to `executor started`)"
