@@ -17,9 +17,9 @@ use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClien
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_core::opensandbox::ListFilter;
 
-use crate::report::{Cpu, PathResult, Stats, millis_between, stats};
+use crate::report::{PathResult, Stats, millis_between, stats};
 use crate::world::World;
-use crate::{DEADLINE, NAMESPACE, progress};
+use crate::{DEADLINE, NAMESPACE, no_cpu, progress};
 
 /// What the raw loop measured; `list` only when it listed before creating.
 pub struct Raw {
@@ -141,10 +141,7 @@ async fn summarize(w: &World, n: usize, done: &[Times], list_first: bool) -> Raw
             first: stats(first),
             second: stats(second),
             max_backlog: 0,
-            cpu: Cpu {
-                dispatcher: Default::default(),
-                nats: Default::default(),
-            },
+            cpu: no_cpu(),
         },
         list: list_first.then(|| stats(list)),
     }
