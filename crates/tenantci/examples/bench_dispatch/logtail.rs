@@ -1,5 +1,5 @@
-//! The dispatcher's JSON log (`--log-format json`), read as it grows: the two lines per task
-//! the latency is measured with, and the lease.
+//! The dispatcher's JSON log (`--log-format json`), read as it grows: the lines per task the
+//! latency is measured with, and the lease. Shared with `bench_vm` (`#[path]`).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -19,6 +19,8 @@ pub struct LogTail {
     /// task id -> time of `claimed and queued` / `executor started`.
     pub queued: BTreeMap<i64, DateTime<Utc>>,
     pub started: BTreeMap<i64, DateTime<Utc>>,
+    /// VM backend: task id -> time of `sandbox created` (the Lifecycle API create returned).
+    pub sandboxes: BTreeMap<i64, DateTime<Utc>>,
     pub leading: bool,
     pub errors: Vec<String>,
 }
@@ -30,6 +32,7 @@ impl LogTail {
             partial: String::new(),
             queued: BTreeMap::new(),
             started: BTreeMap::new(),
+            sandboxes: BTreeMap::new(),
             leading: false,
             errors: Vec::new(),
         }
@@ -55,6 +58,9 @@ impl LogTail {
                 }
                 ("executor started", Some(t)) => {
                     self.started.insert(t, at());
+                }
+                ("sandbox created", Some(t)) => {
+                    self.sandboxes.insert(t, at());
                 }
                 (m, _) if m.starts_with("acquired the scheduler lease") => self.leading = true,
                 _ => {}

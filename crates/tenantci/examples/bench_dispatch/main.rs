@@ -226,7 +226,7 @@ async fn sequential(b: &mut Bench, d: &mut Dispatcher, n: usize) -> PathResult {
     }
     let cpu = b.cpu_since(d, &before);
     let claimed = b.claimed_at(d.tail.started.keys().copied()).await;
-    dispatch_result(&claimed, &d.tail, cpu)
+    dispatch_result(&claimed, &d.tail.queued, &d.tail.started, cpu)
 }
 
 /// The raw path, `n` jobs queued first; one loop: FetchTask, seal, Secret + Pod create.
@@ -360,7 +360,11 @@ async fn burst(
     let peak = memory(pid).hwm;
     let tail = b.stop(name, d).await;
     let claimed = b.claimed_at(tail.started.keys().copied()).await;
-    (dispatch_result(&claimed, &tail, cpu), held, peak)
+    (
+        dispatch_result(&claimed, &tail.queued, &tail.started, cpu),
+        held,
+        peak,
+    )
 }
 
 /// One `tenantci sim --gitea`, one nats-server and `dispatch init`, with `bin` (which must
@@ -371,15 +375,16 @@ async fn setup(bin: PathBuf) -> (tempfile::TempDir, Bench) {
         .unwrap();
     let dir = tmp.path().to_path_buf();
 
-    // Pods stay Pending (`--max-nodes 0`), so the simulator does only API work, the same
-    // for both paths.
+    // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the
+    // simulator's persister rewrites every object after each burst of writes, a cost that
+    // grows with the objects), so the simulator does only API work, the same for both paths.
     let mut sim_cmd = Command::new(&bin);
     sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
     let sim = SimProcess::start(
         sim_cmd,
         &dir.join("state"),
         &["ci"],
-        &["--gitea", "--max-nodes", "0"],
+        &["--gitea", "--max-nodes", "0", "--in-memory"],
     );
     let gitea = sim.gitea();
     let nats = NatsServer::start_in(&dir.join("nats"));

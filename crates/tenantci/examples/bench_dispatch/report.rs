@@ -1,12 +1,11 @@
 //! Per-task latencies, percentiles and the Markdown tables the script writes into
-//! docs/benchmarks/dispatch.md.
+//! docs/benchmarks/dispatch.md. `bench_vm` shares the latency part (`#[path]`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::logtail::LogTail;
 pub use tenantci_testkit::procfs::Memory;
 
 pub fn mib(kib: u64) -> String {
@@ -68,26 +67,27 @@ pub struct PathResult {
     pub cpu: Cpu,
 }
 
-/// Per-task latencies from the double's claim times and the dispatcher's log.
+/// Per-task latencies from the double's claim times and the dispatcher's log: claim ->
+/// `started` (a task's executor-created time), split at `queued`.
 pub fn dispatch_result(
     claimed: &BTreeMap<i64, DateTime<Utc>>,
-    tail: &LogTail,
+    queued: &BTreeMap<i64, DateTime<Utc>>,
+    started: &BTreeMap<i64, DateTime<Utc>>,
     cpu: Cpu,
 ) -> PathResult {
     let (mut total, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
     for (t, c) in claimed {
-        let (q, s) = (tail.queued[t], tail.started[t]);
+        let (q, s) = (queued[t], started[t]);
         total.push(millis_between(*c, s));
         first.push(millis_between(*c, q));
         second.push(millis_between(q, s));
     }
     let start = claimed.values().min().unwrap();
-    let end = tail.started.values().max().unwrap();
-    let mut events: Vec<(DateTime<Utc>, i64)> = tail
-        .queued
-        .values()
-        .map(|t| (*t, 1))
-        .chain(tail.started.values().map(|t| (*t, -1)))
+    let end = claimed.keys().map(|t| started[t]).max().unwrap();
+    let mut events: Vec<(DateTime<Utc>, i64)> = claimed
+        .keys()
+        .map(|t| (queued[t], 1))
+        .chain(claimed.keys().map(|t| (started[t], -1)))
         .collect();
     events.sort();
     let (mut depth, mut max_backlog) = (0i64, 0i64);
@@ -97,7 +97,7 @@ pub fn dispatch_result(
     }
     PathResult {
         tasks: claimed.len(),
-        per_sec: claimed.len() as f64 / (millis_between(*start, *end) / 1000.0),
+        per_sec: claimed.len() as f64 / (millis_between(*start, end) / 1000.0),
         total: stats(total),
         first: stats(first),
         second: stats(second),
