@@ -264,7 +264,7 @@ impl Scheduler {
             }
         };
         self.ledger
-            .note(Entry::step(id, 1, backend, Phase::Claimed).with_assignment(&assignment))
+            .note_first(Entry::step(id, 1, backend, Phase::Claimed).with_assignment(&assignment))
             .await;
         // Registered before the publish: the worker may start the executor before the PubAck
         // is back, and its `running` must find (and clear) this entry.

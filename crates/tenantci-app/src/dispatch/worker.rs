@@ -42,11 +42,14 @@ pub enum StartError {
 
 pub trait Executors: Send + Sync + 'static {
     fn backend(&self) -> Backend;
-    /// Starts the executor, idempotently by task id.
+    /// Starts the executor, idempotently by task id. `fresh`: no executor of this task can
+    /// exist yet (the assignment's first delivery, and the claim ledger names no other
+    /// attempt), so a backend whose idempotence costs a lookup may skip it.
     fn start(
         &self,
         spec: &ExecutorSpec,
         sealed_assignment: &[u8],
+        fresh: bool,
     ) -> impl Future<Output = Result<Created, StartError>> + Send;
     /// Whether the task's executor exists.
     fn exists(&self, task: i64) -> impl Future<Output = Result<bool, StartError>> + Send;
@@ -71,7 +74,14 @@ impl Executors for ExecutorObjects {
         Backend::Pod
     }
 
-    async fn start(&self, spec: &ExecutorSpec, sealed: &[u8]) -> Result<Created, StartError> {
+    /// Idempotent by name (a create that finds its objects checks they are this
+    /// assignment's), so `fresh` saves nothing here.
+    async fn start(
+        &self,
+        spec: &ExecutorSpec,
+        sealed: &[u8],
+        _fresh: bool,
+    ) -> Result<Created, StartError> {
         self.create(spec, sealed).await.map_err(|e| match e {
             CreateError::Foreign { .. } => StartError::Refused(e.to_string()),
             CreateError::Api(e) => classify(e),
@@ -81,6 +91,17 @@ impl Executors for ExecutorObjects {
     async fn exists(&self, task: i64) -> Result<bool, StartError> {
         self.any_exists(task).await.map_err(classify)
     }
+}
+
+/// What the claim ledger says of an assignment about to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Its task is over, or a later attempt replaced it.
+    Stale,
+    /// It is the task's current attempt (or the ledger has no entry).
+    Current,
+    /// The ledger could not be read.
+    Unknown,
 }
 
 /// What every executor of this dispatcher gets.
@@ -128,16 +149,17 @@ pub struct Worker<E: Executors> {
 }
 
 impl<E: Executors> Worker<E> {
-    /// Whether the ledger says this assignment must not start: its task is over, or a later
-    /// attempt replaced it. A ledger that cannot be read does not hold a start up.
-    async fn stale(&self, task: i64, a: &Assignment) -> bool {
+    /// What the ledger says of this assignment: its task is over or a later attempt replaced
+    /// it (it must not start), or it may start, knowing whether the ledger could be read. A
+    /// ledger that cannot be read does not hold a start up.
+    async fn standing(&self, task: i64, a: &Assignment) -> Standing {
         match self.ledger.get(task).await {
             Ok(Some(e)) if e.is_final() => {
                 tracing::info!(
                     task,
                     "the claim ledger has the task as over; its assignment is dropped"
                 );
-                true
+                Standing::Stale
             }
             Ok(Some(e)) if e.attempt > a.attempt => {
                 tracing::info!(
@@ -146,12 +168,12 @@ impl<E: Executors> Worker<E> {
                     current = e.attempt,
                     "a later attempt replaced this assignment; it is dropped"
                 );
-                true
+                Standing::Stale
             }
-            Ok(_) => false,
+            Ok(_) => Standing::Current,
             Err(e) => {
                 tracing::warn!(task, error = %e, "cannot read the claim ledger; starting anyway");
-                false
+                Standing::Unknown
             }
         }
     }
@@ -170,9 +192,11 @@ impl<E: Executors> Worker<E> {
             );
             return Outcome::Started;
         }
-        if self.stale(task, a).await {
+        let standing = self.standing(task, a).await;
+        if standing == Standing::Stale {
             return Outcome::Started;
         }
+        let fresh = job.delivered == 1 && standing == Standing::Current;
         if job.delivered > 1 && !self.registry.is_running(task) {
             match self.already_over(task).await {
                 Ok(Some(result)) => {
@@ -191,7 +215,7 @@ impl<E: Executors> Worker<E> {
         let spec = self
             .template
             .spec(&self.capability_key, task, a.attempt, a.labels.clone());
-        match self.executors.start(&spec, &a.to_json()).await {
+        match self.executors.start(&spec, &a.to_json(), fresh).await {
             Ok(created) => {
                 let step = Entry::step(task, a.attempt, backend, Phase::Started);
                 self.ledger.note(step.with_assignment(a)).await;

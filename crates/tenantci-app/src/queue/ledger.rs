@@ -265,6 +265,29 @@ impl Ledger {
         )))
     }
 
+    /// Records the first step of a task just claimed: one create, no read before it (the
+    /// scheduler's path, where every round trip is claim latency). An entry already there (a
+    /// task Gitea handed out again) is merged as [`Ledger::record`] does.
+    pub async fn record_first(&self, step: Entry) -> Result<Option<Entry>, LedgerError> {
+        let Some(first) = merge(None, step.clone()) else {
+            return self.record(step).await;
+        };
+        let value = serde_json::to_vec(&first).expect("an entry always serializes");
+        match self.kv.create(key(step.task), value.into()).await {
+            Ok(_) => Ok(Some(first)),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => self.record(step).await,
+            Err(e) => Err(err("cannot write an entry")(&e)),
+        }
+    }
+
+    /// [`Ledger::record_first`], logging a failure instead of returning it.
+    pub async fn note_first(&self, step: Entry) {
+        let (task, phase) = (step.task, step.phase);
+        if let Err(e) = self.record_first(step).await {
+            tracing::warn!(task, ?phase, error = %e, "the claim ledger did not record this step");
+        }
+    }
+
     /// Records `step`, logging a failure instead of returning it: the step itself (a claim,
     /// a start, a report) matters more, and recovery still has the apiserver objects.
     pub async fn note(&self, step: Entry) {

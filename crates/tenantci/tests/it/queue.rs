@@ -760,7 +760,13 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
     let key = SealingKey::generate();
     let a = assignment(&key, "41", Backend::Pod, b"payload");
     let claimed = Entry::step(41, 1, Backend::Pod, Phase::Claimed).with_assignment(&a);
-    l.record(claimed).await.unwrap();
+    // The scheduler's first write is a create; the same claim again merges, changing nothing.
+    l.record_first(claimed.clone()).await.unwrap();
+    let again = l.record_first(claimed).await.unwrap().unwrap();
+    assert_eq!(
+        (again.phase, again.assignment.is_some()),
+        (Phase::Claimed, true)
+    );
     l.record(Entry::step(41, 1, Backend::Pod, Phase::Reported))
         .await
         .unwrap();

@@ -208,7 +208,7 @@ impl VmReconciler {
             return;
         }
         let spec = r.template.spec(&r.capability_key, task, next, labels);
-        match self.sandboxes.start(&spec, &[]).await {
+        match self.sandboxes.start(&spec, &[], false).await {
             Ok(_) => {
                 let step = Entry::step(task, next, Backend::Vm, Phase::Started);
                 self.ledger.note(step.with_assignment(&assignment)).await;
@@ -265,7 +265,7 @@ impl VmReconciler {
             return false;
         };
         let spec = r.template.spec(&r.capability_key, task, attempt, labels);
-        if let Err(e) = self.sandboxes.start(&spec, &[]).await {
+        if let Err(e) = self.sandboxes.start(&spec, &[], false).await {
             tracing::warn!(task, attempt, error = %e, "cannot start the lost VM task again; retrying next pass");
             return false;
         }

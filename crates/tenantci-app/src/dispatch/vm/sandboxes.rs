@@ -114,9 +114,14 @@ impl Sandboxes {
 }
 
 impl Sandboxes {
-    /// One try: the sandbox found by metadata (a redelivery), or created.
-    async fn start_once(&self, spec: &ExecutorSpec) -> Result<Created, StartError> {
-        let existing = self.of_task(spec.task_id).await.map_err(classify)?;
+    /// One try: the sandbox found by metadata (a redelivery), or created. Without `look` (a
+    /// fresh assignment: no sandbox of the task can exist) straight to the create.
+    async fn start_once(&self, spec: &ExecutorSpec, look: bool) -> Result<Created, StartError> {
+        let existing = if look {
+            self.of_task(spec.task_id).await.map_err(classify)?
+        } else {
+            Vec::new()
+        };
         if let Some(s) = existing
             .iter()
             .find(|s| sandbox::task_of(s) == Some((spec.task_id, spec.attempt)))
@@ -146,11 +151,20 @@ impl Executors for Sandboxes {
 
     /// The sealed assignment stays in the claim ledger (the facade hands the task out from
     /// there); the sandbox gets only what its executor needs to reach the facade.
-    async fn start(&self, spec: &ExecutorSpec, _sealed: &[u8]) -> Result<Created, StartError> {
+    async fn start(
+        &self,
+        spec: &ExecutorSpec,
+        _sealed: &[u8],
+        fresh: bool,
+    ) -> Result<Created, StartError> {
         let deadline = Instant::now() + OUTAGE_PATIENCE;
         let mut pause = Duration::from_millis(250);
+        // Only the first try may skip the lookup: a create that timed out may have happened.
+        let mut look = !fresh;
         loop {
-            match self.start_once(spec).await {
+            let tried = self.start_once(spec, look).await;
+            look = true;
+            match tried {
                 Err(StartError::Unavailable(why)) if Instant::now() + pause < deadline => {
                     tracing::warn!(task = spec.task_id, error = %why, retry_in = ?pause, "OpenSandbox did not take the sandbox yet; trying again (the task stays queued)");
                     tokio::time::sleep(pause).await;
