@@ -184,10 +184,38 @@ impl Bench {
         out
     }
 
-    /// Deletes every executor Pod and Secret (tenant-admin), so each phase starts empty.
+    /// Cancels every executor's task at the Gitea double, then deletes every executor Pod and
+    /// Secret (tenant-admin), so each phase starts empty. Cancelled first: the next
+    /// dispatcher's recovery finds the claim ledger's entries without objects and would start
+    /// tasks Gitea still has open again (as it must after a real loss), inside the next
+    /// phase's window.
     async fn clear_executors(&self) {
         let lp = ListParams::default().labels(COMPONENT_SELECTOR);
         let dp = DeleteParams::default();
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE)
+            .list(&lp)
+            .await
+            .unwrap();
+        for pod in pods {
+            let task = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(executor::TASK_ID_LABEL))
+                .cloned()
+                .unwrap_or_default();
+            let resp = self
+                .http
+                .post(format!("{}/tasks/{task}/cancel", self.gitea.admin_url))
+                .send()
+                .await
+                .unwrap();
+            assert!(
+                resp.status().is_success(),
+                "cancel task {task}: {}",
+                resp.status()
+            );
+        }
         Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE)
             .delete_collection(&dp, &lp)
             .await
