@@ -633,6 +633,7 @@ async fn write_inputs(
         webhook: None,
         claim: config::Claim::default(),
         vm: None,
+        identity: None,
     }
 }
 

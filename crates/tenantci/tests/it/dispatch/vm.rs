@@ -21,7 +21,9 @@ async fn world(pod_capacity: u32, vm_capacity: u32) -> World {
 /// Waits until the dispatcher's VM backend has recovered its slots (its log says so).
 async fn vm_backend_recovered(d: &super::harness::Dispatcher) {
     eventually("the VM backend to recover its slots", || async {
-        d.log_text().contains("recovered VM sandboxes").then_some(())
+        d.log_text()
+            .contains("recovered VM sandboxes")
+            .then_some(())
     })
     .await;
 }
