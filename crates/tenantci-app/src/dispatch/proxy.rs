@@ -213,7 +213,9 @@ async fn forward(
             return match outcome {
                 Ok(resp) => relay(resp).await,
                 Err(e) => {
-                    tracing::warn!(%method, error = %e, "executor-proxy: the facade is unreachable");
+                    // With the causes: a refused facade SVID shows only there.
+                    let error = chain(&e);
+                    tracing::warn!(%method, %error, "executor-proxy: the facade is unreachable");
                     let body = serde_json::json!({"code": "unavailable", "message": "the facade is unreachable"}).to_string();
                     (
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -228,6 +230,18 @@ async fn forward(
         tokio::time::sleep(backoff(attempt)).await;
         attempt += 1;
     }
+}
+
+/// An error and its causes, `: `-joined (reqwest's own message names only the URL).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 /// The facade's answer as it came (status, body, headers but the hop-by-hop ones).
