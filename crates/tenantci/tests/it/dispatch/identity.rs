@@ -3,6 +3,8 @@
 //! `tenantci executor-proxy` (run with its Pod's argv) presents the SVID of its Pod's entry
 //! and accepts only the facade's SPIFFE ID. The entries of the task Pods are created here by
 //! hand (the dispatcher does not create them yet).
+//!
+//! Identity off is every other dispatch test: their configs have no `[identity]`.
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, RunnerClient};
@@ -93,8 +95,18 @@ async fn identity_on_a_task_runs_to_success_through_its_proxy_with_its_svid() {
     let (task, secret, pod) = &tasks[0];
     let proxy = proxy_as(&w, secret, pod, &pod_name(pod), &[]);
     let ex = Executor::through(secret, &proxy);
-    let t = ex.run(*task).await;
-    assert_eq!(t.secrets["DEPLOY_KEY"], "s3cr3t-build");
+    let t = ex.fetch().await;
+    assert_eq!(
+        (t.id, t.secrets["DEPLOY_KEY"].as_str()),
+        (*task, "s3cr3t-build")
+    );
+    // Mid-run the stand-in issues every entry a new SVID (the dispatcher's and the Pod's):
+    // the next reports are served.
+    let spire = w.spire.as_ref().unwrap();
+    let before = spire.entries(w.http()).await;
+    let after = spire.rotate(w.http()).await;
+    assert_ne!(before, after, "new SVIDs issued");
+    ex.finish(*task, &[&format!("ran task {task}")]).await;
     w.assert_succeeded_once(*task).await;
     w.all_cleaned_up().await;
     assert_eq!(
