@@ -251,6 +251,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
     let health = Arc::new(Health::default());
 
+    // Before anything listens: with identity on, the first SVID and its ID are checked here.
+    let facade_tls = facade_tls(&cfg, &inputs).await?;
     let facade = Arc::new(Facade {
         capability_key: inputs.capability_key.clone(),
         sealing_key: inputs.sealing_key.clone(),
@@ -273,7 +275,6 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         Some(w) => Some(bind("webhook receiver", w.listen).await?),
         None => None,
     };
-    let facade_tls = facade_tls(&cfg, &inputs).await?;
     let facade = transport::spawn(facade_listener, facade_tls, facade)
         .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
     // Before `Shared` is built from `cfg`: the worker puts this URL into executor Secrets.

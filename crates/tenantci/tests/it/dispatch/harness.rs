@@ -274,6 +274,16 @@ impl World {
         });
     }
 
+    /// The environment every dispatcher started from now on gets.
+    pub fn dispatcher_env(&self) -> &[(String, String)] {
+        &self.dispatcher_env
+    }
+
+    /// The config dispatchers started from now on are written from.
+    pub fn base_mut(&mut self) -> &mut Config {
+        &mut self.base
+    }
+
     /// Writes `name`'s config as [`World::dispatcher`] would, without starting it.
     pub fn config_only(&self, name: &str) -> PathBuf {
         self.write_config(name, self.base.clone());

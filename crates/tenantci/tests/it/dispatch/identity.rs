@@ -15,7 +15,7 @@ use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::DEADLINE;
 
 use super::harness::{TD, World};
-use crate::util::tenantci;
+use crate::util::{assert_exit, run, stderr, tenantci};
 
 /// The ID the default template gives a job of the Gitea double (repository `sim/demo`).
 fn task_id(job: &str) -> String {
@@ -211,5 +211,26 @@ async fn the_proxy_refuses_a_facade_with_another_spiffe_id() {
             .await,
         Some(0.0),
         "nothing reached the facade's handlers"
+    );
+}
+
+/// A dispatcher whose SVID is not `identity.facade_id` stops at start (exit 2), naming both
+/// IDs: its executors would refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_to_serve_with_an_svid_that_is_not_the_facade_id() {
+    let mut w = World::start_with_spire(1).await;
+    w.with_identity().await;
+    let configured = "spiffe://example.org/ns/dynamic-runner/sa/someone-else";
+    w.base_mut().identity.as_mut().unwrap().facade_id = configured.into();
+    let config = w.config_only("d1");
+    let out = run(tenantci()
+        .args(["dispatch", "run", "--config"])
+        .arg(&config)
+        .envs(w.dispatcher_env().iter().map(|(k, v)| (k, v))));
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains(super::harness::FACADE_ID) && err.contains(configured),
+        "{err}"
     );
 }
