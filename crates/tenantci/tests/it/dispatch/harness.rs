@@ -1,7 +1,8 @@
 //! A dispatcher under test: the simulator with its Gitea double, a real nats-server with the
 //! generated users, `tenantci dispatch run` as a child process (killable with SIGKILL), and
 //! an executor played by the test through the facade using only the executor Secret's files
-//! (tenantci_testkit::executor).
+//! (tenantci_testkit::executor). [`World::start_with_spire`] adds the simulator's SPIRE
+//! stand-in and [`World::with_identity`] turns executor identity on (issue 15).
 //!
 //! Every dispatcher listens on port 0 and reports its addresses on stdout. Its executors are
 //! given a fixed facade URL per instance name, a [`Forward`] pointed at whichever process
