@@ -586,6 +586,10 @@ impl GiteaDouble {
         );
         let mut context = spec.context.clone();
         context.insert("job".into(), spec.name.clone().into());
+        // Gitea's `github.repository` (owner/name); one repository in the double.
+        context
+            .entry("repository")
+            .or_insert_with(|| "sim/demo".into());
         context.insert("run_id".into(), job_id.to_string().into());
         context.insert("token".into(), random_hex(20).into());
         context.insert("gitea_runtime_token".into(), random_hex(20).into());

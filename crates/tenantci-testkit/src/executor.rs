@@ -70,19 +70,41 @@ pub struct PodProxy {
 
 impl PodProxy {
     /// `tenantci` is the binary to run (its argv[0] replaces the sidecar's `tenantci`).
-    pub fn start(mut tenantci: Command, secret: &Secret, pod: &Pod) -> PodProxy {
+    pub fn start(tenantci: Command, secret: &Secret, pod: &Pod) -> PodProxy {
+        Self::start_with(tenantci, secret, pod, &[], None)
+    }
+
+    /// [`PodProxy::start`] with some flags' values replaced (`(flag, value)`; a flag the
+    /// sidecar does not have is added), and with identity on the Workload API endpoint the
+    /// Pod's `SPIFFE_ENDPOINT_SOCKET` stands for (the stand-in's socket of the Pod's entry).
+    pub fn start_with(
+        mut tenantci: Command,
+        secret: &Secret,
+        pod: &Pod,
+        flags: &[(&str, &str)],
+        spiffe_endpoint: Option<&str>,
+    ) -> PodProxy {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("executor-proxy.log");
         let ca = dir.path().join(CA_KEY);
-        std::fs::write(&ca, &secret.data.as_ref().unwrap()[CA_KEY].0).unwrap();
         let mut args = proxy_container(pod).command.clone().unwrap();
         assert_eq!(&args[..2], ["tenantci", "executor-proxy"], "{args:?}");
-        for (flag, value) in [
-            ("--listen", "127.0.0.1:0"),
-            ("--facade-ca", &*ca.to_string_lossy()),
-        ] {
-            let i = args.iter().position(|a| a == flag).unwrap();
-            args[i + 1] = value.to_string();
+        // The Secret's ca.crt, where the sidecar has a facade CA (not with identity on).
+        if args.iter().any(|a| a == "--facade-ca") {
+            std::fs::write(&ca, &secret.data.as_ref().unwrap()[CA_KEY].0).unwrap();
+        }
+        let ca = ca.to_string_lossy().to_string();
+        let mut set = vec![("--listen", "127.0.0.1:0"), ("--facade-ca", ca.as_str())];
+        set.extend_from_slice(flags);
+        for (flag, value) in set {
+            match args.iter().position(|a| a == flag) {
+                Some(i) => args[i + 1] = value.to_string(),
+                None if flag == "--facade-ca" => {}
+                None => args.extend([flag.to_string(), value.to_string()]),
+            }
+        }
+        if let Some(endpoint) = spiffe_endpoint {
+            tenantci.env("SPIFFE_ENDPOINT_SOCKET", endpoint);
         }
         let mut process = Process::spawn(
             tenantci

@@ -40,6 +40,7 @@ fn spec(task: i64, x: &Executor) -> ExecutorSpec {
         labels: vec!["self-hosted".into(), "pod".into()],
         runner_name: "bench".into(),
         executor: x.clone(),
+        identity: None,
     }
 }
 

@@ -2,6 +2,12 @@
 //! `token = HMAC-SHA256(key, "<task id>:<attempt>")`, hex. The facade recomputes it from the
 //! assignment named by the caller's uuid and compares in constant time, so the dispatcher
 //! stores no per-task secret and a token for one task is worthless for another.
+//!
+//! With executor identity on, the task's SPIFFE ID is bound in too:
+//! `HMAC-SHA256(key, "<task id>:<attempt>:<spiffe id>")`. The facade recomputes it with the
+//! client's SPIFFE ID from the mTLS handshake, so a capability verifies only for the executor
+//! holding its task's SVID, with nothing looked up (the ID needs the task's repository and
+//! job, which only the sealed assignment holds, and that leaves the Secret at the first report).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -40,21 +46,45 @@ impl CapabilityKey {
         &self.0
     }
 
-    fn mac(&self, task_id: i64, attempt: u32) -> Hmac<Sha256> {
+    fn mac(&self, task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> Hmac<Sha256> {
         let mut mac =
             Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
-        mac.update(format!("{task_id}:{attempt}").as_bytes());
+        // Unambiguous: task ids and attempts are digits, so the second `:` starts the ID.
+        match spiffe_id {
+            None => mac.update(format!("{task_id}:{attempt}").as_bytes()),
+            Some(id) => mac.update(format!("{task_id}:{attempt}:{id}").as_bytes()),
+        }
         mac
     }
 
     /// The capability of one task attempt (hex).
     pub fn token(&self, task_id: i64, attempt: u32) -> String {
-        hex::encode(self.mac(task_id, attempt).finalize().into_bytes())
+        self.token_for(task_id, attempt, None)
+    }
+
+    /// The capability of one task attempt whose executor must present `spiffe_id` (hex).
+    pub fn token_for(&self, task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> String {
+        hex::encode(
+            self.mac(task_id, attempt, spiffe_id)
+                .finalize()
+                .into_bytes(),
+        )
     }
 
     /// Constant-time check of a presented token.
     pub fn verify(&self, task_id: i64, attempt: u32, presented: &str) -> bool {
-        let expected = self.token(task_id, attempt);
+        self.verify_for(task_id, attempt, None, presented)
+    }
+
+    /// Constant-time check of a presented token bound to the client's `spiffe_id`.
+    pub fn verify_for(
+        &self,
+        task_id: i64,
+        attempt: u32,
+        spiffe_id: Option<&str>,
+        presented: &str,
+    ) -> bool {
+        let expected = self.token_for(task_id, attempt, spiffe_id);
         expected.as_bytes().ct_eq(presented.as_bytes()).into()
     }
 }
@@ -136,6 +166,21 @@ mod tests {
         assert!(!CapabilityKey::generate().verify(7, 1, &t), "another key");
         assert!(!k.verify(7, 1, "forged"));
         assert!(!format!("{k:?}").contains(&hex::encode(k.as_bytes())));
+    }
+
+    #[test]
+    fn a_bound_token_verifies_only_with_its_spiffe_id() {
+        let k = CapabilityKey::generate();
+        let a = "spiffe://example.org/gitea/acme/w/build";
+        let t = k.token_for(7, 1, Some(a));
+        assert!(k.verify_for(7, 1, Some(a), &t));
+        assert!(!k.verify(7, 1, &t), "not without the ID");
+        assert!(!k.verify_for(7, 1, Some("spiffe://example.org/gitea/acme/w/test"), &t));
+        assert!(!k.verify_for(8, 1, Some(a), &t), "another task");
+        assert!(
+            !k.verify_for(7, 1, Some(a), &k.token(7, 1)),
+            "an unbound token"
+        );
     }
 
     #[test]

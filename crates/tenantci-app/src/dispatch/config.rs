@@ -122,6 +122,9 @@ pub struct Config {
     /// The VM backend (OpenSandbox); absent: off, and `vm` is not registered at Gitea.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<crate::dispatch::vm::Vm>,
+    /// Executor identity (SPIFFE mTLS at the facade); absent: the capability alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::dispatch::identity::Identity>,
 }
 
 /// What happens to a claimed task whose executor never fetches it.
@@ -664,6 +667,12 @@ impl Config {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }
+        if let Some(identity) = &self.identity {
+            identity.validate()?;
+            if self.vm.is_some() {
+                return Err("has both [identity] and [vm]; VM executors have no SVID yet, so the facade would refuse them (drop one of the two)".into());
+            }
+        }
         Ok(())
     }
 
@@ -795,6 +804,7 @@ mod tests {
             webhook: None,
             claim: Claim::default(),
             vm: None,
+            identity: None,
         }
     }
 
@@ -943,6 +953,36 @@ mod tests {
                 .unwrap_err()
                 .message()
                 .contains("TOML")
+        );
+    }
+
+    #[test]
+    fn the_identity_section_reads_back_and_excludes_the_vm_backend() {
+        let mut cfg = sample();
+        cfg.identity = Some(crate::dispatch::identity::settings::tests::identity());
+        let text = cfg.to_toml();
+        assert!(text.contains("[identity]"), "{text}");
+        assert_eq!(parse(&text, &[]).unwrap(), cfg);
+        assert!(
+            !sample().to_toml().contains("[identity]"),
+            "absent: not written"
+        );
+        let bad = text.replace("source = \"workload-api\"", "source = \"sds\"");
+        let e = parse(&bad, &[]).unwrap_err();
+        assert!(e.message().contains("identity.source"), "{}", e.message());
+        cfg.vm = Some(crate::dispatch::vm::Vm {
+            opensandbox_url: "https://sandbox.example".into(),
+            api_key_file: "/k".into(),
+            image: None,
+            cpu: "2".into(),
+            memory: "4Gi".into(),
+            timeout: crate::dispatch::vm::settings::defaults::timeout(),
+        });
+        let e = parse(&cfg.to_toml(), &[]).unwrap_err();
+        assert!(
+            e.message().contains("[identity] and [vm]"),
+            "{}",
+            e.message()
         );
     }
 

@@ -17,16 +17,20 @@
 //! the Secret, whose `.runner` only the runner container mounts (read-only), and whose sealed
 //! assignment no container mounts.
 //!
-//! Identity hook: a SPIFFE identity mode (another issue) gives the sidecar its SVID (a volume
-//! in `proxy_container`, a flag in [`proxy_args`]); the runner side does not change, since
-//! the runner only ever talks to the loopback proxy.
+//! Executor identity (`[identity]`, issue 15): the Pod gets the SPIFFE Workload API socket
+//! through the SPIFFE CSI driver (`csi.spiffe.io`, an inline read-only volume: allowed under
+//! the `restricted` Pod Security Standard, unlike a hostPath) in both containers, with
+//! `SPIFFE_ENDPOINT_SOCKET` naming it; the sidecar fetches the Pod's SVID from it and speaks
+//! mTLS to the facade, accepting only the facade's SPIFFE ID (no facade CA then); the job can
+//! use the same socket (e.g. to log in to OpenBao with its SVID). The Pod is annotated with
+//! the task's SPIFFE ID. The runner side does not change: it only talks to the loopback proxy.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath, Pod,
-    PodSecurityContext, PodSpec, Probe, Secret, SecretVolumeSource, SecurityContext, Volume,
+    CSIVolumeSource, Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath,
+    Pod, PodSecurityContext, PodSpec, Probe, Secret, SecretVolumeSource, SecurityContext, Volume,
     VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -66,6 +70,14 @@ pub const RUN_AS_USER: i64 = 2000;
 /// The runner's container name and the sidecar's.
 pub const RUNNER_CONTAINER: &str = "runner";
 pub const PROXY_CONTAINER: &str = "executor-proxy";
+/// Annotation on the Pod (identity on): the SPIFFE ID its executor must present.
+pub const SPIFFE_ID_ANNOTATION: &str = "tenantci.io/spiffe-id";
+/// Where both containers see the Workload API socket (identity on).
+pub const WORKLOAD_API_DIR: &str = "/spiffe-workload-api";
+/// The socket's name in the SPIFFE CSI driver's volume.
+pub const WORKLOAD_API_SOCKET: &str = "spire-agent.sock";
+/// The SPIFFE CSI driver (github.com/spiffe/spiffe-csi).
+pub const SPIFFE_CSI_DRIVER: &str = "csi.spiffe.io";
 /// Time for the final UpdateLog/UpdateTask after the runner's own shutdown timeout.
 const REPORT_GRACE_SECONDS: i64 = 15;
 
@@ -108,6 +120,17 @@ pub struct ExecutorSpec {
     pub runner_name: String,
     /// Images, runner binary, resources and placement from the dispatcher config.
     pub executor: config::Executor,
+    /// Executor identity on: the task's SPIFFE ID and the facade's.
+    pub identity: Option<ExecutorIdentity>,
+}
+
+/// The SPIFFE IDs of one executor (identity on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorIdentity {
+    /// What the executor presents (its task's ID, bound into the capability).
+    pub spiffe_id: String,
+    /// What the executor accepts from the facade.
+    pub facade_id: String,
 }
 
 fn labels(spec: &ExecutorSpec) -> BTreeMap<String, String> {
@@ -134,6 +157,36 @@ fn meta(spec: &ExecutorSpec) -> ObjectMeta {
             ASSIGNMENT_ANNOTATION.to_string(),
             spec.assignment_id.clone(),
         )])),
+        ..Default::default()
+    }
+}
+
+/// The Pod's metadata: the objects' own, and the task's SPIFFE ID with identity on.
+fn pod_meta(spec: &ExecutorSpec) -> ObjectMeta {
+    let mut m = meta(spec);
+    if let (Some(i), Some(a)) = (&spec.identity, m.annotations.as_mut()) {
+        a.insert(SPIFFE_ID_ANNOTATION.to_string(), i.spiffe_id.clone());
+    }
+    m
+}
+
+/// `SPIFFE_ENDPOINT_SOCKET` for a container that mounts the Workload API volume.
+fn workload_api_env() -> EnvVar {
+    EnvVar {
+        name: "SPIFFE_ENDPOINT_SOCKET".into(),
+        value: Some(format!("unix://{WORKLOAD_API_DIR}/{WORKLOAD_API_SOCKET}")),
+        ..Default::default()
+    }
+}
+
+fn workload_api_volume() -> Volume {
+    Volume {
+        name: "spiffe-workload-api".into(),
+        csi: Some(CSIVolumeSource {
+            driver: SPIFFE_CSI_DRIVER.into(),
+            read_only: Some(true),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -273,20 +326,29 @@ fn locked_down(read_only_root: bool) -> SecurityContext {
     }
 }
 
-/// The proxy's argv (no secret: the facade URL and the CA path).
+/// The proxy's argv (no secret: the facade URL and the CA path, or with identity on the
+/// SVID source and the facade's SPIFFE ID).
 pub fn proxy_args(spec: &ExecutorSpec) -> Vec<String> {
-    [
+    let mut args: Vec<String> = [
         "tenantci",
         "executor-proxy",
         "--listen",
         PROXY_LISTEN,
         "--facade-url",
         &spec.facade_url,
-        "--facade-ca",
-        &format!("{PROXY_DIR}/{CA_KEY}"),
     ]
     .map(str::to_string)
-    .to_vec()
+    .to_vec();
+    match &spec.identity {
+        None => args.extend(["--facade-ca".into(), format!("{PROXY_DIR}/{CA_KEY}")]),
+        Some(i) => args.extend([
+            "--spiffe-source".into(),
+            "workload-api".into(),
+            "--facade-id".into(),
+            i.facade_id.clone(),
+        ]),
+    }
+    args
 }
 
 fn proxy_container(spec: &ExecutorSpec) -> Container {
@@ -311,11 +373,18 @@ fn proxy_container(spec: &ExecutorSpec) -> Container {
                 ),
             }),
             period_seconds: Some(1),
-            failure_threshold: Some(30),
+            // With identity on the proxy listens once it has the Pod's SVID, which may take
+            // its entry's reconcile and the agent's sync; it gives up itself after its
+            // --retry-for (2m), before the probe would.
+            failure_threshold: Some(if spec.identity.is_some() { 150 } else { 30 }),
             ..Default::default()
         }),
         resources: Some(resources::proxy_requirements()),
-        volume_mounts: Some(vec![mount("facade-ca", PROXY_DIR, true)]),
+        env: spec.identity.is_some().then(|| vec![workload_api_env()]),
+        volume_mounts: Some(match spec.identity {
+            None => vec![mount("facade-ca", PROXY_DIR, true)],
+            Some(_) => vec![mount("spiffe-workload-api", WORKLOAD_API_DIR, true)],
+        }),
         security_context: Some(locked_down(true)),
         ..Default::default()
     }
@@ -341,16 +410,30 @@ fn runner_container(spec: &ExecutorSpec) -> Container {
         working_dir: Some(HOME_DIR.into()),
         // HOME only: a uid the image does not know would get `/`, which it cannot write. No
         // trust-store variable: the job keeps the image's CA bundle.
-        env: Some(vec![EnvVar {
-            name: "HOME".into(),
-            value: Some(HOME_DIR.into()),
-            ..Default::default()
-        }]),
+        // With identity on, the job gets the Workload API too (its SVID is the task's).
+        env: Some(
+            std::iter::once(EnvVar {
+                name: "HOME".into(),
+                value: Some(HOME_DIR.into()),
+                ..Default::default()
+            })
+            .chain(spec.identity.as_ref().map(|_| workload_api_env()))
+            .collect(),
+        ),
         resources: Some(x.resources.runner_requirements()),
-        volume_mounts: Some(vec![
-            mount("runner", RUNNER_DIR, true),
-            mount("home", HOME_DIR, false),
-        ]),
+        volume_mounts: Some(
+            [
+                mount("runner", RUNNER_DIR, true),
+                mount("home", HOME_DIR, false),
+            ]
+            .into_iter()
+            .chain(
+                spec.identity
+                    .as_ref()
+                    .map(|_| mount("spiffe-workload-api", WORKLOAD_API_DIR, true)),
+            )
+            .collect(),
+        ),
         security_context: Some(locked_down(false)),
         ..Default::default()
     }
@@ -361,7 +444,7 @@ pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
     let x = &spec.executor;
     let grace = x.shutdown_timeout.get().as_secs() as i64 + REPORT_GRACE_SECONDS;
     Pod {
-        metadata: meta(spec),
+        metadata: pod_meta(spec),
         spec: Some(PodSpec {
             restart_policy: Some("Never".into()),
             automount_service_account_token: Some(false),
@@ -380,7 +463,10 @@ pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
             volumes: Some(vec![
                 // Only what each container reads; the sealed assignment stays out of the Pod.
                 secret_volume("runner", &name, &[RUNNER_KEY, CONFIG_KEY]),
-                secret_volume("facade-ca", &name, &[CA_KEY]),
+                match spec.identity {
+                    None => secret_volume("facade-ca", &name, &[CA_KEY]),
+                    Some(_) => workload_api_volume(),
+                },
                 Volume {
                     name: "home".into(),
                     empty_dir: Some(EmptyDirVolumeSource {
@@ -419,6 +505,7 @@ mod tests {
                 format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
                 format!("tenantci@sha256:{}", "b".repeat(64)),
             ),
+            identity: None,
         }
     }
 
@@ -529,6 +616,71 @@ mod tests {
             "the runner waits for the proxy"
         );
         assert_eq!(ps.termination_grace_period_seconds, Some(45));
+    }
+
+    #[test]
+    fn with_identity_both_containers_get_the_workload_api_and_the_proxy_its_ids() {
+        let mut s = spec();
+        s.identity = Some(ExecutorIdentity {
+            spiffe_id: "spiffe://example.org/gitea/acme/w/build".into(),
+            facade_id: "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher".into(),
+        });
+        let pod = desired_pod(&s);
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[SPIFFE_ID_ANNOTATION],
+            "spiffe://example.org/gitea/acme/w/build"
+        );
+        let ps = pod.spec.unwrap();
+        let volumes = ps.volumes.unwrap();
+        let csi = volumes
+            .iter()
+            .find_map(|v| v.csi.as_ref())
+            .expect("the Workload API volume");
+        assert_eq!(
+            (csi.driver.as_str(), csi.read_only),
+            (SPIFFE_CSI_DRIVER, Some(true))
+        );
+        assert!(
+            volumes.iter().all(|v| v.name != "facade-ca"),
+            "no facade CA with identity on"
+        );
+        let proxy = &ps.init_containers.unwrap()[0];
+        let args = proxy.command.clone().unwrap();
+        let after = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
+        assert_eq!(after("--spiffe-source"), "workload-api");
+        assert_eq!(
+            after("--facade-id"),
+            "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher"
+        );
+        assert!(!args.iter().any(|a| a == "--facade-ca"), "{args:?}");
+        let socket = format!("unix://{WORKLOAD_API_DIR}/{WORKLOAD_API_SOCKET}");
+        for c in [proxy, &ps.containers[0]] {
+            let env = c.env.as_ref().unwrap();
+            assert!(
+                env.iter()
+                    .any(|e| e.name == "SPIFFE_ENDPOINT_SOCKET"
+                        && e.value.as_deref() == Some(&socket)),
+                "{}",
+                c.name
+            );
+            assert!(
+                c.volume_mounts
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m.mount_path == WORKLOAD_API_DIR && m.read_only == Some(true)),
+                "{}",
+                c.name
+            );
+        }
+        let plain = desired_pod(&spec());
+        assert!(
+            !plain
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(SPIFFE_ID_ANNOTATION)
+        );
     }
 
     #[test]

@@ -17,6 +17,11 @@
 //!   retry of a lost answer), and every other UpdateTask or UpdateLog gets
 //!   `failed_precondition`. The capability itself stays valid.
 //! - The claim ledger learns `fetched` at the hand-out and `final` with the result.
+//! - With executor identity on (`[identity]`), the facade serves SPIFFE mTLS, and a caller is
+//!   authenticated only when its capability verifies bound to the client's SPIFFE ID
+//!   (`capability`: the worker bound the task's ID in): no client SVID is `unauthenticated`,
+//!   an SVID that is not the task's (or a capability that is not its task's) is
+//!   `permission_denied`. Both are logged with the ID and the task, never the token.
 //!
 //! Every dispatcher instance serves this (leader or not): all state is on the apiserver and in
 //! the ledger; [`Finished`] and `consumed` only save round trips.
@@ -43,6 +48,7 @@ use tenantci_core::forge::gitea::proto::{
     Task, TaskResult, TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest,
     UpdateTaskResponse,
 };
+use tenantci_core::spiffe::tls::PeerId;
 
 /// The tasks version the facade answers with: constant, since a caller only ever has one task.
 const TASKS_VERSION: i64 = 1;
@@ -63,6 +69,8 @@ pub struct Facade {
     pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
     pub runner_name: String,
+    /// Executor identity on: capabilities are bound to their task's SPIFFE ID.
+    pub identity: bool,
     /// Executors (task, attempt) whose assignment this instance consumed: every later report
     /// skips the apiserver round trip. Another instance consumes at most once more.
     pub consumed: Mutex<BTreeSet<(i64, u32)>>,
@@ -225,6 +233,46 @@ impl Facade {
 
 impl FacadeBackend for Facade {
     type Caller = Executor;
+
+    async fn authenticate_peer(
+        &self,
+        uuid: &str,
+        token: &str,
+        peer: Option<&PeerId>,
+    ) -> Result<Executor, ConnectError> {
+        if !self.identity {
+            return self.authenticate(uuid, token).await;
+        }
+        let Some(PeerId(id)) = peer else {
+            // Not reachable through the mTLS listener (it requires a client SVID); a facade
+            // served otherwise must still not fall back to the capability alone.
+            self.metrics.identity_refused();
+            tracing::warn!("facade: a call without a client SVID; refused");
+            return Err(ConnectError::unauthenticated(
+                "a client SVID is required (SPIFFE mTLS)",
+            ));
+        };
+        match capability::parse_assignment_id(uuid) {
+            Some((task, attempt))
+                if self
+                    .capability_key
+                    .verify_for(task, attempt, Some(&id.to_string()), token) =>
+            {
+                Ok(Executor { task, attempt })
+            }
+            parsed => {
+                self.metrics.identity_refused();
+                tracing::warn!(
+                    client = %id,
+                    task = parsed.map(|(t, _)| t),
+                    "facade: the client's SPIFFE ID is not the one its capability was issued for; refused"
+                );
+                Err(ConnectError::permission_denied(
+                    "this SPIFFE ID may not act for this runner",
+                ))
+            }
+        }
+    }
 
     async fn authenticate(&self, uuid: &str, token: &str) -> Result<Executor, ConnectError> {
         match capability::parse_assignment_id(uuid) {

@@ -36,6 +36,7 @@ use time::OffsetDateTime;
 use crate::credential::decision::{self as cred, Decision, Wanted};
 use crate::credential::{CaSource, MintRequest};
 use crate::dispatch::capability::{self, CapabilityKey};
+use crate::dispatch::identity;
 use crate::dispatch::manifests;
 use crate::dispatch::registration::SchedulerCredential;
 use crate::dispatch::vm;
@@ -105,6 +106,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let mut steps = Steps::new(&mut on_step, i.dry_run);
     // Phase one: nothing changes.
     let vm = vm::init::section(&i.vm)?;
+    identity::init::section(&i.identity, &i.namespace, vm.is_some())?;
     let registered = Inputs {
         labels: vm::init::registered_labels(&i.labels, vm.as_ref())?,
         ..i.clone()

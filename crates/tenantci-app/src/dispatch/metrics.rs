@@ -32,6 +32,7 @@ pub struct Metrics {
     leader: Gauge,
     handed_out: Counter,
     facade_refused: Counter,
+    identity_refused: Counter,
     webhook: Family<Vec<(String, String)>, Counter>,
     attempts: Counter,
     withdrawn: Counter,
@@ -57,6 +58,7 @@ impl Default for Metrics {
             leader: Gauge::default(),
             handed_out: Counter::default(),
             facade_refused: Counter::default(),
+            identity_refused: Counter::default(),
             webhook: Family::default(),
             attempts: Counter::default(),
             withdrawn: Counter::default(),
@@ -115,6 +117,11 @@ impl Default for Metrics {
             "facade_refused",
             "Facade calls refused for a bad capability",
             m.facade_refused.clone(),
+        );
+        registry.register(
+            "facade_identity_refused",
+            "Facade calls refused because the client's SPIFFE ID is missing or not its task's (identity on)",
+            m.identity_refused.clone(),
         );
         registry.register(
             "webhook_deliveries",
@@ -182,6 +189,9 @@ impl Metrics {
     }
     pub fn facade_refused(&self) {
         self.facade_refused.inc();
+    }
+    pub fn identity_refused(&self) {
+        self.identity_refused.inc();
     }
     pub fn webhook(&self, outcome: &str) {
         self.webhook

@@ -11,6 +11,7 @@ pub mod facade;
 pub mod facade_cert;
 pub mod finished;
 pub mod handout;
+pub mod identity;
 pub mod init;
 pub mod leader;
 pub mod lifecycle;

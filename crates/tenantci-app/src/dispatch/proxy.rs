@@ -16,12 +16,15 @@
 //!
 //! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited.
 //!
-//! Identity hook (the executor-identity issue): SPIFFE mTLS towards the facade is a client
-//! identity on the client [`upstream`] builds (and the SVID's trust bundle as its root); the
+//! With executor identity on ([`FacadeTrust::Spiffe`]), the client [`upstream`] builds speaks
+//! SPIFFE mTLS: it presents the Pod's SVID (from the Workload API, following rotation) and
+//! accepts the facade only when its SVID chains to the trust bundle and names exactly the
+//! facade's SPIFFE ID (`spiffe::tls::client_config`); the facade CA is not used then. The
 //! routes, the retries and the runner side stay as they are.
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -31,6 +34,8 @@ use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tenantci_core::forge::gitea::facade::RUNNER_SERVICE_PATH;
+use tenantci_core::spiffe::tls as spiffe_tls;
+use tenantci_core::spiffe::{SpiffeId, SvidSource};
 use tenantci_core::{Error, Result};
 
 /// The methods an executor calls (Register is the dispatcher's business, never the Pod's).
@@ -58,6 +63,18 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest CA file read.
 const CA_FILE_LIMIT: u64 = 256 << 10;
 
+/// What the proxy trusts the facade by.
+#[derive(Debug, Clone)]
+pub enum FacadeTrust {
+    /// The facade's own CA (PEM): server-only TLS, the capability authenticates the executor.
+    Ca(String),
+    /// SPIFFE mTLS: the Pod's SVID from `source`, and the facade's exact SPIFFE ID.
+    Spiffe {
+        source: Arc<dyn SvidSource>,
+        facade_id: SpiffeId,
+    },
+}
+
 /// How the proxy runs.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -65,8 +82,7 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     /// The facade's base URL (https).
     pub facade_url: String,
-    /// The facade CA, PEM.
-    pub facade_ca_pem: String,
+    pub facade: FacadeTrust,
     /// How long one call is retried while the facade is away.
     pub retry_for: Duration,
 }
@@ -105,18 +121,26 @@ struct Upstream {
     retry_for: Duration,
 }
 
-/// The HTTPS client towards the facade: its CA is the only root.
+/// The HTTPS client towards the facade: its CA is the only root, or (identity on) the SVID
+/// bundle is, and the facade's SPIFFE ID the only name accepted.
 fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
     tenantci_core::tls::ensure_crypto_provider();
-    let ca = reqwest::Certificate::from_pem(cfg.facade_ca_pem.as_bytes()).map_err(|e| {
-        Error::bad_input("the facade CA is not a PEM certificate")
-            .caused_by(e)
-            .hint("pass the `ca.crt` of the executor Secret")
-    })?;
-    let http = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(ca)
+    let builder = match &cfg.facade {
+        FacadeTrust::Ca(pem) => {
+            let ca = reqwest::Certificate::from_pem(pem.as_bytes()).map_err(|e| {
+                Error::bad_input("the facade CA is not a PEM certificate")
+                    .caused_by(e)
+                    .hint("pass the `ca.crt` of the executor Secret")
+            })?;
+            reqwest::Client::builder()
+                .use_rustls_tls()
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(ca)
+        }
+        FacadeTrust::Spiffe { source, facade_id } => reqwest::Client::builder()
+            .use_preconfigured_tls(spiffe_tls::client_config(source.clone(), facade_id.clone())),
+    };
+    let http = builder
         .connect_timeout(Duration::from_secs(5))
         .timeout(ATTEMPT_TIMEOUT)
         .build()
@@ -189,7 +213,9 @@ async fn forward(
             return match outcome {
                 Ok(resp) => relay(resp).await,
                 Err(e) => {
-                    tracing::warn!(%method, error = %e, "executor-proxy: the facade is unreachable");
+                    // With the causes: a refused facade SVID shows only there.
+                    let error = chain(&e);
+                    tracing::warn!(%method, %error, "executor-proxy: the facade is unreachable");
                     let body = serde_json::json!({"code": "unavailable", "message": "the facade is unreachable"}).to_string();
                     (
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -204,6 +230,18 @@ async fn forward(
         tokio::time::sleep(backoff(attempt)).await;
         attempt += 1;
     }
+}
+
+/// An error and its causes, `: `-joined (reqwest's own message names only the URL).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 /// The facade's answer as it came (status, body, headers but the hop-by-hop ones).
@@ -278,7 +316,7 @@ mod tests {
         let good = ProxyConfig {
             listen: "127.0.0.1:8431".parse().unwrap(),
             facade_url: "https://10.0.0.5:8443".into(),
-            facade_ca_pem: String::new(),
+            facade: FacadeTrust::Ca(String::new()),
             retry_for: Duration::from_secs(60),
         };
         check(&good).unwrap();

@@ -145,7 +145,13 @@ impl Reconciler {
             Err(why) => return self.fail(task, &why).await,
         };
         let r = &self.restarts;
-        let spec = r.template.spec(&r.capability_key, task, attempt, labels);
+        let identity = match r.template.spiffe_id(&assignment) {
+            Ok(i) => i,
+            Err(why) => return self.fail(task, &why).await,
+        };
+        let spec = r
+            .template
+            .spec(&r.capability_key, task, attempt, labels, identity);
         if let Err(e) = self.objects.create(&spec, &assignment.to_json()).await {
             tracing::warn!(task, attempt, error = %e, "cannot start the lost task again; retrying next pass");
             return false;
@@ -291,7 +297,16 @@ impl Reconciler {
             return;
         }
         let r = &self.restarts;
-        let spec = r.template.spec(&r.capability_key, task, attempt, labels);
+        let identity = match r.template.spiffe_id(&assignment) {
+            Ok(i) => i,
+            Err(why) => {
+                self.fail(task, &why).await;
+                return;
+            }
+        };
+        let spec = r
+            .template
+            .spec(&r.capability_key, task, attempt, labels, identity);
         match self.objects.create(&spec, &assignment.to_json()).await {
             Ok(_) => {
                 let step = Entry::step(task, attempt, Backend::Pod, Phase::Started);

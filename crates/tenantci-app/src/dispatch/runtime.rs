@@ -147,6 +147,37 @@ async fn kube_client(cfg: &Config) -> Result<kube::Client> {
     }
 }
 
+/// How long `run` waits for the dispatcher's first SVID: the SPIRE controller renders a new
+/// entry within its reconcile interval (10 s by default), so this covers a fresh install.
+const FIRST_SVID: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The facade's TLS: its own certificate, server-only (the capability authenticates), or,
+/// with `[identity]`, SPIFFE mTLS presenting the dispatcher's SVID and requiring a client SVID
+/// of the trust domain. The source is followed, so a rotated SVID or bundle is used by the
+/// next handshake without a restart.
+async fn facade_tls(cfg: &Config, inputs: &Inputs) -> Result<Arc<rustls::ServerConfig>> {
+    let Some(identity) = &cfg.identity else {
+        return Ok(inputs.facade_tls.clone());
+    };
+    let parsed = identity.parse().map_err(|e| {
+        Error::bad_input(format!("the dispatcher config {e}")).hint("fix the [identity] section")
+    })?;
+    let source = parsed.source.open(None, FIRST_SVID).await?;
+    let current = source.current()?;
+    if current.id() != &parsed.facade_id {
+        return Err(Error::bad_input(format!(
+            "the dispatcher's SVID is `{}`, but identity.facade_id is `{}`: executors would refuse this facade",
+            current.id(),
+            parsed.facade_id
+        ))
+        .hint("set identity.facade_id to the dispatcher's SPIFFE ID, or give the dispatcher the SVID of that ID"));
+    }
+    tracing::info!(id = %current.id(), "facade: serving SPIFFE mTLS (executor identity on)");
+    let mut tls = tenantci_core::spiffe::tls::server_config(source, parsed.trust_domain);
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(tls))
+}
+
 async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|e| {
         Error::bad_input(format!("cannot listen on {addr} for the {what}"))
@@ -220,6 +251,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
     let health = Arc::new(Health::default());
 
+    // Before anything listens: with identity on, the first SVID and its ID are checked here.
+    let facade_tls = facade_tls(&cfg, &inputs).await?;
     let facade = Arc::new(Facade {
         capability_key: inputs.capability_key.clone(),
         sealing_key: inputs.sealing_key.clone(),
@@ -229,6 +262,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         ledger: ledger.clone(),
         metrics: metrics.clone(),
         runner_name: cfg.gitea.runner_name.clone(),
+        identity: cfg.identity.is_some(),
         consumed: Default::default(),
         finished: Default::default(),
     });
@@ -241,7 +275,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         Some(w) => Some(bind("webhook receiver", w.listen).await?),
         None => None,
     };
-    let facade = transport::spawn(facade_listener, inputs.facade_tls.clone(), facade)
+    let facade = transport::spawn(facade_listener, facade_tls, facade)
         .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
     // Before `Shared` is built from `cfg`: the worker puts this URL into executor Secrets.
     cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());

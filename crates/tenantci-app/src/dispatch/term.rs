@@ -291,6 +291,16 @@ fn template(s: &Shared) -> ExecutorTemplate {
         facade_ca_pem: s.facade_ca_pem.clone(),
         runner_name: s.cfg.gitea.runner_name.clone(),
         executor: s.cfg.executor.clone(),
+        // A loaded config is valid, so a present section parses.
+        identity: s
+            .cfg
+            .identity
+            .as_ref()
+            .and_then(|i| i.parse().ok())
+            .map(|settings| super::worker::TemplateIdentity {
+                settings,
+                sealing_key: s.sealing_key.clone(),
+            }),
     }
 }
 

@@ -17,13 +17,14 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::capability::{self, CapabilityKey};
-use super::executor::ExecutorSpec;
+use super::executor::{ExecutorIdentity, ExecutorSpec};
+use super::identity;
 use super::metrics::Metrics;
 use super::objects::{CreateError, Created, ExecutorObjects};
 use super::registry::Registry;
 use super::report;
 use crate::queue::Backend;
-use crate::queue::assignment::Assignment;
+use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::consumer::{Job, Outcome};
 use crate::queue::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::client::RunnerClient;
@@ -112,23 +113,50 @@ pub struct ExecutorTemplate {
     pub facade_ca_pem: String,
     pub runner_name: String,
     pub executor: crate::dispatch::config::Executor,
+    /// Executor identity on: the IDs are rendered from each task's sealed context.
+    pub identity: Option<TemplateIdentity>,
+}
+
+/// What the worker needs to give an executor its task's SPIFFE ID.
+#[derive(Clone)]
+pub struct TemplateIdentity {
+    pub settings: identity::Parsed,
+    /// Opens the assignment for the task's repository and job (never kept).
+    pub sealing_key: SealingKey,
 }
 
 impl ExecutorTemplate {
-    /// The executor of one task attempt, with its capability.
+    /// The SPIFFE ID the executor of `a` must present (None: identity off). An error is a task
+    /// that can have no ID (its context lacks the repository or job, or they make no ID).
+    pub fn spiffe_id(&self, a: &Assignment) -> Result<Option<ExecutorIdentity>, String> {
+        let Some(t) = &self.identity else {
+            return Ok(None);
+        };
+        let id = identity::assignment_id(&t.settings, &t.sealing_key, a)?;
+        Ok(Some(ExecutorIdentity {
+            spiffe_id: id.to_string(),
+            facade_id: t.settings.facade_id.to_string(),
+        }))
+    }
+
+    /// The executor of one task attempt, with its capability (bound to its SPIFFE ID when
+    /// identity is on).
     pub fn spec(
         &self,
         key: &CapabilityKey,
         task: i64,
         attempt: u32,
         labels: Vec<String>,
+        identity: Option<ExecutorIdentity>,
     ) -> ExecutorSpec {
+        let bound = identity.as_ref().map(|i| i.spiffe_id.as_str());
         ExecutorSpec {
             namespace: self.namespace.clone(),
             task_id: task,
             attempt,
             assignment_id: capability::assignment_id(task, attempt),
-            capability: key.token(task, attempt),
+            capability: key.token_for(task, attempt, bound),
+            identity,
             facade_url: self.facade_url.clone(),
             facade_ca_pem: self.facade_ca_pem.clone(),
             labels,
@@ -212,9 +240,17 @@ impl<E: Executors> Worker<E> {
                 Err(why) => return Outcome::Retry(why),
             }
         }
-        let spec = self
-            .template
-            .spec(&self.capability_key, task, a.attempt, a.labels.clone());
+        let identity = match self.template.spiffe_id(a) {
+            Ok(i) => i,
+            Err(why) => return self.refused(task, backend, why).await,
+        };
+        let spec = self.template.spec(
+            &self.capability_key,
+            task,
+            a.attempt,
+            a.labels.clone(),
+            identity,
+        );
         match self.executors.start(&spec, &a.to_json(), fresh).await {
             Ok(created) => {
                 let step = Entry::step(task, a.attempt, backend, Phase::Started);
@@ -237,12 +273,15 @@ impl<E: Executors> Worker<E> {
                 self.fail(task, backend, &line).await;
                 Outcome::Poison(why)
             }
-            Err(StartError::Refused(why)) => {
-                let line = format!("the executor could not be created: {why}");
-                self.fail(task, backend, &line).await;
-                Outcome::Poison(why)
-            }
+            Err(StartError::Refused(why)) => self.refused(task, backend, why).await,
         }
+    }
+
+    /// An executor that will never start: the task fails at Gitea with the reason.
+    async fn refused(&self, task: i64, backend: Backend, why: String) -> Outcome {
+        let line = format!("the executor could not be created: {why}");
+        self.fail(task, backend, &line).await;
+        Outcome::Poison(why)
     }
 
     /// Reports FAILURE with `line` for a task whose assignment leaves the queue unstarted.

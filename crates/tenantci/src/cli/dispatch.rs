@@ -51,6 +51,8 @@ pub struct InitArgs {
     pub webhook: WebhookArgs,
     #[command(flatten)]
     pub vm: VmArgs,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
     /// The config file to write; the files it names go beside it.
     #[arg(long, value_name = "CONFIG.toml")]
     pub out: PathBuf,
@@ -207,6 +209,33 @@ pub struct VmArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Executor identity (SPIFFE)")]
+pub struct IdentityArgs {
+    /// The SPIFFE trust domain (e.g. example.org). Turns executor identity on: the facade
+    /// presents its SVID and serves an executor only with its task's SVID (mTLS), on top of
+    /// the capability. Needs SPIRE (docs/runbooks/gitea-dispatcher.md).
+    #[arg(long, value_name = "DOMAIN")]
+    pub spiffe_trust_domain: Option<String>,
+    /// Each task's SPIFFE ID; placeholders {trust_domain}, {repository}, {job}.
+    /// Default: spiffe://{trust_domain}/gitea/{repository}/{job}.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub spiffe_id_template: Option<String>,
+    /// The parent (the node's SPIRE agent) of a task's ClusterStaticEntry; placeholders
+    /// {trust_domain}, {cluster}, {node_uid}.
+    /// Default: spiffe://{trust_domain}/spire/agent/k8s_psat/{cluster}/{node_uid}.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub spiffe_parent_template: Option<String>,
+    /// The facade's own SPIFFE ID, the only one executors accept.
+    /// Default: spiffe://{trust_domain}/ns/{namespace}/sa/tenantci-dispatcher.
+    #[arg(long, value_name = "SPIFFE_ID")]
+    pub spiffe_facade_id: Option<String>,
+    /// Where the dispatcher gets its SVID: workload-api (SPIFFE_ENDPOINT_SOCKET) or files:DIR
+    /// (spiffe-helper's svid.pem, svid_key.pem, svid_bundle.pem). Default: workload-api.
+    #[arg(long, value_name = "workload-api|files:DIR")]
+    pub spiffe_source: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct RunArgs {
     /// The config `dispatch init --out` wrote.
     #[arg(long, value_name = "FILE", env = "TENANTCI_DISPATCH_CONFIG")]
@@ -296,6 +325,13 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             cpu: a.vm.vm_cpu.clone(),
             memory: a.vm.vm_memory.clone(),
             timeout: a.vm.vm_timeout.clone(),
+        },
+        identity: tenantci_app::dispatch::identity::init::IdentityInputs {
+            trust_domain: a.identity.spiffe_trust_domain.clone(),
+            id_template: a.identity.spiffe_id_template.clone(),
+            parent_template: a.identity.spiffe_parent_template.clone(),
+            facade_id: a.identity.spiffe_facade_id.clone(),
+            source: a.identity.spiffe_source.clone(),
         },
         out: a.out.clone(),
         dry_run: a.dry_run,

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use tenantci_app::dispatch::proxy::{self, ProxyConfig};
-use tenantci_core::duration;
+use tenantci_app::dispatch::proxy::{self, FacadeTrust, ProxyConfig};
 use tenantci_core::{Error, Result};
+use tenantci_core::{duration, spiffe};
 
 #[derive(Debug, Args)]
 pub struct ExecutorProxyArgs {
@@ -20,8 +20,20 @@ pub struct ExecutorProxyArgs {
     #[arg(long, value_name = "URL", required_unless_present = "probe")]
     pub facade_url: Option<String>,
     /// The facade's CA certificate (PEM): the only certificate the proxy trusts.
-    #[arg(long, value_name = "FILE", required_unless_present = "probe")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present_any = ["probe", "spiffe_source"],
+        conflicts_with = "spiffe_source"
+    )]
     pub facade_ca: Option<PathBuf>,
+    /// Executor identity: speak SPIFFE mTLS to the facade with this SVID source,
+    /// workload-api (SPIFFE_ENDPOINT_SOCKET) or files:DIR; needs --facade-id.
+    #[arg(long, value_name = "workload-api|files:DIR", requires = "facade_id")]
+    pub spiffe_source: Option<String>,
+    /// The facade's SPIFFE ID: a facade presenting any other is refused.
+    #[arg(long, value_name = "SPIFFE_ID", requires = "spiffe_source")]
+    pub facade_id: Option<String>,
     /// How long one call is retried while the facade is away (a dispatcher restart), as a Go
     /// duration. Default 2m.
     #[arg(long, value_name = "DURATION", default_value = "2m")]
@@ -44,11 +56,24 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
         Error::bad_input(format!("--retry-for `{}` {e}", args.retry_for))
             .hint("pass a Go duration such as 2m or 90s")
     })?;
-    let ca_path = args.facade_ca.expect("clap requires --facade-ca");
+    let facade = match (&args.spiffe_source, &args.facade_id) {
+        (Some(source), Some(id)) => {
+            let facade_id = spiffe::id::spiffe_id("--facade-id", id)?;
+            let spec = spiffe::SourceSpec::parse("--spiffe-source", source)?;
+            // Waits for the Pod's first SVID: its entry may appear seconds after the Pod
+            // (the SPIRE controller's reconcile), within the sidecar's startup probe.
+            let source = spec.open(None, retry_for).await?;
+            FacadeTrust::Spiffe { source, facade_id }
+        }
+        _ => {
+            let ca_path = args.facade_ca.expect("clap requires --facade-ca");
+            FacadeTrust::Ca(proxy::read_ca_file(&ca_path)?)
+        }
+    };
     let cfg = ProxyConfig {
         listen: args.listen,
         facade_url: args.facade_url.expect("clap requires --facade-url"),
-        facade_ca_pem: proxy::read_ca_file(&ca_path)?,
+        facade,
         retry_for,
     };
     proxy::check(&cfg)?;

@@ -63,6 +63,8 @@ pub struct Inputs {
     pub credential_valid_for: String,
     /// The VM backend's flags (`--opensandbox-*`, `--vm-*`).
     pub vm: crate::dispatch::vm::init::VmInputs,
+    /// Executor identity's flags (`--spiffe-*`).
+    pub identity: crate::dispatch::identity::init::IdentityInputs,
     pub out: PathBuf,
     pub dry_run: bool,
 }
@@ -345,6 +347,11 @@ pub fn config(
         },
         claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
         vm: crate::dispatch::vm::init::section(&i.vm)?,
+        identity: crate::dispatch::identity::init::section(
+            &i.identity,
+            &i.namespace,
+            i.vm.opensandbox_url.is_some(),
+        )?,
     })
 }
 
@@ -376,6 +383,7 @@ pub(crate) mod tests {
             webhook_secret_file: None,
             credential_valid_for: "720h".into(),
             vm: Default::default(),
+            identity: Default::default(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
             dry_run: false,
         }

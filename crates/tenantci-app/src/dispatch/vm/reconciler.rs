@@ -207,7 +207,8 @@ impl VmReconciler {
             tracing::warn!(task, error = %e, "cannot delete the stuck sandbox; retrying next pass");
             return;
         }
-        let spec = r.template.spec(&r.capability_key, task, next, labels);
+        // None: executor identity and the VM backend are exclusive (`Config::validate`).
+        let spec = r.template.spec(&r.capability_key, task, next, labels, None);
         match self.sandboxes.start(&spec, &[], false).await {
             Ok(_) => {
                 let step = Entry::step(task, next, Backend::Vm, Phase::Started);
@@ -264,7 +265,9 @@ impl VmReconciler {
         let Some(slot) = (self.reserve)() else {
             return false;
         };
-        let spec = r.template.spec(&r.capability_key, task, attempt, labels);
+        let spec = r
+            .template
+            .spec(&r.capability_key, task, attempt, labels, None);
         if let Err(e) = self.sandboxes.start(&spec, &[], false).await {
             tracing::warn!(task, attempt, error = %e, "cannot start the lost VM task again; retrying next pass");
             return false;

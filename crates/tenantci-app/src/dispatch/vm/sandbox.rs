@@ -162,6 +162,7 @@ mod tests {
                 format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
                 format!("tenantci@sha256:{}", "b".repeat(64)),
             ),
+            identity: None,
         }
     }
 

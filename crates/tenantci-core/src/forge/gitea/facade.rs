@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
@@ -55,6 +55,19 @@ pub trait FacadeBackend: Send + Sync + 'static {
         uuid: &str,
         token: &str,
     ) -> impl Future<Output = Result<Self::Caller, ConnectError>> + Send;
+
+    /// [`FacadeBackend::authenticate`] with the client's SPIFFE ID when the connection is
+    /// SPIFFE mTLS (`spiffe::tls::server_config`), for a backend that authorizes by it too.
+    /// The default ignores it.
+    fn authenticate_peer(
+        &self,
+        uuid: &str,
+        token: &str,
+        peer: Option<&PeerId>,
+    ) -> impl Future<Output = Result<Self::Caller, ConnectError>> + Send {
+        let _ = peer;
+        self.authenticate(uuid, token)
+    }
 
     /// Registers a runner. Executors behind the facade are provisioned with their
     /// credentials, so the default is `unimplemented`.
@@ -207,6 +220,7 @@ where
 async fn rpc<B: FacadeBackend>(
     State(backend): State<Arc<B>>,
     Path(method): Path<String>,
+    peer: Option<Extension<PeerId>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -227,7 +241,10 @@ async fn rpc<B: FacadeBackend>(
         ));
     }
     let caller = match runner_credentials(&headers) {
-        Ok((uuid, token)) => backend.authenticate(uuid, token).await,
+        Ok((uuid, token)) => {
+            let peer = peer.as_ref().map(|Extension(p)| p);
+            backend.authenticate_peer(uuid, token, peer).await
+        }
         Err(e) => Err(e),
     };
     let caller = match caller {

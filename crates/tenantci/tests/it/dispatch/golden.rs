@@ -64,6 +64,7 @@ fn spec() -> ExecutorSpec {
         labels: vec!["self-hosted".into(), "pod".into()],
         runner_name: "tenantci-dispatch-ci".into(),
         executor: x,
+        identity: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! A dispatcher under test: the simulator with its Gitea double, a real nats-server with the
 //! generated users, `tenantci dispatch run` as a child process (killable with SIGKILL), and
 //! an executor played by the test through the facade using only the executor Secret's files
-//! (tenantci_testkit::executor).
+//! (tenantci_testkit::executor). [`World::start_with_spire`] adds the simulator's SPIRE
+//! stand-in and [`World::with_identity`] turns executor identity on (issue 15).
 //!
 //! Every dispatcher listens on port 0 and reports its addresses on stdout. Its executors are
 //! given a fixed facade URL per instance name, a [`Forward`] pointed at whichever process
@@ -17,9 +18,11 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::api::{Api, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
 use tenantci_app::dispatch::config::{self, Config};
+use tenantci_app::dispatch::identity::{self, Identity};
 use tenantci_core::forge::gitea::client::{ClientConfig, RunnerClient};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_testkit::executor::Executor;
@@ -29,6 +32,7 @@ use tenantci_testkit::nats::{NatsCluster, NatsServer};
 use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::process::{Process, first_line};
 use tenantci_testkit::sim::{Gitea, SimProcess};
+use tenantci_testkit::spire::{Spire, entry_yaml};
 use tenantci_testkit::wait::{DEADLINE, eventually};
 
 use crate::util::{self, scratch, tenantci};
@@ -40,6 +44,10 @@ pub const PROXY_IMAGE: &str =
     "tenantci@sha256:1111111111111111111111111111111111111111111111111111111111111111";
 /// The webhook secret of [`World::with_webhook`].
 pub const WEBHOOK_SECRET: &str = "webhook-s3cret-typed-into-gitea";
+/// The SPIRE stand-in's trust domain, and the dispatcher's SPIFFE ID and entry in it.
+pub const TD: &str = "example.org";
+pub const FACADE_ID: &str = "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher";
+pub const DISPATCHER_ENTRY: &str = "tenantci-dispatcher";
 
 /// Everything one test's dispatchers share.
 pub struct World {
@@ -52,6 +60,10 @@ pub struct World {
     pub gitea: Gitea,
     /// The simulator's OpenSandbox double (the VM backend's Lifecycle API).
     pub opensandbox: OpenSandbox,
+    /// The simulator's SPIRE stand-in, when started with one ([`World::start_with_spire`]).
+    pub spire: Option<Spire>,
+    /// Environment of every dispatcher started from now on (the Workload API endpoint).
+    dispatcher_env: Vec<(String, String)>,
     pub kube: kube::Client,
     /// The tenant-admin kubeconfig of the simulated cluster.
     pub tenant_admin: PathBuf,
@@ -71,14 +83,19 @@ impl World {
     /// registration, keys, facade PKI), with short timings; the dispatcher uses the
     /// tenant-admin kubeconfig.
     pub async fn start(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity), None).await
+        Self::build(Some(pod_capacity), None, false).await
+    }
+
+    /// As [`World::start`], with the simulator's SPIRE stand-in for trust domain [`TD`].
+    pub async fn start_with_spire(pod_capacity: u32) -> World {
+        Self::build(Some(pod_capacity), None, true).await
     }
 
     /// As [`World::start`], on a three-node JetStream cluster (`NatsCluster`) whose topology
     /// `tenantci queue init --replicas 3` created; dispatchers get every server's URL.
     pub async fn start_clustered(pod_capacity: u32) -> World {
         let (servers, dir) = NatsCluster::start().into_parts();
-        let mut w = Self::build(Some(pod_capacity), Some((servers, dir))).await;
+        let mut w = Self::build(Some(pod_capacity), Some((servers, dir)), false).await;
         let urls: Vec<String> = std::iter::once(&w.nats)
             .chain(&w.peers)
             .map(|s| s.url.clone())
@@ -108,16 +125,22 @@ impl World {
     /// A world whose dispatcher inputs come from `tenantci dispatch init` (its scoped
     /// credential, RBAC, registration, keys and facade PKI), with init's default timings.
     pub async fn start_via_init() -> World {
-        Self::build(None, None).await
+        Self::build(None, None, false).await
     }
 
     async fn build(
         manual: Option<u32>,
         cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
+        spire: bool,
     ) -> World {
         let dir = scratch();
         let state = dir.path().join("state");
-        let sim = SimProcess::start(tenantci(), &state, &["ci"], &["--gitea", "--opensandbox"]);
+        let mut flags = vec!["--gitea", "--opensandbox"];
+        if spire {
+            flags.extend(["--spire", TD]);
+        }
+        let sim = SimProcess::start(tenantci(), &state, &["ci"], &flags);
+        let spire = spire.then(|| Spire::from_state_dir(&state));
         let gitea = sim.gitea();
         let opensandbox = OpenSandbox::from_state_dir(&state);
         let (nats, peers, nats_dir) = match cluster {
@@ -148,6 +171,8 @@ impl World {
             nats,
             gitea,
             opensandbox,
+            spire,
+            dispatcher_env: Vec::new(),
             kube,
             tenant_admin: kubeconfig,
             watch,
@@ -179,6 +204,53 @@ impl World {
         });
     }
 
+    /// Turns executor identity on for every dispatcher started from now on: the dispatcher's
+    /// entry ([`FACADE_ID`]) exists and is served, the dispatchers get its Workload API
+    /// socket, and `[identity]` has the defaults with that facade ID.
+    pub async fn with_identity(&mut self) {
+        self.create_entry(DISPATCHER_ENTRY, FACADE_ID).await;
+        let spire = self
+            .spire
+            .as_ref()
+            .expect("a world with the SPIRE stand-in");
+        self.dispatcher_env = vec![(
+            "SPIFFE_ENDPOINT_SOCKET".into(),
+            spire.endpoint("ci", DISPATCHER_ENTRY),
+        )];
+        self.base.identity = Some(Identity {
+            trust_domain: TD.into(),
+            id_template: identity::settings::defaults::id_template(),
+            parent_template: identity::settings::defaults::parent_template(),
+            facade_id: FACADE_ID.into(),
+            source: "workload-api".into(),
+        });
+    }
+
+    /// Creates the ClusterStaticEntry `name` for `spiffe_id` (as the dispatcher will once
+    /// per-task entries are built) and waits until the stand-in serves its SVID.
+    pub async fn create_entry(&self, name: &str, spiffe_id: &str) {
+        let yaml = entry_yaml(
+            name,
+            spiffe_id,
+            "spiffe://example.org/spire/agent/k8s_psat/ci/node-uid-1",
+            &format!("pod-uid-of-{name}"),
+        );
+        let obj: DynamicObject = serde_yaml::from_str(&yaml).unwrap();
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("spire.spiffe.io", "v1alpha1", "ClusterStaticEntry"),
+            "clusterstaticentries",
+        );
+        Api::<DynamicObject>::all_with(self.kube.clone(), &ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap();
+        let spire = self
+            .spire
+            .as_ref()
+            .expect("a world with the SPIRE stand-in");
+        spire.served(&self.http, "ci", name).await;
+    }
+
     /// Every dispatcher started from now on replaces an executor that has not fetched its
     /// task after `start_deadline`, up to `max_attempts`.
     pub fn with_start_deadline(&mut self, start_deadline: Duration, max_attempts: u32) {
@@ -201,6 +273,16 @@ impl World {
             memory: "4Gi".into(),
             timeout: Duration::from_secs(3 * 3600 + 600).into(),
         });
+    }
+
+    /// The environment every dispatcher started from now on gets.
+    pub fn dispatcher_env(&self) -> &[(String, String)] {
+        &self.dispatcher_env
+    }
+
+    /// The config dispatchers started from now on are written from.
+    pub fn base_mut(&mut self) -> &mut Config {
+        &mut self.base
     }
 
     /// Writes `name`'s config as [`World::dispatcher`] would, without starting it.
@@ -300,6 +382,7 @@ impl World {
             name,
             &self.config_path(name),
             &log_dir.join(format!("{name}.log")),
+            &self.dispatcher_env,
         )
         .await
     }
@@ -633,6 +716,7 @@ async fn write_inputs(
         webhook: None,
         claim: config::Claim::default(),
         vm: None,
+        identity: None,
     }
 }
 
@@ -650,7 +734,7 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    async fn spawn(name: &str, config: &Path, log: &Path) -> Dispatcher {
+    async fn spawn(name: &str, config: &Path, log: &Path, env: &[(String, String)]) -> Dispatcher {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -661,6 +745,7 @@ impl Dispatcher {
                 .args(["dispatch", "run", "--config"])
                 .arg(config)
                 .env("RUST_LOG", "tenantci=debug")
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdout(Stdio::piped())
                 .stderr(file),
         );

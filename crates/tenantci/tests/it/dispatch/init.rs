@@ -632,3 +632,67 @@ fn init_turns_the_vm_backend_on_only_with_a_reachable_opensandbox() {
     let text = std::fs::read_to_string(s.out("on")).unwrap();
     assert!(!text.contains(&o.api_key()), "the key stays in its file");
 }
+
+/// Executor identity's flags: refused before anything is written or registered when they
+/// cannot work (a template that renders no ID, identity beside the VM backend, a stray flag);
+/// `--spiffe-trust-domain` alone writes `[identity]` with the defaults and the namespace's
+/// facade ID; without it there is no `[identity]`.
+#[test]
+fn init_writes_the_identity_section_only_from_valid_spiffe_flags() {
+    let s = setup();
+    for (name, extra, needle) in [
+        (
+            "bad-template",
+            vec![
+                "--spiffe-trust-domain",
+                "example.org",
+                "--spiffe-id-template",
+                "spiffe://{trust_domain}/gitea/{repo}",
+            ],
+            "identity.id_template",
+        ),
+        (
+            "with-vm",
+            vec![
+                "--spiffe-trust-domain",
+                "example.org",
+                "--opensandbox-url",
+                "https://sandbox.example",
+                "--opensandbox-api-key-file",
+                "/nonexistent",
+            ],
+            "--opensandbox-url",
+        ),
+        (
+            "stray",
+            vec!["--spiffe-source", "workload-api"],
+            "without --spiffe-trust-domain",
+        ),
+    ] {
+        let o = s.init(name, &[], &extra);
+        assert_exit(&o, 2);
+        assert!(stderr(&o).contains(needle), "{name}: {}", stderr(&o));
+        assert!(!s.root.join(name).exists(), "{name}: nothing written");
+    }
+    assert!(s.runners().is_empty(), "nothing registered");
+
+    let on = s.init("on", &[], &["--spiffe-trust-domain", "example.org"]);
+    assert_exit(&on, 0);
+    let cfg = tenantci_app::dispatch::config::Config::load(&s.out("on")).unwrap();
+    let identity = cfg.identity.expect("an [identity] section");
+    assert_eq!(identity.trust_domain, "example.org");
+    assert_eq!(
+        identity.id_template,
+        "spiffe://{trust_domain}/gitea/{repository}/{job}"
+    );
+    assert_eq!(
+        identity.facade_id,
+        "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher"
+    );
+    assert_eq!(identity.source, "workload-api");
+
+    let off = s.init("off", &[("--name", Some("no-identity"))], &[]);
+    assert_exit(&off, 0);
+    let text = std::fs::read_to_string(s.out("off")).unwrap();
+    assert!(!text.contains("[identity]"), "{text}");
+}

@@ -150,6 +150,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         webhook: None,
         claim: config::Claim::default(),
         vm: None,
+        identity: None,
     }
 }
 

@@ -7,6 +7,7 @@ mod cluster;
 mod executor_pod;
 mod golden;
 mod harness;
+mod identity;
 mod init;
 mod inputs;
 mod ledger;

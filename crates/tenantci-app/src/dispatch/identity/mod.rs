@@ -1,0 +1,101 @@
+//! Executor identity (issue 15, the `[identity]` section): which SPIFFE ID a task's executor
+//! must present at the facade. `settings` is the config section, `init` the `--spiffe-*`
+//! flags. Pods only: the VM backend has no SVID source yet, so the two are refused together.
+//!
+//! A task's ID is rendered from its own Gitea context (`repository`, `job`), which only the
+//! sealed assignment carries. The worker opens the assignment when it starts the executor,
+//! renders the ID and binds it into the capability (`capability::CapabilityKey::token_for`):
+//! the facade then checks the client's SPIFFE ID with the capability alone, statelessly, on
+//! every request, including those after the assignment left the Secret.
+
+pub mod init;
+pub mod settings;
+
+use prost::Message as _;
+use prost_types::value::Kind;
+
+use crate::queue::assignment::{Assignment, SealingKey};
+use tenantci_core::forge::gitea::proto::Task;
+use tenantci_core::spiffe::SpiffeId;
+use tenantci_core::spiffe::id::Values;
+
+pub use settings::{Identity, Parsed};
+
+/// A string field of the task's Gitea context.
+fn context_str<'t>(task: &'t Task, key: &str) -> Option<&'t str> {
+    match task.context.as_ref()?.fields.get(key)?.kind.as_ref()? {
+        Kind::StringValue(s) if !s.is_empty() => Some(s),
+        _ => None,
+    }
+}
+
+/// The SPIFFE ID of `task`'s executor. An error (a context without `repository` or `job`, or
+/// values that make no SPIFFE ID) says why; the task then fails at its start instead of
+/// running under an ID nobody can check.
+pub fn task_id(identity: &Parsed, task: &Task) -> Result<SpiffeId, String> {
+    let td = identity.trust_domain.to_string();
+    let values = Values {
+        trust_domain: Some(&td),
+        repository: context_str(task, "repository"),
+        job: context_str(task, "job"),
+        ..Values::default()
+    };
+    identity
+        .id_template
+        .render(&values)
+        .map_err(|e| format!("no SPIFFE ID for task {}: {}", task.id, e.message()))
+}
+
+/// [`task_id`] of the task sealed in `assignment`.
+pub fn assignment_id(
+    identity: &Parsed,
+    key: &SealingKey,
+    assignment: &Assignment,
+) -> Result<SpiffeId, String> {
+    let payload = assignment
+        .open(key)
+        .map_err(|e| format!("the assignment does not open: {e}"))?;
+    let task =
+        Task::decode(payload.as_slice()).map_err(|_| "the task does not decode".to_string())?;
+    task_id(identity, &task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(fields: &[(&str, &str)]) -> Task {
+        let mut context = prost_types::Struct::default();
+        for (k, v) in fields {
+            context.fields.insert(
+                k.to_string(),
+                prost_types::Value {
+                    kind: Some(Kind::StringValue(v.to_string())),
+                },
+            );
+        }
+        Task {
+            id: 9,
+            context: Some(context),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_task_s_id_comes_from_its_repository_and_job() {
+        let p = settings::tests::identity().parse().unwrap();
+        let id = task_id(
+            &p,
+            &task(&[("repository", "acme/widgets"), ("job", "build")]),
+        )
+        .unwrap();
+        assert_eq!(
+            id.to_string(),
+            "spiffe://example.org/gitea/acme/widgets/build"
+        );
+        let e = task_id(&p, &task(&[("repository", "acme/widgets")])).unwrap_err();
+        assert!(e.contains("{job}") && e.contains("task 9"), "{e}");
+        let e = task_id(&p, &task(&[("repository", "acme/w"), ("job", "a b")])).unwrap_err();
+        assert!(e.contains("not a SPIFFE ID"), "{e}");
+    }
+}

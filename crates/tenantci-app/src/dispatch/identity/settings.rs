@@ -1,0 +1,153 @@
+//! The `[identity]` section of the dispatcher config: SPIFFE mTLS between executors and the
+//! facade (issue 15). Absent: off, and everything is as without it (the capability alone).
+//! Present: the facade presents its SVID and requires each executor's, and a request is
+//! served only when the client's SPIFFE ID is its task's (`identity::task_id`).
+//!
+//! Pure: the values are kept as the operator spelled them and checked by [`Identity::validate`]
+//! with core's parsers (`spiffe::id`, `spiffe::SourceSpec`), so a loaded config renders.
+
+use serde::{Deserialize, Serialize};
+
+use tenantci_core::spiffe::id::{self, IdTemplate};
+use tenantci_core::spiffe::{SourceSpec, SpiffeId, TrustDomain};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    /// The SPIFFE trust domain of the facade and every executor (`example.org`).
+    pub trust_domain: String,
+    /// Each task's SPIFFE ID; placeholders `{trust_domain}`, `{repository}`, `{job}`.
+    #[serde(default = "defaults::id_template")]
+    pub id_template: String,
+    /// The parent of a task's ClusterStaticEntry: the SPIRE agent of the Pod's node.
+    #[serde(default = "defaults::parent_template")]
+    pub parent_template: String,
+    /// The facade's own SPIFFE ID: what the executor-proxy accepts and nothing else.
+    pub facade_id: String,
+    /// Where the dispatcher (and each executor-proxy) gets its SVID: `workload-api`
+    /// (`SPIFFE_ENDPOINT_SOCKET`) or `files:DIR` (spiffe-helper's files).
+    #[serde(default = "defaults::source")]
+    pub source: String,
+}
+
+pub mod defaults {
+    pub fn id_template() -> String {
+        tenantci_core::spiffe::id::DEFAULT_ID_TEMPLATE.into()
+    }
+    pub fn parent_template() -> String {
+        tenantci_core::spiffe::id::DEFAULT_PARENT_TEMPLATE.into()
+    }
+    pub fn source() -> String {
+        "workload-api".into()
+    }
+    /// The Kubernetes-style ID of the dispatcher's ServiceAccount, as SPIRE's usual
+    /// `ClusterSPIFFEID` template (`ns/<namespace>/sa/<service account>`) gives it.
+    pub fn facade_id(trust_domain: &str, namespace: &str) -> String {
+        format!("spiffe://{trust_domain}/ns/{namespace}/sa/tenantci-dispatcher")
+    }
+}
+
+/// The section parsed: what `run` and the worker use.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub trust_domain: TrustDomain,
+    pub id_template: IdTemplate,
+    pub parent_template: IdTemplate,
+    pub facade_id: SpiffeId,
+    pub source: SourceSpec,
+}
+
+impl Identity {
+    /// Parses every value; the message follows "the config ... " (`Config::validate`).
+    pub fn parse(&self) -> Result<Parsed, String> {
+        let at =
+            |key: &str, e: tenantci_core::Error| format!("has identity.{key}: {}", e.message());
+        let trust_domain = id::trust_domain("identity.trust_domain", &self.trust_domain)
+            .map_err(|e| at("trust_domain", e))?;
+        let id_template = IdTemplate::parse("identity.id_template", &self.id_template)
+            .map_err(|e| at("id_template", e))?;
+        if id_template.uses("node_uid") || id_template.uses("cluster") {
+            return Err(format!(
+                "has identity.id_template = `{}`, which uses {{cluster}} or {{node_uid}}; a task's ID is known before its Pod is scheduled, so only {{trust_domain}}, {{repository}} and {{job}} may be used",
+                self.id_template
+            ));
+        }
+        let parent_template = IdTemplate::parse("identity.parent_template", &self.parent_template)
+            .map_err(|e| at("parent_template", e))?;
+        let facade_id =
+            id::spiffe_id("identity.facade_id", &self.facade_id).map_err(|e| at("facade_id", e))?;
+        if !facade_id.is_member_of(&trust_domain) {
+            return Err(format!(
+                "has identity.facade_id = `{facade_id}`, outside identity.trust_domain `{trust_domain}`"
+            ));
+        }
+        let source =
+            SourceSpec::parse("identity.source", &self.source).map_err(|e| at("source", e))?;
+        Ok(Parsed {
+            trust_domain,
+            id_template,
+            parent_template,
+            facade_id,
+            source,
+        })
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.parse().map(|_| ())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn identity() -> Identity {
+        Identity {
+            trust_domain: "example.org".into(),
+            id_template: defaults::id_template(),
+            parent_template: defaults::parent_template(),
+            facade_id: defaults::facade_id("example.org", "dynamic-runner"),
+            source: defaults::source(),
+        }
+    }
+
+    #[test]
+    fn the_defaults_parse() {
+        let p = identity().parse().unwrap();
+        assert_eq!(p.trust_domain.to_string(), "example.org");
+        assert_eq!(
+            p.facade_id.to_string(),
+            "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher"
+        );
+        assert_eq!(p.source, SourceSpec::WorkloadApi);
+    }
+
+    #[test]
+    fn each_bad_value_is_refused_by_its_key() {
+        type Spoil = fn(&mut Identity);
+        let cases: [(&str, Spoil); 6] = [
+            ("identity.trust_domain", |i| {
+                i.trust_domain = "exa mple".into()
+            }),
+            ("identity.id_template", |i| {
+                i.id_template = "spiffe://{trust_domain}/{repo}".into()
+            }),
+            ("identity.id_template", |i| {
+                i.id_template = "spiffe://{trust_domain}/{node_uid}/{job}".into()
+            }),
+            ("identity.parent_template", |i| {
+                i.parent_template = "spiffe://other.org/agent".into()
+            }),
+            ("identity.facade_id", |i| {
+                i.facade_id = "spiffe://other.org/dispatcher".into()
+            }),
+            ("identity.source", |i| i.source = "sds".into()),
+        ];
+        for (key, spoil) in cases {
+            let mut i = identity();
+            spoil(&mut i);
+            let e = i.validate().unwrap_err();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+    }
+}
