@@ -17,8 +17,9 @@
 //!
 //! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
 //! build does not run), it is reported to Gitea as FAILURE with a log line saying why. Every
-//! claim is written to the claim ledger (`queue::ledger`) with its sealed assignment before it
-//! is queued, so recovery can queue it again when the dispatcher dies in between.
+//! claim is written to the claim ledger (`queue::ledger`) with its sealed assignment as it is
+//! queued (both at once), so recovery can start it again when the dispatcher dies before the
+//! queue took it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -263,13 +264,21 @@ impl Scheduler {
                     .await;
             }
         };
-        self.ledger
-            .note_first(Entry::step(id, 1, backend, Phase::Claimed).with_assignment(&assignment))
-            .await;
         // Registered before the publish: the worker may start the executor before the PubAck
         // is back, and its `running` must find (and clear) this entry.
         self.registry.queued(id, backend);
-        match self.queue_patiently(&assignment, stop).await {
+        // The ledger's `claimed` entry and the publish go out together, one round trip of
+        // claim latency instead of two, with the same guarantee as one after the other: a
+        // crash leaves the task in the queue, in the ledger (recovery queues it again), in
+        // both, or in neither (the gap between FetchTask's answer and the first write, which
+        // no order closes). A publish that keeps failing is retried while the ledger holds
+        // the claim. `queued` is noted only after both, so it never lands before `claimed`.
+        let claimed = Entry::step(id, 1, backend, Phase::Claimed).with_assignment(&assignment);
+        let (_, queueing) = tokio::join!(
+            self.ledger.note_first(claimed),
+            self.queue_patiently(&assignment, stop)
+        );
+        match queueing {
             Queueing::Queued(published) => {
                 self.ledger
                     .note(Entry::step(id, 1, backend, Phase::Queued))
