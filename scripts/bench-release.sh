@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The shipped binary: size and the idle dispatcher's RSS for the release profile as it was
 # (`release-baseline`: opt-level 3, no strip, no LTO) against the lean one (`release`: stripped,
-# opt-level "s", fat LTO, one codegen unit), with and without the simulator feature, measured
+# opt-level "z", fat LTO, one codegen unit), with and without the simulator feature, measured
 # in one run on one simulator and queue (bench_dispatch --idle). Writes docs/benchmarks/release.md
 # between the markers.
 set -euo pipefail

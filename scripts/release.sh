@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the release binary for production: without the simulator (feature `sim`), with the
-# release profile of Cargo.toml (stripped, opt-level "s", fat LTO, one codegen unit), and
+# release profile of Cargo.toml (stripped, opt-level "z", fat LTO, one codegen unit), and
 # writes its checksum beside it for scripts/install.sh and scripts/image.sh.
 #
 #   scripts/release.sh      -> target/release/tenantci, target/release/tenantci.sha256
