@@ -239,11 +239,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
     let ledger = open_ledger(&cfg, &worker_client).await?;
-    // Checked at start: a wrong key is refused now, naming its file, not at the first vm task.
-    let sandboxes = super::vm::api::connect(cfg.vm.as_ref())
-        .await?
-        .zip(cfg.vm.clone())
-        .map(|(client, vm)| Sandboxes::new(client, vm, inputs.runner_id));
+    let sandboxes = connect_sandboxes(&cfg, inputs.runner_id).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
     let metrics = start_metrics(&cfg, &inputs);
@@ -253,19 +249,16 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
     // Before anything listens: with identity on, the first SVID and its ID are checked here.
     let facade_tls = facade_tls(&cfg, &inputs).await?;
-    let facade = Arc::new(Facade {
-        capability_key: inputs.capability_key.clone(),
-        sealing_key: inputs.sealing_key.clone(),
-        handout: Handout::new(objects.clone(), sandboxes.clone(), ledger.clone()),
-        gitea: gitea.clone(),
-        registry: registry.clone(),
-        ledger: ledger.clone(),
-        metrics: metrics.clone(),
-        runner_name: cfg.gitea.runner_name.clone(),
-        identity: cfg.identity.is_some(),
-        consumed: Default::default(),
-        finished: Default::default(),
-    });
+    let handout = Handout::new(objects.clone(), sandboxes.clone(), ledger.clone());
+    let facade = Arc::new(new_facade(
+        &cfg,
+        &inputs,
+        handout,
+        gitea.clone(),
+        registry.clone(),
+        ledger.clone(),
+        metrics.clone(),
+    ));
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listener = bind("status API", cfg.status.listen).await?;
     let status_addr = status_listener
@@ -315,14 +308,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
     let me = identity(&cfg);
     let leases: Api<Lease> = Api::namespaced(client, &cfg.cluster.namespace);
-    let (leader_tx, leader_rx) = watch::channel(false);
-    let election = tokio::spawn(leader::run(
-        leases.clone(),
-        me.clone(),
-        timing,
-        leader_tx,
-        stop_rx.clone(),
-    ));
+    let (election, leader_rx) = start_election(&leases, &me, timing, stop_rx.clone());
     let shared = Shared {
         cfg: cfg.clone(),
         gitea,
@@ -354,6 +340,58 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     .drain()
     .await;
     Ok(())
+}
+
+/// The VM backend's executors when `[vm]` is set. Checked at start: a wrong key is refused
+/// now, naming its file, not at the first vm task.
+async fn connect_sandboxes(cfg: &Config, runner_id: i64) -> Result<Option<Sandboxes>> {
+    Ok(super::vm::api::connect(cfg.vm.as_ref())
+        .await?
+        .zip(cfg.vm.clone())
+        .map(|(client, vm)| Sandboxes::new(client, vm, runner_id)))
+}
+
+/// The facade: the keys and settings from `cfg` and `inputs`, the rest shared with the term.
+fn new_facade(
+    cfg: &Config,
+    inputs: &Inputs,
+    handout: Handout,
+    gitea: RunnerClient,
+    registry: Arc<Registry>,
+    ledger: Ledger,
+    metrics: Arc<Metrics>,
+) -> Facade {
+    Facade {
+        capability_key: inputs.capability_key.clone(),
+        sealing_key: inputs.sealing_key.clone(),
+        handout,
+        gitea,
+        registry,
+        ledger,
+        metrics,
+        runner_name: cfg.gitea.runner_name.clone(),
+        identity: cfg.identity.is_some(),
+        consumed: Default::default(),
+        finished: Default::default(),
+    }
+}
+
+/// The lease election in the background; its receiver says whether this instance leads.
+fn start_election(
+    leases: &Api<Lease>,
+    me: &str,
+    timing: leader::Timing,
+    stop: watch::Receiver<bool>,
+) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>) {
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let election = tokio::spawn(leader::run(
+        leases.clone(),
+        me.to_string(),
+        timing,
+        leader_tx,
+        stop,
+    ));
+    (election, leader_rx)
 }
 
 /// What a running dispatcher stops at SIGTERM / SIGINT.

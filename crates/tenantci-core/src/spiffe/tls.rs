@@ -188,15 +188,47 @@ impl ClientCertVerifier for ClientSvidVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        signatures(&self.provider).tls12(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        signatures(&self.provider).tls13(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        signatures(&self.provider).schemes()
+    }
+}
+
+/// The handshake-signature checks both verifiers make: the provider's algorithms, as rustls'
+/// own webpki verifiers check them (the SPIFFE part is only in which chain and ID they accept).
+struct Signatures<'a>(&'a CryptoProvider);
+
+fn signatures(provider: &CryptoProvider) -> Signatures<'_> {
+    Signatures(provider)
+}
+
+impl Signatures<'_> {
+    fn tls12(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(
             message,
             cert,
             dss,
-            &self.provider.signature_verification_algorithms,
+            &self.0.signature_verification_algorithms,
         )
     }
 
-    fn verify_tls13_signature(
+    fn tls13(
         &self,
         message: &[u8],
         cert: &CertificateDer<'_>,
@@ -206,14 +238,12 @@ impl ClientCertVerifier for ClientSvidVerifier {
             message,
             cert,
             dss,
-            &self.provider.signature_verification_algorithms,
+            &self.0.signature_verification_algorithms,
         )
     }
 
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+    fn schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -264,12 +294,7 @@ impl ServerCertVerifier for ServerSvidVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        signatures(&self.provider).tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -278,17 +303,10 @@ impl ServerCertVerifier for ServerSvidVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        signatures(&self.provider).tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        signatures(&self.provider).schemes()
     }
 }
