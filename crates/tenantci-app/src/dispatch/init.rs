@@ -106,7 +106,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let mut steps = Steps::new(&mut on_step, i.dry_run);
     // Phase one: nothing changes.
     let vm = vm::init::section(&i.vm)?;
-    identity::init::section(&i.identity, &i.namespace, vm.is_some())?;
+    identity::init::section(&i.identity, &i.namespace, &i.cluster, vm.is_some())?;
     let registered = Inputs {
         labels: vm::init::registered_labels(&i.labels, vm.as_ref())?,
         ..i.clone()

@@ -225,6 +225,10 @@ pub struct IdentityArgs {
     /// Default: spiffe://{trust_domain}/spire/agent/k8s_psat/{cluster}/{node_uid}.
     #[arg(long, value_name = "TEMPLATE")]
     pub spiffe_parent_template: Option<String>,
+    /// The cluster's name as SPIRE's k8s_psat node attestor is configured with ({cluster} in
+    /// the parent template). Default: the tenant cluster's name (--cluster).
+    #[arg(long, value_name = "NAME")]
+    pub spiffe_cluster: Option<String>,
     /// The facade's own SPIFFE ID, the only one executors accept.
     /// Default: spiffe://{trust_domain}/ns/{namespace}/sa/tenantci-dispatcher.
     #[arg(long, value_name = "SPIFFE_ID")]
@@ -330,6 +334,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             trust_domain: a.identity.spiffe_trust_domain.clone(),
             id_template: a.identity.spiffe_id_template.clone(),
             parent_template: a.identity.spiffe_parent_template.clone(),
+            cluster: a.identity.spiffe_cluster.clone(),
             facade_id: a.identity.spiffe_facade_id.clone(),
             source: a.identity.spiffe_source.clone(),
         },

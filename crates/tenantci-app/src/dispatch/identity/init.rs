@@ -11,17 +11,26 @@ pub struct IdentityInputs {
     pub trust_domain: Option<String>,
     pub id_template: Option<String>,
     pub parent_template: Option<String>,
+    /// SPIRE's name for the cluster; None: the tenant cluster's name.
+    pub cluster: Option<String>,
     pub facade_id: Option<String>,
     pub source: Option<String>,
 }
 
-/// The `[identity]` section (None: off), checked. `namespace` gives the default facade ID;
-/// `vm_on` refuses identity beside the VM backend, whose sandboxes have no SVID yet.
-pub fn section(i: &IdentityInputs, namespace: &str, vm_on: bool) -> Result<Option<Identity>> {
+/// The `[identity]` section (None: off), checked. `namespace` gives the default facade ID,
+/// `tenant_cluster` the default SPIRE cluster name; `vm_on` refuses identity beside the VM
+/// backend, whose sandboxes have no SVID yet.
+pub fn section(
+    i: &IdentityInputs,
+    namespace: &str,
+    tenant_cluster: &str,
+    vm_on: bool,
+) -> Result<Option<Identity>> {
     let Some(td) = &i.trust_domain else {
         let stray = [
             ("--spiffe-id-template", i.id_template.is_some()),
             ("--spiffe-parent-template", i.parent_template.is_some()),
+            ("--spiffe-cluster", i.cluster.is_some()),
             ("--spiffe-facade-id", i.facade_id.is_some()),
             ("--spiffe-source", i.source.is_some()),
         ];
@@ -42,6 +51,7 @@ pub fn section(i: &IdentityInputs, namespace: &str, vm_on: bool) -> Result<Optio
             .parent_template
             .clone()
             .unwrap_or_else(defaults::parent_template),
+        cluster: Some(i.cluster.clone().unwrap_or_else(|| tenant_cluster.to_string())),
         facade_id: i
             .facade_id
             .clone()
@@ -50,7 +60,7 @@ pub fn section(i: &IdentityInputs, namespace: &str, vm_on: bool) -> Result<Optio
     };
     identity.validate().map_err(|e| {
         Error::bad_input(format!("the executor identity settings {e}"))
-            .hint("fix --spiffe-trust-domain, --spiffe-id-template, --spiffe-parent-template, --spiffe-facade-id or --spiffe-source (docs/cli.md)")
+            .hint("fix --spiffe-trust-domain, --spiffe-id-template, --spiffe-parent-template, --spiffe-cluster, --spiffe-facade-id or --spiffe-source (docs/cli.md)")
     })?;
     Ok(Some(identity))
 }
@@ -69,20 +79,20 @@ mod tests {
     #[test]
     fn without_a_trust_domain_identity_is_off_and_stray_flags_are_refused() {
         assert_eq!(
-            section(&IdentityInputs::default(), "ns", false).unwrap(),
+            section(&IdentityInputs::default(), "ns", "ci", false).unwrap(),
             None
         );
         let stray = IdentityInputs {
             source: Some("workload-api".into()),
             ..Default::default()
         };
-        let e = section(&stray, "ns", false).unwrap_err();
+        let e = section(&stray, "ns", "ci", false).unwrap_err();
         assert!(e.message().contains("--spiffe-source"), "{}", e.message());
     }
 
     #[test]
     fn a_trust_domain_gives_the_defaults() {
-        let i = section(&on(), "dynamic-runner", false).unwrap().unwrap();
+        let i = section(&on(), "dynamic-runner", "ci", false).unwrap().unwrap();
         assert_eq!(i.id_template, defaults::id_template());
         assert_eq!(
             i.facade_id,
@@ -96,7 +106,7 @@ mod tests {
         let mut i = on();
         i.source = Some("files:".into());
         assert!(
-            section(&i, "ns", false)
+            section(&i, "ns", "ci", false)
                 .unwrap_err()
                 .message()
                 .contains("identity.source")
@@ -104,13 +114,13 @@ mod tests {
         let mut i = on();
         i.id_template = Some("spiffe://{trust_domain}/{repository}/{nope}".into());
         assert!(
-            section(&i, "ns", false)
+            section(&i, "ns", "ci", false)
                 .unwrap_err()
                 .message()
                 .contains("identity.id_template")
         );
         assert!(
-            section(&on(), "ns", true)
+            section(&on(), "ns", "ci", true)
                 .unwrap_err()
                 .message()
                 .contains("--opensandbox-url")

@@ -22,6 +22,10 @@ pub struct Identity {
     /// The parent of a task's ClusterStaticEntry: the SPIRE agent of the Pod's node.
     #[serde(default = "defaults::parent_template")]
     pub parent_template: String,
+    /// The cluster's name as SPIRE's k8s_psat node attestor knows it (`{cluster}` in the
+    /// parent template): the agents' IDs carry it. Needed when the parent template uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// The facade's own SPIFFE ID: what the executor-proxy accepts and nothing else.
     pub facade_id: String,
     /// Where the dispatcher (and each executor-proxy) gets its SVID: `workload-api`
@@ -53,6 +57,7 @@ pub struct Parsed {
     pub trust_domain: TrustDomain,
     pub id_template: IdTemplate,
     pub parent_template: IdTemplate,
+    pub cluster: Option<String>,
     pub facade_id: SpiffeId,
     pub source: SourceSpec,
 }
@@ -74,6 +79,12 @@ impl Identity {
         }
         let parent_template = IdTemplate::parse("identity.parent_template", &self.parent_template)
             .map_err(|e| at("parent_template", e))?;
+        if parent_template.uses("cluster") && self.cluster.as_deref().unwrap_or("").is_empty() {
+            return Err(format!(
+                "has identity.parent_template = `{}`, which uses {{cluster}}, but no identity.cluster (the cluster name SPIRE's k8s_psat attestor is configured with)",
+                self.parent_template
+            ));
+        }
         let facade_id =
             id::spiffe_id("identity.facade_id", &self.facade_id).map_err(|e| at("facade_id", e))?;
         if !facade_id.is_member_of(&trust_domain) {
@@ -87,6 +98,7 @@ impl Identity {
             trust_domain,
             id_template,
             parent_template,
+            cluster: self.cluster.clone(),
             facade_id,
             source,
         })
@@ -106,6 +118,7 @@ pub(crate) mod tests {
             trust_domain: "example.org".into(),
             id_template: defaults::id_template(),
             parent_template: defaults::parent_template(),
+            cluster: Some("ci".into()),
             facade_id: defaults::facade_id("example.org", "dynamic-runner"),
             source: defaults::source(),
         }
@@ -125,7 +138,7 @@ pub(crate) mod tests {
     #[test]
     fn each_bad_value_is_refused_by_its_key() {
         type Spoil = fn(&mut Identity);
-        let cases: [(&str, Spoil); 6] = [
+        let cases: [(&str, Spoil); 7] = [
             ("identity.trust_domain", |i| {
                 i.trust_domain = "exa mple".into()
             }),
@@ -138,6 +151,7 @@ pub(crate) mod tests {
             ("identity.parent_template", |i| {
                 i.parent_template = "spiffe://other.org/agent".into()
             }),
+            ("identity.cluster", |i| i.cluster = None),
             ("identity.facade_id", |i| {
                 i.facade_id = "spiffe://other.org/dispatcher".into()
             }),

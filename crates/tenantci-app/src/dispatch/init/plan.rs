@@ -350,6 +350,7 @@ pub fn config(
         identity: crate::dispatch::identity::init::section(
             &i.identity,
             &i.namespace,
+            &i.cluster,
             i.vm.opensandbox_url.is_some(),
         )?,
     })

@@ -221,6 +221,7 @@ impl World {
             trust_domain: TD.into(),
             id_template: identity::settings::defaults::id_template(),
             parent_template: identity::settings::defaults::parent_template(),
+            cluster: Some("ci".into()),
             facade_id: FACADE_ID.into(),
             source: "workload-api".into(),
         });
