@@ -62,6 +62,33 @@ pub struct Observed {
     pub fetched: bool,
     /// How long ago the Secret was created (this attempt's start).
     pub age: Option<std::time::Duration>,
+    /// Where the Pod runs, once it is scheduled (None: no Pod, or not scheduled yet).
+    pub placement: Option<Placement>,
+}
+
+/// A scheduled executor Pod: what its SPIRE entry is written from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub pod_name: String,
+    pub pod_uid: String,
+    pub node_name: String,
+    /// The Pod's `tenantci.io/spiffe-id` annotation (None: identity off).
+    pub spiffe_id: Option<String>,
+}
+
+fn placement(pod: &Pod) -> Option<Placement> {
+    let node_name = pod
+        .spec
+        .as_ref()?
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())?;
+    Some(Placement {
+        pod_name: pod.metadata.name.clone()?,
+        pod_uid: pod.metadata.uid.clone()?,
+        node_name,
+        spiffe_id: annotation(&pod.metadata, executor::SPIFFE_ID_ANNOTATION).map(str::to_string),
+    })
 }
 
 impl Observed {
@@ -193,6 +220,7 @@ impl ExecutorObjects {
             unfetched: false,
             fetched: false,
             age: None,
+            placement: None,
         };
         list_paged(&self.pods, &lp, |pod: Pod| {
             let Some((task, attempt)) = task_of(&pod.metadata) else {
@@ -202,6 +230,7 @@ impl ExecutorObjects {
             o.pod_exists = true;
             o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
             o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
+            o.placement = placement(&pod);
         })
         .await?;
         list_paged(&self.secrets, &lp, |secret: Secret| {

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use super::capability::CapabilityKey;
 use super::config::Claim;
+use super::identity::registrar::Registrar;
 use super::lifecycle::{self, Decision, Start};
 use super::metrics::Metrics;
 use super::objects::{ExecutorObjects, Observed};
@@ -52,6 +53,9 @@ pub struct Reconciler {
     pub lost: BTreeMap<i64, (Entry, Recovery)>,
     /// A backend slot for an executor recovery starts again (None when all are taken).
     pub reserve: Box<dyn Fn() -> Option<Slot> + Send + Sync>,
+    /// Identity on: each executor Pod's SPIRE entry, written once it is scheduled and
+    /// deleted with it.
+    pub entries: Option<Registrar>,
 }
 
 /// Why recovery could not read what it needs.
@@ -192,6 +196,9 @@ impl Reconciler {
             .into_iter()
             .collect();
         let found = self.objects.list().await?;
+        if let Some(entries) = &mut self.entries {
+            entries.reconcile(&found).await;
+        }
         for o in found.values() {
             if !o.pod_exists && o.unfetched && !registered.contains(&o.task_id) {
                 // Being started right now (Secret first, then Pod), or a start cut short
@@ -355,6 +362,10 @@ impl Reconciler {
             Ok(()) => {
                 self.registry.finished(task);
                 self.logged.remove(&task);
+                if let Some(entries) = &mut self.entries {
+                    // Not done: the next pass finds the entry without its Pod.
+                    entries.forget(task).await;
+                }
                 true
             }
             Err(e) => {

@@ -307,11 +307,12 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     ));
 
     let me = identity(&cfg);
-    let leases: Api<Lease> = Api::namespaced(client, &cfg.cluster.namespace);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.cluster.namespace);
     let (election, leader_rx) = start_election(&leases, &me, timing, stop_rx.clone());
     let shared = Shared {
         cfg: cfg.clone(),
         gitea,
+        kube: client,
         objects,
         sandboxes,
         registry,

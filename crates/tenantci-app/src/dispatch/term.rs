@@ -15,6 +15,7 @@ use tokio::sync::{Notify, watch};
 
 use super::capability::CapabilityKey;
 use super::config::Config;
+use super::identity::registrar::Registrar;
 use super::metrics::Metrics;
 use super::objects::ExecutorObjects;
 use super::reconciler::{Reconciler, Restarts};
@@ -35,6 +36,7 @@ use tenantci_core::forge::gitea::client::RunnerClient;
 pub(super) struct Shared {
     pub cfg: Config,
     pub gitea: RunnerClient,
+    pub kube: kube::Client,
     pub objects: ExecutorObjects,
     /// The VM backend's executors, when it is on.
     pub sandboxes: Option<Sandboxes>,
@@ -141,6 +143,7 @@ async fn start_pod_backend(
         restarts: restarts(s),
         lost: Default::default(),
         reserve: Box::new(move || slots.reserve_slot()),
+        entries: registrar(s),
     };
     loop {
         match reconciler.recover().await {
@@ -302,6 +305,16 @@ fn template(s: &Shared) -> ExecutorTemplate {
                 sealing_key: s.sealing_key.clone(),
             }),
     }
+}
+
+/// The SPIRE entries of the executor Pods, with identity on.
+fn registrar(s: &Shared) -> Option<Registrar> {
+    let settings = s.cfg.identity.as_ref()?.parse().ok()?;
+    Some(Registrar::new(
+        s.kube.clone(),
+        settings,
+        &s.cfg.cluster.namespace,
+    ))
 }
 
 fn restarts(s: &Shared) -> Restarts {

@@ -1,6 +1,8 @@
 //! Executor identity (issue 15, the `[identity]` section): which SPIFFE ID a task's executor
-//! must present at the facade. `settings` is the config section, `init` the `--spiffe-*`
-//! flags. Pods only: the VM backend has no SVID source yet, so the two are refused together.
+//! must present at the facade, and the SPIRE entries that give it to the executor's Pod.
+//! `settings` is the config section, `init` the `--spiffe-*` flags, `entries` (pure) and
+//! `registrar` (I/O) one ClusterStaticEntry per scheduled executor Pod. Pods only: the VM
+//! backend has no SVID source yet, so the two are refused together.
 //!
 //! A task's ID is rendered from its own Gitea context (`repository`, `job`), which only the
 //! sealed assignment carries. The worker opens the assignment when it starts the executor,
@@ -8,7 +10,9 @@
 //! the facade then checks the client's SPIFFE ID with the capability alone, statelessly, on
 //! every request, including those after the assignment left the Secret.
 
+pub mod entries;
 pub mod init;
+pub mod registrar;
 pub mod settings;
 
 use prost::Message as _;

@@ -22,7 +22,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
 use tenantci_app::dispatch::config::{self, Config};
-use tenantci_app::dispatch::identity::{self, Identity};
+use tenantci_app::dispatch::identity::{self, Identity, entries};
 use tenantci_core::forge::gitea::client::{ClientConfig, RunnerClient};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_testkit::executor::Executor;
@@ -227,8 +227,8 @@ impl World {
         });
     }
 
-    /// Creates the ClusterStaticEntry `name` for `spiffe_id` (as the dispatcher will once
-    /// per-task entries are built) and waits until the stand-in serves its SVID.
+    /// Creates the ClusterStaticEntry `name` for `spiffe_id` (as an operator does for the
+    /// dispatcher's own identity) and waits until the stand-in serves its SVID.
     pub async fn create_entry(&self, name: &str, spiffe_id: &str) {
         let yaml = entry_yaml(
             name,
@@ -237,11 +237,7 @@ impl World {
             &format!("pod-uid-of-{name}"),
         );
         let obj: DynamicObject = serde_yaml::from_str(&yaml).unwrap();
-        let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("spire.spiffe.io", "v1alpha1", "ClusterStaticEntry"),
-            "clusterstaticentries",
-        );
-        Api::<DynamicObject>::all_with(self.kube.clone(), &ar)
+        self.entries_api()
             .create(&PostParams::default(), &obj)
             .await
             .unwrap();
@@ -250,6 +246,39 @@ impl World {
             .as_ref()
             .expect("a world with the SPIRE stand-in");
         spire.served(&self.http, "ci", name).await;
+    }
+
+    fn entries_api(&self) -> Api<DynamicObject> {
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("spire.spiffe.io", "v1alpha1", "ClusterStaticEntry"),
+            "clusterstaticentries",
+        );
+        Api::all_with(self.kube.clone(), &ar)
+    }
+
+    /// The ClusterStaticEntries the dispatchers of [`NAMESPACE`] made for their executors.
+    pub async fn task_entries(&self) -> Vec<DynamicObject> {
+        let lp = kube::api::ListParams::default().labels(&entries::selector(NAMESPACE));
+        self.entries_api().list(&lp).await.unwrap().items
+    }
+
+    /// Waits until the dispatcher wrote `task`'s entry and the stand-in serves it; its name.
+    pub async fn task_entry_served(&self, task: i64) -> String {
+        let name = entries::entry_name(NAMESPACE, &format!("gitea-task-{task}"));
+        let spire = self
+            .spire
+            .as_ref()
+            .expect("a world with the SPIRE stand-in");
+        spire.served(&self.http, "ci", &name).await;
+        name
+    }
+
+    /// Waits until no executor entry of [`NAMESPACE`] is left.
+    pub async fn no_task_entries(&self) {
+        eventually("the executors' SPIRE entries to be deleted", || async {
+            self.task_entries().await.is_empty().then_some(())
+        })
+        .await
     }
 
     /// Every dispatcher started from now on replaces an executor that has not fetched its

@@ -4,7 +4,7 @@
 
 mod files;
 mod kubectl;
-mod mtls;
+pub(crate) mod mtls;
 mod stand_in;
 
 use std::sync::Arc;

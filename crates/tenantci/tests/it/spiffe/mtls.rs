@@ -57,7 +57,8 @@ impl ServerCertVerifier for AnyServer {
     }
 }
 
-fn any_server() -> rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert> {
+pub(crate) fn any_server()
+-> rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert> {
     tenantci_core::tls::ensure_crypto_provider();
     let provider = rustls::crypto::CryptoProvider::get_default()
         .unwrap()
