@@ -201,7 +201,7 @@ async fn identity_on_a_task_runs_to_success_through_its_proxy_with_its_svid() {
             .entries(w.http())
             .await
             .iter()
-            .any(|e| &e["name"] == entry_name.as_str()),
+            .any(|e| e["name"] == entry_name.as_str()),
         "no SVID is served for a deleted entry"
     );
     assert_eq!(
