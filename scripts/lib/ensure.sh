@@ -10,7 +10,7 @@ ensure_rust() {
     [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
   fi
   if ! command -v cargo >/dev/null 2>&1; then
-    echo "error: cargo is not on PATH; install a Rust toolchain (1.85 or newer) first" >&2
+    echo "error: cargo is not on PATH; install a Rust toolchain (1.88 or newer) first" >&2
     exit 2
   fi
   if command -v rustup >/dev/null 2>&1; then

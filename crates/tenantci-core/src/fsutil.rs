@@ -155,10 +155,11 @@ pub fn write_new_files(files: &[(&Path, &[u8])], mode: u32) -> Result<(), (PathB
 /// Returns whether a write happened (an unchanged file keeps its mtime, which matters for
 /// programs that reload on mtime, such as gitlab-runner).
 pub fn write_if_changed(dest: &Path, contents: &[u8], mode: u32) -> io::Result<bool> {
-    if let Ok(meta) = fs::metadata(dest) {
-        if meta.permissions().mode() & 0o7777 == mode && fs::read(dest)? == contents {
-            return Ok(false);
-        }
+    if let Ok(meta) = fs::metadata(dest)
+        && meta.permissions().mode() & 0o7777 == mode
+        && fs::read(dest)? == contents
+    {
+        return Ok(false);
     }
     write_atomic(dest, contents, mode)?;
     Ok(true)

@@ -750,10 +750,8 @@ impl FacadeBackend for GiteaDouble {
             ..Default::default()
         };
         let job_id = task.job_id;
-        if finished {
-            if let Some(job) = st.jobs.get_mut(&job_id) {
-                job.status = JobStatus::Done;
-            }
+        if finished && let Some(job) = st.jobs.get_mut(&job_id) {
+            job.status = JobStatus::Done;
         }
         let ephemeral_done = finished && st.runners.get(caller).is_some_and(|r| r.ephemeral);
         if ephemeral_done {

@@ -115,10 +115,10 @@ impl Drop for SimHandle {
 }
 
 async fn bind(preferred: Option<u16>) -> Result<TcpListener> {
-    if let Some(port) = preferred {
-        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)).await {
-            return Ok(l);
-        }
+    if let Some(port) = preferred
+        && let Ok(l) = TcpListener::bind(("127.0.0.1", port)).await
+    {
+        return Ok(l);
     }
     TcpListener::bind(("127.0.0.1", 0))
         .await

@@ -352,15 +352,14 @@ fn bind(store: &Store, ns: &str, name: &str, node: &str, timers: &mut Timers, no
         });
         Ok(p)
     });
-    if let Ok((p, _)) = updated {
-        if let Some(d) = p["metadata"]["annotations"][RUN_FOR_ANNOTATION]
+    if let Ok((p, _)) = updated
+        && let Some(d) = p["metadata"]["annotations"][RUN_FOR_ANNOTATION]
             .as_str()
             .and_then(|d| tenantci_core::duration::parse(d).ok())
-        {
-            timers
-                .finish_at
-                .insert((ns.to_string(), name.to_string()), now + d);
-        }
+    {
+        timers
+            .finish_at
+            .insert((ns.to_string(), name.to_string()), now + d);
     }
 }
 

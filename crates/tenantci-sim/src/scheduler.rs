@@ -268,11 +268,11 @@ impl<'a> Placement<'a> {
             .collect();
         let mut bound: BTreeMap<&str, Vec<&PodView>> = BTreeMap::new();
         for p in live {
-            if let Some(n) = p.node_name.as_deref() {
-                if let Some(r) = room.get_mut(n) {
-                    r.take(p);
-                    bound.entry(n).or_default().push(p);
-                }
+            if let Some(n) = p.node_name.as_deref()
+                && let Some(r) = room.get_mut(n)
+            {
+                r.take(p);
+                bound.entry(n).or_default().push(p);
             }
         }
         Placement {

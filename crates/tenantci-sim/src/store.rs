@@ -206,10 +206,10 @@ impl Store {
             .and_then(|t| t.get(&key))
             .cloned();
         let mut new = f(current.as_deref())?;
-        if let Some(cur) = &current {
-            if **cur == new {
-                return Ok((cur.clone(), false));
-            }
+        if let Some(cur) = &current
+            && **cur == new
+        {
+            return Ok((cur.clone(), false));
         }
         inner.rv += 1;
         set_rv(&mut new, inner.rv);

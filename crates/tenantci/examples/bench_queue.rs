@@ -151,10 +151,10 @@ async fn raw(s: &NatsServer, n: usize) -> Result_ {
                 let id = String::from_utf8_lossy(&m.payload).into_owned();
                 m.ack().await.unwrap();
                 let t = sent.lock().unwrap().get(&id).copied();
-                if let Some(t) = t {
-                    if done_tx.send(t.elapsed()).is_err() {
-                        break;
-                    }
+                if let Some(t) = t
+                    && done_tx.send(t.elapsed()).is_err()
+                {
+                    break;
                 }
             }
         })

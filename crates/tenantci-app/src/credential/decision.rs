@@ -122,12 +122,12 @@ pub fn decide(
             cert.organizations, want.groups
         )));
     }
-    if let (Some(want_id), Some(have)) = (want.client_ca_key_id, cert.authority_key_id.as_deref()) {
-        if want_id != have {
-            return Err(refuse(
-                "was signed by another ClientCA than this cluster's".into(),
-            ));
-        }
+    if let (Some(want_id), Some(have)) = (want.client_ca_key_id, cert.authority_key_id.as_deref())
+        && want_id != have
+    {
+        return Err(refuse(
+            "was signed by another ClientCA than this cluster's".into(),
+        ));
     }
     if cert.remaining_fraction(now) <= 1.0 / 3.0 {
         return Ok(Decision::Rotate {

@@ -222,14 +222,14 @@ pub fn write_nats_config(
         hashes.push((p.user, hash));
     }
     let fragment = render_fragment(&hashes);
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if !parent.is_dir() {
-            return Err(tenantci_core::Error::bad_input(format!(
-                "the directory of the config fragment `{}` does not exist",
-                out.display()
-            ))
-            .hint("create it first or pass another --out"));
-        }
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        return Err(tenantci_core::Error::bad_input(format!(
+            "the directory of the config fragment `{}` does not exist",
+            out.display()
+        ))
+        .hint("create it first or pass another --out"));
     }
     let written = fsutil::write_if_changed(out, fragment.as_bytes(), fsutil::MODE_SECRET)
         .map_err(|e| tenantci_core::Error::unwritable("the nats-server config fragment", out, e))?;

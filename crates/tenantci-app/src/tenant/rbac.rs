@@ -92,10 +92,10 @@ pub fn desired(spec: &RbacSpec) -> RbacObjects {
 
     namespace.metadata.name = Some(spec.namespace.clone());
     role.metadata.name = Some(spec.role_name.clone());
-    if !spec.pause_pods {
-        if let Some(rules) = role.rules.as_mut() {
-            rules.retain(|r| !is_pause_pod_rule(r));
-        }
+    if !spec.pause_pods
+        && let Some(rules) = role.rules.as_mut()
+    {
+        rules.retain(|r| !is_pause_pod_rule(r));
     }
     binding.metadata.name = Some(spec.role_name.clone());
     binding.metadata.namespace = Some(spec.namespace.clone());

@@ -97,10 +97,10 @@ impl ApiServer {
             .max()
             .unwrap_or(0);
         let mut cache = self.rbac.0.lock().unwrap();
-        if let Some((v, objs)) = cache.as_ref() {
-            if *v == version {
-                return objs.clone();
-            }
+        if let Some((v, objs)) = cache.as_ref()
+            && *v == version
+        {
+            return objs.clone();
         }
         fn load<T: serde::de::DeserializeOwned>(s: &crate::store::Store, key: &str) -> Vec<T> {
             s.list(key, None)

@@ -189,10 +189,10 @@ impl ApiServer {
             return reviews::handle(self, &req, def, user);
         }
         let sub = r.subresource.as_deref();
-        if let Some(s) = sub {
-            if !def.subresources.contains(&s) {
-                return Err(ApiError::no_route());
-            }
+        if let Some(s) = sub
+            && !def.subresources.contains(&s)
+        {
+            return Err(ApiError::no_route());
         }
         let ns = if def.namespaced {
             r.namespace.clone().unwrap_or_default()

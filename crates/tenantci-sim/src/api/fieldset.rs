@@ -132,13 +132,13 @@ pub fn remove(obj: &mut Value, path: &[String]) {
         if let Some(m) = cur.as_object_mut() {
             m.remove(f);
         }
-    } else if let Some(k) = last.strip_prefix("k:") {
-        if let (Ok(want), Some(a)) = (
+    } else if let Some(k) = last.strip_prefix("k:")
+        && let (Ok(want), Some(a)) = (
             serde_json::from_str::<Map<String, Value>>(k),
             cur.as_array_mut(),
-        ) {
-            a.retain(|item| !want.iter().all(|(wk, wv)| item.get(wk) == Some(wv)));
-        }
+        )
+    {
+        a.retain(|item| !want.iter().all(|(wk, wv)| item.get(wk) == Some(wv)));
     }
 }
 
@@ -197,11 +197,11 @@ pub fn display(path: &[String]) -> String {
         if let Some(f) = seg.strip_prefix("f:") {
             s.push('.');
             s.push_str(f);
-        } else if let Some(k) = seg.strip_prefix("k:") {
-            if let Ok(m) = serde_json::from_str::<Map<String, Value>>(k) {
-                let inner: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                s.push_str(&format!("[{}]", inner.join(",")));
-            }
+        } else if let Some(k) = seg.strip_prefix("k:")
+            && let Ok(m) = serde_json::from_str::<Map<String, Value>>(k)
+        {
+            let inner: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!("[{}]", inner.join(",")));
         }
     }
     s

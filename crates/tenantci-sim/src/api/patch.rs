@@ -59,34 +59,34 @@ fn same_key(a: &Value, b: &Value, key: &str) -> bool {
 }
 
 fn merge_list(field: &str, target: &mut Vec<Value>, patch: &[Value]) {
-    if let Some(key) = merge_key(field) {
-        if patch.iter().all(Value::is_object) {
-            for item in patch {
-                let directive = item.get("$patch").and_then(Value::as_str);
-                let pos = target.iter().position(|t| same_key(t, item, key));
-                match (directive, pos) {
-                    (Some("delete"), Some(i)) => {
-                        target.remove(i);
-                    }
-                    (Some("delete"), None) => {}
-                    (Some("replace"), _) => {
-                        let mut v = item.clone();
-                        strip_directives(&mut v);
-                        match pos {
-                            Some(i) => target[i] = v,
-                            None => target.push(v),
-                        }
-                    }
-                    (_, Some(i)) => strategic_merge(&mut target[i], item),
-                    (_, None) => {
-                        let mut v = Value::Object(Map::new());
-                        strategic_merge(&mut v, item);
-                        target.push(v);
+    if let Some(key) = merge_key(field)
+        && patch.iter().all(Value::is_object)
+    {
+        for item in patch {
+            let directive = item.get("$patch").and_then(Value::as_str);
+            let pos = target.iter().position(|t| same_key(t, item, key));
+            match (directive, pos) {
+                (Some("delete"), Some(i)) => {
+                    target.remove(i);
+                }
+                (Some("delete"), None) => {}
+                (Some("replace"), _) => {
+                    let mut v = item.clone();
+                    strip_directives(&mut v);
+                    match pos {
+                        Some(i) => target[i] = v,
+                        None => target.push(v),
                     }
                 }
+                (_, Some(i)) => strategic_merge(&mut target[i], item),
+                (_, None) => {
+                    let mut v = Value::Object(Map::new());
+                    strategic_merge(&mut v, item);
+                    target.push(v);
+                }
             }
-            return;
         }
+        return;
     }
     if is_primitive_set(field) {
         for item in patch {

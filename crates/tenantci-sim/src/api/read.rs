@@ -89,16 +89,15 @@ impl ApiServer {
             .param("limit")
             .and_then(|l| l.parse::<usize>().ok())
             .filter(|l| *l > 0)
+            && items.len() > limit
         {
-            if items.len() > limit {
-                let remaining = items.len() - limit;
-                items.truncate(limit);
-                let last = key_of(items.last().expect("limit > 0"));
-                let token = base64::engine::general_purpose::STANDARD
-                    .encode(json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last}).to_string());
-                meta["continue"] = json!(token);
-                meta["remainingItemCount"] = json!(remaining);
-            }
+            let remaining = items.len() - limit;
+            items.truncate(limit);
+            let last = key_of(items.last().expect("limit > 0"));
+            let token = base64::engine::general_purpose::STANDARD
+                .encode(json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last}).to_string());
+            meta["continue"] = json!(token);
+            meta["remainingItemCount"] = json!(remaining);
         }
         if req.accepts_table() {
             return Ok(Reply::Json(200, table::table(def, &items, meta)));

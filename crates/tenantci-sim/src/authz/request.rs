@@ -102,12 +102,11 @@ pub fn request_info(method: &http::Method, path: &str, query: Option<&str>) -> R
             .find(|(k, _)| k == "watch")
             .is_some_and(|(_, v)| go_bool(v));
         info.verb = if watch { "watch" } else { "list" }.to_string();
-        if let Some((_, selector)) = params.iter().find(|(k, _)| k == "fieldSelector") {
-            if let Some(name) = exact_field_match(selector, "metadata.name") {
-                if is_valid_path_segment_name(&name) {
-                    info.name = name;
-                }
-            }
+        if let Some((_, selector)) = params.iter().find(|(k, _)| k == "fieldSelector")
+            && let Some(name) = exact_field_match(selector, "metadata.name")
+            && is_valid_path_segment_name(&name)
+        {
+            info.name = name;
         }
     }
     if info.name.is_empty() && info.verb == "delete" {

@@ -143,11 +143,11 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         ))
         .hint("pass comma-separated labels without spaces, e.g. --labels self-hosted,pod"));
     }
-    if let Some(name) = &i.name {
-        if name.trim().is_empty() {
-            return Err(Error::bad_input("--name is empty")
-                .hint("pass the name the runner gets at Gitea, or leave --name out"));
-        }
+    if let Some(name) = &i.name
+        && name.trim().is_empty()
+    {
+        return Err(Error::bad_input("--name is empty")
+            .hint("pass the name the runner gets at Gitea, or leave --name out"));
     }
     if url_host(&i.nats_url, &["nats", "tls"]).is_none() {
         return Err(Error::bad_input(format!(

@@ -92,13 +92,13 @@ pub fn files(config: &Path, view: &EntryView, lines: &mut Vec<Check>) -> bool {
             Some(_) => {}
         }
     }
-    if let Some(key) = &view.key_file {
-        if let Some(m) = mode(key).filter(|m| m & 0o077 != 0) {
-            problems.push(format!(
-                "key_file `{}` has mode {m:o}: others can read the runner's key",
-                key.display()
-            ));
-        }
+    if let Some(key) = &view.key_file
+        && let Some(m) = mode(key).filter(|m| m & 0o077 != 0)
+    {
+        problems.push(format!(
+            "key_file `{}` has mode {m:o}: others can read the runner's key",
+            key.display()
+        ));
     }
     if problems.is_empty() {
         lines.push(Check::ok(

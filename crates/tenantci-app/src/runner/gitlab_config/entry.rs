@@ -417,14 +417,14 @@ impl RunnerEntry {
         if self.request_concurrency == 0 {
             return Err(Error::bad_input("request_concurrency must be at least 1"));
         }
-        if let TlsCaFile::Set(path) = &self.tls_ca_file {
-            if !path.is_absolute() {
-                return Err(Error::bad_input(format!(
+        if let TlsCaFile::Set(path) = &self.tls_ca_file
+            && !path.is_absolute()
+        {
+            return Err(Error::bad_input(format!(
                     "tls-ca-file `{}` is not an absolute path",
                     path.display()
                 ))
                 .hint("gitlab-runner resolves paths from its own working directory; give an absolute --gitlab-ca-file"));
-            }
         }
         if let Some(reg) = &self.registration {
             datetime("token_obtained_at", &reg.obtained_at)?;
@@ -550,23 +550,23 @@ impl KubernetesSettings {
             .hint("pass --host https://127.0.0.1:<port> (the tenant apiserver)"));
         }
         for (key, file) in files {
-            if let Some(path) = file {
-                if !path.is_absolute() {
-                    return Err(Error::bad_input(format!(
+            if let Some(path) = file
+                && !path.is_absolute()
+            {
+                return Err(Error::bad_input(format!(
                         "{key} `{}` is not an absolute path",
                         path.display()
                     ))
                     .hint("gitlab-runner resolves paths from its own working directory; give absolute paths"));
-                }
             }
         }
-        if let Some(host) = &self.host {
-            if !host.starts_with("https://") || host.chars().any(char::is_whitespace) {
-                return Err(Error::bad_input(format!(
-                    "the Kubernetes host `{host}` is not an https:// URL"
-                ))
-                .hint("pass --host https://127.0.0.1:<port> (the Cluster's status.url)"));
-            }
+        if let Some(host) = &self.host
+            && (!host.starts_with("https://") || host.chars().any(char::is_whitespace))
+        {
+            return Err(Error::bad_input(format!(
+                "the Kubernetes host `{host}` is not an https:// URL"
+            ))
+            .hint("pass --host https://127.0.0.1:<port> (the Cluster's status.url)"));
         }
         if !tenantci_core::dns::is_label(&self.namespace) {
             return Err(Error::bad_input(format!(

@@ -156,8 +156,8 @@ pub fn merge(
         [index] => {
             let table = runners.get_mut(*index).expect("index from iter");
             let executor = table.get(keys::EXECUTOR).map(|i| i.as_str());
-            if let Some(other) = executor {
-                if other != Some(EXECUTOR_KUBERNETES) && !options.force {
+            if let Some(other) = executor
+                && other != Some(EXECUTOR_KUBERNETES) && !options.force {
                     return Err(Error::bad_input(format!(
                         "the runner `{}` in `{}` uses executor `{}`, not kubernetes",
                         entry.name,
@@ -166,7 +166,6 @@ pub fn merge(
                     ))
                     .hint("choose another --name, or pass --force to turn it into a kubernetes runner"));
                 }
-            }
             drop_managed_ca_file(table, &entry.tls_ca_file);
             apply(table, &fields, &entry.owned(), 1);
             Ok(true)
@@ -264,10 +263,11 @@ fn apply(
             }
         }
         // A table key's decor sits inside its `[header]`; indent only `key = value` lines.
-        if !existed && table.get(key).is_some_and(Item::is_value) {
-            if let Some(mut k) = table.key_mut(key) {
-                k.leaf_decor_mut().set_prefix(key_prefix.as_str());
-            }
+        if !existed
+            && table.get(key).is_some_and(Item::is_value)
+            && let Some(mut k) = table.key_mut(key)
+        {
+            k.leaf_decor_mut().set_prefix(key_prefix.as_str());
         }
     }
 }

@@ -225,10 +225,10 @@ impl ConnectError {
     /// The error a non-200 answer stands for: its Connect error body when it has one, else the
     /// code inferred from the status.
     pub fn from_response(status: u16, body: &[u8]) -> Self {
-        if let Ok(b) = serde_json::from_slice::<ErrorBody>(body) {
-            if let Some(code) = Code::parse(&b.code) {
-                return ConnectError::new(code, b.message);
-            }
+        if let Ok(b) = serde_json::from_slice::<ErrorBody>(body)
+            && let Some(code) = Code::parse(&b.code)
+        {
+            return ConnectError::new(code, b.message);
         }
         let snippet = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
         ConnectError::new(
