@@ -44,7 +44,7 @@ use crate::queue::assignment::SealingKey;
 use crate::queue::ledger::Ledger;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
-use crate::queue::{Backend, STREAM, connect, permissions, users};
+use crate::queue::{Backend, connect, permissions, users};
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
 use tenantci_core::forge::gitea::facade as transport;
 use tenantci_core::{Error, Result, input};
@@ -562,16 +562,10 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     }
     let client = connect::connect(&cfg.nats.url, users::ADMIN, &admin).await?;
     let js = async_nats::jetstream::new(client);
-    // The replica count is `queue init --replicas`' to choose; the dispatcher keeps it.
-    let replicas = match js.get_stream(STREAM).await {
-        Ok(s) => s.cached_info().config.num_replicas.max(1),
-        Err(_) => 1,
-    };
-    let spec = TopologySpec {
+    let own = TopologySpec {
         pod_capacity: cfg.capacity.pod,
         vm_capacity: cfg.capacity.vm,
         ack_wait: cfg.nats.ack_wait.get(),
-        replicas,
         ..TopologySpec::default()
     };
     // A cluster that just lost a server answers the stream's and consumers' requests only
@@ -579,7 +573,16 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     // exit. A topology the server refuses for good still fails, after the wait.
     let deadline = tokio::time::Instant::now() + TOPOLOGY_PATIENCE;
     let report = loop {
-        match topology::apply(&js, &spec).await {
+        // Replicas, stream bounds and max_deliver are `queue init`'s to choose; the
+        // dispatcher keeps them (a restart must not undo an operator's --max-deliver).
+        let applied = match topology::live_configs(&js).await {
+            Ok((stream, consumer)) => {
+                let spec = topology::keeping_init_choices(own.clone(), stream.as_ref(), consumer);
+                topology::apply(&js, &spec).await
+            }
+            Err(e) => Err(e),
+        };
+        match applied {
             Ok(r) => break r,
             Err(e @ topology::ApplyError::Server { .. })
                 if tokio::time::Instant::now() < deadline =>

@@ -104,6 +104,29 @@ impl TopologySpec {
     }
 }
 
+/// `spec` with what `queue init` chose and a dispatcher must not undo: the replica count,
+/// the stream's bounds and duplicate window (from the live stream), and `max_deliver` (from
+/// the live `pod` consumer). The dispatcher's own settings (capacities, ack_wait) stay as
+/// given. Nothing live: `spec` as it is.
+pub fn keeping_init_choices(
+    spec: TopologySpec,
+    stream: Option<&stream::Config>,
+    max_deliver: Option<i64>,
+) -> TopologySpec {
+    let mut spec = spec;
+    if let Some(s) = stream {
+        spec.replicas = s.num_replicas.max(1);
+        spec.duplicate_window = s.duplicate_window.max(MIN_DUPLICATE_WINDOW);
+        spec.max_messages = s.max_messages;
+        spec.max_bytes = s.max_bytes;
+        spec.max_message_size = s.max_message_size;
+    }
+    if let Some(m) = max_deliver {
+        spec.max_deliver = m;
+    }
+    spec
+}
+
 /// The stream config for `spec`.
 pub fn desired_stream(spec: &TopologySpec) -> stream::Config {
     stream::Config {
@@ -268,6 +291,39 @@ pub async fn apply_at(
     })
 }
 
+/// The live stream config and the `pod` consumer's max_deliver; None where not created yet. Any other error
+/// (no leader during an election, a timeout) is an error: guessing "absent" then would
+/// overwrite what `queue init` chose.
+pub async fn live_configs(
+    js: &jetstream::Context,
+) -> Result<(Option<stream::Config>, Option<i64>), ApplyError> {
+    use async_nats::jetstream::ErrorCode;
+    use async_nats::jetstream::context::GetStreamErrorKind;
+    use async_nats::jetstream::stream::ConsumerErrorKind;
+    let stream = match js.get_stream(STREAM).await {
+        Ok(s) => Some(s.cached_info().config.clone()),
+        Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            return Ok((None, None));
+        }
+        Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e.into())),
+    };
+    let consumer = match js
+        .get_consumer_from_stream::<pull::Config, _, _>(Backend::Pod.consumer(), STREAM)
+        .await
+    {
+        Ok(c) => Some(c.cached_info().config.max_deliver),
+        Err(e) if matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {
+            None
+        }
+        Err(e) => {
+            let object = format!("consumer {}", Backend::Pod.consumer());
+            return Err(server_err("read", object)(e.into()));
+        }
+    };
+    Ok((stream, consumer))
+}
+
 /// Creates or updates the stream and both consumers to match `spec` (needs `ci-admin`).
 pub async fn apply(
     js: &jetstream::Context,
@@ -413,6 +469,43 @@ async fn create_consumer(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_dispatcher_keeps_the_bounds_and_deliveries_queue_init_chose() {
+        let chosen = TopologySpec {
+            replicas: 3,
+            max_deliver: 5,
+            max_messages: 10,
+            max_bytes: 4096,
+            max_message_size: 2048,
+            duplicate_window: Duration::from_secs(600),
+            ..TopologySpec::default()
+        };
+        let dispatcher = TopologySpec {
+            pod_capacity: 9,
+            ack_wait: Duration::from_secs(7),
+            ..TopologySpec::default()
+        };
+        let live_stream = desired_stream(&chosen);
+        let live_consumer = desired_consumer(&chosen, Backend::Pod);
+        let kept = keeping_init_choices(
+            dispatcher.clone(),
+            Some(&live_stream),
+            Some(live_consumer.max_deliver),
+        );
+        assert_eq!(
+            kept,
+            TopologySpec {
+                pod_capacity: 9,
+                ack_wait: Duration::from_secs(7),
+                ..chosen
+            }
+        );
+        assert_eq!(
+            keeping_init_choices(dispatcher.clone(), None, None),
+            dispatcher
+        );
+    }
+
     use super::*;
     use async_nats::jetstream::consumer::IntoConsumerConfig;
 

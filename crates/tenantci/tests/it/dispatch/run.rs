@@ -366,3 +366,40 @@ async fn a_facade_url_with_port_0_gives_executors_the_bound_port() {
     assert_eq!(w.task(t).await["result"], "RESULT_SUCCESS");
     w.all_cleaned_up().await;
 }
+
+/// A dispatcher's start applies its capacities and ack_wait to the queue, and keeps what
+/// `queue init` chose (max_deliver, the stream's bounds): a restart must not undo them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_keeps_the_max_deliver_and_bounds_queue_init_chose() {
+    let w = World::start(2).await;
+    let password = w.nats.password_file("ci-admin");
+    let out = crate::util::run(
+        crate::util::tenantci()
+            .args(["queue", "init", "--nats", &w.nats.url, "--user", "ci-admin"])
+            .arg("--password-file")
+            .arg(&password)
+            .args(["--pod-capacity", "2", "--max-deliver", "5"])
+            .args(["--max-bytes", "1048576"]),
+    );
+    crate::util::assert_exit(&out, 0);
+    let d = w.dispatcher("d1").await;
+    d.wait_up().await;
+    assert!(
+        d.log_text().contains("queue topology applied"),
+        "{}",
+        d.log_text()
+    );
+    let js = async_nats::jetstream::new(w.nats.client("ci-admin").await);
+    let mut stream = js.get_stream(tenantci_app::queue::STREAM).await.unwrap();
+    assert_eq!(stream.info().await.unwrap().config.max_bytes, 1_048_576);
+    let mut consumer = js
+        .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+            "pod",
+            tenantci_app::queue::STREAM,
+        )
+        .await
+        .unwrap();
+    let info = consumer.info().await.unwrap();
+    assert_eq!(info.config.max_deliver, 5);
+    assert_eq!(info.config.max_ack_pending, 2);
+}
