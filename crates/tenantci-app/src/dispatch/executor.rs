@@ -255,29 +255,32 @@ pub fn runner_file(spec: &ExecutorSpec) -> Vec<u8> {
     serde_json::to_vec_pretty(&runner).expect("the .runner file serializes")
 }
 
-/// The Secret: `.runner` and `config.yaml` for the runner, `ca.crt` for the proxy, and the
+/// The Secret: `.runner` and `config.yaml` for the runner, `ca.crt` for the proxy (not with
+/// identity on: the proxy then trusts the trust domain's bundle from its SVID), and the
 /// sealed assignment (the queue's JSON, ciphertext for everyone but the dispatcher) for the
 /// facade to hand out once.
 pub fn desired_secret(spec: &ExecutorSpec, sealed_assignment: &[u8]) -> Secret {
-    let runner_json = runner_file(spec);
+    let mut data = BTreeMap::from([
+        (RUNNER_KEY.to_string(), ByteString(runner_file(spec))),
+        (
+            CONFIG_KEY.to_string(),
+            ByteString(runner_config(spec).into_bytes()),
+        ),
+        (
+            ASSIGNMENT_KEY.to_string(),
+            ByteString(sealed_assignment.to_vec()),
+        ),
+    ]);
+    if spec.identity.is_none() {
+        data.insert(
+            CA_KEY.to_string(),
+            ByteString(spec.facade_ca_pem.clone().into_bytes()),
+        );
+    }
     Secret {
         metadata: meta(spec),
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([
-            (RUNNER_KEY.to_string(), ByteString(runner_json)),
-            (
-                CONFIG_KEY.to_string(),
-                ByteString(runner_config(spec).into_bytes()),
-            ),
-            (
-                CA_KEY.to_string(),
-                ByteString(spec.facade_ca_pem.clone().into_bytes()),
-            ),
-            (
-                ASSIGNMENT_KEY.to_string(),
-                ByteString(sealed_assignment.to_vec()),
-            ),
-        ])),
+        data: Some(data),
         ..Default::default()
     }
 }
@@ -643,6 +646,14 @@ mod tests {
         assert!(
             volumes.iter().all(|v| v.name != "facade-ca"),
             "no facade CA with identity on"
+        );
+        let data = desired_secret(&s, b"sealed").data.unwrap();
+        assert!(!data.contains_key(CA_KEY), "nor in the Secret");
+        assert!(
+            desired_secret(&spec(), b"sealed")
+                .data
+                .unwrap()
+                .contains_key(CA_KEY)
         );
         let proxy = &ps.init_containers.unwrap()[0];
         let args = proxy.command.clone().unwrap();
