@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use super::capability::CapabilityKey;
 use super::config::Claim;
+use super::executor::ExecutorSpec;
 use super::identity::registrar::Registrar;
 use super::lifecycle::{self, Decision, Start};
 use super::metrics::Metrics;
@@ -73,6 +74,25 @@ pub struct Restarts {
     pub sealing_key: SealingKey,
     pub capability_key: CapabilityKey,
     pub template: ExecutorTemplate,
+}
+
+impl Restarts {
+    /// Attempt `attempt` of `task` from its stored sealed assignment: re-sealed for it, and
+    /// its executor's spec (with a fresh capability, bound to the task's SPIFFE ID when
+    /// identity is on). An error is why it cannot be started: the caller reports FAILURE.
+    pub fn next_attempt(
+        &self,
+        task: i64,
+        sealed: &[u8],
+        attempt: u32,
+    ) -> Result<(Assignment, ExecutorSpec), String> {
+        let (assignment, labels) = reseal(&self.sealing_key, sealed, attempt)?;
+        let identity = self.template.spiffe_id(&assignment)?;
+        let spec = self
+            .template
+            .spec(&self.capability_key, task, attempt, labels, identity);
+        Ok((assignment, spec))
+    }
 }
 
 impl Reconciler {
@@ -144,18 +164,10 @@ impl Reconciler {
             return true;
         };
         let attempt = entry.attempt + 1;
-        let (assignment, labels) = match self.reseal(&sealed, attempt) {
+        let (assignment, spec) = match self.restarts.next_attempt(task, &sealed, attempt) {
             Ok(r) => r,
             Err(why) => return self.fail(task, &why).await,
         };
-        let r = &self.restarts;
-        let identity = match r.template.spiffe_id(&assignment) {
-            Ok(i) => i,
-            Err(why) => return self.fail(task, &why).await,
-        };
-        let spec = r
-            .template
-            .spec(&r.capability_key, task, attempt, labels, identity);
         if let Err(e) = self.objects.create(&spec, &assignment.to_json()).await {
             tracing::warn!(task, attempt, error = %e, "cannot start the lost task again; retrying next pass");
             return false;
@@ -284,15 +296,15 @@ impl Reconciler {
             }
             None => return,
         }
-        let resealed = match self.objects.sealed_assignment(task).await {
-            Ok(Some(sealed)) => self.reseal(&sealed, attempt),
+        let next = match self.objects.sealed_assignment(task).await {
+            Ok(Some(sealed)) => self.restarts.next_attempt(task, &sealed, attempt),
             Ok(None) => return, // Consumed meanwhile: the executor reported after all.
             Err(e) => {
                 tracing::warn!(task, error = %e, "cannot read the executor Secret");
                 return;
             }
         };
-        let (assignment, labels) = match resealed {
+        let (assignment, spec) = match next {
             Ok(r) => r,
             Err(why) => {
                 self.fail(task, &why).await;
@@ -304,16 +316,6 @@ impl Reconciler {
             return;
         }
         let r = &self.restarts;
-        let identity = match r.template.spiffe_id(&assignment) {
-            Ok(i) => i,
-            Err(why) => {
-                self.fail(task, &why).await;
-                return;
-            }
-        };
-        let spec = r
-            .template
-            .spec(&r.capability_key, task, attempt, labels, identity);
         match self.objects.create(&spec, &assignment.to_json()).await {
             Ok(_) => {
                 let step = Entry::step(task, attempt, Backend::Pod, Phase::Started);
@@ -332,10 +334,6 @@ impl Reconciler {
                 tracing::error!(task, attempt, error = %e, "cannot create the replacement executor")
             }
         }
-    }
-
-    fn reseal(&self, sealed: &[u8], attempt: u32) -> Result<(Assignment, Vec<String>), String> {
-        reseal(&self.restarts.sealing_key, sealed, attempt)
     }
 
     /// Reports FAILURE, then deletes; while Gitea is unreachable the objects stay (next

@@ -23,7 +23,7 @@ use super::sandbox;
 use super::sandboxes::Sandboxes;
 use crate::dispatch::lifecycle::{Decision, Start};
 use crate::dispatch::metrics::Metrics;
-use crate::dispatch::reconciler::{RESYNC, Restarts, reseal};
+use crate::dispatch::reconciler::{RESYNC, Restarts};
 use crate::dispatch::recovery::{self, Recovery};
 use crate::dispatch::registry::Registry;
 use crate::dispatch::report;
@@ -195,8 +195,7 @@ impl VmReconciler {
         let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
             return;
         };
-        let r = &self.restarts;
-        let (assignment, labels) = match reseal(&r.sealing_key, &sealed, next) {
+        let (assignment, spec) = match self.restarts.next_attempt(task, &sealed, next) {
             Ok(x) => x,
             Err(why) => {
                 self.fail(task, &why).await;
@@ -207,8 +206,7 @@ impl VmReconciler {
             tracing::warn!(task, error = %e, "cannot delete the stuck sandbox; retrying next pass");
             return;
         }
-        // None: executor identity and the VM backend are exclusive (`Config::validate`).
-        let spec = r.template.spec(&r.capability_key, task, next, labels, None);
+        let r = &self.restarts;
         match self.sandboxes.start(&spec, &[], false).await {
             Ok(_) => {
                 let step = Entry::step(task, next, Backend::Vm, Phase::Started);
@@ -256,8 +254,7 @@ impl VmReconciler {
             return true;
         };
         let attempt = entry.attempt + 1;
-        let r = &self.restarts;
-        let (assignment, labels) = match reseal(&r.sealing_key, &sealed, attempt) {
+        let (assignment, spec) = match self.restarts.next_attempt(task, &sealed, attempt) {
             Ok(x) => x,
             Err(why) => return self.fail(task, &why).await,
         };
@@ -265,9 +262,6 @@ impl VmReconciler {
         let Some(slot) = (self.reserve)() else {
             return false;
         };
-        let spec = r
-            .template
-            .spec(&r.capability_key, task, attempt, labels, None);
         if let Err(e) = self.sandboxes.start(&spec, &[], false).await {
             tracing::warn!(task, attempt, error = %e, "cannot start the lost VM task again; retrying next pass");
             return false;
