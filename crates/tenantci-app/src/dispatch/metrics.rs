@@ -33,6 +33,7 @@ pub struct Metrics {
     handed_out: Counter,
     facade_refused: Counter,
     identity_refused: Counter,
+    spire_entry_errors: Counter,
     webhook: Family<Vec<(String, String)>, Counter>,
     attempts: Counter,
     withdrawn: Counter,
@@ -59,6 +60,7 @@ impl Default for Metrics {
             handed_out: Counter::default(),
             facade_refused: Counter::default(),
             identity_refused: Counter::default(),
+            spire_entry_errors: Counter::default(),
             webhook: Family::default(),
             attempts: Counter::default(),
             withdrawn: Counter::default(),
@@ -122,6 +124,11 @@ impl Default for Metrics {
             "facade_identity_refused",
             "Facade calls refused because the client's SPIFFE ID is missing or not its task's (identity on)",
             m.identity_refused.clone(),
+        );
+        registry.register(
+            "spire_entry_errors",
+            "Reads, writes and deletes of executor SPIRE entries (ClusterStaticEntry) that failed; each is retried next pass (identity on)",
+            m.spire_entry_errors.clone(),
         );
         registry.register(
             "webhook_deliveries",
@@ -192,6 +199,10 @@ impl Metrics {
     }
     pub fn identity_refused(&self) {
         self.identity_refused.inc();
+    }
+
+    pub fn spire_entry_error(&self) {
+        self.spire_entry_errors.inc();
     }
     pub fn webhook(&self, outcome: &str) {
         self.webhook

@@ -314,6 +314,7 @@ fn registrar(s: &Shared) -> Option<Registrar> {
         s.kube.clone(),
         settings,
         &s.cfg.cluster.namespace,
+        s.metrics.clone(),
     ))
 }
 

@@ -9,6 +9,7 @@
 //! the executor waits for its SVID meanwhile, and the start deadline bounds that wait.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{
@@ -18,10 +19,12 @@ use kube::api::{
 use super::Parsed;
 use super::entries::{self, Action, LiveEntry, ScheduledPod};
 use crate::dispatch::executor;
+use crate::dispatch::metrics::Metrics;
 use crate::dispatch::objects::Observed;
 
 pub struct Registrar {
     entries: Api<DynamicObject>,
+    metrics: Arc<Metrics>,
     nodes: Api<Node>,
     identity: Parsed,
     namespace: String,
@@ -61,9 +64,15 @@ fn scheduled(found: &BTreeMap<i64, Observed>) -> Vec<ScheduledPod> {
 }
 
 impl Registrar {
-    pub fn new(client: kube::Client, identity: Parsed, namespace: &str) -> Self {
+    pub fn new(
+        client: kube::Client,
+        identity: Parsed,
+        namespace: &str,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Registrar {
             entries: Api::all_with(client.clone(), &resource()),
+            metrics,
             nodes: Api::all(client),
             identity,
             namespace: namespace.to_string(),
@@ -80,6 +89,7 @@ impl Registrar {
                 live
             }
             Err(e) => {
+                self.metrics.spire_entry_error();
                 if !std::mem::replace(&mut self.list_failing, true) {
                     tracing::warn!(error = %e, "cannot list the executors' SPIRE entries (ClusterStaticEntry); executors wait for their SVIDs until this works");
                 }
@@ -125,6 +135,7 @@ impl Registrar {
                 }
             }
             Err(why) => {
+                self.metrics.spire_entry_error();
                 if self.failing.insert(pod.task) {
                     tracing::warn!(
                         task = pod.task,
@@ -173,6 +184,7 @@ impl Registrar {
             Ok(_) => true,
             Err(e) if is_status(&e, 404) => true,
             Err(e) => {
+                self.metrics.spire_entry_error();
                 tracing::warn!(entry = %name, error = %e, "cannot delete the SPIRE entry; retrying next pass");
                 false
             }

@@ -209,6 +209,10 @@ async fn identity_on_a_task_runs_to_success_through_its_proxy_with_its_svid() {
             .await,
         Some(0.0)
     );
+    assert_eq!(
+        d.metric("tenantci_dispatch_spire_entry_errors_total").await,
+        Some(0.0)
+    );
     let log = d.log_text();
     assert!(log.contains("serving SPIFFE mTLS"), "{log}");
     assert!(log.contains("SPIRE entry written"), "{log}");
