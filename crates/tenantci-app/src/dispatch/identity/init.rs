@@ -51,7 +51,11 @@ pub fn section(
             .parent_template
             .clone()
             .unwrap_or_else(defaults::parent_template),
-        cluster: Some(i.cluster.clone().unwrap_or_else(|| tenant_cluster.to_string())),
+        cluster: Some(
+            i.cluster
+                .clone()
+                .unwrap_or_else(|| tenant_cluster.to_string()),
+        ),
         facade_id: i
             .facade_id
             .clone()
@@ -92,7 +96,9 @@ mod tests {
 
     #[test]
     fn a_trust_domain_gives_the_defaults() {
-        let i = section(&on(), "dynamic-runner", "ci", false).unwrap().unwrap();
+        let i = section(&on(), "dynamic-runner", "ci", false)
+            .unwrap()
+            .unwrap();
         assert_eq!(i.id_template, defaults::id_template());
         assert_eq!(
             i.facade_id,
