@@ -52,6 +52,9 @@ pub struct SimConfig {
     /// Keep each tenant cluster's objects in `clusters/<name>/objects.json` across restarts
     /// (`tenantci sim`'s default); false: in memory only (`--in-memory`, in-process tests).
     pub persist: bool,
+    /// Serve SPIRE's `ClusterStaticEntry` CRD (true: as with spire-controller-manager
+    /// installed); false: discovery lacks `spire.spiffe.io` (`--without-spire-crd`).
+    pub spire_crd: bool,
 }
 
 impl SimConfig {
@@ -155,7 +158,10 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
     let mut stores = Vec::new();
     for name in &names {
         stores.push(match config.persist {
-            true => persist::load(&persist::path(&state, name), registry::TENANT)?,
+            true => persist::load(
+                &persist::path(&state, name),
+                registry::tenant(config.spire_crd),
+            )?,
             false => None,
         });
     }
@@ -180,7 +186,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
             saved,
             persist: config.persist,
         };
-        let tenant = start_tenant(&state, name, listener, (&config.nodes, store), &stop_rx)?;
+        let tenant = start_tenant(&state, name, listener, (&config, store), &stop_rx)?;
         admin_api.seed(seed::cluster_object(name, &tenant.entry.url));
         tasks.extend(tenant.tasks);
         tenants.push((name.clone(), tenant.api));
@@ -262,7 +268,7 @@ fn start_tenant(
     state: &StateDir,
     name: &str,
     listener: TcpListener,
-    (nodes, stored): (&nodes::NodeConfig, Stored),
+    (config, stored): (&SimConfig, Stored),
     stop_rx: &watch::Receiver<bool>,
 ) -> Result<Tenant> {
     let (serving_ca, client_ca) = statedir::cluster_cas(state, name)?;
@@ -279,7 +285,9 @@ fn start_tenant(
     let cert = statedir::serving_cert(&serving_ca, &format!("{name}-apiserver"))?;
     let tls = tls::server_config(&cert.cert_pem, &cert.key_pem)?;
     let authn = Arc::new(authn::Authenticator::new(client_ca.cert_pem())?);
-    let mut api = ApiServer::new(registry::TENANT, Mode::Rbac, format!("127.0.0.1:{port}"));
+    let nodes = &config.nodes;
+    let registry = registry::tenant(config.spire_crd);
+    let mut api = ApiServer::new(registry, Mode::Rbac, format!("127.0.0.1:{port}"));
     if let Some(saved) = stored.saved {
         api.store = saved;
     }

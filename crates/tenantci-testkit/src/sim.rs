@@ -181,6 +181,7 @@ pub async fn in_process(scratch: &Path, cluster: &str) -> tenantci_sim::SimHandl
         clusters: vec![cluster.to_string()],
         // In-process and never restarted: nothing to keep across a restart.
         persist: false,
+        spire_crd: true,
         nodes: Default::default(),
     })
     .await

@@ -63,6 +63,7 @@ async fn starts(warm: bool, runs: usize, boot: Duration) -> Vec<f64> {
         clusters: vec!["ci".into()],
         // In-process and never restarted: nothing to keep across a restart.
         persist: false,
+        spire_crd: true,
         nodes: NodeConfig {
             image: NodeImage::default(),
             boot,

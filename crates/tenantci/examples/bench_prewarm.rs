@@ -58,6 +58,7 @@ fn sim_config(dir: &std::path::Path, boot: Duration) -> SimConfig {
         state_dir: dir.join("state"),
         clusters: vec!["ci".into()],
         persist: false,
+        spire_crd: true,
         nodes: NodeConfig {
             boot,
             max_nodes: 20,

@@ -2,13 +2,15 @@
 //!
 //! Phase one changes nothing: the flags (`plan::check`), the NATS password files, the files
 //! already beside the config (scheduler credential, keys, facade PKI, the old config), the
-//! cluster (resolved through the gateway), the dispatcher's credential decision, and a kept
-//! registration (Declare: it must still exist at Gitea). Any refusal there is exit 2 with
+//! cluster (resolved through the gateway; with executor identity, serving SPIRE's
+//! ClusterStaticEntry: `spire`), the dispatcher's credential decision, and a kept registration
+//! (Declare: it must still exist at Gitea). Any refusal there is exit 2 with
 //! nothing written, applied or registered. `--dry-run` stops after it and reports the plan.
 //!
 //! Phase two acts. Registration comes first: a wrong registration token is the one input that
 //! only Gitea can judge, and Register is the only way to ask, so it must fail before anything
-//! else changed. Then the credential (`<dir>/kube/`), the RBAC (tenant-admin) and its
+//! else changed. Then the credential (`<dir>/kube/`), the RBAC (tenant-admin; with executor
+//! identity also the cluster-scoped ClusterRole and binding for the per-task entries) and its
 //! verification (the dispatcher's own credential), the keys, the facade PKI, and the config
 //! last, so a config on disk always names files that exist.
 //!
@@ -20,13 +22,15 @@
 //! cluster and Gitea; then one function per step over the shared [`Context`], in the order of
 //! `run`. The outcome and detail of a line come from pure functions (`apply::summary`,
 //! `credential_change`, `facade_line`, `config_outcome`). Gitea's calls are in `gitea`, the
-//! RBAC checks in `access`, the facade's CA and cert in `facade_pki`.
+//! RBAC checks in `access`, the SPIRE CRD check in `spire`, the facade's CA and cert in
+//! `facade_pki`.
 
 pub mod access;
 pub mod facade_pki;
 mod gitea;
 mod local;
 pub mod plan;
+pub mod spire;
 
 use std::path::{Path, PathBuf};
 
@@ -123,6 +127,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     }
     let minted = credential(&cx, &mut steps)?;
     rbac(&cx, &mut steps).await?;
+    rbac_identity(&cx, &mut steps).await?;
     verify(&cx, minted, &mut steps).await?;
     keys(&cx, &mut steps)?;
     facade_cert(&cx, &mut steps)?;
@@ -144,6 +149,11 @@ impl Context<'_> {
     fn paths(&self) -> &plan::Paths {
         &self.local.checked.paths
     }
+
+    /// Executor identity is on: the config gets `[identity]`.
+    fn identity(&self) -> bool {
+        self.local.config.identity.is_some()
+    }
 }
 
 /// Phase one against the cluster and Gitea: the cluster resolved, the credential decided, a
@@ -163,6 +173,10 @@ async fn check_cluster<'i>(
     let credential = credential_decision(&cluster, &local.checked, local.now)?;
     let admin = client::from_kubeconfig(&cluster.tenant_admin_kubeconfig).await?;
     check_native_sidecars(&admin, &cluster.url).await?;
+    if local.config.identity.is_some() {
+        spire::check(&admin, &cluster.url).await?;
+        steps.record("spire", Outcome::Ok, spire::detail(&cluster.url));
+    }
     if let (Some(k), false) = (local.registration.kept(), i.dry_run) {
         gitea::declare(i, k, &local.checked.paths).await?;
     }
@@ -386,6 +400,23 @@ async fn rbac(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
     Ok(())
 }
 
+/// With executor identity, the cluster-scoped ClusterRole and binding for the per-task
+/// ClusterStaticEntry objects, with the tenant-admin client; without it, nothing (and no line).
+async fn rbac_identity(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
+    if !cx.identity() {
+        return Ok(());
+    }
+    let objects = manifests::rbac_identity(&cx.i.namespace);
+    let applied = access::apply_identity(&cx.admin, &objects, cx.i.dry_run).await?;
+    let (outcome, detail) = summary(&applied);
+    steps.act(
+        "rbac-identity",
+        outcome,
+        format!("{detail} (cluster-scoped: ClusterStaticEntry objects, node get)"),
+    );
+    Ok(())
+}
+
 /// The RBAC as the dispatcher's own credential sees it (none on disk in a dry run).
 async fn verify(cx: &Context<'_>, minted: bool, steps: &mut Steps<'_>) -> Result<()> {
     if cx.i.dry_run {
@@ -393,14 +424,19 @@ async fn verify(cx: &Context<'_>, minted: bool, steps: &mut Steps<'_>) -> Result
         return Ok(());
     }
     let own = client::from_kubeconfig(&cx.paths().kube_dir.join("kubeconfig")).await?;
-    let n = access::verify(&own, &cx.i.namespace).await?;
+    let n = access::verify(&own, &cx.i.namespace, cx.identity()).await?;
     let which = if minted {
         "new credential"
     } else {
         "kept credential"
     };
+    let scope = if cx.identity() {
+        ", cluster-scoped ones included"
+    } else {
+        ""
+    };
     let detail = format!(
-        "{n} SelfSubjectAccessReviews as {} ({which}) as expected",
+        "{n} SelfSubjectAccessReviews as {} ({which}{scope}) as expected",
         manifests::NAME
     );
     steps.record("verify", Outcome::Ok, detail);

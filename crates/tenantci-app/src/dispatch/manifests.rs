@@ -1,14 +1,16 @@
 //! The dispatcher's manifests (`manifests/dispatch/`, usable with kubectl as they are): the RBAC
-//! `dispatch init` applies, with the namespace substituted, and the Deployment for running the
-//! dispatcher in the cluster. Pure: parsing and substitution; `init` applies.
+//! `dispatch init` applies, with the namespace substituted (the namespaced RBAC always, the
+//! cluster-scoped RBAC of executor identity only with `[identity]`), and the Deployment for
+//! running the dispatcher in the cluster. Pure: parsing and substitution; `init` applies.
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
 use serde::Deserialize as _;
 
 use crate::tenant::apply::Object;
 
 pub const RBAC: &str = include_str!("../../../../manifests/dispatch/rbac.yaml");
+pub const RBAC_IDENTITY: &str = include_str!("../../../../manifests/dispatch/rbac-identity.yaml");
 pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deployment.yaml");
 
 /// The ServiceAccount, Role, RoleBinding and client-certificate user name.
@@ -37,6 +39,31 @@ impl RbacObjects {
             Object::RoleBinding(self.binding.clone()),
         ]
     }
+}
+
+/// The cluster-scoped RBAC of executor identity (per-task ClusterStaticEntry objects and the
+/// Node's UID for their parent ID), in apply order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdentityRbacObjects {
+    pub role: ClusterRole,
+    pub binding: ClusterRoleBinding,
+}
+
+impl IdentityRbacObjects {
+    /// The objects in apply order.
+    pub fn objects(&self) -> Vec<Object> {
+        vec![
+            Object::ClusterRole(self.role.clone()),
+            Object::ClusterRoleBinding(self.binding.clone()),
+        ]
+    }
+}
+
+/// The name of the ClusterRole and ClusterRoleBinding of the dispatcher in `namespace`:
+/// cluster-scoped objects carry the namespace in their name, so two dispatchers (two
+/// namespaces) never share, and never remove, each other's binding.
+pub fn identity_rbac_name(namespace: &str) -> String {
+    format!("{NAME}:{namespace}")
 }
 
 /// Every document of a multi-document YAML string.
@@ -72,11 +99,31 @@ pub fn rbac(namespace: &str) -> RbacObjects {
     ] {
         meta.namespace = Some(namespace.to_string());
     }
-    for s in o.binding.subjects.iter_mut().flatten() {
+    in_namespace(&mut o.binding.subjects, namespace);
+    o
+}
+
+/// The ServiceAccount subject is the one in the dispatcher's namespace.
+fn in_namespace(subjects: &mut Option<Vec<Subject>>, namespace: &str) {
+    for s in subjects.iter_mut().flatten() {
         if s.kind == "ServiceAccount" {
             s.namespace = Some(namespace.to_string());
         }
     }
+}
+
+/// The objects of `manifests/dispatch/rbac-identity.yaml` for the dispatcher in `namespace`.
+pub fn rbac_identity(namespace: &str) -> IdentityRbacObjects {
+    let docs = documents(RBAC_IDENTITY);
+    let mut o = IdentityRbacObjects {
+        role: kind(&docs, "ClusterRole"),
+        binding: kind(&docs, "ClusterRoleBinding"),
+    };
+    let name = identity_rbac_name(namespace);
+    o.role.metadata.name = Some(name.clone());
+    o.binding.metadata.name = Some(name.clone());
+    o.binding.role_ref.name = name;
+    in_namespace(&mut o.binding.subjects, namespace);
     o
 }
 
@@ -99,12 +146,15 @@ mod tests {
                 "a field was dropped:\n{yaml:#}\nvs\n{back:#}"
             );
         }
-        for doc in documents(RBAC).iter().chain(documents(DEPLOYMENT).iter()) {
+        let docs = [RBAC, RBAC_IDENTITY, DEPLOYMENT].map(documents);
+        for doc in docs.iter().flatten() {
             match doc["kind"].as_str().unwrap() {
                 "Namespace" => check::<Namespace>(doc),
                 "ServiceAccount" => check::<ServiceAccount>(doc),
                 "Role" => check::<Role>(doc),
                 "RoleBinding" => check::<RoleBinding>(doc),
+                "ClusterRole" => check::<ClusterRole>(doc),
+                "ClusterRoleBinding" => check::<ClusterRoleBinding>(doc),
                 "Deployment" => check::<Deployment>(doc),
                 "Service" => check::<Service>(doc),
                 other => panic!("unexpected kind {other}"),
@@ -170,6 +220,90 @@ mod tests {
             kinds,
             ["Namespace", "ServiceAccount", "Role", "RoleBinding"],
             "no cluster-scoped RBAC"
+        );
+    }
+
+    /// (verbs, groups, resources) of each rule, in order.
+    fn rules_of(role: &ClusterRole) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+        role.rules
+            .iter()
+            .flatten()
+            .map(|r| {
+                (
+                    r.verbs.clone(),
+                    r.api_groups.clone().unwrap_or_default(),
+                    r.resources.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn identity_rbac_grants_exactly_the_entries_and_node_get() {
+        let o = rbac_identity("ci-dispatch");
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            rules_of(&o.role),
+            [
+                (
+                    strings(&["get", "list", "watch", "create", "update", "delete"]),
+                    strings(&["spire.spiffe.io"]),
+                    strings(&["clusterstaticentries"]),
+                ),
+                (strings(&["get"]), strings(&[""]), strings(&["nodes"])),
+            ],
+            "exactly these rules, nothing else"
+        );
+        for r in o.role.rules.iter().flatten() {
+            assert!(r.resource_names.is_none() && r.non_resource_urls.is_none());
+        }
+        let managed = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"].clone()
+        };
+        assert_eq!(managed(&o.role.metadata), "tenantci");
+        assert_eq!(managed(&o.binding.metadata), "tenantci");
+    }
+
+    #[test]
+    fn identity_rbac_names_carry_the_namespace_and_bind_both_identities() {
+        let o = rbac_identity("ci-dispatch");
+        let name = "tenantci-dispatcher:ci-dispatch";
+        assert_eq!(identity_rbac_name("ci-dispatch"), name);
+        assert_eq!(o.role.metadata.name.as_deref(), Some(name));
+        assert_eq!(o.binding.metadata.name.as_deref(), Some(name));
+        assert_eq!(o.role.metadata.namespace, None, "cluster-scoped");
+        assert_eq!(o.binding.metadata.namespace, None, "cluster-scoped");
+        assert_eq!(o.binding.role_ref.kind, "ClusterRole");
+        assert_eq!(o.binding.role_ref.name, name);
+        let mut got: Vec<(&str, &str, Option<&str>)> = o
+            .binding
+            .subjects
+            .iter()
+            .flatten()
+            .map(|s| (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("ServiceAccount", NAME, Some("ci-dispatch")),
+                ("User", NAME, None)
+            ]
+        );
+        // Two namespaces, two bindings: neither dispatcher's init touches the other's.
+        assert_ne!(rbac_identity("other").role, o.role);
+        // The file as kubectl applies it names the default namespace.
+        assert_eq!(rbac_identity(DEFAULT_NAMESPACE), {
+            let docs = documents(RBAC_IDENTITY);
+            IdentityRbacObjects {
+                role: kind(&docs, "ClusterRole"),
+                binding: kind(&docs, "ClusterRoleBinding"),
+            }
+        });
+        let kinds: Vec<Object> = o.objects();
+        assert_eq!(
+            kinds.iter().map(Object::kind).collect::<Vec<_>>(),
+            ["ClusterRole", "ClusterRoleBinding"]
         );
     }
 

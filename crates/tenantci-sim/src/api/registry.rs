@@ -13,7 +13,7 @@ pub enum NameRule {
     PathSegment,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ResourceDef {
     /// Store key and identity: `pods`, `deployments.apps`.
     pub key: &'static str,
@@ -348,6 +348,23 @@ pub static TENANT: &[ResourceDef] = &[
     },
 ];
 
+/// What a tenant apiserver serves: [`TENANT`], or (`spire_crd` false) all of it but SPIRE's
+/// `ClusterStaticEntry`, as a cluster where spire-controller-manager's CRDs are not installed
+/// (`tenantci sim --without-spire-crd`; `dispatch init` must refuse executor identity there).
+pub fn tenant(spire_crd: bool) -> &'static [ResourceDef] {
+    static WITHOUT_SPIRE: std::sync::LazyLock<Vec<ResourceDef>> = std::sync::LazyLock::new(|| {
+        TENANT
+            .iter()
+            .filter(|d| d.group != SPIRE_GROUP)
+            .cloned()
+            .collect()
+    });
+    match spire_crd {
+        true => TENANT,
+        false => &WITHOUT_SPIRE,
+    }
+}
+
 /// Group of SPIRE's custom resources (spire-controller-manager).
 pub const SPIRE_GROUP: &str = "spire.spiffe.io";
 /// Store key of SPIRE's `ClusterStaticEntry` objects.
@@ -398,4 +415,19 @@ pub fn groups(registry: &'static [ResourceDef]) -> Vec<(&'static str, &'static s
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_spire_crd_only_spire_s_group_is_gone() {
+        assert!(by_key(tenant(true), CLUSTER_STATIC_ENTRIES).is_some());
+        let without = tenant(false);
+        assert!(by_key(without, CLUSTER_STATIC_ENTRIES).is_none());
+        assert!(!groups(without).iter().any(|(g, _)| *g == SPIRE_GROUP));
+        assert_eq!(without.len(), TENANT.len() - 1);
+        assert_eq!(tenant(false).as_ptr(), without.as_ptr(), "built once");
+    }
 }

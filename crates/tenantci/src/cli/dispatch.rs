@@ -213,7 +213,8 @@ pub struct VmArgs {
 pub struct IdentityArgs {
     /// The SPIFFE trust domain (e.g. example.org). Turns executor identity on: the facade
     /// presents its SVID and serves an executor only with its task's SVID (mTLS), on top of
-    /// the capability. Needs SPIRE (docs/runbooks/gitea-dispatcher.md).
+    /// the capability. Needs SPIRE with its ClusterStaticEntry CRD (checked first), and applies
+    /// cluster-scoped RBAC for the per-task entries (docs/runbooks/gitea-dispatcher.md).
     #[arg(long, value_name = "DOMAIN")]
     pub spiffe_trust_domain: Option<String>,
     /// Each task's SPIFFE ID; placeholders {trust_domain}, {repository}, {job}.

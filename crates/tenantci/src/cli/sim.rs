@@ -56,6 +56,10 @@ pub struct SpireArgs {
     /// socket directory, admin API for rotation) before the ready line.
     #[arg(long, value_name = "TRUST_DOMAIN")]
     pub spire: Option<String>,
+    /// Serve the tenant clusters without SPIRE's ClusterStaticEntry CRD (no spire.spiffe.io in
+    /// API discovery), as a cluster where spire-controller-manager is not installed.
+    #[arg(long, conflicts_with = "spire")]
+    pub without_spire_crd: bool,
 }
 
 /// The OpenSandbox double: the Lifecycle API a VM backend creates sandboxes through.
@@ -181,6 +185,7 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         clusters: args.clusters,
         nodes,
         persist: !args.in_memory,
+        spire_crd: !args.spire.without_spire_crd,
     };
     config.validate()?;
     let handle = sim::start(config).await?;

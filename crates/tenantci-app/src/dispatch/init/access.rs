@@ -1,10 +1,11 @@
 //! The dispatcher's RBAC in the tenant cluster: applied with the tenant-admin client
 //! (`tenant::apply`), then verified with the dispatcher's OWN credential through
 //! SelfSubjectAccessReviews (`tenant::access`), so the check covers the certificate, the
-//! binding and the rules at once. This file holds the data (`must_allow`, `must_deny`) and
-//! the wording of a failure; the objects are `dispatch::manifests`'.
+//! binding and the rules at once. This file holds the data (`must_allow`, `must_deny`, and
+//! with executor identity `must_allow_identity`, cluster-scoped) and the wording of a failure;
+//! the objects are `dispatch::manifests`'.
 
-use crate::dispatch::manifests::RbacObjects;
+use crate::dispatch::manifests::{self, IdentityRbacObjects, RbacObjects};
 use crate::tenant::access::{self, Access, ReviewResult, Reviewer, Scope};
 use crate::tenant::apply::{Applied, apply_all};
 use tenantci_core::{Error, Result};
@@ -27,6 +28,18 @@ pub fn must_allow() -> Vec<Access> {
     v
 }
 
+/// What `dispatch run` calls with executor identity on, cluster-scoped: every verb of the
+/// ClusterRole of `manifests/dispatch/rbac-identity.yaml` (one ClusterStaticEntry per executor
+/// Pod; the Pod's Node for its UID).
+pub fn must_allow_identity() -> Vec<Access> {
+    let mut v: Vec<Access> = ["get", "list", "watch", "create", "update", "delete"]
+        .into_iter()
+        .map(|verb| Access::new(verb, "spire.spiffe.io", "clusterstaticentries"))
+        .collect();
+    v.push(Access::new("get", "", "nodes"));
+    v.into_iter().map(|a| a.scope(Scope::Cluster)).collect()
+}
+
 /// What the dispatcher must never be allowed.
 pub fn must_deny() -> Vec<Access> {
     vec![
@@ -43,6 +56,15 @@ pub async fn apply(admin: &kube::Client, o: &RbacObjects, dry_run: bool) -> Resu
     apply_all(admin, &o.objects(), dry_run, ADMIN_HINT).await
 }
 
+/// Applies executor identity's ClusterRole, then its ClusterRoleBinding.
+pub async fn apply_identity(
+    admin: &kube::Client,
+    o: &IdentityRbacObjects,
+    dry_run: bool,
+) -> Result<Vec<Applied>> {
+    apply_all(admin, &o.objects(), dry_run, ADMIN_HINT).await
+}
+
 fn review_error(e: kube::Error) -> Error {
     match &e {
         kube::Error::Api(s) if s.code == 401 => Error::check_failed(
@@ -53,8 +75,15 @@ fn review_error(e: kube::Error) -> Error {
     }
 }
 
-fn mismatch_error(bad: &ReviewResult) -> Error {
-    if bad.expected {
+fn mismatch_error(bad: &ReviewResult, namespace: &str) -> Error {
+    if bad.expected && bad.access.scope == Scope::Cluster {
+        let name = manifests::identity_rbac_name(namespace);
+        Error::check_failed(format!(
+            "the dispatcher's credential may not {}, which `dispatch run` needs with executor identity",
+            bad.describe()
+        ))
+        .hint(format!("the ClusterRoleBinding `{name}` must bind the ClusterRole `{name}` to the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac-identity.yaml"))
+    } else if bad.expected {
         Error::check_failed(format!(
             "the dispatcher's credential may not {}, which `dispatch run` needs",
             bad.describe()
@@ -69,14 +98,20 @@ fn mismatch_error(bad: &ReviewResult) -> Error {
     }
 }
 
+/// The accesses to review: the namespaced ones, and with executor identity (`identity`) the
+/// cluster-scoped ones too.
+pub fn checks(identity: bool) -> Vec<(Access, bool)> {
+    let identity = identity.then(must_allow_identity).unwrap_or_default();
+    access::checks(must_allow().into_iter().chain(identity), must_deny())
+}
+
 /// Reviews every access as the dispatcher itself; returns how many reviews ran.
-pub async fn verify(dispatcher: &kube::Client, namespace: &str) -> Result<usize> {
-    let checks = access::checks(must_allow(), must_deny());
-    let results = access::review(&Reviewer::Own(dispatcher), checks, namespace)
+pub async fn verify(dispatcher: &kube::Client, namespace: &str, identity: bool) -> Result<usize> {
+    let results = access::review(&Reviewer::Own(dispatcher), checks(identity), namespace)
         .await
         .map_err(review_error)?;
     match access::first_mismatch(&results) {
-        Some(bad) => Err(mismatch_error(bad)),
+        Some(bad) => Err(mismatch_error(bad, namespace)),
         None => Ok(results.len()),
     }
 }
@@ -106,9 +141,63 @@ mod tests {
             expected: false,
         };
         assert!(
-            mismatch_error(&refused)
+            mismatch_error(&refused, "ns")
                 .message()
                 .contains("may list secrets in all namespaces")
+        );
+    }
+
+    #[test]
+    fn identity_adds_the_cluster_scoped_checks_only_when_on() {
+        let off = checks(false);
+        assert!(off.iter().all(|(a, _)| a.scope != Scope::Cluster));
+        let on = checks(true);
+        let added: Vec<(&str, &str, &str)> = on
+            .iter()
+            .filter(|(a, _)| a.scope == Scope::Cluster)
+            .map(|(a, expected)| {
+                assert!(*expected, "{a:?} must be allowed");
+                (a.verb, a.group, a.resource)
+            })
+            .collect();
+        let entries = "clusterstaticentries";
+        let spire = "spire.spiffe.io";
+        assert_eq!(
+            added,
+            [
+                ("get", spire, entries),
+                ("list", spire, entries),
+                ("watch", spire, entries),
+                ("create", spire, entries),
+                ("update", spire, entries),
+                ("delete", spire, entries),
+                ("get", "", "nodes"),
+            ]
+        );
+        assert_eq!(on.len(), off.len() + added.len());
+    }
+
+    #[test]
+    fn a_missing_cluster_access_names_the_verb_resource_and_binding() {
+        let missing = ReviewResult {
+            access: must_allow_identity()[3],
+            namespace: String::new(),
+            allowed: false,
+            expected: true,
+        };
+        let e = mismatch_error(&missing, "ci-dispatch");
+        assert_eq!(e.exit_code(), 1);
+        assert!(
+            e.message().contains(
+                "may not create clusterstaticentries.spire.spiffe.io in the cluster scope"
+            ),
+            "{}",
+            e.message()
+        );
+        assert!(
+            e.hint_text()
+                .unwrap()
+                .contains("ClusterRoleBinding `tenantci-dispatcher:ci-dispatch`")
         );
     }
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::sim::SimProcess;
+use tenantci_testkit::spire::entry_yaml;
 
 use crate::util::{
     assert_exit, mode, repo_file, run, run_args, scratch, snapshot, stderr, stdout, tenantci,
@@ -32,14 +33,16 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(&["--opensandbox"])
+}
+
+/// A simulator with the Gitea double and `sim_flags`.
+fn setup_with(sim_flags: &[&str]) -> Setup {
     let dir = scratch();
     let root = dir.path().to_path_buf();
-    let sim = SimProcess::start(
-        tenantci(),
-        &root.join("state"),
-        &["ci"],
-        &["--gitea", "--opensandbox"],
-    );
+    let mut flags = vec!["--gitea"];
+    flags.extend_from_slice(sim_flags);
+    let sim = SimProcess::start(tenantci(), &root.join("state"), &["ci"], &flags);
     let gitea = sim.gitea();
     let token = gitea.registration_token;
     std::fs::write(root.join("registration-token"), format!("{token}\n")).unwrap();
@@ -132,6 +135,11 @@ impl Setup {
             .run(&["get", "namespace", "dynamic-runner"])
             .status
             .success()
+    }
+
+    /// Whether the tenant-admin sees `kind/name` (cluster-scoped).
+    fn exists(&self, kind: &str, name: &str) -> bool {
+        self.admin().run(&["get", kind, name]).status.success()
     }
 }
 
@@ -522,11 +530,16 @@ fn dispatch_manifests_apply_with_kubectl_as_they_are() {
         "-f",
         repo_file("manifests/dispatch/rbac.yaml").to_str().unwrap(),
         "-f",
+        repo_file("manifests/dispatch/rbac-identity.yaml")
+            .to_str()
+            .unwrap(),
+        "-f",
         repo_file("manifests/dispatch/deployment.yaml")
             .to_str()
             .unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(s.exists("clusterrolebinding", IDENTITY_RBAC));
     let o = s.admin().run(&[
         "-n",
         "dynamic-runner",
@@ -695,4 +708,173 @@ fn init_writes_the_identity_section_only_from_valid_spiffe_flags() {
     assert_exit(&off, 0);
     let text = std::fs::read_to_string(s.out("off")).unwrap();
     assert!(!text.contains("[identity]"), "{text}");
+}
+
+/// The cluster-scoped RBAC of executor identity in the default namespace.
+const IDENTITY_RBAC: &str = "tenantci-dispatcher:dynamic-runner";
+const TRUST_DOMAIN: [&str; 2] = ["--spiffe-trust-domain", "example.org"];
+const TRUST_DOMAIN_DRY_RUN: [&str; 3] = ["--spiffe-trust-domain", "example.org", "--dry-run"];
+
+fn step<'h>(steps: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    steps
+        .iter()
+        .find(|(s, _)| s == name)
+        .map(|(_, o)| o.as_str())
+}
+
+/// Executor identity on: phase one finds the ClusterStaticEntry CRD, the cluster-scoped
+/// ClusterRole and binding are applied (a dry run only says it would), and the dispatcher's
+/// own credential (kubectl with the kubeconfig init wrote, an independent client) can create
+/// and delete an entry and get a node, and nothing more of nodes; a re-run changes nothing.
+/// Identity off: no ClusterRole, no `spire` or `rbac-identity` line.
+#[test]
+fn init_with_identity_applies_the_cluster_scoped_rbac_the_dispatcher_can_use() {
+    let s = setup();
+    let off = s.init("off", &[("--name", Some("no-identity"))], &[]);
+    assert_exit(&off, 0);
+    let steps = outcomes(&hand_back(&off));
+    assert_eq!(step(&steps, "spire"), None, "{steps:?}");
+    assert_eq!(step(&steps, "rbac-identity"), None, "{steps:?}");
+    assert!(
+        !s.exists("clusterrole", IDENTITY_RBAC),
+        "identity off: none"
+    );
+    assert!(!s.exists("clusterrolebinding", IDENTITY_RBAC));
+
+    let dry = s.init("d", &[], &TRUST_DOMAIN_DRY_RUN);
+    assert_exit(&dry, 0);
+    let steps = outcomes(&hand_back(&dry));
+    assert_eq!(step(&steps, "spire"), Some("ok"), "{steps:?}");
+    assert_eq!(
+        step(&steps, "rbac-identity"),
+        Some("would apply"),
+        "{steps:?}"
+    );
+    assert!(
+        !s.exists("clusterrole", IDENTITY_RBAC),
+        "a dry run applies nothing"
+    );
+
+    let o = s.init("d", &[], &TRUST_DOMAIN);
+    assert_exit(&o, 0);
+    let hb = hand_back(&o);
+    let steps = outcomes(&hb);
+    assert_eq!(step(&steps, "spire"), Some("ok"), "{steps:?}");
+    assert_eq!(step(&steps, "rbac-identity"), Some("applied"), "{steps:?}");
+    assert_eq!(step(&steps, "verify"), Some("ok"), "{steps:?}");
+    let detail = |name: &str| {
+        hb["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["step"] == name)
+            .unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(detail("rbac-identity").contains("cluster-scoped"), "{hb}");
+    assert!(
+        detail("verify").contains("cluster-scoped ones included"),
+        "{hb}"
+    );
+
+    let o = s.admin().run(&[
+        "get",
+        "clusterrole",
+        IDENTITY_RBAC,
+        "-o",
+        "jsonpath={range .rules[*]}{.apiGroups}{.resources}{.verbs};{end}",
+    ]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        r#"["spire.spiffe.io"]["clusterstaticentries"]["get","list","watch","create","update","delete"];[""]["nodes"]["get"];"#
+    );
+    let o = s.admin().run(&[
+        "get",
+        "clusterrolebinding",
+        IDENTITY_RBAC,
+        "-o",
+        "jsonpath={.roleRef.name} {range .subjects[*]}{.kind}/{.name}/{.namespace} {end}",
+    ]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o).trim(),
+        "tenantci-dispatcher:dynamic-runner ServiceAccount/tenantci-dispatcher/dynamic-runner User/tenantci-dispatcher/"
+    );
+
+    let own = Kubectl::new(&s.root.join("d/kube/kubeconfig"), &s.root);
+    for verb in ["get", "list", "watch", "create", "update", "delete"] {
+        assert_eq!(
+            can_i(&own, &[verb, "clusterstaticentries.spire.spiffe.io"]),
+            (true, "yes".into()),
+            "{verb}"
+        );
+    }
+    assert_eq!(can_i(&own, &["get", "nodes"]), (true, "yes".into()));
+    assert_eq!(can_i(&own, &["list", "nodes"]), (false, "no".into()));
+    assert_eq!(can_i(&own, &["delete", "nodes"]), (false, "no".into()));
+    let entry = entry_yaml(
+        "init-probe",
+        "spiffe://example.org/gitea/acme/widgets/build",
+        "spiffe://example.org/spire/agent/k8s_psat/ci/node-uid-1",
+        "pod-uid-1",
+    );
+    let o = own.run_stdin(&["create", "-f", "-"], &entry);
+    assert_exit(&o, 0);
+    let o = own.run(&["delete", "clusterstaticentry", "init-probe"]);
+    assert_exit(&o, 0);
+    // No node is rented yet: NotFound (authorized, absent), never Forbidden.
+    let o = own.run(&["get", "node", "no-such-node"]);
+    assert!(stderr(&o).contains("NotFound"), "{}", stderr(&o));
+
+    let before = files(&s.root.join("d"));
+    let again = s.init("d", &[("--registration-token-file", None)], &TRUST_DOMAIN);
+    assert_exit(&again, 0);
+    for (step, outcome) in outcomes(&hand_back(&again)) {
+        assert!(
+            ["ok", "kept", "unchanged"].contains(&outcome.as_str()),
+            "{step}: {outcome}"
+        );
+    }
+    assert_eq!(
+        files(&s.root.join("d")),
+        before,
+        "a re-run rewrites nothing"
+    );
+}
+
+/// A cluster without SPIRE's ClusterStaticEntry CRD (`sim --without-spire-crd`): identity is
+/// refused in phase one, exit 2, one sentence naming the missing resource and what to install,
+/// with nothing written, applied or registered; without identity init works there.
+#[test]
+fn init_refuses_identity_on_a_cluster_without_the_spire_crd() {
+    let s = setup_with(&["--without-spire-crd"]);
+    for extra in [&TRUST_DOMAIN[..], &TRUST_DOMAIN_DRY_RUN[..]] {
+        let o = s.init("d", &[], extra);
+        assert_exit(&o, 2);
+        let err = stderr(&o);
+        assert!(
+            err.contains("does not serve clusterstaticentries.spire.spiffe.io/v1alpha1"),
+            "{err}"
+        );
+        assert!(
+            err.contains("help:") && err.contains("spire-controller-manager with its CRDs"),
+            "{err}"
+        );
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "one sentence: {err}"
+        );
+        assert!(!s.root.join("d").exists(), "nothing written");
+        assert!(s.runners().is_empty(), "nothing registered");
+        assert!(!s.namespace_exists(), "nothing applied");
+        assert!(!s.exists("clusterrole", IDENTITY_RBAC), "nothing applied");
+    }
+
+    let off = s.init("d", &[], &[]);
+    assert_exit(&off, 0);
+    assert_eq!(step(&outcomes(&hand_back(&off)), "spire"), None);
 }
