@@ -10,7 +10,7 @@ use serde::Deserialize as _;
 use crate::tenant::apply::Object;
 
 pub const RBAC: &str = include_str!("../../../../manifests/dispatch/rbac.yaml");
-pub const RBAC_IDENTITY: &str = include_str!("../../../../manifests/dispatch/rbac-identity.yaml");
+pub const RBAC_IDENTITY: &str = include_str!("../../../../manifests/dispatch/identity/rbac.yaml");
 pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deployment.yaml");
 
 /// The ServiceAccount, Role, RoleBinding and client-certificate user name.
@@ -112,7 +112,7 @@ fn in_namespace(subjects: &mut Option<Vec<Subject>>, namespace: &str) {
     }
 }
 
-/// The objects of `manifests/dispatch/rbac-identity.yaml` for the dispatcher in `namespace`.
+/// The objects of `manifests/dispatch/identity/rbac.yaml` for the dispatcher in `namespace`.
 pub fn rbac_identity(namespace: &str) -> IdentityRbacObjects {
     let docs = documents(RBAC_IDENTITY);
     let mut o = IdentityRbacObjects {

@@ -107,6 +107,54 @@ fn the_openbao_overlay_renders_an_external_secret_and_a_generated_config() {
     .unwrap();
 }
 
+#[test]
+fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
+    let objects = kustomize("manifests/overlays/spire");
+    let role = of_kind(&objects, "ClusterRole");
+    assert_eq!(role.len(), 1);
+    // The same ClusterRole `dispatch init` applies (the file is embedded there).
+    let embedded = tenantci_app::dispatch::manifests::rbac_identity("dynamic-runner");
+    let rendered: k8s_openapi::api::rbac::v1::ClusterRole =
+        serde_yaml::from_value(role[0].clone()).unwrap();
+    assert_eq!(rendered.metadata.name, embedded.role.metadata.name);
+    assert_eq!(rendered.rules, embedded.role.rules);
+    assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
+    let id = of_kind(&objects, "ClusterSPIFFEID");
+    assert_eq!(id.len(), 1);
+    assert_eq!(
+        id[0]["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "tenantci-dispatcher"
+    );
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    let csi = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "spiffe-workload-api")
+        .expect("the Workload API volume");
+    assert_eq!(csi["csi"]["driver"], "csi.spiffe.io");
+    let container = &pod["containers"][0];
+    assert!(
+        container["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "SPIFFE_ENDPOINT_SOCKET"),
+        "{container:?}"
+    );
+    // The base's mounts are kept by the patch.
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    for m in ["config", "tmp", "spiffe-workload-api"] {
+        assert!(mounts.contains(&m), "{m} in {mounts:?}");
+    }
+}
+
 /// Verifies each unit with ExecStart pointing at this build's binary (verify insists that the
 /// executable exists).
 #[test]

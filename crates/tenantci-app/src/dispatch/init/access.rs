@@ -29,7 +29,7 @@ pub fn must_allow() -> Vec<Access> {
 }
 
 /// What `dispatch run` calls with executor identity on, cluster-scoped: every verb of the
-/// ClusterRole of `manifests/dispatch/rbac-identity.yaml` (one ClusterStaticEntry per executor
+/// ClusterRole of `manifests/dispatch/identity/rbac.yaml` (one ClusterStaticEntry per executor
 /// Pod; the Pod's Node for its UID).
 pub fn must_allow_identity() -> Vec<Access> {
     let mut v: Vec<Access> = ["get", "list", "watch", "create", "update", "delete"]
@@ -82,7 +82,7 @@ fn mismatch_error(bad: &ReviewResult, namespace: &str) -> Error {
             "the dispatcher's credential may not {}, which `dispatch run` needs with executor identity",
             bad.describe()
         ))
-        .hint(format!("the ClusterRoleBinding `{name}` must bind the ClusterRole `{name}` to the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac-identity.yaml"))
+        .hint(format!("the ClusterRoleBinding `{name}` must bind the ClusterRole `{name}` to the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/identity/rbac.yaml"))
     } else if bad.expected {
         Error::check_failed(format!(
             "the dispatcher's credential may not {}, which `dispatch run` needs",

@@ -530,7 +530,7 @@ fn dispatch_manifests_apply_with_kubectl_as_they_are() {
         "-f",
         repo_file("manifests/dispatch/rbac.yaml").to_str().unwrap(),
         "-f",
-        repo_file("manifests/dispatch/rbac-identity.yaml")
+        repo_file("manifests/dispatch/identity/rbac.yaml")
             .to_str()
             .unwrap(),
         "-f",
