@@ -286,6 +286,12 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| Error::external("cannot read the bound address").caused_by(e))?;
     on_listening(bound);
+    // Small request, small answer: without TCP_NODELAY, Nagle's algorithm holds a response
+    // tail until the runner's delayed ACK (~40 ms on Linux), on every new connection.
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(up))
         .with_graceful_shutdown(shutdown)
         .await

@@ -354,6 +354,10 @@ pub fn spawn_router(
             let Ok((tcp, peer)) = accepted else {
                 continue;
             };
+            // RunnerService calls are small requests and answers: with Nagle's algorithm on,
+            // a handshake flight or an answer's tail waits for the peer's delayed ACK (~40 ms
+            // on Linux). The identity benchmark saw it as 40-50 ms first calls.
+            let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let app = app.clone();
             tokio::spawn(async move {
