@@ -10,6 +10,7 @@ ensure_nats_server
 ensure_kubectl
 ensure_openssl
 ensure_systemd_analyze
+ensure_promtool
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

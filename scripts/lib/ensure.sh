@@ -82,6 +82,16 @@ ensure_umoci() {
   command -v umoci >/dev/null 2>&1 || { echo "error: umoci is needed (apt-get install umoci)" >&2; exit 3; }
 }
 
+# promtool unit-tests the alert rules (manifests/monitoring); Debian ships it in `prometheus`.
+# Best effort: without it that one test says SKIPPED.
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >&2 || true
+  fi
+  command -v promtool >/dev/null 2>&1 || log "warning: promtool is not available; the alert rules' test is skipped"
+}
+
 # systemd-analyze checks the shipped units (packaging/systemd).
 ensure_systemd_analyze() {
   command -v systemd-analyze >/dev/null 2>&1 && return 0
