@@ -47,7 +47,7 @@ fn proxy_container(pod: &Pod) -> &k8s_openapi::api::core::v1::Container {
 }
 
 /// The value after `flag` in the sidecar's argv.
-fn proxy_flag(pod: &Pod, flag: &str) -> String {
+pub fn proxy_flag(pod: &Pod, flag: &str) -> String {
     let args = proxy_container(pod).command.clone().unwrap_or_default();
     let i = args
         .iter()

@@ -215,37 +215,17 @@ fn print(results: &[Result], jobs: usize, idle: Duration) {
 }
 
 fn init(bin: &Path, dir: &Path, gitea: &Gitea, nats: &NatsServer, secret: &Path) -> PathBuf {
-    let token = dir.join("registration-token");
-    tenantci_core::fsutil::write_new_atomic(&token, gitea.registration_token.as_bytes(), 0o600)
-        .unwrap();
-    let config = dir.join("dispatch").join("config.toml");
-    let ok = Command::new(bin)
-        .args([
-            "dispatch",
-            "init",
-            "--cluster",
-            "ci",
-            "--executor-image",
-            IMAGE,
-        ])
-        .args(["--gitea-url", &gitea.url, "--nats", &nats.url])
-        .args(["--facade-listen", "127.0.0.1:0"])
-        .args(["--webhook-listen", "127.0.0.1:0", "--webhook-secret-file"])
-        .arg(secret)
-        .arg("--registration-token-file")
-        .arg(&token)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--nats-secrets-dir")
-        .arg(nats.secrets_dir())
-        .arg("--out")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(ok.success(), "tenantci dispatch init failed");
-    config
+    let flags: Vec<std::ffi::OsString> = vec![
+        "--executor-image".into(),
+        IMAGE.into(),
+        "--proxy-image".into(),
+        IMAGE.into(),
+        "--webhook-listen".into(),
+        "127.0.0.1:0".into(),
+        "--webhook-secret-file".into(),
+        secret.into(),
+    ];
+    tenantci_testkit::dispatch::init(bin, dir, gitea, nats, &flags)
 }
 
 #[tokio::main]

@@ -420,40 +420,13 @@ async fn setup(bin: PathBuf) -> (tempfile::TempDir, Bench) {
     let admin = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin("ci"))
         .await
         .unwrap();
-    let token = dir.join("registration-token");
-    tenantci_core::fsutil::write_new_atomic(&token, gitea.registration_token.as_bytes(), 0o600)
-        .unwrap();
-    let config = dir.join("dispatch").join("config.toml");
-    let init = Command::new(&bin)
-        .args([
-            "dispatch",
-            "init",
-            "--cluster",
-            "ci",
-            "--executor-image",
-            IMAGE,
-            "--proxy-image",
-            IMAGE,
-        ])
-        .args(["--gitea-url", &gitea.url, "--nats", &nats.url])
-        // Any free port, advertised to executors as bound (one dispatcher runs at a time).
-        .args(["--facade-listen", "127.0.0.1:0"])
-        .arg("--registration-token-file")
-        .arg(&token)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--nats-secrets-dir")
-        .arg(nats.secrets_dir())
-        .arg("--out")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("init.log")).unwrap())
-        .status()
-        .unwrap();
-    assert!(
-        init.success(),
-        "tenantci dispatch init failed:\n{}",
-        std::fs::read_to_string(dir.join("init.log")).unwrap_or_default()
+    // One dispatcher runs at a time, so the facade's free port is advertised as bound.
+    let config = tenantci_testkit::dispatch::init(
+        &bin,
+        &dir,
+        &gitea,
+        &nats,
+        &["--executor-image", IMAGE, "--proxy-image", IMAGE],
     );
     let b = Bench {
         bin,

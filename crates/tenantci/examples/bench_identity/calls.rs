@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use prost::Message as _;
-use tenantci_app::dispatch::executor::{CA_KEY, PROXY_CONTAINER, RUNNER_KEY};
+use tenantci_app::dispatch::executor::{CA_KEY, RUNNER_KEY};
 use tenantci_core::forge::gitea::facade::{RUNNER_SERVICE_PATH, TOKEN_HEADER, UUID_HEADER};
 use tenantci_core::forge::gitea::proto::{LogRow, UpdateLogRequest, UpdateLogResponse};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
@@ -41,7 +41,7 @@ impl Task {
             id,
             uuid: ex.uuid,
             token: ex.token,
-            facade_url: sidecar_flag(pod, "--facade-url"),
+            facade_url: tenantci_testkit::executor::proxy_flag(pod, "--facade-url"),
             ca_pem,
             next: 0,
         }
@@ -84,22 +84,6 @@ impl Task {
         self.next = answer.ack_index;
         took
     }
-}
-
-/// The value after `flag` in the executor Pod's sidecar argv.
-fn sidecar_flag(pod: &Pod, flag: &str) -> String {
-    let sidecar = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_ref())
-        .and_then(|c| c.iter().find(|c| c.name == PROXY_CONTAINER))
-        .expect("the executor Pod has the executor-proxy sidecar");
-    let args = sidecar.command.clone().unwrap_or_default();
-    let i = args
-        .iter()
-        .position(|a| a == flag)
-        .unwrap_or_else(|| panic!("the sidecar has {flag}: {args:?}"));
-    args[i + 1].clone()
 }
 
 fn chain(e: &dyn std::error::Error) -> String {

@@ -259,33 +259,20 @@ impl World {
 /// `tenantci dispatch init` with executor identity (trust domain [`TRUST_DOMAIN`], the
 /// defaults otherwise); the config's path.
 fn init(bin: &Path, dir: &Path, gitea: &Gitea, nats: &NatsServer) -> PathBuf {
-    let token = dir.join("registration-token");
-    tenantci_core::fsutil::write_new_atomic(&token, gitea.registration_token.as_bytes(), 0o600)
-        .unwrap();
-    let config = dir.join("dispatch").join("config.toml");
-    let status = Command::new(bin)
-        .args(["dispatch", "init", "--cluster", CLUSTER])
-        .args(["--namespace", NAMESPACE])
-        .args(["--executor-image", IMAGE, "--proxy-image", IMAGE])
-        .args(["--gitea-url", &gitea.url, "--nats", &nats.url])
-        .args(["--facade-listen", "127.0.0.1:0"])
-        .args(["--spiffe-trust-domain", TRUST_DOMAIN])
-        .arg("--registration-token-file")
-        .arg(&token)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--nats-secrets-dir")
-        .arg(nats.secrets_dir())
-        .arg("--out")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("init.log")).unwrap())
-        .status()
-        .unwrap();
-    assert!(
-        status.success(),
-        "tenantci dispatch init failed:\n{}",
-        std::fs::read_to_string(dir.join("init.log")).unwrap_or_default()
-    );
-    config
+    tenantci_testkit::dispatch::init(
+        bin,
+        dir,
+        gitea,
+        nats,
+        &[
+            "--namespace",
+            NAMESPACE,
+            "--executor-image",
+            IMAGE,
+            "--proxy-image",
+            IMAGE,
+            "--spiffe-trust-domain",
+            TRUST_DOMAIN,
+        ],
+    )
 }

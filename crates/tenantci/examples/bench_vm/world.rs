@@ -67,37 +67,21 @@ impl World {
         let gitea = sim.gitea();
         let opensandbox = OpenSandbox::from_state_dir(&dir.join("state"));
         let nats = NatsServer::start_in(&dir.join("nats"));
-        let token = dir.join("registration-token");
-        tenantci_core::fsutil::write_new_atomic(&token, gitea.registration_token.as_bytes(), 0o600)
-            .unwrap();
-        let config = dir.join("dispatch").join("config.toml");
-        let init = Command::new(&bin)
-            .args(["dispatch", "init", "--cluster", "ci"])
-            .args(["--executor-image", IMAGE, "--proxy-image", IMAGE])
-            .args(["--gitea-url", &gitea.url, "--nats", &nats.url])
-            .args(["--facade-listen", "127.0.0.1:0"])
-            .args(["--labels", "self-hosted,pod,vm"])
-            .args(["--vm-capacity", &vm_capacity.to_string()])
-            .args(["--opensandbox-url", &opensandbox.url])
-            .arg("--opensandbox-api-key-file")
-            .arg(&opensandbox.api_key_file)
-            .arg("--registration-token-file")
-            .arg(&token)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--nats-secrets-dir")
-            .arg(nats.secrets_dir())
-            .arg("--out")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("init.log")).unwrap())
-            .status()
-            .unwrap();
-        assert!(
-            init.success(),
-            "tenantci dispatch init failed:\n{}",
-            std::fs::read_to_string(dir.join("init.log")).unwrap_or_default()
-        );
+        let flags: Vec<std::ffi::OsString> = vec![
+            "--executor-image".into(),
+            IMAGE.into(),
+            "--proxy-image".into(),
+            IMAGE.into(),
+            "--labels".into(),
+            "self-hosted,pod,vm".into(),
+            "--vm-capacity".into(),
+            vm_capacity.to_string().into(),
+            "--opensandbox-url".into(),
+            opensandbox.url.clone().into(),
+            "--opensandbox-api-key-file".into(),
+            opensandbox.api_key_file.clone().into(),
+        ];
+        let config = tenantci_testkit::dispatch::init(&bin, &dir, &gitea, &nats, &flags);
         let w = World {
             bin,
             dir,
