@@ -22,6 +22,8 @@ use tenantci_core::spiffe::id::Values;
 
 pub const GROUP: &str = "spire.spiffe.io";
 pub const VERSION: &str = "v1alpha1";
+/// `GROUP/VERSION`, as `apiVersion` and discovery name it.
+pub const API_VERSION: &str = "spire.spiffe.io/v1alpha1";
 pub const KIND: &str = "ClusterStaticEntry";
 pub const PLURAL: &str = "clusterstaticentries";
 
@@ -169,7 +171,7 @@ pub fn desired(
             )
         })?;
     Ok(json!({
-        "apiVersion": format!("{GROUP}/{VERSION}"),
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
             "name": entry_name(namespace, &pod.pod_name),
@@ -209,6 +211,11 @@ mod tests {
             spiffe_id: p.spiffe_id.clone(),
             selectors: selectors(&p.pod_uid),
         }
+    }
+
+    #[test]
+    fn the_api_version_is_group_and_version() {
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! with executor identity `must_allow_identity`, cluster-scoped) and the wording of a failure;
 //! the objects are `dispatch::manifests`'.
 
+use crate::dispatch::identity::entries;
 use crate::dispatch::manifests::{self, IdentityRbacObjects, RbacObjects};
 use crate::tenant::access::{self, Access, ReviewResult, Reviewer, Scope};
 use crate::tenant::apply::{Applied, apply_all};
@@ -34,7 +35,7 @@ pub fn must_allow() -> Vec<Access> {
 pub fn must_allow_identity() -> Vec<Access> {
     let mut v: Vec<Access> = ["get", "list", "watch", "create", "update", "delete"]
         .into_iter()
-        .map(|verb| Access::new(verb, "spire.spiffe.io", "clusterstaticentries"))
+        .map(|verb| Access::new(verb, entries::GROUP, entries::PLURAL))
         .collect();
     v.push(Access::new("get", "", "nodes"));
     v.into_iter().map(|a| a.scope(Scope::Cluster)).collect()

@@ -10,12 +10,13 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 
+use crate::dispatch::identity::entries;
 use tenantci_core::{Error, Result};
 
 /// The group/version `dispatch run` writes entries to.
-pub const GROUP_VERSION: &str = "spire.spiffe.io/v1alpha1";
+pub const GROUP_VERSION: &str = entries::API_VERSION;
 /// The plural of `ClusterStaticEntry`.
-pub const RESOURCE: &str = "clusterstaticentries";
+pub const RESOURCE: &str = entries::PLURAL;
 
 /// Whether the discovery document of [`GROUP_VERSION`] (None: the group is not served at
 /// all) lists [`RESOURCE`], cluster-scoped as spire-controller-manager defines it.
