@@ -1,6 +1,7 @@
 //! The simulator's SPIRE stand-in (`tenantci sim --spire TRUST_DOMAIN`) as tests use it:
 //! where it is (`<state>/spire.json`), each entry's Workload API socket, its admin API
-//! (entries served, rotation), and ClusterStaticEntry manifests for kubectl.
+//! (entries served, rotation, SVIDs minted), its Server API double's address and SPIFFE ID,
+//! and ClusterStaticEntry manifests for kubectl.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,10 @@ pub struct Spire {
     pub bundle_file: PathBuf,
     pub socket_dir: PathBuf,
     pub admin_url: String,
+    /// The Server API double, `127.0.0.1:PORT` (SPIFFE mTLS, MintX509SVID).
+    pub server_address: String,
+    /// The SPIFFE ID the Server API double presents.
+    pub server_id: String,
 }
 
 impl Spire {
@@ -31,6 +36,8 @@ impl Spire {
             bundle_file: PathBuf::from(field("bundleFile")),
             socket_dir: PathBuf::from(field("socketDir")),
             admin_url: field("adminUrl"),
+            server_address: field("serverAddress"),
+            server_id: field("serverId"),
         }
     }
 
@@ -70,6 +77,17 @@ impl Spire {
         .await
     }
 
+    /// The SVIDs the Server API double minted, in order (`spiffeId`, `serial`, `callerId`).
+    pub async fn minted(&self, http: &reqwest::Client) -> Vec<Value> {
+        let resp = http
+            .get(format!("{}/minted", self.admin_url))
+            .send()
+            .await
+            .expect("the SPIRE stand-in's admin API");
+        assert!(resp.status().is_success(), "minted: {}", resp.status());
+        resp.json().await.unwrap()
+    }
+
     /// Issues every entry a new SVID; the entries after.
     pub async fn rotate(&self, http: &reqwest::Client) -> Vec<Value> {
         let resp = http
@@ -98,5 +116,14 @@ spec:
     - unix:uid:2000
   x509SVIDTTL: 1h
 "
+    )
+}
+
+/// [`entry_yaml`] for an admin workload (`admin: true`): one the SPIRE server lets call its
+/// Server API, as the dispatcher that mints VM tasks' SVIDs.
+pub fn admin_entry_yaml(name: &str, spiffe_id: &str, parent_id: &str, pod_uid: &str) -> String {
+    format!(
+        "{}  admin: true\n",
+        entry_yaml(name, spiffe_id, parent_id, pod_uid)
     )
 }

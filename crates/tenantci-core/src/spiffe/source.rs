@@ -15,6 +15,17 @@ pub trait SvidSource: Send + Sync + std::fmt::Debug {
     fn current(&self) -> Result<Arc<Svid>>;
 }
 
+/// An SVID that never rotates: a process that issues its own (the simulator's SPIRE server
+/// double) and tests.
+#[derive(Debug, Clone)]
+pub struct FixedSource(pub Arc<Svid>);
+
+impl SvidSource for FixedSource {
+    fn current(&self) -> Result<Arc<Svid>> {
+        Ok(self.0.clone())
+    }
+}
+
 /// The parsed `--spiffe-source` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceSpec {

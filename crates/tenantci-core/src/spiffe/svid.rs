@@ -19,6 +19,8 @@ pub struct Svid {
     id: SpiffeId,
     key: Arc<CertifiedKey>,
     roots: Arc<RootCertStore>,
+    /// The bundle as given, DER: what a minted SVID's holder gets as `svid_bundle.pem`.
+    bundle: Arc<[CertificateDer<'static>]>,
 }
 
 impl fmt::Debug for Svid {
@@ -72,6 +74,7 @@ impl Svid {
             id,
             key: Arc::new(certified),
             roots: Arc::new(roots),
+            bundle: bundle.iter().cloned().collect(),
         })
     }
 
@@ -88,6 +91,11 @@ impl Svid {
     /// The trust domain's bundle: the roots a peer's SVID must chain to.
     pub fn roots(&self) -> &Arc<RootCertStore> {
         &self.roots
+    }
+
+    /// The trust domain's CA certificates (DER) as given to [`Svid::from_der`].
+    pub fn bundle(&self) -> &[CertificateDer<'static>] {
+        &self.bundle
     }
 
     /// The leaf certificate (for comparing two SVIDs, e.g. after a rotation).

@@ -1,6 +1,7 @@
 //! The stand-in's admin API for tests, plain HTTP on loopback: `GET /entries` lists the
 //! entries served (socket, SPIFFE ID, serial of the current SVID); `POST /rotate` issues each
-//! a new SVID and pushes it to open Workload API streams, answering the entries after.
+//! a new SVID and pushes it to open Workload API streams, answering the entries after;
+//! `GET /minted` lists the SVIDs the Server API double minted, in order.
 
 use std::sync::Arc;
 
@@ -8,18 +9,27 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::net::TcpListener;
 
+use super::server_api::MintRecord;
 use super::{EntryView, StandIn};
 use crate::served::Served;
 use tenantci_core::{Error, Result};
 
 pub fn router(stand_in: Arc<StandIn>) -> Router {
     let list = stand_in.clone();
+    let minted = stand_in.clone();
     Router::new()
         .route(
             "/entries",
             get(move || {
                 let s = list.clone();
                 async move { Json::<Vec<EntryView>>(s.entries()) }
+            }),
+        )
+        .route(
+            "/minted",
+            get(move || {
+                let s = minted.clone();
+                async move { Json::<Vec<MintRecord>>(s.minted()) }
             }),
         )
         .route(

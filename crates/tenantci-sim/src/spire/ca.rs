@@ -35,6 +35,7 @@ pub struct TrustDomainCa {
     issuer: Issuer<'static, KeyPair>,
     cert_der: Vec<u8>,
     cert_pem: String,
+    not_after: OffsetDateTime,
     next_serial: std::sync::atomic::AtomicU64,
 }
 
@@ -79,6 +80,7 @@ impl TrustDomainCa {
             trust_domain: trust_domain.to_string(),
             cert_der: cert.der().to_vec(),
             cert_pem: cert.pem(),
+            not_after: params.not_after,
             issuer: Issuer::new(params, key),
             next_serial: std::sync::atomic::AtomicU64::new(1),
         })
@@ -101,6 +103,52 @@ impl TrustDomainCa {
     pub fn issue(&self, spiffe_id: &str, ttl: std::time::Duration) -> Result<IssuedSvid, String> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(|e| format!("SVID key: {e}"))?;
+        let (serial, params) = self.svid_params(spiffe_id, ttl)?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|e| format!("SVID for `{spiffe_id}`: {e}"))?;
+        Ok(IssuedSvid {
+            spiffe_id: spiffe_id.to_string(),
+            cert_der: cert.der().to_vec(),
+            key_pkcs8_der: key.serialize_der(),
+            serial,
+        })
+    }
+
+    /// An SVID for `spiffe_id` over the requester's key (a CSR checked by the caller),
+    /// valid for `ttl` but not past the CA itself. Returns the serial, the DER leaf and its
+    /// expiry (seconds since the Unix epoch).
+    pub fn sign(
+        &self,
+        spiffe_id: &str,
+        public_key: &impl rcgen::PublicKeyData,
+        ttl: std::time::Duration,
+    ) -> Result<(u64, Vec<u8>, i64), String> {
+        let (serial, mut params) = self.svid_params(spiffe_id, ttl)?;
+        params.not_after = params.not_after.min(self.not_after);
+        let cert = params
+            .signed_by(public_key, &self.issuer)
+            .map_err(|e| format!("SVID for `{spiffe_id}`: {e}"))?;
+        Ok((
+            serial,
+            cert.der().to_vec(),
+            params.not_after.unix_timestamp(),
+        ))
+    }
+
+    /// The lifetime left to the CA: the longest SVID it can sign.
+    pub fn remaining(&self) -> std::time::Duration {
+        (self.not_after - OffsetDateTime::now_utc())
+            .try_into()
+            .unwrap_or_default()
+    }
+
+    /// The leaf's extensions (see the module header), a fresh serial, `ttl` from a minute ago.
+    fn svid_params(
+        &self,
+        spiffe_id: &str,
+        ttl: std::time::Duration,
+    ) -> Result<(u64, CertificateParams), String> {
         let serial = self
             .next_serial
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -122,15 +170,7 @@ impl TrustDomainCa {
         params.not_before = now - time::Duration::minutes(1);
         params.not_after =
             now + time::Duration::try_from(ttl).map_err(|e| format!("SVID lifetime: {e}"))?;
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .map_err(|e| format!("SVID for `{spiffe_id}`: {e}"))?;
-        Ok(IssuedSvid {
-            spiffe_id: spiffe_id.to_string(),
-            cert_der: cert.der().to_vec(),
-            key_pkcs8_der: key.serialize_der(),
-            serial,
-        })
+        Ok((serial, params))
     }
 }
 

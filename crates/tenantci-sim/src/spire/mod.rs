@@ -15,10 +15,14 @@
 //! in the trust domain gets a socket that answers "no identity issued", as SPIRE refuses to
 //! render it. `POST <admin>/rotate` issues every entry a new SVID (new key), pushed to open
 //! streams: the rotation hook for tests.
+//!
+//! The SPIRE Server API double (`server_api`) mints SVIDs for admin workloads (entries with
+//! `spec.admin: true`), as the dispatcher has VM tasks' SVIDs minted.
 
 pub mod admin;
 pub mod ca;
 pub mod proto;
+pub mod server_api;
 pub mod workload_api;
 
 use std::collections::BTreeMap;
@@ -36,6 +40,7 @@ use crate::api::registry::CLUSTER_STATIC_ENTRIES;
 use crate::served::Served;
 use ca::{IssuedSvid, TrustDomainCa};
 use proto::{X509Svid, X509SvidResponse};
+use server_api::{MintRecord, ServerApiDouble};
 use tenantci_core::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
 use tenantci_core::{Error, Result};
 use workload_api::Endpoint;
@@ -77,6 +82,9 @@ pub struct StandIn {
     ca: TrustDomainCa,
     dir: PathBuf,
     entries: Mutex<BTreeMap<(String, String), ServedEntry>>,
+    /// The SPIFFE IDs of admin entries (`spec.admin: true`) by (cluster, name): who may mint.
+    admins: Mutex<BTreeMap<(String, String), String>>,
+    minted: Mutex<Vec<MintRecord>>,
 }
 
 impl std::fmt::Debug for StandIn {
@@ -114,6 +122,17 @@ fn wanted(obj: &Value) -> (String, Duration) {
 }
 
 impl StandIn {
+    /// A stand-in with no entries yet, its sockets under `dir`.
+    pub fn new(ca: TrustDomainCa, dir: PathBuf) -> Self {
+        StandIn {
+            ca,
+            dir,
+            entries: Mutex::new(BTreeMap::new()),
+            admins: Mutex::new(BTreeMap::new()),
+            minted: Mutex::new(Vec::new()),
+        }
+    }
+
     pub fn ca(&self) -> &TrustDomainCa {
         &self.ca
     }
@@ -147,6 +166,7 @@ impl StandIn {
     /// Makes the sockets of `cluster` match its entries: new ones bound and issued, changed
     /// ones (ID or TTL) issued again, removed ones closed.
     pub fn reconcile(&self, cluster: &str, objects: &[Arc<Value>]) {
+        self.reconcile_admins(cluster, objects);
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut seen = Vec::new();
         for obj in objects {
@@ -188,6 +208,44 @@ impl StandIn {
             }
         }
         entries.retain(|key, _| key.0 != cluster || seen.contains(key));
+    }
+
+    /// Records which entries of `cluster` are admin: SPIRE lets their workloads call the
+    /// Server API (here: mint).
+    fn reconcile_admins(&self, cluster: &str, objects: &[Arc<Value>]) {
+        let mut admins = self.admins.lock().unwrap_or_else(|p| p.into_inner());
+        admins.retain(|key, _| key.0 != cluster);
+        for obj in objects {
+            let (Some(name), Some(id), Some(true)) = (
+                obj["metadata"]["name"].as_str(),
+                obj["spec"]["spiffeID"].as_str(),
+                obj["spec"]["admin"].as_bool(),
+            ) else {
+                continue;
+            };
+            admins.insert((cluster.to_string(), name.to_string()), id.to_string());
+        }
+    }
+
+    /// Whether `spiffe_id` is the ID of an admin entry in a followed cluster.
+    pub fn is_admin(&self, spiffe_id: &str) -> bool {
+        let admins = self.admins.lock().unwrap_or_else(|p| p.into_inner());
+        admins.values().any(|id| id == spiffe_id)
+    }
+
+    fn record_mint(&self, record: MintRecord) {
+        self.minted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record);
+    }
+
+    /// Every SVID minted through the Server API double, in mint order.
+    pub fn minted(&self) -> Vec<MintRecord> {
+        self.minted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Issues every served entry a new SVID and pushes it; returns the entries after.
@@ -235,8 +293,12 @@ pub struct SpireJson {
     pub bundle_file: PathBuf,
     /// Entry `NAME` of cluster `C` is served at `<socketDir>/C/NAME.sock`.
     pub socket_dir: PathBuf,
-    /// `POST <adminUrl>/rotate`; `GET <adminUrl>/entries`.
+    /// `POST <adminUrl>/rotate`; `GET <adminUrl>/entries`; `GET <adminUrl>/minted`.
     pub admin_url: String,
+    /// The Server API double (`SVID/MintX509SVID`, SPIFFE mTLS): `127.0.0.1:PORT`.
+    pub server_address: String,
+    /// The SPIFFE ID the Server API double presents.
+    pub server_id: String,
 }
 
 /// A running stand-in; drop or [`SpireHandle::shutdown`] stops it and removes its sockets.
@@ -245,6 +307,7 @@ pub struct SpireHandle {
     pub json: SpireJson,
     watchers: Vec<JoinHandle<()>>,
     admin: Option<Served>,
+    server: Option<ServerApiDouble>,
 }
 
 impl SpireHandle {
@@ -256,6 +319,7 @@ impl SpireHandle {
     }
 
     fn stop(&mut self) {
+        self.server = None;
         for w in self.watchers.drain(..) {
             w.abort();
         }
@@ -287,11 +351,7 @@ pub async fn start(
     let bundle_file = dir.join("bundle.pem");
     fsutil::write_atomic(&bundle_file, ca.bundle_pem().as_bytes(), 0o644)
         .map_err(|e| Error::unwritable("the SPIRE stand-in's bundle", &bundle_file, e))?;
-    let stand_in = Arc::new(StandIn {
-        ca,
-        dir: dir.clone(),
-        entries: Mutex::new(BTreeMap::new()),
-    });
+    let stand_in = Arc::new(StandIn::new(ca, dir.clone()));
     // Entries that exist now (kept across a restart) are served before the ready line.
     for (cluster, api) in tenants {
         let (objects, _) = api.store.list(CLUSTER_STATIC_ENTRIES, None);
@@ -302,11 +362,14 @@ pub async fn start(
         .map(|(cluster, api)| tokio::spawn(follow(stand_in.clone(), cluster.clone(), api.clone())))
         .collect();
     let (admin, admin_url) = admin::start(stand_in.clone()).await?;
+    let server = server_api::start(stand_in.clone()).await?;
     let json = SpireJson {
         trust_domain: td.to_string(),
         bundle_file,
         socket_dir: dir,
         admin_url,
+        server_address: server.address.clone(),
+        server_id: server.server_id.clone(),
     };
     let path = state_dir.join("spire.json");
     let mut bytes = serde_json::to_vec_pretty(&json).expect("spire.json serializes");
@@ -318,6 +381,7 @@ pub async fn start(
         json,
         watchers,
         admin: Some(admin),
+        server: Some(server),
     })
 }
 
