@@ -85,23 +85,34 @@ pub(super) async fn handshake(address: &str, config: Arc<ClientConfig>) -> std::
     result
 }
 
-/// The TLS error in `err`'s chain, if the failure was a TLS refusal (ours of the server's
-/// certificate, or the server's alert refusing ours). `io::Error::source` skips the error it
-/// wraps, so each `io::Error` is looked into with `get_ref`.
-pub(super) fn tls_refusal<'a>(
-    err: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a rustls::Error> {
+/// What the TLS layer said, if the failure was a TLS refusal: ours of the server's
+/// certificate, or the server's alert refusing ours.
+///
+/// `io::Error::source` skips the error it wraps, so each `io::Error` is looked into with
+/// `get_ref`. A refusal that arrives after the handshake (TLS 1.3: the server checks the
+/// client certificate after the client has finished) reaches us through h2, which keeps an
+/// I/O error only as its kind and text (to stay `Clone`): that one is known by rustls' wording.
+pub(super) fn tls_refusal(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut next = Some(err);
     while let Some(e) = next {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Some(tls);
+            return Some(match tls {
+                // Our SPIFFE ID check's reason, rather than its Debug wrapping.
+                rustls::Error::InvalidCertificate(rustls::CertificateError::Other(why)) => {
+                    format!("invalid peer certificate: {}", why.0)
+                }
+                other => other.to_string(),
+            });
         }
-        if let Some(inner) = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            if let Some(tls) = tls_refusal(inner) {
-                return Some(tls);
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if let Some(found) = io.get_ref().and_then(|inner| tls_refusal(inner)) {
+                return Some(found);
+            }
+            let text = io.to_string();
+            if io.kind() == std::io::ErrorKind::InvalidData
+                && text.starts_with("received fatal alert")
+            {
+                return Some(text);
             }
         }
         next = e.source();
@@ -122,4 +133,31 @@ pub(super) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
         next = e.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn tls_refusals_are_told_from_the_network() {
+        let ours = Error::new(
+            ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        assert!(
+            tls_refusal(&ours)
+                .unwrap()
+                .contains("invalid peer certificate")
+        );
+        // As h2 passes an alert on: kind and text only.
+        let theirs = Error::new(ErrorKind::InvalidData, "received fatal alert: UnknownCA");
+        assert_eq!(
+            tls_refusal(&theirs).as_deref(),
+            Some("received fatal alert: UnknownCA")
+        );
+        let network = Error::new(ErrorKind::ConnectionRefused, "connection refused");
+        assert_eq!(tls_refusal(&network), None);
+    }
 }

@@ -142,9 +142,7 @@ impl ServerApi {
             ttl: i32::try_from(ttl.as_secs()).unwrap_or(i32::MAX),
         };
         let mut grpc = tonic::client::Grpc::new(self.channel());
-        grpc.ready()
-            .await
-            .map_err(|e| self.transport_error("mint an SVID", &e))?;
+        grpc.ready().await.map_err(|e| self.transport_error(&e))?;
         let codec = tonic_prost::ProstCodec::<MintX509SvidRequest, MintX509SvidResponse>::default();
         let path = http::uri::PathAndQuery::from_static(MINT_X509_SVID);
         let response = grpc
@@ -160,7 +158,7 @@ impl ServerApi {
     pub async fn check(&self) -> Result<(), MintError> {
         connect::handshake(&self.address, self.tls.clone())
             .await
-            .map_err(|e| self.transport_error("connect", &e))
+            .map_err(|e| self.transport_error(&e))
     }
 
     fn refused_answer(&self, id: &SpiffeId, why: impl fmt::Display) -> MintError {
@@ -213,16 +211,17 @@ impl ServerApi {
         })
     }
 
-    fn transport_error(&self, doing: &str, err: &(dyn std::error::Error + 'static)) -> MintError {
+    /// A failure below gRPC: a TLS refusal (configuration) or the network.
+    fn transport_error(&self, err: &(dyn std::error::Error + 'static)) -> MintError {
         match connect::tls_refusal(err) {
             Some(tls) => MintError::Refused(format!(
-                "the TLS handshake with the SPIRE server at {} was refused ({tls}); check that it presents `{}` under the same trust bundle and trusts the caller's SVID `{}`",
+                "the TLS handshake with the SPIRE server at {} was refused ({tls}); check that the server presents `{}` under the caller's trust bundle and that it trusts the caller's SVID `{}`",
                 self.address,
                 self.server_id,
                 self.own_id()
             )),
             None => MintError::Unavailable(format!(
-                "cannot {doing} at the SPIRE server at {}: {}",
+                "cannot reach the SPIRE server at {}: {}",
                 self.address,
                 connect::chain(err)
             )),
@@ -232,14 +231,16 @@ impl ServerApi {
     fn status_error(&self, id: &SpiffeId, status: &tonic::Status) -> MintError {
         use tonic::Code;
         if connect::tls_refusal(status).is_some() {
-            return self.transport_error("mint an SVID", status);
+            return self.transport_error(status);
         }
-        let said = format!(
-            "the SPIRE server at {} refused to mint an SVID for `{id}`: {:?}: {}",
-            self.address,
-            status.code(),
-            status.message()
-        );
+        let message = status.message();
+        let said = match std::error::Error::source(status).map(connect::chain) {
+            Some(cause) if !cause.contains(message) => {
+                format!("{:?}: {message} ({cause})", status.code())
+            }
+            _ => format!("{:?}: {message}", status.code()),
+        };
+        let address = &self.address;
         match status.code() {
             Code::Unavailable
             | Code::DeadlineExceeded
@@ -248,16 +249,15 @@ impl ServerApi {
             | Code::ResourceExhausted
             | Code::Aborted
             | Code::Cancelled => MintError::Unavailable(format!(
-                "the SPIRE server at {} could not mint an SVID for `{id}` now: {:?}: {}",
-                self.address,
-                status.code(),
-                connect::chain(status)
+                "the SPIRE server at {address} could not mint an SVID for `{id}` now: {said}"
             )),
             Code::PermissionDenied => MintError::Refused(format!(
-                "{said}; permission denied: add the dispatcher's SPIFFE ID `{}` to the server's admin_ids, or register it with an entry marked admin",
+                "the SPIRE server at {address} refused to mint an SVID for `{id}`: {said}; add the caller's SPIFFE ID `{}` to the server's admin_ids, or mark its registration entry admin",
                 self.own_id()
             )),
-            _ => MintError::Refused(said),
+            _ => MintError::Refused(format!(
+                "the SPIRE server at {address} refused to mint an SVID for `{id}`: {said}"
+            )),
         }
     }
 
