@@ -85,7 +85,6 @@ impl PodProxy {
         spiffe_endpoint: Option<&str>,
     ) -> PodProxy {
         let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("executor-proxy.log");
         let ca = dir.path().join(CA_KEY);
         let mut args = proxy_container(pod).command.clone().unwrap();
         assert_eq!(&args[..2], ["tenantci", "executor-proxy"], "{args:?}");
@@ -106,9 +105,60 @@ impl PodProxy {
         if let Some(endpoint) = spiffe_endpoint {
             tenantci.env("SPIFFE_ENDPOINT_SOCKET", endpoint);
         }
+        Self::spawn(tenantci, &args[1..], dir)
+    }
+
+    /// A VM executor's proxy, as its sandbox's boot script starts it with identity on: the
+    /// task's SVID files written from the sandbox env (as the OpenSandbox double's admin view
+    /// shows it) into a private directory, and the script's `--facade-url` and
+    /// `--facade-id` with `--spiffe-source files:DIR`.
+    pub fn for_sandbox(tenantci: Command, sandbox: &serde_json::Value) -> PodProxy {
+        use tenantci_app::dispatch::vm::sandbox::env;
+        use tenantci_core::spiffe::files::{BUNDLE_FILE, CERT_FILE, KEY_FILE};
+        let var = |k: &str| {
+            sandbox["env"][k]
+                .as_str()
+                .unwrap_or_else(|| panic!("the sandbox env has {k}: {sandbox}"))
+                .to_string()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let svid_dir = dir.path().join("spiffe");
+        std::fs::create_dir(&svid_dir).unwrap();
+        for (file, key) in [
+            (CERT_FILE, env::SVID),
+            (KEY_FILE, env::SVID_KEY),
+            (BUNDLE_FILE, env::SVID_BUNDLE),
+        ] {
+            write_private(&svid_dir.join(file), var(key).as_bytes());
+        }
+        let script = sandbox["entrypoint"][2].as_str().expect("the boot script");
+        let facade_id = script
+            .split("--facade-id '")
+            .nth(1)
+            .and_then(|rest| rest.split('\'').next())
+            .unwrap_or_else(|| {
+                panic!("the boot script starts the proxy with --facade-id: {script}")
+            });
+        let args = [
+            "executor-proxy".to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--facade-url".into(),
+            var(env::FACADE_URL),
+            "--spiffe-source".into(),
+            format!("files:{}", svid_dir.display()),
+            "--facade-id".into(),
+            facade_id.to_string(),
+        ];
+        Self::spawn(tenantci, &args, dir)
+    }
+
+    /// Runs `tenantci ARGS -vv`, its log in `dir`, and waits for its `listening` line.
+    fn spawn(mut tenantci: Command, args: &[String], dir: tempfile::TempDir) -> PodProxy {
+        let log = dir.path().join("executor-proxy.log");
         let mut process = Process::spawn(
             tenantci
-                .args(&args[1..])
+                .args(args)
                 .arg("-vv")
                 .stdout(Stdio::piped())
                 .stderr(std::fs::File::create(&log).unwrap()),
@@ -141,6 +191,19 @@ impl Drop for PodProxy {
     fn drop(&mut self) {
         self.process.terminate(Duration::from_secs(10));
     }
+}
+
+/// Writes a file only its owner reads (a key file must be 0600 to be read by tenantci).
+fn write_private(path: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    f.write_all(bytes).unwrap();
 }
 
 /// What the facade answered to the final reports.
@@ -188,6 +251,18 @@ impl Executor {
         };
         let mut ex = Self::from_files(var(env::RUNNER).as_bytes(), &var(env::FACADE_CA)).unwrap();
         ex.address = var(env::FACADE_URL);
+        ex
+    }
+
+    /// A VM executor through its proxy ([`PodProxy::for_sandbox`]): `.runner` from the
+    /// sandbox env, plain HTTP on loopback.
+    pub fn through_sandbox(sandbox: &serde_json::Value, proxy: &PodProxy) -> Executor {
+        use tenantci_app::dispatch::vm::sandbox::env;
+        let runner = sandbox["env"][env::RUNNER]
+            .as_str()
+            .expect("the sandbox env has .runner");
+        let mut ex = Self::from_files(runner.as_bytes(), "").unwrap();
+        ex.address = proxy.address.clone();
         ex
     }
 

@@ -669,8 +669,8 @@ impl Config {
         }
         if let Some(identity) = &self.identity {
             identity.validate()?;
-            if self.vm.is_some() {
-                return Err("has both [identity] and [vm]; VM executors have no SVID yet, so the facade would refuse them (drop one of the two)".into());
+            if self.vm.is_some() && identity.server_address.is_none() {
+                return Err("has [identity] and [vm] but no identity.server_address; VM executors run no SPIRE agent, so the dispatcher mints their SVIDs at the SPIRE Server API (set it to HOST:PORT, e.g. spire-server.spire:8081)".into());
             }
         }
         Ok(())
@@ -957,7 +957,7 @@ mod tests {
     }
 
     #[test]
-    fn the_identity_section_reads_back_and_excludes_the_vm_backend() {
+    fn the_identity_section_reads_back_and_needs_the_spire_server_with_the_vm_backend() {
         let mut cfg = sample();
         cfg.identity = Some(crate::dispatch::identity::settings::tests::identity());
         let text = cfg.to_toml();
@@ -980,10 +980,19 @@ mod tests {
         });
         let e = parse(&cfg.to_toml(), &[]).unwrap_err();
         assert!(
-            e.message().contains("[identity] and [vm]"),
+            e.message().contains("identity.server_address"),
             "{}",
             e.message()
         );
+        if let Some(i) = cfg.identity.as_mut() {
+            i.server_address = Some("spire-server.spire:8081".into());
+        }
+        let text = cfg.to_toml();
+        assert!(
+            text.contains("server_address = \"spire-server.spire:8081\""),
+            "{text}"
+        );
+        assert_eq!(parse(&text, &[]).unwrap(), cfg);
     }
 
     #[test]

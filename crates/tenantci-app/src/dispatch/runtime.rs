@@ -30,6 +30,7 @@ use super::config::Config;
 use super::facade::Facade;
 use super::facade_cert;
 use super::handout::Handout;
+use super::identity::own::Own;
 use super::leader;
 use super::metrics::Metrics;
 use super::objects::ExecutorObjects;
@@ -38,7 +39,7 @@ use super::registry::Registry;
 use super::scheduler;
 use super::status::{self, Health};
 use super::term::{Shared, Term};
-use super::vm::sandboxes::Sandboxes;
+use super::vm::sandboxes::{Minter, Sandboxes};
 use super::webhook::{self, Receiver, WebhookSecret};
 use crate::queue::assignment::SealingKey;
 use crate::queue::ledger::Ledger;
@@ -147,35 +148,13 @@ async fn kube_client(cfg: &Config) -> Result<kube::Client> {
     }
 }
 
-/// How long `run` waits for the dispatcher's first SVID: the SPIRE controller renders a new
-/// entry within its reconcile interval (10 s by default), so this covers a fresh install.
-const FIRST_SVID: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// The facade's TLS: its own certificate, server-only (the capability authenticates), or,
-/// with `[identity]`, SPIFFE mTLS presenting the dispatcher's SVID and requiring a client SVID
-/// of the trust domain. The source is followed, so a rotated SVID or bundle is used by the
-/// next handshake without a restart.
-async fn facade_tls(cfg: &Config, inputs: &Inputs) -> Result<Arc<rustls::ServerConfig>> {
-    let Some(identity) = &cfg.identity else {
-        return Ok(inputs.facade_tls.clone());
-    };
-    let parsed = identity.parse().map_err(|e| {
-        Error::bad_input(format!("the dispatcher config {e}")).hint("fix the [identity] section")
-    })?;
-    let source = parsed.source.open(None, FIRST_SVID).await?;
-    let current = source.current()?;
-    if current.id() != &parsed.facade_id {
-        return Err(Error::bad_input(format!(
-            "the dispatcher's SVID is `{}`, but identity.facade_id is `{}`: executors would refuse this facade",
-            current.id(),
-            parsed.facade_id
-        ))
-        .hint("set identity.facade_id to the dispatcher's SPIFFE ID, or give the dispatcher the SVID of that ID"));
+/// with `[identity]`, SPIFFE mTLS with the dispatcher's SVID (`identity::own`).
+fn facade_tls(inputs: &Inputs, own: Option<&Own>) -> Arc<rustls::ServerConfig> {
+    match own {
+        Some(own) => own.facade_tls(),
+        None => inputs.facade_tls.clone(),
     }
-    tracing::info!(id = %current.id(), "facade: serving SPIFFE mTLS (executor identity on)");
-    let mut tls = tenantci_core::spiffe::tls::server_config(source, parsed.trust_domain);
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(tls))
 }
 
 async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
@@ -239,7 +218,17 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
     let ledger = open_ledger(&cfg, &worker_client).await?;
-    let sandboxes = connect_sandboxes(&cfg, inputs.runner_id).await?;
+    // Before anything listens: with identity on, the first SVID and its ID are checked here,
+    // and the SPIRE server that mints VM executors' SVIDs is reached.
+    let own = match &cfg.identity {
+        Some(identity) => Some(Own::open(identity).await?),
+        None => None,
+    };
+    let minter = match &own {
+        Some(own) => own.minter(cfg.vm.as_ref()).await?,
+        None => None,
+    };
+    let sandboxes = connect_sandboxes(&cfg, inputs.runner_id, minter).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
     let metrics = start_metrics(&cfg, &inputs);
@@ -247,8 +236,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
     let health = Arc::new(Health::default());
 
-    // Before anything listens: with identity on, the first SVID and its ID are checked here.
-    let facade_tls = facade_tls(&cfg, &inputs).await?;
+    let facade_tls = facade_tls(&inputs, own.as_ref());
     let handout = Handout::new(objects.clone(), sandboxes.clone(), ledger.clone());
     let facade = Arc::new(new_facade(
         &cfg,
@@ -345,11 +333,15 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
 /// The VM backend's executors when `[vm]` is set. Checked at start: a wrong key is refused
 /// now, naming its file, not at the first vm task.
-async fn connect_sandboxes(cfg: &Config, runner_id: i64) -> Result<Option<Sandboxes>> {
+async fn connect_sandboxes(
+    cfg: &Config,
+    runner_id: i64,
+    minter: Option<Minter>,
+) -> Result<Option<Sandboxes>> {
     Ok(super::vm::api::connect(cfg.vm.as_ref())
         .await?
         .zip(cfg.vm.clone())
-        .map(|(client, vm)| Sandboxes::new(client, vm, runner_id)))
+        .map(|(client, vm)| Sandboxes::new(client, vm, runner_id, minter)))
 }
 
 /// The facade: the keys and settings from `cfg` and `inputs`, the rest shared with the term.

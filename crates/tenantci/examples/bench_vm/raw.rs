@@ -105,7 +105,7 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         }
         let list_ms = listing.elapsed().as_secs_f64() * 1000.0;
         w.sandboxes
-            .create(&sandbox::desired(&spec, &vm, runner.id))
+            .create(&sandbox::desired(&spec, &vm, runner.id, None))
             .await
             .unwrap();
         done.push(Times {

@@ -238,6 +238,15 @@ pub struct IdentityArgs {
     /// (spiffe-helper's svid.pem, svid_key.pem, svid_bundle.pem). Default: workload-api.
     #[arg(long, value_name = "workload-api|files:DIR")]
     pub spiffe_source: Option<String>,
+    /// The SPIRE Server API (HOST:PORT, e.g. spire-server.spire:8081). Needed with the VM
+    /// backend: sandboxes run no SPIRE agent, so the dispatcher mints each VM task's X509-SVID
+    /// there (MintX509SVID), which needs its SPIFFE ID in the server's admin_ids.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub spiffe_server: Option<String>,
+    /// The SPIRE server's SPIFFE ID, the only one accepted at --spiffe-server.
+    /// Default: spiffe://{trust_domain}/spire/server.
+    #[arg(long, value_name = "SPIFFE_ID")]
+    pub spiffe_server_id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -338,6 +347,8 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             cluster: a.identity.spiffe_cluster.clone(),
             facade_id: a.identity.spiffe_facade_id.clone(),
             source: a.identity.spiffe_source.clone(),
+            server_address: a.identity.spiffe_server.clone(),
+            server_id: a.identity.spiffe_server_id.clone(),
         },
         out: a.out.clone(),
         dry_run: a.dry_run,

@@ -15,11 +15,14 @@ pub struct IdentityInputs {
     pub cluster: Option<String>,
     pub facade_id: Option<String>,
     pub source: Option<String>,
+    /// The SPIRE Server API (HOST:PORT) for VM executors' SVIDs.
+    pub server_address: Option<String>,
+    pub server_id: Option<String>,
 }
 
 /// The `[identity]` section (None: off), checked. `namespace` gives the default facade ID,
-/// `tenant_cluster` the default SPIRE cluster name; `vm_on` refuses identity beside the VM
-/// backend, whose sandboxes have no SVID yet.
+/// `tenant_cluster` the default SPIRE cluster name; with `vm_on` (the VM backend) the SPIRE
+/// Server API is required: the dispatcher mints the sandboxes' SVIDs there.
 pub fn section(
     i: &IdentityInputs,
     namespace: &str,
@@ -33,6 +36,8 @@ pub fn section(
             ("--spiffe-cluster", i.cluster.is_some()),
             ("--spiffe-facade-id", i.facade_id.is_some()),
             ("--spiffe-source", i.source.is_some()),
+            ("--spiffe-server", i.server_address.is_some()),
+            ("--spiffe-server-id", i.server_id.is_some()),
         ];
         if let Some((flag, _)) = stray.iter().find(|(_, given)| *given) {
             return Err(Error::bad_input(format!("{flag} is given without --spiffe-trust-domain"))
@@ -40,9 +45,9 @@ pub fn section(
         }
         return Ok(None);
     };
-    if vm_on {
-        return Err(Error::bad_input("--spiffe-trust-domain is given with --opensandbox-url; VM executors have no SVID yet, so the facade would refuse them")
-            .hint("run the VM backend without executor identity for now (docs/runbooks/gitea-dispatcher.md, executor identity)"));
+    if vm_on && i.server_address.is_none() {
+        return Err(Error::bad_input("--spiffe-trust-domain is given with --opensandbox-url but without --spiffe-server; VM executors run no SPIRE agent, so the dispatcher mints their SVIDs at the SPIRE Server API")
+            .hint("pass --spiffe-server HOST:PORT (e.g. spire-server.spire:8081) and list the dispatcher's SPIFFE ID in the server's admin_ids (docs/runbooks/gitea-dispatcher.md, executor identity)"));
     }
     let identity = Identity {
         trust_domain: td.clone(),
@@ -61,10 +66,12 @@ pub fn section(
             .clone()
             .unwrap_or_else(|| defaults::facade_id(td, namespace)),
         source: i.source.clone().unwrap_or_else(defaults::source),
+        server_address: i.server_address.clone(),
+        server_id: i.server_id.clone(),
     };
     identity.validate().map_err(|e| {
         Error::bad_input(format!("the executor identity settings {e}"))
-            .hint("fix --spiffe-trust-domain, --spiffe-id-template, --spiffe-parent-template, --spiffe-cluster, --spiffe-facade-id or --spiffe-source (docs/cli.md)")
+            .hint("fix --spiffe-trust-domain, --spiffe-id-template, --spiffe-parent-template, --spiffe-cluster, --spiffe-facade-id --spiffe-source, --spiffe-server or --spiffe-server-id (docs/cli.md)")
     })?;
     Ok(Some(identity))
 }
@@ -108,7 +115,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_flags_and_the_vm_backend_are_refused() {
+    fn bad_flags_and_the_vm_backend_without_the_spire_server_are_refused() {
         let mut i = on();
         i.source = Some("files:".into());
         assert!(
@@ -129,7 +136,18 @@ mod tests {
             section(&on(), "ns", "ci", true)
                 .unwrap_err()
                 .message()
-                .contains("--opensandbox-url")
+                .contains("--spiffe-server")
+        );
+        let mut i = on();
+        i.server_address = Some("spire-server.spire:8081".into());
+        let s = section(&i, "ns", "ci", true).unwrap().unwrap();
+        assert_eq!(s.server_address.as_deref(), Some("spire-server.spire:8081"));
+        i.server_address = Some("spire-server".into());
+        let e = section(&i, "ns", "ci", true).unwrap_err();
+        assert!(
+            e.message().contains("identity.server_address"),
+            "{}",
+            e.message()
         );
     }
 }

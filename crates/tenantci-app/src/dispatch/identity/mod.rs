@@ -1,8 +1,9 @@
 //! Executor identity (issue 15, the `[identity]` section): which SPIFFE ID a task's executor
 //! must present at the facade, and the SPIRE entries that give it to the executor's Pod.
 //! `settings` is the config section, `init` the `--spiffe-*` flags, `entries` (pure) and
-//! `registrar` (I/O) one ClusterStaticEntry per scheduled executor Pod. Pods only: the VM
-//! backend has no SVID source yet, so the two are refused together.
+//! `registrar` (I/O) one ClusterStaticEntry per scheduled executor Pod; `own` the
+//! dispatcher's SVID at run time, which the facade presents and, for VM executors (no SPIRE
+//! agent in a sandbox), the dispatcher uses to mint each sandbox's SVID at the SPIRE server.
 //!
 //! A task's ID is rendered from its own Gitea context (`repository`, `job`), which only the
 //! sealed assignment carries. The worker opens the assignment when it starts the executor,
@@ -12,6 +13,7 @@
 
 pub mod entries;
 pub mod init;
+pub mod own;
 pub mod registrar;
 pub mod settings;
 

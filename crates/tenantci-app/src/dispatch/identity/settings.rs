@@ -32,6 +32,14 @@ pub struct Identity {
     /// (`SPIFFE_ENDPOINT_SOCKET`) or `files:DIR` (spiffe-helper's files).
     #[serde(default = "defaults::source")]
     pub source: String,
+    /// The SPIRE Server API (`HOST:PORT`, its TCP port 8081): where the dispatcher, an admin
+    /// workload there, mints the X509-SVIDs of VM executors, which run no SPIRE agent.
+    /// Needed with `[vm]`; unused by Pod executors (their node's agent serves them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_address: Option<String>,
+    /// The SPIRE server's SPIFFE ID, the only one the dispatcher accepts at `server_address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<String>,
 }
 
 pub mod defaults {
@@ -49,6 +57,31 @@ pub mod defaults {
     pub fn facade_id(trust_domain: &str, namespace: &str) -> String {
         format!("spiffe://{trust_domain}/ns/{namespace}/sa/tenantci-dispatcher")
     }
+    /// The ID every SPIRE server of the trust domain has.
+    pub fn server_id(trust_domain: &str) -> String {
+        format!("spiffe://{trust_domain}/spire/server")
+    }
+}
+
+/// Where VM executors' SVIDs are minted (`identity.server_address`, `identity.server_id`).
+#[derive(Debug, Clone)]
+pub struct SpireServer {
+    pub address: String,
+    pub id: SpiffeId,
+}
+
+/// `HOST:PORT` with a non-empty host (a name, an IPv4 address or a bracketed IPv6 one) and a
+/// port number: what a gRPC client dials, nothing more (no scheme, no path).
+fn is_host_port(value: &str) -> bool {
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return false;
+    };
+    let host_ok = !host.is_empty()
+        && !host
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '/' | '@' | '?' | '#'))
+        && (host.contains(':') == (host.starts_with('[') && host.ends_with(']')));
+    host_ok && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
 /// The section parsed: what `run` and the worker use.
@@ -60,6 +93,8 @@ pub struct Parsed {
     pub cluster: Option<String>,
     pub facade_id: SpiffeId,
     pub source: SourceSpec,
+    /// Set when `identity.server_address` is.
+    pub server: Option<SpireServer>,
 }
 
 impl Identity {
@@ -94,6 +129,7 @@ impl Identity {
         }
         let source =
             SourceSpec::parse("identity.source", &self.source).map_err(|e| at("source", e))?;
+        let server = self.spire_server(&trust_domain)?;
         Ok(Parsed {
             trust_domain,
             id_template,
@@ -101,7 +137,40 @@ impl Identity {
             cluster: self.cluster.clone(),
             facade_id,
             source,
+            server,
         })
+    }
+
+    fn spire_server(&self, trust_domain: &TrustDomain) -> Result<Option<SpireServer>, String> {
+        let Some(address) = &self.server_address else {
+            if let Some(id) = &self.server_id {
+                return Err(format!(
+                    "has identity.server_id = `{id}` but no identity.server_address (the SPIRE Server API it names)"
+                ));
+            }
+            return Ok(None);
+        };
+        if !is_host_port(address) {
+            return Err(format!(
+                "has identity.server_address = `{}`, which is not HOST:PORT (e.g. spire-server.spire:8081)",
+                tenantci_core::input::shown(address)
+            ));
+        }
+        let id = self
+            .server_id
+            .clone()
+            .unwrap_or_else(|| defaults::server_id(trust_domain.as_ref()));
+        let id = id::spiffe_id("identity.server_id", &id)
+            .map_err(|e| format!("has identity.server_id: {}", e.message()))?;
+        if !id.is_member_of(trust_domain) {
+            return Err(format!(
+                "has identity.server_id = `{id}`, outside identity.trust_domain `{trust_domain}`"
+            ));
+        }
+        Ok(Some(SpireServer {
+            address: address.clone(),
+            id,
+        }))
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -121,6 +190,8 @@ pub(crate) mod tests {
             cluster: Some("ci".into()),
             facade_id: defaults::facade_id("example.org", "dynamic-runner"),
             source: defaults::source(),
+            server_address: None,
+            server_id: None,
         }
     }
 
@@ -133,12 +204,35 @@ pub(crate) mod tests {
             "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher"
         );
         assert_eq!(p.source, SourceSpec::WorkloadApi);
+        assert!(p.server.is_none());
+        let mut i = identity();
+        i.server_address = Some("spire-server.spire:8081".into());
+        let server = i.parse().unwrap().server.unwrap();
+        assert_eq!(server.id.to_string(), "spiffe://example.org/spire/server");
+    }
+
+    #[test]
+    fn server_addresses_are_host_and_port() {
+        for ok in ["spire-server.spire:8081", "10.0.0.1:8081", "[::1]:8081"] {
+            assert!(is_host_port(ok), "{ok}");
+        }
+        for bad in [
+            "spire-server",
+            "https://s:8081",
+            ":8081",
+            "s:0",
+            "s:x",
+            "::1:8081",
+            "a b:1",
+        ] {
+            assert!(!is_host_port(bad), "{bad}");
+        }
     }
 
     #[test]
     fn each_bad_value_is_refused_by_its_key() {
         type Spoil = fn(&mut Identity);
-        let cases: [(&str, Spoil); 7] = [
+        let cases: [(&str, Spoil); 10] = [
             ("identity.trust_domain", |i| {
                 i.trust_domain = "exa mple".into()
             }),
@@ -156,6 +250,16 @@ pub(crate) mod tests {
                 i.facade_id = "spiffe://other.org/dispatcher".into()
             }),
             ("identity.source", |i| i.source = "sds".into()),
+            ("identity.server_address", |i| {
+                i.server_address = Some("spire-server".into())
+            }),
+            ("identity.server_address", |i| {
+                i.server_id = Some("spiffe://example.org/spire/server".into())
+            }),
+            ("identity.server_id", |i| {
+                i.server_address = Some("spire-server.spire:8081".into());
+                i.server_id = Some("spiffe://other.org/spire/server".into())
+            }),
         ];
         for (key, spoil) in cases {
             let mut i = identity();

@@ -9,19 +9,59 @@
 //! treated the same (the operator can fix the file under a running dispatcher); a 400 is the
 //! task's failure with the API's message. Deliveries are unlimited by default, so an outage
 //! costs latency only (docs/runbooks/gitea-dispatcher.md).
+//!
+//! With executor identity on, each create is preceded by minting the task's X509-SVID at the
+//! SPIRE Server API ([`Minter`]). A server that is down, slow or refuses (the dispatcher not
+//! yet an admin there) is waited out like an OpenSandbox outage: no sandbox starts without
+//! its SVID, and the assignment stays queued. A redelivery that finds the sandbox mints
+//! nothing: the sandbox has its SVID already.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::sandbox;
+use super::sandbox::{self, SvidFiles};
 use super::settings::Vm;
 use crate::dispatch::executor::ExecutorSpec;
 use crate::dispatch::objects::Created;
 use crate::dispatch::worker::{Executors, StartError};
 use crate::queue::Backend;
 use tenantci_core::opensandbox::{ApiError, LifecycleClient, ListFilter, Sandbox};
+use tenantci_core::spiffe::SpiffeId;
+use tenantci_core::spiffe::server_api::{MintError, ServerApi};
+
+/// Mints VM executors' SVIDs (identity on): the SPIRE Server API client and the lifetime to
+/// ask for, the sandbox's own (an SVID that outlives its sandbox is never used; one that
+/// expires before it would fail the job's last calls, and there is no agent to rotate it).
+#[derive(Clone, Debug)]
+pub struct Minter {
+    pub api: ServerApi,
+    pub ttl: Duration,
+}
+
+impl Minter {
+    async fn mint(&self, task: i64, id: &str) -> Result<SvidFiles, StartError> {
+        let id = SpiffeId::new(id).map_err(|e| {
+            StartError::Refused(format!("task {task}'s SPIFFE ID `{id}` is not valid: {e}"))
+        })?;
+        let minted = self.api.mint_x509_svid(&id, self.ttl).await.map_err(|e| {
+            // Refused too is waited out: the fix (the dispatcher in the server's admin_ids) is
+            // the operator's and needs no restart; failing the task would lose it.
+            StartError::Unavailable(match e {
+                MintError::Unavailable(why) | MintError::Refused(why) => {
+                    format!("no SVID for task {task} from the SPIRE server: {why}")
+                }
+            })
+        })?;
+        tracing::info!(task, spiffe_id = %minted.id, expires_at = minted.expires_at, "minted the VM executor's X509-SVID");
+        Ok(SvidFiles {
+            chain_pem: minted.chain_pem,
+            key_pem: minted.key_pem,
+            bundle_pem: minted.bundle_pem,
+        })
+    }
+}
 
 /// How long one delivery waits for OpenSandbox to answer before the assignment goes back to
 /// the queue (NAK with backoff).
@@ -35,6 +75,8 @@ pub struct Sandboxes {
     vm: Vm,
     /// The Gitea runner id of the scheduler registration: `tenantci.io/dispatcher`.
     dispatcher: i64,
+    /// Identity on: where each sandbox's SVID comes from.
+    minter: Option<Minter>,
 }
 
 fn classify(e: ApiError) -> StartError {
@@ -45,11 +87,12 @@ fn classify(e: ApiError) -> StartError {
 }
 
 impl Sandboxes {
-    pub fn new(client: LifecycleClient, vm: Vm, dispatcher: i64) -> Self {
+    pub fn new(client: LifecycleClient, vm: Vm, dispatcher: i64, minter: Option<Minter>) -> Self {
         Sandboxes {
             client,
             vm,
             dispatcher,
+            minter,
         }
     }
 
@@ -137,7 +180,19 @@ impl Sandboxes {
                 spec.task_id
             )));
         }
-        let req = sandbox::desired(spec, &self.vm, self.dispatcher);
+        let svid = match (&spec.identity, &self.minter) {
+            (Some(identity), Some(minter)) => {
+                Some(minter.mint(spec.task_id, &identity.spiffe_id).await?)
+            }
+            // `Config::validate` requires the SPIRE server beside [vm] with [identity].
+            (Some(_), None) => {
+                return Err(StartError::Refused(
+                    "executor identity is on but no SPIRE server is configured to mint the sandbox's SVID".into(),
+                ));
+            }
+            (None, _) => None,
+        };
+        let req = sandbox::desired(spec, &self.vm, self.dispatcher, svid.as_ref());
         let created = self.client.create(&req).await.map_err(classify)?;
         tracing::info!(task = spec.task_id, attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
         Ok(Created::New)
@@ -166,7 +221,7 @@ impl Executors for Sandboxes {
             look = true;
             match tried {
                 Err(StartError::Unavailable(why)) if Instant::now() + pause < deadline => {
-                    tracing::warn!(task = spec.task_id, error = %why, retry_in = ?pause, "OpenSandbox did not take the sandbox yet; trying again (the task stays queued)");
+                    tracing::warn!(task = spec.task_id, error = %why, retry_in = ?pause, "the sandbox is not created yet; trying again (the task stays queued)");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_MAX);
                 }

@@ -209,6 +209,39 @@ impl World {
     /// socket, and `[identity]` has the defaults with that facade ID.
     pub async fn with_identity(&mut self) {
         self.create_entry(DISPATCHER_ENTRY, FACADE_ID).await;
+        self.identity_config();
+    }
+
+    /// [`World::with_identity`] for VM executors too: `[identity]` names the stand-in's SPIRE
+    /// Server API, where the dispatcher mints the sandboxes' SVIDs, and the dispatcher's entry
+    /// is an admin one when `admin` (SPIRE mints only for admin workloads).
+    pub async fn with_vm_identity(&mut self, admin: bool) {
+        self.create_entry_with(DISPATCHER_ENTRY, FACADE_ID, admin)
+            .await;
+        self.identity_config();
+        let spire = self
+            .spire
+            .as_ref()
+            .expect("a world with the SPIRE stand-in");
+        let identity = self.base.identity.as_mut().expect("identity_config set it");
+        identity.server_address = Some(spire.server_address.clone());
+        identity.server_id = Some(spire.server_id.clone());
+    }
+
+    /// Makes the entry `name` an admin one (as an operator would, when the mints are refused).
+    pub async fn make_admin(&self, name: &str) {
+        let patch = json!({"spec": {"admin": true}});
+        self.entries_api()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+
+    fn identity_config(&mut self) {
         let spire = self
             .spire
             .as_ref()
@@ -224,18 +257,28 @@ impl World {
             cluster: Some("ci".into()),
             facade_id: FACADE_ID.into(),
             source: "workload-api".into(),
+            server_address: None,
+            server_id: None,
         });
     }
 
     /// Creates the ClusterStaticEntry `name` for `spiffe_id` (as an operator does for the
     /// dispatcher's own identity) and waits until the stand-in serves its SVID.
     pub async fn create_entry(&self, name: &str, spiffe_id: &str) {
-        let yaml = entry_yaml(
+        self.create_entry_with(name, spiffe_id, false).await
+    }
+
+    /// [`World::create_entry`], an admin entry when `admin`.
+    pub async fn create_entry_with(&self, name: &str, spiffe_id: &str, admin: bool) {
+        let mut yaml = entry_yaml(
             name,
             spiffe_id,
             "spiffe://example.org/spire/agent/k8s_psat/ci/node-uid-1",
             &format!("pod-uid-of-{name}"),
         );
+        if admin {
+            yaml.push_str("  admin: true\n");
+        }
         let obj: DynamicObject = serde_yaml::from_str(&yaml).unwrap();
         self.entries_api()
             .create(&PostParams::default(), &obj)

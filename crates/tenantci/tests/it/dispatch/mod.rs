@@ -14,4 +14,5 @@ mod ledger;
 mod run;
 mod stall;
 mod vm;
+mod vm_identity;
 mod webhook;

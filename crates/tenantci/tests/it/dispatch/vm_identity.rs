@@ -1,0 +1,159 @@
+//! Executor identity for VM executors (issue 15): a sandbox runs no SPIRE agent, so the
+//! dispatcher, an admin workload at the SPIRE server, mints each VM task's X509-SVID
+//! (`MintX509SVID`, the simulator's SPIRE stand-in) and hands it to the sandbox in its env; the
+//! boot script's `executor-proxy` presents it from spiffe-helper style files
+//! (tenantci_testkit::executor::PodProxy::for_sandbox plays that part), and the facade serves
+//! the task only to that SVID with that task's capability.
+
+use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, Credentials, RunnerClient};
+use tenantci_core::forge::gitea::connect::Code;
+use tenantci_core::forge::gitea::proto::DeclareRequest;
+use tenantci_testkit::executor::{Executor, PodProxy};
+use tenantci_testkit::wait::{DEADLINE, eventually};
+
+use super::harness::{DISPATCHER_ENTRY, FACADE_ID, TD, World};
+use crate::util::tenantci;
+use tenantci_app::dispatch::vm::sandbox::env;
+
+/// The ID the default template gives a job of the Gitea double (repository `sim/demo`).
+fn task_id(job: &str) -> String {
+    format!("spiffe://{TD}/gitea/sim/demo/{job}")
+}
+
+/// A world with the SPIRE stand-in, the VM backend at `vm_capacity` (no Pods) and identity on;
+/// the dispatcher's entry is an admin one when `admin`.
+async fn world(vm_capacity: u32, admin: bool) -> World {
+    let mut w = World::start_with_spire(1).await;
+    let key = w.opensandbox.api_key_file.clone();
+    w.with_vm(vm_capacity, &key);
+    w.with_vm_identity(admin).await;
+    w
+}
+
+/// Waits until `task`'s sandbox exists; the sandbox as the double's admin view shows it.
+async fn sandbox(w: &World, task: i64) -> serde_json::Value {
+    eventually("the task's VM sandbox", || async {
+        w.sandboxes_of(task).await.into_iter().next()
+    })
+    .await
+}
+
+/// The mints the stand-in made for `spiffe_id`.
+async fn mints_for(w: &World, spiffe_id: &str) -> Vec<serde_json::Value> {
+    let spire = w.spire.as_ref().unwrap();
+    spire
+        .minted(w.http())
+        .await
+        .into_iter()
+        .filter(|m| m["spiffeId"] == spiffe_id)
+        .collect()
+}
+
+/// One Declare as `ex` through its proxy, no retry: the facade's answer.
+async fn declare(ex: &Executor) -> Result<(), ClientError> {
+    let mut cfg = ClientConfig::new(&ex.address);
+    cfg.retry.attempts = 1;
+    cfg.request_timeout = DEADLINE;
+    RunnerClient::new(cfg)
+        .unwrap()
+        .with_credentials(Credentials {
+            uuid: ex.uuid.clone(),
+            token: ex.token.clone(),
+        })
+        .declare(&DeclareRequest {
+            version: "vm-identity-test".into(),
+            labels: vec!["self-hosted".into(), "vm".into()],
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Two vm tasks: each sandbox gets its own task's minted SVID (env, not the facade's CA), the
+/// mint was made by the dispatcher's ID; task A's SVID with task B's capability is refused.
+/// kill -9 of the dispatcher mid-task: the restarted one finds the sandboxes and mints
+/// nothing again; both tasks run to SUCCESS through their proxies, once, and no sandbox is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vm_tasks_run_with_minted_svids_and_a_restart_mints_nothing_again() {
+    let w = world(2, true).await;
+    let mut d = w.dispatcher("d1").await;
+    let ja = w.enqueue_vm("vm-a", "secret-a").await;
+    let jb = w.enqueue_vm("vm-b", "secret-b").await;
+    let (ta, tb) = (w.claimed(ja).await, w.claimed(jb).await);
+    let (sa, sb) = (sandbox(&w, ta).await, sandbox(&w, tb).await);
+    for s in [&sa, &sb] {
+        for k in [env::SVID, env::SVID_KEY, env::SVID_BUNDLE] {
+            assert!(s["env"][k].is_string(), "{k} in {s}");
+        }
+        assert!(
+            s["env"][env::FACADE_CA].is_null(),
+            "no CA with identity on: {s}"
+        );
+    }
+    for job in ["vm-a", "vm-b"] {
+        let mints = mints_for(&w, &task_id(job)).await;
+        assert_eq!(mints.len(), 1, "{mints:?}");
+        assert_eq!(mints[0]["callerId"], FACADE_ID, "{mints:?}");
+    }
+
+    let proxy_a = PodProxy::for_sandbox(tenantci(), &sa);
+    let proxy_b = PodProxy::for_sandbox(tenantci(), &sb);
+    // Task A's SVID with task B's capability: refused, and task B is not disturbed.
+    let crossed = Executor::through_sandbox(&sb, &proxy_a);
+    match declare(&crossed).await {
+        Err(ClientError::Status { error, .. }) => {
+            assert_eq!(error.code, Code::PermissionDenied, "{error:?}")
+        }
+        other => panic!("expected permission_denied, got {other:?}"),
+    }
+
+    d.kill9();
+    let d = w.dispatcher("d1").await;
+    Executor::through_sandbox(&sa, &proxy_a).run(ta).await;
+    Executor::through_sandbox(&sb, &proxy_b).run(tb).await;
+    w.assert_ran_once(&[ja, jb]).await;
+    w.no_sandboxes_left().await;
+    for job in ["vm-a", "vm-b"] {
+        assert_eq!(
+            mints_for(&w, &task_id(job)).await.len(),
+            1,
+            "minted once: {job}"
+        );
+    }
+    let stats = w.sandbox_stats().await;
+    assert_eq!(stats["created"], 2, "one sandbox per task: {stats}");
+    let log = d.log_text();
+    for secret in ["secret-a", "secret-b", "BEGIN PRIVATE KEY"] {
+        assert!(!log.contains(secret), "{secret} in the dispatcher's log");
+    }
+}
+
+/// A dispatcher the SPIRE server does not mint for (its entry is no admin one): the vm task's
+/// sandbox is not created and the task waits, queued; once the operator makes the entry an
+/// admin one, the task's SVID is minted, its sandbox created, and it runs to SUCCESS once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_mint_costs_latency_only() {
+    let w = world(1, false).await;
+    let d = w.dispatcher("d1").await;
+    let job = w.enqueue_vm("vm-wait", "secret-wait").await;
+    let task = w.claimed(job).await;
+    eventually("the dispatcher to log the refused mint", || async {
+        d.log_text()
+            .contains(&format!("no SVID for task {task} from the SPIRE server"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        w.sandboxes_of(task).await.is_empty(),
+        "no sandbox without its SVID"
+    );
+    assert!(mints_for(&w, &task_id("vm-wait")).await.is_empty());
+
+    w.make_admin(DISPATCHER_ENTRY).await;
+    let s = sandbox(&w, task).await;
+    let proxy = PodProxy::for_sandbox(tenantci(), &s);
+    Executor::through_sandbox(&s, &proxy).run(task).await;
+    w.assert_succeeded_once(task).await;
+    w.no_sandboxes_left().await;
+    assert_eq!(mints_for(&w, &task_id("vm-wait")).await.len(), 1);
+}
