@@ -22,7 +22,7 @@ use crate::{Error, Secret};
 pub use proto::MINT_X509_SVID;
 use proto::{MintX509SvidRequest, MintX509SvidResponse};
 
-/// How long one call may take, connection included.
+/// How long one call may take once connected (connecting has `connect::CONNECT_TIMEOUT`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client of the SPIRE Server API's SVID service.
@@ -77,7 +77,8 @@ pub enum MintError {
 impl ServerApi {
     /// `address` is HOST:PORT (SPIRE server's TCP API, default port 8081); `source` is the
     /// caller's own SVID (presented as client cert; its bundle verifies the server);
-    /// `server_id` the server's SPIFFE ID. Connects lazily (no I/O here).
+    /// `server_id` the server's SPIFFE ID. Connects lazily (no I/O here, and no Tokio runtime
+    /// needed yet). Refused: an `address` that is not HOST:PORT.
     pub fn new(
         address: &str,
         source: Arc<dyn SvidSource>,
@@ -157,7 +158,8 @@ impl ServerApi {
     }
 
     /// One mTLS handshake and nothing else (`dispatch init`'s reachability check): Ok when
-    /// the server presents `server_id` and accepts our SVID at TLS level.
+    /// the server presents `server_id` and accepts our SVID at TLS level. Sends the HTTP/2
+    /// preface only to hear the server's verdict on our certificate (see `connect::handshake`).
     pub async fn check(&self) -> Result<(), MintError> {
         connect::handshake(&self.address, self.tls.clone())
             .await
