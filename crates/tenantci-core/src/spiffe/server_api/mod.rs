@@ -1,10 +1,11 @@
 //! A client of the SPIRE Server API's SVID service, for the dispatcher (a SPIRE admin
 //! workload) to mint the X509-SVID of a VM task, which cannot run a SPIRE agent. It presents
 //! the caller's own SVID and accepts the server only by its SPIFFE ID (`connect`); the
-//! messages are hand-written (`proto`). It checks every answer (the chain is an SVID for the
-//! ID asked, with our key, under our bundle) so that a caller writes nothing unusable. It
-//! does not write files or decide who gets an SVID: the dispatcher does.
+//! messages are hand-written (`proto`); every answer is checked before it is handed out
+//! (`answer`), so that a caller writes nothing unusable. It does not write files or decide
+//! who gets an SVID: the dispatcher does.
 
+mod answer;
 mod connect;
 pub mod proto;
 
@@ -12,20 +13,16 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use rcgen::string::Ia5String;
-use rcgen::{CertificateParams, DistinguishedName, KeyPair, SanType};
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::ParsedCertificate;
+use rcgen::KeyPair;
 use tonic::transport::{Channel, Endpoint};
 
 use super::SpiffeId;
 use super::source::SvidSource;
-use super::svid::Svid;
 use crate::{Error, Secret};
 pub use proto::MINT_X509_SVID;
 use proto::{MintX509SvidRequest, MintX509SvidResponse};
 
-/// How long one call may take, connection included.
+/// How long one call may take once connected (connecting has `connect::CONNECT_TIMEOUT`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client of the SPIRE Server API's SVID service.
@@ -80,7 +77,8 @@ pub enum MintError {
 impl ServerApi {
     /// `address` is HOST:PORT (SPIRE server's TCP API, default port 8081); `source` is the
     /// caller's own SVID (presented as client cert; its bundle verifies the server);
-    /// `server_id` the server's SPIFFE ID. Connects lazily (no I/O here).
+    /// `server_id` the server's SPIFFE ID. Connects lazily (no I/O here, and no Tokio runtime
+    /// needed yet). Refused: an `address` that is not HOST:PORT.
     pub fn new(
         address: &str,
         source: Arc<dyn SvidSource>,
@@ -136,7 +134,8 @@ impl ServerApi {
         })?;
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(|e| MintError::Refused(format!("cannot make a key for `{id}`: {e}")))?;
-        let csr = csr(id, &key)?;
+        let csr = answer::csr(id, &key)
+            .map_err(|e| MintError::Refused(format!("cannot request an SVID for `{id}`: {e}")))?;
         let request = MintX509SvidRequest {
             csr,
             ttl: i32::try_from(ttl.as_secs()).unwrap_or(i32::MAX),
@@ -150,65 +149,21 @@ impl ServerApi {
             .await
             .map_err(|status| self.status_error(id, &status))?
             .into_inner();
-        self.checked(id, &key, &own, response)
+        answer::minted(id, &key, &own, response).map_err(|why| {
+            MintError::Refused(format!(
+                "the SPIRE server at {} answered the mint for `{id}` with no usable SVID: {why}",
+                self.address
+            ))
+        })
     }
 
     /// One mTLS handshake and nothing else (`dispatch init`'s reachability check): Ok when
-    /// the server presents `server_id` and accepts our SVID at TLS level.
+    /// the server presents `server_id` and accepts our SVID at TLS level. Sends the HTTP/2
+    /// preface only to hear the server's verdict on our certificate (see `connect::handshake`).
     pub async fn check(&self) -> Result<(), MintError> {
         connect::handshake(&self.address, self.tls.clone())
             .await
             .map_err(|e| self.transport_error(&e))
-    }
-
-    fn refused_answer(&self, id: &SpiffeId, why: impl fmt::Display) -> MintError {
-        MintError::Refused(format!(
-            "the SPIRE server at {} answered the mint for `{id}` with no usable SVID: {why}",
-            self.address
-        ))
-    }
-
-    fn checked(
-        &self,
-        id: &SpiffeId,
-        key: &KeyPair,
-        own: &Svid,
-        response: MintX509SvidResponse,
-    ) -> Result<MintedSvid, MintError> {
-        let svid = response
-            .svid
-            .ok_or_else(|| self.refused_answer(id, "the response holds no SVID"))?;
-        if svid.cert_chain.is_empty() {
-            return Err(self.refused_answer(id, "the certificate chain is empty"));
-        }
-        let chain: Vec<CertificateDer<'static>> = svid
-            .cert_chain
-            .iter()
-            .map(|c| CertificateDer::from(c.clone()))
-            .collect();
-        let parsed = Svid::from_der(chain.clone(), &key.serialize_der(), own.bundle())
-            .map_err(|e| self.refused_answer(id, e.render()))?;
-        if parsed.id() != id {
-            return Err(self.refused_answer(id, format!("it is for `{}`", parsed.id())));
-        }
-        chains_to_bundle(&parsed).map_err(|e| {
-            self.refused_answer(id, format!("it does not chain to our trust bundle ({e})"))
-        })?;
-        let pem_of = |certs: &[CertificateDer<'_>]| {
-            pem::encode_many(
-                &certs
-                    .iter()
-                    .map(|c| pem::Pem::new("CERTIFICATE", c.to_vec()))
-                    .collect::<Vec<_>>(),
-            )
-        };
-        Ok(MintedSvid {
-            id: id.clone(),
-            chain_pem: pem_of(&chain),
-            key_pem: Secret::new(key.serialize_pem()),
-            bundle_pem: pem_of(own.bundle()),
-            expires_at: svid.expires_at,
-        })
     }
 
     /// A failure below gRPC: a TLS refusal (configuration) or the network.
@@ -293,34 +248,6 @@ fn validate_address(address: &str) -> crate::Result<http::Uri> {
     http::Uri::try_from(format!("http://{address}")).map_err(|_| bad())
 }
 
-/// A CSR whose only name is `id` (one URI SAN, empty subject), as SPIRE expects.
-fn csr(id: &SpiffeId, key: &KeyPair) -> Result<Vec<u8>, MintError> {
-    let refused = |e: String| MintError::Refused(format!("cannot request an SVID for `{id}`: {e}"));
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params.subject_alt_names = vec![SanType::URI(
-        Ia5String::try_from(id.to_string()).map_err(|e| refused(e.to_string()))?,
-    )];
-    let request = params
-        .serialize_request(key)
-        .map_err(|e| refused(e.to_string()))?;
-    Ok(request.der().to_vec())
-}
-
-/// The minted leaf chains to the trust domain's bundle, as a peer will verify it.
-fn chains_to_bundle(svid: &Svid) -> Result<(), rustls::Error> {
-    let chain = &svid.certified_key().cert;
-    let provider =
-        rustls::crypto::CryptoProvider::get_default().expect("Svid::from_der installed a provider");
-    rustls::client::verify_server_cert_signed_by_trust_anchor(
-        &ParsedCertificate::try_from(&chain[0])?,
-        svid.roots(),
-        &chain[1..],
-        UnixTime::now(),
-        provider.signature_verification_algorithms.all,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,22 +280,6 @@ mod tests {
                 err.message()
             );
         }
-    }
-
-    #[test]
-    fn a_csr_names_only_the_id() {
-        let id = SpiffeId::new("spiffe://example.org/gitea/acme/widgets/7").unwrap();
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let der = csr(&id, &key).unwrap();
-        let parsed = rcgen::CertificateSigningRequestParams::from_der(&der.into()).unwrap();
-        assert_eq!(
-            parsed.params.subject_alt_names,
-            vec![SanType::URI(Ia5String::try_from(id.to_string()).unwrap())]
-        );
-        assert_eq!(
-            rcgen::PublicKeyData::der_bytes(&parsed.public_key),
-            key.public_key_raw()
-        );
     }
 
     #[test]
