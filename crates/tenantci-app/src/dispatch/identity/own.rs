@@ -40,7 +40,6 @@ impl Own {
             ))
             .hint("set identity.facade_id to the dispatcher's SPIFFE ID, or give the dispatcher the SVID of that ID"));
         }
-        tracing::info!(id = %current.id(), "executor identity on: the dispatcher's SVID is open");
         Ok(Own { parsed, source })
     }
 
@@ -48,6 +47,7 @@ impl Own {
     /// SVID of the trust domain, following the source (a rotated SVID or bundle is used by
     /// the next handshake without a restart).
     pub fn facade_tls(&self) -> Arc<rustls::ServerConfig> {
+        tracing::info!(id = %self.parsed.facade_id, "facade: serving SPIFFE mTLS (executor identity on)");
         let mut tls = tenantci_core::spiffe::tls::server_config(
             self.source.clone(),
             self.parsed.trust_domain.clone(),

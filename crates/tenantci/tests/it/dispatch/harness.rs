@@ -32,7 +32,7 @@ use tenantci_testkit::nats::{NatsCluster, NatsServer};
 use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::process::{Process, first_line};
 use tenantci_testkit::sim::{Gitea, SimProcess};
-use tenantci_testkit::spire::{Spire, entry_yaml};
+use tenantci_testkit::spire::{Spire, admin_entry_yaml, entry_yaml};
 use tenantci_testkit::wait::{DEADLINE, eventually};
 
 use crate::util::{self, scratch, tenantci};
@@ -270,15 +270,12 @@ impl World {
 
     /// [`World::create_entry`], an admin entry when `admin`.
     pub async fn create_entry_with(&self, name: &str, spiffe_id: &str, admin: bool) {
-        let mut yaml = entry_yaml(
+        let yaml = if admin { admin_entry_yaml } else { entry_yaml }(
             name,
             spiffe_id,
             "spiffe://example.org/spire/agent/k8s_psat/ci/node-uid-1",
             &format!("pod-uid-of-{name}"),
         );
-        if admin {
-            yaml.push_str("  admin: true\n");
-        }
         let obj: DynamicObject = serde_yaml::from_str(&yaml).unwrap();
         self.entries_api()
             .create(&PostParams::default(), &obj)

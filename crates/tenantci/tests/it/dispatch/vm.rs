@@ -261,7 +261,7 @@ async fn opensandbox_answering_503_for_20s_fails_no_task() {
     w.no_sandboxes_left().await;
     let log = d.log_text();
     assert!(
-        log.contains("OpenSandbox did not take the sandbox yet"),
+        log.contains("the sandbox is not created yet"),
         "the outage was met: {log}"
     );
 }
