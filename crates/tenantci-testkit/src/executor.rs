@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use tenantci_app::dispatch::executor::{CA_KEY, PROXY_CONTAINER, RUNNER_KEY};
 use tenantci_app::runner::gitea_files::Registration;
-use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
+use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, Credentials, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, LogRow, Task, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
@@ -286,6 +286,28 @@ impl Executor {
                 uuid: uuid.into(),
                 token: token.into(),
             })
+    }
+
+    /// One Declare with the task's credentials and labels, no retry: the facade's answer as
+    /// it is (for the tests of what the facade refuses).
+    pub async fn declare_once(&self) -> Result<(), ClientError> {
+        let mut cfg = ClientConfig::new(&self.address);
+        cfg.retry.attempts = 1;
+        cfg.request_timeout = crate::wait::DEADLINE;
+        let client = RunnerClient::new(cfg)
+            .unwrap()
+            .with_credentials(Credentials {
+                uuid: self.uuid.clone(),
+                token: self.token.clone(),
+            });
+        client
+            .declare(&DeclareRequest {
+                version: "tenantci-testkit".into(),
+                labels: self.labels.clone(),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
     }
 
     /// A facade client with the task's own credentials.

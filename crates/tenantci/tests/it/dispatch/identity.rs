@@ -11,9 +11,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{Api, DeleteParams};
-use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, RunnerClient};
+use tenantci_core::forge::gitea::client::ClientError;
 use tenantci_core::forge::gitea::connect::Code;
-use tenantci_core::forge::gitea::proto::DeclareRequest;
 use tenantci_sim::spire::ca::TrustDomainCa;
 use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::DEADLINE;
@@ -40,24 +39,7 @@ fn proxy_as(
 
 /// One Declare through `proxy` with `secret`'s credentials, no retry: the facade's answer.
 async fn declare(secret: &Secret, proxy: &PodProxy) -> Result<(), ClientError> {
-    let ex = Executor::through(secret, proxy);
-    let mut cfg = ClientConfig::new(&ex.address);
-    cfg.retry.attempts = 1;
-    cfg.request_timeout = DEADLINE;
-    let client = RunnerClient::new(cfg).unwrap().with_credentials(
-        tenantci_core::forge::gitea::client::Credentials {
-            uuid: ex.uuid.clone(),
-            token: ex.token.clone(),
-        },
-    );
-    client
-        .declare(&DeclareRequest {
-            version: "identity-test".into(),
-            labels: vec!["self-hosted".into(), "pod".into()],
-            ..Default::default()
-        })
-        .await
-        .map(|_| ())
+    Executor::through(secret, proxy).declare_once().await
 }
 
 fn code(r: Result<(), ClientError>) -> Code {

@@ -5,11 +5,10 @@
 //! (tenantci_testkit::executor::PodProxy::for_sandbox plays that part), and the facade serves
 //! the task only to that SVID with that task's capability.
 
-use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, Credentials, RunnerClient};
+use tenantci_core::forge::gitea::client::ClientError;
 use tenantci_core::forge::gitea::connect::Code;
-use tenantci_core::forge::gitea::proto::DeclareRequest;
 use tenantci_testkit::executor::{Executor, PodProxy};
-use tenantci_testkit::wait::{DEADLINE, eventually};
+use tenantci_testkit::wait::eventually;
 
 use super::harness::{DISPATCHER_ENTRY, FACADE_ID, TD, World};
 use crate::util::tenantci;
@@ -49,26 +48,6 @@ async fn mints_for(w: &World, spiffe_id: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// One Declare as `ex` through its proxy, no retry: the facade's answer.
-async fn declare(ex: &Executor) -> Result<(), ClientError> {
-    let mut cfg = ClientConfig::new(&ex.address);
-    cfg.retry.attempts = 1;
-    cfg.request_timeout = DEADLINE;
-    RunnerClient::new(cfg)
-        .unwrap()
-        .with_credentials(Credentials {
-            uuid: ex.uuid.clone(),
-            token: ex.token.clone(),
-        })
-        .declare(&DeclareRequest {
-            version: "vm-identity-test".into(),
-            labels: vec!["self-hosted".into(), "vm".into()],
-            ..Default::default()
-        })
-        .await
-        .map(|_| ())
-}
-
 /// Two vm tasks: each sandbox gets its own task's minted SVID (env, not the facade's CA), the
 /// mint was made by the dispatcher's ID; task A's SVID with task B's capability is refused.
 /// kill -9 of the dispatcher mid-task: the restarted one finds the sandboxes and mints
@@ -100,7 +79,7 @@ async fn vm_tasks_run_with_minted_svids_and_a_restart_mints_nothing_again() {
     let proxy_b = PodProxy::for_sandbox(tenantci(), &sb);
     // Task A's SVID with task B's capability: refused, and task B is not disturbed.
     let crossed = Executor::through_sandbox(&sb, &proxy_a);
-    match declare(&crossed).await {
+    match crossed.declare_once().await {
         Err(ClientError::Status { error, .. }) => {
             assert_eq!(error.code, Code::PermissionDenied, "{error:?}")
         }
