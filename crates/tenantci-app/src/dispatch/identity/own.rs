@@ -69,11 +69,9 @@ impl Own {
             Ok(()) => {
                 tracing::info!(server = %server.address, id = %server.id, "SPIRE Server API reached: VM executors' SVIDs are minted there")
             }
+            // The sentence names the server and what was refused.
             Err(MintError::Refused(why)) => {
-                return Err(Error::bad_input(format!(
-                    "the SPIRE Server API at {} does not accept this dispatcher: {why}",
-                    server.address
-                ))
+                return Err(Error::bad_input(why)
                 .hint("check identity.server_address and identity.server_id (the server's SPIFFE ID), and that the server trusts the dispatcher's trust domain"));
             }
             Err(MintError::Unavailable(why)) => {

@@ -647,7 +647,8 @@ fn init_turns_the_vm_backend_on_only_with_a_reachable_opensandbox() {
 }
 
 /// Executor identity's flags: refused before anything is written or registered when they
-/// cannot work (a template that renders no ID, identity beside the VM backend, a stray flag);
+/// cannot work (a template that renders no ID, identity beside the VM backend without the
+/// SPIRE server that mints the sandboxes' SVIDs, a server that is no HOST:PORT, a stray flag);
 /// `--spiffe-trust-domain` alone writes `[identity]` with the defaults and the namespace's
 /// facade ID; without it there is no `[identity]`.
 #[test]
@@ -674,7 +675,17 @@ fn init_writes_the_identity_section_only_from_valid_spiffe_flags() {
                 "--opensandbox-api-key-file",
                 "/nonexistent",
             ],
-            "--opensandbox-url",
+            "without --spiffe-server",
+        ),
+        (
+            "bad-server",
+            vec![
+                "--spiffe-trust-domain",
+                "example.org",
+                "--spiffe-server",
+                "https://spire-server:8081",
+            ],
+            "identity.server_address",
         ),
         (
             "stray",
@@ -703,6 +714,37 @@ fn init_writes_the_identity_section_only_from_valid_spiffe_flags() {
         "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher"
     );
     assert_eq!(identity.source, "workload-api");
+    assert_eq!(identity.server_address, None);
+
+    // With the VM backend and the SPIRE server (init does not reach the server: the
+    // dispatcher's SVID is needed for that, and `dispatch run` does it).
+    let o = tenantci_testkit::opensandbox::OpenSandbox::from_state_dir(&s.root.join("state"));
+    let key_file = o.api_key_file.display().to_string();
+    let vm = s.init(
+        "vm",
+        &[
+            ("--name", Some("vm-identity")),
+            ("--labels", Some("self-hosted,pod,vm")),
+        ],
+        &[
+            "--spiffe-trust-domain",
+            "example.org",
+            "--spiffe-server",
+            "spire-server.spire:8081",
+            "--opensandbox-url",
+            &o.url,
+            "--opensandbox-api-key-file",
+            &key_file,
+        ],
+    );
+    assert_exit(&vm, 0);
+    let cfg = tenantci_app::dispatch::config::Config::load(&s.out("vm")).unwrap();
+    let identity = cfg.identity.expect("an [identity] section");
+    assert!(cfg.vm.is_some(), "a [vm] section");
+    assert_eq!(
+        identity.server_address.as_deref(),
+        Some("spire-server.spire:8081")
+    );
 
     let off = s.init("off", &[("--name", Some("no-identity"))], &[]);
     assert_exit(&off, 0);

@@ -11,7 +11,7 @@ use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::eventually;
 
 use super::harness::{DISPATCHER_ENTRY, FACADE_ID, TD, World};
-use crate::util::tenantci;
+use crate::util::{assert_exit, run, stderr, tenantci};
 use tenantci_app::dispatch::vm::sandbox::env;
 
 /// The ID the default template gives a job of the Gitea double (repository `sim/demo`).
@@ -135,4 +135,32 @@ async fn a_refused_mint_costs_latency_only() {
     w.assert_succeeded_once(task).await;
     w.no_sandboxes_left().await;
     assert_eq!(mints_for(&w, &task_id("vm-wait")).await.len(), 1);
+}
+
+/// A SPIRE server that presents another SPIFFE ID than `identity.server_id` is a configuration
+/// error said at start: `dispatch run` exits 2 naming the server and the setting, before
+/// anything listens or claims (one sentence, no key material).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dispatch_run_refuses_a_spire_server_that_is_not_the_configured_one() {
+    let mut w = world(1, true).await;
+    if let Some(identity) = w.base_mut().identity.as_mut() {
+        identity.server_id = Some(format!("spiffe://{TD}/not/the/server"));
+    }
+    let config = w.config_only("d1");
+    let out = run(tenantci()
+        .args(["dispatch", "run", "--config"])
+        .arg(&config)
+        .envs(w.dispatcher_env().iter().map(|(k, v)| (k, v))));
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    let spire = w.spire.as_ref().unwrap();
+    assert!(
+        err.contains(&format!(
+            "the TLS handshake with the SPIRE server at {} was refused",
+            spire.server_address
+        )) && err.contains("identity.server_id"),
+        "{err}"
+    );
+    assert!(!err.contains("PRIVATE KEY"), "{err}");
+    assert_eq!(w.fetch_calls().await, 0, "nothing claimed");
 }
