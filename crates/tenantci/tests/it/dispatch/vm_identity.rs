@@ -164,3 +164,47 @@ async fn dispatch_run_refuses_a_spire_server_that_is_not_the_configured_one() {
     assert!(!err.contains("PRIVATE KEY"), "{err}");
     assert_eq!(w.fetch_calls().await, 0, "nothing claimed");
 }
+
+/// The SPIRE server down (its address accepts and closes every connection, as a Service with
+/// no ready endpoint): the dispatcher starts all the same (logged), the vm task waits with no
+/// sandbox; once the server is back at that address, the SVID is minted and the task runs to
+/// SUCCESS once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_spire_server_down_costs_latency_only() {
+    let mut w = world(1, true).await;
+    let forward = tenantci_testkit::forward::Forward::start().await;
+    if let Some(identity) = w.base_mut().identity.as_mut() {
+        identity.server_address = Some(forward.addr().to_string());
+    }
+    let d = w.dispatcher("d1").await;
+    assert!(
+        d.log_text()
+            .contains("the SPIRE Server API does not answer yet"),
+        "{}",
+        d.log_text()
+    );
+    let job = w.enqueue_vm("vm-down", "secret-down").await;
+    let task = w.claimed(job).await;
+    eventually(
+        "the dispatcher to log the unreachable SPIRE server",
+        || async {
+            d.log_text()
+                .contains(&format!("no SVID for task {task} from the SPIRE server"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        w.sandboxes_of(task).await.is_empty(),
+        "no sandbox without its SVID"
+    );
+
+    let spire = w.spire.as_ref().unwrap();
+    forward.point_at(spire.server_address.parse().unwrap());
+    let s = sandbox(&w, task).await;
+    let proxy = PodProxy::for_sandbox(tenantci(), &s);
+    Executor::through_sandbox(&s, &proxy).run(task).await;
+    w.assert_succeeded_once(task).await;
+    w.no_sandboxes_left().await;
+    assert_eq!(mints_for(&w, &task_id("vm-down")).await.len(), 1);
+}
