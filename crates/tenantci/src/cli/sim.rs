@@ -52,8 +52,10 @@ pub struct SimArgs {
 pub struct SpireArgs {
     /// Also run a SPIRE stand-in for this trust domain (e.g. `example.org`): it issues an
     /// X509-SVID for each ClusterStaticEntry of a tenant cluster on a Workload API double at
-    /// <state>/spire/<cluster>/<entry>.sock, and writes <state>/spire.json (0600: bundle,
-    /// socket directory, admin API for rotation) before the ready line.
+    /// <state>/spire/<cluster>/<entry>.sock, serves a SPIRE Server API double (MintX509SVID
+    /// for entries with admin: true, over mTLS) on a loopback port, and writes
+    /// <state>/spire.json (0600: bundle, socket directory, server address and ID, admin API
+    /// for rotation and the mints) before the ready line.
     #[arg(long, value_name = "TRUST_DOMAIN")]
     pub spire: Option<String>,
     /// Serve the tenant clusters without SPIRE's ClusterStaticEntry CRD (no spire.spiffe.io in
@@ -203,9 +205,10 @@ pub async fn run(args: SimArgs) -> Result<i32> {
         Some(td) => {
             let s = sim::spire::start(&state_dir, td, &handle.tenants).await?;
             eprintln!(
-                "SPIRE stand-in for {} (sockets under {}, admin {})",
+                "SPIRE stand-in for {} (sockets under {}, Server API {}, admin {})",
                 s.json.trust_domain,
                 s.json.socket_dir.display(),
+                s.json.server_address,
                 s.json.admin_url
             );
             Some(s)
