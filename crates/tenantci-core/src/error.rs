@@ -190,6 +190,23 @@ impl std::error::Error for Error {
     }
 }
 
+/// `err` and its causes on one line, `: `-joined, skipping a cause whose text is already shown
+/// (a wrapper that formats its source): for log fields and refusal sentences, where an HTTP or
+/// gRPC client's own message names only the URL and the reason is a cause or two down.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        let shown = e.to_string();
+        if !shown.is_empty() && !text.contains(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
+        next = e.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -214,7 +214,7 @@ async fn forward(
                 Ok(resp) => relay(resp).await,
                 Err(e) => {
                     // With the causes: a refused facade SVID shows only there.
-                    let error = chain(&e);
+                    let error = tenantci_core::error::one_line(&e);
                     tracing::warn!(%method, %error, "executor-proxy: the facade is unreachable");
                     let body = serde_json::json!({"code": "unavailable", "message": "the facade is unreachable"}).to_string();
                     (
@@ -230,18 +230,6 @@ async fn forward(
         tokio::time::sleep(backoff(attempt)).await;
         attempt += 1;
     }
-}
-
-/// An error and its causes, `: `-joined (reqwest's own message names only the URL).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
 }
 
 /// The facade's answer as it came (status, body, headers but the hop-by-hop ones).

@@ -70,7 +70,12 @@ impl Task {
             .body(body)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("UpdateLog to {base}: {}", chain(&e)));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "UpdateLog to {base}: {}",
+                    tenantci_core::error::one_line(&e)
+                )
+            });
         let status = resp.status();
         let bytes = resp.bytes().await.expect("the UpdateLog answer");
         let took = start.elapsed();
@@ -84,17 +89,6 @@ impl Task {
         self.next = answer.ack_index;
         took
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
 }
 
 /// Whether a client keeps its connection or opens one per request, and whether it offers

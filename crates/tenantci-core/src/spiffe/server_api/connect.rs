@@ -120,20 +120,7 @@ pub(super) fn tls_refusal(err: &(dyn std::error::Error + 'static)) -> Option<Str
     None
 }
 
-/// `err` and its causes on one line.
-pub(super) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
-        let shown = e.to_string();
-        if !text.contains(&shown) {
-            text.push_str(": ");
-            text.push_str(&shown);
-        }
-        next = e.source();
-    }
-    text
-}
+pub(super) use crate::error::one_line as chain;
 
 #[cfg(test)]
 mod tests {
