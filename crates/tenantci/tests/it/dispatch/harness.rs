@@ -355,6 +355,18 @@ impl World {
         &mut self.base
     }
 
+    /// `tenantci dispatch run` with `name`'s config and the dispatchers' environment, to its
+    /// exit (for the starts that must be refused).
+    pub fn run_dispatcher_to_exit(&self, name: &str) -> std::process::Output {
+        let config = self.config_only(name);
+        util::run(
+            tenantci()
+                .args(["dispatch", "run", "--config"])
+                .arg(&config)
+                .envs(self.dispatcher_env().iter().map(|(k, v)| (k, v))),
+        )
+    }
+
     /// Writes `name`'s config as [`World::dispatcher`] would, without starting it.
     pub fn config_only(&self, name: &str) -> PathBuf {
         self.write_config(name, self.base.clone());

@@ -18,7 +18,7 @@ use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::DEADLINE;
 
 use super::harness::{DISPATCHER_ENTRY, NAMESPACE, TD, World};
-use crate::util::{assert_exit, run, stderr, tenantci};
+use crate::util::{assert_exit, stderr, tenantci};
 
 /// The ID the default template gives a job of the Gitea double (repository `sim/demo`).
 fn task_id(job: &str) -> String {
@@ -397,11 +397,7 @@ async fn run_refuses_to_serve_with_an_svid_that_is_not_the_facade_id() {
     w.with_identity().await;
     let configured = "spiffe://example.org/ns/dynamic-runner/sa/someone-else";
     w.base_mut().identity.as_mut().unwrap().facade_id = configured.into();
-    let config = w.config_only("d1");
-    let out = run(tenantci()
-        .args(["dispatch", "run", "--config"])
-        .arg(&config)
-        .envs(w.dispatcher_env().iter().map(|(k, v)| (k, v))));
+    let out = w.run_dispatcher_to_exit("d1");
     assert_exit(&out, 2);
     let err = stderr(&out);
     assert!(

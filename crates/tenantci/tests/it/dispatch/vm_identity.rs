@@ -11,7 +11,7 @@ use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::eventually;
 
 use super::harness::{DISPATCHER_ENTRY, FACADE_ID, TD, World};
-use crate::util::{assert_exit, run, stderr, tenantci};
+use crate::util::{assert_exit, stderr, tenantci};
 use tenantci_app::dispatch::vm::sandbox::env;
 
 /// The ID the default template gives a job of the Gitea double (repository `sim/demo`).
@@ -46,6 +46,39 @@ async fn mints_for(w: &World, spiffe_id: &str) -> Vec<serde_json::Value> {
         .into_iter()
         .filter(|m| m["spiffeId"] == spiffe_id)
         .collect()
+}
+
+/// Claims a new vm job `name` and waits until the dispatcher logged that it has no SVID for
+/// it yet (a refused or unanswered mint); no sandbox and no mint for it then. Its task id.
+async fn waiting_for_its_svid(w: &World, d: &super::harness::Dispatcher, name: &str) -> i64 {
+    let job = w.enqueue_vm(name, &format!("secret-{name}")).await;
+    let task = w.claimed(job).await;
+    eventually(
+        "the dispatcher to log the mint it could not make",
+        || async {
+            d.log_text()
+                .contains(&format!("no SVID for task {task} from the SPIRE server"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        w.sandboxes_of(task).await.is_empty(),
+        "no sandbox without its SVID"
+    );
+    assert!(mints_for(w, &task_id(name)).await.is_empty());
+    task
+}
+
+/// `task` (job `name`) runs to SUCCESS once through its sandbox's proxy, with one mint, and
+/// its sandbox is deleted.
+async fn runs_once_with_one_mint(w: &World, task: i64, name: &str) {
+    let s = sandbox(w, task).await;
+    let proxy = PodProxy::for_sandbox(tenantci(), &s);
+    Executor::through_sandbox(&s, &proxy).run(task).await;
+    w.assert_succeeded_once(task).await;
+    w.no_sandboxes_left().await;
+    assert_eq!(mints_for(w, &task_id(name)).await.len(), 1);
 }
 
 /// Two vm tasks: each sandbox gets its own task's minted SVID (env, not the facade's CA), the
@@ -114,27 +147,9 @@ async fn vm_tasks_run_with_minted_svids_and_a_restart_mints_nothing_again() {
 async fn a_refused_mint_costs_latency_only() {
     let w = world(1, false).await;
     let d = w.dispatcher("d1").await;
-    let job = w.enqueue_vm("vm-wait", "secret-wait").await;
-    let task = w.claimed(job).await;
-    eventually("the dispatcher to log the refused mint", || async {
-        d.log_text()
-            .contains(&format!("no SVID for task {task} from the SPIRE server"))
-            .then_some(())
-    })
-    .await;
-    assert!(
-        w.sandboxes_of(task).await.is_empty(),
-        "no sandbox without its SVID"
-    );
-    assert!(mints_for(&w, &task_id("vm-wait")).await.is_empty());
-
+    let task = waiting_for_its_svid(&w, &d, "vm-wait").await;
     w.make_admin(DISPATCHER_ENTRY).await;
-    let s = sandbox(&w, task).await;
-    let proxy = PodProxy::for_sandbox(tenantci(), &s);
-    Executor::through_sandbox(&s, &proxy).run(task).await;
-    w.assert_succeeded_once(task).await;
-    w.no_sandboxes_left().await;
-    assert_eq!(mints_for(&w, &task_id("vm-wait")).await.len(), 1);
+    runs_once_with_one_mint(&w, task, "vm-wait").await;
 }
 
 /// A SPIRE server that presents another SPIFFE ID than `identity.server_id` is a configuration
@@ -146,11 +161,7 @@ async fn dispatch_run_refuses_a_spire_server_that_is_not_the_configured_one() {
     if let Some(identity) = w.base_mut().identity.as_mut() {
         identity.server_id = Some(format!("spiffe://{TD}/not/the/server"));
     }
-    let config = w.config_only("d1");
-    let out = run(tenantci()
-        .args(["dispatch", "run", "--config"])
-        .arg(&config)
-        .envs(w.dispatcher_env().iter().map(|(k, v)| (k, v))));
+    let out = w.run_dispatcher_to_exit("d1");
     assert_exit(&out, 2);
     let err = stderr(&out);
     let spire = w.spire.as_ref().unwrap();
@@ -183,28 +194,8 @@ async fn the_spire_server_down_costs_latency_only() {
         "{}",
         d.log_text()
     );
-    let job = w.enqueue_vm("vm-down", "secret-down").await;
-    let task = w.claimed(job).await;
-    eventually(
-        "the dispatcher to log the unreachable SPIRE server",
-        || async {
-            d.log_text()
-                .contains(&format!("no SVID for task {task} from the SPIRE server"))
-                .then_some(())
-        },
-    )
-    .await;
-    assert!(
-        w.sandboxes_of(task).await.is_empty(),
-        "no sandbox without its SVID"
-    );
-
+    let task = waiting_for_its_svid(&w, &d, "vm-down").await;
     let spire = w.spire.as_ref().unwrap();
     forward.point_at(spire.server_address.parse().unwrap());
-    let s = sandbox(&w, task).await;
-    let proxy = PodProxy::for_sandbox(tenantci(), &s);
-    Executor::through_sandbox(&s, &proxy).run(task).await;
-    w.assert_succeeded_once(task).await;
-    w.no_sandboxes_left().await;
-    assert_eq!(mints_for(&w, &task_id("vm-down")).await.len(), 1);
+    runs_once_with_one_mint(&w, task, "vm-down").await;
 }
