@@ -34,6 +34,7 @@ pub struct Metrics {
     facade_refused: Counter,
     identity_refused: Counter,
     spire_entry_errors: Counter,
+    spire_mint_errors: Counter,
     webhook: Family<Vec<(String, String)>, Counter>,
     attempts: Counter,
     withdrawn: Counter,
@@ -61,6 +62,7 @@ impl Default for Metrics {
             facade_refused: Counter::default(),
             identity_refused: Counter::default(),
             spire_entry_errors: Counter::default(),
+            spire_mint_errors: Counter::default(),
             webhook: Family::default(),
             attempts: Counter::default(),
             withdrawn: Counter::default(),
@@ -129,6 +131,11 @@ impl Default for Metrics {
             "spire_entry_errors",
             "Reads, writes and deletes of executor SPIRE entries (ClusterStaticEntry) that failed; each is retried next pass (identity on)",
             m.spire_entry_errors.clone(),
+        );
+        registry.register(
+            "spire_mint_errors",
+            "X509-SVID mints for VM executors that the SPIRE server refused or did not answer; each is tried again while the task waits (identity on, VM backend)",
+            m.spire_mint_errors.clone(),
         );
         registry.register(
             "webhook_deliveries",
@@ -203,6 +210,9 @@ impl Metrics {
 
     pub fn spire_entry_error(&self) {
         self.spire_entry_errors.inc();
+    }
+    pub fn spire_mint_error(&self) {
+        self.spire_mint_errors.inc();
     }
     pub fn webhook(&self, outcome: &str) {
         self.webhook

@@ -218,6 +218,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
     let ledger = open_ledger(&cfg, &worker_client).await?;
+    let metrics = start_metrics(&cfg, &inputs);
     // Before anything listens: with identity on, the first SVID and its ID are checked here,
     // and the SPIRE server that mints VM executors' SVIDs is reached.
     let own = match &cfg.identity {
@@ -225,13 +226,12 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         None => None,
     };
     let minter = match &own {
-        Some(own) => own.minter(cfg.vm.as_ref()).await?,
+        Some(own) => own.minter(cfg.vm.as_ref(), &metrics).await?,
         None => None,
     };
     let sandboxes = connect_sandboxes(&cfg, inputs.runner_id, minter).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
-    let metrics = start_metrics(&cfg, &inputs);
     let registry = Arc::new(Registry::default());
     let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
     let health = Arc::new(Health::default());

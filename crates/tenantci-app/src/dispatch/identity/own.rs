@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::settings::{Identity, Parsed};
+use crate::dispatch::metrics::Metrics;
 use crate::dispatch::vm::Vm;
 use crate::dispatch::vm::sandboxes::Minter;
 use tenantci_core::spiffe::SvidSource;
@@ -60,7 +61,7 @@ impl Own {
     /// server is then configured). One mTLS handshake with the server first: a server that
     /// presents another ID, or refuses the dispatcher's SVID, is a configuration error said
     /// now; a server that does not answer is waited out per task, like an OpenSandbox outage.
-    pub async fn minter(&self, vm: Option<&Vm>) -> Result<Option<Minter>> {
+    pub async fn minter(&self, vm: Option<&Vm>, metrics: &Arc<Metrics>) -> Result<Option<Minter>> {
         let (Some(vm), Some(server)) = (vm, &self.parsed.server) else {
             return Ok(None);
         };
@@ -81,6 +82,7 @@ impl Own {
         Ok(Some(Minter {
             api,
             ttl: Duration::from_secs(vm.timeout_seconds()),
+            metrics: metrics.clone(),
         }))
     }
 }

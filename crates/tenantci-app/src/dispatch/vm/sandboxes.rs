@@ -17,6 +17,7 @@
 //! nothing: the sandbox has its SVID already.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,6 +25,7 @@ use tokio::time::Instant;
 use super::sandbox::{self, SvidFiles};
 use super::settings::Vm;
 use crate::dispatch::executor::ExecutorSpec;
+use crate::dispatch::metrics::Metrics;
 use crate::dispatch::objects::Created;
 use crate::dispatch::worker::{Executors, StartError};
 use crate::queue::Backend;
@@ -34,10 +36,12 @@ use tenantci_core::spiffe::server_api::{MintError, ServerApi};
 /// Mints VM executors' SVIDs (identity on): the SPIRE Server API client and the lifetime to
 /// ask for, the sandbox's own (an SVID that outlives its sandbox is never used; one that
 /// expires before it would fail the job's last calls, and there is no agent to rotate it).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Minter {
     pub api: ServerApi,
     pub ttl: Duration,
+    /// Counts the mints that failed (`tenantci_dispatch_spire_mint_errors_total`).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Minter {
@@ -46,6 +50,7 @@ impl Minter {
             StartError::Refused(format!("task {task}'s SPIFFE ID `{id}` is not valid: {e}"))
         })?;
         let minted = self.api.mint_x509_svid(&id, self.ttl).await.map_err(|e| {
+            self.metrics.spire_mint_error();
             // Refused too is waited out: the fix (the dispatcher in the server's admin_ids) is
             // the operator's and needs no restart; failing the task would lose it.
             StartError::Unavailable(match e {

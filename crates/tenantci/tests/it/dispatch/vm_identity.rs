@@ -134,6 +134,10 @@ async fn vm_tasks_run_with_minted_svids_and_a_restart_mints_nothing_again() {
     }
     let stats = w.sandbox_stats().await;
     assert_eq!(stats["created"], 2, "one sandbox per task: {stats}");
+    assert_eq!(
+        d.metric("tenantci_dispatch_spire_mint_errors_total").await,
+        Some(0.0)
+    );
     let log = d.log_text();
     for secret in ["secret-a", "secret-b", "BEGIN PRIVATE KEY"] {
         assert!(!log.contains(secret), "{secret} in the dispatcher's log");
@@ -148,6 +152,8 @@ async fn a_refused_mint_costs_latency_only() {
     let w = world(1, false).await;
     let d = w.dispatcher("d1").await;
     let task = waiting_for_its_svid(&w, &d, "vm-wait").await;
+    let refused = d.metric("tenantci_dispatch_spire_mint_errors_total").await;
+    assert!(refused >= Some(1.0), "counted: {refused:?}");
     w.make_admin(DISPATCHER_ENTRY).await;
     runs_once_with_one_mint(&w, task, "vm-wait").await;
 }
