@@ -11,8 +11,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib/put-table.sh
 ensure_rust
 ensure_nats_server
-cargo build --locked --quiet --release --bin tenantci --example bench_dispatch
-target="${CARGO_TARGET_DIR:-target}"
-table=$("$target/release/examples/bench_dispatch" "$target/release/tenantci" "$@")
-echo "$table"
-put_table docs/benchmarks/dispatch.md bench-dispatch "$table"
+bench_example release bench_dispatch docs/benchmarks/dispatch.md "$@"

@@ -11,8 +11,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib/put-table.sh
 ensure_rust
 ensure_nats_server
-cargo build --locked --quiet --release --bin tenantci --example bench_identity
-target="${CARGO_TARGET_DIR:-target}"
-table=$("$target/release/examples/bench_identity" "$target/release/tenantci" "$@")
-echo "$table"
-put_table docs/benchmarks/identity.md bench-identity "$table"
+bench_example release bench_identity docs/benchmarks/identity.md "$@"

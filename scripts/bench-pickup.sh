@@ -11,8 +11,4 @@ cd "$(dirname "$0")/.."
 ensure_rust
 ensure_nats_server
 # Debug build: pickup is timers and loopback round trips, not CPU (docs/benchmarks/pickup.md).
-cargo build --locked --quiet --bin tenantci --example bench_pickup
-target="${CARGO_TARGET_DIR:-target}"
-table=$("$target/debug/examples/bench_pickup" "$target/debug/tenantci" "$@")
-echo "$table"
-put_table docs/benchmarks/pickup.md bench-pickup "$table"
+bench_example debug bench_pickup docs/benchmarks/pickup.md "$@"

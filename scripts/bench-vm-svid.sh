@@ -10,8 +10,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
 . scripts/lib/put-table.sh
 ensure_rust
-cargo build --locked --quiet --release --bin tenantci --example bench_vm_svid
-target="${CARGO_TARGET_DIR:-target}"
-table=$("$target/release/examples/bench_vm_svid" "$target/release/tenantci" "$@")
-echo "$table"
-put_table docs/benchmarks/vm-svid.md bench-vm-svid "$table"
+bench_example release bench_vm_svid docs/benchmarks/vm-svid.md "$@"

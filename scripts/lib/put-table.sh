@@ -13,3 +13,19 @@ b = s.index(f"<!-- {name}:end -->")
 open(path, "w").write(s[:a] + "\n" + table + "\n" + s[b:])
 PY
 }
+
+# bench_example PROFILE EXAMPLE DOC [ARGS...]: builds `tenantci` and the example EXAMPLE
+# (`bench_<name>`) with PROFILE (release or debug), runs it with the tenantci binary and ARGS,
+# prints its table and puts it into DOC between the `bench-<name>` markers (EXAMPLE with `-`
+# for `_`). The shape of every example benchmark that drives a `tenantci` it is given.
+bench_example() {
+  local profile=$1 example=$2 doc=$3
+  shift 3
+  local target="${CARGO_TARGET_DIR:-target}" flag=()
+  [ "$profile" = release ] && flag=(--release)
+  cargo build --locked --quiet "${flag[@]}" --bin tenantci --example "$example"
+  local table
+  table=$("$target/$profile/examples/$example" "$target/$profile/tenantci" "$@")
+  echo "$table"
+  put_table "$doc" "${example//_/-}" "$table"
+}

@@ -129,7 +129,13 @@ impl PodProxy {
             (KEY_FILE, env::SVID_KEY),
             (BUNDLE_FILE, env::SVID_BUNDLE),
         ] {
-            write_private(&svid_dir.join(file), var(key).as_bytes());
+            // 0600, as the boot script's umask 077 writes them (the key must be, to be read).
+            tenantci_core::fsutil::write_new_atomic(
+                &svid_dir.join(file),
+                var(key).as_bytes(),
+                0o600,
+            )
+            .unwrap();
         }
         let script = sandbox["entrypoint"][2].as_str().expect("the boot script");
         let facade_id = script
@@ -191,19 +197,6 @@ impl Drop for PodProxy {
     fn drop(&mut self) {
         self.process.terminate(Duration::from_secs(10));
     }
-}
-
-/// Writes a file only its owner reads (a key file must be 0600 to be read by tenantci).
-fn write_private(path: &std::path::Path, bytes: &[u8]) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .unwrap();
-    f.write_all(bytes).unwrap();
 }
 
 /// What the facade answered to the final reports.

@@ -394,7 +394,7 @@ fn mint_credential(cx: &Context<'_>) -> Result<String> {
 /// The RBAC objects, with the tenant-admin client.
 async fn rbac(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
     let objects = manifests::rbac(&cx.i.namespace);
-    let applied = access::apply(&cx.admin, &objects, cx.i.dry_run).await?;
+    let applied = access::apply(&cx.admin, &objects.objects(), cx.i.dry_run).await?;
     let (outcome, detail) = summary(&applied);
     steps.act("rbac", outcome, detail);
     Ok(())
@@ -407,7 +407,7 @@ async fn rbac_identity(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
         return Ok(());
     }
     let objects = manifests::rbac_identity(&cx.i.namespace);
-    let applied = access::apply_identity(&cx.admin, &objects, cx.i.dry_run).await?;
+    let applied = access::apply(&cx.admin, &objects.objects(), cx.i.dry_run).await?;
     let (outcome, detail) = summary(&applied);
     steps.act(
         "rbac-identity",

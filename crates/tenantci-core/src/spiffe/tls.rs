@@ -26,8 +26,8 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ParsedCertificate, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, ServerConfig,
-    SignatureScheme,
+    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore,
+    ServerConfig, SignatureScheme,
 };
 
 use super::source::SvidSource;
@@ -247,6 +247,24 @@ impl Signatures<'_> {
     }
 }
 
+/// The chain and the serverAuth usage of `end_entity` against `roots`, as rustls checks a
+/// server certificate, without the name check (an SVID is named by its SPIFFE ID instead).
+pub(crate) fn chains_to(
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    roots: &RootCertStore,
+    now: UnixTime,
+    provider: &CryptoProvider,
+) -> Result<(), rustls::Error> {
+    rustls::client::verify_server_cert_signed_by_trust_anchor(
+        &ParsedCertificate::try_from(end_entity)?,
+        roots,
+        intermediates,
+        now,
+        provider.signature_verification_algorithms.all,
+    )
+}
+
 #[derive(Debug)]
 struct ServerSvidVerifier {
     source: Arc<dyn SvidSource>,
@@ -267,14 +285,7 @@ impl ServerCertVerifier for ServerSvidVerifier {
             .source
             .current()
             .map_err(|e| rustls::Error::General(e.render()))?;
-        // The chain and the serverAuth usage as rustls checks them, without the name check.
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &ParsedCertificate::try_from(end_entity)?,
-            svid.roots(),
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
+        chains_to(end_entity, intermediates, svid.roots(), now, &self.provider)?;
         match id_of(end_entity) {
             Some(id) if id == self.expected => Ok(ServerCertVerified::assertion()),
             Some(id) => Err(refused(format!(

@@ -40,11 +40,6 @@ pub struct MintRecord {
     pub caller_id: String,
 }
 
-/// The server's own SPIFFE ID in `trust_domain`, as SPIRE names it.
-pub fn server_id(trust_domain: &str) -> String {
-    format!("spiffe://{trust_domain}/spire/server")
-}
-
 /// A running double; drop it to stop accepting connections.
 pub struct ServerApiDouble {
     pub address: String,
@@ -65,7 +60,7 @@ pub async fn start(stand_in: Arc<StandIn>) -> Result<ServerApiDouble> {
     let ca = stand_in.ca();
     let td = TrustDomain::new(ca.trust_domain())
         .map_err(|e| Error::external(format!("the stand-in's trust domain: {e}")))?;
-    let id = server_id(ca.trust_domain());
+    let id = tenantci_core::spiffe::server_api::default_server_id(ca.trust_domain());
     // As long as the CA lives: the double never rotates its own SVID.
     let issued = ca.issue(&id, ca.remaining()).map_err(Error::external)?;
     let svid = Svid::from_der(

@@ -23,14 +23,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use rcgen::string::Ia5String;
-use rcgen::{CertificateParams, DistinguishedName, KeyPair, SanType};
+use rcgen::KeyPair;
 use tenantci_app::dispatch::config;
 use tenantci_app::dispatch::executor::{ExecutorIdentity, ExecutorSpec};
 use tenantci_app::dispatch::vm::sandbox::{self, SvidFiles};
 use tenantci_app::dispatch::vm::{Vm, settings};
 use tenantci_core::opensandbox::LifecycleClient;
-use tenantci_core::spiffe::server_api::ServerApi;
+use tenantci_core::spiffe::server_api::{self, ServerApi};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
 use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::sim::SimProcess;
@@ -87,15 +86,10 @@ impl Bench {
 
     async fn mint(&self, api: &ServerApi, spec: &ExecutorSpec) -> SvidFiles {
         let id = SpiffeId::new(&spec.identity.as_ref().unwrap().spiffe_id).unwrap();
-        let minted = api
-            .mint_x509_svid(&id, self.ttl)
+        api.mint_x509_svid(&id, self.ttl)
             .await
-            .unwrap_or_else(|e| panic!("mint for {id}: {e}"));
-        SvidFiles {
-            chain_pem: minted.chain_pem,
-            key_pem: minted.key_pem,
-            bundle_pem: minted.bundle_pem,
-        }
+            .unwrap_or_else(|e| panic!("mint for {id}: {e}"))
+            .into()
     }
 
     /// Creates the sandbox; its id, for the untimed delete.
@@ -143,14 +137,11 @@ impl Bench {
     }
 }
 
-/// What `mint_x509_svid` does before it sends anything: a fresh P-256 key and a CSR whose only
-/// name is the SPIFFE ID (one URI SAN, empty subject), as core builds it (not exported there).
+/// What `mint_x509_svid` does before it sends anything: a fresh P-256 key and the CSR core
+/// sends (`server_api::csr`).
 fn key_and_csr(id: &str) -> Vec<u8> {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params.subject_alt_names = vec![SanType::URI(Ia5String::try_from(id).unwrap())];
-    params.serialize_request(&key).unwrap().der().to_vec()
+    server_api::csr(&SpiffeId::new(id).unwrap(), &key).unwrap()
 }
 
 /// Creates the dispatcher's admin ClusterStaticEntry and waits until the stand-in serves it;

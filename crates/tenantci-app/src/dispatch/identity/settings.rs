@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use tenantci_core::spiffe::id::{self, IdTemplate};
+use tenantci_core::spiffe::server_api;
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, TrustDomain};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,10 +58,6 @@ pub mod defaults {
     pub fn facade_id(trust_domain: &str, namespace: &str) -> String {
         format!("spiffe://{trust_domain}/ns/{namespace}/sa/tenantci-dispatcher")
     }
-    /// The ID every SPIRE server of the trust domain has.
-    pub fn server_id(trust_domain: &str) -> String {
-        format!("spiffe://{trust_domain}/spire/server")
-    }
 }
 
 /// Where VM executors' SVIDs are minted (`identity.server_address`, `identity.server_id`).
@@ -68,20 +65,6 @@ pub mod defaults {
 pub struct SpireServer {
     pub address: String,
     pub id: SpiffeId,
-}
-
-/// `HOST:PORT` with a non-empty host (a name, an IPv4 address or a bracketed IPv6 one) and a
-/// port number: what a gRPC client dials, nothing more (no scheme, no path).
-fn is_host_port(value: &str) -> bool {
-    let Some((host, port)) = value.rsplit_once(':') else {
-        return false;
-    };
-    let host_ok = !host.is_empty()
-        && !host
-            .chars()
-            .any(|c| c.is_whitespace() || matches!(c, '/' | '@' | '?' | '#'))
-        && (host.contains(':') == (host.starts_with('[') && host.ends_with(']')));
-    host_ok && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
 /// The section parsed: what `run` and the worker use.
@@ -150,16 +133,12 @@ impl Identity {
             }
             return Ok(None);
         };
-        if !is_host_port(address) {
-            return Err(format!(
-                "has identity.server_address = `{}`, which is not HOST:PORT (e.g. spire-server.spire:8081)",
-                tenantci_core::input::shown(address)
-            ));
-        }
+        server_api::check_address(address)
+            .map_err(|e| format!("has identity.server_address: {}", e.message()))?;
         let id = self
             .server_id
             .clone()
-            .unwrap_or_else(|| defaults::server_id(trust_domain.as_ref()));
+            .unwrap_or_else(|| server_api::default_server_id(trust_domain.as_ref()));
         let id = id::spiffe_id("identity.server_id", &id)
             .map_err(|e| format!("has identity.server_id: {}", e.message()))?;
         if !id.is_member_of(trust_domain) {
@@ -209,24 +188,6 @@ pub(crate) mod tests {
         i.server_address = Some("spire-server.spire:8081".into());
         let server = i.parse().unwrap().server.unwrap();
         assert_eq!(server.id.to_string(), "spiffe://example.org/spire/server");
-    }
-
-    #[test]
-    fn server_addresses_are_host_and_port() {
-        for ok in ["spire-server.spire:8081", "10.0.0.1:8081", "[::1]:8081"] {
-            assert!(is_host_port(ok), "{ok}");
-        }
-        for bad in [
-            "spire-server",
-            "https://s:8081",
-            ":8081",
-            "s:0",
-            "s:x",
-            "::1:8081",
-            "a b:1",
-        ] {
-            assert!(!is_host_port(bad), "{bad}");
-        }
     }
 
     #[test]

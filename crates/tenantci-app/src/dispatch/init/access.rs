@@ -6,9 +6,9 @@
 //! the objects are `dispatch::manifests`'.
 
 use crate::dispatch::identity::entries;
-use crate::dispatch::manifests::{self, IdentityRbacObjects, RbacObjects};
+use crate::dispatch::manifests;
 use crate::tenant::access::{self, Access, ReviewResult, Reviewer, Scope};
-use crate::tenant::apply::{Applied, apply_all};
+use crate::tenant::apply::{Applied, Object, apply_all};
 use tenantci_core::{Error, Result};
 
 /// How to get a client that may apply the dispatcher's RBAC.
@@ -52,18 +52,14 @@ pub fn must_deny() -> Vec<Access> {
     ]
 }
 
-/// Applies the namespace, then the ServiceAccount, Role and RoleBinding in it.
-pub async fn apply(admin: &kube::Client, o: &RbacObjects, dry_run: bool) -> Result<Vec<Applied>> {
-    apply_all(admin, &o.objects(), dry_run, ADMIN_HINT).await
-}
-
-/// Applies executor identity's ClusterRole, then its ClusterRoleBinding.
-pub async fn apply_identity(
+/// Applies `objects` (a manifest's, in apply order: `RbacObjects::objects`,
+/// `IdentityRbacObjects::objects`) with the tenant-admin client.
+pub async fn apply(
     admin: &kube::Client,
-    o: &IdentityRbacObjects,
+    objects: &[Object],
     dry_run: bool,
 ) -> Result<Vec<Applied>> {
-    apply_all(admin, &o.objects(), dry_run, ADMIN_HINT).await
+    apply_all(admin, objects, dry_run, ADMIN_HINT).await
 }
 
 fn review_error(e: kube::Error) -> Error {

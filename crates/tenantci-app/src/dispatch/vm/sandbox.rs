@@ -26,6 +26,7 @@ use crate::dispatch::executor::{
 use tenantci_core::Secret;
 use tenantci_core::opensandbox::{CreateSandbox, ImageSpec, ResourceLimits, Sandbox};
 use tenantci_core::spiffe::files;
+use tenantci_core::spiffe::server_api::MintedSvid;
 
 /// The dispatcher (its Gitea runner id) that owns the sandbox: recovery lists by it.
 pub const DISPATCHER_KEY: &str = "tenantci.io/dispatcher";
@@ -61,6 +62,16 @@ pub struct SvidFiles {
     pub chain_pem: String,
     pub key_pem: Secret,
     pub bundle_pem: String,
+}
+
+impl From<MintedSvid> for SvidFiles {
+    fn from(m: MintedSvid) -> Self {
+        SvidFiles {
+            chain_pem: m.chain_pem,
+            key_pem: m.key_pem,
+            bundle_pem: m.bundle_pem,
+        }
+    }
 }
 
 /// The metadata of `task`'s sandbox for `attempt`.

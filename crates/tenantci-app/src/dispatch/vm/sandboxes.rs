@@ -31,7 +31,7 @@ use crate::dispatch::worker::{Executors, StartError};
 use crate::queue::Backend;
 use tenantci_core::opensandbox::{ApiError, LifecycleClient, ListFilter, Sandbox};
 use tenantci_core::spiffe::SpiffeId;
-use tenantci_core::spiffe::server_api::{MintError, ServerApi};
+use tenantci_core::spiffe::server_api::ServerApi;
 
 /// Mints VM executors' SVIDs (identity on): the SPIRE Server API client and the lifetime to
 /// ask for, the sandbox's own (an SVID that outlives its sandbox is never used; one that
@@ -53,18 +53,12 @@ impl Minter {
             self.metrics.spire_mint_error();
             // Refused too is waited out: the fix (the dispatcher in the server's admin_ids) is
             // the operator's and needs no restart; failing the task would lose it.
-            StartError::Unavailable(match e {
-                MintError::Unavailable(why) | MintError::Refused(why) => {
-                    format!("no SVID for task {task} from the SPIRE server: {why}")
-                }
-            })
+            StartError::Unavailable(format!(
+                "no SVID for task {task} from the SPIRE server: {e}"
+            ))
         })?;
         tracing::info!(task, spiffe_id = %minted.id, expires_at = minted.expires_at, "minted the VM executor's X509-SVID");
-        Ok(SvidFiles {
-            chain_pem: minted.chain_pem,
-            key_pem: minted.key_pem,
-            bundle_pem: minted.bundle_pem,
-        })
+        Ok(minted.into())
     }
 }
 

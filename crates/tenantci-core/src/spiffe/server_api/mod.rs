@@ -6,6 +6,7 @@
 //! who gets an SVID: the dispatcher does.
 
 mod answer;
+pub use answer::csr;
 mod connect;
 pub mod proto;
 
@@ -157,7 +158,7 @@ impl ServerApi {
         })
     }
 
-    /// One mTLS handshake and nothing else (`dispatch init`'s reachability check): Ok when
+    /// One mTLS handshake and nothing else (`dispatch run`'s check at start): Ok when
     /// the server presents `server_id` and accepts our SVID at TLS level. Sends the HTTP/2
     /// preface only to hear the server's verdict on our certificate (see `connect::handshake`).
     pub async fn check(&self) -> Result<(), MintError> {
@@ -222,6 +223,17 @@ impl ServerApi {
             .map(|s| s.id().to_string())
             .unwrap_or_else(|_| "(none)".into())
     }
+}
+
+/// The SPIFFE ID every SPIRE server of `trust_domain` presents (`spiffe://<td>/spire/server`).
+pub fn default_server_id(trust_domain: &str) -> String {
+    format!("spiffe://{trust_domain}/spire/server")
+}
+
+/// Checks that `address` is HOST:PORT, as [`ServerApi::new`] takes it (for config validation
+/// before anything connects).
+pub fn check_address(address: &str) -> crate::Result<()> {
+    validate_address(address).map(drop)
 }
 
 /// HOST:PORT (a bracketed IPv6 host allowed) as the endpoint URI `http://HOST:PORT`: TLS is
