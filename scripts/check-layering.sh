@@ -24,9 +24,11 @@ forbid() {
 }
 
 status=0
-forbid tenantci-core -- clap async-nats tenantci-app tenantci-sim tenantci-testkit || status=1
-forbid tenantci-app -- clap tenantci-sim tenantci-testkit || status=1
-forbid tenantci-sim -- clap tenantci-app tenantci-testkit || status=1
+forbid tenantci-core -- clap async-nats tenantci-app tenantci-dispatch tenantci-sim tenantci-testkit || status=1
+# The GitLab side, credentials and tenant RBAC: no queue, no dispatcher.
+forbid tenantci-app -- clap async-nats tenantci-dispatch tenantci-sim tenantci-testkit || status=1
+forbid tenantci-dispatch -- clap tenantci-sim tenantci-testkit || status=1
+forbid tenantci-sim -- clap tenantci-app tenantci-dispatch tenantci-testkit || status=1
 forbid tenantci --no-default-features -- tenantci-sim tenantci-testkit || status=1
 forbid tenantci -- tenantci-testkit || status=1
 [ $status = 0 ] && echo "layering: ok" >&2

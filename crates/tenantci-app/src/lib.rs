@@ -4,8 +4,6 @@
 //! - [`tenant`]: the runner's RBAC (apply and verify), pre-warmed pause pods, job-pod sizing.
 //! - [`runner`]: gitlab-runner's `config.toml`, GitLab's runner API, act_runner's files.
 //! - [`bootstrap`]: `bootstrap runner`, every step above in one idempotent command.
-//! - [`queue`]: the NATS JetStream queue (topology, permissions, producer, consumer).
-//! - [`dispatch`]: the Gitea dynamic runner (init and run).
 //! - [`check_host`]: the gateway host's checks.
 //! - [`steps`]: the step report that orchestrations print.
 //!
@@ -15,8 +13,6 @@ pub mod bootstrap;
 pub mod check_host;
 pub mod checklist;
 pub mod credential;
-pub mod dispatch;
-pub mod queue;
 pub mod runner;
 pub mod steps;
 pub mod tenant;

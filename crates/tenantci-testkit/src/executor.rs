@@ -14,12 +14,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use tenantci_app::dispatch::executor::{CA_KEY, PROXY_CONTAINER, RUNNER_KEY};
 use tenantci_app::runner::gitea_files::Registration;
 use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, Credentials, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, LogRow, Task, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
+use tenantci_dispatch::backend::pod::executor::{CA_KEY, PROXY_CONTAINER, RUNNER_KEY};
 
 use crate::process::{Process, first_line};
 use crate::wait::eventually;
@@ -113,8 +113,8 @@ impl PodProxy {
     /// shows it) into a private directory, and the script's `--facade-url` and
     /// `--facade-id` with `--spiffe-source files:DIR`.
     pub fn for_sandbox(tenantci: Command, sandbox: &serde_json::Value) -> PodProxy {
-        use tenantci_app::dispatch::vm::sandbox::env;
         use tenantci_core::spiffe::files::{BUNDLE_FILE, CERT_FILE, KEY_FILE};
+        use tenantci_dispatch::backend::vm::sandbox::env;
         let var = |k: &str| {
             sandbox["env"][k]
                 .as_str()
@@ -235,7 +235,7 @@ impl Executor {
     /// A VM executor, from its sandbox as the OpenSandbox double's admin view shows it (the
     /// env the boot script reads): straight to the facade, as the proxy inside would go.
     pub fn from_sandbox(sandbox: &serde_json::Value) -> Executor {
-        use tenantci_app::dispatch::vm::sandbox::env;
+        use tenantci_dispatch::backend::vm::sandbox::env;
         let var = |k: &str| {
             sandbox["env"][k]
                 .as_str()
@@ -250,7 +250,7 @@ impl Executor {
     /// A VM executor through its proxy ([`PodProxy::for_sandbox`]): `.runner` from the
     /// sandbox env, plain HTTP on loopback.
     pub fn through_sandbox(sandbox: &serde_json::Value, proxy: &PodProxy) -> Executor {
-        use tenantci_app::dispatch::vm::sandbox::env;
+        use tenantci_dispatch::backend::vm::sandbox::env;
         let runner = sandbox["env"][env::RUNNER]
             .as_str()
             .expect("the sandbox env has .runner");

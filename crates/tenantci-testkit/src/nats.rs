@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use tenantci_app::queue::{connect, permissions};
+use tenantci_dispatch::queue::{connect, permissions};
 
 use crate::process::Process;
 use crate::wait::{DEADLINE, eventually_blocking};

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use tenantci_app::dispatch::config::Executor;
-use tenantci_app::dispatch::executor::{self, ExecutorSpec};
-use tenantci_app::dispatch::resources;
 use tenantci_app::tenant::prewarm;
 use tenantci_core::node_image::NodeImage;
+use tenantci_dispatch::backend::pod::executor::{self, ExecutorSpec};
+use tenantci_dispatch::backend::pod::resources;
+use tenantci_dispatch::config::Executor;
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 
 const NAMESPACE: &str = "dynamic-runner";

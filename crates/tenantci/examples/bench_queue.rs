@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt as _;
-use tenantci_app::queue::assignment::{Assignment, SealingKey};
-use tenantci_app::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
-use tenantci_app::queue::producer::Producer;
-use tenantci_app::queue::topology::{self, TopologySpec};
-use tenantci_app::queue::{Backend, STREAM};
+use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
+use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
+use tenantci_dispatch::queue::producer::Producer;
+use tenantci_dispatch::queue::topology::{self, TopologySpec};
+use tenantci_dispatch::queue::{Backend, STREAM};
 use tenantci_testkit::nats::NatsServer;
 
 const PUBLISHERS: usize = 16;

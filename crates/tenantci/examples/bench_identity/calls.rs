@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use prost::Message as _;
-use tenantci_app::dispatch::executor::{CA_KEY, RUNNER_KEY};
 use tenantci_core::forge::gitea::facade::{RUNNER_SERVICE_PATH, TOKEN_HEADER, UUID_HEADER};
 use tenantci_core::forge::gitea::proto::{LogRow, UpdateLogRequest, UpdateLogResponse};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
+use tenantci_dispatch::backend::pod::executor::{CA_KEY, RUNNER_KEY};
 use tenantci_testkit::executor::Executor;
 
 /// One task's executor as the facade knows it.

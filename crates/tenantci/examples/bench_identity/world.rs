@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use tenantci_app::dispatch::config::Config;
+use tenantci_dispatch::config::Config;
 use tenantci_testkit::nats::NatsServer;
 use tenantci_testkit::process::{Process, first_line};
 use tenantci_testkit::sim::{Gitea, SimProcess};

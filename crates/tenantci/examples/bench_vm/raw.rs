@@ -7,15 +7,15 @@ use std::time::{Instant, SystemTime};
 
 use chrono::{DateTime, Utc};
 use prost::Message as _;
-use tenantci_app::dispatch::capability;
-use tenantci_app::dispatch::config::Config;
-use tenantci_app::dispatch::routing;
-use tenantci_app::dispatch::vm::sandbox;
-use tenantci_app::dispatch::worker::ExecutorTemplate;
-use tenantci_app::queue::assignment::{Assignment, SealingKey};
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_core::opensandbox::ListFilter;
+use tenantci_dispatch::backend::vm::sandbox;
+use tenantci_dispatch::backend::worker::ExecutorTemplate;
+use tenantci_dispatch::claim::routing;
+use tenantci_dispatch::config::Config;
+use tenantci_dispatch::facade::capability;
+use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 
 use crate::report::{PathResult, Stats, millis_between, stats};
 use crate::world::World;

@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use rcgen::KeyPair;
-use tenantci_app::dispatch::config;
-use tenantci_app::dispatch::executor::{ExecutorIdentity, ExecutorSpec};
-use tenantci_app::dispatch::vm::sandbox::{self, SvidFiles};
-use tenantci_app::dispatch::vm::{Vm, settings};
 use tenantci_core::opensandbox::LifecycleClient;
 use tenantci_core::spiffe::server_api::{self, ServerApi};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
+use tenantci_dispatch::backend::pod::executor::{ExecutorIdentity, ExecutorSpec};
+use tenantci_dispatch::backend::vm::sandbox::{self, SvidFiles};
+use tenantci_dispatch::backend::vm::{Vm, settings};
+use tenantci_dispatch::config;
 use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::sim::SimProcess;
 use tenantci_testkit::spire::{Spire, admin_entry_yaml};

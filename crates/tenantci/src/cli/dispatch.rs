@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use crate::output::{self, OutputArgs};
-use tenantci_app::dispatch::config::Config;
-use tenantci_app::dispatch::init::{self, Inputs, RegistrationToken};
-use tenantci_app::dispatch::status;
 use tenantci_core::Result;
+use tenantci_dispatch::config::Config;
+use tenantci_dispatch::init::{self, Inputs, RegistrationToken};
+use tenantci_dispatch::run::status;
 
 #[derive(Debug, Subcommand)]
 pub enum DispatchCommand {
@@ -271,7 +271,7 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
         DispatchCommand::Init(args) => init_cmd(*args).await,
         DispatchCommand::Run(args) => {
             let cfg = Config::load(&args.config)?;
-            tenantci_app::dispatch::runtime::run(cfg, |listening| {
+            tenantci_dispatch::run::run(cfg, |listening| {
                 println!(
                     "{}",
                     serde_json::to_string(listening).expect("the listening line serializes")
@@ -332,7 +332,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         webhook_listen: a.webhook.webhook_listen,
         webhook_secret_file: a.webhook.webhook_secret_file.clone(),
         credential_valid_for: a.cluster.credential_valid_for.clone(),
-        vm: tenantci_app::dispatch::vm::init::VmInputs {
+        vm: tenantci_dispatch::backend::vm::init::VmInputs {
             opensandbox_url: a.vm.opensandbox_url.clone(),
             api_key_file: a.vm.opensandbox_api_key_file.clone(),
             image: a.vm.vm_image.clone(),
@@ -340,7 +340,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             memory: a.vm.vm_memory.clone(),
             timeout: a.vm.vm_timeout.clone(),
         },
-        identity: tenantci_app::dispatch::identity::init::IdentityInputs {
+        identity: tenantci_dispatch::identity::init::IdentityInputs {
             trust_domain: a.identity.spiffe_trust_domain.clone(),
             id_template: a.identity.spiffe_id_template.clone(),
             parent_template: a.identity.spiffe_parent_template.clone(),

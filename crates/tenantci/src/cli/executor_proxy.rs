@@ -1,5 +1,5 @@
 //! `tenantci executor-proxy`: the sidecar of every executor Pod (see
-//! tenantci_app::dispatch::proxy). Hidden from the top-level help: the dispatcher writes its
+//! tenantci_dispatch::facade::proxy). Hidden from the top-level help: the dispatcher writes its
 //! flags into the Pod spec; docs/cli.md documents it for operators reading a Pod.
 
 use std::net::SocketAddr;
@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use tenantci_app::dispatch::proxy::{self, FacadeTrust, ProxyConfig};
 use tenantci_core::{Error, Result};
 use tenantci_core::{duration, spiffe};
+use tenantci_dispatch::facade::proxy::{self, FacadeTrust, ProxyConfig};
 
 #[derive(Debug, Args)]
 pub struct ExecutorProxyArgs {

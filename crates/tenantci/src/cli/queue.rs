@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::output::{self, OutputArgs};
-use tenantci_app::queue::topology::{self, Change, TopologySpec};
-use tenantci_app::queue::{permissions, status};
 use tenantci_core::duration;
+use tenantci_dispatch::queue::topology::{self, Change, TopologySpec};
+use tenantci_dispatch::queue::{permissions, status};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {

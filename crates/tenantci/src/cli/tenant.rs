@@ -199,8 +199,8 @@ pub(crate) fn prewarm_spec(args: &PrewarmArgs) -> Result<PrewarmSpec> {
         );
     }
     if let Some(path) = &args.dispatch_config {
-        let cfg = tenantci_app::dispatch::config::Config::load(path)?;
-        let mut spec = tenantci_app::dispatch::resources::prewarm_spec(
+        let cfg = tenantci_dispatch::config::Config::load(path)?;
+        let mut spec = tenantci_dispatch::backend::pod::resources::prewarm_spec(
             &cfg.executor,
             &cfg.cluster.namespace,
             args.replicas,

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use tenantci_app::queue::assignment::{Assignment, SealingKey};
-use tenantci_app::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
-use tenantci_app::queue::ledger::{self, Entry, Ledger, Phase};
-use tenantci_app::queue::producer::{Producer, PublishError, Published};
-use tenantci_app::queue::{Backend, STREAM};
+use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
+use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
+use tenantci_dispatch::queue::ledger::{self, Entry, Ledger, Phase};
+use tenantci_dispatch::queue::producer::{Producer, PublishError, Published};
+use tenantci_dispatch::queue::{Backend, STREAM};
 use tokio::sync::{Semaphore, mpsc};
 
 use tenantci_testkit::nats::NatsServer;

@@ -101,10 +101,8 @@ fn the_openbao_overlay_renders_an_external_secret_and_a_generated_config() {
         "the Deployment mounts the generated ConfigMap"
     );
     // The example config loads with this build's schema.
-    tenantci_app::dispatch::config::Config::load(&repo_file(
-        "manifests/overlays/openbao/config.toml",
-    ))
-    .unwrap();
+    tenantci_dispatch::config::Config::load(&repo_file("manifests/overlays/openbao/config.toml"))
+        .unwrap();
 }
 
 #[test]
@@ -113,7 +111,7 @@ fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
     let role = of_kind(&objects, "ClusterRole");
     assert_eq!(role.len(), 1);
     // The same ClusterRole `dispatch init` applies (the file is embedded there).
-    let embedded = tenantci_app::dispatch::manifests::rbac_identity("dynamic-runner");
+    let embedded = tenantci_dispatch::init::manifests::rbac_identity("dynamic-runner");
     let rendered: k8s_openapi::api::rbac::v1::ClusterRole =
         serde_yaml::from_value(role[0].clone()).unwrap();
     assert_eq!(rendered.metadata.name, embedded.role.metadata.name);

@@ -6,7 +6,7 @@
 //! rejoins.
 
 use async_nats::jetstream;
-use tenantci_app::queue::{STREAM, ledger};
+use tenantci_dispatch::queue::{STREAM, ledger};
 use tenantci_testkit::wait::eventually;
 
 use super::harness::World;

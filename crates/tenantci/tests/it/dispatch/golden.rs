@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
-use tenantci_app::dispatch::config::{Executor, Resources, RunnerCommand};
-use tenantci_app::dispatch::executor::{self, ExecutorSpec};
 use tenantci_core::node_image::NodeImage;
+use tenantci_dispatch::backend::pod::executor::{self, ExecutorSpec};
+use tenantci_dispatch::config::{Executor, Resources, RunnerCommand};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/dispatch/golden")

@@ -21,10 +21,10 @@ use kube::api::{Api, PostParams};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
-use tenantci_app::dispatch::config::{self, Config};
-use tenantci_app::dispatch::identity::{self, Identity, entries};
 use tenantci_core::forge::gitea::client::{ClientConfig, RunnerClient};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
+use tenantci_dispatch::config::{self, Config};
+use tenantci_dispatch::identity::{self, Identity, entries};
 use tenantci_testkit::executor::Executor;
 use tenantci_testkit::forward::Forward;
 use tenantci_testkit::kube::kube_client;
@@ -335,7 +335,7 @@ impl World {
     pub fn with_vm(&mut self, capacity: u32, api_key_file: &Path) {
         self.base.capacity.vm = capacity;
         self.base.gitea.labels.push("vm".into());
-        self.base.vm = Some(tenantci_app::dispatch::vm::Vm {
+        self.base.vm = Some(tenantci_dispatch::backend::vm::Vm {
             opensandbox_url: self.opensandbox.url.clone(),
             api_key_file: api_key_file.to_path_buf(),
             image: None,
@@ -619,7 +619,7 @@ impl World {
         let marker = format!("positive-control-{:016x}", rand::random::<u64>());
         let js = async_nats::jetstream::new(self.nats.client("ci-producer").await);
         js.publish(
-            tenantci_app::queue::Backend::Vm.subject(),
+            tenantci_dispatch::queue::Backend::Vm.subject(),
             marker.clone().into(),
         )
         .await
@@ -708,7 +708,7 @@ async fn write_inputs(
     kubeconfig: &Path,
     pod_capacity: u32,
 ) -> Config {
-    use tenantci_app::dispatch::capability::{CapabilityKey, encode_key};
+    use tenantci_dispatch::facade::capability::{CapabilityKey, encode_key};
     let runner = RunnerClient::new(ClientConfig::new(&gitea.url))
         .unwrap()
         .register(&RegisterRequest {
@@ -733,7 +733,7 @@ async fn write_inputs(
         config::files::CAPABILITY_KEY,
         &encode_key(&CapabilityKey::generate()),
     );
-    tenantci_app::queue::assignment::SealingKey::load_or_create(
+    tenantci_dispatch::queue::assignment::SealingKey::load_or_create(
         &dir.join(config::files::SEALING_KEY),
     )
     .unwrap();

@@ -209,7 +209,7 @@ fn init_registers_once_writes_private_files_and_a_rerun_keeps_everything() {
     assert_eq!(runners[0]["ephemeral"], false);
 
     let dir = s.root.join("d");
-    let cfg = tenantci_app::dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
+    let cfg = tenantci_dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
     assert_eq!(
         (
             cfg.executor.resources.cpu.as_str(),
@@ -257,7 +257,7 @@ fn init_registers_once_writes_private_files_and_a_rerun_keeps_everything() {
     assert_eq!(scheduler["uuid"], uuid.as_str());
     assert!(scheduler["token"].as_str().is_some_and(|t| !t.is_empty()));
 
-    let cfg = tenantci_app::dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
+    let cfg = tenantci_dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
     assert_eq!(cfg.cluster.kubeconfig, Some(dir.join("kube/kubeconfig")));
     assert_eq!(cfg.gitea.credential_file, dir.join("scheduler.json"));
     assert_eq!(cfg.facade.url, "https://127.0.0.1:18443");
@@ -634,7 +634,7 @@ fn init_turns_the_vm_backend_on_only_with_a_reachable_opensandbox() {
         hb["runner"]["labels"],
         serde_json::json!(["self-hosted", "pod", "vm"])
     );
-    let cfg = tenantci_app::dispatch::config::Config::load(&s.out("on")).unwrap();
+    let cfg = tenantci_dispatch::config::Config::load(&s.out("on")).unwrap();
     let vm = cfg.vm.expect("a [vm] section");
     assert_eq!(vm.opensandbox_url, o.url);
     assert_eq!(vm.api_key_file, o.api_key_file);
@@ -702,7 +702,7 @@ fn init_writes_the_identity_section_only_from_valid_spiffe_flags() {
 
     let on = s.init("on", &[], &["--spiffe-trust-domain", "example.org"]);
     assert_exit(&on, 0);
-    let cfg = tenantci_app::dispatch::config::Config::load(&s.out("on")).unwrap();
+    let cfg = tenantci_dispatch::config::Config::load(&s.out("on")).unwrap();
     let identity = cfg.identity.expect("an [identity] section");
     assert_eq!(identity.trust_domain, "example.org");
     assert_eq!(
@@ -738,7 +738,7 @@ fn init_writes_the_identity_section_only_from_valid_spiffe_flags() {
         ],
     );
     assert_exit(&vm, 0);
-    let cfg = tenantci_app::dispatch::config::Config::load(&s.out("vm")).unwrap();
+    let cfg = tenantci_dispatch::config::Config::load(&s.out("vm")).unwrap();
     let identity = cfg.identity.expect("an [identity] section");
     assert!(cfg.vm.is_some(), "a [vm] section");
     assert_eq!(

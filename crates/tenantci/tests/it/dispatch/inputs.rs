@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use tenantci_app::dispatch::capability::{CapabilityKey, encode_key};
-use tenantci_app::dispatch::config::{self, Config, files};
-use tenantci_app::queue::{permissions, users};
 use tenantci_core::pki::CertificateAuthority;
 use tenantci_core::pki::issue::{self, IssuedCert};
+use tenantci_dispatch::config::{self, Config, files};
+use tenantci_dispatch::facade::capability::{CapabilityKey, encode_key};
+use tenantci_dispatch::queue::{permissions, users};
 
 use crate::util::{assert_exit, run, scratch, snapshot, stderr, tenantci};
 
@@ -82,7 +82,7 @@ fn setup() -> Setup {
         &d.join(files::CAPABILITY_KEY),
         &encode_key(&CapabilityKey::generate()),
     );
-    tenantci_app::queue::assignment::SealingKey::load_or_create(&d.join(files::SEALING_KEY))
+    tenantci_dispatch::queue::assignment::SealingKey::load_or_create(&d.join(files::SEALING_KEY))
         .unwrap();
     let ca = CertificateAuthority::generate("facade CA", Duration::from_secs(86400 * 30)).unwrap();
     secret(&d.join(files::FACADE_CA_CERT), ca.cert_pem());

@@ -390,12 +390,15 @@ async fn a_dispatcher_keeps_the_max_deliver_and_bounds_queue_init_chose() {
         d.log_text()
     );
     let js = async_nats::jetstream::new(w.nats.client("ci-admin").await);
-    let mut stream = js.get_stream(tenantci_app::queue::STREAM).await.unwrap();
+    let mut stream = js
+        .get_stream(tenantci_dispatch::queue::STREAM)
+        .await
+        .unwrap();
     assert_eq!(stream.info().await.unwrap().config.max_bytes, 1_048_576);
     let mut consumer = js
         .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
             "pod",
-            tenantci_app::queue::STREAM,
+            tenantci_dispatch::queue::STREAM,
         )
         .await
         .unwrap();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tenantci_app::dispatch::webhook::WebhookSecret;
+use tenantci_dispatch::claim::webhook::WebhookSecret;
 use tenantci_testkit::wait::eventually;
 
 use super::harness::{Dispatcher, WEBHOOK_SECRET, World};

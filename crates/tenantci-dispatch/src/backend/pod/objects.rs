@@ -1,0 +1,390 @@
+//! The executor objects on the tenant cluster: Secret and Pod `gitea-task-<id>` in the
+//! dispatch namespace. Every read and write of them goes through here, so the worker, the
+//! facade and the reconciler agree on names, labels and the order of operations.
+//!
+//! Idempotent by name: creating what exists already is success when it carries the same
+//! assignment id, and a refusal when it carries another (a task id is never reused by Gitea,
+//! so that means someone else's object). The sealed assignment stays in the Secret, handed only
+//! to the attempt named by the Secret, until that executor's first report consumes it
+//! ([`ExecutorObjects::consume_assignment`], guarded by a JSON-patch `test`): an executor
+//! whose FetchTask answer was lost gets its task again on retry, and nobody gets it after.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::backend::pod::executor::{
+    self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, COMPONENT_SELECTOR, ExecutorSpec,
+    FETCHED_ANNOTATION, TERMINAL_ANNOTATION,
+};
+use crate::facade::capability;
+
+/// What creating one executor found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Both objects were created now.
+    New,
+    /// Both existed (or one did) with this assignment id: a redelivery after a crash.
+    Existing,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("`{name}` exists for another assignment (`{found}`); it is left alone")]
+    Foreign { name: String, found: String },
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+/// Whether a task's executor Secret still exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Present,
+    Gone,
+}
+
+/// One task's objects as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub task_id: i64,
+    pub attempt: u32,
+    /// None: no Pod.
+    pub pod_phase: Option<String>,
+    pub pod_exists: bool,
+    pub terminal: bool,
+    pub secret_exists: bool,
+    /// The sealed assignment is still in the Secret: no executor has reported yet.
+    pub unfetched: bool,
+    /// The executor called FetchTask at least once (the Secret's fetched-at annotation).
+    pub fetched: bool,
+    /// How long ago the Secret was created (this attempt's start).
+    pub age: Option<std::time::Duration>,
+    /// Where the Pod runs, once it is scheduled (None: no Pod, or not scheduled yet).
+    pub placement: Option<Placement>,
+}
+
+/// A scheduled executor Pod: what its SPIRE entry is written from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub pod_name: String,
+    pub pod_uid: String,
+    pub node_name: String,
+    /// The Pod's `tenantci.io/spiffe-id` annotation (None: identity off).
+    pub spiffe_id: Option<String>,
+}
+
+fn placement(pod: &Pod) -> Option<Placement> {
+    let node_name = pod
+        .spec
+        .as_ref()?
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())?;
+    Some(Placement {
+        pod_name: pod.metadata.name.clone()?,
+        pod_uid: pod.metadata.uid.clone()?,
+        node_name,
+        spiffe_id: annotation(&pod.metadata, executor::SPIFFE_ID_ANNOTATION).map(str::to_string),
+    })
+}
+
+impl Observed {
+    pub fn lifecycle(&self) -> crate::backend::lifecycle::Observed {
+        crate::backend::lifecycle::Observed {
+            pod_phase: self.pod_phase.clone().or_else(|| {
+                // A Pod without a phase yet is Pending as far as the lifecycle goes.
+                self.pod_exists.then(|| "Pending".to_string())
+            }),
+            terminal_marker: self.terminal,
+            secret_exists: self.secret_exists,
+            secret_age: self.age,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ExecutorObjects {
+    pods: Api<Pod>,
+    secrets: Api<Secret>,
+}
+
+/// Objects per LIST page: the dispatcher holds at most one page of full objects (Secrets
+/// carry their sealed assignments) at a time; one LIST of 1000 held ~60 KiB per executor.
+const LIST_PAGE: u32 = 100;
+
+async fn list_paged<K>(
+    api: &Api<K>,
+    lp: &ListParams,
+    mut each: impl FnMut(K),
+) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut lp = lp.clone().limit(LIST_PAGE);
+    loop {
+        let page = api.list(&lp).await?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        page.items.into_iter().for_each(&mut each);
+        match next {
+            Some(token) => lp = lp.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn task_of(meta: &ObjectMeta) -> Option<(i64, u32)> {
+    capability::parse_assignment_id(annotation(meta, ASSIGNMENT_ANNOTATION)?)
+}
+
+impl ExecutorObjects {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        ExecutorObjects {
+            pods: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client, namespace),
+        }
+    }
+
+    /// Creates the Secret, then the Pod (which mounts it). Safe to repeat.
+    pub async fn create(&self, spec: &ExecutorSpec, sealed: &[u8]) -> Result<Created, CreateError> {
+        let name = executor::object_name(spec.task_id);
+        let pp = PostParams::default();
+        let mut existed = false;
+        match self
+            .secrets
+            .create(&pp, &executor::desired_secret(spec, sealed))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 409) => {
+                existed = true;
+                let live = self.secrets.get(&name).await?;
+                self.check_same(&name, &live.metadata, spec)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match self.pods.create(&pp, &executor::desired_pod(spec)).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 409) => {
+                existed = true;
+                let live = self.pods.get(&name).await?;
+                self.check_same(&name, &live.metadata, spec)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(if existed {
+            Created::Existing
+        } else {
+            Created::New
+        })
+    }
+
+    fn check_same(
+        &self,
+        name: &str,
+        meta: &ObjectMeta,
+        spec: &ExecutorSpec,
+    ) -> Result<(), CreateError> {
+        let found = annotation(meta, ASSIGNMENT_ANNOTATION).unwrap_or("");
+        if found == spec.assignment_id {
+            Ok(())
+        } else {
+            Err(CreateError::Foreign {
+                name: name.to_string(),
+                found: found.to_string(),
+            })
+        }
+    }
+
+    /// Every executor's objects, by task id (LISTs in pages of [`LIST_PAGE`]).
+    pub async fn list(&self) -> Result<BTreeMap<i64, Observed>, kube::Error> {
+        let lp = ListParams::default().labels(COMPONENT_SELECTOR);
+        let mut out: BTreeMap<i64, Observed> = BTreeMap::new();
+        let blank = |task_id, attempt| Observed {
+            task_id,
+            attempt,
+            pod_phase: None,
+            pod_exists: false,
+            terminal: false,
+            secret_exists: false,
+            unfetched: false,
+            fetched: false,
+            age: None,
+            placement: None,
+        };
+        list_paged(&self.pods, &lp, |pod: Pod| {
+            let Some((task, attempt)) = task_of(&pod.metadata) else {
+                return;
+            };
+            let o = out.entry(task).or_insert_with(|| blank(task, attempt));
+            o.pod_exists = true;
+            o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
+            o.placement = placement(&pod);
+        })
+        .await?;
+        list_paged(&self.secrets, &lp, |secret: Secret| {
+            let Some((task, attempt)) = task_of(&secret.metadata) else {
+                return;
+            };
+            let o = out.entry(task).or_insert_with(|| blank(task, attempt));
+            o.secret_exists = true;
+            o.fetched = annotation(&secret.metadata, FETCHED_ANNOTATION).is_some();
+            o.age = secret.metadata.creation_timestamp.as_ref().and_then(|t| {
+                let created = std::time::SystemTime::from(t.0);
+                std::time::SystemTime::now().duration_since(created).ok()
+            });
+            o.unfetched = secret
+                .data
+                .as_ref()
+                .is_some_and(|d| d.contains_key(ASSIGNMENT_KEY));
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// The sealed assignment in the task's Secret, whoever's attempt it is.
+    pub async fn sealed_assignment(&self, task_id: i64) -> Result<Option<Vec<u8>>, kube::Error> {
+        let secret = self
+            .secrets
+            .get_opt(&executor::object_name(task_id))
+            .await?;
+        Ok(secret
+            .and_then(|s| s.data)
+            .and_then(|mut d| d.remove(ASSIGNMENT_KEY))
+            .map(|b| b.0))
+    }
+
+    /// Whether the task's Pod or Secret exists.
+    pub async fn any_exists(&self, task_id: i64) -> Result<bool, kube::Error> {
+        let name = executor::object_name(task_id);
+        Ok(self.pods.get_opt(&name).await?.is_some()
+            || self.secrets.get_opt(&name).await?.is_some())
+    }
+
+    /// The sealed assignment for the executor `assignment_id` (task and attempt): Some while
+    /// the Secret holds it for that attempt and no report consumed it, None otherwise. The
+    /// first hand-out stamps the Secret [`FETCHED_ANNOTATION`] (the start deadline stops).
+    pub async fn fetch_assignment(
+        &self,
+        task_id: i64,
+        assignment_id: &str,
+    ) -> Result<Option<Vec<u8>>, kube::Error> {
+        let name = executor::object_name(task_id);
+        let Some(secret) = self.secrets.get_opt(&name).await? else {
+            return Ok(None);
+        };
+        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id) {
+            // A replaced attempt: the Secret belongs to its successor now.
+            return Ok(None);
+        }
+        let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {
+            return Ok(None);
+        };
+        if annotation(&secret.metadata, FETCHED_ANNOTATION).is_none() {
+            let patch = json!({"metadata": {"annotations": {FETCHED_ANNOTATION: chrono::Utc::now().to_rfc3339()}}});
+            self.secrets
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Ok(Some(sealed.0.clone()))
+    }
+
+    /// Removes the sealed assignment from the Secret: the executor `assignment_id` reported,
+    /// so it has its task. Idempotent; a concurrent consumer loses the `test` harmlessly.
+    /// [`Presence::Gone`] when the task has no Secret any more: its executor objects were
+    /// deleted, so the task is over (or reported FAILURE by the reconciler).
+    pub async fn consume_assignment(
+        &self,
+        task_id: i64,
+        assignment_id: &str,
+    ) -> Result<Presence, kube::Error> {
+        let name = executor::object_name(task_id);
+        let Some(secret) = self.secrets.get_opt(&name).await? else {
+            return Ok(Presence::Gone);
+        };
+        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id) {
+            return Ok(Presence::Present);
+        }
+        let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {
+            return Ok(Presence::Present);
+        };
+        let encoded = {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(&sealed.0)
+        };
+        let mut ops = vec![
+            json!({"op": "test", "path": format!("/data/{ASSIGNMENT_KEY}"), "value": encoded}),
+            json!({"op": "remove", "path": format!("/data/{ASSIGNMENT_KEY}")}),
+        ];
+        if secret.metadata.annotations.is_none() {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+        }
+        ops.push(json!({
+            "op": "add",
+            "path": format!("/metadata/annotations/{}", FETCHED_ANNOTATION.replace('/', "~1")),
+            "value": chrono::Utc::now().to_rfc3339(),
+        }));
+        let patch: json_patch::Patch =
+            serde_json::from_value(json!(ops)).expect("the patch is well-formed");
+        match self
+            .secrets
+            .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(_) => Ok(Presence::Present),
+            // The test failed (consumed already) or the Secret went away meanwhile.
+            Err(e) if is_status(&e, 422) || is_status(&e, 409) => Ok(Presence::Present),
+            Err(e) if is_status(&e, 404) => Ok(Presence::Gone),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts the terminal marker on the Pod: Gitea has the task's final state.
+    pub async fn mark_terminal(&self, task_id: i64) -> Result<(), kube::Error> {
+        let patch = json!({"metadata": {"annotations": {TERMINAL_ANNOTATION: chrono::Utc::now().to_rfc3339()}}});
+        match self
+            .pods
+            .patch(
+                &executor::object_name(task_id),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes Pod and Secret (immediately: the task is over); absent objects are fine.
+    pub async fn delete(&self, task_id: i64) -> Result<(), kube::Error> {
+        let name = executor::object_name(task_id);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        for result in [
+            self.pods.delete(&name, &dp).await.map(|_| ()),
+            self.secrets.delete(&name, &dp).await.map(|_| ()),
+        ] {
+            match result {
+                Ok(()) => {}
+                Err(e) if is_status(&e, 404) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! What the dispatcher itself tells Gitea about a task: the keep-alive of a task no executor
+//! has picked up yet, and FAILURE with one log line saying why when the dispatcher gives up
+//! on a task (it could not be queued, its executor ended or vanished without a final state).
+
+use crate::queue::Backend;
+use crate::queue::ledger::{Entry, Phase};
+use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
+use tenantci_core::forge::gitea::proto::{
+    LogRow, ProtoEnum as _, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
+};
+
+/// The claim ledger's step for a task Gitea has as ended with `result`. Attempt and backend
+/// are the entry's own (`ledger::merge` keeps them); these only fill a missing entry.
+pub fn final_step(task: i64, result: TaskResult) -> Entry {
+    let name = TaskResult::proto_name(result as i32).unwrap_or("RESULT_UNSPECIFIED");
+    Entry::step(task, 1, Backend::Pod, Phase::Final).with_result(name)
+}
+
+/// The ledger step after [`fail`] succeeded.
+pub fn failed_step(task: i64) -> Entry {
+    final_step(task, TaskResult::Failure)
+}
+
+fn now() -> prost_types::Timestamp {
+    timestamp(std::time::SystemTime::now())
+}
+
+/// A non-final UpdateTask (Gitea's heartbeat). Returns the task's result as Gitea has it:
+/// final when the task is over (or being cancelled).
+pub async fn keep_alive(gitea: &RunnerClient, task: i64) -> Result<TaskResult, ClientError> {
+    let resp = gitea
+        .update_task(&UpdateTaskRequest {
+            state: Some(TaskState {
+                id: task,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(resp
+        .state
+        .and_then(|s| TaskResult::try_from(s.result).ok())
+        .unwrap_or(TaskResult::Unspecified))
+}
+
+/// Appends `line` to the task's log (after what Gitea holds) and finalises it as FAILURE.
+/// A task Gitea already finalised keeps its result: UpdateTask does not change a done task.
+pub async fn fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), ClientError> {
+    // Where the log ends: an empty UpdateLog answers with the stored row count.
+    let probe = gitea
+        .update_log(&UpdateLogRequest {
+            task_id: task,
+            index: 0,
+            rows: vec![],
+            no_more: false,
+        })
+        .await;
+    if let Ok(ack) = probe {
+        let _ = gitea
+            .update_log(&UpdateLogRequest {
+                task_id: task,
+                index: ack.ack_index,
+                rows: vec![LogRow {
+                    time: Some(now()),
+                    content: format!("tenantci: {line}"),
+                }],
+                no_more: false,
+            })
+            .await;
+    }
+    gitea
+        .update_task(&UpdateTaskRequest {
+            state: Some(TaskState {
+                id: task,
+                result: TaskResult::Failure as i32,
+                stopped_at: Some(now()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}
+/// Before an executor is started again for `task`: whether Gitea still has it open. `Some(false)`
+/// when it ended meanwhile (recorded in the ledger, logged); `None` when Gitea cannot be asked
+/// now (logged; the caller tries again at its next pass).
+pub async fn still_open(
+    gitea: &RunnerClient,
+    ledger: &crate::queue::ledger::Ledger,
+    task: i64,
+) -> Option<bool> {
+    match keep_alive(gitea, task).await {
+        Ok(result) if result.is_final() => {
+            tracing::info!(
+                task,
+                ?result,
+                "the task ended at Gitea meanwhile; no executor is started for it"
+            );
+            ledger.note(final_step(task, result)).await;
+            Some(false)
+        }
+        Ok(_) => Some(true),
+        Err(e) => {
+            tracing::warn!(task, error = %e, "cannot ask Gitea whether the task is open; retrying next pass");
+            None
+        }
+    }
+}
+
+/// A reconciler's FAILURE report for an executor that ended or vanished without a final
+/// state: reported with `reason` in the log, then recorded in the ledger and counted. False
+/// while Gitea is unreachable (the caller keeps the executor for its next pass); true once
+/// Gitea has been told, or answered that it will not hear it (the task is not ours any more).
+pub async fn executor_failed(
+    gitea: &RunnerClient,
+    ledger: &crate::queue::ledger::Ledger,
+    metrics: &crate::metrics::Metrics,
+    backend: Backend,
+    task: i64,
+    reason: &str,
+) -> bool {
+    match fail(gitea, task, reason).await {
+        Ok(()) => {}
+        Err(e) if e.code().is_some() => {
+            tracing::warn!(task, error = %e, "Gitea refused the FAILURE report");
+        }
+        Err(e) => {
+            tracing::warn!(task, error = %e, "cannot report FAILURE to Gitea; keeping the executor for the next pass");
+            return false;
+        }
+    }
+    tracing::warn!(task, "{reason}: reported FAILURE to Gitea");
+    // The dispatcher's own verdict; Gitea keeps a final state it had before.
+    ledger.note(failed_step(task)).await;
+    metrics.failed(backend);
+    true
+}

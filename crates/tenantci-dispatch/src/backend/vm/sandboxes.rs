@@ -1,0 +1,235 @@
+//! The VM backend's executors: one OpenSandbox sandbox per task attempt, created, found,
+//! marked and deleted through the Lifecycle API. Found by metadata (task id and the owning
+//! dispatcher), so a redelivered assignment finds its sandbox instead of creating a second,
+//! and recovery finds every sandbox this dispatcher owns.
+//!
+//! Failures are classified for the worker: unreachable, 5xx and 409 are waited out inside the
+//! delivery for up to [`OUTAGE_PATIENCE`] (the consumer's progress acks keep the assignment
+//! ours meanwhile), then are worth another delivery; a refused key names its file and is
+//! treated the same (the operator can fix the file under a running dispatcher); a 400 is the
+//! task's failure with the API's message. Deliveries are unlimited by default, so an outage
+//! costs latency only (docs/runbooks/gitea-dispatcher.md).
+//!
+//! With executor identity on, each create is preceded by minting the task's X509-SVID at the
+//! SPIRE Server API ([`Minter`]). A server that is down, slow or refuses (the dispatcher not
+//! yet an admin there) is waited out like an OpenSandbox outage: no sandbox starts without
+//! its SVID, and the assignment stays queued. A redelivery that finds the sandbox mints
+//! nothing: the sandbox has its SVID already.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::pod::executor::ExecutorSpec;
+use crate::backend::pod::objects::Created;
+use crate::backend::vm::sandbox::{self, SvidFiles};
+use crate::backend::vm::settings::Vm;
+use crate::backend::worker::{Executors, StartError};
+use crate::metrics::Metrics;
+use crate::queue::Backend;
+use tenantci_core::opensandbox::{ApiError, LifecycleClient, ListFilter, Sandbox};
+use tenantci_core::spiffe::SpiffeId;
+use tenantci_core::spiffe::server_api::ServerApi;
+
+/// Mints VM executors' SVIDs (identity on): the SPIRE Server API client and the lifetime to
+/// ask for, the sandbox's own (an SVID that outlives its sandbox is never used; one that
+/// expires before it would fail the job's last calls, and there is no agent to rotate it).
+#[derive(Clone)]
+pub struct Minter {
+    pub api: ServerApi,
+    pub ttl: Duration,
+    /// Counts the mints that failed (`tenantci_dispatch_spire_mint_errors_total`).
+    pub metrics: Arc<Metrics>,
+}
+
+impl Minter {
+    async fn mint(&self, task: i64, id: &str) -> Result<SvidFiles, StartError> {
+        let id = SpiffeId::new(id).map_err(|e| {
+            StartError::Refused(format!("task {task}'s SPIFFE ID `{id}` is not valid: {e}"))
+        })?;
+        let minted = self.api.mint_x509_svid(&id, self.ttl).await.map_err(|e| {
+            self.metrics.spire_mint_error();
+            // Refused too is waited out: the fix (the dispatcher in the server's admin_ids) is
+            // the operator's and needs no restart; failing the task would lose it.
+            StartError::Unavailable(format!(
+                "no SVID for task {task} from the SPIRE server: {e}"
+            ))
+        })?;
+        tracing::info!(task, spiffe_id = %minted.id, expires_at = minted.expires_at, "minted the VM executor's X509-SVID");
+        Ok(minted.into())
+    }
+}
+
+/// How long one delivery waits for OpenSandbox to answer before the assignment goes back to
+/// the queue (NAK with backoff).
+pub const OUTAGE_PATIENCE: Duration = Duration::from_secs(60);
+/// The longest pause between two tries within a delivery.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+pub struct Sandboxes {
+    client: LifecycleClient,
+    vm: Vm,
+    /// The Gitea runner id of the scheduler registration: `tenantci.io/dispatcher`.
+    dispatcher: i64,
+    /// Identity on: where each sandbox's SVID comes from.
+    minter: Option<Minter>,
+}
+
+fn classify(e: ApiError) -> StartError {
+    match e {
+        ApiError::Rejected { .. } => StartError::Refused(e.to_string()),
+        other => StartError::Unavailable(other.to_string()),
+    }
+}
+
+impl Sandboxes {
+    pub fn new(client: LifecycleClient, vm: Vm, dispatcher: i64, minter: Option<Minter>) -> Self {
+        Sandboxes {
+            client,
+            vm,
+            dispatcher,
+            minter,
+        }
+    }
+
+    /// `task`'s sandboxes (normally one; two only while an attempt replaces another).
+    pub async fn of_task(&self, task: i64) -> Result<Vec<Sandbox>, ApiError> {
+        self.client
+            .list(&ListFilter {
+                states: Vec::new(),
+                metadata: sandbox::of_task(self.dispatcher, task),
+            })
+            .await
+    }
+
+    /// Every sandbox this dispatcher owns, by task (the latest attempt when there are two).
+    pub async fn owned(&self) -> Result<BTreeMap<i64, Sandbox>, ApiError> {
+        let all = self
+            .client
+            .list(&ListFilter {
+                states: Vec::new(),
+                metadata: sandbox::owned_by(self.dispatcher),
+            })
+            .await?;
+        let mut by_task: BTreeMap<i64, Sandbox> = BTreeMap::new();
+        for s in all {
+            let Some((task, attempt)) = sandbox::task_of(&s) else {
+                tracing::warn!(sandbox = %s.id, "a sandbox with this dispatcher's metadata names no task; left alone");
+                continue;
+            };
+            let newer = by_task
+                .get(&task)
+                .and_then(sandbox::task_of)
+                .is_none_or(|(_, seen)| attempt > seen);
+            if newer {
+                by_task.insert(task, s);
+            }
+        }
+        Ok(by_task)
+    }
+
+    /// Gitea has the final state: the terminal marker on `task`'s sandboxes (a gone one is
+    /// fine: nothing is left to mark).
+    pub async fn mark_terminal(&self, task: i64) -> Result<(), ApiError> {
+        let patch = BTreeMap::from([(sandbox::TERMINAL_KEY.to_string(), Some("true".into()))]);
+        for s in self.of_task(task).await? {
+            self.client.patch_metadata(&s.id, &patch).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes `task`'s sandboxes; gone already is done.
+    pub async fn delete_task(&self, task: i64) -> Result<(), ApiError> {
+        for s in self.of_task(task).await? {
+            self.client.delete(&s.id).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes one sandbox; gone already is done.
+    pub async fn delete(&self, id: &str) -> Result<(), ApiError> {
+        self.client.delete(id).await.map(drop)
+    }
+}
+
+impl Sandboxes {
+    /// One try: the sandbox found by metadata (a redelivery), or created. Without `look` (a
+    /// fresh assignment: no sandbox of the task can exist) straight to the create.
+    async fn start_once(&self, spec: &ExecutorSpec, look: bool) -> Result<Created, StartError> {
+        let existing = if look {
+            self.of_task(spec.task_id).await.map_err(classify)?
+        } else {
+            Vec::new()
+        };
+        if let Some(s) = existing
+            .iter()
+            .find(|s| sandbox::task_of(s) == Some((spec.task_id, spec.attempt)))
+        {
+            tracing::info!(task = spec.task_id, sandbox = %s.id, "the sandbox exists already (a redelivery); not created again");
+            return Ok(Created::Existing);
+        }
+        if !existing.is_empty() {
+            // Another attempt's sandbox: the reconciler deletes it when it replaces it, so
+            // the start waits for that instead of running two executors of one task.
+            return Err(StartError::Unavailable(format!(
+                "task {}'s sandbox of another attempt still exists",
+                spec.task_id
+            )));
+        }
+        let svid = match (&spec.identity, &self.minter) {
+            (Some(identity), Some(minter)) => {
+                Some(minter.mint(spec.task_id, &identity.spiffe_id).await?)
+            }
+            // `Config::validate` requires the SPIRE server beside [vm] with [identity].
+            (Some(_), None) => {
+                return Err(StartError::Refused(
+                    "executor identity is on but no SPIRE server is configured to mint the sandbox's SVID".into(),
+                ));
+            }
+            (None, _) => None,
+        };
+        let req = sandbox::desired(spec, &self.vm, self.dispatcher, svid.as_ref());
+        let created = self.client.create(&req).await.map_err(classify)?;
+        tracing::info!(task = spec.task_id, attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
+        Ok(Created::New)
+    }
+}
+
+impl Executors for Sandboxes {
+    fn backend(&self) -> Backend {
+        Backend::Vm
+    }
+
+    /// The sealed assignment stays in the claim ledger (the facade hands the task out from
+    /// there); the sandbox gets only what its executor needs to reach the facade.
+    async fn start(
+        &self,
+        spec: &ExecutorSpec,
+        _sealed: &[u8],
+        fresh: bool,
+    ) -> Result<Created, StartError> {
+        let deadline = Instant::now() + OUTAGE_PATIENCE;
+        let mut pause = Duration::from_millis(250);
+        // Only the first try may skip the lookup: a create that timed out may have happened.
+        let mut look = !fresh;
+        loop {
+            let tried = self.start_once(spec, look).await;
+            look = true;
+            match tried {
+                Err(StartError::Unavailable(why)) if Instant::now() + pause < deadline => {
+                    tracing::warn!(task = spec.task_id, error = %why, retry_in = ?pause, "the sandbox is not created yet; trying again (the task stays queued)");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MAX);
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn exists(&self, task: i64) -> Result<bool, StartError> {
+        Ok(!self.of_task(task).await.map_err(classify)?.is_empty())
+    }
+}

@@ -1,0 +1,8 @@
+//! Claiming: the scheduler takes tasks from Gitea with the one registration and queues each on
+//! its backend's subject (`routing` picks the backend from `runs-on`); the `workflow_job`
+//! webhook wakes it; `registration` is the scheduler's Gitea credential.
+
+pub mod registration;
+pub mod routing;
+pub mod scheduler;
+pub mod webhook;

@@ -1,0 +1,445 @@
+//! The scheduler (leader only): claims tasks from Gitea with the one registration, bounded by
+//! free capacity, seals each into an assignment and queues it on its backend's subject.
+//!
+//! Capacity (the seed's rule, one registration for both backends): a FetchTask is sent only
+//! while running executors plus assignments queued or being started (each consumer's pending
+//! and ack-pending, read from JetStream, so assignments a previous leader queued count too),
+//! over both backends, stay below the total capacity (pod + vm). A claimed task goes to its
+//! backend's subject by its runs-on labels; when that backend is full it waits there, and the
+//! total keeps counting it, so no more is claimed than the slots of both can take soon. Each
+//! worker admits only into its own backend's slots.
+//!
+//! When to poll ([`Polling`]): without a webhook, every `fetch_interval` while a slot is free,
+//! slowing to `fetch_interval_idle` after [`IDLE_AFTER`] without a task. With the webhook, a
+//! `workflow_job` delivery wakes the scheduler at once (tasks version 0, so Gitea picks even
+//! if the version cursor has not moved for us) and the poll is only the safety net, every
+//! `webhook.fetch_interval`.
+//!
+//! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
+//! build does not run), it is reported to Gitea as FAILURE with a log line saying why. Every
+//! claim is written to the claim ledger (`queue::ledger`) with its sealed assignment as it is
+//! queued (both at once), so recovery can start it again when the dispatcher dies before the
+//! queue took it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use prost::Message as _;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::backend::registry::Registry;
+use crate::backend::report;
+use crate::claim::routing;
+use crate::metrics::Metrics;
+use crate::queue::Backend;
+use crate::queue::assignment::{Assignment, SealingKey};
+use crate::queue::ledger::{Entry, Ledger, Phase};
+use crate::queue::producer::Producer;
+use tenantci_core::forge::gitea::client::{RunnerClient, TasksVersion};
+use tenantci_core::forge::gitea::proto::{Task, TaskResult};
+
+/// How long without a task before polling slows to `fetch_interval_idle` (no webhook).
+pub const IDLE_AFTER: Duration = Duration::from_secs(300);
+/// How often a full dispatcher looks at its slots again (freed slots also wake it at once).
+const FULL_RECHECK: Duration = Duration::from_millis(200);
+/// Backoff after a failed FetchTask.
+const ERROR_BACKOFF: Duration = Duration::from_secs(2);
+/// How long a claimed task may wait for the queue to store it. A three-node cluster that lost
+/// a server answers nothing for the stream until its raft group has a new leader (seconds);
+/// a full stream drains as backends work. Meanwhile keep-alive holds the task open at Gitea
+/// and the scheduler claims nothing more; after this long the queue is down, not electing.
+const QUEUE_PATIENCE: Duration = Duration::from_secs(300);
+/// The longest pause between two tries to queue a claimed task.
+const QUEUE_RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long the scheduler waits for a FetchTask answer. Gitea claims the task before it
+/// answers, so an answer given up on is a task claimed and lost: wait through ordinary stalls
+/// (a database lock, a garbage-collection pause, a proxy holding the connection while Gitea
+/// restarts). Nothing else waits on the scheduler; a drain waits at most this long for the
+/// FetchTask in flight (the Deployment's 60 s grace period covers it). act_runner uses 5 s.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Scheduler {
+    pub gitea: RunnerClient,
+    pub producer: Producer,
+    /// The pod backend's consumer, for its pending counts (read as ci-worker).
+    pub pod_consumer: PullConsumer,
+    /// The vm backend's, when the VM backend is on.
+    pub vm_consumer: Option<PullConsumer>,
+    /// Whether the VM backend has recovered its slots; until then none of them is free.
+    pub vm_ready: Arc<std::sync::atomic::AtomicBool>,
+    pub sealing_key: SealingKey,
+    pub registry: Arc<Registry>,
+    pub ledger: Ledger,
+    pub metrics: Arc<Metrics>,
+    pub pod_capacity: u32,
+    pub vm_capacity: u32,
+    pub polling: Polling,
+    /// Fired by the webhook receiver (leader only): FetchTask now.
+    pub nudge: Arc<Notify>,
+}
+
+/// When the scheduler polls after Gitea had nothing (pure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polling {
+    /// Polling alone: `interval` while tasks came recently, `idle` after `idle_after`.
+    Timer {
+        interval: Duration,
+        idle: Duration,
+        idle_after: Duration,
+    },
+    /// Webhook nudges, and a poll every `interval` as the safety net.
+    Webhook { interval: Duration },
+}
+
+impl Polling {
+    /// The wait after an empty FetchTask, `since_task` after the last task claimed.
+    pub fn after_empty(&self, since_task: Duration) -> Duration {
+        match *self {
+            Polling::Timer {
+                interval,
+                idle,
+                idle_after,
+            } => {
+                if since_task > idle_after {
+                    idle
+                } else {
+                    interval
+                }
+            }
+            Polling::Webhook { interval } => interval,
+        }
+    }
+
+    /// FetchTask calls per second Gitea sees from an idle dispatcher with a free slot:
+    /// (right after a task, after the idle spell).
+    pub fn rates(&self) -> (f64, f64) {
+        let per_s = |d: Duration| 1.0 / d.as_secs_f64();
+        match *self {
+            Polling::Timer { interval, idle, .. } => (per_s(interval), per_s(idle)),
+            Polling::Webhook { interval } => (per_s(interval), per_s(interval)),
+        }
+    }
+
+    /// The start-up log line: what this dispatcher will cost Gitea.
+    pub fn describe(&self) -> String {
+        let (busy, idle) = self.rates();
+        match *self {
+            Polling::Timer {
+                interval,
+                idle: idle_interval,
+                idle_after,
+            } => format!(
+                "polling only: FetchTask every {interval:?} ({busy:.2}/s) while a slot is free, every {idle_interval:?} ({idle:.2}/s) after {}s without a task; a webhook (`dispatch init --webhook-listen`) picks up faster for less",
+                idle_after.as_secs()
+            ),
+            Polling::Webhook { interval } => format!(
+                "webhook nudges, and a safety-net FetchTask every {interval:?} ({busy:.2}/s) while a slot is free"
+            ),
+        }
+    }
+}
+
+/// Free slots: capacity minus running minus queued (pure).
+pub fn free_slots(capacity: u32, running: usize, queued: u64) -> u64 {
+    (capacity as u64).saturating_sub(running as u64 + queued)
+}
+
+impl Scheduler {
+    /// One backend's (capacity, running, queued), its gauges updated; None when its consumer
+    /// cannot be read (then nothing is claimed: the queue's depth is unknown).
+    async fn load(&mut self, backend: Backend) -> Option<(u32, usize, u64)> {
+        let (consumer, capacity) = match backend {
+            Backend::Pod => (&mut self.pod_consumer, self.pod_capacity),
+            Backend::Vm => (self.vm_consumer.as_mut()?, self.vm_capacity),
+        };
+        let queued = match consumer.info().await {
+            Ok(info) => info.num_pending + info.num_ack_pending as u64,
+            Err(e) => {
+                tracing::warn!(error = %e, %backend, "cannot read the consumer's depth; not claiming");
+                return None;
+            }
+        };
+        let running = self.registry.running_count(backend);
+        self.metrics.queue_depth(backend, queued);
+        self.metrics.in_use(backend, running);
+        Some((capacity, running, queued))
+    }
+
+    async fn free(&mut self) -> u64 {
+        let Some((capacity, running, queued)) = self.load(Backend::Pod).await else {
+            return 0;
+        };
+        if self.vm_consumer.is_none() {
+            return free_slots(capacity, running, queued);
+        }
+        let Some((mut vm_capacity, vm_running, vm_queued)) = self.load(Backend::Vm).await else {
+            return 0;
+        };
+        if !self.vm_ready.load(std::sync::atomic::Ordering::SeqCst) {
+            vm_capacity = 0;
+        }
+        free_slots(
+            capacity + vm_capacity,
+            running + vm_running,
+            queued + vm_queued,
+        )
+    }
+
+    /// Runs until `stop` turns true.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut version = TasksVersion::default();
+        let mut last_task = Instant::now();
+        while !*stop.borrow() {
+            let wait = if self.free().await == 0 {
+                // Not a FetchTask: only the consumer's depth is read again.
+                Some(FULL_RECHECK)
+            } else {
+                let started = Instant::now();
+                let polled = self.gitea.poll(&mut version).await;
+                self.metrics.fetched(started.elapsed());
+                match polled {
+                    Ok(Some(task)) => {
+                        last_task = Instant::now();
+                        self.enqueue(task, stop.clone()).await;
+                        None
+                    }
+                    Ok(None) => Some(self.polling.after_empty(last_task.elapsed())),
+                    Err(e) => {
+                        if e.is_unauthenticated() {
+                            tracing::error!(
+                                "Gitea does not know the scheduler's registration any more; re-register with `tenantci dispatch init` (delete scheduler.json first)"
+                            );
+                        } else if e.claim_may_be_lost() {
+                            self.metrics.answer_lost();
+                            tracing::warn!(error = %e, "FetchTask failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes; counted in tenantci_dispatch_fetch_task_answers_lost_total)");
+                        } else {
+                            tracing::warn!(error = %e, "FetchTask failed");
+                        }
+                        Some(ERROR_BACKOFF)
+                    }
+                }
+            };
+            if let Some(wait) = wait {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = self.registry.changed() => {}
+                    _ = self.nudge.notified() => {
+                        // The job may not have moved our version cursor: make Gitea pick.
+                        version = TasksVersion::default();
+                    }
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+
+    async fn enqueue(&self, task: Task, stop: watch::Receiver<bool>) {
+        let id = task.id;
+        let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
+        let backend = routing::route(&labels);
+        if backend == Backend::Vm && self.vm_consumer.is_none() {
+            self.ledger
+                .note(Entry::step(id, 1, backend, Phase::Claimed))
+                .await;
+            self.give_up(id, backend, "this job asks for the vm backend, which this dispatcher does not run (no `--opensandbox-url` at `dispatch init`); use `runs-on: pod` or turn the VM backend on").await;
+            return;
+        }
+        let sealed = Assignment::seal(
+            &self.sealing_key,
+            &id.to_string(),
+            1,
+            backend,
+            labels,
+            &task.encode_to_vec(),
+        );
+        let assignment = match sealed {
+            Ok(a) => a,
+            Err(e) => {
+                self.ledger
+                    .note(Entry::step(id, 1, backend, Phase::Claimed))
+                    .await;
+                return self
+                    .give_up(id, backend, &format!("the task could not be sealed: {e}"))
+                    .await;
+            }
+        };
+        // Registered before the publish: the worker may start the executor before the PubAck
+        // is back, and its `running` must find (and clear) this entry.
+        self.registry.queued(id, backend);
+        // The ledger's `claimed` entry and the publish go out together, one round trip of
+        // claim latency instead of two, with the same guarantee as one after the other: a
+        // crash leaves the task in the queue, in the ledger (recovery queues it again), in
+        // both, or in neither (the gap between FetchTask's answer and the first write, which
+        // no order closes). A publish that keeps failing is retried while the ledger holds
+        // the claim. `queued` is noted only after both, so it never lands before `claimed`.
+        let claimed = Entry::step(id, 1, backend, Phase::Claimed).with_assignment(&assignment);
+        let (_, queueing) = tokio::join!(
+            self.ledger.note_first(claimed),
+            self.queue_patiently(&assignment, stop)
+        );
+        match queueing {
+            Queueing::Queued(published) => {
+                self.ledger
+                    .note(Entry::step(id, 1, backend, Phase::Queued))
+                    .await;
+                self.metrics.claimed(backend);
+                tracing::info!(task = id, %backend, ?published, "claimed and queued");
+            }
+            Queueing::Stopped => tracing::warn!(
+                task = id,
+                "stopping before the queue took the task; the claim ledger holds its assignment and the next leader queues it"
+            ),
+            Queueing::Failed(e) => {
+                self.registry.finished(id);
+                self.give_up(id, backend, &format!("the task could not be queued: {e}"))
+                    .await
+            }
+        }
+    }
+
+    /// Publishes `assignment`, trying again after a transient failure with a growing pause
+    /// until [`QUEUE_PATIENCE`] runs out or the dispatcher stops. The Msg-Id makes a repeat
+    /// that the stream had in fact stored a duplicate, never a second copy.
+    async fn queue_patiently(
+        &self,
+        assignment: &Assignment,
+        mut stop: watch::Receiver<bool>,
+    ) -> Queueing {
+        let deadline = Instant::now() + QUEUE_PATIENCE;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let e = match self.producer.publish(assignment).await {
+                Ok(published) => return Queueing::Queued(published),
+                Err(e) if !e.is_transient() || Instant::now() + pause > deadline => {
+                    return Queueing::Failed(e);
+                }
+                Err(e) => e,
+            };
+            tracing::warn!(task = %assignment.task_id, error = %e, retry_in = ?pause, "the queue did not take the task yet; trying again (the task stays open at Gitea)");
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.wait_for(|stopping| *stopping) => return Queueing::Stopped,
+            }
+            pause = (pause * 2).min(QUEUE_RETRY_MAX);
+        }
+    }
+
+    async fn give_up(&self, task: i64, backend: Backend, why: &str) {
+        tracing::error!(task, "{why}; reporting FAILURE to Gitea");
+        self.metrics.failed(backend);
+        match report::fail(&self.gitea, task, why).await {
+            Ok(()) => self.ledger.note(report::failed_step(task)).await,
+            Err(e) => {
+                tracing::error!(task, error = %e, "cannot report the failure to Gitea (it fails the task after 10 minutes)")
+            }
+        }
+    }
+}
+
+/// How queueing a claimed task ended.
+enum Queueing {
+    Queued(crate::queue::producer::Published),
+    /// The dispatcher is stopping; the ledger entry (phase claimed) is left for recovery.
+    Stopped,
+    Failed(crate::queue::producer::PublishError),
+}
+
+/// Keeps tasks alive at Gitea until their executor fetched them: every `interval`, a non-final
+/// UpdateTask for each task queued by this leader or whose Secret still holds the assignment.
+/// Gitea's answer carries the task's state: a task it ended meanwhile (cancelled while
+/// waiting for its executor) is withdrawn, not reported as failed.
+pub async fn keep_alive(
+    gitea: RunnerClient,
+    objects: crate::backend::pod::objects::ExecutorObjects,
+    registry: Arc<Registry>,
+    ledger: Ledger,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.changed() => return,
+        }
+        let mut tasks = registry.queued_tasks();
+        match objects.list().await {
+            Ok(all) => tasks.extend(
+                all.values()
+                    .filter(|o| o.unfetched && !o.terminal)
+                    .map(|o| o.task_id),
+            ),
+            Err(e) => tracing::warn!(error = %e, "keep-alive: cannot list executor objects"),
+        }
+        tasks.sort_unstable();
+        tasks.dedup();
+        for task in tasks {
+            match report::keep_alive(&gitea, task).await {
+                Ok(result) if result.is_final() => {
+                    withdraw(&objects, &registry, &metrics, task, result).await;
+                    ledger.note(report::final_step(task, result)).await;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),
+            }
+        }
+    }
+}
+
+/// Gitea ended `task` (cancelled) before its executor fetched it: a queued assignment is
+/// dropped by the worker, an executor not yet fetched is deleted, and its slot freed.
+async fn withdraw(
+    objects: &crate::backend::pod::objects::ExecutorObjects,
+    registry: &Registry,
+    metrics: &Metrics,
+    task: i64,
+    result: TaskResult,
+) {
+    let queued = registry.withdraw(task);
+    // Freed before the delete, so the reconciler does not take the vanished objects for a
+    // lost executor and report FAILURE over Gitea's CANCELLED.
+    registry.finished(task);
+    if let Err(e) = objects.delete(task).await {
+        tracing::warn!(task, error = %e, "cannot delete the withdrawn task's executor; the reconciler retries");
+    }
+    metrics.withdrawn();
+    tracing::info!(
+        task,
+        ?result,
+        queued,
+        "the task ended at Gitea before its executor fetched it; withdrawn (no executor runs it)"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Polling;
+    use std::time::Duration;
+
+    #[test]
+    fn polling_slows_after_the_idle_spell_only_without_a_webhook() {
+        let s = Duration::from_secs;
+        let timer = Polling::Timer {
+            interval: Duration::from_millis(200),
+            idle: s(2),
+            idle_after: s(300),
+        };
+        assert_eq!(timer.after_empty(s(10)), Duration::from_millis(200));
+        assert_eq!(timer.after_empty(s(301)), s(2));
+        assert_eq!(timer.rates(), (5.0, 0.5));
+        let hook = Polling::Webhook { interval: s(5) };
+        assert_eq!(hook.after_empty(s(0)), s(5));
+        assert_eq!(hook.rates(), (0.2, 0.2));
+        assert!(hook.describe().contains("0.20/s"), "{}", hook.describe());
+        assert!(timer.describe().contains("5.00/s"), "{}", timer.describe());
+    }
+
+    #[test]
+    fn free_slots_never_go_negative() {
+        assert_eq!(super::free_slots(2, 0, 0), 2);
+        assert_eq!(super::free_slots(2, 1, 1), 0);
+        assert_eq!(super::free_slots(2, 3, 4), 0);
+    }
+}

@@ -1,0 +1,332 @@
+//! The webhook receiver: Gitea's `workflow_job` deliveries at `POST /webhooks/gitea`, used as
+//! a nudge so the scheduler sends a FetchTask at once instead of waiting for its next poll.
+//!
+//! Boundary: a delivery is a hint, never an instruction. It carries no task (Gitea creates the
+//! task only when a FetchTask picks the job), so the most a delivery can do is make the leader
+//! poll now; polling stays the source of truth and a lost delivery costs latency, not a job.
+//! That is also why plain HTTP with the HMAC signature is enough: a replayed delivery can only
+//! cause one extra FetchTask.
+//!
+//! Invariants: the body is read up to [`MAX_BODY`] and verified (HMAC-SHA256 of the raw
+//! bytes, compared in constant time) before anything in it is looked at; a refused delivery
+//! (401 unsigned or mis-signed, 413 oversized, 400 malformed) is counted and never acted on;
+//! only the leader nudges (a standby counts the delivery and does nothing). The pure verdict
+//! is [`judge`]; the handler only reads, counts and nudges.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::Sha256;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use crate::metrics::Metrics;
+use crate::run::status::Health;
+
+/// Where Gitea posts (the webhook's "Target URL" is `http://<webhook.listen>/webhooks/gitea`).
+pub const PATH: &str = "/webhooks/gitea";
+/// Largest delivery read. A `workflow_job` body is a few KiB (job, repository, sender); 1 MiB
+/// leaves room for long step lists and bounds what an unauthenticated sender can make us hold.
+pub const MAX_BODY: usize = 1 << 20;
+pub const SIGNATURE_HEADER: &str = "x-gitea-signature";
+pub const EVENT_HEADER: &str = "x-gitea-event";
+
+/// The webhook secret's bytes. `Debug` never prints it.
+#[derive(Clone)]
+pub struct WebhookSecret(Vec<u8>);
+
+impl WebhookSecret {
+    pub fn new(secret: impl Into<Vec<u8>>) -> Self {
+        WebhookSecret(secret.into())
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length")
+    }
+
+    /// What Gitea puts into `X-Gitea-Signature`: lower-case hex HMAC-SHA256 of the body.
+    pub fn sign(&self, body: &[u8]) -> String {
+        let mut mac = self.mac();
+        mac.update(body);
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Constant-time check of a presented signature (hex, either case).
+    pub fn verify(&self, body: &[u8], presented: &str) -> bool {
+        let Ok(bytes) = hex::decode(presented.trim()) else {
+            return false;
+        };
+        let mut mac = self.mac();
+        mac.update(body);
+        mac.verify_slice(&bytes).is_ok()
+    }
+}
+
+impl std::fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookSecret([redacted])")
+    }
+}
+
+/// What became of one delivery; also the metric's `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A job this registration can run is waiting: FetchTask now.
+    Nudge,
+    /// Signed and well-formed, but nothing to do (another event, action or label set).
+    Ignored,
+    Unsigned,
+    BadSignature,
+    TooLarge,
+    Malformed,
+}
+
+impl Verdict {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Verdict::Nudge | Verdict::Ignored => StatusCode::NO_CONTENT,
+            Verdict::Unsigned | Verdict::BadSignature => StatusCode::UNAUTHORIZED,
+            Verdict::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Verdict::Malformed => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Nudge => "nudge",
+            Verdict::Ignored => "ignored",
+            Verdict::Unsigned => "unsigned",
+            Verdict::BadSignature => "bad_signature",
+            Verdict::TooLarge => "too_large",
+            Verdict::Malformed => "malformed",
+        }
+    }
+
+    /// Refused deliveries, which answer with a reason (Gitea shows it in the delivery log).
+    fn reason(self) -> &'static str {
+        match self {
+            Verdict::Nudge | Verdict::Ignored => "",
+            Verdict::Unsigned => "no X-Gitea-Signature: set the webhook's secret in Gitea\n",
+            Verdict::BadSignature => {
+                "X-Gitea-Signature does not match: the webhook's secret differs from the dispatcher's webhook.secret_file\n"
+            }
+            Verdict::TooLarge => "the delivery is larger than 1 MiB\n",
+            Verdict::Malformed => "the body is not a workflow_job delivery (JSON)\n",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Delivery {
+    action: String,
+    workflow_job: Job,
+}
+
+#[derive(Deserialize)]
+struct Job {
+    #[serde(default)]
+    labels: Vec<String>,
+}
+
+/// The verdict on one delivery (pure). The signature is checked before the event or body is
+/// looked at; a job is ours when every runs-on label is among `labels` (Gitea's own rule).
+pub fn judge(
+    secret: &WebhookSecret,
+    event: Option<&str>,
+    signature: Option<&str>,
+    body: &[u8],
+    labels: &[String],
+) -> Verdict {
+    if body.len() > MAX_BODY {
+        return Verdict::TooLarge;
+    }
+    let Some(signature) = signature.filter(|s| !s.trim().is_empty()) else {
+        return Verdict::Unsigned;
+    };
+    if !secret.verify(body, signature) {
+        return Verdict::BadSignature;
+    }
+    if event != Some("workflow_job") {
+        return Verdict::Ignored;
+    }
+    let Ok(d) = serde_json::from_slice::<Delivery>(body) else {
+        return Verdict::Malformed;
+    };
+    let ours = d.workflow_job.labels.iter().all(|l| labels.contains(l));
+    if d.action == "queued" && ours {
+        Verdict::Nudge
+    } else {
+        Verdict::Ignored
+    }
+}
+
+/// What the receiver needs.
+pub struct Receiver {
+    pub secret: WebhookSecret,
+    /// The registration's labels.
+    pub labels: Vec<String>,
+    pub metrics: Arc<Metrics>,
+    /// Whether this instance leads (only the leader nudges).
+    pub health: Arc<Health>,
+    /// Wakes the scheduler (a stored permit if it is busy polling, so no nudge is lost).
+    pub nudge: Arc<Notify>,
+}
+
+async fn deliver(
+    State(r): State<Arc<Receiver>>,
+    headers: HeaderMap,
+    body: Body,
+) -> impl IntoResponse {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let declared_too_large = header("content-length")
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|n| n > MAX_BODY);
+    let verdict = if declared_too_large {
+        Verdict::TooLarge
+    } else {
+        match to_bytes(body, MAX_BODY).await {
+            Ok(bytes) => judge(
+                &r.secret,
+                header(EVENT_HEADER),
+                header(SIGNATURE_HEADER),
+                &bytes,
+                &r.labels,
+            ),
+            Err(_) => Verdict::TooLarge,
+        }
+    };
+    let leader = r.health.leader.load(Ordering::SeqCst);
+    if verdict == Verdict::Nudge && leader {
+        r.nudge.notify_one();
+    }
+    // A standby's nudge is counted apart: it shows deliveries reach every replica.
+    let outcome = if verdict == Verdict::Nudge && !leader {
+        "standby"
+    } else {
+        verdict.label()
+    };
+    r.metrics.webhook(outcome);
+    match verdict {
+        Verdict::Nudge | Verdict::Ignored => {
+            tracing::debug!(outcome = verdict.label(), leader, "webhook delivery")
+        }
+        _ => tracing::warn!(
+            outcome = verdict.label(),
+            delivery = header("x-gitea-delivery").unwrap_or("-"),
+            "webhook delivery refused"
+        ),
+    }
+    (verdict.status(), verdict.reason())
+}
+
+pub fn router(receiver: Arc<Receiver>) -> Router {
+    Router::new()
+        .route(PATH, post(deliver))
+        // Our own bound (to_bytes) applies; axum's default 2 MiB limit would answer first.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(receiver)
+}
+
+/// Serves until `stop` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    receiver: Arc<Receiver>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(receiver))
+        .with_graceful_shutdown(stop)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels() -> Vec<String> {
+        vec!["self-hosted".into(), "pod".into()]
+    }
+
+    fn queued(runs_on: &[&str]) -> Vec<u8> {
+        serde_json::json!({"action": "queued", "workflow_job": {"id": 1, "labels": runs_on}})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn a_signed_queued_job_for_our_labels_nudges() {
+        let s = WebhookSecret::new("hook-secret");
+        let body = queued(&["pod"]);
+        let sig = s.sign(&body);
+        let j = |event, sig: Option<&str>, body: &[u8]| judge(&s, event, sig, body, &labels());
+        assert_eq!(j(Some("workflow_job"), Some(&sig), &body), Verdict::Nudge);
+        assert_eq!(
+            j(Some("workflow_job"), Some(&sig.to_uppercase()), &body),
+            Verdict::Nudge,
+            "hex in either case"
+        );
+        // Refusals, before anything in the body counts.
+        assert_eq!(j(Some("workflow_job"), None, &body), Verdict::Unsigned);
+        assert_eq!(j(Some("workflow_job"), Some(""), &body), Verdict::Unsigned);
+        let other = WebhookSecret::new("other").sign(&body);
+        assert_eq!(
+            j(Some("workflow_job"), Some(&other), &body),
+            Verdict::BadSignature
+        );
+        assert_eq!(
+            j(Some("workflow_job"), Some("zz"), &body),
+            Verdict::BadSignature
+        );
+        let mut tampered = body.clone();
+        tampered.push(b' ');
+        assert_eq!(
+            j(Some("workflow_job"), Some(&sig), &tampered),
+            Verdict::BadSignature
+        );
+        let big = vec![b'x'; MAX_BODY + 1];
+        assert_eq!(
+            j(Some("workflow_job"), Some(&s.sign(&big)), &big),
+            Verdict::TooLarge
+        );
+        let junk = b"{not json";
+        assert_eq!(
+            j(Some("workflow_job"), Some(&s.sign(junk)), junk),
+            Verdict::Malformed
+        );
+    }
+
+    #[test]
+    fn other_events_actions_and_labels_are_ignored() {
+        let s = WebhookSecret::new("k");
+        let j = |event, body: Vec<u8>| judge(&s, event, Some(&s.sign(&body)), &body, &labels());
+        assert_eq!(j(Some("push"), b"{}".to_vec()), Verdict::Ignored);
+        assert_eq!(j(None, queued(&["pod"])), Verdict::Ignored);
+        assert_eq!(
+            j(Some("workflow_job"), queued(&["pod", "gpu"])),
+            Verdict::Ignored,
+            "a label we do not serve"
+        );
+        let done = serde_json::json!({"action": "completed", "workflow_job": {"labels": ["pod"]}});
+        assert_eq!(
+            j(Some("workflow_job"), done.to_string().into_bytes()),
+            Verdict::Ignored
+        );
+    }
+
+    #[test]
+    fn the_signature_is_gitea_s_hex_hmac_sha256() {
+        // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
+        assert_eq!(
+            WebhookSecret::new("Jefe").sign(b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert!(!format!("{:?}", WebhookSecret::new("Jefe")).contains("Jefe"));
+    }
+}

@@ -1,0 +1,200 @@
+//! The dispatcher's RBAC in the tenant cluster: applied with the tenant-admin client
+//! (`tenant::apply`), then verified with the dispatcher's OWN credential through
+//! SelfSubjectAccessReviews (`tenant::access`), so the check covers the certificate, the
+//! binding and the rules at once. This file holds the data (`must_allow`, `must_deny`, and
+//! with executor identity `must_allow_identity`, cluster-scoped) and the wording of a failure;
+//! the objects are `dispatch::manifests`'.
+
+use crate::identity::entries;
+use crate::init::manifests;
+use tenantci_app::tenant::access::{self, Access, ReviewResult, Reviewer, Scope};
+use tenantci_app::tenant::apply::{Applied, Object, apply_all};
+use tenantci_core::{Error, Result};
+
+/// How to get a client that may apply the dispatcher's RBAC.
+const ADMIN_HINT: &str =
+    "the cluster's tenant-admin.kubeconfig must be cluster admin; check the state dir";
+
+/// What the runtime calls in its namespace: every verb of the Role.
+pub fn must_allow() -> Vec<Access> {
+    let mut v = Vec::new();
+    for verb in ["get", "create", "update"] {
+        v.push(Access::new(verb, "coordination.k8s.io", "leases"));
+    }
+    for resource in ["pods", "secrets"] {
+        for verb in ["get", "list", "watch", "create", "delete", "patch"] {
+            v.push(Access::new(verb, "", resource));
+        }
+    }
+    v
+}
+
+/// What `dispatch run` calls with executor identity on, cluster-scoped: every verb of the
+/// ClusterRole of `manifests/dispatch/identity/rbac.yaml` (one ClusterStaticEntry per executor
+/// Pod; the Pod's Node for its UID).
+pub fn must_allow_identity() -> Vec<Access> {
+    let mut v: Vec<Access> = ["get", "list", "watch", "create", "update", "delete"]
+        .into_iter()
+        .map(|verb| Access::new(verb, entries::GROUP, entries::PLURAL))
+        .collect();
+    v.push(Access::new("get", "", "nodes"));
+    v.into_iter().map(|a| a.scope(Scope::Cluster)).collect()
+}
+
+/// What the dispatcher must never be allowed.
+pub fn must_deny() -> Vec<Access> {
+    vec![
+        Access::new("get", "", "secrets").scope(Scope::Namespace("kube-system")),
+        Access::new("list", "", "secrets").scope(Scope::AllNamespaces),
+        Access::new("create", "", "pods").scope(Scope::Namespace("kube-system")),
+        Access::new("create", "rbac.authorization.k8s.io", "rolebindings")
+            .scope(Scope::AllNamespaces),
+    ]
+}
+
+/// Applies `objects` (a manifest's, in apply order: `RbacObjects::objects`,
+/// `IdentityRbacObjects::objects`) with the tenant-admin client.
+pub async fn apply(
+    admin: &kube::Client,
+    objects: &[Object],
+    dry_run: bool,
+) -> Result<Vec<Applied>> {
+    apply_all(admin, objects, dry_run, ADMIN_HINT).await
+}
+
+fn review_error(e: kube::Error) -> Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 401 => Error::check_failed(
+            "the tenant apiserver rejected the dispatcher's credential (401)",
+        )
+        .hint("the credential in <out dir>/kube is not from this cluster's ClientCA: delete that directory and re-run `tenantci dispatch init`"),
+        _ => Error::external("the tenant apiserver failed a SelfSubjectAccessReview").caused_by(e),
+    }
+}
+
+fn mismatch_error(bad: &ReviewResult, namespace: &str) -> Error {
+    if bad.expected && bad.access.scope == Scope::Cluster {
+        let name = manifests::identity_rbac_name(namespace);
+        Error::check_failed(format!(
+            "the dispatcher's credential may not {}, which `dispatch run` needs with executor identity",
+            bad.describe()
+        ))
+        .hint(format!("the ClusterRoleBinding `{name}` must bind the ClusterRole `{name}` to the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/identity/rbac.yaml"))
+    } else if bad.expected {
+        Error::check_failed(format!(
+            "the dispatcher's credential may not {}, which `dispatch run` needs",
+            bad.describe()
+        ))
+        .hint("the RoleBinding `tenantci-dispatcher` must name the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac.yaml")
+    } else {
+        Error::check_failed(format!(
+            "the dispatcher's credential may {}, which it must never be allowed",
+            bad.describe()
+        ))
+        .hint("remove the broader binding that grants it to user `tenantci-dispatcher` or group `tenantci:gitea-dispatchers`")
+    }
+}
+
+/// The accesses to review: the namespaced ones, and with executor identity (`identity`) the
+/// cluster-scoped ones too.
+pub fn checks(identity: bool) -> Vec<(Access, bool)> {
+    let identity = identity.then(must_allow_identity).unwrap_or_default();
+    access::checks(must_allow().into_iter().chain(identity), must_deny())
+}
+
+/// Reviews every access as the dispatcher itself; returns how many reviews ran.
+pub async fn verify(dispatcher: &kube::Client, namespace: &str, identity: bool) -> Result<usize> {
+    let results = access::review(&Reviewer::Own(dispatcher), checks(identity), namespace)
+        .await
+        .map_err(review_error)?;
+    match access::first_mismatch(&results) {
+        Some(bad) => Err(mismatch_error(bad, namespace)),
+        None => Ok(results.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checks_cover_the_role_and_deny_other_namespaces() {
+        let allow = must_allow();
+        assert!(allow.contains(&Access::new("create", "", "pods")));
+        assert!(allow.contains(&Access::new("create", "", "secrets")));
+        assert!(allow.contains(&Access::new("create", "coordination.k8s.io", "leases")));
+        assert!(allow.iter().all(|a| a.scope == Scope::Reviewed));
+        let deny = must_deny();
+        assert!(
+            deny.contains(
+                &Access::new("get", "", "secrets").scope(Scope::Namespace("kube-system"))
+            )
+        );
+        assert!(deny.iter().all(|a| a.scope != Scope::Reviewed));
+        let refused = ReviewResult {
+            access: deny[1],
+            namespace: String::new(),
+            allowed: true,
+            expected: false,
+        };
+        assert!(
+            mismatch_error(&refused, "ns")
+                .message()
+                .contains("may list secrets in all namespaces")
+        );
+    }
+
+    #[test]
+    fn identity_adds_the_cluster_scoped_checks_only_when_on() {
+        let off = checks(false);
+        assert!(off.iter().all(|(a, _)| a.scope != Scope::Cluster));
+        let on = checks(true);
+        let added: Vec<(&str, &str, &str)> = on
+            .iter()
+            .filter(|(a, _)| a.scope == Scope::Cluster)
+            .map(|(a, expected)| {
+                assert!(*expected, "{a:?} must be allowed");
+                (a.verb, a.group, a.resource)
+            })
+            .collect();
+        let entries = "clusterstaticentries";
+        let spire = "spire.spiffe.io";
+        assert_eq!(
+            added,
+            [
+                ("get", spire, entries),
+                ("list", spire, entries),
+                ("watch", spire, entries),
+                ("create", spire, entries),
+                ("update", spire, entries),
+                ("delete", spire, entries),
+                ("get", "", "nodes"),
+            ]
+        );
+        assert_eq!(on.len(), off.len() + added.len());
+    }
+
+    #[test]
+    fn a_missing_cluster_access_names_the_verb_resource_and_binding() {
+        let missing = ReviewResult {
+            access: must_allow_identity()[3],
+            namespace: String::new(),
+            allowed: false,
+            expected: true,
+        };
+        let e = mismatch_error(&missing, "ci-dispatch");
+        assert_eq!(e.exit_code(), 1);
+        assert!(
+            e.message().contains(
+                "may not create clusterstaticentries.spire.spiffe.io in the cluster scope"
+            ),
+            "{}",
+            e.message()
+        );
+        assert!(
+            e.hint_text()
+                .unwrap()
+                .contains("ClusterRoleBinding `tenantci-dispatcher:ci-dispatch`")
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! `dispatch init`'s two calls to Gitea's RunnerService: Declare, which proves a kept
+//! registration still exists (and updates its labels), and Register, made once with the
+//! registration token. The token is sent, never written or logged.
+
+use tenantci_core::forge::gitea::proto::{DeclareRequest, RegisterRequest};
+use tenantci_core::forge::gitea::{ClientConfig, ClientError, Code, RunnerClient};
+use tenantci_core::fsutil::{self, MODE_SECRET};
+use tenantci_core::{Error, Result};
+
+use crate::claim::registration::SchedulerCredential;
+use crate::init::plan::{Inputs, Paths, RegistrationToken};
+
+fn gitea_client(url: &str) -> Result<RunnerClient> {
+    RunnerClient::new(ClientConfig::new(url)).map_err(|e| {
+        Error::bad_input(format!("cannot build a client for Gitea at {url}")).caused_by(e)
+    })
+}
+
+fn gitea_error(url: &str, e: ClientError) -> Error {
+    Error::external(format!("Gitea at {url} failed"))
+        .caused_by(e)
+        .hint("check that --gitea-url is reachable from this host and Gitea is up")
+}
+
+fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// A kept registration must still exist at Gitea; Declare also updates its labels.
+pub async fn declare(i: &Inputs, k: &SchedulerCredential, p: &Paths) -> Result<()> {
+    let client = gitea_client(&i.gitea_url)?.with_credentials(k.credentials());
+    let req = DeclareRequest {
+        version: version(),
+        labels: i.labels.clone(),
+        capabilities: Vec::new(),
+    };
+    match client.declare(&req).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_unauthenticated() => Err(Error::bad_input(format!(
+            "Gitea at {} does not know the registration in `{}` (runner `{}`, uuid {}): it was deleted at Gitea, or the file belongs to another Gitea",
+            i.gitea_url,
+            p.scheduler.display(),
+            k.name,
+            k.uuid
+        ))
+        .hint(format!(
+            "to register anew, delete {} and re-run `tenantci dispatch init` with a registration token (--registration-token-file)",
+            p.scheduler.display()
+        ))),
+        Err(e) => Err(gitea_error(&i.gitea_url, e)),
+    }
+}
+
+fn register_error(url: &str, e: ClientError) -> Error {
+    match e.code() {
+        Some(Code::PermissionDenied | Code::Unauthenticated | Code::NotFound) => {
+            Error::bad_input(format!("Gitea at {url} refused the registration token"))
+                .hint("create a fresh one (Site Administration > Actions > Runners > Create new runner, or `gitea actions generate-runner-token`) and pass it with --registration-token-file")
+        }
+        Some(Code::InvalidArgument) => {
+            Error::bad_input(format!("Gitea at {url} refused the registration"))
+                .caused_by(e)
+                .hint("check --name and --labels")
+        }
+        _ => gitea_error(url, e),
+    }
+}
+
+/// Registers once and stores the credential before anything else can fail.
+pub async fn register(
+    i: &Inputs,
+    name: &str,
+    token: &RegistrationToken,
+    p: &Paths,
+) -> Result<SchedulerCredential> {
+    let req = RegisterRequest {
+        name: name.to_string(),
+        token: token.expose().to_string(),
+        version: version(),
+        labels: i.labels.clone(),
+        ephemeral: false,
+        ..Default::default()
+    };
+    let runner = gitea_client(&i.gitea_url)?
+        .register(&req)
+        .await
+        .map_err(|e| register_error(&i.gitea_url, e))?;
+    let k = SchedulerCredential::from_runner(&runner);
+    let lost = |e: Error| {
+        e.hint(format!(
+            "Gitea registered runner id {} (`{}`) but its credential could not be stored: delete that runner in Gitea, fix the directory, and re-run",
+            k.id, k.name
+        ))
+    };
+    crate::init::make_dir(&p.dir).map_err(lost)?;
+    fsutil::write_new_atomic(&p.scheduler, &k.to_json(), MODE_SECRET).map_err(|e| {
+        lost(Error::unwritable(
+            "the scheduler credential",
+            &p.scheduler,
+            e,
+        ))
+    })?;
+    tracing::info!(runner_id = k.id, uuid = %k.uuid, name = %k.name, "registered the dispatcher at Gitea");
+    Ok(k)
+}

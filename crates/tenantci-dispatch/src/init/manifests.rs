@@ -1,0 +1,387 @@
+//! The dispatcher's manifests (`manifests/dispatch/`, usable with kubectl as they are): the RBAC
+//! `dispatch init` applies, with the namespace substituted (the namespaced RBAC always, the
+//! cluster-scoped RBAC of executor identity only with `[identity]`), and the Deployment for
+//! running the dispatcher in the cluster. Pure: parsing and substitution; `init` applies.
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
+use serde::Deserialize as _;
+
+use tenantci_app::tenant::apply::Object;
+
+pub const RBAC: &str = include_str!("../../../../manifests/dispatch/rbac.yaml");
+pub const RBAC_IDENTITY: &str = include_str!("../../../../manifests/dispatch/identity/rbac.yaml");
+pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deployment.yaml");
+
+/// The ServiceAccount, Role, RoleBinding and client-certificate user name.
+pub const NAME: &str = "tenantci-dispatcher";
+/// The organization of the dispatcher's client certificate.
+pub const GROUP: &str = "tenantci:gitea-dispatchers";
+/// The namespace the manifests name (replaced by `--namespace`).
+pub const DEFAULT_NAMESPACE: &str = "dynamic-runner";
+
+/// The RBAC objects, in apply order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RbacObjects {
+    pub namespace: Namespace,
+    pub service_account: ServiceAccount,
+    pub role: Role,
+    pub binding: RoleBinding,
+}
+
+impl RbacObjects {
+    /// The objects in apply order.
+    pub fn objects(&self) -> Vec<Object> {
+        vec![
+            Object::Namespace(self.namespace.clone()),
+            Object::ServiceAccount(self.service_account.clone()),
+            Object::Role(self.role.clone()),
+            Object::RoleBinding(self.binding.clone()),
+        ]
+    }
+}
+
+/// The cluster-scoped RBAC of executor identity (per-task ClusterStaticEntry objects and the
+/// Node's UID for their parent ID), in apply order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdentityRbacObjects {
+    pub role: ClusterRole,
+    pub binding: ClusterRoleBinding,
+}
+
+impl IdentityRbacObjects {
+    /// The objects in apply order.
+    pub fn objects(&self) -> Vec<Object> {
+        vec![
+            Object::ClusterRole(self.role.clone()),
+            Object::ClusterRoleBinding(self.binding.clone()),
+        ]
+    }
+}
+
+/// The name of the ClusterRole and ClusterRoleBinding of the dispatcher in `namespace`:
+/// cluster-scoped objects carry the namespace in their name, so two dispatchers (two
+/// namespaces) never share, and never remove, each other's binding.
+pub fn identity_rbac_name(namespace: &str) -> String {
+    format!("{NAME}:{namespace}")
+}
+
+/// Every document of a multi-document YAML string.
+pub fn documents(yaml: &str) -> Vec<serde_yaml::Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde_yaml::Value::deserialize(d).expect("the embedded manifest is YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kind<T: serde::de::DeserializeOwned>(docs: &[serde_yaml::Value], kind: &str) -> T {
+    let doc = docs
+        .iter()
+        .find(|d| d.get("kind").and_then(|k| k.as_str()) == Some(kind))
+        .unwrap_or_else(|| panic!("the embedded manifest has a {kind}"));
+    serde_yaml::from_value(doc.clone()).unwrap_or_else(|e| panic!("{kind}: {e}"))
+}
+
+/// The objects of `manifests/dispatch/rbac.yaml` in `namespace`.
+pub fn rbac(namespace: &str) -> RbacObjects {
+    let docs = documents(RBAC);
+    let mut o = RbacObjects {
+        namespace: kind(&docs, "Namespace"),
+        service_account: kind(&docs, "ServiceAccount"),
+        role: kind(&docs, "Role"),
+        binding: kind(&docs, "RoleBinding"),
+    };
+    o.namespace.metadata.name = Some(namespace.to_string());
+    for meta in [
+        &mut o.service_account.metadata,
+        &mut o.role.metadata,
+        &mut o.binding.metadata,
+    ] {
+        meta.namespace = Some(namespace.to_string());
+    }
+    in_namespace(&mut o.binding.subjects, namespace);
+    o
+}
+
+/// The ServiceAccount subject is the one in the dispatcher's namespace.
+fn in_namespace(subjects: &mut Option<Vec<Subject>>, namespace: &str) {
+    for s in subjects.iter_mut().flatten() {
+        if s.kind == "ServiceAccount" {
+            s.namespace = Some(namespace.to_string());
+        }
+    }
+}
+
+/// The objects of `manifests/dispatch/identity/rbac.yaml` for the dispatcher in `namespace`.
+pub fn rbac_identity(namespace: &str) -> IdentityRbacObjects {
+    let docs = documents(RBAC_IDENTITY);
+    let mut o = IdentityRbacObjects {
+        role: kind(&docs, "ClusterRole"),
+        binding: kind(&docs, "ClusterRoleBinding"),
+    };
+    let name = identity_rbac_name(namespace);
+    o.role.metadata.name = Some(name.clone());
+    o.binding.metadata.name = Some(name.clone());
+    o.binding.role_ref.name = name;
+    in_namespace(&mut o.binding.subjects, namespace);
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Service;
+
+    /// Every field of every document survives a round trip through its k8s-openapi type, so
+    /// no field is misspelled or misplaced (the types ignore unknown fields when parsing).
+    #[test]
+    fn every_field_is_known_to_the_schema() {
+        fn check<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &serde_yaml::Value) {
+            let yaml: serde_json::Value = serde_json::to_value(doc).unwrap();
+            let typed: T = serde_yaml::from_value(doc.clone()).unwrap();
+            let back = serde_json::to_value(&typed).unwrap();
+            assert!(
+                tenantci_app::tenant::apply::is_subset(&yaml, &back),
+                "a field was dropped:\n{yaml:#}\nvs\n{back:#}"
+            );
+        }
+        let docs = [RBAC, RBAC_IDENTITY, DEPLOYMENT].map(documents);
+        for doc in docs.iter().flatten() {
+            match doc["kind"].as_str().unwrap() {
+                "Namespace" => check::<Namespace>(doc),
+                "ServiceAccount" => check::<ServiceAccount>(doc),
+                "Role" => check::<Role>(doc),
+                "RoleBinding" => check::<RoleBinding>(doc),
+                "ClusterRole" => check::<ClusterRole>(doc),
+                "ClusterRoleBinding" => check::<ClusterRoleBinding>(doc),
+                "Deployment" => check::<Deployment>(doc),
+                "Service" => check::<Service>(doc),
+                other => panic!("unexpected kind {other}"),
+            }
+        }
+    }
+
+    #[test]
+    fn rbac_is_namespaced_and_binds_both_identities() {
+        let o = rbac("ci-dispatch");
+        assert_eq!(o.namespace.metadata.name.as_deref(), Some("ci-dispatch"));
+        for m in [
+            &o.service_account.metadata,
+            &o.role.metadata,
+            &o.binding.metadata,
+        ] {
+            assert_eq!(m.namespace.as_deref(), Some("ci-dispatch"));
+            assert_eq!(m.name.as_deref(), Some(NAME));
+        }
+        let rules = o.role.rules.as_ref().unwrap();
+        let verbs = |group: &str, resource: &str| -> Vec<String> {
+            rules
+                .iter()
+                .find(|r| {
+                    r.api_groups.as_deref().unwrap_or_default() == [group.to_string()]
+                        && r.resources.as_deref().unwrap_or_default() == [resource.to_string()]
+                })
+                .unwrap_or_else(|| panic!("a rule for {resource}"))
+                .verbs
+                .clone()
+        };
+        assert_eq!(
+            verbs("coordination.k8s.io", "leases"),
+            ["get", "create", "update"]
+        );
+        for r in ["pods", "secrets"] {
+            assert_eq!(
+                verbs("", r),
+                ["get", "list", "watch", "create", "delete", "patch"]
+            );
+        }
+        assert_eq!(rules.len(), 3, "nothing else");
+        assert_eq!(o.binding.role_ref.kind, "Role");
+        assert_eq!(o.binding.role_ref.name, NAME);
+        let subjects = o.binding.subjects.as_ref().unwrap();
+        let mut got: Vec<(&str, &str, Option<&str>)> = subjects
+            .iter()
+            .map(|s| (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("ServiceAccount", NAME, Some("ci-dispatch")),
+                ("User", NAME, None)
+            ]
+        );
+        let kinds: Vec<String> = documents(RBAC)
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["Namespace", "ServiceAccount", "Role", "RoleBinding"],
+            "no cluster-scoped RBAC"
+        );
+    }
+
+    /// (verbs, groups, resources) of each rule, in order.
+    fn rules_of(role: &ClusterRole) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+        role.rules
+            .iter()
+            .flatten()
+            .map(|r| {
+                (
+                    r.verbs.clone(),
+                    r.api_groups.clone().unwrap_or_default(),
+                    r.resources.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn identity_rbac_grants_exactly_the_entries_and_node_get() {
+        let o = rbac_identity("ci-dispatch");
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            rules_of(&o.role),
+            [
+                (
+                    strings(&["get", "list", "watch", "create", "update", "delete"]),
+                    strings(&["spire.spiffe.io"]),
+                    strings(&["clusterstaticentries"]),
+                ),
+                (strings(&["get"]), strings(&[""]), strings(&["nodes"])),
+            ],
+            "exactly these rules, nothing else"
+        );
+        for r in o.role.rules.iter().flatten() {
+            assert!(r.resource_names.is_none() && r.non_resource_urls.is_none());
+        }
+        let managed = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"].clone()
+        };
+        assert_eq!(managed(&o.role.metadata), "tenantci");
+        assert_eq!(managed(&o.binding.metadata), "tenantci");
+    }
+
+    #[test]
+    fn identity_rbac_names_carry_the_namespace_and_bind_both_identities() {
+        let o = rbac_identity("ci-dispatch");
+        let name = "tenantci-dispatcher:ci-dispatch";
+        assert_eq!(identity_rbac_name("ci-dispatch"), name);
+        assert_eq!(o.role.metadata.name.as_deref(), Some(name));
+        assert_eq!(o.binding.metadata.name.as_deref(), Some(name));
+        assert_eq!(o.role.metadata.namespace, None, "cluster-scoped");
+        assert_eq!(o.binding.metadata.namespace, None, "cluster-scoped");
+        assert_eq!(o.binding.role_ref.kind, "ClusterRole");
+        assert_eq!(o.binding.role_ref.name, name);
+        let mut got: Vec<(&str, &str, Option<&str>)> = o
+            .binding
+            .subjects
+            .iter()
+            .flatten()
+            .map(|s| (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("ServiceAccount", NAME, Some("ci-dispatch")),
+                ("User", NAME, None)
+            ]
+        );
+        // Two namespaces, two bindings: neither dispatcher's init touches the other's.
+        assert_ne!(rbac_identity("other").role, o.role);
+        // The file as kubectl applies it names the default namespace.
+        assert_eq!(rbac_identity(DEFAULT_NAMESPACE), {
+            let docs = documents(RBAC_IDENTITY);
+            IdentityRbacObjects {
+                role: kind(&docs, "ClusterRole"),
+                binding: kind(&docs, "ClusterRoleBinding"),
+            }
+        });
+        let kinds: Vec<Object> = o.objects();
+        assert_eq!(
+            kinds.iter().map(Object::kind).collect::<Vec<_>>(),
+            ["ClusterRole", "ClusterRoleBinding"]
+        );
+    }
+
+    #[test]
+    fn deployment_never_leaves_zero_dispatchers_and_runs_locked_down() {
+        let docs = documents(DEPLOYMENT);
+        let d: Deployment = kind(&docs, "Deployment");
+        let _service: Service = kind(&docs, "Service");
+        assert_eq!(d.metadata.namespace.as_deref(), Some(DEFAULT_NAMESPACE));
+        let spec = d.spec;
+        assert_eq!(spec.replicas, Some(1));
+        let strategy = spec.strategy.unwrap();
+        assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+        let ru = strategy.rolling_update.unwrap();
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        assert_eq!(ru.max_surge, Some(IntOrString::Int(1)));
+        assert_eq!(ru.max_unavailable, Some(IntOrString::Int(0)));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some(NAME));
+        assert_eq!(
+            pod.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        let c = &pod.containers[0];
+        let mut argv = c.command.clone().unwrap();
+        argv.extend(c.args.clone().unwrap());
+        assert_eq!(
+            argv,
+            [
+                "tenantci",
+                "dispatch",
+                "run",
+                "--config",
+                "/etc/tenantci/dispatch/config.toml"
+            ]
+        );
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        let requests = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+        assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+        // The status API is loopback-only: probes must exec, not httpGet the Pod IP.
+        for probe in [&c.liveness_probe, &c.readiness_probe] {
+            let p = probe.as_ref().expect("probe");
+            assert!(p.http_get.is_none() && p.tcp_socket.is_none());
+            let cmd = p.exec.as_ref().unwrap().command.as_ref().unwrap();
+            assert_eq!(&cmd[..3], ["tenantci", "dispatch", "probe"]);
+        }
+        // The config and the secret files: read-only, 0400, no secret in env values.
+        let mount = c.volume_mounts.as_ref().unwrap();
+        assert!(
+            mount
+                .iter()
+                .find(|m| m.mount_path == "/etc/tenantci/dispatch")
+                .is_some_and(|m| m.read_only == Some(true))
+        );
+        let vols = pod.volumes.as_ref().unwrap();
+        let projected = vols
+            .iter()
+            .find_map(|v| v.projected.as_ref())
+            .expect("a projected config volume");
+        assert_eq!(projected.default_mode, Some(0o400));
+        let sources = projected.sources.as_ref().unwrap();
+        assert!(sources.iter().any(|s| s.config_map.is_some()));
+        assert!(sources.iter().any(|s| s.secret.is_some()));
+        for e in c.env.iter().flatten() {
+            assert!(
+                e.value_from
+                    .as_ref()
+                    .is_none_or(|v| v.secret_key_ref.is_none()),
+                "{}: secrets are files, never env",
+                e.name
+            );
+        }
+    }
+}

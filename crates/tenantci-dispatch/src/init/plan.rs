@@ -1,0 +1,558 @@
+//! `dispatch init`'s inputs, checked without touching anything (every refusal names the flag
+//! and the fix), the file names beside the config, and the config it writes. Pure.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::config::{self, Config, Resources, files, url_host};
+use tenantci_core::node_image::NodeImage;
+use tenantci_core::{Error, Result};
+
+/// A registration token: sent to Gitea once, never written or logged.
+#[derive(Clone)]
+pub struct RegistrationToken(String);
+
+impl RegistrationToken {
+    pub fn new(t: impl Into<String>) -> Self {
+        RegistrationToken(t.into())
+    }
+    /// Only for the Register request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for RegistrationToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RegistrationToken([redacted])")
+    }
+}
+
+/// What the operator asked for.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub gitea_url: String,
+    /// None is fine while `scheduler.json` exists (the registration is kept).
+    pub registration_token: Option<RegistrationToken>,
+    /// None: the kept registration's name, else `tenantci-dispatch-<cluster>`.
+    pub name: Option<String>,
+    pub labels: Vec<String>,
+    pub state_dir: PathBuf,
+    pub cluster: String,
+    pub namespace: String,
+    pub nats_url: String,
+    pub nats_secrets_dir: PathBuf,
+    /// None: the existing config's value, else the default.
+    pub pod_capacity: Option<u32>,
+    pub vm_capacity: Option<u32>,
+    pub facade_listen: SocketAddr,
+    pub facade_url: Option<String>,
+    pub executor_image: String,
+    /// None: the existing config's value (required when there is none).
+    pub proxy_image: Option<String>,
+    /// The runner container's requests; None: the existing config's, else derived from the
+    /// node image.
+    pub executor_cpu: Option<String>,
+    pub executor_memory: Option<String>,
+    pub executor_ephemeral_storage: Option<String>,
+    /// The webhook receiver's address and secret file, both or neither (neither: an
+    /// existing config's webhook is kept).
+    pub webhook_listen: Option<SocketAddr>,
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Lifetime of the dispatcher's client certificate (Go duration).
+    pub credential_valid_for: String,
+    /// The VM backend's flags (`--opensandbox-*`, `--vm-*`).
+    pub vm: crate::backend::vm::init::VmInputs,
+    /// Executor identity's flags (`--spiffe-*`).
+    pub identity: crate::identity::init::IdentityInputs,
+    pub out: PathBuf,
+    pub dry_run: bool,
+}
+
+/// The files `init` keeps beside the config, absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub config: PathBuf,
+    pub dir: PathBuf,
+    pub kube_dir: PathBuf,
+    pub scheduler: PathBuf,
+    pub capability_key: PathBuf,
+    pub sealing_key: PathBuf,
+    pub facade_ca_cert: PathBuf,
+    pub facade_ca_key: PathBuf,
+    pub facade_cert: PathBuf,
+    pub facade_key: PathBuf,
+}
+
+impl Paths {
+    pub fn beside(config: &Path) -> Paths {
+        let dir = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+        Paths {
+            config: config.to_path_buf(),
+            kube_dir: dir.join(files::KUBE_DIR),
+            scheduler: dir.join(files::SCHEDULER_CREDENTIAL),
+            capability_key: dir.join(files::CAPABILITY_KEY),
+            sealing_key: dir.join(files::SEALING_KEY),
+            facade_ca_cert: dir.join(files::FACADE_CA_CERT),
+            facade_ca_key: dir.join(files::FACADE_CA_KEY),
+            facade_cert: dir.join(files::FACADE_CERT),
+            facade_key: dir.join(files::FACADE_KEY),
+            dir,
+        }
+    }
+}
+
+/// The inputs after the checks.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub paths: Paths,
+    pub facade_url: String,
+    /// The facade URL's host, brackets stripped: what the serving cert must cover.
+    pub facade_host: String,
+    pub nats_secrets_dir: PathBuf,
+    pub credential_valid_for: std::time::Duration,
+    /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
+    pub webhook: Option<(SocketAddr, PathBuf)>,
+}
+
+/// Checks every flag that needs no file system or network.
+pub fn check(i: &Inputs) -> Result<Checked> {
+    if url_host(&i.gitea_url, &["http", "https"]).is_none() {
+        return Err(Error::bad_input(format!("--gitea-url `{}` is not an http(s):// URL with a host", i.gitea_url))
+            .hint("pass Gitea's base URL, e.g. https://gitea.example.com (the RunnerService is under /api/actions)"));
+    }
+    tenantci_core::gateway::layout::validate_cluster_name(&i.cluster)?;
+    if !tenantci_core::dns::is_label(&i.namespace) {
+        return Err(Error::bad_input(format!(
+            "--namespace `{}` is not a DNS label",
+            tenantci_core::input::shown(&i.namespace)
+        ))
+        .hint("use 1-63 lower-case letters, digits and `-`, e.g. `dynamic-runner`"));
+    }
+    if i.labels.is_empty() {
+        return Err(Error::bad_input("--labels is empty")
+            .hint("pass the labels jobs ask for in runs-on, e.g. --labels self-hosted,pod"));
+    }
+    if let Some(bad) = i
+        .labels
+        .iter()
+        .find(|l| l.is_empty() || l.contains(char::is_whitespace))
+    {
+        return Err(Error::bad_input(format!(
+            "--labels has the label `{bad}`, which is empty or has spaces"
+        ))
+        .hint("pass comma-separated labels without spaces, e.g. --labels self-hosted,pod"));
+    }
+    if let Some(name) = &i.name
+        && name.trim().is_empty()
+    {
+        return Err(Error::bad_input("--name is empty")
+            .hint("pass the name the runner gets at Gitea, or leave --name out"));
+    }
+    if url_host(&i.nats_url, &["nats", "tls"]).is_none() {
+        return Err(Error::bad_input(format!(
+            "--nats `{}` is not a nats:// or tls:// URL",
+            i.nats_url
+        ))
+        .hint("pass the NATS server, e.g. nats://127.0.0.1:4222"));
+    }
+    for (flag, v) in [
+        ("--pod-capacity", i.pod_capacity),
+        ("--vm-capacity", i.vm_capacity),
+    ] {
+        if v == Some(0) {
+            return Err(Error::bad_input(format!("{flag} is 0"))
+                .hint("pass at least 1 (the most executors of that kind at once)"));
+        }
+    }
+    let facade_url = match &i.facade_url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None if i.facade_listen.ip().is_unspecified() => {
+            return Err(Error::bad_input(format!(
+                "--facade-listen {} listens on every address, so it names no address executors can reach",
+                i.facade_listen
+            ))
+            .hint("pass --facade-url https://<address or name executors use>:<port> (its host goes into the facade's certificate)"));
+        }
+        None => format!("https://{}", i.facade_listen),
+    };
+    let Some(facade_host) = url_host(&facade_url, &["https"]) else {
+        return Err(Error::bad_input(format!(
+            "--facade-url `{facade_url}` is not an https:// URL with a host"
+        ))
+        .hint(
+            "executors verify the facade by its certificate: pass https://<address or name>:<port>",
+        ));
+    };
+    crate::backend::pod::executor::check_image_digest(&i.executor_image)
+        .map_err(|e| e.hint("pass --executor-image IMAGE@sha256:<64 hex digits> (`docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))?;
+    let credential_valid_for =
+        tenantci_core::pki::policy::parse_valid_for(&i.credential_valid_for)?;
+    let out = std::path::absolute(&i.out).map_err(|e| {
+        Error::bad_input(format!("cannot resolve --out `{}`", i.out.display())).caused_by(e)
+    })?;
+    if out.file_name().is_none() || out.is_dir() {
+        return Err(Error::bad_input(format!(
+            "--out `{}` is a directory, not the config file",
+            i.out.display()
+        ))
+        .hint("pass the config file to write, e.g. --out /etc/tenantci/dispatch/config.toml"));
+    }
+    let nats_secrets_dir = std::path::absolute(&i.nats_secrets_dir).map_err(|e| {
+        Error::bad_input(format!(
+            "cannot resolve --nats-secrets-dir `{}`",
+            i.nats_secrets_dir.display()
+        ))
+        .caused_by(e)
+    })?;
+    Ok(Checked {
+        paths: Paths::beside(&out),
+        facade_url,
+        facade_host,
+        nats_secrets_dir,
+        credential_valid_for,
+        webhook: check_webhook(i)?,
+    })
+}
+
+/// The executor section: the flags over the existing config's keys over the defaults, with
+/// resources derived from the node image when the state dir has one.
+fn executor(
+    i: &Inputs,
+    existing: Option<&Config>,
+    node: Option<&NodeImage>,
+) -> Result<config::Executor> {
+    let proxy_image = match (&i.proxy_image, existing) {
+        (Some(p), _) => p.clone(),
+        (None, Some(e)) => e.executor.proxy_image.clone(),
+        (None, None) => {
+            return Err(Error::bad_input("--proxy-image is not given and there is no config to keep it from")
+                .hint("pass --proxy-image TENANTCI_IMAGE@sha256:<64 hex digits>: the image of this tenantci build, whose `tenantci executor-proxy` runs beside each executor"));
+        }
+    };
+    let mut x = match existing {
+        Some(e) => config::Executor {
+            image: i.executor_image.clone(),
+            proxy_image,
+            ..e.executor.clone()
+        },
+        None => {
+            let mut x = config::Executor::with_images(i.executor_image.clone(), proxy_image);
+            x.resources = node.map(Resources::for_node).unwrap_or_default();
+            x
+        }
+    };
+    let r = &mut x.resources;
+    for (flag, field) in [
+        (&i.executor_cpu, &mut r.cpu),
+        (&i.executor_memory, &mut r.memory),
+        (&i.executor_ephemeral_storage, &mut r.ephemeral_storage),
+    ] {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
+    }
+    Ok(x)
+}
+
+fn check_webhook(i: &Inputs) -> Result<Option<(SocketAddr, PathBuf)>> {
+    match (i.webhook_listen, &i.webhook_secret_file) {
+        (None, None) => Ok(None),
+        (Some(listen), Some(file)) => {
+            let file = std::path::absolute(file).map_err(|e| {
+                Error::bad_input(format!(
+                    "cannot resolve --webhook-secret-file `{}`",
+                    file.display()
+                ))
+                .caused_by(e)
+            })?;
+            Ok(Some((listen, file)))
+        }
+        (Some(_), None) => Err(Error::bad_input("--webhook-listen is given without --webhook-secret-file")
+            .hint("pass --webhook-secret-file FILE holding the secret typed into the Gitea webhook (an unsigned webhook is refused)")),
+        (None, Some(_)) => Err(Error::bad_input("--webhook-secret-file is given without --webhook-listen")
+            .hint("pass --webhook-listen HOST:PORT, where Gitea's deliveries arrive")),
+    }
+}
+
+/// The config `init` writes: the flags, relative file names from [`files`], and the tuning
+/// keys (intervals, status, leader timings; capacities unless given; the executor section
+/// but its image) of an existing config, so a re-run keeps the operator's edits.
+pub fn config(
+    i: &Inputs,
+    c: &Checked,
+    runner_name: &str,
+    existing: Option<&Config>,
+    node: Option<&NodeImage>,
+) -> Result<Config> {
+    let mut capacity = existing.map(|e| e.capacity).unwrap_or_default();
+    if let Some(p) = i.pod_capacity {
+        capacity.pod = p;
+    }
+    if let Some(v) = i.vm_capacity {
+        capacity.vm = v;
+    }
+    let tuning = existing;
+    let keep = |f: fn(&Config) -> config::GoDuration, default| tuning.map(f).unwrap_or(default);
+    use config::defaults as d;
+    Ok(Config {
+        version: config::VERSION,
+        gitea: config::Gitea {
+            url: i.gitea_url.trim_end_matches('/').to_string(),
+            runner_name: runner_name.to_string(),
+            labels: i.labels.clone(),
+            credential_file: files::SCHEDULER_CREDENTIAL.into(),
+            fetch_interval: keep(|e| e.gitea.fetch_interval.clone(), d::fetch_interval()),
+            fetch_interval_idle: keep(
+                |e| e.gitea.fetch_interval_idle.clone(),
+                d::fetch_interval_idle(),
+            ),
+            keepalive_interval: keep(
+                |e| e.gitea.keepalive_interval.clone(),
+                d::keepalive_interval(),
+            ),
+        },
+        cluster: config::Cluster {
+            kubeconfig: Some(files::KUBECONFIG.into()),
+            namespace: i.namespace.clone(),
+        },
+        nats: config::Nats {
+            url: i.nats_url.clone(),
+            secrets_dir: c.nats_secrets_dir.clone(),
+            sealing_key_file: files::SEALING_KEY.into(),
+            ack_wait: keep(|e| e.nats.ack_wait.clone(), d::ack_wait()),
+        },
+        capacity,
+        facade: config::Facade {
+            listen: i.facade_listen,
+            url: c.facade_url.clone(),
+            capability_key_file: files::CAPABILITY_KEY.into(),
+            ca_cert_file: files::FACADE_CA_CERT.into(),
+            cert_file: files::FACADE_CERT.into(),
+            key_file: files::FACADE_KEY.into(),
+        },
+        executor: executor(i, existing, node)?,
+        status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
+        leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
+        webhook: match &c.webhook {
+            Some((listen, secret_file)) => Some(config::Webhook {
+                listen: *listen,
+                secret_file: secret_file.clone(),
+                fetch_interval: tuning
+                    .and_then(|e| e.webhook.as_ref())
+                    .map(|w| w.fetch_interval.clone())
+                    .unwrap_or_else(d::webhook_fetch_interval),
+            }),
+            None => tuning.and_then(|e| e.webhook.clone()),
+        },
+        claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
+        vm: crate::backend::vm::init::section(&i.vm)?,
+        identity: crate::identity::init::section(
+            &i.identity,
+            &i.namespace,
+            &i.cluster,
+            i.vm.opensandbox_url.is_some(),
+        )?,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn inputs() -> Inputs {
+        Inputs {
+            gitea_url: "https://gitea.example.com/".into(),
+            registration_token: Some(RegistrationToken::new("reg-token")),
+            name: None,
+            labels: vec!["self-hosted".into(), "pod".into()],
+            state_dir: "/var/lib/socialweb".into(),
+            cluster: "ci".into(),
+            namespace: "dynamic-runner".into(),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            nats_secrets_dir: "/etc/tenantci/nats".into(),
+            pod_capacity: None,
+            vm_capacity: None,
+            facade_listen: "127.0.0.1:8443".parse().unwrap(),
+            facade_url: None,
+            executor_image: format!("gitea/act_runner@sha256:{}", "b".repeat(64)),
+            proxy_image: Some(format!("tenantci@sha256:{}", "d".repeat(64))),
+            executor_cpu: None,
+            executor_memory: None,
+            executor_ephemeral_storage: None,
+            webhook_listen: None,
+            webhook_secret_file: None,
+            credential_valid_for: "720h".into(),
+            vm: Default::default(),
+            identity: Default::default(),
+            out: "/etc/tenantci/dispatch/config.toml".into(),
+            dry_run: false,
+        }
+    }
+
+    #[test]
+    fn webhook_flags_go_together_and_a_rerun_without_them_keeps_the_webhook() {
+        let mut i = inputs();
+        i.webhook_listen = Some("127.0.0.1:8090".parse().unwrap());
+        let err = check(&i).unwrap_err();
+        assert!(
+            err.message().contains("--webhook-secret-file"),
+            "{}",
+            err.message()
+        );
+        i.webhook_secret_file = Some("/etc/tenantci/dispatch/webhook.secret".into());
+        let c = check(&i).unwrap();
+        let cfg = config(&i, &c, "r", None, None).unwrap();
+        let w = cfg.webhook.clone().expect("a webhook");
+        assert_eq!(w.listen.port(), 8090);
+        assert_eq!(w.fetch_interval.as_str(), "5s");
+        cfg.validate().unwrap();
+        let plain = inputs();
+        let kept = config(&plain, &check(&plain).unwrap(), "r", Some(&cfg), None).unwrap();
+        assert_eq!(
+            kept.webhook, cfg.webhook,
+            "kept on a re-run without the flags"
+        );
+        assert_eq!(
+            config(&plain, &check(&plain).unwrap(), "r", None, None)
+                .unwrap()
+                .webhook,
+            None
+        );
+    }
+
+    #[test]
+    fn good_inputs_give_a_valid_config_with_relative_files() {
+        let i = inputs();
+        let c = check(&i).unwrap();
+        assert_eq!(c.facade_url, "https://127.0.0.1:8443");
+        assert_eq!(c.facade_host, "127.0.0.1");
+        assert_eq!(
+            c.paths.scheduler,
+            Path::new("/etc/tenantci/dispatch/scheduler.json")
+        );
+        let cfg = config(&i, &c, "r", None, None).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.gitea.url, "https://gitea.example.com");
+        assert_eq!(
+            cfg.cluster.kubeconfig.as_deref(),
+            Some(Path::new("kube/kubeconfig"))
+        );
+        assert_eq!(cfg.capacity.pod, 4);
+        assert_eq!(cfg.gitea.fetch_interval.as_str(), "200ms");
+        assert!(cfg.to_toml().contains("capability.key"));
+        assert!(!cfg.to_toml().contains("reg-token"));
+    }
+
+    #[test]
+    fn a_rerun_keeps_tuned_keys_unless_a_flag_sets_them() {
+        let i = inputs();
+        let c = check(&i).unwrap();
+        let mut old = config(&i, &c, "r", None, None).unwrap();
+        old.capacity.pod = 9;
+        old.gitea.fetch_interval = "1s".parse().unwrap();
+        old.leader.identity = Some("me".into());
+        let again = config(&i, &c, "r", Some(&old), None).unwrap();
+        assert_eq!(again.capacity.pod, 9);
+        assert_eq!(again.gitea.fetch_interval.as_str(), "1s");
+        assert_eq!(again.leader.identity.as_deref(), Some("me"));
+        let mut flagged = inputs();
+        flagged.pod_capacity = Some(2);
+        assert_eq!(
+            config(&flagged, &c, "r", Some(&old), None)
+                .unwrap()
+                .capacity
+                .pod,
+            2
+        );
+    }
+
+    #[test]
+    fn ipv6_and_dns_facade_hosts() {
+        let mut i = inputs();
+        i.facade_listen = "[::1]:8443".parse().unwrap();
+        let c = check(&i).unwrap();
+        assert_eq!(
+            (c.facade_url.as_str(), c.facade_host.as_str()),
+            ("https://[::1]:8443", "::1")
+        );
+        i.facade_listen = "0.0.0.0:8443".parse().unwrap();
+        i.facade_url = Some("https://dispatch.ci.internal:8443/".into());
+        let c = check(&i).unwrap();
+        assert_eq!(c.facade_host, "dispatch.ci.internal");
+        assert_eq!(c.facade_url, "https://dispatch.ci.internal:8443");
+    }
+
+    #[test]
+    fn bad_inputs_name_the_flag() {
+        type Edit = fn(&mut Inputs);
+        let cases: &[(Edit, &str)] = &[
+            (|i| i.gitea_url = "gitea.example.com".into(), "--gitea-url"),
+            (|i| i.cluster = "Bad_Name".into(), "cluster name"),
+            (|i| i.namespace = "Dyn".into(), "--namespace"),
+            (|i| i.labels = vec![], "--labels"),
+            (|i| i.labels = vec!["a b".into()], "--labels"),
+            (|i| i.nats_url = "http://x:4222".into(), "--nats"),
+            (|i| i.pod_capacity = Some(0), "--pod-capacity"),
+            (
+                |i| i.facade_url = Some("http://127.0.0.1:8443".into()),
+                "--facade-url",
+            ),
+            (
+                |i| i.facade_listen = "0.0.0.0:8443".parse().unwrap(),
+                "--facade-listen",
+            ),
+            (
+                |i| i.facade_listen = "[::]:8443".parse().unwrap(),
+                "--facade-listen",
+            ),
+            (
+                |i| i.executor_image = "gitea/act_runner:0.2.11".into(),
+                "executor image",
+            ),
+            (|i| i.credential_valid_for = "0s".into(), "0s"),
+            (|i| i.out = "/".into(), "--out"),
+        ];
+        for (edit, needle) in cases {
+            let mut i = inputs();
+            edit(&mut i);
+            let e = check(&i).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{needle}");
+            assert!(e.message().contains(needle), "{needle}: {}", e.message());
+            assert!(e.hint_text().is_some(), "{needle}: a fix");
+        }
+    }
+
+    #[test]
+    fn executor_resources_come_from_the_node_image_unless_flagged_or_kept() {
+        let i = inputs();
+        let c = check(&i).unwrap();
+        let big = NodeImage {
+            vcpu: 4,
+            mem_mib: 8192,
+            rootfs_mib: None,
+        };
+        let cfg = config(&i, &c, "r", None, Some(&big)).unwrap();
+        assert_eq!(cfg.executor.resources.cpu, "3800m");
+        let mut flagged = inputs();
+        flagged.executor_cpu = Some("1".into());
+        let cfg = config(&flagged, &c, "r", Some(&cfg), Some(&big)).unwrap();
+        assert_eq!(cfg.executor.resources.cpu, "1");
+        assert_eq!(cfg.executor.resources.memory, "7872Mi", "kept");
+        let mut none = inputs();
+        none.proxy_image = None;
+        assert!(
+            config(&none, &c, "r", None, None)
+                .unwrap_err()
+                .message()
+                .contains("--proxy-image")
+        );
+        assert_eq!(
+            config(&none, &c, "r", Some(&cfg), None)
+                .unwrap()
+                .executor
+                .proxy_image,
+            cfg.executor.proxy_image
+        );
+    }
+}

@@ -1,0 +1,669 @@
+//! `tenantci dispatch run`: composes the leader election, scheduler, pod backend worker,
+//! facade, lifecycle reconciler and status API, runs until SIGTERM and drains.
+//!
+//! Every instance serves the facade and the status API. Only the holder of the Lease
+//! `dynamic-runner-scheduler` runs a *term*: recovery, then the scheduler (FetchTask), the pod
+//! worker, the keep-alive and the reconciler. A term ends when the lease is lost (the election
+//! stops leading before the lease can expire for others) or at SIGTERM; then nothing of it
+//! runs any more, so two instances never claim or start at once.
+//!
+//! Drain on SIGTERM: stop the term (no more FetchTask, no more pulls; a start in progress
+//! finishes and is acked), release the lease so a standby takes over at once, then stop the
+//! facade (in-flight requests finish). Executor Pods keep running; the next dispatcher's
+//! facade and reconciler pick them up from the apiserver.
+//!
+//! Listen addresses may have port 0 (tests, a second instance on one host): the system picks
+//! the ports, [`Listening`] reports them, and a `facade.url` with port 0 is advertised to
+//! executors with the facade's bound port.
+
+pub mod leader;
+pub mod status;
+pub mod term;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+
+use crate::backend::pod::objects::ExecutorObjects;
+use crate::backend::registry::Registry;
+use crate::backend::vm::sandboxes::{Minter, Sandboxes};
+use crate::claim::registration::SchedulerCredential;
+use crate::claim::scheduler;
+use crate::claim::webhook::{self, Receiver, WebhookSecret};
+use crate::config::Config;
+use crate::facade::Facade;
+use crate::facade::capability::{self, CapabilityKey};
+use crate::facade::cert as facade_cert;
+use crate::facade::handout::Handout;
+use crate::identity::own::Own;
+use crate::metrics::Metrics;
+use crate::queue::assignment::SealingKey;
+use crate::queue::ledger::Ledger;
+use crate::queue::producer::Producer;
+use crate::queue::topology::{self, TopologySpec};
+use crate::queue::{Backend, connect, permissions, users};
+use crate::run::term::{Shared, Term};
+use status::Health;
+use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
+use tenantci_core::forge::gitea::facade as transport;
+use tenantci_core::{Error, Result, input};
+
+/// Everything `run` needs from disk, loaded before anything connects or listens, so a bad
+/// file is exit 2 with nothing started: each read bounded and only from a regular file, each
+/// key and token only when no other account can read it, the facade certificate checked
+/// against its key, the clock and `facade.url`'s host (`facade_cert`).
+struct Inputs {
+    credentials: Credentials,
+    /// The scheduler registration's Gitea runner id (owner of this dispatcher's sandboxes).
+    runner_id: i64,
+    capability_key: CapabilityKey,
+    sealing_key: SealingKey,
+    facade_tls: Arc<rustls::ServerConfig>,
+    facade_ca_pem: String,
+    facade_cert: facade_cert::Valid,
+    webhook_secret: Option<WebhookSecret>,
+}
+
+fn load_inputs(cfg: &Config) -> Result<Inputs> {
+    let registration = SchedulerCredential::load(&cfg.gitea.credential_file)?;
+    if !cfg.nats.sealing_key_file.exists() {
+        return Err(Error::bad_input(format!(
+            "the sealing key `{}` does not exist",
+            cfg.nats.sealing_key_file.display()
+        ))
+        .hint("run `tenantci dispatch init`, which creates it; every dispatcher sharing a queue needs the same key"));
+    }
+    let host = crate::config::url_host(&cfg.facade.url, &["https"])
+        .ok_or_else(|| Error::bad_input("facade.url has no host").hint("fix facade.url"))?;
+    let facade = facade_cert::load(&cfg.facade, &host, time::OffsetDateTime::now_utc())?;
+    for user in [users::PRODUCER, users::WORKER, users::ADMIN] {
+        let path = permissions::password_file(&cfg.nats.secrets_dir, user);
+        // ci-admin's is optional (`apply_topology`); the others are read when connecting.
+        if user != users::ADMIN || path.exists() {
+            input::check_private("the NATS password file", &path)?;
+        }
+    }
+    Ok(Inputs {
+        credentials: registration.credentials(),
+        runner_id: registration.id,
+        capability_key: capability::load_key(&cfg.facade.capability_key_file)?,
+        sealing_key: SealingKey::load_or_create(&cfg.nats.sealing_key_file)?,
+        facade_tls: transport::tls_config(&facade.cert_pem, &facade.key_pem)?,
+        facade_ca_pem: facade.ca_pem,
+        facade_cert: facade.valid,
+        webhook_secret: match &cfg.webhook {
+            Some(w) => {
+                input::check_private("the webhook secret file", &w.secret_file)?;
+                Some(WebhookSecret::new(tenantci_core::secret::read_file(
+                    "the webhook secret file",
+                    &w.secret_file,
+                    Some("put the secret typed into the Gitea webhook's settings into it"),
+                )?))
+            }
+            None => None,
+        },
+    })
+}
+
+/// The metrics, with the configured capacities and the facade certificate's end.
+fn start_metrics(cfg: &Config, inputs: &Inputs) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::default());
+    report_facade_cert(cfg, &inputs.facade_cert, &metrics);
+    metrics.capacity(Backend::Pod, cfg.capacity.pod);
+    metrics.capacity(Backend::Vm, cfg.capacity.vm);
+    metrics
+}
+
+/// Says how long the facade certificate has left (a warning within [`facade_cert::WARN_DAYS`])
+/// and exports it as a metric.
+fn report_facade_cert(cfg: &Config, valid: &facade_cert::Valid, metrics: &Metrics) {
+    metrics.facade_cert_expiry(valid.not_after);
+    let until = tenantci_core::pki::inspect::rfc3339(valid.not_after);
+    if valid.days_left < facade_cert::WARN_DAYS {
+        tracing::warn!(
+            cert = %cfg.facade.cert_file.display(),
+            days_left = valid.days_left,
+            "the facade certificate expires at {until}; re-run `tenantci dispatch init` to issue a new one before executors stop trusting the facade"
+        );
+    } else {
+        tracing::info!(
+            days_left = valid.days_left,
+            "the facade certificate is valid until {until}"
+        );
+    }
+}
+
+async fn kube_client(cfg: &Config) -> Result<kube::Client> {
+    match &cfg.cluster.kubeconfig {
+        Some(path) => tenantci_core::kube_client::from_kubeconfig(path).await,
+        None => {
+            tenantci_core::tls::ensure_crypto_provider();
+            kube::Client::try_default().await.map_err(|e| {
+                Error::bad_input("no in-cluster or KUBECONFIG credentials").caused_by(e)
+                    .hint("set cluster.kubeconfig in the config, or run inside the cluster with the tenantci-dispatcher ServiceAccount")
+            })
+        }
+    }
+}
+
+/// The facade's TLS: its own certificate, server-only (the capability authenticates), or,
+/// with `[identity]`, SPIFFE mTLS with the dispatcher's SVID (`identity::own`).
+fn facade_tls(inputs: &Inputs, own: Option<&Own>) -> Arc<rustls::ServerConfig> {
+    match own {
+        Some(own) => own.facade_tls(),
+        None => inputs.facade_tls.clone(),
+    }
+}
+
+async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        Error::bad_input(format!("cannot listen on {addr} for the {what}"))
+            .caused_by(e)
+            .hint("pick a free address in the config (or its TENANTCI_DISPATCH_* override)")
+    })
+}
+
+fn identity(cfg: &Config) -> String {
+    cfg.leader.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|| "dispatcher".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+/// Where the servers of a running dispatcher listen: `dispatch run` prints it on stdout as
+/// one JSON line, `{"type":"listening","facade":ADDR,"facadeUrl":URL,"status":ADDR}`, once
+/// both listen (docs/cli.md). With port 0 in the config these are the ports the system picked.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listening {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub facade: SocketAddr,
+    /// The facade URL executors are given.
+    pub facade_url: String,
+    pub status: SocketAddr,
+    /// The webhook receiver, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<SocketAddr>,
+}
+
+/// The facade URL executors are given: `facade.url` as configured, except that port 0 (as
+/// `dispatch init --facade-listen HOST:0` writes it) becomes the facade's bound port, so the
+/// executors of this instance reach it. A URL without a port means 443 and is kept.
+fn advertised_facade_url(configured: &str, bound_port: u16) -> String {
+    let (scheme, rest) = configured.split_once("://").unwrap_or(("", configured));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once(':') {
+        Some((host, "0")) => format!("{scheme}://{host}:{bound_port}{path}"),
+        _ => configured.to_string(),
+    }
+}
+
+/// Runs the dispatcher described by `config` until SIGTERM / SIGINT; `on_listening` is
+/// called once the facade and the status API listen.
+///
+/// One sequence on purpose: its order is the start-up contract (every file loaded, NATS
+/// connected and the topology applied before anything listens; the facade serving before the
+/// lease is contested) and the drain undoes it in reverse, which reads best top to bottom.
+pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Result<()> {
+    let inputs = load_inputs(&cfg)?;
+    let timing = cfg.leader_timing();
+    let client = kube_client(&cfg).await?;
+    let (producer_client, worker_client) = connect_queue(&cfg).await?;
+    apply_topology(&cfg).await?;
+    let ledger = open_ledger(&cfg, &worker_client).await?;
+    let metrics = start_metrics(&cfg, &inputs);
+    // Before anything listens: with identity on, the first SVID and its ID are checked here,
+    // and the SPIRE server that mints VM executors' SVIDs is reached.
+    let own = match &cfg.identity {
+        Some(identity) => Some(Own::open(identity).await?),
+        None => None,
+    };
+    let minter = match &own {
+        Some(own) => own.minter(cfg.vm.as_ref(), &metrics).await?,
+        None => None,
+    };
+    let sandboxes = connect_sandboxes(&cfg, inputs.runner_id, minter).await?;
+
+    let gitea = gitea_client(&cfg, &inputs)?;
+    let registry = Arc::new(Registry::default());
+    let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
+    let health = Arc::new(Health::default());
+
+    let facade_tls = facade_tls(&inputs, own.as_ref());
+    let handout = Handout::new(objects.clone(), sandboxes.clone(), ledger.clone());
+    let facade = Arc::new(new_facade(
+        &cfg,
+        &inputs,
+        handout,
+        gitea.clone(),
+        registry.clone(),
+        ledger.clone(),
+        metrics.clone(),
+    ));
+    let facade_listener = bind("facade", cfg.facade.listen).await?;
+    let status_listener = bind("status API", cfg.status.listen).await?;
+    let status_addr = status_listener
+        .local_addr()
+        .map_err(|e| Error::external("cannot read the status API's address").caused_by(e))?;
+    let webhook_listener = match &cfg.webhook {
+        Some(w) => Some(bind("webhook receiver", w.listen).await?),
+        None => None,
+    };
+    let facade = transport::spawn(facade_listener, facade_tls, facade)
+        .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
+    // Before `Shared` is built from `cfg`: the worker puts this URL into executor Secrets.
+    cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());
+    health.facade_up.store(true, Ordering::SeqCst);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let status_task = tokio::spawn(status::serve(
+        status_listener,
+        health.clone(),
+        metrics.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let nudge = Arc::new(Notify::new());
+    let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
+        (Some(listener), Some(secret)) => {
+            let receiver = Receiver {
+                secret,
+                labels: cfg.gitea.labels.clone(),
+                metrics: metrics.clone(),
+                health: health.clone(),
+                nudge: nudge.clone(),
+            };
+            let (addr, task) = start_webhook(listener, receiver, stop_rx.clone())?;
+            (Some(addr), Some(task))
+        }
+        _ => (None, None),
+    };
+    on_listening(&announce(
+        &cfg,
+        Listening {
+            kind: "listening",
+            facade: facade.local_addr,
+            facade_url: cfg.facade.url.clone(),
+            status: status_addr,
+            webhook: webhook_addr,
+        },
+    ));
+
+    let me = identity(&cfg);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.cluster.namespace);
+    let (election, leader_rx) = start_election(&leases, &me, timing, stop_rx.clone());
+    let shared = Shared {
+        cfg: cfg.clone(),
+        gitea,
+        kube: client,
+        objects,
+        sandboxes,
+        registry,
+        ledger,
+        metrics: metrics.clone(),
+        producer: Producer::new(producer_client),
+        worker_client,
+        capability_key: inputs.capability_key,
+        sealing_key: inputs.sealing_key,
+        facade_ca_pem: inputs.facade_ca_pem,
+        nudge,
+    };
+
+    let term = follow_the_lease(&shared, &health, leader_rx, &me).await?;
+    Running {
+        term,
+        stop: stop_tx,
+        election,
+        leases,
+        me,
+        health,
+        facade,
+        status: status_task,
+        webhook: webhook_task,
+    }
+    .drain()
+    .await;
+    Ok(())
+}
+
+/// The VM backend's executors when `[vm]` is set. Checked at start: a wrong key is refused
+/// now, naming its file, not at the first vm task.
+async fn connect_sandboxes(
+    cfg: &Config,
+    runner_id: i64,
+    minter: Option<Minter>,
+) -> Result<Option<Sandboxes>> {
+    Ok(crate::backend::vm::api::connect(cfg.vm.as_ref())
+        .await?
+        .zip(cfg.vm.clone())
+        .map(|(client, vm)| Sandboxes::new(client, vm, runner_id, minter)))
+}
+
+/// The facade: the keys and settings from `cfg` and `inputs`, the rest shared with the term.
+fn new_facade(
+    cfg: &Config,
+    inputs: &Inputs,
+    handout: Handout,
+    gitea: RunnerClient,
+    registry: Arc<Registry>,
+    ledger: Ledger,
+    metrics: Arc<Metrics>,
+) -> Facade {
+    Facade {
+        capability_key: inputs.capability_key.clone(),
+        sealing_key: inputs.sealing_key.clone(),
+        handout,
+        gitea,
+        registry,
+        ledger,
+        metrics,
+        runner_name: cfg.gitea.runner_name.clone(),
+        identity: cfg.identity.is_some(),
+        consumed: Default::default(),
+        finished: Default::default(),
+    }
+}
+
+/// The lease election in the background; its receiver says whether this instance leads.
+fn start_election(
+    leases: &Api<Lease>,
+    me: &str,
+    timing: leader::Timing,
+    stop: watch::Receiver<bool>,
+) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>) {
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let election = tokio::spawn(leader::run(
+        leases.clone(),
+        me.to_string(),
+        timing,
+        leader_tx,
+        stop,
+    ));
+    (election, leader_rx)
+}
+
+/// What a running dispatcher stops at SIGTERM / SIGINT.
+struct Running {
+    term: Option<Term>,
+    stop: watch::Sender<bool>,
+    election: tokio::task::JoinHandle<()>,
+    leases: Api<Lease>,
+    me: String,
+    health: Arc<Health>,
+    facade: transport::FacadeHandle,
+    status: tokio::task::JoinHandle<std::io::Result<()>>,
+    webhook: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// The drain, the start undone in reverse: the term, the election and the lease, then
+    /// the servers (the facade finishes its requests).
+    async fn drain(self) {
+        tracing::info!("draining: no more FetchTask, finishing starts in progress");
+        if let Some(t) = self.term {
+            t.stop().await;
+        }
+        let _ = self.stop.send(true);
+        let _ = self.election.await;
+        if leader::release(&self.leases, &self.me).await {
+            tracing::info!("released the scheduler lease");
+        }
+        self.health.facade_up.store(false, Ordering::SeqCst);
+        self.facade.shutdown().await;
+        stop_status(self.status).await;
+        if let Some(t) = self.webhook {
+            stop_status(t).await;
+        }
+        tracing::info!("dispatcher stopped");
+    }
+}
+
+/// Logs that the dispatcher is up, and what its polling costs Gitea; returns `listening`.
+fn announce(cfg: &Config, listening: Listening) -> Listening {
+    tracing::info!("FetchTask rate: {}", polling(cfg).describe());
+    tracing::info!(
+        facade = %listening.facade,
+        webhook = ?listening.webhook,
+        facade_url = %cfg.facade.url,
+        status = %listening.status,
+        namespace = %cfg.cluster.namespace,
+        "dispatcher up; waiting for the scheduler lease"
+    );
+    listening
+}
+
+/// The scheduler's Gitea client, with the registration's credentials.
+fn gitea_client(cfg: &Config, inputs: &Inputs) -> Result<RunnerClient> {
+    let mut config = ClientConfig::new(&cfg.gitea.url);
+    config.fetch_timeout = scheduler::FETCH_TIMEOUT;
+    let client = RunnerClient::new(config).map_err(|e| {
+        Error::bad_input(format!(
+            "cannot build a client for Gitea at {}",
+            cfg.gitea.url
+        ))
+        .caused_by(e)
+    })?;
+    Ok(client.with_credentials(inputs.credentials.clone()))
+}
+
+/// Resolves once `stop` turns true: the shutdown signal of the servers.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Serves Gitea's webhook deliveries on `listener` until `stop`.
+fn start_webhook(
+    listener: TcpListener,
+    receiver: Receiver,
+    stop: watch::Receiver<bool>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::external("cannot read the webhook receiver's address").caused_by(e))?;
+    let task = tokio::spawn(webhook::serve(listener, Arc::new(receiver), stopped(stop)));
+    Ok((addr, task))
+}
+
+/// The producer's and the worker's NATS connections (each user has its own permissions).
+async fn connect_queue(cfg: &Config) -> Result<(async_nats::Client, async_nats::Client)> {
+    let producer = connect_as(cfg, users::PRODUCER).await?;
+    let worker = connect_as(cfg, users::WORKER).await?;
+    Ok((producer, worker))
+}
+
+/// The claim ledger, through the worker's connection (its permissions cover the bucket).
+async fn open_ledger(cfg: &Config, worker: &async_nats::Client) -> Result<Ledger> {
+    Ledger::open(&async_nats::jetstream::new(worker.clone()))
+        .await
+        .map_err(|e| {
+            Error::external(format!("cannot open the claim ledger at NATS {}", cfg.nats.url))
+                .caused_by(e)
+                .hint("run `tenantci queue init` (it creates the bucket CI_CLAIMS) and `tenantci queue nats-config` (ci-worker's permissions), then reload nats-server")
+        })
+}
+
+async fn connect_as(cfg: &Config, user: &str) -> Result<async_nats::Client> {
+    let password = permissions::password_file(&cfg.nats.secrets_dir, user);
+    connect::connect(&cfg.nats.url, user, &password).await
+}
+
+/// Starts a term when the lease is won and stops it when it is lost, until SIGTERM / SIGINT
+/// or the election ends; returns the term still running then, for the drain to stop.
+async fn follow_the_lease(
+    shared: &Shared,
+    health: &Health,
+    mut leader_rx: watch::Receiver<bool>,
+    me: &str,
+) -> Result<Option<Term>> {
+    let mut signals = Signals::new()?;
+    let mut term: Option<Term> = None;
+    loop {
+        tokio::select! {
+            _ = signals.next() => return Ok(term),
+            changed = leader_rx.changed() => {
+                if changed.is_err() {
+                    return Ok(term);
+                }
+                let leading = *leader_rx.borrow_and_update();
+                health.leader.store(leading, Ordering::SeqCst);
+                shared.metrics.leader(leading);
+                match (leading, term.take()) {
+                    (true, None) => {
+                        tracing::info!(identity = %me, "acquired the scheduler lease; starting a term");
+                        term = Some(Term::start(shared.clone()));
+                    }
+                    (false, Some(t)) => {
+                        tracing::warn!(identity = %me, "lost the scheduler lease; stopping the term");
+                        t.stop().await;
+                        shared.registry.clear();
+                    }
+                    (_, t) => term = t,
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the status API to finish its requests, but not for long: a scraper's
+/// keep-alive connection must not hold the exit up.
+async fn stop_status(mut status_task: tokio::task::JoinHandle<std::io::Result<()>>) {
+    if tokio::time::timeout(std::time::Duration::from_secs(2), &mut status_task)
+        .await
+        .is_err()
+    {
+        status_task.abort();
+    }
+}
+
+/// How long start-up retries applying the topology while the servers answer with errors.
+const TOPOLOGY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Applies the topology with this config's capacities when ci-admin's password is at hand.
+async fn apply_topology(cfg: &Config) -> Result<()> {
+    let admin = permissions::password_file(&cfg.nats.secrets_dir, users::ADMIN);
+    if !admin.exists() {
+        tracing::info!(
+            "no ci-admin password in the NATS secrets dir; using the stream and consumers as they are"
+        );
+        return Ok(());
+    }
+    let client = connect::connect(&cfg.nats.url, users::ADMIN, &admin).await?;
+    let js = async_nats::jetstream::new(client);
+    let own = TopologySpec {
+        pod_capacity: cfg.capacity.pod,
+        vm_capacity: cfg.capacity.vm,
+        ack_wait: cfg.nats.ack_wait.get(),
+        ..TopologySpec::default()
+    };
+    // A cluster that just lost a server answers the stream's and consumers' requests only
+    // once their raft groups have leaders again (seconds): a restart then waits, it does not
+    // exit. A topology the server refuses for good still fails, after the wait.
+    let deadline = tokio::time::Instant::now() + TOPOLOGY_PATIENCE;
+    let report = loop {
+        // Replicas, stream bounds and max_deliver are `queue init`'s to choose; the
+        // dispatcher keeps them (a restart must not undo an operator's --max-deliver).
+        let applied = match topology::live_configs(&js).await {
+            Ok((stream, consumer)) => {
+                let spec = topology::keeping_init_choices(own.clone(), stream.as_ref(), consumer);
+                topology::apply(&js, &spec).await
+            }
+            Err(e) => Err(e),
+        };
+        match applied {
+            Ok(r) => break r,
+            Err(e @ topology::ApplyError::Server { .. })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(error = %e, "the queue topology cannot be applied yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => {
+                return Err(Error::external(format!(
+                    "cannot apply the queue topology at NATS {}",
+                    cfg.nats.url
+                ))
+                .caused_by(e)
+                .hint("check nats-server and the ci-admin password"));
+            }
+        }
+    };
+    tracing::info!(stream = %report.stream, change = ?report.stream_change, "queue topology applied");
+    Ok(())
+}
+
+/// SIGTERM or SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let err =
+            |e: std::io::Error| Error::external("cannot install signal handlers").caused_by(e);
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(err)?,
+            int: signal(SignalKind::interrupt()).map_err(err)?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+pub(super) fn polling(cfg: &Config) -> scheduler::Polling {
+    match &cfg.webhook {
+        Some(w) => scheduler::Polling::Webhook {
+            interval: w.fetch_interval.get(),
+        },
+        None => scheduler::Polling::Timer {
+            interval: cfg.gitea.fetch_interval.get(),
+            idle: cfg.gitea.fetch_interval_idle.get(),
+            idle_after: scheduler::IDLE_AFTER,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised_facade_url;
+
+    #[test]
+    fn a_facade_url_with_port_0_advertises_the_bound_port() {
+        for (configured, advertised) in [
+            ("https://127.0.0.1:0", "https://127.0.0.1:41234"),
+            ("https://[::1]:0/", "https://[::1]:41234/"),
+            (
+                "https://dispatch.ci.internal:0/base",
+                "https://dispatch.ci.internal:41234/base",
+            ),
+            // A fixed port or none (443), e.g. a Service in front of every instance: kept.
+            ("https://127.0.0.1:8443", "https://127.0.0.1:8443"),
+            ("https://127.0.0.1:10", "https://127.0.0.1:10"),
+            (
+                "https://dispatch.ci.internal",
+                "https://dispatch.ci.internal",
+            ),
+            ("https://[::0]", "https://[::0]"),
+        ] {
+            assert_eq!(
+                advertised_facade_url(configured, 41234),
+                advertised,
+                "{configured}"
+            );
+        }
+    }
+}
