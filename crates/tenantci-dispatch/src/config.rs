@@ -640,9 +640,9 @@ impl Config {
         if self.claim.max_attempts == 0 {
             return Err("has claim.max_attempts = 0 (at least 1: no replacement)".into());
         }
-        crate::backend::pod::executor::check_image_digest(&self.executor.image)
+        crate::backend::spec::check_image_digest(&self.executor.image)
             .map_err(|e| format!("has executor.image: {}", e.message()))?;
-        crate::backend::pod::executor::check_image_digest(&self.executor.proxy_image)
+        crate::backend::spec::check_image_digest(&self.executor.proxy_image)
             .map_err(|e| format!("has executor.proxy_image: {}", e.message()))?;
         self.executor.resources.validate()?;
         if let Some(rc) = &self.executor.runtime_class_name

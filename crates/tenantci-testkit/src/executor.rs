@@ -19,7 +19,8 @@ use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, Credentials
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, LogRow, Task, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
-use tenantci_dispatch::backend::pod::executor::{CA_KEY, PROXY_CONTAINER, RUNNER_KEY};
+use tenantci_dispatch::backend::pod::executor::{CA_KEY, PROXY_CONTAINER};
+use tenantci_dispatch::backend::spec::RUNNER_KEY;
 
 use crate::process::{Process, first_line};
 use crate::wait::eventually;

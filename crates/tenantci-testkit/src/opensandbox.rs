@@ -93,11 +93,25 @@ impl OpenSandbox {
 
     /// Every API call answers `status` for `for_`.
     pub async fn outage(&self, http: &reqwest::Client, status: u16, for_: Duration) {
-        Self::admin(
-            http.post(format!("{}/faults", self.admin_url))
-                .json(&json!({"status": status, "seconds": for_.as_secs_f64()})),
-        )
-        .await;
+        self.outage_of(http, &[], status, for_).await;
+    }
+
+    /// The calls of `methods` (every call when empty) answer `status` for `for_`: with
+    /// `["POST"]`, creates fail while lists, patches and deletes work.
+    pub async fn outage_of(
+        &self,
+        http: &reqwest::Client,
+        methods: &[&str],
+        status: u16,
+        for_: Duration,
+    ) {
+        let body = json!({"status": status, "seconds": for_.as_secs_f64(), "methods": methods});
+        Self::admin(http.post(format!("{}/faults", self.admin_url)).json(&body)).await;
+    }
+
+    /// Ends an injected outage.
+    pub async fn end_outage(&self, http: &reqwest::Client) {
+        Self::admin(http.delete(format!("{}/faults", self.admin_url))).await;
     }
 
     /// `{created, deleted, expired, live, maxLive, requests}`.

@@ -14,8 +14,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use tenantci_app::tenant::prewarm;
 use tenantci_core::node_image::NodeImage;
-use tenantci_dispatch::backend::pod::executor::{self, ExecutorSpec};
+use tenantci_dispatch::backend::pod::executor::{self};
 use tenantci_dispatch::backend::pod::resources;
+use tenantci_dispatch::backend::spec::ExecutorSpec;
 use tenantci_dispatch::config::Executor;
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 

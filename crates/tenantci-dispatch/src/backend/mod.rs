@@ -1,10 +1,200 @@
 //! Where an assignment runs: one executor per task attempt, on a backend.
+//!
+//! [`Executors`] is the one trait a backend implements: start an executor, observe what
+//! exists, delete, hand the assignment out and consume it, mark the end, and a per-pass hook.
+//! Everything else is written once over it and knows no backend:
+//!
+//! - [`worker`]: pulls assignments while a slot is free and starts their executors;
+//! - [`reconciler`]: the lifecycle after a start (cleanup after the terminal marker, FAILURE
+//!   for an executor that ended or vanished without a final state, the start deadline), and
+//!   recovery at the start of a leadership term ([`recovery`] decides, pure);
+//! - [`keep_alive`]: keeps tasks no executor has fetched yet alive at Gitea, and withdraws
+//!   those Gitea ended meanwhile;
+//! - [`lifecycle`]: the decisions a backend's observation maps to (pure);
+//! - [`registry`]: the leadership term's claims and slots; [`report`]: what the dispatcher
+//!   itself tells Gitea.
+//!
+//! A backend's folder holds only what is its own: [`pod`] the Kubernetes objects, [`vm`] the
+//! OpenSandbox Lifecycle API, each with its observation -> decision table. A third backend is
+//! one more folder, one `impl Executors`, and a line in `run::term` that builds it.
 
+pub mod keep_alive;
 pub mod lifecycle;
 pub mod pod;
 pub mod reconciler;
 pub mod recovery;
 pub mod registry;
 pub mod report;
+pub mod spec;
 pub mod vm;
 pub mod worker;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::backend::spec::ExecutorSpec;
+use crate::queue::Backend;
+use lifecycle::Decision;
+
+/// What starting one executor found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Created now.
+    New,
+    /// It existed with this assignment: a redelivery after a crash.
+    Existing,
+}
+
+/// Whether a task's executor still exists (the facade's consume asks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Present,
+    Gone,
+}
+
+/// Why an executor could not be started. Every create, the worker's and the reconciler's,
+/// goes through a backend's own classification into one of these.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Worth another try (the backend is unreachable, throttling, 5xx, busy).
+    #[error("{0}")]
+    Unavailable(String),
+    /// It will never work (refused by policy, invalid, someone else's object).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A backend's API could not do what was asked (unreachable, or it refused).
+#[derive(Debug, thiserror::Error)]
+#[error("{api}: {message}")]
+pub struct BackendError {
+    /// The API, for the facade's answer: "the tenant apiserver".
+    pub api: &'static str,
+    pub message: String,
+}
+
+impl BackendError {
+    pub fn new(api: &'static str, e: impl std::fmt::Display) -> Self {
+        BackendError {
+            api,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// How far an executor got with its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Progress {
+    /// It has not called FetchTask yet.
+    Unfetched,
+    /// It fetched its task, and has not reported yet.
+    Fetched,
+    /// It reported: its assignment is consumed.
+    Reported,
+}
+
+/// A scheduled executor that a SPIRE agent attests: what its SPIRE entry is written from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub pod_name: String,
+    pub pod_uid: String,
+    pub node_name: String,
+    /// The Pod's `tenantci.io/spiffe-id` annotation (None: identity off).
+    pub spiffe_id: Option<String>,
+}
+
+/// One task's executor as its backend observed it, in the terms the generic layer needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub task: i64,
+    pub attempt: u32,
+    /// The backend's observation -> decision table applied to what it saw.
+    pub decision: Decision,
+    /// Gitea accepted the final state (the terminal marker is on it).
+    pub terminal: bool,
+    /// False while the start is cut short or under way (the pod backend's Secret without its
+    /// Pod): recovery does not count it as running, the redelivered assignment finishes it.
+    pub complete: bool,
+    /// Since this attempt's executor was created; None: unknown (never replaced on a guess).
+    pub age: Option<Duration>,
+    /// None: the backend cannot tell; the claim ledger's phase says.
+    pub progress: Option<Progress>,
+    /// Where it runs, for backends whose executors a SPIRE agent attests.
+    pub placement: Option<Placement>,
+}
+
+/// The words a backend's log lines use for its executors.
+#[derive(Debug, Clone, Copy)]
+pub struct Nouns {
+    /// One task's executor: "executor Pod and Secret", "VM sandbox".
+    pub executor: &'static str,
+    /// Several: "executors", "VM sandboxes".
+    pub executors: &'static str,
+    /// Where they are listed: "the apiserver", "the Lifecycle API".
+    pub source: &'static str,
+    /// What happened when one vanished: "the executor's Pod and Secret were deleted".
+    pub gone: &'static str,
+}
+
+/// Where one backend's executors live. Dyn-compatible: the generic layer holds
+/// `Arc<dyn Executors>`, the facade and keep-alive one per backend.
+pub trait Executors: Send + Sync + 'static {
+    /// Which backend: its consumer, subject, capacity and metrics label.
+    fn backend(&self) -> Backend;
+
+    fn nouns(&self) -> Nouns;
+
+    /// How long one start may wait out an outage of the backend's API inside a delivery
+    /// before the assignment goes back to the queue. The reconciler never waits: it tries
+    /// once per pass.
+    fn patience(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// One try at starting the executor, idempotent by task and attempt. `fresh`: no
+    /// executor of this task can exist yet (the assignment's first delivery, and the claim
+    /// ledger names no other attempt), so a backend whose idempotence costs a lookup may skip
+    /// it.
+    fn start<'a>(
+        &'a self,
+        spec: &'a ExecutorSpec,
+        sealed: &'a [u8],
+        fresh: bool,
+    ) -> BoxFuture<'a, Result<Created, StartError>>;
+
+    /// Whether any executor of `task` exists.
+    fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>>;
+
+    /// Every executor of this dispatcher on this backend, by task (the latest attempt).
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>>;
+
+    /// Deletes `task`'s executors (and whatever belongs to them); gone already is done.
+    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// The sealed assignment of `task`'s current attempt, for its replacement (None: it was
+    /// consumed, the executor reported).
+    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
+
+    /// The hand-out: the sealed assignment for the executor of (`task`, `attempt`), while it
+    /// has not reported. The first hand-out records the fetch (the start deadline stops).
+    fn fetch(
+        &self,
+        task: i64,
+        attempt: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
+
+    /// The executor of (`task`, `attempt`) reported: its assignment is handed out for good.
+    /// `Gone` when its executor no longer exists.
+    fn consume(&self, task: i64, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>>;
+
+    /// Gitea accepted the final state: the executor may go.
+    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// Called by the reconciler once per pass with what it observed (leader only, so one
+    /// writer): brings per-executor objects beside the executors in line.
+    fn reconciled<'a>(&'a self, _found: &'a BTreeMap<i64, Observed>) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+}

@@ -1,98 +1,39 @@
-//! A backend worker: pulls assignments from its backend's consumer only while an admission
-//! slot is free (`queue::consumer::CappedConsumer`), starts one executor per assignment, and
-//! acks once the executor exists. The slot stays taken until the reconciler removes the
-//! executor, so slots = live executors.
-//!
-//! [`Executors`] is where a backend's executors live: the pod backend implements it with
-//! executor Pods ([`ExecutorObjects`]); a VM backend would implement it against its sandbox
-//! API (not built yet: see docs/runbooks/gitea-dispatcher.md).
+//! A backend's worker: pulls assignments from its backend's consumer only while an admission
+//! slot is free (`queue::consumer::CappedConsumer`), starts one executor per assignment through
+//! [`Executors`], and acks once the executor exists. The slot stays taken until the reconciler
+//! removes the executor, so slots = live executors. One worker per backend, the same code.
 //!
 //! No task runs twice: a redelivered assignment whose executor is gone is started again only
 //! if Gitea still has the task open (a redelivery can follow a crash between creating the
 //! executor and the ack, and the executor may have finished meanwhile), and an assignment the
 //! claim ledger has as final, or superseded by a later attempt, is dropped. Each start is
 //! recorded in the ledger with its sealed assignment.
+//!
+//! A backend whose API is away is waited out inside the delivery for its
+//! [`Executors::patience`] (the consumer's progress acks keep the assignment ours), then the
+//! assignment goes back to the queue; deliveries are unlimited by default, so an outage costs
+//! latency only.
 
-use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::backend::pod::executor::{ExecutorIdentity, ExecutorSpec};
-use crate::backend::pod::objects::{CreateError, Created, ExecutorObjects};
+use tokio::time::Instant;
+
 use crate::backend::registry::Registry;
 use crate::backend::report;
-use crate::facade::capability::{self, CapabilityKey};
-use crate::identity;
+use crate::backend::spec::{ExecutorSpec, ExecutorTemplate};
+use crate::backend::{Created, Executors, StartError};
+use crate::facade::capability::CapabilityKey;
 use crate::metrics::Metrics;
 use crate::queue::Backend;
-use crate::queue::assignment::{Assignment, SealingKey};
+use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{Job, Outcome};
 use crate::queue::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::TaskResult;
 
-/// Why an executor could not be started.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// Worth another delivery (the backend is unreachable, throttling, 5xx).
-    #[error("{0}")]
-    Unavailable(String),
-    /// It will never work (refused by policy, invalid, someone else's object).
-    #[error("{0}")]
-    Refused(String),
-}
-
-pub trait Executors: Send + Sync + 'static {
-    fn backend(&self) -> Backend;
-    /// Starts the executor, idempotently by task id. `fresh`: no executor of this task can
-    /// exist yet (the assignment's first delivery, and the claim ledger names no other
-    /// attempt), so a backend whose idempotence costs a lookup may skip it.
-    fn start(
-        &self,
-        spec: &ExecutorSpec,
-        sealed_assignment: &[u8],
-        fresh: bool,
-    ) -> impl Future<Output = Result<Created, StartError>> + Send;
-    /// Whether the task's executor exists.
-    fn exists(&self, task: i64) -> impl Future<Output = Result<bool, StartError>> + Send;
-}
-
-fn classify(e: kube::Error) -> StartError {
-    match &e {
-        kube::Error::Api(s) if s.code == 429 || s.code >= 500 => StartError::Unavailable(format!(
-            "the tenant apiserver answered {}: {}",
-            s.code, s.message
-        )),
-        kube::Error::Api(s) => StartError::Refused(format!(
-            "the tenant apiserver refused it ({}): {}",
-            s.code, s.message
-        )),
-        _ => StartError::Unavailable(format!("cannot reach the tenant apiserver: {e}")),
-    }
-}
-
-impl Executors for ExecutorObjects {
-    fn backend(&self) -> Backend {
-        Backend::Pod
-    }
-
-    /// Idempotent by name (a create that finds its objects checks they are this
-    /// assignment's), so `fresh` saves nothing here.
-    async fn start(
-        &self,
-        spec: &ExecutorSpec,
-        sealed: &[u8],
-        _fresh: bool,
-    ) -> Result<Created, StartError> {
-        self.create(spec, sealed).await.map_err(|e| match e {
-            CreateError::Foreign { .. } => StartError::Refused(e.to_string()),
-            CreateError::Api(e) => classify(e),
-        })
-    }
-
-    async fn exists(&self, task: i64) -> Result<bool, StartError> {
-        self.any_exists(task).await.map_err(classify)
-    }
-}
+/// The longest pause between two tries within a delivery.
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What the claim ledger says of an assignment about to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,69 +46,8 @@ enum Standing {
     Unknown,
 }
 
-/// What every executor of this dispatcher gets.
-#[derive(Clone)]
-pub struct ExecutorTemplate {
-    pub namespace: String,
-    pub facade_url: String,
-    pub facade_ca_pem: String,
-    pub runner_name: String,
-    pub executor: crate::config::Executor,
-    /// Executor identity on: the IDs are rendered from each task's sealed context.
-    pub identity: Option<TemplateIdentity>,
-}
-
-/// What the worker needs to give an executor its task's SPIFFE ID.
-#[derive(Clone)]
-pub struct TemplateIdentity {
-    pub settings: identity::Parsed,
-    /// Opens the assignment for the task's repository and job (never kept).
-    pub sealing_key: SealingKey,
-}
-
-impl ExecutorTemplate {
-    /// The SPIFFE ID the executor of `a` must present (None: identity off). An error is a task
-    /// that can have no ID (its context lacks the repository or job, or they make no ID).
-    pub fn spiffe_id(&self, a: &Assignment) -> Result<Option<ExecutorIdentity>, String> {
-        let Some(t) = &self.identity else {
-            return Ok(None);
-        };
-        let id = identity::assignment_id(&t.settings, &t.sealing_key, a)?;
-        Ok(Some(ExecutorIdentity {
-            spiffe_id: id.to_string(),
-            facade_id: t.settings.facade_id.to_string(),
-        }))
-    }
-
-    /// The executor of one task attempt, with its capability (bound to its SPIFFE ID when
-    /// identity is on).
-    pub fn spec(
-        &self,
-        key: &CapabilityKey,
-        task: i64,
-        attempt: u32,
-        labels: Vec<String>,
-        identity: Option<ExecutorIdentity>,
-    ) -> ExecutorSpec {
-        let bound = identity.as_ref().map(|i| i.spiffe_id.as_str());
-        ExecutorSpec {
-            namespace: self.namespace.clone(),
-            task_id: task,
-            attempt,
-            assignment_id: capability::assignment_id(task, attempt),
-            capability: key.token_for(task, attempt, bound),
-            identity,
-            facade_url: self.facade_url.clone(),
-            facade_ca_pem: self.facade_ca_pem.clone(),
-            labels,
-            runner_name: self.runner_name.clone(),
-            executor: self.executor.clone(),
-        }
-    }
-}
-
-pub struct Worker<E: Executors> {
-    pub executors: E,
+pub struct Worker {
+    pub executors: Arc<dyn Executors>,
     pub template: ExecutorTemplate,
     pub capability_key: CapabilityKey,
     pub gitea: RunnerClient,
@@ -176,7 +56,33 @@ pub struct Worker<E: Executors> {
     pub metrics: Arc<Metrics>,
 }
 
-impl<E: Executors> Worker<E> {
+/// Starts `spec`'s executor, waiting out an outage of the backend's API for its patience.
+/// Only the first try may skip the lookup (`fresh`): a create that timed out may have
+/// happened.
+pub async fn start_patiently(
+    executors: &dyn Executors,
+    spec: &ExecutorSpec,
+    sealed: &[u8],
+    fresh: bool,
+) -> Result<Created, StartError> {
+    let deadline = Instant::now() + executors.patience();
+    let mut pause = Duration::from_millis(250);
+    let mut fresh = fresh;
+    loop {
+        let tried = executors.start(spec, sealed, fresh).await;
+        fresh = false;
+        match tried {
+            Err(StartError::Unavailable(why)) if Instant::now() + pause < deadline => {
+                tracing::warn!(task = spec.task_id, error = %why, retry_in = ?pause, "the {} is not created yet; trying again (the task stays queued)", executors.nouns().executor);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+            done => return done,
+        }
+    }
+}
+
+impl Worker {
     /// What the ledger says of this assignment: its task is over or a later attempt replaced
     /// it (it must not start), or it may start, knowing whether the ledger could be read. A
     /// ledger that cannot be read does not hold a start up.
@@ -251,7 +157,7 @@ impl<E: Executors> Worker<E> {
             a.labels.clone(),
             identity,
         );
-        match self.executors.start(&spec, &a.to_json(), fresh).await {
+        match start_patiently(&*self.executors, &spec, &a.to_json(), fresh).await {
             Ok(created) => {
                 let step = Entry::step(task, a.attempt, backend, Phase::Started);
                 self.ledger.note(step.with_assignment(a)).await;

@@ -22,6 +22,7 @@
 //! queue took it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -38,7 +39,7 @@ use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::ledger::{Entry, Ledger, Phase};
 use crate::queue::producer::Producer;
 use tenantci_core::forge::gitea::client::{RunnerClient, TasksVersion};
-use tenantci_core::forge::gitea::proto::{Task, TaskResult};
+use tenantci_core::forge::gitea::proto::Task;
 
 /// How long without a task before polling slows to `fetch_interval_idle` (no webhook).
 pub const IDLE_AFTER: Duration = Duration::from_secs(300);
@@ -63,21 +64,50 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Scheduler {
     pub gitea: RunnerClient,
     pub producer: Producer,
-    /// The pod backend's consumer, for its pending counts (read as ci-worker).
-    pub pod_consumer: PullConsumer,
-    /// The vm backend's, when the VM backend is on.
-    pub vm_consumer: Option<PullConsumer>,
-    /// Whether the VM backend has recovered its slots; until then none of them is free.
-    pub vm_ready: Arc<std::sync::atomic::AtomicBool>,
+    /// One per backend this dispatcher runs.
+    pub lanes: Vec<Lane>,
     pub sealing_key: SealingKey,
     pub registry: Arc<Registry>,
     pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
-    pub pod_capacity: u32,
-    pub vm_capacity: u32,
     pub polling: Polling,
     /// Fired by the webhook receiver (leader only): FetchTask now.
     pub nudge: Arc<Notify>,
+}
+
+/// One backend as the scheduler counts it.
+pub struct Lane {
+    pub backend: Backend,
+    /// Its consumer, for its pending counts (read as ci-worker).
+    pub consumer: PullConsumer,
+    pub capacity: u32,
+    /// Whether the backend has recovered its slots; until then none of them is free.
+    pub ready: Arc<AtomicBool>,
+}
+
+impl Lane {
+    /// (capacity, running, queued), its gauges updated; None when its consumer cannot be
+    /// read (then nothing is claimed: the queue's depth is unknown). A backend that has not
+    /// recovered yet has no free slot, though what waits for it counts.
+    async fn load(&mut self, registry: &Registry, metrics: &Metrics) -> Option<(u32, usize, u64)> {
+        let backend = self.backend;
+        let queued = match self.consumer.info().await {
+            Ok(info) => info.num_pending + info.num_ack_pending as u64,
+            Err(e) => {
+                tracing::warn!(error = %e, %backend, "cannot read the consumer's depth; not claiming");
+                return None;
+            }
+        };
+        let running = registry.running_count(backend);
+        metrics.queue_depth(backend, queued);
+        metrics.in_use(backend, running);
+        let capacity = if self.ready.load(Ordering::SeqCst) {
+            self.capacity
+        } else {
+            0
+        };
+        Some((capacity, running, queued))
+    }
 }
 
 /// When the scheduler polls after Gitea had nothing (pure).
@@ -94,6 +124,20 @@ pub enum Polling {
 }
 
 impl Polling {
+    /// The dispatcher's polling from its config: webhook nudges when `[webhook]` is set.
+    pub fn of(cfg: &crate::config::Config) -> Polling {
+        match &cfg.webhook {
+            Some(w) => Polling::Webhook {
+                interval: w.fetch_interval.get(),
+            },
+            None => Polling::Timer {
+                interval: cfg.gitea.fetch_interval.get(),
+                idle: cfg.gitea.fetch_interval_idle.get(),
+                idle_after: IDLE_AFTER,
+            },
+        }
+    }
+
     /// The wait after an empty FetchTask, `since_task` after the last task claimed.
     pub fn after_empty(&self, since_task: Duration) -> Duration {
         match *self {
@@ -147,44 +191,16 @@ pub fn free_slots(capacity: u32, running: usize, queued: u64) -> u64 {
 }
 
 impl Scheduler {
-    /// One backend's (capacity, running, queued), its gauges updated; None when its consumer
-    /// cannot be read (then nothing is claimed: the queue's depth is unknown).
-    async fn load(&mut self, backend: Backend) -> Option<(u32, usize, u64)> {
-        let (consumer, capacity) = match backend {
-            Backend::Pod => (&mut self.pod_consumer, self.pod_capacity),
-            Backend::Vm => (self.vm_consumer.as_mut()?, self.vm_capacity),
-        };
-        let queued = match consumer.info().await {
-            Ok(info) => info.num_pending + info.num_ack_pending as u64,
-            Err(e) => {
-                tracing::warn!(error = %e, %backend, "cannot read the consumer's depth; not claiming");
-                return None;
-            }
-        };
-        let running = self.registry.running_count(backend);
-        self.metrics.queue_depth(backend, queued);
-        self.metrics.in_use(backend, running);
-        Some((capacity, running, queued))
-    }
-
+    /// Free slots over every backend together.
     async fn free(&mut self) -> u64 {
-        let Some((capacity, running, queued)) = self.load(Backend::Pod).await else {
-            return 0;
-        };
-        if self.vm_consumer.is_none() {
-            return free_slots(capacity, running, queued);
+        let (mut capacity, mut running, mut queued) = (0, 0, 0);
+        for lane in &mut self.lanes {
+            let Some((c, r, q)) = lane.load(&self.registry, &self.metrics).await else {
+                return 0;
+            };
+            (capacity, running, queued) = (capacity + c, running + r, queued + q);
         }
-        let Some((mut vm_capacity, vm_running, vm_queued)) = self.load(Backend::Vm).await else {
-            return 0;
-        };
-        if !self.vm_ready.load(std::sync::atomic::Ordering::SeqCst) {
-            vm_capacity = 0;
-        }
-        free_slots(
-            capacity + vm_capacity,
-            running + vm_running,
-            queued + vm_queued,
-        )
+        free_slots(capacity, running, queued)
     }
 
     /// Runs until `stop` turns true.
@@ -239,11 +255,15 @@ impl Scheduler {
         let id = task.id;
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
         let backend = routing::route(&labels);
-        if backend == Backend::Vm && self.vm_consumer.is_none() {
+        if !self.lanes.iter().any(|l| l.backend == backend) {
             self.ledger
                 .note(Entry::step(id, 1, backend, Phase::Claimed))
                 .await;
-            self.give_up(id, backend, "this job asks for the vm backend, which this dispatcher does not run (no `--opensandbox-url` at `dispatch init`); use `runs-on: pod` or turn the VM backend on").await;
+            let why = format!(
+                "this job asks for the {backend} backend, which this dispatcher does not run ({}); use `runs-on: pod` or turn the {backend} backend on",
+                backend.turned_on_by()
+            );
+            self.give_up(id, backend, &why).await;
             return;
         }
         let sealed = Assignment::seal(
@@ -344,73 +364,6 @@ enum Queueing {
     /// The dispatcher is stopping; the ledger entry (phase claimed) is left for recovery.
     Stopped,
     Failed(crate::queue::producer::PublishError),
-}
-
-/// Keeps tasks alive at Gitea until their executor fetched them: every `interval`, a non-final
-/// UpdateTask for each task queued by this leader or whose Secret still holds the assignment.
-/// Gitea's answer carries the task's state: a task it ended meanwhile (cancelled while
-/// waiting for its executor) is withdrawn, not reported as failed.
-pub async fn keep_alive(
-    gitea: RunnerClient,
-    objects: crate::backend::pod::objects::ExecutorObjects,
-    registry: Arc<Registry>,
-    ledger: Ledger,
-    metrics: Arc<Metrics>,
-    interval: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stop.changed() => return,
-        }
-        let mut tasks = registry.queued_tasks();
-        match objects.list().await {
-            Ok(all) => tasks.extend(
-                all.values()
-                    .filter(|o| o.unfetched && !o.terminal)
-                    .map(|o| o.task_id),
-            ),
-            Err(e) => tracing::warn!(error = %e, "keep-alive: cannot list executor objects"),
-        }
-        tasks.sort_unstable();
-        tasks.dedup();
-        for task in tasks {
-            match report::keep_alive(&gitea, task).await {
-                Ok(result) if result.is_final() => {
-                    withdraw(&objects, &registry, &metrics, task, result).await;
-                    ledger.note(report::final_step(task, result)).await;
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),
-            }
-        }
-    }
-}
-
-/// Gitea ended `task` (cancelled) before its executor fetched it: a queued assignment is
-/// dropped by the worker, an executor not yet fetched is deleted, and its slot freed.
-async fn withdraw(
-    objects: &crate::backend::pod::objects::ExecutorObjects,
-    registry: &Registry,
-    metrics: &Metrics,
-    task: i64,
-    result: TaskResult,
-) {
-    let queued = registry.withdraw(task);
-    // Freed before the delete, so the reconciler does not take the vanished objects for a
-    // lost executor and report FAILURE over Gitea's CANCELLED.
-    registry.finished(task);
-    if let Err(e) = objects.delete(task).await {
-        tracing::warn!(task, error = %e, "cannot delete the withdrawn task's executor; the reconciler retries");
-    }
-    metrics.withdrawn();
-    tracing::info!(
-        task,
-        ?result,
-        queued,
-        "the task ended at Gitea before its executor fetched it; withdrawn (no executor runs it)"
-    );
 }
 
 #[cfg(test)]

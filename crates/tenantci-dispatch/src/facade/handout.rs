@@ -1,20 +1,14 @@
-//! Where the facade finds an executor's task and marks its end, per backend.
-//!
-//! - A Pod executor's sealed assignment waits in its Secret (`ExecutorObjects`); the end is
-//!   the terminal annotation on the Pod.
-//! - A VM executor has no Secret: its sealed assignment waits in the claim ledger, which keeps
-//!   it until the executor's first report; the end is the terminal marker in the sandbox's
-//!   metadata.
+//! Where the facade finds an executor's task and marks its end: on the backend the task runs
+//! on, through [`Executors`] (a Pod's Secret and annotation, or the claim ledger and a
+//! sandbox's metadata; each backend says which).
 //!
 //! Which backend a task runs on is the ledger entry's `backend`, read once per task and
-//! instance. Without the VM backend every task is a Pod task and the ledger is not asked.
+//! instance. With one backend every task is that backend's and the ledger is not asked.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use crate::backend::pod::objects::{ExecutorObjects, Presence};
-use crate::backend::vm::sandboxes::Sandboxes;
-use crate::facade::capability;
+use crate::backend::{BackendError, Executors, Presence};
 use crate::queue::Backend;
 use crate::queue::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::connect::ConnectError;
@@ -23,10 +17,9 @@ use tenantci_core::forge::gitea::connect::ConnectError;
 const REMEMBERED: usize = 4096;
 
 pub struct Handout {
-    pub objects: ExecutorObjects,
-    pub sandboxes: Option<Sandboxes>,
-    pub ledger: Ledger,
-    backends: Mutex<BTreeMap<i64, Backend>>,
+    backends: BTreeMap<Backend, Arc<dyn Executors>>,
+    ledger: Ledger,
+    remembered: Mutex<BTreeMap<i64, Backend>>,
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> ConnectError {
@@ -34,24 +27,34 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> ConnectError {
     ConnectError::unavailable(format!("the dispatcher cannot reach {what}; retry"))
 }
 
-fn apiserver(e: kube::Error) -> ConnectError {
-    unavailable("the tenant apiserver", e)
+fn backend_error(e: BackendError) -> ConnectError {
+    unavailable(e.api, &e)
 }
 
 impl Handout {
-    pub fn new(objects: ExecutorObjects, sandboxes: Option<Sandboxes>, ledger: Ledger) -> Self {
+    /// `backends`: every backend this dispatcher runs (the pod backend always).
+    pub fn new(backends: Vec<Arc<dyn Executors>>, ledger: Ledger) -> Self {
         Handout {
-            objects,
-            sandboxes,
+            backends: backends.into_iter().map(|b| (b.backend(), b)).collect(),
             ledger,
-            backends: Mutex::default(),
+            remembered: Mutex::default(),
         }
+    }
+
+    /// The executors of the backend `task` runs on.
+    async fn executors_of(&self, task: i64) -> Result<&dyn Executors, ConnectError> {
+        let backend = self.backend_of(task).await?;
+        self.backends
+            .get(&backend)
+            .or_else(|| self.backends.get(&Backend::Pod))
+            .map(|b| &**b)
+            .ok_or_else(|| ConnectError::unavailable("the dispatcher runs no backend"))
     }
 
     /// The backend `task` runs on.
     pub async fn backend_of(&self, task: i64) -> Result<Backend, ConnectError> {
-        if self.sandboxes.is_none() {
-            return Ok(Backend::Pod);
+        if self.backends.len() == 1 {
+            return Ok(*self.backends.keys().next().expect("one backend"));
         }
         let remembered = self.lock().get(&task).copied();
         if let Some(b) = remembered {
@@ -72,71 +75,33 @@ impl Handout {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, Backend>> {
-        self.backends.lock().unwrap_or_else(|p| p.into_inner())
+        self.remembered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The caller's sealed assignment, while its executor has not reported yet.
-    pub async fn fetch(
-        &self,
-        task: i64,
-        attempt: u32,
-        backend: Backend,
-    ) -> Result<Option<Vec<u8>>, ConnectError> {
-        match backend {
-            Backend::Pod => self
-                .objects
-                .fetch_assignment(task, &capability::assignment_id(task, attempt))
-                .await
-                .map_err(apiserver),
-            Backend::Vm => {
-                let entry = self
-                    .ledger
-                    .get(task)
-                    .await
-                    .map_err(|e| unavailable("the claim ledger", e))?;
-                Ok(entry
-                    .filter(|e| e.attempt == attempt && e.phase <= Phase::Fetched)
-                    .and_then(|e| e.assignment)
-                    .map(|a| a.to_json()))
-            }
-        }
+    pub async fn fetch(&self, task: i64, attempt: u32) -> Result<Option<Vec<u8>>, ConnectError> {
+        let executors = self.executors_of(task).await?;
+        executors.fetch(task, attempt).await.map_err(backend_error)
     }
 
     /// The caller reported: its assignment is handed out for good. `Gone` when its executor
     /// no longer exists; an error when that cannot be told now.
-    pub async fn consume(
-        &self,
-        task: i64,
-        attempt: u32,
-        backend: Backend,
-    ) -> Result<Presence, String> {
-        let presence = match (backend, &self.sandboxes) {
-            (Backend::Vm, Some(sandboxes)) => match sandboxes.of_task(task).await {
-                Ok(found) if found.is_empty() => Presence::Gone,
-                Ok(_) => Presence::Present,
-                Err(e) => return Err(e.to_string()),
-            },
-            _ => self
-                .objects
-                .consume_assignment(task, &capability::assignment_id(task, attempt))
-                .await
-                .map_err(|e| e.to_string())?,
-        };
+    pub async fn consume(&self, task: i64, attempt: u32) -> Result<Presence, String> {
+        let executors = self.executors_of(task).await.map_err(|e| e.to_string())?;
+        let presence = executors
+            .consume(task, attempt)
+            .await
+            .map_err(|e| e.to_string())?;
         if presence == Presence::Present {
-            let step = Entry::step(task, attempt, backend, Phase::Reported);
+            let step = Entry::step(task, attempt, executors.backend(), Phase::Reported);
             self.ledger.note(step).await;
         }
         Ok(presence)
     }
 
     /// Gitea accepted the final state: the executor may go.
-    pub async fn mark_terminal(&self, task: i64, backend: Backend) -> Result<(), ConnectError> {
-        match (backend, &self.sandboxes) {
-            (Backend::Vm, Some(sandboxes)) => sandboxes
-                .mark_terminal(task)
-                .await
-                .map_err(|e| unavailable("the OpenSandbox Lifecycle API", e)),
-            _ => self.objects.mark_terminal(task).await.map_err(apiserver),
-        }
+    pub async fn mark_terminal(&self, task: i64) -> Result<(), ConnectError> {
+        let executors = self.executors_of(task).await?;
+        executors.mark_terminal(task).await.map_err(backend_error)
     }
 }

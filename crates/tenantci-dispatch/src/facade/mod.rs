@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use prost::Message as _;
 
-use crate::backend::pod::objects::Presence;
+use crate::backend::Presence;
 use crate::backend::registry::Registry;
 use crate::backend::report;
 use crate::facade::finished::Finished;
@@ -144,12 +144,7 @@ impl Facade {
         if let Some(result) = self.ledger_final(caller.task).await {
             return Err(over(caller.task, Some(result)));
         }
-        let backend = self.handout.backend_of(caller.task).await?;
-        match self
-            .handout
-            .consume(caller.task, caller.attempt, backend)
-            .await
-        {
+        match self.handout.consume(caller.task, caller.attempt).await {
             Ok(Presence::Present) => {
                 self.consumed
                     .lock()
@@ -209,8 +204,7 @@ impl Facade {
     }
 
     async fn mark_terminal(&self, task: i64) -> Result<(), ConnectError> {
-        let backend = self.handout.backend_of(task).await?;
-        self.handout.mark_terminal(task, backend).await
+        self.handout.mark_terminal(task).await
     }
 
     /// Opens the assignment taken from the Secret or the ledger; it must be the caller's.
@@ -316,11 +310,7 @@ impl FacadeBackend for Facade {
         _req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
         let backend = self.handout.backend_of(caller.task).await?;
-        let Some(sealed) = self
-            .handout
-            .fetch(caller.task, caller.attempt, backend)
-            .await?
-        else {
+        let Some(sealed) = self.handout.fetch(caller.task, caller.attempt).await? else {
             return Ok(FetchTaskResponse {
                 task: None,
                 tasks_version: TASKS_VERSION,

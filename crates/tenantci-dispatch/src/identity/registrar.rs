@@ -16,8 +16,8 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
 
+use crate::backend::Observed;
 use crate::backend::pod::executor;
-use crate::backend::pod::objects::Observed;
 use crate::identity::Parsed;
 use crate::identity::entries::{self, Action, LiveEntry, ScheduledPod};
 use crate::metrics::Metrics;
@@ -53,7 +53,7 @@ fn scheduled(found: &BTreeMap<i64, Observed>) -> Vec<ScheduledPod> {
         .filter_map(|o| {
             let p = o.placement.as_ref()?;
             Some(ScheduledPod {
-                task: o.task_id,
+                task: o.task,
                 pod_name: p.pod_name.clone(),
                 pod_uid: p.pod_uid.clone(),
                 node_name: p.node_name.clone(),

@@ -184,7 +184,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
             "executors verify the facade by its certificate: pass https://<address or name>:<port>",
         ));
     };
-    crate::backend::pod::executor::check_image_digest(&i.executor_image)
+    crate::backend::spec::check_image_digest(&i.executor_image)
         .map_err(|e| e.hint("pass --executor-image IMAGE@sha256:<64 hex digits> (`docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))?;
     let credential_valid_for =
         tenantci_core::pki::policy::parse_valid_for(&i.credential_valid_for)?;

@@ -274,6 +274,19 @@ impl CappedConsumer {
         Some(take_slot(&self.counters, permit))
     }
 
+    /// Waits for a slot, queued in turn with the lanes (the semaphore is FIFO): for a
+    /// workload to be started outside the worker, which must not run past capacity. An idle
+    /// lane holds its slot while its pull waits, so [`Self::reserve_slot`] finds none then;
+    /// this gets one within a pull's `expires` once the workloads leave one free. None only
+    /// when the consumer is gone.
+    pub fn acquire_slot(&self) -> impl Future<Output = Option<Slot>> + Send + 'static {
+        let (slots, counters) = (self.slots.clone(), self.counters.clone());
+        async move {
+            let permit = slots.acquire_owned().await.ok()?;
+            Some(take_slot(&counters, permit))
+        }
+    }
+
     pub fn stats(&self) -> Stats {
         let c = &self.counters;
         Stats {

@@ -33,7 +33,7 @@ pub const STREAM: &str = "CI_RUNNER";
 pub const STREAM_SUBJECTS: &str = "ci.runner.>";
 
 /// Where an assignment runs; each backend has its own subject, durable consumer and capacity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// A Kubernetes executor Pod on the tenant cluster.
@@ -50,6 +50,14 @@ impl Backend {
         match self {
             Backend::Pod => "pod",
             Backend::Vm => "vm",
+        }
+    }
+
+    /// What turns this backend on, for the sentence that refuses a job asking for it.
+    pub fn turned_on_by(self) -> &'static str {
+        match self {
+            Backend::Pod => "it is always on",
+            Backend::Vm => "no `--opensandbox-url` at `dispatch init`",
         }
     }
 

@@ -29,8 +29,11 @@ use kube::api::Api;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+use crate::backend::Executors;
+use crate::backend::pod::Pods;
 use crate::backend::pod::objects::ExecutorObjects;
 use crate::backend::registry::Registry;
+use crate::backend::vm::Sandboxed;
 use crate::backend::vm::sandboxes::{Minter, Sandboxes};
 use crate::claim::registration::SchedulerCredential;
 use crate::claim::scheduler;
@@ -41,6 +44,7 @@ use crate::facade::capability::{self, CapabilityKey};
 use crate::facade::cert as facade_cert;
 use crate::facade::handout::Handout;
 use crate::identity::own::Own;
+use crate::identity::registrar::Registrar;
 use crate::metrics::Metrics;
 use crate::queue::assignment::SealingKey;
 use crate::queue::ledger::Ledger;
@@ -236,11 +240,11 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
     let gitea = gitea_client(&cfg, &inputs)?;
     let registry = Arc::new(Registry::default());
-    let objects = ExecutorObjects::new(client.clone(), &cfg.cluster.namespace);
+    let backends = backends(&cfg, &client, sandboxes, &ledger, &metrics);
     let health = Arc::new(Health::default());
 
     let facade_tls = facade_tls(&inputs, own.as_ref());
-    let handout = Handout::new(objects.clone(), sandboxes.clone(), ledger.clone());
+    let handout = Handout::new(backends.clone(), ledger.clone());
     let facade = Arc::new(new_facade(
         &cfg,
         &inputs,
@@ -303,9 +307,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let shared = Shared {
         cfg: cfg.clone(),
         gitea,
-        kube: client,
-        objects,
-        sandboxes,
+        backends,
         registry,
         ledger,
         metrics: metrics.clone(),
@@ -336,6 +338,33 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
 /// The VM backend's executors when `[vm]` is set. Checked at start: a wrong key is refused
 /// now, naming its file, not at the first vm task.
+/// Every backend this dispatcher runs: the pod backend (with its SPIRE entries when
+/// identity is on), and the VM backend when `[vm]` is configured.
+fn backends(
+    cfg: &Config,
+    client: &kube::Client,
+    sandboxes: Option<Sandboxes>,
+    ledger: &Ledger,
+    metrics: &Arc<Metrics>,
+) -> Vec<Arc<dyn Executors>> {
+    let namespace = &cfg.cluster.namespace;
+    // A loaded config is valid, so a present section parses.
+    let entries = cfg
+        .identity
+        .as_ref()
+        .and_then(|i| i.parse().ok())
+        .map(|settings| Registrar::new(client.clone(), settings, namespace, metrics.clone()));
+    let pods = Pods::new(ExecutorObjects::new(client.clone(), namespace), entries);
+    let mut backends: Vec<Arc<dyn Executors>> = vec![Arc::new(pods)];
+    if let Some(sandboxes) = sandboxes {
+        backends.push(Arc::new(Sandboxed {
+            sandboxes,
+            ledger: ledger.clone(),
+        }));
+    }
+    backends
+}
+
 async fn connect_sandboxes(
     cfg: &Config,
     runner_id: i64,
@@ -428,7 +457,7 @@ impl Running {
 
 /// Logs that the dispatcher is up, and what its polling costs Gitea; returns `listening`.
 fn announce(cfg: &Config, listening: Listening) -> Listening {
-    tracing::info!("FetchTask rate: {}", polling(cfg).describe());
+    tracing::info!("FetchTask rate: {}", scheduler::Polling::of(cfg).describe());
     tracing::info!(
         facade = %listening.facade,
         webhook = ?listening.webhook,
@@ -621,19 +650,6 @@ impl Signals {
             _ = self.term.recv() => {}
             _ = self.int.recv() => {}
         }
-    }
-}
-
-pub(super) fn polling(cfg: &Config) -> scheduler::Polling {
-    match &cfg.webhook {
-        Some(w) => scheduler::Polling::Webhook {
-            interval: w.fetch_interval.get(),
-        },
-        None => scheduler::Polling::Timer {
-            interval: cfg.gitea.fetch_interval.get(),
-            idle: cfg.gitea.fetch_interval_idle.get(),
-            idle_after: scheduler::IDLE_AFTER,
-        },
     }
 }
 

@@ -30,8 +30,9 @@ pub struct OpenSandboxDouble {
     api_key: String,
     boot: Duration,
     sandboxes: Mutex<Sandboxes>,
-    /// An injected outage: every API call answers this status until the instant.
-    outage: Mutex<Option<(u16, Instant)>>,
+    /// An injected outage: every API call (of these methods; none: of every method) answers
+    /// this status until the instant.
+    outage: Mutex<Option<Outage>>,
     requests: AtomicU64,
 }
 
@@ -41,6 +42,14 @@ pub struct OpenSandboxHandle {
     pub api_key: String,
     pub double: Arc<OpenSandboxDouble>,
     served: Served,
+}
+
+/// An injected outage (`POST /admin/faults`).
+struct Outage {
+    status: u16,
+    until: Instant,
+    /// Upper-case HTTP methods it hits; empty: every one.
+    methods: Vec<String>,
 }
 
 impl OpenSandboxDouble {
@@ -84,22 +93,29 @@ impl OpenSandboxDouble {
         self.sandboxes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn outage(&self) -> Option<u16> {
+    /// The status an API call with `method` answers now, if an outage is on for it.
+    fn outage(&self, method: &str) -> Option<u16> {
         let mut o = self.outage.lock().unwrap_or_else(|p| p.into_inner());
-        match *o {
-            Some((status, until)) if Instant::now() < until => Some(status),
-            Some(_) => {
+        match &*o {
+            Some(out) if Instant::now() >= out.until => {
                 *o = None;
                 None
             }
-            None => None,
+            Some(out) if out.methods.is_empty() || out.methods.iter().any(|m| m == method) => {
+                Some(out.status)
+            }
+            _ => None,
         }
     }
 
-    /// Every API call answers `status` for `for_` from now (zero ends an outage).
-    pub fn set_outage(&self, status: u16, for_: Duration) {
-        *self.outage.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((status, Instant::now() + for_));
+    /// Every API call answers `status` for `for_` from now (zero ends an outage); with
+    /// `methods`, only calls of those methods (`POST`: creates fail, the rest works).
+    pub fn set_outage(&self, status: u16, for_: Duration, methods: Vec<String>) {
+        *self.outage.lock().unwrap_or_else(|p| p.into_inner()) = Some(Outage {
+            status,
+            until: Instant::now() + for_,
+            methods,
+        });
     }
 
     fn count_request(&self) {

@@ -80,7 +80,7 @@ async fn request_id(req: Request, next: Next) -> Response {
 /// The outage first (a proxy in front answers before the server checks anything), then the key.
 async fn guard(State(d): Double, req: Request, next: Next) -> Response {
     d.count_request();
-    if let Some(status) = d.outage() {
+    if let Some(status) = d.outage(req.method().as_str()) {
         let (code, message) = match status {
             400 => ("INVALID_REQUEST", "the request is not valid (simulated)"),
             409 => ("CONFLICT", "the sandbox is changing (simulated)"),
@@ -246,9 +246,12 @@ async fn admin_fail(
 struct FaultBody {
     status: u16,
     seconds: f64,
+    /// Only calls of these methods fail (e.g. `["POST"]`: creates); absent: every call.
+    #[serde(default)]
+    methods: Vec<String>,
 }
 
-/// Every API call answers `status` for `seconds` from now.
+/// Every API call (or those of `methods`) answers `status` for `seconds` from now.
 async fn admin_fault(State(d): Double, Json(b): Json<FaultBody>) -> Result<StatusCode, ApiError> {
     let status_ok = (500..=599).contains(&b.status) || matches!(b.status, 400 | 409);
     if !status_ok || !b.seconds.is_finite() || b.seconds < 0.0 {
@@ -258,12 +261,13 @@ async fn admin_fault(State(d): Double, Json(b): Json<FaultBody>) -> Result<Statu
             "a fault is a 5xx, 409 or 400 status for a non-negative number of seconds",
         ));
     }
-    d.set_outage(b.status, Duration::from_secs_f64(b.seconds));
+    let methods = b.methods.iter().map(|m| m.to_ascii_uppercase()).collect();
+    d.set_outage(b.status, Duration::from_secs_f64(b.seconds), methods);
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn admin_clear(State(d): Double) -> StatusCode {
-    d.set_outage(503, Duration::ZERO);
+    d.set_outage(503, Duration::ZERO, Vec::new());
     StatusCode::NO_CONTENT
 }
 

@@ -25,7 +25,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use prost::Message as _;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
-use tenantci_dispatch::backend::pod::executor::{self, COMPONENT_SELECTOR, ExecutorSpec};
+use tenantci_dispatch::backend::pod::executor::{self, COMPONENT_SELECTOR};
+use tenantci_dispatch::backend::spec::ExecutorSpec;
 use tenantci_dispatch::claim::routing;
 use tenantci_dispatch::config::{Config, files};
 use tenantci_dispatch::facade::capability;
@@ -201,7 +202,7 @@ impl Bench {
                 .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(executor::TASK_ID_LABEL))
+                .and_then(|l| l.get(tenantci_dispatch::backend::spec::TASK_ID_LABEL))
                 .cloned()
                 .unwrap_or_default();
             let resp = self

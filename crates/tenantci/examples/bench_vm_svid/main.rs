@@ -27,7 +27,7 @@ use rcgen::KeyPair;
 use tenantci_core::opensandbox::LifecycleClient;
 use tenantci_core::spiffe::server_api::{self, ServerApi};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
-use tenantci_dispatch::backend::pod::executor::{ExecutorIdentity, ExecutorSpec};
+use tenantci_dispatch::backend::spec::{ExecutorIdentity, ExecutorSpec};
 use tenantci_dispatch::backend::vm::sandbox::{self, SvidFiles};
 use tenantci_dispatch::backend::vm::{Vm, settings};
 use tenantci_dispatch::config;

@@ -291,3 +291,62 @@ fn alert_rules_pass_promtool() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A copy of the workspace's manifests and lock, each crate's source a stub: what
+/// `cargo tree` (and so scripts/check-layering.sh) reads.
+fn manifests_copy() -> tempfile::TempDir {
+    let dir = scratch();
+    let root = repo_file("");
+    for file in ["Cargo.toml", "Cargo.lock", "scripts/check-layering.sh"] {
+        let to = dir.path().join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root.join(file), to).unwrap();
+    }
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let krate = entry.unwrap().path();
+        let to = dir.path().join("crates").join(krate.file_name().unwrap());
+        std::fs::create_dir_all(to.join("src")).unwrap();
+        std::fs::copy(krate.join("Cargo.toml"), to.join("Cargo.toml")).unwrap();
+        std::fs::write(to.join("src/lib.rs"), "").unwrap();
+        std::fs::write(to.join("src/main.rs"), "fn main() {}").unwrap();
+    }
+    dir
+}
+
+fn check_layering(dir: &std::path::Path, lock: &str) -> std::process::Output {
+    run(Command::new("bash")
+        .arg("scripts/check-layering.sh")
+        .current_dir(dir)
+        .env("LAYERING_LOCK", lock)
+        .env("CARGO_NET_OFFLINE", "true"))
+}
+
+/// The layering check passes on the workspace as it is, and fails, naming the crate and
+/// the dependency, when tenantci-app takes async-nats (the queue is tenantci-dispatch's) or
+/// tenantci-sim takes tenantci-dispatch.
+#[test]
+fn the_layering_check_fails_when_a_crate_breaks_its_rule() {
+    let as_is = manifests_copy();
+    assert_exit(&check_layering(as_is.path(), "--locked"), 0);
+    for (krate, dependency) in [
+        ("tenantci-app", "async-nats"),
+        ("tenantci-sim", "tenantci-dispatch"),
+    ] {
+        let broken = manifests_copy();
+        let manifest = broken.path().join("crates").join(krate).join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let text = text.replacen(
+            "[dependencies]\n",
+            &format!("[dependencies]\n{dependency}.workspace = true\n"),
+            1,
+        );
+        std::fs::write(&manifest, text).unwrap();
+        let out = check_layering(broken.path(), "--offline");
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("layering: {krate} depends on {dependency}")),
+            "{err}"
+        );
+    }
+}

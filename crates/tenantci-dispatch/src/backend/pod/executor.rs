@@ -37,13 +37,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::backend::pod::resources;
-use crate::config;
-use tenantci_app::runner::gitea_files::Registration;
-use tenantci_app::runner::gitlab_config::Secret as Sensitive;
-use tenantci_core::{Error, Result};
+use crate::backend::spec::{
+    ATTEMPT_LABEL, CONFIG_KEY, ExecutorSpec, PROXY_LISTEN, RUNNER_KEY, TASK_ID_LABEL,
+    runner_config_at, runner_file,
+};
 
-pub const TASK_ID_LABEL: &str = "tenantci.io/task-id";
-pub const ATTEMPT_LABEL: &str = "tenantci.io/attempt";
 pub const ASSIGNMENT_ANNOTATION: &str = "tenantci.io/assignment-id";
 /// Set on the Pod once Gitea accepted the task's final state; the reconciler then deletes.
 pub const TERMINAL_ANNOTATION: &str = "tenantci.io/terminal";
@@ -52,9 +50,6 @@ pub const FETCHED_ANNOTATION: &str = "tenantci.io/fetched-at";
 /// The Secret key holding the sealed assignment until the executor fetches it. Only the
 /// dispatcher can open it; no container mounts it.
 pub const ASSIGNMENT_KEY: &str = "assignment";
-pub const RUNNER_KEY: &str = ".runner";
-/// The runner's config file (no secret in it; kept in the Secret to make one object per task).
-pub const CONFIG_KEY: &str = "config.yaml";
 pub const CA_KEY: &str = "ca.crt";
 /// Selects every executor object (Pods and Secrets).
 pub const COMPONENT_SELECTOR: &str = "app.kubernetes.io/component=gitea-executor";
@@ -64,8 +59,6 @@ pub const RUNNER_DIR: &str = "/etc/gitea-task/runner";
 pub const PROXY_DIR: &str = "/etc/gitea-task/proxy";
 /// HOME of the runner: an emptyDir for its cache, the job's work dirs and tools' dotfiles.
 pub const HOME_DIR: &str = "/home/runner";
-/// The proxy's address inside the Pod, and so the `.runner` address.
-pub const PROXY_LISTEN: &str = "127.0.0.1:8431";
 pub const RUN_AS_USER: i64 = 2000;
 /// The runner's container name and the sidecar's.
 pub const RUNNER_CONTAINER: &str = "runner";
@@ -84,53 +77,6 @@ const REPORT_GRACE_SECONDS: i64 = 15;
 /// `gitea-task-<id>`, for both objects.
 pub fn object_name(task_id: i64) -> String {
     format!("gitea-task-{task_id}")
-}
-
-/// An image reference pinned by digest (`repo@sha256:<64 hex>`); a tag can change under us.
-pub fn check_image_digest(image: &str) -> Result<()> {
-    let ok = image.split_once("@sha256:").is_some_and(|(repo, digest)| {
-        !repo.is_empty()
-            && digest.len() == 64
-            && digest
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::bad_input(format!("the executor image `{image}` is not pinned by digest"))
-            .hint("pass it as IMAGE@sha256:<64 hex digits> (e.g. `docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))
-    }
-}
-
-/// What one executor needs.
-#[derive(Debug, Clone)]
-pub struct ExecutorSpec {
-    pub namespace: String,
-    pub task_id: i64,
-    pub attempt: u32,
-    /// The assignment id: the executor's runner uuid at the facade.
-    pub assignment_id: String,
-    /// The task's capability: the executor's runner token at the facade.
-    pub capability: String,
-    pub facade_url: String,
-    pub facade_ca_pem: String,
-    /// The task's runs-on labels (names; the execution mode is added here).
-    pub labels: Vec<String>,
-    pub runner_name: String,
-    /// Images, runner binary, resources and placement from the dispatcher config.
-    pub executor: config::Executor,
-    /// Executor identity on: the task's SPIFFE ID and the facade's.
-    pub identity: Option<ExecutorIdentity>,
-}
-
-/// The SPIFFE IDs of one executor (identity on).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecutorIdentity {
-    /// What the executor presents (its task's ID, bound into the capability).
-    pub spiffe_id: String,
-    /// What the executor accepts from the facade.
-    pub facade_id: String,
 }
 
 fn labels(spec: &ExecutorSpec) -> BTreeMap<String, String> {
@@ -191,68 +137,10 @@ fn workload_api_volume() -> Volume {
     }
 }
 
-/// `name:host` for each runs-on name: the job runs in the executor image itself (the Pod has
-/// no Docker daemon for `docker://`). Written in the runner's normalised form, because a
-/// runner that finds its `.runner` labels differ from the normalised ones rewrites the file,
-/// which is a read-only mount here (docs/gitea-protocol.md).
-pub fn runner_labels(names: &[String]) -> Vec<String> {
-    names
-        .iter()
-        .map(|n| {
-            if n.contains(':') {
-                n.clone()
-            } else {
-                format!("{n}:host")
-            }
-        })
-        .collect()
-}
-
 /// The runner's config: one task, the registration in the Secret mount, work and cache under
 /// HOME, the first fetch at once and the next one a second later.
 pub fn runner_config(spec: &ExecutorSpec) -> String {
     runner_config_at(spec, &format!("{RUNNER_DIR}/{RUNNER_KEY}"), HOME_DIR)
-}
-
-/// The runner's config with its registration at `runner_file` and HOME at `home` (the VM
-/// backend writes both elsewhere).
-pub fn runner_config_at(spec: &ExecutorSpec, runner_file: &str, home: &str) -> String {
-    let doc = serde_json::json!({
-        "log": {"level": "info"},
-        "runner": {
-            "file": runner_file,
-            "capacity": 1,
-            "shutdown_timeout": spec.executor.shutdown_timeout.as_str(),
-            "fetch_timeout": "5s",
-            "fetch_interval": "1s",
-            "fetch_interval_max": "2s",
-            "insecure": false,
-        },
-        "cache": {"enabled": true, "dir": format!("{home}/.cache/actcache")},
-        "host": {"workdir_parent": format!("{home}/work")},
-    });
-    format!(
-        "# Generated by tenantci for one task (docs/gitea-protocol.md: the runner in the executor Pod).\n{}",
-        serde_yaml::to_string(&doc).expect("the runner config serializes")
-    )
-}
-
-/// `.runner`: the task's registration at the facade (its uuid the assignment id, its token the
-/// capability), addressed to the executor-proxy on loopback.
-pub fn runner_file(spec: &ExecutorSpec) -> Vec<u8> {
-    let runner = Registration {
-        warning:
-            "This file is generated by tenantci for one task; it is useless after the task ends."
-                .into(),
-        id: spec.task_id,
-        uuid: spec.assignment_id.clone(),
-        name: spec.runner_name.clone(),
-        token: Sensitive::new(spec.capability.clone()),
-        address: format!("http://{PROXY_LISTEN}"),
-        labels: runner_labels(&spec.labels),
-        ephemeral: true,
-    };
-    serde_json::to_vec_pretty(&runner).expect("the .runner file serializes")
 }
 
 /// The Secret: `.runner` and `config.yaml` for the runner, `ca.crt` for the proxy (not with
@@ -492,6 +380,8 @@ pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::spec::{ExecutorIdentity, check_image_digest, runner_labels};
+    use crate::config;
 
     fn spec() -> ExecutorSpec {
         ExecutorSpec {

@@ -1,5 +1,181 @@
-//! The pod backend: one executor Pod (and its Secret) per task on the tenant cluster.
+//! The pod backend: one executor Pod and its Secret per task on the tenant cluster.
+//!
+//! - [`executor`]: the Secret and Pod of one task (pure);
+//! - [`resources`]: what the Pod asks of a rented node, and whether it fits (pure);
+//! - [`objects`]: every read and write of them on the apiserver;
+//! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure).
+//!
+//! With executor identity on, each scheduled executor Pod has a SPIRE entry
+//! (`identity::registrar`): written from the reconciler's pass, deleted with the Pod.
 
 pub mod executor;
+pub mod lifecycle;
 pub mod objects;
 pub mod resources;
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use tokio::sync::Mutex;
+
+use crate::backend::spec::ExecutorSpec;
+use crate::backend::{
+    BackendError, Created, Executors, Nouns, Observed, Presence, Progress, StartError,
+};
+use crate::facade::capability;
+use crate::identity::registrar::Registrar;
+use crate::queue::Backend;
+use objects::{CreateError, ExecutorObjects};
+
+const APISERVER: &str = "the tenant apiserver";
+
+/// The executor Pods of this dispatcher, and (identity on) their SPIRE entries.
+pub struct Pods {
+    pub objects: ExecutorObjects,
+    /// Identity on: the SPIRE entries, written by the reconciler's pass (one writer).
+    entries: Option<Mutex<Registrar>>,
+}
+
+impl Pods {
+    pub fn new(objects: ExecutorObjects, entries: Option<Registrar>) -> Self {
+        Pods {
+            objects,
+            entries: entries.map(Mutex::new),
+        }
+    }
+}
+
+fn api(e: kube::Error) -> BackendError {
+    BackendError::new(APISERVER, e)
+}
+
+fn classify(e: kube::Error) -> StartError {
+    match &e {
+        kube::Error::Api(s) if s.code == 429 || s.code >= 500 => StartError::Unavailable(format!(
+            "the tenant apiserver answered {}: {}",
+            s.code, s.message
+        )),
+        kube::Error::Api(s) => StartError::Refused(format!(
+            "the tenant apiserver refused it ({}): {}",
+            s.code, s.message
+        )),
+        _ => StartError::Unavailable(format!("cannot reach the tenant apiserver: {e}")),
+    }
+}
+
+/// One task's objects in the generic layer's terms.
+fn observed(o: &objects::Observed) -> Observed {
+    Observed {
+        task: o.task_id,
+        attempt: o.attempt,
+        decision: lifecycle::decide(&o.lifecycle()),
+        terminal: o.terminal,
+        // A Secret still holding its assignment without a Pod is a start cut short (or under
+        // way): its assignment was not acked, so it comes back and the worker finishes it.
+        complete: o.pod_exists || !o.unfetched,
+        age: o.age,
+        progress: Some(match (o.unfetched, o.fetched) {
+            (false, _) => Progress::Reported,
+            (true, true) => Progress::Fetched,
+            (true, false) => Progress::Unfetched,
+        }),
+        placement: o.placement.clone(),
+    }
+}
+
+impl Executors for Pods {
+    fn backend(&self) -> Backend {
+        Backend::Pod
+    }
+
+    fn nouns(&self) -> Nouns {
+        Nouns {
+            executor: "executor Pod",
+            executors: "executors",
+            source: "the apiserver",
+            gone: "the executor's Pod and Secret were deleted",
+        }
+    }
+
+    /// Idempotent by name (a create that finds its objects checks they are this
+    /// assignment's), so `fresh` saves nothing here.
+    fn start<'a>(
+        &'a self,
+        spec: &'a ExecutorSpec,
+        sealed: &'a [u8],
+        _fresh: bool,
+    ) -> BoxFuture<'a, Result<Created, StartError>> {
+        Box::pin(async move {
+            self.objects
+                .create(spec, sealed)
+                .await
+                .map_err(|e| match e {
+                    CreateError::Foreign { .. } => StartError::Refused(e.to_string()),
+                    CreateError::Api(e) => classify(e),
+                })
+        })
+    }
+
+    fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>> {
+        Box::pin(async move { self.objects.any_exists(task).await.map_err(api) })
+    }
+
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
+        Box::pin(async move {
+            let found = self.objects.list().await.map_err(api)?;
+            Ok(found.iter().map(|(t, o)| (*t, observed(o))).collect())
+        })
+    }
+
+    /// Pod and Secret, then (identity on) the SPIRE entry; an entry that cannot be deleted
+    /// now is found without its Pod by the next pass.
+    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            self.objects.delete(task).await.map_err(api)?;
+            if let Some(entries) = &self.entries {
+                entries.lock().await.forget(task).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
+        Box::pin(async move { self.objects.sealed_assignment(task).await.map_err(api) })
+    }
+
+    /// From the Secret, to the attempt it names.
+    fn fetch(
+        &self,
+        task: i64,
+        attempt: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
+        Box::pin(async move {
+            self.objects
+                .fetch_assignment(task, &capability::assignment_id(task, attempt))
+                .await
+                .map_err(api)
+        })
+    }
+
+    fn consume(&self, task: i64, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
+        Box::pin(async move {
+            self.objects
+                .consume_assignment(task, &capability::assignment_id(task, attempt))
+                .await
+                .map_err(api)
+        })
+    }
+
+    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { self.objects.mark_terminal(task).await.map_err(api) })
+    }
+
+    /// Identity on: each scheduled executor Pod's SPIRE entry written, the rest deleted.
+    fn reconciled<'a>(&'a self, found: &'a BTreeMap<i64, Observed>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(entries) = &self.entries {
+                entries.lock().await.reconcile(found).await;
+            }
+        })
+    }
+}

@@ -17,19 +17,13 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::backend::pod::executor::{
-    self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, COMPONENT_SELECTOR, ExecutorSpec,
-    FETCHED_ANNOTATION, TERMINAL_ANNOTATION,
+    self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, COMPONENT_SELECTOR, FETCHED_ANNOTATION,
+    TERMINAL_ANNOTATION,
 };
+use crate::backend::pod::lifecycle::PodState;
+use crate::backend::spec::ExecutorSpec;
+use crate::backend::{Created, Placement, Presence};
 use crate::facade::capability;
-
-/// What creating one executor found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Created {
-    /// Both objects were created now.
-    New,
-    /// Both existed (or one did) with this assignment id: a redelivery after a crash.
-    Existing,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
@@ -37,13 +31,6 @@ pub enum CreateError {
     Foreign { name: String, found: String },
     #[error(transparent)]
     Api(#[from] kube::Error),
-}
-
-/// Whether a task's executor Secret still exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Presence {
-    Present,
-    Gone,
 }
 
 /// One task's objects as listed.
@@ -66,16 +53,6 @@ pub struct Observed {
     pub placement: Option<Placement>,
 }
 
-/// A scheduled executor Pod: what its SPIRE entry is written from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    pub pod_name: String,
-    pub pod_uid: String,
-    pub node_name: String,
-    /// The Pod's `tenantci.io/spiffe-id` annotation (None: identity off).
-    pub spiffe_id: Option<String>,
-}
-
 fn placement(pod: &Pod) -> Option<Placement> {
     let node_name = pod
         .spec
@@ -92,8 +69,8 @@ fn placement(pod: &Pod) -> Option<Placement> {
 }
 
 impl Observed {
-    pub fn lifecycle(&self) -> crate::backend::lifecycle::Observed {
-        crate::backend::lifecycle::Observed {
+    pub fn lifecycle(&self) -> PodState {
+        PodState {
             pod_phase: self.pod_phase.clone().or_else(|| {
                 // A Pod without a phase yet is Pending as far as the lifecycle goes.
                 self.pod_exists.then(|| "Pending".to_string())

@@ -1,15 +1,165 @@
-//! The VM backend: Gitea tasks in OpenSandbox sandboxes, beside the pod backend. `settings`
-//! is its config section (`[vm]`) and the checks on it; `sandbox` the create request and
-//! metadata of one task's sandbox (pure); `sandboxes` the executors through the Lifecycle API
-//! (core's `opensandbox` client); `lifecycle` and `reconciler` what happens to a sandbox
-//! after its start.
+//! The VM backend: Gitea tasks in OpenSandbox sandboxes, beside the pod backend.
+//!
+//! - [`settings`]: its config section (`[vm]`) and the checks on it; [`init`]: `dispatch
+//!   init`'s flags for it (pure); [`api`]: the Lifecycle API client and its access check;
+//! - [`sandbox`]: the create request, metadata and boot script of one task's sandbox (pure);
+//! - [`sandboxes`]: the executors through the Lifecycle API (core's `opensandbox` client);
+//! - [`lifecycle`]: a sandbox's state and metadata -> the reconciler's decision (pure).
+//!
+//! A sandbox has no Secret: the sealed assignment waits in the claim ledger, which keeps it
+//! until the executor's first report, and the ledger's phase says how far the executor got.
 
 pub mod api;
 pub mod init;
 pub mod lifecycle;
-pub mod reconciler;
 pub mod sandbox;
 pub mod sandboxes;
 pub mod settings;
 
 pub use settings::Vm;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::backend::spec::ExecutorSpec;
+use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
+use crate::queue::Backend;
+use crate::queue::assignment::Assignment;
+use crate::queue::ledger::{Ledger, Phase};
+use sandboxes::Sandboxes;
+use tenantci_core::opensandbox::Sandbox;
+
+const LIFECYCLE_API: &str = "the OpenSandbox Lifecycle API";
+const LEDGER: &str = "the claim ledger";
+
+/// This dispatcher's sandboxes, and the claim ledger that holds their assignments.
+pub struct Sandboxed {
+    pub sandboxes: Sandboxes,
+    pub ledger: Ledger,
+}
+
+fn api(e: impl std::fmt::Display) -> BackendError {
+    BackendError::new(LIFECYCLE_API, e)
+}
+
+/// Since the sandbox was created, by its `createdAt` (None: not given, or not a time).
+fn age(s: &Sandbox) -> Option<Duration> {
+    let created = chrono::DateTime::parse_from_rfc3339(s.created_at.as_deref()?).ok()?;
+    (chrono::Utc::now() - created.with_timezone(&chrono::Utc))
+        .to_std()
+        .ok()
+}
+
+fn observed(task: i64, s: &Sandbox) -> Observed {
+    Observed {
+        task,
+        attempt: sandbox::task_of(s).map_or(0, |(_, attempt)| attempt),
+        decision: lifecycle::decide(s),
+        terminal: sandbox::is_terminal(s),
+        complete: true,
+        age: age(s),
+        // The ledger's phase says: the facade records each fetch and report there.
+        progress: None,
+        placement: None,
+    }
+}
+
+impl Executors for Sandboxed {
+    fn backend(&self) -> Backend {
+        Backend::Vm
+    }
+
+    fn nouns(&self) -> Nouns {
+        Nouns {
+            executor: "sandbox",
+            executors: "VM sandboxes",
+            source: "the Lifecycle API",
+            gone: "the VM sandbox vanished (deleted or expired)",
+        }
+    }
+
+    /// An OpenSandbox outage (and a SPIRE server that mints nothing yet) is waited out inside
+    /// the delivery this long; the consumer's progress acks keep the assignment ours.
+    fn patience(&self) -> Duration {
+        sandboxes::OUTAGE_PATIENCE
+    }
+
+    /// The sealed assignment stays in the claim ledger (the facade hands the task out from
+    /// there); the sandbox gets only what its executor needs to reach the facade.
+    fn start<'a>(
+        &'a self,
+        spec: &'a ExecutorSpec,
+        _sealed: &'a [u8],
+        fresh: bool,
+    ) -> BoxFuture<'a, Result<Created, StartError>> {
+        Box::pin(self.sandboxes.start(spec, !fresh))
+    }
+
+    fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let found = self.sandboxes.of_task(task).await.map_err(api)?;
+            Ok(!found.is_empty())
+        })
+    }
+
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
+        Box::pin(async move {
+            let owned = self.sandboxes.owned().await.map_err(api)?;
+            Ok(owned.iter().map(|(t, s)| (*t, observed(*t, s))).collect())
+        })
+    }
+
+    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { self.sandboxes.delete_task(task).await.map_err(api) })
+    }
+
+    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
+        Box::pin(async move {
+            let entry = self
+                .ledger
+                .get(task)
+                .await
+                .map_err(|e| BackendError::new(LEDGER, e))?;
+            Ok(entry
+                .filter(|e| e.phase < Phase::Fetched)
+                .and_then(|e| e.assignment)
+                .map(|a| Assignment::to_json(&a)))
+        })
+    }
+
+    /// From the claim ledger, to the attempt it names, until the executor's first report.
+    fn fetch(
+        &self,
+        task: i64,
+        attempt: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
+        Box::pin(async move {
+            let entry = self
+                .ledger
+                .get(task)
+                .await
+                .map_err(|e| BackendError::new(LEDGER, e))?;
+            Ok(entry
+                .filter(|e| e.attempt == attempt && e.phase <= Phase::Fetched)
+                .and_then(|e| e.assignment)
+                .map(|a| a.to_json()))
+        })
+    }
+
+    fn consume(&self, task: i64, _attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
+        Box::pin(async move {
+            let found = self.sandboxes.of_task(task).await.map_err(api)?;
+            Ok(if found.is_empty() {
+                Presence::Gone
+            } else {
+                Presence::Present
+            })
+        })
+    }
+
+    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { self.sandboxes.mark_terminal(task).await.map_err(api) })
+    }
+}

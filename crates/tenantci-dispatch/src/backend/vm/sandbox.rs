@@ -19,9 +19,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::pod::executor::{
-    self, ATTEMPT_LABEL, CONFIG_KEY, ExecutorSpec, PROXY_LISTEN, RUNNER_KEY, TASK_ID_LABEL,
-};
+use crate::backend::spec::{ATTEMPT_LABEL, CONFIG_KEY, RUNNER_KEY, TASK_ID_LABEL};
+use crate::backend::spec::{ExecutorSpec, PROXY_LISTEN};
 use crate::backend::vm::settings::Vm;
 use tenantci_core::Secret;
 use tenantci_core::opensandbox::{CreateSandbox, ImageSpec, ResourceLimits, Sandbox};
@@ -161,8 +160,9 @@ pub fn desired(
     dispatcher: i64,
     svid: Option<&SvidFiles>,
 ) -> CreateSandbox {
-    let runner = String::from_utf8(executor::runner_file(spec)).expect(".runner is JSON");
-    let config = executor::runner_config_at(
+    let runner =
+        String::from_utf8(crate::backend::spec::runner_file(spec)).expect(".runner is JSON");
+    let config = crate::backend::spec::runner_config_at(
         spec,
         &format!("{VM_DIR}/{RUNNER_KEY}"),
         &format!("{VM_DIR}/home"),
@@ -296,14 +296,15 @@ mod tests {
         let runner = script.find("exec act_runner daemon --once").unwrap();
         assert!(unset < runner, "{script}");
         assert!(script.starts_with("set -eu\numask 077\n"));
-        let config = executor::runner_config_at(&spec(), "/tmp/gitea-task/.runner", "/h");
+        let config =
+            crate::backend::spec::runner_config_at(&spec(), "/tmp/gitea-task/.runner", "/h");
         assert!(config.contains("file: /tmp/gitea-task/.runner"), "{config}");
     }
 
     #[test]
     fn with_identity_the_svid_replaces_the_ca_and_the_proxy_presents_it() {
         let mut s = spec();
-        s.identity = Some(executor::ExecutorIdentity {
+        s.identity = Some(crate::backend::spec::ExecutorIdentity {
             spiffe_id: "spiffe://example.org/gitea/acme/w/build".into(),
             facade_id: "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher".into(),
         });

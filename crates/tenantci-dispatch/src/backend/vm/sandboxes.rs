@@ -20,15 +20,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::backend::pod::executor::ExecutorSpec;
-use crate::backend::pod::objects::Created;
+use crate::backend::spec::ExecutorSpec;
 use crate::backend::vm::sandbox::{self, SvidFiles};
 use crate::backend::vm::settings::Vm;
-use crate::backend::worker::{Executors, StartError};
+use crate::backend::{Created, StartError};
 use crate::metrics::Metrics;
-use crate::queue::Backend;
 use tenantci_core::opensandbox::{ApiError, LifecycleClient, ListFilter, Sandbox};
 use tenantci_core::spiffe::SpiffeId;
 use tenantci_core::spiffe::server_api::ServerApi;
@@ -65,8 +61,6 @@ impl Minter {
 /// How long one delivery waits for OpenSandbox to answer before the assignment goes back to
 /// the queue (NAK with backoff).
 pub const OUTAGE_PATIENCE: Duration = Duration::from_secs(60);
-/// The longest pause between two tries within a delivery.
-const RETRY_MAX: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct Sandboxes {
@@ -158,7 +152,7 @@ impl Sandboxes {
 impl Sandboxes {
     /// One try: the sandbox found by metadata (a redelivery), or created. Without `look` (a
     /// fresh assignment: no sandbox of the task can exist) straight to the create.
-    async fn start_once(&self, spec: &ExecutorSpec, look: bool) -> Result<Created, StartError> {
+    pub async fn start(&self, spec: &ExecutorSpec, look: bool) -> Result<Created, StartError> {
         let existing = if look {
             self.of_task(spec.task_id).await.map_err(classify)?
         } else {
@@ -195,41 +189,5 @@ impl Sandboxes {
         let created = self.client.create(&req).await.map_err(classify)?;
         tracing::info!(task = spec.task_id, attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
         Ok(Created::New)
-    }
-}
-
-impl Executors for Sandboxes {
-    fn backend(&self) -> Backend {
-        Backend::Vm
-    }
-
-    /// The sealed assignment stays in the claim ledger (the facade hands the task out from
-    /// there); the sandbox gets only what its executor needs to reach the facade.
-    async fn start(
-        &self,
-        spec: &ExecutorSpec,
-        _sealed: &[u8],
-        fresh: bool,
-    ) -> Result<Created, StartError> {
-        let deadline = Instant::now() + OUTAGE_PATIENCE;
-        let mut pause = Duration::from_millis(250);
-        // Only the first try may skip the lookup: a create that timed out may have happened.
-        let mut look = !fresh;
-        loop {
-            let tried = self.start_once(spec, look).await;
-            look = true;
-            match tried {
-                Err(StartError::Unavailable(why)) if Instant::now() + pause < deadline => {
-                    tracing::warn!(task = spec.task_id, error = %why, retry_in = ?pause, "the sandbox is not created yet; trying again (the task stays queued)");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
-                }
-                done => return done,
-            }
-        }
-    }
-
-    async fn exists(&self, task: i64) -> Result<bool, StartError> {
-        Ok(!self.of_task(task).await.map_err(classify)?.is_empty())
     }
 }

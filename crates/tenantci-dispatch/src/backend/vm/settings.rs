@@ -73,7 +73,7 @@ impl Vm {
             ));
         }
         if let Some(image) = &self.image {
-            crate::backend::pod::executor::check_image_digest(image)
+            crate::backend::spec::check_image_digest(image)
                 .map_err(|e| format!("has vm.image: {}", e.message()))?;
         }
         for (key, v) in [("vm.cpu", &self.cpu), ("vm.memory", &self.memory)] {

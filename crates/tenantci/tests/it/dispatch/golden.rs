@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
 use tenantci_core::node_image::NodeImage;
-use tenantci_dispatch::backend::pod::executor::{self, ExecutorSpec};
+use tenantci_dispatch::backend::pod::executor::{self};
+use tenantci_dispatch::backend::spec::ExecutorSpec;
 use tenantci_dispatch::config::{Executor, Resources, RunnerCommand};
 
 fn golden_dir() -> PathBuf {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
@@ -604,6 +604,31 @@ impl World {
     }
 
     /// Waits until every executor Pod and Secret is gone.
+    /// Deletes `task`'s executor Pod and Secret, as someone (or a restored apiserver) might
+    /// while no dispatcher leads.
+    pub async fn delete_executor(&self, task: i64) {
+        let (dp, name) = (DeleteParams::default(), format!("gitea-task-{task}"));
+        Api::<Pod>::namespaced(self.kube.clone(), NAMESPACE)
+            .delete(&name, &dp)
+            .await
+            .unwrap();
+        Api::<Secret>::namespaced(self.kube.clone(), NAMESPACE)
+            .delete(&name, &dp)
+            .await
+            .unwrap();
+    }
+
+    /// Cancels `task` at the Gitea double, as a user cancelling the run.
+    pub async fn cancel(&self, task: i64) {
+        let resp = self
+            .http
+            .post(format!("{}/tasks/{task}/cancel", self.gitea.admin_url))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+    }
+
     pub async fn all_cleaned_up(&self) {
         eventually("executor Pods and Secrets to be deleted", || async {
             (self.pods().await.is_empty() && self.secrets().await.is_empty()).then_some(())

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use tenantci_core::forge::gitea::client::ClientError;
 use tenantci_core::forge::gitea::connect::Code;
 use tenantci_sim::spire::ca::TrustDomainCa;
@@ -200,19 +200,6 @@ async fn identity_on_a_task_runs_to_success_through_its_proxy_with_its_svid() {
     assert!(log.contains("SPIRE entry written"), "{log}");
 }
 
-/// Deletes `task`'s executor Pod and Secret, as someone else might while no dispatcher runs.
-async fn delete_executor(w: &World, task: i64) {
-    let (dp, name) = (DeleteParams::default(), format!("gitea-task-{task}"));
-    Api::<Pod>::namespaced(w.kube.clone(), NAMESPACE)
-        .delete(&name, &dp)
-        .await
-        .unwrap();
-    Api::<Secret>::namespaced(w.kube.clone(), NAMESPACE)
-        .delete(&name, &dp)
-        .await
-        .unwrap();
-}
-
 /// kill -9 of the dispatcher mid-task. The restarted one finds the entry of the running
 /// task A (the same object: not written again, not duplicated). Of two tasks whose Pods were
 /// deleted while no dispatcher ran, B had fetched its task (reported FAILURE: its entry is
@@ -237,8 +224,8 @@ async fn identity_on_entries_survive_a_kill9_of_the_dispatcher_and_none_is_left_
     }
 
     d.kill9();
-    delete_executor(&w, *task_b).await;
-    delete_executor(&w, *task_c).await;
+    w.delete_executor(*task_b).await;
+    w.delete_executor(*task_c).await;
     let d = w.dispatcher("d1").await;
     d.wait_leader(true).await;
 

@@ -2,6 +2,7 @@
 //! nats-server.
 
 mod after_end;
+mod backends;
 mod claims;
 mod cluster;
 mod executor_pod;

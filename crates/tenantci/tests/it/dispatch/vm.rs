@@ -11,7 +11,7 @@ use crate::util::{assert_exit, run, stderr, tenantci};
 use tenantci_testkit::wait::eventually;
 
 /// A world whose dispatchers run the VM backend at `vm_capacity` beside `pod_capacity` Pods.
-async fn world(pod_capacity: u32, vm_capacity: u32) -> World {
+pub(super) async fn world(pod_capacity: u32, vm_capacity: u32) -> World {
     let mut w = World::start(pod_capacity).await;
     let key = w.opensandbox.api_key_file.clone();
     w.with_vm(vm_capacity, &key);
@@ -19,7 +19,7 @@ async fn world(pod_capacity: u32, vm_capacity: u32) -> World {
 }
 
 /// Waits until the dispatcher's VM backend has recovered its slots (its log says so).
-async fn vm_backend_recovered(d: &super::harness::Dispatcher) {
+pub(super) async fn vm_backend_recovered(d: &super::harness::Dispatcher) {
     eventually("the VM backend to recover its slots", || async {
         d.log_text()
             .contains("recovered VM sandboxes")

@@ -1,0 +1,114 @@
+//! Keep-alive (leader only), over every backend: Gitea fails a task it has not heard of for
+//! ten minutes, and nobody else reports a task before its executor fetched it. So every
+//! `interval`, a non-final UpdateTask for each task queued by this leader, and for each
+//! executor that has not reported yet (on any backend). Gitea's answer carries the task's
+//! state: a task it ended meanwhile (cancelled while waiting for its executor) is withdrawn:
+//! its queued assignment is dropped, its executor deleted, its slot freed, and nothing is
+//! reported over Gitea's final state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::backend::registry::Registry;
+use crate::backend::report;
+use crate::backend::{Executors, Progress};
+use crate::metrics::Metrics;
+use crate::queue::ledger::{Ledger, Phase};
+use tenantci_core::forge::gitea::client::RunnerClient;
+use tenantci_core::forge::gitea::proto::TaskResult;
+
+pub struct KeepAlive {
+    pub gitea: RunnerClient,
+    /// Every backend this dispatcher runs.
+    pub backends: Vec<Arc<dyn Executors>>,
+    pub registry: Arc<Registry>,
+    pub ledger: Ledger,
+    pub metrics: Arc<Metrics>,
+    pub interval: Duration,
+}
+
+impl KeepAlive {
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.interval) => {}
+                _ = stop.changed() => return,
+            }
+            self.round().await;
+        }
+    }
+
+    /// One round: every waiting task's UpdateTask, and the withdrawal of those Gitea ended.
+    pub async fn round(&self) {
+        let mut tasks = self.registry.queued_tasks();
+        for executors in &self.backends {
+            tasks.extend(self.unreported(&**executors).await);
+        }
+        tasks.sort_unstable();
+        tasks.dedup();
+        for task in tasks {
+            match report::keep_alive(&self.gitea, task).await {
+                Ok(result) if result.is_final() => {
+                    self.withdraw(task, result).await;
+                    self.ledger.note(report::final_step(task, result)).await;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),
+            }
+        }
+    }
+
+    /// The tasks of `executors` whose executor has not reported yet (not fetched, or fetched
+    /// and silent so far), by the backend's own word or the claim ledger's phase.
+    async fn unreported(&self, executors: &dyn Executors) -> Vec<i64> {
+        let found = match executors.observe().await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(backend = %executors.backend(), error = %e, "keep-alive: cannot list the executors");
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for o in found.values().filter(|o| !o.terminal) {
+            let unreported = match o.progress {
+                Some(p) => p < Progress::Reported,
+                None => match self.ledger.get(o.task).await {
+                    Ok(Some(e)) => e.attempt == o.attempt && e.phase < Phase::Reported,
+                    Ok(None) => false,
+                    Err(e) => {
+                        tracing::warn!(task = o.task, error = %e, "keep-alive: cannot read the claim ledger");
+                        false
+                    }
+                },
+            };
+            if unreported {
+                out.push(o.task);
+            }
+        }
+        out
+    }
+
+    /// Gitea ended `task` (cancelled) before its executor fetched it: a queued assignment is
+    /// dropped by the worker, an executor not yet fetched is deleted on whichever backend
+    /// holds it, and its slot freed.
+    async fn withdraw(&self, task: i64, result: TaskResult) {
+        let queued = self.registry.withdraw(task);
+        // Freed before the delete, so the reconciler does not take the vanished executor for
+        // a lost one and report FAILURE over Gitea's CANCELLED.
+        self.registry.finished(task);
+        for executors in &self.backends {
+            if let Err(e) = executors.delete(task).await {
+                tracing::warn!(task, backend = %executors.backend(), error = %e, "cannot delete the withdrawn task's executor; the ledger has the task as over, so the next term's recovery deletes it");
+            }
+        }
+        self.metrics.withdrawn();
+        tracing::info!(
+            task,
+            ?result,
+            queued,
+            "the task ended at Gitea before its executor fetched it; withdrawn (no executor runs it)"
+        );
+    }
+}

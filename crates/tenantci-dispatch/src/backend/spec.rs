@@ -1,0 +1,192 @@
+//! What every executor gets, whatever its backend: the spec of one task attempt (its
+//! capability, the facade, the runner's labels and settings) and the runner's two files,
+//! `.runner` (the task's registration at the facade, addressed to the loopback
+//! executor-proxy) and `config.yaml`. Pure; each backend puts them where its runner reads them.
+
+use tenantci_app::runner::gitea_files::Registration;
+use tenantci_app::runner::gitlab_config::Secret as Sensitive;
+use tenantci_core::{Error, Result};
+
+use crate::config;
+use crate::facade::capability::{self, CapabilityKey};
+use crate::identity;
+use crate::queue::assignment::{Assignment, SealingKey};
+
+pub const TASK_ID_LABEL: &str = "tenantci.io/task-id";
+
+pub const ATTEMPT_LABEL: &str = "tenantci.io/attempt";
+
+pub const RUNNER_KEY: &str = ".runner";
+
+/// The runner's config file (no secret in it; kept in the Secret to make one object per task).
+pub const CONFIG_KEY: &str = "config.yaml";
+
+/// The executor-proxy's address beside every runner (in a Pod or a VM), and so the
+/// `.runner` address.
+pub const PROXY_LISTEN: &str = "127.0.0.1:8431";
+
+/// An image reference pinned by digest (`repo@sha256:<64 hex>`); a tag can change under us.
+pub fn check_image_digest(image: &str) -> Result<()> {
+    let ok = image.split_once("@sha256:").is_some_and(|(repo, digest)| {
+        !repo.is_empty()
+            && digest.len() == 64
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::bad_input(format!("the executor image `{image}` is not pinned by digest"))
+            .hint("pass it as IMAGE@sha256:<64 hex digits> (e.g. `docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))
+    }
+}
+
+/// What one executor needs.
+#[derive(Debug, Clone)]
+pub struct ExecutorSpec {
+    pub namespace: String,
+    pub task_id: i64,
+    pub attempt: u32,
+    /// The assignment id: the executor's runner uuid at the facade.
+    pub assignment_id: String,
+    /// The task's capability: the executor's runner token at the facade.
+    pub capability: String,
+    pub facade_url: String,
+    pub facade_ca_pem: String,
+    /// The task's runs-on labels (names; the execution mode is added here).
+    pub labels: Vec<String>,
+    pub runner_name: String,
+    /// Images, runner binary, resources and placement from the dispatcher config.
+    pub executor: config::Executor,
+    /// Executor identity on: the task's SPIFFE ID and the facade's.
+    pub identity: Option<ExecutorIdentity>,
+}
+
+/// The SPIFFE IDs of one executor (identity on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorIdentity {
+    /// What the executor presents (its task's ID, bound into the capability).
+    pub spiffe_id: String,
+    /// What the executor accepts from the facade.
+    pub facade_id: String,
+}
+
+/// What every executor of this dispatcher gets.
+#[derive(Clone)]
+pub struct ExecutorTemplate {
+    pub namespace: String,
+    pub facade_url: String,
+    pub facade_ca_pem: String,
+    pub runner_name: String,
+    pub executor: crate::config::Executor,
+    /// Executor identity on: the IDs are rendered from each task's sealed context.
+    pub identity: Option<TemplateIdentity>,
+}
+
+/// What the worker needs to give an executor its task's SPIFFE ID.
+#[derive(Clone)]
+pub struct TemplateIdentity {
+    pub settings: identity::Parsed,
+    /// Opens the assignment for the task's repository and job (never kept).
+    pub sealing_key: SealingKey,
+}
+
+impl ExecutorTemplate {
+    /// The SPIFFE ID the executor of `a` must present (None: identity off). An error is a task
+    /// that can have no ID (its context lacks the repository or job, or they make no ID).
+    pub fn spiffe_id(&self, a: &Assignment) -> Result<Option<ExecutorIdentity>, String> {
+        let Some(t) = &self.identity else {
+            return Ok(None);
+        };
+        let id = identity::assignment_id(&t.settings, &t.sealing_key, a)?;
+        Ok(Some(ExecutorIdentity {
+            spiffe_id: id.to_string(),
+            facade_id: t.settings.facade_id.to_string(),
+        }))
+    }
+
+    /// The executor of one task attempt, with its capability (bound to its SPIFFE ID when
+    /// identity is on).
+    pub fn spec(
+        &self,
+        key: &CapabilityKey,
+        task: i64,
+        attempt: u32,
+        labels: Vec<String>,
+        identity: Option<ExecutorIdentity>,
+    ) -> ExecutorSpec {
+        let bound = identity.as_ref().map(|i| i.spiffe_id.as_str());
+        ExecutorSpec {
+            namespace: self.namespace.clone(),
+            task_id: task,
+            attempt,
+            assignment_id: capability::assignment_id(task, attempt),
+            capability: key.token_for(task, attempt, bound),
+            identity,
+            facade_url: self.facade_url.clone(),
+            facade_ca_pem: self.facade_ca_pem.clone(),
+            labels,
+            runner_name: self.runner_name.clone(),
+            executor: self.executor.clone(),
+        }
+    }
+}
+
+/// `name:host` for each runs-on name: the job runs in the executor image itself (the Pod has
+/// no Docker daemon for `docker://`). Written in the runner's normalised form, because a
+/// runner that finds its `.runner` labels differ from the normalised ones rewrites the file,
+/// which is a read-only mount here (docs/gitea-protocol.md).
+pub fn runner_labels(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| {
+            if n.contains(':') {
+                n.clone()
+            } else {
+                format!("{n}:host")
+            }
+        })
+        .collect()
+}
+
+/// The runner's config with its registration at `runner_file` and HOME at `home` (the VM
+/// backend writes both elsewhere).
+pub fn runner_config_at(spec: &ExecutorSpec, runner_file: &str, home: &str) -> String {
+    let doc = serde_json::json!({
+        "log": {"level": "info"},
+        "runner": {
+            "file": runner_file,
+            "capacity": 1,
+            "shutdown_timeout": spec.executor.shutdown_timeout.as_str(),
+            "fetch_timeout": "5s",
+            "fetch_interval": "1s",
+            "fetch_interval_max": "2s",
+            "insecure": false,
+        },
+        "cache": {"enabled": true, "dir": format!("{home}/.cache/actcache")},
+        "host": {"workdir_parent": format!("{home}/work")},
+    });
+    format!(
+        "# Generated by tenantci for one task (docs/gitea-protocol.md: the runner in the executor Pod).\n{}",
+        serde_yaml::to_string(&doc).expect("the runner config serializes")
+    )
+}
+
+/// `.runner`: the task's registration at the facade (its uuid the assignment id, its token the
+/// capability), addressed to the executor-proxy on loopback.
+pub fn runner_file(spec: &ExecutorSpec) -> Vec<u8> {
+    let runner = Registration {
+        warning:
+            "This file is generated by tenantci for one task; it is useless after the task ends."
+                .into(),
+        id: spec.task_id,
+        uuid: spec.assignment_id.clone(),
+        name: spec.runner_name.clone(),
+        token: Sensitive::new(spec.capability.clone()),
+        address: format!("http://{PROXY_LISTEN}"),
+        labels: runner_labels(&spec.labels),
+        ephemeral: true,
+    };
+    serde_json::to_vec_pretty(&runner).expect("the .runner file serializes")
+}
