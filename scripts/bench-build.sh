@@ -6,6 +6,9 @@
 # with and without the `sim` feature.
 #
 # Usage: scripts/bench-build.sh [REV ...]     e.g. scripts/bench-build.sh 8935caa HEAD
+# BENCH_BUILD_QUICK=1 measures the builds alone (a cold `cargo test --no-run`, then the three
+# incremental ones), leaving out the cold `scripts/test.sh`, the `--timings` build and the
+# release binaries: minutes instead of an hour a revision on 2 cores.
 # Each revision is cloned into a scratch directory with an empty target dir; the cargo registry
 # cache (~/.cargo) is shared, so "cold" means every crate compiled, nothing downloaded. Run it on
 # an otherwise idle machine: other builds on the same 2 cores inflate every figure. A
@@ -42,15 +45,17 @@ recompiled() {
   echo "${crates:-none}"
 }
 
+quick=${BENCH_BUILD_QUICK:-}
 declare -A R
 cache=$repo/target/bench-build
 mkdir -p "$cache"
 for rev in "${revs[@]}"; do
   short=$(git rev-parse --short "$rev^{commit}")
   R[$rev,name]="$rev ($short)"
-  if [ -s "$cache/$short.txt" ]; then
-    log "$rev: figures from $cache/$short.txt"
-    while IFS=$'\t' read -r key value; do R[$rev,$key]=$value; done <"$cache/$short.txt"
+  figures="$cache/$short${quick:+.quick}.txt"
+  if [ -s "$figures" ]; then
+    log "$rev: figures from $figures"
+    while IFS=$'\t' read -r key value; do R[$rev,$key]=$value; done <"$figures"
     continue
   fi
   dir="$scratch/$rev"
@@ -58,9 +63,14 @@ for rev in "${revs[@]}"; do
   git clone -q "$repo" "$dir"
   git -C "$dir" checkout -q "$rev"
   pushd "$dir" >/dev/null
-  log "$rev: cold scripts/test.sh"
-  R[$rev,test]=$(seconds "$scratch/$rev-test.log" bash scripts/test.sh)
-  R[$rev,tests]=$(grep -oE '[0-9]+ tests run: [0-9]+ passed' "$scratch/$rev-test.log" | tail -1 || true)
+  if [ -n "$quick" ]; then
+    log "$rev: cold cargo test --no-run"
+    R[$rev,cold]=$(seconds "$scratch/$rev-cold.log" cargo test --locked --no-run)
+  else
+    log "$rev: cold scripts/test.sh"
+    R[$rev,test]=$(seconds "$scratch/$rev-test.log" bash scripts/test.sh)
+    R[$rev,tests]=$(grep -oE '[0-9]+ tests run: [0-9]+ passed' "$scratch/$rev-test.log" | tail -1 || true)
+  fi
   for area in dispatch sim pki; do
     case $area in
       dispatch) f=$(first crates/tenantci-dispatch/src/backend/worker.rs crates/tenantci-app/src/dispatch/worker.rs src/dispatch/worker.rs) ;;
@@ -71,36 +81,38 @@ for rev in "${revs[@]}"; do
     R[$rev,$area]=$(seconds "$scratch/$rev-$area.log" cargo test --locked --no-run)
     R[$rev,$area-crates]=$(recompiled "$scratch/$rev-$area.log")
   done
-  log "$rev: cold cargo build --timings"
-  CARGO_TARGET_DIR="$scratch/$rev-timings" cargo build --locked --timings >"$scratch/$rev-timings.log" 2>&1
-  html=$(ls "$scratch/$rev-timings"/cargo-timings/cargo-timing*.html | head -1)
-  R[$rev,timings]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^timings_total //p')
-  R[$rev,path]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^critical_path_ours //p')
-  R[$rev,chain]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^critical_path_tail //p')
-  rm -rf "$scratch/$rev-timings"
-  log "$rev: release builds"
-  if [ -d crates ]; then
-    cargo build --locked --release -p tenantci >/dev/null 2>&1
-    R[$rev,size]=$(stat -c %s target/release/tenantci)
-    cargo build --locked --release -p tenantci --no-default-features >/dev/null 2>&1
-    R[$rev,size-nosim]=$(stat -c %s target/release/tenantci)
-  else
-    cargo build --locked --release --bin tenantci >/dev/null 2>&1
-    R[$rev,size]=$(stat -c %s target/release/tenantci)
-    R[$rev,size-nosim]="(no feature)"
+  if [ -z "$quick" ]; then
+    log "$rev: cold cargo build --timings"
+    CARGO_TARGET_DIR="$scratch/$rev-timings" cargo build --locked --timings >"$scratch/$rev-timings.log" 2>&1
+    html=$(ls "$scratch/$rev-timings"/cargo-timings/cargo-timing*.html | head -1)
+    R[$rev,timings]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^timings_total //p')
+    R[$rev,path]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^critical_path_ours //p')
+    R[$rev,chain]=$(python3 "$repo/scripts/lib/critical_path.py" "$html" | sed -n 's/^critical_path_tail //p')
+    rm -rf "$scratch/$rev-timings"
+    log "$rev: release builds"
+    if [ -d crates ]; then
+      cargo build --locked --release -p tenantci >/dev/null 2>&1
+      R[$rev,size]=$(stat -c %s target/release/tenantci)
+      cargo build --locked --release -p tenantci --no-default-features >/dev/null 2>&1
+      R[$rev,size-nosim]=$(stat -c %s target/release/tenantci)
+    else
+      cargo build --locked --release --bin tenantci >/dev/null 2>&1
+      R[$rev,size]=$(stat -c %s target/release/tenantci)
+      R[$rev,size-nosim]="(no feature)"
+    fi
   fi
   popd >/dev/null
   rm -rf "$dir"
-  for key in test tests timings path chain dispatch dispatch-crates sim sim-crates pki pki-crates size size-nosim; do
+  for key in test tests cold timings path chain dispatch dispatch-crates sim sim-crates pki pki-crates size size-nosim; do
     printf '%s\t%s\n' "$key" "${R[$rev,$key]:-}"
-  done >"$cache/$short.txt"
+  done >"$figures"
 done
 
 mib() { case $1 in *[!0-9]*) echo "$1" ;; *) python3 -c "print(f'{$1/1048576:.1f} MiB')" ;; esac; }
 row() { # row LABEL KEY [FORMAT]
   local label=$1 key=$2 line="| $1 |"
   for rev in "${revs[@]}"; do
-    local v=${R[$rev,$key]:-}
+    local v=${R[$rev,$key]:-(not measured)}
     [ "${3:-}" = mib ] && v=$(mib "$v")
     line+=" $v |"
   done
@@ -112,6 +124,7 @@ table=$(
   echo "$header"; echo "$rule"
   row "cold \`scripts/test.sh\` (s): fmt, clippy, build, tests" test
   row "tests run" tests
+  row "cold \`cargo test --no-run\` (s)" cold
   row "cold \`cargo build --timings\` (s)" timings
   row "of which tenantci crates on the critical path (s)" path
   row "critical path, last units" chain
@@ -126,4 +139,4 @@ table=$(
 )
 echo "$table"
 mkdir -p docs/benchmarks
-put_table docs/benchmarks/build.md build "$table"
+put_table docs/benchmarks/build.md "build${quick:+-quick}" "$table"

@@ -190,3 +190,25 @@ pub fn runner_file(spec: &ExecutorSpec) -> Vec<u8> {
     };
     serde_json::to_vec_pretty(&runner).expect("the .runner file serializes")
 }
+
+/// Task 42's executor with `attempt`, `assignment_id` and the runs-on labels `self-hosted` and
+/// `label`, for the backends' unit tests.
+#[cfg(test)]
+pub(crate) fn example(attempt: u32, assignment_id: &str, label: &str) -> ExecutorSpec {
+    ExecutorSpec {
+        namespace: "dynamic-runner".into(),
+        task_id: 42,
+        attempt,
+        assignment_id: assignment_id.into(),
+        capability: "c0ffee".repeat(10),
+        facade_url: "https://10.0.0.5:8443".into(),
+        facade_ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
+        labels: vec!["self-hosted".into(), label.into()],
+        runner_name: "tenantci".into(),
+        executor: config::Executor::with_images(
+            format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
+            format!("tenantci@sha256:{}", "b".repeat(64)),
+        ),
+        identity: None,
+    }
+}

@@ -384,22 +384,7 @@ mod tests {
     use crate::config;
 
     fn spec() -> ExecutorSpec {
-        ExecutorSpec {
-            namespace: "dynamic-runner".into(),
-            task_id: 42,
-            attempt: 1,
-            assignment_id: "a-42-1".into(),
-            capability: "c0ffee".repeat(10),
-            facade_url: "https://10.0.0.5:8443".into(),
-            facade_ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
-            labels: vec!["self-hosted".into(), "pod".into()],
-            runner_name: "tenantci".into(),
-            executor: config::Executor::with_images(
-                format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
-                format!("tenantci@sha256:{}", "b".repeat(64)),
-            ),
-            identity: None,
-        }
+        crate::backend::spec::example(1, "a-42-1", "pod")
     }
 
     #[test]

@@ -45,6 +45,14 @@ impl Pods {
     }
 }
 
+/// What the log lines call this backend's executors.
+const NOUNS: Nouns = Nouns {
+    executor: "executor Pod",
+    executors: "executors",
+    source: "the apiserver",
+    gone: "the executor's Pod and Secret were deleted",
+};
+
 fn api(e: kube::Error) -> BackendError {
     BackendError::new(APISERVER, e)
 }
@@ -89,12 +97,7 @@ impl Executors for Pods {
     }
 
     fn nouns(&self) -> Nouns {
-        Nouns {
-            executor: "executor Pod",
-            executors: "executors",
-            source: "the apiserver",
-            gone: "the executor's Pod and Secret were deleted",
-        }
+        NOUNS
     }
 
     /// Idempotent by name (a create that finds its objects checks they are this

@@ -40,6 +40,14 @@ pub struct Sandboxed {
     pub ledger: Ledger,
 }
 
+/// What the log lines call this backend's executors.
+const NOUNS: Nouns = Nouns {
+    executor: "sandbox",
+    executors: "VM sandboxes",
+    source: "the Lifecycle API",
+    gone: "the VM sandbox vanished (deleted or expired)",
+};
+
 fn api(e: impl std::fmt::Display) -> BackendError {
     BackendError::new(LIFECYCLE_API, e)
 }
@@ -72,12 +80,7 @@ impl Executors for Sandboxed {
     }
 
     fn nouns(&self) -> Nouns {
-        Nouns {
-            executor: "sandbox",
-            executors: "VM sandboxes",
-            source: "the Lifecycle API",
-            gone: "the VM sandbox vanished (deleted or expired)",
-        }
+        NOUNS
     }
 
     /// An OpenSandbox outage (and a SPIRE server that mints nothing yet) is waited out inside

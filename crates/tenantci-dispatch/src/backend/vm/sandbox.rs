@@ -221,25 +221,9 @@ pub fn desired(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config;
 
     fn spec() -> ExecutorSpec {
-        ExecutorSpec {
-            namespace: "dynamic-runner".into(),
-            task_id: 42,
-            attempt: 2,
-            assignment_id: "task-42-attempt-2".into(),
-            capability: "c0ffee".repeat(10),
-            facade_url: "https://10.0.0.5:8443".into(),
-            facade_ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
-            labels: vec!["self-hosted".into(), "vm".into()],
-            runner_name: "tenantci".into(),
-            executor: config::Executor::with_images(
-                format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
-                format!("tenantci@sha256:{}", "b".repeat(64)),
-            ),
-            identity: None,
-        }
+        crate::backend::spec::example(2, "task-42-attempt-2", "vm")
     }
 
     fn vm() -> Vm {
