@@ -77,13 +77,8 @@ pub struct RunnerInfo {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Files {
-    pub scheduler_credential: PathBuf,
-    pub capability_key: PathBuf,
-    pub sealing_key: PathBuf,
-    pub facade_ca_cert: PathBuf,
-    pub facade_ca_key: PathBuf,
-    pub facade_cert: PathBuf,
-    pub facade_key: PathBuf,
+    #[serde(flatten)]
+    pub beside_the_config: plan::Paths,
     pub kubeconfig: PathBuf,
     pub nats_secrets_dir: PathBuf,
 }
@@ -563,13 +558,7 @@ fn hand_back(cx: Context<'_>, runner: Option<SchedulerCredential>, steps: Vec<St
             labels: i.labels.clone(),
         }),
         files: Files {
-            scheduler_credential: p.scheduler.clone(),
-            capability_key: p.capability_key.clone(),
-            sealing_key: p.sealing_key.clone(),
-            facade_ca_cert: p.facade_ca_cert.clone(),
-            facade_ca_key: p.facade_ca_key.clone(),
-            facade_cert: p.facade_cert.clone(),
-            facade_key: p.facade_key.clone(),
+            beside_the_config: p.clone(),
             kubeconfig: p.kube_dir.join("kubeconfig"),
             nats_secrets_dir: c.nats_secrets_dir.clone(),
         },
@@ -593,6 +582,38 @@ fn same_file(path: &Path, contents: &[u8]) -> bool {
 mod tests {
     use super::*;
     use tenantci_app::tenant::apply::Applied;
+
+    #[test]
+    fn the_files_of_the_hand_back_are_the_documented_ones() {
+        let files = Files {
+            beside_the_config: plan::Paths::beside(Path::new("/etc/tenantci/dispatch.toml")),
+            kubeconfig: "/etc/tenantci/kube/kubeconfig".into(),
+            nats_secrets_dir: "/etc/tenantci/nats".into(),
+        };
+        let json = serde_json::to_value(&files).unwrap();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        // docs/cli.md, `dispatch init -o json`.
+        let documented = [
+            "schedulerCredential",
+            "capabilityKey",
+            "sealingKey",
+            "facadeCaCert",
+            "facadeCaKey",
+            "facadeCert",
+            "facadeKey",
+            "kubeconfig",
+            "natsSecretsDir",
+        ];
+        let mut sorted = documented;
+        sorted.sort_unstable();
+        assert_eq!(keys, sorted, "{json}");
+        assert_eq!(json["sealingKey"], "/etc/tenantci/sealing.key", "{json}");
+    }
 
     fn applied(kind: &str, outcome: Outcome) -> Applied {
         Applied {

@@ -69,12 +69,18 @@ pub struct Inputs {
     pub dry_run: bool,
 }
 
-/// The files `init` keeps beside the config, absolute.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The files `init` keeps beside the config, absolute. Serialized as part of `-o json`'s
+/// `files` (docs/cli.md): the files themselves, not the directories.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Paths {
+    #[serde(skip)]
     pub config: PathBuf,
+    #[serde(skip)]
     pub dir: PathBuf,
+    #[serde(skip)]
     pub kube_dir: PathBuf,
+    #[serde(rename = "schedulerCredential")]
     pub scheduler: PathBuf,
     pub capability_key: PathBuf,
     pub sealing_key: PathBuf,

@@ -1,5 +1,5 @@
 //! What the VM reconciler does with one sandbox, pure: the same decisions as for an executor
-//! Pod (`dispatch::lifecycle::Decision`), read from the sandbox's state and metadata.
+//! Pod (`backend::lifecycle::Decision`), read from the sandbox's state and metadata.
 //!
 //! Delete only after the terminal marker (Gitea accepted the final state); a sandbox that
 //! failed or was terminated without one gets FAILURE reported first, with the API's reason in

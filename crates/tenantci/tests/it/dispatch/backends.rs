@@ -84,15 +84,17 @@ async fn a_task_cancelled_before_its_executor_fetched_it_is_withdrawn_on_both_ba
     w.no_sandboxes_left().await;
 }
 
-/// kill -9 of the dispatcher at pod capacity 2 with two executors not yet fetched; both
-/// Pods and Secrets are deleted while no dispatcher runs, and two more jobs wait at Gitea.
-/// The restarted dispatcher starts the two lost tasks again (attempt 2) and claims the two
-/// new ones (queued until a slot frees, whichever comes first): never more than 2 executor
-/// Pods at once, and every task runs once.
+/// kill -9 of the dispatcher at pod capacity 2 with two executors not yet fetched and two
+/// more pod tasks claimed and queued (the VM backend's free slots let the scheduler claim
+/// them; they wait on the pod subject); both Pods and Secrets are deleted while no dispatcher
+/// runs. The restarted dispatcher starts the two lost tasks again (attempt 2) before its
+/// worker takes the queued ones: never more than 2 executor Pods at once, and every task runs
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restart_after_lost_pods_never_runs_past_capacity_and_runs_every_task_once() {
-    let w = World::start(2).await;
+    let w = world(2, 2).await;
     let mut d = w.dispatcher("d1").await;
+    vm_backend_recovered(&d).await;
     let lost = [
         w.enqueue("lost-1", "s1").await,
         w.enqueue("lost-2", "s2").await,
@@ -103,14 +105,22 @@ async fn a_restart_after_lost_pods_never_runs_past_capacity_and_runs_every_task_
         w.executor(task).await;
         lost_tasks.push(task);
     }
-    d.kill9();
-    for task in &lost_tasks {
-        w.delete_executor(*task).await;
-    }
     let waiting = [
         w.enqueue("waiting-1", "s3").await,
         w.enqueue("waiting-2", "s4").await,
     ];
+    for job in waiting {
+        w.claimed(job).await;
+    }
+    assert_eq!(
+        w.secrets().await.len(),
+        2,
+        "the pod slots are full: both queued"
+    );
+    d.kill9();
+    for task in &lost_tasks {
+        w.delete_executor(*task).await;
+    }
     let d = w.dispatcher("d1").await;
     d.wait_leader(true).await;
     // Run whichever executors exist, until all four tasks ran; each is cleaned up before
