@@ -169,6 +169,11 @@ impl Reconciler {
             match recovery::decide(&e, has) {
                 Recovery::Leave => {}
                 action => {
+                    if action == Recovery::Restart {
+                        // Kept alive at Gitea (and withdrawn if cancelled there) while it
+                        // waits for its slot, as a queued assignment is.
+                        self.registry.queued(e.task, backend);
+                    }
                     self.lost.insert(e.task, (e, action));
                 }
             }
@@ -467,24 +472,39 @@ impl Reconciler {
 
     /// Starts the next attempt of a task whose executor vanished before it fetched the task,
     /// from the ledger's sealed assignment, if Gitea still has it open. True when settled.
+    /// A slot first: recovery never starts more executors than the capacity, and a task that
+    /// waits for one costs Gitea nothing but the keep-alive.
     async fn restart_lost(&mut self, entry: &Entry) -> bool {
+        let Some(slot) = self.take_slot() else {
+            return false;
+        };
+        let (settled, unused) = self.start_again(entry, slot).await;
+        if let Some(slot) = unused {
+            self.spare.push(slot);
+            if settled {
+                // Over without a new executor: nothing to keep alive any more.
+                self.registry.finished(entry.task);
+            }
+        }
+        settled
+    }
+
+    /// `restart_lost` with its slot: whether the entry is settled, and the slot unless the
+    /// new executor holds it.
+    async fn start_again(&mut self, entry: &Entry, slot: Slot) -> (bool, Option<Slot>) {
         let task = entry.task;
         match report::still_open(&self.gitea, &self.ledger, task).await {
             Some(true) => {}
-            Some(false) => return true,
-            None => return false,
+            Some(false) => return (true, Some(slot)),
+            None => return (false, Some(slot)),
         }
         let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
-            return true;
+            return (true, Some(slot));
         };
         let attempt = entry.attempt + 1;
         let (assignment, spec) = match self.restarts.next_attempt(task, &sealed, attempt) {
             Ok(r) => r,
-            Err(why) => return self.fail(task, &why).await,
-        };
-        // A slot first: recovery never starts more executors than the capacity.
-        let Some(slot) = self.take_slot() else {
-            return false;
+            Err(why) => return (self.fail(task, &why).await, Some(slot)),
         };
         let executor = self.executors.nouns().executor;
         match self
@@ -495,12 +515,11 @@ impl Reconciler {
             Ok(_) => {}
             Err(StartError::Unavailable(why)) => {
                 tracing::warn!(task, attempt, error = %why, "cannot start the lost task again; retrying next pass");
-                self.spare.push(slot);
-                return false;
+                return (false, Some(slot));
             }
             Err(StartError::Refused(why)) => {
                 let line = format!("the executor could not be created: {why}");
-                return self.fail(task, &line).await;
+                return (self.fail(task, &line).await, Some(slot));
             }
         }
         let backend = self.executors.backend();
@@ -514,7 +533,7 @@ impl Reconciler {
             "the {executor} of attempt {} was lost before it fetched its task; started again as attempt {attempt}",
             entry.attempt
         );
-        true
+        (true, None)
     }
 
     /// Reports FAILURE, then deletes; while Gitea is unreachable the executor stays (next

@@ -1,9 +1,10 @@
-//! `tenantci dispatch run`: composes the leader election, scheduler, pod backend worker,
-//! facade, lifecycle reconciler and status API, runs until SIGTERM and drains.
+//! `tenantci dispatch run`: composes the leader election, the scheduler, each backend's
+//! worker and reconciler (`run::backends` builds the backends: Pods always, VM sandboxes with
+//! `[vm]`), the facade and the status API, runs until SIGTERM and drains.
 //!
 //! Every instance serves the facade and the status API. Only the holder of the Lease
-//! `dynamic-runner-scheduler` runs a *term*: recovery, then the scheduler (FetchTask), the pod
-//! worker, the keep-alive and the reconciler. A term ends when the lease is lost (the election
+//! `dynamic-runner-scheduler` runs a *term*: recovery, then the scheduler (FetchTask), each
+//! backend's worker and reconciler, and the keep-alive. A term ends when the lease is lost (the election
 //! stops leading before the lease can expire for others) or at SIGTERM; then nothing of it
 //! runs any more, so two instances never claim or start at once.
 //!
