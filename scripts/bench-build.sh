@@ -108,15 +108,16 @@ for rev in "${revs[@]}"; do
   done >"$figures"
 done
 
-mib() { case $1 in *[!0-9]*) echo "$1" ;; *) python3 -c "print(f'{$1/1048576:.1f} MiB')" ;; esac; }
-row() { # row LABEL KEY [FORMAT]
-  local label=$1 key=$2 line="| $1 |"
+mib() { case $1 in "") ;; *[!0-9]*) echo "$1" ;; *) python3 -c "print(f'{$1/1048576:.1f} MiB')" ;; esac; }
+row() { # row LABEL KEY [FORMAT]: a figure's row, left out when no revision measured it
+  local label=$1 key=$2 line="| $1 |" measured=
   for rev in "${revs[@]}"; do
-    local v=${R[$rev,$key]:-(not measured)}
+    local v=${R[$rev,$key]:-}
+    [ -n "$v" ] && measured=1
     [ "${3:-}" = mib ] && v=$(mib "$v")
-    line+=" $v |"
+    line+=" ${v:-(not measured)} |"
   done
-  echo "$line"
+  [ -z "$measured" ] || echo "$line"
 }
 table=$(
   header="| figure |"; rule="|---|"
