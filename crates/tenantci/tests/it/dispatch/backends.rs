@@ -167,6 +167,58 @@ async fn a_restart_after_lost_pods_never_runs_past_capacity_and_runs_every_task_
     w.all_cleaned_up().await;
 }
 
+/// More lost executors than slots: at pod capacity 1, two executors are lost while no
+/// dispatcher runs (the first ran at capacity 2). The restarted dispatcher starts one again at
+/// once and the other only when the first one's slot frees (the slot awaited in turn with the
+/// worker's pulls): never more than one Pod, both run once, nothing is reported as FAILURE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_executors_beyond_capacity_wait_for_a_slot_and_run_once() {
+    let mut w = World::start(2).await;
+    let mut d = w.dispatcher("d1").await;
+    let jobs = [
+        w.enqueue("lost-a", "sa").await,
+        w.enqueue("lost-b", "sb").await,
+    ];
+    let mut tasks = Vec::new();
+    for job in jobs {
+        let task = w.claimed(job).await;
+        w.executor(task).await;
+        tasks.push(task);
+    }
+    d.kill9();
+    for task in &tasks {
+        w.delete_executor(*task).await;
+    }
+    // Another instance, so its config is written with the lower capacity; it leads once
+    // d1's lease has expired.
+    w.base_mut().capacity.pod = 1;
+    w.watch.reset_max_live_once_none_is_live().await;
+    let d = w.dispatcher("d2").await;
+    d.wait_leader(true).await;
+    let mut done: Vec<i64> = Vec::new();
+    while done.len() < 2 {
+        let task = eventually("the next restarted executor", || async {
+            w.secrets()
+                .await
+                .iter()
+                .filter_map(|s| {
+                    s.metadata.labels.as_ref()?["tenantci.io/task-id"]
+                        .parse()
+                        .ok()
+                })
+                .find(|t| !done.contains(t))
+        })
+        .await;
+        w.executor(task).await.run(task).await;
+        pod_objects_gone(&w, task).await;
+        done.push(task);
+    }
+    assert_eq!(w.watch.max_live(), 1, "one Pod at a time at capacity 1");
+    w.assert_ran_once(&jobs).await;
+    assert_eq!(d.metric(FAILED).await, Some(0.0));
+    w.all_cleaned_up().await;
+}
+
 /// A VM executor that never fetches its task is replaced after the start deadline, while
 /// OpenSandbox refuses every create (503 on POST; lists and deletes work). The replacement
 /// waits for the API without holding the reconcile up: meanwhile another sandbox's task

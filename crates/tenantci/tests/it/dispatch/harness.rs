@@ -1007,6 +1007,15 @@ impl PodWatch {
         self.inner.lock().unwrap().max_live
     }
 
+    /// Waits until no executor Pod is live, then counts the most live at once afresh.
+    pub async fn reset_max_live_once_none_is_live(&self) {
+        eventually("no executor Pod live", || async {
+            let mut s = self.inner.lock().unwrap();
+            s.live.is_empty().then(|| s.max_live = 0)
+        })
+        .await
+    }
+
     /// Pods ever created per name.
     pub fn creations(&self) -> BTreeMap<String, usize> {
         self.inner
