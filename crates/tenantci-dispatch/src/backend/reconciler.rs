@@ -15,7 +15,11 @@
 //! deletes executors, so a replacement never races its own pass.
 //!
 //! One policy for every backend:
-//! - a slot is reserved before any executor is created, so recovery never runs past capacity;
+//! - a slot is reserved before any executor is created, so recovery never runs past capacity.
+//!   Recovery takes the slots of what it starts again before the worker pulls anything; one
+//!   that finds none waits for one in the background (`CappedConsumer::acquire_slot`, in turn
+//!   with the worker's pulls, whose idle lanes hold every free slot while they wait), kept
+//!   alive at Gitea as a queued task meanwhile;
 //! - every create goes through the backend's own classification (`Executors::start`): a
 //!   refusal fails the task with its reason, an outage is tried again;
 //! - the pass never waits for a backend: each create is one try, and a replacement the
