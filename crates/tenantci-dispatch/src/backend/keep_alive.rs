@@ -11,21 +11,15 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::backend::registry::Registry;
+use crate::backend::Context;
 use crate::backend::report;
 use crate::backend::{Executors, Progress};
-use crate::metrics::Metrics;
-use crate::queue::ledger::{Ledger, Phase};
-use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::TaskResult;
 
 pub struct KeepAlive {
-    pub gitea: RunnerClient,
+    pub ctx: Context,
     /// Every backend this dispatcher runs.
     pub backends: Vec<Arc<dyn Executors>>,
-    pub registry: Arc<Registry>,
-    pub ledger: Ledger,
-    pub metrics: Arc<Metrics>,
     pub interval: Duration,
 }
 
@@ -42,17 +36,17 @@ impl KeepAlive {
 
     /// One round: every waiting task's UpdateTask, and the withdrawal of those Gitea ended.
     pub async fn round(&self) {
-        let mut tasks = self.registry.queued_tasks();
+        let mut tasks = self.ctx.registry.queued_tasks();
         for executors in &self.backends {
             tasks.extend(self.unreported(&**executors).await);
         }
         tasks.sort_unstable();
         tasks.dedup();
         for task in tasks {
-            match report::keep_alive(&self.gitea, task).await {
+            match report::keep_alive(&self.ctx.gitea, task).await {
                 Ok(result) if result.is_final() => {
                     self.withdraw(task, result).await;
-                    self.ledger.note(report::final_step(task, result)).await;
+                    self.ctx.ledger.note(report::final_step(task, result)).await;
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),
@@ -72,16 +66,12 @@ impl KeepAlive {
         };
         let mut out = Vec::new();
         for o in found.values().filter(|o| !o.terminal) {
-            let unreported = match o.progress {
-                Some(p) => p < Progress::Reported,
-                None => match self.ledger.get(o.task).await {
-                    Ok(Some(e)) => e.attempt == o.attempt && e.phase < Phase::Reported,
-                    Ok(None) => false,
-                    Err(e) => {
-                        tracing::warn!(task = o.task, error = %e, "keep-alive: cannot read the claim ledger");
-                        false
-                    }
-                },
+            let unreported = match o.progress_in(&self.ctx.ledger).await {
+                Ok(progress) => progress.is_some_and(|p| p < Progress::Reported),
+                Err(e) => {
+                    tracing::warn!(task = o.task, error = %e, "keep-alive: cannot read the claim ledger");
+                    false
+                }
             };
             if unreported {
                 out.push(o.task);
@@ -94,16 +84,16 @@ impl KeepAlive {
     /// dropped by the worker, an executor not yet fetched is deleted on whichever backend
     /// holds it, and its slot freed.
     async fn withdraw(&self, task: i64, result: TaskResult) {
-        let queued = self.registry.withdraw(task);
+        let queued = self.ctx.registry.withdraw(task);
         // Freed before the delete, so the reconciler does not take the vanished executor for
         // a lost one and report FAILURE over Gitea's CANCELLED.
-        self.registry.finished(task);
+        self.ctx.registry.finished(task);
         for executors in &self.backends {
             if let Err(e) = executors.delete(task).await {
                 tracing::warn!(task, backend = %executors.backend(), error = %e, "cannot delete the withdrawn task's executor; the ledger has the task as over, so the next term's recovery deletes it");
             }
         }
-        self.metrics.withdrawn();
+        self.ctx.metrics.withdrawn();
         tracing::info!(
             task,
             ?result,

@@ -30,13 +30,28 @@ pub mod vm;
 pub mod worker;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
 use crate::backend::spec::ExecutorSpec;
+use crate::metrics::Metrics;
 use crate::queue::Backend;
+use crate::queue::ledger::{Ledger, LedgerError, Phase};
 use lifecycle::Decision;
+use registry::Registry;
+use tenantci_core::forge::gitea::client::RunnerClient;
+
+/// What the worker, the reconciler and keep-alive of every backend report to and record in:
+/// Gitea, the term's claim registry, the claim ledger and the metrics.
+#[derive(Clone)]
+pub struct Context {
+    pub gitea: RunnerClient,
+    pub registry: Arc<Registry>,
+    pub ledger: Ledger,
+    pub metrics: Arc<Metrics>,
+}
 
 /// What starting one executor found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +138,24 @@ pub struct Observed {
     pub progress: Option<Progress>,
     /// Where it runs, for backends whose executors a SPIRE agent attests.
     pub placement: Option<Placement>,
+}
+
+impl Observed {
+    /// How far the executor got: the backend's word, or the claim ledger's phase when the
+    /// backend cannot tell (None: the ledger has no entry for this attempt).
+    pub async fn progress_in(&self, ledger: &Ledger) -> Result<Option<Progress>, LedgerError> {
+        if self.progress.is_some() {
+            return Ok(self.progress);
+        }
+        let entry = ledger.get(self.task).await?;
+        Ok(entry
+            .filter(|e| e.attempt == self.attempt)
+            .map(|e| match e.phase {
+                Phase::Claimed | Phase::Queued | Phase::Started => Progress::Unfetched,
+                Phase::Fetched => Progress::Fetched,
+                Phase::Reported | Phase::Final => Progress::Reported,
+            }))
+    }
 }
 
 /// The words a backend's log lines use for its executors.

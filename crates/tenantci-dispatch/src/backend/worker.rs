@@ -19,17 +19,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::registry::Registry;
+use crate::backend::Context;
 use crate::backend::report;
 use crate::backend::spec::{ExecutorSpec, ExecutorTemplate};
 use crate::backend::{Created, Executors, StartError};
 use crate::facade::capability::CapabilityKey;
-use crate::metrics::Metrics;
 use crate::queue::Backend;
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{Job, Outcome};
-use crate::queue::ledger::{Entry, Ledger, Phase};
-use tenantci_core::forge::gitea::client::RunnerClient;
+use crate::queue::ledger::{Entry, Phase};
 use tenantci_core::forge::gitea::proto::TaskResult;
 
 /// The longest pause between two tries within a delivery.
@@ -50,10 +48,7 @@ pub struct Worker {
     pub executors: Arc<dyn Executors>,
     pub template: ExecutorTemplate,
     pub capability_key: CapabilityKey,
-    pub gitea: RunnerClient,
-    pub registry: Arc<Registry>,
-    pub ledger: Ledger,
-    pub metrics: Arc<Metrics>,
+    pub ctx: Context,
 }
 
 /// Starts `spec`'s executor, waiting out an outage of the backend's API for its patience.
@@ -87,7 +82,7 @@ impl Worker {
     /// it (it must not start), or it may start, knowing whether the ledger could be read. A
     /// ledger that cannot be read does not hold a start up.
     async fn standing(&self, task: i64, a: &Assignment) -> Standing {
-        match self.ledger.get(task).await {
+        match self.ctx.ledger.get(task).await {
             Ok(Some(e)) if e.is_final() => {
                 tracing::info!(
                     task,
@@ -119,7 +114,7 @@ impl Worker {
         let Ok(task) = a.task_id.parse::<i64>() else {
             return Outcome::Poison(format!("`{}` is not a Gitea task id", a.task_id));
         };
-        if self.registry.take_withdrawn(task) {
+        if self.ctx.registry.take_withdrawn(task) {
             tracing::info!(
                 task,
                 "the task was cancelled at Gitea while queued; no executor is started"
@@ -131,15 +126,15 @@ impl Worker {
             return Outcome::Started;
         }
         let fresh = job.delivered == 1 && standing == Standing::Current;
-        if job.delivered > 1 && !self.registry.is_running(task) {
+        if job.delivered > 1 && !self.ctx.registry.is_running(task) {
             match self.already_over(task).await {
                 Ok(Some(result)) => {
                     tracing::info!(
                         task,
                         "the task ended at Gitea already; its executor is not started again"
                     );
-                    self.registry.finished(task);
-                    self.ledger.note(report::final_step(task, result)).await;
+                    self.ctx.registry.finished(task);
+                    self.ctx.ledger.note(report::final_step(task, result)).await;
                     return Outcome::Started;
                 }
                 Ok(None) => {}
@@ -160,11 +155,13 @@ impl Worker {
         match start_patiently(&*self.executors, &spec, &a.to_json(), fresh).await {
             Ok(created) => {
                 let step = Entry::step(task, a.attempt, backend, Phase::Started);
-                self.ledger.note(step.with_assignment(a)).await;
-                self.registry
+                self.ctx.ledger.note(step.with_assignment(a)).await;
+                self.ctx
+                    .registry
                     .running(task, backend, || Some(job.hold_slot()));
-                self.metrics
-                    .in_use(backend, self.registry.running_count(backend));
+                self.ctx
+                    .metrics
+                    .in_use(backend, self.ctx.registry.running_count(backend));
                 tracing::info!(task, attempt = a.attempt, %backend, ?created, "executor started");
                 Outcome::Started
             }
@@ -192,12 +189,12 @@ impl Worker {
 
     /// Reports FAILURE with `line` for a task whose assignment leaves the queue unstarted.
     async fn fail(&self, task: i64, backend: Backend, line: &str) {
-        match report::fail(&self.gitea, task, line).await {
-            Ok(()) => self.ledger.note(report::failed_step(task)).await,
+        match report::fail(&self.ctx.gitea, task, line).await {
+            Ok(()) => self.ctx.ledger.note(report::failed_step(task)).await,
             Err(e) => tracing::warn!(task, error = %e, "cannot report the failure to Gitea"),
         }
-        self.metrics.failed(backend);
-        self.registry.finished(task);
+        self.ctx.metrics.failed(backend);
+        self.ctx.registry.finished(task);
     }
 
     /// A redelivery without an executor: is the task over at Gitea? Its result when it is.
@@ -210,7 +207,7 @@ impl Worker {
         {
             return Ok(None);
         }
-        report::keep_alive(&self.gitea, task)
+        report::keep_alive(&self.ctx.gitea, task)
             .await
             .map(|r| r.is_final().then_some(r))
             .map_err(|e| format!("cannot ask Gitea about task {task}: {e}"))

@@ -52,7 +52,7 @@ impl Handout {
     }
 
     /// The backend `task` runs on.
-    pub async fn backend_of(&self, task: i64) -> Result<Backend, ConnectError> {
+    async fn backend_of(&self, task: i64) -> Result<Backend, ConnectError> {
         if self.backends.len() == 1 {
             return Ok(*self.backends.keys().next().expect("one backend"));
         }
@@ -78,10 +78,19 @@ impl Handout {
         self.remembered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The caller's sealed assignment, while its executor has not reported yet.
-    pub async fn fetch(&self, task: i64, attempt: u32) -> Result<Option<Vec<u8>>, ConnectError> {
+    /// The caller's sealed assignment, while its executor has not reported yet, with the
+    /// backend it runs on (for the ledger's `fetched` step).
+    pub async fn fetch(
+        &self,
+        task: i64,
+        attempt: u32,
+    ) -> Result<Option<(Backend, Vec<u8>)>, ConnectError> {
         let executors = self.executors_of(task).await?;
-        executors.fetch(task, attempt).await.map_err(backend_error)
+        let sealed = executors
+            .fetch(task, attempt)
+            .await
+            .map_err(backend_error)?;
+        Ok(sealed.map(|s| (executors.backend(), s)))
     }
 
     /// The caller reported: its assignment is handed out for good. `Gone` when its executor

@@ -309,8 +309,7 @@ impl FacadeBackend for Facade {
         caller: &Executor,
         _req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
-        let backend = self.handout.backend_of(caller.task).await?;
-        let Some(sealed) = self.handout.fetch(caller.task, caller.attempt).await? else {
+        let Some((backend, sealed)) = self.handout.fetch(caller.task, caller.attempt).await? else {
             return Ok(FetchTaskResponse {
                 task: None,
                 tasks_version: TASKS_VERSION,

@@ -30,12 +30,12 @@ use kube::api::Api;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use crate::backend::Executors;
 use crate::backend::pod::Pods;
 use crate::backend::pod::objects::ExecutorObjects;
 use crate::backend::registry::Registry;
 use crate::backend::vm::Sandboxed;
 use crate::backend::vm::sandboxes::{Minter, Sandboxes};
+use crate::backend::{Context, Executors};
 use crate::claim::registration::SchedulerCredential;
 use crate::claim::scheduler;
 use crate::claim::webhook::{self, Receiver, WebhookSecret};
@@ -307,11 +307,13 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (election, leader_rx) = start_election(&leases, &me, timing, stop_rx.clone());
     let shared = Shared {
         cfg: cfg.clone(),
-        gitea,
+        ctx: Context {
+            gitea,
+            registry,
+            ledger,
+            metrics: metrics.clone(),
+        },
         backends,
-        registry,
-        ledger,
-        metrics: metrics.clone(),
         producer: Producer::new(producer_client),
         worker_client,
         capability_key: inputs.capability_key,
@@ -544,7 +546,7 @@ async fn follow_the_lease(
                 }
                 let leading = *leader_rx.borrow_and_update();
                 health.leader.store(leading, Ordering::SeqCst);
-                shared.metrics.leader(leading);
+                shared.ctx.metrics.leader(leading);
                 match (leading, term.take()) {
                     (true, None) => {
                         tracing::info!(identity = %me, "acquired the scheduler lease; starting a term");
@@ -553,7 +555,7 @@ async fn follow_the_lease(
                     (false, Some(t)) => {
                         tracing::warn!(identity = %me, "lost the scheduler lease; stopping the term");
                         t.stop().await;
-                        shared.registry.clear();
+                        shared.ctx.registry.clear();
                     }
                     (_, t) => term = t,
                 }

@@ -15,33 +15,26 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::PullConsumer;
 use tokio::sync::{Notify, watch};
 
-use crate::backend::Executors;
 use crate::backend::keep_alive::KeepAlive;
 use crate::backend::reconciler::{Reconciler, Restarts};
-use crate::backend::registry::Registry;
 use crate::backend::spec::{ExecutorTemplate, TemplateIdentity};
 use crate::backend::worker::Worker;
+use crate::backend::{Context, Executors};
 use crate::claim::scheduler::{Lane, Scheduler};
 use crate::config::Config;
 use crate::facade::capability::CapabilityKey;
-use crate::metrics::Metrics;
 use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
-use crate::queue::ledger::Ledger;
 use crate::queue::producer::Producer;
 use crate::queue::{Backend, STREAM};
-use tenantci_core::forge::gitea::client::RunnerClient;
 
 /// What a leadership term needs; cloned into each term.
 #[derive(Clone)]
 pub(super) struct Shared {
     pub cfg: Config,
-    pub gitea: RunnerClient,
+    pub ctx: Context,
     /// Every backend this dispatcher runs, the pod backend first.
     pub backends: Vec<Arc<dyn Executors>>,
-    pub registry: Arc<Registry>,
-    pub ledger: Ledger,
-    pub metrics: Arc<Metrics>,
     pub producer: Producer,
     pub worker_client: async_nats::Client,
     pub capability_key: CapabilityKey,
@@ -111,11 +104,8 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
     }
     tasks.spawn(scheduler(&s, lanes).run(stop_rx.clone()));
     let keep_alive = KeepAlive {
-        gitea: s.gitea.clone(),
+        ctx: s.ctx.clone(),
         backends: s.backends.clone(),
-        registry: s.registry.clone(),
-        ledger: s.ledger.clone(),
-        metrics: s.metrics.clone(),
         interval: s.cfg.gitea.keepalive_interval.get(),
     };
     tasks.spawn(keep_alive.run(stop_rx.clone()));
@@ -137,10 +127,7 @@ async fn start_backend(
     };
     let mut reconciler = Reconciler::new(
         executors.clone(),
-        s.gitea.clone(),
-        s.registry.clone(),
-        s.ledger.clone(),
-        s.metrics.clone(),
+        s.ctx.clone(),
         restarts(s),
         consumer.clone(),
     );
@@ -160,10 +147,7 @@ async fn start_backend(
         executors,
         template: template(s),
         capability_key: s.capability_key.clone(),
-        gitea: s.gitea.clone(),
-        registry: s.registry.clone(),
-        ledger: s.ledger.clone(),
-        metrics: s.metrics.clone(),
+        ctx: s.ctx.clone(),
     });
     let mut stop = stop_rx.clone();
     tasks.spawn(async move {
@@ -227,13 +211,13 @@ async fn lookup(
 
 fn scheduler(s: &Shared, lanes: Vec<Lane>) -> Scheduler {
     Scheduler {
-        gitea: s.gitea.clone(),
+        gitea: s.ctx.gitea.clone(),
         producer: s.producer.clone(),
         lanes,
         sealing_key: s.sealing_key.clone(),
-        registry: s.registry.clone(),
-        ledger: s.ledger.clone(),
-        metrics: s.metrics.clone(),
+        registry: s.ctx.registry.clone(),
+        ledger: s.ctx.ledger.clone(),
+        metrics: s.ctx.metrics.clone(),
         polling: crate::claim::scheduler::Polling::of(&s.cfg),
         nudge: s.nudge.clone(),
     }

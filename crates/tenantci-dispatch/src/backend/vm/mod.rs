@@ -26,8 +26,7 @@ use futures::future::BoxFuture;
 use crate::backend::spec::ExecutorSpec;
 use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
 use crate::queue::Backend;
-use crate::queue::assignment::Assignment;
-use crate::queue::ledger::{Ledger, Phase};
+use crate::queue::ledger::{Entry, Ledger, Phase};
 use sandboxes::Sandboxes;
 use tenantci_core::opensandbox::Sandbox;
 
@@ -74,6 +73,32 @@ fn observed(task: i64, s: &Sandbox) -> Observed {
     }
 }
 
+impl Sandboxed {
+    /// Whether any sandbox of `task` exists.
+    async fn present(&self, task: i64) -> Result<bool, BackendError> {
+        let found = self.sandboxes.of_task(task).await.map_err(api)?;
+        Ok(!found.is_empty())
+    }
+
+    /// The sealed assignment the claim ledger holds for `task`, when its entry is one `holds`
+    /// accepts.
+    async fn held(
+        &self,
+        task: i64,
+        holds: impl Fn(&Entry) -> bool,
+    ) -> Result<Option<Vec<u8>>, BackendError> {
+        let entry = self
+            .ledger
+            .get(task)
+            .await
+            .map_err(|e| BackendError::new(LEDGER, e))?;
+        Ok(entry
+            .filter(|e| holds(e))
+            .and_then(|e| e.assignment)
+            .map(|a| a.to_json()))
+    }
+}
+
 impl Executors for Sandboxed {
     fn backend(&self) -> Backend {
         Backend::Vm
@@ -101,10 +126,7 @@ impl Executors for Sandboxed {
     }
 
     fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>> {
-        Box::pin(async move {
-            let found = self.sandboxes.of_task(task).await.map_err(api)?;
-            Ok(!found.is_empty())
-        })
+        Box::pin(self.present(task))
     }
 
     fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
@@ -119,17 +141,7 @@ impl Executors for Sandboxed {
     }
 
     fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
-        Box::pin(async move {
-            let entry = self
-                .ledger
-                .get(task)
-                .await
-                .map_err(|e| BackendError::new(LEDGER, e))?;
-            Ok(entry
-                .filter(|e| e.phase < Phase::Fetched)
-                .and_then(|e| e.assignment)
-                .map(|a| Assignment::to_json(&a)))
-        })
+        Box::pin(self.held(task, |e| e.phase < Phase::Fetched))
     }
 
     /// From the claim ledger, to the attempt it names, until the executor's first report.
@@ -138,26 +150,16 @@ impl Executors for Sandboxed {
         task: i64,
         attempt: u32,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
-        Box::pin(async move {
-            let entry = self
-                .ledger
-                .get(task)
-                .await
-                .map_err(|e| BackendError::new(LEDGER, e))?;
-            Ok(entry
-                .filter(|e| e.attempt == attempt && e.phase <= Phase::Fetched)
-                .and_then(|e| e.assignment)
-                .map(|a| a.to_json()))
-        })
+        Box::pin(self.held(task, move |e| {
+            e.attempt == attempt && e.phase <= Phase::Fetched
+        }))
     }
 
     fn consume(&self, task: i64, _attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
         Box::pin(async move {
-            let found = self.sandboxes.of_task(task).await.map_err(api)?;
-            Ok(if found.is_empty() {
-                Presence::Gone
-            } else {
-                Presence::Present
+            Ok(match self.present(task).await? {
+                true => Presence::Present,
+                false => Presence::Gone,
             })
         })
     }

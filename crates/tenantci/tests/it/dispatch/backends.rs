@@ -35,6 +35,48 @@ async fn pod_objects_gone(w: &World, task: i64) {
     .await;
 }
 
+/// Enqueues a pod job per name and waits until each is claimed and its executor exists (not
+/// fetched); the jobs and their tasks.
+async fn unfetched_executors(w: &World, names: &[&str]) -> (Vec<i64>, Vec<i64>) {
+    let (mut jobs, mut tasks) = (Vec::new(), Vec::new());
+    for name in names {
+        let job = w.enqueue(name, &format!("secret-{name}")).await;
+        let task = w.claimed(job).await;
+        w.executor(task).await;
+        jobs.push(job);
+        tasks.push(task);
+    }
+    (jobs, tasks)
+}
+
+/// Runs whichever executors exist, batch by batch, until `n` tasks ran; each is cleaned up
+/// before the next batch is looked at.
+async fn run_executors_until(w: &World, n: usize) {
+    let mut done: Vec<i64> = Vec::new();
+    while done.len() < n {
+        let live = eventually("a runnable executor", || async {
+            let live: Vec<i64> = w
+                .secrets()
+                .await
+                .iter()
+                .filter_map(|s| {
+                    s.metadata.labels.as_ref()?["tenantci.io/task-id"]
+                        .parse()
+                        .ok()
+                })
+                .filter(|t| !done.contains(t))
+                .collect();
+            (!live.is_empty()).then_some(live)
+        })
+        .await;
+        for task in live {
+            w.executor(task).await.run(task).await;
+            pod_objects_gone(w, task).await;
+            done.push(task);
+        }
+    }
+}
+
 /// A Pod task and a VM task, each with its executor created and not fetched yet (image
 /// pull, VM boot), are cancelled at Gitea: both executors are deleted, both tasks keep
 /// Gitea's CANCELLED with no line added, the withdrawn executors get nothing, and their slots
@@ -95,16 +137,7 @@ async fn a_restart_after_lost_pods_never_runs_past_capacity_and_runs_every_task_
     let w = world(2, 2).await;
     let mut d = w.dispatcher("d1").await;
     vm_backend_recovered(&d).await;
-    let lost = [
-        w.enqueue("lost-1", "s1").await,
-        w.enqueue("lost-2", "s2").await,
-    ];
-    let mut lost_tasks = Vec::new();
-    for job in lost {
-        let task = w.claimed(job).await;
-        w.executor(task).await;
-        lost_tasks.push(task);
-    }
+    let (lost, lost_tasks) = unfetched_executors(&w, &["lost-1", "lost-2"]).await;
     let waiting = [
         w.enqueue("waiting-1", "s3").await,
         w.enqueue("waiting-2", "s4").await,
@@ -118,36 +151,10 @@ async fn a_restart_after_lost_pods_never_runs_past_capacity_and_runs_every_task_
         "the pod slots are full: both queued"
     );
     d.kill9();
-    for task in &lost_tasks {
-        w.delete_executor(*task).await;
-    }
+    w.lose_every_executor().await;
     let d = w.dispatcher("d1").await;
     d.wait_leader(true).await;
-    // Run whichever executors exist, until all four tasks ran; each is cleaned up before
-    // the next batch is looked at.
-    let mut done: Vec<i64> = Vec::new();
-    while done.len() < 4 {
-        let live = eventually("a runnable executor", || async {
-            let live: Vec<i64> = w
-                .secrets()
-                .await
-                .iter()
-                .filter_map(|s| {
-                    s.metadata.labels.as_ref()?["tenantci.io/task-id"]
-                        .parse()
-                        .ok()
-                })
-                .filter(|t| !done.contains(t))
-                .collect();
-            (!live.is_empty()).then_some(live)
-        })
-        .await;
-        for task in live {
-            w.executor(task).await.run(task).await;
-            pod_objects_gone(&w, task).await;
-            done.push(task);
-        }
-    }
+    run_executors_until(&w, 4).await;
     assert!(
         w.watch.max_live() <= 2,
         "never more executor Pods than the capacity: {}",
@@ -175,44 +182,16 @@ async fn a_restart_after_lost_pods_never_runs_past_capacity_and_runs_every_task_
 async fn lost_executors_beyond_capacity_wait_for_a_slot_and_run_once() {
     let mut w = World::start(2).await;
     let mut d = w.dispatcher("d1").await;
-    let jobs = [
-        w.enqueue("lost-a", "sa").await,
-        w.enqueue("lost-b", "sb").await,
-    ];
-    let mut tasks = Vec::new();
-    for job in jobs {
-        let task = w.claimed(job).await;
-        w.executor(task).await;
-        tasks.push(task);
-    }
+    let (jobs, _) = unfetched_executors(&w, &["lost-a", "lost-b"]).await;
     d.kill9();
-    for task in &tasks {
-        w.delete_executor(*task).await;
-    }
+    w.lose_every_executor().await;
     // Another instance, so its config is written with the lower capacity; it leads once
     // d1's lease has expired.
     w.base_mut().capacity.pod = 1;
     w.watch.reset_max_live_once_none_is_live().await;
     let d = w.dispatcher("d2").await;
     d.wait_leader(true).await;
-    let mut done: Vec<i64> = Vec::new();
-    while done.len() < 2 {
-        let task = eventually("the next restarted executor", || async {
-            w.secrets()
-                .await
-                .iter()
-                .filter_map(|s| {
-                    s.metadata.labels.as_ref()?["tenantci.io/task-id"]
-                        .parse()
-                        .ok()
-                })
-                .find(|t| !done.contains(t))
-        })
-        .await;
-        w.executor(task).await.run(task).await;
-        pod_objects_gone(&w, task).await;
-        done.push(task);
-    }
+    run_executors_until(&w, 2).await;
     assert_eq!(w.watch.max_live(), 1, "one Pod at a time at capacity 1");
     w.assert_ran_once(&jobs).await;
     assert_eq!(d.metric(FAILED).await, Some(0.0));

@@ -24,12 +24,7 @@ async fn a_task_cancelled_while_queued_gets_no_executor_and_frees_its_slot() {
     // Its executor exists but has not fetched the task (image pull, node boot) ...
     let ea = w.executor(a).await;
     // ... when someone cancels the run in Gitea.
-    let resp = reqwest::Client::new()
-        .post(format!("{}/tasks/{a}/cancel", w.gitea.admin_url))
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success(), "{}", resp.status());
+    w.cancel(a).await;
     // With one slot, the next job is claimed only once the cancelled task's slot is free.
     let b = w.claimed(w.enqueue("next", "sb").await).await;
     assert!(

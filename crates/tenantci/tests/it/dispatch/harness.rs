@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
@@ -603,7 +603,6 @@ impl World {
         .await
     }
 
-    /// Waits until every executor Pod and Secret is gone.
     /// Deletes `task`'s executor Pod and Secret, as someone (or a restored apiserver) might
     /// while no dispatcher leads.
     pub async fn delete_executor(&self, task: i64) {
@@ -618,6 +617,24 @@ impl World {
             .unwrap();
     }
 
+    /// Deletes every executor Pod and Secret, as a restored or wiped apiserver loses them.
+    pub async fn lose_every_executor(&self) {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        let lp = ListParams::default();
+        Api::<Pod>::namespaced(self.kube.clone(), NAMESPACE)
+            .delete_collection(&dp, &lp)
+            .await
+            .unwrap();
+        Api::<Secret>::namespaced(self.kube.clone(), NAMESPACE)
+            .delete_collection(&dp, &lp)
+            .await
+            .unwrap();
+        self.all_cleaned_up().await;
+    }
+
     /// Cancels `task` at the Gitea double, as a user cancelling the run.
     pub async fn cancel(&self, task: i64) {
         let resp = self
@@ -629,6 +646,7 @@ impl World {
         assert!(resp.status().is_success(), "{}", resp.status());
     }
 
+    /// Waits until every executor Pod and Secret is gone.
     pub async fn all_cleaned_up(&self) {
         eventually("executor Pods and Secrets to be deleted", || async {
             (self.pods().await.is_empty() && self.secrets().await.is_empty()).then_some(())

@@ -3,30 +3,10 @@
 //! what never reached its executor and reports FAILURE, saying what was lost, for what had;
 //! no task is left open at Gitea.
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams};
 use tenantci_testkit::wait::eventually;
 
 use super::claims::attempt;
-use super::harness::{NAMESPACE, World};
-
-/// Deletes every executor Pod and Secret, as a restored or wiped apiserver loses them.
-async fn lose_every_executor(w: &World) {
-    let dp = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..Default::default()
-    };
-    let lp = ListParams::default();
-    Api::<Pod>::namespaced(w.kube.clone(), NAMESPACE)
-        .delete_collection(&dp, &lp)
-        .await
-        .unwrap();
-    Api::<Secret>::namespaced(w.kube.clone(), NAMESPACE)
-        .delete_collection(&dp, &lp)
-        .await
-        .unwrap();
-    w.all_cleaned_up().await;
-}
+use super::harness::World;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn executors_lost_while_no_dispatcher_leads_are_restarted_or_reported() {
@@ -52,7 +32,7 @@ async fn executors_lost_while_no_dispatcher_leads_are_restarted_or_reported() {
 
     // The dispatcher dies; while none leads, the apiserver loses every executor object.
     d.kill9();
-    lose_every_executor(&w).await;
+    w.lose_every_executor().await;
     let d = w.dispatcher("d1").await;
 
     let view = eventually("the fetched task to be reported", || async {

@@ -1,0 +1,222 @@
+//! What recovery does at the start of a term and the passes carry out: the claim ledger read
+//! first, every complete executor found registered with its slot, and the entries whose
+//! executor is gone started again (with a slot taken first) or failed, as `recovery::decide`
+//! says.
+
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+
+use super::{Reconciler, RecoverError};
+use crate::backend::StartError;
+use crate::backend::recovery::{self, Recovery};
+use crate::backend::report;
+use crate::queue::assignment::Assignment;
+use crate::queue::consumer::{CappedConsumer, Slot};
+use crate::queue::ledger::{Entry, Phase};
+
+/// The slots of the executors recovery starts again. Taken before the worker pulls anything
+/// (recovery runs first); when none is free, one is awaited in the background, in turn with
+/// the worker's pulls, whose idle lanes hold every free slot while they wait, so a pass never
+/// waits for one.
+pub(super) struct SpareSlots {
+    consumer: Arc<CappedConsumer>,
+    spare: Vec<Slot>,
+    /// The background wait for a slot; aborted when dropped.
+    awaiting: JoinSet<Option<Slot>>,
+}
+
+impl SpareSlots {
+    pub(super) fn new(consumer: Arc<CappedConsumer>) -> Self {
+        SpareSlots {
+            consumer,
+            spare: Vec::new(),
+            awaiting: JoinSet::new(),
+        }
+    }
+
+    /// A slot for an executor recovery found running (None beyond the capacity).
+    fn for_found(&self) -> Option<Slot> {
+        self.consumer.reserve_slot()
+    }
+
+    /// Takes up to `n` slots that are free now.
+    fn reserve(&mut self, n: usize) {
+        self.release();
+        while self.spare.len() < n {
+            match self.consumer.reserve_slot() {
+                Some(slot) => self.spare.push(slot),
+                None => break,
+            }
+        }
+    }
+
+    /// A spare slot, or None while one is awaited in the background.
+    fn take(&mut self) -> Option<Slot> {
+        while let Some(done) = self.awaiting.try_join_next() {
+            self.spare.extend(done.ok().flatten());
+        }
+        if let Some(slot) = self.spare.pop() {
+            return Some(slot);
+        }
+        if self.awaiting.is_empty() {
+            self.awaiting.spawn(self.consumer.acquire_slot());
+        }
+        None
+    }
+
+    fn give_back(&mut self, slot: Slot) {
+        self.spare.push(slot);
+    }
+
+    /// Nothing left to start again: the spare slots, and one awaited, go back to the worker.
+    fn release(&mut self) {
+        self.awaiting.abort_all();
+        self.awaiting.detach_all();
+        self.spare.clear();
+    }
+}
+
+impl Reconciler {
+    /// Recovery: the claim ledger first, then every complete executor found is registered as
+    /// running with a reserved slot; entries without executor are queued in `lost` for the
+    /// passes.
+    pub async fn recover(&mut self) -> Result<(), RecoverError> {
+        let backend = self.executors.backend();
+        let entries = self.ctx.ledger.entries().await?;
+        let found = self.executors.observe().await?;
+        self.lost.clear();
+        for e in entries.into_iter().filter(|e| e.backend == backend) {
+            let has = found.contains_key(&e.task);
+            if recovery::waits_in_the_queue(&e, has) {
+                // Queued by an earlier term: kept alive at Gitea until its executor starts.
+                self.ctx.registry.queued(e.task, backend);
+            }
+            match recovery::decide(&e, has) {
+                Recovery::Leave => {}
+                action => {
+                    if action == Recovery::Restart {
+                        // Kept alive at Gitea (and withdrawn if cancelled there) while it
+                        // waits for its slot, as a queued assignment is.
+                        self.ctx.registry.queued(e.task, backend);
+                    }
+                    self.lost.insert(e.task, (e, action));
+                }
+            }
+        }
+        // An incomplete executor is a start cut short: its assignment was not acked, so it
+        // comes back and the worker finishes the start.
+        for o in found.values().filter(|o| o.complete) {
+            self.ctx
+                .registry
+                .running(o.task, backend, || self.slots.for_found());
+        }
+        // Slots for the executors to start again, taken before the worker pulls anything
+        // (recovery runs first): what was running before the crash runs before what waits.
+        let restarts = self.lost.values().filter(|(_, a)| *a == Recovery::Restart);
+        self.slots.reserve(restarts.count());
+        tracing::info!(
+            executors = found.len(),
+            lost = self.lost.len(),
+            "recovered {} from the claim ledger and {}",
+            self.executors.nouns().executors,
+            self.executors.nouns().source
+        );
+        Ok(())
+    }
+
+    /// Carries out what recovery decided for entries whose executor is gone; what cannot be
+    /// done now (Gitea or the backend away, no free slot) stays for the next pass.
+    pub(super) async fn recover_lost(&mut self) {
+        let lost = std::mem::take(&mut self.lost);
+        for (task, (entry, action)) in lost {
+            let done = match &action {
+                Recovery::Leave => true,
+                Recovery::Delete => {
+                    tracing::info!(
+                        task,
+                        "the claim ledger has the task as over; deleting its executor"
+                    );
+                    self.delete(task).await
+                }
+                Recovery::Fail { reason } => self.fail(task, reason).await,
+                Recovery::Restart => self.restart_lost(&entry).await,
+            };
+            if !done {
+                self.lost.insert(task, (entry, action));
+            }
+        }
+        if !self.lost.values().any(|(_, a)| *a == Recovery::Restart) {
+            self.slots.release();
+        }
+    }
+
+    /// Starts the next attempt of a task whose executor vanished before it fetched the task,
+    /// from the ledger's sealed assignment, if Gitea still has it open. True when settled.
+    /// A slot first: recovery never starts more executors than the capacity, and a task that
+    /// waits for one costs Gitea nothing but the keep-alive.
+    async fn restart_lost(&mut self, entry: &Entry) -> bool {
+        let Some(slot) = self.slots.take() else {
+            return false;
+        };
+        let (settled, unused) = self.start_again(entry, slot).await;
+        if let Some(slot) = unused {
+            self.slots.give_back(slot);
+            if settled {
+                // Over without a new executor: nothing to keep alive any more.
+                self.ctx.registry.finished(entry.task);
+            }
+        }
+        settled
+    }
+
+    /// `restart_lost` with its slot: whether the entry is settled, and the slot unless the
+    /// new executor holds it.
+    async fn start_again(&mut self, entry: &Entry, slot: Slot) -> (bool, Option<Slot>) {
+        let task = entry.task;
+        match report::still_open(&self.ctx.gitea, &self.ctx.ledger, task).await {
+            Some(true) => {}
+            Some(false) => return (true, Some(slot)),
+            None => return (false, Some(slot)),
+        }
+        let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
+            return (true, Some(slot));
+        };
+        let attempt = entry.attempt + 1;
+        let (assignment, spec) = match self.restarts.next_attempt(task, &sealed, attempt) {
+            Ok(r) => r,
+            Err(why) => return (self.fail(task, &why).await, Some(slot)),
+        };
+        let executor = self.executors.nouns().executor;
+        match self
+            .executors
+            .start(&spec, &assignment.to_json(), false)
+            .await
+        {
+            Ok(_) => {}
+            Err(StartError::Unavailable(why)) => {
+                tracing::warn!(task, attempt, error = %why, "cannot start the lost task again; retrying next pass");
+                return (false, Some(slot));
+            }
+            Err(StartError::Refused(why)) => {
+                let line = format!("the executor could not be created: {why}");
+                return (self.fail(task, &line).await, Some(slot));
+            }
+        }
+        let backend = self.executors.backend();
+        let step = Entry::step(task, attempt, backend, Phase::Started);
+        self.ctx
+            .ledger
+            .note(step.with_assignment(&assignment))
+            .await;
+        self.ctx.registry.running(task, backend, || Some(slot));
+        self.ctx.metrics.restarted();
+        tracing::warn!(
+            task,
+            attempt,
+            "the {executor} of attempt {} was lost before it fetched its task; started again as attempt {attempt}",
+            entry.attempt
+        );
+        (true, None)
+    }
+}
