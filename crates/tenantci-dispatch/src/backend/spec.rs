@@ -80,6 +80,8 @@ pub struct ExecutorTemplate {
     pub facade_ca_pem: String,
     pub runner_name: String,
     pub executor: crate::config::Executor,
+    /// Makes each attempt's capability.
+    pub capability_key: CapabilityKey,
     /// Executor identity on: the IDs are rendered from each task's sealed context.
     pub identity: Option<TemplateIdentity>,
 }
@@ -110,7 +112,6 @@ impl ExecutorTemplate {
     /// identity is on).
     pub fn spec(
         &self,
-        key: &CapabilityKey,
         task: i64,
         attempt: u32,
         labels: Vec<String>,
@@ -122,7 +123,7 @@ impl ExecutorTemplate {
             task_id: task,
             attempt,
             assignment_id: capability::assignment_id(task, attempt),
-            capability: key.token_for(task, attempt, bound),
+            capability: self.capability_key.token_for(task, attempt, bound),
             identity,
             facade_url: self.facade_url.clone(),
             facade_ca_pem: self.facade_ca_pem.clone(),

@@ -23,7 +23,6 @@ use crate::backend::Context;
 use crate::backend::report;
 use crate::backend::spec::{ExecutorSpec, ExecutorTemplate};
 use crate::backend::{Created, Executors, StartError};
-use crate::facade::capability::CapabilityKey;
 use crate::queue::Backend;
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{Job, Outcome};
@@ -47,7 +46,6 @@ enum Standing {
 pub struct Worker {
     pub executors: Arc<dyn Executors>,
     pub template: ExecutorTemplate,
-    pub capability_key: CapabilityKey,
     pub ctx: Context,
 }
 
@@ -145,13 +143,9 @@ impl Worker {
             Ok(i) => i,
             Err(why) => return self.refused(task, backend, why).await,
         };
-        let spec = self.template.spec(
-            &self.capability_key,
-            task,
-            a.attempt,
-            a.labels.clone(),
-            identity,
-        );
+        let spec = self
+            .template
+            .spec(task, a.attempt, a.labels.clone(), identity);
         match start_patiently(&*self.executors, &spec, &a.to_json(), fresh).await {
             Ok(created) => {
                 let step = Entry::step(task, a.attempt, backend, Phase::Started);

@@ -65,7 +65,7 @@ pub struct Scheduler {
     pub gitea: RunnerClient,
     pub producer: Producer,
     /// One per backend this dispatcher runs.
-    pub lanes: Vec<Lane>,
+    pub pools: Vec<Pool>,
     pub sealing_key: SealingKey,
     pub registry: Arc<Registry>,
     pub ledger: Ledger,
@@ -75,8 +75,8 @@ pub struct Scheduler {
     pub nudge: Arc<Notify>,
 }
 
-/// One backend as the scheduler counts it.
-pub struct Lane {
+/// One backend's pool of executors, as the scheduler counts it.
+pub struct Pool {
     pub backend: Backend,
     /// Its consumer, for its pending counts (read as ci-worker).
     pub consumer: PullConsumer,
@@ -85,7 +85,7 @@ pub struct Lane {
     pub ready: Arc<AtomicBool>,
 }
 
-impl Lane {
+impl Pool {
     /// (capacity, running, queued), its gauges updated; None when its consumer cannot be
     /// read (then nothing is claimed: the queue's depth is unknown). A backend that has not
     /// recovered yet has no free slot, though what waits for it counts.
@@ -194,8 +194,8 @@ impl Scheduler {
     /// Free slots over every backend together.
     async fn free(&mut self) -> u64 {
         let (mut capacity, mut running, mut queued) = (0, 0, 0);
-        for lane in &mut self.lanes {
-            let Some((c, r, q)) = lane.load(&self.registry, &self.metrics).await else {
+        for pool in &mut self.pools {
+            let Some((c, r, q)) = pool.load(&self.registry, &self.metrics).await else {
                 return 0;
             };
             (capacity, running, queued) = (capacity + c, running + r, queued + q);
@@ -255,7 +255,7 @@ impl Scheduler {
         let id = task.id;
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
         let backend = routing::route(&labels);
-        if !self.lanes.iter().any(|l| l.backend == backend) {
+        if !self.pools.iter().any(|p| p.backend == backend) {
             self.ledger
                 .note(Entry::step(id, 1, backend, Phase::Claimed))
                 .await;

@@ -20,7 +20,7 @@ use crate::backend::reconciler::{Reconciler, Restarts};
 use crate::backend::spec::{ExecutorTemplate, TemplateIdentity};
 use crate::backend::worker::Worker;
 use crate::backend::{Context, Executors};
-use crate::claim::scheduler::{Lane, Scheduler};
+use crate::claim::scheduler::{Pool, Scheduler};
 use crate::config::Config;
 use crate::facade::capability::CapabilityKey;
 use crate::queue::assignment::SealingKey;
@@ -73,7 +73,7 @@ async fn stopped_within(stop: &mut watch::Receiver<bool>, wait: Duration) -> boo
         .is_ok()
 }
 
-/// One term's life: every backend started in its own task, the scheduler over their lanes,
+/// One term's life: every backend started in its own task, the scheduler over their pools,
 /// keep-alive over all of them, until `stop`; then wait for them.
 async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
     let mut tasks = tokio::task::JoinSet::new();
@@ -90,19 +90,19 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
             }
         });
     }
-    let mut lanes = Vec::new();
+    let mut pools = Vec::new();
     for (backend, ready) in starting {
         let Some(consumer) = lookup(&s, backend, &mut stop_rx).await else {
             return;
         };
-        lanes.push(Lane {
+        pools.push(Pool {
             backend,
             consumer,
             capacity: s.cfg.capacity.of(backend),
             ready,
         });
     }
-    tasks.spawn(scheduler(&s, lanes).run(stop_rx.clone()));
+    tasks.spawn(scheduler(&s, pools).run(stop_rx.clone()));
     let keep_alive = KeepAlive {
         ctx: s.ctx.clone(),
         backends: s.backends.clone(),
@@ -146,7 +146,6 @@ async fn start_backend(
     let worker = Arc::new(Worker {
         executors,
         template: template(s),
-        capability_key: s.capability_key.clone(),
         ctx: s.ctx.clone(),
     });
     let mut stop = stop_rx.clone();
@@ -209,11 +208,11 @@ async fn lookup(
     }
 }
 
-fn scheduler(s: &Shared, lanes: Vec<Lane>) -> Scheduler {
+fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {
     Scheduler {
         gitea: s.ctx.gitea.clone(),
         producer: s.producer.clone(),
-        lanes,
+        pools,
         sealing_key: s.sealing_key.clone(),
         registry: s.ctx.registry.clone(),
         ledger: s.ctx.ledger.clone(),
@@ -230,6 +229,7 @@ fn template(s: &Shared) -> ExecutorTemplate {
         facade_ca_pem: s.facade_ca_pem.clone(),
         runner_name: s.cfg.gitea.runner_name.clone(),
         executor: s.cfg.executor.clone(),
+        capability_key: s.capability_key.clone(),
         // A loaded config is valid, so a present section parses.
         identity: s
             .cfg
@@ -247,7 +247,6 @@ fn restarts(s: &Shared) -> Restarts {
     Restarts {
         claim: s.cfg.claim.clone(),
         sealing_key: s.sealing_key.clone(),
-        capability_key: s.capability_key.clone(),
         template: template(s),
     }
 }

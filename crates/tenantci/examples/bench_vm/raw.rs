@@ -70,6 +70,7 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         facade_ca_pem: std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap(),
         runner_name: cfg.gitea.runner_name.clone(),
         executor: cfg.executor.clone(),
+        capability_key,
         identity: None,
     };
     let mut done: Vec<Times> = Vec::new();
@@ -93,7 +94,7 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
             &task.encode_to_vec(),
         )
         .unwrap();
-        let spec = template.spec(&capability_key, task.id, 1, labels, None);
+        let spec = template.spec(task.id, 1, labels, None);
         let listing = Instant::now();
         if list_first {
             let filter = ListFilter {

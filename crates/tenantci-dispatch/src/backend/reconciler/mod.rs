@@ -42,7 +42,6 @@ use crate::backend::report;
 use crate::backend::spec::{ExecutorSpec, ExecutorTemplate};
 use crate::backend::{BackendError, Executors, Observed, Progress};
 use crate::config::Claim;
-use crate::facade::capability::CapabilityKey;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::consumer::CappedConsumer;
 use crate::queue::ledger::{Entry, LedgerError};
@@ -65,7 +64,6 @@ pub enum RecoverError {
 pub struct Restarts {
     pub claim: Claim,
     pub sealing_key: SealingKey,
-    pub capability_key: CapabilityKey,
     pub template: ExecutorTemplate,
 }
 
@@ -81,9 +79,7 @@ impl Restarts {
     ) -> Result<(Assignment, ExecutorSpec), String> {
         let (assignment, labels) = reseal(&self.sealing_key, sealed, attempt)?;
         let identity = self.template.spiffe_id(&assignment)?;
-        let spec = self
-            .template
-            .spec(&self.capability_key, task, attempt, labels, identity);
+        let spec = self.template.spec(task, attempt, labels, identity);
         Ok((assignment, spec))
     }
 }
