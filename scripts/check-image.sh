@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks scripts/image.sh end to end (scripts/test.sh runs it): two builds of this commit have
+# Checks scripts/image.sh end to end (.ci/run runs it after scripts/test.sh): two builds of this commit have
 # one digest; the image unpacks with umoci; `tenantci --version` runs from the unpacked root
 # under chroot; the config runs as uid 65532 with entrypoint tenantci and the OCI labels; the
 # root holds no shell. Cleans up everything it creates.

@@ -6,6 +6,9 @@
 #
 # LAYERING_LOCK (default --locked) replaces the lock flag: the layering test breaks a rule in a
 # scratch copy of the manifests, which changes the lock, and runs this with --offline.
+# FORBIDDEN_PROVIDERS (default: aws-lc-rs aws-lc-sys openssl-sys) lists the crypto crates that
+# may not be linked anywhere; the test sets it to a crate that is there, since a manifest that
+# brings aws-lc-rs back cannot be resolved offline on a machine that never downloaded it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lock=${LAYERING_LOCK:---locked}
@@ -27,7 +30,25 @@ forbid() {
   return $bad
 }
 
+# forbid_anywhere NAME...: nothing the workspace builds (tests and build scripts included) uses
+# NAME. For the crypto provider: ring is the only one (docs/architecture.md); a second one
+# costs every cold build its C compile (aws-lc-sys: ~90 s and cmake) and makes rustls refuse to
+# pick a default.
+forbid_anywhere() {
+  local deps bad=0
+  deps=$(cargo tree "$lock" --workspace -e normal,build,dev --prefix none | awk '{print $1}' | sort -u)
+  for name in "$@"; do
+    if grep -qx "$name" <<<"$deps"; then
+      echo "layering: the workspace links $name, a second crypto provider (ring is the one; docs/architecture.md)" >&2
+      bad=1
+    fi
+  done
+  return $bad
+}
+
 status=0
+# shellcheck disable=SC2086 # a list of names
+forbid_anywhere ${FORBIDDEN_PROVIDERS:-aws-lc-rs aws-lc-sys openssl-sys} || status=1
 forbid tenantci-core -- clap async-nats tenantci-app tenantci-dispatch tenantci-sim tenantci-testkit || status=1
 # The GitLab side, credentials and tenant RBAC: no queue, no dispatcher.
 forbid tenantci-app -- clap async-nats tenantci-dispatch tenantci-sim tenantci-testkit || status=1

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test suite: formatting, lints, and every unit and integration test.
-# Installs what it needs (nats-server, kubectl) and exits non-zero on any failure.
+# The test suite a person runs: formatting, layering, clippy -D warnings, and every unit and
+# integration test. Installs what it needs (nats-server, kubectl, promtool, ...) and exits
+# non-zero on any failure. CI (.ci/run) also checks the reproducible image afterwards
+# (scripts/check-image.sh: a fat-LTO release build, ~8 minutes), which this leaves out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
@@ -18,8 +20,12 @@ cargo fmt --all -- --check
 log "crate layering (docs/architecture.md)"
 bash scripts/check-layering.sh
 
-log "cargo clippy --all-targets -- -D warnings"
-cargo clippy --locked --workspace --all-targets -- -D warnings
+# One build for clippy and the tests (scripts/lib/clippy.sh says why): every target that
+# `cargo clippy --all-targets` would check is compiled with clippy's lints, -D warnings.
+. scripts/lib/clippy.sh
+clippy_while_building
+log "build every target with clippy -D warnings"
+cargo build --locked --workspace --all-targets
 
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
@@ -27,6 +33,3 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --locked --workspace --no-fail-fast
 fi
-
-log "the OCI image (scripts/image.sh: release build, two builds, one digest)"
-scripts/check-image.sh

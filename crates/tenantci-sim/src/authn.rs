@@ -31,7 +31,7 @@ impl Authenticator {
         }
         let verifier = WebPkiClientVerifier::builder_with_provider(
             Arc::new(roots),
-            Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+            Arc::new(rustls::crypto::ring::default_provider()),
         )
         .allow_unauthenticated()
         .build()

@@ -83,7 +83,7 @@ pub fn parse_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
 /// A server config presenting `cert_pem` (leaf) with `key_pem`, ALPN h2 and http/1.1.
 pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>> {
     tenantci_core::tls::ensure_crypto_provider();
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = parse_certs(cert_pem)?;
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut key_pem.as_bytes())
         .map_err(|e| Error::bad_input(format!("cannot parse the serving key: {e}")))?

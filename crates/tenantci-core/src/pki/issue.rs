@@ -31,13 +31,26 @@ pub enum KeyType {
 
 impl KeyType {
     fn generate(self) -> Result<KeyPair> {
-        let key = match self {
-            KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
-            KeyType::Rsa2048 => {
-                KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)
-            }
+        let failed = |e: &dyn std::fmt::Display| {
+            Error::external(format!("cannot generate a {self:?} key")).caused_by(e.to_string())
         };
-        key.map_err(|e| Error::external(format!("cannot generate a {self:?} key")).caused_by(e))
+        match self {
+            KeyType::EcdsaP256 => {
+                KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| failed(&e))
+            }
+            KeyType::Rsa2048 => {
+                // ring, the workspace's one provider, signs with RSA keys but cannot make them:
+                // the key comes from RustCrypto's rsa (PKCS#8, zeroized when dropped), and
+                // rcgen signs with it through ring.
+                use rsa::pkcs8::EncodePrivateKey as _;
+                let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048)
+                    .map_err(|e| failed(&e))?;
+                let pkcs8 = key.to_pkcs8_der().map_err(|e| failed(&e))?;
+                let der = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8.as_bytes());
+                KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+                    .map_err(|e| failed(&e))
+            }
+        }
     }
 }
 

@@ -13,7 +13,7 @@ pub fn key_matches(cert_spki: &[u8], key_pem: &str) -> Result<bool, String> {
     let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
         .map_err(|e| e.to_string())?
         .ok_or("no PEM private key in it")?;
-    let signing = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key)
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key)
         .map_err(|e| format!("unsupported key: {e}"))?;
     let spki = signing
         .public_key()

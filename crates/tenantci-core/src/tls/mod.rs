@@ -2,10 +2,10 @@
 //! (GitLab): the platform's public roots plus an operator's CA bundle, with a self-signed
 //! server certificate in that bundle accepted as Go's verifier accepts it ([`pinned`]).
 //!
-//! Our dependencies enable both the ring and aws-lc-rs providers, and rustls then refuses to
-//! guess: every TLS user (kube, reqwest, our servers) must find a process default.
-//! [`ensure_crypto_provider`] installs aws-lc-rs once; call it before building any rustls
-//! config (it is cheap and idempotent).
+//! The workspace links one provider, ring (scripts/check-layering.sh keeps aws-lc-rs out), so
+//! rustls could pick it by itself; [`ensure_crypto_provider`] still installs it explicitly once,
+//! so a dependency that someday enables a second provider cannot make rustls refuse to guess
+//! at the first handshake. Call it before building any rustls config (cheap, idempotent).
 
 pub mod pinned;
 
@@ -20,7 +20,7 @@ pub fn ensure_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // Err means another provider was installed first, which is just as good.
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
 

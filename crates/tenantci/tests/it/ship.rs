@@ -314,16 +314,22 @@ fn manifests_copy() -> tempfile::TempDir {
 }
 
 fn check_layering(dir: &std::path::Path, lock: &str) -> std::process::Output {
-    run(Command::new("bash")
+    run(&mut layering_command(dir, lock))
+}
+
+fn layering_command(dir: &std::path::Path, lock: &str) -> Command {
+    let mut command = Command::new("bash");
+    command
         .arg("scripts/check-layering.sh")
         .current_dir(dir)
         .env("LAYERING_LOCK", lock)
-        .env("CARGO_NET_OFFLINE", "true"))
+        .env("CARGO_NET_OFFLINE", "true");
+    command
 }
 
 /// The layering check passes on the workspace as it is, and fails, naming the crate and
 /// the dependency, when tenantci-app takes async-nats (the queue is tenantci-dispatch's) or
-/// tenantci-sim takes tenantci-dispatch.
+/// tenantci-sim takes tenantci-dispatch, and when a forbidden crypto provider is linked.
 #[test]
 fn the_layering_check_fails_when_a_crate_breaks_its_rule() {
     let as_is = manifests_copy();
@@ -349,4 +355,50 @@ fn the_layering_check_fails_when_a_crate_breaks_its_rule() {
             "{err}"
         );
     }
+    // The crypto-provider rule looks at every edge (dev and build too): pointed at a crate the
+    // workspace does link, it must find it.
+    let out = run(
+        layering_command(as_is.path(), "--locked").env("FORBIDDEN_PROVIDERS", "aws-lc-rs ring")
+    );
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("layering: the workspace links ring, a second crypto provider")
+            && !err.contains("aws-lc-rs,"),
+        "{err}"
+    );
+}
+
+/// scripts/test.sh lints while it builds (scripts/lib/clippy.sh) through clippy-driver's
+/// CLIPPY_ARGS, an interface of cargo-clippy's: a crate with a clippy lint must fail that
+/// build, and the same crate without it must pass, or the suite would lint nothing.
+#[test]
+fn clippy_while_building_fails_the_build_on_a_lint() {
+    let dir = scratch();
+    let krate = dir.path().join("linted");
+    std::fs::create_dir_all(krate.join("src")).unwrap();
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        "[package]\nname = \"linted\"\nversion = \"0.1.0\"\nedition = \"2024\"\n[workspace]\n",
+    )
+    .unwrap();
+    let script = repo_file("scripts/lib/clippy.sh");
+    let build = |source: &str| {
+        std::fs::write(krate.join("src/lib.rs"), source).unwrap();
+        run(Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". '{}' && clippy_while_building && cargo build --offline --quiet",
+                script.display()
+            ))
+            .current_dir(&krate)
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS"))
+    };
+    let out = build("pub fn len(v: &Vec<u8>) -> usize {\n    v.len()\n}\n");
+    assert!(!out.status.success(), "a clippy lint passed the build");
+    assert!(stderr(&out).contains("clippy::ptr_arg"), "{}", stderr(&out));
+    let out = build("pub fn len(v: &[u8]) -> usize {\n    v.len()\n}\n");
+    assert_exit(&out, 0);
 }
