@@ -8,8 +8,6 @@
 //! counts as failed (the caller passes the exit code) nor schedule anything (systemd).
 
 use std::path::Path;
-#[cfg(test)]
-use std::path::PathBuf;
 
 use time::OffsetDateTime;
 
@@ -101,6 +99,8 @@ pub fn write(path: &Path, record: &RunRecord) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     fn record(exit_code: i32, expiry: Option<i64>) -> RunRecord {
@@ -121,7 +121,9 @@ mod tests {
             "tenantci_credential_renew_last_run_timestamp_seconds{cluster=\"ci\"} 1800000000\n"
         ));
         assert!(
-            text.contains("tenantci_credential_expiry_timestamp_seconds{cluster=\"ci\"} 1802000000\n")
+            text.contains(
+                "tenantci_credential_expiry_timestamp_seconds{cluster=\"ci\"} 1802000000\n"
+            )
         );
         assert_eq!(text.matches("# TYPE ").count(), 4);
     }

@@ -282,7 +282,9 @@ fn record_run(path: &Path, cluster: &str, inputs: &Inputs, outcome: &Result<i32>
         cluster: cluster.to_string(),
         exit_code,
         finished_at: time::OffsetDateTime::now_utc(),
-        credential_not_after: textfile::credential_not_after(&inputs.credential_dir.join("tls.crt")),
+        credential_not_after: textfile::credential_not_after(
+            &inputs.credential_dir.join("tls.crt"),
+        ),
     };
     match textfile::write(path, &record) {
         Err(e) if outcome.is_err() => {

@@ -138,9 +138,10 @@ pub fn words(command: &str) -> Vec<String> {
 fn is_placeholder(value: &str) -> bool {
     value.starts_with('$')
         || value.contains('<')
-        || value
-            .chars()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        || (value.chars().any(|c| c.is_ascii_uppercase())
+            && value
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_' || c == '-'))
 }
 
 /// Why clap refuses the command, or None when it parses (as far as a synopsis can). A
@@ -162,7 +163,11 @@ pub fn problem(cli: &clap::Command, command: &str) -> Option<String> {
                     && is_placeholder(v)
                     && let Some(at) = words.iter().position(|w| w == v)
                 {
-                    let from = if at > 0 && words[at - 1].starts_with('-') { at - 1 } else { at };
+                    let from = if at > 0 && words[at - 1].starts_with('-') {
+                        at - 1
+                    } else {
+                        at
+                    };
                     words.drain(from..=at);
                     continue;
                 }
@@ -220,7 +225,10 @@ mod tests {
     #[test]
     fn every_tenantci_line_in_the_docs_parses_with_the_current_flags() {
         let (count, problems) = check(&super::super::Cli::command(), &doc_files(&repo()));
-        assert!(count >= 20, "only {count} commands found: is the extractor broken?");
+        assert!(
+            count >= 20,
+            "only {count} commands found: is the extractor broken?"
+        );
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 
@@ -253,7 +261,9 @@ mod tests {
     fn synopsis_notation_is_read_as_the_reader_would() {
         assert_eq!(
             words("tenantci x [--a 'b c'] [--p N]... (--s DIR | --n FILE) ..."),
-            ["tenantci", "x", "--a", "b c", "--p", "N", "--s", "DIR", "--n", "FILE"]
+            [
+                "tenantci", "x", "--a", "b c", "--p", "N", "--s", "DIR", "--n", "FILE"
+            ]
         );
         assert_eq!(
             tenantci_invocation("A=1 B=x sudo tenantci man > out # c"),

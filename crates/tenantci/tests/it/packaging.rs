@@ -172,7 +172,9 @@ fn install_sh_renders_the_units_for_system_and_user_installs() {
         );
         // bootstrap runner's defaults live under /etc/gitlab-runner, which %E resolves to for
         // the system unit; the textfile's directory is the unit's own StateDirectory.
-        assert!(settings(renew, "ReadWritePaths").contains(&("ReadWritePaths", "-%E/gitlab-runner")));
+        assert!(
+            settings(renew, "ReadWritePaths").contains(&("ReadWritePaths", "-%E/gitlab-runner"))
+        );
         let textfile = settings(renew, "Environment")
             .into_iter()
             .find(|(k, v)| *k == "Environment" && v.starts_with("TENANTCI_RENEW_TEXTFILE="))
@@ -183,7 +185,10 @@ fn install_sh_renders_the_units_for_system_and_user_installs() {
                 && textfile.ends_with("_%i.prom"),
             "{textfile}"
         );
-        assert!(settings(renew, "StateDirectory").contains(&("StateDirectory", "node_exporter/textfile_collector")));
+        assert!(
+            settings(renew, "StateDirectory")
+                .contains(&("StateDirectory", "node_exporter/textfile_collector"))
+        );
     }
 }
 

@@ -63,7 +63,11 @@ fn promtool_test(dir: &Path, samples: &[(String, String)], alert: &str, expected
 }
 
 fn promtool(test: &Path) -> Option<Output> {
-    match Command::new("promtool").args(["test", "rules"]).arg(test).output() {
+    match Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(test)
+        .output()
+    {
         Ok(o) => Some(o),
         Err(_) => {
             eprintln!("SKIPPED: promtool is not installed (apt-get install prometheus)");
@@ -85,7 +89,10 @@ fn renewal_with_the_apiserver_down_writes_a_failed_textfile_that_fires_the_alert
     assert_exit(&renew(root, &textfile), 0);
     let good = samples(&textfile);
     assert_eq!(mode(&textfile), 0o644);
-    assert_eq!(value(&good, "tenantci_credential_renew_success").as_deref(), Some("1"));
+    assert_eq!(
+        value(&good, "tenantci_credential_renew_success").as_deref(),
+        Some("1")
+    );
     let expiry = value(&good, "tenantci_credential_expiry_timestamp_seconds").unwrap();
     let text = std::fs::read_to_string(&textfile).unwrap();
     assert!(!text.contains("glrt-test-token-123"));
@@ -94,8 +101,14 @@ fn renewal_with_the_apiserver_down_writes_a_failed_textfile_that_fires_the_alert
     let o = renew(root, &textfile);
     assert_exit(&o, 3);
     let failed = samples(&textfile);
-    assert_eq!(value(&failed, "tenantci_credential_renew_success").as_deref(), Some("0"));
-    assert_eq!(value(&failed, "tenantci_credential_renew_exit_code").as_deref(), Some("3"));
+    assert_eq!(
+        value(&failed, "tenantci_credential_renew_success").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        value(&failed, "tenantci_credential_renew_exit_code").as_deref(),
+        Some("3")
+    );
     assert_eq!(
         value(&failed, "tenantci_credential_expiry_timestamp_seconds"),
         Some(expiry),
@@ -108,13 +121,21 @@ fn renewal_with_the_apiserver_down_writes_a_failed_textfile_that_fires_the_alert
     let Some(o) = promtool(&promtool_test(root, &failed, alert, fires)) else {
         return;
     };
-    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     // The positive control: the good run's textfile does not fire it, so the check above
     // could have failed.
     let o = promtool(&promtool_test(root, &good, alert, "[]")).unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     let o = promtool(&promtool_test(root, &good, alert, fires)).unwrap();
-    assert!(!o.status.success(), "a healthy textfile must not fire {alert}");
+    assert!(
+        !o.status.success(),
+        "a healthy textfile must not fire {alert}"
+    );
 }
 
 /// A --textfile node_exporter would not read is bad input: exit 2, and nothing is written

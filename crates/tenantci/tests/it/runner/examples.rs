@@ -77,8 +77,14 @@ fn size(image: &Path, k8s: &toml_edit::Item, cpu: &str, memory: &str) -> std::pr
         .args(["tenant", "size", "--node-image"])
         .arg(image)
         .args(["--cpu-request", cpu, "--memory-request", memory])
-        .args(["--helper-cpu-request", k8s["helper_cpu_request"].as_str().unwrap()])
-        .args(["--helper-memory-request", k8s["helper_memory_request"].as_str().unwrap()]))
+        .args([
+            "--helper-cpu-request",
+            k8s["helper_cpu_request"].as_str().unwrap(),
+        ])
+        .args([
+            "--helper-memory-request",
+            k8s["helper_memory_request"].as_str().unwrap(),
+        ]))
 }
 
 /// Every job of .gitlab-ci.yml, and the largest job the config.toml ceilings allow, fits the
@@ -89,27 +95,48 @@ fn size(image: &Path, k8s: &toml_edit::Item, cpu: &str, memory: &str) -> std::pr
 fn runner_examples_jobs_fit_the_runbook_s_node() {
     let dir = scratch();
     let image = dir.path().join("node-image.json");
-    std::fs::write(&image, serde_json::to_string(&NodeImage::default()).unwrap()).unwrap();
+    std::fs::write(
+        &image,
+        serde_json::to_string(&NodeImage::default()).unwrap(),
+    )
+    .unwrap();
     let (path, text) = example("gitlab-runner/config.toml");
     let doc = merge::parse(&path, &text).unwrap();
     let k8s = &doc["runners"][0]["kubernetes"];
     let quantity = |q: &str| tenantci_core::quantity::parse_resource(q).unwrap();
     let max_cpu = k8s["cpu_request_overwrite_max_allowed"].as_str().unwrap();
-    let max_memory = k8s["memory_request_overwrite_max_allowed"].as_str().unwrap();
+    let max_memory = k8s["memory_request_overwrite_max_allowed"]
+        .as_str()
+        .unwrap();
     assert_exit(&size(&image, k8s, max_cpu, max_memory), 0);
 
     let (_, ci) = example(".gitlab-ci.yml");
     let ci: serde_yaml::Value = serde_yaml::from_str(&ci).unwrap();
-    let jobs = ci.as_mapping().unwrap().iter().filter(|(_, job)| job["script"].is_sequence());
+    let jobs = ci
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, job)| job["script"].is_sequence());
     let mut count = 0;
     for (name, job) in jobs {
-        let var = |v: &str, default: &str| {
-            job["variables"][v].as_str().unwrap_or(default).to_string()
-        };
-        let cpu = var("KUBERNETES_CPU_REQUEST", k8s["cpu_request"].as_str().unwrap());
-        let memory = var("KUBERNETES_MEMORY_REQUEST", k8s["memory_request"].as_str().unwrap());
-        assert!(quantity(&cpu) <= quantity(max_cpu), "{name:?}: {cpu} over {max_cpu}");
-        assert!(quantity(&memory) <= quantity(max_memory), "{name:?}: {memory} over {max_memory}");
+        let var =
+            |v: &str, default: &str| job["variables"][v].as_str().unwrap_or(default).to_string();
+        let cpu = var(
+            "KUBERNETES_CPU_REQUEST",
+            k8s["cpu_request"].as_str().unwrap(),
+        );
+        let memory = var(
+            "KUBERNETES_MEMORY_REQUEST",
+            k8s["memory_request"].as_str().unwrap(),
+        );
+        assert!(
+            quantity(&cpu) <= quantity(max_cpu),
+            "{name:?}: {cpu} over {max_cpu}"
+        );
+        assert!(
+            quantity(&memory) <= quantity(max_memory),
+            "{name:?}: {memory} over {max_memory}"
+        );
         let o = size(&image, k8s, &cpu, &memory);
         assert_exit(&o, 0);
         assert!(stdout(&o).contains("fits"), "{name:?}: {}", stdout(&o));
@@ -175,7 +202,11 @@ fn runner_examples_mint_the_organization_the_rbac_binds() {
     let group = groups.first().unwrap();
 
     let help = stdout(&run(tenantci().args(["bootstrap", "runner", "--help"])));
-    let line = help.lines().skip_while(|l| !l.contains("--group <GROUP>")).take(4).collect::<String>();
+    let line = help
+        .lines()
+        .skip_while(|l| !l.contains("--group <GROUP>"))
+        .take(4)
+        .collect::<String>();
     assert!(line.contains(&format!("[default: {group}]")), "{line}");
 
     let mut found = 0;
@@ -188,11 +219,21 @@ fn runner_examples_mint_the_organization_the_rbac_binds() {
             .map(|w| w[1])
             .collect();
         organizations.extend(
-            words.iter().filter_map(|w| w.strip_prefix("SOCIALWEB_TENANTCREDENTIAL_ORGANIZATIONS=")),
+            words
+                .iter()
+                .filter_map(|w| w.strip_prefix("SOCIALWEB_TENANTCREDENTIAL_ORGANIZATIONS=")),
         );
-        for o in organizations.into_iter().filter(|o| !o.chars().all(|c| c.is_ascii_uppercase())) {
+        for o in organizations
+            .into_iter()
+            .filter(|o| !o.chars().all(|c| c.is_ascii_uppercase()))
+        {
             found += 1;
-            assert_eq!(o, group, "{}: --organization {o} is not the bound group", page.display());
+            assert_eq!(
+                o,
+                group,
+                "{}: --organization {o} is not the bound group",
+                page.display()
+            );
         }
     }
     assert!(found >= 2, "{found} organizations in the docs");
