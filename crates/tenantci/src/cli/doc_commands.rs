@@ -94,6 +94,7 @@ fn tenantci_invocation(line: &str) -> Option<String> {
 
 /// Shell words of a synopsis: quotes removed, `[`, `]`, `(`, `)`, `|` and `...` dropped.
 pub fn words(command: &str) -> Vec<String> {
+    let command = collapse_placeholders(command);
     let mut words = Vec::new();
     let mut word = String::new();
     let mut quote: Option<char> = None;
@@ -132,6 +133,22 @@ pub fn words(command: &str) -> Vec<String> {
         })
         .filter(|w| !w.is_empty() && w != "|" && w != "...")
         .collect()
+}
+
+/// `<nats reachable from pods>` as one word `<x>`: a placeholder may hold spaces.
+fn collapse_placeholders(command: &str) -> String {
+    let mut out = String::new();
+    let mut rest = command;
+    while let Some(start) = rest.find('<') {
+        let Some(len) = rest[start..].find('>') else {
+            break;
+        };
+        out.push_str(&rest[..start]);
+        out.push_str("<x>");
+        rest = &rest[start + len + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A value the docs leave for the reader to fill in.
@@ -269,6 +286,7 @@ mod tests {
             tenantci_invocation("A=1 B=x sudo tenantci man > out # c"),
             Some("tenantci man".to_string())
         );
+        assert_eq!(words("a nats://<b c>:4222"), ["a", "nats://<x>:4222"]);
         assert_eq!(tenantci_invocation("echo tenantci"), None);
         assert_eq!(tenantci_invocation("# tenantci man"), None);
         // Outside fenced blocks nothing counts: prose may quote partial commands.
