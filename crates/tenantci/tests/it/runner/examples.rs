@@ -205,7 +205,8 @@ fn runner_examples_mint_the_organization_the_rbac_binds() {
     let line = help
         .lines()
         .skip_while(|l| !l.contains("--group <GROUP>"))
-        .take(4)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with("--"))
         .collect::<String>();
     assert!(line.contains(&format!("[default: {group}]")), "{line}");
 
