@@ -4,9 +4,11 @@
 //! renewal fails -> metric says failed -> alert fires) is tested, not only the rules.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crate::util::{assert_exit, mode, repo_file, run, scratch, stderr, tenantci};
+use crate::util::{
+    assert_exit, mode, promtool_test_rules, repo_file, run, scratch, stderr, stdout, tenantci,
+};
 use tenantci_testkit::sim::SimProcess;
 
 fn renew(root: &Path, textfile: &Path) -> Output {
@@ -63,17 +65,7 @@ fn promtool_test(dir: &Path, samples: &[(String, String)], alert: &str, expected
 }
 
 fn promtool(test: &Path) -> Option<Output> {
-    match Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(test)
-        .output()
-    {
-        Ok(o) => Some(o),
-        Err(_) => {
-            eprintln!("SKIPPED: promtool is not installed (apt-get install prometheus)");
-            None
-        }
-    }
+    promtool_test_rules(test.parent().unwrap(), &[test])
 }
 
 #[test]
@@ -121,12 +113,7 @@ fn renewal_with_the_apiserver_down_writes_a_failed_textfile_that_fires_the_alert
     let Some(o) = promtool(&promtool_test(root, &failed, alert, fires)) else {
         return;
     };
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     // The positive control: the good run's textfile does not fire it, so the check above
     // could have failed.
     let o = promtool(&promtool_test(root, &good, alert, "[]")).unwrap();

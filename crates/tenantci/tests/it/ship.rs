@@ -7,7 +7,9 @@ use std::process::Command;
 use serde::Deserialize as _;
 use serde_yaml::Value;
 
-use crate::util::{assert_exit, repo_file, run, scratch, stderr, stdout, tenantci};
+use crate::util::{
+    assert_exit, promtool_test_rules, repo_file, run, scratch, stderr, stdout, tenantci,
+};
 use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::sim::SimProcess;
 
@@ -187,28 +189,12 @@ fn the_dashboard_plots_every_metric_the_alerts_use() {
 
 #[test]
 fn alert_rules_pass_promtool() {
-    let dir = repo_file("manifests/monitoring");
-    let Ok(o) = Command::new("promtool")
-        .args([
-            "test",
-            "rules",
-            "alerts.test.yaml",
-            "runner-credential-alerts.test.yaml",
-        ])
-        .current_dir(&dir)
-        .output()
-    else {
-        eprintln!(
-            "SKIPPED: promtool is not installed (apt-get install prometheus); the alert rules were not tested"
-        );
+    let tests =
+        ["alerts.test.yaml", "runner-credential-alerts.test.yaml"].map(std::path::Path::new);
+    let Some(o) = promtool_test_rules(&repo_file("manifests/monitoring"), &tests) else {
         return;
     };
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
 }
 
 /// A copy of the workspace's manifests and lock, each crate's source a stub: what
