@@ -7,9 +7,12 @@
 #
 #   BIN      the binary to install (default target/release/tenantci, as scripts/release.sh
 #            builds it); BIN.sha256 (sha256sum format) must match it.
-#   DESTDIR  staging root (default /); PREFIX (default /usr/local) is the path the units name.
-#   --user   units for `systemctl --user` under a lingering account, as the runbook runs its
-#            gateway: into $DESTDIR$HOME/.config/systemd/user instead of /etc/systemd/system.
+#   DESTDIR  staging root (default /); PREFIX (default /usr/local, $HOME/.local with --user)
+#            is the path the units name.
+#   --user   for `systemctl --user` under a lingering account, as the runbook runs its
+#            gateway: everything under $HOME (binary in $HOME/.local/bin, units in
+#            $HOME/.config/systemd/user), nothing needs root; the units' systemctl calls
+#            address the user manager.
 #
 # Exit 2 for bad input (no binary, checksum missing or wrong) before anything is written.
 set -euo pipefail
@@ -17,15 +20,15 @@ cd "$(dirname "$0")/.."
 
 BIN=${BIN:-target/release/tenantci}
 DESTDIR=${DESTDIR:-/}
-PREFIX=${PREFIX:-/usr/local}
 USER_UNITS=0
 for arg in "$@"; do
   case "$arg" in
     --user) USER_UNITS=1 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument \`$arg\`" >&2; echo "help: scripts/install.sh [--user]" >&2; exit 2 ;;
   esac
 done
+if [ "$USER_UNITS" = 1 ]; then PREFIX=${PREFIX:-$HOME/.local}; else PREFIX=${PREFIX:-/usr/local}; fi
 
 fail() { echo "error: $1" >&2; echo "help: $2" >&2; exit 2; }
 [ -f "$BIN" ] || fail "the binary \`$BIN\` does not exist" "build it with scripts/release.sh, or point BIN at it"
@@ -59,8 +62,19 @@ install_file() {
 
 install_file "$BIN" "$root$PREFIX/bin/tenantci" 755
 
+# render_unit UNIT: the binary's path under PREFIX; for --user, systemctl addresses the user
+# manager (a user unit cannot reload a system one).
+render_unit() {
+  local binary="s#/usr/local/bin/tenantci#$PREFIX/bin/tenantci#g"
+  if [ "$USER_UNITS" = 1 ]; then
+    sed -e "$binary" -e 's#/usr/bin/systemctl #/usr/bin/systemctl --user #g' "$1"
+  else
+    sed -e "$binary" "$1"
+  fi
+}
+
 for unit in packaging/systemd/*; do
-  sed "s#/usr/local/bin/tenantci#$PREFIX/bin/tenantci#g" "$unit" > "$staging/$(basename "$unit")"
+  render_unit "$unit" > "$staging/$(basename "$unit")"
   install_file "$staging/$(basename "$unit")" "$unit_dir/$(basename "$unit")" 644
 done
 
@@ -83,5 +97,6 @@ else
   echo "$changed file(s) changed"
   if [ "$DESTDIR" = / ]; then
     if [ "$USER_UNITS" = 1 ]; then echo "next: systemctl --user daemon-reload"; else echo "next: systemctl daemon-reload"; fi
+    echo "then: docs/runbooks/gitlab-runner.md (Run gitlab-runner as a service; Renewal)"
   fi
 fi

@@ -1,12 +1,13 @@
 //! `tenantci bootstrap runner`: from a cluster name to a working GitLab runner.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::output::{self, OutputArgs};
 use tenantci_app::bootstrap::runner::{self as boot, Inputs, PausePods, Target, TokenSource};
+use tenantci_app::bootstrap::textfile;
 use tenantci_app::runner::gitlab_config::entry::Autoscaler;
 use tenantci_core::{Error, Result};
 
@@ -60,6 +61,10 @@ pub struct RunnerArgs {
     /// Take over a config.toml entry with our name that uses another executor.
     #[arg(long)]
     pub force: bool,
+    /// Also write the run's result, time and the credential's expiry here (0644, atomically)
+    /// for node_exporter's textfile collector; after every run but a refused one (exit 2).
+    #[arg(long, value_name = "PATH.prom")]
+    pub textfile: Option<PathBuf>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -252,8 +257,46 @@ pub async fn run(cmd: BootstrapCommand) -> Result<i32> {
             .hint("Gitea jobs go through the dispatcher: `tenantci dispatch init`, then `dispatch run` (docs/runbooks/gitea-dispatcher.md); use --forge gitlab here"));
     }
     let inputs = inputs(&args)?;
-    let json = args.output.is_json();
-    let hand_back = boot::run(&inputs, |s| {
+    if let Some(path) = &args.textfile {
+        textfile::validate(path)?;
+    }
+    let outcome = bootstrap(&inputs, args.output.is_json()).await;
+    if let Some(path) = args.textfile.as_ref().filter(|_| !inputs.dry_run) {
+        record_run(path, &args.cluster.cluster, &inputs, &outcome)?;
+    }
+    outcome
+}
+
+/// The textfile after a run. A refusal (exit 2) changes nothing on disk, this file included;
+/// systemd's OnFailure= and the stale-run alert see it. A file that cannot be written fails
+/// a successful run, but never hides a failed run's own error.
+fn record_run(path: &Path, cluster: &str, inputs: &Inputs, outcome: &Result<i32>) -> Result<()> {
+    let exit_code = match outcome {
+        Ok(code) => *code,
+        Err(e) => e.exit_code(),
+    };
+    if exit_code == tenantci_core::error::exit_code::BAD_INPUT {
+        return Ok(());
+    }
+    let record = textfile::RunRecord {
+        cluster: cluster.to_string(),
+        exit_code,
+        finished_at: time::OffsetDateTime::now_utc(),
+        credential_not_after: textfile::credential_not_after(
+            &inputs.credential_dir.join("tls.crt"),
+        ),
+    };
+    match textfile::write(path, &record) {
+        Err(e) if outcome.is_err() => {
+            tracing::warn!("{}", e.render());
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+async fn bootstrap(inputs: &Inputs, json: bool) -> Result<i32> {
+    let hand_back = boot::run(inputs, |s| {
         if !json {
             eprintln!("{:<11} {:<12} {}", s.step, s.outcome, s.detail);
         }

@@ -9,6 +9,8 @@ mod bootstrap;
 mod check_host;
 mod credential;
 mod dispatch;
+#[cfg(test)]
+mod doc_commands;
 mod docs;
 mod executor_proxy;
 mod internal;

@@ -1,13 +1,15 @@
 //! What ships beside the binary, checked with the tools operators use: kustomize (kubectl's)
-//! against the simulator, `systemd-analyze verify`, scripts/install.sh into a scratch root,
-//! bash on the completions, promtool on the alert rules. (The image: scripts/check-image.sh.)
+//! against the simulator, bash on the completions, promtool on the alert rules. (The systemd
+//! units and scripts/install.sh: `packaging`; the image: scripts/check-image.sh.)
 
 use std::process::Command;
 
 use serde::Deserialize as _;
 use serde_yaml::Value;
 
-use crate::util::{assert_exit, repo_file, run, scratch, snapshot, stderr, stdout, tenantci};
+use crate::util::{
+    assert_exit, promtool_test_rules, repo_file, run, scratch, stderr, stdout, tenantci,
+};
 use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::sim::SimProcess;
 
@@ -153,92 +155,6 @@ fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
     }
 }
 
-/// Verifies each unit with ExecStart pointing at this build's binary (verify insists that the
-/// executable exists).
-#[test]
-fn systemd_units_pass_systemd_analyze_verify() {
-    let dir = scratch();
-    let bin = crate::util::bin();
-    for entry in std::fs::read_dir(repo_file("packaging/systemd")).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .replace("@.", "@ci.");
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("/usr/local/bin/tenantci", bin.to_str().unwrap());
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    let units: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(units.len(), 3);
-    let o = Command::new("systemd-analyze")
-        .arg("verify")
-        .args(&units)
-        .output()
-        .expect("systemd-analyze (scripts/test.sh installs systemd)");
-    assert!(
-        o.status.success() && o.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-#[test]
-fn install_sh_installs_once_and_then_changes_nothing() {
-    let dir = scratch();
-    let staged = dir.path().join("dist");
-    std::fs::create_dir(&staged).unwrap();
-    let bin = staged.join("tenantci");
-    std::fs::copy(crate::util::bin(), &bin).unwrap();
-    let sum = Command::new("sha256sum")
-        .arg("tenantci")
-        .current_dir(&staged)
-        .output()
-        .unwrap();
-    std::fs::write(staged.join("tenantci.sha256"), sum.stdout).unwrap();
-    let root = dir.path().join("root");
-    let install = || {
-        run(Command::new("bash")
-            .arg(repo_file("scripts/install.sh"))
-            .env("BIN", &bin)
-            .env("DESTDIR", &root))
-    };
-    let o = install();
-    assert_exit(&o, 0);
-    assert!(stdout(&o).contains("installed"), "{}", stdout(&o));
-    for f in [
-        "usr/local/bin/tenantci",
-        "etc/systemd/system/tenantci-dispatch@.service",
-        "etc/systemd/system/tenantci-credential-renew@.timer",
-        "usr/local/share/bash-completion/completions/tenantci",
-        "usr/local/share/man/man1/tenantci-runner-check.1",
-    ] {
-        assert!(root.join(f).is_file(), "{f}");
-    }
-    let before = snapshot(&root);
-    let o = install();
-    assert_exit(&o, 0);
-    assert_eq!(stdout(&o).trim(), "nothing changed");
-    assert_eq!(snapshot(&root), before);
-
-    // A binary that does not match its checksum is refused before anything is written.
-    std::fs::write(&bin, b"not the binary").unwrap();
-    let fresh = dir.path().join("fresh");
-    let o = run(Command::new("bash")
-        .arg(repo_file("scripts/install.sh"))
-        .env("BIN", &bin)
-        .env("DESTDIR", &fresh));
-    assert_exit(&o, 2);
-    assert!(stderr(&o).contains("does not match"), "{}", stderr(&o));
-    assert!(!fresh.exists());
-}
-
 #[test]
 fn bash_completions_parse() {
     let o = run(tenantci().args(["completions", "bash"]));
@@ -273,23 +189,12 @@ fn the_dashboard_plots_every_metric_the_alerts_use() {
 
 #[test]
 fn alert_rules_pass_promtool() {
-    let dir = repo_file("manifests/monitoring");
-    let Ok(o) = Command::new("promtool")
-        .args(["test", "rules", "alerts.test.yaml"])
-        .current_dir(&dir)
-        .output()
-    else {
-        eprintln!(
-            "SKIPPED: promtool is not installed (apt-get install prometheus); the alert rules were not tested"
-        );
+    let tests =
+        ["alerts.test.yaml", "runner-credential-alerts.test.yaml"].map(std::path::Path::new);
+    let Some(o) = promtool_test_rules(&repo_file("manifests/monitoring"), &tests) else {
         return;
     };
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
 }
 
 /// A copy of the workspace's manifests and lock, each crate's source a stub: what

@@ -117,3 +117,22 @@ pub fn repo_file(rel: &str) -> PathBuf {
         krate.join("../..").join(rel)
     }
 }
+
+/// `promtool test rules FILES...` in `dir`, or None (saying SKIPPED) where promtool is not
+/// installed (scripts/lib/ensure.sh installs it).
+pub fn promtool_test_rules(dir: &Path, files: &[&Path]) -> Option<Output> {
+    match Command::new("promtool")
+        .args(["test", "rules"])
+        .args(files)
+        .current_dir(dir)
+        .output()
+    {
+        Ok(o) => Some(o),
+        Err(_) => {
+            eprintln!(
+                "SKIPPED: promtool is not installed (apt-get install prometheus); the alert rules were not tested"
+            );
+            None
+        }
+    }
+}

@@ -711,12 +711,12 @@ pub fn example_entry() -> RunnerEntry {
             ca_file: Some("/etc/gitlab-runner/tenant-a/ca.crt".into()),
             resources: [
                 ("cpu_request", "500m"),
-                ("cpu_request_overwrite_max_allowed", "2"),
+                ("cpu_request_overwrite_max_allowed", "1800m"),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-            node_selector: [("tenantci.io/pool".to_string(), "ci".to_string())].into(),
+            node_selector: [("socialweb.computer/pool".to_string(), "ci".to_string())].into(),
             ..Default::default()
         },
     }
