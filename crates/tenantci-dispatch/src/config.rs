@@ -185,6 +185,33 @@ pub struct Webhook {
     /// (replaces `gitea.fetch_interval` / `_idle`).
     #[serde(default = "defaults::webhook_fetch_interval")]
     pub fetch_interval: GoDuration,
+    /// Nudged FetchTasks after the burst: at most one per this (`claim::nudge`).
+    #[serde(default = "defaults::nudge_spacing")]
+    pub nudge_spacing: GoDuration,
+    /// Nudged FetchTasks that may go at once, before the spacing applies (at least 1).
+    #[serde(default = "defaults::nudge_burst")]
+    pub nudge_burst: u32,
+}
+
+impl Webhook {
+    /// A receiver on `listen` with the secret in `secret_file`, tuned by the defaults.
+    pub fn new(listen: SocketAddr, secret_file: PathBuf) -> Self {
+        Webhook {
+            listen,
+            secret_file,
+            fetch_interval: defaults::webhook_fetch_interval(),
+            nudge_spacing: defaults::nudge_spacing(),
+            nudge_burst: defaults::nudge_burst(),
+        }
+    }
+
+    /// How often nudges may cause a FetchTask.
+    pub fn nudge_budget(&self) -> crate::claim::nudge::NudgeBudget {
+        crate::claim::nudge::NudgeBudget {
+            spacing: self.nudge_spacing.get(),
+            burst: self.nudge_burst,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -411,6 +438,16 @@ pub(crate) mod defaults {
     pub fn webhook_fetch_interval() -> GoDuration {
         Duration::from_secs(5).into()
     }
+    /// 200 ms: a flood of deliveries costs Gitea no more than polling alone does at its
+    /// default `gitea.fetch_interval` (5 FetchTask/s).
+    pub fn nudge_spacing() -> GoDuration {
+        Duration::from_millis(200).into()
+    }
+    /// 5: jobs pushed together by several pipelines are each picked up at once; a FetchTask
+    /// that returns a task is followed by the next without waiting for any nudge anyway.
+    pub fn nudge_burst() -> u32 {
+        5
+    }
     /// 3 min: a node rental plus a cold image pull take 30-90 s, so a healthy start has
     /// twice that; a stuck one is replaced well inside Gitea's 10-minute zombie limit (the
     /// keep-alive keeps the task open meanwhile, so the limit is never the one that bites).
@@ -509,6 +546,14 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "webhook.fetch_interval",
     ),
     (
+        "TENANTCI_DISPATCH_WEBHOOK_NUDGE_SPACING",
+        "webhook.nudge_spacing",
+    ),
+    (
+        "TENANTCI_DISPATCH_WEBHOOK_NUDGE_BURST",
+        "webhook.nudge_burst",
+    ),
+    (
         "TENANTCI_DISPATCH_CLAIM_START_DEADLINE",
         "claim.start_deadline",
     ),
@@ -519,7 +564,7 @@ pub const OVERRIDES: &[(&str, &str)] = &[
 /// them, strings elsewhere. A malformed number names the variable.
 fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_edit::Item, String> {
     Ok(match key {
-        "capacity.pod" | "capacity.vm" | "claim.max_attempts" => {
+        "capacity.pod" | "capacity.vm" | "claim.max_attempts" | "webhook.nudge_burst" => {
             let n: i64 = raw.trim().parse().map_err(|_| {
                 format!("has {var} = `{raw}` in the environment, which is not a whole number")
             })?;
@@ -636,6 +681,12 @@ impl Config {
         }
         if self.capacity.vm == 0 {
             return Err("has capacity.vm = 0 (at least 1)".into());
+        }
+        if self.webhook.as_ref().is_some_and(|w| w.nudge_burst == 0) {
+            return Err(
+                "has webhook.nudge_burst = 0 (at least 1: a delivery's FetchTask goes at once)"
+                    .into(),
+            );
         }
         if self.claim.max_attempts == 0 {
             return Err("has claim.max_attempts = 0 (at least 1: no replacement)".into());
@@ -1029,6 +1080,8 @@ mod tests {
             listen: "127.0.0.1:9000".parse().unwrap(),
             secret_file: "webhook.secret".into(),
             fetch_interval: Duration::from_secs(7).into(),
+            nudge_spacing: Duration::from_millis(300).into(),
+            nudge_burst: 2,
         });
         cfg.claim = Claim {
             start_deadline: Duration::from_secs(100).into(),

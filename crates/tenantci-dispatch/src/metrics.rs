@@ -39,6 +39,7 @@ pub struct Metrics {
     attempts: Counter,
     withdrawn: Counter,
     answers_lost: Counter,
+    nudges_paced: Counter,
     /// Days until the facade certificate expires, computed when scraped from its end.
     facade_cert_days: Gauge<f64, AtomicU64>,
     facade_cert_not_after: AtomicI64,
@@ -67,6 +68,7 @@ impl Default for Metrics {
             attempts: Counter::default(),
             withdrawn: Counter::default(),
             answers_lost: Counter::default(),
+            nudges_paced: Counter::default(),
             facade_cert_days: Gauge::default(),
             facade_cert_not_after: AtomicI64::new(i64::MIN),
             registry: Registry::default(),
@@ -139,7 +141,7 @@ impl Default for Metrics {
         );
         registry.register(
             "webhook_deliveries",
-            "Webhook deliveries by outcome: nudge, standby (a non-leader's nudge), ignored, unsigned, bad_signature, too_large, malformed",
+            "Webhook deliveries by outcome: nudge, standby (a non-leader's nudge), ignored, unsigned, bad_signature, too_large, malformed, replayed",
             m.webhook.clone(),
         );
         registry.register(
@@ -151,6 +153,11 @@ impl Default for Metrics {
             "fetch_task_answers_lost",
             "FetchTask calls that failed after they were sent: Gitea may have claimed a task whose answer never arrived (it fails such a task after 10 minutes without updates)",
             m.answers_lost.clone(),
+        );
+        registry.register(
+            "webhook_nudges_paced",
+            "Nudged FetchTasks that waited for the nudge budget (webhook.nudge_burst used up): deliveries arrive faster than webhook.nudge_spacing",
+            m.nudges_paced.clone(),
         );
         registry.register(
             "tasks_withdrawn",
@@ -227,6 +234,9 @@ impl Metrics {
     }
     pub fn answer_lost(&self) {
         self.answers_lost.inc();
+    }
+    pub fn nudge_paced(&self) {
+        self.nudges_paced.inc();
     }
 
     /// The facade certificate's end, for `facade_cert_expiry_days`.

@@ -1,62 +1,106 @@
-//! What a new leadership term does with each claim-ledger entry, given whether the task's
+//! What a new leadership term does with each claim-ledger entry, given which of the task's
 //! executor objects exist (pure; the reconciler carries it out).
 //!
 //! The ledger is read first because the apiserver may have lost what the dispatcher made (its
 //! state restored from an old backup, Pods and Secrets deleted while no dispatcher was
 //! leading): a task the ledger has as claimed and not final, without an executor, is started
 //! again when its executor never had the task, and reported FAILURE with a line saying what
-//! was lost when it had. A task the ledger has as final whose objects are still there is over:
-//! its objects go.
+//! was lost when it had. The same for an executor only partly there (a Secret without its Pod)
+//! once the ledger has its start as done: no redelivery will finish it. A task the ledger has
+//! as final whose objects are still there is over: its objects go.
 
 use crate::queue::Backend;
 use crate::queue::ledger::{Entry, Phase};
+
+/// What the backend lists of an entry's task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objects {
+    /// Nothing.
+    None,
+    /// What a start left without a runnable executor (the pod backend's Secret without its
+    /// Pod), of `attempt`; `fetched`: its runner had fetched the task.
+    Partial { attempt: u32, fetched: bool },
+    /// An executor.
+    Complete,
+}
 
 /// What recovery does for one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovery {
     /// Nothing: the reconciler looks after a live executor, the worker after a queued
-    /// assignment, and a final entry without objects is done.
+    /// assignment (or a start cut short before the ledger heard of it: its assignment was not
+    /// acked, so it comes back), and a final entry without objects is done.
     Leave,
     /// Start the next attempt from the recorded sealed assignment (if Gitea still has the
-    /// task open).
-    Restart,
+    /// task open); `leftover`: the attempt whose partial objects are deleted first (the next
+    /// attempt follows the later of it and the ledger's).
+    Restart { leftover: Option<u32> },
     /// Report FAILURE at Gitea with this line.
     Fail { reason: String },
     /// The task is over; delete its leftover executor objects.
     Delete,
 }
 
-/// The decision for `entry` when its executor objects exist (`objects`) or not.
-pub fn decide(entry: &Entry, objects: bool) -> Recovery {
+impl Recovery {
+    pub fn is_restart(&self) -> bool {
+        matches!(self, Recovery::Restart { .. })
+    }
+}
+
+/// The decision for `entry` given what the backend lists of its task.
+///
+/// A ledger at `started` means the start finished (the worker notes it after the create, a
+/// replacement too), so its assignment may have been acked: partial objects then are an
+/// executor lost after its start, not a start the queue redelivers, and nothing else would
+/// ever end the task.
+pub fn decide(entry: &Entry, objects: Objects) -> Recovery {
+    use Objects::{Complete, None as Nothing, Partial};
     match (entry.phase, objects) {
-        (Phase::Final, true) => Recovery::Delete,
-        (Phase::Final, false) | (_, true) | (Phase::Queued, false) => Recovery::Leave,
-        (Phase::Claimed | Phase::Started, false) if entry.assignment.is_some() => Recovery::Restart,
-        (Phase::Claimed | Phase::Started, false) => Recovery::Fail {
+        (Phase::Final, Complete | Partial { .. }) => Recovery::Delete,
+        (Phase::Final, Nothing) | (_, Complete) | (Phase::Queued, Nothing) => Recovery::Leave,
+        (Phase::Claimed | Phase::Queued, Partial { .. }) => Recovery::Leave,
+        (Phase::Started, Partial { fetched: true, .. }) => fetched_and_lost(entry, objects),
+        (Phase::Started, Partial { attempt, .. }) if entry.assignment.is_some() => {
+            Recovery::Restart {
+                leftover: Some(attempt),
+            }
+        }
+        (Phase::Claimed | Phase::Started, Nothing) if entry.assignment.is_some() => {
+            Recovery::Restart { leftover: None }
+        }
+        (Phase::Claimed | Phase::Started, _) => Recovery::Fail {
             reason: format!(
                 "the executor of attempt {} was lost before it fetched the task, and the claim ledger holds no assignment to start it again; re-run the job",
                 entry.attempt
             ),
         },
-        (Phase::Fetched | Phase::Reported, false) => Recovery::Fail {
-            reason: format!(
-                "the executor of attempt {} had fetched the task when {}; what it ran and logged after its last report is lost; re-run the job",
-                entry.attempt,
-                match entry.backend {
-                    Backend::Pod =>
-                        "its Pod and Secret were lost (deleted while no dispatcher was leading, or the tenant apiserver lost them)",
-                    Backend::Vm =>
-                        "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
-                }
-            ),
-        },
+        (Phase::Fetched | Phase::Reported, _) => fetched_and_lost(entry, objects),
+    }
+}
+
+/// FAILURE for an executor lost after it fetched: what it ran is unknown.
+fn fetched_and_lost(entry: &Entry, objects: Objects) -> Recovery {
+    let what = match (entry.backend, objects) {
+        (Backend::Pod, Objects::Partial { .. }) => {
+            "its Pod was lost (deleted, or the tenant apiserver lost it; its Secret was left)"
+        }
+        (Backend::Pod, _) => {
+            "its Pod and Secret were lost (deleted while no dispatcher was leading, or the tenant apiserver lost them)"
+        }
+        (Backend::Vm, _) => "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
+    };
+    Recovery::Fail {
+        reason: format!(
+            "the executor of attempt {} had fetched the task when {what}; what it ran and logged after its last report is lost; re-run the job",
+            entry.attempt
+        ),
     }
 }
 
 /// Whether `entry` is an assignment an earlier term queued that no executor took yet: the
 /// new term keeps it alive at Gitea (which fails a task not updated for 10 minutes).
-pub fn waits_in_the_queue(entry: &Entry, objects: bool) -> bool {
-    entry.phase == Phase::Queued && !objects
+pub fn waits_in_the_queue(entry: &Entry, objects: Objects) -> bool {
+    entry.phase == Phase::Queued && objects == Objects::None
 }
 
 #[cfg(test)]
@@ -74,6 +118,13 @@ mod tests {
         }
     }
 
+    const NONE: Objects = Objects::None;
+    const COMPLETE: Objects = Objects::Complete;
+
+    fn partial(attempt: u32, fetched: bool) -> Objects {
+        Objects::Partial { attempt, fetched }
+    }
+
     #[test]
     fn a_live_executor_or_a_queued_assignment_is_left_alone() {
         for phase in [
@@ -82,34 +133,78 @@ mod tests {
             Phase::Started,
             Phase::Fetched,
         ] {
-            assert_eq!(decide(&entry(phase, true), true), Recovery::Leave);
+            assert_eq!(decide(&entry(phase, true), COMPLETE), Recovery::Leave);
         }
-        assert_eq!(decide(&entry(Phase::Queued, true), false), Recovery::Leave);
+        assert_eq!(decide(&entry(Phase::Queued, true), NONE), Recovery::Leave);
     }
 
     #[test]
     fn a_lost_executor_is_restarted_before_it_fetched_and_failed_after() {
-        assert_eq!(
-            decide(&entry(Phase::Started, true), false),
-            Recovery::Restart
-        );
-        assert_eq!(
-            decide(&entry(Phase::Claimed, true), false),
-            Recovery::Restart
-        );
-        let Recovery::Fail { reason } = decide(&entry(Phase::Fetched, false), false) else {
+        let restart = Recovery::Restart { leftover: None };
+        assert_eq!(decide(&entry(Phase::Started, true), NONE), restart);
+        assert_eq!(decide(&entry(Phase::Claimed, true), NONE), restart);
+        let Recovery::Fail { reason } = decide(&entry(Phase::Fetched, false), NONE) else {
             panic!("a fetched task without executor is failed");
         };
         assert!(reason.contains("lost"), "{reason}");
         assert!(matches!(
-            decide(&entry(Phase::Started, false), false),
+            decide(&entry(Phase::Started, false), NONE),
+            Recovery::Fail { .. }
+        ));
+    }
+
+    /// Issue 35: a Secret without its Pod after the start finished (the ledger at `started`,
+    /// the assignment acked) is not redelivered by anyone: it is restarted past its attempt
+    /// (a replacement's Secret may be ahead of the ledger), or failed once it had fetched.
+    #[test]
+    fn a_partial_executor_after_its_start_is_restarted_or_failed_never_left() {
+        assert_eq!(
+            decide(&entry(Phase::Started, true), partial(1, false)),
+            Recovery::Restart { leftover: Some(1) }
+        );
+        assert_eq!(
+            decide(&entry(Phase::Started, true), partial(2, false)),
+            Recovery::Restart { leftover: Some(2) }
+        );
+        for (phase, fetched) in [
+            (Phase::Started, true),
+            (Phase::Fetched, false),
+            (Phase::Fetched, true),
+        ] {
+            let Recovery::Fail { reason } = decide(&entry(phase, true), partial(1, fetched)) else {
+                panic!("{phase:?}: fetched and lost is failed");
+            };
+            assert!(reason.contains("its Pod was lost"), "{reason}");
+        }
+        assert!(matches!(
+            decide(&entry(Phase::Started, false), partial(1, false)),
             Recovery::Fail { .. }
         ));
     }
 
     #[test]
+    fn a_start_cut_short_before_the_ledger_heard_of_it_waits_for_its_redelivery() {
+        for phase in [Phase::Claimed, Phase::Queued] {
+            assert_eq!(
+                decide(&entry(phase, true), partial(1, false)),
+                Recovery::Leave
+            );
+        }
+        assert!(!waits_in_the_queue(
+            &entry(Phase::Queued, true),
+            partial(1, false)
+        ));
+        assert!(waits_in_the_queue(&entry(Phase::Queued, true), NONE));
+    }
+
+    #[test]
     fn a_final_task_keeps_no_objects() {
-        assert_eq!(decide(&entry(Phase::Final, false), true), Recovery::Delete);
-        assert_eq!(decide(&entry(Phase::Final, false), false), Recovery::Leave);
+        for objects in [COMPLETE, partial(1, false)] {
+            assert_eq!(
+                decide(&entry(Phase::Final, false), objects),
+                Recovery::Delete
+            );
+        }
+        assert_eq!(decide(&entry(Phase::Final, false), NONE), Recovery::Leave);
     }
 }

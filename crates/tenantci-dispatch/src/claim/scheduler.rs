@@ -13,7 +13,10 @@
 //! slowing to `fetch_interval_idle` after [`IDLE_AFTER`] without a task. With the webhook, a
 //! `workflow_job` delivery wakes the scheduler at once (tasks version 0, so Gitea picks even
 //! if the version cursor has not moved for us) and the poll is only the safety net, every
-//! `webhook.fetch_interval`.
+//! `webhook.fetch_interval`. Nudges are coalesced: the receiver's `Notify` keeps one permit
+//! however many deliveries arrive while a FetchTask is in flight, and a nudged FetchTask after
+//! an empty one waits for the nudge budget (`claim::nudge`: a burst, then one per
+//! `webhook.nudge_spacing`), so a flood of deliveries costs Gitea a bounded rate.
 //!
 //! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
 //! build does not run), it is reported to Gitea as FAILURE with a log line saying why. Every
@@ -32,6 +35,7 @@ use tokio::time::Instant;
 
 use crate::backend::registry::Registry;
 use crate::backend::report;
+use crate::claim::nudge::{NudgeBudget, Pacer};
 use crate::claim::routing;
 use crate::metrics::Metrics;
 use crate::queue::Backend;
@@ -119,8 +123,11 @@ pub enum Polling {
         idle: Duration,
         idle_after: Duration,
     },
-    /// Webhook nudges, and a poll every `interval` as the safety net.
-    Webhook { interval: Duration },
+    /// Webhook nudges within `nudges`, and a poll every `interval` as the safety net.
+    Webhook {
+        interval: Duration,
+        nudges: NudgeBudget,
+    },
 }
 
 impl Polling {
@@ -129,6 +136,7 @@ impl Polling {
         match &cfg.webhook {
             Some(w) => Polling::Webhook {
                 interval: w.fetch_interval.get(),
+                nudges: w.nudge_budget(),
             },
             None => Polling::Timer {
                 interval: cfg.gitea.fetch_interval.get(),
@@ -152,7 +160,7 @@ impl Polling {
                     interval
                 }
             }
-            Polling::Webhook { interval } => interval,
+            Polling::Webhook { interval, .. } => interval,
         }
     }
 
@@ -162,7 +170,7 @@ impl Polling {
         let per_s = |d: Duration| 1.0 / d.as_secs_f64();
         match *self {
             Polling::Timer { interval, idle, .. } => (per_s(interval), per_s(idle)),
-            Polling::Webhook { interval } => (per_s(interval), per_s(interval)),
+            Polling::Webhook { interval, .. } => (per_s(interval), per_s(interval)),
         }
     }
 
@@ -178,8 +186,9 @@ impl Polling {
                 "polling only: FetchTask every {interval:?} ({busy:.2}/s) while a slot is free, every {idle_interval:?} ({idle:.2}/s) after {}s without a task; a webhook (`dispatch init --webhook-listen`) picks up faster for less",
                 idle_after.as_secs()
             ),
-            Polling::Webhook { interval } => format!(
-                "webhook nudges, and a safety-net FetchTask every {interval:?} ({busy:.2}/s) while a slot is free"
+            Polling::Webhook { interval, nudges } => format!(
+                "webhook nudges (at most {} at once, then one per {:?}), and a safety-net FetchTask every {interval:?} ({busy:.2}/s) while a slot is free",
+                nudges.burst, nudges.spacing
             ),
         }
     }
@@ -203,10 +212,22 @@ impl Scheduler {
         free_slots(capacity, running, queued)
     }
 
+    /// The pacer of nudged FetchTasks (polling alone has no nudges; its budget is moot).
+    fn pacer(&self) -> Pacer {
+        Pacer::new(match self.polling {
+            Polling::Webhook { nudges, .. } => nudges,
+            Polling::Timer { interval, .. } => NudgeBudget {
+                spacing: interval,
+                burst: 1,
+            },
+        })
+    }
+
     /// Runs until `stop` turns true.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut version = TasksVersion::default();
         let mut last_task = Instant::now();
+        let mut pacer = self.pacer();
         while !*stop.borrow() {
             let wait = if self.free().await == 0 {
                 // Not a FetchTask: only the consumer's depth is read again.
@@ -244,6 +265,15 @@ impl Scheduler {
                     _ = self.nudge.notified() => {
                         // The job may not have moved our version cursor: make Gitea pick.
                         version = TasksVersion::default();
+                        // Nudges meanwhile leave one permit: they are this FetchTask's.
+                        let paced = pacer.next_wait();
+                        if !paced.is_zero() {
+                            self.metrics.nudge_paced();
+                            tokio::select! {
+                                _ = tokio::time::sleep(paced) => {}
+                                _ = stop.changed() => {}
+                            }
+                        }
                     }
                     _ = stop.changed() => {}
                 }
@@ -382,10 +412,22 @@ mod tests {
         assert_eq!(timer.after_empty(s(10)), Duration::from_millis(200));
         assert_eq!(timer.after_empty(s(301)), s(2));
         assert_eq!(timer.rates(), (5.0, 0.5));
-        let hook = Polling::Webhook { interval: s(5) };
+        let hook = Polling::Webhook {
+            interval: s(5),
+            nudges: super::NudgeBudget {
+                spacing: Duration::from_millis(200),
+                burst: 5,
+            },
+        };
         assert_eq!(hook.after_empty(s(0)), s(5));
         assert_eq!(hook.rates(), (0.2, 0.2));
         assert!(hook.describe().contains("0.20/s"), "{}", hook.describe());
+        assert!(
+            hook.describe()
+                .contains("at most 5 at once, then one per 200ms"),
+            "{}",
+            hook.describe()
+        );
         assert!(timer.describe().contains("5.00/s"), "{}", timer.describe());
     }
 

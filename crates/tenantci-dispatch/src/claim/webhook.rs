@@ -4,17 +4,19 @@
 //! Boundary: a delivery is a hint, never an instruction. It carries no task (Gitea creates the
 //! task only when a FetchTask picks the job), so the most a delivery can do is make the leader
 //! poll now; polling stays the source of truth and a lost delivery costs latency, not a job.
-//! That is also why plain HTTP with the HMAC signature is enough: a replayed delivery can only
-//! cause one extra FetchTask.
+//! That is also why plain HTTP with the HMAC signature is enough: a replayed delivery can at
+//! most cause a FetchTask within the nudge budget (`claim::nudge`, applied by the scheduler),
+//! and one whose `X-Gitea-Delivery` id was seen recently is refused (409, `claim::deliveries`).
 //!
 //! Invariants: the body is read up to [`MAX_BODY`] and verified (HMAC-SHA256 of the raw
 //! bytes, compared in constant time) before anything in it is looked at; a refused delivery
-//! (401 unsigned or mis-signed, 413 oversized, 400 malformed) is counted and never acted on;
-//! only the leader nudges (a standby counts the delivery and does nothing). The pure verdict
-//! is [`judge`]; the handler only reads, counts and nudges.
+//! (401 unsigned or mis-signed, 413 oversized, 400 malformed, 409 replayed) is counted and
+//! never acted on; only the leader nudges (a standby counts the delivery and does nothing).
+//! The pure verdict is [`judge`], then [`replay_checked`]; the handler only reads, counts and
+//! nudges.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::{Body, to_bytes};
@@ -28,6 +30,7 @@ use sha2::Sha256;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
+use crate::claim::deliveries::RecentDeliveries;
 use crate::metrics::Metrics;
 use crate::run::status::Health;
 
@@ -38,6 +41,7 @@ pub const PATH: &str = "/webhooks/gitea";
 pub const MAX_BODY: usize = 1 << 20;
 pub const SIGNATURE_HEADER: &str = "x-gitea-signature";
 pub const EVENT_HEADER: &str = "x-gitea-event";
+pub const DELIVERY_HEADER: &str = "x-gitea-delivery";
 
 /// The webhook secret's bytes. `Debug` never prints it.
 #[derive(Clone)]
@@ -87,6 +91,8 @@ pub enum Verdict {
     BadSignature,
     TooLarge,
     Malformed,
+    /// Signed, but its delivery id was seen recently: not acted on again.
+    Replayed,
 }
 
 impl Verdict {
@@ -96,6 +102,7 @@ impl Verdict {
             Verdict::Unsigned | Verdict::BadSignature => StatusCode::UNAUTHORIZED,
             Verdict::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Verdict::Malformed => StatusCode::BAD_REQUEST,
+            Verdict::Replayed => StatusCode::CONFLICT,
         }
     }
 
@@ -107,6 +114,7 @@ impl Verdict {
             Verdict::BadSignature => "bad_signature",
             Verdict::TooLarge => "too_large",
             Verdict::Malformed => "malformed",
+            Verdict::Replayed => "replayed",
         }
     }
 
@@ -120,6 +128,9 @@ impl Verdict {
             }
             Verdict::TooLarge => "the delivery is larger than 1 MiB\n",
             Verdict::Malformed => "the body is not a workflow_job delivery (JSON)\n",
+            Verdict::Replayed => {
+                "this X-Gitea-Delivery id was received already; a delivery is acted on once (Gitea's Redeliver sends a new id)\n"
+            }
         }
     }
 }
@@ -168,6 +179,20 @@ pub fn judge(
     }
 }
 
+/// `verdict` after the replay check: a signed delivery (nudge or ignored) whose id `recent`
+/// holds is [`Verdict::Replayed`]; its id is remembered otherwise. Refusals are not
+/// remembered, so unsigned senders cannot push real ids out.
+pub fn replay_checked(
+    verdict: Verdict,
+    recent: &mut RecentDeliveries,
+    delivery: Option<&str>,
+) -> Verdict {
+    match verdict {
+        Verdict::Nudge | Verdict::Ignored if !recent.first_time(delivery) => Verdict::Replayed,
+        v => v,
+    }
+}
+
 /// What the receiver needs.
 pub struct Receiver {
     pub secret: WebhookSecret,
@@ -176,8 +201,11 @@ pub struct Receiver {
     pub metrics: Arc<Metrics>,
     /// Whether this instance leads (only the leader nudges).
     pub health: Arc<Health>,
-    /// Wakes the scheduler (a stored permit if it is busy polling, so no nudge is lost).
+    /// Wakes the scheduler (a stored permit if it is busy polling, so no nudge is lost and
+    /// many become one).
     pub nudge: Arc<Notify>,
+    /// Signed deliveries seen recently, by id.
+    pub recent: Mutex<RecentDeliveries>,
 }
 
 async fn deliver(
@@ -203,6 +231,11 @@ async fn deliver(
             Err(_) => Verdict::TooLarge,
         }
     };
+    let verdict = replay_checked(
+        verdict,
+        &mut r.recent.lock().unwrap_or_else(|p| p.into_inner()),
+        header(DELIVERY_HEADER),
+    );
     let leader = r.health.leader.load(Ordering::SeqCst);
     if verdict == Verdict::Nudge && leader {
         r.nudge.notify_one();
@@ -220,7 +253,7 @@ async fn deliver(
         }
         _ => tracing::warn!(
             outcome = verdict.label(),
-            delivery = header("x-gitea-delivery").unwrap_or("-"),
+            delivery = header(DELIVERY_HEADER).unwrap_or("-"),
             "webhook delivery refused"
         ),
     }
@@ -318,6 +351,25 @@ mod tests {
             j(Some("workflow_job"), done.to_string().into_bytes()),
             Verdict::Ignored
         );
+    }
+
+    #[test]
+    fn a_signed_delivery_seen_before_is_a_replay_and_a_refusal_is_not_remembered() {
+        let mut recent = RecentDeliveries::default();
+        let mut check = |v, id| replay_checked(v, &mut recent, Some(id));
+        assert_eq!(check(Verdict::BadSignature, "d1"), Verdict::BadSignature);
+        assert_eq!(
+            check(Verdict::Nudge, "d1"),
+            Verdict::Nudge,
+            "refusals are not remembered"
+        );
+        assert_eq!(check(Verdict::Nudge, "d1"), Verdict::Replayed);
+        assert_eq!(check(Verdict::Ignored, "d1"), Verdict::Replayed);
+        assert_eq!(check(Verdict::Ignored, "d2"), Verdict::Ignored);
+        assert_eq!(check(Verdict::Nudge, "d2"), Verdict::Replayed);
+        assert_eq!(check(Verdict::Unsigned, "d2"), Verdict::Unsigned);
+        assert_eq!(Verdict::Replayed.status(), StatusCode::CONFLICT);
+        assert!(Verdict::Replayed.reason().contains("X-Gitea-Delivery"));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod capability;
 pub mod cert;
 pub mod finished;
 pub mod handout;
+pub mod http1;
 pub mod proxy;
 
 use std::collections::BTreeSet;

@@ -14,7 +14,11 @@
 //! and UpdateTask sets a state. This matters because the runner ends at once when its first
 //! Declare fails (docs/gitea-protocol.md).
 //!
-//! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited.
+//! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited:
+//! it stops accepting at once, gives calls in flight [`SHUTDOWN_GRACE`], then exits whatever
+//! is still open. A client that does not finish a request's headers within
+//! [`HEADER_READ_TIMEOUT`] is disconnected (`facade::http1`), so half-sent headers hold
+//! neither a connection nor the exit.
 //!
 //! With executor identity on ([`FacadeTrust::Spiffe`]), the client [`upstream`] builds speaks
 //! SPIFFE mTLS: it presents the Pod's SVID (from the Workload API, following rotation) and
@@ -38,6 +42,8 @@ use tenantci_core::spiffe::tls as spiffe_tls;
 use tenantci_core::spiffe::{SpiffeId, SvidSource};
 use tenantci_core::{Error, Result};
 
+use crate::facade::http1::{self, Bounds, Stopped};
+
 /// The methods an executor calls (Register is the dispatcher's business, never the Pod's).
 pub const FORWARDED_METHODS: [&str; 4] = ["Declare", "FetchTask", "UpdateTask", "UpdateLog"];
 
@@ -60,6 +66,12 @@ pub const BODY_LIMIT: usize = 16 << 20;
 /// One attempt's bound: the facade answers every executor call at once (FetchTask never
 /// long-polls), so an attempt this slow is a hung facade, and is retried like a refused one.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A runner on loopback sends a request's headers at once; this also ends a kept-alive
+/// connection left idle this long (the runner reports every second while a job runs).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(20);
+/// After SIGTERM the runner has exited, so nobody waits for the answers still in flight; a
+/// few seconds let a final report that is under way reach the facade.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// The largest CA file read.
 const CA_FILE_LIMIT: u64 = 256 << 10;
 
@@ -85,6 +97,8 @@ pub struct ProxyConfig {
     pub facade: FacadeTrust,
     /// How long one call is retried while the facade is away.
     pub retry_for: Duration,
+    /// The header-read timeout and the shutdown grace.
+    pub bounds: Bounds,
 }
 
 /// Reads the facade CA: a regular file (not a FIFO or a device), at most 256 KiB.
@@ -274,16 +288,15 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| Error::external("cannot read the bound address").caused_by(e))?;
     on_listening(bound);
-    // Small request, small answer: without TCP_NODELAY, Nagle's algorithm holds a response
-    // tail until the runner's delayed ACK (~40 ms on Linux), on every new connection.
-    use axum::serve::ListenerExt as _;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(up))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| Error::external("the executor proxy stopped").caused_by(e))
+    match http1::serve(listener, router(up), cfg.bounds, shutdown).await {
+        Stopped::Drained => {}
+        Stopped::GraceExpired { open } => tracing::warn!(
+            open,
+            grace = ?cfg.bounds.grace,
+            "executor-proxy: connections still open after the shutdown grace are dropped"
+        ),
+    }
+    Ok(())
 }
 
 /// Asks a running proxy's `/healthz` (the sidecar's startup probe): true when it answers.
@@ -312,6 +325,10 @@ mod tests {
             facade_url: "https://10.0.0.5:8443".into(),
             facade: FacadeTrust::Ca(String::new()),
             retry_for: Duration::from_secs(60),
+            bounds: Bounds {
+                header_read_timeout: HEADER_READ_TIMEOUT,
+                grace: SHUTDOWN_GRACE,
+            },
         };
         check(&good).unwrap();
         let mut wide = good.clone();

@@ -341,14 +341,21 @@ pub fn config(
         status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
         leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
         webhook: match &c.webhook {
-            Some((listen, secret_file)) => Some(config::Webhook {
-                listen: *listen,
-                secret_file: secret_file.clone(),
-                fetch_interval: tuning
-                    .and_then(|e| e.webhook.as_ref())
-                    .map(|w| w.fetch_interval.clone())
-                    .unwrap_or_else(d::webhook_fetch_interval),
-            }),
+            Some((listen, secret_file)) => {
+                // The flags name the receiver; its tuning is kept from the existing file.
+                let kept = tuning.and_then(|e| e.webhook.as_ref());
+                Some(config::Webhook {
+                    listen: *listen,
+                    secret_file: secret_file.clone(),
+                    fetch_interval: kept
+                        .map(|w| w.fetch_interval.clone())
+                        .unwrap_or_else(d::webhook_fetch_interval),
+                    nudge_spacing: kept
+                        .map(|w| w.nudge_spacing.clone())
+                        .unwrap_or_else(d::nudge_spacing),
+                    nudge_burst: kept.map_or_else(d::nudge_burst, |w| w.nudge_burst),
+                })
+            }
             None => tuning.and_then(|e| e.webhook.clone()),
         },
         claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),

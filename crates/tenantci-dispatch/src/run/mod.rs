@@ -285,6 +285,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
                 metrics: metrics.clone(),
                 health: health.clone(),
                 nudge: nudge.clone(),
+                recent: Default::default(),
             };
             let (addr, task) = start_webhook(listener, receiver, stop_rx.clone())?;
             (Some(addr), Some(task))

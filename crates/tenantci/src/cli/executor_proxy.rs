@@ -9,6 +9,7 @@ use clap::Args;
 
 use tenantci_core::{Error, Result};
 use tenantci_core::{duration, spiffe};
+use tenantci_dispatch::facade::http1::Bounds;
 use tenantci_dispatch::facade::proxy::{self, FacadeTrust, ProxyConfig};
 
 #[derive(Debug, Args)]
@@ -38,6 +39,14 @@ pub struct ExecutorProxyArgs {
     /// duration. Default 2m.
     #[arg(long, value_name = "DURATION", default_value = "2m")]
     pub retry_for: String,
+    /// How long a client may take to send a request's headers (or keep a connection idle)
+    /// before the proxy closes its connection, as a Go duration. Default 20s.
+    #[arg(long, value_name = "DURATION")]
+    pub header_read_timeout: Option<String>,
+    /// After SIGTERM: how long calls in flight may finish before the proxy exits anyway, as
+    /// a Go duration. Default 5s.
+    #[arg(long, value_name = "DURATION")]
+    pub shutdown_grace: Option<String>,
     /// Ask the proxy at --listen whether it serves (exit 0) or not (exit 1), then exit: the
     /// sidecar's startup probe, so the runner starts only once the proxy listens.
     #[arg(long)]
@@ -52,10 +61,17 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
             1
         });
     }
-    let retry_for = duration::parse_positive(&args.retry_for).map_err(|e| {
-        Error::bad_input(format!("--retry-for `{}` {e}", args.retry_for))
-            .hint("pass a Go duration such as 2m or 90s")
-    })?;
+    let retry_for = positive("--retry-for", &args.retry_for)?;
+    let bounds = Bounds {
+        header_read_timeout: match &args.header_read_timeout {
+            Some(d) => positive("--header-read-timeout", d)?,
+            None => proxy::HEADER_READ_TIMEOUT,
+        },
+        grace: match &args.shutdown_grace {
+            Some(d) => positive("--shutdown-grace", d)?,
+            None => proxy::SHUTDOWN_GRACE,
+        },
+    };
     let facade = match (&args.spiffe_source, &args.facade_id) {
         (Some(source), Some(id)) => {
             let facade_id = spiffe::id::spiffe_id("--facade-id", id)?;
@@ -75,6 +91,7 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
         facade_url: args.facade_url.expect("clap requires --facade-url"),
         facade,
         retry_for,
+        bounds,
     };
     proxy::check(&cfg)?;
     let shutdown = async {
@@ -103,4 +120,12 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
     )
     .await?;
     Ok(0)
+}
+
+/// A positive Go duration given to `flag`.
+fn positive(flag: &str, value: &str) -> Result<std::time::Duration> {
+    duration::parse_positive(value).map_err(|e| {
+        Error::bad_input(format!("{flag} `{value}` {e}"))
+            .hint("pass a Go duration such as 2m, 90s or 500ms")
+    })
 }

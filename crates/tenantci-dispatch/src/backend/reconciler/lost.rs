@@ -8,9 +8,9 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 
 use super::{Reconciler, RecoverError};
-use crate::backend::StartError;
-use crate::backend::recovery::{self, Recovery};
+use crate::backend::recovery::{self, Objects, Recovery};
 use crate::backend::report;
+use crate::backend::{Observed, Progress, StartError};
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{CappedConsumer, Slot};
 use crate::queue::ledger::{Entry, Phase};
@@ -87,15 +87,15 @@ impl Reconciler {
         let found = self.executors.observe().await?;
         self.lost.clear();
         for e in entries.into_iter().filter(|e| e.backend == backend) {
-            let has = found.contains_key(&e.task);
-            if recovery::waits_in_the_queue(&e, has) {
+            let objects = objects_of(found.get(&e.task));
+            if recovery::waits_in_the_queue(&e, objects) {
                 // Queued by an earlier term: kept alive at Gitea until its executor starts.
                 self.ctx.registry.queued(e.task, backend);
             }
-            match recovery::decide(&e, has) {
+            match recovery::decide(&e, objects) {
                 Recovery::Leave => {}
                 action => {
-                    if action == Recovery::Restart {
+                    if action.is_restart() {
                         // Kept alive at Gitea (and withdrawn if cancelled there) while it
                         // waits for its slot, as a queued assignment is.
                         self.ctx.registry.queued(e.task, backend);
@@ -104,8 +104,9 @@ impl Reconciler {
                 }
             }
         }
-        // An incomplete executor is a start cut short: its assignment was not acked, so it
-        // comes back and the worker finishes the start.
+        // An incomplete executor is a start cut short (its assignment was not acked, so it
+        // comes back and the worker finishes the start) or, once the ledger has the start as
+        // done, a lost one that `lost` restarts or fails.
         for o in found.values().filter(|o| o.complete) {
             self.ctx
                 .registry
@@ -113,7 +114,7 @@ impl Reconciler {
         }
         // Slots for the executors to start again, taken before the worker pulls anything
         // (recovery runs first): what was running before the crash runs before what waits.
-        let restarts = self.lost.values().filter(|(_, a)| *a == Recovery::Restart);
+        let restarts = self.lost.values().filter(|(_, a)| a.is_restart());
         self.slots.reserve(restarts.count());
         tracing::info!(
             executors = found.len(),
@@ -140,13 +141,13 @@ impl Reconciler {
                     self.delete(task).await
                 }
                 Recovery::Fail { reason } => self.fail(task, reason).await,
-                Recovery::Restart => self.restart_lost(&entry).await,
+                Recovery::Restart { leftover } => self.restart_lost(&entry, *leftover).await,
             };
             if !done {
                 self.lost.insert(task, (entry, action));
             }
         }
-        if !self.lost.values().any(|(_, a)| *a == Recovery::Restart) {
+        if !self.lost.values().any(|(_, a)| a.is_restart()) {
             self.slots.release();
         }
     }
@@ -155,11 +156,15 @@ impl Reconciler {
     /// from the ledger's sealed assignment, if Gitea still has it open. True when settled.
     /// A slot first: recovery never starts more executors than the capacity, and a task that
     /// waits for one costs Gitea nothing but the keep-alive.
-    async fn restart_lost(&mut self, entry: &Entry) -> bool {
+    async fn restart_lost(&mut self, entry: &Entry, leftover: Option<u32>) -> bool {
+        if self.ctx.registry.is_running(entry.task) {
+            // The worker started it from a redelivered assignment meanwhile.
+            return true;
+        }
         let Some(slot) = self.slots.take() else {
             return false;
         };
-        let (settled, unused) = self.start_again(entry, slot).await;
+        let (settled, unused) = self.start_again(entry, leftover, slot).await;
         if let Some(slot) = unused {
             self.slots.give_back(slot);
             if settled {
@@ -171,9 +176,21 @@ impl Reconciler {
     }
 
     /// `restart_lost` with its slot: whether the entry is settled, and the slot unless the
-    /// new executor holds it.
-    async fn start_again(&mut self, entry: &Entry, slot: Slot) -> (bool, Option<Slot>) {
+    /// new executor holds it. Partial objects go first, whatever Gitea says: they hold the
+    /// task's object names, and nothing else would delete them.
+    async fn start_again(
+        &mut self,
+        entry: &Entry,
+        leftover: Option<u32>,
+        slot: Slot,
+    ) -> (bool, Option<Slot>) {
         let task = entry.task;
+        if leftover.is_some()
+            && let Err(e) = self.executors.delete(task).await
+        {
+            tracing::warn!(task, error = %e, "cannot delete what the lost {} left; retrying next pass", self.executors.nouns().executor);
+            return (false, Some(slot));
+        }
         match report::still_open(&self.ctx.gitea, &self.ctx.ledger, task).await {
             Some(true) => {}
             Some(false) => return (true, Some(slot)),
@@ -182,7 +199,7 @@ impl Reconciler {
         let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
             return (true, Some(slot));
         };
-        let attempt = entry.attempt + 1;
+        let attempt = entry.attempt.max(leftover.unwrap_or(0)) + 1;
         let (assignment, spec) = match self.restarts.next_attempt(task, &sealed, attempt) {
             Ok(r) => r,
             Err(why) => return (self.fail(task, &why).await, Some(slot)),
@@ -218,5 +235,17 @@ impl Reconciler {
             entry.attempt
         );
         (true, None)
+    }
+}
+
+/// What recovery's decision needs of the objects `found` for a task.
+fn objects_of(found: Option<&Observed>) -> Objects {
+    match found {
+        None => Objects::None,
+        Some(o) if o.complete => Objects::Complete,
+        Some(o) => Objects::Partial {
+            attempt: o.attempt,
+            fetched: o.progress == Some(Progress::Fetched),
+        },
     }
 }

@@ -4,8 +4,10 @@
 //!
 //! Recovery reads the claim ledger first, then every complete executor found takes a backend
 //! slot, so no more executors start than capacity allows, and none is started twice. Ledger
-//! entries whose executor is gone are carried out by the passes as `recovery::decide` says
-//! (started again, or FAILURE), retried each pass until Gitea and the backend took them.
+//! entries whose executor is gone, or only partly there after its start was done (a Secret
+//! without its Pod: nothing would redeliver it), are carried out by the passes as
+//! `recovery::decide` says (started again, or FAILURE), retried each pass until Gitea and the
+//! backend took them.
 //!
 //! Start deadline: an executor that has not called FetchTask `claim.start_deadline` after it
 //! was created (image pull stuck, crash loop, sandbox never boots) is deleted and replaced by

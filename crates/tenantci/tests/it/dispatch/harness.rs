@@ -198,9 +198,8 @@ impl World {
             .unwrap();
         }
         self.base.webhook = Some(config::Webhook {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            secret_file: file,
             fetch_interval: fetch_interval.into(),
+            ..config::Webhook::new("127.0.0.1:0".parse().unwrap(), file)
         });
     }
 
@@ -615,6 +614,37 @@ impl World {
             .delete(&name, &dp)
             .await
             .unwrap();
+    }
+
+    /// Deletes only `task`'s executor Pod (its Secret stays), as a node drain or an operator
+    /// might before its runner fetched the task.
+    pub async fn delete_pod(&self, task: i64) {
+        Api::<Pod>::namespaced(self.kube.clone(), NAMESPACE)
+            .delete(
+                &format!("gitea-task-{task}"),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the pod backend's consumer has no assignment delivered and not acked, nor
+    /// one waiting: every start so far is acked, and the queue will redeliver none of them.
+    pub async fn pod_assignments_acked(&self) {
+        use tenantci_dispatch::queue::{Backend, STREAM};
+        let js = async_nats::jetstream::new(self.nats.client("ci-admin").await);
+        eventually("every pod assignment acked", || async {
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+                .get_consumer_from_stream(Backend::Pod.consumer(), STREAM)
+                .await
+                .ok()?;
+            let info = consumer.info().await.ok()?;
+            (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+        })
+        .await
     }
 
     /// Deletes every executor Pod and Secret, as a restored or wiped apiserver loses them.

@@ -258,11 +258,10 @@ fn a_five_megabyte_webhook_secret_is_refused() {
     let big = s.path("webhook.secret");
     secret(&big, &"x".repeat(5 << 20));
     let mut cfg = Config::load(&s.config()).unwrap();
-    cfg.webhook = Some(config::Webhook {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        secret_file: big.clone(),
-        fetch_interval: Duration::from_secs(30).into(),
-    });
+    cfg.webhook = Some(config::Webhook::new(
+        "127.0.0.1:0".parse().unwrap(),
+        big.clone(),
+    ));
     std::fs::write(s.config(), cfg.to_toml()).unwrap();
     assert_refused(&s.run(), &["webhook.secret", "larger than 4 KiB"]);
 }

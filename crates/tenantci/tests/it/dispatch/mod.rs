@@ -12,6 +12,7 @@ mod identity;
 mod init;
 mod inputs;
 mod ledger;
+mod proxy;
 mod run;
 mod stall;
 mod vm;

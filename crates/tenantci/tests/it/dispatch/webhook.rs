@@ -75,6 +75,24 @@ async fn webhook_nudges_claim_twenty_jobs_and_an_idle_dispatcher_polls_rarely() 
     assert!(idle_calls <= 5, "{idle_calls} FetchTask calls in 10 idle s");
 }
 
+/// Dispatcher d1 leading, once its term's first FetchTask is done; the FetchTask calls then.
+async fn leader_after_its_first_fetch(w: &World) -> (Dispatcher, u64) {
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    eventually("the term's first FetchTask", || async {
+        (w.fetch_calls().await >= 1).then_some(())
+    })
+    .await;
+    (d, w.fetch_calls().await)
+}
+
+/// A `workflow_job` / `queued` delivery's body for a pod job.
+fn queued_pod_job() -> Vec<u8> {
+    json!({"action": "queued", "workflow_job": {"id": 1, "labels": ["pod"]}})
+        .to_string()
+        .into_bytes()
+}
+
 /// Posts a delivery to `d`'s receiver; returns the status.
 async fn post(d: &Dispatcher, body: &[u8], signature: Option<&str>, event: &str) -> u16 {
     let mut req = reqwest::Client::new()
@@ -86,6 +104,24 @@ async fn post(d: &Dispatcher, body: &[u8], signature: Option<&str>, event: &str)
         req = req.header("x-gitea-signature", s);
     }
     req.send().await.unwrap().status().as_u16()
+}
+
+/// Posts a delivery with its `X-Gitea-Delivery` id, signed right, on `client`; the status.
+async fn post_as(client: &reqwest::Client, d: &Dispatcher, body: &[u8], id: &str) -> u16 {
+    client
+        .post(format!("http://{}/webhooks/gitea", d.webhook.unwrap()))
+        .header("x-gitea-event", "workflow_job")
+        .header("x-gitea-delivery", id)
+        .header(
+            "x-gitea-signature",
+            WebhookSecret::new(WEBHOOK_SECRET).sign(body),
+        )
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
 }
 
 /// Like [`post`], for a body the receiver refuses from its Content-Length: it answers 413 and
@@ -109,17 +145,9 @@ async fn bad_deliveries_are_refused_counted_and_trigger_no_fetch_task() {
     // A safety-net poll that never comes during the test: every FetchTask after the first
     // is a delivery's doing.
     w.with_webhook(Duration::from_secs(3600));
-    let d = w.dispatcher("d1").await;
-    d.wait_leader(true).await;
-    eventually("the term's first FetchTask", || async {
-        (w.fetch_calls().await >= 1).then_some(())
-    })
-    .await;
-    let calls = w.fetch_calls().await;
+    let (d, calls) = leader_after_its_first_fetch(&w).await;
     let secret = WebhookSecret::new(WEBHOOK_SECRET);
-    let queued = json!({"action": "queued", "workflow_job": {"id": 1, "labels": ["pod"]}})
-        .to_string()
-        .into_bytes();
+    let queued = queued_pod_job();
     let wrong = WebhookSecret::new("not-the-secret").sign(&queued);
     assert_eq!(post(&d, &queued, Some(&wrong), "workflow_job").await, 401);
     assert_eq!(post(&d, &queued, None, "workflow_job").await, 401);
@@ -239,4 +267,73 @@ async fn a_standby_accepts_deliveries_but_only_the_leader_acts() {
         (w.fetch_calls().await > calls).then_some(())
     })
     .await;
+}
+
+/// Issue 35: 2000 signed deliveries, each with its own id, as fast as the receiver takes them
+/// (16 at a time). The FetchTasks they cause, counted at the Gitea double, stay within the
+/// nudge budget over the flood's own duration (burst + duration / spacing, and one for a
+/// FetchTask under way when it began), far below one per delivery; the budget was used.
+/// Then a delivery sent again with the same id is refused (409) and counted as replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_deliveries_is_coalesced_into_the_nudge_budget_and_a_replay_is_refused() {
+    use futures::StreamExt as _;
+    use tenantci_dispatch::claim::nudge::NudgeBudget;
+    let mut w = World::start(1).await;
+    // No safety-net poll during the test: every FetchTask after the first is a nudge's.
+    w.with_webhook(Duration::from_secs(3600));
+    let budget = NudgeBudget {
+        spacing: Duration::from_millis(500),
+        burst: 3,
+    };
+    let hook = w.base_mut().webhook.as_mut().unwrap();
+    hook.nudge_spacing = budget.spacing.into();
+    hook.nudge_burst = budget.burst;
+    let (d, before) = leader_after_its_first_fetch(&w).await;
+    let queued = queued_pod_job();
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let statuses: Vec<u16> = futures::stream::iter(0..2000)
+        .map(|i| {
+            let (client, d, body) = (&client, &d, &queued);
+            async move { post_as(client, d, body, &format!("flood-{i}")).await }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let flood = started.elapsed();
+    let during = w.fetch_calls().await - before;
+    assert!(
+        statuses.iter().all(|s| *s == 204),
+        "every delivery accepted"
+    );
+    let bound = budget.most_in(flood) + 1;
+    eprintln!(
+        "2000 deliveries in {flood:?}: {during} FetchTask calls (bound from the budget: {bound})"
+    );
+    assert!(during >= 1, "the deliveries nudged");
+    assert!(
+        during <= bound,
+        "{during} FetchTask calls for 2000 deliveries in {flood:?}; the budget allows {bound}"
+    );
+    assert_eq!(d.metric(NUDGES).await, Some(2000.0));
+    assert!(
+        d.metric("tenantci_dispatch_webhook_nudges_paced_total")
+            .await
+            .is_some_and(|n| n >= 1.0),
+        "the flood waited for the budget"
+    );
+
+    assert_eq!(post_as(&client, &d, &queued, "once").await, 204);
+    assert_eq!(
+        post_as(&client, &d, &queued, "once").await,
+        409,
+        "the same delivery id again"
+    );
+    assert_eq!(post_as(&client, &d, &queued, "flood-7").await, 409);
+    assert_eq!(d.metric(&outcome("replayed")).await, Some(2.0));
+    assert_eq!(
+        d.metric(NUDGES).await,
+        Some(2001.0),
+        "a replay nudges nothing"
+    );
 }
