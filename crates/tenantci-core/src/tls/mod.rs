@@ -8,6 +8,7 @@
 //! config (it is cheap and idempotent).
 
 pub mod pinned;
+pub mod probe;
 
 use std::path::Path;
 use std::sync::{Arc, Once};

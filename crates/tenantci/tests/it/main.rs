@@ -13,6 +13,7 @@ mod opensandbox;
 mod pki;
 mod prewarm;
 mod queue;
+mod refusals;
 mod runner;
 mod ship;
 mod sim;
