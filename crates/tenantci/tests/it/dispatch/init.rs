@@ -461,9 +461,15 @@ fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
         "no object written"
     );
     assert_eq!(files_and_modes(&s.root.join("state")), state);
+}
 
-    // A state directory whose serving CA did not sign the apiserver's certificate: the
-    // credential's ca.crt would fail every request; phase one's TLS handshake refuses it.
+/// A state directory whose serving CA did not sign the apiserver's certificate: the
+/// credential's ca.crt would fail every request, so phase one's TLS handshake refuses it.
+#[test]
+fn init_refuses_a_serving_ca_that_does_not_verify_the_apiserver() {
+    let s = setup();
+    let kubectl = Kubectl::new(&s.sim.tenant_admin("ci"), &s.root);
+    let cluster = ClusterSnapshot::take(&kubectl);
     let serving_ca = s.root.join("state/clusters/ci/pki/serving-ca.crt");
     let original = std::fs::read(&serving_ca).unwrap();
     let stranger = tenantci_core::pki::CertificateAuthority::generate(
