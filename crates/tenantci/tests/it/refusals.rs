@@ -260,7 +260,7 @@ fn refusals_queue_init() {
             "capacity",
             init("ci-admin", &admin, &["--pod-capacity", "0"]),
             2,
-            "pod",
+            "capacity must be at least 1",
         ),
         case(
             "ack-wait",
@@ -272,7 +272,7 @@ fn refusals_queue_init() {
             "replicas",
             init("ci-admin", &admin, &["--replicas", "0"]),
             2,
-            "replica",
+            "invalid queue topology",
         ),
         case(
             "password-missing",
@@ -289,14 +289,14 @@ fn refusals_queue_init() {
         case(
             "wrong-password",
             init("ci-admin", &wrong, &[]),
-            2,
-            "ci-admin",
+            3,
+            "refused the credentials of user `ci-admin`",
         ),
         case(
             "producer",
             init("ci-producer", &server.password_file("ci-producer"), &[]),
-            2,
-            "ci-producer",
+            3,
+            "cannot apply the queue topology",
         ),
         case(
             "more-replicas-than-servers",
