@@ -126,6 +126,43 @@ fn size(bytes: u64) -> String {
     }
 }
 
+/// Refuses, before a run writes anything, a file it could not write at its end: `path`'s
+/// directory (or the nearest ancestor that exists, which the write would create it in) must
+/// be a directory this user may write. A root-owned `/etc/gitlab-runner` is the usual case.
+pub fn check_writable(what: &str, path: &Path) -> Result<()> {
+    let absolute = std::path::absolute(path).map_err(|e| Error::unreadable(what, path, e))?;
+    let mut dir = absolute.parent();
+    while let Some(d) = dir {
+        match std::fs::metadata(d) {
+            Ok(meta) if !meta.is_dir() => {
+                return Err(Error::bad_input(format!(
+                    "cannot write {what} `{}`: `{}` is not a directory",
+                    path.display(),
+                    d.display()
+                ))
+                .hint(format!("pass another path for {what}")));
+            }
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => dir = d.parent(),
+            Err(e) => return Err(Error::unreadable("the directory", d, e)),
+        }
+    }
+    let Some(dir) = dir else { return Ok(()) };
+    let access = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+    nix::unistd::access(dir, access).map_err(|e| {
+        Error::bad_input(format!(
+            "cannot write {what} `{}`: this user may not write `{}`",
+            path.display(),
+            dir.display()
+        ))
+        .caused_by(io::Error::from(e))
+        .hint(format!(
+            "run as the user that owns `{}` (gitlab-runner's is usually root's), or pass another path",
+            dir.display()
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

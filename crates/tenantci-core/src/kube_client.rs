@@ -58,13 +58,15 @@ async fn from_parsed(kc: Kubeconfig, what: &str) -> Result<kube::Client> {
 /// One sentence for a failed apiserver call: `what` is the action ("apply Namespace `x`"),
 /// `forbidden_hint` the fix for a 403 (it depends on which credential the caller used).
 pub fn api_error(e: kube::Error, what: &str, forbidden_hint: &str) -> Error {
+    // The Status message, bounded; without one, the HTTP status (a proxy's page has none).
+    let detail = |code: u16, message: &str| crate::upstream::detail(code, "", message, b"");
     match &e {
         kube::Error::Api(s) if s.code == 403 => {
-            Error::bad_input(format!("the tenant apiserver refused to {what}: {}", s.message)).hint(forbidden_hint.to_string())
+            Error::bad_input(format!("the tenant apiserver refused to {what}: {}", detail(s.code, &s.message))).hint(forbidden_hint.to_string())
         }
         kube::Error::Api(s) if s.code == 401 => Error::bad_input(format!("the tenant apiserver did not accept the credential when trying to {what}"))
             .hint("the kubeconfig's certificate is not signed by this cluster's ClientCA"),
-        kube::Error::Api(s) => Error::external(format!("the tenant apiserver failed to {what}: {} ({})", s.message, s.code)),
+        kube::Error::Api(s) => Error::external(format!("the tenant apiserver failed to {what}: {} ({})", detail(s.code, &s.message), s.code)),
         _ => Error::external(format!("cannot reach the tenant apiserver to {what}")).caused_by(e)
             .hint("the apiserver binds loopback on the gateway host; is the gateway up? (`tenantci check-host`)"),
     }

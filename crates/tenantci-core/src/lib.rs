@@ -23,6 +23,7 @@ pub mod quantity;
 pub mod secret;
 pub mod spiffe;
 pub mod tls;
+pub mod upstream;
 
 pub use error::{Error, ErrorKind, Result};
 pub use secret::Secret;

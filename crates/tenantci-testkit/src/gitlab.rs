@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
@@ -239,6 +239,7 @@ type Shared = Arc<Mutex<GitlabState>>;
 /// The double's routes, usable in-process with `tower::ServiceExt::oneshot` too.
 pub fn app(state: Shared) -> Router {
     Router::new()
+        .route("/api/v4/personal_access_tokens/self", get(token_self))
         .route("/api/v4/user/runners", post(create_runner))
         .route("/api/v4/runners/verify", post(verify_runner))
         .route("/api/v4/runners", post(legacy_register))
@@ -349,6 +350,39 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
 
 /// GitLab's answer to a missing or unknown access token, or one without `create_runner`;
 /// None when the token may create runners.
+/// `GET /api/v4/personal_access_tokens/self`: the token's own record (its scopes), 401 for an
+/// unknown token, as GitLab 15.5+.
+async fn token_self(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let behaviour = {
+        let mut s = state.lock().unwrap();
+        s.requests
+            .push("GET /api/v4/personal_access_tokens/self".into());
+        s.behaviour
+    };
+    match behaviour {
+        Behaviour::Unauthorized => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                json!({"message": "401 Unauthorized"}),
+            );
+        }
+        Behaviour::Hang => std::future::pending::<()>().await,
+        _ => {}
+    }
+    let s = state.lock().unwrap();
+    match access_token(&headers).and_then(|t| s.access_tokens.get(&t)) {
+        None => error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401 Unauthorized"}),
+        ),
+        Some(scopes) => Json(json!({
+            "id": 1, "name": "tenantci", "active": true, "revoked": false,
+            "scopes": scopes.iter().collect::<Vec<_>>(),
+        }))
+        .into_response(),
+    }
+}
+
 fn refuse_token(s: &GitlabState, headers: &HeaderMap) -> Option<Response> {
     let scopes = access_token(headers).and_then(|t| s.access_tokens.get(&t));
     match scopes {

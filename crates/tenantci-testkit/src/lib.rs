@@ -11,6 +11,7 @@
 //! - [`kube`]: kubectl and kube-rs clients as a given identity.
 //! - [`process`]: child processes that never outlive the test, and ready lines.
 //! - [`wait`]: `eventually`, for conditions that have no event to wait on.
+//! - [`snapshot`]: files and cluster objects before and after, for "nothing changed".
 //! - [`procfs`]: a process's memory and CPU time, for the benchmarks.
 //!
 //! Helpers that run the `tenantci` binary take a `Command` for it: only the binary's own
@@ -26,5 +27,6 @@ pub mod opensandbox;
 pub mod process;
 pub mod procfs;
 pub mod sim;
+pub mod snapshot;
 pub mod spire;
 pub mod wait;

@@ -109,6 +109,19 @@ impl OpenSandbox {
         Self::admin(http.post(format!("{}/faults", self.admin_url)).json(&body)).await;
     }
 
+    /// Every call answers `status` with `body` (as `text/html`, not the API's JSON) for
+    /// `for_`: a proxy's error page in front of the API.
+    pub async fn outage_with_body(
+        &self,
+        http: &reqwest::Client,
+        status: u16,
+        body: &str,
+        for_: Duration,
+    ) {
+        let body = json!({"status": status, "seconds": for_.as_secs_f64(), "body": body});
+        Self::admin(http.post(format!("{}/faults", self.admin_url)).json(&body)).await;
+    }
+
     /// Ends an injected outage.
     pub async fn end_outage(&self, http: &reqwest::Client) {
         Self::admin(http.delete(format!("{}/faults", self.admin_url))).await;

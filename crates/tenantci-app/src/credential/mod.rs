@@ -8,6 +8,7 @@
 pub mod decision;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -32,7 +33,8 @@ pub enum CaSource {
 }
 
 impl CaSource {
-    fn paths(&self) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    /// The ClientCA certificate, its key and the serving CA.
+    pub fn paths(&self) -> Result<(PathBuf, PathBuf, PathBuf)> {
         match self {
             CaSource::StateDir { state_dir, cluster } => {
                 tenantci_core::gateway::layout::validate_cluster_name(cluster)?;
@@ -121,13 +123,7 @@ pub struct HandBack {
 /// `kubeconfig` (0600) into the output directory (0700).
 pub fn mint(req: &MintRequest) -> Result<HandBack> {
     // 1. Inputs that need no file system.
-    policy::check_common_name(&req.common_name)?;
-    policy::check_organizations(&req.organizations)?;
-    let valid_for = match &req.valid_for {
-        Some(raw) => policy::parse_valid_for(raw)?,
-        None => policy::DEFAULT_VALID_FOR,
-    };
-    check_server_url(&req.server)?;
+    let valid_for = check_values(req)?;
 
     // 2. The output directory: refuse before reading any key.
     let out_dir = absolute(&req.out_dir)?;
@@ -135,11 +131,7 @@ pub fn mint(req: &MintRequest) -> Result<HandBack> {
     check_out_dir(&out_dir, &files)?;
 
     // 3. The CAs.
-    let (ca_cert, ca_key, server_ca) = req.ca.paths()?;
-    let ca = CertificateAuthority::load(&ca_cert, &ca_key)?;
-    let server_ca_pem = read_server_ca(&server_ca)?;
-    let now = OffsetDateTime::now_utc();
-    policy::check_within_ca(valid_for, now, ca.not_after())?;
+    let (ca, server_ca_pem) = check_cas(req, valid_for)?;
 
     // 4. Sign, then write all or nothing.
     let issued = tenantci_core::pki::issue::client_cert(
@@ -188,6 +180,35 @@ pub fn mint(req: &MintRequest) -> Result<HandBack> {
         serial: issued.serial_hex,
         key_type: req.key_type,
     })
+}
+
+/// Everything [`mint`] checks except the output directory, reading the CA files and writing
+/// nothing: for a caller that mints later in its run (after moving old files aside).
+pub fn check(req: &MintRequest) -> Result<()> {
+    let valid_for = check_values(req)?;
+    check_cas(req, valid_for).map(|_| ())
+}
+
+/// The names, the validity and the server URL; returns the validity.
+fn check_values(req: &MintRequest) -> Result<Duration> {
+    policy::check_common_name(&req.common_name)?;
+    policy::check_organizations(&req.organizations)?;
+    let valid_for = match &req.valid_for {
+        Some(raw) => policy::parse_valid_for(raw)?,
+        None => policy::DEFAULT_VALID_FOR,
+    };
+    check_server_url(&req.server)?;
+    Ok(valid_for)
+}
+
+/// The ClientCA (its key matches its certificate, it is a CA, it outlasts `valid_for`) and
+/// the serving CA's PEM.
+fn check_cas(req: &MintRequest, valid_for: Duration) -> Result<(CertificateAuthority, String)> {
+    let (ca_cert, ca_key, server_ca) = req.ca.paths()?;
+    let ca = CertificateAuthority::load(&ca_cert, &ca_key)?;
+    let server_ca_pem = read_server_ca(&server_ca)?;
+    policy::check_within_ca(valid_for, OffsetDateTime::now_utc(), ca.not_after())?;
+    Ok((ca, server_ca_pem))
 }
 
 /// A context name kubectl shows: the user, which is what the credential is.

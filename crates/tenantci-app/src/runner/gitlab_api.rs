@@ -274,6 +274,34 @@ impl Client {
         }
     }
 
+    /// `GET /api/v4/personal_access_tokens/self`: GitLab is reached and the access token is
+    /// valid with a scope that may create runners; changes nothing at GitLab.
+    pub async fn check_token(&self) -> std::result::Result<(), ApiError> {
+        let response = self
+            .http
+            .get(format!("{}/api/v4/personal_access_tokens/self", self.base))
+            .header("PRIVATE-TOKEN", self.api_token.expose())
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        let status = response.status().as_u16();
+        let body = response.text().await.map_err(|e| self.transport(e))?;
+        if status != 200 {
+            return Err(classify(status, &body, false));
+        }
+        let token: TokenSelf =
+            serde_json::from_str(&body).map_err(|e| ApiError::Decode(e.to_string()))?;
+        if token
+            .scopes
+            .iter()
+            .any(|s| s == "create_runner" || s == "api")
+        {
+            Ok(())
+        } else {
+            Err(ApiError::MissingScope)
+        }
+    }
+
     /// Creates the runner and verifies its token: what `--gitlab-api-token-file` does.
     pub async fn create_and_verify(&self, request: &CreateRunner) -> Result<CreatedRunner> {
         request.validate()?;
@@ -298,13 +326,22 @@ impl Client {
     }
 }
 
+/// The part of `personal_access_tokens/self` tenantci reads.
+#[derive(Deserialize)]
+struct TokenSelf {
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
 /// A system id like gitlab-runner's (`s_` + 12 hex digits), identifying this host's manager.
 pub fn system_id() -> String {
     let n: u64 = rand::random();
     format!("s_{:012x}", n & 0xffff_ffff_ffff)
 }
 
-fn message_of(body: &str) -> String {
+/// GitLab's `message` (or OAuth's `error_description` / `error`), else the status and an
+/// excerpt of the body (an HTML page from a proxy in front of GitLab).
+fn message_of(status: u16, body: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
     let text = v
         .get("message")
@@ -314,12 +351,12 @@ fn message_of(body: &str) -> String {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         })
-        .unwrap_or_else(|| body.chars().take(200).collect());
-    text.trim().to_string()
+        .unwrap_or_default();
+    tenantci_core::upstream::detail(status, "", &text, body.as_bytes())
 }
 
 fn classify(status: u16, body: &str, verify: bool) -> ApiError {
-    let message = message_of(body);
+    let message = message_of(status, body);
     match status {
         401 => ApiError::Unauthorized,
         403 if verify => ApiError::VerifyRejected,

@@ -89,7 +89,8 @@ pub struct Configured {
     pub preview: Option<String>,
 }
 
-/// Plans, obtains the token, plans again with it and writes (unless a dry run).
+/// Plans (config.toml parses and takes the entry, its directory is writable), obtains the
+/// token, plans again with it and writes (unless a dry run).
 pub async fn run(inputs: &Inputs) -> Result<Configured> {
     let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &managed_ca_dir(inputs))?;
     let mut entry = pending_entry(inputs);
@@ -99,6 +100,10 @@ pub async fn run(inputs: &Inputs) -> Result<Configured> {
     };
     let existing = write::read_existing(&inputs.config)?;
     merge::plan(&inputs.config, existing.as_deref(), &entry, options)?;
+    if !inputs.dry_run {
+        // Before GitLab creates a runner that a config we cannot write would never name.
+        tenantci_core::input::check_writable("the gitlab-runner config", &inputs.config)?;
+    }
     let obtained = token::prepare(
         &inputs.token,
         existing.as_deref(),

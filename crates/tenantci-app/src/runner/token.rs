@@ -195,6 +195,15 @@ fn client(api: &ApiCreation) -> Result<Client> {
 }
 
 impl Prepared<'_> {
+    /// When a runner will be created: GitLab reached and the access token accepted, without
+    /// creating anything (a caller's phase one).
+    pub async fn check_access(&self) -> Result<()> {
+        match self {
+            Prepared::Ready(_) => Ok(()),
+            Prepared::Create { client, .. } => Ok(client.check_token().await?),
+        }
+    }
+
     /// Creates the runner (and verifies its token) if that is what is left to do.
     pub async fn obtain(self) -> Result<Obtained> {
         let (client, request) = match self {

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SecurityContext, Toleration,
+    Capabilities, Container, Namespace, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SecurityContext, Toleration,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -231,6 +231,25 @@ fn api_error(what: &str, e: kube::Error) -> Error {
         what,
         "pre-warm with the tenant-admin kubeconfig (the runner's credential may not write priorityclasses)",
     )
+}
+
+/// Phase one of `tenant prewarm`: the namespace exists and both objects pass a server-side
+/// dry run, so a refusal of the Deployment cannot leave the cluster-scoped PriorityClass
+/// behind without it. Writes nothing.
+pub async fn check(client: &kube::Client, spec: &PrewarmSpec) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let found = namespaces
+        .get_opt(&spec.namespace)
+        .await
+        .map_err(|e| api_error("read the namespace", e))?;
+    if found.is_none() {
+        return Err(Error::bad_input(format!(
+            "the namespace `{}` does not exist in the tenant cluster",
+            spec.namespace
+        ))
+        .hint("pass --namespace naming the runner's namespace (`bootstrap runner` creates it with the runner's RBAC)"));
+    }
+    apply(client, spec, true).await.map(|_| ())
 }
 
 /// Server-side applies the PriorityClass and the Deployment (dry-run when asked).

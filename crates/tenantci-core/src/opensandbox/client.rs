@@ -19,6 +19,8 @@ use crate::{Error, Secret};
 pub const API_KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
 /// The page size used when listing: the API's maximum is not documented; 100 keeps pages small.
 const PAGE_SIZE: u32 = 100;
+/// How much of an error answer is read: its code and message, or an excerpt, fit well within.
+const ERROR_BODY_MAX: usize = 64 * 1024;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,24 +31,18 @@ pub enum ApiError {
         #[source]
         source: reqwest::Error,
     },
-    #[error("the OpenSandbox Lifecycle API answered {status} ({code}: {message})")]
-    Server {
-        status: u16,
-        code: String,
-        message: String,
-    },
-    #[error("the OpenSandbox Lifecycle API answered 409 Conflict ({code}: {message})")]
-    Conflict { code: String, message: String },
+    #[error("the OpenSandbox Lifecycle API answered {status} ({detail})")]
+    Server { status: u16, detail: String },
+    #[error("the OpenSandbox Lifecycle API answered 409 Conflict ({detail})")]
+    Conflict { detail: String },
     #[error("the OpenSandbox Lifecycle API refused the API key in {}", key_file.display())]
     Unauthorized { key_file: PathBuf },
-    #[error("the OpenSandbox Lifecycle API refused the request ({code}: {message})")]
-    Rejected { code: String, message: String },
-    #[error("the OpenSandbox Lifecycle API answered {status} ({code}: {message})")]
-    Unexpected {
-        status: u16,
-        code: String,
-        message: String,
-    },
+    /// `detail` is the API's `code: message`, or without them the status and a bounded
+    /// excerpt of the body ([`crate::upstream::detail`]).
+    #[error("the OpenSandbox Lifecycle API refused the request ({detail})")]
+    Rejected { detail: String },
+    #[error("the OpenSandbox Lifecycle API answered {status} ({detail})")]
+    Unexpected { status: u16, detail: String },
     #[error("the OpenSandbox Lifecycle API's answer to {what} is not what the spec describes")]
     Decode {
         what: &'static str,
@@ -73,6 +69,11 @@ impl ApiError {
             ),
             ApiError::Unreachable { .. } | ApiError::Server { .. } => {
                 "is OpenSandbox up? check --opensandbox-url and the server's health".into()
+            }
+            ApiError::Rejected { detail } | ApiError::Unexpected { detail, .. }
+                if detail.starts_with("HTTP ") =>
+            {
+                "the answer is not the Lifecycle API's JSON: something else answered (a proxy, or a --opensandbox-url / [vm] url that is not the API's root)".into()
             }
             _ => "see the API's message above".into(),
         };
@@ -107,6 +108,20 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(5),
         }
     }
+}
+
+/// An error answer's body, read up to [`ERROR_BODY_MAX`] bytes (an error page may be large;
+/// only its start is ever shown).
+async fn bounded_body(mut resp: reqwest::Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= ERROR_BODY_MAX {
+            body.truncate(ERROR_BODY_MAX);
+            break;
+        }
+    }
+    body
 }
 
 /// A filter for [`LifecycleClient::list`]: states OR'ed (empty: any), metadata AND'ed.
@@ -160,28 +175,21 @@ impl LifecycleClient {
             return Ok(resp);
         }
         let status = resp.status();
-        let body: ErrorBody = resp.json().await.unwrap_or_default();
-        Err(self.classify(status, body))
+        let body = bounded_body(resp).await;
+        Err(self.classify(status, &body))
     }
 
-    fn classify(&self, status: StatusCode, body: ErrorBody) -> ApiError {
-        let ErrorBody { code, message } = body;
+    fn classify(&self, status: StatusCode, body: &[u8]) -> ApiError {
+        let ErrorBody { code, message } = serde_json::from_slice(body).unwrap_or_default();
+        let detail = crate::upstream::detail(status.as_u16(), &code, &message, body);
         match status.as_u16() {
             401 | 403 => ApiError::Unauthorized {
                 key_file: self.api_key_file.clone(),
             },
-            400 => ApiError::Rejected { code, message },
-            409 => ApiError::Conflict { code, message },
-            s @ 500..=599 => ApiError::Server {
-                status: s,
-                code,
-                message,
-            },
-            s => ApiError::Unexpected {
-                status: s,
-                code,
-                message,
-            },
+            400 => ApiError::Rejected { detail },
+            409 => ApiError::Conflict { detail },
+            s @ 500..=599 => ApiError::Server { status: s, detail },
+            s => ApiError::Unexpected { status: s, detail },
         }
     }
 

@@ -8,6 +8,7 @@
 //! at the first handshake. Call it before building any rustls config (cheap, idempotent).
 
 pub mod pinned;
+pub mod probe;
 
 use std::path::Path;
 use std::sync::{Arc, Once};

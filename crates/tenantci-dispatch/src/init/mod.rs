@@ -2,7 +2,8 @@
 //!
 //! Phase one changes nothing: the flags (`plan::check`), the NATS password files, the files
 //! already beside the config (scheduler credential, keys, facade PKI, the old config), the
-//! cluster (resolved through the gateway; with executor identity, serving SPIRE's
+//! cluster (resolved through the gateway, its serving CA verifying the apiserver in a TLS
+//! handshake; with executor identity, serving SPIRE's
 //! ClusterStaticEntry: `spire`), the dispatcher's credential decision, and a kept registration
 //! (Declare: it must still exist at Gitea). Any refusal there is exit 2 with
 //! nothing written, applied or registered. `--dry-run` stops after it and reports the plan.
@@ -53,6 +54,7 @@ use tenantci_core::gateway::{StateDir, resolve};
 use tenantci_core::kube_client as client;
 use tenantci_core::pki::inspect::{CertInfo, rfc3339};
 use tenantci_core::pki::{CertificateAuthority, KeyType};
+use tenantci_core::tls::probe::ServingCa;
 use tenantci_core::{Error, Result};
 
 pub use plan::{Inputs, RegistrationToken};
@@ -159,6 +161,7 @@ async fn check_cluster<'i>(
     steps: &mut Steps<'_>,
 ) -> Result<Context<'i>> {
     let cluster = resolve::resolve(&StateDir::new(&i.state_dir), &i.cluster).await?;
+    serving_ca(i, &cluster).require().await?;
     steps.record("resolve", Outcome::Ok, resolve_detail(&cluster));
     steps.record(
         "nats",
@@ -182,6 +185,22 @@ async fn check_cluster<'i>(
         credential,
         admin,
     })
+}
+
+/// The state directory's serving CA, which the dispatcher's credential will carry, must
+/// verify the cluster's apiserver: checked with a TLS handshake before anything is written.
+fn serving_ca<'a>(i: &Inputs, cluster: &'a resolve::ResolvedCluster) -> ServingCa<'a> {
+    ServingCa {
+        what: "the state directory's serving CA",
+        path: &cluster.serving_ca,
+        server: "the tenant apiserver",
+        url: &cluster.url,
+        fix: format!(
+            "pass the --state-dir of the gateway that runs cluster `{}` at {}; nothing was written",
+            i.cluster, cluster.url
+        ),
+        unreachable_hint: "check that the gateway runs the cluster (`tenantci check-host --role gateway`); nothing was written",
+    }
 }
 
 /// The VM backend: its Lifecycle API reached with the key (phase one), or, when `--labels`

@@ -50,6 +50,15 @@ struct Outage {
     until: Instant,
     /// Upper-case HTTP methods it hits; empty: every one.
     methods: Vec<String>,
+    /// Answered instead of the API's JSON error, as `text/html` (a proxy in front: an error
+    /// page, or an empty body).
+    body: Option<String>,
+}
+
+/// What an outage answers: its status, and a body that is not the API's JSON when set.
+pub(crate) struct Fault {
+    pub status: u16,
+    pub body: Option<String>,
 }
 
 impl OpenSandboxDouble {
@@ -93,8 +102,8 @@ impl OpenSandboxDouble {
         self.sandboxes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The status an API call with `method` answers now, if an outage is on for it.
-    fn outage(&self, method: &str) -> Option<u16> {
+    /// What an API call with `method` answers now, if an outage is on for it.
+    fn outage(&self, method: &str) -> Option<Fault> {
         let mut o = self.outage.lock().unwrap_or_else(|p| p.into_inner());
         match &*o {
             Some(out) if Instant::now() >= out.until => {
@@ -102,7 +111,10 @@ impl OpenSandboxDouble {
                 None
             }
             Some(out) if out.methods.is_empty() || out.methods.iter().any(|m| m == method) => {
-                Some(out.status)
+                Some(Fault {
+                    status: out.status,
+                    body: out.body.clone(),
+                })
             }
             _ => None,
         }
@@ -110,11 +122,19 @@ impl OpenSandboxDouble {
 
     /// Every API call answers `status` for `for_` from now (zero ends an outage); with
     /// `methods`, only calls of those methods (`POST`: creates fail, the rest works).
-    pub fn set_outage(&self, status: u16, for_: Duration, methods: Vec<String>) {
+    /// `body`: answered as `text/html` instead of the API's JSON error.
+    pub fn set_outage(
+        &self,
+        status: u16,
+        for_: Duration,
+        methods: Vec<String>,
+        body: Option<String>,
+    ) {
         *self.outage.lock().unwrap_or_else(|p| p.into_inner()) = Some(Outage {
             status,
             until: Instant::now() + for_,
             methods,
+            body,
         });
     }
 

@@ -80,7 +80,18 @@ async fn request_id(req: Request, next: Next) -> Response {
 /// The outage first (a proxy in front answers before the server checks anything), then the key.
 async fn guard(State(d): Double, req: Request, next: Next) -> Response {
     d.count_request();
-    if let Some(status) = d.outage(req.method().as_str()) {
+    if let Some(fault) = d.outage(req.method().as_str()) {
+        let status = fault.status;
+        if let Some(body) = fault.body {
+            let code = axum::http::StatusCode::from_u16(status)
+                .unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE);
+            return (
+                code,
+                [(axum::http::header::CONTENT_TYPE, "text/html")],
+                body,
+            )
+                .into_response();
+        }
         let (code, message) = match status {
             400 => ("INVALID_REQUEST", "the request is not valid (simulated)"),
             409 => ("CONFLICT", "the sandbox is changing (simulated)"),
@@ -249,6 +260,10 @@ struct FaultBody {
     /// Only calls of these methods fail (e.g. `["POST"]`: creates); absent: every call.
     #[serde(default)]
     methods: Vec<String>,
+    /// Answer this (as `text/html`, may be empty) instead of the API's JSON error: what a
+    /// proxy in front of the API says.
+    #[serde(default)]
+    body: Option<String>,
 }
 
 /// Every API call (or those of `methods`) answers `status` for `seconds` from now.
@@ -262,12 +277,17 @@ async fn admin_fault(State(d): Double, Json(b): Json<FaultBody>) -> Result<Statu
         ));
     }
     let methods = b.methods.iter().map(|m| m.to_ascii_uppercase()).collect();
-    d.set_outage(b.status, Duration::from_secs_f64(b.seconds), methods);
+    d.set_outage(
+        b.status,
+        Duration::from_secs_f64(b.seconds),
+        methods,
+        b.body,
+    );
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn admin_clear(State(d): Double) -> StatusCode {
-    d.set_outage(503, Duration::ZERO, Vec::new());
+    d.set_outage(503, Duration::ZERO, Vec::new(), None);
     StatusCode::NO_CONTENT
 }
 

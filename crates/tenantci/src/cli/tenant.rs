@@ -192,6 +192,13 @@ fn key_values(flag: &str, items: &[String]) -> Result<BTreeMap<String, String>> 
 }
 
 pub(crate) fn prewarm_spec(args: &PrewarmArgs) -> Result<PrewarmSpec> {
+    if !tenantci_core::dns::is_label(&args.namespace) {
+        return Err(Error::bad_input(format!(
+            "--namespace `{}` is not a Kubernetes namespace name",
+            tenantci_core::input::shown(&args.namespace)
+        ))
+        .hint("use 1-63 lower-case letters, digits and '-', e.g. gitlab-runner"));
+    }
     if args.replicas < 0 {
         return Err(
             Error::bad_input(format!("--replicas {} is negative", args.replicas))
@@ -228,6 +235,9 @@ pub(crate) fn prewarm_spec(args: &PrewarmArgs) -> Result<PrewarmSpec> {
 async fn prewarm(args: PrewarmArgs) -> Result<i32> {
     let spec = prewarm_spec(&args)?;
     let client = tenantci_core::kube_client::from_kubeconfig(&args.kubeconfig).await?;
+    if !args.remove && !args.dry_run {
+        prewarm::check(&client, &spec).await?;
+    }
     let report = if args.remove {
         prewarm::remove(&client, &spec, args.dry_run).await?
     } else {

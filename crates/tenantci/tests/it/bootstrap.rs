@@ -2,10 +2,12 @@
 //! the files config.toml names.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use crate::util::{assert_exit, mode, run, scratch, snapshot, stderr, stdout, tenantci};
 use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::sim::SimProcess;
+use tenantci_testkit::snapshot::{ClusterSnapshot, files_and_modes};
 
 const EXISTING: &str = r#"# managed by hand: keep this comment
 concurrent = 4
@@ -38,11 +40,19 @@ fn setup(clusters: &[&str]) -> Setup {
     }
 }
 
-fn bootstrap(s: &Setup, cluster: &str, extra: &[&str]) -> std::process::Output {
+fn bootstrap(s: &Setup, cluster: &str, extra: &[&str]) -> Output {
     let mut cmd = tenantci();
     cmd.args(["bootstrap", "runner", "--forge", "gitlab", "--state-dir"])
         .arg(s.root.join("state"))
-        .args(["--cluster", cluster, "--credential-dir"])
+        .args(["--cluster", cluster]);
+    run(with_runner(s, cluster, &mut cmd)
+        .args(["-o", "json"])
+        .args(extra))
+}
+
+/// The runner half of a bootstrap: its credential directory, config.toml and token file.
+fn with_runner<'c>(s: &Setup, cluster: &str, cmd: &'c mut Command) -> &'c mut Command {
+    cmd.arg("--credential-dir")
         .arg(s.root.join(format!("creds-{cluster}")))
         .arg("--config")
         .arg(s.root.join("gitlab-runner/config.toml"))
@@ -52,9 +62,6 @@ fn bootstrap(s: &Setup, cluster: &str, extra: &[&str]) -> std::process::Output {
             "--runner-token-file",
         ])
         .arg(s.root.join("token"))
-        .args(["-o", "json"])
-        .args(extra);
-    run(&mut cmd)
 }
 
 fn toml(path: &Path) -> toml_edit::DocumentMut {
@@ -375,34 +382,7 @@ fn bootstrap_validates_names_and_reaches_the_apiserver_before_writing() {
     let dead = format!("https://127.0.0.1:{}", closed.local_addr().unwrap().port());
     drop(closed);
     let direct = |server: &str, kubeconfig: &Path| {
-        let mut cmd = tenantci();
-        cmd.args([
-            "bootstrap",
-            "runner",
-            "--forge",
-            "gitlab",
-            "--cluster",
-            "ci",
-        ])
-        .args(["--server", server, "--server-ca"])
-        .arg(pki.join("serving-ca.crt"))
-        .arg("--client-ca-cert")
-        .arg(pki.join("client-ca.crt"))
-        .arg("--client-ca-key")
-        .arg(pki.join("client-ca.key"))
-        .arg("--tenant-kubeconfig")
-        .arg(kubeconfig)
-        .arg("--credential-dir")
-        .arg(s.root.join("creds-ci"))
-        .arg("--config")
-        .arg(s.root.join("gitlab-runner/config.toml"))
-        .args([
-            "--gitlab-url",
-            "https://gitlab.example.com",
-            "--runner-token-file",
-        ])
-        .arg(s.root.join("token"));
-        run(&mut cmd)
+        bootstrap_direct(&s, server, &pki.join("serving-ca.crt"), kubeconfig)
     };
     let o = direct(&dead, &s.sim.tenant_admin("ci"));
     assert_exit(&o, 2);
@@ -424,4 +404,121 @@ fn bootstrap_validates_names_and_reaches_the_apiserver_before_writing() {
     );
     assert!(!stdout(&o).contains("Ready") && !stderr(&o).contains("Ready"));
     untouched(&s);
+}
+
+/// `bootstrap runner` for cluster `ci` given directly: the server, its serving CA and the
+/// tenant kubeconfig as the test chooses, the ClientCA of the state directory.
+fn bootstrap_direct(s: &Setup, server: &str, server_ca: &Path, kubeconfig: &Path) -> Output {
+    let pki = s.root.join("state/clusters/ci/pki");
+    let mut cmd = tenantci();
+    cmd.args([
+        "bootstrap",
+        "runner",
+        "--forge",
+        "gitlab",
+        "--cluster",
+        "ci",
+    ])
+    .args(["--server", server, "--server-ca"])
+    .arg(server_ca)
+    .arg("--client-ca-cert")
+    .arg(pki.join("client-ca.crt"))
+    .arg("--client-ca-key")
+    .arg(pki.join("client-ca.key"))
+    .arg("--tenant-kubeconfig")
+    .arg(kubeconfig);
+    run(with_runner(s, "ci", &mut cmd))
+}
+
+/// A refusal: exactly one `error:` sentence, containing `sentence`, and a `help:` line.
+#[track_caller]
+fn assert_one_sentence(o: &Output, sentence: &str) {
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(sentence), "{err}");
+    assert!(err.contains("\nhelp: "), "a refusal says the fix: {err}");
+}
+
+/// An existing config.toml that is not TOML is refused in phase one: exit 2 naming the file
+/// and the fix, with no credential directory, no cluster object changed and the file as it
+/// was (before, the credential was minted and the RBAC applied first).
+#[test]
+fn bootstrap_refuses_a_config_that_is_not_toml_before_minting_or_applying() {
+    let s = setup(&["ci"]);
+    let config = s.root.join("gitlab-runner/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "concurrent = 4\n[[runners]\n  name = \"x\"\n").unwrap();
+    let kubectl = Kubectl::new(&s.sim.tenant_admin("ci"), &s.root);
+    let cluster = ClusterSnapshot::take(&kubectl);
+    let files = files_and_modes(&s.root.join("gitlab-runner"));
+
+    let o = bootstrap(&s, "ci", &[]);
+    assert_exit(&o, 2);
+    assert_one_sentence(
+        &o,
+        &format!("`{}` is not valid TOML at line 2", config.display()),
+    );
+    assert!(
+        stderr(&o).contains("help: fix the file by hand"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!s.root.join("creds-ci").exists(), "no credential directory");
+    assert_eq!(
+        ClusterSnapshot::take(&kubectl),
+        cluster,
+        "no object written"
+    );
+    assert_eq!(files_and_modes(&s.root.join("gitlab-runner")), files);
+}
+
+/// A serving CA that did not sign the apiserver's certificate (another cluster's), while the
+/// tenant-admin kubeconfig reaches the server with its own CA: phase one's TLS handshake
+/// trusting only --server-ca refuses it, naming the CA, the server and what to pass, before
+/// anything is minted or applied.
+#[test]
+fn bootstrap_refuses_a_serving_ca_that_does_not_verify_the_server() {
+    let s = setup(&["ci", "other"]);
+    let pki = s.root.join("state/clusters/ci/pki");
+    let wrong_ca = s.root.join("state/clusters/other/pki/serving-ca.crt");
+    let url = s.sim.cluster_url("ci");
+    let kubectl = Kubectl::new(&s.sim.tenant_admin("ci"), &s.root);
+    let cluster = ClusterSnapshot::take(&kubectl);
+    let direct =
+        |server_ca: &Path| bootstrap_direct(&s, &url, server_ca, &s.sim.tenant_admin("ci"));
+
+    let o = direct(&wrong_ca);
+    assert_exit(&o, 2);
+    assert_one_sentence(
+        &o,
+        &format!(
+            "the serving CA given by --server-ca `{}` does not verify the tenant apiserver of cluster `ci` at {url}",
+            wrong_ca.display()
+        ),
+    );
+    assert!(
+        stderr(&o).contains(
+            "help: pass --server-ca naming the CA that signed the certificate of the apiserver at"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("Ready") && !stderr(&o).contains("reached"));
+    assert!(!s.root.join("creds-ci").exists(), "no credential directory");
+    assert!(!s.root.join("gitlab-runner").exists(), "no config written");
+    assert_eq!(
+        ClusterSnapshot::take(&kubectl),
+        cluster,
+        "no object written"
+    );
+
+    // The positive control: the CA that did sign it goes through.
+    let o = direct(&pki.join("serving-ca.crt"));
+    assert_exit(&o, 0);
+    assert_ne!(
+        ClusterSnapshot::take(&kubectl),
+        cluster,
+        "the run wrote its RBAC"
+    );
 }

@@ -576,7 +576,7 @@ fn credential_bad_inputs_exit_2_and_write_nothing() {
             "both",
         ),
     ];
-    assert!(cases.len() >= 15);
+    assert_eq!(cases.len(), 23, "the count in the audit (docs/cli.md)");
     for (name, args, needle) in cases {
         let before_state = snapshot(dir.path());
         let out = dir.path().join(format!("out-{}", name.replace(' ', "-")));

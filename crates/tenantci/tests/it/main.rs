@@ -14,6 +14,7 @@ mod packaging;
 mod pki;
 mod prewarm;
 mod queue;
+mod refusals;
 mod renewal;
 mod runner;
 mod ship;

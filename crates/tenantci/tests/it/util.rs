@@ -76,36 +76,9 @@ pub fn mode(p: &Path) -> u32 {
         & 0o7777
 }
 
-/// Every file under `dir` with its contents (a symlink's target, never a FIFO's or device's
-/// contents), for "nothing changed" assertions.
-pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    if !dir.exists() {
-        return out;
-    }
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let p = entry.unwrap().path();
-            let kind = std::fs::symlink_metadata(&p).unwrap().file_type();
-            if kind.is_dir() {
-                out.push((p.clone(), Vec::new()));
-                stack.push(p);
-            } else if kind.is_file() {
-                out.push((p.clone(), std::fs::read(&p).unwrap()));
-            } else if kind.is_symlink() {
-                // Not followed: it may name /dev/zero (a test's bad input).
-                let target = std::fs::read_link(&p).unwrap();
-                out.push((p.clone(), target.into_os_string().into_encoded_bytes()));
-            } else {
-                // A FIFO or device: reading it would block or never end.
-                out.push((p.clone(), b"(not a regular file)".to_vec()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
+/// Every file under `dir` with its contents ([`tenantci_testkit::snapshot::files`]), for
+/// "nothing changed" assertions.
+pub use tenantci_testkit::snapshot::files as snapshot;
 
 /// A file of the repository (manifests/, runner-configs/), or of this crate when `rel`
 /// starts with `tests/`.

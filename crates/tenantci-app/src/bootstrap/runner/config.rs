@@ -4,13 +4,39 @@
 use super::{Inputs, PausePods, Run};
 use crate::credential::CredentialFiles;
 use crate::runner::gitlab_ca;
+use crate::runner::gitlab_config::RunnerToken;
 use crate::runner::gitlab_config::entry::Autoscaler;
 use crate::runner::gitlab_config::{self, KubernetesSettings, MergeOptions, RunnerEntry};
-use crate::runner::token::{Obtained, Origin, Prepared};
+use crate::runner::token::{Obtained, Origin, PENDING_TOKEN, Prepared};
 use crate::steps::Outcome;
 use tenantci_core::Result;
 
 impl Run<'_> {
+    /// Phase one: config.toml as the last step will find it (a regular file of bounded size,
+    /// valid TOML, no entry of ours the merge would refuse) and a directory this user can
+    /// write, so a config that cannot take our entry is refused before anything is minted or
+    /// applied. The token is a placeholder: the merge's refusals do not depend on it.
+    pub(super) fn check_config(&self, files: &CredentialFiles, ca: &gitlab_ca::Plan) -> Result<()> {
+        let inputs = self.inputs;
+        let token = Obtained {
+            token: RunnerToken::EnvRef(PENDING_TOKEN.into()),
+            registration: None,
+            origin: Origin::WouldCreate,
+        };
+        let mut entry = runner_entry(inputs, &self.cluster.server, files, token);
+        entry.tls_ca_file = ca.tls_ca_file.clone();
+        let existing = gitlab_config::write::read_existing(&inputs.config_path)?;
+        let options = MergeOptions {
+            force: inputs.force,
+        };
+        gitlab_config::merge::plan(&inputs.config_path, existing.as_deref(), &entry, options)?;
+        if !inputs.dry_run {
+            tenantci_core::input::check_writable("the gitlab-runner config", &inputs.config_path)?;
+            tenantci_core::input::check_writable("the credential directory", &files.ca)?;
+        }
+        Ok(())
+    }
+
     /// The token prepared by [`super::check`]; a runner created now is its own step.
     pub(super) async fn runner_token(&mut self, prepared: Prepared<'_>) -> Result<Obtained> {
         let obtained = prepared.obtain().await?;

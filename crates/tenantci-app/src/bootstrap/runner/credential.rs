@@ -29,8 +29,26 @@ pub(super) fn read_cert(what: &str, path: &Path) -> Result<CertInfo> {
     })
 }
 
+/// Phase one's decision about the credential, carried out in phase two.
+pub(super) struct CredentialPlan {
+    existing: Existing,
+    decision: Decision,
+    now: OffsetDateTime,
+    files: CredentialFiles,
+}
+
+impl CredentialPlan {
+    /// The files config.toml will name (absolute).
+    pub fn files(&self) -> &CredentialFiles {
+        &self.files
+    }
+}
+
 impl Run<'_> {
-    pub(super) fn credential(&mut self) -> Result<Credential> {
+    /// Phase one: reads the credential directory and decides; when the decision mints, checks
+    /// the ClientCA (key matches certificate, outlasts the validity) and the serving CA file
+    /// now, so a bad CA is refused before the old files are moved aside or anything applied.
+    pub(super) fn plan_credential(&self) -> Result<CredentialPlan> {
         let dir = &self.inputs.credential_dir;
         let now = OffsetDateTime::now_utc();
         let client_ca = read_cert("the ClientCA", &self.cluster.client_ca_cert)?;
@@ -42,10 +60,24 @@ impl Run<'_> {
             client_ca_key_id: client_ca.subject_key_id.as_deref(),
         };
         let decision = cred::decide(&existing, &wanted, now, self.inputs.rotate, dir)?;
+        if decision != Decision::Keep {
+            crate::credential::check(&self.mint_request())?;
+        }
         let files = CredentialFiles::in_dir(&std::path::absolute(dir).unwrap_or(dir.clone()));
-        let minted = match (&decision, self.inputs.dry_run) {
+        Ok(CredentialPlan {
+            existing,
+            decision,
+            now,
+            files,
+        })
+    }
+
+    /// Phase two: keeps, or (after moving the old files aside when rotating) mints.
+    pub(super) fn credential(&mut self, plan: CredentialPlan) -> Result<Credential> {
+        let dir = &self.inputs.credential_dir;
+        let minted = match (&plan.decision, self.inputs.dry_run) {
             (Decision::Keep, _) => {
-                self.keep(&existing);
+                self.keep(&plan.existing);
                 false
             }
             (d, true) => {
@@ -54,11 +86,27 @@ impl Run<'_> {
                 false
             }
             (d, false) => {
-                self.mint(d, now)?;
+                self.mint(d, plan.now)?;
                 true
             }
         };
-        Ok(Credential { files, minted })
+        Ok(Credential {
+            files: plan.files,
+            minted,
+        })
+    }
+
+    fn mint_request(&self) -> MintRequest {
+        let inputs = self.inputs;
+        MintRequest {
+            ca: self.cluster.ca.clone(),
+            server: self.cluster.server.clone(),
+            common_name: inputs.common_name.clone(),
+            organizations: self.groups.clone(),
+            out_dir: inputs.credential_dir.clone(),
+            valid_for: inputs.valid_for.clone(),
+            key_type: KeyType::EcdsaP256,
+        }
     }
 
     fn keep(&mut self, existing: &Existing) {
@@ -82,15 +130,7 @@ impl Run<'_> {
             let detail = format!("{why}; moved aside {} file(s)", moved.len());
             self.steps.act("credential", Outcome::Rotated, detail);
         }
-        let minted = crate::credential::mint(&MintRequest {
-            ca: self.cluster.ca.clone(),
-            server: self.cluster.server.clone(),
-            common_name: inputs.common_name.clone(),
-            organizations: self.groups.clone(),
-            out_dir: inputs.credential_dir.clone(),
-            valid_for: inputs.valid_for.clone(),
-            key_type: KeyType::EcdsaP256,
-        })?;
+        let minted = crate::credential::mint(&self.mint_request())?;
         let detail = format!(
             "{} (valid until {})",
             inputs.credential_dir.display(),

@@ -1,6 +1,17 @@
 //! `bootstrap runner --forge gitlab`: runbook 01 steps 2, 4 and 5 plus the runner config of 02,
-//! in order, each step's outcome recorded. Nothing is written to the runner config until every
-//! earlier step held; an error in any step leaves the config untouched.
+//! in order, each step's outcome recorded. Two phases, as `dispatch init`:
+//!
+//! Phase one changes nothing: the flags and names (`check`), config.toml (a regular file of
+//! bounded size that parses and takes our entry, in a directory this user can write), the
+//! cluster resolved and its apiserver reached, first with a TLS handshake trusting only the
+//! serving CA the credential will carry (`resolve`), the sizing, the credential decision and,
+//! when it mints, the ClientCA pair, and GitLab reached with the API token when a runner will
+//! be created. Any refusal there is exit 2 (3 for a system not reached) with nothing minted,
+//! applied, created or written.
+//!
+//! Phase two writes, in an order whose every prefix is safe to re-run: the credential (kept
+//! on re-run), the RBAC (server-side apply), the pause pods, the runner at GitLab, then
+//! GitLab's CA copy and config.toml last, so a config always names files that exist.
 //!
 //! The work lives in its own modules (`credential`, `tenant::rbac`, `tenant::verify`,
 //! `tenant::sizing`, `tenant::prewarm`, `runner::token`, `runner::gitlab_config`). [`run`] is
@@ -129,6 +140,7 @@ struct Run<'a> {
 /// Runs every step; `on_step` sees each line as it completes (the CLI prints them).
 pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
     let requests_before = client::requests();
+    // Phase one: every local input and every system this run needs, nothing written.
     let token = check::check_inputs(inputs)?;
     let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
     let mut steps = Steps::new(&mut on_step, inputs.dry_run);
@@ -140,7 +152,12 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         steps,
     };
     let sizing = run.check_sizing()?;
-    let credential = run.credential()?;
+    let credential = run.plan_credential()?;
+    run.check_config(credential.files(), &ca)?;
+    token.check_access().await?;
+    // Phase two: each write safe to re-run after any earlier one (a kept credential, applied
+    // objects unchanged, a reused token), config.toml last.
+    let credential = run.credential(credential)?;
     let rbac_changed = run.rbac(&admin).await?;
     run.verify(&admin, &credential, rbac_changed).await?;
     run.record_sizing(sizing.as_ref());

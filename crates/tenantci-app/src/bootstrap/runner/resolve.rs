@@ -10,6 +10,7 @@ use crate::tenant::sizing::{self, SizingReport};
 use tenantci_core::gateway::{StateDir, resolve as gateway};
 use tenantci_core::kube_client as client;
 use tenantci_core::node_image::NodeImage;
+use tenantci_core::tls::probe::ServingCa;
 use tenantci_core::{Error, Result};
 
 /// The cluster the inputs name, with the files later steps need.
@@ -40,6 +41,7 @@ pub(super) async fn resolve(
         ))
         .hint("pass the tenant-admin kubeconfig of that cluster (--tenant-kubeconfig), or the matching --server"));
     }
+    verify_serving_ca(inputs, &r).await?;
     let admin = client::from_kubeconfig(&r.tenant_kubeconfig).await?;
     let version = admin.apiserver_version().await.map_err(|e| {
         Error::external(format!(
@@ -47,7 +49,7 @@ pub(super) async fn resolve(
             r.cluster, r.server
         ))
         .caused_by(e)
-        .hint("check that the gateway runs the cluster (`tenantci check-host --role gateway`) and that --server / the tenant kubeconfig name it; nothing was written")
+        .hint(UNREACHABLE_HINT)
     })?;
     let state = match inputs.target {
         Target::StateDir { .. } => "Ready, reached",
@@ -63,6 +65,42 @@ pub(super) async fn resolve(
     );
     Ok((r, admin))
 }
+
+/// The serving CA that the credential's `ca.crt` will hold must verify the apiserver: otherwise
+/// the runner's every request fails, and only after the credential was minted and the RBAC
+/// applied (the tenant-admin kubeconfig may carry a CA of its own that does verify it).
+async fn verify_serving_ca(inputs: &Inputs, r: &Resolved) -> Result<()> {
+    let (_, _, path) = r.ca.paths()?;
+    let (what, fix) = match &inputs.target {
+        Target::Direct { .. } => (
+            "the serving CA given by --server-ca",
+            format!(
+                "pass --server-ca naming the CA that signed the certificate of the apiserver at {} (on the gateway: <state>/clusters/{}/pki/serving-ca.crt); nothing was written",
+                r.server, r.cluster
+            ),
+        ),
+        Target::StateDir { .. } => (
+            "the state directory's serving CA",
+            format!(
+                "pass the --state-dir of the gateway that runs cluster `{1}` at {0}, or give the cluster directly with --server {0} and --server-ca naming the CA that signed its certificate; nothing was written",
+                r.server, r.cluster
+            ),
+        ),
+    };
+    let server = format!("the tenant apiserver of cluster `{}`", r.cluster);
+    ServingCa {
+        what,
+        path: &path,
+        server: &server,
+        url: &r.server,
+        fix,
+        unreachable_hint: UNREACHABLE_HINT,
+    }
+    .require()
+    .await
+}
+
+const UNREACHABLE_HINT: &str = "check that the gateway runs the cluster (`tenantci check-host --role gateway`) and that --server / the tenant kubeconfig name it; nothing was written";
 
 /// The server of the kubeconfig's current context.
 fn kubeconfig_server(path: &std::path::Path) -> Result<String> {

@@ -230,10 +230,12 @@ impl ConnectError {
         {
             return ConnectError::new(code, b.message);
         }
-        let snippet = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
         ConnectError::new(
             Code::from_http_status(status),
-            format!("HTTP {status} without a Connect error body: {snippet}"),
+            format!(
+                "no Connect error body: {}",
+                crate::upstream::status_and_excerpt(status, body)
+            ),
         )
     }
 }

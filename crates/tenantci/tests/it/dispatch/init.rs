@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::sim::SimProcess;
+use tenantci_testkit::snapshot::{ClusterSnapshot, files_and_modes};
 use tenantci_testkit::spire::entry_yaml;
 
 use crate::util::{
@@ -347,6 +348,9 @@ fn init_reissues_the_facade_cert_from_the_same_ca_when_the_host_changes() {
 #[test]
 fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
     let s = setup();
+    let kubectl = Kubectl::new(&s.sim.tenant_admin("ci"), &s.root);
+    let cluster = ClusterSnapshot::take(&kubectl);
+    let state = files_and_modes(&s.root.join("state"));
     let partial = s.root.join("nats-partial");
     std::fs::create_dir(&partial).unwrap();
     std::fs::copy(
@@ -431,6 +435,7 @@ fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
             "is empty",
         ),
     ];
+    assert_eq!(cases.len(), 13, "the count in docs/cli.md's table note");
     for (name, edits, needle) in cases {
         let o = s.init(name, &edits, &[]);
         assert_exit(&o, 2);
@@ -450,6 +455,52 @@ fn init_refuses_bad_input_writing_applying_and_registering_nothing() {
     }
     assert!(s.runners().is_empty(), "nothing registered");
     assert!(!s.namespace_exists(), "nothing applied");
+    assert_eq!(
+        ClusterSnapshot::take(&kubectl),
+        cluster,
+        "no object written"
+    );
+    assert_eq!(files_and_modes(&s.root.join("state")), state);
+}
+
+/// A state directory whose serving CA did not sign the apiserver's certificate: the
+/// credential's ca.crt would fail every request, so phase one's TLS handshake refuses it.
+#[test]
+fn init_refuses_a_serving_ca_that_does_not_verify_the_apiserver() {
+    let s = setup();
+    let kubectl = Kubectl::new(&s.sim.tenant_admin("ci"), &s.root);
+    let cluster = ClusterSnapshot::take(&kubectl);
+    let serving_ca = s.root.join("state/clusters/ci/pki/serving-ca.crt");
+    let original = std::fs::read(&serving_ca).unwrap();
+    let stranger = tenantci_core::pki::CertificateAuthority::generate(
+        "stranger",
+        std::time::Duration::from_secs(3600),
+    )
+    .unwrap();
+    std::fs::write(&serving_ca, stranger.cert_pem()).unwrap();
+    let o = s.init("stranger-ca", &[], &[]);
+    std::fs::write(&serving_ca, original).unwrap();
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "the state directory's serving CA `{}` does not verify the tenant apiserver at {}",
+            serving_ca.display(),
+            s.sim.cluster_url("ci")
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("help: pass the --state-dir of the gateway"),
+        "{err}"
+    );
+    assert!(!s.root.join("stranger-ca").exists(), "nothing written");
+    assert!(s.runners().is_empty(), "nothing registered");
+    assert_eq!(
+        ClusterSnapshot::take(&kubectl),
+        cluster,
+        "no object written"
+    );
 }
 
 #[test]

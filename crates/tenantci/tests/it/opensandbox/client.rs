@@ -178,3 +178,46 @@ async fn failures_are_typed_for_the_backend_to_decide() {
         "{e:?}"
     );
 }
+
+/// A 400 that is not the API's JSON (a proxy's HTML page, or nothing at all) names the status
+/// and a bounded, escaped excerpt of the body instead of "refused the request (: )".
+#[tokio::test]
+async fn a_refusal_without_the_apis_json_names_the_status_and_the_body() {
+    let dir = scratch();
+    let (_h, o) = double(dir.path(), Duration::ZERO).await;
+    let http = reqwest::Client::new();
+    let c = o.client();
+    let page = format!(
+        "<html>\n<head><title>400 Bad Request</title></head>\n<body>{}</body></html>",
+        "nginx ".repeat(100)
+    );
+    o.outage_with_body(&http, 400, &page, Duration::from_secs(600))
+        .await;
+    let e = c.create(&request("1", "s")).await.unwrap_err();
+    assert!(matches!(e, ApiError::Rejected { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("HTTP 400 Bad Request, body \"<html>\\n<head><title>400 Bad Request</title>"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("... ({} bytes)", page.len())),
+        "{text}"
+    );
+    assert!(!text.contains('\n') && text.len() < 400, "bounded: {text}");
+    let rendered = e.into_error().render();
+    assert!(
+        rendered.contains("not the Lifecycle API's JSON"),
+        "{rendered}"
+    );
+
+    o.outage_with_body(&http, 400, "", Duration::from_secs(600))
+        .await;
+    let e = c.create(&request("1", "s")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the OpenSandbox Lifecycle API refused the request (HTTP 400 Bad Request, empty body)"
+    );
+    o.end_outage(&http).await;
+    assert_eq!(o.stats(&http).await["created"], 0);
+}

@@ -205,3 +205,29 @@ async fn runner_api_https_with_a_custom_ca() {
     );
     assert_eq!(gitlab.runners().len(), 1);
 }
+
+/// The check a run makes before it changes anything: GitLab reached, the token valid and
+/// allowed to create runners, and nothing created at GitLab.
+#[tokio::test]
+async fn runner_api_token_check_reads_the_tokens_scopes_and_creates_nothing() {
+    let gitlab = GitlabDouble::start().await.unwrap();
+    client(&gitlab, DEFAULT_ACCESS_TOKEN)
+        .check_token()
+        .await
+        .unwrap();
+    let err = client(&gitlab, READ_ONLY_ACCESS_TOKEN)
+        .check_token()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::MissingScope), "{err:?}");
+    let err = client(&gitlab, "glpat-unknown")
+        .check_token()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Unauthorized), "{err:?}");
+    assert!(gitlab.runners().is_empty(), "a check creates nothing");
+    assert_eq!(
+        gitlab.requests(),
+        vec!["GET /api/v4/personal_access_tokens/self"; 3]
+    );
+}

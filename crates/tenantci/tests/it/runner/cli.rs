@@ -1,6 +1,7 @@
 //! `tenantci runner ...` through the real binary: exit codes, modes, no-op re-runs, files
 //! untouched on error, and the token never in stdout/stderr.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -549,4 +550,99 @@ fn runner_cli_refuses_an_oversized_or_empty_token_file() {
         assert!(err.len() < 1000, "{err}");
         assert!(!s.config.exists(), "nothing written");
     }
+}
+
+/// Each bad input of `runner gitlab-config` is refused with one sentence and its fix, and
+/// nothing under the test's directory changes (`crate::refusals`); the positive control writes.
+#[test]
+fn runner_cli_refuses_each_bad_input_writing_nothing() {
+    use crate::refusals::{Watch, case};
+    let s = setup();
+    let put = |name: &str, text: &str| {
+        let p = s.root.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let empty_token = put("empty-token", "\n");
+    let not_pem = put("not-pem.crt", "not a certificate\n");
+    let not_toml = put(
+        "not-toml.toml",
+        "concurrent = 4\n[[runners]\n  name = \"x\"\n",
+    );
+    let docker = put(
+        "docker.toml",
+        "[[runners]]\n  name = \"tenant-a\"\n  executor = \"docker\"\n",
+    );
+    let twice = put(
+        "twice.toml",
+        "[[runners]]\n  name = \"tenant-a\"\n[[runners]]\n  name = \"tenant-a\"\n",
+    );
+    let scalar = put("scalar.toml", "runners = 5\n");
+    let a_dir = s.root.join("a-directory.toml");
+    std::fs::create_dir(&a_dir).unwrap();
+    let a_dir = a_dir.display().to_string();
+    let missing = s.root.join("nope").display().to_string();
+    // The good arguments with `flag`'s value replaced (or the flag dropped: None).
+    let with = |edits: &[(&str, Option<&str>)]| {
+        let mut args = with_token_file(&s);
+        for (flag, value) in edits {
+            match (args.iter().position(|a| a == flag), value) {
+                (Some(i), Some(v)) => args[i + 1] = v.to_string(),
+                (Some(i), None) => drop(args.drain(i..i + 2)),
+                (None, Some(v)) => args.extend([flag.to_string(), v.to_string()]),
+                (None, None) => {}
+            }
+        }
+        args.into_iter().map(OsString::from).collect::<Vec<_>>()
+    };
+    let config = |path: &str| with(&[("--config", Some(path))]);
+    let cases = [
+        case(
+            "not-toml",
+            config(&not_toml),
+            2,
+            "is not valid TOML at line 2",
+        ),
+        case("docker", config(&docker), 2, "uses executor `docker`"),
+        case("twice", config(&twice), 2, "has 2 runners named `tenant-a`"),
+        case("scalar", config(&scalar), 2, "is not an array of tables"),
+        case(
+            "directory",
+            config(&a_dir),
+            2,
+            "is a directory, not a regular file",
+        ),
+        case("no-key", with(&[("--key-file", None)]), 2, "key_file"),
+        case(
+            "empty-token",
+            with(&[("--runner-token-file", Some(&empty_token))]),
+            2,
+            "is empty",
+        ),
+        case(
+            "missing-token",
+            with(&[("--runner-token-file", Some(&missing))]),
+            2,
+            "cannot read the runner token file",
+        ),
+        case(
+            "gitlab-ca-not-pem",
+            with(&[("--gitlab-ca-file", Some(&not_pem))]),
+            2,
+            "holds no PEM certificate",
+        ),
+    ];
+    let watch = Watch {
+        dir: &s.root,
+        kubectl: None,
+        nats: None,
+    };
+    assert_eq!(watch.refuse_each(&[], &cases), 9);
+    let before = watch.take();
+    assert_exit(&run(tenantci().args(with(&[]))), 0);
+    assert_ne!(
+        watch.take(),
+        before,
+        "the positive control wrote config.toml"
+    );
 }
