@@ -16,6 +16,7 @@ use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::nats::NatsServer;
 use tenantci_testkit::sim::SimProcess;
 use tenantci_testkit::snapshot::{ClusterSnapshot, files_and_modes};
+use tenantci_testkit::wait::eventually_blocking;
 
 use crate::util::{assert_exit, run, scratch, stderr, tenantci};
 
@@ -149,6 +150,12 @@ fn refusals_tenant_prewarm() {
     let kubeconfig = sim.tenant_admin("ci");
     let kubectl = Kubectl::new(&kubeconfig, root);
     assert_exit(&kubectl.run(&["create", "namespace", "ci"]), 0);
+    // The simulator gives a new namespace its `default` ServiceAccount a moment later, as
+    // Kubernetes does: the snapshots start after that write, not racing it.
+    eventually_blocking("the namespace's default ServiceAccount", || {
+        let o = kubectl.run(&["get", "serviceaccount", "default", "-n", "ci"]);
+        o.status.success().then_some(())
+    });
     let kubeconfig_arg = kubeconfig.display().to_string();
     // The good flags as `--flag=value` (a negative value stays a value), each replaced by the
     // same flag in `extra`.
