@@ -13,21 +13,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 lock=${LAYERING_LOCK:---locked}
 
+# present DEPS NAME...: prints each NAME that is a line of DEPS (crate names, one a line).
+present() {
+  local deps=$1
+  shift
+  for name in "$@"; do grep -qx "$name" <<<"$deps" && echo "$name"; done
+  return 0
+}
+
+# names CARGO-TREE-FLAGS...: the crate names of a `cargo tree`, one a line.
+names() { cargo tree "$lock" "$@" --prefix none | awk '{print $1}' | sort -u; }
+
 # forbid PACKAGE [FLAGS...] -- NAME...: PACKAGE's normal dependency tree contains none of NAME.
 forbid() {
-  local pkg=$1 flags=() bad=0
+  local pkg=$1 flags=() found
   shift
   while [ "$1" != "--" ]; do flags+=("$1"); shift; done
   shift
-  local deps
-  deps=$(cargo tree "$lock" -p "$pkg" "${flags[@]}" -e normal --prefix none | awk '{print $1}' | sort -u)
-  for name in "$@"; do
-    if grep -qx "$name" <<<"$deps"; then
-      echo "layering: $pkg depends on $name (docs/architecture.md says it may not)" >&2
-      bad=1
-    fi
+  found=$(present "$(names -p "$pkg" "${flags[@]}" -e normal)" "$@")
+  for name in $found; do
+    echo "layering: $pkg depends on $name (docs/architecture.md says it may not)" >&2
   done
-  return $bad
+  [ -z "$found" ]
 }
 
 # forbid_anywhere NAME...: nothing the workspace builds (tests and build scripts included) uses
@@ -35,15 +42,12 @@ forbid() {
 # costs every cold build its C compile (aws-lc-sys: ~90 s and cmake) and makes rustls refuse to
 # pick a default.
 forbid_anywhere() {
-  local deps bad=0
-  deps=$(cargo tree "$lock" --workspace -e normal,build,dev --prefix none | awk '{print $1}' | sort -u)
-  for name in "$@"; do
-    if grep -qx "$name" <<<"$deps"; then
-      echo "layering: the workspace links $name, a second crypto provider (ring is the one; docs/architecture.md)" >&2
-      bad=1
-    fi
+  local found
+  found=$(present "$(names --workspace -e normal,build,dev)" "$@")
+  for name in $found; do
+    echo "layering: the workspace links $name, a second crypto provider (ring is the one; docs/architecture.md)" >&2
   done
-  return $bad
+  [ -z "$found" ]
 }
 
 status=0
