@@ -32,9 +32,12 @@ async fn webhook_nudges_claim_twenty_jobs_and_an_idle_dispatcher_polls_rarely() 
     w.register_hook(&d).await;
     let mut pickups_ms = Vec::new();
     for i in 0..20u64 {
-        // Idle pauses of 1-4 s between jobs (spread evenly, no randomness in a test): the
-        // dispatcher idles between them, as it does between pushes.
-        tokio::time::sleep(Duration::from_millis(1000 + (i * 1571) % 3000)).await;
+        // Idle pauses of 0.2-0.5 s between jobs (spread evenly, no randomness in a test): the
+        // dispatcher idles between them, as it does between pushes. Each job is claimed
+        // before the next is created, so every claim must come from its own nudge (the
+        // safety-net poll is 5 s away); longer pauses only made the suite wait (they were
+        // 1-4 s, 50 s of its 73).
+        tokio::time::sleep(Duration::from_millis(200 + (i * 157) % 300)).await;
         let job = w.enqueue(&format!("job-{i}"), "s").await;
         let task = w.claimed(job).await;
         let (j, t) = (w.job(job).await, w.task(task).await);
