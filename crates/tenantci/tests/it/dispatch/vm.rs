@@ -200,6 +200,12 @@ async fn kill9_with_a_sandbox_running_and_a_vm_task_queued_loses_nothing() {
     let t1 = w.claimed(j1).await;
     w.vm_executor(t1).await;
     let t2 = w.claimed(j2).await;
+    // Killed once both are in the queue: a kill between Gitea's answer to FetchTask and the
+    // first write loses the claim by design (Gitea fails it after 10 minutes); not this test.
+    eventually("both tasks queued", || async {
+        (d.metric("tenantci_dispatch_tasks_claimed_total").await == Some(2.0)).then_some(())
+    })
+    .await;
     d.kill9();
     let d = w.dispatcher("d1").await;
     w.vm_executor(t1).await.run(t1).await;
