@@ -185,13 +185,7 @@ impl PodProxy {
 
     /// The proxy's peak resident set so far (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.pid()))
-            .expect("the proxy's /proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status")
+        crate::process::peak_rss_kib(self.process.pid())
     }
 
     /// What the proxy logged so far.

@@ -20,23 +20,12 @@ use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_core::forge::gitea::{ClientConfig, Credentials, RunnerClient, TasksVersion};
 use tenantci_core::pki::CertificateAuthority;
 use tenantci_sim::gitea::{GiteaDouble, JobSpec};
-use tenantci_testkit::process::{Process, first_line};
+use tenantci_testkit::process::{Process, first_line, peak_rss_kib};
 
 const CHUNK: usize = 256 << 10;
 
 fn progress(msg: &str) {
     eprintln!("bench_passthrough: {msg}");
-}
-
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// Uploads `mib` MiB to `base`'s artifact sink; seconds taken.
@@ -70,7 +59,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let bin = args.get(1).expect("usage: bench_passthrough TENANTCI_BIN [ROUNDS] [MIB]");
+    let bin = args
+        .get(1)
+        .expect("usage: bench_passthrough TENANTCI_BIN [ROUNDS] [MIB]");
     let rounds: usize = args.get(2).map_or(5, |a| a.parse().unwrap());
     let mib: usize = args.get(3).map_or(64, |a| a.parse().unwrap());
 
@@ -117,7 +108,10 @@ async fn main() {
             .stderr(Stdio::null()),
     );
     let line = first_line(proxy.child().stdout.take().unwrap(), "executor-proxy");
-    let via = line.strip_prefix("listening ").expect("the proxy's address").to_string();
+    let via = line
+        .strip_prefix("listening ")
+        .expect("the proxy's address")
+        .to_string();
     let idle_rss = peak_rss_kib(proxy.pid());
 
     let http = reqwest::Client::new();

@@ -116,10 +116,12 @@ fn passes(name: &HeaderName) -> bool {
     ];
     let name = name.as_str();
     // Transfer-Encoding is the connection's framing: each side frames its own body. Host is
-    // Gitea's, set from the URL.
+    // Gitea's, set from the URL. Expect: the proxy's server side already answered the job's
+    // `100-continue`; its body is on the way.
     !(HOP_BY_HOP.contains(&name)
         || name == "transfer-encoding"
         || name == "host"
+        || name == "expect"
         || name.starts_with("x-runner-"))
 }
 
@@ -192,6 +194,7 @@ mod tests {
             ("connection", "keep-alive"),
             ("transfer-encoding", "chunked"),
             ("host", "127.0.0.1:8431"),
+            ("expect", "100-continue"),
             ("content-range", "bytes 0-9/10"),
             ("content-type", "application/octet-stream"),
         ] {

@@ -141,6 +141,7 @@ async fn checkout_artifacts_and_the_api_reach_gitea_through_the_executors_proxy(
     assert_eq!(uploaded["bytes"], UPLOAD as u64, "{uploaded}");
     assert_eq!(uploaded["sha256"], hex::encode(expected.finalize()));
     let peak = proxy.peak_rss_kib();
+    assert!(peak > 0, "the proxy's VmHWM is readable");
     assert!(
         peak < 48 << 10,
         "the proxy streams, it does not hold a 64 MiB body: peak RSS {peak} KiB"
