@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks: each writes its table to docs/benchmarks/<name>.md, then docs/benchmarks.md is
 # assembled from them. Usage: scripts/bench.sh [mint ...]   (default: mint bootstrap prewarm
-# dispatch; `executor-start` by name; `queue`, `sim`, `vm`, `identity`, `vm-svid` and `build` run by
+# dispatch; `executor-start` by name; `queue`, `sim`, `vm`, `identity`, `vm-svid`, `passthrough` and `build` run by
 # name, each through scripts/bench-<name>.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -170,6 +170,11 @@ pub struct Gitea {
     /// not updated for 10 minutes).
     #[serde(default = "defaults::keepalive_interval")]
     pub keepalive_interval: GoDuration,
+    /// The CA (PEM) that signed Gitea's certificate, when it is not in the system's trust
+    /// store: trusted by the dispatcher's own calls and by every executor's proxy on its way
+    /// to Gitea (checkout, artifacts, the API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// The webhook receiver (`POST /webhooks/gitea`, plain HTTP: deliveries are authenticated by
@@ -482,6 +487,7 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL",
         "gitea.keepalive_interval",
     ),
+    ("TENANTCI_DISPATCH_GITEA_CA_FILE", "gitea.ca_file"),
     ("TENANTCI_DISPATCH_CLUSTER_KUBECONFIG", "cluster.kubeconfig"),
     ("TENANTCI_DISPATCH_CLUSTER_NAMESPACE", "cluster.namespace"),
     ("TENANTCI_DISPATCH_NATS_URL", "nats.url"),
@@ -826,6 +832,7 @@ mod tests {
                 fetch_interval: defaults::fetch_interval(),
                 fetch_interval_idle: defaults::fetch_interval_idle(),
                 keepalive_interval: defaults::keepalive_interval(),
+                ca_file: Some("/etc/tenantci/gitea-ca.crt".into()),
             },
             cluster: Cluster {
                 kubeconfig: Some(files::KUBECONFIG.into()),

@@ -40,6 +40,7 @@ use tokio::net::TcpListener;
 
 use crate::gitea_hooks::{HookSpec, Hooks, JobEvent};
 use crate::gitea_stall::Stall;
+use crate::gitea_web::Web;
 use crate::served::Served;
 use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
@@ -154,6 +155,9 @@ struct TaskRec {
     outputs: BTreeMap<String, String>,
     log: Vec<String>,
     log_archived: bool,
+    /// The job's tokens (`token`, `gitea_runtime_token`): the web side accepts them while the
+    /// task runs.
+    job_tokens: [String; 2],
 }
 
 #[derive(Default)]
@@ -183,6 +187,8 @@ pub struct GiteaDouble {
     pub hooks: Hooks,
     /// `POST /admin/stall`.
     pub stall: Stall,
+    /// What a job reaches beyond the RunnerService (`gitea_web`).
+    pub web: Web,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -337,6 +343,7 @@ impl GiteaDouble {
             state: Mutex::new(State::default()),
             hooks: Hooks::default(),
             stall: Stall::default(),
+            web: Web::default(),
         }
     }
 
@@ -390,11 +397,22 @@ impl GiteaDouble {
             .route("/admin/stats", get(admin_stats))
             .route("/admin/stall", post(admin_stall))
             .with_state(double.clone());
-        facade::router(double).merge(admin)
+        facade::router(double.clone())
+            .merge(admin)
+            .merge(crate::gitea_web::router(double))
     }
 
     pub fn registration_token(&self) -> &str {
         &self.registration_token
+    }
+
+    /// Whether `token` is a job token of a task that has not ended (Gitea revokes a job's
+    /// token when its task ends).
+    pub fn is_live_job_token(&self, token: &str) -> bool {
+        self.lock()
+            .tasks
+            .values()
+            .any(|t| !t.done && t.job_tokens.iter().any(|j| j == token))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -582,8 +600,10 @@ impl GiteaDouble {
                 outputs: BTreeMap::new(),
                 log: Vec::new(),
                 log_archived: false,
+                job_tokens: [random_hex(20), random_hex(20)],
             },
         );
+        let tokens = st.tasks[&task_id].job_tokens.clone();
         let mut context = spec.context.clone();
         context.insert("job".into(), spec.name.clone().into());
         // Gitea's `github.repository` (owner/name); one repository in the double.
@@ -591,8 +611,9 @@ impl GiteaDouble {
             .entry("repository")
             .or_insert_with(|| "sim/demo".into());
         context.insert("run_id".into(), job_id.to_string().into());
-        context.insert("token".into(), random_hex(20).into());
-        context.insert("gitea_runtime_token".into(), random_hex(20).into());
+        let [token, runtime_token] = tokens;
+        context.insert("token".into(), token.into());
+        context.insert("gitea_runtime_token".into(), runtime_token.into());
         Some(Task {
             id: task_id,
             workflow_payload: Some(spec.workflow_payload.into_bytes()),

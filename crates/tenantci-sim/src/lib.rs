@@ -12,6 +12,7 @@ pub mod authz;
 pub mod gitea;
 pub mod gitea_hooks;
 pub mod gitea_stall;
+pub mod gitea_web;
 pub mod ids;
 pub mod nodes;
 pub mod opensandbox;

@@ -183,6 +183,11 @@ impl PodProxy {
         }
     }
 
+    /// The proxy's peak resident set so far (`VmHWM`), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        crate::process::peak_rss_kib(self.process.pid())
+    }
+
     /// What the proxy logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -91,3 +91,16 @@ pub fn first_line(stdout: impl Read + Send + 'static, what: &str) -> String {
     );
     line.trim_end().to_string()
 }
+
+/// The peak resident set of process `pid` so far (`VmHWM` of `/proc/<pid>/status`), in KiB;
+/// 0 when it cannot be read (the process is gone).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -38,6 +38,10 @@ fn spec(task: i64, x: &Executor) -> ExecutorSpec {
         capability: "bench-capability".into(),
         facade_url: "https://127.0.0.1:8443".into(),
         facade_ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
+        gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+            url: "http://127.0.0.1:3000".into(),
+            ca_pem: None,
+        },
         labels: vec!["self-hosted".into(), "pod".into()],
         runner_name: "bench".into(),
         executor: x.clone(),

@@ -54,6 +54,8 @@ pub struct ExecutorSpec {
     pub capability: String,
     pub facade_url: String,
     pub facade_ca_pem: String,
+    /// Where the executor-proxy sends what is not the RunnerService.
+    pub gitea: GiteaForExecutors,
     /// The task's runs-on labels (names; the execution mode is added here).
     pub labels: Vec<String>,
     pub runner_name: String,
@@ -61,6 +63,14 @@ pub struct ExecutorSpec {
     pub executor: config::Executor,
     /// Executor identity on: the task's SPIFFE ID and the facade's.
     pub identity: Option<ExecutorIdentity>,
+}
+
+/// Gitea as executors reach it through their proxy: `gitea.url` and, when Gitea's certificate
+/// is signed by a private CA, that CA (`gitea.ca_file`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GiteaForExecutors {
+    pub url: String,
+    pub ca_pem: Option<String>,
 }
 
 /// The SPIFFE IDs of one executor (identity on).
@@ -78,6 +88,7 @@ pub struct ExecutorTemplate {
     pub namespace: String,
     pub facade_url: String,
     pub facade_ca_pem: String,
+    pub gitea: GiteaForExecutors,
     pub runner_name: String,
     pub executor: crate::config::Executor,
     /// Makes each attempt's capability.
@@ -127,6 +138,7 @@ impl ExecutorTemplate {
             identity,
             facade_url: self.facade_url.clone(),
             facade_ca_pem: self.facade_ca_pem.clone(),
+            gitea: self.gitea.clone(),
             labels,
             runner_name: self.runner_name.clone(),
             executor: self.executor.clone(),
@@ -204,6 +216,10 @@ pub(crate) fn example(attempt: u32, assignment_id: &str, label: &str) -> Executo
         capability: "c0ffee".repeat(10),
         facade_url: "https://10.0.0.5:8443".into(),
         facade_ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
+        gitea: GiteaForExecutors {
+            url: "https://gitea.example".into(),
+            ca_pem: None,
+        },
         labels: vec!["self-hosted".into(), label.into()],
         runner_name: "tenantci".into(),
         executor: config::Executor::with_images(

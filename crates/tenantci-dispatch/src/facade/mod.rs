@@ -31,6 +31,7 @@ pub mod cert;
 pub mod finished;
 pub mod handout;
 pub mod http1;
+pub mod passthrough;
 pub mod proxy;
 
 use std::collections::BTreeSet;

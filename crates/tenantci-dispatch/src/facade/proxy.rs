@@ -4,8 +4,10 @@
 //! the job's steps keep the image's own trust store: no `SSL_CERT_FILE`/`SSL_CERT_DIR`.
 //!
 //! Boundary: it forwards, it does not authenticate (the facade checks the capability in the
-//! runner's headers) and it keeps no state. Only `POST /api/actions/runner.v1.RunnerService/`
-//! `{Declare,FetchTask,UpdateTask,UpdateLog}` pass; everything else is a Connect `not_found`.
+//! runner's headers) and it keeps no state. `POST /api/actions/runner.v1.RunnerService/`
+//! `{Declare,FetchTask,UpdateTask,UpdateLog}` go to the facade; any other RunnerService call is
+//! a Connect `not_found`; everything else goes to Gitea itself (`facade::passthrough`: checkout,
+//! artifacts, the API), or is `not_found` when the proxy was given no Gitea.
 //!
 //! Retries: while the facade is away (a dispatcher restart: connection refused or reset, or a
 //! 502/503/504 from what stands in front of it), a call is sent again with backoff for up to
@@ -43,6 +45,7 @@ use tenantci_core::spiffe::{SpiffeId, SvidSource};
 use tenantci_core::{Error, Result};
 
 use crate::facade::http1::{self, Bounds, Stopped};
+use crate::facade::passthrough::{self, GiteaUpstream, Passthrough};
 
 /// The methods an executor calls (Register is the dispatcher's business, never the Pod's).
 pub const FORWARDED_METHODS: [&str; 4] = ["Declare", "FetchTask", "UpdateTask", "UpdateLog"];
@@ -99,6 +102,8 @@ pub struct ProxyConfig {
     pub retry_for: Duration,
     /// The header-read timeout and the shutdown grace.
     pub bounds: Bounds,
+    /// Where everything that is not the RunnerService goes (None: it is `not_found`).
+    pub gitea: Option<GiteaUpstream>,
 }
 
 /// Reads the facade CA: a regular file (not a FIFO or a device), at most 256 KiB.
@@ -124,6 +129,9 @@ pub fn check(cfg: &ProxyConfig) -> Result<()> {
             cfg.facade_url
         ))
         .hint("pass the dispatcher's facade.url, e.g. https://10.0.0.5:8443"));
+    }
+    if let Some(gitea) = &cfg.gitea {
+        passthrough::check_url(&gitea.url)?;
     }
     Ok(())
 }
@@ -166,14 +174,27 @@ fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
     })
 }
 
-/// The proxy's routes over a facade client (no listener: tests can drive it in-process).
-fn router(up: Upstream) -> Router {
-    Router::new()
+/// The proxy's routes over a facade client and, when given, Gitea (no listener: tests can
+/// drive it in-process).
+fn router(up: Upstream, gitea: Option<Passthrough>) -> Router {
+    let runner = Router::new()
         .route(&format!("{RUNNER_SERVICE_PATH}/{{method}}"), post(forward))
         .route("/healthz", get(|| async { "ok" }))
-        .fallback(|| async { not_found("only the RunnerService calls of an executor pass") })
+        // The RunnerService calls are read whole (they are retried); the passthrough streams.
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(up)
+        .with_state(up);
+    match gitea {
+        Some(gitea) => runner.fallback_service(
+            Router::new()
+                .fallback(passthrough::forward)
+                .with_state(gitea),
+        ),
+        None => runner.fallback(|| async {
+            not_found(
+                "only the RunnerService calls of an executor pass (the proxy has no --gitea-url)",
+            )
+        }),
+    }
 }
 
 fn not_found(why: &str) -> Response {
@@ -277,6 +298,7 @@ pub async fn serve(
 ) -> Result<()> {
     check(&cfg)?;
     let up = upstream(&cfg)?;
+    let gitea = cfg.gitea.as_ref().map(Passthrough::new).transpose()?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| {
@@ -288,7 +310,7 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| Error::external("cannot read the bound address").caused_by(e))?;
     on_listening(bound);
-    match http1::serve(listener, router(up), cfg.bounds, shutdown).await {
+    match http1::serve(listener, router(up, gitea), cfg.bounds, shutdown).await {
         Stopped::Drained => {}
         Stopped::GraceExpired { open } => tracing::warn!(
             open,
@@ -329,8 +351,20 @@ mod tests {
                 header_read_timeout: HEADER_READ_TIMEOUT,
                 grace: SHUTDOWN_GRACE,
             },
+            gitea: Some(GiteaUpstream {
+                url: "https://gitea.example".into(),
+                ca_pem: None,
+            }),
         };
         check(&good).unwrap();
+        let mut no_gitea = good.clone();
+        no_gitea.gitea.as_mut().unwrap().url = "gitea.example".into();
+        assert!(
+            check(&no_gitea)
+                .unwrap_err()
+                .message()
+                .contains("--gitea-url")
+        );
         let mut wide = good.clone();
         wide.listen = "0.0.0.0:8431".parse().unwrap();
         assert!(check(&wide).unwrap_err().message().contains("--listen"));

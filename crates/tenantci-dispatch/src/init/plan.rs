@@ -317,6 +317,8 @@ pub fn config(
                 |e| e.gitea.keepalive_interval.clone(),
                 d::keepalive_interval(),
             ),
+            // An operator's setting: kept across re-runs of init.
+            ca_file: tuning.and_then(|e| e.gitea.ca_file.clone()),
         },
         cluster: config::Cluster {
             kubeconfig: Some(files::KUBECONFIG.into()),

@@ -33,6 +33,7 @@ use tokio::sync::{Notify, watch};
 use crate::backend::pod::Pods;
 use crate::backend::pod::objects::ExecutorObjects;
 use crate::backend::registry::Registry;
+use crate::backend::spec::GiteaForExecutors;
 use crate::backend::vm::Sandboxed;
 use crate::backend::vm::sandboxes::{Minter, Sandboxes};
 use crate::backend::{Context, Executors};
@@ -70,9 +71,14 @@ struct Inputs {
     sealing_key: SealingKey,
     facade_tls: Arc<rustls::ServerConfig>,
     facade_ca_pem: String,
+    /// `gitea.ca_file`'s PEM: the dispatcher's Gitea client and every executor's proxy trust it.
+    gitea_ca_pem: Option<String>,
     facade_cert: facade_cert::Valid,
     webhook_secret: Option<WebhookSecret>,
 }
+
+/// The largest Gitea CA file read (a bundle of a few certificates).
+const GITEA_CA_LIMIT: u64 = 256 << 10;
 
 fn load_inputs(cfg: &Config) -> Result<Inputs> {
     let registration = SchedulerCredential::load(&cfg.gitea.credential_file)?;
@@ -100,6 +106,14 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
         sealing_key: SealingKey::load_or_create(&cfg.nats.sealing_key_file)?,
         facade_tls: transport::tls_config(&facade.cert_pem, &facade.key_pem)?,
         facade_ca_pem: facade.ca_pem,
+        gitea_ca_pem: match &cfg.gitea.ca_file {
+            Some(path) => Some(input::read_text(
+                "the Gitea CA file (gitea.ca_file)",
+                path,
+                GITEA_CA_LIMIT,
+            )?),
+            None => None,
+        },
         facade_cert: facade.valid,
         webhook_secret: match &cfg.webhook {
             Some(w) => {
@@ -320,6 +334,10 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         capability_key: inputs.capability_key,
         sealing_key: inputs.sealing_key,
         facade_ca_pem: inputs.facade_ca_pem,
+        gitea: GiteaForExecutors {
+            url: cfg.gitea.url.clone(),
+            ca_pem: inputs.gitea_ca_pem.clone(),
+        },
         nudge,
     };
 
@@ -477,6 +495,7 @@ fn announce(cfg: &Config, listening: Listening) -> Listening {
 fn gitea_client(cfg: &Config, inputs: &Inputs) -> Result<RunnerClient> {
     let mut config = ClientConfig::new(&cfg.gitea.url);
     config.fetch_timeout = scheduler::FETCH_TIMEOUT;
+    config.ca_pem = inputs.gitea_ca_pem.clone();
     let client = RunnerClient::new(config).map_err(|e| {
         Error::bad_input(format!(
             "cannot build a client for Gitea at {}",

@@ -17,7 +17,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::backend::keep_alive::KeepAlive;
 use crate::backend::reconciler::{Reconciler, Restarts};
-use crate::backend::spec::{ExecutorTemplate, TemplateIdentity};
+use crate::backend::spec::{ExecutorTemplate, GiteaForExecutors, TemplateIdentity};
 use crate::backend::worker::Worker;
 use crate::backend::{Context, Executors};
 use crate::claim::scheduler::{Pool, Scheduler};
@@ -40,6 +40,8 @@ pub(super) struct Shared {
     pub capability_key: CapabilityKey,
     pub sealing_key: SealingKey,
     pub facade_ca_pem: String,
+    /// Gitea as the executors' proxies reach it.
+    pub gitea: GiteaForExecutors,
     /// The webhook receiver's nudges, for the scheduler of the current term.
     pub nudge: Arc<Notify>,
 }
@@ -227,6 +229,7 @@ fn template(s: &Shared) -> ExecutorTemplate {
         namespace: s.cfg.cluster.namespace.clone(),
         facade_url: s.cfg.facade.url.clone(),
         facade_ca_pem: s.facade_ca_pem.clone(),
+        gitea: s.gitea.clone(),
         runner_name: s.cfg.gitea.runner_name.clone(),
         executor: s.cfg.executor.clone(),
         capability_key: s.capability_key.clone(),

@@ -317,6 +317,10 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             capability: capability_key.token(task.id, 1),
             facade_url: cfg.facade.url.clone(),
             facade_ca_pem: ca_pem.clone(),
+            gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+                url: "http://127.0.0.1:3000".into(),
+                ca_pem: None,
+            },
             labels,
             runner_name: cfg.gitea.runner_name.clone(),
             executor: cfg.executor.clone(),

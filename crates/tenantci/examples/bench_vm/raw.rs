@@ -68,6 +68,10 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         namespace: NAMESPACE.into(),
         facade_url: cfg.facade.url.clone(),
         facade_ca_pem: std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap(),
+        gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+            url: cfg.gitea.url.clone(),
+            ca_pem: None,
+        },
         runner_name: cfg.gitea.runner_name.clone(),
         executor: cfg.executor.clone(),
         capability_key,

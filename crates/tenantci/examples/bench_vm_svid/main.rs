@@ -233,6 +233,10 @@ async fn main() {
             // The trust domain's CA certificate stands in for the facade's: a real PEM of
             // about the size identity off puts into the env instead of the SVID.
             facade_ca_pem: std::fs::read_to_string(&spire.bundle_file).unwrap(),
+            gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+                url: "http://127.0.0.1:3000".into(),
+                ca_pem: None,
+            },
             labels: vec!["self-hosted".into(), "vm".into()],
             runner_name: "tenantci".into(),
             executor: config::Executor::with_images(IMAGE, IMAGE),

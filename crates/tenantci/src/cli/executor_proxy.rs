@@ -10,6 +10,7 @@ use clap::Args;
 use tenantci_core::{Error, Result};
 use tenantci_core::{duration, spiffe};
 use tenantci_dispatch::facade::http1::Bounds;
+use tenantci_dispatch::facade::passthrough::{self, GiteaUpstream};
 use tenantci_dispatch::facade::proxy::{self, FacadeTrust, ProxyConfig};
 
 #[derive(Debug, Args)]
@@ -35,6 +36,15 @@ pub struct ExecutorProxyArgs {
     /// The facade's SPIFFE ID: a facade presenting any other is refused.
     #[arg(long, value_name = "SPIFFE_ID", requires = "spiffe_source")]
     pub facade_id: Option<String>,
+    /// Gitea's base URL (the dispatcher's gitea.url): every request that is not a RunnerService
+    /// call (checkout, artifacts, the API, with the job's own headers) goes there. Without it
+    /// such requests are answered not_found.
+    #[arg(long, value_name = "URL")]
+    pub gitea_url: Option<String>,
+    /// An extra CA (PEM) to trust for Gitea, beside the image's trust store (the dispatcher's
+    /// gitea.ca_file).
+    #[arg(long, value_name = "FILE", requires = "gitea_url")]
+    pub gitea_ca: Option<PathBuf>,
     /// How long one call is retried while the facade is away (a dispatcher restart), as a Go
     /// duration. Default 2m.
     #[arg(long, value_name = "DURATION", default_value = "2m")]
@@ -52,6 +62,9 @@ pub struct ExecutorProxyArgs {
     #[arg(long)]
     pub probe: bool,
 }
+
+/// The largest Gitea CA file read (a bundle of a few certificates).
+const GITEA_CA_LIMIT: u64 = 256 << 10;
 
 pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
     if args.probe {
@@ -72,6 +85,9 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
             None => proxy::SHUTDOWN_GRACE,
         },
     };
+    if let Some(url) = &args.gitea_url {
+        passthrough::check_url(url)?;
+    }
     let facade = match (&args.spiffe_source, &args.facade_id) {
         (Some(source), Some(id)) => {
             let facade_id = spiffe::id::spiffe_id("--facade-id", id)?;
@@ -86,12 +102,27 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
             FacadeTrust::Ca(proxy::read_ca_file(&ca_path)?)
         }
     };
+    let gitea = match args.gitea_url {
+        Some(url) => Some(GiteaUpstream {
+            url,
+            ca_pem: match &args.gitea_ca {
+                Some(path) => Some(tenantci_core::input::read_text(
+                    "the Gitea CA file",
+                    path,
+                    GITEA_CA_LIMIT,
+                )?),
+                None => None,
+            },
+        }),
+        None => None,
+    };
     let cfg = ProxyConfig {
         listen: args.listen,
         facade_url: args.facade_url.expect("clap requires --facade-url"),
         facade,
         retry_for,
         bounds,
+        gitea,
     };
     proxy::check(&cfg)?;
     let shutdown = async {

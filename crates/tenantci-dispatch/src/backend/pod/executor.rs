@@ -51,6 +51,12 @@ pub const FETCHED_ANNOTATION: &str = "tenantci.io/fetched-at";
 /// dispatcher can open it; no container mounts it.
 pub const ASSIGNMENT_KEY: &str = "assignment";
 pub const CA_KEY: &str = "ca.crt";
+
+/// The Secret's key for Gitea's private CA (only when `gitea.ca_file` is set).
+pub const GITEA_CA_KEY: &str = "gitea-ca.crt";
+
+/// Where the proxy container sees `gitea-ca.crt`.
+pub const GITEA_CA_DIR: &str = "/etc/gitea-task/gitea-ca";
 /// Selects every executor object (Pods and Secrets).
 pub const COMPONENT_SELECTOR: &str = "app.kubernetes.io/component=gitea-executor";
 /// Where the runner container sees `.runner` and `config.yaml`.
@@ -165,6 +171,12 @@ pub fn desired_secret(spec: &ExecutorSpec, sealed_assignment: &[u8]) -> Secret {
             ByteString(spec.facade_ca_pem.clone().into_bytes()),
         );
     }
+    if let Some(pem) = &spec.gitea.ca_pem {
+        data.insert(
+            GITEA_CA_KEY.to_string(),
+            ByteString(pem.clone().into_bytes()),
+        );
+    }
     Secret {
         metadata: meta(spec),
         type_: Some("Opaque".into()),
@@ -193,6 +205,34 @@ fn secret_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
         }),
         ..Default::default()
     }
+}
+
+/// Only what each container reads; the sealed assignment stays out of the Pod.
+fn volumes(spec: &ExecutorSpec, secret: &str) -> Vec<Volume> {
+    let mut volumes = vec![
+        secret_volume("runner", secret, &[RUNNER_KEY, CONFIG_KEY]),
+        match spec.identity {
+            None => secret_volume("facade-ca", secret, &[CA_KEY]),
+            Some(_) => workload_api_volume(),
+        },
+        Volume {
+            name: "home".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity(
+                    spec.executor
+                        .resources
+                        .ephemeral_storage_limit()
+                        .to_string(),
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ];
+    if spec.gitea.ca_pem.is_some() {
+        volumes.push(secret_volume("gitea-ca", secret, &[GITEA_CA_KEY]));
+    }
+    volumes
 }
 
 fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
@@ -227,9 +267,17 @@ pub fn proxy_args(spec: &ExecutorSpec) -> Vec<String> {
         PROXY_LISTEN,
         "--facade-url",
         &spec.facade_url,
+        "--gitea-url",
+        &spec.gitea.url,
     ]
     .map(str::to_string)
     .to_vec();
+    if spec.gitea.ca_pem.is_some() {
+        args.extend([
+            "--gitea-ca".into(),
+            format!("{GITEA_CA_DIR}/{GITEA_CA_KEY}"),
+        ]);
+    }
     match &spec.identity {
         None => args.extend(["--facade-ca".into(), format!("{PROXY_DIR}/{CA_KEY}")]),
         Some(i) => args.extend([
@@ -272,9 +320,15 @@ fn proxy_container(spec: &ExecutorSpec) -> Container {
         }),
         resources: Some(resources::proxy_requirements()),
         env: spec.identity.is_some().then(|| vec![workload_api_env()]),
-        volume_mounts: Some(match spec.identity {
-            None => vec![mount("facade-ca", PROXY_DIR, true)],
-            Some(_) => vec![mount("spiffe-workload-api", WORKLOAD_API_DIR, true)],
+        volume_mounts: Some({
+            let mut mounts = match spec.identity {
+                None => vec![mount("facade-ca", PROXY_DIR, true)],
+                Some(_) => vec![mount("spiffe-workload-api", WORKLOAD_API_DIR, true)],
+            };
+            if spec.gitea.ca_pem.is_some() {
+                mounts.push(mount("gitea-ca", GITEA_CA_DIR, true));
+            }
+            mounts
         }),
         security_context: Some(locked_down(true)),
         ..Default::default()
@@ -351,24 +405,7 @@ pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
                 run_as_non_root: Some(true),
                 ..Default::default()
             }),
-            volumes: Some(vec![
-                // Only what each container reads; the sealed assignment stays out of the Pod.
-                secret_volume("runner", &name, &[RUNNER_KEY, CONFIG_KEY]),
-                match spec.identity {
-                    None => secret_volume("facade-ca", &name, &[CA_KEY]),
-                    Some(_) => workload_api_volume(),
-                },
-                Volume {
-                    name: "home".into(),
-                    empty_dir: Some(EmptyDirVolumeSource {
-                        size_limit: Some(Quantity(
-                            x.resources.ephemeral_storage_limit().to_string(),
-                        )),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            ]),
+            volumes: Some(volumes(spec, &name)),
             init_containers: Some(vec![proxy_container(spec)]),
             containers: vec![runner_container(spec)],
             ..Default::default()
@@ -385,6 +422,49 @@ mod tests {
 
     fn spec() -> ExecutorSpec {
         crate::backend::spec::example(1, "a-42-1", "pod")
+    }
+
+    #[test]
+    fn the_proxy_reaches_gitea_with_its_private_ca_from_the_secret() {
+        let mut s = spec();
+        let args = proxy_args(&s);
+        let at = |flag: &str| args.iter().position(|a| a == flag);
+        assert_eq!(
+            args[at("--gitea-url").unwrap() + 1],
+            "https://gitea.example"
+        );
+        assert!(
+            at("--gitea-ca").is_none(),
+            "no CA unless gitea.ca_file is set"
+        );
+        assert!(
+            !desired_secret(&s, b"{}")
+                .data
+                .unwrap()
+                .contains_key(GITEA_CA_KEY)
+        );
+
+        s.gitea.ca_pem = Some("-----BEGIN CERTIFICATE-----\nGITEA\n".into());
+        let args = proxy_args(&s);
+        let ca = &args[args.iter().position(|a| a == "--gitea-ca").unwrap() + 1];
+        assert_eq!(ca, &format!("{GITEA_CA_DIR}/{GITEA_CA_KEY}"));
+        assert!(
+            desired_secret(&s, b"{}")
+                .data
+                .unwrap()
+                .contains_key(GITEA_CA_KEY)
+        );
+        let pod = desired_pod(&s);
+        assert_eq!(projected(&pod, "gitea-ca"), [GITEA_CA_KEY]);
+        let proxy = &pod.spec.unwrap().init_containers.unwrap()[0];
+        assert!(
+            proxy
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.name == "gitea-ca" && m.mount_path == GITEA_CA_DIR)
+        );
     }
 
     #[test]

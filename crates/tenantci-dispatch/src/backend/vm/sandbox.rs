@@ -46,6 +46,10 @@ pub mod env {
     pub const FACADE_CA: &str = "TENANTCI_FACADE_CA";
     /// The facade URL, for the proxy.
     pub const FACADE_URL: &str = "TENANTCI_FACADE_URL";
+    /// Gitea's URL, for the proxy's passthrough (checkout, artifacts, the API).
+    pub const GITEA_URL: &str = "TENANTCI_GITEA_URL";
+    /// Gitea's private CA (PEM), when `gitea.ca_file` is set.
+    pub const GITEA_CA: &str = "TENANTCI_GITEA_CA";
     /// Identity on: the task's X509-SVID chain (PEM), its PKCS#8 key and the trust domain's
     /// bundle, for `svid.pem`, `svid_key.pem` and `svid_bundle.pem`.
     pub const SVID: &str = "TENANTCI_SVID";
@@ -140,15 +144,23 @@ mkdir -p {d}/home
 printf '%s' "${runner}" > {d}/{RUNNER_KEY}
 printf '%s' "${config}" > {d}/{CONFIG_KEY}
 {files}facade_url="${url}"
-unset {runner} {config} {url} {unset}
+gitea_url="${gitea_url}"
+gitea_trust=""
+if [ -n "${{{gitea_ca}:-}}" ]; then
+  printf '%s' "${gitea_ca}" > {d}/gitea-ca.crt
+  gitea_trust="--gitea-ca {d}/gitea-ca.crt"
+fi
+unset {runner} {config} {url} {gitea_url} {gitea_ca} {unset}
 export HOME={d}/home
-tenantci executor-proxy --listen {PROXY_LISTEN} --facade-url "$facade_url" {trust} &
+tenantci executor-proxy --listen {PROXY_LISTEN} --facade-url "$facade_url" --gitea-url "$gitea_url" $gitea_trust {trust} &
 cd {d}/home
 exec {runner_binary} daemon --once --config {d}/{CONFIG_KEY}
 "#,
         runner = env::RUNNER,
         config = env::RUNNER_CONFIG,
         url = env::FACADE_URL,
+        gitea_url = env::GITEA_URL,
+        gitea_ca = env::GITEA_CA,
     )
 }
 
@@ -174,7 +186,14 @@ pub fn desired(
             env::FACADE_URL.to_string(),
             Secret::new(spec.facade_url.clone()),
         ),
+        (
+            env::GITEA_URL.to_string(),
+            Secret::new(spec.gitea.url.clone()),
+        ),
     ]);
+    if let Some(pem) = &spec.gitea.ca_pem {
+        env.insert(env::GITEA_CA.to_string(), Secret::new(pem.clone()));
+    }
     match svid {
         Some(svid) => env.extend([
             (env::SVID.to_string(), Secret::new(svid.chain_pem.clone())),
@@ -235,6 +254,30 @@ mod tests {
             memory: "4Gi".into(),
             timeout: crate::backend::vm::settings::defaults::timeout(),
         }
+    }
+
+    #[test]
+    fn the_boot_script_points_the_proxy_at_gitea_and_its_ca() {
+        let mut s = spec();
+        let req = desired(&s, &vm(), 7, None);
+        assert_eq!(req.env[env::GITEA_URL].expose(), "https://gitea.example");
+        assert!(!req.env.contains_key(env::GITEA_CA));
+        s.gitea.ca_pem = Some("PEM".into());
+        let req = desired(&s, &vm(), 7, None);
+        assert_eq!(req.env[env::GITEA_CA].expose(), "PEM");
+        let script = boot_script("act_runner", None);
+        assert!(
+            script.contains("--gitea-url \"$gitea_url\" $gitea_trust"),
+            "{script}"
+        );
+        assert!(script.contains(&format!("unset {} {}", env::RUNNER, env::RUNNER_CONFIG)));
+        assert!(script.contains(env::GITEA_CA), "{script}");
+        // The script is valid POSIX sh.
+        let check = std::process::Command::new("sh")
+            .args(["-n", "-c", &script])
+            .status()
+            .unwrap();
+        assert!(check.success(), "{script}");
     }
 
     #[test]

@@ -62,6 +62,10 @@ fn spec() -> ExecutorSpec {
         capability: "CAPABILITY-PLACEHOLDER".into(),
         facade_url: "https://10.0.0.1:8443".into(),
         facade_ca_pem: "-----BEGIN CERTIFICATE-----\nFACADE-CA\n-----END CERTIFICATE-----\n".into(),
+        gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+            url: "https://gitea.example".into(),
+            ca_pem: None,
+        },
         labels: vec!["self-hosted".into(), "pod".into()],
         runner_name: "tenantci-dispatch-ci".into(),
         executor: x,

@@ -833,6 +833,7 @@ async fn write_inputs(
             fetch_interval: Duration::from_millis(50).into(),
             fetch_interval_idle: Duration::from_secs(1).into(),
             keepalive_interval: Duration::from_secs(1).into(),
+            ca_file: None,
         },
         cluster: config::Cluster {
             kubeconfig: Some(kubeconfig.to_path_buf()),

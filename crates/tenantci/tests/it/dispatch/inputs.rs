@@ -121,6 +121,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             fetch_interval: Duration::from_secs(1).into(),
             fetch_interval_idle: Duration::from_secs(5).into(),
             keepalive_interval: Duration::from_secs(1).into(),
+            ca_file: None,
         },
         cluster: config::Cluster {
             kubeconfig: Some(d.join("kubeconfig")),

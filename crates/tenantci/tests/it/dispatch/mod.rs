@@ -12,6 +12,7 @@ mod identity;
 mod init;
 mod inputs;
 mod ledger;
+mod passthrough;
 mod proxy;
 mod run;
 mod stall;

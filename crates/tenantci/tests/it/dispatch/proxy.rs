@@ -116,3 +116,60 @@ fn a_client_that_does_not_finish_its_headers_is_disconnected() {
     assert!(healthz(&p.addr).ends_with("ok"));
     assert_eq!(p.process.terminate(DEADLINE), Some(0));
 }
+
+/// `GET path` on a new connection; the whole answer (status line, headers, body).
+fn get(addr: &str, path: &str) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn gitea_unreachable_is_a_502_with_a_sentence_not_a_hang() {
+    // Port 9 (discard) is closed here: the connection is refused at once.
+    let mut p = start(&["--gitea-url", "http://127.0.0.1:9"]);
+    let answer = get(&p.addr, "/api/v1/repos/sim/demo");
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(
+        answer.contains("Gitea at http://127.0.0.1:9 did not answer GET /api/v1/repos/sim/demo"),
+        "{answer}"
+    );
+    assert_eq!(p.process.terminate(DEADLINE), Some(0));
+}
+
+#[test]
+fn without_a_gitea_url_only_the_runner_service_passes() {
+    let mut p = start(&[]);
+    let answer = get(&p.addr, "/api/v1/version");
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(answer.contains("--gitea-url"), "{answer}");
+    assert_eq!(p.process.terminate(DEADLINE), Some(0));
+}
+
+#[test]
+fn a_gitea_url_that_is_not_http_is_refused_before_listening() {
+    let out = tenantci()
+        .args(["executor-proxy", "--listen", "127.0.0.1:0"])
+        .args([
+            "--facade-url",
+            "https://127.0.0.1:9",
+            "--facade-ca",
+            "/dev/null",
+        ])
+        .args(["--gitea-url", "gitea.example"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--gitea-url `gitea.example` is not an http(s) URL"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,223 @@
+//! The executor-proxy's road to Gitea itself. The runner derives everything a job reaches on
+//! Gitea from its `.runner` address (`github.server_url`, `github.api_url`,
+//! `ACTIONS_RUNTIME_URL = <address>/api/actions_pipeline/`, `ACTIONS_RESULTS_URL = <address>`;
+//! docs/gitea-protocol.md), and that address is the proxy. So every request that is not one of
+//! the four RunnerService calls goes on to the Gitea instance: checkout's `git` traffic,
+//! artifacts (v3 and v4), the API with the job's token.
+//!
+//! What it keeps from a host runner: the job's own headers (its `Authorization` passes), Gitea's
+//! answers as they are (a redirect is handed to the job, not followed here: artifact v4's
+//! signed URLs point at Gitea's `ROOT_URL` and the job then reaches Gitea directly), bodies
+//! streamed both ways with no size cap and nothing buffered whole (uploads of gigabytes), and
+//! Gitea's TLS verified with the image's trust store or the configured Gitea CA.
+//!
+//! What it drops: hop-by-hop headers, and every `x-runner-*` header. Those carry the task's
+//! capability toward the facade; Gitea never needs them and must never see them.
+//!
+//! Gitea unreachable is a 502 with a sentence naming Gitea's URL, after the connect timeout;
+//! Gitea silent mid-answer for [`READ_TIMEOUT`] ends the answer. Nothing is retried: a
+//! request with a body may have been acted on (an artifact chunk stored), and the job's own
+//! client (git, the toolkit) already retries what is safe to retry.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tenantci_core::{Error, Result};
+
+/// Connecting to Gitea takes longer than this only when it is down or unroutable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Silence from Gitea for this long in the middle of an answer ends it (a stuck Gitea must not
+/// hold the job's step forever); a long upload or download that keeps moving is never cut.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Where the proxy sends what is not the RunnerService.
+#[derive(Debug, Clone)]
+pub struct GiteaUpstream {
+    /// Gitea's base URL (`gitea.url` of the dispatcher's config), without a trailing slash.
+    pub url: String,
+    /// An extra CA (PEM) to trust for Gitea, beside the image's trust store.
+    pub ca_pem: Option<String>,
+}
+
+/// The client and base URL the passthrough uses.
+#[derive(Clone)]
+pub struct Passthrough {
+    http: reqwest::Client,
+    base: String,
+}
+
+/// Checks `url` is an http(s) URL with a host: `--gitea-url` as the dispatcher writes it.
+pub fn check_url(url: &str) -> Result<()> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
+        _ => Err(
+            Error::bad_input(format!("--gitea-url `{url}` is not an http(s) URL"))
+                .hint("pass the dispatcher's gitea.url, e.g. https://gitea.example"),
+        ),
+    }
+}
+
+impl Passthrough {
+    /// The client toward `up`: the image's trust store (and the bundled roots), plus `ca_pem`.
+    pub fn new(up: &GiteaUpstream) -> Result<Self> {
+        check_url(&up.url)?;
+        tenantci_core::tls::ensure_crypto_provider();
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            // The job sees Gitea's redirects as a host runner's job does.
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            // Gitea decides the encoding; the job's client decodes it.
+            .no_gzip()
+            .no_brotli()
+            .no_deflate()
+            .no_zstd();
+        if let Some(pem) = &up.ca_pem {
+            let ca = reqwest::Certificate::from_pem(pem.as_bytes()).map_err(|e| {
+                Error::bad_input("the Gitea CA is not a PEM certificate")
+                    .caused_by(e)
+                    .hint("pass the CA that signed Gitea's certificate (gitea.ca_file)")
+            })?;
+            builder = builder.add_root_certificate(ca);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| Error::bad_input("cannot build the Gitea client").caused_by(e))?;
+        Ok(Passthrough {
+            http,
+            base: up.url.trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// Gitea's base URL.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+}
+
+/// Whether `name` may go from the job to Gitea (request) or from Gitea to the job (answer).
+fn passes(name: &HeaderName) -> bool {
+    const HOP_BY_HOP: [&str; 8] = [
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    ];
+    let name = name.as_str();
+    // Transfer-Encoding is the connection's framing: each side frames its own body. Host is
+    // Gitea's, set from the URL. Expect: the proxy's server side already answered the job's
+    // `100-continue`; its body is on the way.
+    !(HOP_BY_HOP.contains(&name)
+        || name == "transfer-encoding"
+        || name == "host"
+        || name == "expect"
+        || name.starts_with("x-runner-"))
+}
+
+fn filtered(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if passes(name) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// Forwards one request to Gitea and streams its answer back.
+pub async fn forward(State(gitea): State<Passthrough>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let url = format!("{}{path}", gitea.base);
+    let sent = gitea
+        .http
+        .request(parts.method.clone(), &url)
+        .headers(filtered(&parts.headers))
+        .body(reqwest::Body::wrap_stream(body.into_data_stream()))
+        .send()
+        .await;
+    match sent {
+        Ok(resp) => {
+            let status = resp.status();
+            let headers = filtered(resp.headers());
+            let mut answer = Response::new(Body::from_stream(resp.bytes_stream()));
+            *answer.status_mut() = status;
+            *answer.headers_mut() = headers;
+            answer
+        }
+        Err(e) => {
+            let error = tenantci_core::error::one_line(&e);
+            tracing::warn!(method = %parts.method, path = parts.uri.path(), %error, "executor-proxy: Gitea is unreachable");
+            let sentence = format!(
+                "executor-proxy: Gitea at {} did not answer {} {} ({error}); check that the executor can reach it (DNS, NetworkPolicy, its TLS CA in gitea.ca_file)\n",
+                gitea.base,
+                parts.method,
+                parts.uri.path()
+            );
+            (
+                StatusCode::BAD_GATEWAY,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                sentence,
+            )
+                .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_headers_and_hop_by_hop_headers_never_pass() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer job-token"),
+            ("x-runner-token", "capability"),
+            ("x-runner-uuid", "task-1"),
+            ("X-Runner-Anything", "x"),
+            ("connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("host", "127.0.0.1:8431"),
+            ("expect", "100-continue"),
+            ("content-range", "bytes 0-9/10"),
+            ("content-type", "application/octet-stream"),
+        ] {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let kept: Vec<_> = filtered(&h)
+            .keys()
+            .map(|k| k.as_str().to_string())
+            .collect();
+        assert_eq!(kept, ["authorization", "content-range", "content-type"]);
+    }
+
+    #[test]
+    fn the_gitea_url_must_be_http_or_https_with_a_host() {
+        check_url("https://gitea.example").unwrap();
+        check_url("http://10.0.0.3:3000/").unwrap();
+        for bad in ["gitea.example", "https://", "ftp://x", "https:///path"] {
+            let e = check_url(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+            assert!(e.message().contains("--gitea-url"), "{bad}");
+        }
+    }
+}

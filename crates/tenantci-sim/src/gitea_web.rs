@@ -1,0 +1,293 @@
+//! The Gitea double's web side: what a job reaches on Gitea beyond the RunnerService, so the
+//! executor-proxy's passthrough is tested against the real wire protocols.
+//!
+//! - `git` over smart HTTP, served by the real `git http-backend` (CGI) from the repositories
+//!   under a root the test sets (`POST /admin/web/git-root`); `owner/repo` and `owner/repo.git`
+//!   both work, as at Gitea. Authenticated as Gitea authenticates a job's checkout: HTTP basic
+//!   with a live task's token as the password.
+//! - `/api/v1/repos/{owner}/{repo}`: the API with the job's token (`Authorization: token T` or
+//!   `Bearer T`), 401 without one.
+//! - `/api/actions_pipeline/...`: an artifact sink. Any method; the body is hashed as it
+//!   streams (never held whole) and the answer says its length and SHA-256.
+//! - `GET /admin/web/requests`: every web request's method, path and header names, so a test
+//!   can show what reached "Gitea" (no `x-runner-*`).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use base64::Engine;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::gitea::GiteaDouble;
+
+/// One web request as it reached the double.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<String>,
+}
+
+/// The web side's state.
+#[derive(Default)]
+pub struct Web {
+    git_root: Mutex<Option<PathBuf>>,
+    seen: Mutex<Vec<SeenRequest>>,
+}
+
+type Double = State<Arc<GiteaDouble>>;
+
+/// The web routes and their admin routes.
+pub fn router(double: Arc<GiteaDouble>) -> Router {
+    let web = Router::new()
+        .route("/api/v1/repos/{owner}/{repo}", get(repository))
+        .route("/api/actions_pipeline/{*rest}", any(artifact_sink))
+        .route("/{owner}/{repo}/info/refs", get(git))
+        .route("/{owner}/{repo}/git-upload-pack", post(git))
+        .layer(middleware::from_fn_with_state(double.clone(), record));
+    let admin = Router::new()
+        .route("/admin/web/git-root", post(set_git_root))
+        .route("/admin/web/requests", get(seen));
+    web.merge(admin).with_state(double)
+}
+
+async fn record(State(d): Double, req: Request, next: Next) -> Response {
+    let seen = SeenRequest {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+        headers: req.headers().keys().map(|k| k.to_string()).collect(),
+    };
+    d.web
+        .seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(seen);
+    next.run(req).await
+}
+
+#[derive(Deserialize)]
+struct GitRoot {
+    path: PathBuf,
+}
+
+async fn set_git_root(State(d): Double, Json(root): Json<GitRoot>) -> Response {
+    *d.web.git_root.lock().unwrap_or_else(|p| p.into_inner()) = Some(root.path);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn seen(State(d): Double) -> Response {
+    Json(d.web.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()).into_response()
+}
+
+fn unauthorized(why: &str) -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Basic realm=\"Gitea\"")],
+        Json(serde_json::json!({"message": why})),
+    )
+        .into_response()
+}
+
+/// The job token an `Authorization` header carries: `token T`, `Bearer T`, or basic auth with
+/// T as the password (git's way).
+fn presented_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, rest) = value.split_once(' ')?;
+    match scheme.to_ascii_lowercase().as_str() {
+        "token" | "bearer" => Some(rest.trim().to_string()),
+        "basic" => {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(rest.trim())
+                .ok()?;
+            let text = String::from_utf8(raw).ok()?;
+            Some(text.split_once(':')?.1.to_string())
+        }
+        _ => None,
+    }
+}
+
+fn authorized(d: &GiteaDouble, headers: &HeaderMap) -> bool {
+    presented_token(headers).is_some_and(|t| d.is_live_job_token(&t))
+}
+
+async fn repository(
+    State(d): Double,
+    axum::extract::Path((owner, repo)): axum::extract::Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&d, &headers) {
+        return unauthorized("a live job's token is required");
+    }
+    Json(serde_json::json!({"full_name": format!("{owner}/{repo}"), "private": true}))
+        .into_response()
+}
+
+/// Hashes the body as it arrives.
+async fn artifact_sink(State(d): Double, req: Request) -> Response {
+    if !authorized(&d, req.headers()) {
+        return unauthorized("a live job's runtime token is required");
+    }
+    let mut stream = req.into_body().into_data_stream();
+    let (mut hash, mut bytes) = (Sha256::new(), 0u64);
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(c) => {
+                bytes += c.len() as u64;
+                hash.update(&c);
+            }
+            Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+        }
+    }
+    Json(serde_json::json!({"bytes": bytes, "sha256": hex::encode(hash.finalize())}))
+        .into_response()
+}
+
+/// `git http-backend` for one request (CGI: the request in the environment and on stdin, the
+/// answer's headers then body on stdout).
+async fn git(State(d): Double, req: Request) -> Response {
+    if !authorized(&d, req.headers()) {
+        return unauthorized("a live job's token is required to clone");
+    }
+    let Some(root) = d
+        .web
+        .git_root
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+    else {
+        return (
+            StatusCode::NOT_FOUND,
+            "no repositories (POST /admin/web/git-root)",
+        )
+            .into_response();
+    };
+    let (parts, body) = req.into_parts();
+    // `owner/repo/...` and `owner/repo.git/...` are the same repository, `owner/repo.git`.
+    let mut segments: Vec<&str> = parts
+        .uri
+        .path()
+        .trim_start_matches('/')
+        .splitn(3, '/')
+        .collect();
+    if segments.len() < 3 {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let repo = format!("{}.git", segments[1].trim_end_matches(".git"));
+    segments[1] = &repo;
+    let path_info = format!("/{}", segments.join("/"));
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("http-backend")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_PROJECT_ROOT", &root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("PATH_INFO", &path_info)
+        .env("REQUEST_METHOD", parts.method.as_str())
+        .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
+        .env(
+            "CONTENT_TYPE",
+            header_str(&parts.headers, header::CONTENT_TYPE),
+        )
+        .env(
+            "HTTP_GIT_PROTOCOL",
+            header_str(&parts.headers, "git-protocol"),
+        )
+        .env("REMOTE_USER", "job")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    if let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING) {
+        cmd.env("HTTP_CONTENT_ENCODING", encoding.to_str().unwrap_or(""));
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    let mut stdin = child.stdin.take().expect("piped");
+    let feed = async move {
+        let mut stream = body.into_data_stream();
+        while let Some(Ok(chunk)) = stream.next().await {
+            if stdin.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+    };
+    let stdout = child.stdout.take().expect("piped");
+    let (_, answer) = tokio::join!(feed, cgi_answer(stdout));
+    let _ = child.wait().await;
+    answer
+}
+
+fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A CGI answer: `Status:` and other headers, a blank line, the body.
+async fn cgi_answer(stdout: tokio::process::ChildStdout) -> Response {
+    let mut out = BufReader::new(stdout);
+    let mut builder = Response::builder().status(StatusCode::OK);
+    loop {
+        let mut line = String::new();
+        match out.read_line(&mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("status") {
+            let code = value.split(' ').next().and_then(|c| c.parse().ok());
+            builder = builder.status(code.unwrap_or(500));
+        } else {
+            builder = builder.header(name, value);
+        }
+    }
+    let mut body = Vec::new();
+    let _ = out.read_to_end(&mut body).await;
+    builder
+        .body(Body::from(body))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_come_from_token_bearer_and_basic_auth() {
+        let mut h = HeaderMap::new();
+        assert_eq!(presented_token(&h), None);
+        h.insert(header::AUTHORIZATION, "token abc".parse().unwrap());
+        assert_eq!(presented_token(&h).as_deref(), Some("abc"));
+        h.insert(header::AUTHORIZATION, "Bearer def".parse().unwrap());
+        assert_eq!(presented_token(&h).as_deref(), Some("def"));
+        let basic = base64::engine::general_purpose::STANDARD.encode("x-access-token:ghi");
+        h.insert(
+            header::AUTHORIZATION,
+            format!("basic {basic}").parse().unwrap(),
+        );
+        assert_eq!(presented_token(&h).as_deref(), Some("ghi"));
+    }
+}
