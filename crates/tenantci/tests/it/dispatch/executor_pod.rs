@@ -113,7 +113,7 @@ async fn the_runner_reaches_the_facade_through_its_proxy_across_a_dispatcher_res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_proxy_forwards_only_an_executors_calls() {
+async fn the_proxy_sends_only_an_executors_calls_to_the_facade() {
     let w = World::start(1).await;
     let _d = w.dispatcher("d1").await;
     let task = w.claimed(w.enqueue("paths", "s3cr3t-paths").await).await;
@@ -130,29 +130,33 @@ async fn the_proxy_forwards_only_an_executors_calls() {
         .expect("Declare passes");
     assert_eq!(declared.expect("the facade names the runner").id, task);
     let http = reqwest::Client::new();
-    for (method, path) in [
-        ("POST", "/api/actions/runner.v1.RunnerService/Register"),
-        ("POST", "/api/actions/ping.v1.PingService/Ping"),
-        (
-            "POST",
-            "/api/actions_pipeline/_apis/pipelines/workflows/1/artifacts",
-        ),
-        ("GET", "/api/actions/runner.v1.RunnerService/Declare"),
-        ("GET", "/"),
-    ] {
-        let r = http
-            .request(method.parse().unwrap(), format!("{}{path}", proxy.address))
+    let call = |method: &str, path: &str| {
+        http.request(method.parse().unwrap(), format!("{}{path}", proxy.address))
             .header("x-runner-uuid", &ex.uuid)
             .header("x-runner-token", &ex.token)
             .send()
-            .await
-            .unwrap();
+    };
+    // Not an executor's RunnerService call: neither the facade nor Gitea gets it.
+    for (method, path) in [
+        ("POST", "/api/actions/runner.v1.RunnerService/Register"),
+        ("GET", "/api/actions/runner.v1.RunnerService/Declare"),
+    ] {
+        let r = call(method, path).await.unwrap();
         assert!(
             r.status() == 404 || r.status() == 405,
             "{method} {path}: {}",
             r.status()
         );
     }
+    // Everything else goes to Gitea (the passthrough), without the runner's headers: the
+    // task's capability is no credential there, so the artifact API refuses the request.
+    let r = call(
+        "POST",
+        "/api/actions_pipeline/_apis/pipelines/workflows/1/artifacts",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 401, "Gitea's own refusal");
     ex.finish(task, &["done"]).await;
     w.all_cleaned_up().await;
 }
