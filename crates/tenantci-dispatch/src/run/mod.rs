@@ -281,7 +281,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         (Some(listener), Some(secret)) => {
             let receiver = Receiver {
                 secret,
-                labels: cfg.gitea.labels.clone(),
+                labels: cfg.declared_labels(),
                 metrics: metrics.clone(),
                 health: health.clone(),
                 nudge: nudge.clone(),

@@ -1,5 +1,5 @@
 //! One leadership term: for each backend its consumer bound, recovery, then its worker and
-//! reconciler; beside them the scheduler and keep-alive, until the term stops (the lease is
+//! reconciler; beside them the scheduler, keep-alive and the labels' Declare, until the term stops (the lease is
 //! lost, or the drain).
 //!
 //! Each backend has its own durable consumer and admission slots (the seed's workers in one
@@ -27,6 +27,8 @@ use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::producer::Producer;
 use crate::queue::{Backend, STREAM};
+use tenantci_core::forge::gitea::client::RunnerClient;
+use tenantci_core::forge::gitea::proto::DeclareRequest;
 
 /// What a leadership term needs; cloned into each term.
 #[derive(Clone)]
@@ -102,6 +104,11 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
             ready,
         });
     }
+    tasks.spawn(declare(
+        s.ctx.gitea.clone(),
+        s.cfg.declared_labels(),
+        stop_rx.clone(),
+    ));
     tasks.spawn(scheduler(&s, pools).run(stop_rx.clone()));
     let keep_alive = KeepAlive {
         ctx: s.ctx.clone(),
@@ -111,6 +118,31 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
     tasks.spawn(keep_alive.run(stop_rx.clone()));
     let _ = stop_rx.wait_for(|s| *s).await;
     while tasks.join_next().await.is_some() {}
+}
+
+/// Declares the registration's labels (`gitea.labels` and every class label) at Gitea, as a
+/// runner does at each start, so a class added to the config is claimable after a restart
+/// without re-running `init`. Tried until Gitea answers: an outage delays it, never the term.
+async fn declare(gitea: RunnerClient, labels: Vec<String>, mut stop: watch::Receiver<bool>) {
+    let req = DeclareRequest {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        labels,
+        capabilities: Vec::new(),
+    };
+    loop {
+        match gitea.declare(&req).await {
+            Ok(_) => {
+                tracing::info!(labels = ?req.labels, "labels declared at Gitea");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot declare the labels at Gitea; trying again")
+            }
+        }
+        if stopped_within(&mut stop, Duration::from_secs(5)).await {
+            return;
+        }
+    }
 }
 
 /// One backend: its consumer bound, recovery from the claim ledger and what the backend
@@ -219,6 +251,7 @@ fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {
         metrics: s.ctx.metrics.clone(),
         polling: crate::claim::scheduler::Polling::of(&s.cfg),
         nudge: s.nudge.clone(),
+        classes: s.cfg.executor.classes.clone(),
     }
 }
 
