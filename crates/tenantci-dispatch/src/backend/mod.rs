@@ -138,6 +138,8 @@ pub struct Observed {
     pub progress: Option<Progress>,
     /// Where it runs, for backends whose executors a SPIRE agent attests.
     pub placement: Option<Placement>,
+    /// Its resource class, where the backend records it (recovery holds the class's slot).
+    pub class: Option<String>,
 }
 
 impl Observed {

@@ -83,6 +83,12 @@ impl Registry {
         true
     }
 
+    /// `task` holds a slot of `class` whatever the class's capacity: an executor that exists
+    /// (found by recovery, or started again) counts, so new ones wait until it is gone.
+    pub fn hold_class(&self, task: i64, class: &str) {
+        self.lock().classes.insert(task, class.to_string());
+    }
+
     /// `task`'s class slot is free again (its start failed; `finished` frees it too).
     pub fn release_class(&self, task: i64) {
         if self.lock().classes.remove(&task).is_some() {

@@ -88,6 +88,7 @@ fn observed(o: &objects::Observed) -> Observed {
             (true, false) => Progress::Unfetched,
         }),
         placement: o.placement.clone(),
+        class: o.class.clone(),
     }
 }
 

@@ -217,3 +217,33 @@ async fn a_job_matching_no_class_or_two_classes_is_reported_failure_with_the_rea
     );
     w.all_cleaned_up().await;
 }
+
+/// A class's slot is held across a leader's kill -9: the next leader finds the running large
+/// executor (its Pod's class label) and holds its slot, so a new large job waits for it (the
+/// log says why) and runs after it; never two large Pods live, both run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_leader_holds_the_class_slot_of_an_executor_it_recovers() {
+    let w = world().await;
+    let mut d1 = w.dispatcher("d1").await;
+    let first = enqueue(&w, "compile-0", &LARGE).await;
+    let a = w.claimed(first).await;
+    w.objects(a).await;
+    d1.kill9();
+    // The same instance again, so the executor's facade address follows it.
+    let d2 = w.dispatcher("d1").await;
+    d2.wait_leader(true).await;
+    let second = enqueue(&w, "compile-1", &LARGE).await;
+    w.claimed(second).await;
+    eventually("the second large job to wait for its class", || async {
+        d2.log_text()
+            .contains("its class `large` has all 1 slots taken")
+            .then_some(())
+    })
+    .await;
+    run_and_wait_gone(&w, a).await;
+    let rest = bound_pods_of(&w, "large", 1).await;
+    run_and_wait_gone(&w, task_of(&rest[0])).await;
+    w.assert_ran_once(&[first, second]).await;
+    assert_eq!(w.watch.max_live_of_class("large"), 1);
+    w.all_cleaned_up().await;
+}
