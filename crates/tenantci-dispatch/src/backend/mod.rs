@@ -51,6 +51,8 @@ pub struct Context {
     pub registry: Arc<Registry>,
     pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
+    /// The resource classes' demand, for their warm pools.
+    pub warm: Arc<pod::warm_pool::WarmDemand>,
 }
 
 /// What starting one executor found.

@@ -164,7 +164,14 @@ impl Worker {
             }
             return Outcome::Wait(why);
         }
+        let warm_slot = spec
+            .class
+            .as_ref()
+            .and_then(|c| Some((c.name.as_str(), self.ctx.warm.has_warm_slot(&c.name)?)));
         let started = start_patiently(&*self.executors, &spec, &a.to_json(), fresh).await;
+        if let (Some((class, hit)), Ok(Created::New)) = (warm_slot, &started) {
+            self.ctx.metrics.warm_start(class, hit);
+        }
         if started.is_err() {
             self.ctx.registry.release_class(task);
         }

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::pod::resources::Resources;
-use crate::config::Executor;
+use crate::config::{Executor, GoDuration};
 use crate::queue::Backend;
 use tenantci_core::node_image::NodeImage;
 
@@ -46,6 +46,50 @@ pub struct ExecutorClass {
     /// Pod runtimeClassName; absent: `executor.runtime_class_name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
+    /// A warm pool of pause Pods sized like this class's executors (pod classes only);
+    /// absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmPool>,
+}
+
+/// `[executor.class.warm]`: the limits of a class's demand-driven warm pool
+/// (`backend::pod::warm` decides its size).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmPool {
+    /// Warm slots kept however quiet it is.
+    #[serde(default)]
+    pub min: u32,
+    /// Warm slots at most (at most the class's capacity).
+    pub max: u32,
+    /// How long after the last arrival or announcement the pool keeps its size.
+    #[serde(default = "warm_idle")]
+    pub idle: GoDuration,
+    /// How far back arrivals count as the demand of the next moment.
+    #[serde(default = "warm_window")]
+    pub window: GoDuration,
+}
+
+/// 10 min: a quiet spell between two pushes of a working day keeps its nodes; a night does not.
+fn warm_idle() -> GoDuration {
+    std::time::Duration::from_secs(600).into()
+}
+
+/// 5 min: about one CI round trip (push, pipeline, fix, push).
+fn warm_window() -> GoDuration {
+    std::time::Duration::from_secs(300).into()
+}
+
+impl WarmPool {
+    /// The decision's limits for a class of `capacity`.
+    pub fn limits(&self, capacity: u32) -> crate::backend::pod::warm::Limits {
+        crate::backend::pod::warm::Limits {
+            min: self.min,
+            max: self.max,
+            idle: self.idle.get(),
+            capacity,
+        }
+    }
 }
 
 fn pod() -> Backend {
@@ -126,6 +170,20 @@ impl ExecutorClass {
             return Err(format!(
                 "has {at} with runtime_class_name = `{rc}`, which is not a DNS subdomain"
             ));
+        }
+        if let Some(w) = &self.warm {
+            if self.backend != Backend::Pod {
+                return Err(format!(
+                    "has {at} with a warm pool on the {} backend; pause Pods keep rented nodes warm, so only pod classes have one",
+                    self.backend
+                ));
+            }
+            if w.max == 0 || w.max > self.capacity || w.min > w.max {
+                return Err(format!(
+                    "has {at} with warm min = {}, max = {}; want 0 <= min <= max, 1 <= max <= capacity ({})",
+                    w.min, w.max, self.capacity
+                ));
+            }
         }
         Ok(())
     }
@@ -234,6 +292,16 @@ pub(crate) mod tests {
             node_selector: None,
             tolerations: None,
             runtime_class_name: None,
+            warm: None,
+        }
+    }
+
+    fn warm(min: u32, max: u32) -> WarmPool {
+        WarmPool {
+            min,
+            max,
+            idle: warm_idle(),
+            window: warm_window(),
         }
     }
 
@@ -314,6 +382,14 @@ pub(crate) mod tests {
             (
                 Box::new(|c| c[1].backend = Backend::Vm),
                 "on the vm backend, which is off",
+            ),
+            (
+                Box::new(|c| c[0].warm = Some(warm(2, 4))),
+                "warm min = 2, max = 4; want",
+            ),
+            (
+                Box::new(|c| c[0].warm = Some(warm(3, 2))),
+                "warm min = 3, max = 2",
             ),
         ];
         for (change, needle) in cases {

@@ -84,6 +84,8 @@ pub struct Scheduler {
     pub nudge: Arc<Notify>,
     /// The resource classes; a task's labels pick one, which picks its backend.
     pub classes: Vec<ExecutorClass>,
+    /// The classes' demand: each claim is told to their warm pools.
+    pub warm: Arc<crate::backend::pod::warm_pool::WarmDemand>,
 }
 
 /// One backend's pool of executors, as the scheduler counts it.
@@ -292,7 +294,10 @@ impl Scheduler {
         let id = task.id;
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
         let backend = match class::pick(&self.classes, &labels) {
-            Ok(Some(c)) => c.backend,
+            Ok(Some(c)) => {
+                self.warm.claimed(&c.name);
+                c.backend
+            }
             Ok(None) => routing::route(&labels),
             Err(why) => {
                 let backend = routing::route(&labels);

@@ -16,6 +16,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use tokio::sync::{Notify, watch};
 
 use crate::backend::keep_alive::KeepAlive;
+use crate::backend::pod::warm_pool::WarmPools;
 use crate::backend::reconciler::{Reconciler, Restarts};
 use crate::backend::spec::{ExecutorTemplate, TemplateIdentity};
 use crate::backend::worker::Worker;
@@ -35,6 +36,8 @@ use tenantci_core::forge::gitea::proto::DeclareRequest;
 pub(super) struct Shared {
     pub cfg: Config,
     pub ctx: Context,
+    /// The tenant cluster (the warm pools' Deployments).
+    pub kube: kube::Client,
     /// Every backend this dispatcher runs, the pod backend first.
     pub backends: Vec<Arc<dyn Executors>>,
     pub producer: Producer,
@@ -110,6 +113,9 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         stop_rx.clone(),
     ));
     tasks.spawn(scheduler(&s, pools).run(stop_rx.clone()));
+    if s.cfg.executor.classes.iter().any(|c| c.warm.is_some()) {
+        tasks.spawn(warm_pools(&s).run(stop_rx.clone()));
+    }
     let keep_alive = KeepAlive {
         ctx: s.ctx.clone(),
         backends: s.backends.clone(),
@@ -252,6 +258,18 @@ fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {
         polling: crate::claim::scheduler::Polling::of(&s.cfg),
         nudge: s.nudge.clone(),
         classes: s.cfg.executor.classes.clone(),
+        warm: s.ctx.warm.clone(),
+    }
+}
+
+fn warm_pools(s: &Shared) -> WarmPools {
+    WarmPools {
+        client: s.kube.clone(),
+        namespace: s.cfg.cluster.namespace.clone(),
+        executor: s.cfg.executor.clone(),
+        demand: s.ctx.warm.clone(),
+        registry: s.ctx.registry.clone(),
+        metrics: s.ctx.metrics.clone(),
     }
 }
 

@@ -4,7 +4,8 @@
 //! - [`resources`]: what the Pod asks of a rented node, and whether it fits (pure);
 //! - [`objects`]: every read and write of them on the apiserver;
 //! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure);
-//! - [`warm`]: how many warm slots a resource class should have (pure).
+//! - [`warm`]: how many warm slots a resource class should have (pure); [`warm_pool`] applies
+//!   them as pause Pods (leader).
 //!
 //! With executor identity on, each scheduled executor Pod has a SPIRE entry
 //! (`identity::registrar`): written from the reconciler's pass, deleted with the Pod.
@@ -14,6 +15,7 @@ pub mod lifecycle;
 pub mod objects;
 pub mod resources;
 pub mod warm;
+pub mod warm_pool;
 
 use std::collections::BTreeMap;
 

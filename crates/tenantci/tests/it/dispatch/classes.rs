@@ -29,6 +29,7 @@ fn class(name: &str, cpu: &str, memory: &str, capacity: u32) -> ExecutorClass {
         node_selector: None,
         tolerations: None,
         runtime_class_name: None,
+        warm: None,
     }
 }
 
@@ -246,4 +247,113 @@ async fn a_new_leader_holds_the_class_slot_of_an_executor_it_recovers() {
     w.assert_ran_once(&[first, second]).await;
     assert_eq!(w.watch.max_live_of_class("large"), 1);
     w.all_cleaned_up().await;
+}
+
+/// The replicas of `class`'s warm pool Deployment (None: not there yet).
+async fn warm_replicas(w: &World, class: &str) -> Option<i32> {
+    let deployments = kube::api::Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+        w.kube.clone(),
+        super::harness::NAMESPACE,
+    );
+    deployments
+        .get_opt(&format!("tenantci-warm-{class}"))
+        .await
+        .unwrap()
+        .and_then(|d| d.spec.replicas)
+}
+
+/// A burst announced by webhooks while Gitea answers no FetchTask (a stall): the `small`
+/// class's warm pool grows from its minimum to its maximum before any of the jobs is claimed,
+/// its pause Pods sized like the class's executors; once the jobs ran and nothing arrived for
+/// the idle time (2 s here), it shrinks back to its minimum. The executors started while the
+/// pool held warm slots count as warm hits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_warm_pool_grows_ahead_of_an_announced_burst_and_shrinks_to_its_minimum_when_idle() {
+    let mut w = World::start_with_sim_flags(6, &["--node-boot", "1s"]).await;
+    w.with_webhook(std::time::Duration::from_secs(5));
+    let mut small = class("small", "500m", "512Mi", 6);
+    small.warm = Some(tenantci_dispatch::claim::class::WarmPool {
+        min: 1,
+        max: 4,
+        idle: std::time::Duration::from_secs(2).into(),
+        window: std::time::Duration::from_secs(2).into(),
+    });
+    w.base_mut().executor.classes = vec![small];
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    w.register_hook(&d).await;
+    eventually(
+        "the pool at its minimum and the labels declared",
+        || async {
+            (warm_replicas(&w, "small").await == Some(1)
+                && d.log_text().contains("labels declared at Gitea"))
+            .then_some(())
+        },
+    )
+    .await;
+    // Long enough for the pool to follow four deliveries; the jobs wait it out.
+    w.gitea
+        .stall(w.http(), std::time::Duration::from_secs(10))
+        .await;
+    let mut jobs = Vec::new();
+    for i in 0..4 {
+        jobs.push(enqueue(&w, &format!("lint-{i}"), &SMALL).await);
+    }
+    eventually("the pool to grow to its maximum", || async {
+        (warm_replicas(&w, "small").await == Some(4)).then_some(())
+    })
+    .await;
+    for job in &jobs {
+        assert!(
+            w.job(*job).await["task_id"].is_null(),
+            "grown before any job was claimed"
+        );
+    }
+    let pause = eventually("a pause Pod of the pool", || async {
+        w.pods().await.into_iter().find(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get("tenantci.io/warm-class")
+                == Some(&"small".to_string())
+        })
+    })
+    .await;
+    let container = &pause.spec.as_ref().unwrap().containers[0];
+    let requests = container
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .clone()
+        .unwrap();
+    assert_eq!(
+        requests["cpu"].0, "510m",
+        "the runner's 500m and the proxy's 10m"
+    );
+    for job in &jobs {
+        let task = w.claimed(*job).await;
+        run_and_wait_gone(&w, task).await;
+    }
+    w.assert_ran_once(&jobs).await;
+    eventually(
+        "the pool back at its minimum after the idle time",
+        || async { (warm_replicas(&w, "small").await == Some(1)).then_some(()) },
+    )
+    .await;
+    let hits = d
+        .metric("tenantci_dispatch_warm_hits_total{class=\"small\"}")
+        .await
+        .unwrap_or(0.0);
+    assert_eq!(
+        hits, 4.0,
+        "every executor came while the pool held warm slots"
+    );
+    assert!(
+        d.metric("tenantci_dispatch_warm_slot_seconds_total{class=\"small\"}")
+            .await
+            .unwrap()
+            > 0.0
+    );
 }
