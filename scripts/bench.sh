@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks: each writes its table to docs/benchmarks/<name>.md, then docs/benchmarks.md is
 # assembled from them. Usage: scripts/bench.sh [mint ...]   (default: mint bootstrap prewarm
-# dispatch; `executor-start` by name; `queue`, `sim`, `vm`, `identity`, `vm-svid`, `passthrough` and `build` run by
+# dispatch; `executor-start` and `warm-pool` by name; `queue`, `sim`, `vm`, `identity`, `vm-svid`,
+# `passthrough` and `build` run by
 # name, each through scripts/bench-<name>.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,9 @@ for b in "${benches[@]}"; do
       ;;
     executor-start)
       cargo run --locked --quiet --example bench_executor_start
+      ;;
+    warm-pool)
+      cargo run --locked --quiet --example bench_warm_pool
       ;;
     *)
       if [ -x "scripts/bench-$b.sh" ]; then "scripts/bench-$b.sh"; else echo "unknown benchmark: $b" >&2; exit 2; fi

@@ -320,6 +320,10 @@ pub struct Executor {
     /// Pod runtimeClassName (e.g. a sandboxed runtime for untrusted jobs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
+    /// Resource classes (`[[executor.class]]`), selected by a `runs-on` label; none: every
+    /// executor is sized by the keys above (`claim::class`).
+    #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<crate::claim::class::ExecutorClass>,
 }
 
 impl Executor {
@@ -334,6 +338,7 @@ impl Executor {
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
             runtime_class_name: None,
+            classes: Vec::new(),
         }
     }
 }
@@ -724,6 +729,9 @@ impl Config {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }
+        crate::claim::class::validate(&self.executor.classes, &self.executor.resources, |b| {
+            (b == Backend::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
+        })?;
         if let Some(identity) = &self.identity {
             identity.validate()?;
             if self.vm.is_some() && identity.server_address.is_none() {
@@ -756,6 +764,11 @@ impl Config {
             abs(&mut vm.api_key_file);
         }
         self
+    }
+
+    /// The labels registered at Gitea: `gitea.labels` and every class label.
+    pub fn declared_labels(&self) -> Vec<String> {
+        crate::claim::class::declared_labels(&self.gitea.labels, &self.executor.classes)
     }
 
     pub fn leader_timing(&self) -> Timing {
@@ -944,6 +957,43 @@ mod tests {
                 .message()
                 .contains("ephemeral_storage_limit")
         );
+    }
+
+    #[test]
+    fn executor_classes_are_written_as_the_runbook_shows() {
+        let text = format!(
+            "{}\n[[executor.class]]\nname = \"small\"\nlabel = \"small\"\ncpu = \"500m\"\nmemory = \"512Mi\"\ncapacity = 3\n\n\
+             [[executor.class]]\nname = \"large\"\nlabel = \"large\"\ncpu = \"1800m\"\nmemory = \"1536Mi\"\n\
+             ephemeral_storage = \"8Gi\"\ncapacity = 1\nruntime_class_name = \"gvisor\"\n\n\
+             [executor.class.node_selector]\n\"socialweb.computer/pool\" = \"large\"\n",
+            sample().to_toml()
+        );
+        let cfg = parse(&text, &[]).unwrap();
+        let c = &cfg.executor.classes;
+        assert_eq!((c[0].name.as_str(), c[0].capacity), ("small", 3));
+        assert_eq!(c[0].backend, Backend::Pod, "the default backend");
+        assert_eq!(
+            c[1].node_selector.as_ref().unwrap()["socialweb.computer/pool"],
+            "large"
+        );
+        assert_eq!(c[1].runtime_class_name.as_deref(), Some("gvisor"));
+        assert_eq!(
+            parse(&cfg.to_toml(), &[]).unwrap(),
+            cfg,
+            "written back as read"
+        );
+        assert_eq!(
+            cfg.declared_labels(),
+            ["self-hosted", "pod", "vm", "small", "large"]
+        );
+        let e = parse(&text.replace("capacity = 3", "capacity = 9"), &[]).unwrap_err();
+        assert!(
+            e.message().contains("capacity = 9 above capacity.pod = 4"),
+            "{}",
+            e.message()
+        );
+        let e = parse(&text.replace("label = \"large\"", "label = \"small\""), &[]).unwrap_err();
+        assert!(e.message().contains("label `small`"), "{}", e.message());
     }
 
     #[test]

@@ -19,6 +19,10 @@ fn backend(b: Backend) -> ByBackend {
     vec![("backend".to_string(), b.to_string())]
 }
 
+fn by_class(class: &str) -> ByBackend {
+    vec![("class".to_string(), class.to_string())]
+}
+
 pub struct Metrics {
     registry: Registry,
     claimed: Family<ByBackend, Counter>,
@@ -40,6 +44,10 @@ pub struct Metrics {
     withdrawn: Counter,
     answers_lost: Counter,
     nudges_paced: Counter,
+    warm_slots: Family<ByBackend, Gauge>,
+    warm_hits: Family<ByBackend, Counter>,
+    warm_misses: Family<ByBackend, Counter>,
+    warm_slot_seconds: Family<ByBackend, Counter<f64, AtomicU64>>,
     /// Days until the facade certificate expires, computed when scraped from its end.
     facade_cert_days: Gauge<f64, AtomicU64>,
     facade_cert_not_after: AtomicI64,
@@ -69,6 +77,10 @@ impl Default for Metrics {
             withdrawn: Counter::default(),
             answers_lost: Counter::default(),
             nudges_paced: Counter::default(),
+            warm_slots: Family::default(),
+            warm_hits: Family::default(),
+            warm_misses: Family::default(),
+            warm_slot_seconds: Family::default(),
             facade_cert_days: Gauge::default(),
             facade_cert_not_after: AtomicI64::new(i64::MIN),
             registry: Registry::default(),
@@ -160,6 +172,26 @@ impl Default for Metrics {
             m.nudges_paced.clone(),
         );
         registry.register(
+            "warm_slots",
+            "Pause Pods the warm pool of a resource class holds (each keeps one executor's room on a rented node)",
+            m.warm_slots.clone(),
+        );
+        registry.register(
+            "warm_hits",
+            "Executors of a class with a warm pool created while it held a warm slot (no node boot to wait for)",
+            m.warm_hits.clone(),
+        );
+        registry.register(
+            "warm_misses",
+            "Executors of a class with a warm pool created while it held none (they wait for a node to boot)",
+            m.warm_misses.clone(),
+        );
+        registry.register(
+            "warm_slot_seconds",
+            "Warm slots times seconds held: the rented-node time the warm pool costs (divide by 60 for node-minutes)",
+            m.warm_slot_seconds.clone(),
+        );
+        registry.register(
             "tasks_withdrawn",
             "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
             m.withdrawn.clone(),
@@ -239,6 +271,23 @@ impl Metrics {
         self.nudges_paced.inc();
     }
 
+    /// A class's warm slots now, and `held` seconds of the slots it had since the last call.
+    pub fn warm(&self, class: &str, slots: u32, held: f64) {
+        let labels = by_class(class);
+        self.warm_slots.get_or_create(&labels).set(i64::from(slots));
+        self.warm_slot_seconds.get_or_create(&labels).inc_by(held);
+    }
+
+    /// An executor of a class with a warm pool was created with (`hit`) or without a warm slot.
+    pub fn warm_start(&self, class: &str, hit: bool) {
+        let family = if hit {
+            &self.warm_hits
+        } else {
+            &self.warm_misses
+        };
+        family.get_or_create(&by_class(class)).inc();
+    }
+
     /// The facade certificate's end, for `facade_cert_expiry_days`.
     pub fn facade_cert_expiry(&self, not_after: time::OffsetDateTime) {
         self.facade_cert_not_after
@@ -270,6 +319,8 @@ mod tests {
         m.fetched(Duration::from_millis(3));
         m.leader(true);
         m.answer_lost();
+        m.warm("small", 2, 1.5);
+        m.warm_start("small", false);
         m.facade_cert_expiry(time::OffsetDateTime::now_utc() + time::Duration::days(20));
         let text = m.render();
         for needle in [
@@ -278,6 +329,9 @@ mod tests {
             "tenantci_dispatch_leader 1",
             "tenantci_dispatch_fetch_task_answers_lost_total 1",
             "tenantci_dispatch_fetch_task_duration_seconds_bucket",
+            "tenantci_dispatch_warm_slots{class=\"small\"} 2",
+            "tenantci_dispatch_warm_slot_seconds_total{class=\"small\"} 1.5",
+            "tenantci_dispatch_warm_misses_total{class=\"small\"} 1",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }

@@ -46,6 +46,7 @@ fn spec(task: i64, x: &Executor) -> ExecutorSpec {
         runner_name: "bench".into(),
         executor: x.clone(),
         identity: None,
+        class: None,
     }
 }
 

@@ -51,6 +51,8 @@ pub struct Context {
     pub registry: Arc<Registry>,
     pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
+    /// The resource classes' demand, for their warm pools.
+    pub warm: Arc<pod::warm_pool::WarmDemand>,
 }
 
 /// What starting one executor found.
@@ -138,6 +140,8 @@ pub struct Observed {
     pub progress: Option<Progress>,
     /// Where it runs, for backends whose executors a SPIRE agent attests.
     pub placement: Option<Placement>,
+    /// Its resource class, where the backend records it (recovery holds the class's slot).
+    pub class: Option<String>,
 }
 
 impl Observed {

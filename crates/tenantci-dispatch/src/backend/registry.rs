@@ -24,6 +24,8 @@ struct Inner {
     /// Queued tasks Gitea ended (cancelled) before an executor started: the worker acks
     /// their assignment without starting one.
     withdrawn: BTreeSet<i64>,
+    /// The resource class slot each task holds, from before its start until it is gone.
+    classes: BTreeMap<i64, String>,
 }
 
 #[derive(Default)]
@@ -66,6 +68,39 @@ impl Registry {
         true
     }
 
+    /// Takes a slot of `class` for `task` unless `capacity` of them are held by other tasks.
+    /// True when `task` holds one (a task that holds one already keeps it).
+    pub fn reserve_class(&self, task: i64, class: &str, capacity: u32) -> bool {
+        let mut g = self.lock();
+        if g.classes.contains_key(&task) {
+            return true;
+        }
+        let held = g.classes.values().filter(|c| *c == class).count();
+        if held >= capacity as usize {
+            return false;
+        }
+        g.classes.insert(task, class.to_string());
+        true
+    }
+
+    /// `task` holds a slot of `class` whatever the class's capacity: an executor that exists
+    /// (found by recovery, or started again) counts, so new ones wait until it is gone.
+    pub fn hold_class(&self, task: i64, class: &str) {
+        self.lock().classes.insert(task, class.to_string());
+    }
+
+    /// `task`'s class slot is free again (its start failed; `finished` frees it too).
+    pub fn release_class(&self, task: i64) {
+        if self.lock().classes.remove(&task).is_some() {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Tasks holding a slot of `class`.
+    pub fn class_count(&self, class: &str) -> usize {
+        self.lock().classes.values().filter(|c| *c == class).count()
+    }
+
     pub fn is_running(&self, task: i64) -> bool {
         self.lock().running.contains_key(&task)
     }
@@ -75,7 +110,8 @@ impl Registry {
         let removed = {
             let mut g = self.lock();
             g.queued.remove(&task);
-            g.running.remove(&task).is_some()
+            let class = g.classes.remove(&task).is_some();
+            g.running.remove(&task).is_some() || class
         };
         if removed {
             self.changed.notify_waiters();
@@ -129,6 +165,7 @@ impl Registry {
         g.queued.clear();
         g.running.clear();
         g.withdrawn.clear();
+        g.classes.clear();
     }
 
     /// Something changed that the scheduler or reconciler should look at now.
@@ -158,5 +195,21 @@ mod tests {
         );
         r.finished(7);
         assert!(r.running_tasks().is_empty());
+    }
+
+    #[test]
+    fn a_class_holds_at_most_its_capacity() {
+        let r = Registry::default();
+        assert!(r.reserve_class(1, "large", 1));
+        assert!(r.reserve_class(1, "large", 1), "held already: kept");
+        assert!(!r.reserve_class(2, "large", 1), "full");
+        assert!(r.reserve_class(3, "small", 2), "another class has its own");
+        r.finished(1);
+        assert!(
+            r.reserve_class(2, "large", 1),
+            "freed when the task is gone"
+        );
+        r.release_class(2);
+        assert_eq!(r.class_count("large"), 0);
     }
 }

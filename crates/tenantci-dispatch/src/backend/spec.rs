@@ -7,6 +7,7 @@ use tenantci_app::runner::gitea_files::Registration;
 use tenantci_app::runner::gitlab_config::Secret as Sensitive;
 use tenantci_core::{Error, Result};
 
+use crate::claim::class::{self, ExecutorClass};
 use crate::config;
 use crate::facade::capability::{self, CapabilityKey};
 use crate::identity;
@@ -15,6 +16,9 @@ use crate::queue::assignment::{Assignment, SealingKey};
 pub const TASK_ID_LABEL: &str = "tenantci.io/task-id";
 
 pub const ATTEMPT_LABEL: &str = "tenantci.io/attempt";
+
+/// The resource class of an executor (and of a warm pool's pause Pod).
+pub const CLASS_LABEL: &str = "tenantci.io/class";
 
 pub const RUNNER_KEY: &str = ".runner";
 
@@ -59,8 +63,11 @@ pub struct ExecutorSpec {
     /// The task's runs-on labels (names; the execution mode is added here).
     pub labels: Vec<String>,
     pub runner_name: String,
-    /// Images, runner binary, resources and placement from the dispatcher config.
+    /// Images, runner binary, resources and placement from the dispatcher config (the
+    /// task's class applied).
     pub executor: config::Executor,
+    /// The task's resource class (None: the dispatcher has none).
+    pub class: Option<ExecutorClass>,
     /// Executor identity on: the task's SPIFFE ID and the facade's.
     pub identity: Option<ExecutorIdentity>,
 }
@@ -119,17 +126,23 @@ impl ExecutorTemplate {
         }))
     }
 
-    /// The executor of one task attempt, with its capability (bound to its SPIFFE ID when
-    /// identity is on).
+    /// The executor of one task attempt, sized and placed by its class, with its capability
+    /// (bound to its SPIFFE ID when identity is on). An error: its labels pick no class or
+    /// two (the caller reports FAILURE with it).
     pub fn spec(
         &self,
         task: i64,
         attempt: u32,
         labels: Vec<String>,
         identity: Option<ExecutorIdentity>,
-    ) -> ExecutorSpec {
+    ) -> Result<ExecutorSpec, String> {
+        let class = class::pick(&self.executor.classes, &labels)?.cloned();
+        let executor = match &class {
+            Some(c) => c.executor(&self.executor),
+            None => self.executor.clone(),
+        };
         let bound = identity.as_ref().map(|i| i.spiffe_id.as_str());
-        ExecutorSpec {
+        Ok(ExecutorSpec {
             namespace: self.namespace.clone(),
             task_id: task,
             attempt,
@@ -141,8 +154,9 @@ impl ExecutorTemplate {
             gitea: self.gitea.clone(),
             labels,
             runner_name: self.runner_name.clone(),
-            executor: self.executor.clone(),
-        }
+            executor,
+            class,
+        })
     }
 }
 
@@ -226,6 +240,7 @@ pub(crate) fn example(attempt: u32, assignment_id: &str, label: &str) -> Executo
             format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
             format!("tenantci@sha256:{}", "b".repeat(64)),
         ),
+        class: None,
         identity: None,
     }
 }

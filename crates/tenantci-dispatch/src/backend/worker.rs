@@ -143,10 +143,39 @@ impl Worker {
             Ok(i) => i,
             Err(why) => return self.refused(task, backend, why).await,
         };
-        let spec = self
+        let spec = match self
             .template
-            .spec(task, a.attempt, a.labels.clone(), identity);
-        match start_patiently(&*self.executors, &spec, &a.to_json(), fresh).await {
+            .spec(task, a.attempt, a.labels.clone(), identity)
+        {
+            Ok(spec) => spec,
+            Err(why) => return self.refused(task, backend, why).await,
+        };
+        if let Some(c) = &spec.class
+            && !self.ctx.registry.reserve_class(task, &c.name, c.capacity)
+        {
+            let why = format!("its class `{}` has all {} slots taken", c.name, c.capacity);
+            if job.last_delivery {
+                let line = format!(
+                    "{why} through {} deliveries of the assignment",
+                    job.delivered
+                );
+                self.fail(task, backend, &line).await;
+                return Outcome::Poison(why);
+            }
+            return Outcome::Wait(why);
+        }
+        let warm_slot = spec
+            .class
+            .as_ref()
+            .and_then(|c| Some((c.name.as_str(), self.ctx.warm.has_warm_slot(&c.name)?)));
+        let started = start_patiently(&*self.executors, &spec, &a.to_json(), fresh).await;
+        if let (Some((class, hit)), Ok(Created::New)) = (warm_slot, &started) {
+            self.ctx.metrics.warm_start(class, hit);
+        }
+        if started.is_err() {
+            self.ctx.registry.release_class(task);
+        }
+        match started {
             Ok(created) => {
                 let step = Entry::step(task, a.attempt, backend, Phase::Started);
                 self.ctx.ledger.note(step.with_assignment(a)).await;

@@ -18,8 +18,12 @@
 //! an empty one waits for the nudge budget (`claim::nudge`: a burst, then one per
 //! `webhook.nudge_spacing`), so a flood of deliveries costs Gitea a bounded rate.
 //!
+//! With resource classes (`claim::class`), a task's labels pick its class and the class its
+//! backend; the class's own capacity is held by the worker, so a task of a full class waits
+//! in its backend's queue and counts there.
+//!
 //! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
-//! build does not run), it is reported to Gitea as FAILURE with a log line saying why. Every
+//! build does not run, or its labels pick no class or two), it is reported to Gitea as FAILURE with a log line saying why. Every
 //! claim is written to the claim ledger (`queue::ledger`) with its sealed assignment as it is
 //! queued (both at once), so recovery can start it again when the dispatcher dies before the
 //! queue took it.
@@ -35,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::backend::registry::Registry;
 use crate::backend::report;
+use crate::claim::class::{self, ExecutorClass};
 use crate::claim::nudge::{NudgeBudget, Pacer};
 use crate::claim::routing;
 use crate::metrics::Metrics;
@@ -77,6 +82,10 @@ pub struct Scheduler {
     pub polling: Polling,
     /// Fired by the webhook receiver (leader only): FetchTask now.
     pub nudge: Arc<Notify>,
+    /// The resource classes; a task's labels pick one, which picks its backend.
+    pub classes: Vec<ExecutorClass>,
+    /// The classes' demand: each claim is told to their warm pools.
+    pub warm: Arc<crate::backend::pod::warm_pool::WarmDemand>,
 }
 
 /// One backend's pool of executors, as the scheduler counts it.
@@ -284,7 +293,20 @@ impl Scheduler {
     async fn enqueue(&self, task: Task, stop: watch::Receiver<bool>) {
         let id = task.id;
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
-        let backend = routing::route(&labels);
+        let backend = match class::pick(&self.classes, &labels) {
+            Ok(Some(c)) => {
+                self.warm.claimed(&c.name);
+                c.backend
+            }
+            Ok(None) => routing::route(&labels),
+            Err(why) => {
+                let backend = routing::route(&labels);
+                self.ledger
+                    .note(Entry::step(id, 1, backend, Phase::Claimed))
+                    .await;
+                return self.give_up(id, backend, &why).await;
+            }
+        };
         if !self.pools.iter().any(|p| p.backend == backend) {
             self.ledger
                 .note(Entry::step(id, 1, backend, Phase::Claimed))

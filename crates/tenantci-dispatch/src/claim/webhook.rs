@@ -179,6 +179,13 @@ pub fn judge(
     }
 }
 
+/// The runs-on labels of a delivery judged a nudge (signed, a queued job of ours).
+fn announced_labels(body: &[u8]) -> Option<Vec<String>> {
+    serde_json::from_slice::<Delivery>(body)
+        .ok()
+        .map(|d| d.workflow_job.labels)
+}
+
 /// `verdict` after the replay check: a signed delivery (nudge or ignored) whose id `recent`
 /// holds is [`Verdict::Replayed`]; its id is remembered otherwise. Refusals are not
 /// remembered, so unsigned senders cannot push real ids out.
@@ -206,6 +213,9 @@ pub struct Receiver {
     pub nudge: Arc<Notify>,
     /// Signed deliveries seen recently, by id.
     pub recent: Mutex<RecentDeliveries>,
+    /// The resource classes: an announced job is told to its class's warm pool.
+    pub classes: Vec<crate::claim::class::ExecutorClass>,
+    pub warm: Arc<crate::backend::pod::warm_pool::WarmDemand>,
 }
 
 async fn deliver(
@@ -217,19 +227,20 @@ async fn deliver(
     let declared_too_large = header("content-length")
         .and_then(|n| n.parse::<usize>().ok())
         .is_some_and(|n| n > MAX_BODY);
-    let verdict = if declared_too_large {
-        Verdict::TooLarge
+    let bytes = if declared_too_large {
+        None
     } else {
-        match to_bytes(body, MAX_BODY).await {
-            Ok(bytes) => judge(
-                &r.secret,
-                header(EVENT_HEADER),
-                header(SIGNATURE_HEADER),
-                &bytes,
-                &r.labels,
-            ),
-            Err(_) => Verdict::TooLarge,
-        }
+        to_bytes(body, MAX_BODY).await.ok()
+    };
+    let verdict = match &bytes {
+        Some(bytes) => judge(
+            &r.secret,
+            header(EVENT_HEADER),
+            header(SIGNATURE_HEADER),
+            bytes,
+            &r.labels,
+        ),
+        None => Verdict::TooLarge,
     };
     let verdict = replay_checked(
         verdict,
@@ -239,6 +250,10 @@ async fn deliver(
     let leader = r.health.leader.load(Ordering::SeqCst);
     if verdict == Verdict::Nudge && leader {
         r.nudge.notify_one();
+        let labels = bytes.as_deref().and_then(announced_labels);
+        if let Some(Ok(Some(c))) = labels.map(|l| crate::claim::class::pick(&r.classes, &l)) {
+            r.warm.announced(&c.name);
+        }
     }
     // A standby's nudge is counted apart: it shows deliveries reach every replica.
     let outcome = if verdict == Verdict::Nudge && !leader {

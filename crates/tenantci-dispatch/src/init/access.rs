@@ -26,6 +26,9 @@ pub fn must_allow() -> Vec<Access> {
             v.push(Access::new(verb, "", resource));
         }
     }
+    for verb in ["get", "create", "patch"] {
+        v.push(Access::new(verb, "apps", "deployments"));
+    }
     v
 }
 

@@ -81,6 +81,9 @@ pub fn check(i: &Inputs) -> Result<Local> {
     })?;
     if let Some(image) = &node {
         config.executor.resources.check_fits(image)?;
+        for class in &config.executor.classes {
+            class.check_fits(&config.executor.resources, image)?;
+        }
     }
     if let Some(w) = &config.webhook {
         // `run` reads it at start; refuse now rather than write a config it cannot run.

@@ -196,7 +196,8 @@ mod tests {
                 ["get", "list", "watch", "create", "delete", "patch"]
             );
         }
-        assert_eq!(rules.len(), 3, "nothing else");
+        assert_eq!(verbs("apps", "deployments"), ["get", "create", "patch"]);
+        assert_eq!(rules.len(), 4, "nothing else");
         assert_eq!(o.binding.role_ref.kind, "Role");
         assert_eq!(o.binding.role_ref.name, NAME);
         let subjects = o.binding.subjects.as_ref().unwrap();

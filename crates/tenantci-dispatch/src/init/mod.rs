@@ -115,6 +115,12 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let vm_dropped = registered.labels.len() < i.labels.len();
     let i = &registered;
     let local = local::check(i)?;
+    // Every class label is registered too, or its jobs would wait for a runner forever.
+    let declared = Inputs {
+        labels: local.config.declared_labels(),
+        ..i.clone()
+    };
+    let i = &declared;
     let cx = check_cluster(i, local, &mut steps).await?;
     opensandbox(&cx, vm_dropped, &mut steps).await?;
     // Phase two (or, in a dry run, what it would do).

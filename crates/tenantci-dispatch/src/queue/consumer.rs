@@ -79,6 +79,8 @@ enum Settle {
     Ack,
     /// Redeliver after a backoff.
     Nak(String),
+    /// Redeliver after the base delay, without backoff: waiting is not failing.
+    Wait(String),
     /// Never redeliver.
     Term(String),
 }
@@ -92,6 +94,10 @@ fn settle(outcome: Outcome, delivered: i64, max_deliver: i64) -> Settle {
             format!("transient failure on the last of {max_deliver} deliveries: {reason}"),
         ),
         Outcome::Retry(reason) => Settle::Nak(reason),
+        Outcome::Wait(reason) if max_deliver > 0 && delivered >= max_deliver => Settle::Term(
+            format!("still waiting on the last of {max_deliver} deliveries: {reason}"),
+        ),
+        Outcome::Wait(reason) => Settle::Wait(reason),
         Outcome::Poison(reason) => Settle::Term(reason),
     }
 }
@@ -103,6 +109,8 @@ pub enum Outcome {
     Started,
     /// A transient failure: NAK, redeliver after a backoff.
     Retry(String),
+    /// Not now (its resource class is full): NAK, redeliver after the base delay.
+    Wait(String),
     /// The assignment can never succeed: TERM (not redelivered) and log why.
     Poison(String),
 }
@@ -515,7 +523,14 @@ impl Lane {
         drop(slot);
         match settle(outcome, delivered, self.max_deliver) {
             Settle::Ack => self.ack(&message, &msg_id, sub, ack_inbox).await,
-            Settle::Nak(reason) => self.nak(&message, &msg_id, delivered, &reason).await,
+            Settle::Nak(reason) => {
+                let delay = nak_delay(&self.settings, delivered);
+                self.nak(&message, &msg_id, delivered, delay, &reason).await
+            }
+            Settle::Wait(reason) => {
+                let delay = self.settings.nak_base;
+                self.nak(&message, &msg_id, delivered, delay, &reason).await
+            }
             Settle::Term(reason) => self.term(&message, stream_sequence, &reason).await,
         }
     }
@@ -582,14 +597,20 @@ impl Lane {
         }
     }
 
-    async fn nak(&self, message: &jetstream::Message, msg_id: &str, delivered: i64, reason: &str) {
-        let delay = nak_delay(&self.settings, delivered);
+    async fn nak(
+        &self,
+        message: &jetstream::Message,
+        msg_id: &str,
+        delivered: i64,
+        delay: Duration,
+        reason: &str,
+    ) {
         tracing::info!(
             msg_id,
             delivered,
             ?delay,
             reason,
-            "assignment failed transiently; NAK with backoff"
+            "assignment not started now; NAK"
         );
         match message.ack_with(AckKind::Nak(Some(delay))).await {
             Ok(()) => {

@@ -32,6 +32,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::backend::pod::Pods;
 use crate::backend::pod::objects::ExecutorObjects;
+use crate::backend::pod::warm_pool::WarmDemand;
 use crate::backend::registry::Registry;
 use crate::backend::spec::GiteaForExecutors;
 use crate::backend::vm::Sandboxed;
@@ -255,6 +256,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
 
     let gitea = gitea_client(&cfg, &inputs)?;
     let registry = Arc::new(Registry::default());
+    let warm = Arc::new(WarmDemand::new(&cfg.executor.classes));
     let backends = backends(&cfg, &client, sandboxes, &ledger, &metrics);
     let health = Arc::new(Health::default());
 
@@ -293,14 +295,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
         (Some(listener), Some(secret)) => {
-            let receiver = Receiver {
-                secret,
-                labels: cfg.gitea.labels.clone(),
-                metrics: metrics.clone(),
-                health: health.clone(),
-                nudge: nudge.clone(),
-                recent: Default::default(),
-            };
+            let receiver = receiver(&cfg, secret, &warm, &metrics, &health, &nudge);
             let (addr, task) = start_webhook(listener, receiver, stop_rx.clone())?;
             (Some(addr), Some(task))
         }
@@ -327,7 +322,9 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
             registry,
             ledger,
             metrics: metrics.clone(),
+            warm: warm.clone(),
         },
+        kube: client.clone(),
         backends,
         producer: Producer::new(producer_client),
         worker_client,
@@ -489,6 +486,28 @@ fn announce(cfg: &Config, listening: Listening) -> Listening {
         "dispatcher up; waiting for the scheduler lease"
     );
     listening
+}
+
+/// The webhook receiver: nudges for the registration's labels (every class's included), and
+/// announcements for the classes' warm pools.
+fn receiver(
+    cfg: &Config,
+    secret: WebhookSecret,
+    warm: &Arc<WarmDemand>,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+    nudge: &Arc<Notify>,
+) -> Receiver {
+    Receiver {
+        secret,
+        labels: cfg.declared_labels(),
+        classes: cfg.executor.classes.clone(),
+        warm: warm.clone(),
+        metrics: metrics.clone(),
+        health: health.clone(),
+        nudge: nudge.clone(),
+        recent: Default::default(),
+    }
 }
 
 /// The scheduler's Gitea client, with the registration's credentials.

@@ -1,5 +1,5 @@
 //! One leadership term: for each backend its consumer bound, recovery, then its worker and
-//! reconciler; beside them the scheduler and keep-alive, until the term stops (the lease is
+//! reconciler; beside them the scheduler, keep-alive and the labels' Declare, until the term stops (the lease is
 //! lost, or the drain).
 //!
 //! Each backend has its own durable consumer and admission slots (the seed's workers in one
@@ -16,6 +16,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use tokio::sync::{Notify, watch};
 
 use crate::backend::keep_alive::KeepAlive;
+use crate::backend::pod::warm_pool::WarmPools;
 use crate::backend::reconciler::{Reconciler, Restarts};
 use crate::backend::spec::{ExecutorTemplate, GiteaForExecutors, TemplateIdentity};
 use crate::backend::worker::Worker;
@@ -27,12 +28,16 @@ use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::producer::Producer;
 use crate::queue::{Backend, STREAM};
+use tenantci_core::forge::gitea::client::RunnerClient;
+use tenantci_core::forge::gitea::proto::DeclareRequest;
 
 /// What a leadership term needs; cloned into each term.
 #[derive(Clone)]
 pub(super) struct Shared {
     pub cfg: Config,
     pub ctx: Context,
+    /// The tenant cluster (the warm pools' Deployments).
+    pub kube: kube::Client,
     /// Every backend this dispatcher runs, the pod backend first.
     pub backends: Vec<Arc<dyn Executors>>,
     pub producer: Producer,
@@ -104,7 +109,15 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
             ready,
         });
     }
+    tasks.spawn(declare(
+        s.ctx.gitea.clone(),
+        s.cfg.declared_labels(),
+        stop_rx.clone(),
+    ));
     tasks.spawn(scheduler(&s, pools).run(stop_rx.clone()));
+    if s.cfg.executor.classes.iter().any(|c| c.warm.is_some()) {
+        tasks.spawn(warm_pools(&s).run(stop_rx.clone()));
+    }
     let keep_alive = KeepAlive {
         ctx: s.ctx.clone(),
         backends: s.backends.clone(),
@@ -113,6 +126,31 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
     tasks.spawn(keep_alive.run(stop_rx.clone()));
     let _ = stop_rx.wait_for(|s| *s).await;
     while tasks.join_next().await.is_some() {}
+}
+
+/// Declares the registration's labels (`gitea.labels` and every class label) at Gitea, as a
+/// runner does at each start, so a class added to the config is claimable after a restart
+/// without re-running `init`. Tried until Gitea answers: an outage delays it, never the term.
+async fn declare(gitea: RunnerClient, labels: Vec<String>, mut stop: watch::Receiver<bool>) {
+    let req = DeclareRequest {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        labels,
+        capabilities: Vec::new(),
+    };
+    loop {
+        match gitea.declare(&req).await {
+            Ok(_) => {
+                tracing::info!(labels = ?req.labels, "labels declared at Gitea");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot declare the labels at Gitea; trying again")
+            }
+        }
+        if stopped_within(&mut stop, Duration::from_secs(5)).await {
+            return;
+        }
+    }
 }
 
 /// One backend: its consumer bound, recovery from the claim ledger and what the backend
@@ -221,6 +259,19 @@ fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {
         metrics: s.ctx.metrics.clone(),
         polling: crate::claim::scheduler::Polling::of(&s.cfg),
         nudge: s.nudge.clone(),
+        classes: s.cfg.executor.classes.clone(),
+        warm: s.ctx.warm.clone(),
+    }
+}
+
+fn warm_pools(s: &Shared) -> WarmPools {
+    WarmPools {
+        client: s.kube.clone(),
+        namespace: s.cfg.cluster.namespace.clone(),
+        executor: s.cfg.executor.clone(),
+        demand: s.ctx.warm.clone(),
+        registry: s.ctx.registry.clone(),
+        metrics: s.ctx.metrics.clone(),
     }
 }
 

@@ -325,6 +325,7 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             runner_name: cfg.gitea.runner_name.clone(),
             executor: cfg.executor.clone(),
             identity: None,
+            class: None,
         };
         secrets
             .create(&pp, &executor::desired_secret(&spec, &sealed.to_json()))

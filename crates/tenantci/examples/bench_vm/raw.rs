@@ -98,7 +98,9 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
             &task.encode_to_vec(),
         )
         .unwrap();
-        let spec = template.spec(task.id, 1, labels, None);
+        let spec = template
+            .spec(task.id, 1, labels, None)
+            .expect("no classes: every task has a spec");
         let listing = Instant::now();
         if list_first {
             let filter = ListFilter {

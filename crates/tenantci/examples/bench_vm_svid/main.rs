@@ -241,6 +241,7 @@ async fn main() {
             runner_name: "tenantci".into(),
             executor: config::Executor::with_images(IMAGE, IMAGE),
             identity: None,
+            class: None,
         },
         tasks: 0,
     };

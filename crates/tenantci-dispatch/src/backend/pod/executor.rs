@@ -38,7 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::backend::pod::resources;
 use crate::backend::spec::{
-    ATTEMPT_LABEL, CONFIG_KEY, ExecutorSpec, PROXY_LISTEN, RUNNER_KEY, TASK_ID_LABEL,
+    ATTEMPT_LABEL, CLASS_LABEL, CONFIG_KEY, ExecutorSpec, PROXY_LISTEN, RUNNER_KEY, TASK_ID_LABEL,
     runner_config_at, runner_file,
 };
 
@@ -86,7 +86,7 @@ pub fn object_name(task_id: i64) -> String {
 }
 
 fn labels(spec: &ExecutorSpec) -> BTreeMap<String, String> {
-    BTreeMap::from([
+    let mut labels = BTreeMap::from([
         (TASK_ID_LABEL.to_string(), spec.task_id.to_string()),
         (ATTEMPT_LABEL.to_string(), spec.attempt.to_string()),
         (
@@ -97,7 +97,13 @@ fn labels(spec: &ExecutorSpec) -> BTreeMap<String, String> {
             "app.kubernetes.io/component".to_string(),
             "gitea-executor".to_string(),
         ),
-    ])
+    ]);
+    // Which class sized it: `kubectl get pods -l tenantci.io/class=large`, and the warm
+    // pool's hit/miss count.
+    if let Some(c) = &spec.class {
+        labels.insert(CLASS_LABEL.to_string(), c.name.clone());
+    }
+    labels
 }
 
 fn meta(spec: &ExecutorSpec) -> ObjectMeta {

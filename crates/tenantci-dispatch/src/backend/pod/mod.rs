@@ -3,7 +3,9 @@
 //! - [`executor`]: the Secret and Pod of one task (pure);
 //! - [`resources`]: what the Pod asks of a rented node, and whether it fits (pure);
 //! - [`objects`]: every read and write of them on the apiserver;
-//! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure).
+//! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure);
+//! - [`warm`]: how many warm slots a resource class should have (pure); [`warm_pool`] applies
+//!   them as pause Pods (leader).
 //!
 //! With executor identity on, each scheduled executor Pod has a SPIRE entry
 //! (`identity::registrar`): written from the reconciler's pass, deleted with the Pod.
@@ -12,6 +14,8 @@ pub mod executor;
 pub mod lifecycle;
 pub mod objects;
 pub mod resources;
+pub mod warm;
+pub mod warm_pool;
 
 use std::collections::BTreeMap;
 
@@ -88,6 +92,7 @@ fn observed(o: &objects::Observed) -> Observed {
             (true, false) => Progress::Unfetched,
         }),
         placement: o.placement.clone(),
+        class: o.class.clone(),
     }
 }
 

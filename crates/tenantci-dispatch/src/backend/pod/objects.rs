@@ -51,6 +51,8 @@ pub struct Observed {
     pub age: Option<std::time::Duration>,
     /// Where the Pod runs, once it is scheduled (None: no Pod, or not scheduled yet).
     pub placement: Option<Placement>,
+    /// The Pod's resource class (`tenantci.io/class`).
+    pub class: Option<String>,
 }
 
 fn placement(pod: &Pod) -> Option<Placement> {
@@ -198,6 +200,7 @@ impl ExecutorObjects {
             fetched: false,
             age: None,
             placement: None,
+            class: None,
         };
         list_paged(&self.pods, &lp, |pod: Pod| {
             let Some((task, attempt)) = task_of(&pod.metadata) else {
@@ -208,6 +211,11 @@ impl ExecutorObjects {
             o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
             o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
             o.placement = placement(&pod);
+            o.class = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::backend::spec::CLASS_LABEL).cloned());
         })
         .await?;
         list_paged(&self.secrets, &lp, |secret: Secret| {

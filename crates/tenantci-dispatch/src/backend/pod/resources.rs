@@ -169,17 +169,34 @@ impl Resources {
     /// The executor Pod's total against a rented node: exit 2 with one sentence when it
     /// cannot fit (then no node the autoscaler can rent would ever run it).
     pub fn check_fits(&self, image: &NodeImage) -> Result<()> {
+        self.check_fits_as(
+            image,
+            "the executor Pod",
+            "executor.resources (or --executor-cpu / --executor-memory)",
+            "executor.resources.ephemeral_storage (or --executor-ephemeral-storage)",
+        )
+    }
+
+    /// [`Self::check_fits`] for `what` (a class's executor Pod), whose size the operator
+    /// lowers at `lower` (CPU, memory) and `lower_storage`.
+    pub fn check_fits_as(
+        &self,
+        image: &NodeImage,
+        what: &str,
+        lower: &str,
+        lower_storage: &str,
+    ) -> Result<()> {
         let proxy_cpu = Self::milli(PROXY_CPU);
         let proxy_mem = Self::milli(PROXY_MEMORY);
         let (cpu, mem) = (Self::milli(&self.cpu), Self::milli(&self.memory));
         sizing::fits(
             &PodTotal {
-                what: "the executor Pod",
+                what,
                 cpu: cpu + proxy_cpu,
                 cpu_parts: format!("runner {}, executor-proxy {PROXY_CPU}", self.cpu),
                 memory: mem + proxy_mem,
                 memory_parts: format!("runner {}, executor-proxy {PROXY_MEMORY}", self.memory),
-                lower: "executor.resources (or --executor-cpu / --executor-memory)",
+                lower,
             },
             image,
         )?;
@@ -188,10 +205,10 @@ impl Resources {
             let rootfs_bytes = Milli::from_units(i128::from(rootfs) << 20);
             if storage > rootfs_bytes {
                 return Err(Error::bad_input(format!(
-                    "the executor Pod requests {} ephemeral storage but a rented node's root filesystem has {rootfs} MiB (rootfsMiB in the node image)",
+                    "{what} requests {} ephemeral storage but a rented node's root filesystem has {rootfs} MiB (rootfsMiB in the node image)",
                     self.ephemeral_storage
                 ))
-                .hint("lower executor.resources.ephemeral_storage (or --executor-ephemeral-storage), or build a guest image with a larger root filesystem"));
+                .hint(format!("lower {lower_storage}, or build a guest image with a larger root filesystem")));
             }
         }
         Ok(())

@@ -111,6 +111,9 @@ impl Reconciler {
             self.ctx
                 .registry
                 .running(o.task, backend, || self.slots.for_found());
+            if let Some(class) = &o.class {
+                self.ctx.registry.hold_class(o.task, class);
+            }
         }
         // Slots for the executors to start again, taken before the worker pulls anything
         // (recovery runs first): what was running before the crash runs before what waits.
@@ -227,6 +230,9 @@ impl Reconciler {
             .note(step.with_assignment(&assignment))
             .await;
         self.ctx.registry.running(task, backend, || Some(slot));
+        if let Some(class) = &spec.class {
+            self.ctx.registry.hold_class(task, &class.name);
+        }
         self.ctx.metrics.restarted();
         tracing::warn!(
             task,

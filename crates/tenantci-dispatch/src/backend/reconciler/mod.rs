@@ -81,7 +81,7 @@ impl Restarts {
     ) -> Result<(Assignment, ExecutorSpec), String> {
         let (assignment, labels) = reseal(&self.sealing_key, sealed, attempt)?;
         let identity = self.template.spiffe_id(&assignment)?;
-        let spec = self.template.spec(task, attempt, labels, identity);
+        let spec = self.template.spec(task, attempt, labels, identity)?;
         Ok((assignment, spec))
     }
 }

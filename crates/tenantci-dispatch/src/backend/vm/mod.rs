@@ -70,6 +70,7 @@ fn observed(task: i64, s: &Sandbox) -> Observed {
         // The ledger's phase says: the facade records each fetch and report there.
         progress: None,
         placement: None,
+        class: None,
     }
 }
 

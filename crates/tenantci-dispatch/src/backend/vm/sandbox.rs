@@ -227,9 +227,16 @@ pub fn desired(
             "-c".into(),
             boot_script(spec.executor.runner_command.binary(), facade_id),
         ],
-        resource_limits: ResourceLimits {
-            cpu: vm.cpu.clone(),
-            memory: vm.memory.clone(),
+        // A class sizes the sandbox; without one, the `[vm]` section does.
+        resource_limits: match &spec.class {
+            Some(c) => ResourceLimits {
+                cpu: c.cpu.clone(),
+                memory: c.memory.clone(),
+            },
+            None => ResourceLimits {
+                cpu: vm.cpu.clone(),
+                memory: vm.memory.clone(),
+            },
         },
         timeout: vm.timeout_seconds(),
         env,

@@ -70,6 +70,7 @@ fn spec() -> ExecutorSpec {
         runner_name: "tenantci-dispatch-ci".into(),
         executor: x,
         identity: None,
+        class: None,
     }
 }
 

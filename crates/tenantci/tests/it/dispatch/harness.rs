@@ -83,19 +83,25 @@ impl World {
     /// registration, keys, facade PKI), with short timings; the dispatcher uses the
     /// tenant-admin kubeconfig.
     pub async fn start(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity), None, false).await
+        Self::build(Some(pod_capacity), None, false, &[]).await
+    }
+
+    /// As [`World::start`], the simulator started with `sim_flags` too (its rented nodes:
+    /// `--node-boot 1s`).
+    pub async fn start_with_sim_flags(pod_capacity: u32, sim_flags: &[&str]) -> World {
+        Self::build(Some(pod_capacity), None, false, sim_flags).await
     }
 
     /// As [`World::start`], with the simulator's SPIRE stand-in for trust domain [`TD`].
     pub async fn start_with_spire(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity), None, true).await
+        Self::build(Some(pod_capacity), None, true, &[]).await
     }
 
     /// As [`World::start`], on a three-node JetStream cluster (`NatsCluster`) whose topology
     /// `tenantci queue init --replicas 3` created; dispatchers get every server's URL.
     pub async fn start_clustered(pod_capacity: u32) -> World {
         let (servers, dir) = NatsCluster::start().into_parts();
-        let mut w = Self::build(Some(pod_capacity), Some((servers, dir)), false).await;
+        let mut w = Self::build(Some(pod_capacity), Some((servers, dir)), false, &[]).await;
         let urls: Vec<String> = std::iter::once(&w.nats)
             .chain(&w.peers)
             .map(|s| s.url.clone())
@@ -125,17 +131,19 @@ impl World {
     /// A world whose dispatcher inputs come from `tenantci dispatch init` (its scoped
     /// credential, RBAC, registration, keys and facade PKI), with init's default timings.
     pub async fn start_via_init() -> World {
-        Self::build(None, None, false).await
+        Self::build(None, None, false, &[]).await
     }
 
     async fn build(
         manual: Option<u32>,
         cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
         spire: bool,
+        sim_flags: &[&str],
     ) -> World {
         let dir = scratch();
         let state = dir.path().join("state");
         let mut flags = vec!["--gitea", "--opensandbox"];
+        flags.extend(sim_flags);
         if spire {
             flags.extend(["--spire", TD]);
         }
@@ -1014,6 +1022,9 @@ impl Drop for PodWatch {
 struct WatchState {
     live: BTreeSet<String>,
     max_live: usize,
+    /// Live Pods by their `tenantci.io/class`, and the most of each class live at once.
+    live_of_class: BTreeMap<String, BTreeSet<String>>,
+    max_live_of_class: BTreeMap<String, usize>,
     uids: BTreeMap<String, BTreeSet<String>>,
 }
 
@@ -1037,14 +1048,29 @@ impl PodWatch {
                             .entry(name.clone())
                             .or_default()
                             .insert(p.metadata.uid.clone().unwrap_or_default());
-                        s.live.insert(name);
+                        s.live.insert(name.clone());
                         s.max_live = s.max_live.max(s.live.len());
+                        let labels = p.metadata.labels.as_ref();
+                        if let Some(class) = labels.and_then(|l| l.get("tenantci.io/class")) {
+                            let live = s.live_of_class.entry(class.clone()).or_default();
+                            live.insert(name);
+                            let n = live.len();
+                            let max = s.max_live_of_class.entry(class.clone()).or_default();
+                            *max = (*max).max(n);
+                        }
                     }
                     watcher::Event::Delete(p) => {
-                        s.live.remove(&p.metadata.name.clone().unwrap_or_default());
+                        let name = p.metadata.name.clone().unwrap_or_default();
+                        s.live.remove(&name);
+                        for live in s.live_of_class.values_mut() {
+                            live.remove(&name);
+                        }
                     }
                     // A relist: the live set is rebuilt from the InitApply events that follow.
-                    watcher::Event::Init => s.live.clear(),
+                    watcher::Event::Init => {
+                        s.live.clear();
+                        s.live_of_class.clear();
+                    }
                     watcher::Event::InitDone => {}
                 }
             }
@@ -1054,6 +1080,12 @@ impl PodWatch {
 
     pub fn max_live(&self) -> usize {
         self.inner.lock().unwrap().max_live
+    }
+
+    /// The most executor Pods of resource class `class` alive at once.
+    pub fn max_live_of_class(&self, class: &str) -> usize {
+        let s = self.inner.lock().unwrap();
+        s.max_live_of_class.get(class).copied().unwrap_or(0)
     }
 
     /// Waits until no executor Pod is live, then counts the most live at once afresh.

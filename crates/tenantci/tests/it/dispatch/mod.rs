@@ -4,6 +4,7 @@
 mod after_end;
 mod backends;
 mod claims;
+mod classes;
 mod cluster;
 mod executor_pod;
 mod golden;

@@ -1,0 +1,256 @@
+//! The warm pools of the resource classes that have one (`[executor.class.warm]`), applied by
+//! the leader: per class a Deployment `tenantci-warm-<class>` of pause Pods sized and placed
+//! like the class's executors (`resources::prewarm_spec`), at priority -10 (`tenant::prewarm`'s
+//! PriorityClass), so an executor preempts one at once and the Deployment's replacement rents
+//! the next node in the background. Its replicas follow [`warm::decide`] over [`WarmDemand`].
+//!
+//! [`WarmDemand`] is what the webhook receiver (announcements), the scheduler (claims) and
+//! the worker (hits and misses) tell the pool; it is in memory, so a new leader starts with
+//! no history: its pools keep the sizes the previous leader applied until demand or the idle
+//! time moves them. Nothing here deletes a pool whose class left the config.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::Api;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::backend::pod::resources::prewarm_spec;
+use crate::backend::pod::warm::{self, Arrivals, Demand};
+use crate::backend::registry::Registry;
+use crate::claim::class::ExecutorClass;
+use crate::config::Executor;
+use crate::metrics::Metrics;
+use tenantci_app::tenant::{apply, prewarm};
+
+/// How often the leader looks at demand and applies the pools.
+pub const TICK: Duration = Duration::from_millis(500);
+
+/// The label of a pool's pause Pods (not `tenantci.io/class`: they are not executors).
+pub const WARM_CLASS_LABEL: &str = "tenantci.io/warm-class";
+
+/// The Deployment of `class`'s pool.
+pub fn deployment_name(class: &str) -> String {
+    format!("tenantci-warm-{class}")
+}
+
+#[derive(Debug)]
+struct ClassDemand {
+    announced: u32,
+    arrivals: Arrivals,
+    /// The slots last applied.
+    warm: u32,
+}
+
+/// One class's demand as the leader's actors see it (only classes with a warm pool).
+pub struct WarmDemand {
+    origin: Instant,
+    classes: Mutex<BTreeMap<String, ClassDemand>>,
+}
+
+impl WarmDemand {
+    pub fn new(classes: &[ExecutorClass]) -> Self {
+        let classes = classes
+            .iter()
+            .filter_map(|c| {
+                let w = c.warm.as_ref()?;
+                let d = ClassDemand {
+                    announced: 0,
+                    arrivals: Arrivals::new(w.window.get()),
+                    warm: 0,
+                };
+                Some((c.name.clone(), d))
+            })
+            .collect();
+        WarmDemand {
+            origin: Instant::now(),
+            classes: Mutex::new(classes),
+        }
+    }
+
+    fn with<T>(&self, class: &str, f: impl FnOnce(&mut ClassDemand, Duration) -> T) -> Option<T> {
+        let now = self.origin.elapsed();
+        let mut g = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+        g.get_mut(class).map(|d| f(d, now))
+    }
+
+    /// The webhook announced a queued job of `class`.
+    pub fn announced(&self, class: &str) {
+        self.with(class, |d, now| {
+            d.announced += 1;
+            d.arrivals.record(now);
+        });
+    }
+
+    /// The scheduler claimed a task of `class`: one announcement fewer in sight, or, when
+    /// none was announced (no webhook, a lost delivery), an arrival of its own.
+    pub fn claimed(&self, class: &str) {
+        self.with(class, |d, now| {
+            if d.announced > 0 {
+                d.announced -= 1;
+            } else {
+                d.arrivals.record(now);
+            }
+        });
+    }
+
+    /// Whether `class` has a pool, and a warm slot now (for the hit and miss counts).
+    pub fn has_warm_slot(&self, class: &str) -> Option<bool> {
+        self.with(class, |d, _| d.warm > 0)
+    }
+
+    /// `class`'s demand now, with `running` executors.
+    fn demand(&self, class: &str, running: u32) -> Option<Demand> {
+        self.with(class, |d, now| Demand {
+            announced: d.announced,
+            queued: 0,
+            running,
+            recent_arrivals: d.arrivals.recent(now),
+            warm: d.warm,
+            since_demand: d.arrivals.since_last(now),
+        })
+    }
+
+    fn applied(&self, class: &str, slots: u32) {
+        self.with(class, |d, _| d.warm = slots);
+    }
+}
+
+/// The leader's applier of every warm pool.
+pub struct WarmPools {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub executor: Executor,
+    pub demand: Arc<WarmDemand>,
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl WarmPools {
+    /// The pause Deployment of `class` with `slots` replicas (pure).
+    pub fn desired(&self, class: &ExecutorClass, slots: u32) -> Deployment {
+        let spec = prewarm_spec(
+            &class.executor(&self.executor),
+            &self.namespace,
+            slots as i32,
+        );
+        let mut d = prewarm::desired_deployment(&spec);
+        let name = deployment_name(&class.name);
+        d.metadata.name = Some(name.clone());
+        let select = |labels: &mut Option<BTreeMap<String, String>>| {
+            let l = labels.get_or_insert_with(Default::default);
+            l.insert("app.kubernetes.io/name".into(), name.clone());
+            l.insert(WARM_CLASS_LABEL.into(), class.name.clone());
+        };
+        select(&mut d.metadata.labels);
+        select(&mut d.spec.selector.match_labels);
+        let template = &mut d.spec.template;
+        select(
+            &mut template
+                .metadata
+                .get_or_insert_with(Default::default)
+                .labels,
+        );
+        d
+    }
+
+    /// Until `stop`: every [`TICK`], each pool sized by the decision and applied when it
+    /// changed; an apiserver that refuses is logged and tried again next tick.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let classes: Vec<ExecutorClass> = self
+            .executor
+            .classes
+            .iter()
+            .filter(|c| c.warm.is_some())
+            .cloned()
+            .collect();
+        let pcs: Api<PriorityClass> = Api::all(self.client.clone());
+        if let Err(e) = apply::apply(&pcs, &prewarm::desired_priority_class(), false).await {
+            tracing::warn!(error = %e, "cannot apply the pause PriorityClass `{}` (create it with `tenantci tenant prewarm` or the tenant-admin kubeconfig); the warm pools' Pods need it", prewarm::NAME);
+        }
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut applied: BTreeMap<String, u32> = BTreeMap::new();
+        let mut last = Instant::now();
+        loop {
+            let held = last.elapsed().as_secs_f64();
+            last = Instant::now();
+            for c in &classes {
+                self.tick(c, &deployments, &mut applied, held).await;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    async fn tick(
+        &self,
+        c: &ExecutorClass,
+        deployments: &Api<Deployment>,
+        applied: &mut BTreeMap<String, u32>,
+        held: f64,
+    ) {
+        let Some(w) = &c.warm else { return };
+        let running = self.registry.class_count(&c.name) as u32;
+        let Some(demand) = self.demand.demand(&c.name, running) else {
+            return;
+        };
+        let before = applied.get(&c.name).copied();
+        self.metrics
+            .warm(&c.name, demand.warm, held * f64::from(demand.warm));
+        let slots = warm::decide(&demand, &w.limits(c.capacity));
+        if before == Some(slots) {
+            return;
+        }
+        match apply::apply(deployments, &self.desired(c, slots), false).await {
+            Ok(_) => {
+                tracing::info!(class = %c.name, slots, ?demand, "warm pool sized");
+                applied.insert(c.name.clone(), slots);
+                self.demand.applied(&c.name, slots);
+            }
+            Err(e) => {
+                tracing::warn!(class = %c.name, error = %e, "cannot apply the warm pool; trying again")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::class::WarmPool;
+
+    #[test]
+    fn announcements_and_claims_move_the_demand() {
+        let mut c = crate::claim::class::tests::class("small", "500m", "512Mi", 4);
+        c.warm = Some(WarmPool {
+            min: 1,
+            max: 4,
+            idle: Duration::from_secs(60).into(),
+            window: Duration::from_secs(60).into(),
+        });
+        let other = crate::claim::class::tests::class("large", "1", "1Gi", 1);
+        let d = WarmDemand::new(&[c, other]);
+        assert_eq!(d.has_warm_slot("large"), None, "no pool: not counted");
+        d.announced("small");
+        d.announced("small");
+        d.claimed("small");
+        let now = d.demand("small", 1).unwrap();
+        assert_eq!((now.announced, now.recent_arrivals, now.running), (1, 2, 1));
+        d.claimed("small");
+        d.claimed("small");
+        assert_eq!(
+            d.demand("small", 0).unwrap().recent_arrivals,
+            3,
+            "unannounced claim"
+        );
+        assert_eq!(d.has_warm_slot("small"), Some(false));
+        d.applied("small", 2);
+        assert_eq!(d.has_warm_slot("small"), Some(true));
+    }
+}

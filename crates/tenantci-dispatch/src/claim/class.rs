@@ -1,0 +1,441 @@
+//! Resource classes (`[[executor.class]]`): a `runs-on` label that selects a size, a placement
+//! and a backend for a job, with a capacity of its own within the backend's. Pure: the
+//! scheduler picks a claimed task's class here, the worker sizes its executor from it, and
+//! `dispatch init` declares every class label and checks every class against the node image.
+//!
+//! Invariant: a job's labels pick exactly one class, or the job is refused with a sentence
+//! naming its labels and the classes (never a silent default). Without classes nothing here
+//! applies and a job is routed as before (`routing::route`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Toleration;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::pod::resources::Resources;
+use crate::config::{Executor, GoDuration};
+use crate::queue::Backend;
+use tenantci_core::node_image::NodeImage;
+
+/// One class of executors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorClass {
+    /// The class's name (a DNS label): metrics, logs and the warm pool's Pods carry it.
+    pub name: String,
+    /// The `runs-on` label that selects it (registered at Gitea beside `gitea.labels`).
+    pub label: String,
+    /// Where its executors run.
+    #[serde(default = "pod")]
+    pub backend: Backend,
+    /// The runner container's CPU request (pod) or the sandbox's CPU limit (vm).
+    pub cpu: String,
+    /// The runner container's memory request and limit (pod) or the sandbox's limit (vm).
+    pub memory: String,
+    /// The runner container's ephemeral storage (pod); absent: `executor.resources`'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ephemeral_storage: Option<String>,
+    /// Executors of this class at once, within the backend's capacity.
+    pub capacity: u32,
+    /// Pod nodeSelector; absent: `executor.node_selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Pod tolerations; absent: `executor.tolerations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// Pod runtimeClassName; absent: `executor.runtime_class_name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+    /// A warm pool of pause Pods sized like this class's executors (pod classes only);
+    /// absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmPool>,
+}
+
+/// `[executor.class.warm]`: the limits of a class's demand-driven warm pool
+/// (`backend::pod::warm` decides its size).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmPool {
+    /// Warm slots kept however quiet it is.
+    #[serde(default)]
+    pub min: u32,
+    /// Warm slots at most (at most the class's capacity).
+    pub max: u32,
+    /// How long after the last arrival or announcement the pool keeps its size.
+    #[serde(default = "warm_idle")]
+    pub idle: GoDuration,
+    /// How far back arrivals count as the demand of the next moment.
+    #[serde(default = "warm_window")]
+    pub window: GoDuration,
+}
+
+/// 10 min: a quiet spell between two pushes of a working day keeps its nodes; a night does not.
+fn warm_idle() -> GoDuration {
+    std::time::Duration::from_secs(600).into()
+}
+
+/// 5 min: about one CI round trip (push, pipeline, fix, push).
+fn warm_window() -> GoDuration {
+    std::time::Duration::from_secs(300).into()
+}
+
+impl WarmPool {
+    /// The decision's limits for a class of `capacity`.
+    pub fn limits(&self, capacity: u32) -> crate::backend::pod::warm::Limits {
+        crate::backend::pod::warm::Limits {
+            min: self.min,
+            max: self.max,
+            idle: self.idle.get(),
+            capacity,
+        }
+    }
+}
+
+fn pod() -> Backend {
+    Backend::Pod
+}
+
+impl ExecutorClass {
+    /// The runner container's resources for this class (`base` for what it leaves unset).
+    pub fn resources(&self, base: &Resources) -> Resources {
+        Resources {
+            cpu: self.cpu.clone(),
+            cpu_limit: None,
+            memory: self.memory.clone(),
+            memory_limit: None,
+            ephemeral_storage: self
+                .ephemeral_storage
+                .clone()
+                .unwrap_or_else(|| base.ephemeral_storage.clone()),
+            ephemeral_storage_limit: None,
+        }
+    }
+
+    /// The executor settings a job of this class gets: `base` with the class's size and
+    /// placement.
+    pub fn executor(&self, base: &Executor) -> Executor {
+        let mut x = base.clone();
+        x.resources = self.resources(&base.resources);
+        if let Some(s) = &self.node_selector {
+            x.node_selector = s.clone();
+        }
+        if let Some(t) = &self.tolerations {
+            x.tolerations = t.clone();
+        }
+        if let Some(r) = &self.runtime_class_name {
+            x.runtime_class_name = Some(r.clone());
+        }
+        x
+    }
+
+    /// A pod class's executor Pod against a rented node of `image`: exit 2 with one sentence
+    /// naming the class when it cannot fit (its jobs would wait for a node that never comes).
+    /// A vm class runs in a sandbox, not on a rented node.
+    pub fn check_fits(&self, base: &Resources, image: &NodeImage) -> tenantci_core::Result<()> {
+        if self.backend != Backend::Pod {
+            return Ok(());
+        }
+        self.resources(base).check_fits_as(
+            image,
+            &format!("the executor Pod of class `{}`", self.name),
+            &format!("executor.class `{}`'s cpu and memory", self.name),
+            &format!("executor.class `{}`'s ephemeral_storage", self.name),
+        )
+    }
+
+    fn validate(&self, base: &Resources) -> Result<(), String> {
+        let at = format!("executor.class `{}`", self.name);
+        if !tenantci_core::dns::is_label(&self.name) {
+            return Err(format!(
+                "has an executor.class named `{}`, which is not a DNS label (lower-case letters, digits and `-`)",
+                tenantci_core::input::shown(&self.name)
+            ));
+        }
+        if self.label.trim().is_empty() || self.label.contains(char::is_whitespace) {
+            return Err(format!(
+                "has {at} with label `{}`; a runs-on label is one word",
+                tenantci_core::input::shown(&self.label)
+            ));
+        }
+        if self.capacity == 0 {
+            return Err(format!("has {at} with capacity = 0 (at least 1)"));
+        }
+        self.resources(base)
+            .validate()
+            .map_err(|e| e.replace("executor.resources.", &format!("{at}: ")))?;
+        if let Some(rc) = &self.runtime_class_name
+            && !tenantci_core::dns::is_subdomain(rc)
+        {
+            return Err(format!(
+                "has {at} with runtime_class_name = `{rc}`, which is not a DNS subdomain"
+            ));
+        }
+        if let Some(w) = &self.warm {
+            if self.backend != Backend::Pod {
+                return Err(format!(
+                    "has {at} with a warm pool on the {} backend; pause Pods keep rented nodes warm, so only pod classes have one",
+                    self.backend
+                ));
+            }
+            if w.max == 0 || w.max > self.capacity || w.min > w.max {
+                return Err(format!(
+                    "has {at} with warm min = {}, max = {}; want 0 <= min <= max, 1 <= max <= capacity ({})",
+                    w.min, w.max, self.capacity
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every class valid, names and labels unique, each capacity within its backend's
+/// (`backend_capacity`; None: the backend is off). The config's message form ("has ...").
+pub fn validate(
+    classes: &[ExecutorClass],
+    base: &Resources,
+    backend_capacity: impl Fn(Backend) -> Option<u32>,
+) -> Result<(), String> {
+    let (mut names, mut labels) = (BTreeSet::new(), BTreeSet::new());
+    for c in classes {
+        c.validate(base)?;
+        if !names.insert(c.name.as_str()) {
+            return Err(format!("has two executor classes named `{}`", c.name));
+        }
+        if !labels.insert(c.label.to_ascii_lowercase()) {
+            return Err(format!(
+                "has two executor classes selected by the label `{}`; a job could not tell them apart",
+                c.label
+            ));
+        }
+        match backend_capacity(c.backend) {
+            None => {
+                return Err(format!(
+                    "has executor.class `{}` on the {} backend, which is off ({})",
+                    c.name,
+                    c.backend,
+                    c.backend.turned_on_by()
+                ));
+            }
+            Some(total) if c.capacity > total => {
+                return Err(format!(
+                    "has executor.class `{}` with capacity = {} above capacity.{} = {total}; a class holds part of its backend's slots",
+                    c.name,
+                    c.capacity,
+                    c.backend.consumer()
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The class a job's `runs-on` labels pick: None without classes (today's routing), else
+/// exactly one class, or why not (the sentence reported at Gitea).
+pub fn pick<'c, S: AsRef<str>>(
+    classes: &'c [ExecutorClass],
+    runs_on: &[S],
+) -> Result<Option<&'c ExecutorClass>, String> {
+    if classes.is_empty() {
+        return Ok(None);
+    }
+    let asks = |c: &ExecutorClass| {
+        runs_on
+            .iter()
+            .any(|l| l.as_ref().eq_ignore_ascii_case(&c.label))
+    };
+    let matched: Vec<&ExecutorClass> = classes.iter().filter(|c| asks(c)).collect();
+    let shown: Vec<&str> = runs_on.iter().map(AsRef::as_ref).collect();
+    match matched.as_slice() {
+        [one] => Ok(Some(one)),
+        [] => Err(format!(
+            "this job's runs-on {shown:?} names no executor class of this dispatcher; add one of the labels {:?} to runs-on",
+            classes.iter().map(|c| c.label.as_str()).collect::<Vec<_>>()
+        )),
+        many => Err(format!(
+            "this job's runs-on {shown:?} names {} executor classes ({}); keep exactly one of their labels",
+            many.len(),
+            many.iter()
+                .map(|c| format!("`{}` by `{}`", c.name, c.label))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// The labels registered at Gitea: `labels` and every class label not among them, in order.
+/// A class label missing there would leave its jobs waiting for a runner that never comes.
+pub fn declared_labels(labels: &[String], classes: &[ExecutorClass]) -> Vec<String> {
+    let mut out = labels.to_vec();
+    for c in classes {
+        if !out.iter().any(|l| l.eq_ignore_ascii_case(&c.label)) {
+            out.push(c.label.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn class(name: &str, cpu: &str, memory: &str, capacity: u32) -> ExecutorClass {
+        ExecutorClass {
+            name: name.into(),
+            label: name.into(),
+            backend: Backend::Pod,
+            cpu: cpu.into(),
+            memory: memory.into(),
+            ephemeral_storage: None,
+            capacity,
+            node_selector: None,
+            tolerations: None,
+            runtime_class_name: None,
+            warm: None,
+        }
+    }
+
+    fn warm(min: u32, max: u32) -> WarmPool {
+        WarmPool {
+            min,
+            max,
+            idle: warm_idle(),
+            window: warm_window(),
+        }
+    }
+
+    fn two() -> Vec<ExecutorClass> {
+        vec![
+            class("small", "500m", "512Mi", 3),
+            class("large", "1800m", "1536Mi", 1),
+        ]
+    }
+
+    #[test]
+    fn labels_pick_exactly_one_class() {
+        let classes = two();
+        assert_eq!(pick::<&str>(&[], &["self-hosted", "pod"]), Ok(None));
+        let small = pick(&classes, &["self-hosted", "pod", "small"]).unwrap();
+        assert_eq!(small.unwrap().name, "small");
+        assert_eq!(
+            pick(&classes, &["LARGE"]).unwrap().unwrap().name,
+            "large",
+            "labels compare as Gitea does, without case"
+        );
+        let none = pick(&classes, &["self-hosted", "pod"]).unwrap_err();
+        assert!(none.contains("names no executor class"), "{none}");
+        assert!(none.contains("\"small\", \"large\""), "{none}");
+        let both = pick(&classes, &["small", "large"]).unwrap_err();
+        assert!(
+            both.contains("names 2 executor classes (`small` by `small`, `large` by `large`)"),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn a_class_sizes_and_places_the_executor() {
+        let base = crate::config::Executor::with_images("i@sha256:x", "p@sha256:y");
+        let mut c = class("large", "1800m", "1536Mi", 1);
+        c.node_selector = Some(BTreeMap::from([("pool".into(), "big".into())]));
+        c.runtime_class_name = Some("gvisor".into());
+        let x = c.executor(&base);
+        assert_eq!(
+            (x.resources.cpu.as_str(), x.resources.memory.as_str()),
+            ("1800m", "1536Mi")
+        );
+        assert_eq!(
+            x.resources.ephemeral_storage, base.resources.ephemeral_storage,
+            "unset: the executor's"
+        );
+        assert_eq!(x.node_selector["pool"], "big");
+        assert_eq!(x.runtime_class_name.as_deref(), Some("gvisor"));
+        assert_eq!(x.tolerations, base.tolerations, "unset: the executor's");
+    }
+
+    #[test]
+    fn bad_classes_are_refused_naming_the_class() {
+        let base = Resources::default();
+        let cap = |b| (b == Backend::Pod).then_some(4);
+        assert_eq!(validate(&two(), &base, cap), Ok(()));
+        type Change = Box<dyn Fn(&mut Vec<ExecutorClass>)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (Box::new(|c| c[0].name = "Small".into()), "not a DNS label"),
+            (
+                Box::new(|c| c[1].label = "small".into()),
+                "two executor classes selected by the label `small`",
+            ),
+            (
+                Box::new(|c| c[1].name = "small".into()),
+                "two executor classes named `small`",
+            ),
+            (Box::new(|c| c[0].capacity = 0), "capacity = 0"),
+            (
+                Box::new(|c| c[0].capacity = 5),
+                "capacity = 5 above capacity.pod = 4",
+            ),
+            (
+                Box::new(|c| c[0].cpu = "lots".into()),
+                "executor.class `small`: cpu = `lots`",
+            ),
+            (Box::new(|c| c[0].label = "a b".into()), "one word"),
+            (
+                Box::new(|c| c[1].backend = Backend::Vm),
+                "on the vm backend, which is off",
+            ),
+            (
+                Box::new(|c| c[0].warm = Some(warm(2, 4))),
+                "warm min = 2, max = 4; want",
+            ),
+            (
+                Box::new(|c| c[0].warm = Some(warm(3, 2))),
+                "warm min = 3, max = 2",
+            ),
+        ];
+        for (change, needle) in cases {
+            let mut c = two();
+            change(&mut c);
+            let e = validate(&c, &base, cap).unwrap_err();
+            assert!(e.contains(needle), "{needle}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_class_that_cannot_fit_the_node_image_is_refused_in_one_sentence() {
+        let base = Resources::default();
+        let node = NodeImage::default();
+        for c in two() {
+            c.check_fits(&base, &node).unwrap();
+        }
+        let huge = class("huge", "4", "1Gi", 1);
+        let e = huge.check_fits(&base, &node).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message()
+                .starts_with("the executor Pod of class `huge` requests 4010m CPU"),
+            "{}",
+            e.message()
+        );
+        assert!(!e.message().contains('\n'), "one sentence");
+        assert!(
+            e.hint_text()
+                .unwrap()
+                .contains("executor.class `huge`'s cpu and memory")
+        );
+        let vm = ExecutorClass {
+            backend: Backend::Vm,
+            ..huge
+        };
+        vm.check_fits(&base, &node).unwrap();
+    }
+
+    #[test]
+    fn every_class_label_is_declared_once() {
+        let labels = vec!["self-hosted".to_string(), "pod".into(), "Small".into()];
+        assert_eq!(
+            declared_labels(&labels, &two()),
+            ["self-hosted", "pod", "Small", "large"]
+        );
+        assert_eq!(declared_labels(&labels, &[]), labels);
+    }
+}
