@@ -526,6 +526,7 @@ impl GiteaDouble {
         FetchTaskResponse {
             task,
             tasks_version: latest,
+            additional_tasks: Vec::new(),
         }
     }
 
