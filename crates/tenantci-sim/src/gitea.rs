@@ -18,6 +18,7 @@
 //! in the next N ms are served when it ends, a FetchTask even if its client gave up.
 //! Forgejo (`GiteaDouble::start_as(.., Forge::Forgejo)`, `gitea_forgejo`): its version answer,
 //! multi-task FetchTask, request-key recovery, and `POST /admin/drop-fetch` to lose answers.
+//! `POST /admin/hold {"hold": bool}` keeps every waiting job unassigned while set.
 //! `GET /api/v1/version` answers the forge's version (`POST /admin/version` replaces it).
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
@@ -172,6 +173,11 @@ struct State {
     tasks: BTreeMap<i64, TaskRec>,
     /// FetchTask calls answered, for the pickup tests and benchmark.
     fetch_calls: u64,
+    /// FetchTask calls that assigned (or recovered) at least one task.
+    fetch_calls_with_tasks: u64,
+    /// `POST /admin/hold`: while true, FetchTask assigns nothing (the jobs wait, as behind a
+    /// concurrency group); tests use it to let slots free up before the next claim.
+    hold: bool,
 }
 
 /// `GET /admin/stats`.
@@ -179,6 +185,8 @@ struct State {
 pub struct Stats {
     pub forge: Forge,
     pub fetch_task_calls: u64,
+    /// FetchTask calls that handed out at least one task (the rest were idle).
+    pub fetch_task_calls_with_tasks: u64,
     pub tasks_version: i64,
     /// Forgejo: FetchTask answers lost on purpose (`/admin/drop-fetch`).
     pub answers_dropped: u64,
@@ -366,6 +374,16 @@ impl GiteaDouble {
         self.forge
     }
 
+    /// Holds (or releases) every waiting job: FetchTask assigns nothing while held. Releasing
+    /// bumps the tasks version, as a job becoming assignable does.
+    pub fn hold_jobs(&self, hold: bool) {
+        let mut st = self.lock();
+        st.hold = hold;
+        if !hold {
+            st.tasks_version += 1;
+        }
+    }
+
     /// Replaces the version answer (e.g. one of neither forge, for `dispatch init`).
     pub fn set_version(&self, version: &str) {
         *self.version.lock().unwrap_or_else(|p| p.into_inner()) = version.to_string();
@@ -434,6 +452,7 @@ impl GiteaDouble {
             .route("/admin/stats", get(admin_stats))
             .route("/admin/stall", post(admin_stall))
             .route("/admin/drop-fetch", post(admin_drop_fetch))
+            .route("/admin/hold", post(admin_hold))
             .route("/admin/version", post(admin_set_version))
             .route("/api/v1/version", get(api_version))
             .with_state(double.clone());
@@ -488,6 +507,7 @@ impl GiteaDouble {
         Stats {
             forge: self.forge,
             fetch_task_calls: st.fetch_calls,
+            fetch_task_calls_with_tasks: st.fetch_calls_with_tasks,
             tasks_version: st.tasks_version,
             answers_dropped,
             tasks_recovered,
@@ -554,11 +574,12 @@ impl GiteaDouble {
         }
         let latest = st.tasks_version;
         if let Some(tasks) = keyed.and_then(|k| self.forgejo.recover(caller, k)) {
+            st.fetch_calls_with_tasks += 1;
             drop(st);
             return Ok(Self::answer(tasks, latest));
         }
         let mut tasks = Vec::new();
-        if req.tasks_version != latest {
+        if req.tasks_version != latest && !st.hold {
             let limit = gitea_forgejo::pick_limit(self.forge, req.task_capacity);
             while tasks.len() < limit {
                 match Self::claim(&mut st, caller, SystemTime::now()) {
@@ -582,6 +603,9 @@ impl GiteaDouble {
                 ))
             })
             .collect();
+        if !tasks.is_empty() {
+            st.fetch_calls_with_tasks += 1;
+        }
         drop(st);
         for (job_id, name, labels, created, runner_id, runner_name) in &claimed {
             self.hooks.deliver(&JobEvent {
@@ -1004,5 +1028,16 @@ async fn admin_drop_fetch(AxState(d): Double, Json(spec): Json<DropSpec>) -> Res
             .into_response();
     }
     d.forgejo.drop_next(spec.count);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /admin/hold`'s body.
+#[derive(Deserialize)]
+struct HoldSpec {
+    hold: bool,
+}
+
+async fn admin_hold(AxState(d): Double, Json(spec): Json<HoldSpec>) -> Response {
+    d.hold_jobs(spec.hold);
     StatusCode::NO_CONTENT.into_response()
 }

@@ -1,9 +1,11 @@
 //! Claiming: the scheduler takes tasks from Gitea with the one registration and queues each on
 //! its backend's subject (`routing` picks the backend from `runs-on`); the `workflow_job`
 //! webhook wakes it (`nudge` paces how often, `deliveries` refuses a delivery seen before);
-//! `registration` is the scheduler's Gitea credential.
+//! `registration` is the scheduler's Gitea credential; `fetch` is one FetchTask as the forge
+//! (Gitea or Forgejo) allows it.
 
 pub mod deliveries;
+pub mod fetch;
 pub mod nudge;
 pub mod registration;
 pub mod routing;

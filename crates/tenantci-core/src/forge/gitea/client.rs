@@ -266,6 +266,47 @@ impl RunnerClient {
         Ok(resp.data)
     }
 
+    /// `GET <base>/api/v1/version`'s `version` (no authentication): Gitea's `1.24.3`, or
+    /// Forgejo's `11.0.1+gitea-1.22.0` ([`crate::forge::Forge::detect`] tells them apart).
+    pub async fn server_version(&self) -> Result<String, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Version {
+            version: String,
+        }
+        const METHOD: &str = "the version API";
+        let url = format!("{}/api/v1/version", self.cfg.base_url);
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            method: METHOD,
+            url: url.clone(),
+            connecting: e.is_connect(),
+            source: e,
+        };
+        let resp = self
+            .http
+            .get(&url)
+            .timeout(self.cfg.request_timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(transport)?;
+        if status != 200 {
+            return Err(ClientError::Status {
+                method: METHOD,
+                error: ConnectError::from_response(status, &body),
+            });
+        }
+        serde_json::from_slice::<Version>(&body)
+            .map(|v| v.version)
+            .map_err(|e| ClientError::Decode {
+                method: METHOD,
+                error: ConnectError::invalid_argument(format!(
+                    "not a version answer ({e}): {}",
+                    crate::upstream::status_and_excerpt(status, &body)
+                )),
+            })
+    }
+
     /// Registers a runner with a registration token (in `req.token`); returns it with its
     /// fresh uuid and token. Not retried.
     pub async fn register(&self, req: &RegisterRequest) -> Result<Runner, ClientError> {

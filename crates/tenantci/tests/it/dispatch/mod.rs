@@ -6,6 +6,7 @@ mod backends;
 mod claims;
 mod cluster;
 mod executor_pod;
+mod forgejo;
 mod golden;
 mod harness;
 mod identity;
