@@ -84,6 +84,7 @@ async fn a_burst_of_12_at_capacity_4_is_claimed_in_3_fetches() {
             w.executor(*t).await.run(*t).await;
         }
         w.all_cleaned_up().await;
+        all_slots_free(&d).await;
         w.gitea
             .admin_post(w.http(), "hold", json!({"hold": false}))
             .await;
