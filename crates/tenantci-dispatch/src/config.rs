@@ -482,6 +482,7 @@ pub(crate) mod defaults {
 /// Environment overrides: variable, and the dotted key it sets.
 pub const OVERRIDES: &[(&str, &str)] = &[
     ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
+    ("TENANTCI_DISPATCH_GITEA_FORGE", "gitea.forge"),
     ("TENANTCI_DISPATCH_GITEA_RUNNER_NAME", "gitea.runner_name"),
     ("TENANTCI_DISPATCH_GITEA_LABELS", "gitea.labels"),
     (
@@ -1080,6 +1081,7 @@ mod tests {
     /// Every key set, none at its default, so an override that sets nothing is seen.
     fn tuned() -> Config {
         let mut cfg = sample();
+        cfg.gitea.forge = tenantci_core::forge::Forge::Forgejo;
         cfg.gitea.fetch_interval = Duration::from_millis(300).into();
         cfg.gitea.fetch_interval_idle = Duration::from_secs(3).into();
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
