@@ -7,7 +7,8 @@
 //! over both backends, stay below the total capacity (pod + vm). A claimed task goes to its
 //! backend's subject by its runs-on labels; when that backend is full it waits there, and the
 //! total keeps counting it, so no more is claimed than the slots of both can take soon. Each
-//! worker admits only into its own backend's slots.
+//! worker admits only into its own backend's slots. Against Forgejo one FetchTask asks for all
+//! the free slots and a lost answer is repeated with its request key (`claim::fetch`).
 //!
 //! When to poll ([`Polling`]): without a webhook, every `fetch_interval` while a slot is free,
 //! slowing to `fetch_interval_idle` after [`IDLE_AFTER`] without a task. With the webhook, a
