@@ -154,6 +154,10 @@ impl Default for Claim {
 pub struct Gitea {
     /// Gitea's base URL (the RunnerService is under `<url>/api/actions`).
     pub url: String,
+    /// The forge at `url`: `gitea` or `forgejo` (`init` reads it from the version API, or
+    /// takes `--forge`). It decides what one FetchTask asks for (`forge::kind`).
+    #[serde(default)]
+    pub forge: tenantci_core::forge::Forge,
     /// The registration's name at Gitea (also the executors' runner name).
     pub runner_name: String,
     /// Labels registered at Gitea; a task's runs-on picks the backend (`vm` -> vm, else pod).
@@ -299,8 +303,8 @@ pub struct Executor {
     /// The tenantci image whose `tenantci executor-proxy` runs beside the runner (the only
     /// holder of the facade CA), pinned by digest.
     pub proxy_image: String,
-    /// The runner binary in `image`: `act_runner` (gitea/act_runner) or `gitea-runner`
-    /// (gitea/runner 1.0 and later).
+    /// The runner binary in `image`: `act_runner` (gitea/act_runner), `gitea-runner`
+    /// (gitea/runner 1.0 and later) or `forgejo-runner` (Forgejo's runner).
     #[serde(default)]
     pub runner_command: RunnerCommand,
     /// The runner container's requests and limits (defaults: the runbook's node; `init`
@@ -351,6 +355,8 @@ pub enum RunnerCommand {
     ActRunner,
     #[serde(rename = "gitea-runner")]
     GiteaRunner,
+    #[serde(rename = "forgejo-runner")]
+    ForgejoRunner,
 }
 
 impl RunnerCommand {
@@ -358,6 +364,18 @@ impl RunnerCommand {
         match self {
             RunnerCommand::ActRunner => "act_runner",
             RunnerCommand::GiteaRunner => "gitea-runner",
+            RunnerCommand::ForgejoRunner => "forgejo-runner",
+        }
+    }
+
+    /// The command line that runs one task and exits, before `--config FILE`: act_runner and
+    /// gitea-runner have `daemon --once`; forgejo-runner has no `--once` but `one-job`
+    /// (docs/forgejo-protocol.md).
+    pub fn run_once(self) -> &'static [&'static str] {
+        match self {
+            RunnerCommand::ActRunner => &["act_runner", "daemon", "--once"],
+            RunnerCommand::GiteaRunner => &["gitea-runner", "daemon", "--once"],
+            RunnerCommand::ForgejoRunner => &["forgejo-runner", "one-job"],
         }
     }
 }
@@ -474,6 +492,7 @@ pub(crate) mod defaults {
 /// Environment overrides: variable, and the dotted key it sets.
 pub const OVERRIDES: &[(&str, &str)] = &[
     ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
+    ("TENANTCI_DISPATCH_GITEA_FORGE", "gitea.forge"),
     ("TENANTCI_DISPATCH_GITEA_RUNNER_NAME", "gitea.runner_name"),
     ("TENANTCI_DISPATCH_GITEA_LABELS", "gitea.labels"),
     (
@@ -839,6 +858,7 @@ mod tests {
             version: VERSION,
             gitea: Gitea {
                 url: "https://gitea.example.com".into(),
+                forge: Default::default(),
                 runner_name: "tenantci-dispatch".into(),
                 labels: vec!["self-hosted".into(), "pod".into(), "vm".into()],
                 credential_file: files::SCHEDULER_CREDENTIAL.into(),
@@ -1118,6 +1138,7 @@ mod tests {
     /// Every key set, none at its default, so an override that sets nothing is seen.
     fn tuned() -> Config {
         let mut cfg = sample();
+        cfg.gitea.forge = tenantci_core::forge::Forge::Forgejo;
         cfg.gitea.fetch_interval = Duration::from_millis(300).into();
         cfg.gitea.fetch_interval_idle = Duration::from_secs(3).into();
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();

@@ -16,6 +16,10 @@
 //! claim) to URLs registered with `POST /admin/hooks`, signed as Gitea signs them.
 //! A stall (`gitea_stall`, `POST /admin/stall {"millis": N}`): RunnerService calls arriving
 //! in the next N ms are served when it ends, a FetchTask even if its client gave up.
+//! Forgejo (`GiteaDouble::start_as(.., Forge::Forgejo)`, `gitea_forgejo`): its version answer,
+//! multi-task FetchTask, request-key recovery, and `POST /admin/drop-fetch` to lose answers.
+//! `POST /admin/hold {"hold": bool}` keeps every waiting job unassigned while set.
+//! `GET /api/v1/version` answers the forge's version (`POST /admin/version` replaces it).
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
 //! Never used in production paths.
@@ -38,10 +42,12 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
+use crate::gitea_forgejo::{self, ForgejoState};
 use crate::gitea_hooks::{HookSpec, Hooks, JobEvent};
 use crate::gitea_stall::Stall;
 use crate::gitea_web::Web;
 use crate::served::Served;
+use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
 use tenantci_core::forge::gitea::json::struct_from_json;
@@ -171,13 +177,25 @@ struct State {
     tasks: BTreeMap<i64, TaskRec>,
     /// FetchTask calls answered, for the pickup tests and benchmark.
     fetch_calls: u64,
+    /// FetchTask calls that assigned (or recovered) at least one task.
+    fetch_calls_with_tasks: u64,
+    /// `POST /admin/hold`: while true, FetchTask assigns nothing (the jobs wait, as behind a
+    /// concurrency group); tests use it to let slots free up before the next claim.
+    hold: bool,
 }
 
 /// `GET /admin/stats`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Stats {
+    pub forge: Forge,
     pub fetch_task_calls: u64,
+    /// FetchTask calls that handed out at least one task (the rest were idle).
+    pub fetch_task_calls_with_tasks: u64,
     pub tasks_version: i64,
+    /// Forgejo: FetchTask answers lost on purpose (`/admin/drop-fetch`).
+    pub answers_dropped: u64,
+    /// Forgejo: tasks handed out again to a repeated request key.
+    pub tasks_recovered: u64,
 }
 
 /// The double's state and behaviour; [`GiteaDouble::start`] serves it.
@@ -189,6 +207,10 @@ pub struct GiteaDouble {
     pub stall: Stall,
     /// What a job reaches beyond the RunnerService (`gitea_web`).
     pub web: Web,
+    forge: Forge,
+    /// `GET /api/v1/version`'s answer.
+    version: Mutex<String>,
+    pub forgejo: ForgejoState,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -338,13 +360,47 @@ impl JobRec {
 
 impl GiteaDouble {
     pub fn new() -> Self {
+        Self::new_as(Forge::Gitea)
+    }
+
+    /// A double that answers as `forge` does.
+    pub fn new_as(forge: Forge) -> Self {
         GiteaDouble {
             registration_token: random_hex(20),
             state: Mutex::new(State::default()),
             hooks: Hooks::default(),
             stall: Stall::default(),
             web: Web::default(),
+            forge,
+            version: Mutex::new(gitea_forgejo::version_of(forge).to_string()),
+            forgejo: ForgejoState::default(),
         }
+    }
+
+    pub fn forge(&self) -> Forge {
+        self.forge
+    }
+
+    /// Holds (or releases) every waiting job: FetchTask assigns nothing while held. Releasing
+    /// bumps the tasks version, as a job becoming assignable does.
+    pub fn hold_jobs(&self, hold: bool) {
+        let mut st = self.lock();
+        st.hold = hold;
+        if !hold {
+            st.tasks_version += 1;
+        }
+    }
+
+    /// Replaces the version answer (e.g. one of neither forge, for `dispatch init`).
+    pub fn set_version(&self, version: &str) {
+        *self.version.lock().unwrap_or_else(|p| p.into_inner()) = version.to_string();
+    }
+
+    pub fn version(&self) -> String {
+        self.version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Stalls every RunnerService call for `duration`; FetchTasks held meanwhile are served
@@ -355,14 +411,20 @@ impl GiteaDouble {
         tokio::spawn(async move {
             tokio::time::sleep_until(until).await;
             for held in double.stall.thaw() {
-                let answer = double.fetch_now(held.caller, held.tasks_version);
+                let key = held.request_key.as_deref();
+                let answer = double.fetch_now(held.caller, &held.request, key);
                 let _ = held.answer.send(answer);
             }
         });
     }
 
-    /// Serves a fresh double on `listen` (use port 0 in tests).
+    /// Serves a fresh Gitea double on `listen` (use port 0 in tests).
     pub async fn start(listen: SocketAddr) -> tenantci_core::Result<GiteaHandle> {
+        Self::start_as(listen, Forge::Gitea).await
+    }
+
+    /// Serves a fresh double of `forge` on `listen`.
+    pub async fn start_as(listen: SocketAddr, forge: Forge) -> tenantci_core::Result<GiteaHandle> {
         let listener = TcpListener::bind(listen).await.map_err(|e| {
             tenantci_core::Error::external(format!(
                 "cannot listen on {listen} for the Gitea double: {e}"
@@ -372,7 +434,7 @@ impl GiteaDouble {
         let addr = listener.local_addr().map_err(|e| {
             tenantci_core::Error::external(format!("cannot read the listen address: {e}"))
         })?;
-        let double = Arc::new(GiteaDouble::new());
+        let double = Arc::new(GiteaDouble::new_as(forge));
         let app = Self::router(double.clone());
         let served = Served::spawn(listener, app, "the Gitea double");
         Ok(GiteaHandle {
@@ -396,6 +458,10 @@ impl GiteaDouble {
             .route("/admin/hooks/deliveries", get(admin_deliveries))
             .route("/admin/stats", get(admin_stats))
             .route("/admin/stall", post(admin_stall))
+            .route("/admin/drop-fetch", post(admin_drop_fetch))
+            .route("/admin/hold", post(admin_hold))
+            .route("/admin/version", post(admin_set_version))
+            .route("/api/v1/version", get(api_version))
             .with_state(double.clone());
         facade::router(double.clone())
             .merge(admin)
@@ -455,9 +521,14 @@ impl GiteaDouble {
 
     pub fn stats(&self) -> Stats {
         let st = self.lock();
+        let (answers_dropped, tasks_recovered) = self.forgejo.counts();
         Stats {
+            forge: self.forge,
             fetch_task_calls: st.fetch_calls,
+            fetch_task_calls_with_tasks: st.fetch_calls_with_tasks,
             tasks_version: st.tasks_version,
+            answers_dropped,
+            tasks_recovered,
         }
     }
 
@@ -504,46 +575,99 @@ impl GiteaDouble {
         Ok(())
     }
 
-    /// FetchTask as Gitea answers it: a task is picked only when the caller's version differs.
-    fn fetch_now(&self, caller: i64, tasks_version: i64) -> FetchTaskResponse {
-        let caller = &caller;
+    /// FetchTask as the forge answers it: tasks are picked only when the caller's version
+    /// differs, one on Gitea, up to `task_capacity` on Forgejo, where a repeated request key
+    /// gets its earlier answer's tasks instead. Err: the answer was dropped on purpose.
+    fn fetch_now(
+        &self,
+        caller: i64,
+        req: &FetchTaskRequest,
+        request_key: Option<&str>,
+    ) -> Result<FetchTaskResponse, ConnectError> {
+        let keyed = request_key.filter(|_| self.forge == Forge::Forgejo);
         let mut st = self.lock();
         st.fetch_calls += 1;
         if st.tasks_version == 0 {
             st.tasks_version = 1;
         }
         let latest = st.tasks_version;
-        let task = if tasks_version != latest {
-            Self::claim(&mut st, *caller, SystemTime::now())
-        } else {
-            None
-        };
-        let claimed = task.as_ref().and_then(|t| {
-            let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
-            let runner = st.runners.get(caller)?;
-            Some((
-                job.id,
-                job.spec.name.clone(),
-                job.spec.runs_on.clone(),
-                job.created,
-                runner.id,
-                runner.name.clone(),
-            ))
-        });
+        if let Some(tasks) = keyed.and_then(|k| self.forgejo.recover(caller, k)) {
+            st.fetch_calls_with_tasks += 1;
+            // The renewed tokens are the ones the web side accepts from now on.
+            for t in &tasks {
+                let fields = t.context.as_ref().map(|c| &c.fields);
+                let token = |name: &str| {
+                    fields
+                        .and_then(|f| f.get(name))
+                        .and_then(|v| match &v.kind {
+                            Some(prost_types::value::Kind::StringValue(s)) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .unwrap_or_default()
+                };
+                if let Some(rec) = st.tasks.get_mut(&t.id) {
+                    rec.job_tokens = [token("token"), token("gitea_runtime_token")];
+                }
+            }
+            drop(st);
+            return Ok(Self::answer(tasks, latest));
+        }
+        let mut tasks = Vec::new();
+        if req.tasks_version != latest && !st.hold {
+            let limit = gitea_forgejo::pick_limit(self.forge, req.task_capacity);
+            while tasks.len() < limit {
+                match Self::claim(&mut st, caller, SystemTime::now()) {
+                    Some(t) => tasks.push(t),
+                    None => break,
+                }
+            }
+        }
+        let claimed: Vec<_> = tasks
+            .iter()
+            .filter_map(|t| {
+                let job = st.jobs.values().find(|j| j.task_id == Some(t.id))?;
+                let runner = st.runners.get(&caller)?;
+                Some((
+                    job.id,
+                    job.spec.name.clone(),
+                    job.spec.runs_on.clone(),
+                    job.created,
+                    runner.id,
+                    runner.name.clone(),
+                ))
+            })
+            .collect();
+        if !tasks.is_empty() {
+            st.fetch_calls_with_tasks += 1;
+        }
         drop(st);
-        if let Some((job_id, name, labels, created, runner_id, runner_name)) = claimed {
+        for (job_id, name, labels, created, runner_id, runner_name) in &claimed {
             self.hooks.deliver(&JobEvent {
                 action: "in_progress",
-                job_id,
-                name: &name,
-                labels: &labels,
-                runner: Some((runner_id, &runner_name)),
-                created,
+                job_id: *job_id,
+                name,
+                labels,
+                runner: Some((*runner_id, runner_name)),
+                created: *created,
             });
         }
+        if let Some(k) = keyed {
+            self.forgejo.remember(caller, k, &tasks);
+        }
+        if !tasks.is_empty() && self.forge == Forge::Forgejo && self.forgejo.take_drop() {
+            return Err(ConnectError::unavailable(
+                "the FetchTask answer was lost on its way back (the double's drop-fetch switch)",
+            ));
+        }
+        Ok(Self::answer(tasks, latest))
+    }
+
+    fn answer(tasks: Vec<Task>, tasks_version: i64) -> FetchTaskResponse {
+        let mut tasks = tasks.into_iter();
         FetchTaskResponse {
-            task,
-            tasks_version: latest,
+            task: tasks.next(),
+            tasks_version,
+            additional_tasks: tasks.collect(),
         }
     }
 
@@ -721,12 +845,21 @@ impl FacadeBackend for GiteaDouble {
         caller: &i64,
         req: FetchTaskRequest,
     ) -> Result<FetchTaskResponse, ConnectError> {
-        if let Some(thawed) = self.stall.hold_fetch(*caller, req.tasks_version) {
+        self.fetch_task_keyed(caller, req, None).await
+    }
+
+    async fn fetch_task_keyed(
+        &self,
+        caller: &i64,
+        req: FetchTaskRequest,
+        request_key: Option<&str>,
+    ) -> Result<FetchTaskResponse, ConnectError> {
+        if let Some(thawed) = self.stall.hold_fetch(*caller, &req, request_key) {
             return thawed
                 .await
-                .map_err(|_| ConnectError::unavailable("the Gitea double stopped"));
+                .map_err(|_| ConnectError::unavailable("the Gitea double stopped"))?;
         }
-        Ok(self.fetch_now(*caller, req.tasks_version))
+        self.fetch_now(*caller, &req, request_key)
     }
 
     async fn update_task(
@@ -898,5 +1031,50 @@ struct StallSpec {
 
 async fn admin_stall(AxState(d): Double, Json(spec): Json<StallSpec>) -> Response {
     d.stall_for(Duration::from_millis(spec.millis));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET /api/v1/version`, as Gitea and Forgejo answer it (no authentication needed).
+async fn api_version(AxState(d): Double) -> Response {
+    Json(serde_json::json!({ "version": d.version() })).into_response()
+}
+
+/// `POST /admin/version`'s body.
+#[derive(Deserialize)]
+struct VersionSpec {
+    version: String,
+}
+
+async fn admin_set_version(AxState(d): Double, Json(spec): Json<VersionSpec>) -> Response {
+    d.set_version(&spec.version);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /admin/drop-fetch`'s body.
+#[derive(Deserialize)]
+struct DropSpec {
+    count: u64,
+}
+
+async fn admin_drop_fetch(AxState(d): Double, Json(spec): Json<DropSpec>) -> Response {
+    if d.forge != Forge::Forgejo {
+        return (
+            StatusCode::CONFLICT,
+            "drop-fetch plays Forgejo's request-key recovery; start the double with --forgejo",
+        )
+            .into_response();
+    }
+    d.forgejo.drop_next(spec.count);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /admin/hold`'s body.
+#[derive(Deserialize)]
+struct HoldSpec {
+    hold: bool,
+}
+
+async fn admin_hold(AxState(d): Double, Json(spec): Json<HoldSpec>) -> Response {
+    d.hold_jobs(spec.hold);
     StatusCode::NO_CONTENT.into_response()
 }

@@ -14,13 +14,15 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use tenantci_core::forge::gitea::proto::FetchTaskResponse;
+use tenantci_core::forge::gitea::ConnectError;
+use tenantci_core::forge::gitea::proto::{FetchTaskRequest, FetchTaskResponse};
 
 /// A FetchTask that arrived during the stall, served at the thaw.
 pub struct HeldFetch {
     pub caller: i64,
-    pub tasks_version: i64,
-    pub answer: oneshot::Sender<FetchTaskResponse>,
+    pub request: FetchTaskRequest,
+    pub request_key: Option<String>,
+    pub answer: oneshot::Sender<Result<FetchTaskResponse, ConnectError>>,
 }
 
 struct Stalled {
@@ -67,14 +69,16 @@ impl Stall {
     pub fn hold_fetch(
         &self,
         caller: i64,
-        tasks_version: i64,
-    ) -> Option<oneshot::Receiver<FetchTaskResponse>> {
+        request: &FetchTaskRequest,
+        request_key: Option<&str>,
+    ) -> Option<oneshot::Receiver<Result<FetchTaskResponse, ConnectError>>> {
         let mut g = self.lock();
         let s = g.as_mut().filter(|s| Instant::now() < s.until)?;
         let (answer, rx) = oneshot::channel();
         s.fetches.push(HeldFetch {
             caller,
-            tasks_version,
+            request: request.clone(),
+            request_key: request_key.map(str::to_string),
             answer,
         });
         Some(rx)

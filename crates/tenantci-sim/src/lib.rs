@@ -10,6 +10,7 @@ pub mod api;
 pub mod authn;
 pub mod authz;
 pub mod gitea;
+pub mod gitea_forgejo;
 pub mod gitea_hooks;
 pub mod gitea_stall;
 pub mod gitea_web;

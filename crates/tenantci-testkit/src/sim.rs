@@ -150,6 +150,18 @@ impl Gitea {
         assert!(resp.status().is_success(), "add hook: {}", resp.status());
     }
 
+    /// `POST <admin>/<path>` with a JSON body; panics unless it succeeds (the Forgejo
+    /// switches: `drop-fetch`, `hold`, `version`).
+    pub async fn admin_post(&self, http: &reqwest::Client, path: &str, body: Value) {
+        let resp = http
+            .post(format!("{}/{path}", self.admin_url))
+            .json(&body)
+            .send()
+            .await
+            .expect("the Gitea double's admin API");
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+    }
+
     /// Holds the double's RunnerService calls arriving in the next `duration` until it has
     /// passed (a frozen Gitea), then serves them.
     pub async fn stall(&self, http: &reqwest::Client, duration: std::time::Duration) {

@@ -2,10 +2,12 @@
 //! its backend's subject (`routing` picks the backend from `runs-on`, `class` the resource
 //! class); the `workflow_job`
 //! webhook wakes it (`nudge` paces how often, `deliveries` refuses a delivery seen before);
-//! `registration` is the scheduler's Gitea credential.
+//! `registration` is the scheduler's Gitea credential; `fetch` is one FetchTask as the forge
+//! (Gitea or Forgejo) allows it.
 
 pub mod class;
 pub mod deliveries;
+pub mod fetch;
 pub mod nudge;
 pub mod registration;
 pub mod routing;

@@ -7,7 +7,8 @@
 //! over both backends, stay below the total capacity (pod + vm). A claimed task goes to its
 //! backend's subject by its runs-on labels; when that backend is full it waits there, and the
 //! total keeps counting it, so no more is claimed than the slots of both can take soon. Each
-//! worker admits only into its own backend's slots.
+//! worker admits only into its own backend's slots. Against Forgejo one FetchTask asks for all
+//! the free slots and a lost answer is repeated with its request key (`claim::fetch`).
 //!
 //! When to poll ([`Polling`]): without a webhook, every `fetch_interval` while a slot is free,
 //! slowing to `fetch_interval_idle` after [`IDLE_AFTER`] without a task. With the webhook, a
@@ -40,6 +41,7 @@ use tokio::time::Instant;
 use crate::backend::registry::Registry;
 use crate::backend::report;
 use crate::claim::class::{self, ExecutorClass};
+use crate::claim::fetch::Fetcher;
 use crate::claim::nudge::{NudgeBudget, Pacer};
 use crate::claim::routing;
 use crate::metrics::Metrics;
@@ -47,7 +49,8 @@ use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::ledger::{Entry, Ledger, Phase};
 use crate::queue::producer::Producer;
-use tenantci_core::forge::gitea::client::{RunnerClient, TasksVersion};
+use tenantci_core::forge::Forge;
+use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::Task;
 
 /// How long without a task before polling slows to `fetch_interval_idle` (no webhook).
@@ -72,6 +75,8 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Scheduler {
     pub gitea: RunnerClient,
+    /// Gitea or Forgejo: what one FetchTask may ask for (`claim::fetch`).
+    pub forge: Forge,
     pub producer: Producer,
     /// One per backend this dispatcher runs.
     pub pools: Vec<Pool>,
@@ -234,35 +239,29 @@ impl Scheduler {
 
     /// Runs until `stop` turns true.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let mut version = TasksVersion::default();
+        let mut fetcher = Fetcher::new(self.forge);
         let mut last_task = Instant::now();
         let mut pacer = self.pacer();
         while !*stop.borrow() {
-            let wait = if self.free().await == 0 {
+            let free = self.free().await;
+            let wait = if free == 0 && !fetcher.recovering() {
                 // Not a FetchTask: only the consumer's depth is read again.
                 Some(FULL_RECHECK)
             } else {
                 let started = Instant::now();
-                let polled = self.gitea.poll(&mut version).await;
+                let polled = fetcher.fetch(&self.gitea, free).await;
                 self.metrics.fetched(started.elapsed());
                 match polled {
-                    Ok(Some(task)) => {
+                    Ok(tasks) if !tasks.is_empty() => {
                         last_task = Instant::now();
-                        self.enqueue(task, stop.clone()).await;
+                        for task in tasks {
+                            self.enqueue(task, stop.clone()).await;
+                        }
                         None
                     }
-                    Ok(None) => Some(self.polling.after_empty(last_task.elapsed())),
+                    Ok(_) => Some(self.polling.after_empty(last_task.elapsed())),
                     Err(e) => {
-                        if e.is_unauthenticated() {
-                            tracing::error!(
-                                "Gitea does not know the scheduler's registration any more; re-register with `tenantci dispatch init` (delete scheduler.json first)"
-                            );
-                        } else if e.claim_may_be_lost() {
-                            self.metrics.answer_lost();
-                            tracing::warn!(error = %e, "FetchTask failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes; counted in tenantci_dispatch_fetch_task_answers_lost_total)");
-                        } else {
-                            tracing::warn!(error = %e, "FetchTask failed");
-                        }
+                        self.fetch_failed(&e, fetcher.recovering());
                         Some(ERROR_BACKOFF)
                     }
                 }
@@ -273,7 +272,7 @@ impl Scheduler {
                     _ = self.registry.changed() => {}
                     _ = self.nudge.notified() => {
                         // The job may not have moved our version cursor: make Gitea pick.
-                        version = TasksVersion::default();
+                        fetcher.forget_version();
                         // Nudges meanwhile leave one permit: they are this FetchTask's.
                         let paced = pacer.next_wait();
                         if !paced.is_zero() {
@@ -287,6 +286,23 @@ impl Scheduler {
                     _ = stop.changed() => {}
                 }
             }
+        }
+    }
+
+    /// Logs a failed FetchTask. `keyed`: the next call repeats it with its request key, so a
+    /// lost answer's tasks come back (Forgejo); without a key they are lost to the sweep.
+    fn fetch_failed(&self, e: &tenantci_core::forge::gitea::ClientError, keyed: bool) {
+        if e.is_unauthenticated() {
+            tracing::error!(
+                "Gitea does not know the scheduler's registration any more; re-register with `tenantci dispatch init` (delete scheduler.json first)"
+            );
+        } else if e.claim_may_be_lost() && keyed {
+            tracing::warn!(error = %e, "FetchTask failed after it was sent; repeating it with the same request key, so the forge hands out again whatever it had assigned");
+        } else if e.claim_may_be_lost() {
+            self.metrics.answer_lost();
+            tracing::warn!(error = %e, "FetchTask failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes; counted in tenantci_dispatch_fetch_task_answers_lost_total)");
+        } else {
+            tracing::warn!(error = %e, "FetchTask failed");
         }
     }
 

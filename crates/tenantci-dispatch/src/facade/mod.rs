@@ -315,6 +315,7 @@ impl FacadeBackend for Facade {
             return Ok(FetchTaskResponse {
                 task: None,
                 tasks_version: TASKS_VERSION,
+                additional_tasks: Vec::new(),
             });
         };
         let task = self.open(caller, &sealed)?;
@@ -332,6 +333,7 @@ impl FacadeBackend for Facade {
         Ok(FetchTaskResponse {
             task: Some(task),
             tasks_version: TASKS_VERSION,
+            additional_tasks: Vec::new(),
         })
     }
 

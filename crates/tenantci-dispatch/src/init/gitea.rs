@@ -2,6 +2,7 @@
 //! registration still exists (and updates its labels), and Register, made once with the
 //! registration token. The token is sent, never written or logged.
 
+use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::proto::{DeclareRequest, RegisterRequest};
 use tenantci_core::forge::gitea::{ClientConfig, ClientError, Code, RunnerClient};
 use tenantci_core::fsutil::{self, MODE_SECRET};
@@ -20,6 +21,26 @@ fn gitea_error(url: &str, e: ClientError) -> Error {
     Error::external(format!("Gitea at {url} failed"))
         .caused_by(e)
         .hint("check that --gitea-url is reachable from this host and Gitea is up")
+}
+
+/// The forge at `url`: `--forge` when given, else read from its version API. A version
+/// answer of neither kind is bad input (exit 2): the URL is not a Gitea or Forgejo root, or
+/// the forge hides its version; `--forge` says which it is.
+pub async fn forge(url: &str, given: Option<Forge>) -> Result<Forge> {
+    if let Some(f) = given {
+        return Ok(f);
+    }
+    let version = gitea_client(url)?.server_version().await.map_err(|e| {
+        Error::external(format!(
+            "cannot read the forge's version at {url}/api/v1/version"
+        ))
+        .caused_by(e)
+        .hint("check --gitea-url, or say which forge it is with --forge gitea|forgejo")
+    })?;
+    Forge::detect(&version).map_err(|e| {
+        Error::bad_input(format!("--gitea-url {url} does not look like Gitea or Forgejo: {e}"))
+            .hint("check --gitea-url (the instance root), or say which forge it is with --forge gitea|forgejo")
+    })
 }
 
 fn version() -> String {

@@ -108,8 +108,10 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     // Phase one: nothing changes.
     let vm = vm::init::section(&i.vm)?;
     identity::init::section(&i.identity, &i.namespace, &i.cluster, vm.is_some())?;
+    let forge = gitea::forge(&i.gitea_url, i.forge).await?;
     let registered = Inputs {
         labels: vm::init::registered_labels(&i.labels, vm.as_ref())?,
+        forge: Some(forge),
         ..i.clone()
     };
     let vm_dropped = registered.labels.len() < i.labels.len();

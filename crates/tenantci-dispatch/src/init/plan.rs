@@ -32,6 +32,8 @@ impl std::fmt::Debug for RegistrationToken {
 #[derive(Debug, Clone)]
 pub struct Inputs {
     pub gitea_url: String,
+    /// `--forge`; None: read from the forge's version API before anything is written.
+    pub forge: Option<tenantci_core::forge::Forge>,
     /// None is fine while `scheduler.json` exists (the registration is kept).
     pub registration_token: Option<RegistrationToken>,
     /// None: the kept registration's name, else `tenantci-dispatch-<cluster>`.
@@ -305,6 +307,7 @@ pub fn config(
         version: config::VERSION,
         gitea: config::Gitea {
             url: i.gitea_url.trim_end_matches('/').to_string(),
+            forge: i.forge.unwrap_or_default(),
             runner_name: runner_name.to_string(),
             labels: i.labels.clone(),
             credential_file: files::SCHEDULER_CREDENTIAL.into(),
@@ -378,6 +381,7 @@ pub(crate) mod tests {
     pub fn inputs() -> Inputs {
         Inputs {
             gitea_url: "https://gitea.example.com/".into(),
+            forge: None,
             registration_token: Some(RegistrationToken::new("reg-token")),
             name: None,
             labels: vec!["self-hosted".into(), "pod".into()],

@@ -251,6 +251,7 @@ async fn lookup(
 fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {
     Scheduler {
         gitea: s.ctx.gitea.clone(),
+        forge: s.cfg.gitea.forge,
         producer: s.producer.clone(),
         pools,
         sealing_key: s.sealing_key.clone(),

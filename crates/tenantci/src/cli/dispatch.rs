@@ -69,6 +69,10 @@ pub struct GiteaArgs {
     /// Gitea's base URL (the RunnerService is under /api/actions).
     #[arg(long, value_name = "URL")]
     pub gitea_url: String,
+    /// Which forge --gitea-url is: gitea or forgejo. Default: read from its version API
+    /// (Forgejo reports `<version>+gitea-<compat>`); a version of neither kind is refused.
+    #[arg(long, value_name = "FORGE", value_parser = ["gitea", "forgejo"])]
+    pub forge: Option<String>,
     /// File holding the runner registration token (Site Administration > Actions > Runners).
     /// Needed only until the first registration; never written anywhere.
     #[arg(long, value_name = "FILE")]
@@ -307,6 +311,13 @@ fn registration_token(g: &GiteaArgs) -> Result<Option<RegistrationToken>> {
 fn inputs(a: &InitArgs) -> Result<Inputs> {
     Ok(Inputs {
         gitea_url: a.gitea.gitea_url.clone(),
+        forge: a
+            .gitea
+            .forge
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(tenantci_core::Error::bad_input)?,
         registration_token: registration_token(&a.gitea)?,
         name: a.gitea.name.clone(),
         labels: a
@@ -413,6 +424,7 @@ mod tests {
         std::fs::write(&f, "from-file\n").unwrap();
         let g = GiteaArgs {
             gitea_url: "http://g".into(),
+            forge: None,
             registration_token_file: Some(f),
             registration_token: Some("from-flag".into()),
             name: None,

@@ -35,6 +35,10 @@ pub struct SimArgs {
         requires = "gitea"
     )]
     pub gitea_listen: std::net::SocketAddr,
+    /// The Gitea double answers as Forgejo does: a `+gitea-` version, several tasks per
+    /// FetchTask up to `task_capacity`, request-key recovery (docs/forgejo-protocol.md).
+    #[arg(long, requires = "gitea")]
+    pub forgejo: bool,
     /// Keep the tenant clusters' objects in memory only: a restart starts from the seeded
     /// state. Default: each cluster's objects are saved to clusters/<name>/objects.json (0600)
     /// and come back on the next start, as etcd keeps them for kube-apiserver.
@@ -193,9 +197,13 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     let handle = sim::start(config).await?;
     let gitea = match args.gitea {
         true => {
-            let g = sim::gitea::GiteaDouble::start(args.gitea_listen).await?;
+            let forge = match args.forgejo {
+                true => tenantci_core::forge::Forge::Forgejo,
+                false => tenantci_core::forge::Forge::Gitea,
+            };
+            let g = sim::gitea::GiteaDouble::start_as(args.gitea_listen, forge).await?;
             let path = sim::gitea::write_gitea_json(&state_dir, &g)?;
-            eprintln!("gitea double at {} ({})", g.base_url, path.display());
+            eprintln!("{forge} double at {} ({})", g.base_url, path.display());
             Some(g)
         }
         false => None,

@@ -25,7 +25,9 @@ use std::time::Duration;
 use http::header;
 
 use super::connect::{self, Code, Codec, ConnectError, Wire};
-use super::facade::{PING_PATH, RUNNER_SERVICE_PATH, TOKEN_HEADER, UUID_HEADER};
+use super::facade::{
+    PING_PATH, REQUEST_KEY_HEADER, RUNNER_SERVICE_PATH, TOKEN_HEADER, UUID_HEADER,
+};
 use super::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, PingRequest,
     PingResponse, RegisterRequest, RegisterResponse, Runner, Task, UpdateLogRequest,
@@ -198,7 +200,7 @@ impl TasksVersion {
         if resp.tasks_version > self.0 {
             self.0 = resp.tasks_version;
         }
-        if resp.task.is_some() {
+        if resp.has_tasks() {
             self.0 = 0;
         }
     }
@@ -258,10 +260,51 @@ impl RunnerClient {
         let url = format!("{}{PING_PATH}", self.cfg.base_url);
         let req = PingRequest { data: data.into() };
         let resp: PingResponse = self
-            .retrying(|| self.call(&url, "Ping", &req, false, self.cfg.request_timeout))
+            .retrying(|| self.call(&url, "Ping", &req, false, self.cfg.request_timeout, None))
             .await
             .map(|(r, _)| r)?;
         Ok(resp.data)
+    }
+
+    /// `GET <base>/api/v1/version`'s `version` (no authentication): Gitea's `1.24.3`, or
+    /// Forgejo's `11.0.1+gitea-1.22.0` ([`crate::forge::Forge::detect`] tells them apart).
+    pub async fn server_version(&self) -> Result<String, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Version {
+            version: String,
+        }
+        const METHOD: &str = "the version API";
+        let url = format!("{}/api/v1/version", self.cfg.base_url);
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            method: METHOD,
+            url: url.clone(),
+            connecting: e.is_connect(),
+            source: e,
+        };
+        let resp = self
+            .http
+            .get(&url)
+            .timeout(self.cfg.request_timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(transport)?;
+        if status != 200 {
+            return Err(ClientError::Status {
+                method: METHOD,
+                error: ConnectError::from_response(status, &body),
+            });
+        }
+        serde_json::from_slice::<Version>(&body)
+            .map(|v| v.version)
+            .map_err(|e| ClientError::Decode {
+                method: METHOD,
+                error: ConnectError::invalid_argument(format!(
+                    "not a version answer ({e}): {}",
+                    crate::upstream::status_and_excerpt(status, &body)
+                )),
+            })
     }
 
     /// Registers a runner with a registration token (in `req.token`); returns it with its
@@ -269,7 +312,7 @@ impl RunnerClient {
     pub async fn register(&self, req: &RegisterRequest) -> Result<Runner, ClientError> {
         let url = self.method_url("Register");
         let resp: RegisterResponse = self
-            .call(&url, "Register", req, false, self.cfg.request_timeout)
+            .call(&url, "Register", req, false, self.cfg.request_timeout, None)
             .await?;
         resp.runner.ok_or_else(|| ClientError::Decode {
             method: "Register",
@@ -289,6 +332,7 @@ impl RunnerClient {
                     req,
                     true,
                     self.cfg.request_timeout,
+                    None,
                 )
             })
             .await;
@@ -302,13 +346,31 @@ impl RunnerClient {
     /// One FetchTask call, bounded by `fetch_timeout`. Never retried: on an error with
     /// [`ClientError::claim_may_be_lost`], a task may have been claimed for this runner.
     pub async fn fetch_task(&self, tasks_version: i64) -> Result<FetchTaskResponse, ClientError> {
+        self.fetch_tasks(tasks_version, None, None).await
+    }
+
+    /// FetchTask as Forgejo extends it: `task_capacity` lets one answer carry several tasks
+    /// (Gitea ignores it), and `request_key` goes out as `x-runner-request-key`, so that a
+    /// call repeated with the same key after a lost answer gets that answer's tasks again
+    /// (the caller keeps the key until an answer arrives). Never retried here.
+    pub async fn fetch_tasks(
+        &self,
+        tasks_version: i64,
+        task_capacity: Option<i64>,
+        request_key: Option<&str>,
+    ) -> Result<FetchTaskResponse, ClientError> {
         let url = self.method_url("FetchTask");
+        let req = FetchTaskRequest {
+            tasks_version,
+            task_capacity,
+        };
         self.call(
             &url,
             "FetchTask",
-            &FetchTaskRequest { tasks_version },
+            &req,
             true,
             self.cfg.fetch_timeout,
+            request_key,
         )
         .await
     }
@@ -326,9 +388,18 @@ impl RunnerClient {
         req: &UpdateTaskRequest,
     ) -> Result<UpdateTaskResponse, ClientError> {
         let url = self.method_url("UpdateTask");
-        self.retrying(|| self.call(&url, "UpdateTask", req, true, self.cfg.request_timeout))
-            .await
-            .map(|(r, _)| r)
+        self.retrying(|| {
+            self.call(
+                &url,
+                "UpdateTask",
+                req,
+                true,
+                self.cfg.request_timeout,
+                None,
+            )
+        })
+        .await
+        .map(|(r, _)| r)
     }
 
     /// Appends log rows from `req.index`; the answer's `ack_index` is how many rows the server
@@ -352,6 +423,7 @@ impl RunnerClient {
                             req,
                             true,
                             self.cfg.request_timeout,
+                            None,
                         )
                         .await
                     {
@@ -403,6 +475,7 @@ impl RunnerClient {
         req: &Req,
         authenticated: bool,
         timeout: Duration,
+        request_key: Option<&str>,
     ) -> Result<Resp, ClientError> {
         let codec = self.cfg.codec;
         let mut body = codec.encode(req);
@@ -424,6 +497,9 @@ impl RunnerClient {
             rb = rb
                 .header(UUID_HEADER, &creds.uuid)
                 .header(TOKEN_HEADER, &creds.token);
+        }
+        if let Some(key) = request_key {
+            rb = rb.header(REQUEST_KEY_HEADER, key);
         }
         let transport = |e: reqwest::Error| ClientError::Transport {
             method,

@@ -350,7 +350,10 @@ mod tests {
 
     #[test]
     fn both_codecs_round_trip_and_reject_garbage() {
-        let msg = FetchTaskRequest { tasks_version: 42 };
+        let msg = FetchTaskRequest {
+            tasks_version: 42,
+            ..Default::default()
+        };
         for codec in [Codec::Proto, Codec::Json] {
             let bytes = codec.encode(&msg);
             assert_eq!(codec.decode::<FetchTaskRequest>(&bytes).unwrap(), msg);

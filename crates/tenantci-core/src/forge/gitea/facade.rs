@@ -40,6 +40,8 @@ pub const RUNNER_SERVICE_PATH: &str = "/api/actions/runner.v1.RunnerService";
 pub const PING_PATH: &str = "/api/actions/ping.v1.PingService/Ping";
 pub const UUID_HEADER: &str = "x-runner-uuid";
 pub const TOKEN_HEADER: &str = "x-runner-token";
+/// Forgejo: identifies one logical FetchTask across retries (docs/forgejo-protocol.md).
+pub const REQUEST_KEY_HEADER: &str = "x-runner-request-key";
 
 /// What the RunnerService does. Every method but `register` runs for an authenticated
 /// caller. Errors go to the executor as Connect errors, so their messages must not leak
@@ -95,6 +97,18 @@ pub trait FacadeBackend: Send + Sync + 'static {
         caller: &Self::Caller,
         req: FetchTaskRequest,
     ) -> impl Future<Output = Result<FetchTaskResponse, ConnectError>> + Send;
+
+    /// [`FacadeBackend::fetch_task`] with the call's `x-runner-request-key` (Forgejo). The
+    /// default ignores the key, as Gitea does.
+    fn fetch_task_keyed(
+        &self,
+        caller: &Self::Caller,
+        req: FetchTaskRequest,
+        request_key: Option<&str>,
+    ) -> impl Future<Output = Result<FetchTaskResponse, ConnectError>> + Send {
+        let _ = request_key;
+        self.fetch_task(caller, req)
+    }
 
     fn update_task(
         &self,
@@ -255,7 +269,10 @@ async fn rpc<B: FacadeBackend>(
     let c = &caller;
     match method.as_str() {
         "Declare" => unary(reply, &body, |req| b.declare(c, req)).await,
-        "FetchTask" => unary(reply, &body, |req| b.fetch_task(c, req)).await,
+        "FetchTask" => {
+            let key = header_str(&headers, REQUEST_KEY_HEADER).filter(|k| !k.is_empty());
+            unary(reply, &body, |req| b.fetch_task_keyed(c, req, key)).await
+        }
         "UpdateTask" => unary(reply, &body, |req| b.update_task(c, req)).await,
         _ => unary(reply, &body, |req| b.update_log(c, req)).await,
     }

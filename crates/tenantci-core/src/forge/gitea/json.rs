@@ -38,6 +38,25 @@ pub mod int64 {
     }
 }
 
+/// A proto3 `optional int64`: absent stays None; a present value as `int64` maps it.
+pub mod opt_int64 {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_str(&v.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        match Option::<serde_json::Value>::deserialize(d)? {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => int64::deserialize(v).map(Some).map_err(D::Error::custom),
+        }
+    }
+}
+
 fn enum_ser<E: crate::forge::gitea::proto::ProtoEnum, S: Serializer>(
     v: i32,
     s: S,

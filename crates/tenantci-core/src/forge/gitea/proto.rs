@@ -183,6 +183,15 @@ pub struct FetchTaskRequest {
     #[prost(int64, tag = "1")]
     #[serde(with = "json::int64", alias = "tasks_version")]
     pub tasks_version: i64,
+    /// Forgejo only (proto3 `optional`): how many tasks this answer may carry. Gitea ignores
+    /// the unknown field and picks one. Tag: docs/forgejo-protocol.md.
+    #[prost(int64, optional, tag = "2")]
+    #[serde(
+        with = "json::opt_int64",
+        alias = "task_capacity",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub task_capacity: Option<i64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
@@ -194,6 +203,21 @@ pub struct FetchTaskResponse {
     #[prost(int64, tag = "2")]
     #[serde(with = "json::int64", alias = "tasks_version")]
     pub tasks_version: i64,
+    /// Forgejo only: the tasks beyond `task`, up to the request's `task_capacity` less one.
+    #[prost(message, repeated, tag = "3")]
+    #[serde(alias = "additional_tasks", skip_serializing_if = "Vec::is_empty")]
+    pub additional_tasks: Vec<Task>,
+}
+
+impl FetchTaskResponse {
+    /// Every task this answer assigns: `task`, then `additional_tasks`.
+    pub fn into_tasks(self) -> Vec<Task> {
+        self.task.into_iter().chain(self.additional_tasks).collect()
+    }
+
+    pub fn has_tasks(&self) -> bool {
+        self.task.is_some() || !self.additional_tasks.is_empty()
+    }
 }
 
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use prost::Message;
 use prost_types::value::Kind;
 
 use super::*;
+use crate::forge::gitea::connect::Codec;
 
 fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
@@ -125,10 +126,25 @@ fn declare_request() {
 
 #[test]
 fn fetch_task_request() {
-    check(FetchTaskRequest { tasks_version: 300 }, b"\x08\xac\x02");
-    check(FetchTaskRequest { tasks_version: 0 }, b"");
     check(
-        FetchTaskRequest { tasks_version: -1 },
+        FetchTaskRequest {
+            tasks_version: 300,
+            ..Default::default()
+        },
+        b"\x08\xac\x02",
+    );
+    check(
+        FetchTaskRequest {
+            tasks_version: 0,
+            ..Default::default()
+        },
+        b"",
+    );
+    check(
+        FetchTaskRequest {
+            tasks_version: -1,
+            ..Default::default()
+        },
         b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
     );
 }
@@ -179,8 +195,9 @@ fn task_and_fetch_task_response() {
     check(t.clone(), &tb);
     check(
         FetchTaskResponse {
-            task: Some(t),
+            task: Some(t.clone()),
             tasks_version: 9,
+            additional_tasks: Vec::new(),
         },
         &cat(&[b"\x0a\x45", &tb, b"\x10\x09"]),
     );
@@ -188,9 +205,43 @@ fn task_and_fetch_task_response() {
         FetchTaskResponse {
             task: None,
             tasks_version: 150,
+            additional_tasks: Vec::new(),
         },
         b"\x10\x96\x01",
     );
+    // Forgejo's additional_tasks: field 3, length-delimited, repeated.
+    check(
+        FetchTaskResponse {
+            task: Some(t.clone()),
+            tasks_version: 9,
+            additional_tasks: vec![t],
+        },
+        &cat(&[b"\x0a\x45", &tb, b"\x10\x09\x1a\x45", &tb]),
+    );
+}
+
+#[test]
+fn forgejo_task_capacity() {
+    // Field 2, varint, proto3 optional: present even when 0, absent when None.
+    let msg = FetchTaskRequest {
+        tasks_version: 1,
+        task_capacity: Some(4),
+    };
+    check(msg, b"\x08\x01\x10\x04");
+    let zero = FetchTaskRequest {
+        tasks_version: 0,
+        task_capacity: Some(0),
+    };
+    check(zero, b"\x10\x00");
+    let json = Codec::Json.encode(&FetchTaskRequest {
+        tasks_version: 2,
+        task_capacity: Some(3),
+    });
+    assert_eq!(json, br#"{"tasksVersion":"2","taskCapacity":"3"}"#);
+    let back: FetchTaskRequest = Codec::Json.decode(br#"{"task_capacity":5}"#).unwrap();
+    assert_eq!(back.task_capacity, Some(5));
+    let none: FetchTaskRequest = Codec::Json.decode(br#"{"tasksVersion":"2"}"#).unwrap();
+    assert_eq!(none.task_capacity, None);
 }
 
 #[test]

@@ -348,15 +348,12 @@ fn runner_container(spec: &ExecutorSpec) -> Container {
         image: Some(x.image.clone()),
         // One task, then exit: the registration is ephemeral and bound to this task.
         command: Some(
-            [
-                x.runner_command.binary(),
-                "daemon",
-                "--once",
-                "--config",
-                &format!("{RUNNER_DIR}/{CONFIG_KEY}"),
-            ]
-            .map(str::to_string)
-            .to_vec(),
+            x.runner_command
+                .run_once()
+                .iter()
+                .map(|s| s.to_string())
+                .chain(["--config".into(), format!("{RUNNER_DIR}/{CONFIG_KEY}")])
+                .collect(),
         ),
         working_dir: Some(HOME_DIR.into()),
         // HOME only: a uid the image does not know would get `/`, which it cannot write. No
@@ -667,6 +664,18 @@ mod tests {
                 "gitea-runner",
                 "daemon",
                 "--once",
+                "--config",
+                "/etc/gitea-task/runner/config.yaml"
+            ]
+        );
+        s.executor.runner_command = config::RunnerCommand::ForgejoRunner;
+        let pod = desired_pod(&s);
+        let cmd = pod.spec.unwrap().containers[0].command.clone().unwrap();
+        assert_eq!(
+            cmd,
+            [
+                "forgejo-runner",
+                "one-job",
                 "--config",
                 "/etc/gitea-task/runner/config.yaml"
             ]

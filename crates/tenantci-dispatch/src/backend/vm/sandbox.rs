@@ -115,7 +115,8 @@ pub fn is_terminal(s: &Sandbox) -> bool {
 /// does not inherit the capability, the proxy in the background, then the runner for one task.
 /// `facade_id` (identity on): the proxy presents the SVID files and accepts only that ID;
 /// otherwise it trusts the facade's CA.
-pub fn boot_script(runner_binary: &str, facade_id: Option<&str>) -> String {
+/// `run_once` is the runner's one-task command line (`RunnerCommand::run_once`).
+pub fn boot_script(run_once: &str, facade_id: Option<&str>) -> String {
     let d = VM_DIR;
     let (files, unset, trust) = match facade_id {
         None => (
@@ -154,7 +155,7 @@ unset {runner} {config} {url} {gitea_url} {gitea_ca} {unset}
 export HOME={d}/home
 tenantci executor-proxy --listen {PROXY_LISTEN} --facade-url "$facade_url" --gitea-url "$gitea_url" $gitea_trust {trust} &
 cd {d}/home
-exec {runner_binary} daemon --once --config {d}/{CONFIG_KEY}
+exec {run_once} --config {d}/{CONFIG_KEY}
 "#,
         runner = env::RUNNER,
         config = env::RUNNER_CONFIG,
@@ -225,7 +226,10 @@ pub fn desired(
         entrypoint: vec![
             "/bin/sh".into(),
             "-c".into(),
-            boot_script(spec.executor.runner_command.binary(), facade_id),
+            boot_script(
+                &spec.executor.runner_command.run_once().join(" "),
+                facade_id,
+            ),
         ],
         // A class sizes the sandbox; without one, the `[vm]` section does.
         resource_limits: match &spec.class {
@@ -325,7 +329,7 @@ mod tests {
 
     #[test]
     fn the_boot_script_unsets_the_capability_before_the_runner_starts() {
-        let script = boot_script("act_runner", None);
+        let script = boot_script("act_runner daemon --once", None);
         let unset = script.find("unset TENANTCI_RUNNER").unwrap();
         let runner = script.find("exec act_runner daemon --once").unwrap();
         assert!(unset < runner, "{script}");

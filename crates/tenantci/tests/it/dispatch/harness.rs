@@ -21,6 +21,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
+use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::client::{ClientConfig, RunnerClient};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_dispatch::config::{self, Config};
@@ -134,16 +135,39 @@ impl World {
         Self::build(None, None, false, &[]).await
     }
 
+    /// As [`World::start`], against the Gitea double playing Forgejo (`sim --forgejo`).
+    pub async fn start_forgejo(pod_capacity: u32) -> World {
+        Self::build_as(Some(pod_capacity), None, false, &[], Forge::Forgejo).await
+    }
+
+    /// As [`World::start_with_spire`], against the double playing Forgejo.
+    pub async fn start_forgejo_with_spire(pod_capacity: u32) -> World {
+        Self::build_as(Some(pod_capacity), None, true, &[], Forge::Forgejo).await
+    }
+
     async fn build(
         manual: Option<u32>,
         cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
         spire: bool,
         sim_flags: &[&str],
     ) -> World {
+        Self::build_as(manual, cluster, spire, sim_flags, Forge::Gitea).await
+    }
+
+    async fn build_as(
+        manual: Option<u32>,
+        cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
+        spire: bool,
+        sim_flags: &[&str],
+        forge: Forge,
+    ) -> World {
         let dir = scratch();
         let state = dir.path().join("state");
         let mut flags = vec!["--gitea", "--opensandbox"];
         flags.extend(sim_flags);
+        if forge == Forge::Forgejo {
+            flags.push("--forgejo");
+        }
         if spire {
             flags.extend(["--spire", TD]);
         }
@@ -168,7 +192,10 @@ impl World {
                     )
                     .await
                     .unwrap();
-                write_inputs(&cfg_dir, &gitea, &nats, &kubeconfig, pod_capacity).await
+                let mut base =
+                    write_inputs(&cfg_dir, &gitea, &nats, &kubeconfig, pod_capacity).await;
+                base.gitea.forge = forge;
+                base
             }
             None => init(dir.path(), &cfg_dir, &state, &gitea, &nats),
         };
@@ -835,6 +862,7 @@ async fn write_inputs(
         version: config::VERSION,
         gitea: config::Gitea {
             url: gitea.url.clone(),
+            forge: Default::default(),
             runner_name: "tenantci-dispatch".into(),
             labels: vec!["self-hosted".into(), "pod".into()],
             credential_file: config::files::SCHEDULER_CREDENTIAL.into(),

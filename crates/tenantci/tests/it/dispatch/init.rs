@@ -971,3 +971,57 @@ fn init_refuses_identity_on_a_cluster_without_the_spire_crd() {
     assert_exit(&off, 0);
     assert_eq!(step(&outcomes(&hand_back(&off)), "spire"), None);
 }
+
+/// `POST <admin>/version`: the double answers `version` from `GET /api/v1/version`.
+fn set_version(s: &Setup, version: &str) {
+    let url = format!("{}/version", s.admin_url);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(&url)
+            .json(&serde_json::json!({ "version": version }))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    });
+}
+
+fn forge_in(config: &Path) -> String {
+    let text = std::fs::read_to_string(config).unwrap();
+    let doc: toml_edit::DocumentMut = text.parse().unwrap();
+    doc["gitea"]["forge"].as_str().unwrap().to_string()
+}
+
+/// Forgejo's version answer (`11.0.1+gitea-1.22.0`) makes the config record `forgejo`.
+#[test]
+fn init_reads_forgejo_from_the_version_api_and_records_it() {
+    let s = setup_with(&["--forgejo"]);
+    let o = s.init("d", &[], &[]);
+    assert_exit(&o, 0);
+    assert_eq!(forge_in(&s.out("d")), "forgejo");
+}
+
+/// A version answer of neither kind is bad input (exit 2) naming `--forge`, with nothing
+/// written, applied or registered; `--forge` then says which forge it is.
+#[test]
+fn init_refuses_a_version_of_neither_forge_and_forge_overrides_it() {
+    let s = setup();
+    set_version(&s, "development");
+    let o = s.init("d", &[], &[]);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    assert!(err.contains("\"development\""), "{err}");
+    assert!(err.contains("--forge gitea|forgejo"), "{err}");
+    assert!(!s.out("d").exists(), "no config written");
+    assert!(!s.namespace_exists(), "nothing applied");
+    assert!(s.runners().is_empty(), "nothing registered");
+    let o = s.init("d", &[], &["--forge", "forgejo"]);
+    assert_exit(&o, 0);
+    assert_eq!(forge_in(&s.out("d")), "forgejo");
+    let o = s.init("e", &[], &["--forge", "gitlab"]);
+    assert_exit(&o, 2);
+}

@@ -115,6 +115,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         version: config::VERSION,
         gitea: config::Gitea {
             url: format!("http://{CLOSED}"),
+            forge: Default::default(),
             runner_name: "tenantci-dispatch".into(),
             labels: vec!["self-hosted".into(), "pod".into()],
             credential_file: files::SCHEDULER_CREDENTIAL.into(),

@@ -7,6 +7,7 @@ mod claims;
 mod classes;
 mod cluster;
 mod executor_pod;
+mod forgejo;
 mod golden;
 mod harness;
 mod identity;

@@ -61,6 +61,7 @@ impl FacadeBackend for Backend {
                 ..Default::default()
             }),
             tasks_version: 3,
+            ..Default::default()
         })
     }
 
@@ -205,7 +206,10 @@ async fn gitea_facade_serves_both_codecs_over_https() {
 async fn gitea_facade_gzips_large_answers_only_when_accepted() {
     let f = start().await;
     let http = raw_http(&f);
-    let body = prost::Message::encode_to_vec(&FetchTaskRequest { tasks_version: 0 });
+    let body = prost::Message::encode_to_vec(&FetchTaskRequest {
+        tasks_version: 0,
+        ..Default::default()
+    });
     let send = |accept: Option<&'static str>| {
         let mut rb = http
             .post(url(&f, "FetchTask"))

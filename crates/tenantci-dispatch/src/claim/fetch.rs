@@ -1,0 +1,85 @@
+//! One logical FetchTask as the forge allows it (`Forge::fetch_plan` decides; nothing here
+//! names a forge): the free slots as `task_capacity` (Forgejo hands out up to that many in one
+//! answer, Gitea one), and a request key kept until an answer arrives, so that after an
+//! answer lost on its way back the next call, with the same key, gets the same tasks from
+//! Forgejo instead of leaving them to its zombie sweep. Plus act_runner's tasks-version
+//! bookkeeping.
+
+use tenantci_core::forge::Forge;
+use tenantci_core::forge::gitea::client::{ClientError, RunnerClient, TasksVersion};
+use tenantci_core::forge::gitea::proto::Task;
+
+pub struct Fetcher {
+    forge: Forge,
+    version: TasksVersion,
+    /// The key of a FetchTask that got no answer yet; reused by the next call.
+    key: Option<String>,
+}
+
+impl Fetcher {
+    pub fn new(forge: Forge) -> Self {
+        Fetcher {
+            forge,
+            version: TasksVersion::default(),
+            key: None,
+        }
+    }
+
+    /// Makes the next call look for tasks even if the version cursor has not moved for us.
+    pub fn forget_version(&mut self) {
+        self.version = TasksVersion::default();
+    }
+
+    /// Whether the next call repeats one whose answer was lost (with its key).
+    pub fn recovering(&self) -> bool {
+        self.key.is_some()
+    }
+
+    /// One FetchTask with `free` slots; the tasks it assigned. On an error the key is kept:
+    /// the call may have assigned tasks, and the repeat must ask for them by the same key.
+    pub async fn fetch(
+        &mut self,
+        client: &RunnerClient,
+        free: u64,
+    ) -> Result<Vec<Task>, ClientError> {
+        let plan = self.forge.fetch_plan(free);
+        let key = plan
+            .request_key
+            .then(|| self.key.get_or_insert_with(new_key).clone());
+        let resp = client
+            .fetch_tasks(self.version.get(), plan.task_capacity, key.as_deref())
+            .await?;
+        self.key = None;
+        self.version.observe(&resp);
+        Ok(resp.into_tasks())
+    }
+}
+
+/// A random UUID (v4 layout), as forgejo-runner sends.
+fn new_key() -> String {
+    let b: [u8; 16] = rand::random();
+    let mut b = b;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_are_fresh_uuids() {
+        let (a, b) = (super::new_key(), super::new_key());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert_eq!(a.matches('-').count(), 4);
+    }
+}

@@ -1,0 +1,240 @@
+//! `tenantci dispatch run` against the Gitea double playing Forgejo (`sim --gitea --forgejo`,
+//! issue 31): one FetchTask claims as many tasks as there are free slots, a FetchTask answer
+//! lost on its way back is recovered through the request key (the task runs once, no zombie
+//! sweep needed), and the rest of the dispatcher (kill -9, the VM backend, identity) works as
+//! against Gitea. The executor is played through the facade as in every dispatch test.
+
+use serde_json::json;
+use tenantci_testkit::executor::{Executor, PodProxy};
+use tenantci_testkit::wait::eventually;
+
+use super::harness::{NAMESPACE, World};
+use crate::util::tenantci;
+
+async fn stats(w: &World) -> serde_json::Value {
+    w.gitea.admin(w.http(), "stats").await
+}
+
+/// The double's FetchTask calls that handed out tasks (the others were idle).
+async fn claiming_calls(w: &World) -> u64 {
+    stats(w).await["fetch_task_calls_with_tasks"]
+        .as_u64()
+        .unwrap()
+}
+
+fn task_ids(secrets: &[k8s_openapi::api::core::v1::Secret]) -> Vec<i64> {
+    secrets
+        .iter()
+        .map(|s| {
+            s.metadata.labels.as_ref().unwrap()["tenantci.io/task-id"]
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Waits until `n` executor Secrets exist; their task ids.
+async fn executors(w: &World, n: usize) -> Vec<i64> {
+    eventually("the batch's executors", || async {
+        let s = w.secrets().await;
+        (s.len() == n).then(|| task_ids(&s))
+    })
+    .await
+}
+
+/// Waits until the scheduler counts no executor running and nothing queued (its gauges are
+/// read at each FetchTask, which the held double keeps idle), so its next claim sees every
+/// slot free.
+async fn all_slots_free(d: &super::harness::Dispatcher) {
+    eventually("every slot free", || async {
+        let in_use = d.metric("tenantci_dispatch_capacity_in_use").await?;
+        let queued = d.metric("tenantci_dispatch_queue_depth").await?;
+        (in_use == 0.0 && queued == 0.0).then_some(())
+    })
+    .await
+}
+
+/// 12 jobs at once at capacity 4: each claiming FetchTask takes a full batch of 4. The
+/// double holds the waiting jobs while a batch runs (as jobs waiting on a concurrency
+/// group), so every claim sees all 4 slots free; idle FetchTasks are not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_12_at_capacity_4_is_claimed_in_3_fetches() {
+    let w = World::start_forgejo(4).await;
+    assert_eq!(stats(&w).await["forge"], "forgejo");
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    let mut jobs = Vec::new();
+    for i in 0..12 {
+        jobs.push(
+            w.enqueue(&format!("burst-{i}"), &format!("s3cr3t-{i}"))
+                .await,
+        );
+    }
+    for batch in 0..3u64 {
+        let tasks = executors(&w, 4).await;
+        w.gitea
+            .admin_post(w.http(), "hold", json!({"hold": true}))
+            .await;
+        assert_eq!(
+            claiming_calls(&w).await,
+            batch + 1,
+            "batch {batch} in one FetchTask"
+        );
+        for t in &tasks {
+            w.executor(*t).await.run(*t).await;
+        }
+        w.all_cleaned_up().await;
+        all_slots_free(&d).await;
+        w.gitea
+            .admin_post(w.http(), "hold", json!({"hold": false}))
+            .await;
+    }
+    w.assert_ran_once(&jobs).await;
+    assert_eq!(claiming_calls(&w).await, 3);
+    assert!(w.watch.max_live() <= 4, "saw {}", w.watch.max_live());
+    assert!(w.watch.creations().values().all(|n| *n == 1));
+    drop(d);
+}
+
+/// The same burst against Gitea, which hands out one task per FetchTask: 12 claiming calls
+/// (the contrast the Forgejo test is about).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_burst_on_gitea_takes_one_fetch_per_task() {
+    let w = World::start(4).await;
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    let mut jobs = Vec::new();
+    for i in 0..12 {
+        jobs.push(
+            w.enqueue(&format!("burst-{i}"), &format!("s3cr3t-{i}"))
+                .await,
+        );
+    }
+    let mut done = std::collections::BTreeSet::new();
+    while done.len() < 12 {
+        // Whichever executors exist now and have not run yet: run each.
+        let fresh = eventually("a new executor", || async {
+            let ids = task_ids(&w.secrets().await);
+            let fresh: Vec<i64> = ids.into_iter().filter(|t| !done.contains(t)).collect();
+            (!fresh.is_empty()).then_some(fresh)
+        })
+        .await;
+        for t in fresh {
+            w.executor(t).await.run(t).await;
+            done.insert(t);
+        }
+    }
+    w.all_cleaned_up().await;
+    w.assert_ran_once(&jobs).await;
+    assert_eq!(claiming_calls(&w).await, 12);
+    drop(d);
+}
+
+/// The double claims a task and loses its answer; the dispatcher repeats the FetchTask with
+/// the same request key and Forgejo hands the task out again: it runs once, in one Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_fetch_answer_is_recovered_by_its_request_key_and_runs_once() {
+    let w = World::start_forgejo(2).await;
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    w.gitea
+        .admin_post(w.http(), "drop-fetch", json!({"count": 1}))
+        .await;
+    let job = w.enqueue("lost-answer", "s3cr3t-lost").await;
+    let task = w.claimed(job).await;
+    let ex = w.executor(task).await;
+    ex.run(task).await;
+    w.assert_succeeded_once(task).await;
+    w.all_cleaned_up().await;
+    let s = stats(&w).await;
+    assert_eq!(s["answers_dropped"], 1, "{s}");
+    assert_eq!(s["tasks_recovered"], 1, "{s}");
+    assert_eq!(w.watch.creations().len(), 1, "{:?}", w.watch.creations());
+    assert_eq!(
+        d.metric("tenantci_dispatch_fetch_task_answers_lost_total")
+            .await,
+        Some(0.0),
+        "nothing left for the zombie sweep"
+    );
+    assert!(d.log_text().contains("same request key"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
+    let w = World::start_forgejo(2).await;
+    let mut d = w.dispatcher("d1").await;
+    let mut jobs = Vec::new();
+    for i in 0..4 {
+        jobs.push(w.enqueue(&format!("job-{i}"), &format!("s3cr3t-{i}")).await);
+    }
+    let a = w.claimed(jobs[0]).await;
+    let b = w.claimed(jobs[1]).await;
+    let (ea, eb) = (w.executor(a).await, w.executor(b).await);
+    assert_eq!(ea.fetch().await.id, a);
+    d.kill9();
+    let d = w.dispatcher("d1").await;
+    ea.finish(a, &[&format!("ran task {a}")]).await;
+    eb.run(b).await;
+    for job in &jobs[2..] {
+        let t = w.claimed(*job).await;
+        w.executor(t).await.run(t).await;
+    }
+    w.all_cleaned_up().await;
+    for job in &jobs {
+        let view = w.job(*job).await;
+        w.assert_succeeded_once(view["task_id"].as_i64().unwrap())
+            .await;
+    }
+    assert_eq!(w.watch.creations().len(), 4);
+    assert!(w.watch.creations().values().all(|n| *n == 1));
+    drop(d);
+}
+
+/// One vm task and one pod task, claimed together in one FetchTask (capacity 1 + 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_task_and_a_pod_task_run_from_one_fetch() {
+    let mut w = World::start_forgejo(1).await;
+    let key = w.opensandbox.api_key_file.clone();
+    w.with_vm(1, &key);
+    let d = w.dispatcher("d1").await;
+    super::vm::vm_backend_recovered(&d).await;
+    w.gitea
+        .admin_post(w.http(), "hold", json!({"hold": true}))
+        .await;
+    let vm_job = w.enqueue_vm("vm-1", "vm-s3cr3t").await;
+    let pod_job = w.enqueue("pod-1", "pod-s3cr3t").await;
+    w.gitea
+        .admin_post(w.http(), "hold", json!({"hold": false}))
+        .await;
+    let vm_task = w.claimed(vm_job).await;
+    let pod_task = w.claimed(pod_job).await;
+    w.vm_executor(vm_task).await.run(vm_task).await;
+    w.executor(pod_task).await.run(pod_task).await;
+    w.assert_succeeded_once(vm_task).await;
+    w.assert_succeeded_once(pod_task).await;
+    assert_eq!(claiming_calls(&w).await, 1, "both from one FetchTask");
+    w.no_sandboxes_left().await;
+    w.all_cleaned_up().await;
+}
+
+/// Identity on: the task Pod's proxy presents its SVID and the task runs to success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn identity_on_a_task_runs_through_its_proxy_with_its_svid() {
+    let mut w = World::start_forgejo_with_spire(1).await;
+    w.with_identity().await;
+    let d = w.dispatcher("d1").await;
+    let job = w.enqueue("build", "s3cr3t-build").await;
+    let task = w.claimed(job).await;
+    let (secret, pod) = w.objects(task).await;
+    let entry = w.task_entry_served(task).await;
+    let endpoint = w.spire.as_ref().unwrap().endpoint("ci", &entry);
+    let proxy = PodProxy::start_with(tenantci(), &secret, &pod, &[], Some(&endpoint));
+    let ex = Executor::through(&secret, &proxy);
+    assert_eq!(ex.fetch().await.id, task);
+    ex.finish(task, &[&format!("ran task {task}")]).await;
+    w.assert_succeeded_once(task).await;
+    w.all_cleaned_up().await;
+    w.no_task_entries().await;
+    assert_eq!(entry, format!("{NAMESPACE}.gitea-task-{task}"));
+    assert!(d.log_text().contains("serving SPIFFE mTLS"));
+}
