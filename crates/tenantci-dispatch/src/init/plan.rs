@@ -37,7 +37,9 @@ pub struct Inputs {
     /// None: the kept registration's name, else `tenantci-dispatch-<cluster>`.
     pub name: Option<String>,
     pub labels: Vec<String>,
-    pub state_dir: PathBuf,
+    /// The gateway's state dir, or an admin kubeconfig of any cluster.
+    pub access: super::target::ClusterAccess,
+    /// The cluster's name (the runner's default name, SPIRE's default cluster).
     pub cluster: String,
     pub namespace: String,
     pub nats_url: String,
@@ -319,7 +321,11 @@ pub fn config(
             ),
         },
         cluster: config::Cluster {
-            kubeconfig: Some(files::KUBECONFIG.into()),
+            // In the cluster (`--kubeconfig`): none, the ServiceAccount's in-cluster config.
+            kubeconfig: match &i.access {
+                super::target::ClusterAccess::Gateway { .. } => Some(files::KUBECONFIG.into()),
+                super::target::ClusterAccess::Kubeconfig(_) => None,
+            },
             namespace: i.namespace.clone(),
         },
         nats: config::Nats {
@@ -379,7 +385,9 @@ pub(crate) mod tests {
             registration_token: Some(RegistrationToken::new("reg-token")),
             name: None,
             labels: vec!["self-hosted".into(), "pod".into()],
-            state_dir: "/var/lib/socialweb".into(),
+            access: crate::init::target::ClusterAccess::Gateway {
+                state_dir: "/var/lib/socialweb".into(),
+            },
             cluster: "ci".into(),
             namespace: "dynamic-runner".into(),
             nats_url: "nats://127.0.0.1:4222".into(),

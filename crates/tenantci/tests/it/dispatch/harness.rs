@@ -83,19 +83,19 @@ impl World {
     /// registration, keys, facade PKI), with short timings; the dispatcher uses the
     /// tenant-admin kubeconfig.
     pub async fn start(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity), None, false).await
+        Self::build(MadeBy::Test(pod_capacity), None, false).await
     }
 
     /// As [`World::start`], with the simulator's SPIRE stand-in for trust domain [`TD`].
     pub async fn start_with_spire(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity), None, true).await
+        Self::build(MadeBy::Test(pod_capacity), None, true).await
     }
 
     /// As [`World::start`], on a three-node JetStream cluster (`NatsCluster`) whose topology
     /// `tenantci queue init --replicas 3` created; dispatchers get every server's URL.
     pub async fn start_clustered(pod_capacity: u32) -> World {
         let (servers, dir) = NatsCluster::start().into_parts();
-        let mut w = Self::build(Some(pod_capacity), Some((servers, dir)), false).await;
+        let mut w = Self::build(MadeBy::Test(pod_capacity), Some((servers, dir)), false).await;
         let urls: Vec<String> = std::iter::once(&w.nats)
             .chain(&w.peers)
             .map(|s| s.url.clone())
@@ -125,11 +125,29 @@ impl World {
     /// A world whose dispatcher inputs come from `tenantci dispatch init` (its scoped
     /// credential, RBAC, registration, keys and facade PKI), with init's default timings.
     pub async fn start_via_init() -> World {
-        Self::build(None, None, false).await
+        Self::build(MadeBy::Init, None, false).await
+    }
+
+    /// A world whose dispatcher inputs come from `tenantci dispatch init --kubeconfig` with the
+    /// tenant-admin kubeconfig and no state dir (the path for any cluster): the config names no
+    /// kubeconfig, and every dispatcher runs as the `tenantci-dispatcher` ServiceAccount.
+    ///
+    /// kube's in-cluster config reads the token from a fixed path under /var/run/secrets, and
+    /// the simulator authenticates client certificates only; so the ServiceAccount identity
+    /// reaches it the way an apiserver's authorizer sees it: `KUBECONFIG` (which kube's
+    /// inferred config reads first, as in a Pod it reads the token) impersonates the
+    /// ServiceAccount with its groups, and the RBAC init applied decides every request.
+    pub async fn start_via_kubeconfig_init() -> World {
+        let mut w = Self::build(MadeBy::KubeconfigInit, None, false).await;
+        let sa = w.dir.path().join("service-account.kubeconfig");
+        std::fs::write(&sa, impersonating(&w.tenant_admin, NAMESPACE)).unwrap();
+        w.dispatcher_env
+            .push(("KUBECONFIG".into(), sa.display().to_string()));
+        w
     }
 
     async fn build(
-        manual: Option<u32>,
+        made: MadeBy,
         cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
         spire: bool,
     ) -> World {
@@ -151,8 +169,8 @@ impl World {
         let kube = kube_client(&kubeconfig).await;
         let cfg_dir = dir.path().join("dispatch");
         std::fs::create_dir_all(&cfg_dir).unwrap();
-        let base = match manual {
-            Some(pod_capacity) => {
+        let base = match made {
+            MadeBy::Test(pod_capacity) => {
                 Api::<Namespace>::all(kube.clone())
                     .create(
                         &PostParams::default(),
@@ -162,7 +180,11 @@ impl World {
                     .unwrap();
                 write_inputs(&cfg_dir, &gitea, &nats, &kubeconfig, pod_capacity).await
             }
-            None => init(dir.path(), &cfg_dir, &state, &gitea, &nats),
+            MadeBy::Init => init(dir.path(), &cfg_dir, &state, &gitea, &nats),
+            MadeBy::KubeconfigInit => {
+                let flags = kubeconfig_flags(&kubeconfig);
+                init_with(dir.path(), &cfg_dir, flags, &gitea, &nats)
+            }
         };
         let watch = PodWatch::start(kube.clone());
         World {
@@ -728,8 +750,56 @@ pub fn store_contains(store: &[(PathBuf, Vec<u8>)], needle: &str) -> bool {
     })
 }
 
-/// Runs `tenantci dispatch init` (registration token from a 0600 file) and loads its config.
+/// Who makes the dispatcher's inputs.
+enum MadeBy {
+    /// The test, with the library (the pod capacity).
+    Test(u32),
+    /// `dispatch init --state-dir` (the gateway path).
+    Init,
+    /// `dispatch init --kubeconfig` (any cluster), no state dir.
+    KubeconfigInit,
+}
+
+/// `admin` (a kubeconfig file) impersonating the dispatcher's ServiceAccount in `namespace`.
+fn impersonating(admin: &Path, namespace: &str) -> String {
+    let mut kc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(admin).unwrap()).unwrap();
+    let user = &mut kc["users"][0]["user"];
+    user["as"] = format!("system:serviceaccount:{namespace}:tenantci-dispatcher").into();
+    user["as-groups"] = serde_yaml::to_value([
+        "system:serviceaccounts".to_string(),
+        format!("system:serviceaccounts:{namespace}"),
+        "system:authenticated".to_string(),
+    ])
+    .unwrap();
+    serde_yaml::to_string(&kc).unwrap()
+}
+
+/// Runs `tenantci dispatch init --state-dir` (registration token from a 0600 file) and loads
+/// its config.
 fn init(root: &Path, cfg_dir: &Path, state: &Path, gitea: &Gitea, nats: &NatsServer) -> Config {
+    let flags = vec![
+        "--state-dir".into(),
+        state.into(),
+        "--cluster".into(),
+        "ci".into(),
+    ];
+    init_with(root, cfg_dir, flags, gitea, nats)
+}
+
+/// `--kubeconfig ADMIN`, no state dir, no cluster name (the kubeconfig's is used).
+fn kubeconfig_flags(admin: &Path) -> Vec<std::ffi::OsString> {
+    vec!["--kubeconfig".into(), admin.into()]
+}
+
+/// `dispatch init` with `cluster_flags` saying which cluster and how.
+fn init_with(
+    root: &Path,
+    cfg_dir: &Path,
+    cluster_flags: Vec<std::ffi::OsString>,
+    gitea: &Gitea,
+    nats: &NatsServer,
+) -> Config {
     let token_file = root.join("registration-token");
     tenantci_core::fsutil::write_new_atomic(
         &token_file,
@@ -748,11 +818,8 @@ fn init(root: &Path, cfg_dir: &Path, state: &Path, gitea: &Gitea, nats: &NatsSer
                 "--registration-token-file",
             ])
             .arg(&token_file)
-            .arg("--state-dir")
-            .arg(state)
+            .args(cluster_flags)
             .args([
-                "--cluster",
-                "ci",
                 "--namespace",
                 NAMESPACE,
                 "--nats",

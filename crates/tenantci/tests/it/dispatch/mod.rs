@@ -10,6 +10,7 @@ mod golden;
 mod harness;
 mod identity;
 mod init;
+mod init_any_cluster;
 mod inputs;
 mod ledger;
 mod proxy;

@@ -324,6 +324,30 @@ async fn what_init_writes_runs_a_task_with_the_dispatchers_own_scoped_credential
     w.all_cleaned_up().await;
 }
 
+/// Any cluster, no gateway: `dispatch init --kubeconfig` with an administrator's kubeconfig
+/// and no state dir writes a config that names no kubeconfig and mints nothing; the dispatcher
+/// runs a task end to end with only what init bound to its ServiceAccount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_account() {
+    let w = World::start_via_kubeconfig_init().await;
+    let cfg = w.config_path("d1");
+    let dir = cfg.parent().unwrap();
+    assert!(
+        !dir.join("kube").exists(),
+        "no credential minted: the ServiceAccount is the credential"
+    );
+    let written = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(!written.contains("kubeconfig"), "{written}");
+    let _d = w.dispatcher("d1").await;
+    let t = w
+        .claimed(w.enqueue("via-kubeconfig", &secret_value(0)).await)
+        .await;
+    let task = w.executor(t).await.run(t).await;
+    assert_eq!(task.secrets["DEPLOY_KEY"], secret_value(0));
+    w.assert_succeeded_once(t).await;
+    w.all_cleaned_up().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_task_waiting_for_its_executor_is_kept_alive_at_gitea() {
     let w = World::start(1).await;
