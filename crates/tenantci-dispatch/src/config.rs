@@ -315,6 +315,10 @@ pub struct Executor {
     /// Pod runtimeClassName (e.g. a sandboxed runtime for untrusted jobs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
+    /// Pod imagePullSecrets: names of `kubernetes.io/dockerconfigjson` Secrets in the
+    /// namespace, for executor and proxy images in a private registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<String>,
 }
 
 impl Executor {
@@ -329,6 +333,7 @@ impl Executor {
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
             runtime_class_name: None,
+            image_pull_secrets: Vec::new(),
         }
     }
 }
@@ -522,6 +527,10 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "TENANTCI_DISPATCH_EXECUTOR_RUNTIME_CLASS_NAME",
         "executor.runtime_class_name",
     ),
+    (
+        "TENANTCI_DISPATCH_EXECUTOR_IMAGE_PULL_SECRETS",
+        "executor.image_pull_secrets",
+    ),
     ("TENANTCI_DISPATCH_STATUS_LISTEN", "status.listen"),
     (
         "TENANTCI_DISPATCH_LEADER_LEASE_DURATION",
@@ -570,7 +579,7 @@ fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_e
             })?;
             toml_edit::value(n)
         }
-        "gitea.labels" => {
+        "gitea.labels" | "executor.image_pull_secrets" => {
             let mut arr = toml_edit::Array::new();
             for l in raw.split(',').map(str::trim).filter(|l| !l.is_empty()) {
                 arr.push(l);
@@ -701,6 +710,17 @@ impl Config {
         {
             return Err(format!(
                 "has executor.runtime_class_name = `{rc}`, which is not a DNS subdomain"
+            ));
+        }
+        if let Some(bad) = self
+            .executor
+            .image_pull_secrets
+            .iter()
+            .find(|n| !tenantci_core::dns::is_subdomain(n))
+        {
+            return Err(format!(
+                "has executor.image_pull_secrets entry `{}`, which is not a Secret name (a DNS subdomain)",
+                tenantci_core::input::shown(bad)
             ));
         }
         if !self.status.listen.ip().is_loopback() {
@@ -1069,6 +1089,7 @@ mod tests {
         cfg.executor.runner_command = RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();
         cfg.executor.runtime_class_name = Some("gvisor".into());
+        cfg.executor.image_pull_secrets = vec!["registry".into(), "mirror".into()];
         cfg.status.listen = "127.0.0.1:9999".parse().unwrap();
         cfg.leader = Leader {
             lease_duration: Duration::from_secs(20).into(),

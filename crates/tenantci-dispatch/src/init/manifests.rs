@@ -166,6 +166,8 @@ mod tests {
     fn rbac_is_namespaced_and_binds_both_identities() {
         let o = rbac("ci-dispatch");
         assert_eq!(o.namespace.metadata.name.as_deref(), Some("ci-dispatch"));
+        let labels = o.namespace.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
         for m in [
             &o.service_account.metadata,
             &o.role.metadata,
@@ -326,6 +328,11 @@ mod tests {
         assert_eq!(
             pod.security_context.as_ref().unwrap().run_as_non_root,
             Some(true)
+        );
+        assert_eq!(
+            tenantci_core::pod_security::restricted(&pod),
+            Vec::<String>::new(),
+            "admitted under Pod Security `restricted`"
         );
         let c = &pod.containers[0];
         let mut argv = c.command.clone().unwrap();
