@@ -363,12 +363,22 @@ pub struct Status {
     /// Loopback address of /healthz, /readyz and /metrics.
     #[serde(default = "defaults::status_listen")]
     pub listen: SocketAddr,
+    /// A second listener serving /metrics only, for a scraper outside the Pod or host (e.g.
+    /// `0.0.0.0:9465` in the cluster); absent: /metrics on the status API only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// The opt-in a non-loopback `metrics_listen` needs: whoever reaches that address reads
+    /// the metrics (task counts, queue depth, certificate expiry; never a secret).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expose_metrics: bool,
 }
 
 impl Default for Status {
     fn default() -> Self {
         Status {
             listen: defaults::status_listen(),
+            metrics_listen: None,
+            expose_metrics: false,
         }
     }
 }
@@ -533,6 +543,14 @@ pub const OVERRIDES: &[(&str, &str)] = &[
     ),
     ("TENANTCI_DISPATCH_STATUS_LISTEN", "status.listen"),
     (
+        "TENANTCI_DISPATCH_STATUS_METRICS_LISTEN",
+        "status.metrics_listen",
+    ),
+    (
+        "TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS",
+        "status.expose_metrics",
+    ),
+    (
         "TENANTCI_DISPATCH_LEADER_LEASE_DURATION",
         "leader.lease_duration",
     ),
@@ -579,6 +597,15 @@ fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_e
             })?;
             toml_edit::value(n)
         }
+        "status.expose_metrics" => match raw.trim() {
+            "true" => toml_edit::value(true),
+            "false" => toml_edit::value(false),
+            _ => {
+                return Err(format!(
+                    "has {var} = `{raw}` in the environment, which is not true or false"
+                ));
+            }
+        },
         "gitea.labels" | "executor.image_pull_secrets" => {
             let mut arr = toml_edit::Array::new();
             for l in raw.split(',').map(str::trim).filter(|l| !l.is_empty()) {
@@ -727,6 +754,14 @@ impl Config {
             return Err(format!(
                 "has status.listen = {}; the status API serves on loopback only",
                 self.status.listen
+            ));
+        }
+        if let Some(m) = self.status.metrics_listen
+            && !m.ip().is_loopback()
+            && !self.status.expose_metrics
+        {
+            return Err(format!(
+                "has status.metrics_listen = {m}, which is not loopback, without status.expose_metrics = true; set it (TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS=true) to let whoever reaches {m} read /metrics, or listen on 127.0.0.1"
             ));
         }
         if self.gitea.keepalive_interval.get() >= Duration::from_secs(600) {
@@ -991,6 +1026,16 @@ mod tests {
                 "loopback",
             ),
             (
+                "TENANTCI_DISPATCH_STATUS_METRICS_LISTEN",
+                "0.0.0.0:9465",
+                "has status.metrics_listen = 0.0.0.0:9465, which is not loopback, without status.expose_metrics = true",
+            ),
+            (
+                "TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS",
+                "yes",
+                "TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS",
+            ),
+            (
                 "TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL",
                 "11m",
                 "10 minutes",
@@ -1091,6 +1136,8 @@ mod tests {
         cfg.executor.runtime_class_name = Some("gvisor".into());
         cfg.executor.image_pull_secrets = vec!["registry".into(), "mirror".into()];
         cfg.status.listen = "127.0.0.1:9999".parse().unwrap();
+        cfg.status.metrics_listen = Some("0.0.0.0:9465".parse().unwrap());
+        cfg.status.expose_metrics = true;
         cfg.leader = Leader {
             lease_duration: Duration::from_secs(20).into(),
             renew_deadline: Duration::from_secs(12).into(),

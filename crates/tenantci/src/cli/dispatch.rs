@@ -33,7 +33,8 @@ pub enum DispatchCommand {
     /// Run the dispatcher described by a config until SIGTERM, then drain. Prints one JSON
     /// line `{"type":"listening","facade":ADDR,"facadeUrl":URL,"status":ADDR}` on stdout once
     /// the facade and the status API listen (port 0 in the config: the ports picked), with
-    /// `"webhook":ADDR` when a webhook receiver is configured. Logs the FetchTask rate it
+    /// `"metrics":ADDR` when a metrics listener (status.metrics_listen) and `"webhook":ADDR`
+    /// when a webhook receiver is configured. Logs the FetchTask rate it
     /// will cost Gitea at start.
     Run(RunArgs),
     /// GET the status API (/healthz, /readyz) of a dispatcher in this network namespace:

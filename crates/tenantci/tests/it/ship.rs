@@ -155,6 +155,76 @@ fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
     }
 }
 
+/// The monitoring component: the metrics listener turned on (with its opt-in) and named, a
+/// Service and ServiceMonitor that select it, and the promtool-tested rules as a
+/// PrometheusRule.
+#[test]
+fn the_monitoring_component_scrapes_the_metrics_listener_and_carries_the_tested_rules() {
+    let objects = kustomize("manifests/overlays/monitoring");
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let env: std::collections::BTreeMap<String, String> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    // The config with the Deployment's environment loads: the opt-in is there.
+    let cfg = tenantci_dispatch::config::Config::load_with_env(
+        &repo_file("manifests/overlays/openbao/config.toml"),
+        &|k| env.get(k).cloned(),
+    )
+    .unwrap();
+    let listen = cfg.status.metrics_listen.expect("the metrics listener");
+    assert!(listen.ip().is_unspecified() && cfg.status.expose_metrics);
+    let ports: Vec<(&str, u64)> = container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["containerPort"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(ports.contains(&("facade", 8443)), "{ports:?}");
+    assert!(
+        ports.contains(&("metrics", u64::from(listen.port()))),
+        "{ports:?}"
+    );
+    let service = of_kind(&objects, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "tenantci-dispatcher-metrics")
+        .expect("the metrics Service");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    let monitor = of_kind(&objects, "ServiceMonitor")[0];
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the ServiceMonitor selects the Service"
+        );
+    }
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    let rules = of_kind(&objects, "PrometheusRule")[0];
+    let tested: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_file("manifests/monitoring/alerts.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        rules["spec"]["groups"], tested["groups"],
+        "components/monitoring/prometheusrule.yaml holds alerts.yaml's groups"
+    );
+}
+
 #[test]
 fn bash_completions_parse() {
     let o = run(tenantci().args(["completions", "bash"]));

@@ -164,9 +164,10 @@ async fn after_the_last_attempt_the_task_fails_with_a_line_saying_why() {
             .contains("did not fetch its task within 2s in 1 attempt")),
         "{view}"
     );
-    assert_eq!(
-        d.metric("tenantci_dispatch_tasks_failed_total").await,
-        Some(1.0)
-    );
+    // Counted once the FAILURE is reported, which Gitea shows a moment before.
+    eventually("the failure to be counted", || async {
+        (d.metric("tenantci_dispatch_tasks_failed_total").await == Some(1.0)).then_some(())
+    })
+    .await;
     w.all_cleaned_up().await;
 }

@@ -951,6 +951,8 @@ pub struct Dispatcher {
     pub facade: SocketAddr,
     pub facade_url: String,
     status: SocketAddr,
+    /// The metrics listener, when `status.metrics_listen` is configured.
+    pub metrics_listener: Option<SocketAddr>,
     /// The webhook receiver, when configured.
     pub webhook: Option<SocketAddr>,
 }
@@ -979,6 +981,7 @@ impl Dispatcher {
             facade: SocketAddr::from(([0, 0, 0, 0], 0)),
             facade_url: String::new(),
             status: SocketAddr::from(([0, 0, 0, 0], 0)),
+            metrics_listener: None,
             webhook: None,
         };
         // Read on a blocking thread; a panic here still prints the log (Drop below).
@@ -994,6 +997,7 @@ impl Dispatcher {
         d.status = addr("status");
         d.facade_url = listening["facadeUrl"].as_str().unwrap().to_string();
         d.webhook = listening["webhook"].as_str().map(|a| a.parse().unwrap());
+        d.metrics_listener = listening["metrics"].as_str().map(|a| a.parse().unwrap());
         assert_ne!(d.facade.port(), 0, "{line}");
         assert_ne!(d.status.port(), 0, "{line}");
         d

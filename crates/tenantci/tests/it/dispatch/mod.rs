@@ -13,6 +13,7 @@ mod init;
 mod init_any_cluster;
 mod inputs;
 mod ledger;
+mod monitoring;
 mod proxy;
 mod run;
 mod stall;

@@ -338,7 +338,13 @@ async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_acco
     );
     let written = std::fs::read_to_string(dir.join("config.toml")).unwrap();
     assert!(!written.contains("kubeconfig"), "{written}");
-    let _d = w.dispatcher("d1").await;
+    let d = w.dispatcher("d1").await;
+    d.wait_up().await;
+    assert_eq!(
+        d.metric("tenantci_dispatch_credential_expiry_days").await,
+        None,
+        "no credential of its own to expire"
+    );
     let t = w
         .claimed(w.enqueue("via-kubeconfig", &secret_value(0)).await)
         .await;
