@@ -220,7 +220,7 @@ fn register_expiries(registry: &mut Registry, m: &Metrics) {
     );
     registry.register(
         "credential_expiry_days",
-        "Days until the dispatcher's own client certificate (cluster.kubeconfig) expires, by user; the apiserver refuses it after that (renewed by `tenantci dispatch init`, e.g. its systemd timer)",
+        "Days until the dispatcher's own client certificate (cluster.kubeconfig) expires, by user; the apiserver refuses it after that (a re-run of `tenantci dispatch init` rotates it)",
         m.credential_days.clone(),
     );
 }
