@@ -238,6 +238,10 @@ pub struct Nats {
     /// Redelivery of an assignment a crashed worker held, when `run` applies the topology.
     #[serde(default = "defaults::ack_wait")]
     pub ack_wait: GoDuration,
+    /// PEM CA certificate(s) the NATS server's TLS certificate must chain to (a private CA
+    /// for `tls://`); absent: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -506,6 +510,7 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "nats.sealing_key_file",
     ),
     ("TENANTCI_DISPATCH_NATS_ACK_WAIT", "nats.ack_wait"),
+    ("TENANTCI_DISPATCH_NATS_CA_FILE", "nats.ca_file"),
     ("TENANTCI_DISPATCH_CAPACITY_POD", "capacity.pod"),
     ("TENANTCI_DISPATCH_CAPACITY_VM", "capacity.vm"),
     ("TENANTCI_DISPATCH_FACADE_LISTEN", "facade.listen"),
@@ -794,6 +799,9 @@ impl Config {
         }
         abs(&mut self.nats.secrets_dir);
         abs(&mut self.nats.sealing_key_file);
+        if let Some(ca) = self.nats.ca_file.as_mut() {
+            abs(ca);
+        }
         abs(&mut self.facade.capability_key_file);
         abs(&mut self.facade.ca_cert_file);
         abs(&mut self.facade.cert_file);
@@ -891,6 +899,7 @@ mod tests {
                 secrets_dir: "nats".into(),
                 sealing_key_file: files::SEALING_KEY.into(),
                 ack_wait: defaults::ack_wait(),
+                ca_file: None,
             },
             capacity: Capacity::default(),
             facade: Facade {
@@ -1137,6 +1146,7 @@ mod tests {
         cfg.executor.image_pull_secrets = vec!["registry".into(), "mirror".into()];
         cfg.status.listen = "127.0.0.1:9999".parse().unwrap();
         cfg.status.metrics_listen = Some("0.0.0.0:9465".parse().unwrap());
+        cfg.nats.ca_file = Some("/etc/tenantci/nats/ca.crt".into());
         cfg.status.expose_metrics = true;
         cfg.leader = Leader {
             lease_duration: Duration::from_secs(20).into(),

@@ -44,6 +44,9 @@ pub struct Inputs {
     pub namespace: String,
     pub nats_url: String,
     pub nats_secrets_dir: PathBuf,
+    /// `--nats-ca-file`: the CA the NATS server's TLS certificate chains to; None: the
+    /// existing config's, else the system's roots.
+    pub nats_ca_file: Option<PathBuf>,
     /// None: the existing config's value, else the default.
     pub pod_capacity: Option<u32>,
     pub vm_capacity: Option<u32>,
@@ -118,6 +121,8 @@ pub struct Checked {
     /// The facade URL's host, brackets stripped: what the serving cert must cover.
     pub facade_host: String,
     pub nats_secrets_dir: PathBuf,
+    /// `--nats-ca-file`, absolute.
+    pub nats_ca_file: Option<PathBuf>,
     pub credential_valid_for: std::time::Duration,
     /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
     pub webhook: Option<(SocketAddr, PathBuf)>,
@@ -213,11 +218,19 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         ))
         .caused_by(e)
     })?;
+    let nats_ca_file = match &i.nats_ca_file {
+        Some(f) => Some(std::path::absolute(f).map_err(|e| {
+            Error::bad_input(format!("cannot resolve --nats-ca-file `{}`", f.display()))
+                .caused_by(e)
+        })?),
+        None => None,
+    };
     Ok(Checked {
         paths: Paths::beside(&out),
         facade_url,
         facade_host,
         nats_secrets_dir,
+        nats_ca_file,
         credential_valid_for,
         webhook: check_webhook(i)?,
     })
@@ -333,6 +346,10 @@ pub fn config(
             secrets_dir: c.nats_secrets_dir.clone(),
             sealing_key_file: files::SEALING_KEY.into(),
             ack_wait: keep(|e| e.nats.ack_wait.clone(), d::ack_wait()),
+            ca_file: match &c.nats_ca_file {
+                Some(f) => Some(f.clone()),
+                None => tuning.and_then(|e| e.nats.ca_file.clone()),
+            },
         },
         capacity,
         facade: config::Facade {
@@ -392,6 +409,7 @@ pub(crate) mod tests {
             namespace: "dynamic-runner".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_secrets_dir: "/etc/tenantci/nats".into(),
+            nats_ca_file: None,
             pod_capacity: None,
             vm_capacity: None,
             facade_listen: "127.0.0.1:8443".parse().unwrap(),

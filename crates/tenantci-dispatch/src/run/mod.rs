@@ -554,7 +554,7 @@ async fn open_ledger(cfg: &Config, worker: &async_nats::Client) -> Result<Ledger
 
 async fn connect_as(cfg: &Config, user: &str) -> Result<async_nats::Client> {
     let password = permissions::password_file(&cfg.nats.secrets_dir, user);
-    connect::connect(&cfg.nats.url, user, &password).await
+    connect::connect_trusting(&cfg.nats.url, user, &password, cfg.nats.ca_file.as_deref()).await
 }
 
 /// Starts a term when the lease is won and stops it when it is lost, until SIGTERM / SIGINT
@@ -617,7 +617,8 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
         );
         return Ok(());
     }
-    let client = connect::connect(&cfg.nats.url, users::ADMIN, &admin).await?;
+    let ca = cfg.nats.ca_file.as_deref();
+    let client = connect::connect_trusting(&cfg.nats.url, users::ADMIN, &admin, ca).await?;
     let js = async_nats::jetstream::new(client);
     let own = TopologySpec {
         pod_capacity: cfg.capacity.pod,

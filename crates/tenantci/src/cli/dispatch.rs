@@ -139,6 +139,11 @@ pub struct NatsArgs {
     /// ci-worker.password; ci-admin.password optional).
     #[arg(long, value_name = "DIR")]
     pub nats_secrets_dir: PathBuf,
+    /// PEM CA certificate(s) the NATS server's TLS certificate chains to, for a tls:// URL
+    /// with a private CA (nats.ca_file). Default: the existing config's, else the system's
+    /// roots.
+    #[arg(long, value_name = "FILE")]
+    pub nats_ca_file: Option<PathBuf>,
     /// Concurrent executor Pods. Default: the existing config's, else 4.
     #[arg(long, value_name = "N")]
     pub pod_capacity: Option<u32>,
@@ -350,6 +355,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         namespace: a.cluster.namespace.clone(),
         nats_url: a.nats.nats.clone(),
         nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
+        nats_ca_file: a.nats.nats_ca_file.clone(),
         pod_capacity: a.nats.pod_capacity,
         vm_capacity: a.nats.vm_capacity,
         facade_listen: a.facade.facade_listen,

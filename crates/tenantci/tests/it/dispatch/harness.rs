@@ -122,6 +122,18 @@ impl World {
         w
     }
 
+    /// As [`World::start`], on a NATS server that speaks TLS only, its certificate from a
+    /// private CA that dispatchers trust through `nats.ca_file` (`tls://` URL).
+    pub async fn start_tls_nats(pod_capacity: u32) -> World {
+        let server = NatsServer::start_tls();
+        let ca = server.ca_file();
+        let no_cluster_dir = tempfile::tempdir().unwrap();
+        let servers = Some((vec![server], no_cluster_dir));
+        let mut w = Self::build(MadeBy::Test(pod_capacity), servers, false).await;
+        w.base.nats.ca_file = Some(ca);
+        w
+    }
+
     /// A world whose dispatcher inputs come from `tenantci dispatch init` (its scoped
     /// credential, RBAC, registration, keys and facade PKI), with init's default timings.
     pub async fn start_via_init() -> World {
@@ -911,6 +923,7 @@ async fn write_inputs(
             sealing_key_file: config::files::SEALING_KEY.into(),
             // Short, so an assignment a killed dispatcher held comes back soon.
             ack_wait: Duration::from_secs(2).into(),
+            ca_file: None,
         },
         capacity: config::Capacity {
             pod: pod_capacity,

@@ -354,6 +354,38 @@ async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_acco
     w.all_cleaned_up().await;
 }
 
+/// NATS over TLS with a private CA (`tls://`, `nats.ca_file`): without the CA the server's
+/// certificate is not trusted and the start fails naming NATS (exit 3); with it a task runs
+/// end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_runs_over_nats_tls_with_a_private_ca() {
+    let mut w = World::start_tls_nats(1).await;
+    assert!(w.nats.url.starts_with("tls://"), "{}", w.nats.url);
+    let ca = w.base_mut().nats.ca_file.take();
+    let out = w.run_dispatcher_to_exit("untrusting");
+    crate::util::assert_exit(&out, 3);
+    let err = crate::util::stderr(&out);
+    assert!(err.contains("cannot reach NATS at tls://"), "{err}");
+    let not_pem = w.nats.dir().join("not-a-ca.crt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    w.base_mut().nats.ca_file = Some(not_pem);
+    let out = w.run_dispatcher_to_exit("bad-ca");
+    crate::util::assert_exit(&out, 2);
+    assert!(
+        crate::util::stderr(&out).contains("holds no PEM certificate"),
+        "{}",
+        crate::util::stderr(&out)
+    );
+    w.base_mut().nats.ca_file = ca;
+    let _d = w.dispatcher("d1").await;
+    let t = w
+        .claimed(w.enqueue("over-tls", &secret_value(0)).await)
+        .await;
+    w.executor(t).await.run(t).await;
+    w.assert_succeeded_once(t).await;
+    w.all_cleaned_up().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_task_waiting_for_its_executor_is_kept_alive_at_gitea() {
     let w = World::start(1).await;
