@@ -20,6 +20,14 @@ cargo fmt --all -- --check
 log "crate layering (docs/architecture.md)"
 bash scripts/check-layering.sh
 
+# Every kustomization (a Component renders only inside one). The server dry run of the base
+# and of the built-in components at the simulator is the `ship::` test
+# every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run.
+log "kubectl kustomize every kustomization under manifests/"
+for k in $(grep -l '^kind: Kustomization' $(find manifests -name kustomization.yaml) | sort); do
+  kubectl kustomize "$(dirname "$k")" >/dev/null || { echo "kustomize failed: $k" >&2; exit 1; }
+done
+
 # One build for clippy and the tests (scripts/lib/clippy.sh says why): every target that
 # `cargo clippy --all-targets` would check is compiled with clippy's lints, -D warnings.
 . scripts/lib/clippy.sh

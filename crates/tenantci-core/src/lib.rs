@@ -19,6 +19,7 @@ pub mod kubeconfig;
 pub mod node_image;
 pub mod opensandbox;
 pub mod pki;
+pub mod pod_security;
 pub mod quantity;
 pub mod secret;
 pub mod spiffe;

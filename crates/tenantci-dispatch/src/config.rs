@@ -247,6 +247,10 @@ pub struct Nats {
     /// Redelivery of an assignment a crashed worker held, when `run` applies the topology.
     #[serde(default = "defaults::ack_wait")]
     pub ack_wait: GoDuration,
+    /// PEM CA certificate(s) the NATS server's TLS certificate must chain to (a private CA
+    /// for `tls://`); absent: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,6 +332,10 @@ pub struct Executor {
     /// executor is sized by the keys above (`claim::class`).
     #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<crate::claim::class::ExecutorClass>,
+    /// Pod imagePullSecrets: names of `kubernetes.io/dockerconfigjson` Secrets in the
+    /// namespace, for executor and proxy images in a private registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<String>,
 }
 
 impl Executor {
@@ -343,6 +351,7 @@ impl Executor {
             tolerations: Vec::new(),
             runtime_class_name: None,
             classes: Vec::new(),
+            image_pull_secrets: Vec::new(),
         }
     }
 }
@@ -386,12 +395,22 @@ pub struct Status {
     /// Loopback address of /healthz, /readyz and /metrics.
     #[serde(default = "defaults::status_listen")]
     pub listen: SocketAddr,
+    /// A second listener serving /metrics only, for a scraper outside the Pod or host (e.g.
+    /// `0.0.0.0:9465` in the cluster); absent: /metrics on the status API only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// The opt-in a non-loopback `metrics_listen` needs: whoever reaches that address reads
+    /// the metrics (task counts, queue depth, certificate expiry; never a secret).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expose_metrics: bool,
 }
 
 impl Default for Status {
     fn default() -> Self {
         Status {
             listen: defaults::status_listen(),
+            metrics_listen: None,
+            expose_metrics: false,
         }
     }
 }
@@ -521,6 +540,7 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "nats.sealing_key_file",
     ),
     ("TENANTCI_DISPATCH_NATS_ACK_WAIT", "nats.ack_wait"),
+    ("TENANTCI_DISPATCH_NATS_CA_FILE", "nats.ca_file"),
     ("TENANTCI_DISPATCH_CAPACITY_POD", "capacity.pod"),
     ("TENANTCI_DISPATCH_CAPACITY_VM", "capacity.vm"),
     ("TENANTCI_DISPATCH_FACADE_LISTEN", "facade.listen"),
@@ -552,7 +572,19 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "TENANTCI_DISPATCH_EXECUTOR_RUNTIME_CLASS_NAME",
         "executor.runtime_class_name",
     ),
+    (
+        "TENANTCI_DISPATCH_EXECUTOR_IMAGE_PULL_SECRETS",
+        "executor.image_pull_secrets",
+    ),
     ("TENANTCI_DISPATCH_STATUS_LISTEN", "status.listen"),
+    (
+        "TENANTCI_DISPATCH_STATUS_METRICS_LISTEN",
+        "status.metrics_listen",
+    ),
+    (
+        "TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS",
+        "status.expose_metrics",
+    ),
     (
         "TENANTCI_DISPATCH_LEADER_LEASE_DURATION",
         "leader.lease_duration",
@@ -600,7 +632,16 @@ fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_e
             })?;
             toml_edit::value(n)
         }
-        "gitea.labels" => {
+        "status.expose_metrics" => match raw.trim() {
+            "true" => toml_edit::value(true),
+            "false" => toml_edit::value(false),
+            _ => {
+                return Err(format!(
+                    "has {var} = `{raw}` in the environment, which is not true or false"
+                ));
+            }
+        },
+        "gitea.labels" | "executor.image_pull_secrets" => {
             let mut arr = toml_edit::Array::new();
             for l in raw.split(',').map(str::trim).filter(|l| !l.is_empty()) {
                 arr.push(l);
@@ -733,10 +774,29 @@ impl Config {
                 "has executor.runtime_class_name = `{rc}`, which is not a DNS subdomain"
             ));
         }
+        if let Some(bad) = self
+            .executor
+            .image_pull_secrets
+            .iter()
+            .find(|n| !tenantci_core::dns::is_subdomain(n))
+        {
+            return Err(format!(
+                "has executor.image_pull_secrets entry `{}`, which is not a Secret name (a DNS subdomain)",
+                tenantci_core::input::shown(bad)
+            ));
+        }
         if !self.status.listen.ip().is_loopback() {
             return Err(format!(
                 "has status.listen = {}; the status API serves on loopback only",
                 self.status.listen
+            ));
+        }
+        if let Some(m) = self.status.metrics_listen
+            && !m.ip().is_loopback()
+            && !self.status.expose_metrics
+        {
+            return Err(format!(
+                "has status.metrics_listen = {m}, which is not loopback, without status.expose_metrics = true; set it (TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS=true) to let whoever reaches {m} read /metrics, or listen on 127.0.0.1"
             ));
         }
         if self.gitea.keepalive_interval.get() >= Duration::from_secs(600) {
@@ -772,6 +832,9 @@ impl Config {
         }
         abs(&mut self.nats.secrets_dir);
         abs(&mut self.nats.sealing_key_file);
+        if let Some(ca) = self.nats.ca_file.as_mut() {
+            abs(ca);
+        }
         abs(&mut self.facade.capability_key_file);
         abs(&mut self.facade.ca_cert_file);
         abs(&mut self.facade.cert_file);
@@ -876,6 +939,7 @@ mod tests {
                 secrets_dir: "nats".into(),
                 sealing_key_file: files::SEALING_KEY.into(),
                 ack_wait: defaults::ack_wait(),
+                ca_file: None,
             },
             capacity: Capacity::default(),
             facade: Facade {
@@ -1048,6 +1112,16 @@ mod tests {
                 "loopback",
             ),
             (
+                "TENANTCI_DISPATCH_STATUS_METRICS_LISTEN",
+                "0.0.0.0:9465",
+                "has status.metrics_listen = 0.0.0.0:9465, which is not loopback, without status.expose_metrics = true",
+            ),
+            (
+                "TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS",
+                "yes",
+                "TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS",
+            ),
+            (
                 "TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL",
                 "11m",
                 "10 minutes",
@@ -1147,7 +1221,11 @@ mod tests {
         cfg.executor.runner_command = RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();
         cfg.executor.runtime_class_name = Some("gvisor".into());
+        cfg.executor.image_pull_secrets = vec!["registry".into(), "mirror".into()];
         cfg.status.listen = "127.0.0.1:9999".parse().unwrap();
+        cfg.status.metrics_listen = Some("0.0.0.0:9465".parse().unwrap());
+        cfg.nats.ca_file = Some("/etc/tenantci/nats/ca.crt".into());
+        cfg.status.expose_metrics = true;
         cfg.leader = Leader {
             lease_duration: Duration::from_secs(20).into(),
             renew_deadline: Duration::from_secs(12).into(),

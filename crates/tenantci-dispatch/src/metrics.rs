@@ -49,8 +49,44 @@ pub struct Metrics {
     warm_misses: Family<ByBackend, Counter>,
     warm_slot_seconds: Family<ByBackend, Counter<f64, AtomicU64>>,
     /// Days until the facade certificate expires, computed when scraped from its end.
-    facade_cert_days: Gauge<f64, AtomicU64>,
-    facade_cert_not_after: AtomicI64,
+    facade_cert: Expiry,
+    /// Days until the dispatcher's own client certificate expires, by its user (CN). No
+    /// series in the cluster: the kubelet renews the ServiceAccount's token.
+    credential_days: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
+    credential: std::sync::Mutex<Option<(String, i64)>>,
+}
+
+/// A certificate's end, exported as days left, computed when scraped.
+#[derive(Default)]
+struct Expiry {
+    days: Gauge<f64, AtomicU64>,
+    /// Unix seconds; `i64::MIN` until [`Expiry::set`] (no value exported).
+    not_after: AtomicI64,
+}
+
+impl Expiry {
+    fn unset() -> Expiry {
+        Expiry {
+            days: Gauge::default(),
+            not_after: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    fn set(&self, not_after: time::OffsetDateTime) {
+        self.not_after
+            .store(not_after.unix_timestamp(), Ordering::Relaxed);
+    }
+
+    fn refresh(&self, now: i64) {
+        let not_after = self.not_after.load(Ordering::Relaxed);
+        if not_after != i64::MIN {
+            self.days.set(days_left(not_after, now));
+        }
+    }
+}
+
+fn days_left(not_after: i64, now: i64) -> f64 {
+    (not_after - now) as f64 / 86_400.0
 }
 
 impl Default for Metrics {
@@ -81,8 +117,9 @@ impl Default for Metrics {
             warm_hits: Family::default(),
             warm_misses: Family::default(),
             warm_slot_seconds: Family::default(),
-            facade_cert_days: Gauge::default(),
-            facade_cert_not_after: AtomicI64::new(i64::MIN),
+            facade_cert: Expiry::unset(),
+            credential_days: Family::default(),
+            credential: Default::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -136,21 +173,7 @@ impl Default for Metrics {
             "Facade calls refused for a bad capability",
             m.facade_refused.clone(),
         );
-        registry.register(
-            "facade_identity_refused",
-            "Facade calls refused because the client's SPIFFE ID is missing or not its task's (identity on)",
-            m.identity_refused.clone(),
-        );
-        registry.register(
-            "spire_entry_errors",
-            "Reads, writes and deletes of executor SPIRE entries (ClusterStaticEntry) that failed; each is retried next pass (identity on)",
-            m.spire_entry_errors.clone(),
-        );
-        registry.register(
-            "spire_mint_errors",
-            "X509-SVID mints for VM executors that the SPIRE server refused or did not answer; each is tried again while the task waits (identity on, VM backend)",
-            m.spire_mint_errors.clone(),
-        );
+        register_identity(&mut registry, &m);
         registry.register(
             "webhook_deliveries",
             "Webhook deliveries by outcome: nudge, standby (a non-leader's nudge), ignored, unsigned, bad_signature, too_large, malformed, replayed",
@@ -196,13 +219,42 @@ impl Default for Metrics {
             "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
             m.withdrawn.clone(),
         );
-        registry.register(
-            "facade_cert_expiry_days",
-            "Days until the facade's serving certificate expires (executors cannot connect after it; re-run `tenantci dispatch init`)",
-            m.facade_cert_days.clone(),
-        );
+        register_expiries(&mut registry, &m);
         Metrics { registry, ..m }
     }
+}
+
+/// Executor identity's counters (SPIFFE on).
+fn register_identity(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "facade_identity_refused",
+        "Facade calls refused because the client's SPIFFE ID is missing or not its task's (identity on)",
+        m.identity_refused.clone(),
+    );
+    registry.register(
+        "spire_entry_errors",
+        "Reads, writes and deletes of executor SPIRE entries (ClusterStaticEntry) that failed; each is retried next pass (identity on)",
+        m.spire_entry_errors.clone(),
+    );
+    registry.register(
+        "spire_mint_errors",
+        "X509-SVID mints for VM executors that the SPIRE server refused or did not answer; each is tried again while the task waits (identity on, VM backend)",
+        m.spire_mint_errors.clone(),
+    );
+}
+
+/// The certificates' days left (`facade_cert_expiry_days`, `credential_expiry_days`).
+fn register_expiries(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "facade_cert_expiry_days",
+        "Days until the facade's serving certificate expires (executors cannot connect after it; re-run `tenantci dispatch init`)",
+        m.facade_cert.days.clone(),
+    );
+    registry.register(
+        "credential_expiry_days",
+        "Days until the dispatcher's own client certificate (cluster.kubeconfig) expires, by user; the apiserver refuses it after that (a re-run of `tenantci dispatch init` rotates it)",
+        m.credential_days.clone(),
+    );
 }
 
 impl Metrics {
@@ -290,17 +342,28 @@ impl Metrics {
 
     /// The facade certificate's end, for `facade_cert_expiry_days`.
     pub fn facade_cert_expiry(&self, not_after: time::OffsetDateTime) {
-        self.facade_cert_not_after
-            .store(not_after.unix_timestamp(), Ordering::Relaxed);
+        self.facade_cert.set(not_after);
+    }
+
+    /// The client certificate's end and user, for `credential_expiry_days`.
+    pub fn credential_expiry(&self, user: &str, not_after: time::OffsetDateTime) {
+        let mut c = self.credential.lock().unwrap_or_else(|p| p.into_inner());
+        *c = Some((user.to_string(), not_after.unix_timestamp()));
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let not_after = self.facade_cert_not_after.load(Ordering::Relaxed);
-        if not_after != i64::MIN {
-            let now = time::OffsetDateTime::now_utc().unix_timestamp();
-            self.facade_cert_days
-                .set((not_after - now) as f64 / 86_400.0);
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        self.facade_cert.refresh(now);
+        let credential = self
+            .credential
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some((user, not_after)) = credential {
+            self.credential_days
+                .get_or_create(&vec![("user".to_string(), user)])
+                .set(days_left(not_after, now));
         }
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
@@ -342,5 +405,25 @@ mod tests {
             .parse()
             .unwrap();
         assert!((19.9..=20.0).contains(&days), "{days}");
+        assert!(
+            !text.contains("tenantci_dispatch_credential_expiry_days{"),
+            "no credential series until one is known (in the cluster there is none)"
+        );
+        m.credential_expiry(
+            "tenantci-dispatcher",
+            time::OffsetDateTime::now_utc() + time::Duration::days(3),
+        );
+        let text = m.render();
+        let days: f64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "tenantci_dispatch_credential_expiry_days{user=\"tenantci-dispatcher\"} ",
+                )
+            })
+            .unwrap_or_else(|| panic!("{text}"))
+            .parse()
+            .unwrap();
+        assert!((2.9..=3.0).contains(&days), "{days}");
     }
 }

@@ -45,6 +45,8 @@ pub struct NatsServer {
     member: Option<(String, u16, Vec<u16>)>,
     /// The monitoring port (cluster members only), read from the log like the client port.
     monitor: Option<u16>,
+    /// TLS on the client port with a certificate from a private CA ([`NatsServer::start_tls`]).
+    tls: bool,
 }
 
 impl NatsServer {
@@ -72,11 +74,51 @@ impl NatsServer {
             auth: dir.join("auth.conf"),
             member: None,
             monitor: None,
+            tls: false,
         };
         permissions::write_nats_config(&s.secrets, &s.auth)
             .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
         s.spawn();
         s
+    }
+
+    /// A server that speaks TLS only (`tls://`), its certificate for 127.0.0.1 issued by a
+    /// private CA whose certificate is [`NatsServer::ca_file`].
+    pub fn start_tls() -> NatsServer {
+        let temp = tempfile::Builder::new()
+            .prefix("tenantci-nats-tls-")
+            .tempdir()
+            .expect("create a directory for nats-server");
+        let dir = temp.path();
+        let day = std::time::Duration::from_secs(86400);
+        let ca = tenantci_core::pki::CertificateAuthority::generate("test NATS CA", day).unwrap();
+        let leaf = tenantci_core::pki::issue::server_cert(&ca, "nats", &["127.0.0.1".into()], day)
+            .unwrap();
+        std::fs::write(dir.join("ca.crt"), ca.cert_pem()).unwrap();
+        std::fs::write(dir.join("server.crt"), &leaf.cert_pem).unwrap();
+        std::fs::write(dir.join("server.key"), &leaf.key_pem).unwrap();
+        let mut s = NatsServer {
+            dir: dir.to_path_buf(),
+            _temp: None,
+            process: None,
+            url: String::new(),
+            port: 0,
+            secrets: dir.join("secrets"),
+            auth: dir.join("auth.conf"),
+            member: None,
+            monitor: None,
+            tls: true,
+        };
+        permissions::write_nats_config(&s.secrets, &s.auth)
+            .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
+        s.spawn();
+        s._temp = Some(temp);
+        s
+    }
+
+    /// The private CA of a [`NatsServer::start_tls`] server.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
     }
 
     pub fn dir(&self) -> &Path {
@@ -119,6 +161,15 @@ impl NatsServer {
 
     fn spawn(&mut self) {
         let conf = self.dir.join("nats.conf");
+        let tls = if self.tls {
+            format!(
+                "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n}}\n",
+                self.dir.join("server.crt").display(),
+                self.dir.join("server.key").display()
+            )
+        } else {
+            String::new()
+        };
         let (name, cluster) = match &self.member {
             None => ("tenantci-test".to_string(), String::new()),
             Some((name, port, routes)) => {
@@ -138,7 +189,7 @@ impl NatsServer {
             format!(
                 "listen: \"127.0.0.1:-1\"\nserver_name: {name}\n\
                  jetstream {{\n  store_dir: \"{}\"\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n\
-                 {cluster}log_file: \"{}\"\ninclude \"{}\"\n",
+                 {cluster}{tls}log_file: \"{}\"\ninclude \"{}\"\n",
                 self.store_dir().display(),
                 self.log_file().display(),
                 self.auth_include()
@@ -170,7 +221,8 @@ impl NatsServer {
         });
         self.process = Some(process);
         self.port = port;
-        self.url = format!("nats://127.0.0.1:{port}");
+        let scheme = if self.tls { "tls" } else { "nats" };
+        self.url = format!("{scheme}://127.0.0.1:{port}");
         let log = self.log();
         let marker = "Starting http monitor on 127.0.0.1:";
         self.monitor = log.find(marker).and_then(|at| {
@@ -312,6 +364,7 @@ impl NatsCluster {
                     auth: auth.clone(),
                     member: Some((format!("n{}", i + 1), routes[i], routes.clone())),
                     monitor: None,
+                    tls: false,
                 }
             })
             .collect();

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, Namespace, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SecurityContext, Toleration,
+    ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -176,10 +176,15 @@ pub fn desired_deployment(spec: &PrewarmSpec) -> Deployment {
                             .map(TolerationSpec::to_k8s)
                             .collect()
                     }),
+                    // Pod Security `restricted`: admitted where the namespace enforces it.
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         run_as_user: Some(PAUSE_UID),
                         run_as_group: Some(PAUSE_UID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..Default::default()
+                        }),
                         ..Default::default()
                     }),
                     containers: vec![Container {
@@ -421,6 +426,11 @@ mod tests {
         assert_eq!(
             pod.security_context.as_ref().unwrap().run_as_non_root,
             Some(true)
+        );
+        assert_eq!(
+            tenantci_core::pod_security::restricted(pod),
+            Vec::<String>::new(),
+            "admitted under Pod Security `restricted`"
         );
         let labels = d
             .spec

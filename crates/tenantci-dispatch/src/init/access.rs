@@ -44,6 +44,84 @@ pub fn must_allow_identity() -> Vec<Access> {
     v.into_iter().map(|a| a.scope(Scope::Cluster)).collect()
 }
 
+/// What the admin kubeconfig of `--kubeconfig` must be allowed before anything is written:
+/// applying every object of the RBAC (GET, then a server-side apply PATCH that may create),
+/// holding every access the Role grants (the apiserver refuses to grant more than the granter
+/// holds), and asking SubjectAccessReviews (the ServiceAccount's access is verified with them).
+/// With executor identity the cluster-scoped objects and accesses too.
+pub fn must_allow_admin(identity: bool) -> Vec<Access> {
+    let mut v = Vec::new();
+    for verb in ["get", "create", "patch"] {
+        v.push(Access::new(verb, "", "namespaces").scope(Scope::Cluster));
+        for (group, resource) in [
+            ("", "serviceaccounts"),
+            ("rbac.authorization.k8s.io", "roles"),
+            ("rbac.authorization.k8s.io", "rolebindings"),
+        ] {
+            v.push(Access::new(verb, group, resource));
+        }
+        if identity {
+            for resource in ["clusterroles", "clusterrolebindings"] {
+                v.push(
+                    Access::new(verb, "rbac.authorization.k8s.io", resource).scope(Scope::Cluster),
+                );
+            }
+        }
+    }
+    v.push(
+        Access::new("create", "authorization.k8s.io", "subjectaccessreviews").scope(Scope::Cluster),
+    );
+    v.extend(must_allow());
+    if identity {
+        v.extend(must_allow_identity());
+    }
+    v
+}
+
+/// Phase one of `--kubeconfig`: the admin kubeconfig may do everything init will do, so a
+/// kubeconfig without access is refused (exit 2) before anything is written or applied.
+pub async fn check_admin(
+    admin: &kube::Client,
+    file: &std::path::Path,
+    url: &str,
+    namespace: &str,
+    identity: bool,
+) -> Result<()> {
+    let checks = must_allow_admin(identity)
+        .into_iter()
+        .map(|a| (a, true))
+        .collect();
+    let results = access::review(&Reviewer::Own(admin), checks, namespace)
+        .await
+        .map_err(|e| admin_review_error(e, file, url))?;
+    match access::first_mismatch(&results) {
+        Some(bad) => Err(Error::bad_input(format!(
+            "the kubeconfig `{}` may not {}, which `dispatch init` needs to set up the dispatcher's RBAC",
+            file.display(),
+            bad.describe()
+        ))
+        .hint("pass --kubeconfig with a cluster administrator's kubeconfig (it only applies the RBAC and checks access; the dispatcher runs as its own ServiceAccount); nothing was written")),
+        None => Ok(()),
+    }
+}
+
+fn admin_review_error(e: kube::Error, file: &std::path::Path, url: &str) -> Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => Error::bad_input(format!(
+            "the apiserver at {url} did not accept the kubeconfig `{}` ({}) for a SelfSubjectAccessReview",
+            file.display(),
+            s.code
+        ))
+        .hint("pass --kubeconfig with a cluster administrator's kubeconfig for this cluster; nothing was written"),
+        _ => Error::external(format!(
+            "cannot reach the apiserver at {url} named by the kubeconfig `{}`",
+            file.display()
+        ))
+        .caused_by(e)
+        .hint("check the kubeconfig's server and that the cluster is up (`kubectl --kubeconfig FILE get --raw /version`); nothing was written"),
+    }
+}
+
 /// What the dispatcher must never be allowed.
 pub fn must_deny() -> Vec<Access> {
     vec![
@@ -88,7 +166,7 @@ fn mismatch_error(bad: &ReviewResult, namespace: &str) -> Error {
             "the dispatcher's credential may not {}, which `dispatch run` needs",
             bad.describe()
         ))
-        .hint("the RoleBinding `tenantci-dispatcher` must name the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac.yaml")
+        .hint("the RoleBinding `tenantci-dispatcher` must name the User and the ServiceAccount `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac.yaml")
     } else {
         Error::check_failed(format!(
             "the dispatcher's credential may {}, which it must never be allowed",
@@ -105,9 +183,11 @@ pub fn checks(identity: bool) -> Vec<(Access, bool)> {
     access::checks(must_allow().into_iter().chain(identity), must_deny())
 }
 
-/// Reviews every access as the dispatcher itself; returns how many reviews ran.
-pub async fn verify(dispatcher: &kube::Client, namespace: &str, identity: bool) -> Result<usize> {
-    let results = access::review(&Reviewer::Own(dispatcher), checks(identity), namespace)
+/// Reviews every access as the dispatcher: `who` is its own client credential
+/// (SelfSubjectAccessReview) or, on the in-cluster path, its ServiceAccount asked about with
+/// the admin client (SubjectAccessReview); returns how many reviews ran.
+pub async fn verify(who: &Reviewer<'_>, namespace: &str, identity: bool) -> Result<usize> {
+    let results = access::review(who, checks(identity), namespace)
         .await
         .map_err(review_error)?;
     match access::first_mismatch(&results) {

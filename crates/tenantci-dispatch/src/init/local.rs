@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::facade::capability;
 use crate::init::facade_pki;
 use crate::init::plan::{self, Checked, Inputs, RegistrationToken};
+use crate::init::target::ClusterAccess;
 use crate::queue::assignment::SealingKey;
 use crate::queue::{permissions, users};
 use tenantci_core::gateway::StateDir;
@@ -108,9 +109,13 @@ pub fn check(i: &Inputs) -> Result<Local> {
     })
 }
 
-/// The cluster's node image, when the state dir records one (executors are sized for it).
+/// The cluster's node image, when the state dir records one (executors are sized for it;
+/// with `--kubeconfig` there is none: the defaults or the flags size them).
 fn node_image(i: &Inputs) -> Result<Option<NodeImage>> {
-    let path = StateDir::new(&i.state_dir).cluster(&i.cluster).node_image;
+    let ClusterAccess::Gateway { state_dir } = &i.access else {
+        return Ok(None);
+    };
+    let path = StateDir::new(state_dir).cluster(&i.cluster).node_image;
     if !path.exists() {
         return Ok(None);
     }

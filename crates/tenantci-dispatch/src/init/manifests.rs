@@ -166,6 +166,8 @@ mod tests {
     fn rbac_is_namespaced_and_binds_both_identities() {
         let o = rbac("ci-dispatch");
         assert_eq!(o.namespace.metadata.name.as_deref(), Some("ci-dispatch"));
+        let labels = o.namespace.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
         for m in [
             &o.service_account.metadata,
             &o.role.metadata,
@@ -315,7 +317,11 @@ mod tests {
         let _service: Service = kind(&docs, "Service");
         assert_eq!(d.metadata.namespace.as_deref(), Some(DEFAULT_NAMESPACE));
         let spec = d.spec;
-        assert_eq!(spec.replicas, Some(1));
+        assert_eq!(
+            spec.replicas,
+            Some(2),
+            "a standby takes over within the lease"
+        );
         let strategy = spec.strategy.unwrap();
         assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
         let ru = strategy.rolling_update.unwrap();
@@ -324,9 +330,42 @@ mod tests {
         assert_eq!(ru.max_unavailable, Some(IntOrString::Int(0)));
         let pod = spec.template.spec.unwrap();
         assert_eq!(pod.service_account_name.as_deref(), Some(NAME));
+        // Never on a rented executor node; the replicas on different nodes when possible.
+        let affinity = pod.affinity.as_ref().unwrap();
+        let term = &affinity
+            .node_affinity
+            .as_ref()
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .unwrap()
+            .node_selector_terms[0];
+        let e = &term.match_expressions.as_ref().unwrap()[0];
+        assert_eq!(
+            (e.key.as_str(), e.operator.as_str(), e.values.as_deref()),
+            (
+                "tenantci.io/rented",
+                "NotIn",
+                Some(&["true".to_string()][..])
+            )
+        );
+        let anti = affinity.pod_anti_affinity.as_ref().unwrap();
+        assert_eq!(
+            anti.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+                .unwrap()[0]
+                .pod_affinity_term
+                .topology_key,
+            "kubernetes.io/hostname"
+        );
         assert_eq!(
             pod.security_context.as_ref().unwrap().run_as_non_root,
             Some(true)
+        );
+        assert_eq!(
+            tenantci_core::pod_security::restricted(&pod),
+            Vec::<String>::new(),
+            "admitted under Pod Security `restricted`"
         );
         let c = &pod.containers[0];
         let mut argv = c.command.clone().unwrap();

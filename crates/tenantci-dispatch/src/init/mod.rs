@@ -33,6 +33,7 @@ mod local;
 pub mod manifests;
 pub mod plan;
 pub mod spire;
+pub mod target;
 
 use std::path::{Path, PathBuf};
 
@@ -48,6 +49,7 @@ use crate::queue::users;
 use local::{Local, Registration};
 use tenantci_app::credential::decision::{self as cred, Decision, Wanted};
 use tenantci_app::credential::{CaSource, MintRequest};
+use tenantci_app::tenant::access::Reviewer;
 use tenantci_app::tenant::apply::summary;
 use tenantci_core::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
 use tenantci_core::gateway::{StateDir, resolve};
@@ -58,6 +60,8 @@ use tenantci_core::tls::probe::ServingCa;
 use tenantci_core::{Error, Result};
 
 pub use plan::{Inputs, RegistrationToken};
+pub use target::ClusterAccess;
+use target::Target;
 
 /// One step's line, as `bootstrap runner` prints them. Outcomes here: `ok`, `created`,
 /// `kept`, `applied`, `unchanged`, `updated`, `rotated`, `re-issued`, `skipped`, or
@@ -81,7 +85,9 @@ pub struct RunnerInfo {
 pub struct Files {
     #[serde(flatten)]
     pub beside_the_config: plan::Paths,
-    pub kubeconfig: PathBuf,
+    /// The dispatcher's own kubeconfig; null with `--kubeconfig` (it runs as its
+    /// ServiceAccount).
+    pub kubeconfig: Option<PathBuf>,
     pub nats_secrets_dir: PathBuf,
 }
 
@@ -144,9 +150,10 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
 struct Context<'i> {
     i: &'i Inputs,
     local: Local,
-    cluster: resolve::ResolvedCluster,
-    credential: Decision,
-    /// The tenant-admin client (applies the RBAC).
+    cluster: Target,
+    /// None: in-cluster (`--kubeconfig`), no credential of its own.
+    credential: Option<Decision>,
+    /// The tenant-admin client, or `--kubeconfig`'s (applies the RBAC).
     admin: kube::Client,
 }
 
@@ -168,20 +175,40 @@ async fn check_cluster<'i>(
     local: Local,
     steps: &mut Steps<'_>,
 ) -> Result<Context<'i>> {
-    let cluster = resolve::resolve(&StateDir::new(&i.state_dir), &i.cluster).await?;
-    serving_ca(i, &cluster).require().await?;
-    steps.record("resolve", Outcome::Ok, resolve_detail(&cluster));
+    let (cluster, admin, credential) = match &i.access {
+        ClusterAccess::Gateway { state_dir } => {
+            let cluster = resolve::resolve(&StateDir::new(state_dir), &i.cluster).await?;
+            serving_ca(i, &cluster).require().await?;
+            steps.record("resolve", Outcome::Ok, resolve_detail(&cluster));
+            let credential = credential_decision(&cluster, &local.checked, local.now)?;
+            let admin = client::from_kubeconfig(&cluster.tenant_admin_kubeconfig).await?;
+            (Target::Gateway(cluster), admin, Some(credential))
+        }
+        ClusterAccess::Kubeconfig(file) => {
+            let (_, url) = target::current_cluster(file)?;
+            let admin = client::from_kubeconfig(file).await?;
+            let identity = local.config.identity.is_some();
+            access::check_admin(&admin, file, &url, &i.namespace, identity).await?;
+            let detail = format!(
+                "cluster {} at {url}; the kubeconfig {} may apply the RBAC",
+                i.cluster,
+                file.display()
+            );
+            steps.record("resolve", Outcome::Ok, detail);
+            let name = i.cluster.clone();
+            let file = file.clone();
+            (Target::Kubeconfig { name, url, file }, admin, None)
+        }
+    };
     steps.record(
         "nats",
         Outcome::Ok,
         nats_detail(&local.checked.nats_secrets_dir, local.admin_password),
     );
-    let credential = credential_decision(&cluster, &local.checked, local.now)?;
-    let admin = client::from_kubeconfig(&cluster.tenant_admin_kubeconfig).await?;
-    check_native_sidecars(&admin, &cluster.url).await?;
+    check_native_sidecars(&admin, cluster.url()).await?;
     if local.config.identity.is_some() {
-        spire::check(&admin, &cluster.url).await?;
-        steps.record("spire", Outcome::Ok, spire::detail(&cluster.url));
+        spire::check(&admin, cluster.url()).await?;
+        steps.record("spire", Outcome::Ok, spire::detail(cluster.url()));
     }
     if let (Some(k), false) = (local.registration.kept(), i.dry_run) {
         gitea::declare(i, k, &local.checked.paths).await?;
@@ -368,12 +395,21 @@ fn credential_change(decision: &Decision) -> Option<(Outcome, String)> {
     }
 }
 
-/// The dispatcher's credential in `<dir>/kube/`; returns whether a new one was minted.
+/// The dispatcher's credential in `<dir>/kube/`; returns whether a new one was minted. In the
+/// cluster (`--kubeconfig`) there is none: the ServiceAccount's token is the credential.
 fn credential(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<bool> {
+    let Some(decision) = &cx.credential else {
+        let detail = format!(
+            "none to mint or renew: `dispatch run` in the cluster uses the ServiceAccount {} (in-cluster config)",
+            manifests::NAME
+        );
+        steps.record("credential", Outcome::Skipped, detail);
+        return Ok(false);
+    };
     let kube_dir = &cx.paths().kube_dir;
     let dir = kube_dir.display();
     let subject = format!("CN={} O={}", manifests::NAME, manifests::GROUP);
-    let Some((outcome, why)) = credential_change(&cx.credential) else {
+    let Some((outcome, why)) = credential_change(decision) else {
         let until = cred::inspect(kube_dir)?
             .cert
             .map(|c| rfc3339(c.not_after))
@@ -395,15 +431,18 @@ fn credential(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<bool> {
 /// Mints (after moving an old credential aside); returns the new one's expiry.
 fn mint_credential(cx: &Context<'_>) -> Result<String> {
     let (i, kube_dir) = (cx.i, &cx.paths().kube_dir);
-    if matches!(cx.credential, Decision::Rotate { .. }) {
+    let ClusterAccess::Gateway { state_dir } = &i.access else {
+        unreachable!("a credential is decided on the gateway path only");
+    };
+    if matches!(cx.credential, Some(Decision::Rotate { .. })) {
         cred::move_aside(kube_dir, OffsetDateTime::now_utc())?;
     }
     let minted = tenantci_app::credential::mint(&MintRequest {
         ca: CaSource::StateDir {
-            state_dir: i.state_dir.clone(),
+            state_dir: state_dir.clone(),
             cluster: i.cluster.clone(),
         },
-        server: cx.cluster.url.clone(),
+        server: cx.cluster.url().to_string(),
         common_name: manifests::NAME.into(),
         organizations: vec![manifests::GROUP.into()],
         out_dir: kube_dir.clone(),
@@ -445,22 +484,41 @@ async fn verify(cx: &Context<'_>, minted: bool, steps: &mut Steps<'_>) -> Result
         steps.record("verify", Outcome::Skipped, "dry run");
         return Ok(());
     }
-    let own = client::from_kubeconfig(&cx.paths().kube_dir.join("kubeconfig")).await?;
-    let n = access::verify(&own, &cx.i.namespace, cx.identity()).await?;
-    let which = if minted {
-        "new credential"
+    let namespace = &cx.i.namespace;
+    let (user, groups) = (
+        target::service_account_user(namespace),
+        target::service_account_groups(namespace),
+    );
+    let n = if cx.cluster.in_cluster() {
+        let who = Reviewer::Subject {
+            admin: &cx.admin,
+            user: &user,
+            groups: &groups,
+        };
+        access::verify(&who, namespace, cx.identity()).await?
     } else {
-        "kept credential"
+        let own = client::from_kubeconfig(&cx.paths().kube_dir.join("kubeconfig")).await?;
+        access::verify(&Reviewer::Own(&own), namespace, cx.identity()).await?
+    };
+    let (reviews, who, which) = match (cx.cluster.in_cluster(), minted) {
+        (true, _) => ("SubjectAccessReviews", user.as_str(), "its ServiceAccount"),
+        (false, true) => (
+            "SelfSubjectAccessReviews",
+            manifests::NAME,
+            "new credential",
+        ),
+        (false, false) => (
+            "SelfSubjectAccessReviews",
+            manifests::NAME,
+            "kept credential",
+        ),
     };
     let scope = if cx.identity() {
         ", cluster-scoped ones included"
     } else {
         ""
     };
-    let detail = format!(
-        "{n} SelfSubjectAccessReviews as {} ({which}{scope}) as expected",
-        manifests::NAME
-    );
+    let detail = format!("{n} {reviews} as {who} ({which}{scope}) as expected");
     steps.record("verify", Outcome::Ok, detail);
     Ok(())
 }
@@ -573,8 +631,8 @@ fn hand_back(cx: Context<'_>, runner: Option<SchedulerCredential>, steps: Vec<St
     HandBack {
         config: p.config.clone(),
         dry_run: i.dry_run,
-        cluster: cx.cluster.name,
-        server: cx.cluster.url,
+        cluster: cx.cluster.name().to_string(),
+        server: cx.cluster.url().to_string(),
         namespace: i.namespace.clone(),
         gitea_url: cx.local.config.gitea.url.clone(),
         facade_url: c.facade_url.clone(),
@@ -586,7 +644,7 @@ fn hand_back(cx: Context<'_>, runner: Option<SchedulerCredential>, steps: Vec<St
         }),
         files: Files {
             beside_the_config: p.clone(),
-            kubeconfig: p.kube_dir.join("kubeconfig"),
+            kubeconfig: (!cx.cluster.in_cluster()).then(|| p.kube_dir.join("kubeconfig")),
             nats_secrets_dir: c.nats_secrets_dir.clone(),
         },
         steps,
@@ -614,7 +672,7 @@ mod tests {
     fn the_files_of_the_hand_back_are_the_documented_ones() {
         let files = Files {
             beside_the_config: plan::Paths::beside(Path::new("/etc/tenantci/dispatch.toml")),
-            kubeconfig: "/etc/tenantci/kube/kubeconfig".into(),
+            kubeconfig: Some("/etc/tenantci/kube/kubeconfig".into()),
             nats_secrets_dir: "/etc/tenantci/nats".into(),
         };
         let json = serde_json::to_value(&files).unwrap();

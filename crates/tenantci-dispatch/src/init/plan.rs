@@ -39,11 +39,16 @@ pub struct Inputs {
     /// None: the kept registration's name, else `tenantci-dispatch-<cluster>`.
     pub name: Option<String>,
     pub labels: Vec<String>,
-    pub state_dir: PathBuf,
+    /// The gateway's state dir, or an admin kubeconfig of any cluster.
+    pub access: super::target::ClusterAccess,
+    /// The cluster's name (the runner's default name, SPIRE's default cluster).
     pub cluster: String,
     pub namespace: String,
     pub nats_url: String,
     pub nats_secrets_dir: PathBuf,
+    /// `--nats-ca-file`: the CA the NATS server's TLS certificate chains to; None: the
+    /// existing config's, else the system's roots.
+    pub nats_ca_file: Option<PathBuf>,
     /// None: the existing config's value, else the default.
     pub pod_capacity: Option<u32>,
     pub vm_capacity: Option<u32>,
@@ -118,6 +123,8 @@ pub struct Checked {
     /// The facade URL's host, brackets stripped: what the serving cert must cover.
     pub facade_host: String,
     pub nats_secrets_dir: PathBuf,
+    /// `--nats-ca-file`, absolute.
+    pub nats_ca_file: Option<PathBuf>,
     pub credential_valid_for: std::time::Duration,
     /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
     pub webhook: Option<(SocketAddr, PathBuf)>,
@@ -213,11 +220,19 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         ))
         .caused_by(e)
     })?;
+    let nats_ca_file = match &i.nats_ca_file {
+        Some(f) => Some(std::path::absolute(f).map_err(|e| {
+            Error::bad_input(format!("cannot resolve --nats-ca-file `{}`", f.display()))
+                .caused_by(e)
+        })?),
+        None => None,
+    };
     Ok(Checked {
         paths: Paths::beside(&out),
         facade_url,
         facade_host,
         nats_secrets_dir,
+        nats_ca_file,
         credential_valid_for,
         webhook: check_webhook(i)?,
     })
@@ -324,7 +339,11 @@ pub fn config(
             ca_file: tuning.and_then(|e| e.gitea.ca_file.clone()),
         },
         cluster: config::Cluster {
-            kubeconfig: Some(files::KUBECONFIG.into()),
+            // In the cluster (`--kubeconfig`): none, the ServiceAccount's in-cluster config.
+            kubeconfig: match &i.access {
+                super::target::ClusterAccess::Gateway { .. } => Some(files::KUBECONFIG.into()),
+                super::target::ClusterAccess::Kubeconfig(_) => None,
+            },
             namespace: i.namespace.clone(),
         },
         nats: config::Nats {
@@ -332,6 +351,10 @@ pub fn config(
             secrets_dir: c.nats_secrets_dir.clone(),
             sealing_key_file: files::SEALING_KEY.into(),
             ack_wait: keep(|e| e.nats.ack_wait.clone(), d::ack_wait()),
+            ca_file: match &c.nats_ca_file {
+                Some(f) => Some(f.clone()),
+                None => tuning.and_then(|e| e.nats.ca_file.clone()),
+            },
         },
         capacity,
         facade: config::Facade {
@@ -385,11 +408,14 @@ pub(crate) mod tests {
             registration_token: Some(RegistrationToken::new("reg-token")),
             name: None,
             labels: vec!["self-hosted".into(), "pod".into()],
-            state_dir: "/var/lib/socialweb".into(),
+            access: crate::init::target::ClusterAccess::Gateway {
+                state_dir: "/var/lib/socialweb".into(),
+            },
             cluster: "ci".into(),
             namespace: "dynamic-runner".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_secrets_dir: "/etc/tenantci/nats".into(),
+            nats_ca_file: None,
             pod_capacity: None,
             vm_capacity: None,
             facade_listen: "127.0.0.1:8443".parse().unwrap(),

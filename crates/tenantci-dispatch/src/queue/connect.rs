@@ -61,8 +61,40 @@ pub fn options(user: &str, password: &str) -> ConnectOptions {
 
 /// Connects as `user` with the password in `password_file`.
 pub async fn connect(url: &str, user: &str, password_file: &Path) -> tenantci_core::Result<Client> {
+    connect_trusting(url, user, password_file, None).await
+}
+
+/// As [`connect`], with the server's TLS certificate verified against the CA certificates in
+/// `ca_file` (a private CA; `nats.ca_file`) instead of the system's roots.
+pub async fn connect_trusting(
+    url: &str,
+    user: &str,
+    password_file: &Path,
+    ca_file: Option<&Path>,
+) -> tenantci_core::Result<Client> {
     let password = read_password(password_file)?;
-    connect_with(url, options(user, &password), user).await
+    let mut opts = options(user, &password);
+    if let Some(ca) = ca_file {
+        check_ca_file(ca)?;
+        opts = opts.add_root_certificates(ca.to_path_buf());
+    }
+    connect_with(url, opts, user).await
+}
+
+/// The CA file must hold at least one PEM certificate: refused as bad input (exit 2, naming
+/// the file) rather than as an unreachable server.
+fn check_ca_file(path: &Path) -> tenantci_core::Result<()> {
+    let text =
+        tenantci_core::input::read_text("the NATS CA file", path, tenantci_core::input::MAX_PEM)?;
+    if text.contains("-----BEGIN CERTIFICATE-----") {
+        Ok(())
+    } else {
+        Err(tenantci_core::Error::bad_input(format!(
+            "the NATS CA file `{}` holds no PEM certificate",
+            path.display()
+        ))
+        .hint("set nats.ca_file (TENANTCI_DISPATCH_NATS_CA_FILE, init --nats-ca-file) to the CA certificate that signed the NATS server's certificate"))
+    }
 }
 
 /// Connects with prepared `options` (tests add an event callback); maps errors to exit codes.

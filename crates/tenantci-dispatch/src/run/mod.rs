@@ -17,6 +17,7 @@
 //! the ports, [`Listening`] reports them, and a `facade.url` with port 0 is advertised to
 //! executors with the facade's bound port.
 
+pub mod credential;
 pub mod leader;
 pub mod status;
 pub mod term;
@@ -134,6 +135,7 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
 fn start_metrics(cfg: &Config, inputs: &Inputs) -> Arc<Metrics> {
     let metrics = Arc::new(Metrics::default());
     report_facade_cert(cfg, &inputs.facade_cert, &metrics);
+    report_credential(cfg, &metrics);
     metrics.capacity(Backend::Pod, cfg.capacity.pod);
     metrics.capacity(Backend::Vm, cfg.capacity.vm);
     metrics
@@ -154,6 +156,33 @@ fn report_facade_cert(cfg: &Config, valid: &facade_cert::Valid, metrics: &Metric
         tracing::info!(
             days_left = valid.days_left,
             "the facade certificate is valid until {until}"
+        );
+    }
+}
+
+/// Exports the end of the dispatcher's own client certificate (gateway path) and says when
+/// it must be renewed; in the cluster (no kubeconfig) there is nothing to report.
+fn report_credential(cfg: &Config, metrics: &Metrics) {
+    let Some(path) = &cfg.cluster.kubeconfig else {
+        return;
+    };
+    let Some(cert) = credential::client_certificate(path) else {
+        return;
+    };
+    let user = cert.common_name.clone().unwrap_or_default();
+    metrics.credential_expiry(&user, cert.not_after);
+    let until = tenantci_core::pki::inspect::rfc3339(cert.not_after);
+    let days_left = (cert.not_after - time::OffsetDateTime::now_utc()).whole_days();
+    if days_left < credential::WARN_DAYS {
+        tracing::warn!(
+            kubeconfig = %path.display(),
+            days_left,
+            "the dispatcher's client credential expires at {until}; re-run `tenantci dispatch init` (it rotates the credential) and restart `dispatch run`"
+        );
+    } else {
+        tracing::info!(
+            days_left,
+            "the dispatcher's client credential is valid until {until}"
         );
     }
 }
@@ -211,6 +240,9 @@ pub struct Listening {
     /// The facade URL executors are given.
     pub facade_url: String,
     pub status: SocketAddr,
+    /// The metrics listener, when `status.metrics_listen` is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<SocketAddr>,
     /// The webhook receiver, when one is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhook: Option<SocketAddr>,
@@ -272,10 +304,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         metrics.clone(),
     ));
     let facade_listener = bind("facade", cfg.facade.listen).await?;
-    let status_listener = bind("status API", cfg.status.listen).await?;
-    let status_addr = status_listener
-        .local_addr()
-        .map_err(|e| Error::external("cannot read the status API's address").caused_by(e))?;
+    let status_listeners = status::Listeners::bind(&cfg.status).await?;
+    let (status_addr, metrics_addr) = (status_listeners.status_addr, status_listeners.metrics_addr);
     let webhook_listener = match &cfg.webhook {
         Some(w) => Some(bind("webhook receiver", w.listen).await?),
         None => None,
@@ -286,12 +316,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());
     health.facade_up.store(true, Ordering::SeqCst);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let status_task = tokio::spawn(status::serve(
-        status_listener,
-        health.clone(),
-        metrics.clone(),
-        stopped(stop_rx.clone()),
-    ));
+    let status_tasks = status_listeners.serve(health.clone(), metrics.clone(), stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
         (Some(listener), Some(secret)) => {
@@ -308,6 +333,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
             facade: facade.local_addr,
             facade_url: cfg.facade.url.clone(),
             status: status_addr,
+            metrics: metrics_addr,
             webhook: webhook_addr,
         },
     ));
@@ -347,7 +373,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         me,
         health,
         facade,
-        status: status_task,
+        status: status_tasks,
         webhook: webhook_task,
     }
     .drain()
@@ -447,7 +473,7 @@ struct Running {
     me: String,
     health: Arc<Health>,
     facade: transport::FacadeHandle,
-    status: tokio::task::JoinHandle<std::io::Result<()>>,
+    status: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
     webhook: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
@@ -466,7 +492,9 @@ impl Running {
         }
         self.health.facade_up.store(false, Ordering::SeqCst);
         self.facade.shutdown().await;
-        stop_status(self.status).await;
+        for t in self.status {
+            stop_status(t).await;
+        }
         if let Some(t) = self.webhook {
             stop_status(t).await;
         }
@@ -482,6 +510,7 @@ fn announce(cfg: &Config, listening: Listening) -> Listening {
         webhook = ?listening.webhook,
         facade_url = %cfg.facade.url,
         status = %listening.status,
+        metrics = ?listening.metrics,
         namespace = %cfg.cluster.namespace,
         "dispatcher up; waiting for the scheduler lease"
     );
@@ -563,7 +592,7 @@ async fn open_ledger(cfg: &Config, worker: &async_nats::Client) -> Result<Ledger
 
 async fn connect_as(cfg: &Config, user: &str) -> Result<async_nats::Client> {
     let password = permissions::password_file(&cfg.nats.secrets_dir, user);
-    connect::connect(&cfg.nats.url, user, &password).await
+    connect::connect_trusting(&cfg.nats.url, user, &password, cfg.nats.ca_file.as_deref()).await
 }
 
 /// Starts a term when the lease is won and stops it when it is lost, until SIGTERM / SIGINT
@@ -626,7 +655,8 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
         );
         return Ok(());
     }
-    let client = connect::connect(&cfg.nats.url, users::ADMIN, &admin).await?;
+    let ca = cfg.nats.ca_file.as_deref();
+    let client = connect::connect_trusting(&cfg.nats.url, users::ADMIN, &admin, ca).await?;
     let js = async_nats::jetstream::new(client);
     let own = TopologySpec {
         pod_capacity: cfg.capacity.pod,

@@ -1,5 +1,8 @@
 //! The status API on loopback: `/healthz` (the process serves), `/readyz` (the facade is up;
-//! the body says whether this instance leads), `/metrics` (Prometheus text).
+//! the body says whether this instance leads), `/metrics` (Prometheus text). With
+//! `status.metrics_listen`, a second listener serves `/metrics` alone, for a scraper outside
+//! the Pod or host (non-loopback only with `status.expose_metrics = true`); health stays on
+//! loopback.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +63,80 @@ pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(self::metrics))
         .with_state(Arc::new(Shared { health, metrics }))
+}
+
+/// Only `/metrics`: what the metrics listener serves.
+pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    let health = Arc::new(Health::default());
+    Router::new()
+        .route("/metrics", get(self::metrics))
+        .with_state(Arc::new(Shared { health, metrics }))
+}
+
+/// The status API's listener and the optional metrics listener, bound at start (a busy
+/// address is refused before anything else listens).
+pub struct Listeners {
+    status: TcpListener,
+    metrics: Option<TcpListener>,
+    pub status_addr: std::net::SocketAddr,
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl Listeners {
+    pub async fn bind(status: &crate::config::Status) -> tenantci_core::Result<Listeners> {
+        let listen = |what: &'static str, addr| async move {
+            let l = TcpListener::bind(addr).await.map_err(|e| {
+                tenantci_core::Error::bad_input(format!("cannot listen on {addr} for the {what}"))
+                    .caused_by(e)
+                    .hint("pick a free address in the config (or its TENANTCI_DISPATCH_* override)")
+            })?;
+            let bound = l.local_addr().map_err(|e| {
+                tenantci_core::Error::external(format!("cannot read the {what}'s address"))
+                    .caused_by(e)
+            })?;
+            Ok::<_, tenantci_core::Error>((l, bound))
+        };
+        let (status_l, status_addr) = listen("status API", status.listen).await?;
+        let (metrics, metrics_addr) = match status.metrics_listen {
+            Some(addr) => {
+                let (l, a) = listen("metrics listener", addr).await?;
+                (Some(l), Some(a))
+            }
+            None => (None, None),
+        };
+        Ok(Listeners {
+            status: status_l,
+            metrics,
+            status_addr,
+            metrics_addr,
+        })
+    }
+
+    /// Serves both until `stop` says so; one task each.
+    pub fn serve(
+        self,
+        health: Arc<Health>,
+        metrics: Arc<Metrics>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<std::io::Result<()>>> {
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let mut tasks = vec![tokio::spawn(serve(
+            self.status,
+            health,
+            metrics.clone(),
+            stopped(stop.clone()),
+        ))];
+        if let Some(l) = self.metrics {
+            tasks.push(tokio::spawn(async move {
+                axum::serve(l, metrics_router(metrics))
+                    .with_graceful_shutdown(stopped(stop))
+                    .await
+            }));
+        }
+        tasks
+    }
 }
 
 /// Serves until `stop` resolves.

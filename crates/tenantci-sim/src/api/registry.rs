@@ -243,6 +243,19 @@ pub static TENANT: &[ResourceDef] = &[
         )
     },
     ResourceDef {
+        generation: true,
+        ..def(
+            "networkpolicies.networking.k8s.io",
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+            "networkpolicy",
+            true,
+            &["netpol"],
+        )
+    },
+    ResourceDef {
         name_rule: NameRule::PathSegment,
         ..def(
             "roles.rbac.authorization.k8s.io",

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use crate::output::{self, OutputArgs};
-use tenantci_core::Result;
+use tenantci_core::{Error, Result};
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::init::{self, Inputs, RegistrationToken};
+use tenantci_dispatch::init::{self, ClusterAccess, Inputs, RegistrationToken};
 use tenantci_dispatch::run::status;
 
 #[derive(Debug, Subcommand)]
@@ -17,10 +17,14 @@ pub enum DispatchCommand {
     /// Register with Gitea once and write everything `dispatch run` needs (idempotent).
     ///
     /// Checks every input first (bad input: exit 2, nothing written, applied or registered),
-    /// then registers the dispatcher at Gitea (kept on re-run: scheduler.json), mints its
-    /// client credential (<dir>/kube/, CN tenantci-dispatcher), applies its namespaced RBAC
-    /// with the cluster's tenant-admin kubeconfig and verifies it with the new credential,
-    /// creates the capability and sealing keys and the facade's CA and serving cert (all kept
+    /// then registers the dispatcher at Gitea (kept on re-run: scheduler.json). On any
+    /// cluster (--kubeconfig): applies its namespaced RBAC with that administrator's
+    /// kubeconfig and verifies it for the tenantci-dispatcher ServiceAccount, which `dispatch
+    /// run` uses in the cluster (no credential to mint or renew). On the gateway path
+    /// (--state-dir, --cluster): mints its client credential (<dir>/kube/, CN
+    /// tenantci-dispatcher, 720h by default), applies the RBAC with the cluster's tenant-admin
+    /// kubeconfig and verifies it with the new credential. Then creates the capability and
+    /// sealing keys and the facade's CA and serving cert (all kept
     /// on re-run), and writes the config last. Every file is 0600 in a 0700 directory; the
     /// registration token is never written. With --opensandbox-url the VM backend is on
     /// (its Lifecycle API is reached with the key before anything is written); without it,
@@ -29,7 +33,8 @@ pub enum DispatchCommand {
     /// Run the dispatcher described by a config until SIGTERM, then drain. Prints one JSON
     /// line `{"type":"listening","facade":ADDR,"facadeUrl":URL,"status":ADDR}` on stdout once
     /// the facade and the status API listen (port 0 in the config: the ports picked), with
-    /// `"webhook":ADDR` when a webhook receiver is configured. Logs the FetchTask rate it
+    /// `"metrics":ADDR` when a metrics listener (status.metrics_listen) and `"webhook":ADDR`
+    /// when a webhook receiver is configured. Logs the FetchTask rate it
     /// will cost Gitea at start.
     Run(RunArgs),
     /// GET the status API (/healthz, /readyz) of a dispatcher in this network namespace:
@@ -104,16 +109,24 @@ pub struct GiteaArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "The tenant cluster")]
 pub struct ClusterArgs {
-    /// The gateway state directory (resolves the cluster through gateway.json).
+    /// Any cluster: a cluster administrator's kubeconfig, used only to apply the dispatcher's
+    /// RBAC and check access (its current context). The dispatcher then runs in the cluster as
+    /// the tenantci-dispatcher ServiceAccount: no credential is minted or renewed.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The gateway path: the gateway state directory (resolves --cluster through
+    /// gateway.json; the dispatcher's client certificate is minted from its ClientCA).
     #[arg(long, value_name = "DIR", env = "TENANTCI_STATE_DIR")]
-    pub state_dir: PathBuf,
-    /// The tenant cluster's name.
+    pub state_dir: Option<PathBuf>,
+    /// The cluster's name. Required with --state-dir; with --kubeconfig, default: the name
+    /// of the current context's cluster.
     #[arg(long, value_name = "NAME")]
-    pub cluster: String,
+    pub cluster: Option<String>,
     /// Namespace of the executor Pods, their Secrets and the leader Lease.
     #[arg(long, value_name = "NS", default_value = "dynamic-runner")]
     pub namespace: String,
-    /// Lifetime of the dispatcher's client certificate (Go duration). A re-run of init
+    /// Lifetime of the dispatcher's client certificate on the gateway path (Go duration). A
+    /// re-run of init
     /// rotates it once two thirds have passed: re-run init regularly (e.g. weekly) and
     /// restart `dispatch run` after a rotation.
     #[arg(long, value_name = "DURATION", default_value = "720h")]
@@ -130,6 +143,11 @@ pub struct NatsArgs {
     /// ci-worker.password; ci-admin.password optional).
     #[arg(long, value_name = "DIR")]
     pub nats_secrets_dir: PathBuf,
+    /// PEM CA certificate(s) the NATS server's TLS certificate chains to, for a tls:// URL
+    /// with a private CA (nats.ca_file). Default: the existing config's, else the system's
+    /// roots.
+    #[arg(long, value_name = "FILE")]
+    pub nats_ca_file: Option<PathBuf>,
     /// Concurrent executor Pods. Default: the existing config's, else 4.
     #[arg(long, value_name = "N")]
     pub pod_capacity: Option<u32>,
@@ -308,7 +326,24 @@ fn registration_token(g: &GiteaArgs) -> Result<Option<RegistrationToken>> {
         .map(RegistrationToken::new))
 }
 
+/// `--kubeconfig` or `--state-dir`, one of them.
+fn cluster_access(c: &ClusterArgs) -> Result<ClusterAccess> {
+    match (&c.kubeconfig, &c.state_dir) {
+        (Some(file), None) => Ok(ClusterAccess::Kubeconfig(file.clone())),
+        (None, Some(dir)) => Ok(ClusterAccess::Gateway {
+            state_dir: dir.clone(),
+        }),
+        (Some(_), Some(_)) => Err(Error::bad_input(
+            "--kubeconfig and --state-dir (or TENANTCI_STATE_DIR) are both given; they are two ways to reach the cluster",
+        )
+        .hint("pass --kubeconfig for any cluster (the dispatcher runs as its ServiceAccount), or --state-dir with --cluster for the gateway's; unset TENANTCI_STATE_DIR if it is set")),
+        (None, None) => Err(Error::bad_input("no cluster is given")
+            .hint("pass --kubeconfig FILE (a cluster administrator's, for any cluster), or --state-dir DIR --cluster NAME (the gateway's)")),
+    }
+}
+
 fn inputs(a: &InitArgs) -> Result<Inputs> {
+    let access = cluster_access(&a.cluster)?;
     Ok(Inputs {
         gitea_url: a.gitea.gitea_url.clone(),
         forge: a
@@ -326,11 +361,12 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             .iter()
             .map(|l| l.trim().to_string())
             .collect(),
-        state_dir: a.cluster.state_dir.clone(),
-        cluster: a.cluster.cluster.clone(),
+        cluster: init::target::cluster_name(a.cluster.cluster.as_deref(), &access)?,
+        access,
         namespace: a.cluster.namespace.clone(),
         nats_url: a.nats.nats.clone(),
         nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
+        nats_ca_file: a.nats.nats_ca_file.clone(),
         pod_capacity: a.nats.pod_capacity,
         vm_capacity: a.nats.vm_capacity,
         facade_listen: a.facade.facade_listen,

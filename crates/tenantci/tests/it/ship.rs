@@ -74,7 +74,31 @@ fn the_openbao_overlay_renders_an_external_secret_and_a_generated_config() {
     assert_eq!(spec["secretStoreRef"]["kind"], "ClusterSecretStore");
     assert_eq!(spec["secretStoreRef"]["name"], "openbao");
     assert_eq!(spec["target"]["name"], "tenantci-dispatcher");
-    assert_eq!(secret[0]["apiVersion"], "external-secrets.io/v1beta1");
+    assert_eq!(secret[0]["apiVersion"], "external-secrets.io/v1");
+    let store = of_kind(&objects, "ClusterSecretStore");
+    assert_eq!(store.len(), 1, "the store the ExternalSecret names");
+    assert_eq!(store[0]["apiVersion"], "external-secrets.io/v1");
+    assert_eq!(store[0]["metadata"]["name"], "openbao");
+    let mount = store[0]["spec"]["provider"]["vault"]["path"]
+        .as_str()
+        .unwrap();
+    // The `bao kv put -mount=ci dynamic-runner/...` commands write where the data is read.
+    let commands = std::fs::read_to_string(repo_file(
+        "manifests/components/openbao/externalsecret.yaml",
+    ))
+    .unwrap();
+    for d in spec["data"].as_sequence().unwrap() {
+        let key = d["remoteRef"]["key"].as_str().unwrap();
+        assert!(
+            commands.contains(&format!("bao kv put -mount={mount} {key}")),
+            "a command loads {key}"
+        );
+        let property = d["remoteRef"]["property"].as_str().unwrap();
+        assert!(
+            commands.contains(&format!("{property}=@")),
+            "{property} is loaded"
+        );
+    }
     let keys: Vec<&str> = spec["data"]
         .as_sequence()
         .unwrap()
@@ -153,6 +177,157 @@ fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
     for m in ["config", "tmp", "spiffe-workload-api"] {
         assert!(mounts.contains(&m), "{m} in {mounts:?}");
     }
+}
+
+/// The monitoring component: the metrics listener turned on (with its opt-in) and named, a
+/// Service and ServiceMonitor that select it, and the promtool-tested rules as a
+/// PrometheusRule.
+#[test]
+fn the_monitoring_component_scrapes_the_metrics_listener_and_carries_the_tested_rules() {
+    let objects = kustomize("manifests/overlays/monitoring");
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let env: std::collections::BTreeMap<String, String> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    // The config with the Deployment's environment loads: the opt-in is there.
+    let cfg = tenantci_dispatch::config::Config::load_with_env(
+        &repo_file("manifests/overlays/openbao/config.toml"),
+        &|k| env.get(k).cloned(),
+    )
+    .unwrap();
+    let listen = cfg.status.metrics_listen.expect("the metrics listener");
+    assert!(listen.ip().is_unspecified() && cfg.status.expose_metrics);
+    let ports: Vec<(&str, u64)> = container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["containerPort"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(ports.contains(&("facade", 8443)), "{ports:?}");
+    assert!(
+        ports.contains(&("metrics", u64::from(listen.port()))),
+        "{ports:?}"
+    );
+    let service = of_kind(&objects, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "tenantci-dispatcher-metrics")
+        .expect("the metrics Service");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    let monitor = of_kind(&objects, "ServiceMonitor")[0];
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the ServiceMonitor selects the Service"
+        );
+    }
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    let rules = of_kind(&objects, "PrometheusRule")[0];
+    let tested: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_file("manifests/monitoring/alerts.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        rules["spec"]["groups"], tested["groups"],
+        "components/monitoring/prometheusrule.yaml holds alerts.yaml's groups"
+    );
+}
+
+/// Every kustomization renders with kubectl's kustomize; the base and the locked-down overlay
+/// (built-in kinds only: the webhook and network-policy components) pass `kubectl apply
+/// --dry-run=server` at the simulator, which validates them against its OpenAPI (fields
+/// strictly) and stores nothing. The overlays with CRDs (External Secrets, SPIRE, Prometheus
+/// Operator) are rendered only: the simulator serves none of those CRDs.
+#[test]
+fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
+    let overlays: Vec<String> = std::fs::read_dir(repo_file("manifests/overlays"))
+        .unwrap()
+        .map(|e| {
+            format!(
+                "manifests/overlays/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        })
+        .collect();
+    assert!(overlays.len() >= 5, "{overlays:?}");
+    for dir in &overlays {
+        let objects = kustomize(dir);
+        let deployment = of_kind(&objects, "Deployment")[0];
+        let pod: k8s_openapi::api::core::v1::PodSpec =
+            serde_yaml::from_value(deployment["spec"]["template"]["spec"].clone()).unwrap();
+        assert_eq!(
+            tenantci_core::pod_security::restricted(&pod),
+            Vec::<String>::new(),
+            "{dir}: the dispatcher passes Pod Security `restricted`"
+        );
+    }
+    let dir = scratch();
+    let sim = SimProcess::start(tenantci(), &dir.path().join("state"), &["ci"], &[]);
+    let kubectl = Kubectl::new(&sim.tenant_admin("ci"), dir.path());
+    // The namespace exists, as it does after `dispatch init`; the rest is only validated.
+    assert!(
+        kubectl
+            .run(&["create", "namespace", "dynamic-runner"])
+            .status
+            .success()
+    );
+    for dir in ["manifests/dispatch", "manifests/overlays/locked-down"] {
+        let objects = kustomize(dir);
+        let docs: Vec<String> = objects
+            .iter()
+            .map(|o| serde_yaml::to_string(o).unwrap())
+            .collect();
+        let o = kubectl.run_stdin(
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--validate=strict",
+                "-f",
+                "-",
+            ],
+            &docs.join("---\n"),
+        );
+        assert!(
+            o.status.success(),
+            "{dir}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("(server dry run)"), "{out}");
+        if dir.ends_with("locked-down") {
+            for kind in [
+                "networkpolicy.networking.k8s.io/gitea-executor",
+                "service/tenantci-dispatcher-webhook",
+                "poddisruptionbudget.policy/tenantci-dispatcher",
+            ] {
+                assert!(out.contains(kind), "{kind} in {out}");
+            }
+        }
+    }
+    let o = kubectl.run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "deployment/tenantci-dispatcher",
+    ]);
+    assert!(!o.status.success(), "a dry run stores nothing");
 }
 
 #[test]

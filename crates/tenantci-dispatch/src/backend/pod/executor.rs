@@ -30,8 +30,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     CSIVolumeSource, Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath,
-    Pod, PodSecurityContext, PodSpec, Probe, Secret, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount,
+    LocalObjectReference, Pod, PodSecurityContext, PodSpec, Probe, SeccompProfile, Secret,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -401,11 +401,23 @@ pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
             node_selector: (!x.node_selector.is_empty()).then(|| x.node_selector.clone()),
             tolerations: (!x.tolerations.is_empty()).then(|| x.tolerations.clone()),
             runtime_class_name: x.runtime_class_name.clone(),
+            image_pull_secrets: (!x.image_pull_secrets.is_empty()).then(|| {
+                x.image_pull_secrets
+                    .iter()
+                    .map(|name| LocalObjectReference { name: name.clone() })
+                    .collect()
+            }),
+            // Pod Security `restricted` (the namespace may enforce it): non-root, the
+            // runtime's default seccomp profile; each container drops every capability.
             security_context: Some(PodSecurityContext {
                 run_as_user: Some(RUN_AS_USER),
                 run_as_group: Some(RUN_AS_USER),
                 fs_group: Some(RUN_AS_USER),
                 run_as_non_root: Some(true),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             volumes: Some(volumes(spec, &name)),
@@ -679,6 +691,39 @@ mod tests {
                 "--config",
                 "/etc/gitea-task/runner/config.yaml"
             ]
+        );
+    }
+
+    /// Admitted where the namespace enforces Pod Security `restricted`, with identity on
+    /// (the SPIFFE CSI volume) and off, with every optional Pod field the config sets.
+    #[test]
+    fn the_pod_passes_pod_security_restricted() {
+        let mut s = spec();
+        s.executor.image_pull_secrets = vec!["registry".into()];
+        s.executor.runtime_class_name = Some("gvisor".into());
+        let off = desired_pod(&s).spec.unwrap();
+        assert_eq!(
+            tenantci_core::pod_security::restricted(&off),
+            Vec::<String>::new()
+        );
+        let pulls = off.image_pull_secrets.unwrap();
+        assert_eq!(pulls[0].name, "registry");
+        s.identity = Some(ExecutorIdentity {
+            spiffe_id: "spiffe://example.org/gitea/acme/w/build".into(),
+            facade_id: "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher".into(),
+        });
+        let on = desired_pod(&s).spec.unwrap();
+        assert_eq!(
+            tenantci_core::pod_security::restricted(&on),
+            Vec::<String>::new()
+        );
+        assert!(
+            desired_pod(&spec())
+                .spec
+                .unwrap()
+                .image_pull_secrets
+                .is_none(),
+            "none unless configured"
         );
     }
 

@@ -5,7 +5,7 @@
 //! patch-strategy extensions of the lists the simulator's strategic merge patch merges by key
 //! (so kubectl computes the patches the server applies).
 
-use k8s_openapi::api::{apps, coordination, core, policy, rbac, scheduling};
+use k8s_openapi::api::{apps, coordination, core, networking, policy, rbac, scheduling};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
@@ -48,6 +48,7 @@ fn add_kind(generator: &mut SchemaGenerator, def: &ResourceDef) -> Option<String
         "deployments.apps" => add::<apps::v1::Deployment>(generator),
         "priorityclasses.scheduling.k8s.io" => add::<scheduling::v1::PriorityClass>(generator),
         "poddisruptionbudgets.policy" => add::<policy::v1::PodDisruptionBudget>(generator),
+        "networkpolicies.networking.k8s.io" => add::<networking::v1::NetworkPolicy>(generator),
         "roles.rbac.authorization.k8s.io" => add::<rbac::v1::Role>(generator),
         "clusterroles.rbac.authorization.k8s.io" => add::<rbac::v1::ClusterRole>(generator),
         "rolebindings.rbac.authorization.k8s.io" => add::<rbac::v1::RoleBinding>(generator),

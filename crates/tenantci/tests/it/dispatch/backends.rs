@@ -143,7 +143,15 @@ async fn a_restart_after_lost_pods_never_runs_past_capacity_and_runs_every_task_
         w.enqueue("waiting-2", "s4").await,
     ];
     for job in waiting {
-        w.claimed(job).await;
+        let task = w.claimed(job).await;
+        // Gitea assigns the task in FetchTask's answer; a kill before the dispatcher has
+        // queued it loses that claim by design (Gitea fails it after 10 minutes), so the kill
+        // waits for the queueing.
+        let queued = format!("claimed and queued task={task} ");
+        eventually("the claim to be queued", || async {
+            d.log_text().contains(&queued).then_some(())
+        })
+        .await;
     }
     assert_eq!(
         w.secrets().await.len(),

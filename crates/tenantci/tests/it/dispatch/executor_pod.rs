@@ -229,6 +229,25 @@ async fn executors_are_sized_for_the_rented_node_and_never_share_one() {
     w.all_cleaned_up().await;
 }
 
+/// The live Pod whose name starts with `prefix` passes Pod Security `restricted`.
+async fn assert_restricted(w: &World, prefix: &str) {
+    let pods = w.pods().await;
+    let pod = pods
+        .iter()
+        .find(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .unwrap_or_else(|| panic!("a {prefix} Pod"));
+    assert_eq!(
+        tenantci_core::pod_security::restricted(pod.spec.as_ref().unwrap()),
+        Vec::<String>::new(),
+        "{prefix}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_warm_executor_takes_the_place_of_a_pause_pod_sized_from_the_dispatch_config() {
     let w = World::start(1).await;
@@ -262,6 +281,7 @@ async fn a_warm_executor_takes_the_place_of_a_pause_pod_sized_from_the_dispatch_
             .then(|| pause.spec.as_ref()?.node_name.clone())?
     })
     .await;
+    assert_restricted(&w, "tenantci-pause").await;
     let task = w.claimed(w.enqueue("warm", "s3cr3t-warm").await).await;
     let name = format!("gitea-task-{task}");
     let executor_node = eventually("the executor Pod to run", || async {
@@ -277,6 +297,9 @@ async fn a_warm_executor_takes_the_place_of_a_pause_pod_sized_from_the_dispatch_
         executor_node, pause_node,
         "the executor preempted the pause pod on the warm node"
     );
+    // Both Pods tenantci created, as the apiserver stored them, pass Pod Security
+    // `restricted` (the dispatcher's namespace enforces it: manifests/dispatch/rbac.yaml).
+    assert_restricted(&w, &name).await;
     w.executor(task).await.run(task).await;
     eventually("the executor objects to go", || async {
         w.pods()

@@ -84,25 +84,25 @@ impl World {
     /// registration, keys, facade PKI), with short timings; the dispatcher uses the
     /// tenant-admin kubeconfig.
     pub async fn start(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity), None, false, &[]).await
+        Self::build(MadeBy::Test(pod_capacity), None, false, &[]).await
     }
 
     /// As [`World::start`], the simulator started with `sim_flags` too (its rented nodes:
     /// `--node-boot 1s`).
     pub async fn start_with_sim_flags(pod_capacity: u32, sim_flags: &[&str]) -> World {
-        Self::build(Some(pod_capacity), None, false, sim_flags).await
+        Self::build(MadeBy::Test(pod_capacity), None, false, sim_flags).await
     }
 
     /// As [`World::start`], with the simulator's SPIRE stand-in for trust domain [`TD`].
     pub async fn start_with_spire(pod_capacity: u32) -> World {
-        Self::build(Some(pod_capacity), None, true, &[]).await
+        Self::build(MadeBy::Test(pod_capacity), None, true, &[]).await
     }
 
     /// As [`World::start`], on a three-node JetStream cluster (`NatsCluster`) whose topology
     /// `tenantci queue init --replicas 3` created; dispatchers get every server's URL.
     pub async fn start_clustered(pod_capacity: u32) -> World {
         let (servers, dir) = NatsCluster::start().into_parts();
-        let mut w = Self::build(Some(pod_capacity), Some((servers, dir)), false, &[]).await;
+        let mut w = Self::build(MadeBy::Test(pod_capacity), Some((servers, dir)), false, &[]).await;
         let urls: Vec<String> = std::iter::once(&w.nats)
             .chain(&w.peers)
             .map(|s| s.url.clone())
@@ -129,33 +129,63 @@ impl World {
         w
     }
 
+    /// As [`World::start`], on a NATS server that speaks TLS only, its certificate from a
+    /// private CA that dispatchers trust through `nats.ca_file` (`tls://` URL).
+    pub async fn start_tls_nats(pod_capacity: u32) -> World {
+        let server = NatsServer::start_tls();
+        let ca = server.ca_file();
+        let no_cluster_dir = tempfile::tempdir().unwrap();
+        let servers = Some((vec![server], no_cluster_dir));
+        let mut w = Self::build(MadeBy::Test(pod_capacity), servers, false, &[]).await;
+        w.base.nats.ca_file = Some(ca);
+        w
+    }
+
     /// A world whose dispatcher inputs come from `tenantci dispatch init` (its scoped
     /// credential, RBAC, registration, keys and facade PKI), with init's default timings.
     pub async fn start_via_init() -> World {
-        Self::build(None, None, false, &[]).await
+        Self::build(MadeBy::Init, None, false, &[]).await
     }
 
     /// As [`World::start`], against the Gitea double playing Forgejo (`sim --forgejo`).
     pub async fn start_forgejo(pod_capacity: u32) -> World {
-        Self::build_as(Some(pod_capacity), None, false, &[], Forge::Forgejo).await
+        Self::build_as(MadeBy::Test(pod_capacity), None, false, &[], Forge::Forgejo).await
     }
 
     /// As [`World::start_with_spire`], against the double playing Forgejo.
     pub async fn start_forgejo_with_spire(pod_capacity: u32) -> World {
-        Self::build_as(Some(pod_capacity), None, true, &[], Forge::Forgejo).await
+        Self::build_as(MadeBy::Test(pod_capacity), None, true, &[], Forge::Forgejo).await
+    }
+
+    /// A world whose dispatcher inputs come from `tenantci dispatch init --kubeconfig` with the
+    /// tenant-admin kubeconfig and no state dir (the path for any cluster): the config names no
+    /// kubeconfig, and every dispatcher runs as the `tenantci-dispatcher` ServiceAccount.
+    ///
+    /// kube's in-cluster config reads the token from a fixed path under /var/run/secrets, and
+    /// the simulator authenticates client certificates only; so the ServiceAccount identity
+    /// reaches it the way an apiserver's authorizer sees it: `KUBECONFIG` (which kube's
+    /// inferred config reads first, as in a Pod it reads the token) impersonates the
+    /// ServiceAccount with its groups, and the RBAC init applied decides every request.
+    pub async fn start_via_kubeconfig_init() -> World {
+        let mut w = Self::build(MadeBy::KubeconfigInit, None, false, &[]).await;
+        let sa = w.dir.path().join("service-account.kubeconfig");
+        std::fs::write(&sa, impersonating(&w.tenant_admin, NAMESPACE)).unwrap();
+        w.dispatcher_env
+            .push(("KUBECONFIG".into(), sa.display().to_string()));
+        w
     }
 
     async fn build(
-        manual: Option<u32>,
+        made: MadeBy,
         cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
         spire: bool,
         sim_flags: &[&str],
     ) -> World {
-        Self::build_as(manual, cluster, spire, sim_flags, Forge::Gitea).await
+        Self::build_as(made, cluster, spire, sim_flags, Forge::Gitea).await
     }
 
     async fn build_as(
-        manual: Option<u32>,
+        made: MadeBy,
         cluster: Option<(Vec<NatsServer>, tempfile::TempDir)>,
         spire: bool,
         sim_flags: &[&str],
@@ -183,8 +213,8 @@ impl World {
         let kube = kube_client(&kubeconfig).await;
         let cfg_dir = dir.path().join("dispatch");
         std::fs::create_dir_all(&cfg_dir).unwrap();
-        let base = match manual {
-            Some(pod_capacity) => {
+        let base = match made {
+            MadeBy::Test(pod_capacity) => {
                 Api::<Namespace>::all(kube.clone())
                     .create(
                         &PostParams::default(),
@@ -197,7 +227,11 @@ impl World {
                 base.gitea.forge = forge;
                 base
             }
-            None => init(dir.path(), &cfg_dir, &state, &gitea, &nats),
+            MadeBy::Init => init(dir.path(), &cfg_dir, &state, &gitea, &nats),
+            MadeBy::KubeconfigInit => {
+                let flags = kubeconfig_flags(&kubeconfig);
+                init_with(dir.path(), &cfg_dir, flags, &gitea, &nats)
+            }
         };
         let watch = PodWatch::start(kube.clone());
         World {
@@ -763,8 +797,56 @@ pub fn store_contains(store: &[(PathBuf, Vec<u8>)], needle: &str) -> bool {
     })
 }
 
-/// Runs `tenantci dispatch init` (registration token from a 0600 file) and loads its config.
+/// Who makes the dispatcher's inputs.
+enum MadeBy {
+    /// The test, with the library (the pod capacity).
+    Test(u32),
+    /// `dispatch init --state-dir` (the gateway path).
+    Init,
+    /// `dispatch init --kubeconfig` (any cluster), no state dir.
+    KubeconfigInit,
+}
+
+/// `admin` (a kubeconfig file) impersonating the dispatcher's ServiceAccount in `namespace`.
+fn impersonating(admin: &Path, namespace: &str) -> String {
+    let mut kc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(admin).unwrap()).unwrap();
+    let user = &mut kc["users"][0]["user"];
+    user["as"] = format!("system:serviceaccount:{namespace}:tenantci-dispatcher").into();
+    user["as-groups"] = serde_yaml::to_value([
+        "system:serviceaccounts".to_string(),
+        format!("system:serviceaccounts:{namespace}"),
+        "system:authenticated".to_string(),
+    ])
+    .unwrap();
+    serde_yaml::to_string(&kc).unwrap()
+}
+
+/// Runs `tenantci dispatch init --state-dir` (registration token from a 0600 file) and loads
+/// its config.
 fn init(root: &Path, cfg_dir: &Path, state: &Path, gitea: &Gitea, nats: &NatsServer) -> Config {
+    let flags = vec![
+        "--state-dir".into(),
+        state.into(),
+        "--cluster".into(),
+        "ci".into(),
+    ];
+    init_with(root, cfg_dir, flags, gitea, nats)
+}
+
+/// `--kubeconfig ADMIN`, no state dir, no cluster name (the kubeconfig's is used).
+fn kubeconfig_flags(admin: &Path) -> Vec<std::ffi::OsString> {
+    vec!["--kubeconfig".into(), admin.into()]
+}
+
+/// `dispatch init` with `cluster_flags` saying which cluster and how.
+fn init_with(
+    root: &Path,
+    cfg_dir: &Path,
+    cluster_flags: Vec<std::ffi::OsString>,
+    gitea: &Gitea,
+    nats: &NatsServer,
+) -> Config {
     let token_file = root.join("registration-token");
     tenantci_core::fsutil::write_new_atomic(
         &token_file,
@@ -783,11 +865,8 @@ fn init(root: &Path, cfg_dir: &Path, state: &Path, gitea: &Gitea, nats: &NatsSer
                 "--registration-token-file",
             ])
             .arg(&token_file)
-            .arg("--state-dir")
-            .arg(state)
+            .args(cluster_flags)
             .args([
-                "--cluster",
-                "ci",
                 "--namespace",
                 NAMESPACE,
                 "--nats",
@@ -881,6 +960,7 @@ async fn write_inputs(
             sealing_key_file: config::files::SEALING_KEY.into(),
             // Short, so an assignment a killed dispatcher held comes back soon.
             ack_wait: Duration::from_secs(2).into(),
+            ca_file: None,
         },
         capacity: config::Capacity {
             pod: pod_capacity,
@@ -921,6 +1001,8 @@ pub struct Dispatcher {
     pub facade: SocketAddr,
     pub facade_url: String,
     status: SocketAddr,
+    /// The metrics listener, when `status.metrics_listen` is configured.
+    pub metrics_listener: Option<SocketAddr>,
     /// The webhook receiver, when configured.
     pub webhook: Option<SocketAddr>,
 }
@@ -949,6 +1031,7 @@ impl Dispatcher {
             facade: SocketAddr::from(([0, 0, 0, 0], 0)),
             facade_url: String::new(),
             status: SocketAddr::from(([0, 0, 0, 0], 0)),
+            metrics_listener: None,
             webhook: None,
         };
         // Read on a blocking thread; a panic here still prints the log (Drop below).
@@ -964,6 +1047,7 @@ impl Dispatcher {
         d.status = addr("status");
         d.facade_url = listening["facadeUrl"].as_str().unwrap().to_string();
         d.webhook = listening["webhook"].as_str().map(|a| a.parse().unwrap());
+        d.metrics_listener = listening["metrics"].as_str().map(|a| a.parse().unwrap());
         assert_ne!(d.facade.port(), 0, "{line}");
         assert_ne!(d.status.port(), 0, "{line}");
         d

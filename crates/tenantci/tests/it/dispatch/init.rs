@@ -21,19 +21,19 @@ const IMAGE: &str =
     "gitea/act_runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// A default flag replaced (Some) or dropped (None).
-type Edit<'a> = (&'a str, Option<&'a str>);
+pub(super) type Edit<'a> = (&'a str, Option<&'a str>);
 
-struct Setup {
+pub(super) struct Setup {
     _dir: tempfile::TempDir,
-    root: PathBuf,
-    sim: SimProcess,
+    pub(super) root: PathBuf,
+    pub(super) sim: SimProcess,
     gitea_url: String,
     admin_url: String,
     token: String,
     nats: PathBuf,
 }
 
-fn setup() -> Setup {
+pub(super) fn setup() -> Setup {
     setup_with(&["--opensandbox"])
 }
 
@@ -69,13 +69,13 @@ fn setup_with(sim_flags: &[&str]) -> Setup {
 }
 
 impl Setup {
-    fn out(&self, name: &str) -> PathBuf {
+    pub(super) fn out(&self, name: &str) -> PathBuf {
         self.root.join(name).join("config.toml")
     }
 
     /// `dispatch init -o json` with working defaults; `edits` replace (Some) or drop (None) a
     /// default flag, `extra` adds flags.
-    fn init(&self, out: &str, edits: &[Edit], extra: &[&str]) -> Output {
+    pub(super) fn init(&self, out: &str, edits: &[Edit], extra: &[&str]) -> Output {
         let root = |p: &str| self.root.join(p).display().to_string();
         let mut flags: Vec<(String, String)> = vec![
             ("--gitea-url".into(), self.gitea_url.clone()),
@@ -111,7 +111,7 @@ impl Setup {
         run(cmd.args(extra))
     }
 
-    fn runners(&self) -> Vec<Value> {
+    pub(super) fn runners(&self) -> Vec<Value> {
         let url = format!("{}/runners", self.admin_url);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -127,11 +127,11 @@ impl Setup {
         })
     }
 
-    fn admin(&self) -> Kubectl {
+    pub(super) fn admin(&self) -> Kubectl {
         Kubectl::new(&self.sim.tenant_admin("ci"), &self.root)
     }
 
-    fn namespace_exists(&self) -> bool {
+    pub(super) fn namespace_exists(&self) -> bool {
         self.admin()
             .run(&["get", "namespace", "dynamic-runner"])
             .status
@@ -144,11 +144,11 @@ impl Setup {
     }
 }
 
-fn hand_back(o: &Output) -> Value {
+pub(super) fn hand_back(o: &Output) -> Value {
     serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
 }
 
-fn outcomes(hb: &Value) -> Vec<(String, String)> {
+pub(super) fn outcomes(hb: &Value) -> Vec<(String, String)> {
     hb["steps"]
         .as_array()
         .unwrap()
@@ -166,7 +166,7 @@ fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     snapshot(dir)
 }
 
-fn can_i(k: &Kubectl, args: &[&str]) -> (bool, String) {
+pub(super) fn can_i(k: &Kubectl, args: &[&str]) -> (bool, String) {
     let mut a = vec!["auth", "can-i"];
     a.extend_from_slice(args);
     let o = k.run(&a);

@@ -133,6 +133,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             secrets_dir: nats.to_path_buf(),
             sealing_key_file: files::SEALING_KEY.into(),
             ack_wait: Duration::from_secs(30).into(),
+            ca_file: None,
         },
         capacity: config::Capacity { pod: 1, vm: 1 },
         facade: config::Facade {

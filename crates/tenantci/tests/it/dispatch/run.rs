@@ -324,6 +324,68 @@ async fn what_init_writes_runs_a_task_with_the_dispatchers_own_scoped_credential
     w.all_cleaned_up().await;
 }
 
+/// Any cluster, no gateway: `dispatch init --kubeconfig` with an administrator's kubeconfig
+/// and no state dir writes a config that names no kubeconfig and mints nothing; the dispatcher
+/// runs a task end to end with only what init bound to its ServiceAccount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_account() {
+    let w = World::start_via_kubeconfig_init().await;
+    let cfg = w.config_path("d1");
+    let dir = cfg.parent().unwrap();
+    assert!(
+        !dir.join("kube").exists(),
+        "no credential minted: the ServiceAccount is the credential"
+    );
+    let written = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(!written.contains("kubeconfig"), "{written}");
+    let d = w.dispatcher("d1").await;
+    d.wait_up().await;
+    assert_eq!(
+        d.metric("tenantci_dispatch_credential_expiry_days").await,
+        None,
+        "no credential of its own to expire"
+    );
+    let t = w
+        .claimed(w.enqueue("via-kubeconfig", &secret_value(0)).await)
+        .await;
+    let task = w.executor(t).await.run(t).await;
+    assert_eq!(task.secrets["DEPLOY_KEY"], secret_value(0));
+    w.assert_succeeded_once(t).await;
+    w.all_cleaned_up().await;
+}
+
+/// NATS over TLS with a private CA (`tls://`, `nats.ca_file`): without the CA the server's
+/// certificate is not trusted and the start fails naming NATS (exit 3); with it a task runs
+/// end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_runs_over_nats_tls_with_a_private_ca() {
+    let mut w = World::start_tls_nats(1).await;
+    assert!(w.nats.url.starts_with("tls://"), "{}", w.nats.url);
+    let ca = w.base_mut().nats.ca_file.take();
+    let out = w.run_dispatcher_to_exit("untrusting");
+    crate::util::assert_exit(&out, 3);
+    let err = crate::util::stderr(&out);
+    assert!(err.contains("cannot reach NATS at tls://"), "{err}");
+    let not_pem = w.nats.dir().join("not-a-ca.crt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    w.base_mut().nats.ca_file = Some(not_pem);
+    let out = w.run_dispatcher_to_exit("bad-ca");
+    crate::util::assert_exit(&out, 2);
+    assert!(
+        crate::util::stderr(&out).contains("holds no PEM certificate"),
+        "{}",
+        crate::util::stderr(&out)
+    );
+    w.base_mut().nats.ca_file = ca;
+    let _d = w.dispatcher("d1").await;
+    let t = w
+        .claimed(w.enqueue("over-tls", &secret_value(0)).await)
+        .await;
+    w.executor(t).await.run(t).await;
+    w.assert_succeeded_once(t).await;
+    w.all_cleaned_up().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_task_waiting_for_its_executor_is_kept_alive_at_gitea() {
     let w = World::start(1).await;
