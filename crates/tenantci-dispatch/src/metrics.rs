@@ -122,106 +122,131 @@ impl Default for Metrics {
             credential: Default::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "tasks_claimed",
-            "Tasks claimed from Gitea and queued",
-            m.claimed.clone(),
-        );
-        registry.register(
-            "tasks_completed",
-            "Tasks whose executor reported a final state",
-            m.completed.clone(),
-        );
-        registry.register(
-            "tasks_failed",
-            "Tasks the dispatcher reported as FAILURE itself",
-            m.failed.clone(),
-        );
-        registry.register(
-            "fetch_task_calls",
-            "FetchTask calls to Gitea",
-            m.fetch_calls.clone(),
-        );
-        registry.register(
-            "fetch_task_duration_seconds",
-            "FetchTask latency",
-            m.fetch_latency.clone(),
-        );
-        registry.register(
-            "queue_depth",
-            "Assignments queued or being started",
-            m.queue_depth.clone(),
-        );
-        registry.register(
-            "capacity",
-            "Configured concurrent executors",
-            m.capacity.clone(),
-        );
-        registry.register("capacity_in_use", "Executors running", m.in_use.clone());
-        registry.register(
-            "leader",
-            "1 while this instance holds the scheduler lease",
-            m.leader.clone(),
-        );
-        registry.register(
-            "facade_tasks_handed_out",
-            "Tasks handed to their executor by the facade",
-            m.handed_out.clone(),
-        );
-        registry.register(
-            "facade_refused",
-            "Facade calls refused for a bad capability",
-            m.facade_refused.clone(),
-        );
+        register_tasks(&mut registry, &m);
+        register_claiming(&mut registry, &m);
+        register_capacity(&mut registry, &m);
+        register_facade(&mut registry, &m);
         register_identity(&mut registry, &m);
-        registry.register(
-            "webhook_deliveries",
-            "Webhook deliveries by outcome: nudge, standby (a non-leader's nudge), ignored, unsigned, bad_signature, too_large, malformed, replayed",
-            m.webhook.clone(),
-        );
-        registry.register(
-            "task_restarts",
-            "Executors replaced by a new attempt (the previous one never fetched its task)",
-            m.attempts.clone(),
-        );
-        registry.register(
-            "fetch_task_answers_lost",
-            "FetchTask calls that failed after they were sent: Gitea may have claimed a task whose answer never arrived (it fails such a task after 10 minutes without updates)",
-            m.answers_lost.clone(),
-        );
-        registry.register(
-            "webhook_nudges_paced",
-            "Nudged FetchTasks that waited for the nudge budget (webhook.nudge_burst used up): deliveries arrive faster than webhook.nudge_spacing",
-            m.nudges_paced.clone(),
-        );
-        registry.register(
-            "warm_slots",
-            "Pause Pods the warm pool of a resource class holds (each keeps one executor's room on a rented node)",
-            m.warm_slots.clone(),
-        );
-        registry.register(
-            "warm_hits",
-            "Executors of a class with a warm pool created while it held a warm slot (no node boot to wait for)",
-            m.warm_hits.clone(),
-        );
-        registry.register(
-            "warm_misses",
-            "Executors of a class with a warm pool created while it held none (they wait for a node to boot)",
-            m.warm_misses.clone(),
-        );
-        registry.register(
-            "warm_slot_seconds",
-            "Warm slots times seconds held: the rented-node time the warm pool costs (divide by 60 for node-minutes)",
-            m.warm_slot_seconds.clone(),
-        );
-        registry.register(
-            "tasks_withdrawn",
-            "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
-            m.withdrawn.clone(),
-        );
+        register_warm_pools(&mut registry, &m);
         register_expiries(&mut registry, &m);
         Metrics { registry, ..m }
     }
+}
+
+/// What became of the tasks: claimed, ended, restarted, withdrawn.
+fn register_tasks(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "tasks_claimed",
+        "Tasks claimed from Gitea and queued",
+        m.claimed.clone(),
+    );
+    registry.register(
+        "tasks_completed",
+        "Tasks whose executor reported a final state",
+        m.completed.clone(),
+    );
+    registry.register(
+        "tasks_failed",
+        "Tasks the dispatcher reported as FAILURE itself",
+        m.failed.clone(),
+    );
+    registry.register(
+        "task_restarts",
+        "Executors replaced by a new attempt (the previous one never fetched its task)",
+        m.attempts.clone(),
+    );
+    registry.register(
+        "tasks_withdrawn",
+        "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
+        m.withdrawn.clone(),
+    );
+}
+
+/// Claiming at Gitea: FetchTask calls and their answers, webhook nudges.
+fn register_claiming(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "fetch_task_calls",
+        "FetchTask calls to Gitea",
+        m.fetch_calls.clone(),
+    );
+    registry.register(
+        "fetch_task_duration_seconds",
+        "FetchTask latency",
+        m.fetch_latency.clone(),
+    );
+    registry.register(
+        "fetch_task_answers_lost",
+        "FetchTask calls that failed after they were sent: Gitea may have claimed a task whose answer never arrived (it fails such a task after 10 minutes without updates)",
+        m.answers_lost.clone(),
+    );
+    registry.register(
+        "webhook_deliveries",
+        "Webhook deliveries by outcome: nudge, standby (a non-leader's nudge), ignored, unsigned, bad_signature, too_large, malformed, replayed",
+        m.webhook.clone(),
+    );
+    registry.register(
+        "webhook_nudges_paced",
+        "Nudged FetchTasks that waited for the nudge budget (webhook.nudge_burst used up): deliveries arrive faster than webhook.nudge_spacing",
+        m.nudges_paced.clone(),
+    );
+}
+
+/// The queue and the backends' capacity, and the scheduler lease.
+fn register_capacity(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "queue_depth",
+        "Assignments queued or being started",
+        m.queue_depth.clone(),
+    );
+    registry.register(
+        "capacity",
+        "Configured concurrent executors",
+        m.capacity.clone(),
+    );
+    registry.register("capacity_in_use", "Executors running", m.in_use.clone());
+    registry.register(
+        "leader",
+        "1 while this instance holds the scheduler lease",
+        m.leader.clone(),
+    );
+}
+
+/// The facade's hand-outs and refusals.
+fn register_facade(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "facade_tasks_handed_out",
+        "Tasks handed to their executor by the facade",
+        m.handed_out.clone(),
+    );
+    registry.register(
+        "facade_refused",
+        "Facade calls refused for a bad capability",
+        m.facade_refused.clone(),
+    );
+}
+
+/// The resource classes' warm pools (`backend::pod::warm_pool`).
+fn register_warm_pools(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "warm_slots",
+        "Pause Pods the warm pool of a resource class holds (each keeps one executor's room on a rented node)",
+        m.warm_slots.clone(),
+    );
+    registry.register(
+        "warm_hits",
+        "Executors of a class with a warm pool created while it held a warm slot (no node boot to wait for)",
+        m.warm_hits.clone(),
+    );
+    registry.register(
+        "warm_misses",
+        "Executors of a class with a warm pool created while it held none (they wait for a node to boot)",
+        m.warm_misses.clone(),
+    );
+    registry.register(
+        "warm_slot_seconds",
+        "Warm slots times seconds held: the rented-node time the warm pool costs (divide by 60 for node-minutes)",
+        m.warm_slot_seconds.clone(),
+    );
 }
 
 /// Executor identity's counters (SPIFFE on).
