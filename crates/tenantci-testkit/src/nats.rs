@@ -64,6 +64,11 @@ impl NatsServer {
     /// A server whose files live in `dir` (created if missing, kept when dropped).
     pub fn start_in(dir: &Path) -> NatsServer {
         std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        Self::spawned(dir, false)
+    }
+
+    /// A server in `dir` with the generated users, TLS-only when `tls`, started.
+    fn spawned(dir: &Path, tls: bool) -> NatsServer {
         let mut s = NatsServer {
             dir: dir.to_path_buf(),
             _temp: None,
@@ -74,7 +79,7 @@ impl NatsServer {
             auth: dir.join("auth.conf"),
             member: None,
             monitor: None,
-            tls: false,
+            tls,
         };
         permissions::write_nats_config(&s.secrets, &s.auth)
             .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
@@ -97,21 +102,7 @@ impl NatsServer {
         std::fs::write(dir.join("ca.crt"), ca.cert_pem()).unwrap();
         std::fs::write(dir.join("server.crt"), &leaf.cert_pem).unwrap();
         std::fs::write(dir.join("server.key"), &leaf.key_pem).unwrap();
-        let mut s = NatsServer {
-            dir: dir.to_path_buf(),
-            _temp: None,
-            process: None,
-            url: String::new(),
-            port: 0,
-            secrets: dir.join("secrets"),
-            auth: dir.join("auth.conf"),
-            member: None,
-            monitor: None,
-            tls: true,
-        };
-        permissions::write_nats_config(&s.secrets, &s.auth)
-            .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
-        s.spawn();
+        let mut s = Self::spawned(dir, true);
         s._temp = Some(temp);
         s
     }

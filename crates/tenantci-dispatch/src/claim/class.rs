@@ -97,6 +97,25 @@ fn pod() -> Backend {
 }
 
 impl ExecutorClass {
+    /// A pod class selected by the `runs-on` label of its own name, with `[executor]`'s
+    /// placement and no warm pool: the shape `[[executor.class]]` takes with only the keys
+    /// that have no default.
+    pub fn pod(name: &str, cpu: &str, memory: &str, capacity: u32) -> Self {
+        ExecutorClass {
+            name: name.into(),
+            label: name.into(),
+            backend: Backend::Pod,
+            cpu: cpu.into(),
+            memory: memory.into(),
+            ephemeral_storage: None,
+            capacity,
+            node_selector: None,
+            tolerations: None,
+            runtime_class_name: None,
+            warm: None,
+        }
+    }
+
     /// The runner container's resources for this class (`base` for what it leaves unset).
     pub fn resources(&self, base: &Resources) -> Resources {
         Resources {
@@ -281,19 +300,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub fn class(name: &str, cpu: &str, memory: &str, capacity: u32) -> ExecutorClass {
-        ExecutorClass {
-            name: name.into(),
-            label: name.into(),
-            backend: Backend::Pod,
-            cpu: cpu.into(),
-            memory: memory.into(),
-            ephemeral_storage: None,
-            capacity,
-            node_selector: None,
-            tolerations: None,
-            runtime_class_name: None,
-            warm: None,
-        }
+        ExecutorClass::pod(name, cpu, memory, capacity)
     }
 
     fn warm(min: u32, max: u32) -> WarmPool {

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use tenantci_dispatch::claim::class::ExecutorClass;
-use tenantci_dispatch::queue::Backend;
 use tenantci_testkit::wait::eventually;
 
 use super::harness::World;
@@ -18,19 +17,7 @@ const SMALL: [&str; 3] = ["self-hosted", "pod", "small"];
 const LARGE: [&str; 3] = ["self-hosted", "pod", "large"];
 
 fn class(name: &str, cpu: &str, memory: &str, capacity: u32) -> ExecutorClass {
-    ExecutorClass {
-        name: name.into(),
-        label: name.into(),
-        backend: Backend::Pod,
-        cpu: cpu.into(),
-        memory: memory.into(),
-        ephemeral_storage: None,
-        capacity,
-        node_selector: None,
-        tolerations: None,
-        runtime_class_name: None,
-        warm: None,
-    }
+    ExecutorClass::pod(name, cpu, memory, capacity)
 }
 
 /// A world at pod capacity 4 with two classes on the runbook's node (2 vCPU, 2048 MiB):
