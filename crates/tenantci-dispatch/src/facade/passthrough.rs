@@ -125,7 +125,9 @@ fn passes(name: &HeaderName) -> bool {
         || name.starts_with("x-runner-"))
 }
 
-fn filtered(headers: &HeaderMap) -> HeaderMap {
+/// `headers` without the hop-by-hop ones and the runner's own (`x-runner-*`): what may cross
+/// the proxy, either way.
+pub(crate) fn end_to_end(headers: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
         if passes(name) {
@@ -147,14 +149,14 @@ pub async fn forward(State(gitea): State<Passthrough>, req: Request) -> Response
     let sent = gitea
         .http
         .request(parts.method.clone(), &url)
-        .headers(filtered(&parts.headers))
+        .headers(end_to_end(&parts.headers))
         .body(reqwest::Body::wrap_stream(body.into_data_stream()))
         .send()
         .await;
     match sent {
         Ok(resp) => {
             let status = resp.status();
-            let headers = filtered(resp.headers());
+            let headers = end_to_end(resp.headers());
             let mut answer = Response::new(Body::from_stream(resp.bytes_stream()));
             *answer.status_mut() = status;
             *answer.headers_mut() = headers;
@@ -203,7 +205,7 @@ mod tests {
                 v.parse().unwrap(),
             );
         }
-        let kept: Vec<_> = filtered(&h)
+        let kept: Vec<_> = end_to_end(&h)
             .keys()
             .map(|k| k.as_str().to_string())
             .collect();

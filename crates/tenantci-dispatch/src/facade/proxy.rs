@@ -267,22 +267,12 @@ async fn forward(
     }
 }
 
-/// The facade's answer as it came (status, body, headers but the hop-by-hop ones).
+/// The facade's answer as it came (status, body, headers but the hop-by-hop ones; the length
+/// is the relayed body's own).
 async fn relay(resp: reqwest::Response) -> Response {
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut headers = HeaderMap::new();
-    for (name, value) in resp.headers() {
-        let hop = [
-            header::CONNECTION,
-            header::TRANSFER_ENCODING,
-            header::CONTENT_LENGTH,
-        ]
-        .contains(name)
-            || name.as_str() == "keep-alive";
-        if !hop {
-            headers.append(name.clone(), value.clone());
-        }
-    }
+    let mut headers = passthrough::end_to_end(resp.headers());
+    headers.remove(header::CONTENT_LENGTH);
     match resp.bytes().await {
         Ok(body) => (status, headers, body).into_response(),
         Err(_) => (StatusCode::BAD_GATEWAY, "the facade's answer broke off").into_response(),
