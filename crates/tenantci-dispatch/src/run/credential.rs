@@ -9,6 +9,7 @@ use base64::Engine as _;
 use kube::config::Kubeconfig;
 
 use tenantci_core::pki::inspect::CertInfo;
+use tenantci_core::{fsutil, input};
 
 /// Fewer days left than this: `dispatch run` warns at start. `dispatch init` rotates the
 /// credential once two thirds of its life have passed (10 of the default 30 days left), so a
@@ -19,7 +20,9 @@ pub const WARN_DAYS: i64 = 7;
 /// with; None when it uses something else (a token, an exec plugin) or cannot be read (the
 /// client built from the same file reports that).
 pub fn client_certificate(path: &Path) -> Option<CertInfo> {
-    let kc = Kubeconfig::read_from(path).ok()?;
+    // Bounded reads, as every file the dispatcher reads.
+    let text = fsutil::read_bounded(path, input::MAX_CONFIG).ok()?;
+    let kc: Kubeconfig = serde_yaml::from_slice(&text).ok()?;
     let current = kc.current_context.as_deref()?;
     let user = kc
         .contexts
@@ -48,7 +51,7 @@ pub fn client_certificate(path: &Path) -> Option<CertInfo> {
                 (true, Some(dir)) => dir.join(file),
                 _ => file.to_path_buf(),
             };
-            std::fs::read_to_string(file).ok()?
+            String::from_utf8(fsutil::read_bounded(&file, input::MAX_PEM).ok()?).ok()?
         }
         (None, None) => return None,
     };
