@@ -25,6 +25,7 @@ pub mod secret;
 pub mod spiffe;
 pub mod tls;
 pub mod upstream;
+pub mod uuid;
 
 pub use error::{Error, ErrorKind, Result};
 pub use secret::Secret;

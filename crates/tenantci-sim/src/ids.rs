@@ -8,18 +8,7 @@ pub fn now() -> String {
 
 /// A random version-4 UUID, as kube-apiserver assigns `metadata.uid`.
 pub fn uuid() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    tenantci_core::uuid::v4()
 }
 
 /// Five characters from kube's generateName alphabet (no vowels, no ambiguous digits).

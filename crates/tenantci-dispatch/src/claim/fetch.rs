@@ -57,29 +57,5 @@ impl Fetcher {
 
 /// A random UUID (v4 layout), as forgejo-runner sends.
 fn new_key() -> String {
-    let b: [u8; 16] = rand::random();
-    let mut b = b;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn keys_are_fresh_uuids() {
-        let (a, b) = (super::new_key(), super::new_key());
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
-        assert_eq!(a.matches('-').count(), 4);
-    }
+    tenantci_core::uuid::v4()
 }
