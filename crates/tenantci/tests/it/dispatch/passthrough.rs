@@ -113,16 +113,12 @@ async fn job_traffic(w: &World, proxy: &str, ex: &Executor, task: i64) {
 
     // The API with the job's token; a forged one is Gitea's 401, passed on as it is.
     let api = format!("{proxy}/api/v1/repos/sim/demo");
-    let ok: Value = http
-        .get(&api)
-        .header("authorization", format!("token {token}"))
-        .header("x-runner-token", "must-not-reach-gitea")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ok: Value = json(
+        http.get(&api)
+            .header("authorization", format!("token {token}"))
+            .header("x-runner-token", "must-not-reach-gitea"),
+    )
+    .await;
     assert_eq!(ok["full_name"], "sim/demo");
     let forged = http
         .get(&api)
@@ -138,19 +134,13 @@ async fn job_traffic(w: &World, proxy: &str, ex: &Executor, task: i64) {
         expected.update(chunk(i));
     }
     let body = futures::stream::iter(0..UPLOAD / CHUNK).map(|i| Ok::<_, std::io::Error>(chunk(i)));
-    let uploaded: Value = http
+    let uploaded: Value = json(http
         .put(format!(
             "{proxy}/api/actions_pipeline/_apis/pipelines/workflows/1/artifacts/big?itemPath=big/blob"
         ))
         .header("authorization", format!("Bearer {runtime_token}"))
         .header("content-type", "application/octet-stream")
-        .body(reqwest::Body::wrap_stream(body))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .body(reqwest::Body::wrap_stream(body))).await;
     assert_eq!(uploaded["bytes"], UPLOAD as u64, "{uploaded}");
     assert_eq!(uploaded["sha256"], hex::encode(expected.finalize()));
 
@@ -170,16 +160,14 @@ async fn job_traffic(w: &World, proxy: &str, ex: &Executor, task: i64) {
     }
 }
 
+/// The JSON answer to `request`.
+async fn json<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// Every web request the double saw: method, path, header names.
 async fn web_requests(w: &World) -> Vec<Value> {
-    w.http()
-        .get(format!("{}/web/requests", w.gitea.admin_url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    json(w.http().get(format!("{}/web/requests", w.gitea.admin_url))).await
 }
 
 fn header_names(request: &Value) -> Vec<&str> {
@@ -317,31 +305,25 @@ async fn redirects_and_signed_urls_lead_the_job_to_gitea_itself() {
     );
 
     let create = format!("{ARTIFACT_V4}/CreateArtifact");
-    let created: Value = no_follow
-        .post(format!("{}{create}", proxy.address))
-        .header("authorization", format!("Bearer {runtime_token}"))
-        .json(&serde_json::json!({"name": "v4", "version": 4}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created: Value = json(
+        no_follow
+            .post(format!("{}{create}", proxy.address))
+            .header("authorization", format!("Bearer {runtime_token}"))
+            .json(&serde_json::json!({"name": "v4", "version": 4})),
+    )
+    .await;
     let upload = created["signedUploadUrl"].as_str().unwrap();
     assert!(
         upload.starts_with(&format!("{gitea}{ARTIFACT_V4}/UploadArtifact?sig=")),
         "{created}"
     );
     let blob = vec![7u8; 1 << 20];
-    let stored: Value = no_follow
-        .put(format!("{upload}&comp=block"))
-        .body(blob.clone())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stored: Value = json(
+        no_follow
+            .put(format!("{upload}&comp=block"))
+            .body(blob.clone()),
+    )
+    .await;
     assert_eq!(stored["sha256"], hex::encode(Sha256::digest(&blob)));
     ex.finish(task, &["signed"]).await;
 
