@@ -9,9 +9,10 @@
 //! address). Nothing else of the script or its env is changed.
 //!
 //! The runner is a stand-in on `PATH` under the runner's own name: it records its working
-//! directory, argv and environment (what the job would inherit) and then waits, so the test
-//! plays the runner's part through the proxy the script started. The script runs in its own
-//! process group, killed whole (proxy included) on [`BootedSandbox::stop`] or drop.
+//! directory, argv and environment (what every step of the job inherits), then runs the
+//! test's job script with that environment and the runner's argv (`/bin/sh -eu JOB ARGS`),
+//! records its exit status and waits. The script runs in its own process group, killed whole
+//! (proxy included) on [`BootedSandbox::stop`] or drop.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -46,9 +47,9 @@ pub struct BootedSandbox {
     pub vm_dir: PathBuf,
     /// The proxy: `http://127.0.0.1:<port>`, the `.runner` address.
     pub address: String,
-    record: PathBuf,
     log: PathBuf,
-    _dir: tempfile::TempDir,
+    /// Holds the relocated directory, the stand-in's records and its job's output.
+    dir: tempfile::TempDir,
 }
 
 /// A free loopback port (bound, then released for the proxy to take).
@@ -59,18 +60,27 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The stand-in for the runner binary: records, then waits to be killed.
-fn stand_in(record: &Path) -> String {
-    let r = record.display();
+/// The stand-in for the runner binary: records what it was started with, runs `job` with the
+/// runner's argv (its output in `job.log`), records the job's exit status, then waits to be
+/// killed.
+fn stand_in(dir: &Path, job: &Path) -> String {
+    let d = dir.display();
+    let job = job.display();
     format!(
-        "#!/bin/sh\n{{ pwd; printf '%s\\n' \"$*\"; env -0; }} > '{r}.tmp' && mv '{r}.tmp' '{r}'\nexec sleep 600\n"
+        "#!/bin/sh
+{{ pwd; printf '%s\\n' \"$*\"; env -0; }} > '{d}/runner-start.tmp' && mv '{d}/runner-start.tmp' '{d}/runner-start'
+/bin/sh -eu '{job}' \"$@\" > '{d}/job.log' 2>&1
+echo $? > '{d}/job-status.tmp' && mv '{d}/job-status.tmp' '{d}/job-status'
+exec sleep 600
+"
     )
 }
 
 impl BootedSandbox {
-    /// Runs `sandbox`'s boot script with `tenantci` (the binary) as the image's `tenantci`;
-    /// returns once the proxy prints its ready line.
-    pub fn boot(tenantci: &Path, sandbox: &serde_json::Value) -> BootedSandbox {
+    /// Runs `sandbox`'s boot script with `tenantci` (the binary) as the image's `tenantci` and
+    /// `job` (a POSIX sh script) as what the runner does; returns once the proxy prints its
+    /// ready line.
+    pub fn boot(tenantci: &Path, sandbox: &serde_json::Value, job: &str) -> BootedSandbox {
         let dir = tempfile::tempdir().unwrap();
         let vm_dir = dir.path().join("gitea-task");
         let bin = dir.path().join("bin");
@@ -89,9 +99,10 @@ impl BootedSandbox {
             .and_then(|l| l.split_whitespace().next())
             .expect("the boot script execs the runner")
             .to_string();
-        let record = dir.path().join("runner-start");
+        let job_file = dir.path().join("job.sh");
+        std::fs::write(&job_file, job).unwrap();
         let stand_in_path = bin.join(&runner);
-        std::fs::write(&stand_in_path, stand_in(&record)).unwrap();
+        std::fs::write(&stand_in_path, stand_in(dir.path(), &job_file)).unwrap();
         std::fs::set_permissions(&stand_in_path, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::os::unix::fs::symlink(tenantci, bin.join("tenantci")).unwrap();
 
@@ -118,16 +129,15 @@ impl BootedSandbox {
             script,
             vm_dir,
             address,
-            record,
             log,
-            _dir: dir,
+            dir,
         }
     }
 
     /// Waits for the stand-in runner to start; what it saw.
     pub fn runner_start(&self) -> RunnerStart {
         let raw = eventually_blocking("the boot script to exec the runner", || {
-            std::fs::read(&self.record).ok()
+            std::fs::read(self.dir.path().join("runner-start")).ok()
         });
         let text = String::from_utf8(raw).expect("the record is UTF-8");
         let (cwd, rest) = text.split_once('\n').unwrap();
@@ -141,6 +151,16 @@ impl BootedSandbox {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    /// Waits for the job script to end: its exit status and output.
+    pub fn job_result(&self) -> (i32, String) {
+        let dir = self.dir.path();
+        let status = eventually_blocking("the stand-in runner's job to end", || {
+            std::fs::read_to_string(dir.join("job-status")).ok()
+        });
+        let output = std::fs::read_to_string(dir.join("job.log")).unwrap_or_default();
+        (status.trim().parse().expect("an exit status"), output)
     }
 
     /// The runner's part, from the `.runner` the script wrote (plain HTTP to its address).

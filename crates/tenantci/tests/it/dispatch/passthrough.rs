@@ -147,7 +147,11 @@ async fn job_traffic(w: &World, proxy: &str, ex: &Executor, task: i64) {
     ex.finish(task, &[&format!("ran task {task}")]).await;
     w.assert_succeeded_once(task).await;
 
-    // Nothing of the runner's own headers reached Gitea's web side.
+    gitea_saw_the_clone_and_no_runner_header(w).await;
+}
+
+/// The clone reached Gitea's web side, and nothing of the runner's own headers did.
+async fn gitea_saw_the_clone_and_no_runner_header(w: &World) {
     let seen = web_requests(w).await;
     let paths: Vec<&str> = seen.iter().filter_map(|r| r["path"].as_str()).collect();
     assert!(paths.contains(&"/sim/demo/info/refs"), "{paths:?}");
@@ -197,11 +201,54 @@ async fn checkout_artifacts_and_the_api_reach_gitea_through_the_executors_proxy(
     );
 }
 
+/// The runner's and the job's part inside the VM, run by the stand-in runner with the
+/// runner's argv and environment (tenantci_testkit::boot), with real clients: the
+/// RunnerService over Connect JSON (Declare, FetchTask until the task arrives, UpdateLog,
+/// UpdateTask) to the `.runner` address its config names, `actions/checkout`'s git clone with
+/// the job token, an API call with it, a 64 MiB artifact upload with the runtime token. Its
+/// results are files in its working directory (the runner's HOME).
+const VM_JOB: &str = r#"
+config="$4"
+runner_file=$(sed -n 's/^ *file: *//p' "$config")
+addr=$(jq -r .address "$runner_file")
+uuid=$(jq -r .uuid "$runner_file")
+capability=$(jq -r .token "$runner_file")
+labels=$(jq -c '[.labels[] | split(":")[0]]' "$runner_file")
+rpc() {
+  curl -sS --fail-with-body -X POST -H 'content-type: application/json' \
+    -H 'connect-protocol-version: 1' -H "x-runner-uuid: $uuid" -H "x-runner-token: $capability" \
+    --data "$2" "$addr/api/actions/runner.v1.RunnerService/$1"
+}
+rpc Declare "{\"version\":\"stand-in\",\"labels\":$labels}" > /dev/null
+tries=0
+until rpc FetchTask '{}' > fetched.json && jq -e .task.id fetched.json > /dev/null; do
+  tries=$((tries + 1))
+  [ "$tries" -lt 300 ]
+  sleep 0.2
+done
+task=$(jq -r .task.id fetched.json)
+token=$(jq -r .task.context.token fetched.json)
+runtime=$(jq -r .task.context.gitea_runtime_token fetched.json)
+basic=$(printf 'x-access-token:%s' "$token" | base64 -w0)
+git -c "http.extraheader=AUTHORIZATION: basic $basic" clone -q "$addr/sim/demo" checkout
+curl -sS --fail-with-body -H "authorization: token $token" -H 'x-runner-token: must-not-reach-gitea' \
+  "$addr/api/v1/repos/sim/demo" > api.json
+head -c 67108864 /dev/urandom > blob
+sha256sum blob | cut -d ' ' -f 1 > blob.sha256
+curl -sS --fail-with-body -T blob -H "authorization: Bearer $runtime" \
+  -H 'content-type: application/octet-stream' \
+  "$addr/api/actions_pipeline/_apis/pipelines/workflows/1/artifacts/big?itemPath=big/blob" > upload.json
+rm blob
+rpc UpdateLog "{\"taskId\":$task,\"index\":0,\"rows\":[{\"content\":\"ran task $task\"}],\"noMore\":true}" > /dev/null
+rpc UpdateTask "{\"state\":{\"id\":$task,\"result\":\"RESULT_SUCCESS\"}}" > /dev/null
+"#;
+
 /// The same through a VM sandbox: the boot script of the create request the dispatcher sent
 /// to the OpenSandbox double, run for real with `/bin/sh` (tenantci_testkit::boot). It wrote
 /// `.runner` and the config 0600, unset every variable that carried a secret or an address
 /// before the runner started (the runner and so the job inherit none), and started the proxy
-/// with the sandbox's Gitea URL: the job's checkout, upload and API call pass through it.
+/// with the sandbox's Gitea URL; the stand-in runner's job ([`VM_JOB`]) then clones, calls
+/// the API, uploads 64 MiB intact and reports SUCCESS through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checkout_artifacts_and_the_api_reach_gitea_through_a_vm_sandboxs_boot_script() {
     let w = super::vm::world(1, 1).await;
@@ -214,9 +261,10 @@ async fn checkout_artifacts_and_the_api_reach_gitea_through_a_vm_sandboxs_boot_s
         w.sandboxes_of(task).await.into_iter().next()
     })
     .await;
-    let booted = BootedSandbox::boot(&bin(), &sandbox);
+    let booted = BootedSandbox::boot(&bin(), &sandbox, VM_JOB);
     let start = booted.runner_start();
     let vm_dir = booted.vm_dir.to_str().unwrap().to_string();
+    let home = booted.vm_dir.join("home");
     assert_eq!(
         start.args,
         [
@@ -226,14 +274,13 @@ async fn checkout_artifacts_and_the_api_reach_gitea_through_a_vm_sandboxs_boot_s
             &format!("{vm_dir}/config.yaml")
         ]
     );
-    assert_eq!(start.cwd, format!("{vm_dir}/home"));
-    assert_eq!(start.env.get("HOME"), Some(&format!("{vm_dir}/home")));
-    let ex = booted.executor();
-    assert_eq!(ex.address, booted.address, ".runner names the proxy");
+    assert_eq!(start.cwd, home.to_str().unwrap());
+    assert_eq!(start.env.get("HOME").map(String::as_str), home.to_str());
+    let capability = booted.executor().token;
     let leaked: Vec<&String> = start
         .env
         .iter()
-        .filter(|(k, v)| k.starts_with("TENANTCI_") || v.contains(&ex.token))
+        .filter(|(k, v)| k.starts_with("TENANTCI_") || v.contains(&capability))
         .map(|(k, _)| k)
         .collect();
     assert!(
@@ -248,11 +295,22 @@ async fn checkout_artifacts_and_the_api_reach_gitea_through_a_vm_sandboxs_boot_s
         assert_eq!(mode & 0o777, 0o600, "{file}");
     }
 
-    job_traffic(&w, &booted.address, &ex, task).await;
+    let (status, output) = booted.job_result();
+    assert_eq!(status, 0, "the stand-in runner's job: {output}");
+    let read = |f: &str| std::fs::read_to_string(home.join(f)).unwrap();
+    assert_eq!(read("checkout/README.md"), "hello from the double\n");
+    let api: Value = serde_json::from_str(&read("api.json")).unwrap();
+    assert_eq!(api["full_name"], "sim/demo");
+    let uploaded: Value = serde_json::from_str(&read("upload.json")).unwrap();
+    assert_eq!(uploaded["bytes"], UPLOAD as u64, "{uploaded}");
+    assert_eq!(uploaded["sha256"], read("blob.sha256").trim());
+    w.assert_succeeded_once(task).await;
+    gitea_saw_the_clone_and_no_runner_header(&w).await;
     assert!(
-        !booted.log_text().contains(&ex.token),
+        !booted.log_text().contains(&capability),
         "no capability in the boot script's or the proxy's output"
     );
+
     let proxy = booted.address.trim_start_matches("http://").to_string();
     booted.stop();
     // The proxy is not this test's child to reap: its port closes once the kill lands.
