@@ -13,6 +13,8 @@ ensure_kubectl
 ensure_openssl
 ensure_systemd_analyze
 ensure_promtool
+# jq and curl: the VM boot-script test's stand-in runner speaks the RunnerService with them.
+ensure_jq
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

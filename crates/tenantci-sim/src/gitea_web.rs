@@ -9,9 +9,17 @@
 //!   `Bearer T`), 401 without one.
 //! - `/api/actions_pipeline/...`: an artifact sink. Any method; the body is hashed as it
 //!   streams (never held whole) and the answer says its length and SHA-256.
+//! - Absolute URLs and redirects, as Gitea hands them out: artifact v4's
+//!   `/twirp/github.actions.results.api.v1.ArtifactService/CreateArtifact` (runtime token)
+//!   answers a signed `UploadArtifact` URL, and the API's artifact download
+//!   (`/api/v1/repos/{owner}/{repo}/actions/artifacts/{id}/zip`, job token) answers 302 to a
+//!   signed `.../zip/raw` URL. Both URLs are absolute, on the address the request named in its
+//!   `Host` (how Gitea guesses its own URL when no proxy header says otherwise), and are served
+//!   with the signature alone, no token, as at Gitea.
 //! - `GET /admin/web/requests`: every web request's method, path and header names, so a test
 //!   can show what reached "Gitea" (no `x-runner-*`).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -23,7 +31,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get, post, put};
 use base64::Engine;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -45,7 +53,12 @@ pub struct SeenRequest {
 pub struct Web {
     git_root: Mutex<Option<PathBuf>>,
     seen: Mutex<Vec<SeenRequest>>,
+    /// Signatures handed out in signed URLs.
+    signed: Mutex<BTreeSet<String>>,
 }
+
+/// Artifact v4's twirp service, at Gitea's root.
+pub const ARTIFACT_V4: &str = "/twirp/github.actions.results.api.v1.ArtifactService";
 
 type Double = State<Arc<GiteaDouble>>;
 
@@ -54,6 +67,22 @@ pub fn router(double: Arc<GiteaDouble>) -> Router {
     let web = Router::new()
         .route("/api/v1/repos/{owner}/{repo}", get(repository))
         .route("/api/actions_pipeline/{*rest}", any(artifact_sink))
+        .route(
+            "/api/v1/repos/{owner}/{repo}/actions/artifacts/{id}/zip",
+            get(artifact_zip),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/actions/artifacts/{id}/zip/raw",
+            get(artifact_zip_raw),
+        )
+        .route(
+            &format!("{ARTIFACT_V4}/CreateArtifact"),
+            post(create_artifact),
+        )
+        .route(
+            &format!("{ARTIFACT_V4}/UploadArtifact"),
+            put(upload_artifact),
+        )
         .route("/{owner}/{repo}/info/refs", get(git))
         .route("/{owner}/{repo}/git-upload-pack", post(git))
         .layer(middleware::from_fn_with_state(double.clone(), record));
@@ -139,6 +168,11 @@ async fn artifact_sink(State(d): Double, req: Request) -> Response {
     if !authorized(&d, req.headers()) {
         return unauthorized("a live job's runtime token is required");
     }
+    hashed(req).await
+}
+
+/// The body's length and SHA-256, read as it streams.
+async fn hashed(req: Request) -> Response {
     let mut stream = req.into_body().into_data_stream();
     let (mut hash, mut bytes) = (Sha256::new(), 0u64);
     while let Some(chunk) = stream.next().await {
@@ -152,6 +186,73 @@ async fn artifact_sink(State(d): Double, req: Request) -> Response {
     }
     Json(serde_json::json!({"bytes": bytes, "sha256": hex::encode(hash.finalize())}))
         .into_response()
+}
+
+/// A new signed URL for `path` on the address the request named (`Host`), as Gitea builds
+/// its signed URLs from the URL it guesses for itself.
+fn signed_url(d: &GiteaDouble, headers: &HeaderMap, path: &str) -> String {
+    let sig = tenantci_core::uuid::v4();
+    d.web
+        .signed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(sig.clone());
+    let host = header_str(headers, header::HOST);
+    format!("http://{host}{path}?sig={sig}")
+}
+
+/// Whether the query's `sig` is one the double handed out.
+fn signature_ok(d: &GiteaDouble, query: Option<&str>) -> bool {
+    let sig = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("sig="));
+    sig.is_some_and(|s| {
+        d.web
+            .signed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(s)
+    })
+}
+
+fn bad_signature() -> Response {
+    (StatusCode::UNAUTHORIZED, "Error unauthorized").into_response()
+}
+
+/// Artifact v4's CreateArtifact: the signed URL the toolkit then uploads to, directly.
+async fn create_artifact(State(d): Double, headers: HeaderMap) -> Response {
+    if !authorized(&d, &headers) {
+        return unauthorized("a live job's runtime token is required");
+    }
+    let url = signed_url(&d, &headers, &format!("{ARTIFACT_V4}/UploadArtifact"));
+    Json(serde_json::json!({"ok": true, "signedUploadUrl": url})).into_response()
+}
+
+/// Artifact v4's upload to a signed URL: no token, the signature is the credential.
+async fn upload_artifact(State(d): Double, req: Request) -> Response {
+    if !signature_ok(&d, req.uri().query()) {
+        return bad_signature();
+    }
+    hashed(req).await
+}
+
+/// The API's artifact download: a redirect to a signed URL.
+async fn artifact_zip(State(d): Double, req: Request) -> Response {
+    if !authorized(&d, req.headers()) {
+        return unauthorized("a live job's token is required");
+    }
+    let raw = format!("{}/raw", req.uri().path());
+    let url = signed_url(&d, req.headers(), &raw);
+    (StatusCode::FOUND, [(header::LOCATION, url)]).into_response()
+}
+
+/// The signed download itself.
+async fn artifact_zip_raw(State(d): Double, req: Request) -> Response {
+    if !signature_ok(&d, req.uri().query()) {
+        return bad_signature();
+    }
+    format!("the bytes of {}", req.uri().path()).into_response()
 }
 
 /// `git http-backend` for one request (CGI: the request in the environment and on stdin, the

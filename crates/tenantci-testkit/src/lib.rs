@@ -6,6 +6,7 @@
 //! - [`spire`]: the simulator's SPIRE stand-in: entry sockets, rotation, entry manifests.
 //! - [`nats`]: a real nats-server with the queue's generated users.
 //! - [`dispatch`]: `tenantci dispatch init` as the benchmarks run it.
+//! - [`boot`]: a VM sandbox's boot script run for real with `/bin/sh`.
 //! - [`executor`]: a Gitea executor played from the executor Secret's files.
 //! - [`forward`]: a fixed address in front of a server that restarts on another port.
 //! - [`kube`]: kubectl and kube-rs clients as a given identity.
@@ -17,6 +18,7 @@
 //! Helpers that run the `tenantci` binary take a `Command` for it: only the binary's own
 //! tests know its path (`CARGO_BIN_EXE_tenantci`), a benchmark takes it as an argument.
 
+pub mod boot;
 pub mod dispatch;
 pub mod executor;
 pub mod forward;

@@ -29,6 +29,11 @@ impl Process {
         self.0.as_mut().expect("the process was stopped")
     }
 
+    /// Whether it was not stopped yet (by `terminate` or `kill`).
+    pub fn is_running(&self) -> bool {
+        self.0.is_some()
+    }
+
     pub fn pid(&self) -> u32 {
         self.0.as_ref().expect("the process was stopped").id()
     }

@@ -6,8 +6,10 @@
 //! artifacts (v3 and v4), the API with the job's token.
 //!
 //! What it keeps from a host runner: the job's own headers (its `Authorization` passes), Gitea's
-//! answers as they are (a redirect is handed to the job, not followed here: artifact v4's
-//! signed URLs point at Gitea's `ROOT_URL` and the job then reaches Gitea directly), bodies
+//! answers as they are (a redirect is handed to the job, not followed here, and no URL is
+//! rewritten: artifact v3's upload URLs and v4's signed URLs point at the address Gitea
+//! guesses for itself, its `ROOT_URL` or the `Host` this proxy sends, `gitea.url`'s, and the
+//! job then reaches Gitea directly, as on a runner host), bodies
 //! streamed both ways with no size cap and nothing buffered whole (uploads of gigabytes), and
 //! Gitea's TLS verified with the image's trust store or the configured Gitea CA.
 //!
