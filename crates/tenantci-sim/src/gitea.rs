@@ -377,7 +377,7 @@ impl GiteaDouble {
             registration_token: random_hex(20),
             api_token: random_hex(20),
             state: Mutex::new(State::default()),
-            hooks: Hooks::default(),
+            hooks: Hooks::of(forge),
             stall: Stall::default(),
             web: Web::default(),
             forge,

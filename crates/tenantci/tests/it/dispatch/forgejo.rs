@@ -365,3 +365,37 @@ async fn forgejo_runner_s_calls_through_the_proxy_get_the_one_task() {
     w.all_cleaned_up().await;
     drop(d);
 }
+
+/// Forgejo's webhook: the double plays Forgejo's per-state events (`workflow_job_waiting`
+/// signed in `X-Forgejo-Signature` and its `X-Gitea-*` copy, the job's labels at
+/// `job.runs_on`); with polling slowed to an hour, the delivery is what gets the job claimed,
+/// and the claim's `workflow_job_running` is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forgejo_s_waiting_event_nudges_the_scheduler() {
+    let mut w = World::start_forgejo(1).await;
+    w.with_webhook(Duration::from_secs(3600));
+    w.with_fetch_interval(Duration::from_secs(3600));
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    w.register_hook(&d).await;
+    eventually("the first idle FetchTask", || async {
+        let calls = d.metric("tenantci_dispatch_fetch_task_calls_total").await?;
+        (calls >= 1.0).then_some(())
+    })
+    .await;
+    let job = w.enqueue("hooked", "s3cr3t-hooked").await;
+    let task = w.claimed(job).await;
+    w.executor(task).await.run(task).await;
+    w.assert_succeeded_once(task).await;
+    let nudge = r#"tenantci_dispatch_webhook_deliveries_total{outcome="nudge"}"#;
+    let ignored = r#"tenantci_dispatch_webhook_deliveries_total{outcome="ignored"}"#;
+    eventually(
+        "the waiting event acted on, the running one ignored",
+        || async {
+            let (n, i) = (d.metric(nudge).await?, d.metric(ignored).await?);
+            (n == 1.0 && i == 1.0).then_some(())
+        },
+    )
+    .await;
+    w.all_cleaned_up().await;
+}
