@@ -178,20 +178,38 @@ async fn waiting_jobs(
     Json(rows).into_response()
 }
 
-/// A job as Forgejo's `ActionRunJob` (the double has one repository and one owner).
+/// A job as Forgejo's `ActionRunJob`.
 fn job_row(j: &JobView) -> serde_json::Value {
+    let status = if j.status == JobStatus::Waiting {
+        "waiting"
+    } else {
+        "running"
+    };
+    action_run_job(j.id, &j.name, &j.runs_on, status, j.task_id.unwrap_or(0))
+}
+
+/// Forgejo's `ActionRunJob` JSON, as its waiting-jobs API lists it and its `workflow_job_*`
+/// webhooks carry it under `job` (the double has one repository and one owner; a job's run
+/// id is its id, and its handle a fixed UUID made from it).
+pub fn action_run_job(
+    id: i64,
+    name: &str,
+    runs_on: &[String],
+    status: &str,
+    task_id: i64,
+) -> serde_json::Value {
     serde_json::json!({
-        "id": j.id,
+        "id": id,
         "repo_id": 1,
         "owner_id": 1,
-        "name": j.name,
+        "name": name,
         "needs": [],
-        "runs_on": j.runs_on,
-        "task_id": j.task_id.unwrap_or(0),
-        "status": if j.status == JobStatus::Waiting { "waiting" } else { "running" },
+        "runs_on": runs_on,
+        "task_id": task_id,
+        "status": status,
         "attempt": 1,
-        "handle": format!("00000000-0000-4000-8000-{:012x}", j.id),
-        "run_id": j.id,
+        "handle": format!("00000000-0000-4000-8000-{id:012x}"),
+        "run_id": id,
     })
 }
 

@@ -108,19 +108,7 @@ pub fn forgejo_event(ev: &JobEvent<'_>) -> (&'static str, Vec<u8>) {
     };
     let body = serde_json::json!({
         "action": action,
-        "job": {
-            "id": ev.job_id,
-            "repo_id": 1,
-            "owner_id": 1,
-            "name": ev.name,
-            "needs": [],
-            "runs_on": ev.labels,
-            "task_id": 0,
-            "status": status,
-            "attempt": 1,
-            "handle": format!("00000000-0000-4000-8000-{:012x}", ev.job_id),
-            "run_id": ev.job_id,
-        },
+        "job": crate::gitea_forgejo::action_run_job(ev.job_id, ev.name, ev.labels, status, 0),
         "run": {"id": ev.job_id},
         "repository": {"id": 1, "name": "demo", "full_name": "sim/demo"},
         "sender": {"id": 1, "login": "sim"},
@@ -249,26 +237,20 @@ mod tests {
     #[test]
     fn the_body_names_the_action_and_the_labels() {
         let labels = vec!["pod".to_string()];
-        let b = body(&JobEvent {
+        let queued = JobEvent {
             action: "queued",
             job_id: 7,
             name: "build",
             labels: &labels,
             runner: None,
             created: SystemTime::UNIX_EPOCH,
-        });
+        };
+        let b = body(&queued);
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(v["action"], "queued");
         assert_eq!(v["workflow_job"]["labels"][0], "pod");
         assert_eq!(v["workflow_job"]["status"], "queued");
-        let (event, b) = forgejo_event(&JobEvent {
-            action: "queued",
-            job_id: 7,
-            name: "build",
-            labels: &labels,
-            runner: None,
-            created: SystemTime::UNIX_EPOCH,
-        });
+        let (event, b) = forgejo_event(&queued);
         assert_eq!(event, "workflow_job_waiting");
         assert_eq!(
             tenantci_core::forge::delivery::announced(Some(event), &b).unwrap(),
