@@ -68,5 +68,7 @@ impl WaitingWatch {
                 _ = stop.changed() => {}
             }
         }
+        // The term ended (lease lost, drain): a standby exports no demand it no longer reads.
+        self.metrics.forge_waiting(&Demand::default());
     }
 }
