@@ -1,5 +1,6 @@
 //! The webhook receiver: Gitea's `workflow_job` and Forgejo's `workflow_job_waiting`
-//! deliveries at `POST /webhooks/gitea`, used as a nudge so the scheduler sends a FetchTask at once instead of waiting for its next poll.
+//! deliveries at `POST /webhooks/gitea`, used as a nudge so the scheduler sends a FetchTask at
+//! once instead of waiting for its next poll.
 //!
 //! Boundary: a delivery is a hint, never an instruction. It carries no task (Gitea creates the
 //! task only when a FetchTask picks the job), so the most a delivery can do is make the leader

@@ -11,7 +11,7 @@ use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::eventually;
 
 use super::harness::{NAMESPACE, World};
-use crate::util::tenantci;
+use crate::util::{assert_exit, stderr, tenantci};
 
 async fn stats(w: &World) -> serde_json::Value {
     w.gitea.admin(w.http(), "stats").await
@@ -398,4 +398,35 @@ async fn forgejo_s_waiting_event_nudges_the_scheduler() {
     )
     .await;
     w.all_cleaned_up().await;
+}
+
+/// Bad `[waiting_jobs]` input stops `dispatch run` at start with exit 2 and one sentence: a
+/// token file others may read, and the section against Gitea (which has no such list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_waiting_jobs_input_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut w = World::start_forgejo(1).await;
+    w.with_waiting_jobs("user", "any-token", Duration::from_secs(5));
+    let file = w
+        .base_mut()
+        .waiting_jobs
+        .as_ref()
+        .unwrap()
+        .token_file
+        .clone();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = w.run_dispatcher_to_exit("readable");
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("the Forgejo API token file"), "{err}");
+    assert!(
+        !err.contains("any-token"),
+        "the token is never shown: {err}"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    w.base_mut().gitea.forge = tenantci_core::forge::Forge::Gitea;
+    let out = w.run_dispatcher_to_exit("on-gitea");
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("only Forgejo lists waiting jobs"), "{err}");
 }
