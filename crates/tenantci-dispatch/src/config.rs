@@ -117,6 +117,9 @@ pub struct Config {
     /// Gitea's `workflow_job` webhook as a nudge; absent: polling alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<Webhook>,
+    /// Forgejo's waiting-jobs API as a nudge and a demand metric; absent: not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_jobs: Option<WaitingJobs>,
     #[serde(default)]
     pub claim: Claim,
     /// The VM backend (OpenSandbox); absent: off, and `vm` is not registered at Gitea.
@@ -220,6 +223,29 @@ impl Webhook {
             spacing: self.nudge_spacing.get(),
             burst: self.nudge_burst,
         }
+    }
+}
+
+/// Forgejo's waiting-jobs API (`forge::waiting`), read by the leader: a job it can serve wakes
+/// the claim loop, and the waiting jobs are exported by their labels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitingJobs {
+    /// Whose jobs: `admin`, `user`, `orgs/ORG` or `repos/OWNER/REPO` (the scope the runner
+    /// is registered in).
+    pub scope: String,
+    /// A Forgejo API token that may read that scope's runners (read:admin, read:user,
+    /// read:organization or read:repository), 0600.
+    pub token_file: PathBuf,
+    /// How often the list is read.
+    #[serde(default = "defaults::waiting_jobs_interval")]
+    pub interval: GoDuration,
+}
+
+impl WaitingJobs {
+    /// The parsed scope (`validate` has checked it).
+    pub fn scope(&self) -> std::result::Result<tenantci_core::forge::waiting::Scope, String> {
+        self.scope.parse()
     }
 }
 
@@ -506,6 +532,10 @@ pub(crate) mod defaults {
     pub fn max_attempts() -> u32 {
         3
     }
+    /// 5 s: as the webhook's safety-net poll; a list call costs Forgejo one indexed query.
+    pub fn waiting_jobs_interval() -> GoDuration {
+        Duration::from_secs(5).into()
+    }
 }
 
 /// Environment overrides: variable, and the dotted key it sets.
@@ -620,6 +650,15 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "claim.start_deadline",
     ),
     ("TENANTCI_DISPATCH_CLAIM_MAX_ATTEMPTS", "claim.max_attempts"),
+    ("TENANTCI_DISPATCH_WAITING_JOBS_SCOPE", "waiting_jobs.scope"),
+    (
+        "TENANTCI_DISPATCH_WAITING_JOBS_TOKEN_FILE",
+        "waiting_jobs.token_file",
+    ),
+    (
+        "TENANTCI_DISPATCH_WAITING_JOBS_INTERVAL",
+        "waiting_jobs.interval",
+    ),
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has
@@ -759,6 +798,19 @@ impl Config {
                     .into(),
             );
         }
+        if let Some(w) = &self.waiting_jobs {
+            w.scope()
+                .map_err(|e| format!("has waiting_jobs.scope: {e}"))?;
+            if !self.gitea.forge.lists_waiting_jobs() {
+                return Err(format!(
+                    "has [waiting_jobs] with gitea.forge = {}; only Forgejo lists waiting jobs there: remove [waiting_jobs] (a webhook nudges instead) or set gitea.forge = \"forgejo\"",
+                    self.gitea.forge
+                ));
+            }
+            if w.interval.get().is_zero() {
+                return Err("has waiting_jobs.interval = 0 (at least 1s)".into());
+            }
+        }
         if self.claim.max_attempts == 0 {
             return Err("has claim.max_attempts = 0 (at least 1: no replacement)".into());
         }
@@ -844,6 +896,9 @@ impl Config {
         }
         if let Some(vm) = self.vm.as_mut() {
             abs(&mut vm.api_key_file);
+        }
+        if let Some(w) = self.waiting_jobs.as_mut() {
+            abs(&mut w.token_file);
         }
         self
     }
@@ -957,6 +1012,7 @@ mod tests {
             status: Status::default(),
             leader: Leader::default(),
             webhook: None,
+            waiting_jobs: None,
             claim: Claim::default(),
             vm: None,
             identity: None,
@@ -1243,7 +1299,38 @@ mod tests {
             start_deadline: Duration::from_secs(100).into(),
             max_attempts: 5,
         };
+        cfg.waiting_jobs = Some(WaitingJobs {
+            scope: "orgs/acme".into(),
+            token_file: "forgejo-api.token".into(),
+            interval: Duration::from_secs(9).into(),
+        });
         cfg
+    }
+
+    #[test]
+    fn waiting_jobs_need_forgejo_and_a_scope_forgejo_knows() {
+        let mut cfg = tuned();
+        let bad = |cfg: &Config| {
+            parse(&cfg.to_toml(), &[])
+                .unwrap_err()
+                .message()
+                .to_string()
+        };
+        cfg.gitea.forge = tenantci_core::forge::Forge::Gitea;
+        assert!(
+            bad(&cfg).contains("only Forgejo lists waiting jobs"),
+            "{}",
+            bad(&cfg)
+        );
+        cfg.gitea.forge = tenantci_core::forge::Forge::Forgejo;
+        cfg.waiting_jobs.as_mut().unwrap().scope = "orgs/../admin".into();
+        assert!(bad(&cfg).contains("waiting_jobs.scope"), "{}", bad(&cfg));
+        let ok = parse(&tuned().to_toml(), &[]).unwrap();
+        let resolved = ok.resolved(Path::new("/etc/d"));
+        assert_eq!(
+            resolved.waiting_jobs.unwrap().token_file,
+            Path::new("/etc/d/forgejo-api.token")
+        );
     }
 
     /// The dotted keys of every value of the schema (all of `tuned`'s leaves but `version`).

@@ -44,6 +44,8 @@ pub struct Metrics {
     withdrawn: Counter,
     answers_lost: Counter,
     nudges_paced: Counter,
+    forge_waiting: Family<Vec<(String, String)>, Gauge>,
+    waiting_reads: Family<Vec<(String, String)>, Counter>,
     warm_slots: Family<ByBackend, Gauge>,
     warm_hits: Family<ByBackend, Counter>,
     warm_misses: Family<ByBackend, Counter>,
@@ -113,6 +115,8 @@ impl Default for Metrics {
             withdrawn: Counter::default(),
             answers_lost: Counter::default(),
             nudges_paced: Counter::default(),
+            forge_waiting: Family::default(),
+            waiting_reads: Family::default(),
             warm_slots: Family::default(),
             warm_hits: Family::default(),
             warm_misses: Family::default(),
@@ -188,6 +192,16 @@ fn register_claiming(registry: &mut Registry, m: &Metrics) {
         "webhook_nudges_paced",
         "Nudged FetchTasks that waited for the nudge budget (webhook.nudge_burst used up): deliveries arrive faster than webhook.nudge_spacing",
         m.nudges_paced.clone(),
+    );
+    registry.register(
+        "forge_waiting_jobs",
+        "Jobs waiting at Forgejo (waiting-jobs API), by their runs-on labels and whether this dispatcher serves them (servable=false: demand no registration of it can take)",
+        m.forge_waiting.clone(),
+    );
+    registry.register(
+        "forge_waiting_jobs_reads",
+        "Reads of Forgejo's waiting-jobs API by outcome: ok, nudge (a job this dispatcher serves started waiting), error",
+        m.waiting_reads.clone(),
     );
 }
 
@@ -346,6 +360,26 @@ impl Metrics {
     }
     pub fn nudge_paced(&self) {
         self.nudges_paced.inc();
+    }
+
+    /// The waiting jobs now: the old series go, so label sets no longer waiting read 0 by
+    /// their absence.
+    pub fn forge_waiting(&self, demand: &tenantci_core::forge::waiting::Demand) {
+        self.forge_waiting.clear();
+        for ((labels, ours), n) in &demand.by_labels {
+            self.forge_waiting
+                .get_or_create(&vec![
+                    ("runs_on".to_string(), labels.clone()),
+                    ("servable".to_string(), ours.to_string()),
+                ])
+                .set(*n as i64);
+        }
+    }
+
+    pub fn waiting_read(&self, outcome: &str) {
+        self.waiting_reads
+            .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
+            .inc();
     }
 
     /// A class's warm slots now, and `held` seconds of the slots it had since the last call.

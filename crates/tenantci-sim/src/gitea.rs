@@ -20,6 +20,8 @@
 //! multi-task FetchTask, request-key recovery, and `POST /admin/drop-fetch` to lose answers.
 //! `POST /admin/hold {"hold": bool}` keeps every waiting job unassigned while set.
 //! `GET /api/v1/version` answers the forge's version (`POST /admin/version` replaces it).
+//! Forgejo's waiting-jobs API (`GET /api/v1/{admin|user|orgs/..|repos/../..}/actions/runners/jobs`,
+//! with the handle's `api_token`; `gitea_forgejo`).
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
 //! Never used in production paths.
@@ -201,6 +203,8 @@ pub struct Stats {
 /// The double's state and behaviour; [`GiteaDouble::start`] serves it.
 pub struct GiteaDouble {
     registration_token: String,
+    /// The API token `GET /api/v1/.../actions/runners/jobs` accepts (Forgejo).
+    api_token: String,
     state: Mutex<State>,
     pub hooks: Hooks,
     /// `POST /admin/stall`.
@@ -218,6 +222,8 @@ pub struct GiteaHandle {
     pub base_url: String,
     pub addr: SocketAddr,
     pub registration_token: String,
+    /// The API token of the waiting-jobs API (Forgejo).
+    pub api_token: String,
     pub double: Arc<GiteaDouble>,
     served: Served,
 }
@@ -235,17 +241,19 @@ struct GiteaJson<'a> {
     url: &'a str,
     address: String,
     registration_token: &'a str,
+    api_token: &'a str,
     admin_url: String,
 }
 
-/// Writes `<state_dir>/gitea.json` (`url`, `address`, `registrationToken`, `adminUrl`),
-/// mode 0600 because it holds the registration token.
+/// Writes `<state_dir>/gitea.json` (`url`, `address`, `registrationToken`, `apiToken`,
+/// `adminUrl`), mode 0600 because it holds the tokens.
 pub fn write_gitea_json(state_dir: &Path, handle: &GiteaHandle) -> tenantci_core::Result<PathBuf> {
     let path = state_dir.join("gitea.json");
     let doc = GiteaJson {
         url: &handle.base_url,
         address: handle.addr.to_string(),
         registration_token: &handle.registration_token,
+        api_token: &handle.api_token,
         admin_url: format!("{}/admin", handle.base_url),
     };
     let mut bytes = serde_json::to_vec_pretty(&doc)
@@ -367,8 +375,9 @@ impl GiteaDouble {
     pub fn new_as(forge: Forge) -> Self {
         GiteaDouble {
             registration_token: random_hex(20),
+            api_token: random_hex(20),
             state: Mutex::new(State::default()),
-            hooks: Hooks::default(),
+            hooks: Hooks::of(forge),
             stall: Stall::default(),
             web: Web::default(),
             forge,
@@ -379,6 +388,21 @@ impl GiteaDouble {
 
     pub fn forge(&self) -> Forge {
         self.forge
+    }
+
+    /// Whether `presented` is the API token (constant time).
+    pub fn is_api_token(&self, presented: &str) -> bool {
+        sha256(presented).ct_eq(&sha256(&self.api_token)).into()
+    }
+
+    /// The jobs that wait for a runner or run, in id order (the waiting-jobs API's rows).
+    pub fn open_jobs(&self) -> Vec<JobView> {
+        self.lock()
+            .jobs
+            .values()
+            .filter(|j| matches!(j.status, JobStatus::Waiting | JobStatus::Running))
+            .map(JobRec::view)
+            .collect()
     }
 
     /// Holds (or releases) every waiting job: FetchTask assigns nothing while held. Releasing
@@ -441,6 +465,7 @@ impl GiteaDouble {
             base_url: format!("http://{addr}"),
             addr,
             registration_token: double.registration_token.clone(),
+            api_token: double.api_token.clone(),
             double,
             served,
         })
@@ -462,6 +487,7 @@ impl GiteaDouble {
             .route("/admin/hold", post(admin_hold))
             .route("/admin/version", post(admin_set_version))
             .route("/api/v1/version", get(api_version))
+            .merge(gitea_forgejo::waiting_jobs_router())
             .with_state(double.clone());
         facade::router(double.clone())
             .merge(admin)

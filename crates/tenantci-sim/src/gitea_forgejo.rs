@@ -14,14 +14,28 @@
 //! recorded), and the runner gets `unavailable` instead, as from a proxy whose upstream
 //! connection broke after the forge had answered.
 //!
+//! The waiting-jobs API, `GET /api/v1/{admin|user|orgs/{org}|repos/{owner}/{repo}}/actions/runners/jobs`
+//! with `Authorization: token <api token>` (Forgejo also takes `Bearer`): the waiting and
+//! running jobs as Forgejo's `ActionRunJob` rows (`null` when none), filtered by `?labels=a,b`
+//! as Forgejo filters (a job whose runs-on labels are all among them). The double has no
+//! scopes, so every scope lists every job. A Gitea double answers 404 there.
+//!
 //! Never used in production paths.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
 use prost_types::value::Kind;
+use serde::Deserialize;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::proto::Task;
+
+use crate::gitea::{GiteaDouble, JobStatus, JobView};
 
 /// The version the double reports for `forge`.
 pub fn version_of(forge: Forge) -> &'static str {
@@ -98,6 +112,105 @@ impl ForgejoState {
         let g = self.lock();
         (g.dropped, g.recovered)
     }
+}
+
+/// The waiting-jobs API's routes (every scope answers alike).
+pub fn waiting_jobs_router() -> Router<Arc<GiteaDouble>> {
+    const TAIL: &str = "actions/runners/jobs";
+    Router::new()
+        .route(&format!("/api/v1/admin/{TAIL}"), get(waiting_jobs))
+        .route(&format!("/api/v1/user/{TAIL}"), get(waiting_jobs))
+        .route(&format!("/api/v1/orgs/{{org}}/{TAIL}"), get(waiting_jobs))
+        .route(
+            &format!("/api/v1/repos/{{owner}}/{{repo}}/{TAIL}"),
+            get(waiting_jobs),
+        )
+}
+
+#[derive(Deserialize)]
+struct JobsQuery {
+    labels: Option<String>,
+}
+
+/// Forgejo's error body: `{"message": ...}`.
+fn refused(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "message": message }))).into_response()
+}
+
+async fn waiting_jobs(
+    State(d): State<Arc<GiteaDouble>>,
+    headers: HeaderMap,
+    Query(q): Query<JobsQuery>,
+) -> Response {
+    if d.forge() != Forge::Forgejo {
+        return refused(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("token ")
+                .or_else(|| v.strip_prefix("Bearer "))
+        });
+    match presented {
+        None => return refused(StatusCode::UNAUTHORIZED, "token is required"),
+        Some(t) if !d.is_api_token(t.trim()) => {
+            return refused(StatusCode::UNAUTHORIZED, "user does not exist");
+        }
+        Some(_) => {}
+    }
+    let labels: Option<Vec<String>> = q
+        .labels
+        .map(|l| l.split(',').map(|s| s.trim().to_string()).collect());
+    let rows: Vec<serde_json::Value> = d
+        .open_jobs()
+        .iter()
+        .filter(|j| match &labels {
+            Some(ls) => j.runs_on.iter().all(|l| ls.contains(l)),
+            None => true,
+        })
+        .map(job_row)
+        .collect();
+    // Forgejo's handler encodes a nil slice: `null` when nothing matched.
+    if rows.is_empty() {
+        return Json(serde_json::Value::Null).into_response();
+    }
+    Json(rows).into_response()
+}
+
+/// A job as Forgejo's `ActionRunJob`.
+fn job_row(j: &JobView) -> serde_json::Value {
+    let status = if j.status == JobStatus::Waiting {
+        "waiting"
+    } else {
+        "running"
+    };
+    action_run_job(j.id, &j.name, &j.runs_on, status, j.task_id.unwrap_or(0))
+}
+
+/// Forgejo's `ActionRunJob` JSON, as its waiting-jobs API lists it and its `workflow_job_*`
+/// webhooks carry it under `job` (the double has one repository and one owner; a job's run
+/// id is its id, and its handle a fixed UUID made from it).
+pub fn action_run_job(
+    id: i64,
+    name: &str,
+    runs_on: &[String],
+    status: &str,
+    task_id: i64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "id": id,
+        "repo_id": 1,
+        "owner_id": 1,
+        "name": name,
+        "needs": [],
+        "runs_on": runs_on,
+        "task_id": task_id,
+        "status": status,
+        "attempt": 1,
+        "handle": format!("00000000-0000-4000-8000-{id:012x}"),
+        "run_id": id,
+    })
 }
 
 /// A recovered task with new job tokens: the old ones were never seen by the runner and

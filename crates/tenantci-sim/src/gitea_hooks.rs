@@ -4,7 +4,13 @@
 //! dispatcher's receiver is exercised on the real path. Like Gitea, deliveries are queued and
 //! best-effort: sent in the background, one attempt, outcome recorded (no retry).
 //!
-//! Not kept: per-repo/org scoping (every hook gets every job), other events, Forgejo's names.
+//! A Forgejo double sends Forgejo's events instead (`forge::delivery`): one per job state,
+//! `workflow_job_waiting` (queued) and `workflow_job_running` (claimed), with the job as an
+//! `ActionRunJob` under `job`, `X-Forgejo-*` headers and their `X-Gitea-*` copies. The
+//! `action` values of Forgejo's payload are the double's guesses (`new_attempt`,
+//! `status_changed`): nothing reads them.
+//!
+//! Not kept: per-repo/org scoping (every hook gets every job), other events.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -17,6 +23,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+use tenantci_core::forge::Forge;
+use tenantci_core::forge::delivery::{FORGEJO_WAITING_EVENT, GITEA_EVENT};
 
 /// `POST /admin/hooks`'s body.
 #[derive(Clone, Debug, Deserialize)]
@@ -51,6 +59,7 @@ pub struct JobEvent<'a> {
 
 #[derive(Default)]
 pub struct Hooks {
+    forge: Forge,
     hooks: Mutex<Vec<HookSpec>>,
     deliveries: Arc<Mutex<Vec<DeliveryView>>>,
 }
@@ -89,6 +98,26 @@ pub fn body(ev: &JobEvent<'_>) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Forgejo's event for `ev` and its body (`WorkflowJobPayload`: `action`, `job`, `run`,
+/// `repository`, `sender`).
+pub fn forgejo_event(ev: &JobEvent<'_>) -> (&'static str, Vec<u8>) {
+    let (event, action, status) = match ev.action {
+        "queued" => (FORGEJO_WAITING_EVENT, "new_attempt", "waiting"),
+        "in_progress" => ("workflow_job_running", "status_changed", "running"),
+        _ => ("workflow_job_success", "completed", "success"),
+    };
+    let body = serde_json::json!({
+        "action": action,
+        "job": crate::gitea_forgejo::action_run_job(ev.job_id, ev.name, ev.labels, status, 0),
+        "run": {"id": ev.job_id},
+        "repository": {"id": 1, "name": "demo", "full_name": "sim/demo"},
+        "sender": {"id": 1, "login": "sim"},
+    })
+    .to_string()
+    .into_bytes();
+    (event, body)
+}
+
 /// Gitea's signature of `body` with `secret` (empty secret: empty signature).
 pub fn signature(secret: &str, body: &[u8]) -> String {
     if secret.is_empty() {
@@ -100,6 +129,14 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
 }
 
 impl Hooks {
+    /// The hooks of a double playing `forge`.
+    pub fn of(forge: Forge) -> Hooks {
+        Hooks {
+            forge,
+            ..Hooks::default()
+        }
+    }
+
     /// Registers a hook; returns its index.
     pub fn add(&self, spec: HookSpec) -> usize {
         let mut h = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
@@ -124,12 +161,17 @@ impl Hooks {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let body = Bytes::from(body(ev));
+        let (event, body) = match self.forge {
+            Forge::Gitea => (GITEA_EVENT, body(ev)),
+            Forge::Forgejo => forgejo_event(ev),
+        };
+        let body = Bytes::from(body);
+        let forge = self.forge;
         for (i, hook) in hooks.into_iter().enumerate() {
             let log = self.deliveries.clone();
             let (body, action, job_id) = (body.clone(), ev.action.to_string(), ev.job_id);
             rt.spawn(async move {
-                let result = send(&hook, body).await;
+                let result = send(&hook, forge, event, body).await;
                 let (status, error) = match result {
                     Ok(s) => (Some(s), None),
                     Err(e) => (None, Some(e)),
@@ -148,19 +190,26 @@ impl Hooks {
     }
 }
 
-async fn send(hook: &HookSpec, body: Bytes) -> Result<u16, String> {
+async fn send(hook: &HookSpec, forge: Forge, event: &str, body: Bytes) -> Result<u16, String> {
     let sig = signature(&hook.secret, &body);
-    let req = http::Request::post(&hook.url)
+    let delivery = crate::ids::uuid();
+    let mut req = http::Request::post(&hook.url)
         .header("content-type", "application/json")
-        .header("x-gitea-event", "workflow_job")
-        .header("x-gitea-event-type", "workflow_job")
-        .header("x-gitea-delivery", crate::ids::uuid())
+        .header("x-gitea-event", event)
+        .header("x-gitea-event-type", event)
+        .header("x-gitea-delivery", &delivery)
         .header("x-gitea-signature", &sig)
-        .header("x-gogs-event", "workflow_job")
+        .header("x-gogs-event", event)
         .header("x-gogs-signature", &sig)
-        .header("x-hub-signature-256", format!("sha256={sig}"))
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
+        .header("x-hub-signature-256", format!("sha256={sig}"));
+    if forge == Forge::Forgejo {
+        req = req
+            .header("x-forgejo-event", event)
+            .header("x-forgejo-event-type", event)
+            .header("x-forgejo-delivery", &delivery)
+            .header("x-forgejo-signature", &sig);
+    }
+    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     // Gitea's delivery timeout is 5 s by default (webhook.DELIVER_TIMEOUT).
@@ -188,17 +237,25 @@ mod tests {
     #[test]
     fn the_body_names_the_action_and_the_labels() {
         let labels = vec!["pod".to_string()];
-        let b = body(&JobEvent {
+        let queued = JobEvent {
             action: "queued",
             job_id: 7,
             name: "build",
             labels: &labels,
             runner: None,
             created: SystemTime::UNIX_EPOCH,
-        });
+        };
+        let b = body(&queued);
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(v["action"], "queued");
         assert_eq!(v["workflow_job"]["labels"][0], "pod");
         assert_eq!(v["workflow_job"]["status"], "queued");
+        let (event, b) = forgejo_event(&queued);
+        assert_eq!(event, "workflow_job_waiting");
+        assert_eq!(
+            tenantci_core::forge::delivery::announced(Some(event), &b).unwrap(),
+            tenantci_core::forge::delivery::Announced::Waiting(labels.clone()),
+            "what the dispatcher's receiver reads"
+        );
     }
 }

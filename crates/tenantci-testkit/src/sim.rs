@@ -81,6 +81,7 @@ impl SimProcess {
             url: field("url"),
             admin_url: field("adminUrl"),
             registration_token: field("registrationToken"),
+            api_token: field("apiToken"),
         }
     }
 
@@ -106,6 +107,8 @@ pub struct Gitea {
     /// The admin API (`POST /jobs`, `GET /jobs/<id>`, `GET /tasks/<id>`).
     pub admin_url: String,
     pub registration_token: String,
+    /// The API token of Forgejo's waiting-jobs API (`GET /api/v1/.../actions/runners/jobs`).
+    pub api_token: String,
 }
 
 impl Gitea {

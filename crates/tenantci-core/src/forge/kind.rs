@@ -70,6 +70,15 @@ impl Forge {
         }
     }
 
+    /// Whether the forge lists waiting jobs at `waiting::Scope::path` (Forgejo). Gitea's
+    /// queued-jobs API has another path and shape (docs/gitea-protocol.md), not read.
+    pub fn lists_waiting_jobs(self) -> bool {
+        match self {
+            Forge::Gitea => false,
+            Forge::Forgejo => true,
+        }
+    }
+
     /// The forge that gave `version` (the `version` of `GET /api/v1/version`): Forgejo reports
     /// its own version with the Gitea version it is compatible with after `+gitea-`
     /// (`11.0.1+gitea-1.22.0`); Gitea reports a plain (semver-like) version (`1.24.3`,

@@ -3,7 +3,8 @@
 //! class); the `workflow_job`
 //! webhook wakes it (`nudge` paces how often, `deliveries` refuses a delivery seen before);
 //! `registration` is the scheduler's Gitea credential; `fetch` is one FetchTask as the forge
-//! (Gitea or Forgejo) allows it.
+//! (Gitea or Forgejo) allows it; `waiting` reads Forgejo's waiting-jobs API (a nudge, and the
+//! demand metric).
 
 pub mod class;
 pub mod deliveries;
@@ -12,4 +13,5 @@ pub mod nudge;
 pub mod registration;
 pub mod routing;
 pub mod scheduler;
+pub mod waiting;
 pub mod webhook;

@@ -1,5 +1,6 @@
-//! The webhook receiver: Gitea's `workflow_job` deliveries at `POST /webhooks/gitea`, used as
-//! a nudge so the scheduler sends a FetchTask at once instead of waiting for its next poll.
+//! The webhook receiver: Gitea's `workflow_job` and Forgejo's `workflow_job_waiting`
+//! deliveries at `POST /webhooks/gitea`, used as a nudge so the scheduler sends a FetchTask at
+//! once instead of waiting for its next poll.
 //!
 //! Boundary: a delivery is a hint, never an instruction. It carries no task (Gitea creates the
 //! task only when a FetchTask picks the job), so the most a delivery can do is make the leader
@@ -25,7 +26,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use hmac::{Hmac, Mac};
-use serde::Deserialize;
 use sha2::Sha256;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 use crate::claim::deliveries::RecentDeliveries;
 use crate::metrics::Metrics;
 use crate::run::status::Health;
+use tenantci_core::forge::delivery::{self, Announced};
 
 /// Where Gitea posts (the webhook's "Target URL" is `http://<webhook.listen>/webhooks/gitea`).
 pub const PATH: &str = "/webhooks/gitea";
@@ -42,6 +43,12 @@ pub const MAX_BODY: usize = 1 << 20;
 pub const SIGNATURE_HEADER: &str = "x-gitea-signature";
 pub const EVENT_HEADER: &str = "x-gitea-event";
 pub const DELIVERY_HEADER: &str = "x-gitea-delivery";
+/// Forgejo sends the `X-Gitea-*` headers and these copies; either is read.
+const FORGEJO_HEADERS: [(&str, &str); 3] = [
+    (SIGNATURE_HEADER, "x-forgejo-signature"),
+    (EVENT_HEADER, "x-forgejo-event"),
+    (DELIVERY_HEADER, "x-forgejo-delivery"),
+];
 
 /// The webhook secret's bytes. `Debug` never prints it.
 #[derive(Clone)]
@@ -127,7 +134,9 @@ impl Verdict {
                 "X-Gitea-Signature does not match: the webhook's secret differs from the dispatcher's webhook.secret_file\n"
             }
             Verdict::TooLarge => "the delivery is larger than 1 MiB\n",
-            Verdict::Malformed => "the body is not a workflow_job delivery (JSON)\n",
+            Verdict::Malformed => {
+                "the body is not a workflow_job (Gitea) or workflow_job_waiting (Forgejo) delivery (JSON)\n"
+            }
             Verdict::Replayed => {
                 "this X-Gitea-Delivery id was received already; a delivery is acted on once (Gitea's Redeliver sends a new id)\n"
             }
@@ -135,20 +144,11 @@ impl Verdict {
     }
 }
 
-#[derive(Deserialize)]
-struct Delivery {
-    action: String,
-    workflow_job: Job,
-}
-
-#[derive(Deserialize)]
-struct Job {
-    #[serde(default)]
-    labels: Vec<String>,
-}
-
 /// The verdict on one delivery (pure). The signature is checked before the event or body is
-/// looked at; a job is ours when every runs-on label is among `labels` (Gitea's own rule).
+/// looked at; a job is ours when every runs-on label is among `labels` (the forges' own
+/// rule). Which events announce a waiting job, and where their labels are, is the forge
+/// layer's (`forge::delivery`): Gitea's `workflow_job` `queued`, Forgejo's
+/// `workflow_job_waiting`.
 pub fn judge(
     secret: &WebhookSecret,
     event: Option<&str>,
@@ -165,25 +165,21 @@ pub fn judge(
     if !secret.verify(body, signature) {
         return Verdict::BadSignature;
     }
-    if event != Some("workflow_job") {
-        return Verdict::Ignored;
-    }
-    let Ok(d) = serde_json::from_slice::<Delivery>(body) else {
-        return Verdict::Malformed;
-    };
-    let ours = d.workflow_job.labels.iter().all(|l| labels.contains(l));
-    if d.action == "queued" && ours {
-        Verdict::Nudge
-    } else {
-        Verdict::Ignored
+    match delivery::announced(event, body) {
+        Err(_) => Verdict::Malformed,
+        Ok(Announced::Waiting(runs_on)) if runs_on.iter().all(|l| labels.contains(l)) => {
+            Verdict::Nudge
+        }
+        Ok(_) => Verdict::Ignored,
     }
 }
 
-/// The runs-on labels of a delivery judged a nudge (signed, a queued job of ours).
-fn announced_labels(body: &[u8]) -> Option<Vec<String>> {
-    serde_json::from_slice::<Delivery>(body)
-        .ok()
-        .map(|d| d.workflow_job.labels)
+/// The runs-on labels of a delivery judged a nudge (signed, a waiting job of ours).
+fn announced_labels(event: Option<&str>, body: &[u8]) -> Option<Vec<String>> {
+    match delivery::announced(event, body) {
+        Ok(Announced::Waiting(labels)) => Some(labels),
+        _ => None,
+    }
 }
 
 /// `verdict` after the replay check: a signed delivery (nudge or ignored) whose id `recent`
@@ -223,7 +219,16 @@ async fn deliver(
     headers: HeaderMap,
     body: Body,
 ) -> impl IntoResponse {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let header = |name: &str| {
+        let forgejo = FORGEJO_HEADERS
+            .iter()
+            .find(|(g, _)| *g == name)
+            .map(|(_, f)| *f);
+        [Some(name), forgejo]
+            .into_iter()
+            .flatten()
+            .find_map(|n| headers.get(n).and_then(|v| v.to_str().ok()))
+    };
     let declared_too_large = header("content-length")
         .and_then(|n| n.parse::<usize>().ok())
         .is_some_and(|n| n > MAX_BODY);
@@ -250,7 +255,9 @@ async fn deliver(
     let leader = r.health.leader.load(Ordering::SeqCst);
     if verdict == Verdict::Nudge && leader {
         r.nudge.notify_one();
-        let labels = bytes.as_deref().and_then(announced_labels);
+        let labels = bytes
+            .as_deref()
+            .and_then(|b| announced_labels(header(EVENT_HEADER), b));
         if let Some(Ok(Some(c))) = labels.map(|l| crate::claim::class::pick(&r.classes, &l)) {
             r.warm.announced(&c.name);
         }
@@ -365,6 +372,32 @@ mod tests {
         assert_eq!(
             j(Some("workflow_job"), done.to_string().into_bytes()),
             Verdict::Ignored
+        );
+    }
+
+    #[test]
+    fn forgejo_s_waiting_event_nudges_for_our_labels() {
+        let s = WebhookSecret::new("k");
+        let j = |event, body: serde_json::Value| {
+            let body = body.to_string().into_bytes();
+            judge(&s, event, Some(&s.sign(&body)), &body, &labels())
+        };
+        let waiting = |runs_on: &[&str]| serde_json::json!({"action": "new_attempt", "job": {"id": 4, "runs_on": runs_on, "status": "waiting"}, "run": {"id": 1}, "repository": {"id": 2}});
+        assert_eq!(
+            j(Some("workflow_job_waiting"), waiting(&["pod"])),
+            Verdict::Nudge
+        );
+        assert_eq!(
+            j(Some("workflow_job_waiting"), waiting(&["gpu"])),
+            Verdict::Ignored
+        );
+        assert_eq!(
+            j(Some("workflow_job_running"), waiting(&["pod"])),
+            Verdict::Ignored
+        );
+        assert_eq!(
+            j(Some("workflow_job_waiting"), serde_json::json!({"job": 1})),
+            Verdict::Malformed
         );
     }
 

@@ -386,6 +386,8 @@ pub fn config(
             }
             None => tuning.and_then(|e| e.webhook.clone()),
         },
+        // Operator-written (runbook: Forgejo); kept across re-runs of `init`.
+        waiting_jobs: tuning.and_then(|e| e.waiting_jobs.clone()),
         claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
         vm: crate::backend::vm::init::section(&i.vm)?,
         identity: crate::identity::init::section(

@@ -77,6 +77,8 @@ struct Inputs {
     gitea_ca_pem: Option<String>,
     facade_cert: facade_cert::Valid,
     webhook_secret: Option<WebhookSecret>,
+    /// `waiting_jobs.token_file`'s Forgejo API token.
+    waiting_token: Option<tenantci_core::secret::Secret>,
 }
 
 /// The largest Gitea CA file read (a bundle of a few certificates).
@@ -125,6 +127,21 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
                     &w.secret_file,
                     Some("put the secret typed into the Gitea webhook's settings into it"),
                 )?))
+            }
+            None => None,
+        },
+        waiting_token: match &cfg.waiting_jobs {
+            Some(w) => {
+                input::check_private("the Forgejo API token file", &w.token_file)?;
+                Some(tenantci_core::secret::Secret::new(
+                    tenantci_core::secret::read_file(
+                        "the Forgejo API token file (waiting_jobs.token_file)",
+                        &w.token_file,
+                        Some(
+                            "put a Forgejo API token that may read the scope's runners into it (runbook: Forgejo)",
+                        ),
+                    )?,
+                ))
             }
             None => None,
         },
@@ -362,6 +379,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
             ca_pem: inputs.gitea_ca_pem.clone(),
         },
         nudge,
+        waiting_token: inputs.waiting_token.clone(),
     };
 
     let term = follow_the_lease(&shared, &health, leader_rx, &me).await?;

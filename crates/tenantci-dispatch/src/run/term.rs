@@ -22,6 +22,7 @@ use crate::backend::spec::{ExecutorTemplate, GiteaForExecutors, TemplateIdentity
 use crate::backend::worker::Worker;
 use crate::backend::{Context, Executors};
 use crate::claim::scheduler::{Pool, Scheduler};
+use crate::claim::waiting::WaitingWatch;
 use crate::config::Config;
 use crate::facade::capability::CapabilityKey;
 use crate::queue::assignment::SealingKey;
@@ -49,6 +50,8 @@ pub(super) struct Shared {
     pub gitea: GiteaForExecutors,
     /// The webhook receiver's nudges, for the scheduler of the current term.
     pub nudge: Arc<Notify>,
+    /// The Forgejo API token of `[waiting_jobs]`.
+    pub waiting_token: Option<tenantci_core::secret::Secret>,
 }
 
 pub(super) struct Term {
@@ -115,6 +118,9 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         stop_rx.clone(),
     ));
     tasks.spawn(scheduler(&s, pools).run(stop_rx.clone()));
+    if let Some(watch) = waiting_watch(&s) {
+        tasks.spawn(watch.run(stop_rx.clone()));
+    }
     if s.cfg.executor.classes.iter().any(|c| c.warm.is_some()) {
         tasks.spawn(warm_pools(&s).run(stop_rx.clone()));
     }
@@ -246,6 +252,21 @@ async fn lookup(
             }
         }
     }
+}
+
+/// The waiting-jobs watch of `[waiting_jobs]` (validated with the config), nudging this
+/// term's scheduler.
+fn waiting_watch(s: &Shared) -> Option<WaitingWatch> {
+    let w = s.cfg.waiting_jobs.as_ref()?;
+    Some(WaitingWatch {
+        forge: s.ctx.gitea.clone(),
+        scope: w.scope().ok()?,
+        token: s.waiting_token.clone()?,
+        interval: w.interval.get(),
+        labels: s.cfg.declared_labels(),
+        metrics: s.ctx.metrics.clone(),
+        nudge: s.nudge.clone(),
+    })
 }
 
 fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {

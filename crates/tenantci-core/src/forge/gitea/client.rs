@@ -307,6 +307,60 @@ impl RunnerClient {
             })
     }
 
+    /// Forgejo's waiting jobs of `scope` (`forge::waiting`), read with an API `token`
+    /// (`Authorization: token ...`). The answer is read up to `waiting::MAX_ANSWER` bytes.
+    pub async fn waiting_jobs(
+        &self,
+        scope: &crate::forge::waiting::Scope,
+        token: &crate::secret::Secret,
+    ) -> Result<Vec<crate::forge::waiting::WaitingJob>, ClientError> {
+        use crate::forge::waiting;
+        const METHOD: &str = "the waiting-jobs API";
+        let url = format!("{}{}", self.cfg.base_url, scope.path());
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            method: METHOD,
+            url: url.clone(),
+            connecting: e.is_connect(),
+            source: e,
+        };
+        let mut resp = self
+            .http
+            .get(&url)
+            .header(header::AUTHORIZATION, format!("token {}", token.expose()))
+            .header(header::ACCEPT, "application/json")
+            .timeout(self.cfg.request_timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status().as_u16();
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+            if body.len() + chunk.len() > waiting::MAX_ANSWER {
+                return Err(ClientError::Decode {
+                    method: METHOD,
+                    error: ConnectError::invalid_argument(format!(
+                        "the answer is larger than {} bytes",
+                        waiting::MAX_ANSWER
+                    )),
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if status != 200 {
+            return Err(ClientError::Status {
+                method: METHOD,
+                error: ConnectError::from_response(status, &body),
+            });
+        }
+        waiting::parse(&body).map_err(|e| ClientError::Decode {
+            method: METHOD,
+            error: ConnectError::invalid_argument(format!(
+                "not a list of jobs ({e}): {}",
+                crate::upstream::status_and_excerpt(status, &body)
+            )),
+        })
+    }
+
     /// Registers a runner with a registration token (in `req.token`); returns it with its
     /// fresh uuid and token. Not retried.
     pub async fn register(&self, req: &RegisterRequest) -> Result<Runner, ClientError> {

@@ -4,12 +4,14 @@
 //! sweep needed), and the rest of the dispatcher (kill -9, the VM backend, identity) works as
 //! against Gitea. The executor is played through the facade as in every dispatch test.
 
+use std::time::Duration;
+
 use serde_json::json;
 use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::eventually;
 
 use super::harness::{NAMESPACE, World};
-use crate::util::tenantci;
+use crate::util::{assert_exit, stderr, tenantci};
 
 async fn stats(w: &World) -> serde_json::Value {
     w.gitea.admin(w.http(), "stats").await
@@ -237,4 +239,194 @@ async fn identity_on_a_task_runs_through_its_proxy_with_its_svid() {
     w.no_task_entries().await;
     assert_eq!(entry, format!("{NAMESPACE}.gitea-task-{task}"));
     assert!(d.log_text().contains("serving SPIFFE mTLS"));
+}
+
+/// Forgejo's waiting-jobs API read by the leader (`[waiting_jobs]`): with polling slowed to
+/// an hour, a job the dispatcher serves is claimed because the list woke the scheduler, and a
+/// job nobody here can run is exported as unserved demand by its labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_jobs_wake_the_scheduler_and_unserved_demand_is_exported() {
+    let mut w = World::start_forgejo(2).await;
+    let token = w.gitea.api_token.clone();
+    w.with_fetch_interval(Duration::from_secs(3600));
+    w.with_waiting_jobs("orgs/acme", &token, Duration::from_millis(200));
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    // The startup FetchTask has happened and found nothing: from now on only a nudge polls.
+    eventually(
+        "the first idle FetchTask and a read of the list",
+        || async {
+            let calls = d.metric("tenantci_dispatch_fetch_task_calls_total").await?;
+            let reads = d
+                .metric("tenantci_dispatch_forge_waiting_jobs_reads_total")
+                .await?;
+            (calls >= 1.0 && reads >= 1.0).then_some(())
+        },
+    )
+    .await;
+    let gpu = w
+        .gitea
+        .enqueue(w.http(), "gpu-job", &["self-hosted", "gpu"], "s3cr3t-gpu")
+        .await;
+    let job = w.enqueue("woken", "s3cr3t-woken").await;
+    let task = w.claimed(job).await;
+    w.executor(task).await.run(task).await;
+    w.assert_succeeded_once(task).await;
+    let unserved =
+        r#"tenantci_dispatch_forge_waiting_jobs{runs_on="gpu,self-hosted",servable="false"}"#;
+    eventually("the gpu job exported as unserved demand", || async {
+        (d.metric(unserved).await == Some(1.0)).then_some(())
+    })
+    .await;
+    assert!(
+        d.metric(r#"tenantci_dispatch_forge_waiting_jobs_reads_total{outcome="nudge"}"#)
+            .await
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert_eq!(
+        w.job(gpu).await["status"],
+        "waiting",
+        "nobody here runs on gpu"
+    );
+    w.all_cleaned_up().await;
+    drop(d);
+}
+
+/// A token the forge refuses: the read fails (counted, logged once) and claiming goes on by
+/// polling, as without `[waiting_jobs]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_waiting_jobs_token_leaves_claiming_to_polling() {
+    let mut w = World::start_forgejo(1).await;
+    w.with_waiting_jobs("admin", "not-the-token", Duration::from_millis(200));
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    let job = w.enqueue("polled", "s3cr3t-polled").await;
+    let task = w.claimed(job).await;
+    w.executor(task).await.run(task).await;
+    w.assert_succeeded_once(task).await;
+    eventually("the refused reads counted", || async {
+        let errors = d
+            .metric(r#"tenantci_dispatch_forge_waiting_jobs_reads_total{outcome="error"}"#)
+            .await?;
+        (errors >= 2.0).then_some(())
+    })
+    .await;
+    let log = d.log_text();
+    assert_eq!(
+        log.matches("cannot read Forgejo's waiting jobs").count(),
+        1,
+        "one line per spell of failures"
+    );
+    assert!(!log.contains("not-the-token"), "the token is never logged");
+    w.all_cleaned_up().await;
+}
+
+/// What `forgejo-runner one-job` sends, through the executor's proxy: FetchTask with a
+/// capacity and a request key gets the one handed-out task (nothing more), and RunnerService
+/// calls the facade does not serve (`FetchSingleTask`, `UpdateJobSummary`) are `not_found`,
+/// as a Connect client reads an RPC its server lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forgejo_runner_s_calls_through_the_proxy_get_the_one_task() {
+    let w = World::start_forgejo(2).await;
+    let d = w.dispatcher("d1").await;
+    let job = w.enqueue("one-job", "s3cr3t-one").await;
+    let task = w.claimed(job).await;
+    let (secret, pod) = w.objects(task).await;
+    let proxy = PodProxy::start(tenantci(), &secret, &pod);
+    let ex = Executor::through(&secret, &proxy);
+    let got = eventually("the facade to hand out the task", || async {
+        ex.own()
+            .fetch_tasks(0, Some(4), Some("0b8f6a52-1d3e-4a4e-9c57-3f7f2f1c9a10"))
+            .await
+            .ok()?
+            .task
+    })
+    .await;
+    assert_eq!(got.id, task);
+    for method in ["FetchSingleTask", "UpdateJobSummary"] {
+        let resp = w
+            .http()
+            .post(format!(
+                "{}/api/actions/runner.v1.RunnerService/{method}",
+                proxy.address
+            ))
+            .header("content-type", "application/json")
+            .body(format!(r#"{{"task_id": {task}}}"#))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 404, "{method}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], "not_found", "{method}: {body}");
+    }
+    ex.finish(task, &[&format!("ran task {task}")]).await;
+    w.assert_succeeded_once(task).await;
+    w.all_cleaned_up().await;
+    drop(d);
+}
+
+/// Forgejo's webhook: the double plays Forgejo's per-state events (`workflow_job_waiting`
+/// signed in `X-Forgejo-Signature` and its `X-Gitea-*` copy, the job's labels at
+/// `job.runs_on`); with polling slowed to an hour, the delivery is what gets the job claimed,
+/// and the claim's `workflow_job_running` is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forgejo_s_waiting_event_nudges_the_scheduler() {
+    let mut w = World::start_forgejo(1).await;
+    w.with_webhook(Duration::from_secs(3600));
+    w.with_fetch_interval(Duration::from_secs(3600));
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    w.register_hook(&d).await;
+    eventually("the first idle FetchTask", || async {
+        let calls = d.metric("tenantci_dispatch_fetch_task_calls_total").await?;
+        (calls >= 1.0).then_some(())
+    })
+    .await;
+    let job = w.enqueue("hooked", "s3cr3t-hooked").await;
+    let task = w.claimed(job).await;
+    w.executor(task).await.run(task).await;
+    w.assert_succeeded_once(task).await;
+    let nudge = r#"tenantci_dispatch_webhook_deliveries_total{outcome="nudge"}"#;
+    let ignored = r#"tenantci_dispatch_webhook_deliveries_total{outcome="ignored"}"#;
+    eventually(
+        "the waiting event acted on, the running one ignored",
+        || async {
+            let (n, i) = (d.metric(nudge).await?, d.metric(ignored).await?);
+            (n == 1.0 && i == 1.0).then_some(())
+        },
+    )
+    .await;
+    w.all_cleaned_up().await;
+}
+
+/// Bad `[waiting_jobs]` input stops `dispatch run` at start with exit 2 and one sentence: a
+/// token file others may read, and the section against Gitea (which has no such list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_waiting_jobs_input_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut w = World::start_forgejo(1).await;
+    w.with_waiting_jobs("user", "any-token", Duration::from_secs(5));
+    let file = w
+        .base_mut()
+        .waiting_jobs
+        .as_ref()
+        .unwrap()
+        .token_file
+        .clone();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = w.run_dispatcher_to_exit("readable");
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("the Forgejo API token file"), "{err}");
+    assert!(
+        !err.contains("any-token"),
+        "the token is never shown: {err}"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    w.base_mut().gitea.forge = tenantci_core::forge::Forge::Gitea;
+    let out = w.run_dispatcher_to_exit("on-gitea");
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("only Forgejo lists waiting jobs"), "{err}");
 }

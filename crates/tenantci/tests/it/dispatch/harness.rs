@@ -272,6 +272,27 @@ impl World {
         });
     }
 
+    /// Configures every dispatcher started from now on to read the Forgejo double's
+    /// waiting-jobs API (`scope`, every `interval`) with `token` in a 0600 file.
+    pub fn with_waiting_jobs(&mut self, scope: &str, token: &str, interval: Duration) {
+        let file = self.dir.path().join("dispatch").join("forgejo-api.token");
+        let _ = std::fs::remove_file(&file);
+        tenantci_core::fsutil::write_new_atomic(&file, format!("{token}\n").as_bytes(), 0o600)
+            .unwrap();
+        self.base.waiting_jobs = Some(config::WaitingJobs {
+            scope: scope.into(),
+            token_file: file,
+            interval: interval.into(),
+        });
+    }
+
+    /// Polls Gitea only every `interval` (also after an idle spell): a claim sooner than that
+    /// was woken by a nudge.
+    pub fn with_fetch_interval(&mut self, interval: Duration) {
+        self.base.gitea.fetch_interval = interval.into();
+        self.base.gitea.fetch_interval_idle = interval.into();
+    }
+
     /// Turns executor identity on for every dispatcher started from now on: the dispatcher's
     /// entry ([`FACADE_ID`]) exists and is served, the dispatchers get its Workload API
     /// socket, and `[identity]` has the defaults with that facade ID.
@@ -986,6 +1007,7 @@ async fn write_inputs(
             identity: None,
         },
         webhook: None,
+        waiting_jobs: None,
         claim: config::Claim::default(),
         vm: None,
         identity: None,

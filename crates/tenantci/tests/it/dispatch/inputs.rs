@@ -151,6 +151,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         status: config::Status::default(),
         leader: config::Leader::default(),
         webhook: None,
+        waiting_jobs: None,
         claim: config::Claim::default(),
         vm: None,
         identity: None,
