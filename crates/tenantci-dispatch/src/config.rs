@@ -820,13 +820,17 @@ impl Config {
         Ok(())
     }
 
-    fn resolved(mut self, base: &Path) -> Config {
+    /// Every relative path made absolute against `base` (the config's directory).
+    pub(crate) fn resolved(mut self, base: &Path) -> Config {
         let abs = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
         };
         abs(&mut self.gitea.credential_file);
+        if let Some(ca) = self.gitea.ca_file.as_mut() {
+            abs(ca);
+        }
         if let Some(k) = self.cluster.kubeconfig.as_mut() {
             abs(k);
         }
@@ -913,7 +917,7 @@ pub fn url_host(url: &str, schemes: &[&str]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub fn sample() -> Config {

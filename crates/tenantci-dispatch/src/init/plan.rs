@@ -32,6 +32,10 @@ impl std::fmt::Debug for RegistrationToken {
 #[derive(Debug, Clone)]
 pub struct Inputs {
     pub gitea_url: String,
+    /// `--gitea-ca`: the CA (PEM) Gitea's certificate chains to, when the system's roots do
+    /// not hold it; init's own Gitea calls trust it, and the config names it (gitea.ca_file).
+    /// None: the existing config's, else the system's roots.
+    pub gitea_ca_file: Option<PathBuf>,
     /// `--forge`; None: read from the forge's version API before anything is written.
     pub forge: Option<tenantci_core::forge::Forge>,
     /// None is fine while `scheduler.json` exists (the registration is kept).
@@ -73,6 +77,11 @@ pub struct Inputs {
     /// Executor identity's flags (`--spiffe-*`).
     pub identity: crate::identity::init::IdentityInputs,
     pub out: PathBuf,
+    /// `--apply-secret`: apply the ConfigMap and Secret the in-cluster Deployment mounts
+    /// (`in_cluster`) with the admin client.
+    pub apply_secret: bool,
+    /// `--secret-out`: write them as a manifest (0600) instead, or as well.
+    pub secret_out: Option<PathBuf>,
     pub dry_run: bool,
 }
 
@@ -125,6 +134,10 @@ pub struct Checked {
     pub nats_secrets_dir: PathBuf,
     /// `--nats-ca-file`, absolute.
     pub nats_ca_file: Option<PathBuf>,
+    /// `--gitea-ca`, absolute.
+    pub gitea_ca_file: Option<PathBuf>,
+    /// `--secret-out`, absolute.
+    pub secret_out: Option<PathBuf>,
     pub credential_valid_for: std::time::Duration,
     /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
     pub webhook: Option<(SocketAddr, PathBuf)>,
@@ -227,12 +240,39 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         })?),
         None => None,
     };
+    let gitea_ca_file = match &i.gitea_ca_file {
+        Some(f) => Some(std::path::absolute(f).map_err(|e| {
+            Error::bad_input(format!("cannot resolve --gitea-ca `{}`", f.display())).caused_by(e)
+        })?),
+        None => None,
+    };
+    let secret_out = match &i.secret_out {
+        Some(f) => {
+            let abs = std::path::absolute(f).map_err(|e| {
+                Error::bad_input(format!("cannot resolve --secret-out `{}`", f.display()))
+                    .caused_by(e)
+            })?;
+            if abs.file_name().is_none() || abs.is_dir() || abs == out {
+                return Err(Error::bad_input(format!(
+                    "--secret-out `{}` is a directory or the config itself, not a manifest file",
+                    f.display()
+                ))
+                .hint(
+                    "pass the manifest to write, e.g. --secret-out /root/dispatch/in-cluster.yaml",
+                ));
+            }
+            Some(abs)
+        }
+        None => None,
+    };
     Ok(Checked {
         paths: Paths::beside(&out),
+        secret_out,
         facade_url,
         facade_host,
         nats_secrets_dir,
         nats_ca_file,
+        gitea_ca_file,
         credential_valid_for,
         webhook: check_webhook(i)?,
     })
@@ -335,8 +375,11 @@ pub fn config(
                 |e| e.gitea.keepalive_interval.clone(),
                 d::keepalive_interval(),
             ),
-            // An operator's setting: kept across re-runs of init.
-            ca_file: tuning.and_then(|e| e.gitea.ca_file.clone()),
+            // `--gitea-ca`, else the operator's setting, kept across re-runs of init.
+            ca_file: match &c.gitea_ca_file {
+                Some(f) => Some(f.clone()),
+                None => tuning.and_then(|e| e.gitea.ca_file.clone()),
+            },
         },
         cluster: config::Cluster {
             // In the cluster (`--kubeconfig`): none, the ServiceAccount's in-cluster config.
@@ -404,6 +447,7 @@ pub(crate) mod tests {
     pub fn inputs() -> Inputs {
         Inputs {
             gitea_url: "https://gitea.example.com/".into(),
+            gitea_ca_file: None,
             forge: None,
             registration_token: Some(RegistrationToken::new("reg-token")),
             name: None,
@@ -431,6 +475,8 @@ pub(crate) mod tests {
             vm: Default::default(),
             identity: Default::default(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
+            apply_secret: false,
+            secret_out: None,
             dry_run: false,
         }
     }
