@@ -13,7 +13,7 @@ use crate::util::{
 use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::sim::SimProcess;
 
-fn kustomize(dir: &str) -> Vec<Value> {
+pub(crate) fn kustomize(dir: &str) -> Vec<Value> {
     let o = Command::new("kubectl")
         .arg("kustomize")
         .arg(repo_file(dir))
@@ -26,7 +26,7 @@ fn kustomize(dir: &str) -> Vec<Value> {
         .collect()
 }
 
-fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(crate) fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
 

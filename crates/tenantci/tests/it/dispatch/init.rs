@@ -29,7 +29,7 @@ pub(super) struct Setup {
     pub(super) sim: SimProcess,
     gitea_url: String,
     admin_url: String,
-    token: String,
+    pub(super) token: String,
     nats: PathBuf,
 }
 

@@ -6,7 +6,7 @@
 use tenantci_testkit::snapshot::ClusterSnapshot;
 
 use super::init::{Setup, can_i, hand_back, outcomes, setup};
-use crate::util::{assert_exit, run, stderr, tenantci};
+use crate::util::{assert_exit, run, stderr, stdout, tenantci};
 
 const SA: &str = "system:serviceaccount:dynamic-runner:tenantci-dispatcher";
 
@@ -143,5 +143,148 @@ fn init_refuses_a_kubeconfig_without_access_writing_applying_and_registering_not
         ClusterSnapshot::take(&kubectl),
         cluster,
         "no object written"
+    );
+}
+
+/// Runbook §2's three commands against the simulator: `dispatch init --kubeconfig
+/// --apply-secret` with no state dir, `kubectl apply -k` of an overlay (here `locked-down`:
+/// the base, the webhook and network policy), and a look at the Deployment. Every key the
+/// Deployment's volume projects is in the ConfigMap or Secret init applied, and every file
+/// the mounted config and the Deployment's environment name is in that volume. `--secret-out`
+/// writes the same two objects, 0600, and nothing printed holds a secret.
+#[test]
+fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
+    let s = setup();
+    let admin = s.sim.tenant_admin("ci").display().to_string();
+    let webhook_secret = s.root.join("webhook-secret");
+    tenantci_core::fsutil::write_new_atomic(&webhook_secret, b"hook-secret-value\n", 0o600)
+        .unwrap();
+    let manifest = s.root.join("in-cluster.yaml");
+    let o = s.init(
+        "d",
+        &[
+            ("--state-dir", None),
+            ("--cluster", None),
+            ("--kubeconfig", Some(&admin)),
+            ("--facade-listen", Some("0.0.0.0:8443")),
+            (
+                "--facade-url",
+                Some("https://tenantci-dispatcher-facade.dynamic-runner.svc:8443"),
+            ),
+            ("--webhook-listen", Some("127.0.0.1:8090")),
+            (
+                "--webhook-secret-file",
+                Some(webhook_secret.to_str().unwrap()),
+            ),
+            ("--secret-out", Some(manifest.to_str().unwrap())),
+        ],
+        &["--apply-secret"],
+    );
+    assert_exit(&o, 0);
+    let hb = hand_back(&o);
+    let steps = outcomes(&hb);
+    for step in ["in-cluster", "secret-out"] {
+        assert!(steps.iter().any(|(s, _)| s == step), "{step} in {steps:?}");
+    }
+    let bao = hb["baoKvPut"].as_str().unwrap();
+    assert!(
+        bao.starts_with("bao kv put -mount=ci dynamic-runner/dispatcher "),
+        "{bao}"
+    );
+    let dir = s.out("d").parent().unwrap().to_path_buf();
+    assert!(
+        bao.contains(&format!(
+            "sealing.key=@{}",
+            dir.join("sealing.key").display()
+        )),
+        "{bao}"
+    );
+    let sealing = std::fs::read(dir.join("sealing.key")).unwrap();
+    for text in [stdout(&o), stderr(&o)] {
+        assert!(!text.contains("hook-secret-value"), "no secret printed");
+        assert!(!text.contains(&s.token), "no token printed");
+        assert!(
+            !text.contains(String::from_utf8_lossy(&sealing).trim()),
+            "no key printed"
+        );
+    }
+    assert_eq!(crate::util::mode(&manifest), 0o600);
+    // Command two: the overlay, applied for real.
+    let k = s.admin();
+    let o = k.run(&[
+        "apply",
+        "-k",
+        &crate::util::repo_file("manifests/overlays/locked-down")
+            .display()
+            .to_string(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Command three's object: the Deployment as the apiserver holds it.
+    let o = k.run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "deployment",
+        "tenantci-dispatcher",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let deployment: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = super::mounted::mount(&k, "dynamic-runner", &deployment, &s.root.join("pod"));
+    assert_eq!(m.mount_path, "/etc/tenantci/dispatch");
+    m.assert_every_file_resolves();
+    let c = m.config();
+    assert_eq!(c.cluster.kubeconfig, None, "the ServiceAccount");
+    assert_eq!(c.facade.listen.to_string(), "0.0.0.0:8443");
+    assert_eq!(
+        c.webhook.as_ref().unwrap().listen.to_string(),
+        "0.0.0.0:8090"
+    );
+    assert_eq!(
+        std::fs::read(m.dir.join("webhook.secret")).unwrap(),
+        b"hook-secret-value\n"
+    );
+    assert_eq!(std::fs::read(m.dir.join("sealing.key")).unwrap(), sealing);
+    // The manifest is the same two objects: applying it changes nothing.
+    let o = k.run(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        manifest.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(
+        out.contains("configmap/tenantci-dispatcher-config"),
+        "{out}"
+    );
+    assert!(out.contains("secret/tenantci-dispatcher"), "{out}");
+    // A re-run changes nothing in the cluster.
+    let again = s.init(
+        "d",
+        &[
+            ("--state-dir", None),
+            ("--cluster", None),
+            ("--kubeconfig", Some(&admin)),
+            ("--facade-listen", Some("0.0.0.0:8443")),
+            (
+                "--facade-url",
+                Some("https://tenantci-dispatcher-facade.dynamic-runner.svc:8443"),
+            ),
+            ("--webhook-listen", Some("127.0.0.1:8090")),
+            (
+                "--webhook-secret-file",
+                Some(webhook_secret.to_str().unwrap()),
+            ),
+        ],
+        &["--apply-secret"],
+    );
+    assert_exit(&again, 0);
+    assert!(
+        outcomes(&hand_back(&again)).contains(&("in-cluster".into(), "unchanged".into())),
+        "{:?}",
+        outcomes(&hand_back(&again))
     );
 }
