@@ -284,6 +284,12 @@ pub struct IdentityArgs {
     /// Default: spiffe://{trust_domain}/spire/server.
     #[arg(long, value_name = "SPIFFE_ID")]
     pub spiffe_server_id: Option<String>,
+    /// The className of the per-task ClusterStaticEntry objects: the class of the cluster's
+    /// spire-controller-manager (SPIRE's hardened chart ignores classless objects and names
+    /// its class <release namespace>-<release name>). "" for none.
+    /// Default: spire-server-spire (that chart installed as `helm install -n spire-server spire`).
+    #[arg(long, value_name = "NAME")]
+    pub spiffe_class_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -412,6 +418,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             source: a.identity.spiffe_source.clone(),
             server_address: a.identity.spiffe_server.clone(),
             server_id: a.identity.spiffe_server_id.clone(),
+            class_name: a.identity.spiffe_class_name.clone(),
         },
         out: a.out.clone(),
         apply_secret: a.apply_secret,

@@ -351,6 +351,7 @@ impl World {
             source: "workload-api".into(),
             server_address: None,
             server_id: None,
+            class_name: identity::settings::defaults::class_name(),
         });
     }
 

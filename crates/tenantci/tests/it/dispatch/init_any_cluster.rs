@@ -3,6 +3,7 @@
 //! the refusals of a kubeconfig that cannot do what init needs. (A task end to end on this
 //! path: `dispatch::run`'s `init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_account`.)
 
+use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::snapshot::ClusterSnapshot;
 
 use super::init::{Setup, can_i, hand_back, outcomes, setup};
@@ -146,12 +147,62 @@ fn init_refuses_a_kubeconfig_without_access_writing_applying_and_registering_not
     );
 }
 
+/// The flags of the in-cluster path: `--kubeconfig`, the facade on the Pod IP behind its
+/// Service, a webhook and the VM backend (so every optional key of the Secret is there).
+fn in_cluster_flags<'a>(
+    admin: &'a str,
+    webhook_secret: &'a str,
+    opensandbox: &'a [String; 2],
+) -> Vec<(&'a str, Option<&'a str>)> {
+    vec![
+        ("--state-dir", None),
+        ("--cluster", None),
+        ("--kubeconfig", Some(admin)),
+        ("--facade-listen", Some("0.0.0.0:8443")),
+        (
+            "--facade-url",
+            Some("https://tenantci-dispatcher-facade.dynamic-runner.svc:8443"),
+        ),
+        ("--webhook-listen", Some("127.0.0.1:8090")),
+        ("--webhook-secret-file", Some(webhook_secret)),
+        ("--opensandbox-url", Some(&opensandbox[0])),
+        ("--opensandbox-api-key-file", Some(&opensandbox[1])),
+    ]
+}
+
+/// `kubectl apply -k manifests/overlays/<overlay>` at the simulator, then the Deployment as
+/// the apiserver holds it, its volume materialized under `dir`.
+fn apply_overlay(k: &Kubectl, overlay: &str, dir: &std::path::Path) -> super::mounted::Mounted {
+    let path = crate::util::repo_file(&format!("manifests/overlays/{overlay}"));
+    let o = k.run(&["apply", "-k", path.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "{overlay}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = k.run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "deployment",
+        "tenantci-dispatcher",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let deployment: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = super::mounted::mount(k, "dynamic-runner", &deployment, dir);
+    m.assert_every_file_resolves();
+    m
+}
+
 /// Runbook §2's three commands against the simulator: `dispatch init --kubeconfig
-/// --apply-secret` with no state dir, `kubectl apply -k` of an overlay (here `locked-down`:
-/// the base, the webhook and network policy), and a look at the Deployment. Every key the
-/// Deployment's volume projects is in the ConfigMap or Secret init applied, and every file
-/// the mounted config and the Deployment's environment name is in that volume. `--secret-out`
-/// writes the same two objects, 0600, and nothing printed holds a secret.
+/// --apply-secret` with no state dir, `kubectl apply -k` of an overlay (`locked-down`: the
+/// base, the webhook and network policy; then `vm`, the base and the VM component), and the
+/// Deployment as the apiserver holds it. Every key the Deployment's volume projects is in the
+/// ConfigMap or Secret init applied, and every file the mounted config and the Deployment's
+/// environment name is in that volume. `--secret-out` writes the same two objects, 0600, and
+/// nothing printed holds a secret.
 #[test]
 fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
     let s = setup();
@@ -159,27 +210,15 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
     let webhook_secret = s.root.join("webhook-secret");
     tenantci_core::fsutil::write_new_atomic(&webhook_secret, b"hook-secret-value\n", 0o600)
         .unwrap();
+    let sandbox = tenantci_testkit::opensandbox::OpenSandbox::from_state_dir(&s.root.join("state"));
+    let opensandbox = [
+        sandbox.url.clone(),
+        sandbox.api_key_file.display().to_string(),
+    ];
     let manifest = s.root.join("in-cluster.yaml");
-    let o = s.init(
-        "d",
-        &[
-            ("--state-dir", None),
-            ("--cluster", None),
-            ("--kubeconfig", Some(&admin)),
-            ("--facade-listen", Some("0.0.0.0:8443")),
-            (
-                "--facade-url",
-                Some("https://tenantci-dispatcher-facade.dynamic-runner.svc:8443"),
-            ),
-            ("--webhook-listen", Some("127.0.0.1:8090")),
-            (
-                "--webhook-secret-file",
-                Some(webhook_secret.to_str().unwrap()),
-            ),
-            ("--secret-out", Some(manifest.to_str().unwrap())),
-        ],
-        &["--apply-secret"],
-    );
+    let mut flags = in_cluster_flags(&admin, webhook_secret.to_str().unwrap(), &opensandbox);
+    flags.push(("--secret-out", Some(manifest.to_str().unwrap())));
+    let o = s.init("d", &flags, &["--apply-secret"]);
     assert_exit(&o, 0);
     let hb = hand_back(&o);
     let steps = outcomes(&hb);
@@ -203,37 +242,17 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
     for text in [stdout(&o), stderr(&o)] {
         assert!(!text.contains("hook-secret-value"), "no secret printed");
         assert!(!text.contains(&s.token), "no token printed");
+        assert!(!text.contains(&sandbox.api_key()), "no API key printed");
         assert!(
             !text.contains(String::from_utf8_lossy(&sealing).trim()),
             "no key printed"
         );
     }
     assert_eq!(crate::util::mode(&manifest), 0o600);
-    // Command two: the overlay, applied for real.
+    // Commands two and three, for two overlays.
     let k = s.admin();
-    let o = k.run(&[
-        "apply",
-        "-k",
-        &crate::util::repo_file("manifests/overlays/locked-down")
-            .display()
-            .to_string(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // Command three's object: the Deployment as the apiserver holds it.
-    let o = k.run(&[
-        "-n",
-        "dynamic-runner",
-        "get",
-        "deployment",
-        "tenantci-dispatcher",
-        "-o",
-        "json",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let deployment: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let m = super::mounted::mount(&k, "dynamic-runner", &deployment, &s.root.join("pod"));
+    let m = apply_overlay(&k, "locked-down", &s.root.join("pod-locked-down"));
     assert_eq!(m.mount_path, "/etc/tenantci/dispatch");
-    m.assert_every_file_resolves();
     let c = m.config();
     assert_eq!(c.cluster.kubeconfig, None, "the ServiceAccount");
     assert_eq!(c.facade.listen.to_string(), "0.0.0.0:8443");
@@ -246,7 +265,17 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
         b"hook-secret-value\n"
     );
     assert_eq!(std::fs::read(m.dir.join("sealing.key")).unwrap(), sealing);
-    // The manifest is the same two objects: applying it changes nothing.
+    let m = apply_overlay(&k, "vm", &s.root.join("pod-vm"));
+    assert_eq!(
+        m.env["TENANTCI_DISPATCH_VM_API_KEY_FILE"],
+        m.dir.join("opensandbox-api.key").display().to_string(),
+        "the vm component names the Secret's key"
+    );
+    assert_eq!(
+        std::fs::read(m.config().vm.unwrap().api_key_file).unwrap(),
+        std::fs::read(&sandbox.api_key_file).unwrap()
+    );
+    // The manifest is the same two objects.
     let o = k.run(&[
         "apply",
         "--server-side",
@@ -264,27 +293,13 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
     // A re-run changes nothing in the cluster.
     let again = s.init(
         "d",
-        &[
-            ("--state-dir", None),
-            ("--cluster", None),
-            ("--kubeconfig", Some(&admin)),
-            ("--facade-listen", Some("0.0.0.0:8443")),
-            (
-                "--facade-url",
-                Some("https://tenantci-dispatcher-facade.dynamic-runner.svc:8443"),
-            ),
-            ("--webhook-listen", Some("127.0.0.1:8090")),
-            (
-                "--webhook-secret-file",
-                Some(webhook_secret.to_str().unwrap()),
-            ),
-        ],
+        &in_cluster_flags(&admin, webhook_secret.to_str().unwrap(), &opensandbox),
         &["--apply-secret"],
     );
     assert_exit(&again, 0);
+    let steps = outcomes(&hand_back(&again));
     assert!(
-        outcomes(&hand_back(&again)).contains(&("in-cluster".into(), "unchanged".into())),
-        "{:?}",
-        outcomes(&hand_back(&again))
+        steps.contains(&("in-cluster".into(), "unchanged".into())),
+        "{steps:?}"
     );
 }
