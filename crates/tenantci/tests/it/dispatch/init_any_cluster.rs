@@ -167,6 +167,7 @@ fn in_cluster_flags<'a>(
         ("--webhook-secret-file", Some(webhook_secret)),
         ("--opensandbox-url", Some(&opensandbox[0])),
         ("--opensandbox-api-key-file", Some(&opensandbox[1])),
+        ("--labels", Some("self-hosted,pod,vm")),
     ]
 }
 
