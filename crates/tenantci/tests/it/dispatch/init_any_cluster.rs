@@ -304,3 +304,76 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
         "{steps:?}"
     );
 }
+
+/// `--gitea-ca` (issue 29) against the Gitea double behind TLS from a private CA: without it
+/// the version read fails naming the flag (exit 3); a file that is no certificate is exit 2;
+/// neither writes, applies or registers anything. With it init registers, the config names
+/// the CA (`gitea.ca_file`), and the Secret carries it as `gitea-ca.crt`, which the mounted
+/// config names.
+#[test]
+fn init_trusts_the_gitea_ca_it_is_given_and_puts_it_where_the_deployment_mounts() {
+    let s = setup();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let double: std::net::SocketAddr = s.gitea_url.trim_start_matches("http://").parse().unwrap();
+    let front = rt.block_on(tenantci_testkit::tls_front::TlsFront::start(double));
+    let url = front.url();
+    let ca = s.root.join("gitea-ca.pem");
+    std::fs::write(&ca, &front.ca_pem).unwrap();
+    let not_pem = s.root.join("not-a-ca.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let admin = s.sim.tenant_admin("ci").display().to_string();
+    let kubectl = s.admin();
+    let cluster = ClusterSnapshot::take(&kubectl);
+    let init = |out: &str, ca: Option<&str>| {
+        s.init(
+            out,
+            &[
+                ("--state-dir", None),
+                ("--cluster", None),
+                ("--kubeconfig", Some(&admin)),
+                ("--gitea-url", Some(&url)),
+                ("--gitea-ca", ca),
+            ],
+            &["--apply-secret"],
+        )
+    };
+    let o = init("untrusted", None);
+    assert_exit(&o, 3);
+    assert!(stderr(&o).contains("--gitea-ca"), "{}", stderr(&o));
+    let o = init("bad-ca", Some(not_pem.to_str().unwrap()));
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains(&format!(
+            "the Gitea CA file `{}` holds no PEM certificate",
+            not_pem.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    for name in ["untrusted", "bad-ca"] {
+        assert!(!s.root.join(name).exists(), "{name}: nothing written");
+    }
+    assert!(s.runners().is_empty(), "nothing registered");
+    assert_eq!(ClusterSnapshot::take(&kubectl), cluster, "nothing applied");
+    let o = init("d", Some(ca.to_str().unwrap()));
+    assert_exit(&o, 0);
+    assert_eq!(s.runners().len(), 1, "registered over TLS");
+    let written = tenantci_dispatch::config::Config::load(&s.out("d")).unwrap();
+    assert_eq!(written.gitea.ca_file.as_deref(), Some(ca.as_path()));
+    let rendered = crate::ship::kustomize("manifests/dispatch");
+    let deployment =
+        serde_json::to_value(crate::ship::of_kind(&rendered, "Deployment")[0]).unwrap();
+    let m = super::mounted::mount(&kubectl, "dynamic-runner", &deployment, &s.root.join("pod"));
+    m.assert_every_file_resolves();
+    let mounted_ca = m
+        .config()
+        .gitea
+        .ca_file
+        .expect("the Pod's config names the CA");
+    assert_eq!(mounted_ca, m.dir.join("gitea-ca.crt"));
+    assert_eq!(std::fs::read_to_string(mounted_ca).unwrap(), front.ca_pem);
+    // A re-run without the flag keeps the CA and still reaches Gitea with it.
+    let o = init("d", None);
+    assert_exit(&o, 0);
+    drop(front);
+}
