@@ -226,45 +226,10 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         ))
         .hint("pass the config file to write, e.g. --out /etc/tenantci/dispatch/config.toml"));
     }
-    let nats_secrets_dir = std::path::absolute(&i.nats_secrets_dir).map_err(|e| {
-        Error::bad_input(format!(
-            "cannot resolve --nats-secrets-dir `{}`",
-            i.nats_secrets_dir.display()
-        ))
-        .caused_by(e)
-    })?;
-    let nats_ca_file = match &i.nats_ca_file {
-        Some(f) => Some(std::path::absolute(f).map_err(|e| {
-            Error::bad_input(format!("cannot resolve --nats-ca-file `{}`", f.display()))
-                .caused_by(e)
-        })?),
-        None => None,
-    };
-    let gitea_ca_file = match &i.gitea_ca_file {
-        Some(f) => Some(std::path::absolute(f).map_err(|e| {
-            Error::bad_input(format!("cannot resolve --gitea-ca `{}`", f.display())).caused_by(e)
-        })?),
-        None => None,
-    };
-    let secret_out = match &i.secret_out {
-        Some(f) => {
-            let abs = std::path::absolute(f).map_err(|e| {
-                Error::bad_input(format!("cannot resolve --secret-out `{}`", f.display()))
-                    .caused_by(e)
-            })?;
-            if abs.file_name().is_none() || abs.is_dir() || abs == out {
-                return Err(Error::bad_input(format!(
-                    "--secret-out `{}` is a directory or the config itself, not a manifest file",
-                    f.display()
-                ))
-                .hint(
-                    "pass the manifest to write, e.g. --secret-out /root/dispatch/in-cluster.yaml",
-                ));
-            }
-            Some(abs)
-        }
-        None => None,
-    };
+    let nats_secrets_dir = absolute("--nats-secrets-dir", &i.nats_secrets_dir)?;
+    let nats_ca_file = optional_absolute("--nats-ca-file", i.nats_ca_file.as_deref())?;
+    let gitea_ca_file = optional_absolute("--gitea-ca", i.gitea_ca_file.as_deref())?;
+    let secret_out = check_secret_out(i.secret_out.as_deref(), &out)?;
     Ok(Checked {
         paths: Paths::beside(&out),
         secret_out,
@@ -276,6 +241,31 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         credential_valid_for,
         webhook: check_webhook(i)?,
     })
+}
+
+/// `flag`'s path made absolute (against the working directory).
+fn absolute(flag: &str, p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).map_err(|e| {
+        Error::bad_input(format!("cannot resolve {flag} `{}`", p.display())).caused_by(e)
+    })
+}
+
+fn optional_absolute(flag: &str, p: Option<&Path>) -> Result<Option<PathBuf>> {
+    p.map(|p| absolute(flag, p)).transpose()
+}
+
+/// `--secret-out`: a file that is neither a directory nor the config itself.
+fn check_secret_out(given: Option<&Path>, config: &Path) -> Result<Option<PathBuf>> {
+    let Some(f) = given else { return Ok(None) };
+    let abs = absolute("--secret-out", f)?;
+    if abs.file_name().is_none() || abs.is_dir() || abs == config {
+        return Err(Error::bad_input(format!(
+            "--secret-out `{}` is a directory or the config itself, not a manifest file",
+            f.display()
+        ))
+        .hint("pass the manifest to write, e.g. --secret-out /root/dispatch/in-cluster.yaml"));
+    }
+    Ok(Some(abs))
 }
 
 /// The executor section: the flags over the existing config's keys over the defaults, with
@@ -479,6 +469,24 @@ pub(crate) mod tests {
             secret_out: None,
             dry_run: false,
         }
+    }
+
+    #[test]
+    fn the_secret_manifest_and_the_gitea_ca_are_files_made_absolute() {
+        let mut i = inputs();
+        i.secret_out = Some(i.out.clone());
+        let e = check(&i).unwrap_err();
+        assert!(e.message().contains("--secret-out"), "{}", e.message());
+        i.secret_out = Some("/".into());
+        assert!(check(&i).is_err(), "a directory");
+        i.secret_out = Some("in-cluster.yaml".into());
+        i.gitea_ca_file = Some("gitea-ca.pem".into());
+        let c = check(&i).unwrap();
+        assert!(c.secret_out.unwrap().is_absolute());
+        let ca = c.gitea_ca_file.clone().unwrap();
+        assert!(ca.is_absolute());
+        let cfg = config(&i, &check(&i).unwrap(), "r", None, None).unwrap();
+        assert_eq!(cfg.gitea.ca_file, Some(ca), "the config names the CA");
     }
 
     #[test]
