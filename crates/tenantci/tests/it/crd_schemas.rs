@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::ship::kustomize;
+use crate::ship::{kustomize, overlays};
 use crate::util::repo_file;
 
 /// The pinned schemas by `apiVersion` and `kind`.
@@ -100,17 +100,8 @@ fn is_builtin(api_version: &str) -> bool {
 #[test]
 fn every_crd_based_object_under_manifests_passes_its_published_schema() {
     let schemas = schemas();
-    let overlays: Vec<String> = std::fs::read_dir(repo_file("manifests/overlays"))
-        .unwrap()
-        .map(|e| {
-            format!(
-                "manifests/overlays/{}",
-                e.unwrap().file_name().to_string_lossy()
-            )
-        })
-        .collect();
     let mut checked = BTreeMap::<String, usize>::new();
-    for dir in &overlays {
+    for dir in &overlays() {
         for object in kustomize(dir) {
             let object: Value = serde_json::to_value(&object).unwrap();
             let api_version = object["apiVersion"].as_str().unwrap().to_string();

@@ -26,6 +26,19 @@ pub(crate) fn kustomize(dir: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Every overlay under manifests/overlays, as a repository path.
+pub(crate) fn overlays() -> Vec<String> {
+    std::fs::read_dir(repo_file("manifests/overlays"))
+        .unwrap()
+        .map(|e| {
+            format!(
+                "manifests/overlays/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        })
+        .collect()
+}
+
 pub(crate) fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
@@ -231,18 +244,11 @@ fn the_monitoring_component_scrapes_the_metrics_listener_and_carries_the_tested_
 /// (built-in kinds only: the webhook and network-policy components) pass `kubectl apply
 /// --dry-run=server` at the simulator, which validates them against its OpenAPI (fields
 /// strictly) and stores nothing. The overlays with CRDs (External Secrets, SPIRE, Prometheus
-/// Operator) are rendered only: the simulator serves none of those CRDs.
+/// Operator) are rendered only here: the simulator serves none of those CRDs (`crd_schemas`
+checks their objects against the CRDs' published schemas).
 #[test]
 fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
-    let overlays: Vec<String> = std::fs::read_dir(repo_file("manifests/overlays"))
-        .unwrap()
-        .map(|e| {
-            format!(
-                "manifests/overlays/{}",
-                e.unwrap().file_name().to_string_lossy()
-            )
-        })
-        .collect();
+    let overlays = overlays();
     assert!(overlays.len() >= 5, "{overlays:?}");
     for dir in &overlays {
         let objects = kustomize(dir);
