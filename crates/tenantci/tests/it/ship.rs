@@ -245,7 +245,7 @@ fn the_monitoring_component_scrapes_the_metrics_listener_and_carries_the_tested_
 /// --dry-run=server` at the simulator, which validates them against its OpenAPI (fields
 /// strictly) and stores nothing. The overlays with CRDs (External Secrets, SPIRE, Prometheus
 /// Operator) are rendered only here: the simulator serves none of those CRDs (`crd_schemas`
-checks their objects against the CRDs' published schemas).
+/// checks their objects against the CRDs' published schemas).
 #[test]
 fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
     let overlays = overlays();
