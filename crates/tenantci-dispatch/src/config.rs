@@ -659,6 +659,9 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "TENANTCI_DISPATCH_WAITING_JOBS_INTERVAL",
         "waiting_jobs.interval",
     ),
+    // The one key of `[vm]` that differs where the dispatcher runs: the Deployment projects
+    // the key from its Secret (manifests/components/vm); the rest of `[vm]` is file only.
+    ("TENANTCI_DISPATCH_VM_API_KEY_FILE", "vm.api_key_file"),
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has
@@ -872,13 +875,17 @@ impl Config {
         Ok(())
     }
 
-    fn resolved(mut self, base: &Path) -> Config {
+    /// Every relative path made absolute against `base` (the config's directory).
+    pub(crate) fn resolved(mut self, base: &Path) -> Config {
         let abs = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
         };
         abs(&mut self.gitea.credential_file);
+        if let Some(ca) = self.gitea.ca_file.as_mut() {
+            abs(ca);
+        }
         if let Some(k) = self.cluster.kubeconfig.as_mut() {
             abs(k);
         }
@@ -968,7 +975,7 @@ pub fn url_host(url: &str, schemes: &[&str]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub fn sample() -> Config {
@@ -1359,14 +1366,46 @@ mod tests {
     }
 
     #[test]
+    fn the_vm_api_key_file_is_overridden_only_with_its_section() {
+        let mut cfg = tuned();
+        cfg.vm = Some(crate::backend::vm::settings::Vm {
+            opensandbox_url: "https://sandbox.example".into(),
+            api_key_file: "/host/opensandbox.key".into(),
+            image: None,
+            cpu: "2".into(),
+            memory: "4Gi".into(),
+            timeout: crate::backend::vm::settings::defaults::timeout(),
+        });
+        let var = "TENANTCI_DISPATCH_VM_API_KEY_FILE";
+        let got = parse(
+            &cfg.to_toml(),
+            &[(var, "/etc/tenantci/dispatch/opensandbox-api.key")],
+        )
+        .unwrap();
+        assert_eq!(
+            got.vm.unwrap().api_key_file,
+            Path::new("/etc/tenantci/dispatch/opensandbox-api.key")
+        );
+        // Without `[vm]`, the variable alone is no VM backend: refused naming the section.
+        let e = parse(&tuned().to_toml(), &[(var, "/k")]).unwrap_err();
+        assert!(e.message().contains("vm"), "{}", e.message());
+    }
+
+    #[test]
     fn every_key_has_an_override_and_every_override_sets_its_key() {
-        let mut keys: Vec<&str> = OVERRIDES.iter().map(|(_, k)| *k).collect();
+        // `[vm]` is absent from `tuned` (its other keys are file only): its one override has
+        // a test of its own.
+        let mut keys: Vec<&str> = OVERRIDES
+            .iter()
+            .map(|(_, k)| *k)
+            .filter(|k| !k.starts_with("vm."))
+            .collect();
         keys.sort();
         let mut schema = schema_keys();
         schema.sort();
         assert_eq!(keys, schema, "OVERRIDES against the schema");
         let want = tuned();
-        for (var, key) in OVERRIDES {
+        for (var, key) in OVERRIDES.iter().filter(|(_, k)| !k.starts_with("vm.")) {
             let (section, field) = key.split_once('.').unwrap();
             assert_eq!(
                 *var,

@@ -31,4 +31,5 @@ pub mod procfs;
 pub mod sim;
 pub mod snapshot;
 pub mod spire;
+pub mod tls_front;
 pub mod wait;

@@ -3,7 +3,7 @@
 //! [`apply_all`] applies a list of [`Object`]s in order (the runner's RBAC, the dispatcher's),
 //! with the one rule a dry run needs for a namespace that does not exist yet.
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -80,6 +80,11 @@ pub enum Object {
     RoleBinding(RoleBinding),
     ClusterRole(ClusterRole),
     ClusterRoleBinding(ClusterRoleBinding),
+    /// The dispatcher's config as the in-cluster Deployment mounts it (`dispatch init`).
+    ConfigMap(ConfigMap),
+    /// The dispatcher's secret files as the in-cluster Deployment mounts them. Only its kind,
+    /// name and outcome are ever printed.
+    Secret(Secret),
 }
 
 impl Object {
@@ -91,6 +96,8 @@ impl Object {
             Object::RoleBinding(o) => &o.metadata,
             Object::ClusterRole(o) => &o.metadata,
             Object::ClusterRoleBinding(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
+            Object::Secret(o) => &o.metadata,
         }
     }
 
@@ -102,6 +109,8 @@ impl Object {
             Object::RoleBinding(_) => "RoleBinding",
             Object::ClusterRole(_) => "ClusterRole",
             Object::ClusterRoleBinding(_) => "ClusterRoleBinding",
+            Object::ConfigMap(_) => "ConfigMap",
+            Object::Secret(_) => "Secret",
         }
     }
 
@@ -112,9 +121,11 @@ impl Object {
     /// The namespace of a namespaced object; None for cluster-scoped kinds.
     fn namespace(&self) -> Option<&str> {
         match self {
-            Object::ServiceAccount(_) | Object::Role(_) | Object::RoleBinding(_) => {
-                Some(self.meta().namespace.as_deref().unwrap_or_default())
-            }
+            Object::ServiceAccount(_)
+            | Object::Role(_)
+            | Object::RoleBinding(_)
+            | Object::ConfigMap(_)
+            | Object::Secret(_) => Some(self.meta().namespace.as_deref().unwrap_or_default()),
             _ => None,
         }
     }
@@ -129,6 +140,8 @@ impl Object {
             Object::RoleBinding(o) => apply(&Api::namespaced(c, ns), o, dry_run).await,
             Object::ClusterRole(o) => apply(&Api::all(c), o, dry_run).await,
             Object::ClusterRoleBinding(o) => apply(&Api::all(c), o, dry_run).await,
+            Object::ConfigMap(o) => apply(&Api::namespaced(c, ns), o, dry_run).await,
+            Object::Secret(o) => apply(&Api::namespaced(c, ns), o, dry_run).await,
         }
     }
 

@@ -170,7 +170,7 @@ pub fn desired(
                 e.message()
             )
         })?;
-    Ok(json!({
+    let mut entry = json!({
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
@@ -187,7 +187,13 @@ pub fn desired(
             "selectors": selectors(&pod.pod_uid),
             "x509SVIDTTL": SVID_TTL,
         },
-    }))
+    });
+    // The controller manager of that class takes the entry; SPIRE's hardened chart ignores
+    // classless ones.
+    if let Some(class) = &identity.class_name {
+        entry["spec"]["className"] = class.clone().into();
+    }
+    Ok(entry)
 }
 
 #[cfg(test)]

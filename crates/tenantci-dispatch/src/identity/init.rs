@@ -18,6 +18,8 @@ pub struct IdentityInputs {
     /// The SPIRE Server API (HOST:PORT) for VM executors' SVIDs.
     pub server_address: Option<String>,
     pub server_id: Option<String>,
+    /// The entries' className; None: the hardened chart's default.
+    pub class_name: Option<String>,
 }
 
 /// The `[identity]` section (None: off), checked. `namespace` gives the default facade ID,
@@ -38,6 +40,7 @@ pub fn section(
             ("--spiffe-source", i.source.is_some()),
             ("--spiffe-server", i.server_address.is_some()),
             ("--spiffe-server-id", i.server_id.is_some()),
+            ("--spiffe-class-name", i.class_name.is_some()),
         ];
         if let Some((flag, _)) = stray.iter().find(|(_, given)| *given) {
             return Err(Error::bad_input(format!("{flag} is given without --spiffe-trust-domain"))
@@ -68,10 +71,11 @@ pub fn section(
         source: i.source.clone().unwrap_or_else(defaults::source),
         server_address: i.server_address.clone(),
         server_id: i.server_id.clone(),
+        class_name: i.class_name.clone().unwrap_or_else(defaults::class_name),
     };
     identity.validate().map_err(|e| {
         Error::bad_input(format!("the executor identity settings {e}"))
-            .hint("fix --spiffe-trust-domain, --spiffe-id-template, --spiffe-parent-template, --spiffe-cluster, --spiffe-facade-id --spiffe-source, --spiffe-server or --spiffe-server-id (docs/cli.md)")
+            .hint("fix --spiffe-trust-domain, --spiffe-id-template, --spiffe-parent-template, --spiffe-cluster, --spiffe-facade-id --spiffe-source, --spiffe-server, --spiffe-server-id or --spiffe-class-name (docs/cli.md)")
     })?;
     Ok(Some(identity))
 }

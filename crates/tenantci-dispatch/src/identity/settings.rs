@@ -41,6 +41,12 @@ pub struct Identity {
     /// The SPIRE server's SPIFFE ID, the only one the dispatcher accepts at `server_address`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_id: Option<String>,
+    /// The `className` of the per-task ClusterStaticEntry objects: the class the cluster's
+    /// spire-controller-manager serves. SPIRE's hardened Helm chart ignores classless objects
+    /// (`watchClassless: false`) and names its class `<release namespace>-<release name>`,
+    /// `spire-server-spire` as its install instructions deploy it. Empty: no className.
+    #[serde(default = "defaults::class_name")]
+    pub class_name: String,
 }
 
 pub mod defaults {
@@ -52,6 +58,11 @@ pub mod defaults {
     }
     pub fn source() -> String {
         "workload-api".into()
+    }
+    /// SPIRE's hardened chart's class for `helm install -n spire-server spire`
+    /// (`<release namespace>-<release name>`).
+    pub fn class_name() -> String {
+        "spire-server-spire".into()
     }
     /// The Kubernetes-style ID of the dispatcher's ServiceAccount, as SPIRE's usual
     /// `ClusterSPIFFEID` template (`ns/<namespace>/sa/<service account>`) gives it.
@@ -78,6 +89,8 @@ pub struct Parsed {
     pub source: SourceSpec,
     /// Set when `identity.server_address` is.
     pub server: Option<SpireServer>,
+    /// The entries' `className`; None: classless.
+    pub class_name: Option<String>,
 }
 
 impl Identity {
@@ -121,6 +134,7 @@ impl Identity {
             facade_id,
             source,
             server,
+            class_name: class_name(&self.class_name)?,
         })
     }
 
@@ -157,6 +171,27 @@ impl Identity {
     }
 }
 
+/// A class name is a label value (spire-controller-manager matches it against its own
+/// `className` and puts it in a label): at most 63 of letters, digits, `-`, `_`, `.`.
+fn class_name(raw: &str) -> Result<Option<String>, String> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let ok = raw.len() <= 63
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && raw.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && raw.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !ok {
+        return Err(format!(
+            "has identity.class_name = `{}`, which is not a label value (at most 63 letters, digits, `-`, `_`, `.`); set the className of the cluster's spire-controller-manager, or \"\" for none",
+            tenantci_core::input::shown(raw)
+        ));
+    }
+    Ok(Some(raw.to_string()))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -171,7 +206,22 @@ pub(crate) mod tests {
             source: defaults::source(),
             server_address: None,
             server_id: None,
+            class_name: defaults::class_name(),
         }
+    }
+
+    #[test]
+    fn the_class_name_is_a_label_value_or_none() {
+        let mut i = identity();
+        assert_eq!(
+            i.parse().unwrap().class_name.as_deref(),
+            Some("spire-server-spire")
+        );
+        i.class_name = String::new();
+        assert_eq!(i.parse().unwrap().class_name, None);
+        i.class_name = "has space".into();
+        let e = i.parse().unwrap_err();
+        assert!(e.contains("identity.class_name"), "{e}");
     }
 
     #[test]

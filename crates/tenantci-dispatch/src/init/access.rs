@@ -48,8 +48,10 @@ pub fn must_allow_identity() -> Vec<Access> {
 /// applying every object of the RBAC (GET, then a server-side apply PATCH that may create),
 /// holding every access the Role grants (the apiserver refuses to grant more than the granter
 /// holds), and asking SubjectAccessReviews (the ServiceAccount's access is verified with them).
-/// With executor identity the cluster-scoped objects and accesses too.
-pub fn must_allow_admin(identity: bool) -> Vec<Access> {
+/// With executor identity the cluster-scoped objects and accesses too; with `--apply-secret`
+/// the ConfigMap and the Secret the Deployment mounts.
+pub fn must_allow_admin(needs: AdminNeeds) -> Vec<Access> {
+    let identity = needs.identity;
     let mut v = Vec::new();
     for verb in ["get", "create", "patch"] {
         v.push(Access::new(verb, "", "namespaces").scope(Scope::Cluster));
@@ -59,6 +61,9 @@ pub fn must_allow_admin(identity: bool) -> Vec<Access> {
             ("rbac.authorization.k8s.io", "rolebindings"),
         ] {
             v.push(Access::new(verb, group, resource));
+        }
+        if needs.in_cluster_objects {
+            v.push(Access::new(verb, "", "configmaps"));
         }
         if identity {
             for resource in ["clusterroles", "clusterrolebindings"] {
@@ -78,6 +83,15 @@ pub fn must_allow_admin(identity: bool) -> Vec<Access> {
     v
 }
 
+/// What init applies besides the namespaced RBAC.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdminNeeds {
+    /// Executor identity: the cluster-scoped RBAC.
+    pub identity: bool,
+    /// `--apply-secret`: the ConfigMap and Secret of `in_cluster`.
+    pub in_cluster_objects: bool,
+}
+
 /// Phase one of `--kubeconfig`: the admin kubeconfig may do everything init will do, so a
 /// kubeconfig without access is refused (exit 2) before anything is written or applied.
 pub async fn check_admin(
@@ -85,9 +99,9 @@ pub async fn check_admin(
     file: &std::path::Path,
     url: &str,
     namespace: &str,
-    identity: bool,
+    needs: AdminNeeds,
 ) -> Result<()> {
-    let checks = must_allow_admin(identity)
+    let checks = must_allow_admin(needs)
         .into_iter()
         .map(|a| (a, true))
         .collect();

@@ -11,31 +11,73 @@ use tenantci_core::{Error, Result};
 use crate::claim::registration::SchedulerCredential;
 use crate::init::plan::{Inputs, Paths, RegistrationToken};
 
-fn gitea_client(url: &str) -> Result<RunnerClient> {
-    RunnerClient::new(ClientConfig::new(url)).map_err(|e| {
-        Error::bad_input(format!("cannot build a client for Gitea at {url}")).caused_by(e)
+fn gitea_client(url: &str, ca_pem: Option<&str>) -> Result<RunnerClient> {
+    let mut config = ClientConfig::new(url);
+    config.ca_pem = ca_pem.map(str::to_string);
+    RunnerClient::new(config).map_err(|e| {
+        Error::bad_input(format!("cannot build a client for Gitea at {url}"))
+            .caused_by(e)
+            .hint("check --gitea-url, and that --gitea-ca holds the CA certificate (PEM) of Gitea's certificate")
     })
+}
+
+/// The Gitea CA init's own calls trust: `--gitea-ca`, else the `gitea.ca_file` of the config
+/// already at --out; None: the system's roots. A file that is not a PEM certificate is bad
+/// input naming it, before anything is written.
+pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
+    let file = match &i.gitea_ca_file {
+        Some(f) => f.clone(),
+        None => match kept_ca_file(&i.out) {
+            Some(f) => f,
+            None => return Ok(None),
+        },
+    };
+    let pem = tenantci_core::input::read_text("the Gitea CA file", &file, MAX_CA)?;
+    if !pem.contains("-----BEGIN CERTIFICATE-----")
+        || tenantci_core::pki::inspect::CertInfo::from_pem(&pem).is_err()
+    {
+        return Err(Error::bad_input(format!(
+            "the Gitea CA file `{}` holds no PEM certificate",
+            file.display()
+        ))
+        .hint("pass --gitea-ca with the CA certificate (PEM) that signed Gitea's certificate, or leave it out when the system's roots trust Gitea; nothing was written"));
+    }
+    Ok(Some(pem))
+}
+
+/// The largest CA bundle read (the size `dispatch run` accepts for gitea.ca_file).
+const MAX_CA: u64 = tenantci_core::input::MAX_PEM;
+
+/// The existing config's gitea.ca_file, absolute (an unreadable config is judged later, by
+/// `local::check`).
+fn kept_ca_file(out: &std::path::Path) -> Option<std::path::PathBuf> {
+    let out = std::path::absolute(out).ok()?;
+    if !out.is_file() {
+        return None;
+    }
+    let cfg = crate::config::Config::load_with_env(&out, &|_| None).ok()?;
+    cfg.gitea.ca_file
 }
 
 fn gitea_error(url: &str, e: ClientError) -> Error {
     Error::external(format!("Gitea at {url} failed"))
         .caused_by(e)
-        .hint("check that --gitea-url is reachable from this host and Gitea is up")
+        .hint("check that --gitea-url is reachable from this host and Gitea is up (a certificate from a private CA: pass --gitea-ca)")
 }
 
 /// The forge at `url`: `--forge` when given, else read from its version API. A version
 /// answer of neither kind is bad input (exit 2): the URL is not a Gitea or Forgejo root, or
 /// the forge hides its version; `--forge` says which it is.
-pub async fn forge(url: &str, given: Option<Forge>) -> Result<Forge> {
+pub async fn forge(url: &str, given: Option<Forge>, ca_pem: Option<&str>) -> Result<Forge> {
     if let Some(f) = given {
         return Ok(f);
     }
-    let version = gitea_client(url)?.server_version().await.map_err(|e| {
+    let version = gitea_client(url, ca_pem)?.server_version().await.map_err(|e| {
         Error::external(format!(
             "cannot read the forge's version at {url}/api/v1/version"
         ))
         .caused_by(e)
-        .hint("check --gitea-url, or say which forge it is with --forge gitea|forgejo")
+        .hint("check --gitea-url (a certificate from a private CA: pass --gitea-ca), or say which forge it is with --forge gitea|forgejo")
     })?;
     Forge::detect(&version).map_err(|e| {
         Error::bad_input(format!("--gitea-url {url} does not look like Gitea or Forgejo: {e}"))
@@ -48,8 +90,13 @@ fn version() -> String {
 }
 
 /// A kept registration must still exist at Gitea; Declare also updates its labels.
-pub async fn declare(i: &Inputs, k: &SchedulerCredential, p: &Paths) -> Result<()> {
-    let client = gitea_client(&i.gitea_url)?.with_credentials(k.credentials());
+pub async fn declare(
+    i: &Inputs,
+    k: &SchedulerCredential,
+    p: &Paths,
+    ca_pem: Option<&str>,
+) -> Result<()> {
+    let client = gitea_client(&i.gitea_url, ca_pem)?.with_credentials(k.credentials());
     let req = DeclareRequest {
         version: version(),
         labels: i.labels.clone(),
@@ -93,6 +140,7 @@ pub async fn register(
     name: &str,
     token: &RegistrationToken,
     p: &Paths,
+    ca_pem: Option<&str>,
 ) -> Result<SchedulerCredential> {
     let req = RegisterRequest {
         name: name.to_string(),
@@ -102,7 +150,7 @@ pub async fn register(
         ephemeral: false,
         ..Default::default()
     };
-    let runner = gitea_client(&i.gitea_url)?
+    let runner = gitea_client(&i.gitea_url, ca_pem)?
         .register(&req)
         .await
         .map_err(|e| register_error(&i.gitea_url, e))?;

@@ -29,6 +29,7 @@
 pub mod access;
 pub mod facade_pki;
 mod gitea;
+pub mod in_cluster;
 mod local;
 pub mod manifests;
 pub mod plan;
@@ -105,6 +106,9 @@ pub struct HandBack {
     /// None only in a dry run before the first registration.
     pub runner: Option<RunnerInfo>,
     pub files: Files,
+    /// In the cluster (`--kubeconfig`): the `bao kv put` that loads the Secret's keys into
+    /// OpenBao for `manifests/components/openbao` (file names, never values); else null.
+    pub bao_kv_put: Option<String>,
     pub steps: Vec<Step>,
 }
 
@@ -114,7 +118,8 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     // Phase one: nothing changes.
     let vm = vm::init::section(&i.vm)?;
     identity::init::section(&i.identity, &i.namespace, &i.cluster, vm.is_some())?;
-    let forge = gitea::forge(&i.gitea_url, i.forge).await?;
+    let gitea_ca = gitea::ca_pem(i)?;
+    let forge = gitea::forge(&i.gitea_url, i.forge, gitea_ca.as_deref()).await?;
     let registered = Inputs {
         labels: vm::init::registered_labels(&i.labels, vm.as_ref())?,
         forge: Some(forge),
@@ -129,7 +134,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
         ..i.clone()
     };
     let i = &declared;
-    let cx = check_cluster(i, local, &mut steps).await?;
+    let cx = check_cluster(i, local, gitea_ca, &mut steps).await?;
     opensandbox(&cx, vm_dropped, &mut steps).await?;
     // Phase two (or, in a dry run, what it would do).
     let runner = registration(&cx, &mut steps).await?;
@@ -143,6 +148,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     keys(&cx, &mut steps)?;
     facade_cert(&cx, &mut steps)?;
     config(&cx, &mut steps)?;
+    in_cluster_objects(&cx, &mut steps).await?;
     Ok(hand_back(cx, runner, steps.into_vec()))
 }
 
@@ -155,6 +161,8 @@ struct Context<'i> {
     credential: Option<Decision>,
     /// The tenant-admin client, or `--kubeconfig`'s (applies the RBAC).
     admin: kube::Client,
+    /// The Gitea CA init's calls trust (`--gitea-ca` or the kept config's).
+    gitea_ca: Option<String>,
 }
 
 impl Context<'_> {
@@ -173,6 +181,7 @@ impl Context<'_> {
 async fn check_cluster<'i>(
     i: &'i Inputs,
     local: Local,
+    gitea_ca: Option<String>,
     steps: &mut Steps<'_>,
 ) -> Result<Context<'i>> {
     let (cluster, admin, credential) = match &i.access {
@@ -188,7 +197,11 @@ async fn check_cluster<'i>(
             let (_, url) = target::current_cluster(file)?;
             let admin = client::from_kubeconfig(file).await?;
             let identity = local.config.identity.is_some();
-            access::check_admin(&admin, file, &url, &i.namespace, identity).await?;
+            let needs = access::AdminNeeds {
+                identity,
+                in_cluster_objects: i.apply_secret,
+            };
+            access::check_admin(&admin, file, &url, &i.namespace, needs).await?;
             let detail = format!(
                 "cluster {} at {url}; the kubeconfig {} may apply the RBAC",
                 i.cluster,
@@ -211,7 +224,7 @@ async fn check_cluster<'i>(
         steps.record("spire", Outcome::Ok, spire::detail(cluster.url()));
     }
     if let (Some(k), false) = (local.registration.kept(), i.dry_run) {
-        gitea::declare(i, k, &local.checked.paths).await?;
+        gitea::declare(i, k, &local.checked.paths, gitea_ca.as_deref()).await?;
     }
     Ok(Context {
         i,
@@ -219,6 +232,7 @@ async fn check_cluster<'i>(
         cluster,
         credential,
         admin,
+        gitea_ca,
     })
 }
 
@@ -327,7 +341,8 @@ async fn registration(
             Ok(None)
         }
         Registration::New(token) => {
-            let k = gitea::register(i, &cx.local.runner_name, token, p).await?;
+            let k =
+                gitea::register(i, &cx.local.runner_name, token, p, cx.gitea_ca.as_deref()).await?;
             let detail = format!(
                 "runner `{}` id {} uuid {} -> {}",
                 k.name,
@@ -617,6 +632,53 @@ fn config(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
     Ok(())
 }
 
+/// The ConfigMap and Secret the in-cluster Deployment mounts (`in_cluster`): applied with the
+/// admin client (`--apply-secret`) and/or written as a manifest (`--secret-out`); after the
+/// config, so every file they hold exists. Neither flag: nothing (and no line).
+async fn in_cluster_objects(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
+    let (i, p) = (cx.i, cx.paths());
+    if !i.apply_secret && cx.local.checked.secret_out.is_none() {
+        return Ok(());
+    }
+    let bundle = in_cluster::plan(&cx.local.config, &p.dir, cx.local.admin_password);
+    let keys: Vec<&str> = bundle.entries.iter().map(|e| e.key.as_str()).collect();
+    let shape = format!(
+        "ConfigMap {} ({}), Secret {} ({})",
+        in_cluster::CONFIG_MAP,
+        in_cluster::CONFIG_KEY,
+        in_cluster::SECRET,
+        keys.join(", ")
+    );
+    if i.dry_run {
+        // The keys and certificates may not exist yet: nothing is read.
+        steps.act("in-cluster", Outcome::Applied, shape);
+        return Ok(());
+    }
+    let objects = in_cluster::objects(&bundle, &i.namespace)?;
+    if let Some(out) = &cx.local.checked.secret_out {
+        let text = in_cluster::manifest(&objects);
+        let existed = out.exists();
+        let changed = fsutil::write_if_changed(out, text.as_bytes(), MODE_SECRET)
+            .map_err(|e| Error::unwritable("the in-cluster manifest (--secret-out)", out, e))?;
+        let outcome = config_outcome(changed, existed);
+        steps.act(
+            "secret-out",
+            outcome,
+            format!("{} ({shape})", out.display()),
+        );
+    }
+    if i.apply_secret {
+        let applied = access::apply(&cx.admin, &objects, false).await?;
+        let (outcome, detail) = summary(&applied);
+        steps.act(
+            "in-cluster",
+            outcome,
+            format!("{detail} in {}", i.namespace),
+        );
+    }
+    Ok(())
+}
+
 fn config_outcome(changed: bool, existed: bool) -> Outcome {
     match (changed, existed) {
         (false, _) => Outcome::Unchanged,
@@ -628,7 +690,12 @@ fn config_outcome(changed: bool, existed: bool) -> Outcome {
 fn hand_back(cx: Context<'_>, runner: Option<SchedulerCredential>, steps: Vec<Step>) -> HandBack {
     let (i, c) = (cx.i, &cx.local.checked);
     let p = &c.paths;
+    let bao_kv_put = cx.cluster.in_cluster().then(|| {
+        let bundle = in_cluster::plan(&cx.local.config, &p.dir, cx.local.admin_password);
+        in_cluster::bao_put(&bundle, &i.namespace)
+    });
     HandBack {
+        bao_kv_put,
         config: p.config.clone(),
         dry_run: i.dry_run,
         cluster: cx.cluster.name().to_string(),

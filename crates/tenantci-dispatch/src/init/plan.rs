@@ -32,6 +32,10 @@ impl std::fmt::Debug for RegistrationToken {
 #[derive(Debug, Clone)]
 pub struct Inputs {
     pub gitea_url: String,
+    /// `--gitea-ca`: the CA (PEM) Gitea's certificate chains to, when the system's roots do
+    /// not hold it; init's own Gitea calls trust it, and the config names it (gitea.ca_file).
+    /// None: the existing config's, else the system's roots.
+    pub gitea_ca_file: Option<PathBuf>,
     /// `--forge`; None: read from the forge's version API before anything is written.
     pub forge: Option<tenantci_core::forge::Forge>,
     /// None is fine while `scheduler.json` exists (the registration is kept).
@@ -73,6 +77,11 @@ pub struct Inputs {
     /// Executor identity's flags (`--spiffe-*`).
     pub identity: crate::identity::init::IdentityInputs,
     pub out: PathBuf,
+    /// `--apply-secret`: apply the ConfigMap and Secret the in-cluster Deployment mounts
+    /// (`in_cluster`) with the admin client.
+    pub apply_secret: bool,
+    /// `--secret-out`: write them as a manifest (0600) instead, or as well.
+    pub secret_out: Option<PathBuf>,
     pub dry_run: bool,
 }
 
@@ -125,6 +134,10 @@ pub struct Checked {
     pub nats_secrets_dir: PathBuf,
     /// `--nats-ca-file`, absolute.
     pub nats_ca_file: Option<PathBuf>,
+    /// `--gitea-ca`, absolute.
+    pub gitea_ca_file: Option<PathBuf>,
+    /// `--secret-out`, absolute.
+    pub secret_out: Option<PathBuf>,
     pub credential_valid_for: std::time::Duration,
     /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
     pub webhook: Option<(SocketAddr, PathBuf)>,
@@ -213,29 +226,46 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         ))
         .hint("pass the config file to write, e.g. --out /etc/tenantci/dispatch/config.toml"));
     }
-    let nats_secrets_dir = std::path::absolute(&i.nats_secrets_dir).map_err(|e| {
-        Error::bad_input(format!(
-            "cannot resolve --nats-secrets-dir `{}`",
-            i.nats_secrets_dir.display()
-        ))
-        .caused_by(e)
-    })?;
-    let nats_ca_file = match &i.nats_ca_file {
-        Some(f) => Some(std::path::absolute(f).map_err(|e| {
-            Error::bad_input(format!("cannot resolve --nats-ca-file `{}`", f.display()))
-                .caused_by(e)
-        })?),
-        None => None,
-    };
+    let nats_secrets_dir = absolute("--nats-secrets-dir", &i.nats_secrets_dir)?;
+    let nats_ca_file = optional_absolute("--nats-ca-file", i.nats_ca_file.as_deref())?;
+    let gitea_ca_file = optional_absolute("--gitea-ca", i.gitea_ca_file.as_deref())?;
+    let secret_out = check_secret_out(i.secret_out.as_deref(), &out)?;
     Ok(Checked {
         paths: Paths::beside(&out),
+        secret_out,
         facade_url,
         facade_host,
         nats_secrets_dir,
         nats_ca_file,
+        gitea_ca_file,
         credential_valid_for,
         webhook: check_webhook(i)?,
     })
+}
+
+/// `flag`'s path made absolute (against the working directory).
+fn absolute(flag: &str, p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).map_err(|e| {
+        Error::bad_input(format!("cannot resolve {flag} `{}`", p.display())).caused_by(e)
+    })
+}
+
+fn optional_absolute(flag: &str, p: Option<&Path>) -> Result<Option<PathBuf>> {
+    p.map(|p| absolute(flag, p)).transpose()
+}
+
+/// `--secret-out`: a file that is neither a directory nor the config itself.
+fn check_secret_out(given: Option<&Path>, config: &Path) -> Result<Option<PathBuf>> {
+    let Some(f) = given else { return Ok(None) };
+    let abs = absolute("--secret-out", f)?;
+    if abs.file_name().is_none() || abs.is_dir() || abs == config {
+        return Err(Error::bad_input(format!(
+            "--secret-out `{}` is a directory or the config itself, not a manifest file",
+            f.display()
+        ))
+        .hint("pass the manifest to write, e.g. --secret-out /root/dispatch/in-cluster.yaml"));
+    }
+    Ok(Some(abs))
 }
 
 /// The executor section: the flags over the existing config's keys over the defaults, with
@@ -335,8 +365,11 @@ pub fn config(
                 |e| e.gitea.keepalive_interval.clone(),
                 d::keepalive_interval(),
             ),
-            // An operator's setting: kept across re-runs of init.
-            ca_file: tuning.and_then(|e| e.gitea.ca_file.clone()),
+            // `--gitea-ca`, else the operator's setting, kept across re-runs of init.
+            ca_file: match &c.gitea_ca_file {
+                Some(f) => Some(f.clone()),
+                None => tuning.and_then(|e| e.gitea.ca_file.clone()),
+            },
         },
         cluster: config::Cluster {
             // In the cluster (`--kubeconfig`): none, the ServiceAccount's in-cluster config.
@@ -406,6 +439,7 @@ pub(crate) mod tests {
     pub fn inputs() -> Inputs {
         Inputs {
             gitea_url: "https://gitea.example.com/".into(),
+            gitea_ca_file: None,
             forge: None,
             registration_token: Some(RegistrationToken::new("reg-token")),
             name: None,
@@ -433,8 +467,28 @@ pub(crate) mod tests {
             vm: Default::default(),
             identity: Default::default(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
+            apply_secret: false,
+            secret_out: None,
             dry_run: false,
         }
+    }
+
+    #[test]
+    fn the_secret_manifest_and_the_gitea_ca_are_files_made_absolute() {
+        let mut i = inputs();
+        i.secret_out = Some(i.out.clone());
+        let e = check(&i).unwrap_err();
+        assert!(e.message().contains("--secret-out"), "{}", e.message());
+        i.secret_out = Some("/".into());
+        assert!(check(&i).is_err(), "a directory");
+        i.secret_out = Some("in-cluster.yaml".into());
+        i.gitea_ca_file = Some("gitea-ca.pem".into());
+        let c = check(&i).unwrap();
+        assert!(c.secret_out.unwrap().is_absolute());
+        let ca = c.gitea_ca_file.clone().unwrap();
+        assert!(ca.is_absolute());
+        let cfg = config(&i, &check(&i).unwrap(), "r", None, None).unwrap();
+        assert_eq!(cfg.gitea.ca_file, Some(ca), "the config names the CA");
     }
 
     #[test]

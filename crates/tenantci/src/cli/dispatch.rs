@@ -61,6 +61,16 @@ pub struct InitArgs {
     /// The config file to write; the files it names go beside it.
     #[arg(long, value_name = "CONFIG.toml")]
     pub out: PathBuf,
+    /// Apply the ConfigMap tenantci-dispatcher-config and the Secret tenantci-dispatcher in
+    /// --namespace, in exactly the shape manifests/dispatch/deployment.yaml mounts (the
+    /// config with the Pod's paths and listeners, one Secret key per file it names), with the
+    /// administrator's kubeconfig. Then `kubectl apply -k manifests/dispatch` runs it.
+    #[arg(long)]
+    pub apply_secret: bool,
+    /// Write that ConfigMap and Secret as a manifest (0600) for `kubectl apply -f` or your
+    /// secret tooling, instead of or besides --apply-secret.
+    #[arg(long, value_name = "FILE")]
+    pub secret_out: Option<PathBuf>,
     /// Check everything and say what would happen; write, apply and register nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -74,6 +84,11 @@ pub struct GiteaArgs {
     /// Gitea's base URL (the RunnerService is under /api/actions).
     #[arg(long, value_name = "URL")]
     pub gitea_url: String,
+    /// The CA certificate (PEM) Gitea's certificate chains to, when the system's roots do not
+    /// hold it: init's own calls trust it, and the config names it (gitea.ca_file), so
+    /// `dispatch run` and every executor's proxy do too. Default: the existing config's.
+    #[arg(long, value_name = "FILE")]
+    pub gitea_ca: Option<PathBuf>,
     /// Which forge --gitea-url is: gitea or forgejo. Default: read from its version API
     /// (Forgejo reports `<version>+gitea-<compat>`); a version of neither kind is refused.
     #[arg(long, value_name = "FORGE", value_parser = ["gitea", "forgejo"])]
@@ -269,6 +284,12 @@ pub struct IdentityArgs {
     /// Default: spiffe://{trust_domain}/spire/server.
     #[arg(long, value_name = "SPIFFE_ID")]
     pub spiffe_server_id: Option<String>,
+    /// The className of the per-task ClusterStaticEntry objects: the class of the cluster's
+    /// spire-controller-manager (SPIRE's hardened chart ignores classless objects and names
+    /// its class <release namespace>-<release name>). "" for none.
+    /// Default: spire-server-spire (that chart installed as `helm install -n spire-server spire`).
+    #[arg(long, value_name = "NAME")]
+    pub spiffe_class_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -346,6 +367,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
     let access = cluster_access(&a.cluster)?;
     Ok(Inputs {
         gitea_url: a.gitea.gitea_url.clone(),
+        gitea_ca_file: a.gitea.gitea_ca.clone(),
         forge: a
             .gitea
             .forge
@@ -396,8 +418,11 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             source: a.identity.spiffe_source.clone(),
             server_address: a.identity.spiffe_server.clone(),
             server_id: a.identity.spiffe_server_id.clone(),
+            class_name: a.identity.spiffe_class_name.clone(),
         },
         out: a.out.clone(),
+        apply_secret: a.apply_secret,
+        secret_out: a.secret_out.clone(),
         dry_run: a.dry_run,
     })
 }
@@ -430,10 +455,19 @@ async fn init_cmd(a: InitArgs) -> Result<i32> {
     println!("  cluster      {} ({})", hb.cluster, hb.server);
     println!("  namespace    {}", hb.namespace);
     println!("  facade       {}", hb.facade_url);
-    println!(
-        "next: tenantci dispatch run --config {}",
-        hb.config.display()
-    );
+    match &hb.bao_kv_put {
+        // In the cluster: the Deployment runs it (runbook §2).
+        Some(bao) => {
+            println!(
+                "next: kubectl apply -k manifests/dispatch (with --apply-secret; or apply --secret-out's manifest first)"
+            );
+            println!("  with OpenBao (manifests/components/openbao) instead: {bao}");
+        }
+        None => println!(
+            "next: tenantci dispatch run --config {}",
+            hb.config.display()
+        ),
+    }
     Ok(0)
 }
 
@@ -460,6 +494,7 @@ mod tests {
         std::fs::write(&f, "from-file\n").unwrap();
         let g = GiteaArgs {
             gitea_url: "http://g".into(),
+            gitea_ca: None,
             forge: None,
             registration_token_file: Some(f),
             registration_token: Some("from-flag".into()),

@@ -6,6 +6,7 @@
 mod bootstrap;
 mod check_host;
 mod cli;
+mod crd_schemas;
 mod credential;
 mod dispatch;
 mod gitea;

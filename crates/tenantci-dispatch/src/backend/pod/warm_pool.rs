@@ -10,6 +10,7 @@
 //! time moves them. Nothing here deletes a pool whose class left the config.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,10 +47,15 @@ struct ClassDemand {
     warm: u32,
 }
 
-/// One class's demand as the leader's actors see it (only classes with a warm pool).
+/// One class's demand as the leader's actors see it (only classes with a warm pool), and what
+/// else the pools remember across leader terms (this lives as long as the process).
 pub struct WarmDemand {
     origin: Instant,
     classes: Mutex<BTreeMap<String, ClassDemand>>,
+    /// The pause PriorityClass was tried: cluster-scoped, so a dispatcher whose identity is
+    /// namespaced (its Role) may not apply it, and neither a retry nor a warning every term
+    /// changes that: one attempt (and at most one warning) per process.
+    priority_class_tried: AtomicBool,
 }
 
 impl WarmDemand {
@@ -69,7 +75,13 @@ impl WarmDemand {
         WarmDemand {
             origin: Instant::now(),
             classes: Mutex::new(classes),
+            priority_class_tried: AtomicBool::new(false),
         }
+    }
+
+    /// True the first time only: whether this term should try the PriorityClass.
+    fn first_priority_class_attempt(&self) -> bool {
+        !self.priority_class_tried.swap(true, Ordering::SeqCst)
     }
 
     fn with<T>(&self, class: &str, f: impl FnOnce(&mut ClassDemand, Duration) -> T) -> Option<T> {
@@ -168,9 +180,8 @@ impl WarmPools {
             .filter(|c| c.warm.is_some())
             .cloned()
             .collect();
-        let pcs: Api<PriorityClass> = Api::all(self.client.clone());
-        if let Err(e) = apply::apply(&pcs, &prewarm::desired_priority_class(), false).await {
-            tracing::warn!(error = %e, "cannot apply the pause PriorityClass `{}` (create it with `tenantci tenant prewarm` or the tenant-admin kubeconfig); the warm pools' Pods need it", prewarm::NAME);
+        if !classes.is_empty() && self.demand.first_priority_class_attempt() {
+            self.apply_priority_class().await;
         }
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut applied: BTreeMap<String, u32> = BTreeMap::new();
@@ -185,6 +196,15 @@ impl WarmPools {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
+        }
+    }
+
+    /// Once per process (see [`WarmDemand`]): the pause PriorityClass, or one warning saying
+    /// who must create it.
+    async fn apply_priority_class(&self) {
+        let pcs: Api<PriorityClass> = Api::all(self.client.clone());
+        if let Err(e) = apply::apply(&pcs, &prewarm::desired_priority_class(), false).await {
+            tracing::warn!(error = %e, "cannot apply the pause PriorityClass `{}` (create it with `tenantci tenant prewarm` or the tenant-admin kubeconfig); the warm pools' Pods need it. Not tried again until the dispatcher restarts", prewarm::NAME);
         }
     }
 
@@ -224,6 +244,14 @@ impl WarmPools {
 mod tests {
     use super::*;
     use crate::claim::class::WarmPool;
+
+    #[test]
+    fn the_priority_class_is_tried_once_per_process_not_once_per_term() {
+        let d = WarmDemand::new(&[]);
+        assert!(d.first_priority_class_attempt(), "the first term tries");
+        assert!(!d.first_priority_class_attempt(), "a later term does not");
+        assert!(!d.first_priority_class_attempt());
+    }
 
     #[test]
     fn announcements_and_claims_move_the_demand() {

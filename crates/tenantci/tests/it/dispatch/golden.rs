@@ -97,3 +97,39 @@ fn dispatch_golden_executor_secret() {
         &serde_yaml::to_string(&v).unwrap(),
     );
 }
+
+/// The per-task SPIRE entry with the default `[identity]` keys: its `className` is the
+/// hardened chart's class, which otherwise ignores it.
+#[test]
+fn dispatch_golden_cluster_static_entry() {
+    use tenantci_dispatch::identity::{entries, settings};
+    let identity = settings::Identity {
+        trust_domain: "example.org".into(),
+        id_template: settings::defaults::id_template(),
+        parent_template: settings::defaults::parent_template(),
+        cluster: Some("ci".into()),
+        facade_id: settings::defaults::facade_id("example.org", "dynamic-runner"),
+        source: settings::defaults::source(),
+        server_address: None,
+        server_id: None,
+        class_name: settings::defaults::class_name(),
+    };
+    let pod = entries::ScheduledPod {
+        task: 4242,
+        pod_name: "gitea-task-4242".into(),
+        pod_uid: "0f0e0d0c-0b0a-4909-8807-060504030201".into(),
+        node_name: "node-a".into(),
+        spiffe_id: "spiffe://example.org/gitea/acme/widget/build".into(),
+    };
+    let entry = entries::desired(
+        &identity.parse().unwrap(),
+        "dynamic-runner",
+        &pod,
+        "a1b2c3d4-0000-4000-8000-000000000001",
+    )
+    .unwrap();
+    assert_golden(
+        "cluster-static-entry.yaml",
+        &serde_yaml::to_string(&entry).unwrap(),
+    );
+}

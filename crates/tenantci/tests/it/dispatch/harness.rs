@@ -167,7 +167,18 @@ impl World {
     /// inferred config reads first, as in a Pod it reads the token) impersonates the
     /// ServiceAccount with its groups, and the RBAC init applied decides every request.
     pub async fn start_via_kubeconfig_init() -> World {
-        let mut w = Self::build(MadeBy::KubeconfigInit, None, false, &[]).await;
+        Self::as_service_account(MadeBy::KubeconfigInit).await
+    }
+
+    /// As [`World::start_via_kubeconfig_init`], with `--apply-secret`: every dispatcher runs
+    /// from the ConfigMap and Secret init applied, projected as the Deployment projects them,
+    /// with the Deployment's environment (`dispatch::mounted`).
+    pub async fn start_from_in_cluster_objects() -> World {
+        Self::as_service_account(MadeBy::InClusterObjects).await
+    }
+
+    async fn as_service_account(made: MadeBy) -> World {
+        let mut w = Self::build(made, None, false, &[]).await;
         let sa = w.dir.path().join("service-account.kubeconfig");
         std::fs::write(&sa, impersonating(&w.tenant_admin, NAMESPACE)).unwrap();
         w.dispatcher_env
@@ -231,6 +242,19 @@ impl World {
             MadeBy::KubeconfigInit => {
                 let flags = kubeconfig_flags(&kubeconfig);
                 init_with(dir.path(), &cfg_dir, flags, &gitea, &nats)
+            }
+            MadeBy::InClusterObjects => {
+                let mut flags = kubeconfig_flags(&kubeconfig);
+                flags.push("--apply-secret".into());
+                init_with(dir.path(), &cfg_dir, flags, &gitea, &nats);
+                let rendered = crate::ship::kustomize("manifests/dispatch");
+                let deployment: Value =
+                    serde_json::to_value(crate::ship::of_kind(&rendered, "Deployment")[0]).unwrap();
+                let k = tenantci_testkit::kube::Kubectl::new(&kubeconfig, dir.path());
+                let pod_dir = dir.path().join("pod-volume");
+                let m = super::mounted::mount(&k, NAMESPACE, &deployment, &pod_dir);
+                m.assert_every_file_resolves();
+                m.config()
             }
         };
         let watch = PodWatch::start(kube.clone());
@@ -348,6 +372,7 @@ impl World {
             source: "workload-api".into(),
             server_address: None,
             server_id: None,
+            class_name: identity::settings::defaults::class_name(),
         });
     }
 
@@ -655,12 +680,17 @@ impl World {
         .await
     }
 
+    /// The executors' Secrets (not the dispatcher's own, which `init --apply-secret` made).
     pub async fn secrets(&self) -> Vec<Secret> {
+        let own = tenantci_dispatch::init::in_cluster::SECRET;
         Api::<Secret>::namespaced(self.kube.clone(), NAMESPACE)
             .list(&Default::default())
             .await
             .unwrap()
             .items
+            .into_iter()
+            .filter(|s| s.metadata.name.as_deref() != Some(own))
+            .collect()
     }
 
     pub async fn pods(&self) -> Vec<Pod> {
@@ -826,6 +856,9 @@ enum MadeBy {
     Init,
     /// `dispatch init --kubeconfig` (any cluster), no state dir.
     KubeconfigInit,
+    /// `dispatch init --kubeconfig --apply-secret`, and the dispatcher run from the ConfigMap
+    /// and Secret it applied, as the Deployment mounts them.
+    InClusterObjects,
 }
 
 /// `admin` (a kubeconfig file) impersonating the dispatcher's ServiceAccount in `namespace`.

@@ -99,6 +99,10 @@ async fn assert_entry_pins(w: &World, name: &str, task: i64, job: &str) {
         .unwrap();
     assert_eq!(e["spec"]["spiffeID"], task_id(job));
     assert_eq!(
+        e["spec"]["className"], "spire-server-spire",
+        "the hardened chart's controller manager takes only entries of its class"
+    );
+    assert_eq!(
         e["spec"]["parentID"],
         format!(
             "spiffe://{TD}/spire/agent/k8s_psat/ci/{}",

@@ -27,9 +27,9 @@ pub(super) struct Setup {
     _dir: tempfile::TempDir,
     pub(super) root: PathBuf,
     pub(super) sim: SimProcess,
-    gitea_url: String,
+    pub(super) gitea_url: String,
     admin_url: String,
-    token: String,
+    pub(super) token: String,
     nats: PathBuf,
 }
 

@@ -3,10 +3,11 @@
 //! the refusals of a kubeconfig that cannot do what init needs. (A task end to end on this
 //! path: `dispatch::run`'s `init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_account`.)
 
+use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::snapshot::ClusterSnapshot;
 
 use super::init::{Setup, can_i, hand_back, outcomes, setup};
-use crate::util::{assert_exit, run, stderr, tenantci};
+use crate::util::{assert_exit, run, stderr, stdout, tenantci};
 
 const SA: &str = "system:serviceaccount:dynamic-runner:tenantci-dispatcher";
 
@@ -144,4 +145,235 @@ fn init_refuses_a_kubeconfig_without_access_writing_applying_and_registering_not
         cluster,
         "no object written"
     );
+}
+
+/// The flags of the in-cluster path: `--kubeconfig`, the facade on the Pod IP behind its
+/// Service, a webhook and the VM backend (so every optional key of the Secret is there).
+fn in_cluster_flags<'a>(
+    admin: &'a str,
+    webhook_secret: &'a str,
+    opensandbox: &'a [String; 2],
+) -> Vec<(&'a str, Option<&'a str>)> {
+    vec![
+        ("--state-dir", None),
+        ("--cluster", None),
+        ("--kubeconfig", Some(admin)),
+        ("--facade-listen", Some("0.0.0.0:8443")),
+        (
+            "--facade-url",
+            Some("https://tenantci-dispatcher-facade.dynamic-runner.svc:8443"),
+        ),
+        ("--webhook-listen", Some("127.0.0.1:8090")),
+        ("--webhook-secret-file", Some(webhook_secret)),
+        ("--opensandbox-url", Some(&opensandbox[0])),
+        ("--opensandbox-api-key-file", Some(&opensandbox[1])),
+        ("--labels", Some("self-hosted,pod,vm")),
+    ]
+}
+
+/// `kubectl apply -k manifests/overlays/<overlay>` at the simulator, then the Deployment as
+/// the apiserver holds it, its volume materialized under `dir`.
+fn apply_overlay(k: &Kubectl, overlay: &str, dir: &std::path::Path) -> super::mounted::Mounted {
+    let path = crate::util::repo_file(&format!("manifests/overlays/{overlay}"));
+    let o = k.run(&["apply", "-k", path.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "{overlay}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = k.run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "deployment",
+        "tenantci-dispatcher",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let deployment: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = super::mounted::mount(k, "dynamic-runner", &deployment, dir);
+    m.assert_every_file_resolves();
+    m
+}
+
+/// Runbook §2's three commands against the simulator: `dispatch init --kubeconfig
+/// --apply-secret` with no state dir, `kubectl apply -k` of an overlay (`locked-down`: the
+/// base, the webhook and network policy; then `vm`, the base and the VM component), and the
+/// Deployment as the apiserver holds it. Every key the Deployment's volume projects is in the
+/// ConfigMap or Secret init applied, and every file the mounted config and the Deployment's
+/// environment name is in that volume. `--secret-out` writes the same two objects, 0600, and
+/// nothing printed holds a secret.
+#[test]
+fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
+    let s = setup();
+    let admin = s.sim.tenant_admin("ci").display().to_string();
+    let webhook_secret = s.root.join("webhook-secret");
+    tenantci_core::fsutil::write_new_atomic(&webhook_secret, b"hook-secret-value\n", 0o600)
+        .unwrap();
+    let sandbox = tenantci_testkit::opensandbox::OpenSandbox::from_state_dir(&s.root.join("state"));
+    let opensandbox = [
+        sandbox.url.clone(),
+        sandbox.api_key_file.display().to_string(),
+    ];
+    let manifest = s.root.join("in-cluster.yaml");
+    let mut flags = in_cluster_flags(&admin, webhook_secret.to_str().unwrap(), &opensandbox);
+    flags.push(("--secret-out", Some(manifest.to_str().unwrap())));
+    let o = s.init("d", &flags, &["--apply-secret"]);
+    assert_exit(&o, 0);
+    let hb = hand_back(&o);
+    let steps = outcomes(&hb);
+    for step in ["in-cluster", "secret-out"] {
+        assert!(steps.iter().any(|(s, _)| s == step), "{step} in {steps:?}");
+    }
+    let bao = hb["baoKvPut"].as_str().unwrap();
+    assert!(
+        bao.starts_with("bao kv put -mount=ci dynamic-runner/dispatcher "),
+        "{bao}"
+    );
+    let dir = s.out("d").parent().unwrap().to_path_buf();
+    assert!(
+        bao.contains(&format!(
+            "sealing.key=@{}",
+            dir.join("sealing.key").display()
+        )),
+        "{bao}"
+    );
+    let sealing = std::fs::read(dir.join("sealing.key")).unwrap();
+    for text in [stdout(&o), stderr(&o)] {
+        assert!(!text.contains("hook-secret-value"), "no secret printed");
+        assert!(!text.contains(&s.token), "no token printed");
+        assert!(!text.contains(&sandbox.api_key()), "no API key printed");
+        assert!(
+            !text.contains(String::from_utf8_lossy(&sealing).trim()),
+            "no key printed"
+        );
+    }
+    assert_eq!(crate::util::mode(&manifest), 0o600);
+    // Commands two and three, for two overlays.
+    let k = s.admin();
+    let m = apply_overlay(&k, "locked-down", &s.root.join("pod-locked-down"));
+    assert_eq!(m.mount_path, "/etc/tenantci/dispatch");
+    let c = m.config();
+    assert_eq!(c.cluster.kubeconfig, None, "the ServiceAccount");
+    assert_eq!(c.facade.listen.to_string(), "0.0.0.0:8443");
+    assert_eq!(
+        c.webhook.as_ref().unwrap().listen.to_string(),
+        "0.0.0.0:8090"
+    );
+    assert_eq!(
+        std::fs::read(m.dir.join("webhook.secret")).unwrap(),
+        b"hook-secret-value\n"
+    );
+    assert_eq!(std::fs::read(m.dir.join("sealing.key")).unwrap(), sealing);
+    let m = apply_overlay(&k, "vm", &s.root.join("pod-vm"));
+    assert_eq!(
+        m.env["TENANTCI_DISPATCH_VM_API_KEY_FILE"],
+        m.dir.join("opensandbox-api.key").display().to_string(),
+        "the vm component names the Secret's key"
+    );
+    assert_eq!(
+        std::fs::read(m.config().vm.unwrap().api_key_file).unwrap(),
+        std::fs::read(&sandbox.api_key_file).unwrap()
+    );
+    // The manifest is the same two objects.
+    let o = k.run(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        manifest.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(
+        out.contains("configmap/tenantci-dispatcher-config"),
+        "{out}"
+    );
+    assert!(out.contains("secret/tenantci-dispatcher"), "{out}");
+    // A re-run changes nothing in the cluster.
+    let again = s.init(
+        "d",
+        &in_cluster_flags(&admin, webhook_secret.to_str().unwrap(), &opensandbox),
+        &["--apply-secret"],
+    );
+    assert_exit(&again, 0);
+    let steps = outcomes(&hand_back(&again));
+    assert!(
+        steps.contains(&("in-cluster".into(), "unchanged".into())),
+        "{steps:?}"
+    );
+}
+
+/// `--gitea-ca` (issue 29) against the Gitea double behind TLS from a private CA: without it
+/// the version read fails naming the flag (exit 3); a file that is no certificate is exit 2;
+/// neither writes, applies or registers anything. With it init registers, the config names
+/// the CA (`gitea.ca_file`), and the Secret carries it as `gitea-ca.crt`, which the mounted
+/// config names.
+#[test]
+fn init_trusts_the_gitea_ca_it_is_given_and_puts_it_where_the_deployment_mounts() {
+    let s = setup();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let double: std::net::SocketAddr = s.gitea_url.trim_start_matches("http://").parse().unwrap();
+    let front = rt.block_on(tenantci_testkit::tls_front::TlsFront::start(double));
+    let url = front.url();
+    let ca = s.root.join("gitea-ca.pem");
+    std::fs::write(&ca, &front.ca_pem).unwrap();
+    let not_pem = s.root.join("not-a-ca.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let admin = s.sim.tenant_admin("ci").display().to_string();
+    let kubectl = s.admin();
+    let cluster = ClusterSnapshot::take(&kubectl);
+    let init = |out: &str, ca: Option<&str>| {
+        s.init(
+            out,
+            &[
+                ("--state-dir", None),
+                ("--cluster", None),
+                ("--kubeconfig", Some(&admin)),
+                ("--gitea-url", Some(&url)),
+                ("--gitea-ca", ca),
+            ],
+            &["--apply-secret"],
+        )
+    };
+    let o = init("untrusted", None);
+    assert_exit(&o, 3);
+    assert!(stderr(&o).contains("--gitea-ca"), "{}", stderr(&o));
+    let o = init("bad-ca", Some(not_pem.to_str().unwrap()));
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains(&format!(
+            "the Gitea CA file `{}` holds no PEM certificate",
+            not_pem.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    for name in ["untrusted", "bad-ca"] {
+        assert!(!s.root.join(name).exists(), "{name}: nothing written");
+    }
+    assert!(s.runners().is_empty(), "nothing registered");
+    assert_eq!(ClusterSnapshot::take(&kubectl), cluster, "nothing applied");
+    let o = init("d", Some(ca.to_str().unwrap()));
+    assert_exit(&o, 0);
+    assert_eq!(s.runners().len(), 1, "registered over TLS");
+    let written = tenantci_dispatch::config::Config::load(&s.out("d")).unwrap();
+    assert_eq!(written.gitea.ca_file.as_deref(), Some(ca.as_path()));
+    let rendered = crate::ship::kustomize("manifests/dispatch");
+    let deployment =
+        serde_json::to_value(crate::ship::of_kind(&rendered, "Deployment")[0]).unwrap();
+    let m = super::mounted::mount(&kubectl, "dynamic-runner", &deployment, &s.root.join("pod"));
+    m.assert_every_file_resolves();
+    let mounted_ca = m
+        .config()
+        .gitea
+        .ca_file
+        .expect("the Pod's config names the CA");
+    assert_eq!(mounted_ca, m.dir.join("gitea-ca.crt"));
+    assert_eq!(std::fs::read_to_string(mounted_ca).unwrap(), front.ca_pem);
+    // A re-run without the flag keeps the CA and still reaches Gitea with it.
+    let o = init("d", None);
+    assert_exit(&o, 0);
+    drop(front);
 }

@@ -16,6 +16,7 @@ mod init_any_cluster;
 mod inputs;
 mod ledger;
 mod monitoring;
+mod mounted;
 mod passthrough;
 mod proxy;
 mod run;

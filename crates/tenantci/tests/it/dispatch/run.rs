@@ -354,6 +354,31 @@ async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_acco
     w.all_cleaned_up().await;
 }
 
+/// The in-cluster path end to end: `dispatch init --kubeconfig --apply-secret` with no state
+/// dir, then the dispatcher runs from nothing but the ConfigMap and Secret init applied,
+/// projected into one directory as manifests/dispatch's Deployment projects them and with its
+/// environment (the NATS passwords from the Secret, no kubeconfig), as its ServiceAccount; a
+/// task runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_runs_from_the_config_and_secret_init_applied_for_the_deployment() {
+    let w = World::start_from_in_cluster_objects().await;
+    let cfg = tenantci_dispatch::config::Config::load(&w.config_only("d1")).unwrap();
+    assert!(
+        cfg.nats.secrets_dir.ends_with("pod-volume"),
+        "the passwords come from the Secret: {}",
+        cfg.nats.secrets_dir.display()
+    );
+    assert_eq!(cfg.cluster.kubeconfig, None);
+    let _d = w.dispatcher("d1").await;
+    let t = w
+        .claimed(w.enqueue("from-the-secret", &secret_value(0)).await)
+        .await;
+    let task = w.executor(t).await.run(t).await;
+    assert_eq!(task.secrets["DEPLOY_KEY"], secret_value(0));
+    w.assert_succeeded_once(t).await;
+    w.all_cleaned_up().await;
+}
+
 /// NATS over TLS with a private CA (`tls://`, `nats.ca_file`): without the CA the server's
 /// certificate is not trusted and the start fails naming NATS (exit 3); with it a task runs
 /// end to end.
