@@ -16,6 +16,7 @@ use crate::init::access;
 use tenantci_app::credential::CredentialFiles;
 use tenantci_app::credential::decision as cred;
 use tenantci_app::tenant::access::Reviewer;
+use tenantci_core::error::ErrorKind;
 use tenantci_core::fsutil::{self, MODE_SECRET};
 use tenantci_core::gateway::StateDir;
 use tenantci_core::input::{self, MAX_PEM};
@@ -168,16 +169,17 @@ async fn prove(
         .await
         .map(drop)
         .map_err(|e| {
-            let message = format!(
-                "the renewed credential was not accepted at {server}: {}",
-                e.message()
-            );
-            let kind = if e.exit_code() == 3 {
-                Error::external(message)
-            } else {
-                Error::bad_input(message)
+            let why = e.causes().last().cloned().unwrap_or_default();
+            let message = match e.kind() {
+                ErrorKind::External => format!(
+                    "cannot reach the apiserver at {server} to prove the renewed credential ({why})"
+                ),
+                _ => format!(
+                    "the apiserver at {server} did not accept the renewed credential: {}",
+                    e.message()
+                ),
             };
-            kind.hint("check that the apiserver is up and run the renewal again; nothing was written, the old credential stays in use")
+            Error::new(e.kind(), message).hint("check that the apiserver is up and answers this host, then run the renewal again; nothing was written, the old credential stays in use")
         })
 }
 

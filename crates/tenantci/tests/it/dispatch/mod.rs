@@ -18,6 +18,7 @@ mod ledger;
 mod monitoring;
 mod passthrough;
 mod proxy;
+mod renew;
 mod run;
 mod stall;
 mod vm;
