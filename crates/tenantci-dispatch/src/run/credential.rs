@@ -11,9 +11,9 @@ use kube::config::Kubeconfig;
 use tenantci_core::pki::inspect::CertInfo;
 use tenantci_core::{fsutil, input};
 
-/// Fewer days left than this: `dispatch run` warns at start. `dispatch init` rotates the
-/// credential once two thirds of its life have passed (10 of the default 30 days left), so a
-/// renewal that runs is never this close.
+/// Fewer days left than this: `dispatch run` warns at start. `dispatch renew` (daily, from
+/// its timer) and `dispatch init` rotate the credential once two thirds of its life have
+/// passed (10 of the default 30 days left), so a renewal that runs is never this close.
 pub const WARN_DAYS: i64 = 7;
 
 /// The client certificate and key of a kubeconfig's current context, as PEM.

@@ -158,7 +158,7 @@ fn report_facade_cert(cfg: &Config, valid: &facade_cert::Valid, metrics: &Metric
         tracing::warn!(
             cert = %cfg.facade.cert_file.display(),
             days_left = valid.days_left,
-            "the facade certificate expires at {until}; re-run `tenantci dispatch init` to issue a new one before executors stop trusting the facade"
+            "the facade certificate expires at {until}; run `tenantci dispatch renew --config FILE` (tenantci-dispatch-renew@.timer does it daily): this dispatcher takes the new one up without a restart"
         );
     } else {
         tracing::info!(
@@ -185,7 +185,7 @@ fn report_credential(cfg: &Config, metrics: &Metrics) {
         tracing::warn!(
             kubeconfig = %path.display(),
             days_left,
-            "the dispatcher's client credential expires at {until}; re-run `tenantci dispatch init` (it rotates the credential) and restart `dispatch run`"
+            "the dispatcher's client credential expires at {until}; run `tenantci dispatch renew --config FILE --state-dir DIR --cluster NAME` (tenantci-dispatch-renew@.timer does it daily): this dispatcher takes the new one up without a restart"
         );
     } else {
         tracing::info!(
