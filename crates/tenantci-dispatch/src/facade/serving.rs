@@ -35,6 +35,11 @@ impl ServingCert {
         Ok(())
     }
 
+    /// The DER of the leaf certificate new handshakes get.
+    pub fn current_der(&self) -> Vec<u8> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).cert[0].to_vec()
+    }
+
     /// A server config (no client auth, h2 and HTTP/1.1) presenting the current certificate.
     pub fn server_config(self: &Arc<Self>) -> Arc<rustls::ServerConfig> {
         tenantci_core::tls::ensure_crypto_provider();
@@ -88,7 +93,7 @@ mod tests {
         let a = server_cert(&ca, "127.0.0.1", &sans, Duration::from_secs(86400)).unwrap();
         let b = server_cert(&ca, "127.0.0.1", &sans, Duration::from_secs(86400)).unwrap();
         let s = ServingCert::new(&a.cert_pem, &a.key_pem).unwrap();
-        let served = |s: &ServingCert| s.current.read().unwrap().cert[0].clone();
+        let served = |s: &ServingCert| s.current_der();
         let first = served(&s);
         assert!(s.swap(&b.cert_pem, &a.key_pem).is_err());
         assert_eq!(

@@ -76,7 +76,7 @@ mod tests {
 
     const DAY: time::Duration = time::Duration::DAY;
 
-    fn at(days: i64) -> OffsetDateTime {
+    fn at(days: i32) -> OffsetDateTime {
         OffsetDateTime::UNIX_EPOCH + DAY * days
     }
 

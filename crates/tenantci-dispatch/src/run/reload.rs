@@ -288,3 +288,88 @@ pub fn watched(
     };
     (facade, kube)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tenantci_core::pki::CertificateAuthority;
+    use tenantci_core::pki::issue::server_cert;
+
+    fn write(path: &std::path::Path, text: &str) {
+        tenantci_core::fsutil::write_atomic(path, text.as_bytes(), 0o600).unwrap();
+    }
+
+    fn facade_in(dir: &std::path::Path) -> crate::config::Facade {
+        crate::config::Facade {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            url: "https://127.0.0.1:8443".into(),
+            capability_key_file: dir.join("capability.key"),
+            ca_cert_file: dir.join("facade-ca.crt"),
+            cert_file: dir.join("facade.crt"),
+            key_file: dir.join("facade.key"),
+        }
+    }
+
+    fn issue(ca: &CertificateAuthority, f: &crate::config::Facade, days: u64) -> String {
+        let host = ["127.0.0.1".to_string()];
+        let c = server_cert(ca, &host[0], &host, Duration::from_secs(86400 * days)).unwrap();
+        write(&f.key_file, &c.key_pem);
+        write(&f.cert_file, &c.cert_pem);
+        c.cert_pem
+    }
+
+    fn served(s: &ServingCert) -> Vec<u8> {
+        s.current_der()
+    }
+
+    #[tokio::test]
+    async fn a_renewed_pair_is_taken_up_and_a_foreign_one_refused_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = facade_in(dir.path());
+        let ca =
+            CertificateAuthority::generate("facade", Duration::from_secs(86400 * 400)).unwrap();
+        write(&f.ca_cert_file, ca.cert_pem());
+        let first = issue(&ca, &f, 10);
+        let key = std::fs::read_to_string(&f.key_file).unwrap();
+        let serving = ServingCert::new(&first, &key).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let files = FacadeFiles {
+            facade: f.clone(),
+            host: "127.0.0.1".into(),
+            serving: serving.clone(),
+        };
+        let mut r = Reloader::new(Some(files), None, metrics.clone());
+        r.check().await;
+        assert_eq!(
+            served(&serving),
+            der(&first),
+            "unchanged files: nothing to do"
+        );
+
+        let renewed = issue(&ca, &f, 365);
+        r.check().await;
+        assert_eq!(served(&serving), der(&renewed));
+        assert!(
+            metrics
+                .render()
+                .contains("tenantci_dispatch_facade_cert_expiry_days 36")
+        );
+
+        let other =
+            CertificateAuthority::generate("other", Duration::from_secs(86400 * 400)).unwrap();
+        issue(&other, &f, 365);
+        r.check().await;
+        assert_eq!(served(&serving), der(&renewed), "the one in use stays");
+        let (_, seen) = r.facade.as_ref().unwrap();
+        assert!(seen.refused.is_some() && seen.in_use.is_some());
+        assert!(
+            !seen.is_new(seen.refused.unwrap()),
+            "refused once, not every minute"
+        );
+    }
+
+    fn der(pem_text: &str) -> Vec<u8> {
+        pem::parse(pem_text).unwrap().contents().to_vec()
+    }
+}
