@@ -44,3 +44,50 @@ impl SwappableClient {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = next;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A client whose transport answers every request with an empty ConfigMap and counts the
+    /// requests: only the forwarding is under test here (the integration test
+    /// `dispatch::renew` runs the swap against the simulator's apiserver).
+    fn counting(calls: Arc<AtomicUsize>) -> kube::Client {
+        let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#;
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    body.as_bytes().to_vec(),
+                )))
+            }
+        });
+        kube::Client::new(svc, "ns")
+    }
+
+    #[tokio::test]
+    async fn requests_go_to_the_client_in_the_slot_from_the_swap_on() {
+        let (old, new) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let s = SwappableClient::new(counting(old.clone()));
+        let held = s.client(); // as the backends hold it, cloned at start
+        let get = |c: kube::Client| async move {
+            kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(c, "ns")
+                .get("x")
+                .await
+                .unwrap()
+        };
+        get(held.clone()).await;
+        assert_eq!(
+            (old.load(Ordering::SeqCst), new.load(Ordering::SeqCst)),
+            (1, 0)
+        );
+        s.swap(counting(new.clone()));
+        get(held).await;
+        assert_eq!(
+            (old.load(Ordering::SeqCst), new.load(Ordering::SeqCst)),
+            (1, 1)
+        );
+        assert_eq!(s.client().default_namespace(), "ns");
+    }
+}
