@@ -224,6 +224,24 @@ fn facade_tls(inputs: &Inputs, own: Option<&Own>) -> Arc<rustls::ServerConfig> {
     }
 }
 
+/// Renewed files taken up while running (`reload`): the facade's unless it serves SPIFFE
+/// mTLS (`serving` None), the credential's on the gateway path. Ends when the drain flips
+/// `stop`.
+fn start_reloader(
+    cfg: &Config,
+    inputs: &Inputs,
+    serving: Option<Arc<ServingCert>>,
+    swappable: Option<SwappableClient>,
+    metrics: &Arc<Metrics>,
+    stop: &watch::Receiver<bool>,
+) {
+    let (facade, kube) = reload::watched(cfg, inputs.facade_host.clone(), serving, swappable);
+    let reloader = reload::Reloader::new(facade, kube, metrics.clone());
+    if !reloader.is_idle() {
+        drop(reloader.spawn(stop.clone()));
+    }
+}
+
 async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|e| {
         Error::bad_input(format!("cannot listen on {addr} for the {what}"))
@@ -332,13 +350,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     health.facade_up.store(true, Ordering::SeqCst);
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = own.is_none().then(|| inputs.facade_serving.clone());
-    let (watch_facade, watch_kube) =
-        reload::watched(&cfg, inputs.facade_host.clone(), serving, swappable);
-    let reloader = reload::Reloader::new(watch_facade, watch_kube, metrics.clone());
-    if !reloader.is_idle() {
-        // Ends when the drain flips `stop`.
-        drop(reloader.spawn(stop_rx.clone()));
-    }
+    start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
     let status_tasks = status_listeners.serve(health.clone(), metrics.clone(), stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
