@@ -439,15 +439,19 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
     })
 }
 
-async fn init_cmd(a: InitArgs) -> Result<i32> {
-    let inputs = inputs(&a)?;
-    let json = a.output.is_json();
-    let hb = init::run(&inputs, |s| {
+/// Each step's line on stderr as it completes (init and renew), none with `-o json`.
+fn step_printer(json: bool) -> impl FnMut(&init::Step) {
+    move |s| {
         if !json {
             eprintln!("{:<15} {:<16} {}", s.step, s.outcome, s.detail);
         }
-    })
-    .await?;
+    }
+}
+
+async fn init_cmd(a: InitArgs) -> Result<i32> {
+    let inputs = inputs(&a)?;
+    let json = a.output.is_json();
+    let hb = init::run(&inputs, step_printer(json)).await?;
     if json {
         output::print_json(&hb)?;
         return Ok(0);
@@ -506,12 +510,7 @@ fn renew_inputs(a: &RenewArgs) -> Result<renew::Inputs> {
 async fn renew(a: &RenewArgs) -> Result<i32> {
     let inputs = renew_inputs(a)?;
     let json = a.output.is_json();
-    let hb = renew::run(&inputs, |s| {
-        if !json {
-            eprintln!("{:<15} {:<16} {}", s.step, s.outcome, s.detail);
-        }
-    })
-    .await?;
+    let hb = renew::run(&inputs, step_printer(json)).await?;
     if json {
         output::print_json(&hb)?;
     } else if hb.renewed {

@@ -116,6 +116,14 @@ fn renew(config: &Path, extra: &[&std::ffi::OsStr]) -> std::process::Output {
     )
 }
 
+/// A task handed out and running: its executor fetched it and has not finished.
+async fn running_task(w: &World, name: &str) -> (i64, tenantci_testkit::executor::Executor) {
+    let t = w.claimed(w.enqueue(name, &secret_value(0)).await).await;
+    let ex = w.executor(t).await;
+    assert_eq!(ex.fetch().await.id, t);
+    (t, ex)
+}
+
 /// Waits until metric `name` (summed) passes `test`.
 async fn metric_until(d: &Dispatcher, name: &str, what: &str, test: impl Fn(f64) -> bool) {
     eventually(what, || async {
@@ -143,12 +151,7 @@ async fn a_facade_certificate_and_a_credential_near_expiry_are_renewed_while_a_t
         metric_until(&d, m, "a day left", |v| v < 1.5).await;
     }
 
-    // A task handed out and running: its executor fetched it and has not finished.
-    let t = w
-        .claimed(w.enqueue("during-renewal", &secret_value(0)).await)
-        .await;
-    let ex = w.executor(t).await;
-    assert_eq!(ex.fetch().await.id, t);
+    let (t, ex) = running_task(&w, "during-renewal").await;
 
     let config = w.config_path("d1");
     let state = w.state_dir();
@@ -232,11 +235,7 @@ async fn an_unreachable_apiserver_or_an_invalid_renewed_file_leaves_the_running_
     files.write_credential_near_expiry(&w.state_dir());
     let d = w.dispatcher("d1").await;
     d.wait_up().await;
-    let t = w
-        .claimed(w.enqueue("during-refusals", &secret_value(0)).await)
-        .await;
-    let ex = w.executor(t).await;
-    assert_eq!(ex.fetch().await.id, t);
+    let (t, ex) = running_task(&w, "during-refusals").await;
 
     // The same credential, due, on a host whose kubeconfig names an apiserver that does not
     // answer: exit 3, one sentence naming the server, nothing written.
