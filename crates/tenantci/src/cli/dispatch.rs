@@ -565,4 +565,33 @@ mod tests {
             "from-flag"
         );
     }
+
+    #[test]
+    fn renew_refuses_half_a_gateway_and_a_bad_within() {
+        use clap::Parser as _;
+        let parse = |args: &[&str]| {
+            let cli = crate::cli::Cli::try_parse_from(
+                ["tenantci", "dispatch", "renew", "--config", "c.toml"]
+                    .iter()
+                    .chain(args),
+            )
+            .unwrap();
+            match cli.command {
+                crate::cli::Command::Dispatch(DispatchCommand::Renew(a)) => renew_inputs(&a),
+                _ => unreachable!(),
+            }
+        };
+        let e = parse(&["--state-dir", "/s"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message().contains("--state-dir and --cluster"));
+        let e = parse(&["--within", "2d"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message().contains("--within"), "{}", e.message());
+        let ok = parse(&["--state-dir", "/s", "--cluster", "ci", "--within", "336h"]).unwrap();
+        assert_eq!(
+            ok.policy.within,
+            Some(std::time::Duration::from_secs(336 * 3600))
+        );
+        assert_eq!(ok.gateway.unwrap().cluster, "ci");
+    }
 }

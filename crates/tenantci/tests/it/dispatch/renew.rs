@@ -203,12 +203,19 @@ async fn a_facade_certificate_and_a_credential_near_expiry_are_renewed_while_a_t
         |v| v > 29.0,
     )
     .await;
-    assert!(
-        d.log_text()
-            .contains("took up the renewed client credential"),
-        "{}",
-        d.log_text()
-    );
+    let serial = tenantci_core::pki::inspect::CertInfo::from_pem(&files.read("kube/tls.crt"))
+        .unwrap()
+        .serial_hex;
+    eventually(
+        "the kube client rebuilt on the renewed credential",
+        || async {
+            d.log_text()
+                .lines()
+                .any(|l| l.contains("took up the renewed client credential") && l.contains(&serial))
+                .then_some(())
+        },
+    )
+    .await;
 
     // Nothing due any more: said, and nothing changed.
     let out = renew(&config, &gateway);
@@ -219,6 +226,24 @@ async fn a_facade_certificate_and_a_credential_near_expiry_are_renewed_while_a_t
         util::stdout(&out)
     );
     assert_eq!(files.read("facade.crt"), new_cert);
+    let json = [gateway.as_slice(), &["-o".as_ref(), "json".as_ref()]].concat();
+    let out = renew(&config, &json);
+    util::assert_exit(&out, 0);
+    let hb: serde_json::Value = serde_json::from_str(&util::stdout(&out)).unwrap();
+    assert_eq!(hb["renewed"], false, "{hb}");
+    let outcomes: Vec<_> = hb["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["step"].clone(), s["outcome"].clone()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("facade-cert".into(), "kept".into()),
+            ("credential".into(), "kept".into())
+        ]
+    );
 
     // The running task completes, once, and the dispatcher cleans up with the new credential.
     let done = ex.finish(t, &[&format!("ran task {t}")]).await;
