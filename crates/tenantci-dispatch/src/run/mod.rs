@@ -236,10 +236,9 @@ fn start_reloader(
     stop: &watch::Receiver<bool>,
 ) {
     let (facade, kube) = reload::watched(cfg, inputs.facade_host.clone(), serving, swappable);
-    let reloader = reload::Reloader::new(facade, kube, metrics.clone());
-    if !reloader.is_idle() {
-        drop(reloader.spawn(stop.clone()));
-    }
+    // Spawned even with nothing to watch: it owns SIGHUP, whose default action (the end of
+    // the process, which systemd counts as a clean stop) `systemctl reload` must not trigger.
+    drop(reload::Reloader::new(facade, kube, metrics.clone()).spawn(stop.clone()));
 }
 
 async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {

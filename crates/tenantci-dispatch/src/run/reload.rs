@@ -111,11 +111,6 @@ impl Reloader {
         }
     }
 
-    /// Nothing to watch (SPIFFE facade and in-cluster credential).
-    pub fn is_idle(&self) -> bool {
-        self.facade.is_none() && self.kube.is_none()
-    }
-
     /// Compares every file once and takes up what changed and passes.
     pub async fn check(&mut self) {
         if let Some((files, seen)) = &mut self.facade {
@@ -127,17 +122,18 @@ impl Reloader {
     }
 
     /// Checks every [`CHECK_EVERY`] and at each SIGHUP until `stop` turns true.
+    /// The SIGHUP handler is installed before this returns (so before `dispatch run` says it
+    /// listens): a SIGHUP's default action would end the process.
     pub fn spawn(mut self, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let hangup = tokio::signal::unix::SignalKind::hangup();
+        let mut hup = match tokio::signal::unix::signal(hangup) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; renewed files are checked every minute only");
+                None
+            }
+        };
         tokio::spawn(async move {
-            let mut hup = match tokio::signal::unix::signal(
-                tokio::signal::unix::SignalKind::hangup(),
-            ) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for SIGHUP; renewed files are checked every minute only");
-                    None
-                }
-            };
             let mut tick = tokio::time::interval(CHECK_EVERY);
             tick.tick().await;
             loop {
