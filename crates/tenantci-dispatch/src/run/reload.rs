@@ -56,6 +56,13 @@ struct Seen {
 }
 
 impl Seen {
+    fn using(in_use: Option<[u8; 32]>) -> Seen {
+        Seen {
+            in_use,
+            refused: None,
+        }
+    }
+
     /// True when `digest` is neither in use nor already refused.
     fn is_new(&self, digest: [u8; 32]) -> bool {
         self.in_use != Some(digest) && self.refused != Some(digest)
@@ -85,24 +92,12 @@ impl Reloader {
         metrics: Arc<Metrics>,
     ) -> Reloader {
         let facade = facade.map(|f| {
-            let in_use = facade_digest(&f.facade).ok();
-            (
-                f,
-                Seen {
-                    in_use,
-                    refused: None,
-                },
-            )
+            let seen = Seen::using(facade_digest(&f.facade).ok());
+            (f, seen)
         });
         let kube = kube.map(|k| {
-            let in_use = kube_digest(&k.kubeconfig);
-            (
-                k,
-                Seen {
-                    in_use,
-                    refused: None,
-                },
-            )
+            let seen = Seen::using(kube_digest(&k.kubeconfig));
+            (k, seen)
         });
         Reloader {
             facade,
