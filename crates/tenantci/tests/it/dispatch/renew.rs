@@ -55,8 +55,12 @@ impl Files {
     }
 
     /// Replaces the dispatcher's credential with one of the same subject from the cluster's
-    /// ClientCA, 720 h long, of which only a day is left.
-    fn write_credential_near_expiry(&self, state: &Path) {
+    /// ClientCA, 720 h long, of which only `left` is left; returns it (cert, key PEM) and its end.
+    fn write_credential_near_expiry(
+        &self,
+        state: &Path,
+        left: time::Duration,
+    ) -> (String, String, OffsetDateTime) {
         let pki = state.join("clusters/ci/pki");
         let ca = CertificateAuthority::load(&pki.join("client-ca.crt"), &pki.join("client-ca.key"))
             .unwrap();
@@ -69,12 +73,13 @@ impl Files {
                 valid_for: std::time::Duration::from_secs(720 * 3600),
                 key_type: KeyType::EcdsaP256,
             },
-            now - DAY * 29,
-            now + DAY,
+            now + left - DAY * 30,
+            now + left,
         )
         .unwrap();
         write_secret(&self.path("kube/tls.key"), &c.key_pem);
         write_secret(&self.path("kube/tls.crt"), &c.cert_pem);
+        (c.cert_pem, c.key_pem, c.not_after)
     }
 }
 
@@ -116,6 +121,36 @@ fn renew(config: &Path, extra: &[&std::ffi::OsStr]) -> std::process::Output {
     )
 }
 
+/// A client with `cert`/`key` against the dispatcher's apiserver gets 401.
+async fn assert_refused(files: &Files, cert: &str, key: &str) {
+    let kubeconfig = files.read("kube/kubeconfig");
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap();
+    let yaml = tenantci_core::kubeconfig::render(
+        "old",
+        server,
+        &tenantci_core::kubeconfig::Material::Inline {
+            ca_pem: &files.read("kube/ca.crt"),
+            cert_pem: cert,
+            key_pem: key,
+        },
+    );
+    let client = tenantci_core::kube_client::from_kubeconfig_yaml(&yaml, "the old credential")
+        .await
+        .unwrap();
+    let e =
+        kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, super::harness::NAMESPACE)
+            .list(&Default::default())
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(&e, kube::Error::Api(s) if s.code == 401),
+        "the expired credential is refused: {e}"
+    );
+}
+
 /// A task handed out and running: its executor fetched it and has not finished.
 async fn running_task(w: &World, name: &str) -> (i64, tenantci_testkit::executor::Executor) {
     let t = w.claimed(w.enqueue(name, &secret_value(0)).await).await;
@@ -138,7 +173,10 @@ async fn a_facade_certificate_and_a_credential_near_expiry_are_renewed_while_a_t
     let files = Files::of(&w);
     let now = OffsetDateTime::now_utc();
     files.write_facade(&files.facade_ca(), now - DAY * 300, now + DAY);
-    files.write_credential_near_expiry(&w.state_dir());
+    // 45 s left: the test outlives it, so what follows the renewal shows that the dispatcher
+    // no longer needs the old credential (the apiserver refuses it once expired).
+    let (old_cred, old_cred_key, old_end) =
+        files.write_credential_near_expiry(&w.state_dir(), time::Duration::seconds(45));
     let d = w.dispatcher("d1").await;
     d.wait_up().await;
     let ca_pem = files.read("facade-ca.crt");
@@ -217,6 +255,15 @@ async fn a_facade_certificate_and_a_credential_near_expiry_are_renewed_while_a_t
     )
     .await;
 
+    // The old credential expires: from then on the apiserver refuses it (checked here with a
+    // client of our own), and everything the dispatcher does below goes out with the new one.
+    // The sleep is for the certificate's end itself, not for the dispatcher.
+    let wait = old_end - OffsetDateTime::now_utc() + time::Duration::SECOND;
+    if wait.is_positive() {
+        tokio::time::sleep(wait.unsigned_abs()).await;
+    }
+    assert_refused(&files, &old_cred, &old_cred_key).await;
+
     // Nothing due any more: said, and nothing changed.
     let out = renew(&config, &gateway);
     util::assert_exit(&out, 0);
@@ -257,7 +304,7 @@ async fn an_unreachable_apiserver_or_an_invalid_renewed_file_leaves_the_running_
  {
     let w = World::start_via_init().await;
     let files = Files::of(&w);
-    files.write_credential_near_expiry(&w.state_dir());
+    files.write_credential_near_expiry(&w.state_dir(), DAY);
     let d = w.dispatcher("d1").await;
     d.wait_up().await;
     let (t, ex) = running_task(&w, "during-refusals").await;
