@@ -26,4 +26,5 @@ pub mod identity;
 pub mod init;
 pub mod metrics;
 pub mod queue;
+pub mod renew;
 pub mod run;

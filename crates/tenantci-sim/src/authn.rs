@@ -1,4 +1,6 @@
-//! Client-certificate authentication after the handshake (facts §1): the chain must verify
+//! Client-certificate authentication after the handshake, at each request (facts §1;
+//! kube-apiserver's x509 authenticator verifies the connection's certificate per request, so
+//! one that expires on an open connection is refused from then on): the chain must verify
 //! against the ClientCA with EKU clientAuth; CN is the user, every O a group, and
 //! `system:authenticated` is added. No certificate is anonymous; a certificate that does not
 //! verify, or has an empty CN, is rejected (401 on every request).

@@ -150,8 +150,14 @@ pub async fn serve(
                 let (acceptor, authn, api) = (acceptor.clone(), authn.clone(), api.clone());
                 conns.spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let identity = Arc::new(authn.authenticate(tls.get_ref().1.peer_certificates()));
-                    let svc = service_fn(move |req| handle(api.clone(), identity.clone(), req));
+                    // Authenticated per request, as kube-apiserver's x509 authenticator verifies
+                    // the connection's certificate at each request: a client certificate that
+                    // expires while a connection stays open is refused from then on.
+                    let chain = tls.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+                    let svc = service_fn(move |req| {
+                        let identity = Arc::new(authn.authenticate(chain.as_deref()));
+                        handle(api.clone(), identity, req)
+                    });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(tls), svc)
                         .await;

@@ -5,8 +5,9 @@
 //! `facade_cert_expiry_days` metric.
 //!
 //! `check` is pure (the PEM texts, the facade host and the time in, a verdict out); `load`
-//! reads the two files (bounded, the key private) and calls it. Re-issuing is `dispatch init`'s
-//! job (`init::facade_pki`), which this module's fix names.
+//! reads the two files (bounded, the key private) and calls it. Re-issuing is `dispatch renew`'s
+//! job (`renew::facade`) or `dispatch init`'s (`init::facade_pki`), which this module's fix
+//! names; `run::reload` calls `load` again for a renewed pair before serving it.
 
 use std::path::Path;
 
@@ -20,7 +21,7 @@ use tenantci_core::{Error, Result};
 /// Fewer days left than this: `dispatch run` warns at start.
 pub const WARN_DAYS: i64 = 30;
 
-const REISSUE: &str = "re-run `tenantci dispatch init` with the same --out and --facade-url: it issues a new facade certificate from the facade CA (executors keep trusting it)";
+const REISSUE: &str = "run `tenantci dispatch renew --config FILE --force` (or re-run `tenantci dispatch init` with the same --out and --facade-url): it issues a new facade certificate from the facade CA (executors keep trusting it)";
 
 /// Whether a SAN list covers `host` (an address as an IP SAN, a name as a DNS SAN).
 pub fn covers(sans: &[String], host: &str) -> bool {

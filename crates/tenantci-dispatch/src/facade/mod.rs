@@ -33,6 +33,7 @@ pub mod handout;
 pub mod http1;
 pub mod passthrough;
 pub mod proxy;
+pub mod serving;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

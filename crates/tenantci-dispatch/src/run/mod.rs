@@ -18,7 +18,9 @@
 //! executors with the facade's bound port.
 
 pub mod credential;
+pub mod kube_swap;
 pub mod leader;
+pub mod reload;
 pub mod status;
 pub mod term;
 
@@ -47,6 +49,7 @@ use crate::facade::Facade;
 use crate::facade::capability::{self, CapabilityKey};
 use crate::facade::cert as facade_cert;
 use crate::facade::handout::Handout;
+use crate::facade::serving::ServingCert;
 use crate::identity::own::Own;
 use crate::identity::registrar::Registrar;
 use crate::metrics::Metrics;
@@ -55,6 +58,7 @@ use crate::queue::ledger::Ledger;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
 use crate::queue::{Backend, connect, permissions, users};
+use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
 use status::Health;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
@@ -71,7 +75,10 @@ struct Inputs {
     runner_id: i64,
     capability_key: CapabilityKey,
     sealing_key: SealingKey,
-    facade_tls: Arc<rustls::ServerConfig>,
+    /// The facade's certificate as the TLS server presents it (swapped on renewal).
+    facade_serving: Arc<ServingCert>,
+    /// `facade.url`'s host, which the facade certificate must cover.
+    facade_host: String,
     facade_ca_pem: String,
     /// `gitea.ca_file`'s PEM: the dispatcher's Gitea client and every executor's proxy trust it.
     gitea_ca_pem: Option<String>,
@@ -108,7 +115,8 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
         runner_id: registration.id,
         capability_key: capability::load_key(&cfg.facade.capability_key_file)?,
         sealing_key: SealingKey::load_or_create(&cfg.nats.sealing_key_file)?,
-        facade_tls: transport::tls_config(&facade.cert_pem, &facade.key_pem)?,
+        facade_serving: ServingCert::new(&facade.cert_pem, &facade.key_pem)?,
+        facade_host: host,
         facade_ca_pem: facade.ca_pem,
         gitea_ca_pem: match &cfg.gitea.ca_file {
             Some(path) => Some(input::read_text(
@@ -167,7 +175,7 @@ fn report_facade_cert(cfg: &Config, valid: &facade_cert::Valid, metrics: &Metric
         tracing::warn!(
             cert = %cfg.facade.cert_file.display(),
             days_left = valid.days_left,
-            "the facade certificate expires at {until}; re-run `tenantci dispatch init` to issue a new one before executors stop trusting the facade"
+            "the facade certificate expires at {until}; run `tenantci dispatch renew --config FILE` (tenantci-dispatch-renew@.timer does it daily): this dispatcher takes the new one up without a restart"
         );
     } else {
         tracing::info!(
@@ -194,7 +202,7 @@ fn report_credential(cfg: &Config, metrics: &Metrics) {
         tracing::warn!(
             kubeconfig = %path.display(),
             days_left,
-            "the dispatcher's client credential expires at {until}; re-run `tenantci dispatch init` (it rotates the credential) and restart `dispatch run`"
+            "the dispatcher's client credential expires at {until}; run `tenantci dispatch renew --config FILE --state-dir DIR --cluster NAME` (tenantci-dispatch-renew@.timer does it daily): this dispatcher takes the new one up without a restart"
         );
     } else {
         tracing::info!(
@@ -204,15 +212,22 @@ fn report_credential(cfg: &Config, metrics: &Metrics) {
     }
 }
 
-async fn kube_client(cfg: &Config) -> Result<kube::Client> {
+/// The dispatcher's client. On the gateway path (a kubeconfig with a minted credential) it
+/// is swappable, so a renewed credential is taken up without a restart (`reload`); in the
+/// cluster kube itself re-reads the ServiceAccount token.
+async fn kube_client(cfg: &Config) -> Result<(kube::Client, Option<SwappableClient>)> {
     match &cfg.cluster.kubeconfig {
-        Some(path) => tenantci_core::kube_client::from_kubeconfig(path).await,
+        Some(path) => {
+            let swappable =
+                SwappableClient::new(tenantci_core::kube_client::from_kubeconfig(path).await?);
+            Ok((swappable.client(), Some(swappable)))
+        }
         None => {
             tenantci_core::tls::ensure_crypto_provider();
             kube::Client::try_default().await.map_err(|e| {
                 Error::bad_input("no in-cluster or KUBECONFIG credentials").caused_by(e)
                     .hint("set cluster.kubeconfig in the config, or run inside the cluster with the tenantci-dispatcher ServiceAccount")
-            })
+            }).map(|c| (c, None))
         }
     }
 }
@@ -222,8 +237,25 @@ async fn kube_client(cfg: &Config) -> Result<kube::Client> {
 fn facade_tls(inputs: &Inputs, own: Option<&Own>) -> Arc<rustls::ServerConfig> {
     match own {
         Some(own) => own.facade_tls(),
-        None => inputs.facade_tls.clone(),
+        None => inputs.facade_serving.server_config(),
     }
+}
+
+/// Renewed files taken up while running (`reload`): the facade's unless it serves SPIFFE
+/// mTLS (`serving` None), the credential's on the gateway path. Ends when the drain flips
+/// `stop`.
+fn start_reloader(
+    cfg: &Config,
+    inputs: &Inputs,
+    serving: Option<Arc<ServingCert>>,
+    swappable: Option<SwappableClient>,
+    metrics: &Arc<Metrics>,
+    stop: &watch::Receiver<bool>,
+) {
+    let (facade, kube) = reload::watched(cfg, inputs.facade_host.clone(), serving, swappable);
+    // Spawned even with nothing to watch: it owns SIGHUP, whose default action (the end of
+    // the process, which systemd counts as a clean stop) `systemctl reload` must not trigger.
+    drop(reload::Reloader::new(facade, kube, metrics.clone()).spawn(stop.clone()));
 }
 
 async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
@@ -286,7 +318,7 @@ fn advertised_facade_url(configured: &str, bound_port: u16) -> String {
 pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Result<()> {
     let inputs = load_inputs(&cfg)?;
     let timing = cfg.leader_timing();
-    let client = kube_client(&cfg).await?;
+    let (client, swappable) = kube_client(&cfg).await?;
     let (producer_client, worker_client) = connect_queue(&cfg).await?;
     apply_topology(&cfg).await?;
     let ledger = open_ledger(&cfg, &worker_client).await?;
@@ -333,6 +365,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());
     health.facade_up.store(true, Ordering::SeqCst);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let serving = own.is_none().then(|| inputs.facade_serving.clone());
+    start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
     let status_tasks = status_listeners.serve(health.clone(), metrics.clone(), stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {

@@ -10,6 +10,7 @@ use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::config::Config;
 use tenantci_dispatch::init::{self, ClusterAccess, Inputs, RegistrationToken};
+use tenantci_dispatch::renew;
 use tenantci_dispatch::run::status;
 
 #[derive(Debug, Subcommand)]
@@ -40,6 +41,41 @@ pub enum DispatchCommand {
     /// GET the status API (/healthz, /readyz) of a dispatcher in this network namespace:
     /// exit 0 on 2xx, 1 otherwise. For exec probes (the status API binds loopback only).
     Probe(ProbeArgs),
+    /// Renew the facade certificate and (gateway path) the dispatcher's client credential
+    /// when due, while `dispatch run` keeps running.
+    ///
+    /// Due: a third or less of its life left (the credential's 720h: its last 240h; the
+    /// facade certificate's year: its last ~4 months), or ending within --within, or with
+    /// --force. Everything is issued and proven first (the facade pair checked as `dispatch
+    /// run` checks it; the new credential's access reviews at the apiserver); a refusal is
+    /// exit 2, an apiserver that does not answer exit 3, with every file as it was. Then the
+    /// new files replace the old ones (0600; the old credential kept as *.old-<time>). A
+    /// running dispatcher takes them up within a minute, or at SIGHUP, without a restart:
+    /// running tasks are not touched. Nothing due: says so, exit 0. Needs the facade CA key
+    /// beside the config, and for the credential --state-dir and --cluster (the gateway's
+    /// ClientCA). Run daily by tenantci-dispatch-renew@.timer.
+    Renew(RenewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The config `dispatch init --out` wrote (the facade CA key is beside it).
+    #[arg(long, value_name = "FILE", env = "TENANTCI_DISPATCH_CONFIG")]
+    pub config: PathBuf,
+    /// The gateway state directory whose ClientCA signed the credential (gateway path).
+    #[arg(long, value_name = "DIR", env = "TENANTCI_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The gateway's cluster the credential is for (gateway path).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// Also renew what ends within this long (Go duration, e.g. 336h).
+    #[arg(long, value_name = "DURATION")]
+    pub within: Option<String>,
+    /// Renew both whatever their dates.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -324,6 +360,7 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
             Ok(0)
         }
         DispatchCommand::Probe(args) => probe(&args).await,
+        DispatchCommand::Renew(args) => renew(&args).await,
     }
 }
 
@@ -427,15 +464,19 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
     })
 }
 
-async fn init_cmd(a: InitArgs) -> Result<i32> {
-    let inputs = inputs(&a)?;
-    let json = a.output.is_json();
-    let hb = init::run(&inputs, |s| {
+/// Each step's line on stderr as it completes (init and renew), none with `-o json`.
+fn step_printer(json: bool) -> impl FnMut(&init::Step) {
+    move |s| {
         if !json {
             eprintln!("{:<15} {:<16} {}", s.step, s.outcome, s.detail);
         }
-    })
-    .await?;
+    }
+}
+
+async fn init_cmd(a: InitArgs) -> Result<i32> {
+    let inputs = inputs(&a)?;
+    let json = a.output.is_json();
+    let hb = init::run(&inputs, step_printer(json)).await?;
     if json {
         output::print_json(&hb)?;
         return Ok(0);
@@ -467,6 +508,51 @@ async fn init_cmd(a: InitArgs) -> Result<i32> {
             "next: tenantci dispatch run --config {}",
             hb.config.display()
         ),
+    }
+    Ok(0)
+}
+
+fn renew_inputs(a: &RenewArgs) -> Result<renew::Inputs> {
+    let gateway = match (&a.state_dir, &a.cluster) {
+        (Some(state_dir), Some(cluster)) => Some(renew::Gateway {
+            state_dir: state_dir.clone(),
+            cluster: cluster.clone(),
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(Error::bad_input("--state-dir and --cluster go together")
+                .hint("pass both (the gateway's ClientCA for the credential), or neither"));
+        }
+    };
+    let within = match &a.within {
+        Some(w) => Some(tenantci_core::duration::parse_positive(w).map_err(|e| {
+            Error::bad_input(format!("--within {w:?} is not a positive duration ({e})"))
+                .hint("pass a Go duration such as 336h or 90m")
+        })?),
+        None => None,
+    };
+    Ok(renew::Inputs {
+        config: a.config.clone(),
+        gateway,
+        policy: renew::Policy {
+            within,
+            force: a.force,
+        },
+    })
+}
+
+async fn renew(a: &RenewArgs) -> Result<i32> {
+    let inputs = renew_inputs(a)?;
+    let json = a.output.is_json();
+    let hb = renew::run(&inputs, step_printer(json)).await?;
+    if json {
+        output::print_json(&hb)?;
+    } else if hb.renewed {
+        println!(
+            "renewed; a running `dispatch run` takes the new files up within a minute (or at once with SIGHUP)"
+        );
+    } else {
+        println!("nothing due: no file was changed");
     }
     Ok(0)
 }
@@ -513,5 +599,34 @@ mod tests {
             registration_token(&g).unwrap().unwrap().expose(),
             "from-flag"
         );
+    }
+
+    #[test]
+    fn renew_refuses_half_a_gateway_and_a_bad_within() {
+        use clap::Parser as _;
+        let parse = |args: &[&str]| {
+            let cli = crate::cli::Cli::try_parse_from(
+                ["tenantci", "dispatch", "renew", "--config", "c.toml"]
+                    .iter()
+                    .chain(args),
+            )
+            .unwrap();
+            match cli.command {
+                crate::cli::Command::Dispatch(DispatchCommand::Renew(a)) => renew_inputs(&a),
+                _ => unreachable!(),
+            }
+        };
+        let e = parse(&["--state-dir", "/s"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message().contains("--state-dir and --cluster"));
+        let e = parse(&["--within", "2d"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message().contains("--within"), "{}", e.message());
+        let ok = parse(&["--state-dir", "/s", "--cluster", "ci", "--within", "336h"]).unwrap();
+        assert_eq!(
+            ok.policy.within,
+            Some(std::time::Duration::from_secs(336 * 3600))
+        );
+        assert_eq!(ok.gateway.unwrap().cluster, "ci");
     }
 }

@@ -189,7 +189,38 @@ fn install_sh_renders_the_units_for_system_and_user_installs() {
             settings(renew, "StateDirectory")
                 .contains(&("StateDirectory", "node_exporter/textfile_collector"))
         );
+        assert_dispatch_renewal(&units);
     }
+}
+
+/// The dispatcher's renewal: notified on failure, writing only its instance's directory, and
+/// making the running dispatcher reload (SIGHUP), which its unit supports.
+fn assert_dispatch_renewal(units: &[(String, String)]) {
+    let unit = |name: &str| &units.iter().find(|(n, _)| n == name).unwrap().1;
+    let renew = unit("tenantci-dispatch-renew@.service");
+    assert_eq!(
+        settings(renew, "OnFailure"),
+        [("OnFailure", "tenantci-notify@%N.service")]
+    );
+    assert_eq!(
+        settings(renew, "ReadWritePaths"),
+        [("ReadWritePaths", "%E/tenantci/dispatch/%i")]
+    );
+    let start = settings(renew, "ExecStart")[0].1;
+    assert!(
+        start.contains(" dispatch renew --config %E/tenantci/dispatch/%i/config.toml "),
+        "{start}"
+    );
+    assert!(
+        settings(renew, "ExecStartPost")[0]
+            .1
+            .ends_with("try-reload-or-restart tenantci-dispatch@%i.service")
+    );
+    assert_eq!(
+        settings(unit("tenantci-dispatch@.service"), "ExecReload"),
+        [("ExecReload", "/bin/kill -HUP $MAINPID")]
+    );
+    assert!(unit("tenantci-dispatch-renew@.timer").contains("Persistent=true"));
 }
 
 /// Every shipped unit, as install.sh rendered it, passes `systemd-analyze verify` for the
@@ -246,6 +277,7 @@ fn install_sh_installs_once_and_then_changes_nothing() {
         "usr/local/bin/tenantci",
         "etc/systemd/system/tenantci-dispatch@.service",
         "etc/systemd/system/tenantci-credential-renew@.timer",
+        "etc/systemd/system/tenantci-dispatch-renew@.timer",
         "etc/systemd/system/tenantci-gitlab-runner.service",
         "etc/systemd/system/tenantci-notify@.service",
         "usr/local/share/bash-completion/completions/tenantci",

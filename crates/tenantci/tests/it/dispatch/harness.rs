@@ -554,6 +554,11 @@ impl World {
         self.spawn(name).await
     }
 
+    /// The simulator's state directory (the gateway's: `--state-dir`, cluster `ci`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
     pub fn config_path(&self, name: &str) -> PathBuf {
         self.dir
             .path()
@@ -1141,6 +1146,13 @@ impl Dispatcher {
             (self.metric("tenantci_dispatch_leader").await == Some(want)).then_some(())
         })
         .await
+    }
+
+    /// SIGHUP: check the facade certificate and the credential for renewed files now.
+    pub fn hangup(&self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        kill(Pid::from_raw(self.process.pid() as i32), Signal::SIGHUP).unwrap();
     }
 
     /// SIGKILL: no drain, no lease release.

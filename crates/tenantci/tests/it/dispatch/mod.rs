@@ -19,6 +19,7 @@ mod monitoring;
 mod mounted;
 mod passthrough;
 mod proxy;
+mod renew;
 mod run;
 mod stall;
 mod vm;
