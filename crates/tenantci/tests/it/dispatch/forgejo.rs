@@ -65,6 +65,11 @@ async fn a_burst_of_12_at_capacity_4_is_claimed_in_3_fetches() {
     assert_eq!(stats(&w).await["forge"], "forgejo");
     let d = w.dispatcher("d1").await;
     d.wait_leader(true).await;
+    // The burst arrives at once: held while it is enqueued one by one, so that a FetchTask
+    // falling between two enqueues cannot claim the first job alone.
+    w.gitea
+        .admin_post(w.http(), "hold", json!({"hold": true}))
+        .await;
     let mut jobs = Vec::new();
     for i in 0..12 {
         jobs.push(
@@ -72,6 +77,9 @@ async fn a_burst_of_12_at_capacity_4_is_claimed_in_3_fetches() {
                 .await,
         );
     }
+    w.gitea
+        .admin_post(w.http(), "hold", json!({"hold": false}))
+        .await;
     for batch in 0..3u64 {
         let tasks = executors(&w, 4).await;
         w.gitea
