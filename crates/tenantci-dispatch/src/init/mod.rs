@@ -633,14 +633,31 @@ fn config(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
 }
 
 /// The ConfigMap and Secret the in-cluster Deployment mounts (`in_cluster`): applied with the
-/// admin client (`--apply-secret`) and/or written as a manifest (`--secret-out`); after the
-/// config, so every file they hold exists. Neither flag: nothing (and no line).
+/// admin client (`--apply-secret`) and/or written as a manifest (`--secret-out`), the Pod's
+/// config alone written for an overlay's generator (`--pod-config-out`); after the config, so
+/// every file they hold exists. None of the flags: nothing (and no line).
 async fn in_cluster_objects(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
-    let (i, p) = (cx.i, cx.paths());
-    if !i.apply_secret && cx.local.checked.secret_out.is_none() {
+    let (i, p, c) = (cx.i, cx.paths(), &cx.local.checked);
+    if !i.apply_secret && c.secret_out.is_none() && c.pod_config_out.is_none() {
         return Ok(());
     }
     let bundle = in_cluster::plan(&cx.local.config, &p.dir, cx.local.admin_password);
+    if let Some(out) = &c.pod_config_out {
+        // No secret in it (file names only), but written as every config init writes.
+        let text = bundle.config.to_toml();
+        let existed = out.exists();
+        let changed = if i.dry_run {
+            !same_file(out, text.as_bytes())
+        } else {
+            fsutil::write_if_changed(out, text.as_bytes(), MODE_SECRET)
+                .map_err(|e| Error::unwritable("the Pod's config (--pod-config-out)", out, e))?
+        };
+        let outcome = config_outcome(changed, existed);
+        steps.act("pod-config-out", outcome, out.display().to_string());
+    }
+    if !i.apply_secret && c.secret_out.is_none() {
+        return Ok(());
+    }
     let keys: Vec<&str> = bundle.entries.iter().map(|e| e.key.as_str()).collect();
     let shape = format!(
         "ConfigMap {} ({}), Secret {} ({})",

@@ -82,6 +82,9 @@ pub struct Inputs {
     pub apply_secret: bool,
     /// `--secret-out`: write them as a manifest (0600) instead, or as well.
     pub secret_out: Option<PathBuf>,
+    /// `--pod-config-out`: write the Pod's config alone (the ConfigMap's key), for an overlay
+    /// that generates the ConfigMap itself (manifests/overlays/openbao).
+    pub pod_config_out: Option<PathBuf>,
     pub dry_run: bool,
 }
 
@@ -138,6 +141,8 @@ pub struct Checked {
     pub gitea_ca_file: Option<PathBuf>,
     /// `--secret-out`, absolute.
     pub secret_out: Option<PathBuf>,
+    /// `--pod-config-out`, absolute.
+    pub pod_config_out: Option<PathBuf>,
     pub credential_valid_for: std::time::Duration,
     /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
     pub webhook: Option<(SocketAddr, PathBuf)>,
@@ -229,10 +234,18 @@ pub fn check(i: &Inputs) -> Result<Checked> {
     let nats_secrets_dir = absolute("--nats-secrets-dir", &i.nats_secrets_dir)?;
     let nats_ca_file = optional_absolute("--nats-ca-file", i.nats_ca_file.as_deref())?;
     let gitea_ca_file = optional_absolute("--gitea-ca", i.gitea_ca_file.as_deref())?;
-    let secret_out = check_secret_out(i.secret_out.as_deref(), &out)?;
+    let secret_out = check_out_file("--secret-out", i.secret_out.as_deref(), &out)?;
+    let pod_config_out = check_out_file("--pod-config-out", i.pod_config_out.as_deref(), &out)?;
+    if pod_config_out.is_some() && pod_config_out == secret_out {
+        return Err(Error::bad_input(
+            "--pod-config-out and --secret-out name the same file; each needs its own",
+        )
+        .hint("e.g. --secret-out /root/dispatch/in-cluster.yaml --pod-config-out my-overlay/config.toml"));
+    }
     Ok(Checked {
         paths: Paths::beside(&out),
         secret_out,
+        pod_config_out,
         facade_url,
         facade_host,
         nats_secrets_dir,
@@ -254,16 +267,21 @@ fn optional_absolute(flag: &str, p: Option<&Path>) -> Result<Option<PathBuf>> {
     p.map(|p| absolute(flag, p)).transpose()
 }
 
-/// `--secret-out`: a file that is neither a directory nor the config itself.
-fn check_secret_out(given: Option<&Path>, config: &Path) -> Result<Option<PathBuf>> {
+/// `--secret-out` / `--pod-config-out`: a file that is neither a directory nor the config
+/// itself (which it would overwrite with the Pod's view).
+fn check_out_file(flag: &str, given: Option<&Path>, config: &Path) -> Result<Option<PathBuf>> {
     let Some(f) = given else { return Ok(None) };
-    let abs = absolute("--secret-out", f)?;
+    let abs = absolute(flag, f)?;
     if abs.file_name().is_none() || abs.is_dir() || abs == config {
+        let example = match flag {
+            "--secret-out" => "/root/dispatch/in-cluster.yaml",
+            _ => "my-overlay/config.toml",
+        };
         return Err(Error::bad_input(format!(
-            "--secret-out `{}` is a directory or the config itself, not a manifest file",
+            "{flag} `{}` is a directory or the config itself, not a file to write",
             f.display()
         ))
-        .hint("pass the manifest to write, e.g. --secret-out /root/dispatch/in-cluster.yaml"));
+        .hint(format!("pass the file to write, e.g. {flag} {example}")));
     }
     Ok(Some(abs))
 }
@@ -469,6 +487,7 @@ pub(crate) mod tests {
             out: "/etc/tenantci/dispatch/config.toml".into(),
             apply_secret: false,
             secret_out: None,
+            pod_config_out: None,
             dry_run: false,
         }
     }
@@ -489,6 +508,21 @@ pub(crate) mod tests {
         assert!(ca.is_absolute());
         let cfg = config(&i, &check(&i).unwrap(), "r", None, None).unwrap();
         assert_eq!(cfg.gitea.ca_file, Some(ca), "the config names the CA");
+    }
+
+    #[test]
+    fn the_pod_config_is_its_own_file_neither_the_config_nor_the_manifest() {
+        let mut i = inputs();
+        i.pod_config_out = Some(i.out.clone());
+        let e = check(&i).unwrap_err();
+        assert!(e.message().contains("--pod-config-out"), "{}", e.message());
+        i.pod_config_out = Some("in-cluster.yaml".into());
+        i.secret_out = Some("in-cluster.yaml".into());
+        let e = check(&i).unwrap_err();
+        assert!(e.message().contains("same file"), "{}", e.message());
+        i.pod_config_out = Some("overlay/config.toml".into());
+        let c = check(&i).unwrap();
+        assert!(c.pod_config_out.unwrap().ends_with("overlay/config.toml"));
     }
 
     #[test]

@@ -107,6 +107,11 @@ pub struct InitArgs {
     /// secret tooling, instead of or besides --apply-secret.
     #[arg(long, value_name = "FILE")]
     pub secret_out: Option<PathBuf>,
+    /// Write the Pod's config.toml alone (no secrets: the ConfigMap's one key) to FILE, e.g.
+    /// the config.toml of your copy of manifests/overlays/openbao, whose configMapGenerator
+    /// makes the ConfigMap from it while OpenBao holds the Secret's keys (`bao kv put`).
+    #[arg(long, value_name = "FILE")]
+    pub pod_config_out: Option<PathBuf>,
     /// Check everything and say what would happen; write, apply and register nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -460,6 +465,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         out: a.out.clone(),
         apply_secret: a.apply_secret,
         secret_out: a.secret_out.clone(),
+        pod_config_out: a.pod_config_out.clone(),
         dry_run: a.dry_run,
     })
 }

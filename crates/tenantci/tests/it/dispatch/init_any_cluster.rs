@@ -219,11 +219,14 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
     let manifest = s.root.join("in-cluster.yaml");
     let mut flags = in_cluster_flags(&admin, webhook_secret.to_str().unwrap(), &opensandbox);
     flags.push(("--secret-out", Some(manifest.to_str().unwrap())));
+    let pod_config = s.root.join("openbao-overlay").join("config.toml");
+    std::fs::create_dir_all(pod_config.parent().unwrap()).unwrap();
+    flags.push(("--pod-config-out", Some(pod_config.to_str().unwrap())));
     let o = s.init("d", &flags, &["--apply-secret"]);
     assert_exit(&o, 0);
     let hb = hand_back(&o);
     let steps = outcomes(&hb);
-    for step in ["in-cluster", "secret-out"] {
+    for step in ["in-cluster", "secret-out", "pod-config-out"] {
         assert!(steps.iter().any(|(s, _)| s == step), "{step} in {steps:?}");
     }
     let bao = hb["baoKvPut"].as_str().unwrap();
@@ -266,6 +269,21 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
         b"hook-secret-value\n"
     );
     assert_eq!(std::fs::read(m.dir.join("sealing.key")).unwrap(), sealing);
+    // --pod-config-out is that ConfigMap's one key, for the OpenBao overlay's generator.
+    let applied = k.run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "configmap",
+        "tenantci-dispatcher-config",
+        "-o",
+        "jsonpath={.data.config\\.toml}",
+    ]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    assert_eq!(
+        std::fs::read_to_string(&pod_config).unwrap(),
+        stdout(&applied)
+    );
     let m = apply_overlay(&k, "vm", &s.root.join("pod-vm"));
     assert_eq!(
         m.env["TENANTCI_DISPATCH_VM_API_KEY_FILE"],
