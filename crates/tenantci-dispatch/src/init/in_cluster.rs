@@ -48,6 +48,7 @@ pub mod keys {
     pub const OPENSANDBOX_API_KEY: &str = "opensandbox-api.key";
     pub const NATS_CA: &str = "nats-ca.crt";
     pub const GITEA_CA: &str = "gitea-ca.crt";
+    pub const WAITING_JOBS_TOKEN: &str = "waiting-jobs.token";
 }
 
 /// The largest file a key holds: keys, certificates, a CA bundle.
@@ -108,6 +109,10 @@ pub fn plan(host: &Config, dir: &Path, admin_password: bool) -> Bundle {
     }
     if let (Some(v), Some(f)) = (pod.vm.as_mut(), abs.vm.as_ref()) {
         v.api_key_file = put(keys::OPENSANDBOX_API_KEY, &f.api_key_file);
+    }
+    // Set by hand in the host's config (init keeps it across re-runs): the Pod needs it too.
+    if let (Some(w), Some(f)) = (pod.waiting_jobs.as_mut(), abs.waiting_jobs.as_ref()) {
+        w.token_file = put(keys::WAITING_JOBS_TOKEN, &f.token_file);
     }
     pod.cluster.kubeconfig = None;
     pod.facade.listen = SocketAddr::from(([0, 0, 0, 0], FACADE_PORT));
@@ -210,6 +215,11 @@ mod tests {
             "127.0.0.1:8090".parse().unwrap(),
             "/root/webhook-secret".into(),
         ));
+        c.waiting_jobs = Some(crate::config::WaitingJobs {
+            scope: "admin".into(),
+            token_file: "/root/forgejo-token".into(),
+            interval: crate::config::defaults::waiting_jobs_interval(),
+        });
         c
     }
 
@@ -236,6 +246,7 @@ mod tests {
         named(pod.nats.ca_file.as_ref().unwrap());
         named(pod.gitea.ca_file.as_ref().unwrap());
         named(&pod.webhook.as_ref().unwrap().secret_file);
+        named(&pod.waiting_jobs.as_ref().unwrap().token_file);
         for user in [users::PRODUCER, users::WORKER] {
             named(&permissions::password_file(&pod.nats.secrets_dir, user));
         }
