@@ -125,6 +125,9 @@ pub struct Config {
     /// Executor identity (SPIFFE mTLS at the facade); absent: the capability alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::identity::Identity>,
+    /// The shared actions cache, per repository; absent: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::cache::settings::Cache>,
 }
 
 /// What happens to a claimed task whose executor never fetches it.
@@ -620,13 +623,32 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "claim.start_deadline",
     ),
     ("TENANTCI_DISPATCH_CLAIM_MAX_ATTEMPTS", "claim.max_attempts"),
+    ("TENANTCI_DISPATCH_CACHE_DIR", "cache.dir"),
+    ("TENANTCI_DISPATCH_CACHE_S3_BUCKET", "cache.s3_bucket"),
+    ("TENANTCI_DISPATCH_CACHE_S3_ENDPOINT", "cache.s3_endpoint"),
+    ("TENANTCI_DISPATCH_CACHE_S3_REGION", "cache.s3_region"),
+    (
+        "TENANTCI_DISPATCH_CACHE_S3_CREDENTIALS_FILE",
+        "cache.s3_credentials_file",
+    ),
+    ("TENANTCI_DISPATCH_CACHE_MAX_SIZE_MIB", "cache.max_size_mib"),
+    (
+        "TENANTCI_DISPATCH_CACHE_MAX_ENTRY_SIZE_MIB",
+        "cache.max_entry_size_mib",
+    ),
+    ("TENANTCI_DISPATCH_CACHE_MAX_AGE", "cache.max_age"),
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has
 /// them, strings elsewhere. A malformed number names the variable.
 fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_edit::Item, String> {
     Ok(match key {
-        "capacity.pod" | "capacity.vm" | "claim.max_attempts" | "webhook.nudge_burst" => {
+        "capacity.pod"
+        | "capacity.vm"
+        | "claim.max_attempts"
+        | "webhook.nudge_burst"
+        | "cache.max_size_mib"
+        | "cache.max_entry_size_mib" => {
             let n: i64 = raw.trim().parse().map_err(|_| {
                 format!("has {var} = `{raw}` in the environment, which is not a whole number")
             })?;
@@ -811,6 +833,9 @@ impl Config {
         crate::claim::class::validate(&self.executor.classes, &self.executor.resources, |b| {
             (b == Backend::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
         })?;
+        if let Some(cache) = &self.cache {
+            cache.validate()?;
+        }
         if let Some(identity) = &self.identity {
             identity.validate()?;
             if self.vm.is_some() && identity.server_address.is_none() {
@@ -844,6 +869,10 @@ impl Config {
         }
         if let Some(vm) = self.vm.as_mut() {
             abs(&mut vm.api_key_file);
+        }
+        if let Some(c) = self.cache.as_mut() {
+            c.dir.as_mut().map(abs);
+            c.s3_credentials_file.as_mut().map(abs);
         }
         self
     }
@@ -960,6 +989,10 @@ mod tests {
             claim: Claim::default(),
             vm: None,
             identity: None,
+            cache: Some(crate::cache::settings::Cache {
+                max_size_mib: 4096,
+                ..crate::cache::settings::Cache::in_dir("cache")
+            }),
         }
     }
 

@@ -989,6 +989,7 @@ async fn write_inputs(
         claim: config::Claim::default(),
         vm: None,
         identity: None,
+        cache: None,
     }
 }
 
