@@ -12,13 +12,13 @@ pub struct Stored {
     pub entry: Entry,
 }
 
-/// The entries to delete, oldest use first.
-pub fn plan(mut stored: Vec<Stored>, now: i64, max_age_secs: i64, max_size: u64) -> Vec<Stored> {
+/// The entries to delete, oldest use first (times in unix milliseconds).
+pub fn plan(mut stored: Vec<Stored>, now: i64, max_age_ms: i64, max_size: u64) -> Vec<Stored> {
     stored.sort_by_key(|s| (s.entry.used, s.entry.id));
     let mut total: u64 = stored.iter().map(|s| s.entry.size).sum();
     let mut out = Vec::new();
     for s in stored {
-        let expired = now.saturating_sub(s.entry.used) > max_age_secs;
+        let expired = now.saturating_sub(s.entry.used) > max_age_ms;
         if expired || total > max_size {
             total -= s.entry.size;
             out.push(s);

@@ -22,7 +22,7 @@ pub struct Reservation {
     pub version: String,
     /// The size announced at the reservation (the toolkit sends it), when it was.
     pub size: Option<u64>,
-    /// Unix seconds.
+    /// Unix milliseconds.
     pub created: i64,
 }
 
@@ -41,9 +41,9 @@ pub struct Entry {
     pub version: String,
     pub size: u64,
     pub parts: Vec<Part>,
-    /// Unix seconds.
+    /// Unix milliseconds.
     pub created: i64,
-    /// Unix seconds of the last restore (or the commit): what eviction orders by.
+    /// Unix milliseconds of the last restore (or the commit): what eviction orders by.
     pub used: i64,
 }
 
@@ -109,7 +109,10 @@ pub fn whole(mut parts: Vec<Part>, size: u64) -> Result<Vec<Part>, String> {
         }
         next = p.start + p.len;
     }
-    if next != size {
+    if next < size {
+        return Err(format!("bytes {next}-{} were never uploaded", size - 1));
+    }
+    if next > size {
         return Err(format!(
             "the uploaded ranges hold {next} bytes, not the {size} committed"
         ));
@@ -159,7 +162,16 @@ mod tests {
         assert_eq!(parse_content_range("items 0-9/*"), None);
         let p = |start, len| Part { start, len };
         assert_eq!(whole(vec![p(10, 5), p(0, 10)], 15).unwrap()[0], p(0, 10));
-        assert!(whole(vec![p(0, 10)], 15).unwrap_err().contains("10 bytes"));
+        assert!(
+            whole(vec![p(0, 10)], 15)
+                .unwrap_err()
+                .contains("bytes 10-14")
+        );
+        assert!(
+            whole(vec![p(0, 10)], 5)
+                .unwrap_err()
+                .contains("hold 10 bytes")
+        );
         assert!(whole(vec![p(5, 10)], 15).unwrap_err().contains("bytes 0-4"));
         assert!(
             whole(vec![p(0, 10), p(5, 10)], 15)

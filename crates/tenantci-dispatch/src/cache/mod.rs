@@ -32,9 +32,10 @@ use storage::Storage;
 /// Reservations never committed are dropped after this (a job killed mid-upload).
 const STALE_UPLOAD: Duration = Duration::from_secs(24 * 3600);
 
-/// Unix seconds now.
+/// Unix milliseconds now: fine enough that entries saved one after the other are ordered for
+/// eviction.
 pub fn now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
+    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
 
 pub struct Cache {
@@ -98,7 +99,7 @@ impl Cache {
             }
         };
         let total: u64 = all.iter().map(|s| s.entry.size).sum();
-        let gone = eviction::plan(all, now(), self.max_age.as_secs() as i64, self.max_size);
+        let gone = eviction::plan(all, now(), self.max_age.as_millis() as i64, self.max_size);
         let mut evicted = 0u64;
         for s in &gone {
             match self.storage.delete_entry(&s.repository, s.entry.id).await {
@@ -113,7 +114,7 @@ impl Cache {
         if !gone.is_empty() {
             tracing::info!(entries = gone.len(), bytes = evicted, "cache: evicted");
         }
-        let before = now() - STALE_UPLOAD.as_secs() as i64;
+        let before = now() - STALE_UPLOAD.as_millis() as i64;
         if let Err(e) = self.storage.drop_stale_uploads(before).await {
             tracing::warn!(error = %e, "cache: cannot drop stale uploads");
         }

@@ -319,7 +319,7 @@ impl Storage {
         Ok(())
     }
 
-    /// Drops reservations created before `before` (unix seconds) that were never committed,
+    /// Drops reservations created before `before` (unix milliseconds) that were never committed,
     /// with their parts; a reservation whose entry exists (a crash between the commit's two
     /// steps) loses only the reservation. Returns how many went.
     pub async fn drop_stale_uploads(&self, before: i64) -> Result<usize, StoreError> {

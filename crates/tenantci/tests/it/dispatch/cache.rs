@@ -307,3 +307,228 @@ async fn the_toolkit_saves_and_restores_within_its_repository_across_restarts() 
     drop(d2);
     drop(d);
 }
+
+/// A refusal's status, and its JSON sentence containing `says`.
+async fn refused(resp: reqwest::Response, status: u16, says: &str) {
+    assert_eq!(resp.status(), status, "{says}");
+    let body: Value = resp.json().await.unwrap();
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "`{message}` names `{says}`");
+}
+
+/// One raw cache call after another, as the toolkit makes them, for what it never sends.
+struct Raw<'a> {
+    http: &'a reqwest::Client,
+    api: String,
+}
+
+impl Raw<'_> {
+    async fn reserve(&self, key: &str, size: u64) -> reqwest::Response {
+        self.http
+            .post(format!("{}/caches", self.api))
+            .json(&serde_json::json!({"key": key, "version": "v1", "cacheSize": size}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn reserved(&self, key: &str, size: u64) -> u64 {
+        let r = self.reserve(key, size).await;
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()["cacheId"]
+            .as_u64()
+            .unwrap()
+    }
+
+    async fn patch(&self, id: u64, start: u64, end: u64, body: Vec<u8>) -> reqwest::Response {
+        self.http
+            .patch(format!("{}/caches/{id}", self.api))
+            .header("content-range", format!("bytes {start}-{end}/*"))
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn commit(&self, id: u64, size: u64) -> reqwest::Response {
+        self.http
+            .post(format!("{}/caches/{id}", self.api))
+            .json(&serde_json::json!({"size": size}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Reserves, uploads and commits `bytes` under `key`.
+    async fn save(&self, key: &str, bytes: Vec<u8>) -> u64 {
+        let n = bytes.len() as u64;
+        let id = self.reserved(key, n).await;
+        assert_eq!(self.patch(id, 0, n - 1, bytes).await.status(), 200);
+        assert_eq!(self.commit(id, n).await.status(), 200);
+        id
+    }
+
+    async fn lookup(&self, key: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}/cache?keys={key}&version=v1", self.api))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_the_least_recently_used()
+ {
+    let mut w = World::start(4).await;
+    let store = scratch();
+    with_cache(&mut w, &store.path().join("cache"), 1, 1);
+    let d = w.dispatcher("d1").await;
+    let demo = Job::start(&w, "demo", "sim/demo").await;
+    let other = Job::start(&w, "other", "sim/other").await;
+    let http = w.http();
+    let a = Raw {
+        http,
+        api: format!("{}_apis/artifactcache", demo.cache_url),
+    };
+    let b = Raw {
+        http,
+        api: format!("{}_apis/artifactcache", other.cache_url),
+    };
+    let proxy = demo
+        .cache_url
+        .split("/_tenantci/")
+        .next()
+        .unwrap()
+        .to_string();
+
+    // No grant, a forged one: 401.
+    let none = http
+        .get(format!(
+            "{proxy}/_tenantci/cache/_apis/artifactcache/cache?keys=a&version=v1"
+        ))
+        .send()
+        .await
+        .unwrap();
+    refused(none, 401, "grant").await;
+    let mut forged = demo.cache_url.trim_end_matches('/').to_string();
+    let last = forged.pop().unwrap();
+    forged.push(if last == '0' { '1' } else { '0' });
+    let forged = http
+        .get(format!(
+            "{forged}/_apis/artifactcache/cache?keys=a&version=v1"
+        ))
+        .send()
+        .await
+        .unwrap();
+    refused(forged, 401, "grant").await;
+
+    // Absurd keys and versions, an entry past the limit.
+    refused(a.lookup(&"k".repeat(513)).await, 400, "513 bytes").await;
+    let long_version = http
+        .post(format!("{}/caches", a.api))
+        .json(&serde_json::json!({"key": "k", "version": "v".repeat(600)}))
+        .send()
+        .await
+        .unwrap();
+    refused(long_version, 400, "version").await;
+    refused(
+        a.reserve("big", 2 << 20).await,
+        413,
+        "cache.max_entry_size_mib",
+    )
+    .await;
+
+    // Ranges: longer than announced, past the limit, past the reservation, overlapping.
+    let id = a.reserved("small", 10).await;
+    refused(a.patch(id, 0, 9, vec![1; 11]).await, 400, "more bytes").await;
+    refused(a.patch(id, 0, 9, vec![1; 4]).await, 400, "ended after 4").await;
+    refused(
+        a.patch(id, 0, 2 << 20, vec![]).await,
+        413,
+        "past this cache's limit",
+    )
+    .await;
+    refused(
+        a.patch(id, 5, 14, vec![1; 10]).await,
+        400,
+        "past the 10 bytes",
+    )
+    .await;
+    assert_eq!(a.patch(id, 0, 4, vec![1; 5]).await.status(), 200);
+    refused(a.patch(id, 2, 6, vec![1; 5]).await, 409, "overlaps").await;
+    // An incomplete commit, then another repository touching this upload: refused.
+    refused(a.commit(id, 10).await, 400, "bytes 5-9 were never uploaded").await;
+    refused(b.patch(id, 5, 9, vec![2; 5]).await, 404, "no upload").await;
+    refused(b.commit(id, 5).await, 404, "no upload").await;
+    assert_eq!(
+        a.lookup("small").await.status(),
+        204,
+        "nothing half is visible"
+    );
+    assert_eq!(a.patch(id, 5, 9, vec![1; 5]).await.status(), 200);
+    assert_eq!(a.commit(id, 10).await.status(), 200);
+    // The committed entry is sim/demo's alone: sim/other neither finds nor downloads it.
+    let hit: Value = a.lookup("small").await.json().await.unwrap();
+    let location = hit["archiveLocation"].as_str().unwrap().to_string();
+    assert_eq!(
+        http.get(&location)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .as_ref(),
+        &[1u8; 10]
+    );
+    assert_eq!(b.lookup("small").await.status(), 204);
+    let stolen = location.replace(
+        demo.cache_url.trim_end_matches('/'),
+        other.cache_url.trim_end_matches('/'),
+    );
+    refused(
+        http.get(&stolen).send().await.unwrap(),
+        404,
+        "no cache entry",
+    )
+    .await;
+    refused(a.reserve("small", 10).await, 409, "exists already").await;
+
+    // The size limit (1 MiB): a second 600 KiB entry pushes out the least recently used.
+    let first = a.save("first", vec![3; 600 << 10]).await;
+    let second = a.save("second", vec![4; 600 << 10]).await;
+    assert_ne!(first, second);
+    tenantci_testkit::wait::eventually("the sweep evicted", || async {
+        let n = d
+            .metric("tenantci_dispatch_cache_evicted_entries_total")
+            .await?;
+        (n >= 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        a.lookup("first").await.status(),
+        204,
+        "the older entry went"
+    );
+    assert_eq!(a.lookup("small").await.status(), 204, "the oldest too");
+    let kept: Value = a.lookup("second").await.json().await.unwrap();
+    let bytes = http
+        .get(kept["archiveLocation"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(bytes.len(), 600 << 10);
+    assert!(bytes.iter().all(|b| *b == 4));
+    assert!(
+        d.metric("tenantci_dispatch_cache_evicted_bytes_total")
+            .await
+            .unwrap()
+            >= (600 << 10) as f64
+    );
+    demo.finish(&w).await;
+    other.finish(&w).await;
+}
