@@ -13,6 +13,8 @@ ensure_kubectl
 ensure_openssl
 ensure_systemd_analyze
 ensure_promtool
+ensure_actions_cache_client
+ensure_moto
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

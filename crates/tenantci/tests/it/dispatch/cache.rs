@@ -532,3 +532,110 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
     demo.finish(&w).await;
     other.finish(&w).await;
 }
+
+/// The moto release the S3 test runs (PyPI `moto[server]`: an S3-compatible server).
+const MOTO: &str = "5.1.*";
+
+/// `moto_server` from a venv under target/ (scripts/lib/ensure.sh installs it; a test run
+/// without it installs it here, in place: a venv's scripts name its own path). Only this test
+/// uses it, so no other test races the install.
+fn moto_server() -> PathBuf {
+    let venv = target_dir().join("moto-venv");
+    let bin = venv.join("bin/moto_server");
+    if !bin.exists() {
+        let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
+        assert!(ok(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+        assert!(
+            ok(Command::new(venv.join("bin/pip"))
+                .args(["install", "-q"])
+                .arg(format!("moto[server]=={MOTO}"))),
+            "pip install moto[server] (PyPI)"
+        );
+    }
+    bin
+}
+
+/// A running `moto_server` on a free loopback port, killed when dropped.
+struct Moto {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Moto {
+    async fn start() -> Moto {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(moto_server())
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        tenantci_testkit::wait::eventually("moto_server answers", || async {
+            http.get(&url).send().await.ok().map(|_| ())
+        })
+        .await;
+        Moto { child, url }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() {
+    let moto = Moto::start().await;
+    let mut w = World::start(4).await;
+    // moto takes any credentials; the file is read as the runbook documents it (0600).
+    let secrets = scratch();
+    let credentials = secrets.path().join("s3.credentials");
+    std::fs::write(&credentials, "tenantci-test\nnot-a-real-secret\n").unwrap();
+    std::fs::set_permissions(
+        &credentials,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let created = w
+        .http()
+        .put(format!("{}/ci-cache", moto.url))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        created.status().is_success(),
+        "bucket: {}",
+        created.status()
+    );
+    w.base_mut().cache = Some(CacheSettings {
+        dir: None,
+        s3_bucket: Some("ci-cache".into()),
+        s3_endpoint: Some(moto.url.clone()),
+        s3_region: Some("us-east-1".into()),
+        s3_credentials_file: Some(credentials),
+        ..CacheSettings::in_dir("unused")
+    });
+    let mut d = w.dispatcher("d1").await;
+    let demo = Job::start(&w, "demo-1", "sim/demo").await;
+    demo.save("deps-1", "demo in s3").await;
+    demo.finish(&w).await;
+    let other = Job::start(&w, "other-1", "sim/other").await;
+    assert_eq!(other.restore(&["deps-1", "deps-"]).await, None);
+    other.finish(&w).await;
+    d.kill9();
+    let _d = w.dispatcher("d1").await;
+    let demo2 = Job::start(&w, "demo-2", "sim/demo").await;
+    assert_eq!(
+        demo2.restore(&["deps-2", "deps-"]).await,
+        Some(("deps-1".into(), "demo in s3".into()))
+    );
+    demo2.finish(&w).await;
+}
