@@ -6,8 +6,10 @@
 //! Boundary: it forwards, it does not authenticate (the facade checks the capability in the
 //! runner's headers) and it keeps no state. `POST /api/actions/runner.v1.RunnerService/`
 //! `{Declare,FetchTask,UpdateTask,UpdateLog}` go to the facade; any other RunnerService call is
-//! a Connect `not_found`; everything else goes to Gitea itself (`facade::passthrough`: checkout,
-//! artifacts, the API), or is `not_found` when the proxy was given no Gitea.
+//! a Connect `not_found`; `/_tenantci/cache/*` (the job's `ACTIONS_CACHE_URL`) streams to the
+//! facade's listener, where the shared cache is served (`cache::protocol`); everything else
+//! goes to Gitea itself (`facade::passthrough`: checkout, artifacts, the API), or is
+//! `not_found` when the proxy was given no Gitea.
 //!
 //! Retries: while the facade is away (a dispatcher restart: connection refused or reset, or a
 //! 502/503/504 from what stands in front of it), a call is sent again with backoff for up to
