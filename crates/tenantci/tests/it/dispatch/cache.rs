@@ -495,40 +495,7 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
     .await;
     refused(a.reserve("small", 10).await, 409, "exists already").await;
 
-    // The size limit (1 MiB): a second 600 KiB entry pushes out the least recently used.
-    let first = a.save("first", vec![3; 600 << 10]).await;
-    let second = a.save("second", vec![4; 600 << 10]).await;
-    assert_ne!(first, second);
-    tenantci_testkit::wait::eventually("the sweep evicted", || async {
-        let n = d
-            .metric("tenantci_dispatch_cache_evicted_entries_total")
-            .await?;
-        (n >= 2.0).then_some(())
-    })
-    .await;
-    assert_eq!(
-        a.lookup("first").await.status(),
-        204,
-        "the older entry went"
-    );
-    assert_eq!(a.lookup("small").await.status(), 204, "the oldest too");
-    let kept: Value = a.lookup("second").await.json().await.unwrap();
-    let bytes = http
-        .get(kept["archiveLocation"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    assert_eq!(bytes.len(), 600 << 10);
-    assert!(bytes.iter().all(|b| *b == 4));
-    assert!(
-        d.metric("tenantci_dispatch_cache_evicted_bytes_total")
-            .await
-            .unwrap()
-            >= (600 << 10) as f64
-    );
+    evicts_the_least_recently_used(&a, &d).await;
     demo.finish(&w).await;
     other.finish(&w).await;
 }
@@ -638,4 +605,43 @@ async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() 
         Some(("deps-1".into(), "demo in s3".into()))
     );
     demo2.finish(&w).await;
+}
+
+/// The size limit (1 MiB): a second 600 KiB entry pushes out the least recently used, with
+/// every entry restored before it (`small`).
+async fn evicts_the_least_recently_used(a: &Raw<'_>, d: &super::harness::Dispatcher) {
+    let http = a.http;
+    let first = a.save("first", vec![3; 600 << 10]).await;
+    let second = a.save("second", vec![4; 600 << 10]).await;
+    assert_ne!(first, second);
+    tenantci_testkit::wait::eventually("the sweep evicted", || async {
+        let n = d
+            .metric("tenantci_dispatch_cache_evicted_entries_total")
+            .await?;
+        (n >= 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        a.lookup("first").await.status(),
+        204,
+        "the older entry went"
+    );
+    assert_eq!(a.lookup("small").await.status(), 204, "the oldest too");
+    let kept: Value = a.lookup("second").await.json().await.unwrap();
+    let bytes = http
+        .get(kept["archiveLocation"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(bytes.len(), 600 << 10);
+    assert!(bytes.iter().all(|b| *b == 4));
+    assert!(
+        d.metric("tenantci_dispatch_cache_evicted_bytes_total")
+            .await
+            .unwrap()
+            >= (600 << 10) as f64
+    );
 }
