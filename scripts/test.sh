@@ -15,6 +15,8 @@ ensure_systemd_analyze
 ensure_promtool
 # jq and curl: the VM boot-script test's stand-in runner speaks the RunnerService with them.
 ensure_jq
+ensure_actions_cache_client
+ensure_moto
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

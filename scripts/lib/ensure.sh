@@ -100,3 +100,27 @@ ensure_systemd_analyze() {
   fi
   command -v systemd-analyze >/dev/null 2>&1 || { echo "error: systemd-analyze is needed (apt-get install systemd)" >&2; exit 3; }
 }
+
+# The official @actions/cache npm package, pinned as the cache tests (dispatch::cache) and
+# scripts/bench-cache.sh drive it (target/actions-cache-client); needs node and npm.
+ACTIONS_CACHE_VERSION=4.0.5
+ensure_actions_cache_client() {
+  local dir=target/actions-cache-client
+  if ! command -v npm >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) >&2 || true
+  fi
+  command -v npm >/dev/null 2>&1 || { echo "error: node and npm are needed (apt-get install nodejs npm)" >&2; exit 3; }
+  grep -qs "\"version\": \"$ACTIONS_CACHE_VERSION\"" "$dir/node_modules/@actions/cache/package.json" && return 0
+  log "installing @actions/cache@$ACTIONS_CACHE_VERSION into $dir"
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund "@actions/cache@$ACTIONS_CACHE_VERSION" >&2
+}
+
+# moto_server (PyPI moto[server]), the S3-compatible server the cache's S3 test runs
+# (target/moto-venv).
+ensure_moto() {
+  [ -x target/moto-venv/bin/moto_server ] && return 0
+  log "installing moto[server] into target/moto-venv"
+  # In place: a venv's scripts name its own path, so it cannot be moved after the install.
+  python3 -m venv target/moto-venv && target/moto-venv/bin/pip install -q 'moto[server]==5.1.*' >&2
+}

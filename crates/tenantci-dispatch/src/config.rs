@@ -128,6 +128,9 @@ pub struct Config {
     /// Executor identity (SPIFFE mTLS at the facade); absent: the capability alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::identity::Identity>,
+    /// The shared actions cache, per repository; absent: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::cache::settings::Cache>,
 }
 
 /// What happens to a claimed task whose executor never fetches it.
@@ -662,13 +665,32 @@ pub const OVERRIDES: &[(&str, &str)] = &[
     // The one key of `[vm]` that differs where the dispatcher runs: the Deployment projects
     // the key from its Secret (manifests/components/vm); the rest of `[vm]` is file only.
     ("TENANTCI_DISPATCH_VM_API_KEY_FILE", "vm.api_key_file"),
+    ("TENANTCI_DISPATCH_CACHE_DIR", "cache.dir"),
+    ("TENANTCI_DISPATCH_CACHE_S3_BUCKET", "cache.s3_bucket"),
+    ("TENANTCI_DISPATCH_CACHE_S3_ENDPOINT", "cache.s3_endpoint"),
+    ("TENANTCI_DISPATCH_CACHE_S3_REGION", "cache.s3_region"),
+    (
+        "TENANTCI_DISPATCH_CACHE_S3_CREDENTIALS_FILE",
+        "cache.s3_credentials_file",
+    ),
+    ("TENANTCI_DISPATCH_CACHE_MAX_SIZE_MIB", "cache.max_size_mib"),
+    (
+        "TENANTCI_DISPATCH_CACHE_MAX_ENTRY_SIZE_MIB",
+        "cache.max_entry_size_mib",
+    ),
+    ("TENANTCI_DISPATCH_CACHE_MAX_AGE", "cache.max_age"),
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has
 /// them, strings elsewhere. A malformed number names the variable.
 fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_edit::Item, String> {
     Ok(match key {
-        "capacity.pod" | "capacity.vm" | "claim.max_attempts" | "webhook.nudge_burst" => {
+        "capacity.pod"
+        | "capacity.vm"
+        | "claim.max_attempts"
+        | "webhook.nudge_burst"
+        | "cache.max_size_mib"
+        | "cache.max_entry_size_mib" => {
             let n: i64 = raw.trim().parse().map_err(|_| {
                 format!("has {var} = `{raw}` in the environment, which is not a whole number")
             })?;
@@ -866,6 +888,9 @@ impl Config {
         crate::claim::class::validate(&self.executor.classes, &self.executor.resources, |b| {
             (b == Backend::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
         })?;
+        if let Some(cache) = &self.cache {
+            cache.validate()?;
+        }
         if let Some(identity) = &self.identity {
             identity.validate()?;
             if self.vm.is_some() && identity.server_address.is_none() {
@@ -906,6 +931,10 @@ impl Config {
         }
         if let Some(w) = self.waiting_jobs.as_mut() {
             abs(&mut w.token_file);
+        }
+        if let Some(c) = self.cache.as_mut() {
+            c.dir.as_mut().map(abs);
+            c.s3_credentials_file.as_mut().map(abs);
         }
         self
     }
@@ -1023,6 +1052,10 @@ pub(crate) mod tests {
             claim: Claim::default(),
             vm: None,
             identity: None,
+            cache: Some(crate::cache::settings::Cache {
+                max_size_mib: 4096,
+                ..crate::cache::settings::Cache::in_dir("cache")
+            }),
         }
     }
 
@@ -1343,8 +1376,26 @@ pub(crate) mod tests {
     /// The dotted keys of every value of the schema (all of `tuned`'s leaves but `version`).
     /// Nested tables (`executor.resources`, `executor.node_selector`, `executor.tolerations`)
     /// are set in the file only.
-    fn schema_keys() -> Vec<String> {
-        let doc: toml_edit::DocumentMut = tuned().to_toml().parse().unwrap();
+    /// [`tuned`] with the cache in an S3 bucket instead of a directory: the keys one config
+    /// cannot hold together.
+    fn tuned_s3() -> Config {
+        let mut cfg = tuned();
+        cfg.cache = Some(crate::cache::settings::Cache {
+            dir: None,
+            s3_bucket: Some("ci-cache".into()),
+            s3_endpoint: Some("http://10.0.0.7:9000".into()),
+            s3_region: Some("eu-central-1".into()),
+            s3_credentials_file: Some("/etc/tenantci/s3.credentials".into()),
+            max_entry_size_mib: 256,
+            max_age: Duration::from_secs(86400).into(),
+            ..crate::cache::settings::Cache::in_dir("unused")
+        });
+        cfg
+    }
+
+    /// `section.key` of every value `cfg` writes.
+    fn keys_of(cfg: &Config) -> Vec<String> {
+        let doc: toml_edit::DocumentMut = cfg.to_toml().parse().unwrap();
         let mut keys = Vec::new();
         for (section, item) in doc.iter() {
             for (key, value) in item.as_table().into_iter().flat_map(|t| t.iter()) {
@@ -1353,6 +1404,14 @@ pub(crate) mod tests {
                 }
             }
         }
+        keys
+    }
+
+    fn schema_keys() -> Vec<String> {
+        let mut keys = keys_of(&tuned());
+        keys.extend(keys_of(&tuned_s3()));
+        keys.sort();
+        keys.dedup();
         keys
     }
 
@@ -1404,8 +1463,12 @@ pub(crate) mod tests {
         let mut schema = schema_keys();
         schema.sort();
         assert_eq!(keys, schema, "OVERRIDES against the schema");
-        let want = tuned();
         for (var, key) in OVERRIDES.iter().filter(|(_, k)| !k.starts_with("vm.")) {
+            let want = if keys_of(&tuned()).iter().any(|k| k == key) {
+                tuned()
+            } else {
+                tuned_s3()
+            };
             let (section, field) = key.split_once('.').unwrap();
             assert_eq!(
                 *var,

@@ -14,11 +14,13 @@
 //! - [`identity`]: SPIFFE identity of executors and the facade (opt-in).
 //! - [`queue`]: the JetStream queue (topology, permissions, producer, consumer, claim ledger).
 //! - [`metrics`]: the dispatcher's Prometheus metrics.
+//! - [`cache`]: the shared actions cache, isolated per repository, served beside the facade.
 //!
 //! Over `tenantci-app` (credentials, tenant RBAC, runner files) and `tenantci-core`; no CLI:
 //! the binary parses flags and calls in here.
 
 pub mod backend;
+pub mod cache;
 pub mod claim;
 pub mod config;
 pub mod facade;

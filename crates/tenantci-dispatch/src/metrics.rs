@@ -56,6 +56,18 @@ pub struct Metrics {
     /// series in the cluster: the kubelet renews the ServiceAccount's token.
     credential_days: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     credential: std::sync::Mutex<Option<(String, i64)>>,
+    cache: CacheMetrics,
+}
+
+/// The shared actions cache's series (`cache`).
+#[derive(Default)]
+struct CacheMetrics {
+    hits: Counter,
+    misses: Counter,
+    refused: Counter,
+    stored_bytes: Gauge,
+    evicted_bytes: Counter,
+    evicted_entries: Counter,
 }
 
 /// A certificate's end, exported as days left, computed when scraped.
@@ -124,6 +136,7 @@ impl Default for Metrics {
             facade_cert: Expiry::unset(),
             credential_days: Family::default(),
             credential: Default::default(),
+            cache: CacheMetrics::default(),
             registry: Registry::default(),
         };
         register_tasks(&mut registry, &m);
@@ -133,6 +146,7 @@ impl Default for Metrics {
         register_identity(&mut registry, &m);
         register_warm_pools(&mut registry, &m);
         register_expiries(&mut registry, &m);
+        register_cache(&mut registry, &m.cache);
         Metrics { registry, ..m }
     }
 }
@@ -282,6 +296,40 @@ fn register_identity(registry: &mut Registry, m: &Metrics) {
     );
 }
 
+/// The shared actions cache (`[cache]` on).
+fn register_cache(registry: &mut Registry, c: &CacheMetrics) {
+    registry.register(
+        "cache_hits",
+        "Cache lookups that found an entry of the caller's repository",
+        c.hits.clone(),
+    );
+    registry.register(
+        "cache_misses",
+        "Cache lookups that found none",
+        c.misses.clone(),
+    );
+    registry.register(
+        "cache_refused",
+        "Cache requests refused for a forged grant or an entry past cache.max_entry_size_mib",
+        c.refused.clone(),
+    );
+    registry.register(
+        "cache_stored_bytes",
+        "Bytes of all committed cache entries after the last eviction sweep",
+        c.stored_bytes.clone(),
+    );
+    registry.register(
+        "cache_evicted_bytes",
+        "Bytes of cache entries evicted (size or age limit)",
+        c.evicted_bytes.clone(),
+    );
+    registry.register(
+        "cache_evicted_entries",
+        "Cache entries evicted (size or age limit)",
+        c.evicted_entries.clone(),
+    );
+}
+
 /// The certificates' days left (`facade_cert_expiry_days`, `credential_expiry_days`).
 fn register_expiries(registry: &mut Registry, m: &Metrics) {
     registry.register(
@@ -333,6 +381,22 @@ impl Metrics {
     }
     pub fn facade_refused(&self) {
         self.facade_refused.inc();
+    }
+    pub fn cache_hit(&self) {
+        self.cache.hits.inc();
+    }
+    pub fn cache_miss(&self) {
+        self.cache.misses.inc();
+    }
+    pub fn cache_refused(&self) {
+        self.cache.refused.inc();
+    }
+    pub fn cache_stored(&self, bytes: u64) {
+        self.cache.stored_bytes.set(bytes as i64);
+    }
+    pub fn cache_evicted(&self, bytes: u64) {
+        self.cache.evicted_bytes.inc_by(bytes);
+        self.cache.evicted_entries.inc();
     }
     pub fn identity_refused(&self) {
         self.identity_refused.inc();

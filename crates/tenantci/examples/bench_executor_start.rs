@@ -47,6 +47,7 @@ fn spec(task: i64, x: &Executor) -> ExecutorSpec {
         executor: x.clone(),
         identity: None,
         class: None,
+        cache_grant: None,
     }
 }
 

@@ -146,7 +146,13 @@ impl Worker {
         let spec = match self
             .template
             .spec(task, a.attempt, a.labels.clone(), identity)
-        {
+            .and_then(|spec| {
+                let cache_grant = self.template.cache_grant(a)?;
+                Ok(ExecutorSpec {
+                    cache_grant,
+                    ..spec
+                })
+            }) {
             Ok(spec) => spec,
             Err(why) => return self.refused(task, backend, why).await,
         };

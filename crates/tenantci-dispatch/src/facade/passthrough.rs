@@ -44,11 +44,16 @@ pub struct GiteaUpstream {
     pub ca_pem: Option<String>,
 }
 
-/// The client and base URL the passthrough uses.
+/// The client and base URL the passthrough uses, and what it says when the upstream does
+/// not answer.
 #[derive(Clone)]
 pub struct Passthrough {
     http: reqwest::Client,
     base: String,
+    /// Who is behind `base`, for the 502's sentence (`Gitea`, `the dispatcher's cache`).
+    name: &'static str,
+    /// What to check when it does not answer.
+    hint: &'static str,
 }
 
 /// Checks `url` is an http(s) URL with a host: `--gitea-url` as the dispatcher writes it.
@@ -95,7 +100,19 @@ impl Passthrough {
         Ok(Passthrough {
             http,
             base: up.url.trim_end_matches('/').to_string(),
+            name: "Gitea",
+            hint: "check that the executor can reach it (DNS, NetworkPolicy, its TLS CA in gitea.ca_file)",
         })
+    }
+
+    /// A passthrough over a client built elsewhere (the facade's, for the cache).
+    pub fn over(http: reqwest::Client, base: &str, name: &'static str, hint: &'static str) -> Self {
+        Passthrough {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            name,
+            hint,
+        }
     }
 
     /// Gitea's base URL.
@@ -141,6 +158,12 @@ pub(crate) fn end_to_end(headers: &HeaderMap) -> HeaderMap {
 
 /// Forwards one request to Gitea and streams its answer back.
 pub async fn forward(State(gitea): State<Passthrough>, req: Request) -> Response {
+    stream_to(&gitea, req, HeaderMap::new()).await
+}
+
+/// Forwards one request to `gitea`'s base with `extra` headers beside the job's end-to-end
+/// ones, and streams the answer back.
+pub async fn stream_to(gitea: &Passthrough, req: Request, extra: HeaderMap) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -152,6 +175,7 @@ pub async fn forward(State(gitea): State<Passthrough>, req: Request) -> Response
         .http
         .request(parts.method.clone(), &url)
         .headers(end_to_end(&parts.headers))
+        .headers(extra)
         .body(reqwest::Body::wrap_stream(body.into_data_stream()))
         .send()
         .await;
@@ -166,12 +190,14 @@ pub async fn forward(State(gitea): State<Passthrough>, req: Request) -> Response
         }
         Err(e) => {
             let error = tenantci_core::error::one_line(&e);
-            tracing::warn!(method = %parts.method, path = parts.uri.path(), %error, "executor-proxy: Gitea is unreachable");
+            tracing::warn!(method = %parts.method, path = parts.uri.path(), %error, upstream = gitea.name, "executor-proxy: the upstream is unreachable");
             let sentence = format!(
-                "executor-proxy: Gitea at {} did not answer {} {} ({error}); check that the executor can reach it (DNS, NetworkPolicy, its TLS CA in gitea.ca_file)\n",
+                "executor-proxy: {} at {} did not answer {} {} ({error}); {}\n",
+                gitea.name,
                 gitea.base,
                 parts.method,
-                parts.uri.path()
+                parts.uri.path(),
+                gitea.hint
             );
             (
                 StatusCode::BAD_GATEWAY,

@@ -6,8 +6,10 @@
 //! Boundary: it forwards, it does not authenticate (the facade checks the capability in the
 //! runner's headers) and it keeps no state. `POST /api/actions/runner.v1.RunnerService/`
 //! `{Declare,FetchTask,UpdateTask,UpdateLog}` go to the facade; any other RunnerService call is
-//! a Connect `not_found`; everything else goes to Gitea itself (`facade::passthrough`: checkout,
-//! artifacts, the API), or is `not_found` when the proxy was given no Gitea.
+//! a Connect `not_found`; `/_tenantci/cache/*` (the job's `ACTIONS_CACHE_URL`) streams to the
+//! facade's listener, where the shared cache is served (`cache::protocol`); everything else
+//! goes to Gitea itself (`facade::passthrough`: checkout, artifacts, the API), or is
+//! `not_found` when the proxy was given no Gitea.
 //!
 //! Retries: while the facade is away (a dispatcher restart: connection refused or reset, or a
 //! 502/503/504 from what stands in front of it), a call is sent again with backoff for up to
@@ -35,15 +37,16 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use tenantci_core::forge::gitea::facade::RUNNER_SERVICE_PATH;
 use tenantci_core::spiffe::tls as spiffe_tls;
 use tenantci_core::spiffe::{SpiffeId, SvidSource};
 use tenantci_core::{Error, Result};
 
+use crate::cache::protocol::PREFIX as CACHE_PREFIX;
 use crate::facade::http1::{self, Bounds, Stopped};
 use crate::facade::passthrough::{self, GiteaUpstream, Passthrough};
 
@@ -146,6 +149,39 @@ struct Upstream {
 /// The HTTPS client towards the facade: its CA is the only root, or (identity on) the SVID
 /// bundle is, and the facade's SPIFFE ID the only name accepted.
 fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
+    let http = facade_client(cfg)?
+        .timeout(ATTEMPT_TIMEOUT)
+        .build()
+        .map_err(|e| Error::bad_input("cannot build the facade client").caused_by(e))?;
+    Ok(Upstream {
+        http,
+        base: cfg.facade_url.trim_end_matches('/').to_string(),
+        retry_for: cfg.retry_for,
+    })
+}
+
+/// The road to the facade's shared cache: the facade's trust, bodies streamed both ways with no
+/// total timeout (a restore of gigabytes), only silence bounded; not retried (an upload's
+/// body is gone once sent, and the toolkit retries its own calls).
+fn cache_road(cfg: &ProxyConfig) -> Result<Passthrough> {
+    let http = facade_client(cfg)?
+        .read_timeout(passthrough::READ_TIMEOUT)
+        .no_gzip()
+        .no_brotli()
+        .no_deflate()
+        .no_zstd()
+        .build()
+        .map_err(|e| Error::bad_input("cannot build the facade client").caused_by(e))?;
+    Ok(Passthrough::over(
+        http,
+        &cfg.facade_url,
+        "the dispatcher's cache",
+        "check that the executor reaches the facade (the dispatcher runs, its NetworkPolicy)",
+    ))
+}
+
+/// The facade's trust and the connect timeout, shared by both roads to it.
+fn facade_client(cfg: &ProxyConfig) -> Result<reqwest::ClientBuilder> {
     tenantci_core::tls::ensure_crypto_provider();
     let builder = match &cfg.facade {
         FacadeTrust::Ca(pem) => {
@@ -162,27 +198,23 @@ fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
         FacadeTrust::Spiffe { source, facade_id } => reqwest::Client::builder()
             .use_preconfigured_tls(spiffe_tls::client_config(source.clone(), facade_id.clone())),
     };
-    let http = builder
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(ATTEMPT_TIMEOUT)
-        .build()
-        .map_err(|e| Error::bad_input("cannot build the facade client").caused_by(e))?;
-    Ok(Upstream {
-        http,
-        base: cfg.facade_url.trim_end_matches('/').to_string(),
-        retry_for: cfg.retry_for,
-    })
+    Ok(builder.connect_timeout(Duration::from_secs(5)))
 }
 
 /// The proxy's routes over a facade client and, when given, Gitea (no listener: tests can
 /// drive it in-process).
-fn router(up: Upstream, gitea: Option<Passthrough>) -> Router {
+fn router(up: Upstream, cache: Passthrough, gitea: Option<Passthrough>) -> Router {
     let runner = Router::new()
         .route(&format!("{RUNNER_SERVICE_PATH}/{{method}}"), post(forward))
         .route("/healthz", get(|| async { "ok" }))
         // The RunnerService calls are read whole (they are retried); the passthrough streams.
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(up);
+        .with_state(up)
+        .merge(
+            Router::new()
+                .route(&format!("{CACHE_PREFIX}/{{*rest}}"), any(to_cache))
+                .with_state(cache),
+        );
     match gitea {
         Some(gitea) => runner.fallback_service(
             Router::new()
@@ -195,6 +227,20 @@ fn router(up: Upstream, gitea: Option<Passthrough>) -> Router {
             )
         }),
     }
+}
+
+/// A job's cache request (`ACTIONS_CACHE_URL` is under [`CACHE_PREFIX`]): to the facade,
+/// streamed, saying where the job reached it so the cache's download URLs come back here.
+async fn to_cache(State(cache): State<Passthrough>, req: Request) -> Response {
+    let mut extra = HeaderMap::new();
+    if let Some(host) = req.headers().get(header::HOST) {
+        extra.insert(HeaderName::from_static("x-forwarded-host"), host.clone());
+    }
+    extra.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        axum::http::HeaderValue::from_static("http"),
+    );
+    passthrough::stream_to(&cache, req, extra).await
 }
 
 fn not_found(why: &str) -> Response {
@@ -288,6 +334,7 @@ pub async fn serve(
 ) -> Result<()> {
     check(&cfg)?;
     let up = upstream(&cfg)?;
+    let cache = cache_road(&cfg)?;
     let gitea = cfg.gitea.as_ref().map(Passthrough::new).transpose()?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
@@ -300,7 +347,7 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| Error::external("cannot read the bound address").caused_by(e))?;
     on_listening(bound);
-    match http1::serve(listener, router(up, gitea), cfg.bounds, shutdown).await {
+    match http1::serve(listener, router(up, cache, gitea), cfg.bounds, shutdown).await {
         Stopped::Drained => {}
         Stopped::GraceExpired { open } => tracing::warn!(
             open,

@@ -447,6 +447,9 @@ pub fn config(
             &i.cluster,
             i.vm.opensandbox_url.is_some(),
         )?,
+        // An operator's section (docs/runbooks/gitea-dispatcher.md, "The shared actions
+        // cache"): kept across re-runs of init, never added by it.
+        cache: tuning.and_then(|e| e.cache.clone()),
     })
 }
 

@@ -41,6 +41,7 @@ use crate::backend::spec::GiteaForExecutors;
 use crate::backend::vm::Sandboxed;
 use crate::backend::vm::sandboxes::{Minter, Sandboxes};
 use crate::backend::{Context, Executors};
+use crate::cache::Cache;
 use crate::claim::registration::SchedulerCredential;
 use crate::claim::scheduler;
 use crate::claim::webhook::{self, Receiver, WebhookSecret};
@@ -359,7 +360,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         Some(w) => Some(bind("webhook receiver", w.listen).await?),
         None => None,
     };
-    let facade = transport::spawn(facade_listener, facade_tls, facade)
+    let facade_routes = facade_routes(&cfg, &inputs, facade, &metrics)?;
+    let facade = transport::spawn_router(facade_listener, facade_tls, facade_routes)
         .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
     // Before `Shared` is built from `cfg`: the worker puts this URL into executor Secrets.
     cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());
@@ -471,6 +473,29 @@ async fn connect_sandboxes(
         .await?
         .zip(cfg.vm.clone())
         .map(|(client, vm)| Sandboxes::new(client, vm, runner_id, minter)))
+}
+
+/// The facade's routes and, with `[cache]`, the shared cache's beside them: one listener, one
+/// TLS, the executors' one road (docs/architecture.md). The cache's first sweep starts here.
+fn facade_routes(
+    cfg: &Config,
+    inputs: &Inputs,
+    facade: Arc<Facade>,
+    metrics: &Arc<Metrics>,
+) -> Result<axum::Router> {
+    let Some(settings) = &cfg.cache else {
+        return Ok(transport::router(facade));
+    };
+    let cache =
+        Cache::open(settings, inputs.capability_key.clone(), metrics.clone()).map_err(|e| {
+            Error::bad_input(format!("the shared cache cannot start: {e}"))
+                .hint("fix [cache] in the config (docs/runbooks/gitea-dispatcher.md)")
+        })?;
+    tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.sweep().await }
+    });
+    Ok(transport::router(facade).merge(crate::cache::protocol::router(cache)))
 }
 
 /// The facade: the keys and settings from `cfg` and `inputs`, the rest shared with the term.

@@ -316,6 +316,7 @@ fn template(s: &Shared) -> ExecutorTemplate {
                 settings,
                 sealing_key: s.sealing_key.clone(),
             }),
+        cache: s.cfg.cache.is_some().then(|| s.sealing_key.clone()),
     }
 }
 

@@ -326,6 +326,7 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             executor: cfg.executor.clone(),
             identity: None,
             class: None,
+            cache_grant: None,
         };
         secrets
             .create(&pp, &executor::desired_secret(&spec, &sealed.to_json()))

@@ -76,6 +76,7 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         executor: cfg.executor.clone(),
         capability_key,
         identity: None,
+        cache: None,
     };
     let mut done: Vec<Times> = Vec::new();
     let mut version = TasksVersion::default();

@@ -242,6 +242,7 @@ async fn main() {
             executor: config::Executor::with_images(IMAGE, IMAGE),
             identity: None,
             class: None,
+            cache_grant: None,
         },
         tasks: 0,
     };

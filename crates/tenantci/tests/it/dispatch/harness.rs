@@ -1049,6 +1049,7 @@ async fn write_inputs(
         claim: config::Claim::default(),
         vm: None,
         identity: None,
+        cache: None,
     }
 }
 

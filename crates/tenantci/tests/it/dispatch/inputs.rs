@@ -155,6 +155,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         claim: config::Claim::default(),
         vm: None,
         identity: None,
+        cache: None,
     }
 }
 

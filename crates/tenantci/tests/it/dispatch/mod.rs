@@ -3,6 +3,7 @@
 
 mod after_end;
 mod backends;
+mod cache;
 mod claims;
 mod classes;
 mod cluster;

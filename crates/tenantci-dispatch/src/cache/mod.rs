@@ -1,0 +1,122 @@
+//! The shared actions cache, isolated per repository: what `@actions/cache` (and the `setup-*`
+//! actions' caching) in every executor saves to and restores from, served by the dispatcher
+//! beside the facade and reached through the executor-proxy.
+//!
+//! - `grant`: the per-task token in `ACTIONS_CACHE_URL` that names the task's repository;
+//! - `index`: entries, lookups and range checks (pure);
+//! - `storage`: the object store (a directory or an S3 bucket), laid out per repository;
+//! - `eviction`: which entries go (pure); `protocol`: the HTTP routes;
+//! - `settings`: `[cache]` of the config.
+//!
+//! Why here: the dispatcher already holds the capability key that makes the grants, and is
+//! already reached by every executor (Pod or VM) through its proxy; a separate service would
+//! need its own key, certificate and reachability for the same callers.
+
+pub mod eviction;
+pub mod grant;
+pub mod index;
+pub mod protocol;
+pub mod settings;
+pub mod storage;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+
+use crate::facade::capability::CapabilityKey;
+use crate::metrics::Metrics;
+use protocol::Refusal;
+use storage::Storage;
+
+/// Reservations never committed are dropped after this (a job killed mid-upload).
+const STALE_UPLOAD: Duration = Duration::from_secs(24 * 3600);
+
+/// Unix milliseconds now: fine enough that entries saved one after the other are ordered for
+/// eviction.
+pub fn now() -> i64 {
+    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+pub struct Cache {
+    pub storage: Storage,
+    pub capability_key: CapabilityKey,
+    pub metrics: Arc<Metrics>,
+    pub max_size: u64,
+    pub max_entry_size: u64,
+    pub max_age: Duration,
+    /// One eviction sweep at a time; a commit during a sweep asks for another.
+    sweeping: tokio::sync::Mutex<()>,
+}
+
+impl Cache {
+    /// The cache `settings` describe, its storage opened (the directory created).
+    pub fn open(
+        settings: &settings::Cache,
+        capability_key: CapabilityKey,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Cache>, String> {
+        Ok(Arc::new(Cache {
+            storage: Storage::open(settings)?,
+            capability_key,
+            metrics,
+            max_size: settings.max_size(),
+            max_entry_size: settings.max_entry_size(),
+            max_age: settings.max_age.get(),
+            sweeping: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// Refuses an entry past `max_entry_size`.
+    fn check_size(&self, size: u64) -> Result<(), Refusal> {
+        if size > self.max_entry_size {
+            self.metrics.cache_refused();
+            return Err(Refusal::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the cache entry would hold {size} bytes, past this cache's limit of {} per entry (cache.max_entry_size_mib); cache less",
+                    self.max_entry_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A commit added bytes: sweep in the background.
+    fn after_commit(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::spawn(async move { me.sweep().await });
+    }
+
+    /// Deletes what [`eviction::plan`] picks and the stale uploads; records the bytes kept.
+    pub async fn sweep(&self) {
+        let _one = self.sweeping.lock().await;
+        let all = match self.storage.all_entries().await {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %e, "cache: cannot list the entries to evict");
+                return;
+            }
+        };
+        let total: u64 = all.iter().map(|s| s.entry.size).sum();
+        let gone = eviction::plan(all, now(), self.max_age.as_millis() as i64, self.max_size);
+        let mut evicted = 0u64;
+        for s in &gone {
+            match self.storage.delete_entry(&s.repository, s.entry.id).await {
+                Ok(()) => {
+                    evicted += s.entry.size;
+                    self.metrics.cache_evicted(s.entry.size);
+                }
+                Err(e) => tracing::warn!(error = %e, "cache: cannot evict an entry"),
+            }
+        }
+        self.metrics.cache_stored(total - evicted);
+        if !gone.is_empty() {
+            tracing::info!(entries = gone.len(), bytes = evicted, "cache: evicted");
+        }
+        let before = now() - STALE_UPLOAD.as_millis() as i64;
+        if let Err(e) = self.storage.drop_stale_uploads(before).await {
+            tracing::warn!(error = %e, "cache: cannot drop stale uploads");
+        }
+    }
+}

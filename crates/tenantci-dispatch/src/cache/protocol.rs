@@ -1,0 +1,411 @@
+//! The cache's HTTP side: the protocol `@actions/cache` speaks to `ACTIONS_CACHE_URL` (v1,
+//! `_apis/artifactcache/`, as act_runner's cache server serves it; docs/gitea-protocol.md),
+//! under `/_tenantci/cache/<grant>/`, where the grant (`cache::grant`) names and proves the
+//! task's repository. Every handler works inside that repository's directory only.
+//!
+//! - `GET  cache?keys=K1,K2&version=V`: 200 `{result, archiveLocation, cacheKey}` or 204;
+//! - `POST caches` `{key, version, cacheSize}`: 200 `{cacheId}`; 409 when the entry exists;
+//! - `PATCH caches/{id}` with `Content-Range: bytes S-E/*`: one range, streamed to storage;
+//! - `POST caches/{id}` `{size}`: the commit;
+//! - `GET  artifacts/{id}`: the entry's bytes.
+//!
+//! Every refusal is a JSON `{"message": sentence}` with a 4xx status, and stores nothing.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use serde::Deserialize;
+
+use crate::cache::index::{self, Entry, Part, Reservation};
+use crate::cache::storage::{StoreError, UploadError, repo_dir};
+use crate::cache::{Cache, grant};
+
+/// Where the cache is served, on the facade's listener and through the executor-proxy.
+pub const PREFIX: &str = "/_tenantci/cache";
+
+/// The JSON bodies are small (a key, a version, a size).
+const JSON_LIMIT: usize = 64 << 10;
+
+/// A refusal: its status and sentence.
+pub struct Refusal(StatusCode, String);
+
+impl Refusal {
+    pub fn new(status: StatusCode, sentence: String) -> Self {
+        Refusal(status, sentence)
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "message": self.1 }).to_string();
+        (self.0, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+fn refuse(status: StatusCode, sentence: impl Into<String>) -> Refusal {
+    Refusal(status, sentence.into())
+}
+
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Self {
+        tracing::warn!(error = %e, "cache: the storage failed");
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the cache storage is not available right now; retry later",
+        )
+    }
+}
+
+type Answer = Result<Response, Refusal>;
+
+/// The cache's routes (mounted beside the facade's).
+pub fn router(cache: Arc<Cache>) -> Router {
+    let api = format!("{PREFIX}/{{grant}}/_apis/artifactcache");
+    Router::new()
+        .route(&format!("{api}/cache"), get(lookup))
+        .route(&format!("{api}/caches"), post(reserve))
+        .route(&format!("{api}/caches/{{id}}"), post(commit).patch(upload))
+        .route(&format!("{api}/artifacts/{{id}}"), get(download))
+        .route(&format!("{PREFIX}/{{grant}}/{{*rest}}"), any(other))
+        .layer(DefaultBodyLimit::max(JSON_LIMIT))
+        .with_state(cache)
+}
+
+/// Anything else under the prefix: a path without a grant (or with a forged one) is
+/// unauthorized; a granted caller asked for something the cache does not serve.
+async fn other(
+    State(cache): State<Arc<Cache>>,
+    UrlPath((presented, rest)): UrlPath<(String, String)>,
+) -> Refusal {
+    match repository(&cache, &presented) {
+        Ok(_) => refuse(
+            StatusCode::NOT_FOUND,
+            format!(
+                "the cache serves no `{rest}`; only the _apis/artifactcache calls of @actions/cache"
+            ),
+        ),
+        Err(refusal) => refusal,
+    }
+}
+
+fn no_grant_refusal() -> Refusal {
+    refuse(
+        StatusCode::UNAUTHORIZED,
+        "this cache request has no valid grant; use ACTIONS_CACHE_URL as the runner sets it (it names the task's repository)",
+    )
+}
+
+/// The caller's repository directory, from the grant in its path.
+fn repository(cache: &Cache, presented: &str) -> Result<(grant::Grant, String), Refusal> {
+    match grant::verify(&cache.capability_key, presented) {
+        Some(g) => {
+            let dir = repo_dir(&g.repository);
+            Ok((g, dir))
+        }
+        None => {
+            cache.metrics.cache_refused();
+            tracing::warn!("cache: a request with a forged or damaged grant; refused");
+            Err(no_grant_refusal())
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct LookupQuery {
+    keys: String,
+    version: String,
+}
+
+/// Where the job reaches this cache: the executor-proxy says so in `x-forwarded-*`; a direct
+/// caller reached the facade's own address.
+fn base_url(headers: &HeaderMap, grant: &str) -> String {
+    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let proto = h("x-forwarded-proto").unwrap_or("https");
+    let host = h("x-forwarded-host").or(h("host")).unwrap_or("localhost");
+    format!("{proto}://{host}{PREFIX}/{grant}/_apis/artifactcache")
+}
+
+async fn lookup(
+    State(cache): State<Arc<Cache>>,
+    UrlPath(presented): UrlPath<String>,
+    Query(q): Query<LookupQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    let (_, repo) = repository(&cache, &presented)?;
+    let keys: Vec<&str> = q
+        .keys
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .collect();
+    if keys.is_empty() || keys.len() > index::MAX_KEYS {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "a lookup needs 1 to {} keys, got {}",
+                index::MAX_KEYS,
+                keys.len()
+            ),
+        ));
+    }
+    for k in &keys {
+        index::check_key("key", k, index::MAX_KEY)
+            .map_err(|s| refuse(StatusCode::BAD_REQUEST, s))?;
+    }
+    index::check_key("version", &q.version, index::MAX_VERSION)
+        .map_err(|s| refuse(StatusCode::BAD_REQUEST, s))?;
+    let entries = cache.storage.entries(&repo).await?;
+    let Some(found) = index::find(&entries, &keys, &q.version) else {
+        cache.metrics.cache_miss();
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    cache.metrics.cache_hit();
+    let mut used = found.clone();
+    used.used = crate::cache::now();
+    if let Err(e) = cache.storage.touch(&repo, &used).await {
+        tracing::warn!(error = %e, "cache: cannot record a restore's use; the entry may be evicted early");
+    }
+    let body = serde_json::json!({
+        "result": "hit",
+        "archiveLocation": format!("{}/artifacts/{}", base_url(&headers, &presented), found.id),
+        "cacheKey": found.key,
+    });
+    Ok(axum::Json(body).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReserveBody {
+    key: String,
+    version: String,
+    #[serde(default)]
+    cache_size: Option<u64>,
+}
+
+async fn reserve(
+    State(cache): State<Arc<Cache>>,
+    UrlPath(presented): UrlPath<String>,
+    body: Result<axum::Json<ReserveBody>, axum::extract::rejection::JsonRejection>,
+) -> Answer {
+    let (g, repo) = repository(&cache, &presented)?;
+    let axum::Json(b) = body.map_err(|e| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the reservation is not `{{key, version, cacheSize}}` JSON: {}",
+                e.body_text()
+            ),
+        )
+    })?;
+    index::check_key("key", &b.key, index::MAX_KEY)
+        .map_err(|s| refuse(StatusCode::BAD_REQUEST, s))?;
+    index::check_key("version", &b.version, index::MAX_VERSION)
+        .map_err(|s| refuse(StatusCode::BAD_REQUEST, s))?;
+    if let Some(size) = b.cache_size {
+        cache.check_size(size)?;
+    }
+    let entries = cache.storage.entries(&repo).await?;
+    if entries
+        .iter()
+        .any(|e| e.key == b.key && e.version == b.version)
+    {
+        return Err(refuse(
+            StatusCode::CONFLICT,
+            format!(
+                "the cache entry `{}` exists already in this repository; entries are immutable, save under a new key",
+                b.key
+            ),
+        ));
+    }
+    let r = Reservation {
+        id: rand::random::<u64>() >> 12,
+        key: b.key,
+        version: b.version,
+        size: b.cache_size,
+        created: crate::cache::now(),
+    };
+    cache.storage.reserve(&repo, &r).await?;
+    tracing::info!(task = g.task, id = r.id, "cache: an upload reserved");
+    Ok(axum::Json(serde_json::json!({ "cacheId": r.id })).into_response())
+}
+
+async fn reservation(cache: &Cache, repo: &str, id: &str) -> Result<Reservation, Refusal> {
+    let unknown = || {
+        refuse(
+            StatusCode::NOT_FOUND,
+            format!("no upload {id} is reserved in this repository; reserve one with POST caches"),
+        )
+    };
+    let id: u64 = id.parse().map_err(|_| unknown())?;
+    cache
+        .storage
+        .reservation(repo, id)
+        .await?
+        .ok_or_else(unknown)
+}
+
+async fn upload(
+    State(cache): State<Arc<Cache>>,
+    UrlPath((presented, id)): UrlPath<(String, String)>,
+    req: Request,
+) -> Answer {
+    let (_, repo) = repository(&cache, &presented)?;
+    let r = reservation(&cache, &repo, &id).await?;
+    let range = req
+        .headers()
+        .get(header::CONTENT_RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(index::parse_content_range)
+        .ok_or_else(|| {
+            refuse(
+                StatusCode::BAD_REQUEST,
+                "an upload needs `Content-Range: bytes START-END/*`",
+            )
+        })?;
+    let part = Part {
+        start: range.0,
+        len: range.1,
+    };
+    let end = part.start.saturating_add(part.len);
+    cache.check_size(end)?;
+    if let Some(size) = r.size
+        && end > size
+    {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("the range ends at byte {end}, past the {size} bytes reserved"),
+        ));
+    }
+    let parts = cache.storage.parts(&repo, r.id).await?;
+    if index::overlaps(&parts, part) {
+        return Err(refuse(
+            StatusCode::CONFLICT,
+            format!(
+                "the range starting at byte {} overlaps one uploaded already; send each range once",
+                part.start
+            ),
+        ));
+    }
+    let body = req.into_body().into_data_stream();
+    match cache.storage.upload_part(&repo, r.id, part, body).await {
+        Ok(()) => Ok(StatusCode::OK.into_response()),
+        Err(UploadError::Store(e)) => Err(e.into()),
+        Err(e) => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("the range was not kept: {e}"),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct CommitBody {
+    size: u64,
+}
+
+async fn commit(
+    State(cache): State<Arc<Cache>>,
+    UrlPath((presented, id)): UrlPath<(String, String)>,
+    body: Result<axum::Json<CommitBody>, axum::extract::rejection::JsonRejection>,
+) -> Answer {
+    let (g, repo) = repository(&cache, &presented)?;
+    let r = reservation(&cache, &repo, &id).await?;
+    let axum::Json(b) = body.map_err(|e| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!("the commit is not `{{size}}` JSON: {}", e.body_text()),
+        )
+    })?;
+    cache.check_size(b.size)?;
+    let parts = cache.storage.parts(&repo, r.id).await?;
+    let parts = index::whole(parts, b.size).map_err(|why| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!("the entry is incomplete: {why}; upload every range, then commit its size"),
+        )
+    })?;
+    let entries = cache.storage.entries(&repo).await?;
+    if entries
+        .iter()
+        .any(|e| e.key == r.key && e.version == r.version)
+    {
+        return Err(refuse(
+            StatusCode::CONFLICT,
+            format!(
+                "the cache entry `{}` was committed by another job meanwhile",
+                r.key
+            ),
+        ));
+    }
+    let now = crate::cache::now();
+    let entry = Entry {
+        id: r.id,
+        key: r.key,
+        version: r.version,
+        size: b.size,
+        parts,
+        created: now,
+        used: now,
+    };
+    cache.storage.commit(&repo, &entry).await?;
+    tracing::info!(
+        task = g.task,
+        id = entry.id,
+        size = entry.size,
+        "cache: an entry committed"
+    );
+    cache.after_commit();
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn download(
+    State(cache): State<Arc<Cache>>,
+    UrlPath((presented, id)): UrlPath<(String, String)>,
+) -> Answer {
+    let (_, repo) = repository(&cache, &presented)?;
+    let unknown = || {
+        refuse(
+            StatusCode::NOT_FOUND,
+            format!("no cache entry {id} in this repository"),
+        )
+    };
+    let id: u64 = id.parse().map_err(|_| unknown())?;
+    let entry = cache.storage.entry(&repo, id).await?.ok_or_else(unknown)?;
+    let stream = cache.storage.download(&repo, &entry);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, entry.size.to_string()),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_routes_build_and_a_request_without_a_grant_is_unauthorized() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(
+            &crate::cache::settings::Cache::in_dir(dir.path()),
+            crate::facade::capability::CapabilityKey::generate(),
+            Arc::new(crate::metrics::Metrics::default()),
+        )
+        .unwrap();
+        let app = router(cache);
+        let req = axum::http::Request::get(format!(
+            "{PREFIX}/forged/_apis/artifactcache/cache?keys=a&version=v"
+        ))
+        .body(Body::empty())
+        .unwrap();
+        let resp = tower::ServiceExt::oneshot(app, req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+}

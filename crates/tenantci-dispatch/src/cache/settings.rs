@@ -1,0 +1,139 @@
+//! `[cache]` of the dispatcher config: where the shared actions cache keeps its entries and
+//! how large it may grow. Absent: no shared cache (each runner keeps its own, which dies with
+//! its executor).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::GoDuration;
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cache {
+    /// The directory entries are kept in (a PersistentVolume in the cluster). Relative to the
+    /// config file's directory. Exactly one of `dir` and `s3_bucket`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// An S3-compatible bucket instead of `dir`: what several dispatcher replicas share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_bucket: Option<String>,
+    /// The S3 endpoint (absent: AWS's own for `s3_region`); `http://` allowed for a bucket on
+    /// the same node or cluster network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_region: Option<String>,
+    /// A 0600 file with the access key id on its first line and the secret key on its second.
+    /// Absent: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` from the environment. Never argv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_credentials_file: Option<PathBuf>,
+    /// All repositories' entries together: past it the least recently used go.
+    #[serde(default = "max_size_mib")]
+    pub max_size_mib: u64,
+    /// One entry's largest size: an upload past it is refused.
+    #[serde(default = "max_entry_size_mib")]
+    pub max_entry_size_mib: u64,
+    /// An entry not restored for this long goes, whatever the size.
+    #[serde(default = "max_age")]
+    pub max_age: GoDuration,
+}
+
+fn max_size_mib() -> u64 {
+    10 * 1024
+}
+
+fn max_entry_size_mib() -> u64 {
+    2 * 1024
+}
+
+/// GitHub's own retention for an entry nobody restores.
+fn max_age() -> GoDuration {
+    std::time::Duration::from_secs(7 * 24 * 3600).into()
+}
+
+impl Cache {
+    /// A directory cache with the default limits.
+    pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
+        Cache {
+            dir: Some(dir.into()),
+            s3_bucket: None,
+            s3_endpoint: None,
+            s3_region: None,
+            s3_credentials_file: None,
+            max_size_mib: max_size_mib(),
+            max_entry_size_mib: max_entry_size_mib(),
+            max_age: max_age(),
+        }
+    }
+
+    pub fn max_size(&self) -> u64 {
+        self.max_size_mib.saturating_mul(MIB)
+    }
+
+    pub fn max_entry_size(&self) -> u64 {
+        self.max_entry_size_mib.saturating_mul(MIB)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        match (&self.dir, &self.s3_bucket) {
+            (Some(_), Some(_)) => {
+                return Err("has both cache.dir and cache.s3_bucket; keep one (a directory for one replica, a bucket for several)".into());
+            }
+            (None, None) => {
+                return Err("has [cache] without cache.dir or cache.s3_bucket; set one (e.g. cache.dir = \"cache\")".into());
+            }
+            _ => {}
+        }
+        if self.s3_bucket.is_none()
+            && (self.s3_endpoint.is_some()
+                || self.s3_region.is_some()
+                || self.s3_credentials_file.is_some())
+        {
+            return Err(
+                "has cache.s3_* settings without cache.s3_bucket; set the bucket or remove them"
+                    .into(),
+            );
+        }
+        if let Some(e) = &self.s3_endpoint
+            && crate::config::url_host(e, &["http", "https"]).is_none()
+        {
+            return Err(format!(
+                "has cache.s3_endpoint `{e}`, which is not an http(s) URL with a host"
+            ));
+        }
+        if self.max_entry_size_mib == 0 || self.max_size_mib < self.max_entry_size_mib {
+            return Err(format!(
+                "has cache.max_entry_size_mib = {} and cache.max_size_mib = {}; an entry must be at least 1 MiB and fit in the whole cache",
+                self.max_entry_size_mib, self.max_size_mib
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_storage_and_sane_limits() {
+        Cache::in_dir("cache").validate().unwrap();
+        let mut both = Cache::in_dir("cache");
+        both.s3_bucket = Some("b".into());
+        assert!(both.validate().unwrap_err().contains("both"));
+        let mut small = Cache::in_dir("cache");
+        small.max_size_mib = 1;
+        assert!(small.validate().unwrap_err().contains("max_entry_size_mib"));
+        let mut stray = Cache::in_dir("cache");
+        stray.s3_region = Some("eu".into());
+        assert!(
+            stray
+                .validate()
+                .unwrap_err()
+                .contains("without cache.s3_bucket")
+        );
+    }
+}

@@ -1,0 +1,397 @@
+//! Where the cache's bytes and manifests live: an `object_store` (a directory through
+//! `LocalFileSystem`, or an S3-compatible bucket through `AmazonS3`), laid out per repository
+//! so that no request can reach another repository's objects by any id:
+//!
+//! - `v1/<repo>/uploads/<id>.json`: a reservation, until its commit;
+//! - `v1/<repo>/parts/<id>/<start>`: one uploaded range each, streamed in as it arrives;
+//! - `v1/<repo>/entries/<id>.json`: a committed entry's manifest. Its single `put` is the
+//!   commit: before it the entry does not exist, after it every part it lists does. So a
+//!   kill -9 mid-upload leaves no half entry visible, and the index is the store itself
+//!   (nothing in memory to lose at a restart, nothing to share between replicas).
+//!
+//! `<repo>` is the first 32 hex digits of SHA-256 of the repository's lower-cased name: a
+//! fixed-width, path-safe name that never spells a path a job chose.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, PutPayload, WriteMultipart};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use crate::cache::eviction::Stored;
+use crate::cache::index::{Entry, Part, Reservation};
+use crate::cache::settings::Cache;
+
+/// The largest manifest read (an entry of thousands of parts).
+const MAX_MANIFEST: u64 = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the cache storage failed: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("a cache manifest is damaged: {0}")]
+    Damaged(String),
+}
+
+/// Why an uploaded range was not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("the body holds more bytes than its Content-Range ({0})")]
+    TooLong(u64),
+    #[error("the body ended after {got} of the {expected} bytes its Content-Range announced")]
+    TooShort { got: u64, expected: u64 },
+    #[error("the upload broke off: {0}")]
+    Body(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Storage {
+    store: Arc<dyn ObjectStore>,
+    /// Bytes per multipart part and parts in flight per upload: what one stream holds in
+    /// memory (S3 wants parts of at least 5 MiB; a directory takes any size).
+    chunk: usize,
+    in_flight: usize,
+}
+
+/// A repository's directory name.
+pub fn repo_dir(repository: &str) -> String {
+    let digest = Sha256::digest(repository.to_lowercase().as_bytes());
+    hex::encode(&digest[..16])
+}
+
+fn path(repo: &str, rest: &str) -> Path {
+    Path::from(format!("v1/{repo}/{rest}"))
+}
+
+impl Storage {
+    /// The storage `settings` names (a loaded config has exactly one of dir and bucket).
+    pub fn open(settings: &Cache) -> Result<Storage, String> {
+        if let Some(dir) = &settings.dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+                .map_err(|e| format!("cannot open the cache directory {}: {e}", dir.display()))?;
+            return Ok(Storage {
+                store: Arc::new(store),
+                chunk: 1 << 20,
+                in_flight: 2,
+            });
+        }
+        let bucket = settings.s3_bucket.as_deref().unwrap_or_default();
+        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(region) = &settings.s3_region {
+            b = b.with_region(region);
+        }
+        if let Some(endpoint) = &settings.s3_endpoint {
+            b = b
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(endpoint);
+        }
+        if let Some(file) = &settings.s3_credentials_file {
+            let (id, secret) = read_credentials(file)?;
+            b = b.with_access_key_id(id).with_secret_access_key(secret);
+        }
+        let store = b
+            .build()
+            .map_err(|e| format!("cannot use the S3 bucket `{bucket}`: {e}"))?;
+        Ok(Storage {
+            store: Arc::new(store),
+            chunk: 5 << 20,
+            in_flight: 1,
+        })
+    }
+
+    async fn put_json<T: Serialize>(&self, at: &Path, value: &T) -> Result<(), StoreError> {
+        let body = serde_json::to_vec(value).expect("manifests serialize");
+        self.store.put(at, PutPayload::from(body)).await?;
+        Ok(())
+    }
+
+    async fn get_json<T: DeserializeOwned>(&self, at: &Path) -> Result<Option<T>, StoreError> {
+        let got = match self.store.get(at).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if got.meta.size > MAX_MANIFEST {
+            return Err(StoreError::Damaged(format!(
+                "{at} has {} bytes",
+                got.meta.size
+            )));
+        }
+        let bytes = got.bytes().await?;
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StoreError::Damaged(format!("{at}: {e}")))
+    }
+
+    pub async fn reserve(&self, repo: &str, r: &Reservation) -> Result<(), StoreError> {
+        self.put_json(&path(repo, &format!("uploads/{}.json", r.id)), r)
+            .await
+    }
+
+    pub async fn reservation(
+        &self,
+        repo: &str,
+        id: u64,
+    ) -> Result<Option<Reservation>, StoreError> {
+        self.get_json(&path(repo, &format!("uploads/{id}.json")))
+            .await
+    }
+
+    /// The ranges uploaded so far for `id`.
+    pub async fn parts(&self, repo: &str, id: u64) -> Result<Vec<Part>, StoreError> {
+        let prefix = path(repo, &format!("parts/{id}"));
+        let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let start = m.location.filename()?.parse().ok()?;
+                Some(Part { start, len: m.size })
+            })
+            .collect())
+    }
+
+    /// Streams `body` into the part at `part.start`, keeping at most `chunk * (in_flight + 1)`
+    /// bytes in memory. The part appears only when all `part.len` bytes arrived; anything else
+    /// aborts it.
+    pub async fn upload_part<S, E>(
+        &self,
+        repo: &str,
+        id: u64,
+        part: Part,
+        body: S,
+    ) -> Result<(), UploadError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let at = path(repo, &format!("parts/{id}/{}", part.start));
+        let upload = self
+            .store
+            .put_multipart(&at)
+            .await
+            .map_err(StoreError::from)?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, self.chunk);
+        match self.stream_into(&mut writer, part.len, body).await {
+            Ok(()) => {
+                writer.finish().await.map_err(StoreError::from)?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = writer.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn stream_into<S, E>(
+        &self,
+        writer: &mut WriteMultipart,
+        expected: u64,
+        mut body: S,
+    ) -> Result<(), UploadError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let mut got = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| UploadError::Body(e.to_string()))?;
+            got += chunk.len() as u64;
+            if got > expected {
+                return Err(UploadError::TooLong(expected));
+            }
+            writer
+                .wait_for_capacity(self.in_flight)
+                .await
+                .map_err(StoreError::from)?;
+            writer.put(chunk);
+        }
+        if got != expected {
+            return Err(UploadError::TooShort { got, expected });
+        }
+        Ok(())
+    }
+
+    /// Makes `entry` visible (its manifest's one put), then forgets the reservation.
+    pub async fn commit(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
+        self.put_json(&path(repo, &format!("entries/{}.json", entry.id)), entry)
+            .await?;
+        let _ = self
+            .store
+            .delete(&path(repo, &format!("uploads/{}.json", entry.id)))
+            .await;
+        Ok(())
+    }
+
+    /// Rewrites an entry's manifest (its `used` after a restore).
+    pub async fn touch(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
+        self.put_json(&path(repo, &format!("entries/{}.json", entry.id)), entry)
+            .await
+    }
+
+    pub async fn entry(&self, repo: &str, id: u64) -> Result<Option<Entry>, StoreError> {
+        self.get_json(&path(repo, &format!("entries/{id}.json")))
+            .await
+    }
+
+    /// One repository's committed entries (a manifest deleted meanwhile is skipped).
+    pub async fn entries(&self, repo: &str) -> Result<Vec<Entry>, StoreError> {
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&path(repo, "entries")))
+            .try_collect()
+            .await?;
+        let mut out = Vec::with_capacity(metas.len());
+        for m in metas {
+            if let Some(e) = self.get_json(&m.location).await? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// An entry's bytes, its parts one after the other.
+    pub fn download(
+        &self,
+        repo: &str,
+        entry: &Entry,
+    ) -> BoxStream<'static, Result<Bytes, object_store::Error>> {
+        let store = self.store.clone();
+        let paths: Vec<Path> = entry
+            .parts
+            .iter()
+            .map(|p| path(repo, &format!("parts/{}/{}", entry.id, p.start)))
+            .collect();
+        futures::stream::iter(paths)
+            .then(move |p| {
+                let store = store.clone();
+                async move { Ok::<_, object_store::Error>(part_stream(store.get(&p).await?)) }
+            })
+            .try_flatten()
+            .boxed()
+    }
+
+    /// Every repository's committed entries (for eviction).
+    pub async fn all_entries(&self) -> Result<Vec<Stored>, StoreError> {
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&Path::from("v1")))
+            .try_collect()
+            .await?;
+        let mut out = Vec::new();
+        for m in metas {
+            let parts: Vec<_> = m.location.parts().collect();
+            if parts.len() != 4 || parts[2].as_ref() != "entries" {
+                continue;
+            }
+            if let Some(entry) = self.get_json::<Entry>(&m.location).await? {
+                out.push(Stored {
+                    repository: parts[1].as_ref().to_string(),
+                    entry,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes an entry: its manifest first (it is gone for lookups at once), then its parts.
+    pub async fn delete_entry(&self, repo: &str, id: u64) -> Result<(), StoreError> {
+        self.store
+            .delete(&path(repo, &format!("entries/{id}.json")))
+            .await?;
+        self.delete_parts(repo, id).await
+    }
+
+    async fn delete_parts(&self, repo: &str, id: u64) -> Result<(), StoreError> {
+        let prefix = path(repo, &format!("parts/{id}"));
+        let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+        for m in metas {
+            self.store.delete(&m.location).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops reservations created before `before` (unix milliseconds) that were never committed,
+    /// with their parts; a reservation whose entry exists (a crash between the commit's two
+    /// steps) loses only the reservation. Returns how many went.
+    pub async fn drop_stale_uploads(&self, before: i64) -> Result<usize, StoreError> {
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&Path::from("v1")))
+            .try_collect()
+            .await?;
+        let mut dropped = 0;
+        for m in metas {
+            let parts: Vec<_> = m.location.parts().collect();
+            if parts.len() != 4 || parts[2].as_ref() != "uploads" {
+                continue;
+            }
+            let repo = parts[1].as_ref().to_string();
+            let Some(r) = self.get_json::<Reservation>(&m.location).await? else {
+                continue;
+            };
+            if r.created >= before {
+                continue;
+            }
+            if self.entry(&repo, r.id).await?.is_none() {
+                self.delete_parts(&repo, r.id).await?;
+            }
+            self.store.delete(&m.location).await?;
+            dropped += 1;
+        }
+        Ok(dropped)
+    }
+}
+
+/// Bytes per read of a part in a directory: `LocalFileSystem`'s own stream reads 8 KiB at a
+/// time, which makes a restore as many small TLS records and costs most of its throughput
+/// (docs/benchmarks/cache.md).
+const FILE_READ: usize = 256 << 10;
+
+/// A part's bytes: a file read in [`FILE_READ`] chunks, or the store's own stream (S3).
+fn part_stream(
+    got: object_store::GetResult,
+) -> BoxStream<'static, Result<Bytes, object_store::Error>> {
+    match got.payload {
+        object_store::GetResultPayload::File(file, path) => {
+            let file = tokio::fs::File::from_std(file);
+            futures::stream::try_unfold((file, path), |(mut file, path)| async move {
+                use tokio::io::AsyncReadExt as _;
+                let mut buf = bytes::BytesMut::with_capacity(FILE_READ);
+                let n =
+                    file.read_buf(&mut buf)
+                        .await
+                        .map_err(|e| object_store::Error::Generic {
+                            store: "LocalFileSystem",
+                            source: format!("reading {}: {e}", path.display()).into(),
+                        })?;
+                Ok((n > 0).then(|| (buf.freeze(), (file, path))))
+            })
+            .boxed()
+        }
+        object_store::GetResultPayload::Stream(stream) => stream,
+    }
+}
+
+/// The S3 credentials file: 0600, the access key id on the first line, the secret on the
+/// second.
+fn read_credentials(file: &std::path::Path) -> Result<(String, String), String> {
+    let text = tenantci_core::input::read_private("the cache's S3 credentials file", file, 4096)
+        .map_err(|e| e.message().to_string())?;
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    match (lines.next(), lines.next()) {
+        (Some(id), Some(secret)) => Ok((id.to_string(), secret.to_string())),
+        _ => Err(format!(
+            "the cache's S3 credentials file {} needs the access key id on its first line and the secret key on its second",
+            file.display()
+        )),
+    }
+}

@@ -1,0 +1,279 @@
+//! Cache benchmark (issue 29): a restore of MIB MiB through tenantci (the executor's
+//! `tenantci executor-proxy` -> the cache on the facade's HTTPS listener -> a directory store)
+//! against reading the same bytes from that directory directly, in one run, alternating which
+//! goes first; then four executors (four proxies) restoring at once, with the peak resident
+//! set (VmHWM) of the process serving the cache.
+//!
+//! The cache runs in a child process of its own (this example, `BENCH_CACHE_SERVE=DIR`): the
+//! dispatcher's cache routes (`cache::protocol::router`) over the facade's transport
+//! (`forge::gitea::facade::spawn_router`, TLS), without the dispatcher's other parts (NATS,
+//! the apiserver client), so its RSS is what the cache's streams cost.
+//!
+//! Prints Markdown on stdout, progress on stderr; `scripts/bench-cache.sh` writes it into
+//! docs/benchmarks/cache.md.
+//!
+//! Usage: bench_cache TENANTCI_BIN [ROUNDS=3] [MIB=200]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::Value;
+use tenantci_dispatch::cache::{Cache, grant, protocol, settings};
+use tenantci_dispatch::facade::capability::CapabilityKey;
+use tenantci_testkit::process::{Process, first_line, peak_rss_kib};
+
+const REPOSITORY: &str = "bench/repo";
+const CHUNK: usize = 1 << 20;
+
+fn progress(msg: &str) {
+    eprintln!("bench_cache: {msg}");
+}
+
+/// Child mode: serve the cache over `dir` with TLS from `dir/../{cert,key}.pem`.
+async fn serve(dir: PathBuf) {
+    let key_hex = std::env::var("BENCH_CACHE_KEY").unwrap();
+    let key = CapabilityKey::from_bytes(&hex::decode(key_hex).unwrap()).unwrap();
+    let cache = Cache::open(
+        &settings::Cache::in_dir(&dir),
+        key,
+        Arc::new(tenantci_dispatch::metrics::Metrics::default()),
+    )
+    .unwrap();
+    let parent = dir.parent().unwrap();
+    let tls = tenantci_core::forge::gitea::facade::tls_config(
+        &std::fs::read_to_string(parent.join("cert.pem")).unwrap(),
+        &std::fs::read_to_string(parent.join("key.pem")).unwrap(),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let handle =
+        tenantci_core::forge::gitea::facade::spawn_router(listener, tls, protocol::router(cache))
+            .unwrap();
+    println!("listening {}", handle.local_addr);
+    std::future::pending::<()>().await;
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Saves `mib` MiB under `key` through `api` (one PATCH, streamed).
+async fn save(http: &reqwest::Client, api: &str, key: &str, mib: usize) {
+    let size = (mib << 20) as u64;
+    let reserved: Value = http
+        .post(format!("{api}/caches"))
+        .json(&serde_json::json!({"key": key, "version": "v1", "cacheSize": size}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = reserved["cacheId"].as_u64().expect("a cache id");
+    let body = futures::stream::iter(0..mib)
+        .map(|i| Ok::<_, std::io::Error>(vec![(i % 251) as u8; CHUNK]));
+    let up = http
+        .patch(format!("{api}/caches/{id}"))
+        .header("content-range", format!("bytes 0-{}/*", size - 1))
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    assert!(up.status().is_success(), "upload: {}", up.status());
+    let done = http
+        .post(format!("{api}/caches/{id}"))
+        .json(&serde_json::json!({"size": size}))
+        .send()
+        .await
+        .unwrap();
+    assert!(done.status().is_success(), "commit: {}", done.status());
+}
+
+/// Restores `key` through `api` as the toolkit does (lookup, then a GET of the location);
+/// seconds and bytes.
+async fn restore(http: &reqwest::Client, api: &str, key: &str) -> (f64, u64) {
+    let start = Instant::now();
+    let hit: Value = http
+        .get(format!("{api}/cache?keys={key}&version=v1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut body = http
+        .get(hit["archiveLocation"].as_str().expect("a hit"))
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let mut n = 0u64;
+    while let Some(chunk) = body.next().await {
+        n += chunk.unwrap().len() as u64;
+    }
+    (start.elapsed().as_secs_f64(), n)
+}
+
+/// Reads every part file under `dir` (the same bytes, straight from the storage).
+async fn read_store(dir: &Path) -> (f64, u64) {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().contains("/parts/") {
+                files.push(p);
+            }
+        }
+    }
+    let start = Instant::now();
+    let mut n = 0u64;
+    let mut buf = vec![0u8; 256 << 10];
+    for f in files {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::File::open(f).await.unwrap();
+        loop {
+            let got = file.read(&mut buf).await.unwrap();
+            if got == 0 {
+                break;
+            }
+            n += got as u64;
+        }
+    }
+    (start.elapsed().as_secs_f64(), n)
+}
+
+fn proxy(bin: &str, facade: &str, ca: &Path) -> (Process, String) {
+    let mut p = Process::spawn(
+        Command::new(bin)
+            .args([
+                "executor-proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--facade-url",
+                facade,
+            ])
+            .arg("--facade-ca")
+            .arg(ca)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let line = first_line(p.child().stdout.take().unwrap(), "executor-proxy");
+    let addr = line.strip_prefix("listening ").unwrap().to_string();
+    (p, addr)
+}
+
+#[tokio::main]
+async fn main() {
+    if let Some(dir) = std::env::var_os("BENCH_CACHE_SERVE") {
+        return serve(PathBuf::from(dir)).await;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args
+        .get(1)
+        .expect("usage: bench_cache TENANTCI_BIN [ROUNDS] [MIB]");
+    let rounds: usize = args.get(2).map_or(3, |a| a.parse().unwrap());
+    let mib: usize = args.get(3).map_or(200, |a| a.parse().unwrap());
+
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let ca = tenantci_core::pki::CertificateAuthority::generate(
+        "bench facade CA",
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let leaf = tenantci_core::pki::issue::server_cert(
+        &ca,
+        "facade",
+        &["127.0.0.1".into()],
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    std::fs::write(work.path().join("cert.pem"), &leaf.cert_pem).unwrap();
+    std::fs::write(work.path().join("key.pem"), &leaf.key_pem).unwrap();
+    let ca_file = work.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let key = CapabilityKey::generate();
+    let mut server = Process::spawn(
+        Command::new(std::env::current_exe().unwrap())
+            .env("BENCH_CACHE_SERVE", &store)
+            .env("BENCH_CACHE_KEY", hex::encode(key.as_bytes()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let line = first_line(server.child().stdout.take().unwrap(), "the cache server");
+    let facade = format!("https://{}", line.strip_prefix("listening ").unwrap());
+    let g = grant::mint(&key, 1, 1, REPOSITORY);
+    let mut proxies: Vec<(Process, String)> =
+        (0..4).map(|_| proxy(bin, &facade, &ca_file)).collect();
+    let apis: Vec<String> = proxies
+        .iter()
+        .map(|(_, a)| format!("{a}{}/{g}/_apis/artifactcache", protocol::PREFIX))
+        .collect();
+    let http = reqwest::Client::new();
+    progress(&format!("saving {mib} MiB"));
+    save(&http, &apis[0], "bench", mib).await;
+    let idle_rss = peak_rss_kib(server.pid());
+
+    // Warm-up each (page cache, connections), then rounds alternating the order.
+    read_store(&store).await;
+    restore(&http, &apis[0], "bench").await;
+    let (mut direct, mut through) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        progress(&format!("round {}/{rounds}", round + 1));
+        let d = || read_store(&store);
+        let t = || restore(&http, &apis[0], "bench");
+        let (a, b) = if round % 2 == 0 {
+            let a = d().await;
+            (a, t().await)
+        } else {
+            let b = t().await;
+            (d().await, b)
+        };
+        assert_eq!(a.1, (mib << 20) as u64);
+        assert_eq!(b.1, (mib << 20) as u64);
+        direct.push(a.0);
+        through.push(b.0);
+    }
+    progress("four executors at once");
+    let start = Instant::now();
+    let all = futures::future::join_all(apis.iter().map(|api| {
+        let http = reqwest::Client::new();
+        let api = api.clone();
+        async move { restore(&http, &api, "bench").await }
+    }))
+    .await;
+    let four = start.elapsed().as_secs_f64();
+    assert!(all.iter().all(|(_, n)| *n == (mib << 20) as u64));
+    let peak_rss = peak_rss_kib(server.pid());
+    for (p, _) in &mut proxies {
+        p.terminate(Duration::from_secs(10));
+    }
+    server.kill();
+
+    let (d, t) = (median(direct), median(through));
+    let (d_rate, t_rate) = (mib as f64 / d, mib as f64 / t);
+    println!("| path | median of {rounds} restores of {mib} MiB (s) | MiB/s | ratio |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| read from the cache directory directly (baseline) | {d:.3} | {d_rate:.0} | 1.00x |"
+    );
+    println!(
+        "| through `executor-proxy` and the cache (HTTPS) | {t:.3} | {t_rate:.0} | **{:.2}x** |",
+        t_rate / d_rate
+    );
+    println!();
+    println!(
+        "Four executors restoring {mib} MiB each at once: {four:.2} s ({:.0} MiB/s together). \
+         Peak RSS of the process serving the cache: {:.1} MiB after the save, **{:.1} MiB** after the four parallel restores.",
+        (4 * mib) as f64 / four,
+        idle_rss as f64 / 1024.0,
+        peak_rss as f64 / 1024.0
+    );
+}

@@ -1,0 +1,647 @@
+//! The shared actions cache (issue 29), driven the way jobs drive it: the official
+//! `@actions/cache` package (`cache/client.js`, installed pinned by scripts/lib/ensure.sh or
+//! here) with `ACTIONS_CACHE_URL` and `ACTIONS_RUNTIME_TOKEN` as the runner sets them, through
+//! the executor-proxy started from the Pod spec the dispatcher wrote; and raw HTTP for every
+//! bad input the toolkit never sends.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use tenantci_core::forge::gitea::json::struct_to_json;
+use tenantci_dispatch::backend::spec::CONFIG_KEY;
+use tenantci_dispatch::cache::settings::Cache as CacheSettings;
+use tenantci_testkit::executor::{Executor, PodProxy};
+
+use super::harness::World;
+use crate::util::{scratch, tenantci};
+
+/// The `@actions/cache` release actions/cache@v4 bundles; scripts/lib/ensure.sh pins the same.
+const ACTIONS_CACHE: &str = "4.0.5";
+
+/// The workspace's target directory.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
+/// `node_modules` holding the pinned `@actions/cache`: installed once under target/ (into a
+/// fresh directory renamed into place, so parallel tests never see half an install).
+fn actions_cache_modules() -> PathBuf {
+    let dir = target_dir().join("actions-cache-client");
+    let manifest = dir.join("node_modules/@actions/cache/package.json");
+    let pinned = |m: &Path| {
+        std::fs::read_to_string(m)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v["version"] == ACTIONS_CACHE)
+    };
+    if !pinned(&manifest) {
+        let fresh = target_dir().join(format!("actions-cache-client.{}", std::process::id()));
+        std::fs::create_dir_all(&fresh).unwrap();
+        let out = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&fresh)
+            .arg(format!("@actions/cache@{ACTIONS_CACHE}"))
+            .output()
+            .expect("npm (scripts/lib/ensure.sh installs node and npm)");
+        assert!(
+            out.status.success(),
+            "npm install @actions/cache: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if std::fs::rename(&fresh, &dir).is_err() {
+            // Another test installed it meanwhile, or an old version is in the way.
+            if !pinned(&manifest) {
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::rename(&fresh, &dir).unwrap();
+            } else {
+                let _ = std::fs::remove_dir_all(&fresh);
+            }
+        }
+    }
+    dir.join("node_modules")
+}
+
+/// One task of `repository`: its executor's proxy and the job's cache environment.
+struct Job {
+    task: i64,
+    /// The executor's proxy, running as long as the job (dropped: stopped).
+    _proxy: PodProxy,
+    ex: Executor,
+    /// `ACTIONS_CACHE_URL` (the runner config's `cache.external_server`, at this proxy).
+    cache_url: String,
+    runtime_token: String,
+}
+
+impl Job {
+    async fn start(w: &World, name: &str, repository: &str) -> Job {
+        let resp = w
+            .http()
+            .post(format!("{}/jobs", w.gitea.admin_url))
+            .json(&serde_json::json!({
+                "name": name,
+                "runs_on": ["self-hosted", "pod"],
+                "workflow_payload": format!("name: {name}\njobs:\n  build:\n    runs-on: [self-hosted, pod]\n    steps:\n      - run: make\n"),
+                "context": {"repository": repository},
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success());
+        let job = resp.json::<Value>().await.unwrap()["job_id"]
+            .as_i64()
+            .unwrap();
+        let task = w.claimed(job).await;
+        let (secret, pod) = w.objects(task).await;
+        let config: serde_yaml::Value =
+            serde_yaml::from_slice(&secret.data.as_ref().unwrap()[CONFIG_KEY].0).unwrap();
+        let server = config["cache"]["external_server"]
+            .as_str()
+            .expect("the runner config names the shared cache")
+            .to_string();
+        assert!(
+            server.starts_with("http://127.0.0.1:8431/_tenantci/cache/") && server.ends_with('/'),
+            "{server}"
+        );
+        let proxy = PodProxy::start(tenantci(), &secret, &pod);
+        let cache_url = server.replace("http://127.0.0.1:8431", &proxy.address);
+        let ex = Executor::through(&secret, &proxy);
+        let fetched = ex.fetch().await;
+        let context = struct_to_json(fetched.context.as_ref().unwrap());
+        let runtime_token = context["gitea_runtime_token"].as_str().unwrap().to_string();
+        Job {
+            task,
+            _proxy: proxy,
+            ex,
+            cache_url,
+            runtime_token,
+        }
+    }
+
+    /// Runs `client.js ARGS` in `work` as a job step would; its JSON line.
+    async fn toolkit(&self, work: &Path, args: &[&str]) -> Value {
+        let modules = actions_cache_modules();
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/dispatch/cache/client.js");
+        let mut cmd = Command::new("node");
+        cmd.arg(script)
+            .args(args)
+            .current_dir(work)
+            .env("NODE_PATH", modules)
+            .env("ACTIONS_CACHE_URL", &self.cache_url)
+            .env("ACTIONS_RUNTIME_TOKEN", &self.runtime_token)
+            .env("GITHUB_WORKSPACE", work)
+            .env("RUNNER_TEMP", work.join("tmp"))
+            .env_remove("ACTIONS_CACHE_SERVICE_V2")
+            .env_remove("ACTIONS_RESULTS_URL");
+        std::fs::create_dir_all(work.join("tmp")).unwrap();
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "node client.js {args:?}\n--- stdout\n{stdout}\n--- stderr\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap();
+        serde_json::from_str(line).unwrap()
+    }
+
+    /// Saves `data/a.txt` = `content` under `key`; the toolkit's cache id.
+    async fn save(&self, key: &str, content: &str) -> i64 {
+        let work = scratch();
+        std::fs::create_dir_all(work.path().join("data")).unwrap();
+        std::fs::write(work.path().join("data/a.txt"), content).unwrap();
+        let id = self.toolkit(work.path(), &["save", key]).await["id"]
+            .as_i64()
+            .unwrap();
+        assert!(id > 0, "the toolkit saved `{key}` (id {id})");
+        id
+    }
+
+    /// Restores by `keys` (the primary key first); the key hit and `data/a.txt`.
+    async fn restore(&self, keys: &[&str]) -> Option<(String, String)> {
+        let work = scratch();
+        let mut args = vec!["restore"];
+        args.extend(keys);
+        let hit = self.toolkit(work.path(), &args).await;
+        let key = hit["hit"].as_str()?.to_string();
+        let content = std::fs::read_to_string(work.path().join("data/a.txt")).unwrap();
+        Some((key, content))
+    }
+
+    async fn finish(&self, w: &World) {
+        self.ex
+            .finish(self.task, &[&format!("ran task {}", self.task)])
+            .await;
+        w.assert_succeeded_once(self.task).await;
+    }
+}
+
+/// A cache whose storage is `dir`.
+fn with_cache(w: &mut World, dir: &Path, max_size_mib: u64, max_entry_size_mib: u64) {
+    w.base_mut().cache = Some(CacheSettings {
+        max_size_mib,
+        max_entry_size_mib,
+        ..CacheSettings::in_dir(dir)
+    });
+}
+
+/// Any upload part being written under `dir` (LocalFileSystem stages a part as `<path>#<n>`).
+fn staged_part(dir: &Path) -> bool {
+    fn walk(d: &Path) -> bool {
+        std::fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p)
+                } else {
+                    p.to_string_lossy().contains("/parts/")
+                }
+            })
+    }
+    walk(dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_toolkit_saves_and_restores_within_its_repository_across_restarts() {
+    let mut w = World::start(4).await;
+    let store = scratch();
+    with_cache(&mut w, &store.path().join("cache"), 1024, 512);
+    let mut d = w.dispatcher("d1").await;
+
+    // sim/demo saves; a later task of sim/demo restores it, by key and by restore-key prefix.
+    let demo = Job::start(&w, "demo-1", "sim/demo").await;
+    demo.save("deps-linux-1", "demo v1").await;
+    demo.finish(&w).await;
+
+    // Another repository misses the same key, then saves its own under it.
+    let other = Job::start(&w, "other-1", "sim/other").await;
+    assert_eq!(other.restore(&["deps-linux-1"]).await, None);
+    assert_eq!(other.restore(&["deps-linux-2", "deps-"]).await, None);
+    other.save("deps-linux-1", "other v1").await;
+    other.finish(&w).await;
+
+    // A restart between the save and the restore loses nothing.
+    d.kill9();
+    let mut d = w.dispatcher("d1").await;
+    let demo2 = Job::start(&w, "demo-2", "sim/demo").await;
+    assert_eq!(
+        demo2.restore(&["deps-linux-1"]).await,
+        Some(("deps-linux-1".into(), "demo v1".into())),
+        "sim/demo restores its own entry, not sim/other's under the same key"
+    );
+    assert_eq!(
+        demo2.restore(&["deps-linux-2", "deps-linux-"]).await,
+        Some(("deps-linux-1".into(), "demo v1".into()))
+    );
+    assert!(
+        d.metric("tenantci_dispatch_cache_hits_total")
+            .await
+            .unwrap()
+            >= 2.0
+    );
+
+    // kill -9 in the middle of an upload: no half entry, the committed one intact.
+    let api = format!("{}_apis/artifactcache", demo2.cache_url);
+    let http = w.http();
+    let reserved: Value = http
+        .post(format!("{api}/caches"))
+        .json(&serde_json::json!({"key": "half", "version": "v1", "cacheSize": 4 << 20}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = reserved["cacheId"].as_u64().unwrap();
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    futures::SinkExt::send(&mut tx, Ok(vec![7u8; 2 << 20]))
+        .await
+        .unwrap();
+    let upload = tokio::spawn(
+        http.patch(format!("{api}/caches/{id}"))
+            .header("content-range", format!("bytes 0-{}/*", (4 << 20) - 1))
+            .body(reqwest::Body::wrap_stream(rx))
+            .send(),
+    );
+    let cache_dir = store.path().join("cache");
+    tenantci_testkit::wait::eventually("the upload's part is being written", || async {
+        staged_part(&cache_dir).then_some(())
+    })
+    .await;
+    d.kill9();
+    drop(tx);
+    let _ = upload.await;
+    let d2 = w.dispatcher("d1").await;
+    let lookup = http
+        .get(format!("{api}/cache?keys=half&version=v1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lookup.status(), 204, "no half entry is visible");
+    let commit = http
+        .post(format!("{api}/caches/{id}"))
+        .json(&serde_json::json!({"size": 4 << 20}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(commit.status(), 400);
+    let why: Value = commit.json().await.unwrap();
+    assert!(
+        why["message"].as_str().unwrap().contains("incomplete"),
+        "{why}"
+    );
+    assert_eq!(
+        demo2.restore(&["deps-linux-1"]).await,
+        Some(("deps-linux-1".into(), "demo v1".into())),
+        "the committed entry survives the kill"
+    );
+    demo2.finish(&w).await;
+    drop(d2);
+    drop(d);
+}
+
+/// A refusal's status, and its JSON sentence containing `says`.
+async fn refused(resp: reqwest::Response, status: u16, says: &str) {
+    assert_eq!(resp.status(), status, "{says}");
+    let body: Value = resp.json().await.unwrap();
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "`{message}` names `{says}`");
+}
+
+/// One raw cache call after another, as the toolkit makes them, for what it never sends.
+struct Raw<'a> {
+    http: &'a reqwest::Client,
+    api: String,
+}
+
+impl Raw<'_> {
+    async fn reserve(&self, key: &str, size: u64) -> reqwest::Response {
+        self.http
+            .post(format!("{}/caches", self.api))
+            .json(&serde_json::json!({"key": key, "version": "v1", "cacheSize": size}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn reserved(&self, key: &str, size: u64) -> u64 {
+        let r = self.reserve(key, size).await;
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()["cacheId"]
+            .as_u64()
+            .unwrap()
+    }
+
+    async fn patch(&self, id: u64, start: u64, end: u64, body: Vec<u8>) -> reqwest::Response {
+        self.http
+            .patch(format!("{}/caches/{id}", self.api))
+            .header("content-range", format!("bytes {start}-{end}/*"))
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn commit(&self, id: u64, size: u64) -> reqwest::Response {
+        self.http
+            .post(format!("{}/caches/{id}", self.api))
+            .json(&serde_json::json!({"size": size}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Reserves, uploads and commits `bytes` under `key`.
+    async fn save(&self, key: &str, bytes: Vec<u8>) -> u64 {
+        let n = bytes.len() as u64;
+        let id = self.reserved(key, n).await;
+        assert_eq!(self.patch(id, 0, n - 1, bytes).await.status(), 200);
+        assert_eq!(self.commit(id, n).await.status(), 200);
+        id
+    }
+
+    async fn lookup(&self, key: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}/cache?keys={key}&version=v1", self.api))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_the_least_recently_used()
+ {
+    let mut w = World::start(4).await;
+    let store = scratch();
+    with_cache(&mut w, &store.path().join("cache"), 1, 1);
+    let d = w.dispatcher("d1").await;
+    let demo = Job::start(&w, "demo", "sim/demo").await;
+    let other = Job::start(&w, "other", "sim/other").await;
+    let http = w.http();
+    let a = Raw {
+        http,
+        api: format!("{}_apis/artifactcache", demo.cache_url),
+    };
+    let b = Raw {
+        http,
+        api: format!("{}_apis/artifactcache", other.cache_url),
+    };
+    let proxy = demo
+        .cache_url
+        .split("/_tenantci/")
+        .next()
+        .unwrap()
+        .to_string();
+
+    // No grant, a forged one: 401.
+    let none = http
+        .get(format!(
+            "{proxy}/_tenantci/cache/_apis/artifactcache/cache?keys=a&version=v1"
+        ))
+        .send()
+        .await
+        .unwrap();
+    refused(none, 401, "grant").await;
+    let mut forged = demo.cache_url.trim_end_matches('/').to_string();
+    let last = forged.pop().unwrap();
+    forged.push(if last == '0' { '1' } else { '0' });
+    let forged = http
+        .get(format!(
+            "{forged}/_apis/artifactcache/cache?keys=a&version=v1"
+        ))
+        .send()
+        .await
+        .unwrap();
+    refused(forged, 401, "grant").await;
+
+    // Absurd keys and versions, an entry past the limit.
+    refused(a.lookup(&"k".repeat(513)).await, 400, "513 bytes").await;
+    let long_version = http
+        .post(format!("{}/caches", a.api))
+        .json(&serde_json::json!({"key": "k", "version": "v".repeat(600)}))
+        .send()
+        .await
+        .unwrap();
+    refused(long_version, 400, "version").await;
+    refused(
+        a.reserve("big", 2 << 20).await,
+        413,
+        "cache.max_entry_size_mib",
+    )
+    .await;
+
+    // Ranges: longer than announced, past the limit, past the reservation, overlapping.
+    let id = a.reserved("small", 10).await;
+    refused(a.patch(id, 0, 9, vec![1; 11]).await, 400, "more bytes").await;
+    refused(a.patch(id, 0, 9, vec![1; 4]).await, 400, "ended after 4").await;
+    refused(
+        a.patch(id, 0, 2 << 20, vec![]).await,
+        413,
+        "past this cache's limit",
+    )
+    .await;
+    refused(
+        a.patch(id, 5, 14, vec![1; 10]).await,
+        400,
+        "past the 10 bytes",
+    )
+    .await;
+    assert_eq!(a.patch(id, 0, 4, vec![1; 5]).await.status(), 200);
+    refused(a.patch(id, 2, 6, vec![1; 5]).await, 409, "overlaps").await;
+    // An incomplete commit, then another repository touching this upload: refused.
+    refused(a.commit(id, 10).await, 400, "bytes 5-9 were never uploaded").await;
+    refused(b.patch(id, 5, 9, vec![2; 5]).await, 404, "no upload").await;
+    refused(b.commit(id, 5).await, 404, "no upload").await;
+    assert_eq!(
+        a.lookup("small").await.status(),
+        204,
+        "nothing half is visible"
+    );
+    assert_eq!(a.patch(id, 5, 9, vec![1; 5]).await.status(), 200);
+    assert_eq!(a.commit(id, 10).await.status(), 200);
+    // The committed entry is sim/demo's alone: sim/other neither finds nor downloads it.
+    let hit: Value = a.lookup("small").await.json().await.unwrap();
+    let location = hit["archiveLocation"].as_str().unwrap().to_string();
+    assert_eq!(
+        http.get(&location)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .as_ref(),
+        &[1u8; 10]
+    );
+    assert_eq!(b.lookup("small").await.status(), 204);
+    let stolen = location.replace(
+        demo.cache_url.trim_end_matches('/'),
+        other.cache_url.trim_end_matches('/'),
+    );
+    refused(
+        http.get(&stolen).send().await.unwrap(),
+        404,
+        "no cache entry",
+    )
+    .await;
+    refused(a.reserve("small", 10).await, 409, "exists already").await;
+
+    evicts_the_least_recently_used(&a, &d).await;
+    demo.finish(&w).await;
+    other.finish(&w).await;
+}
+
+/// The moto release the S3 test runs (PyPI `moto[server]`: an S3-compatible server).
+const MOTO: &str = "5.1.*";
+
+/// `moto_server` from a venv under target/ (scripts/lib/ensure.sh installs it; a test run
+/// without it installs it here, in place: a venv's scripts name its own path). Only this test
+/// uses it, so no other test races the install.
+fn moto_server() -> PathBuf {
+    let venv = target_dir().join("moto-venv");
+    let bin = venv.join("bin/moto_server");
+    if !bin.exists() {
+        let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
+        assert!(ok(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+        assert!(
+            ok(Command::new(venv.join("bin/pip"))
+                .args(["install", "-q"])
+                .arg(format!("moto[server]=={MOTO}"))),
+            "pip install moto[server] (PyPI)"
+        );
+    }
+    bin
+}
+
+/// A running `moto_server` on a free loopback port, killed when dropped.
+struct Moto {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Moto {
+    async fn start() -> Moto {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(moto_server())
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        tenantci_testkit::wait::eventually("moto_server answers", || async {
+            http.get(&url).send().await.ok().map(|_| ())
+        })
+        .await;
+        Moto { child, url }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() {
+    let moto = Moto::start().await;
+    let mut w = World::start(4).await;
+    // moto takes any credentials; the file is read as the runbook documents it (0600).
+    let secrets = scratch();
+    let credentials = secrets.path().join("s3.credentials");
+    std::fs::write(&credentials, "tenantci-test\nnot-a-real-secret\n").unwrap();
+    std::fs::set_permissions(
+        &credentials,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let created = w
+        .http()
+        .put(format!("{}/ci-cache", moto.url))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        created.status().is_success(),
+        "bucket: {}",
+        created.status()
+    );
+    w.base_mut().cache = Some(CacheSettings {
+        dir: None,
+        s3_bucket: Some("ci-cache".into()),
+        s3_endpoint: Some(moto.url.clone()),
+        s3_region: Some("us-east-1".into()),
+        s3_credentials_file: Some(credentials),
+        ..CacheSettings::in_dir("unused")
+    });
+    let mut d = w.dispatcher("d1").await;
+    let demo = Job::start(&w, "demo-1", "sim/demo").await;
+    demo.save("deps-1", "demo in s3").await;
+    demo.finish(&w).await;
+    let other = Job::start(&w, "other-1", "sim/other").await;
+    assert_eq!(other.restore(&["deps-1", "deps-"]).await, None);
+    other.finish(&w).await;
+    d.kill9();
+    let _d = w.dispatcher("d1").await;
+    let demo2 = Job::start(&w, "demo-2", "sim/demo").await;
+    assert_eq!(
+        demo2.restore(&["deps-2", "deps-"]).await,
+        Some(("deps-1".into(), "demo in s3".into()))
+    );
+    demo2.finish(&w).await;
+}
+
+/// The size limit (1 MiB): a second 600 KiB entry pushes out the least recently used, with
+/// every entry restored before it (`small`).
+async fn evicts_the_least_recently_used(a: &Raw<'_>, d: &super::harness::Dispatcher) {
+    let http = a.http;
+    let first = a.save("first", vec![3; 600 << 10]).await;
+    let second = a.save("second", vec![4; 600 << 10]).await;
+    assert_ne!(first, second);
+    tenantci_testkit::wait::eventually("the sweep evicted", || async {
+        let n = d
+            .metric("tenantci_dispatch_cache_evicted_entries_total")
+            .await?;
+        (n >= 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        a.lookup("first").await.status(),
+        204,
+        "the older entry went"
+    );
+    assert_eq!(a.lookup("small").await.status(), 204, "the oldest too");
+    let kept: Value = a.lookup("second").await.json().await.unwrap();
+    let bytes = http
+        .get(kept["archiveLocation"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(bytes.len(), 600 << 10);
+    assert!(bytes.iter().all(|b| *b == 4));
+    assert!(
+        d.metric("tenantci_dispatch_cache_evicted_bytes_total")
+            .await
+            .unwrap()
+            >= (600 << 10) as f64
+    );
+}
