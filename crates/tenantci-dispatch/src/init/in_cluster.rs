@@ -49,7 +49,11 @@ pub mod keys {
     pub const NATS_CA: &str = "nats-ca.crt";
     pub const GITEA_CA: &str = "gitea-ca.crt";
     pub const WAITING_JOBS_TOKEN: &str = "waiting-jobs.token";
+    pub const CACHE_S3_CREDENTIALS: &str = "cache-s3.credentials";
 }
+
+/// Where `manifests/components/cache-volume` mounts the cache's claim: the Pod's `cache.dir`.
+pub const CACHE_DIR: &str = "/var/cache/tenantci";
 
 /// The largest file a key holds: keys, certificates, a CA bundle.
 const MAX_FILE: u64 = tenantci_core::input::MAX_PEM;
@@ -113,6 +117,16 @@ pub fn plan(host: &Config, dir: &Path, admin_password: bool) -> Bundle {
     // Set by hand in the host's config (init keeps it across re-runs): the Pod needs it too.
     if let (Some(w), Some(f)) = (pod.waiting_jobs.as_mut(), abs.waiting_jobs.as_ref()) {
         w.token_file = put(keys::WAITING_JOBS_TOKEN, &f.token_file);
+    }
+    if let (Some(c), Some(f)) = (pod.cache.as_mut(), abs.cache.as_ref()) {
+        if let (Some(creds), Some(file)) = (c.s3_credentials_file.as_mut(), &f.s3_credentials_file)
+        {
+            *creds = put(keys::CACHE_S3_CREDENTIALS, file);
+        }
+        // The host's directory is not in the Pod: the cache-volume component's claim is.
+        if let Some(dir) = c.dir.as_mut() {
+            *dir = PathBuf::from(CACHE_DIR);
+        }
     }
     pod.cluster.kubeconfig = None;
     pod.facade.listen = SocketAddr::from(([0, 0, 0, 0], FACADE_PORT));
@@ -247,6 +261,29 @@ mod tests {
         named(pod.gitea.ca_file.as_ref().unwrap());
         named(&pod.webhook.as_ref().unwrap().secret_file);
         named(&pod.waiting_jobs.as_ref().unwrap().token_file);
+        assert_eq!(
+            pod.cache.as_ref().unwrap().dir.as_deref(),
+            Some(Path::new(CACHE_DIR)),
+            "the cache-volume component's mount"
+        );
+        let mut s3 = host();
+        s3.cache = Some(crate::cache::settings::Cache {
+            dir: None,
+            s3_bucket: Some("ci-cache".into()),
+            s3_credentials_file: Some("/root/s3.credentials".into()),
+            ..crate::cache::settings::Cache::in_dir("unused")
+        });
+        let b3 = plan(&s3, Path::new("/root/dispatch"), false);
+        let pod3 = b3.config.clone().resolved(Path::new(MOUNT_DIR));
+        assert_eq!(
+            pod3.cache.unwrap().s3_credentials_file.unwrap(),
+            Path::new(MOUNT_DIR).join(keys::CACHE_S3_CREDENTIALS)
+        );
+        assert!(
+            b3.entries
+                .iter()
+                .any(|e| e.key == keys::CACHE_S3_CREDENTIALS)
+        );
         for user in [users::PRODUCER, users::WORKER] {
             named(&permissions::password_file(&pod.nats.secrets_dir, user));
         }

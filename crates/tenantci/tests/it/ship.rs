@@ -240,8 +240,9 @@ fn the_monitoring_component_scrapes_the_metrics_listener_and_carries_the_tested_
     );
 }
 
-/// Every kustomization renders with kubectl's kustomize; the base and the locked-down overlay
-/// (built-in kinds only: the webhook and network-policy components) pass `kubectl apply
+/// Every kustomization renders with kubectl's kustomize; the base, the locked-down overlay
+/// (built-in kinds only: the webhook and network-policy components) and the cache overlay (a
+/// PersistentVolumeClaim) pass `kubectl apply
 /// --dry-run=server` at the simulator, which validates them against its OpenAPI (fields
 /// strictly) and stores nothing. The overlays with CRDs (External Secrets, SPIRE, Prometheus
 /// Operator) are rendered only here: the simulator serves none of those CRDs (`crd_schemas`
@@ -271,7 +272,11 @@ fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
             .status
             .success()
     );
-    for dir in ["manifests/dispatch", "manifests/overlays/locked-down"] {
+    for dir in [
+        "manifests/dispatch",
+        "manifests/overlays/locked-down",
+        "manifests/overlays/cache",
+    ] {
         let objects = kustomize(dir);
         let docs: Vec<String> = objects
             .iter()
