@@ -177,17 +177,40 @@ pub fn apply(
         m.remove("resourceVersion");
     }
     strategic_merge(&mut merged, &cfg);
-    entries.retain(|e| !is_mine(e));
-    entries.push(Entry {
+    // A no-op apply (same fields, same object) keeps its entry's time, as kube-apiserver does:
+    // a new time would make it a write, a new resourceVersion and a watch event for nothing.
+    let time = entries
+        .iter()
+        .find(|e| is_mine(e))
+        .filter(|e| {
+            e.fields == claimed
+                && e.api_version == api_version
+                && without_managed_fields(&merged) == without_managed_fields(live_v)
+        })
+        .map_or_else(crate::ids::now, |e| e.time.clone());
+    let mine = Entry {
         manager: manager.to_string(),
         operation: "Apply".into(),
         api_version: api_version.to_string(),
-        time: crate::ids::now(),
+        time,
         subresource: String::new(),
         fields: claimed,
-    });
+    };
+    // In its place, so that a no-op apply leaves the list as it was.
+    match entries.iter().position(is_mine) {
+        Some(i) => entries[i] = mine,
+        None => entries.push(mine),
+    }
     write(&mut merged, &entries);
     Ok(merged)
+}
+
+fn without_managed_fields(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    o
 }
 
 /// Gives the fields a non-apply write set or changed to `manager` (operation Update).
@@ -240,6 +263,22 @@ mod tests {
     use super::*;
 
     const ID: (&str, &str, &str) = ("configmaps", "", "c");
+
+    #[test]
+    fn a_no_op_apply_keeps_its_time_and_a_change_takes_a_new_one() {
+        let cfg = json!({"metadata": {"name": "c"}, "data": {"k": "1"}});
+        let mut live = apply(None, &cfg, "m", false, "v1", ID).unwrap();
+        // As if the first apply were a second or more ago.
+        live["metadata"]["managedFields"][0]["time"] = json!("2020-01-01T00:00:00Z");
+        let again = apply(Some(&live), &cfg, "m", false, "v1", ID).unwrap();
+        assert_eq!(again, live, "nothing changed, nothing to write");
+        let cfg2 = json!({"metadata": {"name": "c"}, "data": {"k": "2"}});
+        let changed = apply(Some(&live), &cfg2, "m", false, "v1", ID).unwrap();
+        assert_ne!(
+            changed["metadata"]["managedFields"][0]["time"],
+            json!("2020-01-01T00:00:00Z")
+        );
+    }
 
     #[test]
     fn apply_conflicts_with_another_manager_unless_forced() {

@@ -125,12 +125,16 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
         gitea,
     };
     proxy::check(&cfg)?;
+    // The handlers are installed here, before the listening line, not when `serve` first
+    // polls the future: a SIGTERM that arrives after the line but before that poll (a busy
+    // machine, a connection accepted first) would otherwise kill the proxy by default.
+    use tokio::signal::unix::{SignalKind, signal};
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
     let shutdown = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
+        match handlers {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => {}
