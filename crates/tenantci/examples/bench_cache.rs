@@ -1,7 +1,8 @@
 //! Cache benchmark (issue 29): a restore of MIB MiB through tenantci (the executor's
 //! `tenantci executor-proxy` -> the cache on the facade's HTTPS listener -> a directory store)
-//! against reading the same bytes from that directory directly, in one run, alternating which
-//! goes first; then four executors (four proxies) restoring at once, with the peak resident
+//! against reading the same bytes from that directory directly, in one run, rotating which
+//! goes first; a third path, the cache's HTTPS listener without the proxy, shows what each
+//! hop costs; then four executors (four proxies) restoring at once, with the peak resident
 //! set (VmHWM) of the process serving the cache.
 //!
 //! The cache runs in a child process of its own (this example, `BENCH_CACHE_SERVE=DIR`): the
@@ -217,6 +218,16 @@ async fn main() {
         .map(|(_, a)| format!("{a}{}/{g}/_apis/artifactcache", protocol::PREFIX))
         .collect();
     let http = reqwest::Client::new();
+    // The same restore with the job's hop left out: straight to the cache over TLS, HTTP/1.1
+    // as the proxy's cache road speaks it.
+    let https = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap())
+        .http1_only()
+        .build()
+        .unwrap();
+    let facade_api = format!("{facade}{}/{g}/_apis/artifactcache", protocol::PREFIX);
     progress(&format!("saving {mib} MiB"));
     save(&http, &apis[0], "bench", mib).await;
     let idle_rss = peak_rss_kib(server.pid());
@@ -224,22 +235,21 @@ async fn main() {
     // Warm-up each (page cache, connections), then rounds alternating the order.
     read_store(&store).await;
     restore(&http, &apis[0], "bench").await;
-    let (mut direct, mut through) = (Vec::new(), Vec::new());
+    restore(&https, &facade_api, "bench").await;
+    // One list of timings per path: 0 the directory, 1 through the proxy, 2 the cache alone.
+    let mut times: [Vec<f64>; 3] = Default::default();
     for round in 0..rounds {
         progress(&format!("round {}/{rounds}", round + 1));
-        let d = || read_store(&store);
-        let t = || restore(&http, &apis[0], "bench");
-        let (a, b) = if round % 2 == 0 {
-            let a = d().await;
-            (a, t().await)
-        } else {
-            let b = t().await;
-            (d().await, b)
-        };
-        assert_eq!(a.1, (mib << 20) as u64);
-        assert_eq!(b.1, (mib << 20) as u64);
-        direct.push(a.0);
-        through.push(b.0);
+        for i in 0..3 {
+            let path = (round + i) % 3;
+            let (secs, bytes) = match path {
+                0 => read_store(&store).await,
+                1 => restore(&http, &apis[0], "bench").await,
+                _ => restore(&https, &facade_api, "bench").await,
+            };
+            assert_eq!(bytes, (mib << 20) as u64);
+            times[path].push(secs);
+        }
     }
     progress("four executors at once");
     let start = Instant::now();
@@ -257,8 +267,9 @@ async fn main() {
     }
     server.kill();
 
-    let (d, t) = (median(direct), median(through));
-    let (d_rate, t_rate) = (mib as f64 / d, mib as f64 / t);
+    let [direct, through, alone] = times;
+    let (d, t, c) = (median(direct), median(through), median(alone));
+    let (d_rate, t_rate, c_rate) = (mib as f64 / d, mib as f64 / t, mib as f64 / c);
     println!("| path | median of {rounds} restores of {mib} MiB (s) | MiB/s | ratio |");
     println!("|---|---:|---:|---:|");
     println!(
@@ -267,6 +278,10 @@ async fn main() {
     println!(
         "| through `executor-proxy` and the cache (HTTPS) | {t:.3} | {t_rate:.0} | **{:.2}x** |",
         t_rate / d_rate
+    );
+    println!(
+        "| the cache's HTTPS listener alone, no proxy (one hop) | {c:.3} | {c_rate:.0} | {:.2}x |",
+        c_rate / d_rate
     );
     println!();
     println!(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use serde::Deserialize;
@@ -122,11 +122,15 @@ struct LookupQuery {
 }
 
 /// Where the job reaches this cache: the executor-proxy says so in `x-forwarded-*`; a direct
-/// caller reached the facade's own address.
-fn base_url(headers: &HeaderMap, grant: &str) -> String {
+/// caller reached the facade's own address (its `Host`, or over h2 the `:authority` hyper
+/// keeps in the URI).
+fn base_url(headers: &HeaderMap, uri: &Uri, grant: &str) -> String {
     let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let proto = h("x-forwarded-proto").unwrap_or("https");
-    let host = h("x-forwarded-host").or(h("host")).unwrap_or("localhost");
+    let host = h("x-forwarded-host")
+        .or(h("host"))
+        .or(uri.authority().map(|a| a.as_str()))
+        .unwrap_or("localhost");
     format!("{proto}://{host}{PREFIX}/{grant}/_apis/artifactcache")
 }
 
@@ -135,6 +139,7 @@ async fn lookup(
     UrlPath(presented): UrlPath<String>,
     Query(q): Query<LookupQuery>,
     headers: HeaderMap,
+    uri: Uri,
 ) -> Answer {
     let (_, repo) = repository(&cache, &presented)?;
     let keys: Vec<&str> = q
@@ -172,7 +177,7 @@ async fn lookup(
     }
     let body = serde_json::json!({
         "result": "hit",
-        "archiveLocation": format!("{}/artifacts/{}", base_url(&headers, &presented), found.id),
+        "archiveLocation": format!("{}/artifacts/{}", base_url(&headers, &uri, &presented), found.id),
         "cacheKey": found.key,
     });
     Ok(axum::Json(body).into_response())
@@ -407,5 +412,29 @@ mod tests {
         .unwrap();
         let resp = tower::ServiceExt::oneshot(app, req).await.unwrap();
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    #[test]
+    fn the_archive_location_names_where_the_job_reached_the_cache() {
+        let mut headers = HeaderMap::new();
+        let h2: Uri = "https://10.0.0.7:8443/x".parse().unwrap();
+        // An h2 caller sends no Host: its :authority is in the URI.
+        assert_eq!(
+            base_url(&headers, &h2, "g"),
+            format!("https://10.0.0.7:8443{PREFIX}/g/_apis/artifactcache")
+        );
+        headers.insert("host", "facade:8443".parse().unwrap());
+        let h1: Uri = "/x".parse().unwrap();
+        assert_eq!(
+            base_url(&headers, &h1, "g"),
+            format!("https://facade:8443{PREFIX}/g/_apis/artifactcache")
+        );
+        // Through the executor's proxy: the job's own address.
+        headers.insert("x-forwarded-proto", "http".parse().unwrap());
+        headers.insert("x-forwarded-host", "127.0.0.1:8431".parse().unwrap());
+        assert_eq!(
+            base_url(&headers, &h2, "g"),
+            format!("http://127.0.0.1:8431{PREFIX}/g/_apis/artifactcache")
+        );
     }
 }

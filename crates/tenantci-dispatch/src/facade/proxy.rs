@@ -164,7 +164,11 @@ fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
 /// total timeout (a restore of gigabytes), only silence bounded; not retried (an upload's
 /// body is gone once sent, and the toolkit retries its own calls).
 fn cache_road(cfg: &ProxyConfig) -> Result<Passthrough> {
+    // HTTP/1.1 even where the facade offers h2: a restore is one large stream, and h2's 16 KiB
+    // frames and flow-control windows halved its rate (615 against 1178 MiB/s in one hop,
+    // docs/benchmarks/cache.md); the job's own concurrent requests get a connection each.
     let http = facade_client(cfg)?
+        .http1_only()
         .read_timeout(passthrough::READ_TIMEOUT)
         .no_gzip()
         .no_brotli()
