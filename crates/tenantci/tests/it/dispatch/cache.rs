@@ -4,6 +4,7 @@
 //! the executor-proxy started from the Pod spec the dispatcher wrote; and raw HTTP for every
 //! bad input the toolkit never sends.
 
+use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -11,10 +12,12 @@ use serde_json::Value;
 use tenantci_core::forge::gitea::json::struct_to_json;
 use tenantci_dispatch::backend::spec::CONFIG_KEY;
 use tenantci_dispatch::cache::settings::Cache as CacheSettings;
+use tenantci_testkit::boot::BootedSandbox;
 use tenantci_testkit::executor::{Executor, PodProxy};
+use tenantci_testkit::wait::eventually;
 
 use super::harness::World;
-use crate::util::{scratch, tenantci};
+use crate::util::{bin, scratch, tenantci};
 
 /// The `@actions/cache` release actions/cache@v4 bundles; scripts/lib/ensure.sh pins the same.
 const ACTIONS_CACHE: &str = "4.0.5";
@@ -67,53 +70,84 @@ fn actions_cache_modules() -> PathBuf {
 /// One task of `repository`: its executor's proxy and the job's cache environment.
 struct Job {
     task: i64,
-    /// The executor's proxy, running as long as the job (dropped: stopped).
-    _proxy: PodProxy,
+    /// What carries the job's calls, running as long as the job (dropped: stopped): the proxy
+    /// started from its Pod spec, or its VM sandbox's boot script with the proxy it started.
+    _road: Box<dyn Any>,
     ex: Executor,
     /// `ACTIONS_CACHE_URL` (the runner config's `cache.external_server`, at this proxy).
     cache_url: String,
     runtime_token: String,
 }
 
+/// Creates a job of `repository` at the Gitea double, for the backend `label` selects; its id.
+async fn post_job(w: &World, name: &str, repository: &str, label: &str) -> i64 {
+    let resp = w
+        .http()
+        .post(format!("{}/jobs", w.gitea.admin_url))
+        .json(&serde_json::json!({
+            "name": name,
+            "runs_on": ["self-hosted", label],
+            "workflow_payload": format!("name: {name}\njobs:\n  build:\n    runs-on: [self-hosted, {label}]\n    steps:\n      - run: make\n"),
+            "context": {"repository": repository},
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    resp.json::<Value>().await.unwrap()["job_id"]
+        .as_i64()
+        .unwrap()
+}
+
+/// The runner config's `cache.external_server`, checked to be at the proxy's address `at`.
+fn external_server(config: &[u8], at: &str) -> String {
+    let config: serde_yaml::Value = serde_yaml::from_slice(config).unwrap();
+    let server = config["cache"]["external_server"]
+        .as_str()
+        .expect("the runner config names the shared cache")
+        .to_string();
+    assert!(
+        server.starts_with(&format!("{at}/_tenantci/cache/")) && server.ends_with('/'),
+        "{server}"
+    );
+    server
+}
+
 impl Job {
     async fn start(w: &World, name: &str, repository: &str) -> Job {
-        let resp = w
-            .http()
-            .post(format!("{}/jobs", w.gitea.admin_url))
-            .json(&serde_json::json!({
-                "name": name,
-                "runs_on": ["self-hosted", "pod"],
-                "workflow_payload": format!("name: {name}\njobs:\n  build:\n    runs-on: [self-hosted, pod]\n    steps:\n      - run: make\n"),
-                "context": {"repository": repository},
-            }))
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success());
-        let job = resp.json::<Value>().await.unwrap()["job_id"]
-            .as_i64()
-            .unwrap();
-        let task = w.claimed(job).await;
+        let task = w.claimed(post_job(w, name, repository, "pod").await).await;
         let (secret, pod) = w.objects(task).await;
-        let config: serde_yaml::Value =
-            serde_yaml::from_slice(&secret.data.as_ref().unwrap()[CONFIG_KEY].0).unwrap();
-        let server = config["cache"]["external_server"]
-            .as_str()
-            .expect("the runner config names the shared cache")
-            .to_string();
-        assert!(
-            server.starts_with("http://127.0.0.1:8431/_tenantci/cache/") && server.ends_with('/'),
-            "{server}"
-        );
+        let config = &secret.data.as_ref().unwrap()[CONFIG_KEY].0;
+        let server = external_server(config, "http://127.0.0.1:8431");
         let proxy = PodProxy::start(tenantci(), &secret, &pod);
         let cache_url = server.replace("http://127.0.0.1:8431", &proxy.address);
         let ex = Executor::through(&secret, &proxy);
+        Job::fetched(task, Box::new(proxy), ex, cache_url).await
+    }
+
+    /// The same on a VM sandbox: its boot script run for real, the test as its job.
+    async fn start_vm(w: &World, name: &str, repository: &str) -> Job {
+        let task = w.claimed(post_job(w, name, repository, "vm").await).await;
+        let sandbox = eventually("the task's VM sandbox", || async {
+            w.sandboxes_of(task).await.into_iter().next()
+        })
+        .await;
+        let booted = BootedSandbox::boot(&bin(), &sandbox, "true\n");
+        let config = std::fs::read(booted.vm_dir.join("config.yaml")).unwrap();
+        // The boot script's proxy listens on a relocated port (tenantci_testkit::boot).
+        let cache_url = external_server(&config, &booted.address);
+        let ex = booted.executor();
+        Job::fetched(task, Box::new(booted), ex, cache_url).await
+    }
+
+    /// Fetches the task through `road` as the runner would: the job's runtime token.
+    async fn fetched(task: i64, road: Box<dyn Any>, ex: Executor, cache_url: String) -> Job {
         let fetched = ex.fetch().await;
         let context = struct_to_json(fetched.context.as_ref().unwrap());
         let runtime_token = context["gitea_runtime_token"].as_str().unwrap().to_string();
         Job {
             task,
-            _proxy: proxy,
+            _road: road,
             ex,
             cache_url,
             runtime_token,
@@ -306,6 +340,41 @@ async fn the_toolkit_saves_and_restores_within_its_repository_across_restarts() 
     demo2.finish(&w).await;
     drop(d2);
     drop(d);
+}
+
+/// The cache from VM sandboxes: the boot script's proxy carries the toolkit's calls with the
+/// grant its sealed config names; an entry a VM job saved is missed by another repository's VM
+/// job and restored by its own repository's next job on a Pod (one cache for both backends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_job_s_entry_is_restored_by_its_repository_s_next_job_on_a_pod() {
+    let mut w = super::vm::world(1, 1).await;
+    let store = scratch();
+    with_cache(&mut w, &store.path().join("cache"), 1024, 512);
+    let d = w.dispatcher("d1").await;
+
+    let vm = Job::start_vm(&w, "vm-demo", "sim/demo").await;
+    assert_eq!(vm.restore(&["deps-vm-1"]).await, None);
+    vm.save("deps-vm-1", "saved in a vm").await;
+    vm.finish(&w).await;
+    drop(vm);
+
+    let other = Job::start_vm(&w, "vm-other", "sim/other").await;
+    assert_eq!(other.restore(&["deps-vm-1"]).await, None);
+    assert_eq!(other.restore(&["deps-"]).await, None);
+    other.finish(&w).await;
+    drop(other);
+
+    let pod = Job::start(&w, "pod-demo", "sim/demo").await;
+    assert_eq!(
+        pod.restore(&["deps-vm-2", "deps-vm-"]).await,
+        Some(("deps-vm-1".into(), "saved in a vm".into()))
+    );
+    pod.finish(&w).await;
+    assert_eq!(
+        d.metric("tenantci_dispatch_cache_hits_total").await,
+        Some(1.0)
+    );
+    w.no_sandboxes_left().await;
 }
 
 /// A refusal's status, and its JSON sentence containing `says`.
