@@ -6,7 +6,7 @@
 //! - `index`: entries, lookups and range checks (pure);
 //! - `storage`: the object store (a directory or an S3 bucket), laid out per repository;
 //! - `eviction`: which entries go (pure); `protocol`: the HTTP routes;
-//! - `settings`: `[cache]` of the config.
+//! - `settings`: `[cache]` of the config; `init`: the section `dispatch init`'s flags give.
 //!
 //! Why here: the dispatcher already holds the capability key that makes the grants, and is
 //! already reached by every executor (Pod or VM) through its proxy; a separate service would
@@ -15,6 +15,7 @@
 pub mod eviction;
 pub mod grant;
 pub mod index;
+pub mod init;
 pub mod protocol;
 pub mod settings;
 pub mod storage;

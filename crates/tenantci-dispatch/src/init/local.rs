@@ -97,6 +97,9 @@ pub fn check(i: &Inputs) -> Result<Local> {
     if let Some(vm) = &config.vm {
         crate::backend::vm::api::client(vm)?;
     }
+    if let Some(cache) = &config.cache {
+        check_cache(cache)?;
+    }
     Ok(Local {
         checked,
         registration,
@@ -226,6 +229,29 @@ fn check_kept_keys(p: &plan::Paths) -> Result<()> {
         SealingKey::load_or_create(&p.sealing_key)?;
     }
     Ok(())
+}
+
+/// What `run` would refuse at start about the cache, refused now and without a write: a bucket
+/// client built from the settings (its credentials file read, no request sent), or a directory
+/// path that is not one (`run` creates a missing one).
+fn check_cache(cache: &crate::cache::settings::Cache) -> Result<()> {
+    if let Some(dir) = &cache.dir {
+        if dir.exists() && !dir.is_dir() {
+            return Err(Error::bad_input(format!(
+                "the cache directory {} exists and is not a directory",
+                dir.display()
+            ))
+            .hint("pass --cache-dir naming a directory (created if missing)"));
+        }
+        return Ok(());
+    }
+    crate::cache::storage::Storage::open(cache)
+        .map(drop)
+        .map_err(|why| {
+            Error::bad_input(why).hint(
+                "fix --cache-s3-* (a 0600 credentials file: the access key id, then the secret key)",
+            )
+        })
 }
 
 #[cfg(test)]

@@ -76,6 +76,8 @@ pub struct Inputs {
     pub vm: crate::backend::vm::init::VmInputs,
     /// Executor identity's flags (`--spiffe-*`).
     pub identity: crate::identity::init::IdentityInputs,
+    /// The shared actions cache's flags (`--cache-*`).
+    pub cache: crate::cache::init::CacheInputs,
     pub out: PathBuf,
     /// `--apply-secret`: apply the ConfigMap and Secret the in-cluster Deployment mounts
     /// (`in_cluster`) with the admin client.
@@ -447,9 +449,9 @@ pub fn config(
             &i.cluster,
             i.vm.opensandbox_url.is_some(),
         )?,
-        // An operator's section (docs/runbooks/gitea-dispatcher.md, "The shared actions
-        // cache"): kept across re-runs of init, never added by it.
-        cache: tuning.and_then(|e| e.cache.clone()),
+        // `--cache-dir` / `--cache-s3-bucket` turn it on; without them an existing section
+        // (an operator's or an earlier init's) is kept across re-runs.
+        cache: crate::cache::init::section(&i.cache, tuning.and_then(|e| e.cache.as_ref()))?,
     })
 }
 
@@ -487,6 +489,7 @@ pub(crate) mod tests {
             credential_valid_for: "720h".into(),
             vm: Default::default(),
             identity: Default::default(),
+            cache: Default::default(),
             out: "/etc/tenantci/dispatch/config.toml".into(),
             apply_secret: false,
             secret_out: None,

@@ -94,6 +94,8 @@ pub struct InitArgs {
     pub vm: VmArgs,
     #[command(flatten)]
     pub identity: IdentityArgs,
+    #[command(flatten)]
+    pub cache: CacheArgs,
     /// The config file to write; the files it names go beside it.
     #[arg(long, value_name = "CONFIG.toml")]
     pub out: PathBuf,
@@ -259,6 +261,37 @@ pub struct WebhookArgs {
     /// ignored); 0600. Gitea signs every delivery with it; unsigned ones are refused.
     #[arg(long, value_name = "FILE", requires = "webhook_listen")]
     pub webhook_secret_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Shared actions cache (per repository)")]
+pub struct CacheArgs {
+    /// Turn the shared actions cache on, its entries in DIR (created by `dispatch run`; in the
+    /// cluster the Pod's config names the cache-volume component's claim instead): every
+    /// executor's actions/cache and setup-* caching then hit across tasks, each repository
+    /// seeing only its own entries. Default: the existing config's [cache], else none.
+    #[arg(long, value_name = "DIR", conflicts_with = "cache_s3_bucket")]
+    pub cache_dir: Option<PathBuf>,
+    /// Keep the cache's entries in an S3-compatible bucket instead (what several replicas
+    /// share).
+    #[arg(long, value_name = "NAME")]
+    pub cache_s3_bucket: Option<String>,
+    /// The bucket's endpoint (MinIO, Ceph RGW, Garage; http:// allowed). Default: AWS for the
+    /// region.
+    #[arg(long, value_name = "URL", requires = "cache_s3_bucket")]
+    pub cache_s3_endpoint: Option<String>,
+    /// The bucket's region. Default: AWS_REGION.
+    #[arg(long, value_name = "REGION", requires = "cache_s3_bucket")]
+    pub cache_s3_region: Option<String>,
+    /// File (0600) with the access key id on its first line and the secret key on its second.
+    /// Default: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in `dispatch run`'s environment.
+    #[arg(long, value_name = "FILE", requires = "cache_s3_bucket")]
+    pub cache_s3_credentials_file: Option<PathBuf>,
+    /// All repositories' entries together; past it the least recently restored go (an
+    /// entry's own limit is lowered to it if larger). Default: the existing config's, else
+    /// 10240.
+    #[arg(long, value_name = "MIB")]
+    pub cache_max_size_mib: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -461,6 +494,14 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             server_address: a.identity.spiffe_server.clone(),
             server_id: a.identity.spiffe_server_id.clone(),
             class_name: a.identity.spiffe_class_name.clone(),
+        },
+        cache: tenantci_dispatch::cache::init::CacheInputs {
+            dir: a.cache.cache_dir.clone(),
+            s3_bucket: a.cache.cache_s3_bucket.clone(),
+            s3_endpoint: a.cache.cache_s3_endpoint.clone(),
+            s3_region: a.cache.cache_s3_region.clone(),
+            s3_credentials_file: a.cache.cache_s3_credentials_file.clone(),
+            max_size_mib: a.cache.cache_max_size_mib,
         },
         out: a.out.clone(),
         apply_secret: a.apply_secret,

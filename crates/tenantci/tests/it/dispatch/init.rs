@@ -1025,3 +1025,90 @@ fn init_refuses_a_version_of_neither_forge_and_forge_overrides_it() {
     let o = s.init("e", &[], &["--forge", "gitlab"]);
     assert_exit(&o, 2);
 }
+
+/// `--cache-*` turn the shared cache on: bad ones are refused before anything is written or
+/// registered (a credentials file open to others, a size with no cache to size); `--cache-dir`
+/// writes `[cache]` with the directory made absolute and the default limits, without creating
+/// it (`run` does); a re-run without the flags keeps the section and its tuned size; a bucket
+/// replaces the directory and keeps the limits.
+#[test]
+fn init_turns_the_shared_cache_on_from_its_flags_and_a_rerun_keeps_it() {
+    let s = setup();
+    let open = s.root.join("s3-open.credentials");
+    std::fs::write(&open, "AKID\nsecret-key-value\n").unwrap();
+    let refused = [
+        (
+            vec![
+                "--cache-s3-bucket",
+                "ci-cache",
+                "--cache-s3-credentials-file",
+                open.to_str().unwrap(),
+            ],
+            "S3 credentials file",
+        ),
+        (
+            vec!["--cache-max-size-mib", "100"],
+            "no shared cache to size",
+        ),
+    ];
+    for (extra, says) in refused {
+        let o = s.init("refused", &[], &extra);
+        assert_exit(&o, 2);
+        let err = stderr(&o);
+        assert!(err.contains(says) && err.contains("help:"), "{err}");
+        assert!(!err.contains("secret-key-value"), "{err}");
+        assert!(!s.root.join("refused").exists(), "nothing written");
+    }
+    assert!(s.runners().is_empty(), "nothing registered");
+
+    let dir = s.root.join("actions-cache");
+    let o = s.init(
+        "d",
+        &[],
+        &[
+            "--cache-dir",
+            dir.to_str().unwrap(),
+            "--cache-max-size-mib",
+            "1024",
+        ],
+    );
+    assert_exit(&o, 0);
+    let cache = |name: &str| {
+        tenantci_dispatch::config::Config::load(&s.out(name))
+            .unwrap()
+            .cache
+    };
+    let on = cache("d").expect("a [cache] section");
+    assert_eq!(on.dir.as_deref(), Some(dir.as_path()));
+    assert_eq!((on.max_size_mib, on.max_entry_size_mib), (1024, 1024));
+    assert!(!dir.exists(), "init creates no cache directory");
+
+    assert_exit(&s.init("d", &[], &[]), 0);
+    assert_eq!(cache("d"), Some(on.clone()), "a re-run keeps the section");
+
+    let private = s.root.join("s3.credentials");
+    tenantci_core::fsutil::write_atomic(&private, b"AKID\nsecret-key-value\n", 0o600).unwrap();
+    let o = s.init(
+        "d",
+        &[],
+        &[
+            "--cache-s3-bucket",
+            "ci-cache",
+            "--cache-s3-endpoint",
+            "http://127.0.0.1:9000",
+            "--cache-s3-credentials-file",
+            private.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&o, 0);
+    let bucket = cache("d").unwrap();
+    assert_eq!(
+        (bucket.dir, bucket.s3_bucket.as_deref(), bucket.max_size_mib),
+        (None, Some("ci-cache"), 1024)
+    );
+    let text = std::fs::read_to_string(s.out("d")).unwrap();
+    assert!(
+        !text.contains("secret-key-value"),
+        "the key stays in its file"
+    );
+}
