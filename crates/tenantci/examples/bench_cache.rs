@@ -267,6 +267,19 @@ async fn main() {
     }
     server.kill();
 
+    report(rounds, mib, times, four, idle_rss, peak_rss);
+}
+
+/// The Markdown table: per path (0 the directory, 1 through the proxy, 2 the cache alone) the
+/// median restore, then the four-at-once line with the cache server's RSS (KiB in).
+fn report(
+    rounds: usize,
+    mib: usize,
+    times: [Vec<f64>; 3],
+    four: f64,
+    idle_rss: u64,
+    peak_rss: u64,
+) {
     let [direct, through, alone] = times;
     let (d, t, c) = (median(direct), median(through), median(alone));
     let (d_rate, t_rate, c_rate) = (mib as f64 / d, mib as f64 / t, mib as f64 / c);
