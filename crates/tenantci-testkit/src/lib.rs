@@ -7,8 +7,10 @@
 //! - [`nats`]: a real nats-server with the queue's generated users.
 //! - [`dispatch`]: `tenantci dispatch init` as the benchmarks run it.
 //! - [`boot`]: a VM sandbox's boot script run for real with `/bin/sh`.
+//! - [`cache`]: the shared cache's HTTP calls one at a time.
 //! - [`executor`]: a Gitea executor played from the executor Secret's files.
 //! - [`forward`]: a fixed address in front of a server that restarts on another port.
+//! - [`tls_front`]: an HTTPS front for a plain-HTTP double.
 //! - [`kube`]: kubectl and kube-rs clients as a given identity.
 //! - [`process`]: child processes that never outlive the test, and ready lines.
 //! - [`wait`]: `eventually`, for conditions that have no event to wait on.
@@ -19,6 +21,7 @@
 //! tests know its path (`CARGO_BIN_EXE_tenantci`), a benchmark takes it as an argument.
 
 pub mod boot;
+pub mod cache;
 pub mod dispatch;
 pub mod executor;
 pub mod forward;

@@ -24,6 +24,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tenantci_dispatch::cache::{Cache, grant, protocol, settings};
 use tenantci_dispatch::facade::capability::CapabilityKey;
+use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::process::{Process, first_line, peak_rss_kib};
 
 const REPOSITORY: &str = "bench/repo";
@@ -64,48 +65,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Saves `mib` MiB under `key` through `api` (one PATCH, streamed).
 async fn save(http: &reqwest::Client, api: &str, key: &str, mib: usize) {
-    let size = (mib << 20) as u64;
-    let reserved: Value = http
-        .post(format!("{api}/caches"))
-        .json(&serde_json::json!({"key": key, "version": "v1", "cacheSize": size}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = reserved["cacheId"].as_u64().expect("a cache id");
     let body = futures::stream::iter(0..mib)
         .map(|i| Ok::<_, std::io::Error>(vec![(i % 251) as u8; CHUNK]));
-    let up = http
-        .patch(format!("{api}/caches/{id}"))
-        .header("content-range", format!("bytes 0-{}/*", size - 1))
-        .body(reqwest::Body::wrap_stream(body))
-        .send()
-        .await
-        .unwrap();
-    assert!(up.status().is_success(), "upload: {}", up.status());
-    let done = http
-        .post(format!("{api}/caches/{id}"))
-        .json(&serde_json::json!({"size": size}))
-        .send()
-        .await
-        .unwrap();
-    assert!(done.status().is_success(), "commit: {}", done.status());
+    raw(http, api)
+        .save(key, (mib << 20) as u64, reqwest::Body::wrap_stream(body))
+        .await;
 }
 
 /// Restores `key` through `api` as the toolkit does (lookup, then a GET of the location);
 /// seconds and bytes.
 async fn restore(http: &reqwest::Client, api: &str, key: &str) -> (f64, u64) {
     let start = Instant::now();
-    let hit: Value = http
-        .get(format!("{api}/cache?keys={key}&version=v1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let hit: Value = raw(http, api).lookup(key).await.json().await.unwrap();
     let mut body = http
         .get(hit["archiveLocation"].as_str().expect("a hit"))
         .send()
@@ -117,6 +88,13 @@ async fn restore(http: &reqwest::Client, api: &str, key: &str) -> (f64, u64) {
         n += chunk.unwrap().len() as u64;
     }
     (start.elapsed().as_secs_f64(), n)
+}
+
+fn raw(http: &reqwest::Client, api: &str) -> RawCache {
+    RawCache {
+        http: http.clone(),
+        api: api.to_string(),
+    }
 }
 
 /// Reads every part file under `dir` (the same bytes, straight from the storage).

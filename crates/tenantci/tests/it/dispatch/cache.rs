@@ -13,6 +13,7 @@ use tenantci_core::forge::gitea::json::struct_to_json;
 use tenantci_dispatch::backend::spec::CONFIG_KEY;
 use tenantci_dispatch::cache::settings::Cache as CacheSettings;
 use tenantci_testkit::boot::BootedSandbox;
+use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::eventually;
 
@@ -283,24 +284,19 @@ async fn the_toolkit_saves_and_restores_within_its_repository_across_restarts() 
     );
 
     // kill -9 in the middle of an upload: no half entry, the committed one intact.
-    let api = format!("{}_apis/artifactcache", demo2.cache_url);
-    let http = w.http();
-    let reserved: Value = http
-        .post(format!("{api}/caches"))
-        .json(&serde_json::json!({"key": "half", "version": "v1", "cacheSize": 4 << 20}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = reserved["cacheId"].as_u64().unwrap();
+    let raw = RawCache {
+        http: w.http().clone(),
+        api: format!("{}_apis/artifactcache", demo2.cache_url),
+    };
+    let id = raw.reserved("half", 4 << 20).await;
     let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
     futures::SinkExt::send(&mut tx, Ok(vec![7u8; 2 << 20]))
         .await
         .unwrap();
+    // Sent by hand, not with `raw.patch`: the kill breaks it, which is no failure here.
     let upload = tokio::spawn(
-        http.patch(format!("{api}/caches/{id}"))
+        raw.http
+            .patch(format!("{}/caches/{id}", raw.api))
             .header("content-range", format!("bytes 0-{}/*", (4 << 20) - 1))
             .body(reqwest::Body::wrap_stream(rx))
             .send(),
@@ -314,18 +310,12 @@ async fn the_toolkit_saves_and_restores_within_its_repository_across_restarts() 
     drop(tx);
     let _ = upload.await;
     let d2 = w.dispatcher("d1").await;
-    let lookup = http
-        .get(format!("{api}/cache?keys=half&version=v1"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(lookup.status(), 204, "no half entry is visible");
-    let commit = http
-        .post(format!("{api}/caches/{id}"))
-        .json(&serde_json::json!({"size": 4 << 20}))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(
+        raw.lookup("half").await.status(),
+        204,
+        "no half entry is visible"
+    );
+    let commit = raw.commit(id, 4 << 20).await;
     assert_eq!(commit.status(), 400);
     let why: Value = commit.json().await.unwrap();
     assert!(
@@ -385,67 +375,6 @@ async fn refused(resp: reqwest::Response, status: u16, says: &str) {
     assert!(message.contains(says), "`{message}` names `{says}`");
 }
 
-/// One raw cache call after another, as the toolkit makes them, for what it never sends.
-struct Raw<'a> {
-    http: &'a reqwest::Client,
-    api: String,
-}
-
-impl Raw<'_> {
-    async fn reserve(&self, key: &str, size: u64) -> reqwest::Response {
-        self.http
-            .post(format!("{}/caches", self.api))
-            .json(&serde_json::json!({"key": key, "version": "v1", "cacheSize": size}))
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn reserved(&self, key: &str, size: u64) -> u64 {
-        let r = self.reserve(key, size).await;
-        assert_eq!(r.status(), 200);
-        r.json::<Value>().await.unwrap()["cacheId"]
-            .as_u64()
-            .unwrap()
-    }
-
-    async fn patch(&self, id: u64, start: u64, end: u64, body: Vec<u8>) -> reqwest::Response {
-        self.http
-            .patch(format!("{}/caches/{id}", self.api))
-            .header("content-range", format!("bytes {start}-{end}/*"))
-            .body(body)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn commit(&self, id: u64, size: u64) -> reqwest::Response {
-        self.http
-            .post(format!("{}/caches/{id}", self.api))
-            .json(&serde_json::json!({"size": size}))
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// Reserves, uploads and commits `bytes` under `key`.
-    async fn save(&self, key: &str, bytes: Vec<u8>) -> u64 {
-        let n = bytes.len() as u64;
-        let id = self.reserved(key, n).await;
-        assert_eq!(self.patch(id, 0, n - 1, bytes).await.status(), 200);
-        assert_eq!(self.commit(id, n).await.status(), 200);
-        id
-    }
-
-    async fn lookup(&self, key: &str) -> reqwest::Response {
-        self.http
-            .get(format!("{}/cache?keys={key}&version=v1", self.api))
-            .send()
-            .await
-            .unwrap()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_the_least_recently_used()
  {
@@ -456,12 +385,12 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
     let demo = Job::start(&w, "demo", "sim/demo").await;
     let other = Job::start(&w, "other", "sim/other").await;
     let http = w.http();
-    let a = Raw {
-        http,
+    let a = RawCache {
+        http: http.clone(),
         api: format!("{}_apis/artifactcache", demo.cache_url),
     };
-    let b = Raw {
-        http,
+    let b = RawCache {
+        http: http.clone(),
         api: format!("{}_apis/artifactcache", other.cache_url),
     };
     let proxy = demo
@@ -678,10 +607,10 @@ async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() 
 
 /// The size limit (1 MiB): a second 600 KiB entry pushes out the least recently used, with
 /// every entry restored before it (`small`).
-async fn evicts_the_least_recently_used(a: &Raw<'_>, d: &super::harness::Dispatcher) {
-    let http = a.http;
-    let first = a.save("first", vec![3; 600 << 10]).await;
-    let second = a.save("second", vec![4; 600 << 10]).await;
+async fn evicts_the_least_recently_used(a: &RawCache, d: &super::harness::Dispatcher) {
+    let http = &a.http;
+    let first = a.save("first", 600 << 10, vec![3; 600 << 10]).await;
+    let second = a.save("second", 600 << 10, vec![4; 600 << 10]).await;
     assert_ne!(first, second);
     tenantci_testkit::wait::eventually("the sweep evicted", || async {
         let n = d

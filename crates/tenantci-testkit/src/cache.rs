@@ -1,0 +1,74 @@
+//! The shared cache's HTTP calls one at a time, as `@actions/cache` makes them (reserve, upload
+//! a range, commit, look up): for the inputs the toolkit never sends and for the benchmark's
+//! saves and restores. Each call returns the answer as it came; the caller asserts on it.
+
+use serde_json::Value;
+
+/// One cache API (`ACTIONS_CACHE_URL` + `_apis/artifactcache`), reached with `http`.
+#[derive(Clone)]
+pub struct RawCache {
+    pub http: reqwest::Client,
+    pub api: String,
+}
+
+impl RawCache {
+    pub async fn reserve(&self, key: &str, size: u64) -> reqwest::Response {
+        self.http
+            .post(format!("{}/caches", self.api))
+            .json(&serde_json::json!({"key": key, "version": "v1", "cacheSize": size}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Reserves `size` bytes under `key`; the reservation's id.
+    pub async fn reserved(&self, key: &str, size: u64) -> u64 {
+        let r = self.reserve(key, size).await;
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()["cacheId"]
+            .as_u64()
+            .unwrap()
+    }
+
+    /// Uploads bytes `start..=end` of reservation `id`.
+    pub async fn patch(
+        &self,
+        id: u64,
+        start: u64,
+        end: u64,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.http
+            .patch(format!("{}/caches/{id}", self.api))
+            .header("content-range", format!("bytes {start}-{end}/*"))
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn commit(&self, id: u64, size: u64) -> reqwest::Response {
+        self.http
+            .post(format!("{}/caches/{id}", self.api))
+            .json(&serde_json::json!({"size": size}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Reserves, uploads in one range and commits `size` bytes of `body` under `key`; the id.
+    pub async fn save(&self, key: &str, size: u64, body: impl Into<reqwest::Body>) -> u64 {
+        let id = self.reserved(key, size).await;
+        assert_eq!(self.patch(id, 0, size - 1, body).await.status(), 200);
+        assert_eq!(self.commit(id, size).await.status(), 200);
+        id
+    }
+
+    pub async fn lookup(&self, key: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}/cache?keys={key}&version=v1", self.api))
+            .send()
+            .await
+            .unwrap()
+    }
+}
