@@ -334,12 +334,12 @@ fn register_cache(registry: &mut Registry, c: &CacheMetrics) {
 fn register_expiries(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "facade_cert_expiry_days",
-        "Days until the facade's serving certificate expires (executors cannot connect after it; re-run `tenantci dispatch init`)",
+        "Days until the facade's serving certificate expires (executors cannot connect after it; `tenantci dispatch renew` re-issues it)",
         m.facade_cert.days.clone(),
     );
     registry.register(
         "credential_expiry_days",
-        "Days until the dispatcher's own client certificate (cluster.kubeconfig) expires, by user; the apiserver refuses it after that (a re-run of `tenantci dispatch init` rotates it)",
+        "Days until the dispatcher's own client certificate (cluster.kubeconfig) expires, by user; the apiserver refuses it after that (`tenantci dispatch renew` rotates it)",
         m.credential_days.clone(),
     );
 }
