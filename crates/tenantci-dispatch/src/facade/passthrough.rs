@@ -54,6 +54,21 @@ pub struct Passthrough {
     name: &'static str,
     /// What to check when it does not answer.
     hint: &'static str,
+    /// The request paths carry a secret (the cache grant): never logged.
+    paths_are_secret: bool,
+}
+
+/// The settings of a client that relays a job's requests as they are: redirects handed to the
+/// job, not followed (as a host runner's job sees them); no total timeout, only silence
+/// bounded ([`READ_TIMEOUT`]: uploads and downloads of gigabytes); bodies not decoded (the
+/// upstream decides the encoding, the job's client decodes it).
+pub(crate) fn streaming(b: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+    b.redirect(reqwest::redirect::Policy::none())
+        .read_timeout(READ_TIMEOUT)
+        .no_gzip()
+        .no_brotli()
+        .no_deflate()
+        .no_zstd()
 }
 
 /// Checks `url` is an http(s) URL with a host: `--gitea-url` as the dispatcher writes it.
@@ -75,17 +90,8 @@ impl Passthrough {
     pub fn new(up: &GiteaUpstream) -> Result<Self> {
         check_url(&up.url)?;
         tenantci_core::tls::ensure_crypto_provider();
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            // The job sees Gitea's redirects as a host runner's job does.
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(READ_TIMEOUT)
-            // Gitea decides the encoding; the job's client decodes it.
-            .no_gzip()
-            .no_brotli()
-            .no_deflate()
-            .no_zstd();
+        let mut builder =
+            streaming(reqwest::Client::builder().use_rustls_tls()).connect_timeout(CONNECT_TIMEOUT);
         if let Some(pem) = &up.ca_pem {
             let ca = reqwest::Certificate::from_pem(pem.as_bytes()).map_err(|e| {
                 Error::bad_input("the Gitea CA is not a PEM certificate")
@@ -102,16 +108,19 @@ impl Passthrough {
             base: up.url.trim_end_matches('/').to_string(),
             name: "Gitea",
             hint: "check that the executor can reach it (DNS, NetworkPolicy, its TLS CA in gitea.ca_file)",
+            paths_are_secret: false,
         })
     }
 
-    /// A passthrough over a client built elsewhere (the facade's, for the cache).
+    /// A passthrough over a client built elsewhere (the facade's, for the cache, whose paths
+    /// carry the task's cache grant: its log lines leave the path out).
     pub fn over(http: reqwest::Client, base: &str, name: &'static str, hint: &'static str) -> Self {
         Passthrough {
             http,
             base: base.trim_end_matches('/').to_string(),
             name,
             hint,
+            paths_are_secret: true,
         }
     }
 
@@ -189,8 +198,15 @@ pub async fn stream_to(gitea: &Passthrough, req: Request, extra: HeaderMap) -> R
             answer
         }
         Err(e) => {
-            let error = tenantci_core::error::one_line(&e);
-            tracing::warn!(method = %parts.method, path = parts.uri.path(), %error, upstream = gitea.name, "executor-proxy: the upstream is unreachable");
+            // Without the URL reqwest puts in its message: the sentence names the base and
+            // path itself, and a cache path carries the grant.
+            let error = tenantci_core::error::one_line(&e.without_url());
+            let path = if gitea.paths_are_secret {
+                "(not logged: it carries the cache grant)"
+            } else {
+                parts.uri.path()
+            };
+            tracing::warn!(method = %parts.method, path, %error, upstream = gitea.name, "executor-proxy: the upstream is unreachable");
             let sentence = format!(
                 "executor-proxy: {} at {} did not answer {} {} ({error}); {}\n",
                 gitea.name,

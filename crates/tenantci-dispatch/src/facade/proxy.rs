@@ -167,13 +167,8 @@ fn cache_road(cfg: &ProxyConfig) -> Result<Passthrough> {
     // HTTP/1.1 even where the facade offers h2: a restore is one large stream, and h2's 16 KiB
     // frames and flow-control windows halved its rate (615 against 1178 MiB/s in one hop,
     // docs/benchmarks/cache.md); the job's own concurrent requests get a connection each.
-    let http = facade_client(cfg)?
+    let http = passthrough::streaming(facade_client(cfg)?)
         .http1_only()
-        .read_timeout(passthrough::READ_TIMEOUT)
-        .no_gzip()
-        .no_brotli()
-        .no_deflate()
-        .no_zstd()
         .build()
         .map_err(|e| Error::bad_input("cannot build the facade client").caused_by(e))?;
     Ok(Passthrough::over(
