@@ -32,7 +32,11 @@ pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
             None => return Ok(None),
         },
     };
-    let pem = tenantci_core::input::read_text("the Gitea CA file", &file, MAX_CA)?;
+    let pem = tenantci_core::input::read_text(
+        "the Gitea CA file",
+        &file,
+        crate::run::GITEA_CA_LIMIT,
+    )?;
     if !pem.contains("-----BEGIN CERTIFICATE-----")
         || tenantci_core::pki::inspect::CertInfo::from_pem(&pem).is_err()
     {
@@ -44,9 +48,6 @@ pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
     }
     Ok(Some(pem))
 }
-
-/// The largest CA bundle read (the size `dispatch run` accepts for gitea.ca_file).
-const MAX_CA: u64 = tenantci_core::input::MAX_PEM;
 
 /// The existing config's gitea.ca_file, absolute (an unreadable config is judged later, by
 /// `local::check`).

@@ -89,8 +89,9 @@ struct Inputs {
     waiting_token: Option<tenantci_core::secret::Secret>,
 }
 
-/// The largest Gitea CA file read (a bundle of a few certificates).
-const GITEA_CA_LIMIT: u64 = 256 << 10;
+/// The largest Gitea CA file read (a bundle of a few certificates); `dispatch init` reads
+/// `--gitea-ca` with the same bound, so it never writes a config `run` refuses.
+pub(crate) const GITEA_CA_LIMIT: u64 = 256 << 10;
 
 fn load_inputs(cfg: &Config) -> Result<Inputs> {
     let registration = SchedulerCredential::load(&cfg.gitea.credential_file)?;
