@@ -41,6 +41,19 @@ pub fn is_subset(desired: &Value, live: &Value) -> bool {
     }
 }
 
+/// True when applying `desired` would change nothing in `live`: [`is_subset`], and a `data`
+/// map (a ConfigMap's, a Secret's) holds exactly `desired`'s keys. tenantci writes such a map
+/// whole, so a key it no longer sets (a password file removed, a webhook turned off) must go,
+/// which the forced apply does and the subset test alone would skip.
+fn unchanged(desired: &Value, live: &Value) -> bool {
+    let keys = |v: &Value| {
+        v.get("data")
+            .and_then(Value::as_object)
+            .map(|m| m.keys().cloned().collect::<Vec<_>>())
+    };
+    is_subset(desired, live) && (desired.get("data").is_none() || keys(desired) == keys(live))
+}
+
 /// GETs `obj` and server-side applies it unless the live object already matches.
 pub async fn apply<K>(api: &Api<K>, obj: &K, dry_run: bool) -> Result<Applied, kube::Error>
 where
@@ -51,7 +64,7 @@ where
     let live = api.get_opt(&name).await?;
     let desired = serde_json::to_value(obj).unwrap_or(Value::Null);
     let outcome = match &live {
-        Some(l) if is_subset(&desired, &serde_json::to_value(l).unwrap_or(Value::Null)) => {
+        Some(l) if unchanged(&desired, &serde_json::to_value(l).unwrap_or(Value::Null)) => {
             return Ok(Applied {
                 kind,
                 name,
@@ -226,6 +239,25 @@ mod tests {
         m.name = Some(name.into());
         m.namespace = ns.map(str::to_string);
         o
+    }
+
+    #[test]
+    fn a_data_key_tenantci_no_longer_sets_is_a_change() {
+        let desired = json!({"kind": "Secret", "data": {"a": "MQ=="}});
+        let same = json!({"kind": "Secret", "metadata": {"uid": "u"}, "data": {"a": "MQ=="}});
+        let more = json!({"kind": "Secret", "data": {"a": "MQ==", "ci-admin.password": "eA=="}});
+        assert!(unchanged(&desired, &same));
+        assert!(
+            is_subset(&desired, &more),
+            "the subset test alone misses it"
+        );
+        assert!(!unchanged(&desired, &more));
+        // Kinds without a data map are judged by the subset test alone.
+        let role = json!({"rules": [{"verbs": ["get"]}]});
+        assert!(unchanged(
+            &role,
+            &json!({"rules": [{"verbs": ["get"]}], "x": 1})
+        ));
     }
 
     #[test]

@@ -32,11 +32,8 @@ pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
             None => return Ok(None),
         },
     };
-    let pem = tenantci_core::input::read_text(
-        "the Gitea CA file",
-        &file,
-        crate::run::GITEA_CA_LIMIT,
-    )?;
+    let pem =
+        tenantci_core::input::read_text("the Gitea CA file", &file, crate::run::GITEA_CA_LIMIT)?;
     if !pem.contains("-----BEGIN CERTIFICATE-----")
         || tenantci_core::pki::inspect::CertInfo::from_pem(&pem).is_err()
     {
