@@ -26,7 +26,7 @@ use tenantci_dispatch::backend::spec::{PROXY_LISTEN, RUNNER_KEY};
 use tenantci_dispatch::backend::vm::sandbox::VM_DIR;
 
 use crate::executor::Executor;
-use crate::process::{Process, first_line};
+use crate::process::{Process, first_line, free_port};
 use crate::wait::eventually_blocking;
 
 /// What the stand-in runner saw when the script exec'd it.
@@ -50,14 +50,6 @@ pub struct BootedSandbox {
     log: PathBuf,
     /// Holds the relocated directory, the stand-in's records and its job's output.
     dir: tempfile::TempDir,
-}
-
-/// A free loopback port (bound, then released for the proxy to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 /// The stand-in for the runner binary: records what it was started with, runs `job` with the
@@ -174,24 +166,16 @@ impl BootedSandbox {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGKILL to the script's whole process group (the runner and the proxy), reaped.
-    pub fn stop(mut self) {
-        self.kill_group();
-    }
-
-    fn kill_group(&mut self) {
-        if let Ok(pid) = i32::try_from(self.script.pid()) {
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        self.script.kill();
-    }
+    /// SIGKILL to the script's whole process group (the runner and the proxy), reaped: what
+    /// dropping it does, said where a test means it.
+    pub fn stop(self) {}
 }
 
 impl Drop for BootedSandbox {
     fn drop(&mut self) {
-        // `pid()` panics once stopped; `stop` consumed the process already.
-        if self.script.is_running() {
-            self.kill_group();
+        if let Ok(pid) = i32::try_from(self.script.pid()) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
+        self.script.kill();
     }
 }

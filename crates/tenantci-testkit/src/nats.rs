@@ -322,14 +322,6 @@ pub struct NatsCluster {
     _dir: tempfile::TempDir,
 }
 
-/// A loopback port free right now (for the route ports, which must be known up front).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 impl NatsCluster {
     pub fn start() -> NatsCluster {
         let dir = tempfile::Builder::new()
@@ -340,7 +332,8 @@ impl NatsCluster {
         let auth = dir.path().join("auth.conf");
         permissions::write_nats_config(&secrets, &auth)
             .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
-        let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        // The route ports must be known up front, before any server starts.
+        let routes: Vec<u16> = (0..3).map(|_| crate::process::free_port()).collect();
         let mut servers: Vec<NatsServer> = (0..3)
             .map(|i| {
                 let own = dir.path().join(format!("n{}", i + 1));

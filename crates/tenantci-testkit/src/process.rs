@@ -29,11 +29,6 @@ impl Process {
         self.0.as_mut().expect("the process was stopped")
     }
 
-    /// Whether it was not stopped yet (by `terminate` or `kill`).
-    pub fn is_running(&self) -> bool {
-        self.0.is_some()
-    }
-
     pub fn pid(&self) -> u32 {
         self.0.as_ref().expect("the process was stopped").id()
     }
@@ -72,6 +67,15 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A loopback port free right now: bound, then released for a child to take (a port its
+/// argv must name before it starts).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
 }
 
 /// The first line of a child's stdout (a server's ready line), without the newline. Panics
