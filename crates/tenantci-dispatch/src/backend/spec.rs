@@ -131,17 +131,13 @@ impl ExecutorTemplate {
         }))
     }
 
-    /// The cache grant of `a`'s executor (None: the cache is off). An error is a task whose
-    /// context names no repository.
-    pub fn cache_grant(&self, a: &Assignment) -> Result<Option<String>, String> {
+    /// The cache grant of the executor of `a`, task `task` (None: the cache is off). An error
+    /// is a task whose context names no repository.
+    pub fn cache_grant(&self, task: i64, a: &Assignment) -> Result<Option<String>, String> {
         let Some(key) = &self.cache else {
             return Ok(None);
         };
         let repository = crate::cache::grant::repository_of(key, a)?;
-        let task: i64 = a
-            .task_id
-            .parse()
-            .map_err(|_| format!("the assignment's task id `{}` is not a number", a.task_id))?;
         Ok(Some(crate::cache::grant::mint(
             &self.capability_key,
             task,

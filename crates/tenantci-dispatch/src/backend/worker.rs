@@ -146,12 +146,9 @@ impl Worker {
         let spec = match self
             .template
             .spec(task, a.attempt, a.labels.clone(), identity)
-            .and_then(|spec| {
-                let cache_grant = self.template.cache_grant(a)?;
-                Ok(ExecutorSpec {
-                    cache_grant,
-                    ..spec
-                })
+            .and_then(|mut spec| {
+                spec.cache_grant = self.template.cache_grant(task, a)?;
+                Ok(spec)
             }) {
             Ok(spec) => spec,
             Err(why) => return self.refused(task, backend, why).await,

@@ -177,13 +177,7 @@ fn class_name(raw: &str) -> Result<Option<String>, String> {
     if raw.is_empty() {
         return Ok(None);
     }
-    let ok = raw.len() <= 63
-        && raw
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && raw.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && raw.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if !ok {
+    if !tenantci_core::opensandbox::label::is_name(raw) {
         return Err(format!(
             "has identity.class_name = `{}`, which is not a label value (at most 63 letters, digits, `-`, `_`, `.`); set the className of the cluster's spire-controller-manager, or \"\" for none",
             tenantci_core::input::shown(raw)
