@@ -13,14 +13,9 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-use subtle::ConstantTimeEq;
 
 use crate::facade::capability::CapabilityKey;
-use crate::queue::assignment::{Assignment, SealingKey};
-use prost::Message as _;
-use tenantci_core::forge::gitea::proto::Task;
+use crate::queue::assignment::{Assignment, SealingKey, context_str};
 
 /// Gitea's repository names are `owner/name`, each at most 255 bytes.
 const MAX_REPOSITORY: usize = 512;
@@ -34,11 +29,9 @@ pub struct Grant {
     pub repository: String,
 }
 
-fn mac(key: &CapabilityKey, task: i64, attempt: u32, repository: &str) -> String {
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes keys of any length");
-    mac.update(format!("cache:{task}:{attempt}:{repository}").as_bytes());
-    hex::encode(mac.finalize().into_bytes())
+/// What the capability key signs: `cache:` keeps a grant's MAC apart from a capability's.
+fn signed(task: i64, attempt: u32, repository: &str) -> String {
+    format!("cache:{task}:{attempt}:{repository}")
 }
 
 /// The grant of one task attempt for `repository` (as the task's context names it).
@@ -47,25 +40,15 @@ pub fn mint(key: &CapabilityKey, task: i64, attempt: u32, repository: &str) -> S
     let encoded = URL_SAFE_NO_PAD.encode(repository.as_bytes());
     format!(
         "{task}.{attempt}.{encoded}.{}",
-        mac(key, task, attempt, &repository)
+        key.mac_hex(&signed(task, attempt, &repository))
     )
 }
 
 /// The repository the task sealed in `a` belongs to (its context's `repository`).
 pub fn repository_of(key: &SealingKey, a: &Assignment) -> Result<String, String> {
-    let payload = a
-        .open(key)
-        .map_err(|e| format!("the assignment does not open: {e}"))?;
-    let task =
-        Task::decode(payload.as_slice()).map_err(|_| "the task does not decode".to_string())?;
-    let repository = task
-        .context
-        .as_ref()
-        .and_then(|c| c.fields.get("repository"))
-        .and_then(|v| match &v.kind {
-            Some(prost_types::value::Kind::StringValue(s)) if !s.is_empty() => Some(s.clone()),
-            _ => None,
-        })
+    let task = a.open_task(key)?;
+    let repository = context_str(&task, "repository")
+        .map(str::to_string)
         .ok_or_else(|| {
             format!(
                 "task {} has no repository in its context, so no cache",
@@ -96,8 +79,7 @@ pub fn verify(key: &CapabilityKey, presented: &str) -> Option<Grant> {
     let task: i64 = task.parse().ok().filter(|t| *t > 0)?;
     let attempt: u32 = attempt.parse().ok().filter(|a| *a > 0)?;
     let repository = String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()?;
-    let expected = mac(key, task, attempt, &repository);
-    if !bool::from(expected.as_bytes().ct_eq(presented_mac.as_bytes())) {
+    if !key.verify_hex(&signed(task, attempt, &repository), presented_mac) {
         return None;
     }
     Some(Grant {

@@ -46,15 +46,20 @@ impl CapabilityKey {
         &self.0
     }
 
-    fn mac(&self, task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> Hmac<Sha256> {
+    /// HMAC-SHA256 of `input` under this key, hex: what every token made with it is.
+    pub(crate) fn mac_hex(&self, input: &str) -> String {
         let mut mac =
             Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
-        // Unambiguous: task ids and attempts are digits, so the second `:` starts the ID.
-        match spiffe_id {
-            None => mac.update(format!("{task_id}:{attempt}").as_bytes()),
-            Some(id) => mac.update(format!("{task_id}:{attempt}:{id}").as_bytes()),
-        }
-        mac
+        mac.update(input.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Constant-time check that `presented` is [`Self::mac_hex`] of `input`.
+    pub(crate) fn verify_hex(&self, input: &str, presented: &str) -> bool {
+        self.mac_hex(input)
+            .as_bytes()
+            .ct_eq(presented.as_bytes())
+            .into()
     }
 
     /// The capability of one task attempt (hex).
@@ -64,11 +69,7 @@ impl CapabilityKey {
 
     /// The capability of one task attempt whose executor must present `spiffe_id` (hex).
     pub fn token_for(&self, task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> String {
-        hex::encode(
-            self.mac(task_id, attempt, spiffe_id)
-                .finalize()
-                .into_bytes(),
-        )
+        self.mac_hex(&capability_input(task_id, attempt, spiffe_id))
     }
 
     /// Constant-time check of a presented token.
@@ -84,8 +85,16 @@ impl CapabilityKey {
         spiffe_id: Option<&str>,
         presented: &str,
     ) -> bool {
-        let expected = self.token_for(task_id, attempt, spiffe_id);
-        expected.as_bytes().ct_eq(presented.as_bytes()).into()
+        self.verify_hex(&capability_input(task_id, attempt, spiffe_id), presented)
+    }
+}
+
+/// What a capability signs. Unambiguous: task ids and attempts are digits, so the second `:`
+/// starts the ID.
+fn capability_input(task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> String {
+    match spiffe_id {
+        None => format!("{task_id}:{attempt}"),
+        Some(id) => format!("{task_id}:{attempt}:{id}"),
     }
 }
 

@@ -17,23 +17,12 @@ pub mod own;
 pub mod registrar;
 pub mod settings;
 
-use prost::Message as _;
-use prost_types::value::Kind;
-
-use crate::queue::assignment::{Assignment, SealingKey};
+use crate::queue::assignment::{Assignment, SealingKey, context_str};
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::spiffe::SpiffeId;
 use tenantci_core::spiffe::id::Values;
 
 pub use settings::{Identity, Parsed};
-
-/// A string field of the task's Gitea context.
-fn context_str<'t>(task: &'t Task, key: &str) -> Option<&'t str> {
-    match task.context.as_ref()?.fields.get(key)?.kind.as_ref()? {
-        Kind::StringValue(s) if !s.is_empty() => Some(s),
-        _ => None,
-    }
-}
 
 /// The SPIFFE ID of `task`'s executor. An error (a context without `repository` or `job`, or
 /// values that make no SPIFFE ID) says why; the task then fails at its start instead of
@@ -58,17 +47,13 @@ pub fn assignment_id(
     key: &SealingKey,
     assignment: &Assignment,
 ) -> Result<SpiffeId, String> {
-    let payload = assignment
-        .open(key)
-        .map_err(|e| format!("the assignment does not open: {e}"))?;
-    let task =
-        Task::decode(payload.as_slice()).map_err(|_| "the task does not decode".to_string())?;
-    task_id(identity, &task)
+    task_id(identity, &assignment.open_task(key)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost_types::value::Kind;
 
     fn task(fields: &[(&str, &str)]) -> Task {
         let mut context = prost_types::Struct::default();

@@ -18,6 +18,8 @@ use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
 use super::Backend;
+use prost::Message as _;
+use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::fsutil;
 
 /// The schema version this build writes and reads.
@@ -198,6 +200,14 @@ impl Assignment {
         })
     }
 
+    /// The Gitea task sealed in it, opened and decoded; the error says which step failed.
+    pub fn open_task(&self, key: &SealingKey) -> Result<Task, String> {
+        let payload = self
+            .open(key)
+            .map_err(|e| format!("the assignment does not open: {e}"))?;
+        Task::decode(payload.as_slice()).map_err(|_| "the task does not decode".to_string())
+    }
+
     /// Opens the sealed payload; fails if the key is wrong or any bound field was changed.
     pub fn open(&self, key: &SealingKey) -> Result<Vec<u8>, AssignmentError> {
         if self.sealed.alg != ALG {
@@ -251,6 +261,14 @@ impl Assignment {
             return Err(AssignmentError::BadAttempt);
         }
         Ok(a)
+    }
+}
+
+/// A non-empty string field of a task's Gitea context (`repository`, `job`).
+pub fn context_str<'t>(task: &'t Task, key: &str) -> Option<&'t str> {
+    match task.context.as_ref()?.fields.get(key)?.kind.as_ref()? {
+        prost_types::value::Kind::StringValue(s) if !s.is_empty() => Some(s),
+        _ => None,
     }
 }
 
