@@ -46,8 +46,9 @@ pub struct Cache {
     pub max_size: u64,
     pub max_entry_size: u64,
     pub max_age: Duration,
-    /// One eviction sweep at a time; a commit during a sweep asks for another.
-    sweeping: tokio::sync::Mutex<()>,
+    /// Whether a sweep runs, and whether one more was asked for while it ran: a burst of
+    /// commits costs one sweep after the running one, not one each.
+    sweeps: std::sync::Mutex<Sweeps>,
 }
 
 impl Cache {
@@ -64,7 +65,7 @@ impl Cache {
             max_size: settings.max_size(),
             max_entry_size: settings.max_entry_size(),
             max_age: settings.max_age.get(),
-            sweeping: tokio::sync::Mutex::new(()),
+            sweeps: std::sync::Mutex::new(Sweeps::default()),
         }))
     }
 
@@ -83,15 +84,33 @@ impl Cache {
         Ok(())
     }
 
-    /// A commit added bytes: sweep in the background.
-    fn after_commit(self: &Arc<Self>) {
+    /// Sweeps in the background (at start, and after a commit added bytes): at once when no
+    /// sweep runs, else once more after the running one.
+    pub fn sweep_soon(self: &Arc<Self>) {
+        {
+            let mut s = self.sweeps.lock().expect("the sweep state lock");
+            if s.running {
+                s.again = true;
+                return;
+            }
+            s.running = true;
+        }
         let me = self.clone();
-        tokio::spawn(async move { me.sweep().await });
+        tokio::spawn(async move {
+            loop {
+                me.sweep().await;
+                let mut s = me.sweeps.lock().expect("the sweep state lock");
+                if !std::mem::take(&mut s.again) {
+                    s.running = false;
+                    return;
+                }
+            }
+        });
     }
 
     /// Deletes what [`eviction::plan`] picks and the stale uploads; records the bytes kept.
-    pub async fn sweep(&self) {
-        let _one = self.sweeping.lock().await;
+    /// One at a time: only [`Self::sweep_soon`]'s task calls it.
+    async fn sweep(&self) {
         let all = match self.storage.all_entries().await {
             Ok(all) => all,
             Err(e) => {
@@ -120,4 +139,10 @@ impl Cache {
             tracing::warn!(error = %e, "cache: cannot drop stale uploads");
         }
     }
+}
+
+#[derive(Default)]
+struct Sweeps {
+    running: bool,
+    again: bool,
 }

@@ -363,7 +363,7 @@ async fn commit(
         size = entry.size,
         "cache: an entry committed"
     );
-    cache.after_commit();
+    cache.sweep_soon();
     Ok(StatusCode::OK.into_response())
 }
 

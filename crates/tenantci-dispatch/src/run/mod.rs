@@ -492,10 +492,7 @@ fn facade_routes(
             Error::bad_input(format!("the shared cache cannot start: {e}"))
                 .hint("fix [cache] in the config (docs/runbooks/gitea-dispatcher.md)")
         })?;
-    tokio::spawn({
-        let cache = cache.clone();
-        async move { cache.sweep().await }
-    });
+    cache.sweep_soon();
     Ok(transport::router(facade).merge(crate::cache::protocol::router(cache)))
 }
 
