@@ -9,3 +9,10 @@ pub mod kind;
 pub mod waiting;
 
 pub use kind::Forge;
+
+/// Whether a runner registered with `labels` may take a job that `runs_on`: every runs-on
+/// label among them (the rule Gitea and Forgejo pick runners by). Both ways a forge announces
+/// a waiting job (the API, the webhook) are judged by it.
+pub fn runnable_with(runs_on: &[String], labels: &[String]) -> bool {
+    runs_on.iter().all(|l| labels.contains(l))
+}

@@ -106,12 +106,6 @@ impl WaitingJob {
     pub fn is_waiting(&self) -> bool {
         self.status == "waiting"
     }
-
-    /// Whether a runner with `labels` may take it: every runs-on label among them (the rule
-    /// Forgejo picks by).
-    pub fn runs_on_any_of(&self, labels: &[String]) -> bool {
-        self.runs_on.iter().all(|l| labels.contains(l))
-    }
 }
 
 /// The answer: a JSON array, `null` when no job matches (Forgejo encodes an empty Go slice
@@ -144,7 +138,7 @@ impl Demand {
         let mut d = Demand::default();
         let mut sets: BTreeSet<String> = BTreeSet::new();
         for job in jobs.iter().filter(|j| j.is_waiting()) {
-            let ours = job.runs_on_any_of(labels);
+            let ours = super::runnable_with(&job.runs_on, labels);
             if ours {
                 d.servable.insert(job.id);
             }

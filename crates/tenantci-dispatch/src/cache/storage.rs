@@ -384,8 +384,12 @@ fn part_stream(
 /// The S3 credentials file: 0600, the access key id on the first line, the secret on the
 /// second.
 fn read_credentials(file: &std::path::Path) -> Result<(String, String), String> {
-    let text = tenantci_core::input::read_private("the cache's S3 credentials file", file, 4096)
-        .map_err(|e| e.message().to_string())?;
+    let text = tenantci_core::input::read_private(
+        "the cache's S3 credentials file",
+        file,
+        tenantci_core::secret::MAX_SECRET_FILE,
+    )
+    .map_err(|e| e.message().to_string())?;
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     match (lines.next(), lines.next()) {
         (Some(id), Some(secret)) => Ok((id.to_string(), secret.to_string())),

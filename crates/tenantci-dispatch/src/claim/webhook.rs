@@ -33,7 +33,10 @@ use tokio::sync::Notify;
 use crate::claim::deliveries::RecentDeliveries;
 use crate::metrics::Metrics;
 use crate::run::status::Health;
-use tenantci_core::forge::delivery::{self, Announced};
+use tenantci_core::forge::{
+    self,
+    delivery::{self, Announced},
+};
 
 /// Where Gitea posts (the webhook's "Target URL" is `http://<webhook.listen>/webhooks/gitea`).
 pub const PATH: &str = "/webhooks/gitea";
@@ -167,9 +170,7 @@ pub fn judge(
     }
     match delivery::announced(event, body) {
         Err(_) => Verdict::Malformed,
-        Ok(Announced::Waiting(runs_on)) if runs_on.iter().all(|l| labels.contains(l)) => {
-            Verdict::Nudge
-        }
+        Ok(Announced::Waiting(runs_on)) if forge::runnable_with(&runs_on, labels) => Verdict::Nudge,
         Ok(_) => Verdict::Ignored,
     }
 }
