@@ -145,16 +145,9 @@ async fn waiting_jobs(
     if d.forge() != Forge::Forgejo {
         return refused(StatusCode::NOT_FOUND, "Not Found");
     }
-    let presented = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("token ")
-                .or_else(|| v.strip_prefix("Bearer "))
-        });
-    match presented {
+    match crate::gitea_web::presented_token(&headers).as_deref() {
         None => return refused(StatusCode::UNAUTHORIZED, "token is required"),
-        Some(t) if !d.is_api_token(t.trim()) => {
+        Some(t) if !d.is_api_token(t) => {
             return refused(StatusCode::UNAUTHORIZED, "user does not exist");
         }
         Some(_) => {}

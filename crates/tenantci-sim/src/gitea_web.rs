@@ -131,7 +131,7 @@ fn unauthorized(why: &str) -> Response {
 
 /// The job token an `Authorization` header carries: `token T`, `Bearer T`, or basic auth with
 /// T as the password (git's way).
-fn presented_token(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn presented_token(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, rest) = value.split_once(' ')?;
     match scheme.to_ascii_lowercase().as_str() {

@@ -184,15 +184,13 @@ pub fn manifest(objects: &[Object]) -> String {
     let docs: Vec<String> = objects
         .iter()
         .map(|o| {
-            let mut value = match o {
-                Object::ConfigMap(c) => serde_json::to_value(c),
-                Object::Secret(s) => serde_json::to_value(s),
+            // k8s-openapi writes apiVersion and kind itself.
+            match o {
+                Object::ConfigMap(c) => serde_yaml::to_string(c),
+                Object::Secret(s) => serde_yaml::to_string(s),
                 other => unreachable!("only the ConfigMap and the Secret: {}", other.kind()),
             }
-            .expect("a k8s object serializes");
-            value["apiVersion"] = "v1".into();
-            value["kind"] = o.kind().into();
-            serde_yaml::to_string(&value).expect("JSON serializes as YAML")
+            .expect("a k8s object serializes as YAML")
         })
         .collect();
     format!(
