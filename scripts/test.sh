@@ -15,6 +15,7 @@ ensure_systemd_analyze
 ensure_promtool
 # jq and curl: the VM boot-script test's stand-in runner speaks the RunnerService with them.
 ensure_jq
+ensure_curl
 ensure_actions_cache_client
 ensure_moto
 

@@ -63,24 +63,26 @@ ensure_openssl() {
   fi
 }
 
-# jq, for the demo's JSON (gitea.json, the Gitea double's admin API).
-ensure_jq() {
-  command -v jq >/dev/null 2>&1 && return 0
-  log "installing jq"
+# CMD from the Debian package PKG (default: CMD), installed with apt when it is missing.
+ensure_apt_command() {
+  local cmd=$1 pkg=${2:-$1}
+  command -v "$cmd" >/dev/null 2>&1 && return 0
+  log "installing $pkg"
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq) >&2 || true
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg") >&2 || true
   fi
-  command -v jq >/dev/null 2>&1 || { echo "error: jq is needed (apt-get install jq)" >&2; exit 3; }
+  command -v "$cmd" >/dev/null 2>&1 || { echo "error: $cmd is needed (apt-get install $pkg)" >&2; exit 3; }
 }
 
+# jq, for the demo's JSON (gitea.json, the Gitea double's admin API) and the VM boot-script
+# test's stand-in runner.
+ensure_jq() { ensure_apt_command jq; }
+
+# curl, for the VM boot-script test's stand-in runner (the RunnerService, Gitea's web side).
+ensure_curl() { ensure_apt_command curl; }
+
 # umoci builds OCI images without a daemon (scripts/image.sh).
-ensure_umoci() {
-  command -v umoci >/dev/null 2>&1 && return 0
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq umoci) >&2 || true
-  fi
-  command -v umoci >/dev/null 2>&1 || { echo "error: umoci is needed (apt-get install umoci)" >&2; exit 3; }
-}
+ensure_umoci() { ensure_apt_command umoci; }
 
 # promtool unit-tests the alert rules (manifests/monitoring); Debian ships it in `prometheus`.
 # Best effort: without it that one test says SKIPPED.
