@@ -667,8 +667,19 @@ async fn in_cluster_objects(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<(
         keys.join(", ")
     );
     if i.dry_run {
-        // The keys and certificates may not exist yet: nothing is read.
-        steps.act("in-cluster", Outcome::Applied, shape);
+        // The keys and certificates may not exist yet: nothing is read. The same steps as a
+        // real run's, one per flag given.
+        if let Some(out) = &c.secret_out {
+            let outcome = config_outcome(true, out.exists());
+            steps.act(
+                "secret-out",
+                outcome,
+                format!("{} ({shape})", out.display()),
+            );
+        }
+        if i.apply_secret {
+            steps.act("in-cluster", Outcome::Applied, shape);
+        }
         return Ok(());
     }
     let objects = in_cluster::objects(&bundle, &i.namespace)?;
