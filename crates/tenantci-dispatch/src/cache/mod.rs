@@ -49,6 +49,9 @@ pub struct Cache {
     /// Whether a sweep runs, and whether one more was asked for while it ran: a burst of
     /// commits costs one sweep after the running one, not one each.
     sweeps: std::sync::Mutex<Sweeps>,
+    /// Written by a sweep while it lists and deletes; a lookup reads it from its read of the
+    /// entries to its touch of the one it found.
+    evicting: tokio::sync::RwLock<()>,
 }
 
 impl Cache {
@@ -66,6 +69,7 @@ impl Cache {
             max_entry_size: settings.max_entry_size(),
             max_age: settings.max_age.get(),
             sweeps: std::sync::Mutex::new(Sweeps::default()),
+            evicting: tokio::sync::RwLock::new(()),
         }))
     }
 
@@ -111,6 +115,7 @@ impl Cache {
     /// Deletes what [`eviction::plan`] picks and the stale uploads; records the bytes kept.
     /// One at a time: only [`Self::sweep_soon`]'s task calls it.
     async fn sweep(&self) {
+        let _evicting = self.evicting.write().await;
         let all = match self.storage.all_entries().await {
             Ok(all) => all,
             Err(e) => {

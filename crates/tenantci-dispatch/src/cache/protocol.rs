@@ -164,17 +164,24 @@ async fn lookup(
     }
     index::check_key("version", &q.version, index::MAX_VERSION)
         .map_err(|s| refuse(StatusCode::BAD_REQUEST, s))?;
+    // Held from the read to the touch, so no sweep deletes the entry in between (a touch
+    // after that would bring its manifest back without its parts). While a sweep runs the
+    // lookup does not wait: it answers without recording the use.
+    let not_evicting = cache.evicting.try_read().ok();
     let entries = cache.storage.entries(&repo).await?;
     let Some(found) = index::find(&entries, &keys, &q.version) else {
         cache.metrics.cache_miss();
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     cache.metrics.cache_hit();
-    let mut used = found.clone();
-    used.used = crate::cache::now();
-    if let Err(e) = cache.storage.touch(&repo, &used).await {
-        tracing::warn!(error = %e, "cache: cannot record a restore's use; the entry may be evicted early");
+    if not_evicting.is_some() {
+        let mut used = found.clone();
+        used.used = crate::cache::now();
+        if let Err(e) = cache.storage.touch(&repo, &used).await {
+            tracing::warn!(error = %e, "cache: cannot record a restore's use; the entry may be evicted early");
+        }
     }
+    drop(not_evicting);
     let body = serde_json::json!({
         "result": "hit",
         "archiveLocation": format!("{}/artifacts/{}", base_url(&headers, &uri, &presented), found.id),
