@@ -60,14 +60,13 @@ fn chunk(i: usize) -> Vec<u8> {
 async fn serve_repository(w: &World) -> tempfile::TempDir {
     let repos = scratch();
     repository(repos.path());
-    let set = w
-        .http()
-        .post(format!("{}/web/git-root", w.gitea.admin_url))
-        .json(&serde_json::json!({"path": repos.path()}))
-        .send()
-        .await
-        .unwrap();
-    assert!(set.status().is_success());
+    w.gitea
+        .admin_post(
+            w.http(),
+            "web/git-root",
+            serde_json::json!({"path": repos.path()}),
+        )
+        .await;
     repos
 }
 
@@ -171,7 +170,7 @@ async fn json<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) 
 
 /// Every web request the double saw: method, path, header names.
 async fn web_requests(w: &World) -> Vec<Value> {
-    json(w.http().get(format!("{}/web/requests", w.gitea.admin_url))).await
+    serde_json::from_value(w.gitea.admin(w.http(), "web/requests").await).unwrap()
 }
 
 fn header_names(request: &Value) -> Vec<&str> {
