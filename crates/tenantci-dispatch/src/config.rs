@@ -679,6 +679,10 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "cache.max_entry_size_mib",
     ),
     ("TENANTCI_DISPATCH_CACHE_MAX_AGE", "cache.max_age"),
+    (
+        "TENANTCI_DISPATCH_CACHE_GRANT_LIFETIME",
+        "cache.grant_lifetime",
+    ),
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has

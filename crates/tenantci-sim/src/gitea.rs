@@ -760,6 +760,14 @@ impl GiteaDouble {
         context
             .entry("repository")
             .or_insert_with(|| "sim/demo".into());
+        // A push to the default branch, unless the job says otherwise (Gitea's `ref`, and the
+        // event payload's repository, where `github.event.repository.default_branch` is read).
+        context
+            .entry("ref")
+            .or_insert_with(|| "refs/heads/main".into());
+        context
+            .entry("event")
+            .or_insert_with(|| serde_json::json!({"repository": {"default_branch": "main"}}));
         context.insert("run_id".into(), job_id.to_string().into());
         let [token, runtime_token] = tokens;
         context.insert("token".into(), token.into());

@@ -4,17 +4,20 @@
 
 use serde_json::Value;
 
-/// One cache API (`ACTIONS_CACHE_URL` + `_apis/artifactcache`), reached with `http`.
+/// One cache API (`ACTIONS_CACHE_URL` + `_apis/artifactcache`), reached with `http`, every
+/// call with the job's runtime token (`ACTIONS_RUNTIME_TOKEN`) as the toolkit sends it.
 #[derive(Clone)]
 pub struct RawCache {
     pub http: reqwest::Client,
     pub api: String,
+    pub token: String,
 }
 
 impl RawCache {
     pub async fn reserve(&self, key: &str, size: u64) -> reqwest::Response {
         self.http
             .post(format!("{}/caches", self.api))
+            .bearer_auth(&self.token)
             .json(&serde_json::json!({"key": key, "version": "v1", "cacheSize": size}))
             .send()
             .await
@@ -40,6 +43,7 @@ impl RawCache {
     ) -> reqwest::Response {
         self.http
             .patch(format!("{}/caches/{id}", self.api))
+            .bearer_auth(&self.token)
             .header("content-range", format!("bytes {start}-{end}/*"))
             .body(body)
             .send()
@@ -50,6 +54,7 @@ impl RawCache {
     pub async fn commit(&self, id: u64, size: u64) -> reqwest::Response {
         self.http
             .post(format!("{}/caches/{id}", self.api))
+            .bearer_auth(&self.token)
             .json(&serde_json::json!({"size": size}))
             .send()
             .await
@@ -67,6 +72,7 @@ impl RawCache {
     pub async fn lookup(&self, key: &str) -> reqwest::Response {
         self.http
             .get(format!("{}/cache?keys={key}&version=v1", self.api))
+            .bearer_auth(&self.token)
             .send()
             .await
             .unwrap()

@@ -28,6 +28,8 @@ use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::process::{Process, first_line, peak_rss_kib};
 
 const REPOSITORY: &str = "bench/repo";
+/// The job's `ACTIONS_RUNTIME_TOKEN`, which every cache call but the download carries.
+const RUNTIME_TOKEN: &str = "bench-runtime-token";
 const CHUNK: usize = 1 << 20;
 
 fn progress(msg: &str) {
@@ -94,7 +96,26 @@ fn raw(http: &reqwest::Client, api: &str) -> RawCache {
     RawCache {
         http: http.clone(),
         api: api.to_string(),
+        token: RUNTIME_TOKEN.into(),
     }
+}
+
+/// The grant a task of [`REPOSITORY`] on its default branch gets, valid for an hour.
+fn bench_grant(key: &CapabilityKey) -> String {
+    let context = serde_json::json!({
+        "repository": REPOSITORY,
+        "ref": "refs/heads/main",
+        "gitea_runtime_token": RUNTIME_TOKEN,
+    });
+    let task = tenantci_core::forge::gitea::proto::Task {
+        id: 1,
+        context: Some(tenantci_core::forge::gitea::json::struct_from_json(
+            context.as_object().unwrap().clone(),
+        )),
+        ..Default::default()
+    };
+    let expires = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
+    grant::mint(key, 1, 1, expires, &grant::task_cache(&task).unwrap())
 }
 
 /// Reads every part file under `dir` (the same bytes, straight from the storage).
@@ -188,7 +209,7 @@ async fn main() {
     );
     let line = first_line(server.child().stdout.take().unwrap(), "the cache server");
     let facade = format!("https://{}", line.strip_prefix("listening ").unwrap());
-    let g = grant::mint(&key, 1, 1, REPOSITORY);
+    let g = bench_grant(&key);
     let mut proxies: Vec<(Process, String)> =
         (0..4).map(|_| proxy(bin, &facade, &ca_file)).collect();
     let apis: Vec<String> = proxies

@@ -105,8 +105,17 @@ pub struct ExecutorTemplate {
     pub capability_key: CapabilityKey,
     /// Executor identity on: the IDs are rendered from each task's sealed context.
     pub identity: Option<TemplateIdentity>,
-    /// The shared cache on: opens each assignment for its repository (never kept).
-    pub cache: Option<SealingKey>,
+    /// The shared cache on: what each executor's grant is made from.
+    pub cache: Option<TemplateCache>,
+}
+
+/// What the worker needs to give an executor its task's cache grant.
+#[derive(Clone)]
+pub struct TemplateCache {
+    /// Opens the assignment for the task's repository, refs and runtime tokens (never kept).
+    pub sealing_key: SealingKey,
+    /// How long a grant opens the cache from its executor's start (`cache.grant_lifetime`).
+    pub grant_lifetime: std::time::Duration,
 }
 
 /// What the worker needs to give an executor its task's SPIFFE ID.
@@ -131,18 +140,21 @@ impl ExecutorTemplate {
         }))
     }
 
-    /// The cache grant of the executor of `a`, task `task` (None: the cache is off). An error
-    /// is a task whose context names no repository.
+    /// The cache grant of the executor of `a`, task `task`, valid from now (None: the cache
+    /// is off). An error is a task whose context names no repository or runtime token.
     pub fn cache_grant(&self, task: i64, a: &Assignment) -> Result<Option<String>, String> {
-        let Some(key) = &self.cache else {
+        let Some(c) = &self.cache else {
             return Ok(None);
         };
-        let repository = crate::cache::grant::repository_of(key, a)?;
+        let scope = crate::cache::grant::of_assignment(&c.sealing_key, a)?;
+        let expires =
+            time::OffsetDateTime::now_utc().unix_timestamp() + c.grant_lifetime.as_secs() as i64;
         Ok(Some(crate::cache::grant::mint(
             &self.capability_key,
             task,
             a.attempt,
-            &repository,
+            expires,
+            &scope,
         )))
     }
 

@@ -42,6 +42,7 @@ mod tests {
                 parts: vec![],
                 created: 0,
                 used,
+                scope: String::new(),
             },
         }
     }

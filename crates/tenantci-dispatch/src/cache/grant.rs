@@ -1,120 +1,415 @@
-//! A task's cache grant: what names the task's repository to the cache, and proves it.
+//! A task's cache grant: what names the task's repository and branch to the cache, and proves
+//! them.
 //!
-//! `<task>.<attempt>.<repository, base64url>.<HMAC-SHA256(capability key, "cache:<task>:<attempt>:<repository>"), hex>`
+//! `<task>.<attempt>.<expires>.<scope>.<token digests>.<MAC>`, where `scope` is base64url of
+//! the repository, the ref the task saves under and the refs it may restore from (one per
+//! line), `token digests` the first 16 bytes of SHA-256 of each runtime token the task's
+//! runner may send (hex, `-` between), and the MAC HMAC-SHA256 with the capability key over
+//! `cache:` and everything before it.
 //!
 //! The worker mints it when it starts the executor (it opens the sealed assignment then, as it
 //! does for the SPIFFE ID) and writes it into the runner's `cache.external_server` URL, so the
 //! job's `ACTIONS_CACHE_URL` carries it. The cache recomputes the MAC and compares in constant
-//! time: nothing is looked up, so every dispatcher replica and a restarted one accept it, and
-//! a job can name no other repository than its own. Why not the job's runtime token: the
-//! facade holds a task's context only until the executor's first report (the assignment leaves
-//! the Secret then), so it would have nothing to compare the token against later.
-//! The `cache:` prefix keeps the MAC's input apart from a capability's (`<task>:<attempt>`).
+//! time: nothing is looked up, so every dispatcher replica and a restarted one accept it.
+//!
+//! Why three more fields than a repository:
+//! - **The runtime token.** `ACTIONS_CACHE_URL` is not a secret to the runner (act_runner
+//!   does not mask it; a step that prints its environment shows it in the job log). So the
+//!   URL alone opens nothing: every API call must also carry `Authorization: Bearer` with a
+//!   token whose digest the grant holds, which `@actions/cache` sends from
+//!   `ACTIONS_RUNTIME_TOKEN` and the runner masks as a secret. Only digests are in the grant.
+//! - **An expiry.** The grant lives as long as its task may (`cache.grant_lifetime`), so a
+//!   token and URL copied out of a finished job open nothing later.
+//! - **Branch scopes, as GitHub scopes its cache.** A task saves under its own ref and
+//!   restores from its own ref, its pull request's base branch and the default branch, in that
+//!   order. A pull-request job (from a fork, say) can therefore never put an entry where the
+//!   default branch's jobs restore from.
+//!
+//! A download is the one call the toolkit makes without the token (it fetches
+//! `archiveLocation` with a bare HTTP client), so a lookup's `archiveLocation` carries a
+//! download ticket instead: a MAC over the grant, the entry and a near expiry, valid for
+//! [`TICKET_LIFETIME`].
+//!
+//! Why not check the runtime token at Gitea: the cache would then need Gitea on every call,
+//! and the facade holds a task's context only until the executor's first report.
+
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sha2::{Digest, Sha256};
 
 use crate::facade::capability::CapabilityKey;
 use crate::queue::assignment::{Assignment, SealingKey, context_str};
+use tenantci_core::forge::gitea::proto::Task;
 
 /// Gitea's repository names are `owner/name`, each at most 255 bytes.
 const MAX_REPOSITORY: usize = 512;
+/// A git ref name; Gitea's branch names are far shorter.
+const MAX_REF: usize = 512;
+/// Digests of the runtime tokens a runner may send (act_runner's and forgejo-runner's choices).
+const MAX_TOKENS: usize = 4;
+/// Whatever a grant holds, it is no longer than this.
+const MAX_GRANT: usize = 4096;
+/// How long a lookup's download ticket lets the job start fetching the entry.
+pub const TICKET_LIFETIME: Duration = Duration::from_secs(15 * 60);
+
+/// The context fields a runner takes `ACTIONS_RUNTIME_TOKEN` from: act_runner the
+/// `gitea_runtime_token` (the task `token` on older Gitea); forgejo-runner may name it
+/// `forgejo_runtime_token`. Every one present is admitted.
+const RUNTIME_TOKENS: [&str; 3] = ["gitea_runtime_token", "forgejo_runtime_token", "token"];
+
+/// Where a task's cache entries live and which it may restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// `owner/name`, lower-cased: Gitea's names are case-insensitive.
+    pub repository: String,
+    /// The ref the task's saves go under (`refs/heads/main`, `refs/pull/3/head`); empty when
+    /// its context names none.
+    pub write: String,
+    /// The refs it restores from, in order: its own, its pull request's base, the default
+    /// branch.
+    pub reads: Vec<String>,
+}
+
+/// What the worker mints a grant from: the task's scope and its runtime tokens' digests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskCache {
+    pub scope: Scope,
+    token_digests: Vec<String>,
+}
 
 /// What a verified grant says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub task: i64,
     pub attempt: u32,
-    /// `owner/name`, lower-cased: Gitea's names are case-insensitive.
-    pub repository: String,
+    pub scope: Scope,
+    token_digests: Vec<String>,
+    /// The grant's text without its MAC: what download tickets are bound to.
+    body: String,
 }
 
-/// What the capability key signs: `cache:` keeps a grant's MAC apart from a capability's.
-fn signed(task: i64, attempt: u32, repository: &str) -> String {
-    format!("cache:{task}:{attempt}:{repository}")
+/// Why a presented grant opens nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// Malformed, or its MAC does not verify (forged, damaged, another key).
+    Forged,
+    /// Genuine, but past its expiry (unix seconds).
+    Expired(i64),
+    /// No `Authorization: Bearer` token with the call.
+    NoToken,
+    /// A token that is not one of the grant's task.
+    WrongToken,
+    /// A download without a valid, unexpired ticket for that entry.
+    NoTicket,
 }
 
-/// The grant of one task attempt for `repository` (as the task's context names it).
-pub fn mint(key: &CapabilityKey, task: i64, attempt: u32, repository: &str) -> String {
-    let repository = repository.to_lowercase();
-    let encoded = URL_SAFE_NO_PAD.encode(repository.as_bytes());
-    format!(
-        "{task}.{attempt}.{encoded}.{}",
-        key.mac_hex(&signed(task, attempt, &repository))
-    )
+/// First 16 bytes of SHA-256, hex: enough to tell tokens apart, nothing to recover them from.
+fn token_digest(token: &str) -> String {
+    hex::encode(&Sha256::digest(token.as_bytes())[..16])
 }
 
-/// The repository the task sealed in `a` belongs to (its context's `repository`).
-pub fn repository_of(key: &SealingKey, a: &Assignment) -> Result<String, String> {
-    let task = a.open_task(key)?;
-    let repository = context_str(&task, "repository")
-        .map(str::to_string)
-        .ok_or_else(|| {
-            format!(
-                "task {} has no repository in its context, so no cache",
-                task.id
-            )
-        })?;
-    if repository.len() > MAX_REPOSITORY {
+fn scope_text(s: &Scope) -> String {
+    let mut lines = vec![s.repository.as_str(), s.write.as_str()];
+    lines.extend(s.reads.iter().map(String::as_str));
+    lines.join("\n")
+}
+
+fn parse_scope(text: &str) -> Option<Scope> {
+    let mut lines = text.split('\n');
+    let repository = lines.next()?.to_string();
+    let write = lines.next()?.to_string();
+    let reads: Vec<String> = lines.map(str::to_string).collect();
+    (!repository.is_empty() && !reads.is_empty()).then_some(Scope {
+        repository,
+        write,
+        reads,
+    })
+}
+
+/// A string field nested in the task's context (`event.repository.default_branch`).
+fn context_path<'t>(task: &'t Task, path: &[&str]) -> Option<&'t str> {
+    use prost_types::value::Kind;
+    let (last, parents) = path.split_last()?;
+    let mut fields = &task.context.as_ref()?.fields;
+    for p in parents {
+        match fields.get(*p)?.kind.as_ref()? {
+            Kind::StructValue(s) => fields = &s.fields,
+            _ => return None,
+        }
+    }
+    match fields.get(*last)?.kind.as_ref()? {
+        Kind::StringValue(s) if !s.is_empty() => Some(s),
+        _ => None,
+    }
+}
+
+/// The scope and tokens of `task` (from its context, as Gitea sends it).
+pub fn task_cache(task: &Task) -> Result<TaskCache, String> {
+    let id = task.id;
+    let repository = context_str(task, "repository")
+        .ok_or_else(|| format!("task {id} has no repository in its context, so no cache"))?
+        .to_lowercase();
+    if repository.len() > MAX_REPOSITORY || repository.contains('\n') {
         return Err(format!(
-            "task {}'s repository name is {} bytes long",
-            task.id,
+            "task {id}'s repository name is not one the cache can hold ({} bytes)",
             repository.len()
         ));
     }
-    Ok(repository)
+    let write = context_str(task, "ref").unwrap_or_default().to_string();
+    let branch = |name: Option<&str>| name.map(|n| format!("refs/heads/{n}"));
+    let mut reads = vec![write.clone()];
+    for r in [
+        branch(context_str(task, "base_ref")),
+        branch(context_path(
+            task,
+            &["event", "repository", "default_branch"],
+        )),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !reads.contains(&r) {
+            reads.push(r);
+        }
+    }
+    if reads.iter().any(|r| r.len() > MAX_REF || r.contains('\n')) {
+        return Err(format!(
+            "task {id}'s ref or base ref is not one the cache can hold"
+        ));
+    }
+    let mut token_digests: Vec<String> = RUNTIME_TOKENS
+        .iter()
+        .filter_map(|name| context_str(task, name))
+        .map(token_digest)
+        .collect();
+    token_digests.dedup();
+    if token_digests.is_empty() {
+        return Err(format!(
+            "task {id} has no runtime token in its context, so its cache calls could not be authenticated"
+        ));
+    }
+    Ok(TaskCache {
+        scope: Scope {
+            repository,
+            write,
+            reads,
+        },
+        token_digests,
+    })
 }
 
-/// The grant's task and repository when its MAC verifies; None for anything else.
-pub fn verify(key: &CapabilityKey, presented: &str) -> Option<Grant> {
-    if presented.len() > MAX_REPOSITORY * 2 + 128 {
-        return None;
+/// The cache scope and tokens of the task sealed in `a`.
+pub fn of_assignment(key: &SealingKey, a: &Assignment) -> Result<TaskCache, String> {
+    task_cache(&a.open_task(key)?)
+}
+
+fn signed(body: &str) -> String {
+    format!("cache:{body}")
+}
+
+/// The grant of one task attempt, valid until `expires` (unix seconds).
+pub fn mint(key: &CapabilityKey, task: i64, attempt: u32, expires: i64, t: &TaskCache) -> String {
+    let body = format!(
+        "{task}.{attempt}.{expires}.{}.{}",
+        URL_SAFE_NO_PAD.encode(scope_text(&t.scope)),
+        t.token_digests.join("-")
+    );
+    format!("{body}.{}", key.mac_hex(&signed(&body)))
+}
+
+/// The grant `presented` proves, at `now` (unix seconds).
+pub fn verify(key: &CapabilityKey, presented: &str, now: i64) -> Result<Grant, Denied> {
+    if presented.len() > MAX_GRANT {
+        return Err(Denied::Forged);
     }
-    let mut parts = presented.split('.');
-    let (task, attempt, encoded, presented_mac) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
+    let (body, mac) = presented.rsplit_once('.').ok_or(Denied::Forged)?;
+    if !key.verify_hex(&signed(body), mac) {
+        return Err(Denied::Forged);
     }
-    let task: i64 = task.parse().ok().filter(|t| *t > 0)?;
-    let attempt: u32 = attempt.parse().ok().filter(|a| *a > 0)?;
-    let repository = String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()?;
-    if !key.verify_hex(&signed(task, attempt, &repository), presented_mac) {
-        return None;
+    // Genuine from here: we wrote every field, so a field that fails to parse is a grant of
+    // an older format, not an attack.
+    let fields: Vec<&str> = body.split('.').collect();
+    let [task, attempt, expires, scope, tokens] = fields[..] else {
+        return Err(Denied::Forged);
+    };
+    let task: i64 = task.parse().map_err(|_| Denied::Forged)?;
+    let attempt: u32 = attempt.parse().map_err(|_| Denied::Forged)?;
+    let expires: i64 = expires.parse().map_err(|_| Denied::Forged)?;
+    let scope = URL_SAFE_NO_PAD
+        .decode(scope)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|s| parse_scope(&s))
+        .ok_or(Denied::Forged)?;
+    let token_digests: Vec<String> = tokens.split('-').map(str::to_string).collect();
+    if token_digests.len() > MAX_TOKENS {
+        return Err(Denied::Forged);
     }
-    Some(Grant {
+    if now >= expires {
+        return Err(Denied::Expired(expires));
+    }
+    Ok(Grant {
         task,
         attempt,
-        repository,
+        scope,
+        token_digests,
+        body: body.to_string(),
     })
+}
+
+impl Grant {
+    /// Whether `bearer` (the call's `Authorization: Bearer` token) is the grant's task's.
+    pub fn admits(&self, bearer: Option<&str>) -> Result<(), Denied> {
+        let presented = token_digest(bearer.ok_or(Denied::NoToken)?);
+        let known = self.token_digests.iter().fold(false, |found, d| {
+            found
+                | bool::from(subtle::ConstantTimeEq::ct_eq(
+                    d.as_bytes(),
+                    presented.as_bytes(),
+                ))
+        });
+        if known {
+            Ok(())
+        } else {
+            Err(Denied::WrongToken)
+        }
+    }
+
+    fn ticket_input(&self, entry: u64, expires: i64) -> String {
+        format!("cache-download:{}:{entry}:{expires}", self.body)
+    }
+
+    /// A download ticket for `entry`, valid until `expires` (unix seconds).
+    pub fn ticket(&self, key: &CapabilityKey, entry: u64, expires: i64) -> String {
+        format!(
+            "{expires}.{}",
+            key.mac_hex(&self.ticket_input(entry, expires))
+        )
+    }
+
+    /// Whether `ticket` lets this grant's holder download `entry` at `now`.
+    pub fn admits_download(
+        &self,
+        key: &CapabilityKey,
+        entry: u64,
+        ticket: Option<&str>,
+        now: i64,
+    ) -> Result<(), Denied> {
+        let (expires, mac) = ticket
+            .and_then(|t| t.split_once('.'))
+            .ok_or(Denied::NoTicket)?;
+        let expires: i64 = expires.parse().map_err(|_| Denied::NoTicket)?;
+        if now < expires && key.verify_hex(&self.ticket_input(entry, expires), mac) {
+            Ok(())
+        } else {
+            Err(Denied::NoTicket)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tenantci_core::forge::gitea::json::struct_from_json;
+
+    fn task(context: serde_json::Value) -> Task {
+        let serde_json::Value::Object(map) = context else {
+            panic!("an object")
+        };
+        Task {
+            id: 7,
+            context: Some(struct_from_json(map)),
+            ..Default::default()
+        }
+    }
+
+    fn pull_request() -> Task {
+        task(serde_json::json!({
+            "repository": "Acme/Widgets",
+            "ref": "refs/pull/3/head",
+            "base_ref": "release",
+            "event": {"repository": {"default_branch": "main"}},
+            "gitea_runtime_token": "rt",
+            "token": "tt",
+        }))
+    }
 
     #[test]
-    fn a_grant_names_its_repository_and_cannot_be_moved_to_another() {
-        let key = CapabilityKey::generate();
-        let grant = mint(&key, 7, 1, "Acme/Widgets");
-        let g = verify(&key, &grant).unwrap();
+    fn a_pull_request_saves_under_its_ref_and_restores_from_its_base_and_the_default_branch() {
+        let t = task_cache(&pull_request()).unwrap();
         assert_eq!(
-            g,
-            Grant {
-                task: 7,
-                attempt: 1,
-                repository: "acme/widgets".into()
+            t.scope,
+            Scope {
+                repository: "acme/widgets".into(),
+                write: "refs/pull/3/head".into(),
+                reads: vec![
+                    "refs/pull/3/head".into(),
+                    "refs/heads/release".into(),
+                    "refs/heads/main".into()
+                ],
             }
         );
-        // Another repository with the same MAC, another task, another key: refused.
-        let mac = grant.rsplit('.').next().unwrap();
-        let other = URL_SAFE_NO_PAD.encode("acme/other");
-        assert!(verify(&key, &format!("7.1.{other}.{mac}")).is_none());
-        assert!(verify(&key, &grant.replacen("7.", "8.", 1)).is_none());
-        assert!(verify(&CapabilityKey::generate(), &grant).is_none());
-        assert!(verify(&key, "").is_none());
-        assert!(verify(&key, &format!("{grant}.x")).is_none());
+        // A push to the default branch reads its own ref once.
+        let push = task(serde_json::json!({
+            "repository": "acme/widgets", "ref": "refs/heads/main",
+            "event": {"repository": {"default_branch": "main"}}, "token": "tt",
+        }));
+        assert_eq!(
+            task_cache(&push).unwrap().scope.reads,
+            vec!["refs/heads/main".to_string()]
+        );
+        let no_token = task(serde_json::json!({"repository": "acme/widgets"}));
+        assert!(task_cache(&no_token).unwrap_err().contains("runtime token"));
+        let no_repo = task(serde_json::json!({"token": "tt"}));
+        assert!(task_cache(&no_repo).unwrap_err().contains("no repository"));
+    }
+
+    #[test]
+    fn a_grant_opens_nothing_without_its_task_s_token_or_after_it_expires() {
+        let key = CapabilityKey::generate();
+        let t = task_cache(&pull_request()).unwrap();
+        let grant = mint(&key, 7, 1, 1000, &t);
+        let g = verify(&key, &grant, 999).unwrap();
+        assert_eq!((g.task, g.attempt, &g.scope), (7, 1, &t.scope));
+        g.admits(Some("rt")).unwrap();
+        g.admits(Some("tt")).unwrap();
+        assert_eq!(g.admits(None), Err(Denied::NoToken));
+        assert_eq!(g.admits(Some("another")), Err(Denied::WrongToken));
+        assert_eq!(verify(&key, &grant, 1000), Err(Denied::Expired(1000)));
+        // Any field changed, another key, garbage: forged.
+        let (body, mac) = grant.rsplit_once('.').unwrap();
+        let other = URL_SAFE_NO_PAD.encode("acme/other\nrefs/heads/main\nrefs/heads/main");
+        let fields: Vec<&str> = body.split('.').collect();
+        let moved = format!("7.1.1000.{other}.{}.{mac}", fields[4]);
+        assert_eq!(verify(&key, &moved, 0), Err(Denied::Forged));
+        let later = grant.replacen(".1000.", ".9999.", 1);
+        assert_eq!(verify(&key, &later, 0), Err(Denied::Forged));
+        assert_eq!(
+            verify(&CapabilityKey::generate(), &grant, 0),
+            Err(Denied::Forged)
+        );
+        assert_eq!(verify(&key, "", 0), Err(Denied::Forged));
+        assert_eq!(verify(&key, &format!("{grant}.x"), 0), Err(Denied::Forged));
         // Never a capability: the inputs differ.
         assert_ne!(mac, key.token(7, 1));
+    }
+
+    #[test]
+    fn a_download_ticket_opens_one_entry_of_one_grant_for_a_while() {
+        let key = CapabilityKey::generate();
+        let t = task_cache(&pull_request()).unwrap();
+        let g = verify(&key, &mint(&key, 7, 1, 5000, &t), 0).unwrap();
+        let ticket = g.ticket(&key, 42, 100);
+        g.admits_download(&key, 42, Some(&ticket), 99).unwrap();
+        assert_eq!(
+            g.admits_download(&key, 42, Some(&ticket), 100),
+            Err(Denied::NoTicket)
+        );
+        assert!(g.admits_download(&key, 43, Some(&ticket), 0).is_err());
+        assert!(g.admits_download(&key, 42, None, 0).is_err());
+        let other = verify(&key, &mint(&key, 8, 1, 5000, &t), 0).unwrap();
+        assert!(other.admits_download(&key, 42, Some(&ticket), 0).is_err());
     }
 }

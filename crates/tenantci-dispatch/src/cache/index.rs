@@ -1,10 +1,12 @@
 //! The cache's entries and the rules over them, pure: what a reservation and a committed entry
 //! record, which entry a lookup finds, whether the uploaded ranges make a whole entry.
 //!
-//! Matching follows GitHub's documented order (and act's cache server): for each key the job
-//! sends, in order, an entry with exactly that key, else the newest entry whose key starts
-//! with it; always with the same `version` (the toolkit's hash of paths and compression). The
-//! caller passes only its own repository's entries, so a prefix never reaches another's.
+//! Matching follows GitHub's documented order (and act's cache server): for each ref the task
+//! may restore from (its own first, then its pull request's base, then the default branch;
+//! `grant::Scope`), for each key the job sends, in order, an entry with exactly that key, else
+//! the newest entry whose key starts with it; always with the same `version` (the toolkit's
+//! hash of paths and compression). The caller passes only its own repository's entries, so a
+//! prefix never reaches another's.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +26,9 @@ pub struct Reservation {
     pub size: Option<u64>,
     /// Unix milliseconds.
     pub created: i64,
+    /// The ref the entry will be saved under (the reserving task's).
+    #[serde(default)]
+    pub scope: String,
 }
 
 /// One uploaded range: the part object at `start` holds `len` bytes.
@@ -45,6 +50,11 @@ pub struct Entry {
     pub created: i64,
     /// Unix milliseconds of the last restore (or the commit): what eviction orders by.
     pub used: i64,
+    /// The ref of the task that saved it: tasks of other refs restore it only when it is their
+    /// base or default branch, and save beside it, never over it. Entries written before
+    /// scopes existed have none, and only a task without a ref reads them (they age out).
+    #[serde(default)]
+    pub scope: String,
 }
 
 /// A key or version the cache refuses, with the sentence to answer.
@@ -66,16 +76,36 @@ pub fn check_key(what: &str, value: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// The entry a lookup of `keys` (in order) with `version` finds among one repository's.
-pub fn find<'e>(entries: &'e [Entry], keys: &[&str], version: &str) -> Option<&'e Entry> {
-    keys.iter().find_map(|key| {
-        let same_version = || entries.iter().filter(|e| e.version == version);
-        same_version().find(|e| e.key == *key).or_else(|| {
-            same_version()
-                .filter(|e| e.key.starts_with(key))
-                .max_by_key(|e| (e.created, e.id))
+/// The entry a lookup of `keys` (in order) with `version` finds among one repository's, from
+/// the refs `reads` (in order).
+pub fn find<'e>(
+    entries: &'e [Entry],
+    reads: &[String],
+    keys: &[&str],
+    version: &str,
+) -> Option<&'e Entry> {
+    reads.iter().find_map(|scope| {
+        let candidates = || {
+            entries
+                .iter()
+                .filter(|e| e.version == version && e.scope == *scope)
+        };
+        keys.iter().find_map(|key| {
+            candidates().find(|e| e.key == *key).or_else(|| {
+                candidates()
+                    .filter(|e| e.key.starts_with(key))
+                    .max_by_key(|e| (e.created, e.id))
+            })
         })
     })
+}
+
+/// Whether an entry `key`/`version` was saved under `scope` already (entries are immutable;
+/// other refs save beside it).
+pub fn exists(entries: &[Entry], scope: &str, key: &str, version: &str) -> bool {
+    entries
+        .iter()
+        .any(|e| e.scope == scope && e.key == key && e.version == version)
 }
 
 /// `Content-Range: bytes START-END/*` (END inclusive): the range's start and length.
@@ -133,7 +163,14 @@ mod tests {
             parts: vec![],
             created,
             used: created,
+            scope: MAIN.into(),
         }
+    }
+
+    const MAIN: &str = "refs/heads/main";
+
+    fn main_only() -> Vec<String> {
+        vec![MAIN.into()]
     }
 
     #[test]
@@ -144,15 +181,38 @@ mod tests {
             entry(3, "npm-linux-ccc", "w", 30),
             entry(4, "npm-", "v", 5),
         ];
-        assert_eq!(find(&es, &["npm-linux-aaa"], "v").unwrap().id, 1);
-        assert_eq!(
-            find(&es, &["npm-linux-zzz", "npm-linux-"], "v").unwrap().id,
-            2
-        );
-        assert_eq!(find(&es, &["npm-"], "v").unwrap().id, 4);
-        assert_eq!(find(&es, &["npm-linux-ccc"], "w").unwrap().id, 3);
-        assert!(find(&es, &["npm-linux-ccc"], "v").is_none());
-        assert!(find(&es, &["pip-"], "v").is_none());
+        let find = |keys: &[&str], version| find(&es, &main_only(), keys, version).map(|e| e.id);
+        assert_eq!(find(&["npm-linux-aaa"], "v"), Some(1));
+        assert_eq!(find(&["npm-linux-zzz", "npm-linux-"], "v"), Some(2));
+        assert_eq!(find(&["npm-"], "v"), Some(4));
+        assert_eq!(find(&["npm-linux-ccc"], "w"), Some(3));
+        assert_eq!(find(&["npm-linux-ccc"], "v"), None);
+        assert_eq!(find(&["pip-"], "v"), None);
+    }
+
+    #[test]
+    fn a_branch_restores_its_own_entries_first_then_its_base_s_and_never_another_branch_s() {
+        let pr = "refs/pull/3/head";
+        let scoped = |id, key: &str, scope: &str| Entry {
+            scope: scope.into(),
+            ..entry(id, key, "v", id as i64)
+        };
+        let es = [
+            scoped(1, "deps-a", MAIN),
+            scoped(2, "deps-a", pr),
+            scoped(3, "deps-b", MAIN),
+            scoped(4, "deps-c", "refs/heads/other"),
+        ];
+        let reads = vec![pr.to_string(), MAIN.to_string()];
+        let found = |keys: &[&str]| find(&es, &reads, keys, "v").map(|e| e.id);
+        assert_eq!(found(&["deps-a"]), Some(2), "its own ref first");
+        assert_eq!(found(&["deps-b"]), Some(3), "then the default branch's");
+        assert_eq!(found(&["deps-c"]), None, "never a third branch's");
+        assert_eq!(found(&["deps-"]), Some(2), "a prefix in its own ref first");
+        // The default branch never sees the pull request's entry.
+        assert_eq!(find(&es, &main_only(), &["deps-a"], "v").unwrap().id, 1);
+        assert!(exists(&es, pr, "deps-a", "v"));
+        assert!(!exists(&es, pr, "deps-b", "v"));
     }
 
     #[test]

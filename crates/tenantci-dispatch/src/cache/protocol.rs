@@ -1,13 +1,16 @@
 //! The cache's HTTP side: the protocol `@actions/cache` speaks to `ACTIONS_CACHE_URL` (v1,
 //! `_apis/artifactcache/`, as act_runner's cache server serves it; docs/gitea-protocol.md),
 //! under `/_tenantci/cache/<grant>/`, where the grant (`cache::grant`) names and proves the
-//! task's repository. Every handler works inside that repository's directory only.
+//! task's repository and branch scope, and every call but the download carries the task's
+//! runtime token (`Authorization: Bearer`, as the toolkit sends `ACTIONS_RUNTIME_TOKEN`).
+//! Every handler works inside that repository's directory only.
 //!
 //! - `GET  cache?keys=K1,K2&version=V`: 200 `{result, archiveLocation, cacheKey}` or 204;
 //! - `POST caches` `{key, version, cacheSize}`: 200 `{cacheId}`; 409 when the entry exists;
 //! - `PATCH caches/{id}` with `Content-Range: bytes S-E/*`: one range, streamed to storage;
 //! - `POST caches/{id}` `{size}`: the commit;
-//! - `GET  artifacts/{id}`: the entry's bytes.
+//! - `GET  artifacts/{id}?ticket=T`: the entry's bytes; the ticket is in the lookup's
+//!   `archiveLocation` (the toolkit downloads with a bare client, no token).
 //!
 //! Every refusal is a JSON `{"message": sentence}` with a 4xx status, and stores nothing.
 
@@ -21,9 +24,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use serde::Deserialize;
 
+use crate::cache::Cache;
+use crate::cache::grant::{self, Denied, Grant};
 use crate::cache::index::{self, Entry, Part, Reservation};
 use crate::cache::storage::{StoreError, UploadError, repo_dir};
-use crate::cache::{Cache, grant};
 
 /// Where the cache is served, on the facade's listener and through the executor-proxy.
 pub const PREFIX: &str = "/_tenantci/cache";
@@ -82,7 +86,7 @@ async fn other(
     State(cache): State<Arc<Cache>>,
     UrlPath((presented, rest)): UrlPath<(String, String)>,
 ) -> Refusal {
-    match repository(&cache, &presented) {
+    match verified(&cache, &presented) {
         Ok(_) => refuse(
             StatusCode::NOT_FOUND,
             format!(
@@ -93,26 +97,79 @@ async fn other(
     }
 }
 
-fn no_grant_refusal() -> Refusal {
-    refuse(
-        StatusCode::UNAUTHORIZED,
-        "this cache request has no valid grant; use ACTIONS_CACHE_URL as the runner sets it (it names the task's repository)",
-    )
+/// Unix seconds now: what grants and tickets expire by.
+fn unix_now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
-/// The caller's repository directory, from the grant in its path.
-fn repository(cache: &Cache, presented: &str) -> Result<(grant::Grant, String), Refusal> {
-    match grant::verify(&cache.capability_key, presented) {
-        Some(g) => {
-            let dir = repo_dir(&g.repository);
-            Ok((g, dir))
-        }
-        None => {
-            cache.metrics.cache_refused();
+/// The refusal of a grant, token or ticket, counted and (when it looks like an attack) logged.
+fn denied(cache: &Cache, d: Denied) -> Refusal {
+    cache.metrics.cache_refused();
+    let (status, sentence) = match d {
+        Denied::Forged => {
             tracing::warn!("cache: a request with a forged or damaged grant; refused");
-            Err(no_grant_refusal())
+            (
+                StatusCode::UNAUTHORIZED,
+                "this cache request has no valid grant; use ACTIONS_CACHE_URL as the runner sets it (it names the task's repository)".to_string(),
+            )
         }
-    }
+        Denied::Expired(at) => (
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "this cache grant expired at {}: a grant lives as long as its task may (cache.grant_lifetime); the task it was made for has ended",
+                time::OffsetDateTime::from_unix_timestamp(at)
+                    .ok()
+                    .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+                    .unwrap_or_else(|| at.to_string())
+            ),
+        ),
+        Denied::NoToken => (
+            StatusCode::UNAUTHORIZED,
+            "this cache request has no `Authorization: Bearer` token; send the job's ACTIONS_RUNTIME_TOKEN, as @actions/cache does".to_string(),
+        ),
+        Denied::WrongToken => {
+            tracing::warn!("cache: a grant presented with another task's token; refused");
+            (
+                StatusCode::FORBIDDEN,
+                "this cache request's bearer token is not the runtime token of the task its grant was made for".to_string(),
+            )
+        }
+        Denied::NoTicket => (
+            StatusCode::FORBIDDEN,
+            format!(
+                "this download has no valid ticket for the entry; take archiveLocation from a fresh lookup (a ticket lasts {} minutes)",
+                grant::TICKET_LIFETIME.as_secs() / 60
+            ),
+        ),
+    };
+    refuse(status, sentence)
+}
+
+/// The grant in the path, genuine and unexpired, with its repository's directory.
+fn verified(cache: &Cache, presented: &str) -> Result<(Grant, String), Refusal> {
+    let g = grant::verify(&cache.capability_key, presented, unix_now())
+        .map_err(|d| denied(cache, d))?;
+    let dir = repo_dir(&g.scope.repository);
+    Ok((g, dir))
+}
+
+/// The `Authorization: Bearer` token of a call.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The caller's grant and repository directory: the grant in its path, verified, and the
+/// runtime token of its task in its `Authorization`.
+fn granted(
+    cache: &Cache,
+    presented: &str,
+    headers: &HeaderMap,
+) -> Result<(Grant, String), Refusal> {
+    let (g, dir) = verified(cache, presented)?;
+    g.admits(bearer(headers)).map_err(|d| denied(cache, d))?;
+    Ok((g, dir))
 }
 
 #[derive(Deserialize)]
@@ -141,7 +198,7 @@ async fn lookup(
     headers: HeaderMap,
     uri: Uri,
 ) -> Answer {
-    let (_, repo) = repository(&cache, &presented)?;
+    let (g, repo) = granted(&cache, &presented, &headers)?;
     let keys: Vec<&str> = q
         .keys
         .split(',')
@@ -169,7 +226,7 @@ async fn lookup(
     // lookup does not wait: it answers without recording the use.
     let not_evicting = cache.evicting.try_read().ok();
     let entries = cache.storage.entries(&repo).await?;
-    let Some(found) = index::find(&entries, &keys, &q.version) else {
+    let Some(found) = index::find(&entries, &g.scope.reads, &keys, &q.version) else {
         cache.metrics.cache_miss();
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
@@ -182,9 +239,15 @@ async fn lookup(
         }
     }
     drop(not_evicting);
+    let expires = unix_now() + grant::TICKET_LIFETIME.as_secs() as i64;
+    let ticket = g.ticket(&cache.capability_key, found.id, expires);
     let body = serde_json::json!({
         "result": "hit",
-        "archiveLocation": format!("{}/artifacts/{}", base_url(&headers, &uri, &presented), found.id),
+        "archiveLocation": format!(
+            "{}/artifacts/{}?ticket={ticket}",
+            base_url(&headers, &uri, &presented),
+            found.id
+        ),
         "cacheKey": found.key,
     });
     Ok(axum::Json(body).into_response())
@@ -202,9 +265,10 @@ struct ReserveBody {
 async fn reserve(
     State(cache): State<Arc<Cache>>,
     UrlPath(presented): UrlPath<String>,
+    headers: HeaderMap,
     body: Result<axum::Json<ReserveBody>, axum::extract::rejection::JsonRejection>,
 ) -> Answer {
-    let (g, repo) = repository(&cache, &presented)?;
+    let (g, repo) = granted(&cache, &presented, &headers)?;
     let axum::Json(b) = body.map_err(|e| {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -222,14 +286,11 @@ async fn reserve(
         cache.check_size(size)?;
     }
     let entries = cache.storage.entries(&repo).await?;
-    if entries
-        .iter()
-        .any(|e| e.key == b.key && e.version == b.version)
-    {
+    if index::exists(&entries, &g.scope.write, &b.key, &b.version) {
         return Err(refuse(
             StatusCode::CONFLICT,
             format!(
-                "the cache entry `{}` exists already in this repository; entries are immutable, save under a new key",
+                "the cache entry `{}` exists already for this branch; entries are immutable, save under a new key",
                 b.key
             ),
         ));
@@ -240,13 +301,20 @@ async fn reserve(
         version: b.version,
         size: b.cache_size,
         created: crate::cache::now(),
+        scope: g.scope.write.clone(),
     };
     cache.storage.reserve(&repo, &r).await?;
     tracing::info!(task = g.task, id = r.id, "cache: an upload reserved");
     Ok(axum::Json(serde_json::json!({ "cacheId": r.id })).into_response())
 }
 
-async fn reservation(cache: &Cache, repo: &str, id: &str) -> Result<Reservation, Refusal> {
+/// Reservation `id` of the caller's repository and branch.
+async fn reservation(
+    cache: &Cache,
+    g: &Grant,
+    repo: &str,
+    id: &str,
+) -> Result<Reservation, Refusal> {
     let unknown = || {
         refuse(
             StatusCode::NOT_FOUND,
@@ -258,6 +326,7 @@ async fn reservation(cache: &Cache, repo: &str, id: &str) -> Result<Reservation,
         .storage
         .reservation(repo, id)
         .await?
+        .filter(|r| r.scope == g.scope.write)
         .ok_or_else(unknown)
 }
 
@@ -266,8 +335,8 @@ async fn upload(
     UrlPath((presented, id)): UrlPath<(String, String)>,
     req: Request,
 ) -> Answer {
-    let (_, repo) = repository(&cache, &presented)?;
-    let r = reservation(&cache, &repo, &id).await?;
+    let (g, repo) = granted(&cache, &presented, req.headers())?;
+    let r = reservation(&cache, &g, &repo, &id).await?;
     let range = req
         .headers()
         .get(header::CONTENT_RANGE)
@@ -322,10 +391,11 @@ struct CommitBody {
 async fn commit(
     State(cache): State<Arc<Cache>>,
     UrlPath((presented, id)): UrlPath<(String, String)>,
+    headers: HeaderMap,
     body: Result<axum::Json<CommitBody>, axum::extract::rejection::JsonRejection>,
 ) -> Answer {
-    let (g, repo) = repository(&cache, &presented)?;
-    let r = reservation(&cache, &repo, &id).await?;
+    let (g, repo) = granted(&cache, &presented, &headers)?;
+    let r = reservation(&cache, &g, &repo, &id).await?;
     let axum::Json(b) = body.map_err(|e| {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -341,10 +411,7 @@ async fn commit(
         )
     })?;
     let entries = cache.storage.entries(&repo).await?;
-    if entries
-        .iter()
-        .any(|e| e.key == r.key && e.version == r.version)
-    {
+    if index::exists(&entries, &r.scope, &r.key, &r.version) {
         return Err(refuse(
             StatusCode::CONFLICT,
             format!(
@@ -362,6 +429,7 @@ async fn commit(
         parts,
         created: now,
         used: now,
+        scope: r.scope,
     };
     cache.storage.commit(&repo, &entry).await?;
     tracing::info!(
@@ -374,11 +442,17 @@ async fn commit(
     Ok(StatusCode::OK.into_response())
 }
 
+#[derive(Deserialize)]
+struct DownloadQuery {
+    ticket: Option<String>,
+}
+
 async fn download(
     State(cache): State<Arc<Cache>>,
     UrlPath((presented, id)): UrlPath<(String, String)>,
+    Query(q): Query<DownloadQuery>,
 ) -> Answer {
-    let (_, repo) = repository(&cache, &presented)?;
+    let (g, repo) = verified(&cache, &presented)?;
     let unknown = || {
         refuse(
             StatusCode::NOT_FOUND,
@@ -386,7 +460,14 @@ async fn download(
         )
     };
     let id: u64 = id.parse().map_err(|_| unknown())?;
-    let entry = cache.storage.entry(&repo, id).await?.ok_or_else(unknown)?;
+    g.admits_download(&cache.capability_key, id, q.ticket.as_deref(), unix_now())
+        .map_err(|d| denied(&cache, d))?;
+    let entry = cache
+        .storage
+        .entry(&repo, id)
+        .await?
+        .filter(|e| g.scope.reads.contains(&e.scope))
+        .ok_or_else(unknown)?;
     let stream = cache.storage.download(&repo, &entry);
     Ok((
         [
@@ -403,11 +484,12 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn the_routes_build_and_a_request_without_a_grant_is_unauthorized() {
+    async fn a_request_without_a_grant_or_with_an_expired_one_is_unauthorized() {
         let dir = tempfile::tempdir().unwrap();
+        let key = crate::facade::capability::CapabilityKey::generate();
         let cache = Cache::open(
             &crate::cache::settings::Cache::in_dir(dir.path()),
-            crate::facade::capability::CapabilityKey::generate(),
+            key.clone(),
             Arc::new(crate::metrics::Metrics::default()),
         )
         .unwrap();
@@ -417,8 +499,40 @@ mod tests {
         ))
         .body(Body::empty())
         .unwrap();
+        let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+
+        // A genuine grant past its expiry, with its task's token: refused, saying why.
+        let context = serde_json::json!({"repository": "sim/demo", "token": "tt"});
+        let task = tenantci_core::forge::gitea::proto::Task {
+            id: 7,
+            context: Some(tenantci_core::forge::gitea::json::struct_from_json(
+                context.as_object().unwrap().clone(),
+            )),
+            ..Default::default()
+        };
+        let expired = grant::mint(
+            &key,
+            7,
+            1,
+            unix_now() - 1,
+            &grant::task_cache(&task).unwrap(),
+        );
+        let req = axum::http::Request::get(format!(
+            "{PREFIX}/{expired}/_apis/artifactcache/cache?keys=a&version=v"
+        ))
+        .header("authorization", "Bearer tt")
+        .body(Body::empty())
+        .unwrap();
         let resp = tower::ServiceExt::oneshot(app, req).await.unwrap();
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&body).contains("expired"),
+            "{body:?}"
+        );
     }
 
     #[test]

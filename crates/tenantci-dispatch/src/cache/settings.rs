@@ -39,6 +39,11 @@ pub struct Cache {
     /// An entry not restored for this long goes, whatever the size.
     #[serde(default = "max_age")]
     pub max_age: GoDuration,
+    /// How long a task's cache grant opens its cache, from its executor's start: as long as
+    /// the task may run (Gitea's `[actions] ENDLESS_TASK_TIMEOUT`, 3h by default) and the
+    /// runner's last upload. Raise it with that timeout.
+    #[serde(default = "grant_lifetime")]
+    pub grant_lifetime: GoDuration,
 }
 
 fn max_size_mib() -> u64 {
@@ -54,6 +59,14 @@ fn max_age() -> GoDuration {
     std::time::Duration::from_secs(7 * 24 * 3600).into()
 }
 
+/// Gitea's 3h task limit and ten minutes for the runner's post steps (as `vm.timeout`).
+fn grant_lifetime() -> GoDuration {
+    "3h10m".parse().expect("a Go duration")
+}
+
+/// Shorter than any job: a grant that dies before its task's cache steps is a misconfiguration.
+const MIN_GRANT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
 impl Cache {
     /// A directory cache with the default limits.
     pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
@@ -66,6 +79,7 @@ impl Cache {
             max_size_mib: max_size_mib(),
             max_entry_size_mib: max_entry_size_mib(),
             max_age: max_age(),
+            grant_lifetime: grant_lifetime(),
         }
     }
 
@@ -104,6 +118,12 @@ impl Cache {
                 "has cache.s3_endpoint `{e}`, which is not an http(s) URL with a host"
             ));
         }
+        if self.grant_lifetime.get() < MIN_GRANT_LIFETIME {
+            return Err(format!(
+                "has cache.grant_lifetime = {}, shorter than 10m; set it to the longest a task may run (Gitea's ENDLESS_TASK_TIMEOUT, 3h by default) plus 10m",
+                self.grant_lifetime.as_str()
+            ));
+        }
         if self.max_entry_size_mib == 0 || self.max_size_mib < self.max_entry_size_mib {
             return Err(format!(
                 "has cache.max_entry_size_mib = {} and cache.max_size_mib = {}; an entry must be at least 1 MiB and fit in the whole cache",
@@ -127,6 +147,10 @@ mod tests {
         let mut small = Cache::in_dir("cache");
         small.max_size_mib = 1;
         assert!(small.validate().unwrap_err().contains("max_entry_size_mib"));
+        let mut brief = Cache::in_dir("cache");
+        brief.grant_lifetime = "5m".parse().unwrap();
+        assert!(brief.validate().unwrap_err().contains("grant_lifetime"));
+        assert_eq!(Cache::in_dir("c").grant_lifetime.get().as_secs(), 190 * 60);
         let mut stray = Cache::in_dir("cache");
         stray.s3_region = Some("eu".into());
         assert!(

@@ -18,7 +18,7 @@ use tokio::sync::{Notify, watch};
 use crate::backend::keep_alive::KeepAlive;
 use crate::backend::pod::warm_pool::WarmPools;
 use crate::backend::reconciler::{Reconciler, Restarts};
-use crate::backend::spec::{ExecutorTemplate, GiteaForExecutors, TemplateIdentity};
+use crate::backend::spec::{ExecutorTemplate, GiteaForExecutors, TemplateCache, TemplateIdentity};
 use crate::backend::worker::Worker;
 use crate::backend::{Context, Executors};
 use crate::claim::scheduler::{Pool, Scheduler};
@@ -316,7 +316,10 @@ fn template(s: &Shared) -> ExecutorTemplate {
                 settings,
                 sealing_key: s.sealing_key.clone(),
             }),
-        cache: s.cfg.cache.is_some().then(|| s.sealing_key.clone()),
+        cache: s.cfg.cache.as_ref().map(|c| TemplateCache {
+            sealing_key: s.sealing_key.clone(),
+            grant_lifetime: c.grant_lifetime.get(),
+        }),
     }
 }
 

@@ -80,8 +80,9 @@ struct Job {
     runtime_token: String,
 }
 
-/// Creates a job of `repository` at the Gitea double, for the backend `label` selects; its id.
-async fn post_job(w: &World, name: &str, repository: &str, label: &str) -> i64 {
+/// Creates a job with the task `context` (its repository, refs) at the Gitea double, for the
+/// backend `label` selects; its id.
+async fn post_job(w: &World, name: &str, context: Value, label: &str) -> i64 {
     let resp = w
         .http()
         .post(format!("{}/jobs", w.gitea.admin_url))
@@ -89,7 +90,7 @@ async fn post_job(w: &World, name: &str, repository: &str, label: &str) -> i64 {
             "name": name,
             "runs_on": ["self-hosted", label],
             "workflow_payload": format!("name: {name}\njobs:\n  build:\n    runs-on: [self-hosted, {label}]\n    steps:\n      - run: make\n"),
-            "context": {"repository": repository},
+            "context": context,
         }))
         .send()
         .await
@@ -115,8 +116,14 @@ fn external_server(config: &[u8], at: &str) -> String {
 }
 
 impl Job {
+    /// A job of `repository`'s default branch (the double's default `ref`).
     async fn start(w: &World, name: &str, repository: &str) -> Job {
-        let task = w.claimed(post_job(w, name, repository, "pod").await).await;
+        Job::start_in(w, name, serde_json::json!({ "repository": repository })).await
+    }
+
+    /// A job with the task `context` (repository, `ref`, `base_ref`) on a Pod.
+    async fn start_in(w: &World, name: &str, context: Value) -> Job {
+        let task = w.claimed(post_job(w, name, context, "pod").await).await;
         let (secret, pod) = w.objects(task).await;
         let config = &secret.data.as_ref().unwrap()[CONFIG_KEY].0;
         let server = external_server(config, "http://127.0.0.1:8431");
@@ -128,7 +135,8 @@ impl Job {
 
     /// The same on a VM sandbox: its boot script run for real, the test as its job.
     async fn start_vm(w: &World, name: &str, repository: &str) -> Job {
-        let task = w.claimed(post_job(w, name, repository, "vm").await).await;
+        let context = serde_json::json!({ "repository": repository });
+        let task = w.claimed(post_job(w, name, context, "vm").await).await;
         let sandbox = eventually("the task's VM sandbox", || async {
             w.sandboxes_of(task).await.into_iter().next()
         })
@@ -208,6 +216,15 @@ impl Job {
         Some((key, content))
     }
 
+    /// The job's cache API for the calls the toolkit never makes, with its runtime token.
+    fn raw(&self, http: &reqwest::Client) -> RawCache {
+        RawCache {
+            http: http.clone(),
+            api: format!("{}_apis/artifactcache", self.cache_url),
+            token: self.runtime_token.clone(),
+        }
+    }
+
     async fn finish(&self, w: &World) {
         self.ex
             .finish(self.task, &[&format!("ran task {}", self.task)])
@@ -284,10 +301,7 @@ async fn the_toolkit_saves_and_restores_within_its_repository_across_restarts() 
     );
 
     // kill -9 in the middle of an upload: no half entry, the committed one intact.
-    let raw = RawCache {
-        http: w.http().clone(),
-        api: format!("{}_apis/artifactcache", demo2.cache_url),
-    };
+    let raw = demo2.raw(w.http());
     let id = raw.reserved("half", 4 << 20).await;
     let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
     futures::SinkExt::send(&mut tx, Ok(vec![7u8; 2 << 20]))
@@ -330,6 +344,56 @@ async fn the_toolkit_saves_and_restores_within_its_repository_across_restarts() 
     demo2.finish(&w).await;
     drop(d2);
     drop(d);
+}
+
+/// Branch scopes, as GitHub has them: a pull request's job restores the default branch's entry,
+/// saves its own under the same key beside it, and the default branch's next job still
+/// restores its own and never sees the pull request's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pull_request_restores_the_default_branch_s_entries_and_never_replaces_them() {
+    let mut w = World::start(4).await;
+    let store = scratch();
+    with_cache(&mut w, &store.path().join("cache"), 1024, 512);
+    let _d = w.dispatcher("d1").await;
+    let pull_request = || {
+        serde_json::json!({
+            "repository": "sim/demo",
+            "ref": "refs/pull/3/head",
+            "base_ref": "main",
+            "head_ref": "feature",
+        })
+    };
+
+    let main = Job::start(&w, "main-1", "sim/demo").await;
+    main.save("deps-1", "main v1").await;
+    main.finish(&w).await;
+
+    let pr = Job::start_in(&w, "pr-1", pull_request()).await;
+    assert_eq!(
+        pr.restore(&["deps-1"]).await,
+        Some(("deps-1".into(), "main v1".into())),
+        "a pull request restores from its base branch"
+    );
+    pr.save("deps-1", "pr v1").await;
+    pr.save("pr-only-1", "pr only").await;
+    pr.finish(&w).await;
+
+    let main = Job::start(&w, "main-2", "sim/demo").await;
+    assert_eq!(
+        main.restore(&["deps-1"]).await,
+        Some(("deps-1".into(), "main v1".into())),
+        "the pull request's save under the same key did not replace the default branch's"
+    );
+    assert_eq!(main.restore(&["pr-only-1", "pr-"]).await, None);
+    main.finish(&w).await;
+
+    let pr = Job::start_in(&w, "pr-2", pull_request()).await;
+    assert_eq!(
+        pr.restore(&["deps-1"]).await,
+        Some(("deps-1".into(), "pr v1".into())),
+        "its own ref first"
+    );
+    pr.finish(&w).await;
 }
 
 /// The cache from VM sandboxes: the boot script's proxy carries the toolkit's calls with the
@@ -385,14 +449,8 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
     let demo = Job::start(&w, "demo", "sim/demo").await;
     let other = Job::start(&w, "other", "sim/other").await;
     let http = w.http();
-    let a = RawCache {
-        http: http.clone(),
-        api: format!("{}_apis/artifactcache", demo.cache_url),
-    };
-    let b = RawCache {
-        http: http.clone(),
-        api: format!("{}_apis/artifactcache", other.cache_url),
-    };
+    let a = demo.raw(http);
+    let b = other.raw(http);
     let proxy = demo
         .cache_url
         .split("/_tenantci/")
@@ -420,11 +478,25 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
         .await
         .unwrap();
     refused(forged, 401, "grant").await;
+    // The grant without the job's runtime token, or with another job's: refused. The URL is
+    // no secret (a step may print its environment); the token is masked.
+    let bare = http
+        .get(format!("{}/cache?keys=a&version=v1", a.api))
+        .send()
+        .await
+        .unwrap();
+    refused(bare, 401, "Authorization: Bearer").await;
+    let swapped = RawCache {
+        token: other.runtime_token.clone(),
+        ..a.clone()
+    };
+    refused(swapped.reserve("a", 1).await, 403, "not the runtime token").await;
 
     // Absurd keys and versions, an entry past the limit.
     refused(a.lookup(&"k".repeat(513)).await, 400, "513 bytes").await;
     let long_version = http
         .post(format!("{}/caches", a.api))
+        .bearer_auth(&demo.runtime_token)
         .json(&serde_json::json!({"key": "k", "version": "v".repeat(600)}))
         .send()
         .await
@@ -481,16 +553,14 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
         &[1u8; 10]
     );
     assert_eq!(b.lookup("small").await.status(), 204);
+    // The download's ticket is bound to the grant and the entry it was made for.
     let stolen = location.replace(
         demo.cache_url.trim_end_matches('/'),
         other.cache_url.trim_end_matches('/'),
     );
-    refused(
-        http.get(&stolen).send().await.unwrap(),
-        404,
-        "no cache entry",
-    )
-    .await;
+    refused(http.get(&stolen).send().await.unwrap(), 403, "ticket").await;
+    let (unticketed, _) = location.split_once('?').unwrap();
+    refused(http.get(unticketed).send().await.unwrap(), 403, "ticket").await;
     refused(a.reserve("small", 10).await, 409, "exists already").await;
 
     evicts_the_least_recently_used(&a, &d).await;

@@ -71,9 +71,14 @@ fn spec() -> ExecutorSpec {
         executor: x,
         identity: None,
         class: None,
-        // A grant as `cache::grant::mint` spells it (task, attempt, base64url of the
-        // repository, HMAC hex): the runner config shows the shared cache's URL.
-        cache_grant: Some(format!("4242.1.c2ltL2RlbW8.{}", "0".repeat(64))),
+        // A grant as `cache::grant::mint` spells it (task, attempt, expiry, base64url of the
+        // repository and refs, a runtime token's digest, HMAC hex): the runner config shows
+        // the shared cache's URL.
+        cache_grant: Some(format!(
+            "4242.1.1796400000.c2ltL2RlbW8KcmVmcy9oZWFkcy9tYWluCnJlZnMvaGVhZHMvbWFpbg.{}.{}",
+            "1".repeat(32),
+            "0".repeat(64)
+        )),
     }
 }
 
