@@ -27,7 +27,7 @@ fn gitea_client(url: &str, ca_pem: Option<&str>) -> Result<RunnerClient> {
 pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
     let file = match &i.gitea_ca_file {
         Some(f) => f.clone(),
-        None => match kept_ca_file(&i.out) {
+        None => match kept_ca_file(&i.out)? {
             Some(f) => f,
             None => return Ok(None),
         },
@@ -46,15 +46,14 @@ pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
     Ok(Some(pem))
 }
 
-/// The existing config's gitea.ca_file, absolute (an unreadable config is judged later, by
-/// `local::check`).
-fn kept_ca_file(out: &std::path::Path) -> Option<std::path::PathBuf> {
-    let out = std::path::absolute(out).ok()?;
-    if !out.is_file() {
-        return None;
-    }
-    let cfg = crate::config::Config::load_with_env(&out, &|_| None).ok()?;
-    cfg.gitea.ca_file
+/// The existing config's gitea.ca_file, absolute. A config at --out that does not load is
+/// refused here, as `local::check` would refuse it: without its CA the version call below
+/// would fail first, at Gitea's TLS, with a misleading exit 3.
+fn kept_ca_file(out: &std::path::Path) -> Result<Option<std::path::PathBuf>> {
+    let out = std::path::absolute(out).map_err(|e| {
+        Error::bad_input(format!("--out `{}` has no absolute form", out.display())).caused_by(e)
+    })?;
+    Ok(crate::init::local::read_existing_config(&out)?.and_then(|cfg| cfg.gitea.ca_file))
 }
 
 fn gitea_error(url: &str, e: ClientError) -> Error {

@@ -152,7 +152,7 @@ fn check_out_dir(dir: &Path) -> Result<()> {
 }
 
 /// The config already at --out (its tuning keys are kept), read without env overrides.
-fn read_existing_config(path: &Path) -> Result<Option<Config>> {
+pub(crate) fn read_existing_config(path: &Path) -> Result<Option<Config>> {
     if !path.exists() {
         return Ok(None);
     }

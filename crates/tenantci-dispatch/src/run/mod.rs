@@ -121,11 +121,7 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
         facade_host: host,
         facade_ca_pem: facade.ca_pem,
         gitea_ca_pem: match &cfg.gitea.ca_file {
-            Some(path) => Some(input::read_text(
-                "the Gitea CA file (gitea.ca_file)",
-                path,
-                GITEA_CA_LIMIT,
-            )?),
+            Some(path) => Some(gitea_ca(path)?),
             None => None,
         },
         facade_cert: facade.valid,
@@ -798,6 +794,15 @@ impl Signals {
             _ = self.int.recv() => {}
         }
     }
+}
+
+/// `gitea.ca_file`'s PEM, refused at start when it holds no certificate: a wrong file would
+/// otherwise surface only as an unknown-issuer handshake at the first FetchTask.
+fn gitea_ca(path: &std::path::Path) -> Result<String> {
+    const WHAT: &str = "the Gitea CA file (gitea.ca_file)";
+    let pem = input::read_text(WHAT, path, GITEA_CA_LIMIT)?;
+    tenantci_core::tls::parse_ca_bundle(WHAT, path, pem.as_bytes())?;
+    Ok(pem)
 }
 
 #[cfg(test)]

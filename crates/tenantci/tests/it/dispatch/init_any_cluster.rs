@@ -327,7 +327,8 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
 /// the version read fails naming the flag (exit 3); a file that is no certificate is exit 2;
 /// neither writes, applies or registers anything. With it init registers, the config names
 /// the CA (`gitea.ca_file`), and the Secret carries it as `gitea-ca.crt`, which the mounted
-/// config names.
+/// config names. A broken config at --out is exit 2 naming it, not the TLS failure (exit 3)
+/// its lost CA would cause.
 #[test]
 fn init_trusts_the_gitea_ca_it_is_given_and_puts_it_where_the_deployment_mounts() {
     let s = setup();
@@ -393,5 +394,14 @@ fn init_trusts_the_gitea_ca_it_is_given_and_puts_it_where_the_deployment_mounts(
     // A re-run without the flag keeps the CA and still reaches Gitea with it.
     let o = init("d", None);
     assert_exit(&o, 0);
+    // A config at --out that does not load is named (exit 2, unchanged), not hidden behind
+    // the TLS failure its lost CA would cause.
+    std::fs::create_dir_all(s.root.join("broken")).unwrap();
+    std::fs::write(s.out("broken"), "[gitea
+").unwrap();
+    let o = init("broken", None);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("config.toml"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(s.out("broken")).unwrap(), "[gitea\n");
     drop(front);
 }

@@ -270,3 +270,14 @@ fn a_five_megabyte_webhook_secret_is_refused() {
     std::fs::write(s.config(), cfg.to_toml()).unwrap();
     assert_refused(&s.run(), &["webhook.secret", "larger than 4 KiB"]);
 }
+
+#[test]
+fn a_gitea_ca_file_without_a_certificate_is_refused_at_start() {
+    let s = setup();
+    let ca = s.path("gitea-ca.crt");
+    std::fs::write(&ca, "not a certificate\n").unwrap();
+    let mut cfg = Config::load(&s.config()).unwrap();
+    cfg.gitea.ca_file = Some(ca);
+    std::fs::write(s.config(), cfg.to_toml()).unwrap();
+    assert_refused(&s.run(), &["gitea-ca.crt", "holds no PEM certificate"]);
+}
