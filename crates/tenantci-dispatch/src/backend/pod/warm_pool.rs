@@ -30,6 +30,14 @@ use tenantci_app::tenant::{apply, prewarm};
 
 /// How often the leader looks at demand and applies the pools.
 pub const TICK: Duration = Duration::from_millis(500);
+/// How soon an apiserver that was away is asked for the PriorityClass again.
+const PRIORITY_CLASS_RETRY: Duration = Duration::from_secs(30);
+
+/// Whether the apiserver's answer `e` settles the PriorityClass: a refusal (forbidden,
+/// invalid) stays one until someone changes RBAC; 429, 5xx and no answer pass.
+fn settles(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code != 429 && (400..500).contains(&s.code))
+}
 
 /// The label of a pool's pause Pods (not `tenantci.io/class`: they are not executors).
 pub const WARM_CLASS_LABEL: &str = "tenantci.io/warm-class";
@@ -52,9 +60,10 @@ struct ClassDemand {
 pub struct WarmDemand {
     origin: Instant,
     classes: Mutex<BTreeMap<String, ClassDemand>>,
-    /// The pause PriorityClass was tried: cluster-scoped, so a dispatcher whose identity is
-    /// namespaced (its Role) may not apply it, and neither a retry nor a warning every term
-    /// changes that: one attempt (and at most one warning) per process.
+    /// The pause PriorityClass was settled: applied, or refused by the apiserver. It is
+    /// cluster-scoped, so a dispatcher whose identity is namespaced (its Role) may not apply
+    /// it, and neither a retry nor a warning every term changes that: one refusal (and at most
+    /// one warning) per process. An apiserver that was away settles nothing: tried again.
     priority_class_tried: AtomicBool,
 }
 
@@ -82,6 +91,11 @@ impl WarmDemand {
     /// True the first time only: whether this term should try the PriorityClass.
     fn first_priority_class_attempt(&self) -> bool {
         !self.priority_class_tried.swap(true, Ordering::SeqCst)
+    }
+
+    /// A term ended with the PriorityClass unsettled: the next one tries again.
+    fn priority_class_unsettled(&self) {
+        self.priority_class_tried.store(false, Ordering::SeqCst);
     }
 
     fn with<T>(&self, class: &str, f: impl FnOnce(&mut ClassDemand, Duration) -> T) -> Option<T> {
@@ -180,13 +194,19 @@ impl WarmPools {
             .filter(|c| c.warm.is_some())
             .cloned()
             .collect();
-        if !classes.is_empty() && self.demand.first_priority_class_attempt() {
-            self.apply_priority_class().await;
-        }
+        // When the PriorityClass is (still) to be tried: now for the process's first term.
+        let mut priority_class_due =
+            (!classes.is_empty() && self.demand.first_priority_class_attempt()).then(Instant::now);
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut applied: BTreeMap<String, u32> = BTreeMap::new();
         let mut last = Instant::now();
         loop {
+            if let Some(due) = priority_class_due
+                && due <= Instant::now()
+            {
+                let settled = self.apply_priority_class().await;
+                priority_class_due = (!settled).then(|| Instant::now() + PRIORITY_CLASS_RETRY);
+            }
             let held = last.elapsed().as_secs_f64();
             last = Instant::now();
             for c in &classes {
@@ -194,17 +214,30 @@ impl WarmPools {
             }
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
-                _ = stop.wait_for(|s| *s) => return,
+                _ = stop.wait_for(|s| *s) => {
+                    if priority_class_due.is_some() {
+                        self.demand.priority_class_unsettled();
+                    }
+                    return;
+                }
             }
         }
     }
 
-    /// Once per process (see [`WarmDemand`]): the pause PriorityClass, or one warning saying
-    /// who must create it.
-    async fn apply_priority_class(&self) {
+    /// The pause PriorityClass (see [`WarmDemand`]); whether that settled it: applied, or
+    /// refused with one warning saying who must create it. An apiserver away or overloaded
+    /// settles nothing.
+    async fn apply_priority_class(&self) -> bool {
         let pcs: Api<PriorityClass> = Api::all(self.client.clone());
-        if let Err(e) = apply::apply(&pcs, &prewarm::desired_priority_class(), false).await {
+        let Err(e) = apply::apply(&pcs, &prewarm::desired_priority_class(), false).await else {
+            return true;
+        };
+        if settles(&e) {
             tracing::warn!(error = %e, "cannot apply the pause PriorityClass `{}` (create it with `tenantci tenant prewarm` or the tenant-admin kubeconfig); the warm pools' Pods need it. Not tried again until the dispatcher restarts", prewarm::NAME);
+            true
+        } else {
+            tracing::warn!(error = %e, "cannot reach the apiserver for the pause PriorityClass `{}`; trying again in {}s", prewarm::NAME, PRIORITY_CLASS_RETRY.as_secs());
+            false
         }
     }
 
@@ -251,6 +284,26 @@ mod tests {
         assert!(d.first_priority_class_attempt(), "the first term tries");
         assert!(!d.first_priority_class_attempt(), "a later term does not");
         assert!(!d.first_priority_class_attempt());
+        d.priority_class_unsettled();
+        assert!(
+            d.first_priority_class_attempt(),
+            "unless a term ended with the apiserver away"
+        );
+    }
+
+    #[test]
+    fn a_refusal_settles_the_priority_class_and_an_apiserver_away_does_not() {
+        let answer = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        assert!(settles(&answer(403)), "forbidden: RBAC must change");
+        assert!(settles(&answer(422)));
+        assert!(!settles(&answer(429)), "throttled");
+        assert!(!settles(&answer(503)));
+        assert!(!settles(&kube::Error::LinesCodecMaxLineLengthExceeded));
     }
 
     #[test]

@@ -397,11 +397,18 @@ fn init_trusts_the_gitea_ca_it_is_given_and_puts_it_where_the_deployment_mounts(
     // A config at --out that does not load is named (exit 2, unchanged), not hidden behind
     // the TLS failure its lost CA would cause.
     std::fs::create_dir_all(s.root.join("broken")).unwrap();
-    std::fs::write(s.out("broken"), "[gitea
-").unwrap();
+    std::fs::write(
+        s.out("broken"),
+        "[gitea
+",
+    )
+    .unwrap();
     let o = init("broken", None);
     assert_exit(&o, 2);
     assert!(stderr(&o).contains("config.toml"), "{}", stderr(&o));
-    assert_eq!(std::fs::read_to_string(s.out("broken")).unwrap(), "[gitea\n");
+    assert_eq!(
+        std::fs::read_to_string(s.out("broken")).unwrap(),
+        "[gitea\n"
+    );
     drop(front);
 }
