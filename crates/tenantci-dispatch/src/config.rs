@@ -673,6 +673,10 @@ pub const OVERRIDES: &[(&str, &str)] = &[
         "TENANTCI_DISPATCH_CACHE_S3_CREDENTIALS_FILE",
         "cache.s3_credentials_file",
     ),
+    (
+        "TENANTCI_DISPATCH_CACHE_S3_DIRECT_DOWNLOADS",
+        "cache.s3_direct_downloads",
+    ),
     ("TENANTCI_DISPATCH_CACHE_MAX_SIZE_MIB", "cache.max_size_mib"),
     (
         "TENANTCI_DISPATCH_CACHE_MAX_ENTRY_SIZE_MIB",
@@ -700,7 +704,7 @@ fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_e
             })?;
             toml_edit::value(n)
         }
-        "status.expose_metrics" => match raw.trim() {
+        "status.expose_metrics" | "cache.s3_direct_downloads" => match raw.trim() {
             "true" => toml_edit::value(true),
             "false" => toml_edit::value(false),
             _ => {
@@ -1390,6 +1394,7 @@ pub(crate) mod tests {
             s3_endpoint: Some("http://10.0.0.7:9000".into()),
             s3_region: Some("eu-central-1".into()),
             s3_credentials_file: Some("/etc/tenantci/s3.credentials".into()),
+            s3_direct_downloads: true,
             max_entry_size_mib: 256,
             max_age: Duration::from_secs(86400).into(),
             ..crate::cache::settings::Cache::in_dir("unused")

@@ -71,7 +71,7 @@ impl Drop for Process {
 
 /// A loopback port free right now: bound, then released for a child to take (a port its
 /// argv must name before it starts).
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

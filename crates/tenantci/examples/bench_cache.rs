@@ -10,6 +10,12 @@
 //! (`forge::gitea::facade::spawn_router`, TLS), without the dispatcher's other parts (NATS,
 //! the apiserver client), so its RSS is what the cache's streams cost.
 //!
+//! With `BENCH_CACHE_MOTO=<moto_server>` (scripts/bench-cache.sh sets it), the same restore
+//! from an S3 bucket (moto, on loopback): the entry saved in the toolkit's 32 MiB ranges, then
+//! read with `cache.s3_direct_downloads` (a lookup through the proxy, then the presigned GET
+//! of the bucket) and without it (streamed by the cache), against the presigned GET alone
+//! (reading the bytes from the storage directly).
+//!
 //! Prints Markdown on stdout, progress on stderr; `scripts/bench-cache.sh` writes it into
 //! docs/benchmarks/cache.md.
 //!
@@ -36,12 +42,25 @@ fn progress(msg: &str) {
     eprintln!("bench_cache: {msg}");
 }
 
-/// Child mode: serve the cache over `dir` with TLS from `dir/../{cert,key}.pem`.
+/// The S3 bucket the S3 rows use, at moto.
+const BUCKET: &str = "bench";
+
+/// Child mode: serve the cache over `dir` (or, with `BENCH_CACHE_S3=ENDPOINT`, the bucket
+/// there; `BENCH_CACHE_S3_DIRECT=1` for direct downloads) with TLS from
+/// `dir/../{cert,key}.pem`.
 async fn serve(dir: PathBuf) {
     let key_hex = std::env::var("BENCH_CACHE_KEY").unwrap();
     let key = CapabilityKey::from_bytes(&hex::decode(key_hex).unwrap()).unwrap();
+    let mut store = settings::Cache::in_dir(&dir);
+    if let Ok(endpoint) = std::env::var("BENCH_CACHE_S3") {
+        store.dir = None;
+        store.s3_bucket = Some(BUCKET.into());
+        store.s3_endpoint = Some(endpoint);
+        store.s3_region = Some("us-east-1".into());
+        store.s3_direct_downloads = std::env::var_os("BENCH_CACHE_S3_DIRECT").is_some();
+    }
     let cache = Cache::open(
-        &settings::Cache::in_dir(&dir),
+        &store,
         key,
         Arc::new(tenantci_dispatch::metrics::Metrics::default()),
     )
@@ -78,18 +97,26 @@ async fn save(http: &reqwest::Client, api: &str, key: &str, mib: usize) {
 /// seconds and bytes.
 async fn restore(http: &reqwest::Client, api: &str, key: &str) -> (f64, u64) {
     let start = Instant::now();
+    let n = fetch(http, &location(http, api, key).await).await;
+    (start.elapsed().as_secs_f64(), n)
+}
+
+/// The lookup's `archiveLocation` of `key`.
+async fn location(http: &reqwest::Client, api: &str, key: &str) -> String {
     let hit: Value = raw(http, api).lookup(key).await.json().await.unwrap();
-    let mut body = http
-        .get(hit["archiveLocation"].as_str().expect("a hit"))
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    hit["archiveLocation"].as_str().expect("a hit").to_string()
+}
+
+/// GETs `url` to its end; the bytes read.
+async fn fetch(http: &reqwest::Client, url: &str) -> u64 {
+    let resp = http.get(url).send().await.unwrap();
+    assert!(resp.status().is_success(), "GET {url}: {}", resp.status());
+    let mut body = resp.bytes_stream();
     let mut n = 0u64;
     while let Some(chunk) = body.next().await {
         n += chunk.unwrap().len() as u64;
     }
-    (start.elapsed().as_secs_f64(), n)
+    n
 }
 
 fn raw(http: &reqwest::Client, api: &str) -> RawCache {
@@ -200,15 +227,7 @@ async fn main() {
     let ca_file = work.path().join("ca.pem");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
     let key = CapabilityKey::generate();
-    let mut server = Process::spawn(
-        Command::new(std::env::current_exe().unwrap())
-            .env("BENCH_CACHE_SERVE", &store)
-            .env("BENCH_CACHE_KEY", hex::encode(key.as_bytes()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null()),
-    );
-    let line = first_line(server.child().stdout.take().unwrap(), "the cache server");
-    let facade = format!("https://{}", line.strip_prefix("listening ").unwrap());
+    let (mut server, facade) = spawn_cache(&store, &key, None);
     let g = bench_grant(&key);
     let mut proxies: Vec<(Process, String)> =
         (0..4).map(|_| proxy(bin, &facade, &ca_file)).collect();
@@ -267,6 +286,171 @@ async fn main() {
     server.kill();
 
     report(rounds, mib, times, four, idle_rss, peak_rss);
+    if let Some(moto) = std::env::var_os("BENCH_CACHE_MOTO") {
+        let s3 = S3Bench {
+            bin,
+            moto: PathBuf::from(moto),
+            work: work.path(),
+            ca_file: &ca_file,
+            key: &key,
+            rounds,
+            mib,
+        };
+        s3.run().await;
+    }
+}
+
+/// A cache server child over `store` (or the bucket at `s3`'s endpoint, with direct
+/// downloads when its flag is set); the process and its HTTPS URL.
+fn spawn_cache(store: &Path, key: &CapabilityKey, s3: Option<(&str, bool)>) -> (Process, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env("BENCH_CACHE_SERVE", store)
+        .env("BENCH_CACHE_KEY", hex::encode(key.as_bytes()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some((endpoint, direct)) = s3 {
+        // moto takes any credentials.
+        cmd.env("BENCH_CACHE_S3", endpoint)
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench");
+        if direct {
+            cmd.env("BENCH_CACHE_S3_DIRECT", "1");
+        }
+    }
+    let mut server = Process::spawn(&mut cmd);
+    let line = first_line(server.child().stdout.take().unwrap(), "the cache server");
+    let facade = format!("https://{}", line.strip_prefix("listening ").unwrap());
+    (server, facade)
+}
+
+/// The S3 rows: one entry in a moto bucket, read three ways.
+struct S3Bench<'a> {
+    bin: &'a str,
+    moto: PathBuf,
+    work: &'a Path,
+    ca_file: &'a Path,
+    key: &'a CapabilityKey,
+    rounds: usize,
+    mib: usize,
+}
+
+impl S3Bench<'_> {
+    async fn run(&self) {
+        let port = tenantci_testkit::process::free_port();
+        let mut moto = Process::spawn(
+            Command::new(&self.moto)
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        tenantci_testkit::wait::eventually("moto_server answers", || async {
+            http.get(&endpoint).send().await.ok().map(|_| ())
+        })
+        .await;
+        let bucket = http
+            .put(format!("{endpoint}/{BUCKET}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(bucket.status().is_success());
+        let store = self.work.join("store-s3");
+        let g = bench_grant(self.key);
+        let api = |facade: &str| {
+            let (p, a) = proxy(self.bin, facade, self.ca_file);
+            (
+                p,
+                format!("{a}{}/{g}/_apis/artifactcache", protocol::PREFIX),
+            )
+        };
+        let (mut direct, direct_facade) = spawn_cache(&store, self.key, Some((&endpoint, true)));
+        let (mut streamed, streamed_facade) =
+            spawn_cache(&store, self.key, Some((&endpoint, false)));
+        let (mut direct_proxy, direct_api) = api(&direct_facade);
+        let (mut streamed_proxy, streamed_api) = api(&streamed_facade);
+
+        progress(&format!("S3: saving {} MiB in 32 MiB ranges", self.mib));
+        let commit = save_in_ranges(&http, &direct_api, "bench-s3", self.mib).await;
+        let presigned = location(&http, &direct_api, "bench-s3").await;
+        fetch(&http, &presigned).await;
+        // 0 the bucket directly, 1 direct downloads, 2 streamed by the cache.
+        let mut times: [Vec<f64>; 3] = Default::default();
+        for round in 0..self.rounds {
+            progress(&format!("S3 round {}/{}", round + 1, self.rounds));
+            for i in 0..3 {
+                let path = (round + i) % 3;
+                let (secs, bytes) = match path {
+                    0 => {
+                        let start = Instant::now();
+                        let n = fetch(&http, &presigned).await;
+                        (start.elapsed().as_secs_f64(), n)
+                    }
+                    1 => restore(&http, &direct_api, "bench-s3").await,
+                    _ => restore(&http, &streamed_api, "bench-s3").await,
+                };
+                assert_eq!(bytes, (self.mib << 20) as u64);
+                times[path].push(secs);
+            }
+        }
+        for p in [&mut direct_proxy, &mut streamed_proxy] {
+            p.terminate(Duration::from_secs(10));
+        }
+        direct.kill();
+        streamed.kill();
+        moto.kill();
+        report_s3(self.rounds, self.mib, times, commit);
+    }
+}
+
+/// Saves `mib` MiB under `key` as the toolkit does: 32 MiB ranges (the last shorter), then the
+/// commit; the commit's seconds (it joins the ranges with direct downloads on).
+async fn save_in_ranges(http: &reqwest::Client, api: &str, key: &str, mib: usize) -> f64 {
+    const RANGE: usize = 32;
+    let raw = raw(http, api);
+    let size = (mib << 20) as u64;
+    let id = raw.reserved(key, size).await;
+    for first in (0..mib).step_by(RANGE) {
+        let n = RANGE.min(mib - first);
+        let start = (first << 20) as u64;
+        let body = vec![(first % 251) as u8; n << 20];
+        let resp = raw
+            .patch(id, start, start + (n << 20) as u64 - 1, body)
+            .await;
+        assert_eq!(resp.status(), 200);
+    }
+    let start = Instant::now();
+    assert_eq!(raw.commit(id, size).await.status(), 200);
+    start.elapsed().as_secs_f64()
+}
+
+fn report_s3(rounds: usize, mib: usize, times: [Vec<f64>; 3], commit: f64) {
+    let [bucket, direct, streamed] = times.map(median);
+    let rate = |secs: f64| mib as f64 / secs;
+    let base = rate(bucket);
+    println!();
+    println!(
+        "| path, S3 bucket (moto) | median of {rounds} restores of {mib} MiB (s) | MiB/s | ratio |"
+    );
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| GET of the entry's object from the bucket (baseline) | {bucket:.3} | {base:.0} | 1.00x |"
+    );
+    println!(
+        "| `s3_direct_downloads`: lookup through `executor-proxy`, then the presigned GET | {direct:.3} | {:.0} | **{:.2}x** |",
+        rate(direct),
+        rate(direct) / base
+    );
+    println!(
+        "| streamed by the cache through `executor-proxy` (HTTPS) | {streamed:.3} | {:.0} | {:.2}x |",
+        rate(streamed),
+        rate(streamed) / base
+    );
+    println!();
+    println!(
+        "The commit that joined the {mib} MiB entry's {} ranges into one object took {commit:.2} s.",
+        mib.div_ceil(32)
+    );
 }
 
 /// The Markdown table: per path (0 the directory, 1 through the proxy, 2 the cache alone) the

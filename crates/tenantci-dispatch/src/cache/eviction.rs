@@ -43,6 +43,7 @@ mod tests {
                 created: 0,
                 used,
                 scope: String::new(),
+                joined: false,
             },
         }
     }

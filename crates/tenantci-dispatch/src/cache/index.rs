@@ -55,6 +55,9 @@ pub struct Entry {
     /// scopes existed have none, and only a task without a ref reads them (they age out).
     #[serde(default)]
     pub scope: String,
+    /// Its bytes are also in one joined object (direct downloads from a bucket).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joined: bool,
 }
 
 /// A key or version the cache refuses, with the sentence to answer.
@@ -164,6 +167,7 @@ mod tests {
             created,
             used: created,
             scope: MAIN.into(),
+            joined: false,
         }
     }
 

@@ -18,6 +18,7 @@ pub struct CacheInputs {
     pub s3_endpoint: Option<String>,
     pub s3_region: Option<String>,
     pub s3_credentials_file: Option<PathBuf>,
+    pub s3_direct_downloads: bool,
     pub max_size_mib: Option<u64>,
 }
 
@@ -31,6 +32,7 @@ pub fn section(c: &CacheInputs, kept: Option<&Cache>) -> Result<Option<Cache>> {
                 "--cache-s3-credentials-file",
                 c.s3_credentials_file.is_some(),
             ),
+            ("--cache-s3-direct-downloads", c.s3_direct_downloads),
         ];
         if let Some((flag, _)) = stray.iter().find(|(_, given)| *given) {
             return Err(Error::bad_input(format!("{flag} is given without --cache-s3-bucket"))
@@ -72,6 +74,7 @@ pub fn section(c: &CacheInputs, kept: Option<&Cache>) -> Result<Option<Cache>> {
                 .as_deref()
                 .map(|f| absolute("--cache-s3-credentials-file", f))
                 .transpose()?,
+            s3_direct_downloads: c.s3_direct_downloads,
             ..limits_of(kept)
         },
     };
@@ -89,6 +92,7 @@ fn limits_of(kept: Option<&Cache>) -> Cache {
     limits.s3_endpoint = None;
     limits.s3_region = None;
     limits.s3_credentials_file = None;
+    limits.s3_direct_downloads = false;
     limits
 }
 
@@ -157,9 +161,11 @@ mod tests {
             s3_bucket: Some("ci-cache".into()),
             s3_endpoint: Some("http://minio:9000/".into()),
             s3_credentials_file: Some("s3.credentials".into()),
+            s3_direct_downloads: true,
             ..Default::default()
         };
         let c = section(&bucket, Some(&tuned())).unwrap().unwrap();
+        assert!(c.s3_direct_downloads);
         assert_eq!(c.dir, None);
         assert_eq!(c.s3_bucket.as_deref(), Some("ci-cache"));
         assert_eq!(c.s3_endpoint.as_deref(), Some("http://minio:9000"));
@@ -184,6 +190,14 @@ mod tests {
                     ..Default::default()
                 },
                 "--cache-s3-region is given without --cache-s3-bucket",
+            ),
+            (
+                CacheInputs {
+                    dir: Some("a".into()),
+                    s3_direct_downloads: true,
+                    ..Default::default()
+                },
+                "--cache-s3-direct-downloads is given without --cache-s3-bucket",
             ),
             (
                 CacheInputs {

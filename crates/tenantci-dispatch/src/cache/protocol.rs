@@ -239,15 +239,26 @@ async fn lookup(
         }
     }
     drop(not_evicting);
-    let expires = unix_now() + grant::TICKET_LIFETIME.as_secs() as i64;
-    let ticket = g.ticket(&cache.capability_key, found.id, expires);
+    // Straight from the bucket when it signs URLs; else through this cache, with a ticket.
+    let location = match cache
+        .storage
+        .direct_url(&repo, found, grant::TICKET_LIFETIME)
+        .await?
+    {
+        Some(url) => url,
+        None => {
+            let expires = unix_now() + grant::TICKET_LIFETIME.as_secs() as i64;
+            let ticket = g.ticket(&cache.capability_key, found.id, expires);
+            format!(
+                "{}/artifacts/{}?ticket={ticket}",
+                base_url(&headers, &uri, &presented),
+                found.id
+            )
+        }
+    };
     let body = serde_json::json!({
         "result": "hit",
-        "archiveLocation": format!(
-            "{}/artifacts/{}?ticket={ticket}",
-            base_url(&headers, &uri, &presented),
-            found.id
-        ),
+        "archiveLocation": location,
         "cacheKey": found.key,
     });
     Ok(axum::Json(body).into_response())
@@ -430,6 +441,7 @@ async fn commit(
         created: now,
         used: now,
         scope: r.scope,
+        joined: false,
     };
     cache.storage.commit(&repo, &entry).await?;
     tracing::info!(

@@ -30,6 +30,12 @@ pub struct Cache {
     /// Absent: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` from the environment. Never argv.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_credentials_file: Option<PathBuf>,
+    /// Restores read the bucket directly: a lookup's `archiveLocation` is a presigned GET of
+    /// the entry's object (valid 15 minutes), so restores cost the dispatcher nothing and run
+    /// at the bucket's speed. Executors must reach `s3_endpoint` under the same name; a commit
+    /// joins an entry's uploaded ranges into that one object.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub s3_direct_downloads: bool,
     /// All repositories' entries together: past it the least recently used go.
     #[serde(default = "max_size_mib")]
     pub max_size_mib: u64,
@@ -76,6 +82,7 @@ impl Cache {
             s3_endpoint: None,
             s3_region: None,
             s3_credentials_file: None,
+            s3_direct_downloads: false,
             max_size_mib: max_size_mib(),
             max_entry_size_mib: max_entry_size_mib(),
             max_age: max_age(),
@@ -104,7 +111,8 @@ impl Cache {
         if self.s3_bucket.is_none()
             && (self.s3_endpoint.is_some()
                 || self.s3_region.is_some()
-                || self.s3_credentials_file.is_some())
+                || self.s3_credentials_file.is_some()
+                || self.s3_direct_downloads)
         {
             return Err(
                 "has cache.s3_* settings without cache.s3_bucket; set the bucket or remove them"

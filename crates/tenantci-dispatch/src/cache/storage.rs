@@ -4,6 +4,8 @@
 //!
 //! - `v1/<repo>/uploads/<id>.json`: a reservation, until its commit;
 //! - `v1/<repo>/parts/<id>/<start>`: one uploaded range each, streamed in as it arrives;
+//! - `v1/<repo>/joined/<id>`: with `s3_direct_downloads`, the entry's parts joined into one
+//!   object at the commit, which a presigned URL can name (the toolkit downloads one URL);
 //! - `v1/<repo>/entries/<id>.json`: a committed entry's manifest. Its single `put` is the
 //!   commit: before it the entry does not exist, after it every part it lists does. So a
 //!   kill -9 mid-upload leaves no half entry visible, and the index is the store itself
@@ -18,6 +20,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::path::Path;
+use object_store::signer::Signer;
 use object_store::{ObjectStore, PutPayload, WriteMultipart};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -53,6 +56,8 @@ pub enum UploadError {
 
 pub struct Storage {
     store: Arc<dyn ObjectStore>,
+    /// `s3_direct_downloads`: the bucket, which signs the URLs restores read it by.
+    signer: Option<Arc<object_store::aws::AmazonS3>>,
     /// Bytes per multipart part and parts in flight per upload: what one stream holds in
     /// memory (S3 wants parts of at least 5 MiB; a directory takes any size).
     chunk: usize,
@@ -79,6 +84,7 @@ impl Storage {
                 .map_err(|e| format!("cannot open the cache directory {}: {e}", dir.display()))?;
             return Ok(Storage {
                 store: Arc::new(store),
+                signer: None,
                 chunk: 1 << 20,
                 in_flight: 2,
             });
@@ -97,11 +103,13 @@ impl Storage {
             let (id, secret) = read_credentials(file)?;
             b = b.with_access_key_id(id).with_secret_access_key(secret);
         }
-        let store = b
-            .build()
-            .map_err(|e| format!("cannot use the S3 bucket `{bucket}`: {e}"))?;
+        let store = Arc::new(
+            b.build()
+                .map_err(|e| format!("cannot use the S3 bucket `{bucket}`: {e}"))?,
+        );
         Ok(Storage {
-            store: Arc::new(store),
+            signer: settings.s3_direct_downloads.then(|| store.clone()),
+            store,
             chunk: 5 << 20,
             in_flight: 1,
         })
@@ -220,9 +228,21 @@ impl Storage {
         Ok(())
     }
 
-    /// Makes `entry` visible (its manifest's one put), then forgets the reservation.
+    /// Whether restores read the store directly ([`Self::direct_url`]).
+    pub fn downloads_directly(&self) -> bool {
+        self.signer.is_some()
+    }
+
+    /// Makes `entry` visible (its manifest's one put), then forgets the reservation. With
+    /// direct downloads, an entry of several parts is first joined into one object (streamed:
+    /// the toolkit uploads 32 MiB ranges, a presigned URL names one object).
     pub async fn commit(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
-        self.put_json(&path(repo, &format!("entries/{}.json", entry.id)), entry)
+        let mut entry = entry.clone();
+        if self.downloads_directly() && entry.parts.len() > 1 {
+            self.join_parts(repo, &entry).await?;
+            entry.joined = true;
+        }
+        self.put_json(&path(repo, &format!("entries/{}.json", entry.id)), &entry)
             .await?;
         let _ = self
             .store
@@ -258,18 +278,72 @@ impl Storage {
         Ok(out)
     }
 
-    /// An entry's bytes, its parts one after the other.
+    /// The objects holding an entry's bytes, in order: its joined object, or its parts.
+    fn objects(repo: &str, entry: &Entry) -> Vec<Path> {
+        if entry.joined {
+            return vec![path(repo, &format!("joined/{}", entry.id))];
+        }
+        entry
+            .parts
+            .iter()
+            .map(|p| path(repo, &format!("parts/{}/{}", entry.id, p.start)))
+            .collect()
+    }
+
+    /// Streams an entry's parts into its one joined object.
+    async fn join_parts(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
+        let at = path(repo, &format!("joined/{}", entry.id));
+        let upload = self.store.put_multipart(&at).await?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, self.chunk);
+        let mut bytes = self.download(repo, entry);
+        let copied: Result<(), object_store::Error> = async {
+            while let Some(chunk) = bytes.next().await {
+                writer.wait_for_capacity(self.in_flight).await?;
+                writer.put(chunk?);
+            }
+            Ok(())
+        }
+        .await;
+        match copied {
+            Ok(()) => {
+                writer.finish().await?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = writer.abort().await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// A presigned GET of the entry's one object, valid for `valid`; None when restores do
+    /// not read the store directly (or the entry was committed before they did, in parts).
+    pub async fn direct_url(
+        &self,
+        repo: &str,
+        entry: &Entry,
+        valid: std::time::Duration,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(signer) = &self.signer else {
+            return Ok(None);
+        };
+        let [object] = &Self::objects(repo, entry)[..] else {
+            return Ok(None);
+        };
+        let url = signer
+            .signed_url(reqwest::Method::GET, object, valid)
+            .await?;
+        Ok(Some(url.to_string()))
+    }
+
+    /// An entry's bytes, its parts one after the other (or its joined object).
     pub fn download(
         &self,
         repo: &str,
         entry: &Entry,
     ) -> BoxStream<'static, Result<Bytes, object_store::Error>> {
         let store = self.store.clone();
-        let paths: Vec<Path> = entry
-            .parts
-            .iter()
-            .map(|p| path(repo, &format!("parts/{}/{}", entry.id, p.start)))
-            .collect();
+        let paths = Self::objects(repo, entry);
         futures::stream::iter(paths)
             .then(move |p| {
                 let store = store.clone();
@@ -310,13 +384,21 @@ impl Storage {
         self.delete_parts(repo, id).await
     }
 
+    /// An entry's parts and its joined object (if any).
     async fn delete_parts(&self, repo: &str, id: u64) -> Result<(), StoreError> {
         let prefix = path(repo, &format!("parts/{id}"));
         let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
         for m in metas {
             self.store.delete(&m.location).await?;
         }
-        Ok(())
+        match self
+            .store
+            .delete(&path(repo, &format!("joined/{id}")))
+            .await
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Drops reservations created before `before` (unix milliseconds) that were never committed,

@@ -287,6 +287,11 @@ pub struct CacheArgs {
     /// Default: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in `dispatch run`'s environment.
     #[arg(long, value_name = "FILE", requires = "cache_s3_bucket")]
     pub cache_s3_credentials_file: Option<PathBuf>,
+    /// Restores read the bucket directly (a presigned GET, 15 minutes, of the one entry), at
+    /// the bucket's speed and at no cost to the dispatcher. Executors must reach the
+    /// endpoint by the same name (NetworkPolicy egress).
+    #[arg(long, requires = "cache_s3_bucket")]
+    pub cache_s3_direct_downloads: bool,
     /// All repositories' entries together; past it the least recently restored go (an
     /// entry's own limit is lowered to it if larger). Default: the existing config's, else
     /// 10240.
@@ -501,6 +506,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
             s3_endpoint: a.cache.cache_s3_endpoint.clone(),
             s3_region: a.cache.cache_s3_region.clone(),
             s3_credentials_file: a.cache.cache_s3_credentials_file.clone(),
+            s3_direct_downloads: a.cache.cache_s3_direct_downloads,
             max_size_mib: a.cache.cache_max_size_mib,
         },
         out: a.out.clone(),

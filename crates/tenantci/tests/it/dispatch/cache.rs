@@ -626,6 +626,9 @@ impl Drop for Moto {
     }
 }
 
+/// The S3 backend against moto (which checks no signatures: the presigned URLs are
+/// object_store's SigV4, checked by AWS, MinIO, Ceph RGW), before and after a kill -9, and with
+/// `s3_direct_downloads` after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() {
     let moto = Moto::start().await;
@@ -666,11 +669,55 @@ async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() 
     assert_eq!(other.restore(&["deps-1", "deps-"]).await, None);
     other.finish(&w).await;
     d.kill9();
+    // Restarted with direct downloads: restores read the bucket through presigned URLs, an
+    // entry saved before included (one range: its part is the one object).
+    let config = w.config_path("d1");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let on = text.replacen("[cache]\n", "[cache]\ns3_direct_downloads = true\n", 1);
+    assert_ne!(on, text, "the config has a [cache] section");
+    std::fs::write(&config, on).unwrap();
     let _d = w.dispatcher("d1").await;
     let demo2 = Job::start(&w, "demo-2", "sim/demo").await;
     assert_eq!(
         demo2.restore(&["deps-2", "deps-"]).await,
         Some(("deps-1".into(), "demo in s3".into()))
+    );
+    // An entry of two ranges is joined at its commit into the one object the URL names.
+    let raw = demo2.raw(w.http());
+    let (first, second) = (vec![5u8; 6 << 20], vec![6u8; 1 << 20]);
+    let id = raw.reserved("two-ranges", 7 << 20).await;
+    assert_eq!(
+        raw.patch(id, 6 << 20, (7 << 20) - 1, second.clone())
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        raw.patch(id, 0, (6 << 20) - 1, first.clone())
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(raw.commit(id, 7 << 20).await.status(), 200);
+    let hit: Value = raw.lookup("two-ranges").await.json().await.unwrap();
+    let location = hit["archiveLocation"].as_str().unwrap();
+    assert!(
+        location.starts_with(&format!("{}/ci-cache/v1/", moto.url))
+            && location.contains("X-Amz-Signature=")
+            && location.contains("X-Amz-Expires=900"),
+        "a presigned GET of the bucket, 15 minutes: {location}"
+    );
+    let bytes = w
+        .http()
+        .get(location)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(
+        bytes.len() == 7 << 20 && bytes[..6 << 20] == first[..] && bytes[6 << 20..] == second[..]
     );
     demo2.finish(&w).await;
 }
