@@ -248,6 +248,13 @@ impl Storage {
             .store
             .delete(&path(repo, &format!("uploads/{}.json", entry.id)))
             .await;
+        // A joined entry is read from its one object: its ranges would only double what it
+        // holds in the bucket. Left behind by a failure here, they go with the entry.
+        if entry.joined
+            && let Err(e) = self.delete_ranges(repo, entry.id).await
+        {
+            tracing::warn!(error = %e, "cache: cannot delete a joined entry's ranges; they go when the entry is evicted");
+        }
         Ok(())
     }
 
@@ -386,11 +393,7 @@ impl Storage {
 
     /// An entry's parts and its joined object (if any).
     async fn delete_parts(&self, repo: &str, id: u64) -> Result<(), StoreError> {
-        let prefix = path(repo, &format!("parts/{id}"));
-        let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
-        for m in metas {
-            self.store.delete(&m.location).await?;
-        }
+        self.delete_ranges(repo, id).await?;
         match self
             .store
             .delete(&path(repo, &format!("joined/{id}")))
@@ -399,6 +402,16 @@ impl Storage {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The uploaded ranges of `id`.
+    async fn delete_ranges(&self, repo: &str, id: u64) -> Result<(), StoreError> {
+        let prefix = path(repo, &format!("parts/{id}"));
+        let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+        for m in metas {
+            self.store.delete(&m.location).await?;
+        }
+        Ok(())
     }
 
     /// Drops reservations created before `before` (unix milliseconds) that were never committed,

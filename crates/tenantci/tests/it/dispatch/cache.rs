@@ -699,6 +699,21 @@ async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() 
         200
     );
     assert_eq!(raw.commit(id, 7 << 20).await.status(), 200);
+    // The bucket holds the joined object, and the ranges no longer (they would double it).
+    let listing = w
+        .http()
+        .get(format!("{}/ci-cache?list-type=2&prefix=v1/", moto.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        listing.contains(&format!("/joined/{id}</Key>")),
+        "{listing}"
+    );
+    assert!(!listing.contains(&format!("/parts/{id}/")), "{listing}");
     let hit: Value = raw.lookup("two-ranges").await.json().await.unwrap();
     let location = hit["archiveLocation"].as_str().unwrap();
     assert!(
