@@ -439,18 +439,11 @@ async fn refused(resp: reqwest::Response, status: u16, says: &str) {
     assert!(message.contains(says), "`{message}` names `{says}`");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_the_least_recently_used()
- {
-    let mut w = World::start(4).await;
-    let store = scratch();
-    with_cache(&mut w, &store.path().join("cache"), 1, 1);
-    let d = w.dispatcher("d1").await;
-    let demo = Job::start(&w, "demo", "sim/demo").await;
-    let other = Job::start(&w, "other", "sim/other").await;
-    let http = w.http();
+/// No grant, a forged one (401); the grant without the job's runtime token (401) or with
+/// another job's (403). The URL is no secret (a step may print its environment); the token
+/// is masked.
+async fn grants_and_tokens_are_checked(http: &reqwest::Client, demo: &Job, other: &Job) {
     let a = demo.raw(http);
-    let b = other.raw(http);
     let proxy = demo
         .cache_url
         .split("/_tenantci/")
@@ -458,7 +451,6 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
         .unwrap()
         .to_string();
 
-    // No grant, a forged one: 401.
     let none = http
         .get(format!(
             "{proxy}/_tenantci/cache/_apis/artifactcache/cache?keys=a&version=v1"
@@ -478,8 +470,6 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
         .await
         .unwrap();
     refused(forged, 401, "grant").await;
-    // The grant without the job's runtime token, or with another job's: refused. The URL is
-    // no secret (a step may print its environment); the token is masked.
     let bare = http
         .get(format!("{}/cache?keys=a&version=v1", a.api))
         .send()
@@ -491,6 +481,21 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
         ..a.clone()
     };
     refused(swapped.reserve("a", 1).await, 403, "not the runtime token").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_the_least_recently_used()
+ {
+    let mut w = World::start(4).await;
+    let store = scratch();
+    with_cache(&mut w, &store.path().join("cache"), 1, 1);
+    let d = w.dispatcher("d1").await;
+    let demo = Job::start(&w, "demo", "sim/demo").await;
+    let other = Job::start(&w, "other", "sim/other").await;
+    let http = w.http();
+    let a = demo.raw(http);
+    let b = other.raw(http);
+    grants_and_tokens_are_checked(http, &demo, &other).await;
 
     // Absurd keys and versions, an entry past the limit.
     refused(a.lookup(&"k".repeat(513)).await, 400, "513 bytes").await;
