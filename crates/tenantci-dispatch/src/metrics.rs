@@ -310,7 +310,7 @@ fn register_cache(registry: &mut Registry, c: &CacheMetrics) {
     );
     registry.register(
         "cache_refused",
-        "Cache requests refused for a forged grant or an entry past cache.max_entry_size_mib",
+        "Cache requests refused: a forged or expired grant, a missing or wrong runtime token, a download without its ticket, an entry past cache.max_entry_size_mib",
         c.refused.clone(),
     );
     registry.register(
