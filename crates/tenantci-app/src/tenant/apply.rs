@@ -44,14 +44,27 @@ pub fn is_subset(desired: &Value, live: &Value) -> bool {
 /// True when applying `desired` would change nothing in `live`: [`is_subset`], and a `data`
 /// map (a ConfigMap's, a Secret's) holds exactly `desired`'s keys. tenantci writes such a map
 /// whole, so a key it no longer sets (a password file removed, a webhook turned off) must go,
-/// which the forced apply does and the subset test alone would skip.
+/// which the subset test alone would skip.
 fn unchanged(desired: &Value, live: &Value) -> bool {
-    let keys = |v: &Value| {
-        v.get("data")
-            .and_then(Value::as_object)
-            .map(|m| m.keys().cloned().collect::<Vec<_>>())
+    is_subset(desired, live) && stray_data_keys(desired, live).is_empty()
+}
+
+/// The keys of `live`'s `data` map that `desired`'s does not hold (none when `desired` has no
+/// such map). The forced apply drops those tenantci set before; one another field manager
+/// set (a `kubectl patch`, a hand edit) it leaves, so they are removed by name after it.
+fn stray_data_keys(desired: &Value, live: &Value) -> Vec<String> {
+    let Some(wanted) = desired.get("data").and_then(Value::as_object) else {
+        return Vec::new();
     };
-    is_subset(desired, live) && (desired.get("data").is_none() || keys(desired) == keys(live))
+    live.get("data")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.keys()
+                .filter(|k| !wanted.contains_key(*k))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// GETs `obj` and server-side applies it unless the live object already matches.
@@ -61,10 +74,13 @@ where
 {
     let name = obj.meta().name.clone().unwrap_or_default();
     let kind = K::kind(&()).to_string();
-    let live = api.get_opt(&name).await?;
+    let live = api
+        .get_opt(&name)
+        .await?
+        .map(|l| serde_json::to_value(l).unwrap_or(Value::Null));
     let desired = serde_json::to_value(obj).unwrap_or(Value::Null);
     let outcome = match &live {
-        Some(l) if unchanged(&desired, &serde_json::to_value(l).unwrap_or(Value::Null)) => {
+        Some(l) if unchanged(&desired, l) => {
             return Ok(Applied {
                 kind,
                 name,
@@ -77,6 +93,19 @@ where
     let mut params = PatchParams::apply(FIELD_MANAGER).force();
     params.dry_run = dry_run;
     api.patch(&name, &params, &Patch::Apply(obj)).await?;
+    let stray = live
+        .as_ref()
+        .map(|l| stray_data_keys(&desired, l))
+        .unwrap_or_default();
+    if !stray.is_empty() {
+        let nulls: serde_json::Map<String, Value> =
+            stray.into_iter().map(|k| (k, Value::Null)).collect();
+        let mut params = PatchParams::default();
+        params.dry_run = dry_run;
+        params.field_manager = Some(FIELD_MANAGER.into());
+        let drop = serde_json::json!({ "data": nulls });
+        api.patch(&name, &params, &Patch::Merge(&drop)).await?;
+    }
     Ok(Applied {
         kind,
         name,

@@ -321,6 +321,66 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
         steps.contains(&("in-cluster".into(), "unchanged".into())),
         "{steps:?}"
     );
+    let rerun = || {
+        s.init(
+            "d",
+            &in_cluster_flags(&admin, webhook_secret.to_str().unwrap(), &opensandbox),
+            &["--apply-secret"],
+        )
+    };
+    a_key_init_no_longer_sets_leaves_the_secret_at_the_next_run(&k, rerun);
+}
+
+/// A key in the live Secret that init does not set (one an older config needed, or put there
+/// by hand with `kubectl patch`, which server-side apply leaves to its own field manager)
+/// would stay mounted: the next run removes it, and the run after that changes nothing.
+fn a_key_init_no_longer_sets_leaves_the_secret_at_the_next_run(
+    k: &Kubectl,
+    rerun: impl Fn() -> std::process::Output,
+) {
+    let secret = [
+        "-n",
+        "dynamic-runner",
+        "get",
+        "secret",
+        "tenantci-dispatcher",
+    ];
+    let patched = k.run(&[
+        "-n",
+        "dynamic-runner",
+        "patch",
+        "secret",
+        "tenantci-dispatcher",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"retired.key":"c3RhbGU="}}"#,
+    ]);
+    assert!(patched.status.success(), "{}", stderr(&patched));
+    // Its key names only: the values are secrets, even in a test's output.
+    let keys = |k: &Kubectl| -> Vec<String> {
+        let o = k.run(&[&secret[..], &["-o", "json"]].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["data"].as_object().unwrap().keys().cloned().collect()
+    };
+    assert!(keys(k).contains(&"retired.key".to_string()));
+    let o = rerun();
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        !steps.contains(&("in-cluster".into(), "unchanged".into())),
+        "a Secret with a stray key is not unchanged: {steps:?}"
+    );
+    let left = keys(k);
+    assert!(!left.contains(&"retired.key".to_string()), "{left:?}");
+    let o = rerun();
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        steps.contains(&("in-cluster".into(), "unchanged".into())),
+        "and the run after that changes nothing: {steps:?}"
+    );
 }
 
 /// `--gitea-ca` (issue 29) against the Gitea double behind TLS from a private CA: without it
