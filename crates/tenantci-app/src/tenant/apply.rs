@@ -100,9 +100,11 @@ where
     if !stray.is_empty() {
         let nulls: serde_json::Map<String, Value> =
             stray.into_iter().map(|k| (k, Value::Null)).collect();
-        let mut params = PatchParams::default();
-        params.dry_run = dry_run;
-        params.field_manager = Some(FIELD_MANAGER.into());
+        let params = PatchParams {
+            dry_run,
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         let drop = serde_json::json!({ "data": nulls });
         api.patch(&name, &params, &Patch::Merge(&drop)).await?;
     }
