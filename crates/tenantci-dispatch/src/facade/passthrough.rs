@@ -61,9 +61,14 @@ pub struct Passthrough {
 /// The settings of a client that relays a job's requests as they are: redirects handed to the
 /// job, not followed (as a host runner's job sees them); no total timeout, only silence
 /// bounded ([`READ_TIMEOUT`]: uploads and downloads of gigabytes); bodies not decoded (the
-/// upstream decides the encoding, the job's client decodes it).
+/// upstream decides the encoding, the job's client decodes it); HTTP/1.1 even where the
+/// upstream offers h2 (reqwest's `http2` feature is on through `object_store`): a job's large
+/// bodies are single streams, and h2's 16 KiB frames and flow-control windows halved this
+/// client's rate on one (615 against 1178 MiB/s, docs/benchmarks/cache.md); each of the job's
+/// concurrent requests gets a connection of its own, as a host runner's Node client does.
 pub(crate) fn streaming(b: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
-    b.redirect(reqwest::redirect::Policy::none())
+    b.http1_only()
+        .redirect(reqwest::redirect::Policy::none())
         .read_timeout(READ_TIMEOUT)
         .no_gzip()
         .no_brotli()
@@ -228,6 +233,55 @@ pub async fn stream_to(gitea: &Passthrough, req: Request, extra: HeaderMap) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Against a server that offers h2 (the facade's transport, as Go's net/http does for
+    /// Gitea), a relaying client speaks HTTP/1.1; a plain client would take h2.
+    #[tokio::test]
+    async fn a_relaying_client_speaks_http1_where_the_upstream_offers_h2() {
+        use std::time::Duration;
+        use tenantci_core::forge::gitea::facade::{spawn_router, tls_config};
+        let ca =
+            tenantci_core::pki::CertificateAuthority::generate("test CA", Duration::from_secs(600))
+                .unwrap();
+        let leaf = tenantci_core::pki::issue::server_cert(
+            &ca,
+            "upstream",
+            &["127.0.0.1".into()],
+            Duration::from_secs(600),
+        )
+        .unwrap();
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::get(|req: axum::extract::Request| async move {
+                format!("{:?}", req.version())
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = spawn_router(
+            listener,
+            tls_config(&leaf.cert_pem, &leaf.key_pem).unwrap(),
+            app,
+        )
+        .unwrap();
+        let url = format!("https://{}/", server.local_addr);
+        let trusting = || {
+            tenantci_core::tls::ensure_crypto_provider();
+            reqwest::Client::builder()
+                .use_rustls_tls()
+                .add_root_certificate(
+                    reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap(),
+                )
+        };
+        let version = |client: reqwest::Client| {
+            let url = url.clone();
+            async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+        };
+        assert_eq!(version(trusting().build().unwrap()).await, "HTTP/2.0");
+        assert_eq!(
+            version(streaming(trusting()).build().unwrap()).await,
+            "HTTP/1.1"
+        );
+    }
 
     #[test]
     fn runner_headers_and_hop_by_hop_headers_never_pass() {

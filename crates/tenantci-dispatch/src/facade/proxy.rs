@@ -164,11 +164,8 @@ fn upstream(cfg: &ProxyConfig) -> Result<Upstream> {
 /// total timeout (a restore of gigabytes), only silence bounded; not retried (an upload's
 /// body is gone once sent, and the toolkit retries its own calls).
 fn cache_road(cfg: &ProxyConfig) -> Result<Passthrough> {
-    // HTTP/1.1 even where the facade offers h2: a restore is one large stream, and h2's 16 KiB
-    // frames and flow-control windows halved its rate (615 against 1178 MiB/s in one hop,
-    // docs/benchmarks/cache.md); the job's own concurrent requests get a connection each.
+    // HTTP/1.1 (`streaming`): a restore is one large stream.
     let http = passthrough::streaming(facade_client(cfg)?)
-        .http1_only()
         .build()
         .map_err(|e| Error::bad_input("cannot build the facade client").caused_by(e))?;
     Ok(Passthrough::over(
