@@ -116,8 +116,11 @@ impl Cache {
     /// One at a time: only [`Self::sweep_soon`]'s task calls it.
     async fn sweep(&self) {
         let _evicting = self.evicting.write().await;
-        let all = match self.storage.all_entries().await {
-            Ok(all) => all,
+        let storage::Inventory {
+            entries: all,
+            uploads,
+        } = match self.storage.inventory().await {
+            Ok(inventory) => inventory,
             Err(e) => {
                 tracing::warn!(error = %e, "cache: cannot list the entries to evict");
                 return;
@@ -140,7 +143,7 @@ impl Cache {
             tracing::info!(entries = gone.len(), bytes = evicted, "cache: evicted");
         }
         let before = now() - STALE_UPLOAD.as_millis() as i64;
-        if let Err(e) = self.storage.drop_stale_uploads(before).await {
+        if let Err(e) = self.storage.drop_stale_uploads(&uploads, before).await {
             tracing::warn!(error = %e, "cache: cannot drop stale uploads");
         }
     }

@@ -360,24 +360,29 @@ impl Storage {
             .boxed()
     }
 
-    /// Every repository's committed entries (for eviction).
-    pub async fn all_entries(&self) -> Result<Vec<Stored>, StoreError> {
+    /// Every repository's committed entries and pending reservations, from one listing of
+    /// the store (a sweep's whole view: listing `v1/` also walks every part object).
+    pub async fn inventory(&self) -> Result<Inventory, StoreError> {
         let metas: Vec<_> = self
             .store
             .list(Some(&Path::from("v1")))
             .try_collect()
             .await?;
-        let mut out = Vec::new();
+        let mut out = Inventory::default();
         for m in metas {
             let parts: Vec<_> = m.location.parts().collect();
-            if parts.len() != 4 || parts[2].as_ref() != "entries" {
+            if parts.len() != 4 {
                 continue;
             }
-            if let Some(entry) = self.get_json::<Entry>(&m.location).await? {
-                out.push(Stored {
-                    repository: parts[1].as_ref().to_string(),
-                    entry,
-                });
+            let repository = parts[1].as_ref().to_string();
+            match parts[2].as_ref() {
+                "entries" => {
+                    if let Some(entry) = self.get_json::<Entry>(&m.location).await? {
+                        out.entries.push(Stored { repository, entry });
+                    }
+                }
+                "uploads" => out.uploads.push((repository, m.location)),
+                _ => {}
             }
         }
         Ok(out)
@@ -414,36 +419,38 @@ impl Storage {
         Ok(())
     }
 
-    /// Drops reservations created before `before` (unix milliseconds) that were never committed,
-    /// with their parts; a reservation whose entry exists (a crash between the commit's two
-    /// steps) loses only the reservation. Returns how many went.
-    pub async fn drop_stale_uploads(&self, before: i64) -> Result<usize, StoreError> {
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&Path::from("v1")))
-            .try_collect()
-            .await?;
+    /// Drops the `uploads` (an [`Inventory`]'s) reserved before `before` (unix milliseconds)
+    /// and never committed, with their parts; a reservation whose entry exists (a crash
+    /// between the commit's two steps) loses only the reservation. Returns how many went.
+    pub async fn drop_stale_uploads(
+        &self,
+        uploads: &[(String, Path)],
+        before: i64,
+    ) -> Result<usize, StoreError> {
         let mut dropped = 0;
-        for m in metas {
-            let parts: Vec<_> = m.location.parts().collect();
-            if parts.len() != 4 || parts[2].as_ref() != "uploads" {
-                continue;
-            }
-            let repo = parts[1].as_ref().to_string();
-            let Some(r) = self.get_json::<Reservation>(&m.location).await? else {
+        for (repo, at) in uploads {
+            let Some(r) = self.get_json::<Reservation>(at).await? else {
                 continue;
             };
             if r.created >= before {
                 continue;
             }
-            if self.entry(&repo, r.id).await?.is_none() {
-                self.delete_parts(&repo, r.id).await?;
+            if self.entry(repo, r.id).await?.is_none() {
+                self.delete_parts(repo, r.id).await?;
             }
-            self.store.delete(&m.location).await?;
+            self.store.delete(at).await?;
             dropped += 1;
         }
         Ok(dropped)
     }
+}
+
+/// What one listing of the store holds: committed entries, and where reservations are.
+#[derive(Default)]
+pub struct Inventory {
+    pub entries: Vec<Stored>,
+    /// `(repository directory, reservation manifest)`.
+    pub uploads: Vec<(String, Path)>,
 }
 
 /// Bytes per read of a part in a directory: `LocalFileSystem`'s own stream reads 8 KiB at a
@@ -492,5 +499,77 @@ fn read_credentials(file: &std::path::Path) -> Result<(String, String), String> 
             "the cache's S3 credentials file {} needs the access key id on its first line and the secret key on its second",
             file.display()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reservation(id: u64, created: i64) -> Reservation {
+        Reservation {
+            id,
+            key: format!("k{id}"),
+            version: "v".into(),
+            size: Some(3),
+            created,
+            scope: "refs/heads/main".into(),
+        }
+    }
+
+    /// One listing gives a sweep the entries and the reservations; a stale one goes with its
+    /// parts, a recent one and a committed entry stay.
+    #[tokio::test]
+    async fn a_sweep_s_one_listing_finds_entries_and_drops_only_stale_uploads() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let repo = repo_dir("sim/demo");
+        let part = Part { start: 0, len: 3 };
+        let body = || futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
+        for (id, created) in [(1, 0), (2, 5_000), (3, 0)] {
+            s.reserve(&repo, &reservation(id, created)).await.unwrap();
+            s.upload_part(&repo, id, part, body()).await.unwrap();
+        }
+        let entry = Entry {
+            id: 3,
+            key: "k3".into(),
+            version: "v".into(),
+            size: 3,
+            parts: vec![part],
+            created: 0,
+            used: 0,
+            scope: "refs/heads/main".into(),
+            joined: false,
+        };
+        s.commit(&repo, &entry).await.unwrap();
+
+        let inventory = s.inventory().await.unwrap();
+        assert_eq!(inventory.entries.len(), 1);
+        assert_eq!(inventory.entries[0].entry, entry);
+        assert_eq!(
+            inventory.uploads.len(),
+            2,
+            "the committed one's reservation is gone"
+        );
+        assert_eq!(
+            s.drop_stale_uploads(&inventory.uploads, 1_000)
+                .await
+                .unwrap(),
+            1
+        );
+        assert!(s.reservation(&repo, 1).await.unwrap().is_none());
+        assert!(
+            s.parts(&repo, 1).await.unwrap().is_empty(),
+            "its parts went too"
+        );
+        assert!(
+            s.reservation(&repo, 2).await.unwrap().is_some(),
+            "a recent upload stays"
+        );
+        assert_eq!(
+            s.parts(&repo, 3).await.unwrap(),
+            vec![part],
+            "the entry's parts stay"
+        );
     }
 }
