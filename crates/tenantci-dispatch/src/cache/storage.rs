@@ -14,7 +14,8 @@
 //! `<repo>` is the first 32 hex digits of SHA-256 of the repository's lower-cased name: a
 //! fixed-width, path-safe name that never spells a path a job chose.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -58,6 +59,11 @@ pub struct Storage {
     store: Arc<dyn ObjectStore>,
     /// `s3_direct_downloads`: the bucket, which signs the URLs restores read it by.
     signer: Option<Arc<object_store::aws::AmazonS3>>,
+    /// The manifests read before, per repository directory, by path, with the version the
+    /// listing gave them: a lookup lists its repository and reads only the manifests that
+    /// changed since, not every one (an S3 GET each). The listing stays the truth, so every
+    /// replica sees the others' commits, touches and evictions.
+    manifests: Mutex<HashMap<String, Manifests>>,
     /// Bytes per multipart part and parts in flight per upload: what one stream holds in
     /// memory (S3 wants parts of at least 5 MiB; a directory takes any size).
     chunk: usize,
@@ -85,6 +91,7 @@ impl Storage {
             return Ok(Storage {
                 store: Arc::new(store),
                 signer: None,
+                manifests: Mutex::default(),
                 chunk: 1 << 20,
                 in_flight: 2,
             });
@@ -109,6 +116,7 @@ impl Storage {
         );
         Ok(Storage {
             signer: settings.s3_direct_downloads.then(|| store.clone()),
+            manifests: Mutex::default(),
             store,
             chunk: 5 << 20,
             in_flight: 1,
@@ -269,20 +277,38 @@ impl Storage {
             .await
     }
 
-    /// One repository's committed entries (a manifest deleted meanwhile is skipped).
+    /// One repository's committed entries (a manifest deleted meanwhile is skipped): one
+    /// listing, and a read of each manifest the listing shows changed since the last.
     pub async fn entries(&self, repo: &str) -> Result<Vec<Entry>, StoreError> {
         let metas: Vec<_> = self
             .store
             .list(Some(&path(repo, "entries")))
             .try_collect()
             .await?;
-        let mut out = Vec::with_capacity(metas.len());
+        let known = self.known_manifests(repo);
+        let mut fresh = HashMap::with_capacity(metas.len());
         for m in metas {
-            if let Some(e) = self.get_json(&m.location).await? {
-                out.push(e);
-            }
+            let version = manifest_version(&m);
+            let entry = match known.get(&m.location) {
+                Some((seen, e)) if *seen == version => e.clone(),
+                _ => match self.get_json(&m.location).await? {
+                    Some(e) => e,
+                    None => continue,
+                },
+            };
+            fresh.insert(m.location, (version, entry));
         }
+        let out = fresh.values().map(|(_, e)| e.clone()).collect();
+        self.manifests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(repo.to_string(), fresh);
         Ok(out)
+    }
+
+    fn known_manifests(&self, repo: &str) -> Manifests {
+        let known = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(repo).cloned().unwrap_or_default()
     }
 
     /// The objects holding an entry's bytes, in order: its joined object, or its parts.
@@ -369,6 +395,7 @@ impl Storage {
             .try_collect()
             .await?;
         let mut out = Inventory::default();
+        let mut listed: HashMap<String, HashSet<Path>> = HashMap::new();
         for m in metas {
             let parts: Vec<_> = m.location.parts().collect();
             if parts.len() != 4 {
@@ -378,6 +405,10 @@ impl Storage {
             match parts[2].as_ref() {
                 "entries" => {
                     if let Some(entry) = self.get_json::<Entry>(&m.location).await? {
+                        listed
+                            .entry(repository.clone())
+                            .or_default()
+                            .insert(m.location.clone());
                         out.entries.push(Stored { repository, entry });
                     }
                 }
@@ -385,6 +416,16 @@ impl Storage {
                 _ => {}
             }
         }
+        // What lookups remember shrinks to what the store holds (a repository nobody looks
+        // up again would otherwise keep its evicted manifests in memory).
+        let mut known = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        known.retain(|repo, manifests| {
+            let Some(paths) = listed.get(repo) else {
+                return false;
+            };
+            manifests.retain(|p, _| paths.contains(p));
+            true
+        });
         Ok(out)
     }
 
@@ -443,6 +484,21 @@ impl Storage {
         }
         Ok(dropped)
     }
+}
+
+/// One repository's manifests as read: by path, with the version the listing gave.
+type Manifests = HashMap<Path, (String, Entry)>;
+
+/// What a listing says of a manifest's version: its ETag where the store gives one (S3: the
+/// content's hash; a directory: inode, mtime and size, and every put is a new file), and its
+/// time and size besides.
+fn manifest_version(m: &object_store::ObjectMeta) -> String {
+    format!(
+        "{}/{}/{}",
+        m.e_tag.as_deref().unwrap_or_default(),
+        m.last_modified.timestamp_nanos_opt().unwrap_or_default(),
+        m.size
+    )
 }
 
 /// What one listing of the store holds: committed entries, and where reservations are.
@@ -571,5 +627,43 @@ mod tests {
             vec![part],
             "the entry's parts stay"
         );
+    }
+
+    /// Lookups remember manifests, but a change another replica made (a touch, a deletion, a
+    /// new entry) shows in the next one: the listing decides which to read again.
+    #[tokio::test]
+    async fn a_lookup_sees_every_change_to_the_manifests_it_remembers() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Cache::in_dir(dir.path());
+        let (s, other) = (
+            Storage::open(&settings).unwrap(),
+            Storage::open(&settings).unwrap(),
+        );
+        let repo = repo_dir("sim/demo");
+        let entry = |id: u64| Entry {
+            id,
+            key: format!("k{id}"),
+            version: "v".into(),
+            size: 0,
+            parts: vec![],
+            created: 0,
+            used: 0,
+            scope: "refs/heads/main".into(),
+            joined: false,
+        };
+        other.commit(&repo, &entry(1)).await.unwrap();
+        assert_eq!(s.entries(&repo).await.unwrap(), vec![entry(1)]);
+        let used = Entry {
+            used: 42,
+            ..entry(1)
+        };
+        other.touch(&repo, &used).await.unwrap();
+        assert_eq!(s.entries(&repo).await.unwrap(), vec![used.clone()]);
+        other.commit(&repo, &entry(2)).await.unwrap();
+        other.delete_entry(&repo, 1).await.unwrap();
+        assert_eq!(s.entries(&repo).await.unwrap(), vec![entry(2)]);
+        s.inventory().await.unwrap();
+        other.delete_entry(&repo, 2).await.unwrap();
+        assert!(s.entries(&repo).await.unwrap().is_empty());
     }
 }
