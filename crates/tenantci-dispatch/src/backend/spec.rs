@@ -141,7 +141,8 @@ impl ExecutorTemplate {
     }
 
     /// The cache grant of the executor of `a`, task `task`, valid from now (None: the cache
-    /// is off). An error is a task whose context names no repository or runtime token.
+    /// is off). An error is a task whose context names no repository or runtime token (the
+    /// worker runs it without the shared cache).
     pub fn cache_grant(&self, task: i64, a: &Assignment) -> Result<Option<String>, String> {
         let Some(c) = &self.cache else {
             return Ok(None);

@@ -143,16 +143,19 @@ impl Worker {
             Ok(i) => i,
             Err(why) => return self.refused(task, backend, why).await,
         };
-        let spec = match self
+        let mut spec = match self
             .template
             .spec(task, a.attempt, a.labels.clone(), identity)
-            .and_then(|mut spec| {
-                spec.cache_grant = self.template.cache_grant(task, a)?;
-                Ok(spec)
-            }) {
+        {
             Ok(spec) => spec,
             Err(why) => return self.refused(task, backend, why).await,
         };
+        // A task the shared cache cannot serve (its context names no repository or runtime
+        // token) runs with the runner's own cache: a cache is worth less than the job.
+        spec.cache_grant = self.template.cache_grant(task, a).unwrap_or_else(|why| {
+            tracing::warn!(task, %why, "no shared cache for this task; its runner keeps its own");
+            None
+        });
         if let Some(c) = &spec.class
             && !self.ctx.registry.reserve_class(task, &c.name, c.capacity)
         {
