@@ -56,6 +56,47 @@ fn kept_ca_file(out: &std::path::Path) -> Result<Option<std::path::PathBuf>> {
     Ok(crate::init::local::read_existing_config(&out)?.and_then(|cfg| cfg.gitea.ca_file))
 }
 
+/// `[waiting_jobs]` proven before anything is written, as `run` will use it: its token file
+/// private and readable, and the forge answering it for its scope. A refused token or an
+/// unknown scope is bad input (exit 2); a forge that does not answer, exit 3.
+pub async fn check_waiting_jobs(
+    url: &str,
+    ca_pem: Option<&str>,
+    w: &crate::config::WaitingJobs,
+) -> Result<()> {
+    const WHAT: &str = "the Forgejo API token file (--waiting-jobs-token-file)";
+    tenantci_core::input::check_private(WHAT, &w.token_file)?;
+    let token = tenantci_core::secret::Secret::new(tenantci_core::secret::read_file(
+        WHAT,
+        &w.token_file,
+        Some("put a Forgejo API token that may read the scope's runners into it"),
+    )?);
+    let scope = w
+        .scope()
+        .map_err(|e| Error::bad_input(format!("waiting_jobs.scope: {e}")))?;
+    match gitea_client(url, ca_pem)?.waiting_jobs(&scope, &token).await {
+        Ok(_) => Ok(()),
+        Err(ClientError::Status { error, .. })
+            if matches!(
+                error.code,
+                Code::Unauthenticated | Code::PermissionDenied | Code::NotFound
+            ) =>
+        {
+            Err(Error::bad_input(format!(
+                "the forge at {url} refuses the token in `{}` for the waiting jobs of `{scope}` ({})",
+                w.token_file.display(),
+                error.code
+            ))
+            .hint("give a token that may read that scope's runners (read:admin, read:user, read:organization or read:repository) and the scope the runner is registered in (Forgejo only: Gitea has no such API); nothing was written"))
+        }
+        Err(e) => Err(Error::external(format!(
+            "cannot read the waiting jobs of `{scope}` at {url}"
+        ))
+        .caused_by(e)
+        .hint("check that --gitea-url is reachable and is Forgejo; nothing was written")),
+    }
+}
+
 fn gitea_error(url: &str, e: ClientError) -> Error {
     Error::external(format!("Gitea at {url} failed"))
         .caused_by(e)

@@ -128,6 +128,9 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let vm_dropped = registered.labels.len() < i.labels.len();
     let i = &registered;
     let local = local::check(i)?;
+    if let Some(w) = &local.config.waiting_jobs {
+        gitea::check_waiting_jobs(&i.gitea_url, gitea_ca.as_deref(), w).await?;
+    }
     // Every class label is registered too, or its jobs would wait for a runner forever.
     let declared = Inputs {
         labels: local.config.declared_labels(),

@@ -70,6 +70,10 @@ pub struct Inputs {
     /// existing config's webhook is kept).
     pub webhook_listen: Option<SocketAddr>,
     pub webhook_secret_file: Option<PathBuf>,
+    /// Forgejo's waiting-jobs API: its scope and API token file, both or neither (neither:
+    /// an existing config's `[waiting_jobs]` is kept).
+    pub waiting_jobs_scope: Option<String>,
+    pub waiting_jobs_token_file: Option<PathBuf>,
     /// Lifetime of the dispatcher's client certificate (Go duration).
     pub credential_valid_for: String,
     /// The VM backend's flags (`--opensandbox-*`, `--vm-*`).
@@ -148,6 +152,8 @@ pub struct Checked {
     pub credential_valid_for: std::time::Duration,
     /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
     pub webhook: Option<(SocketAddr, PathBuf)>,
+    /// `--waiting-jobs-scope` (checked) and the absolute `--waiting-jobs-token-file`.
+    pub waiting_jobs: Option<(String, PathBuf)>,
 }
 
 /// Checks every flag that needs no file system or network.
@@ -255,6 +261,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
         gitea_ca_file,
         credential_valid_for,
         webhook: check_webhook(i)?,
+        waiting_jobs: check_waiting_jobs(i)?,
     })
 }
 
@@ -345,6 +352,24 @@ fn check_webhook(i: &Inputs) -> Result<Option<(SocketAddr, PathBuf)>> {
             .hint("pass --webhook-secret-file FILE holding the secret typed into the Gitea webhook (an unsigned webhook is refused)")),
         (None, Some(_)) => Err(Error::bad_input("--webhook-secret-file is given without --webhook-listen")
             .hint("pass --webhook-listen HOST:PORT, where Gitea's deliveries arrive")),
+    }
+}
+
+fn check_waiting_jobs(i: &Inputs) -> Result<Option<(String, PathBuf)>> {
+    match (&i.waiting_jobs_scope, &i.waiting_jobs_token_file) {
+        (None, None) => Ok(None),
+        (Some(scope), Some(file)) => {
+            let parsed: tenantci_core::forge::waiting::Scope = scope.parse().map_err(|e| {
+                Error::bad_input(format!("--waiting-jobs-scope: {e}"))
+                    .hint("pass admin, user, orgs/ORG or repos/OWNER/REPO: the scope the runner is registered in")
+            })?;
+            let file = absolute("--waiting-jobs-token-file", file)?;
+            Ok(Some((parsed.to_string(), file)))
+        }
+        (Some(_), None) => Err(Error::bad_input("--waiting-jobs-scope is given without --waiting-jobs-token-file")
+            .hint("pass --waiting-jobs-token-file FILE (0600) holding a Forgejo API token that may read that scope's runners")),
+        (None, Some(_)) => Err(Error::bad_input("--waiting-jobs-token-file is given without --waiting-jobs-scope")
+            .hint("pass --waiting-jobs-scope admin|user|orgs/ORG|repos/OWNER/REPO")),
     }
 }
 
@@ -439,8 +464,18 @@ pub fn config(
             }
             None => tuning.and_then(|e| e.webhook.clone()),
         },
-        // Operator-written (runbook: Forgejo); kept across re-runs of `init`.
-        waiting_jobs: tuning.and_then(|e| e.waiting_jobs.clone()),
+        // From the flags (the interval kept), else kept across re-runs of `init`.
+        waiting_jobs: match &c.waiting_jobs {
+            Some((scope, token_file)) => Some(config::WaitingJobs {
+                scope: scope.clone(),
+                token_file: token_file.clone(),
+                interval: tuning
+                    .and_then(|e| e.waiting_jobs.as_ref())
+                    .map(|w| w.interval.clone())
+                    .unwrap_or_else(d::waiting_jobs_interval),
+            }),
+            None => tuning.and_then(|e| e.waiting_jobs.clone()),
+        },
         claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
         vm: crate::backend::vm::init::section(&i.vm)?,
         identity: crate::identity::init::section(
@@ -486,6 +521,8 @@ pub(crate) mod tests {
             executor_ephemeral_storage: None,
             webhook_listen: None,
             webhook_secret_file: None,
+            waiting_jobs_scope: None,
+            waiting_jobs_token_file: None,
             credential_valid_for: "720h".into(),
             vm: Default::default(),
             identity: Default::default(),
@@ -529,6 +566,40 @@ pub(crate) mod tests {
         i.pod_config_out = Some("overlay/config.toml".into());
         let c = check(&i).unwrap();
         assert!(c.pod_config_out.unwrap().ends_with("overlay/config.toml"));
+    }
+
+    #[test]
+    fn waiting_jobs_flags_go_together_and_keep_a_tuned_interval() {
+        let mut i = inputs();
+        i.waiting_jobs_scope = Some("repos/acme/widgets".into());
+        let err = check(&i).unwrap_err();
+        assert!(
+            err.message().contains("--waiting-jobs-token-file"),
+            "{}",
+            err.message()
+        );
+        i.waiting_jobs_token_file = Some("forgejo.token".into());
+        let c = check(&i).unwrap();
+        let mut tuned = config(&i, &c, "r", None, None).unwrap();
+        let w = tuned.waiting_jobs.clone().expect("a section");
+        assert_eq!(w.scope, "repos/acme/widgets");
+        assert!(w.token_file.is_absolute());
+        tuned.waiting_jobs.as_mut().unwrap().interval = "30s".parse().unwrap();
+        i.waiting_jobs_scope = Some("orgs/acme".into());
+        let c = check(&i).unwrap();
+        let again = config(&i, &c, "r", Some(&tuned), None).unwrap();
+        let w = again.waiting_jobs.unwrap();
+        assert_eq!(
+            (w.scope.as_str(), w.interval.as_str()),
+            ("orgs/acme", "30s")
+        );
+        i.waiting_jobs_scope = Some("teams/x".into());
+        assert!(
+            check(&i)
+                .unwrap_err()
+                .message()
+                .contains("not a waiting-jobs scope")
+        );
     }
 
     #[test]

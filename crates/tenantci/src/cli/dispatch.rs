@@ -248,7 +248,7 @@ pub struct FacadeArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(next_help_heading = "Webhook (faster pickup, less polling)")]
+#[command(next_help_heading = "Webhook and waiting jobs (faster pickup, less polling)")]
 pub struct WebhookArgs {
     /// Where `dispatch run` receives Gitea's `workflow_job` webhook (plain HTTP, POST
     /// /webhooks/gitea; deliveries are verified by their signature). Each delivery for a
@@ -261,6 +261,17 @@ pub struct WebhookArgs {
     /// ignored); 0600. Gitea signs every delivery with it; unsigned ones are refused.
     #[arg(long, value_name = "FILE", requires = "webhook_listen")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// Forgejo only: read its waiting-jobs API for SCOPE (admin, user, orgs/ORG or
+    /// repos/OWNER/REPO: where the runner is registered). A waiting job the dispatcher can
+    /// serve makes the leader FetchTask at once, and the jobs nobody serves are exported by
+    /// their labels. init reads it once with the token before writing anything. Default: the
+    /// existing config's [waiting_jobs], else none.
+    #[arg(long, value_name = "SCOPE", requires = "waiting_jobs_token_file")]
+    pub waiting_jobs_scope: Option<String>,
+    /// File (0600) holding a Forgejo API token that may read SCOPE's runners (read:admin,
+    /// read:user, read:organization or read:repository).
+    #[arg(long, value_name = "FILE", requires = "waiting_jobs_scope")]
+    pub waiting_jobs_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -480,6 +491,8 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         executor_ephemeral_storage: a.facade.executor_ephemeral_storage.clone(),
         webhook_listen: a.webhook.webhook_listen,
         webhook_secret_file: a.webhook.webhook_secret_file.clone(),
+        waiting_jobs_scope: a.webhook.waiting_jobs_scope.clone(),
+        waiting_jobs_token_file: a.webhook.waiting_jobs_token_file.clone(),
         credential_valid_for: a.cluster.credential_valid_for.clone(),
         vm: tenantci_dispatch::backend::vm::init::VmInputs {
             opensandbox_url: a.vm.opensandbox_url.clone(),

@@ -1112,3 +1112,55 @@ fn init_turns_the_shared_cache_on_from_its_flags_and_a_rerun_keeps_it() {
         "the key stays in its file"
     );
 }
+
+/// `--waiting-jobs-*` (Forgejo): init reads the API once with the token before it writes: a
+/// token the forge refuses, a scope it cannot parse, a token file open to others are each exit
+/// 2 with nothing written or registered; a good pair writes `[waiting_jobs]`, which a re-run
+/// without the flags keeps.
+#[test]
+fn init_checks_the_waiting_jobs_token_at_the_forge_and_writes_the_section() {
+    let s = setup_with(&["--forgejo"]);
+    let good = s.root.join("forgejo-api.token");
+    let refused = s.root.join("refused-api.token");
+    let open = s.root.join("open-api.token");
+    for (file, token, mode) in [
+        (&good, s.sim.gitea().api_token, 0o600),
+        (&refused, "not-the-token".to_string(), 0o600),
+        (&open, s.sim.gitea().api_token, 0o644),
+    ] {
+        std::fs::write(file, format!("{token}\n")).unwrap();
+        std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    }
+    let flags = |scope: &str, file: &Path| {
+        vec![
+            "--waiting-jobs-scope".to_string(),
+            scope.to_string(),
+            "--waiting-jobs-token-file".to_string(),
+            file.display().to_string(),
+        ]
+    };
+    for (scope, file, says) in [
+        ("orgs/acme", &refused, "refuses the token"),
+        ("orgs/a b", &good, "is not a waiting-jobs scope"),
+        ("admin", &open, "open-api.token"),
+    ] {
+        let extra = flags(scope, file);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let o = s.init("d", &[], &extra);
+        assert_exit(&o, 2);
+        assert!(stderr(&o).contains(says), "{says}: {}", stderr(&o));
+        assert!(!s.out("d").exists(), "no config written");
+        assert!(s.runners().is_empty(), "nothing registered");
+    }
+    let extra = flags("orgs/acme", &good);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    assert_exit(&s.init("d", &[], &extra), 0);
+    let written = || tenantci_dispatch::config::Config::load(&s.out("d")).unwrap();
+    let w = written().waiting_jobs.expect("a [waiting_jobs] section");
+    assert_eq!(
+        (w.scope.as_str(), w.token_file.as_path()),
+        ("orgs/acme", good.as_path())
+    );
+    assert_exit(&s.init("d", &[], &[]), 0);
+    assert_eq!(written().waiting_jobs, Some(w), "a re-run keeps it");
+}
