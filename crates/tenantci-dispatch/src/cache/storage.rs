@@ -14,7 +14,7 @@
 //! `<repo>` is the first 32 hex digits of SHA-256 of the repository's lower-cased name: a
 //! fixed-width, path-safe name that never spells a path a job chose.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -285,7 +285,24 @@ impl Storage {
             .list(Some(&path(repo, "entries")))
             .try_collect()
             .await?;
-        let known = self.known_manifests(repo);
+        let fresh = self.read_manifests(repo, metas).await?;
+        let out = fresh.values().map(|(_, e)| e.clone()).collect();
+        self.remembered().insert(repo.to_string(), fresh);
+        Ok(out)
+    }
+
+    fn remembered(&self) -> std::sync::MutexGuard<'_, HashMap<String, Manifests>> {
+        self.manifests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The manifests `metas` lists (one repository's), each read only when the listing shows
+    /// it changed since the last read; a manifest deleted meanwhile is skipped.
+    async fn read_manifests(
+        &self,
+        repo: &str,
+        metas: Vec<object_store::ObjectMeta>,
+    ) -> Result<Manifests, StoreError> {
+        let known = self.remembered().get(repo).cloned().unwrap_or_default();
         let mut fresh = HashMap::with_capacity(metas.len());
         for m in metas {
             let version = manifest_version(&m);
@@ -298,17 +315,7 @@ impl Storage {
             };
             fresh.insert(m.location, (version, entry));
         }
-        let out = fresh.values().map(|(_, e)| e.clone()).collect();
-        self.manifests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(repo.to_string(), fresh);
-        Ok(out)
-    }
-
-    fn known_manifests(&self, repo: &str) -> Manifests {
-        let known = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
-        known.get(repo).cloned().unwrap_or_default()
+        Ok(fresh)
     }
 
     /// The objects holding an entry's bytes, in order: its joined object, or its parts.
@@ -395,7 +402,7 @@ impl Storage {
             .try_collect()
             .await?;
         let mut out = Inventory::default();
-        let mut listed: HashMap<String, HashSet<Path>> = HashMap::new();
+        let mut listed: HashMap<String, Vec<object_store::ObjectMeta>> = HashMap::new();
         for m in metas {
             let parts: Vec<_> = m.location.parts().collect();
             if parts.len() != 4 {
@@ -403,29 +410,23 @@ impl Storage {
             }
             let repository = parts[1].as_ref().to_string();
             match parts[2].as_ref() {
-                "entries" => {
-                    if let Some(entry) = self.get_json::<Entry>(&m.location).await? {
-                        listed
-                            .entry(repository.clone())
-                            .or_default()
-                            .insert(m.location.clone());
-                        out.entries.push(Stored { repository, entry });
-                    }
-                }
+                "entries" => listed.entry(repository).or_default().push(m),
                 "uploads" => out.uploads.push((repository, m.location)),
                 _ => {}
             }
         }
-        // What lookups remember shrinks to what the store holds (a repository nobody looks
-        // up again would otherwise keep its evicted manifests in memory).
-        let mut known = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
-        known.retain(|repo, manifests| {
-            let Some(paths) = listed.get(repo) else {
-                return false;
-            };
-            manifests.retain(|p, _| paths.contains(p));
-            true
-        });
+        // Read as lookups read them; what they remember becomes what the store holds (a
+        // repository nobody looks up again would otherwise keep its evicted manifests).
+        let mut all = HashMap::with_capacity(listed.len());
+        for (repository, metas) in listed {
+            let fresh = self.read_manifests(&repository, metas).await?;
+            out.entries.extend(fresh.values().map(|(_, entry)| Stored {
+                repository: repository.clone(),
+                entry: entry.clone(),
+            }));
+            all.insert(repository, fresh);
+        }
+        *self.remembered() = all;
         Ok(out)
     }
 
