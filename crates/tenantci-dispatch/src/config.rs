@@ -250,6 +250,22 @@ impl WaitingJobs {
     pub fn scope(&self) -> std::result::Result<tenantci_core::forge::waiting::Scope, String> {
         self.scope.parse()
     }
+
+    /// The API token, from its file: private (0600), bounded, not empty. `run` reads it at
+    /// start, `init` before it writes the section.
+    pub fn read_token(&self) -> Result<tenantci_core::secret::Secret> {
+        const WHAT: &str = "the Forgejo API token file (waiting_jobs.token_file)";
+        tenantci_core::input::check_private(WHAT, &self.token_file)?;
+        Ok(tenantci_core::secret::Secret::new(
+            tenantci_core::secret::read_file(
+                WHAT,
+                &self.token_file,
+                Some(
+                    "put a Forgejo API token that may read the scope's runners into it (runbook: Forgejo)",
+                ),
+            )?,
+        ))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

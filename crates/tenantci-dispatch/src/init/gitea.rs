@@ -32,18 +32,12 @@ pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
             None => return Ok(None),
         },
     };
-    let pem =
-        tenantci_core::input::read_text("the Gitea CA file", &file, crate::run::GITEA_CA_LIMIT)?;
-    if !pem.contains("-----BEGIN CERTIFICATE-----")
-        || tenantci_core::pki::inspect::CertInfo::from_pem(&pem).is_err()
-    {
-        return Err(Error::bad_input(format!(
-            "the Gitea CA file `{}` holds no PEM certificate",
-            file.display()
-        ))
-        .hint("pass --gitea-ca with the CA certificate (PEM) that signed Gitea's certificate, or leave it out when the system's roots trust Gitea; nothing was written"));
-    }
-    Ok(Some(pem))
+    crate::run::read_gitea_ca(
+        "the Gitea CA file",
+        &file,
+        "pass --gitea-ca with the CA certificate (PEM) that signed Gitea's certificate, or leave it out when the system's roots trust Gitea; nothing was written",
+    )
+    .map(Some)
 }
 
 /// The existing config's gitea.ca_file, absolute. A config at --out that does not load is
@@ -64,13 +58,7 @@ pub async fn check_waiting_jobs(
     ca_pem: Option<&str>,
     w: &crate::config::WaitingJobs,
 ) -> Result<()> {
-    const WHAT: &str = "the Forgejo API token file (--waiting-jobs-token-file)";
-    tenantci_core::input::check_private(WHAT, &w.token_file)?;
-    let token = tenantci_core::secret::Secret::new(tenantci_core::secret::read_file(
-        WHAT,
-        &w.token_file,
-        Some("put a Forgejo API token that may read the scope's runners into it"),
-    )?);
+    let token = w.read_token()?;
     let scope = w
         .scope()
         .map_err(|e| Error::bad_input(format!("waiting_jobs.scope: {e}")))?;

@@ -90,8 +90,8 @@ struct Inputs {
 }
 
 /// The largest Gitea CA file read (a bundle of a few certificates); `dispatch init` reads
-/// `--gitea-ca` with the same bound, so it never writes a config `run` refuses.
-pub(crate) const GITEA_CA_LIMIT: u64 = 256 << 10;
+/// `--gitea-ca` through [`read_gitea_ca`] too, so it never writes a config `run` refuses.
+const GITEA_CA_LIMIT: u64 = 256 << 10;
 
 fn load_inputs(cfg: &Config) -> Result<Inputs> {
     let registration = SchedulerCredential::load(&cfg.gitea.credential_file)?;
@@ -137,18 +137,7 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
             None => None,
         },
         waiting_token: match &cfg.waiting_jobs {
-            Some(w) => {
-                input::check_private("the Forgejo API token file", &w.token_file)?;
-                Some(tenantci_core::secret::Secret::new(
-                    tenantci_core::secret::read_file(
-                        "the Forgejo API token file (waiting_jobs.token_file)",
-                        &w.token_file,
-                        Some(
-                            "put a Forgejo API token that may read the scope's runners into it (runbook: Forgejo)",
-                        ),
-                    )?,
-                ))
-            }
+            Some(w) => Some(w.read_token()?),
             None => None,
         },
     })
@@ -799,9 +788,26 @@ impl Signals {
 /// `gitea.ca_file`'s PEM, refused at start when it holds no certificate: a wrong file would
 /// otherwise surface only as an unknown-issuer handshake at the first FetchTask.
 fn gitea_ca(path: &std::path::Path) -> Result<String> {
-    const WHAT: &str = "the Gitea CA file (gitea.ca_file)";
-    let pem = input::read_text(WHAT, path, GITEA_CA_LIMIT)?;
-    tenantci_core::tls::parse_ca_bundle(WHAT, path, pem.as_bytes())?;
+    read_gitea_ca(
+        "the Gitea CA file (gitea.ca_file)",
+        path,
+        "put the CA certificate (PEM) that signed Gitea's certificate into it, or remove gitea.ca_file when the system's roots trust Gitea",
+    )
+}
+
+/// A Gitea CA file's PEM, read as `run` and `init` both read it: bounded, and refused (with
+/// `hint`) unless it holds a certificate.
+pub(crate) fn read_gitea_ca(what: &str, path: &std::path::Path, hint: &str) -> Result<String> {
+    let pem = input::read_text(what, path, GITEA_CA_LIMIT)?;
+    if !pem.contains("-----BEGIN CERTIFICATE-----")
+        || tenantci_core::pki::inspect::CertInfo::from_pem(&pem).is_err()
+    {
+        return Err(Error::bad_input(format!(
+            "{what} `{}` holds no PEM certificate",
+            path.display()
+        ))
+        .hint(hint));
+    }
     Ok(pem)
 }
 
