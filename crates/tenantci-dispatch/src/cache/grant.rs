@@ -40,7 +40,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 
 use crate::facade::capability::CapabilityKey;
-use crate::queue::assignment::{Assignment, SealingKey, context_str};
+use crate::queue::assignment::{Assignment, SealingKey, context_path, context_str};
 use tenantci_core::forge::gitea::proto::Task;
 
 /// Gitea's repository names are `owner/name`, each at most 255 bytes.
@@ -126,23 +126,6 @@ fn parse_scope(text: &str) -> Option<Scope> {
         write,
         reads,
     })
-}
-
-/// A string field nested in the task's context (`event.repository.default_branch`).
-fn context_path<'t>(task: &'t Task, path: &[&str]) -> Option<&'t str> {
-    use prost_types::value::Kind;
-    let (last, parents) = path.split_last()?;
-    let mut fields = &task.context.as_ref()?.fields;
-    for p in parents {
-        match fields.get(*p)?.kind.as_ref()? {
-            Kind::StructValue(s) => fields = &s.fields,
-            _ => return None,
-        }
-    }
-    match fields.get(*last)?.kind.as_ref()? {
-        Kind::StringValue(s) if !s.is_empty() => Some(s),
-        _ => None,
-    }
 }
 
 /// The scope and tokens of `task` (from its context, as Gitea sends it).

@@ -266,8 +266,23 @@ impl Assignment {
 
 /// A non-empty string field of a task's Gitea context (`repository`, `job`).
 pub fn context_str<'t>(task: &'t Task, key: &str) -> Option<&'t str> {
-    match task.context.as_ref()?.fields.get(key)?.kind.as_ref()? {
-        prost_types::value::Kind::StringValue(s) if !s.is_empty() => Some(s),
+    context_path(task, &[key])
+}
+
+/// A non-empty string field nested in a task's Gitea context, by its path of keys
+/// (`event.repository.default_branch`).
+pub fn context_path<'t>(task: &'t Task, path: &[&str]) -> Option<&'t str> {
+    use prost_types::value::Kind;
+    let (last, parents) = path.split_last()?;
+    let mut fields = &task.context.as_ref()?.fields;
+    for p in parents {
+        match fields.get(*p)?.kind.as_ref()? {
+            Kind::StructValue(s) => fields = &s.fields,
+            _ => return None,
+        }
+    }
+    match fields.get(*last)?.kind.as_ref()? {
+        Kind::StringValue(s) if !s.is_empty() => Some(s),
         _ => None,
     }
 }
