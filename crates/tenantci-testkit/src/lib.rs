@@ -9,6 +9,7 @@
 //! - [`boot`]: a VM sandbox's boot script run for real with `/bin/sh`.
 //! - [`cache`]: the shared cache's HTTP calls one at a time.
 //! - [`executor`]: a Gitea executor played from the executor Secret's files.
+//! - [`moto`]: an S3-compatible server (moto) on loopback.
 //! - [`forward`]: a fixed address in front of a server that restarts on another port.
 //! - [`tls_front`]: an HTTPS front for a plain-HTTP double.
 //! - [`kube`]: kubectl and kube-rs clients as a given identity.
@@ -27,6 +28,7 @@ pub mod executor;
 pub mod forward;
 pub mod gitlab;
 pub mod kube;
+pub mod moto;
 pub mod nats;
 pub mod opensandbox;
 pub mod process;

@@ -336,25 +336,10 @@ struct S3Bench<'a> {
 
 impl S3Bench<'_> {
     async fn run(&self) {
-        let port = tenantci_testkit::process::free_port();
-        let mut moto = Process::spawn(
-            Command::new(&self.moto)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-        );
-        let endpoint = format!("http://127.0.0.1:{port}");
+        let moto = tenantci_testkit::moto::Moto::start(&self.moto).await;
+        moto.bucket(BUCKET).await;
+        let endpoint = moto.url.clone();
         let http = reqwest::Client::new();
-        tenantci_testkit::wait::eventually("moto_server answers", || async {
-            http.get(&endpoint).send().await.ok().map(|_| ())
-        })
-        .await;
-        let bucket = http
-            .put(format!("{endpoint}/{BUCKET}"))
-            .send()
-            .await
-            .unwrap();
-        assert!(bucket.status().is_success());
         let store = self.work.join("store-s3");
         let g = bench_grant(self.key);
         let api = |facade: &str| {
@@ -398,7 +383,7 @@ impl S3Bench<'_> {
         }
         direct.kill();
         streamed.kill();
-        moto.kill();
+        drop(moto);
         report_s3(self.rounds, self.mib, times, commit);
     }
 }

@@ -15,6 +15,7 @@ use tenantci_dispatch::cache::settings::Cache as CacheSettings;
 use tenantci_testkit::boot::BootedSandbox;
 use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::executor::{Executor, PodProxy};
+use tenantci_testkit::moto::Moto;
 use tenantci_testkit::wait::eventually;
 
 use super::harness::World;
@@ -595,48 +596,12 @@ fn moto_server() -> PathBuf {
     bin
 }
 
-/// A running `moto_server` on a free loopback port, killed when dropped.
-struct Moto {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Moto {
-    async fn start() -> Moto {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(moto_server())
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
-        tenantci_testkit::wait::eventually("moto_server answers", || async {
-            http.get(&url).send().await.ok().map(|_| ())
-        })
-        .await;
-        Moto { child, url }
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The S3 backend against moto (which checks no signatures: the presigned URLs are
 /// object_store's SigV4, checked by AWS, MinIO, Ceph RGW), before and after a kill -9, and with
 /// `s3_direct_downloads` after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() {
-    let moto = Moto::start().await;
+    let moto = Moto::start(&moto_server()).await;
     let mut w = World::start(4).await;
     // moto takes any credentials; the file is read as the runbook documents it (0600).
     let secrets = scratch();
@@ -647,17 +612,7 @@ async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() 
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
     )
     .unwrap();
-    let created = w
-        .http()
-        .put(format!("{}/ci-cache", moto.url))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        created.status().is_success(),
-        "bucket: {}",
-        created.status()
-    );
+    moto.bucket("ci-cache").await;
     w.base_mut().cache = Some(CacheSettings {
         dir: None,
         s3_bucket: Some("ci-cache".into()),
