@@ -73,7 +73,7 @@ for rev in "${revs[@]}"; do
   fi
   for area in dispatch sim pki; do
     case $area in
-      dispatch) f=$(first crates/tenantci-dispatch/src/backend/worker.rs crates/tenantci-app/src/dispatch/worker.rs src/dispatch/worker.rs) ;;
+      dispatch) f=$(first crates/tenantci-dispatch/src/backend/worker.rs crates/tenantci-runner/src/dispatch/worker.rs src/dispatch/worker.rs) ;;
       sim) f=$(first crates/tenantci-sim/src/store.rs src/sim/store.rs) ;;
       pki) f=$(first crates/tenantci-core/src/pki/issue.rs src/pki/issue.rs) ;;
     esac

@@ -53,11 +53,11 @@ forbid_anywhere() {
 status=0
 # shellcheck disable=SC2086 # a list of names
 forbid_anywhere ${FORBIDDEN_PROVIDERS:-aws-lc-rs aws-lc-sys openssl-sys} || status=1
-forbid tenantci-core -- clap async-nats tenantci-app tenantci-dispatch tenantci-sim tenantci-testkit || status=1
+forbid tenantci-core -- clap async-nats tenantci-runner tenantci-dispatch tenantci-sim tenantci-testkit || status=1
 # The GitLab side, credentials and tenant RBAC: no queue, no dispatcher.
-forbid tenantci-app -- clap async-nats tenantci-dispatch tenantci-sim tenantci-testkit || status=1
+forbid tenantci-runner -- clap async-nats tenantci-dispatch tenantci-sim tenantci-testkit || status=1
 forbid tenantci-dispatch -- clap tenantci-sim tenantci-testkit || status=1
-forbid tenantci-sim -- clap tenantci-app tenantci-dispatch tenantci-testkit || status=1
+forbid tenantci-sim -- clap tenantci-runner tenantci-dispatch tenantci-testkit || status=1
 forbid tenantci --no-default-features -- tenantci-sim tenantci-testkit || status=1
 forbid tenantci -- tenantci-testkit || status=1
 [ $status = 0 ] && echo "layering: ok" >&2

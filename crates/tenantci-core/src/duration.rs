@@ -5,7 +5,10 @@
 //! (`1 day`, `2w`) that Go refuses, and we must accept exactly what the Go tooling does,
 //! minus negatives (a validity or a timeout is never negative).
 
+use std::str::FromStr;
 use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a duration string was refused; `Display` is a phrase for an error message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,6 +136,61 @@ pub fn format(d: Duration) -> String {
         out.push_str(&format!("{s}s"));
     }
     out
+}
+
+/// A positive Go-style duration (`"200ms"`, `"1m30s"`), parsed when the config is read and
+/// written back as it was spelled, so a re-run of `init` leaves an operator's edit byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoDuration {
+    value: Duration,
+    text: String,
+}
+
+impl GoDuration {
+    pub fn get(&self) -> Duration {
+        self.value
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// Spelled by [`format`]; for durations the program chooses (defaults, tests), which
+/// are positive.
+impl From<Duration> for GoDuration {
+    fn from(value: Duration) -> Self {
+        GoDuration {
+            value,
+            text: format(value),
+        }
+    }
+}
+
+impl FromStr for GoDuration {
+    type Err = DurationError;
+
+    fn from_str(text: &str) -> std::result::Result<Self, DurationError> {
+        Ok(GoDuration {
+            value: parse_positive(text)?,
+            text: text.to_string(),
+        })
+    }
+}
+
+impl Serialize for GoDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+/// The error names the value; the config reader adds the key.
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse()
+            .map_err(|e| serde::de::Error::custom(format!("`{text}` {e}")))
+    }
 }
 
 #[cfg(test)]

@@ -163,6 +163,17 @@ pub fn check_writable(what: &str, path: &Path) -> Result<()> {
     })
 }
 
+/// The host of `url` when its scheme is one of `schemes` (brackets of an IPv6 address taken
+/// off): what a certificate must cover, and the check that a URL names a host at all.
+pub fn url_host(url: &str, schemes: &[&str]) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    if !schemes.contains(&uri.scheme_str()?) || url.contains(char::is_whitespace) {
+        return None;
+    }
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| host.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,79 +11,24 @@
 //! Invariant: a loaded [`Config`] is valid. Durations are parsed into [`GoDuration`]s while the
 //! file is read, and [`Config::validate`] checks the rest, so `run` never meets a bad value.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use k8s_openapi::api::core::v1::Toleration;
-
-pub use crate::backend::pod::resources::Resources;
+use crate::claim::settings::{Gitea, WaitingJobs, Webhook};
+use crate::executor::Executor;
+use crate::facade::settings::Facade;
+use crate::leader::Leader;
 use crate::queue::Backend;
-use crate::run::leader::Timing;
-use tenantci_core::duration::{self, DurationError};
+use crate::task::Claim;
+use tenantci_core::duration::GoDuration;
+use tenantci_core::input::url_host;
 use tenantci_core::{Error, Result};
 
 /// The schema version this build writes and reads.
 pub const VERSION: u32 = 1;
-
-/// A positive Go-style duration (`"200ms"`, `"1m30s"`), parsed when the config is read and
-/// written back as it was spelled, so a re-run of `init` leaves an operator's edit byte for byte.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GoDuration {
-    value: Duration,
-    text: String,
-}
-
-impl GoDuration {
-    pub fn get(&self) -> Duration {
-        self.value
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-}
-
-/// Spelled by [`duration::format`]; for durations the program chooses (defaults, tests), which
-/// are positive.
-impl From<Duration> for GoDuration {
-    fn from(value: Duration) -> Self {
-        GoDuration {
-            value,
-            text: duration::format(value),
-        }
-    }
-}
-
-impl FromStr for GoDuration {
-    type Err = DurationError;
-
-    fn from_str(text: &str) -> std::result::Result<Self, DurationError> {
-        Ok(GoDuration {
-            value: duration::parse_positive(text)?,
-            text: text.to_string(),
-        })
-    }
-}
-
-impl Serialize for GoDuration {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(&self.text)
-    }
-}
-
-/// The error names the value; [`Config::parse`] adds the key.
-impl<'de> Deserialize<'de> for GoDuration {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse()
-            .map_err(|e| serde::de::Error::custom(format!("`{text}` {e}")))
-    }
-}
 
 /// File names `init` uses beside the config (each 0600).
 pub mod files {
@@ -97,6 +42,45 @@ pub mod files {
     /// The dispatcher's own client credential (ca.crt, tls.crt, tls.key, kubeconfig).
     pub const KUBE_DIR: &str = "kube";
     pub const KUBECONFIG: &str = "kube/kubeconfig";
+}
+
+/// The files `init` keeps beside the config, absolute. Serialized as part of `-o json`'s
+/// `files` (docs/cli.md): the files themselves, not the directories.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Paths {
+    #[serde(skip)]
+    pub config: PathBuf,
+    #[serde(skip)]
+    pub dir: PathBuf,
+    #[serde(skip)]
+    pub kube_dir: PathBuf,
+    #[serde(rename = "schedulerCredential")]
+    pub scheduler: PathBuf,
+    pub capability_key: PathBuf,
+    pub sealing_key: PathBuf,
+    pub facade_ca_cert: PathBuf,
+    pub facade_ca_key: PathBuf,
+    pub facade_cert: PathBuf,
+    pub facade_key: PathBuf,
+}
+
+impl Paths {
+    pub fn beside(config: &Path) -> Paths {
+        let dir = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+        Paths {
+            config: config.to_path_buf(),
+            kube_dir: dir.join(files::KUBE_DIR),
+            scheduler: dir.join(files::SCHEDULER_CREDENTIAL),
+            capability_key: dir.join(files::CAPABILITY_KEY),
+            sealing_key: dir.join(files::SEALING_KEY),
+            facade_ca_cert: dir.join(files::FACADE_CA_CERT),
+            facade_ca_key: dir.join(files::FACADE_CA_KEY),
+            facade_cert: dir.join(files::FACADE_CERT),
+            facade_key: dir.join(files::FACADE_KEY),
+            dir,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,141 +115,6 @@ pub struct Config {
     /// The shared actions cache, per repository; absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cache::settings::Cache>,
-}
-
-/// What happens to a claimed task whose executor never fetches it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Claim {
-    /// How long an executor may take from creation to its first FetchTask before it is
-    /// replaced by a new attempt (image pull stuck, crash loop, sandbox never boots).
-    #[serde(default = "defaults::start_deadline")]
-    pub start_deadline: GoDuration,
-    /// Attempts before the task is reported as FAILURE (1: no replacement).
-    #[serde(default = "defaults::max_attempts")]
-    pub max_attempts: u32,
-}
-
-impl Default for Claim {
-    fn default() -> Self {
-        Claim {
-            start_deadline: defaults::start_deadline(),
-            max_attempts: defaults::max_attempts(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Gitea {
-    /// Gitea's base URL (the RunnerService is under `<url>/api/actions`).
-    pub url: String,
-    /// The forge at `url`: `gitea` or `forgejo` (`init` reads it from the version API, or
-    /// takes `--forge`). It decides what one FetchTask asks for (`forge::kind`).
-    #[serde(default)]
-    pub forge: tenantci_core::forge::Forge,
-    /// The registration's name at Gitea (also the executors' runner name).
-    pub runner_name: String,
-    /// Labels registered at Gitea; a task's runs-on picks the backend (`vm` -> vm, else pod).
-    pub labels: Vec<String>,
-    /// `{id, uuid, token, name}` of the registration, 0600 (written by `init`).
-    pub credential_file: PathBuf,
-    /// FetchTask interval while a slot is free and Gitea had nothing (Go duration).
-    #[serde(default = "defaults::fetch_interval")]
-    pub fetch_interval: GoDuration,
-    /// Longest FetchTask interval after a long idle spell.
-    #[serde(default = "defaults::fetch_interval_idle")]
-    pub fetch_interval_idle: GoDuration,
-    /// Non-final UpdateTask for claimed tasks no executor has fetched yet (Gitea fails tasks
-    /// not updated for 10 minutes).
-    #[serde(default = "defaults::keepalive_interval")]
-    pub keepalive_interval: GoDuration,
-    /// The CA (PEM) that signed Gitea's certificate, when it is not in the system's trust
-    /// store: trusted by the dispatcher's own calls and by every executor's proxy on its way
-    /// to Gitea (checkout, artifacts, the API).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<PathBuf>,
-}
-
-/// The webhook receiver (`POST /webhooks/gitea`, plain HTTP: deliveries are authenticated by
-/// their HMAC signature, and one only ever triggers a FetchTask).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Webhook {
-    /// Where the receiver listens; Gitea must reach it (directly or through a proxy).
-    pub listen: SocketAddr,
-    /// The webhook secret as typed into Gitea (a trailing newline is ignored), 0600.
-    pub secret_file: PathBuf,
-    /// FetchTask interval while a webhook is configured: the safety net for a lost delivery
-    /// (replaces `gitea.fetch_interval` / `_idle`).
-    #[serde(default = "defaults::webhook_fetch_interval")]
-    pub fetch_interval: GoDuration,
-    /// Nudged FetchTasks after the burst: at most one per this (`claim::nudge`).
-    #[serde(default = "defaults::nudge_spacing")]
-    pub nudge_spacing: GoDuration,
-    /// Nudged FetchTasks that may go at once, before the spacing applies (at least 1).
-    #[serde(default = "defaults::nudge_burst")]
-    pub nudge_burst: u32,
-}
-
-impl Webhook {
-    /// A receiver on `listen` with the secret in `secret_file`, tuned by the defaults.
-    pub fn new(listen: SocketAddr, secret_file: PathBuf) -> Self {
-        Webhook {
-            listen,
-            secret_file,
-            fetch_interval: defaults::webhook_fetch_interval(),
-            nudge_spacing: defaults::nudge_spacing(),
-            nudge_burst: defaults::nudge_burst(),
-        }
-    }
-
-    /// How often nudges may cause a FetchTask.
-    pub fn nudge_budget(&self) -> crate::claim::nudge::NudgeBudget {
-        crate::claim::nudge::NudgeBudget {
-            spacing: self.nudge_spacing.get(),
-            burst: self.nudge_burst,
-        }
-    }
-}
-
-/// Forgejo's waiting-jobs API (`forge::waiting`), read by the leader: a job it can serve wakes
-/// the claim loop, and the waiting jobs are exported by their labels.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitingJobs {
-    /// Whose jobs: `admin`, `user`, `orgs/ORG` or `repos/OWNER/REPO` (the scope the runner
-    /// is registered in).
-    pub scope: String,
-    /// A Forgejo API token that may read that scope's runners (read:admin, read:user,
-    /// read:organization or read:repository), 0600.
-    pub token_file: PathBuf,
-    /// How often the list is read.
-    #[serde(default = "defaults::waiting_jobs_interval")]
-    pub interval: GoDuration,
-}
-
-impl WaitingJobs {
-    /// The parsed scope (`validate` has checked it).
-    pub fn scope(&self) -> std::result::Result<tenantci_core::forge::waiting::Scope, String> {
-        self.scope.parse()
-    }
-
-    /// The API token, from its file: private (0600), bounded, not empty. `run` reads it at
-    /// start, `init` before it writes the section.
-    pub fn read_token(&self) -> Result<tenantci_core::secret::Secret> {
-        const WHAT: &str = "the Forgejo API token file (waiting_jobs.token_file)";
-        tenantci_core::input::check_private(WHAT, &self.token_file)?;
-        Ok(tenantci_core::secret::Secret::new(
-            tenantci_core::secret::read_file(
-                WHAT,
-                &self.token_file,
-                Some(
-                    "put a Forgejo API token that may read the scope's runners into it (runbook: Forgejo)",
-                ),
-            )?,
-        ))
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -329,113 +178,6 @@ impl Capacity {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Facade {
-    /// Where the facade listens (HTTPS).
-    pub listen: SocketAddr,
-    /// The base URL executors use; its host is in the serving cert (an IP SAN for an address).
-    pub url: String,
-    /// The HMAC key of the per-task capabilities, at least 32 bytes, 0600.
-    pub capability_key_file: PathBuf,
-    /// The facade's own CA (its cert goes into each executor Secret as `ca.crt`).
-    pub ca_cert_file: PathBuf,
-    pub cert_file: PathBuf,
-    /// 0600.
-    pub key_file: PathBuf,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Executor {
-    /// The official runner image, pinned by digest (`IMAGE@sha256:<64 hex>`). It runs the job
-    /// in host mode, so it holds the job's tools (runbook: the executor image).
-    pub image: String,
-    /// The tenantci image whose `tenantci executor-proxy` runs beside the runner (the only
-    /// holder of the facade CA), pinned by digest.
-    pub proxy_image: String,
-    /// The runner binary in `image`: `act_runner` (gitea/act_runner), `gitea-runner`
-    /// (gitea/runner 1.0 and later) or `forgejo-runner` (Forgejo's runner).
-    #[serde(default)]
-    pub runner_command: RunnerCommand,
-    /// The runner container's requests and limits (defaults: the runbook's node; `init`
-    /// derives them from the node image).
-    #[serde(default)]
-    pub resources: Resources,
-    /// How long the runner may finish its job after SIGTERM (its `shutdown_timeout`); the
-    /// Pod's grace period adds 15 s for the final reports.
-    #[serde(default = "defaults::shutdown_timeout")]
-    pub shutdown_timeout: GoDuration,
-    /// Pod nodeSelector (e.g. the rented nodes' pool label).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    /// Pod tolerations, as in a Pod spec (`{key, operator, value, effect}`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
-    /// Pod runtimeClassName (e.g. a sandboxed runtime for untrusted jobs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_class_name: Option<String>,
-    /// Resource classes (`[[executor.class]]`), selected by a `runs-on` label; none: every
-    /// executor is sized by the keys above (`claim::class`).
-    #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
-    pub classes: Vec<crate::claim::class::ExecutorClass>,
-    /// Pod imagePullSecrets: names of `kubernetes.io/dockerconfigjson` Secrets in the
-    /// namespace, for executor and proxy images in a private registry.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub image_pull_secrets: Vec<String>,
-}
-
-impl Executor {
-    /// The two images with every other key at its default.
-    pub fn with_images(image: impl Into<String>, proxy_image: impl Into<String>) -> Executor {
-        Executor {
-            image: image.into(),
-            proxy_image: proxy_image.into(),
-            runner_command: RunnerCommand::default(),
-            resources: Resources::default(),
-            shutdown_timeout: defaults::shutdown_timeout(),
-            node_selector: BTreeMap::new(),
-            tolerations: Vec::new(),
-            runtime_class_name: None,
-            classes: Vec::new(),
-            image_pull_secrets: Vec::new(),
-        }
-    }
-}
-
-/// The runner binary the executor image ships.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RunnerCommand {
-    #[default]
-    #[serde(rename = "act_runner")]
-    ActRunner,
-    #[serde(rename = "gitea-runner")]
-    GiteaRunner,
-    #[serde(rename = "forgejo-runner")]
-    ForgejoRunner,
-}
-
-impl RunnerCommand {
-    pub fn binary(self) -> &'static str {
-        match self {
-            RunnerCommand::ActRunner => "act_runner",
-            RunnerCommand::GiteaRunner => "gitea-runner",
-            RunnerCommand::ForgejoRunner => "forgejo-runner",
-        }
-    }
-
-    /// The command line that runs one task and exits, before `--config FILE`: act_runner and
-    /// gitea-runner have `daemon --once`; forgejo-runner has no `--once` but `one-job`
-    /// (docs/forgejo-protocol.md).
-    pub fn run_once(self) -> &'static [&'static str] {
-        match self {
-            RunnerCommand::ActRunner => &["act_runner", "daemon", "--once"],
-            RunnerCommand::GiteaRunner => &["gitea-runner", "daemon", "--once"],
-            RunnerCommand::ForgejoRunner => &["forgejo-runner", "one-job"],
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Status {
     /// Loopback address of /healthz, /readyz and /metrics.
     #[serde(default = "defaults::status_listen")]
@@ -460,31 +202,6 @@ impl Default for Status {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Leader {
-    #[serde(default = "defaults::lease_duration")]
-    pub lease_duration: GoDuration,
-    #[serde(default = "defaults::renew_deadline")]
-    pub renew_deadline: GoDuration,
-    #[serde(default = "defaults::retry_period")]
-    pub retry_period: GoDuration,
-    /// This instance's holder identity; absent: `<hostname>-<pid>` (the Pod name in-cluster).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub identity: Option<String>,
-}
-
-impl Default for Leader {
-    fn default() -> Self {
-        Leader {
-            lease_duration: defaults::lease_duration(),
-            renew_deadline: defaults::renew_deadline(),
-            retry_period: defaults::retry_period(),
-            identity: None,
-        }
-    }
-}
-
 /// The schema's defaults (`init` uses them for keys it has no flag for).
 pub(crate) mod defaults {
     use std::net::SocketAddr;
@@ -492,15 +209,6 @@ pub(crate) mod defaults {
 
     use super::GoDuration;
 
-    pub fn fetch_interval() -> GoDuration {
-        Duration::from_millis(200).into()
-    }
-    pub fn fetch_interval_idle() -> GoDuration {
-        Duration::from_secs(2).into()
-    }
-    pub fn keepalive_interval() -> GoDuration {
-        Duration::from_secs(60).into()
-    }
     pub fn ack_wait() -> GoDuration {
         Duration::from_secs(30).into()
     }
@@ -512,48 +220,6 @@ pub(crate) mod defaults {
     }
     pub fn status_listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 9464))
-    }
-    pub fn lease_duration() -> GoDuration {
-        Duration::from_secs(15).into()
-    }
-    pub fn renew_deadline() -> GoDuration {
-        Duration::from_secs(10).into()
-    }
-    pub fn retry_period() -> GoDuration {
-        Duration::from_secs(2).into()
-    }
-    pub fn shutdown_timeout() -> GoDuration {
-        Duration::from_secs(30).into()
-    }
-    /// 5 s: 0.2 FetchTask/s idle, 2.5x less than one act_runner (2 s), while a lost delivery
-    /// costs at most 5 s of pickup latency (2.5 s on average), no worse than act_runner.
-    pub fn webhook_fetch_interval() -> GoDuration {
-        Duration::from_secs(5).into()
-    }
-    /// 200 ms: a flood of deliveries costs Gitea no more than polling alone does at its
-    /// default `gitea.fetch_interval` (5 FetchTask/s).
-    pub fn nudge_spacing() -> GoDuration {
-        Duration::from_millis(200).into()
-    }
-    /// 5: jobs pushed together by several pipelines are each picked up at once; a FetchTask
-    /// that returns a task is followed by the next without waiting for any nudge anyway.
-    pub fn nudge_burst() -> u32 {
-        5
-    }
-    /// 3 min: a node rental plus a cold image pull take 30-90 s, so a healthy start has
-    /// twice that; a stuck one is replaced well inside Gitea's 10-minute zombie limit (the
-    /// keep-alive keeps the task open meanwhile, so the limit is never the one that bites).
-    pub fn start_deadline() -> GoDuration {
-        Duration::from_secs(180).into()
-    }
-    /// 3 attempts: one retry for a bad node, a second for bad luck; a third failure is the
-    /// image or the job, and more attempts would only delay the FAILURE the user must see.
-    pub fn max_attempts() -> u32 {
-        3
-    }
-    /// 5 s: as the webhook's safety-net poll; a list call costs Forgejo one indexed query.
-    pub fn waiting_jobs_interval() -> GoDuration {
-        Duration::from_secs(5).into()
     }
 }
 
@@ -863,9 +529,9 @@ impl Config {
         if self.claim.max_attempts == 0 {
             return Err("has claim.max_attempts = 0 (at least 1: no replacement)".into());
         }
-        crate::backend::spec::check_image_digest(&self.executor.image)
+        crate::task::spec::check_image_digest(&self.executor.image)
             .map_err(|e| format!("has executor.image: {}", e.message()))?;
-        crate::backend::spec::check_image_digest(&self.executor.proxy_image)
+        crate::task::spec::check_image_digest(&self.executor.proxy_image)
             .map_err(|e| format!("has executor.proxy_image: {}", e.message()))?;
         self.executor.resources.validate()?;
         if let Some(rc) = &self.executor.runtime_class_name
@@ -909,7 +575,7 @@ impl Config {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }
-        crate::claim::class::validate(&self.executor.classes, &self.executor.resources, |b| {
+        crate::executor::class::validate(&self.executor.classes, &self.executor.resources, |b| {
             (b == Backend::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
         })?;
         if let Some(cache) = &self.cache {
@@ -965,11 +631,11 @@ impl Config {
 
     /// The labels registered at Gitea: `gitea.labels` and every class label.
     pub fn declared_labels(&self) -> Vec<String> {
-        crate::claim::class::declared_labels(&self.gitea.labels, &self.executor.classes)
+        crate::executor::class::declared_labels(&self.gitea.labels, &self.executor.classes)
     }
 
-    pub fn leader_timing(&self) -> Timing {
-        Timing {
+    pub fn leader_timing(&self) -> crate::leader::Timing {
+        crate::leader::Timing {
             lease_duration: self.leader.lease_duration.get(),
             renew_deadline: self.leader.renew_deadline.get(),
             retry_period: self.leader.retry_period.get(),
@@ -1016,17 +682,6 @@ const MAX_NAME: usize = 255;
 /// Longest URL a config value may hold (browsers and proxies stop near here too).
 const MAX_URL: usize = 2048;
 
-/// The host of `url` when its scheme is one of `schemes` (brackets of an IPv6 address taken
-/// off): what a certificate must cover, and the check that a URL names a host at all.
-pub fn url_host(url: &str, schemes: &[&str]) -> Option<String> {
-    let uri: http::Uri = url.parse().ok()?;
-    if !schemes.contains(&uri.scheme_str()?) || url.contains(char::is_whitespace) {
-        return None;
-    }
-    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then(|| host.to_string())
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -1040,9 +695,9 @@ pub(crate) mod tests {
                 runner_name: "tenantci-dispatch".into(),
                 labels: vec!["self-hosted".into(), "pod".into(), "vm".into()],
                 credential_file: files::SCHEDULER_CREDENTIAL.into(),
-                fetch_interval: defaults::fetch_interval(),
-                fetch_interval_idle: defaults::fetch_interval_idle(),
-                keepalive_interval: defaults::keepalive_interval(),
+                fetch_interval: crate::claim::settings::defaults::fetch_interval(),
+                fetch_interval_idle: crate::claim::settings::defaults::fetch_interval_idle(),
+                keepalive_interval: crate::claim::settings::defaults::keepalive_interval(),
                 ca_file: Some("/etc/tenantci/gitea-ca.crt".into()),
             },
             cluster: Cluster {
@@ -1325,8 +980,14 @@ pub(crate) mod tests {
         let cfg = parse(&text, &[]).unwrap();
         assert_eq!(cfg.nats.ack_wait.get(), Duration::from_secs(90));
         assert_eq!(cfg.to_toml(), text, "written back as read");
-        assert_eq!(defaults::fetch_interval().as_str(), "200ms");
-        assert_eq!(defaults::keepalive_interval().as_str(), "1m");
+        assert_eq!(
+            crate::claim::settings::defaults::fetch_interval().as_str(),
+            "200ms"
+        );
+        assert_eq!(
+            crate::claim::settings::defaults::keepalive_interval().as_str(),
+            "1m"
+        );
     }
 
     /// Every key set, none at its default, so an override that sets nothing is seen.
@@ -1338,7 +999,7 @@ pub(crate) mod tests {
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
         cfg.capacity = Capacity { pod: 5, vm: 2 };
-        cfg.executor.runner_command = RunnerCommand::GiteaRunner;
+        cfg.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();
         cfg.executor.runtime_class_name = Some("gvisor".into());
         cfg.executor.image_pull_secrets = vec!["registry".into(), "mirror".into()];

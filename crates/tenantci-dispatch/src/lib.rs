@@ -16,17 +16,24 @@
 //! - [`metrics`]: the dispatcher's Prometheus metrics.
 //! - [`cache`]: the shared actions cache, isolated per repository, served beside the facade.
 //!
-//! Over `tenantci-app` (credentials, tenant RBAC, runner files) and `tenantci-core`; no CLI:
+//! Over `tenantci-runner` (credentials, tenant RBAC, runner files) and `tenantci-core`; no CLI:
 //! the binary parses flags and calls in here.
 
 pub mod backend;
 pub mod cache;
+pub mod capability;
 pub mod claim;
 pub mod config;
+pub mod executor;
+pub mod executor_proxy;
 pub mod facade;
+pub mod health;
 pub mod identity;
 pub mod init;
+pub mod leader;
 pub mod metrics;
+pub mod provision;
 pub mod queue;
 pub mod renew;
 pub mod run;
+pub mod task;

@@ -10,10 +10,7 @@ pub mod api;
 pub mod authn;
 pub mod authz;
 pub mod gitea;
-pub mod gitea_forgejo;
-pub mod gitea_hooks;
 pub mod gitea_stall;
-pub mod gitea_web;
 pub mod ids;
 pub mod nodes;
 pub mod opensandbox;
@@ -29,6 +26,9 @@ pub mod status;
 pub mod store;
 pub mod tls;
 pub mod validate;
+
+// The double's sides moved under `gitea/`; their old paths stay for the crates that name them.
+pub use gitea::{forgejo as gitea_forgejo, hooks as gitea_hooks, web as gitea_web};
 
 use std::path::PathBuf;
 use std::sync::Arc;

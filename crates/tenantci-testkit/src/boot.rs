@@ -22,8 +22,8 @@ use std::process::{Command, Stdio};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tenantci_dispatch::backend::spec::{PROXY_LISTEN, RUNNER_KEY};
-use tenantci_dispatch::backend::vm::sandbox::VM_DIR;
+use tenantci_dispatch::backend::vm::desired::VM_DIR;
+use tenantci_dispatch::task::spec::{PROXY_LISTEN, RUNNER_KEY};
 
 use crate::executor::Executor;
 use crate::process::{Process, first_line, free_port};

@@ -14,13 +14,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use tenantci_app::runner::gitea_files::Registration;
 use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, Credentials, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, LogRow, Task, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
 use tenantci_dispatch::backend::pod::executor::{CA_KEY, PROXY_CONTAINER};
-use tenantci_dispatch::backend::spec::RUNNER_KEY;
+use tenantci_dispatch::task::spec::RUNNER_KEY;
+use tenantci_runner::runner::gitea_files::Registration;
 
 use crate::process::{Process, first_line};
 use crate::wait::eventually;
@@ -115,7 +115,7 @@ impl PodProxy {
     /// `--facade-id` with `--spiffe-source files:DIR`.
     pub fn for_sandbox(tenantci: Command, sandbox: &serde_json::Value) -> PodProxy {
         use tenantci_core::spiffe::files::{BUNDLE_FILE, CERT_FILE, KEY_FILE};
-        use tenantci_dispatch::backend::vm::sandbox::env;
+        use tenantci_dispatch::backend::vm::desired::env;
         let var = |k: &str| {
             sandbox["env"][k]
                 .as_str()
@@ -241,7 +241,7 @@ impl Executor {
     /// A VM executor, from its sandbox as the OpenSandbox double's admin view shows it (the
     /// env the boot script reads): straight to the facade, as the proxy inside would go.
     pub fn from_sandbox(sandbox: &serde_json::Value) -> Executor {
-        use tenantci_dispatch::backend::vm::sandbox::env;
+        use tenantci_dispatch::backend::vm::desired::env;
         let var = |k: &str| {
             sandbox["env"][k]
                 .as_str()
@@ -256,7 +256,7 @@ impl Executor {
     /// A VM executor through its proxy ([`PodProxy::for_sandbox`]): `.runner` from the
     /// sandbox env, plain HTTP on loopback.
     pub fn through_sandbox(sandbox: &serde_json::Value, proxy: &PodProxy) -> Executor {
-        use tenantci_dispatch::backend::vm::sandbox::env;
+        use tenantci_dispatch::backend::vm::desired::env;
         let runner = sandbox["env"][env::RUNNER]
             .as_str()
             .expect("the sandbox env has .runner");

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::Value;
 use tenantci_dispatch::cache::{Cache, grant, protocol, settings};
-use tenantci_dispatch::facade::capability::CapabilityKey;
+use tenantci_dispatch::capability::CapabilityKey;
 use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::process::{Process, first_line, peak_rss_kib};
 

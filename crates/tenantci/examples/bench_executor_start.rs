@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use tenantci_app::tenant::prewarm;
 use tenantci_core::node_image::NodeImage;
 use tenantci_dispatch::backend::pod::executor::{self};
-use tenantci_dispatch::backend::pod::resources;
-use tenantci_dispatch::backend::spec::ExecutorSpec;
-use tenantci_dispatch::config::Executor;
+use tenantci_dispatch::executor::Executor;
+use tenantci_dispatch::task::spec::ExecutorSpec;
+use tenantci_runner::tenant::prewarm;
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 
 const NAMESPACE: &str = "dynamic-runner";
@@ -38,7 +37,7 @@ fn spec(task: i64, x: &Executor) -> ExecutorSpec {
         capability: "bench-capability".into(),
         facade_url: "https://127.0.0.1:8443".into(),
         facade_ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
-        gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+        gitea: tenantci_dispatch::task::spec::GiteaForExecutors {
             url: "http://127.0.0.1:3000".into(),
             ca_pem: None,
         },
@@ -99,7 +98,7 @@ async fn starts(warm: bool, runs: usize, boot: Duration) -> Vec<f64> {
         format!("tenantci@sha256:{}", "b".repeat(64)),
     );
     if warm {
-        let p = resources::prewarm_spec(&x, NAMESPACE, 1);
+        let p = tenantci_dispatch::backend::pod::pause::prewarm_spec(&x, NAMESPACE, 1);
         prewarm::apply(&client, &p, false).await.unwrap();
     }
     let pause = ListParams::default().labels("app.kubernetes.io/name=tenantci-pause");

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tenantci_app::credential::{CaSource, MintRequest, mint};
 use tenantci_core::pki::KeyType;
+use tenantci_runner::credential::{CaSource, MintRequest, mint};
 
 const SERVER: &str = "https://127.0.0.1:6443";
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use tenantci_app::tenant::prewarm::{self, PrewarmSpec};
 use tenantci_core::quantity;
+use tenantci_runner::tenant::prewarm::{self, PrewarmSpec};
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {

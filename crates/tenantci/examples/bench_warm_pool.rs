@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use tenantci_app::tenant::prewarm::{self, PrewarmSpec};
 use tenantci_core::quantity;
-use tenantci_dispatch::backend::pod::warm::{self, Arrivals, Demand, Limits};
+use tenantci_dispatch::executor::warm::{self, Arrivals, Demand, Limits};
+use tenantci_runner::tenant::prewarm::{self, PrewarmSpec};
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 
 const NS: &str = "dynamic-runner";

@@ -1,5 +1,5 @@
 //! The `tenantci` binary: parse, set up logging, run, map the outcome to an exit code. The
-//! commands live in `cli/` (the only clap user); the work in `tenantci-app`, over
+//! commands live in `cli/` (the only clap user); the work in `tenantci-runner`, over
 //! `tenantci-core`; `tenantci sim` in `tenantci-sim` (feature `sim`, on by default).
 
 use clap::Parser;

@@ -1,6 +1,6 @@
 //! Gateway core: the state directory, `gateway.json`, the admin kubeconfig, each cluster's
 //! ClientCA, and resolving a tenant cluster to its leased loopback port. The host checks are
-//! `tenantci_app::check_host`.
+//! `tenantci_runner::check_host`.
 
 pub mod cluster_pki;
 pub mod layout;

@@ -127,3 +127,21 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
         .format(&::time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| t.to_string())
 }
+
+/// The largest CA file read (a bundle of a few certificates).
+pub const CA_FILE_LIMIT: u64 = 256 << 10;
+
+/// A CA file's PEM (a forge's CA: `dispatch run` and `dispatch init` both read it, so init
+/// never writes a config run refuses): bounded by [`CA_FILE_LIMIT`], and refused (with `hint`)
+/// unless it holds a certificate.
+pub fn read_ca_file(what: &str, path: &std::path::Path, hint: &str) -> crate::Result<String> {
+    let pem = crate::input::read_text(what, path, CA_FILE_LIMIT)?;
+    if !pem.contains("-----BEGIN CERTIFICATE-----") || CertInfo::from_pem(&pem).is_err() {
+        return Err(crate::Error::bad_input(format!(
+            "{what} `{}` holds no PEM certificate",
+            path.display()
+        ))
+        .hint(hint));
+    }
+    Ok(pem)
+}

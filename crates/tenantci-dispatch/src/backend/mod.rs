@@ -22,10 +22,6 @@ pub mod keep_alive;
 pub mod lifecycle;
 pub mod pod;
 pub mod reconciler;
-pub mod recovery;
-pub mod registry;
-pub mod report;
-pub mod spec;
 pub mod vm;
 pub mod worker;
 
@@ -35,12 +31,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::backend::spec::ExecutorSpec;
 use crate::metrics::Metrics;
 use crate::queue::Backend;
-use crate::queue::ledger::{Ledger, LedgerError, Phase};
+use crate::task::ledger::{Ledger, LedgerError, Phase};
+use crate::task::registry::Registry;
+use crate::task::spec::ExecutorSpec;
 use lifecycle::Decision;
-use registry::Registry;
 use tenantci_core::forge::gitea::client::RunnerClient;
 
 /// What the worker, the reconciler and keep-alive of every backend report to and record in:
@@ -52,7 +48,7 @@ pub struct Context {
     pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
     /// The resource classes' demand, for their warm pools.
-    pub warm: Arc<pod::warm_pool::WarmDemand>,
+    pub warm: Arc<crate::executor::demand::WarmDemand>,
 }
 
 /// What starting one executor found.

@@ -20,13 +20,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Context;
-use crate::backend::report;
-use crate::backend::spec::{ExecutorSpec, ExecutorTemplate};
 use crate::backend::{Created, Executors, StartError};
 use crate::queue::Backend;
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{Job, Outcome};
-use crate::queue::ledger::{Entry, Phase};
+use crate::task::ledger::{Entry, Phase};
+use crate::task::report;
+use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
 use tenantci_core::forge::gitea::proto::TaskResult;
 
 /// The longest pause between two tries within a delivery.

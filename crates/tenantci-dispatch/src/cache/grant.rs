@@ -39,7 +39,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 
-use crate::facade::capability::CapabilityKey;
+use crate::capability::CapabilityKey;
 use crate::queue::assignment::{Assignment, SealingKey, context_path, context_str};
 use tenantci_core::forge::gitea::proto::Task;
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 
-use crate::facade::capability::CapabilityKey;
+use crate::capability::CapabilityKey;
 use crate::metrics::Metrics;
 use protocol::Refusal;
 use storage::Storage;

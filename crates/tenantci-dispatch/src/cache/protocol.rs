@@ -498,7 +498,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_without_a_grant_or_with_an_expired_one_is_unauthorized() {
         let dir = tempfile::tempdir().unwrap();
-        let key = crate::facade::capability::CapabilityKey::generate();
+        let key = crate::capability::CapabilityKey::generate();
         let cache = Cache::open(
             &crate::cache::settings::Cache::in_dir(dir.path()),
             key.clone(),

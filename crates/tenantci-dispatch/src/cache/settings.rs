@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::GoDuration;
+use tenantci_core::duration::GoDuration;
 
 const MIB: u64 = 1 << 20;
 
@@ -120,7 +120,7 @@ impl Cache {
             );
         }
         if let Some(e) = &self.s3_endpoint
-            && crate::config::url_host(e, &["http", "https"]).is_none()
+            && tenantci_core::input::url_host(e, &["http", "https"]).is_none()
         {
             return Err(format!(
                 "has cache.s3_endpoint `{e}`, which is not an http(s) URL with a host"

@@ -6,12 +6,12 @@
 //! (Gitea or Forgejo) allows it; `waiting` reads Forgejo's waiting-jobs API (a nudge, and the
 //! demand metric).
 
-pub mod class;
 pub mod deliveries;
 pub mod fetch;
 pub mod nudge;
 pub mod registration;
 pub mod routing;
 pub mod scheduler;
+pub mod settings;
 pub mod waiting;
 pub mod webhook;

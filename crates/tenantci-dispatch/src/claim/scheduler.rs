@@ -38,17 +38,18 @@ use prost::Message as _;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::backend::registry::Registry;
-use crate::backend::report;
-use crate::claim::class::{self, ExecutorClass};
 use crate::claim::fetch::Fetcher;
 use crate::claim::nudge::{NudgeBudget, Pacer};
 use crate::claim::routing;
+use crate::claim::settings::{Gitea, Webhook};
+use crate::executor::class::{self, ExecutorClass};
 use crate::metrics::Metrics;
 use crate::queue::Backend;
 use crate::queue::assignment::{Assignment, SealingKey};
-use crate::queue::ledger::{Entry, Ledger, Phase};
 use crate::queue::producer::Producer;
+use crate::task::ledger::{Entry, Ledger, Phase};
+use crate::task::registry::Registry;
+use crate::task::report;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::Task;
@@ -90,7 +91,7 @@ pub struct Scheduler {
     /// The resource classes; a task's labels pick one, which picks its backend.
     pub classes: Vec<ExecutorClass>,
     /// The classes' demand: each claim is told to their warm pools.
-    pub warm: Arc<crate::backend::pod::warm_pool::WarmDemand>,
+    pub warm: Arc<crate::executor::demand::WarmDemand>,
 }
 
 /// One backend's pool of executors, as the scheduler counts it.
@@ -146,15 +147,15 @@ pub enum Polling {
 
 impl Polling {
     /// The dispatcher's polling from its config: webhook nudges when `[webhook]` is set.
-    pub fn of(cfg: &crate::config::Config) -> Polling {
-        match &cfg.webhook {
+    pub fn of(gitea: &Gitea, webhook: Option<&Webhook>) -> Polling {
+        match webhook {
             Some(w) => Polling::Webhook {
                 interval: w.fetch_interval.get(),
                 nudges: w.nudge_budget(),
             },
             None => Polling::Timer {
-                interval: cfg.gitea.fetch_interval.get(),
-                idle: cfg.gitea.fetch_interval_idle.get(),
+                interval: gitea.fetch_interval.get(),
+                idle: gitea.fetch_interval_idle.get(),
                 idle_after: IDLE_AFTER,
             },
         }

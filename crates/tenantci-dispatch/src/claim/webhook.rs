@@ -31,8 +31,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use crate::claim::deliveries::RecentDeliveries;
+use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::run::status::Health;
 use tenantci_core::forge::{
     self,
     delivery::{self, Announced},
@@ -211,8 +211,8 @@ pub struct Receiver {
     /// Signed deliveries seen recently, by id.
     pub recent: Mutex<RecentDeliveries>,
     /// The resource classes: an announced job is told to its class's warm pool.
-    pub classes: Vec<crate::claim::class::ExecutorClass>,
-    pub warm: Arc<crate::backend::pod::warm_pool::WarmDemand>,
+    pub classes: Vec<crate::executor::class::ExecutorClass>,
+    pub warm: Arc<crate::executor::demand::WarmDemand>,
 }
 
 async fn deliver(
@@ -259,7 +259,7 @@ async fn deliver(
         let labels = bytes
             .as_deref()
             .and_then(|b| announced_labels(header(EVENT_HEADER), b));
-        if let Some(Ok(Some(c))) = labels.map(|l| crate::claim::class::pick(&r.classes, &l)) {
+        if let Some(Ok(Some(c))) = labels.map(|l| crate::executor::class::pick(&r.classes, &l)) {
             r.warm.announced(&c.name);
         }
     }

@@ -117,7 +117,11 @@ pub struct Loaded {
 
 /// Reads the facade's certificate, key (only when private to this account) and CA, and checks
 /// them for `host`.
-pub fn load(facade: &crate::config::Facade, host: &str, now: OffsetDateTime) -> Result<Loaded> {
+pub fn load(
+    facade: &crate::facade::settings::Facade,
+    host: &str,
+    now: OffsetDateTime,
+) -> Result<Loaded> {
     let cert_pem = input::read_text("the facade certificate", &facade.cert_file, MAX_PEM)?;
     let key_pem = input::read_private("the facade key", &facade.key_file, MAX_PEM)?;
     let ca_pem = input::read_text("the facade CA certificate", &facade.ca_cert_file, MAX_PEM)?;

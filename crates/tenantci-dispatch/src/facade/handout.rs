@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendError, Executors, Presence};
 use crate::queue::Backend;
-use crate::queue::ledger::{Entry, Ledger, Phase};
+use crate::task::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::connect::ConnectError;
 
 /// Tasks whose backend this instance remembers before it starts over (a few hours of tasks).

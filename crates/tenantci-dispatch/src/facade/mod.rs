@@ -26,14 +26,11 @@
 //! Every dispatcher instance serves this (leader or not): all state is on the apiserver and in
 //! the ledger; [`Finished`] and `consumed` only save round trips.
 
-pub mod capability;
 pub mod cert;
 pub mod finished;
 pub mod handout;
-pub mod http1;
-pub mod passthrough;
-pub mod proxy;
 pub mod serving;
+pub mod settings;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -41,14 +38,14 @@ use std::sync::{Arc, Mutex};
 use prost::Message as _;
 
 use crate::backend::Presence;
-use crate::backend::registry::Registry;
-use crate::backend::report;
+use crate::capability::{self, CapabilityKey};
 use crate::facade::finished::Finished;
 use crate::facade::handout::Handout;
 use crate::metrics::Metrics;
 use crate::queue::assignment::{Assignment, SealingKey};
-use crate::queue::ledger::{Entry, Ledger, Phase};
-use capability::CapabilityKey;
+use crate::task::ledger::{Entry, Ledger, Phase};
+use crate::task::registry::Registry;
+use crate::task::report;
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::connect::{Code, ConnectError};
 use tenantci_core::forge::gitea::facade::FacadeBackend;

@@ -14,7 +14,6 @@
 pub mod entries;
 pub mod init;
 pub mod own;
-pub mod registrar;
 pub mod settings;
 
 use crate::queue::assignment::{Assignment, SealingKey, context_str};

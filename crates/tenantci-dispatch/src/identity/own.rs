@@ -7,10 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::vm::Vm;
-use crate::backend::vm::sandboxes::Minter;
 use crate::identity::settings::{Identity, Parsed};
-use crate::metrics::Metrics;
 use tenantci_core::spiffe::SvidSource;
 use tenantci_core::spiffe::server_api::{MintError, ServerApi};
 use tenantci_core::{Error, Result};
@@ -57,12 +54,12 @@ impl Own {
         Arc::new(tls)
     }
 
-    /// The SVID minter of the VM backend (`vm` set; `Config::validate` made sure the SPIRE
-    /// server is then configured). One mTLS handshake with the server first: a server that
+    /// The SPIRE Server API client the VM backend mints its sandboxes' SVIDs with (None: no
+    /// server configured; `Config::validate` made sure there is one when `vm` is set). One mTLS handshake with the server first: a server that
     /// presents another ID, or refuses the dispatcher's SVID, is a configuration error said
     /// now; a server that does not answer is waited out per task, like an OpenSandbox outage.
-    pub async fn minter(&self, vm: Option<&Vm>, metrics: &Arc<Metrics>) -> Result<Option<Minter>> {
-        let (Some(vm), Some(server)) = (vm, &self.parsed.server) else {
+    pub async fn server_api(&self) -> Result<Option<ServerApi>> {
+        let Some(server) = &self.parsed.server else {
             return Ok(None);
         };
         let api = ServerApi::new(&server.address, self.source.clone(), server.id.clone())?;
@@ -79,10 +76,6 @@ impl Own {
                 tracing::warn!(server = %server.address, error = %why, "the SPIRE Server API does not answer yet; VM tasks wait for it")
             }
         }
-        Ok(Some(Minter {
-            api,
-            ttl: Duration::from_secs(vm.timeout_seconds()),
-            metrics: metrics.clone(),
-        }))
+        Ok(Some(api))
     }
 }

@@ -9,7 +9,8 @@ use tenantci_core::fsutil::{self, MODE_SECRET};
 use tenantci_core::{Error, Result};
 
 use crate::claim::registration::SchedulerCredential;
-use crate::init::plan::{Inputs, Paths, RegistrationToken};
+use crate::config::Paths;
+use crate::init::plan::{Inputs, RegistrationToken};
 
 fn gitea_client(url: &str, ca_pem: Option<&str>) -> Result<RunnerClient> {
     let mut config = ClientConfig::new(url);
@@ -32,7 +33,7 @@ pub fn ca_pem(i: &Inputs) -> Result<Option<String>> {
             None => return Ok(None),
         },
     };
-    crate::run::read_gitea_ca(
+    tenantci_core::pki::inspect::read_ca_file(
         "the Gitea CA file",
         &file,
         "pass --gitea-ca with the CA certificate (PEM) that signed Gitea's certificate, or leave it out when the system's roots trust Gitea; nothing was written",
@@ -56,7 +57,7 @@ fn kept_ca_file(out: &std::path::Path) -> Result<Option<std::path::PathBuf>> {
 pub async fn check_waiting_jobs(
     url: &str,
     ca_pem: Option<&str>,
-    w: &crate::config::WaitingJobs,
+    w: &crate::claim::settings::WaitingJobs,
 ) -> Result<()> {
     let token = w.read_token()?;
     let scope = w

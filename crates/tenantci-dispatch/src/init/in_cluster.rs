@@ -24,8 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::config::{Config, files};
 use crate::queue::{permissions, users};
-use tenantci_app::tenant::apply::Object;
 use tenantci_core::Result;
+use tenantci_runner::tenant::apply::Object;
 
 /// The ConfigMap the Deployment mounts `config.toml` from.
 pub const CONFIG_MAP: &str = "tenantci-dispatcher-config";
@@ -223,14 +223,14 @@ mod tests {
         c.nats.secrets_dir = "/etc/tenantci/nats".into();
         c.nats.ca_file = Some("/etc/tenantci/nats-ca.pem".into());
         c.gitea.ca_file = Some("/etc/ssl/gitea.pem".into());
-        c.webhook = Some(crate::config::Webhook::new(
+        c.webhook = Some(crate::claim::settings::Webhook::new(
             "127.0.0.1:8090".parse().unwrap(),
             "/root/webhook-secret".into(),
         ));
-        c.waiting_jobs = Some(crate::config::WaitingJobs {
+        c.waiting_jobs = Some(crate::claim::settings::WaitingJobs {
             scope: "admin".into(),
             token_file: "/root/forgejo-token".into(),
-            interval: crate::config::defaults::waiting_jobs_interval(),
+            interval: crate::claim::settings::defaults::waiting_jobs_interval(),
         });
         c
     }

@@ -6,12 +6,12 @@ use std::path::Path;
 
 use time::OffsetDateTime;
 
+use crate::capability;
 use crate::claim::registration::SchedulerCredential;
 use crate::config::Config;
-use crate::facade::capability;
-use crate::init::facade_pki;
 use crate::init::plan::{self, Checked, Inputs, RegistrationToken};
 use crate::init::target::ClusterAccess;
+use crate::provision::facade_pki;
 use crate::queue::assignment::SealingKey;
 use crate::queue::{permissions, users};
 use tenantci_core::gateway::StateDir;
@@ -221,7 +221,7 @@ fn runner_name(i: &Inputs, kept: Option<&SchedulerCredential>, file: &Path) -> R
 }
 
 /// Keys already there must load: phase two keeps them as they are.
-fn check_kept_keys(p: &plan::Paths) -> Result<()> {
+fn check_kept_keys(p: &crate::config::Paths) -> Result<()> {
     if p.capability_key.exists() {
         capability::load_key(&p.capability_key)?;
     }

@@ -3,18 +3,17 @@
 //! cluster-scoped RBAC of executor identity only with `[identity]`), and the Deployment for
 //! running the dispatcher in the cluster. Pure: parsing and substitution; `init` applies.
 
+use crate::provision::access::identity_rbac_name;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
 use serde::Deserialize as _;
 
-use tenantci_app::tenant::apply::Object;
+use tenantci_runner::tenant::apply::Object;
 
 pub const RBAC: &str = include_str!("../../../../manifests/dispatch/rbac.yaml");
 pub const RBAC_IDENTITY: &str = include_str!("../../../../manifests/dispatch/identity/rbac.yaml");
 pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deployment.yaml");
 
-/// The ServiceAccount, Role, RoleBinding and client-certificate user name.
-pub const NAME: &str = "tenantci-dispatcher";
 /// The organization of the dispatcher's client certificate.
 pub const GROUP: &str = "tenantci:gitea-dispatchers";
 /// The namespace the manifests name (replaced by `--namespace`).
@@ -57,13 +56,6 @@ impl IdentityRbacObjects {
             Object::ClusterRoleBinding(self.binding.clone()),
         ]
     }
-}
-
-/// The name of the ClusterRole and ClusterRoleBinding of the dispatcher in `namespace`:
-/// cluster-scoped objects carry the namespace in their name, so two dispatchers (two
-/// namespaces) never share, and never remove, each other's binding.
-pub fn identity_rbac_name(namespace: &str) -> String {
-    format!("{NAME}:{namespace}")
 }
 
 /// Every document of a multi-document YAML string.
@@ -130,6 +122,7 @@ pub fn rbac_identity(namespace: &str) -> IdentityRbacObjects {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provision::access::NAME;
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Service;
 
@@ -142,7 +135,7 @@ mod tests {
             let typed: T = serde_yaml::from_value(doc.clone()).unwrap();
             let back = serde_json::to_value(&typed).unwrap();
             assert!(
-                tenantci_app::tenant::apply::is_subset(&yaml, &back),
+                tenantci_runner::tenant::apply::is_subset(&yaml, &back),
                 "a field was dropped:\n{yaml:#}\nvs\n{back:#}"
             );
         }

@@ -26,8 +26,6 @@
 //! RBAC checks in `access`, the SPIRE CRD check in `spire`, the facade's CA and cert in
 //! `facade_pki`.
 
-pub mod access;
-pub mod facade_pki;
 mod gitea;
 pub mod in_cluster;
 mod local;
@@ -42,16 +40,13 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::backend::vm;
+use crate::capability::{self, CapabilityKey};
 use crate::claim::registration::SchedulerCredential;
-use crate::facade::capability::{self, CapabilityKey};
 use crate::identity;
+use crate::provision::{access, facade_pki};
 use crate::queue::assignment::SealingKey;
 use crate::queue::users;
 use local::{Local, Registration};
-use tenantci_app::credential::decision::{self as cred, Decision, Wanted};
-use tenantci_app::credential::{CaSource, MintRequest};
-use tenantci_app::tenant::access::Reviewer;
-use tenantci_app::tenant::apply::summary;
 use tenantci_core::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
 use tenantci_core::gateway::{StateDir, resolve};
 use tenantci_core::kube_client as client;
@@ -59,6 +54,10 @@ use tenantci_core::pki::inspect::{CertInfo, rfc3339};
 use tenantci_core::pki::{CertificateAuthority, KeyType};
 use tenantci_core::tls::probe::ServingCa;
 use tenantci_core::{Error, Result};
+use tenantci_runner::credential::decision::{self as cred, Decision, Wanted};
+use tenantci_runner::credential::{CaSource, MintRequest};
+use tenantci_runner::tenant::access::Reviewer;
+use tenantci_runner::tenant::apply::summary;
 
 pub use plan::{Inputs, RegistrationToken};
 pub use target::ClusterAccess;
@@ -67,8 +66,8 @@ use target::Target;
 /// One step's line, as `bootstrap runner` prints them. Outcomes here: `ok`, `created`,
 /// `kept`, `applied`, `unchanged`, `updated`, `rotated`, `re-issued`, `skipped`, or
 /// `would ...` in a dry run.
-pub use tenantci_app::steps::Step;
-use tenantci_app::steps::{Outcome, Steps};
+pub use tenantci_runner::steps::Step;
+use tenantci_runner::steps::{Outcome, Steps};
 
 /// The registration, without its token.
 #[derive(Debug, Clone, Serialize)]
@@ -85,7 +84,7 @@ pub struct RunnerInfo {
 #[serde(rename_all = "camelCase")]
 pub struct Files {
     #[serde(flatten)]
-    pub beside_the_config: plan::Paths,
+    pub beside_the_config: crate::config::Paths,
     /// The dispatcher's own kubeconfig; null with `--kubeconfig` (it runs as its
     /// ServiceAccount).
     pub kubeconfig: Option<PathBuf>,
@@ -169,7 +168,7 @@ struct Context<'i> {
 }
 
 impl Context<'_> {
-    fn paths(&self) -> &plan::Paths {
+    fn paths(&self) -> &crate::config::Paths {
         &self.local.checked.paths
     }
 
@@ -387,7 +386,7 @@ fn credential_decision(
     let groups = [manifests::GROUP.to_string()];
     let wanted = Wanted {
         server: &r.url,
-        common_name: manifests::NAME,
+        common_name: crate::provision::access::NAME,
         groups: &groups,
         client_ca_key_id: ca_info.subject_key_id.as_deref(),
     };
@@ -419,14 +418,18 @@ fn credential(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<bool> {
     let Some(decision) = &cx.credential else {
         let detail = format!(
             "none to mint or renew: `dispatch run` in the cluster uses the ServiceAccount {} (in-cluster config)",
-            manifests::NAME
+            crate::provision::access::NAME
         );
         steps.record("credential", Outcome::Skipped, detail);
         return Ok(false);
     };
     let kube_dir = &cx.paths().kube_dir;
     let dir = kube_dir.display();
-    let subject = format!("CN={} O={}", manifests::NAME, manifests::GROUP);
+    let subject = format!(
+        "CN={} O={}",
+        crate::provision::access::NAME,
+        manifests::GROUP
+    );
     let Some((outcome, why)) = credential_change(decision) else {
         let until = cred::inspect(kube_dir)?
             .cert
@@ -455,13 +458,13 @@ fn mint_credential(cx: &Context<'_>) -> Result<String> {
     if matches!(cx.credential, Some(Decision::Rotate { .. })) {
         cred::move_aside(kube_dir, OffsetDateTime::now_utc())?;
     }
-    let minted = tenantci_app::credential::mint(&MintRequest {
+    let minted = tenantci_runner::credential::mint(&MintRequest {
         ca: CaSource::StateDir {
             state_dir: state_dir.clone(),
             cluster: i.cluster.clone(),
         },
         server: cx.cluster.url().to_string(),
-        common_name: manifests::NAME.into(),
+        common_name: crate::provision::access::NAME.into(),
         organizations: vec![manifests::GROUP.into()],
         out_dir: kube_dir.clone(),
         valid_for: Some(i.credential_valid_for.clone()),
@@ -522,12 +525,12 @@ async fn verify(cx: &Context<'_>, minted: bool, steps: &mut Steps<'_>) -> Result
         (true, _) => ("SubjectAccessReviews", user.as_str(), "its ServiceAccount"),
         (false, true) => (
             "SelfSubjectAccessReviews",
-            manifests::NAME,
+            crate::provision::access::NAME,
             "new credential",
         ),
         (false, false) => (
             "SelfSubjectAccessReviews",
-            manifests::NAME,
+            crate::provision::access::NAME,
             "kept credential",
         ),
     };
@@ -602,7 +605,11 @@ fn facade_cert(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
     Ok(())
 }
 
-fn facade_line(plan: &facade_pki::Plan, p: &plan::Paths, c: &plan::Checked) -> (Outcome, String) {
+fn facade_line(
+    plan: &facade_pki::Plan,
+    p: &crate::config::Paths,
+    c: &plan::Checked,
+) -> (Outcome, String) {
     let detail = format!(
         "{} for {} ({})",
         p.facade_cert.display(),
@@ -764,12 +771,14 @@ fn same_file(path: &Path, contents: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenantci_app::tenant::apply::Applied;
+    use tenantci_runner::tenant::apply::Applied;
 
     #[test]
     fn the_files_of_the_hand_back_are_the_documented_ones() {
         let files = Files {
-            beside_the_config: plan::Paths::beside(Path::new("/etc/tenantci/dispatch.toml")),
+            beside_the_config: crate::config::Paths::beside(Path::new(
+                "/etc/tenantci/dispatch.toml",
+            )),
             kubeconfig: Some("/etc/tenantci/kube/kubeconfig".into()),
             nats_secrets_dir: "/etc/tenantci/nats".into(),
         };

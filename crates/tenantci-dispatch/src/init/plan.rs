@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, Config, Resources, files, url_host};
+use crate::config::{self, Config, Paths, files};
+use crate::executor::resources::Resources;
+use tenantci_core::input::url_host;
 use tenantci_core::node_image::NodeImage;
 use tenantci_core::{Error, Result};
 
@@ -92,45 +94,6 @@ pub struct Inputs {
     /// that generates the ConfigMap itself (manifests/overlays/openbao).
     pub pod_config_out: Option<PathBuf>,
     pub dry_run: bool,
-}
-
-/// The files `init` keeps beside the config, absolute. Serialized as part of `-o json`'s
-/// `files` (docs/cli.md): the files themselves, not the directories.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Paths {
-    #[serde(skip)]
-    pub config: PathBuf,
-    #[serde(skip)]
-    pub dir: PathBuf,
-    #[serde(skip)]
-    pub kube_dir: PathBuf,
-    #[serde(rename = "schedulerCredential")]
-    pub scheduler: PathBuf,
-    pub capability_key: PathBuf,
-    pub sealing_key: PathBuf,
-    pub facade_ca_cert: PathBuf,
-    pub facade_ca_key: PathBuf,
-    pub facade_cert: PathBuf,
-    pub facade_key: PathBuf,
-}
-
-impl Paths {
-    pub fn beside(config: &Path) -> Paths {
-        let dir = config.parent().unwrap_or(Path::new("/")).to_path_buf();
-        Paths {
-            config: config.to_path_buf(),
-            kube_dir: dir.join(files::KUBE_DIR),
-            scheduler: dir.join(files::SCHEDULER_CREDENTIAL),
-            capability_key: dir.join(files::CAPABILITY_KEY),
-            sealing_key: dir.join(files::SEALING_KEY),
-            facade_ca_cert: dir.join(files::FACADE_CA_CERT),
-            facade_ca_key: dir.join(files::FACADE_CA_KEY),
-            facade_cert: dir.join(files::FACADE_CERT),
-            facade_key: dir.join(files::FACADE_KEY),
-            dir,
-        }
-    }
 }
 
 /// The inputs after the checks.
@@ -225,7 +188,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
             "executors verify the facade by its certificate: pass https://<address or name>:<port>",
         ));
     };
-    crate::backend::spec::check_image_digest(&i.executor_image)
+    crate::task::spec::check_image_digest(&i.executor_image)
         .map_err(|e| e.hint("pass --executor-image IMAGE@sha256:<64 hex digits> (`docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))?;
     let credential_valid_for =
         tenantci_core::pki::policy::parse_valid_for(&i.credential_valid_for)?;
@@ -301,7 +264,7 @@ fn executor(
     i: &Inputs,
     existing: Option<&Config>,
     node: Option<&NodeImage>,
-) -> Result<config::Executor> {
+) -> Result<crate::executor::Executor> {
     let proxy_image = match (&i.proxy_image, existing) {
         (Some(p), _) => p.clone(),
         (None, Some(e)) => e.executor.proxy_image.clone(),
@@ -311,13 +274,14 @@ fn executor(
         }
     };
     let mut x = match existing {
-        Some(e) => config::Executor {
+        Some(e) => crate::executor::Executor {
             image: i.executor_image.clone(),
             proxy_image,
             ..e.executor.clone()
         },
         None => {
-            let mut x = config::Executor::with_images(i.executor_image.clone(), proxy_image);
+            let mut x =
+                crate::executor::Executor::with_images(i.executor_image.clone(), proxy_image);
             x.resources = node.map(Resources::for_node).unwrap_or_default();
             x
         }
@@ -391,24 +355,27 @@ pub fn config(
         capacity.vm = v;
     }
     let tuning = existing;
-    let keep = |f: fn(&Config) -> config::GoDuration, default| tuning.map(f).unwrap_or(default);
+    let keep = |f: fn(&Config) -> tenantci_core::duration::GoDuration, default| {
+        tuning.map(f).unwrap_or(default)
+    };
+    use crate::claim::settings::defaults as g;
     use config::defaults as d;
     Ok(Config {
         version: config::VERSION,
-        gitea: config::Gitea {
+        gitea: crate::claim::settings::Gitea {
             url: i.gitea_url.trim_end_matches('/').to_string(),
             forge: i.forge.unwrap_or_default(),
             runner_name: runner_name.to_string(),
             labels: i.labels.clone(),
             credential_file: files::SCHEDULER_CREDENTIAL.into(),
-            fetch_interval: keep(|e| e.gitea.fetch_interval.clone(), d::fetch_interval()),
+            fetch_interval: keep(|e| e.gitea.fetch_interval.clone(), g::fetch_interval()),
             fetch_interval_idle: keep(
                 |e| e.gitea.fetch_interval_idle.clone(),
-                d::fetch_interval_idle(),
+                g::fetch_interval_idle(),
             ),
             keepalive_interval: keep(
                 |e| e.gitea.keepalive_interval.clone(),
-                d::keepalive_interval(),
+                g::keepalive_interval(),
             ),
             // `--gitea-ca`, else the operator's setting, kept across re-runs of init.
             ca_file: match &c.gitea_ca_file {
@@ -435,7 +402,7 @@ pub fn config(
             },
         },
         capacity,
-        facade: config::Facade {
+        facade: crate::facade::settings::Facade {
             listen: i.facade_listen,
             url: c.facade_url.clone(),
             capability_key_file: files::CAPABILITY_KEY.into(),
@@ -450,29 +417,29 @@ pub fn config(
             Some((listen, secret_file)) => {
                 // The flags name the receiver; its tuning is kept from the existing file.
                 let kept = tuning.and_then(|e| e.webhook.as_ref());
-                Some(config::Webhook {
+                Some(crate::claim::settings::Webhook {
                     listen: *listen,
                     secret_file: secret_file.clone(),
                     fetch_interval: kept
                         .map(|w| w.fetch_interval.clone())
-                        .unwrap_or_else(d::webhook_fetch_interval),
+                        .unwrap_or_else(g::webhook_fetch_interval),
                     nudge_spacing: kept
                         .map(|w| w.nudge_spacing.clone())
-                        .unwrap_or_else(d::nudge_spacing),
-                    nudge_burst: kept.map_or_else(d::nudge_burst, |w| w.nudge_burst),
+                        .unwrap_or_else(g::nudge_spacing),
+                    nudge_burst: kept.map_or_else(g::nudge_burst, |w| w.nudge_burst),
                 })
             }
             None => tuning.and_then(|e| e.webhook.clone()),
         },
         // From the flags (the interval kept), else kept across re-runs of `init`.
         waiting_jobs: match &c.waiting_jobs {
-            Some((scope, token_file)) => Some(config::WaitingJobs {
+            Some((scope, token_file)) => Some(crate::claim::settings::WaitingJobs {
                 scope: scope.clone(),
                 token_file: token_file.clone(),
                 interval: tuning
                     .and_then(|e| e.waiting_jobs.as_ref())
                     .map(|w| w.interval.clone())
-                    .unwrap_or_else(d::waiting_jobs_interval),
+                    .unwrap_or_else(g::waiting_jobs_interval),
             }),
             None => tuning.and_then(|e| e.waiting_jobs.clone()),
         },

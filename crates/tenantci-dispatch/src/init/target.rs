@@ -67,7 +67,7 @@ impl Target {
 pub fn service_account_user(namespace: &str) -> String {
     format!(
         "system:serviceaccount:{namespace}:{}",
-        super::manifests::NAME
+        crate::provision::access::NAME
     )
 }
 

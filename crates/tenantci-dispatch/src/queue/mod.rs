@@ -16,7 +16,7 @@
 pub mod assignment;
 pub mod connect;
 pub mod consumer;
-pub mod ledger;
+pub mod ledger_bucket;
 pub mod permissions;
 pub mod producer;
 pub mod status;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use rand::RngCore as _;
 
-use super::{Backend, STREAM, ledger, users};
+use super::{Backend, STREAM, ledger_bucket, users};
 use tenantci_core::fsutil;
 
 /// Cost of the bcrypt hashes (what `nats server passwd` uses): each client connect costs the
@@ -41,10 +41,10 @@ pub fn user_permissions() -> Vec<UserPermissions> {
     }
     // The claim ledger: open the bucket and list its keys (stream info), read entries
     // (direct get), write them (publish to the bucket's subjects; JetStream checks revisions).
-    let ledger = ledger::stream_name();
+    let ledger = ledger_bucket::stream_name();
     worker_publish.push(format!("$JS.API.STREAM.INFO.{ledger}"));
     worker_publish.push(format!("$JS.API.DIRECT.GET.{ledger}.>"));
-    worker_publish.push(ledger::subjects());
+    worker_publish.push(ledger_bucket::subjects());
     vec![
         UserPermissions {
             user: users::ADMIN,

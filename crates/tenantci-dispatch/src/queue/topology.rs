@@ -20,7 +20,7 @@ use async_nats::jetstream::{
 };
 use serde::Serialize;
 
-use super::{Backend, STREAM, STREAM_SUBJECTS, ledger};
+use super::{Backend, STREAM, STREAM_SUBJECTS, ledger_bucket};
 
 /// The knobs of the topology; everything else is fixed by design.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -382,11 +382,11 @@ pub async fn apply(
         stream: STREAM.to_string(),
         stream_change,
         consumers,
-        ledger: ledger::BUCKET.to_string(),
+        ledger: ledger_bucket::BUCKET.to_string(),
         ledger_change: apply_stream(
             js,
-            ledger::desired_bucket(spec.replicas, spec.max_message_size, spec.max_bytes),
-            format!("claim ledger {}", ledger::BUCKET),
+            ledger_bucket::desired_bucket(spec.replicas, spec.max_message_size, spec.max_bytes),
+            format!("claim ledger {}", ledger_bucket::BUCKET),
             ledger_drift,
         )
         .await?,
@@ -572,8 +572,8 @@ mod tests {
 
     #[test]
     fn replicas_are_drift_of_the_claim_ledger_too() {
-        let one = ledger::desired_bucket(1, 1024, 1 << 20);
-        let three = ledger::desired_bucket(3, 1024, 1 << 20);
+        let one = ledger_bucket::desired_bucket(1, 1024, 1 << 20);
+        let three = ledger_bucket::desired_bucket(3, 1024, 1 << 20);
         assert!(ledger_drift(&one, &one).is_empty());
         assert_eq!(ledger_drift(&three, &one), vec!["num_replicas"]);
     }

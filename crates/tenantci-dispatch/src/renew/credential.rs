@@ -12,10 +12,7 @@ use time::OffsetDateTime;
 
 use super::plan::{self, Due, Policy};
 use crate::config::Config;
-use crate::init::access;
-use tenantci_app::credential::CredentialFiles;
-use tenantci_app::credential::decision as cred;
-use tenantci_app::tenant::access::Reviewer;
+use crate::provision::access;
 use tenantci_core::error::ErrorKind;
 use tenantci_core::fsutil::{self, MODE_SECRET};
 use tenantci_core::gateway::StateDir;
@@ -23,6 +20,9 @@ use tenantci_core::input::{self, MAX_PEM};
 use tenantci_core::pki::inspect::{CertInfo, rfc3339};
 use tenantci_core::pki::{CertificateAuthority, ClientCertSpec, KeyType, issue};
 use tenantci_core::{Error, Result, kubeconfig};
+use tenantci_runner::credential::CredentialFiles;
+use tenantci_runner::credential::decision as cred;
+use tenantci_runner::tenant::access::Reviewer;
 
 /// The gateway's ClientCA: `--state-dir` and `--cluster`.
 #[derive(Debug, Clone)]

@@ -9,9 +9,9 @@ use time::OffsetDateTime;
 
 use super::plan::{self, Due, Policy};
 use crate::config::Config;
+use crate::config::Paths;
 use crate::facade::cert as facade_cert;
-use crate::init::facade_pki::{self, SERVING_VALIDITY};
-use crate::init::plan::Paths;
+use crate::provision::facade_pki::{self, SERVING_VALIDITY};
 use tenantci_core::fsutil::{self, MODE_SECRET};
 use tenantci_core::input::{self, MAX_PEM};
 use tenantci_core::pki::CertificateAuthority;
@@ -39,7 +39,7 @@ pub fn prepare(
     now: OffsetDateTime,
 ) -> Result<Facade> {
     let f = &cfg.facade;
-    let host = crate::config::url_host(&f.url, &["https"])
+    let host = tenantci_core::input::url_host(&f.url, &["https"])
         .ok_or_else(|| Error::bad_input("facade.url has no host").hint("fix facade.url"))?;
     let cert_pem = input::read_text("the facade certificate", &f.cert_file, MAX_PEM)?;
     let info = CertInfo::from_pem(&cert_pem).map_err(|e| {

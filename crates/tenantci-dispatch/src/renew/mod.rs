@@ -27,9 +27,9 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::config::Config;
-use tenantci_app::steps::{Outcome, Step, Steps};
 use tenantci_core::Result;
 use tenantci_core::pki::inspect::rfc3339;
+use tenantci_runner::steps::{Outcome, Step, Steps};
 
 pub use credential::Gateway;
 pub use plan::Policy;

@@ -19,7 +19,6 @@
 
 pub mod credential;
 pub mod kube_swap;
-pub mod leader;
 pub mod reload;
 pub mod status;
 pub mod term;
@@ -35,33 +34,34 @@ use tokio::sync::{Notify, watch};
 
 use crate::backend::pod::Pods;
 use crate::backend::pod::objects::ExecutorObjects;
-use crate::backend::pod::warm_pool::WarmDemand;
-use crate::backend::registry::Registry;
-use crate::backend::spec::GiteaForExecutors;
+use crate::backend::pod::registrar::Registrar;
 use crate::backend::vm::Sandboxed;
 use crate::backend::vm::sandboxes::{Minter, Sandboxes};
 use crate::backend::{Context, Executors};
 use crate::cache::Cache;
+use crate::capability::{self, CapabilityKey};
 use crate::claim::registration::SchedulerCredential;
 use crate::claim::scheduler;
 use crate::claim::webhook::{self, Receiver, WebhookSecret};
 use crate::config::Config;
+use crate::executor::demand::WarmDemand;
 use crate::facade::Facade;
-use crate::facade::capability::{self, CapabilityKey};
 use crate::facade::cert as facade_cert;
 use crate::facade::handout::Handout;
 use crate::facade::serving::ServingCert;
+use crate::health::Health;
 use crate::identity::own::Own;
-use crate::identity::registrar::Registrar;
+use crate::leader;
 use crate::metrics::Metrics;
 use crate::queue::assignment::SealingKey;
-use crate::queue::ledger::Ledger;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
 use crate::queue::{Backend, connect, permissions, users};
 use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
-use status::Health;
+use crate::task::ledger::Ledger;
+use crate::task::registry::Registry;
+use crate::task::spec::GiteaForExecutors;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
 use tenantci_core::forge::gitea::facade as transport;
 use tenantci_core::{Error, Result, input};
@@ -89,10 +89,6 @@ struct Inputs {
     waiting_token: Option<tenantci_core::secret::Secret>,
 }
 
-/// The largest Gitea CA file read (a bundle of a few certificates); `dispatch init` reads
-/// `--gitea-ca` through [`read_gitea_ca`] too, so it never writes a config `run` refuses.
-const GITEA_CA_LIMIT: u64 = 256 << 10;
-
 fn load_inputs(cfg: &Config) -> Result<Inputs> {
     let registration = SchedulerCredential::load(&cfg.gitea.credential_file)?;
     if !cfg.nats.sealing_key_file.exists() {
@@ -102,7 +98,7 @@ fn load_inputs(cfg: &Config) -> Result<Inputs> {
         ))
         .hint("run `tenantci dispatch init`, which creates it; every dispatcher sharing a queue needs the same key"));
     }
-    let host = crate::config::url_host(&cfg.facade.url, &["https"])
+    let host = tenantci_core::input::url_host(&cfg.facade.url, &["https"])
         .ok_or_else(|| Error::bad_input("facade.url has no host").hint("fix facade.url"))?;
     let facade = facade_cert::load(&cfg.facade, &host, time::OffsetDateTime::now_utc())?;
     for user in [users::PRODUCER, users::WORKER, users::ADMIN] {
@@ -316,9 +312,14 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         Some(identity) => Some(Own::open(identity).await?),
         None => None,
     };
-    let minter = match &own {
-        Some(own) => own.minter(cfg.vm.as_ref(), &metrics).await?,
-        None => None,
+    // The VM backend's SVIDs are minted at the SPIRE server with the dispatcher's own SVID.
+    let minter = match (&own, &cfg.vm) {
+        (Some(own), Some(vm)) => own.server_api().await?.map(|api| Minter {
+            api,
+            ttl: std::time::Duration::from_secs(vm.timeout_seconds()),
+            metrics: metrics.clone(),
+        }),
+        _ => None,
     };
     let sandboxes = connect_sandboxes(&cfg, inputs.runner_id, minter).await?;
 
@@ -564,7 +565,10 @@ impl Running {
 
 /// Logs that the dispatcher is up, and what its polling costs Gitea; returns `listening`.
 fn announce(cfg: &Config, listening: Listening) -> Listening {
-    tracing::info!("FetchTask rate: {}", scheduler::Polling::of(cfg).describe());
+    tracing::info!(
+        "FetchTask rate: {}",
+        scheduler::Polling::of(&cfg.gitea, cfg.webhook.as_ref()).describe()
+    );
     tracing::info!(
         facade = %listening.facade,
         webhook = ?listening.webhook,
@@ -788,27 +792,11 @@ impl Signals {
 /// `gitea.ca_file`'s PEM, refused at start when it holds no certificate: a wrong file would
 /// otherwise surface only as an unknown-issuer handshake at the first FetchTask.
 fn gitea_ca(path: &std::path::Path) -> Result<String> {
-    read_gitea_ca(
+    tenantci_core::pki::inspect::read_ca_file(
         "the Gitea CA file (gitea.ca_file)",
         path,
         "put the CA certificate (PEM) that signed Gitea's certificate into it, or remove gitea.ca_file when the system's roots trust Gitea",
     )
-}
-
-/// A Gitea CA file's PEM, read as `run` and `init` both read it: bounded, and refused (with
-/// `hint`) unless it holds a certificate.
-pub(crate) fn read_gitea_ca(what: &str, path: &std::path::Path, hint: &str) -> Result<String> {
-    let pem = input::read_text(what, path, GITEA_CA_LIMIT)?;
-    if !pem.contains("-----BEGIN CERTIFICATE-----")
-        || tenantci_core::pki::inspect::CertInfo::from_pem(&pem).is_err()
-    {
-        return Err(Error::bad_input(format!(
-            "{what} `{}` holds no PEM certificate",
-            path.display()
-        ))
-        .hint(hint));
-    }
-    Ok(pem)
 }
 
 #[cfg(test)]

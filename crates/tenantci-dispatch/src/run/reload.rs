@@ -36,7 +36,7 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(60);
 
 /// The facade's files and the certificate serving them.
 pub struct FacadeFiles {
-    pub facade: crate::config::Facade,
+    pub facade: crate::facade::settings::Facade,
     pub host: String,
     pub serving: Arc<ServingCert>,
 }
@@ -145,7 +145,7 @@ impl Reloader {
     }
 }
 
-fn facade_digest(f: &crate::config::Facade) -> Result<[u8; 32]> {
+fn facade_digest(f: &crate::facade::settings::Facade) -> Result<[u8; 32]> {
     let cert = input::read_text("the facade certificate", &f.cert_file, MAX_PEM)?;
     let key = input::read_private("the facade key", &f.key_file, MAX_PEM)?;
     let ca = input::read_text("the facade CA certificate", &f.ca_cert_file, MAX_PEM)?;
@@ -291,8 +291,8 @@ mod tests {
         tenantci_core::fsutil::write_atomic(path, text.as_bytes(), 0o600).unwrap();
     }
 
-    fn facade_in(dir: &std::path::Path) -> crate::config::Facade {
-        crate::config::Facade {
+    fn facade_in(dir: &std::path::Path) -> crate::facade::settings::Facade {
+        crate::facade::settings::Facade {
             listen: "127.0.0.1:0".parse().unwrap(),
             url: "https://127.0.0.1:8443".into(),
             capability_key_file: dir.join("capability.key"),
@@ -302,7 +302,7 @@ mod tests {
         }
     }
 
-    fn issue(ca: &CertificateAuthority, f: &crate::config::Facade, days: u64) -> String {
+    fn issue(ca: &CertificateAuthority, f: &crate::facade::settings::Facade, days: u64) -> String {
         let host = ["127.0.0.1".to_string()];
         let c = server_cert(ca, &host[0], &host, Duration::from_secs(86400 * days)).unwrap();
         write(&f.key_file, &c.key_pem);

@@ -5,7 +5,7 @@
 //! loopback.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::State;
@@ -14,13 +14,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
+use crate::health::Health;
 use crate::metrics::Metrics;
-
-#[derive(Default)]
-pub struct Health {
-    pub facade_up: AtomicBool,
-    pub leader: AtomicBool,
-}
 
 struct Shared {
     health: Arc<Health>,

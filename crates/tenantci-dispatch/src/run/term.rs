@@ -16,19 +16,19 @@ use async_nats::jetstream::consumer::PullConsumer;
 use tokio::sync::{Notify, watch};
 
 use crate::backend::keep_alive::KeepAlive;
-use crate::backend::pod::warm_pool::WarmPools;
+use crate::backend::pod::pause::WarmPools;
 use crate::backend::reconciler::{Reconciler, Restarts};
-use crate::backend::spec::{ExecutorTemplate, GiteaForExecutors, TemplateCache, TemplateIdentity};
 use crate::backend::worker::Worker;
 use crate::backend::{Context, Executors};
+use crate::capability::CapabilityKey;
 use crate::claim::scheduler::{Pool, Scheduler};
 use crate::claim::waiting::WaitingWatch;
 use crate::config::Config;
-use crate::facade::capability::CapabilityKey;
 use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::producer::Producer;
 use crate::queue::{Backend, STREAM};
+use crate::task::spec::{ExecutorTemplate, GiteaForExecutors, TemplateCache, TemplateIdentity};
 use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::DeclareRequest;
 
@@ -279,7 +279,7 @@ fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {
         registry: s.ctx.registry.clone(),
         ledger: s.ctx.ledger.clone(),
         metrics: s.ctx.metrics.clone(),
-        polling: crate::claim::scheduler::Polling::of(&s.cfg),
+        polling: crate::claim::scheduler::Polling::of(&s.cfg.gitea, s.cfg.webhook.as_ref()),
         nudge: s.nudge.clone(),
         classes: s.cfg.executor.classes.clone(),
         warm: s.ctx.warm.clone(),

@@ -26,12 +26,12 @@ use prost::Message as _;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_dispatch::backend::pod::executor::{self, COMPONENT_SELECTOR};
-use tenantci_dispatch::backend::spec::ExecutorSpec;
+use tenantci_dispatch::capability;
 use tenantci_dispatch::claim::routing;
 use tenantci_dispatch::config::{Config, files};
-use tenantci_dispatch::facade::capability;
 use tenantci_dispatch::queue::Backend;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
+use tenantci_dispatch::task::spec::ExecutorSpec;
 use tenantci_testkit::executor::Executor;
 use tenantci_testkit::nats::NatsServer;
 use tenantci_testkit::process::Process;
@@ -202,7 +202,7 @@ impl Bench {
                 .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(tenantci_dispatch::backend::spec::TASK_ID_LABEL))
+                .and_then(|l| l.get(tenantci_dispatch::task::spec::TASK_ID_LABEL))
                 .cloned()
                 .unwrap_or_default();
             let resp = self
@@ -317,7 +317,7 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             capability: capability_key.token(task.id, 1),
             facade_url: cfg.facade.url.clone(),
             facade_ca_pem: ca_pem.clone(),
-            gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+            gitea: tenantci_dispatch::task::spec::GiteaForExecutors {
                 url: "http://127.0.0.1:3000".into(),
                 ca_pem: None,
             },

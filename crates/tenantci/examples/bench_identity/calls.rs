@@ -15,7 +15,7 @@ use tenantci_core::forge::gitea::facade::{RUNNER_SERVICE_PATH, TOKEN_HEADER, UUI
 use tenantci_core::forge::gitea::proto::{LogRow, UpdateLogRequest, UpdateLogResponse};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
 use tenantci_dispatch::backend::pod::executor::CA_KEY;
-use tenantci_dispatch::backend::spec::RUNNER_KEY;
+use tenantci_dispatch::task::spec::RUNNER_KEY;
 use tenantci_testkit::executor::Executor;
 
 /// One task's executor as the facade knows it.

@@ -1,6 +1,6 @@
 //! The raw VM path: no queue, no second process. A runner registered here, `n` vm jobs queued,
 //! then one loop: FetchTask, seal as the scheduler does, the Lifecycle API create with
-//! `sandbox::desired`; optionally the worker's list-by-metadata first (what makes a redelivery
+//! `desired::desired`; optionally the worker's list-by-metadata first (what makes a redelivery
 //! find its sandbox instead of creating a second), timed on its own.
 
 use std::time::{Instant, SystemTime};
@@ -10,12 +10,12 @@ use prost::Message as _;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_core::opensandbox::ListFilter;
-use tenantci_dispatch::backend::spec::ExecutorTemplate;
-use tenantci_dispatch::backend::vm::sandbox;
+use tenantci_dispatch::backend::vm::desired;
+use tenantci_dispatch::capability;
 use tenantci_dispatch::claim::routing;
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::facade::capability;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
+use tenantci_dispatch::task::spec::ExecutorTemplate;
 
 use crate::report::{PathResult, Stats, millis_between, stats};
 use crate::world::World;
@@ -68,7 +68,7 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         namespace: NAMESPACE.into(),
         facade_url: cfg.facade.url.clone(),
         facade_ca_pem: std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap(),
-        gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+        gitea: tenantci_dispatch::task::spec::GiteaForExecutors {
             url: cfg.gitea.url.clone(),
             ca_pem: None,
         },
@@ -106,14 +106,14 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         if list_first {
             let filter = ListFilter {
                 states: Vec::new(),
-                metadata: sandbox::of_task(runner.id, task.id),
+                metadata: desired::of_task(runner.id, task.id),
             };
             let found = w.sandboxes.list(&filter).await.unwrap();
             assert!(found.is_empty(), "task {} has a sandbox already", task.id);
         }
         let list_ms = listing.elapsed().as_secs_f64() * 1000.0;
         w.sandboxes
-            .create(&sandbox::desired(&spec, &vm, runner.id, None))
+            .create(&desired::desired(&spec, &vm, runner.id, None))
             .await
             .unwrap();
         done.push(Times {

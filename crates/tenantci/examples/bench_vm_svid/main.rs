@@ -5,7 +5,7 @@
 //! `scripts/bench-vm-svid.sh` builds it and writes docs/benchmarks/vm-svid.md.
 //!
 //! Rows, each timed around the call(s) with `Instant`:
-//! - (a) `sandbox::desired` + one Lifecycle API create at the double, no identity (baseline);
+//! - (a) `desired::desired` + one Lifecycle API create at the double, no identity (baseline);
 //! - (b) one `mint_x509_svid` on a kept-alive channel (one `ServerApi`, as the dispatcher has);
 //! - (c) one mint on a new `ServerApi` (TCP connect, mTLS handshake, HTTP/2, then the mint);
 //! - (d) the client side of a mint alone: a P-256 key and its CSR;
@@ -27,10 +27,9 @@ use rcgen::KeyPair;
 use tenantci_core::opensandbox::LifecycleClient;
 use tenantci_core::spiffe::server_api::{self, ServerApi};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
-use tenantci_dispatch::backend::spec::{ExecutorIdentity, ExecutorSpec};
-use tenantci_dispatch::backend::vm::sandbox::{self, SvidFiles};
+use tenantci_dispatch::backend::vm::desired::{self, SvidFiles};
 use tenantci_dispatch::backend::vm::{Vm, settings};
-use tenantci_dispatch::config;
+use tenantci_dispatch::task::spec::{ExecutorIdentity, ExecutorSpec};
 use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::sim::SimProcess;
 use tenantci_testkit::spire::{Spire, admin_entry_yaml};
@@ -94,7 +93,7 @@ impl Bench {
 
     /// Creates the sandbox; its id, for the untimed delete.
     async fn create(&self, spec: &ExecutorSpec, svid: Option<&SvidFiles>) -> String {
-        let req = sandbox::desired(spec, &self.vm, 1, svid);
+        let req = desired::desired(spec, &self.vm, 1, svid);
         self.sandboxes.create(&req).await.unwrap().id
     }
 
@@ -233,13 +232,13 @@ async fn main() {
             // The trust domain's CA certificate stands in for the facade's: a real PEM of
             // about the size identity off puts into the env instead of the SVID.
             facade_ca_pem: std::fs::read_to_string(&spire.bundle_file).unwrap(),
-            gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+            gitea: tenantci_dispatch::task::spec::GiteaForExecutors {
                 url: "http://127.0.0.1:3000".into(),
                 ca_pem: None,
             },
             labels: vec!["self-hosted".into(), "vm".into()],
             runner_name: "tenantci".into(),
-            executor: config::Executor::with_images(IMAGE, IMAGE),
+            executor: tenantci_dispatch::executor::Executor::with_images(IMAGE, IMAGE),
             identity: None,
             class: None,
             cache_grant: None,

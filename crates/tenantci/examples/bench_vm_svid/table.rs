@@ -27,7 +27,7 @@ fn stats(times: &[Duration]) -> [f64; 4] {
 
 pub fn print(n: usize, times: &[Vec<Duration>; ROWS]) {
     const NAMES: [&str; ROWS] = [
-        "(a) `sandbox::desired` + Lifecycle API create at the OpenSandbox double, no identity (baseline)",
+        "(a) `desired::desired` + Lifecycle API create at the OpenSandbox double, no identity (baseline)",
         "(b) `mint_x509_svid` on the kept-alive channel (one `ServerApi`: the dispatcher's case)",
         "(c) `mint_x509_svid` on a new `ServerApi` (TCP + mTLS handshake + HTTP/2, then the mint)",
         "(d) the client side alone: P-256 key generation + CSR",

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::output::{self, OutputArgs};
-use tenantci_app::bootstrap::runner::{self as boot, Inputs, PausePods, Target, TokenSource};
-use tenantci_app::bootstrap::textfile;
-use tenantci_app::runner::gitlab_config::entry::Autoscaler;
 use tenantci_core::{Error, Result};
+use tenantci_runner::bootstrap::runner::{self as boot, Inputs, PausePods, Target, TokenSource};
+use tenantci_runner::bootstrap::textfile;
+use tenantci_runner::runner::gitlab_config::entry::Autoscaler;
 
 #[derive(Debug, Subcommand)]
 pub enum BootstrapCommand {
@@ -200,11 +200,11 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
         put("service_memory_request", &a.job.service_memory_request);
     }
     if let Some(l) = &a.cpu_limit {
-        tenantci_app::tenant::sizing::parse_request("--cpu-limit", l)?;
+        tenantci_runner::tenant::sizing::parse_request("--cpu-limit", l)?;
         put("cpu_limit", l);
     }
     if let Some(l) = &a.memory_limit {
-        tenantci_app::tenant::sizing::parse_request("--memory-limit", l)?;
+        tenantci_runner::tenant::sizing::parse_request("--memory-limit", l)?;
         put("memory_limit", l);
     }
     if a.prewarm.is_some_and(|n| n < 0) {

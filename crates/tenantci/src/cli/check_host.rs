@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::values::RoleArg;
 use crate::output::{self, OutputArgs};
-use tenantci_app::check_host::{self, Options};
+use tenantci_runner::check_host::{self, Options};
 
 /// One line per check (`ok` / `warn` / `FAIL`), each non-ok line with its fix; exits 1 when
 /// any check fails. See docs/host-contract.md for every check.
@@ -38,7 +38,7 @@ pub async fn run(args: CheckHostArgs) -> tenantci_core::Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        print!("{}", tenantci_app::checklist::render(&report.checks));
+        print!("{}", tenantci_runner::checklist::render(&report.checks));
         println!(
             "{} checks, {} failed, {} warnings",
             report.checks.len(),

@@ -6,8 +6,8 @@ use clap::{Args, Subcommand};
 
 use super::values::KeyTypeArg;
 use crate::output::{self, OutputArgs};
-use tenantci_app::credential::{self, CaSource, HandBack, MintRequest};
 use tenantci_core::{Error, Result};
+use tenantci_runner::credential::{self, CaSource, HandBack, MintRequest};
 
 #[derive(Debug, Subcommand)]
 pub enum CredentialCommand {

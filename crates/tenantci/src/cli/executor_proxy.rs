@@ -1,5 +1,5 @@
 //! `tenantci executor-proxy`: the sidecar of every executor Pod (see
-//! tenantci_dispatch::facade::proxy). Hidden from the top-level help: the dispatcher writes its
+//! tenantci_dispatch::executor_proxy). Hidden from the top-level help: the dispatcher writes its
 //! flags into the Pod spec; docs/cli.md documents it for operators reading a Pod.
 
 use std::net::SocketAddr;
@@ -9,9 +9,9 @@ use clap::Args;
 
 use tenantci_core::{Error, Result};
 use tenantci_core::{duration, spiffe};
-use tenantci_dispatch::facade::http1::Bounds;
-use tenantci_dispatch::facade::passthrough::{self, GiteaUpstream};
-use tenantci_dispatch::facade::proxy::{self, FacadeTrust, ProxyConfig};
+use tenantci_dispatch::executor_proxy::http1::Bounds;
+use tenantci_dispatch::executor_proxy::passthrough::{self, GiteaUpstream};
+use tenantci_dispatch::executor_proxy::{self, FacadeTrust, ProxyConfig};
 
 #[derive(Debug, Args)]
 pub struct ExecutorProxyArgs {
@@ -68,7 +68,7 @@ const GITEA_CA_LIMIT: u64 = 256 << 10;
 
 pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
     if args.probe {
-        return Ok(if proxy::probe(args.listen).await {
+        return Ok(if executor_proxy::probe(args.listen).await {
             0
         } else {
             1
@@ -78,11 +78,11 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
     let bounds = Bounds {
         header_read_timeout: match &args.header_read_timeout {
             Some(d) => positive("--header-read-timeout", d)?,
-            None => proxy::HEADER_READ_TIMEOUT,
+            None => executor_proxy::HEADER_READ_TIMEOUT,
         },
         grace: match &args.shutdown_grace {
             Some(d) => positive("--shutdown-grace", d)?,
-            None => proxy::SHUTDOWN_GRACE,
+            None => executor_proxy::SHUTDOWN_GRACE,
         },
     };
     if let Some(url) = &args.gitea_url {
@@ -99,7 +99,7 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
         }
         _ => {
             let ca_path = args.facade_ca.expect("clap requires --facade-ca");
-            FacadeTrust::Ca(proxy::read_ca_file(&ca_path)?)
+            FacadeTrust::Ca(executor_proxy::read_ca_file(&ca_path)?)
         }
     };
     let gitea = match args.gitea_url {
@@ -124,7 +124,7 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
         bounds,
         gitea,
     };
-    proxy::check(&cfg)?;
+    executor_proxy::check(&cfg)?;
     // The handlers are installed here, before the listening line, not when `serve` first
     // polls the future: a SIGTERM that arrives after the line but before that poll (a busy
     // machine, a connection accepted first) would otherwise kill the proxy by default.
@@ -144,7 +144,7 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
             _ => std::future::pending::<()>().await,
         }
     };
-    proxy::serve(
+    executor_proxy::serve(
         cfg,
         |bound| {
             // The first stdout line: the bound address (tests and port 0 read it).

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use tenantci_app::credential::{self, MintRequest};
 use tenantci_core::pki::KeyType;
 use tenantci_core::{Error, Result};
+use tenantci_runner::credential::{self, MintRequest};
 
 const PREFIX: &str = "SOCIALWEB_TENANTCREDENTIAL_";
 

@@ -1,5 +1,5 @@
 //! `tenantci runner ...`: write gitlab-runner's config.toml entry and act_runner's files.
-//! Flags become [`tenantci_app::runner`] inputs here; the library does the work.
+//! Flags become [`tenantci_runner::runner`] inputs here; the library does the work.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,19 +9,19 @@ use serde::Serialize;
 
 use super::values::RunnerTypeArg;
 use crate::output::{self, OutputArgs};
-use tenantci_app::runner::gitea_files::{self, ActRunnerConfig, Registration};
-use tenantci_app::runner::gitlab_api::CreateRunner;
-use tenantci_app::runner::gitlab_ca::GitlabCa;
-use tenantci_app::runner::gitlab_config::entry::{
+use tenantci_core::{Error, Result};
+use tenantci_runner::runner::gitea_files::{self, ActRunnerConfig, Registration};
+use tenantci_runner::runner::gitlab_api::CreateRunner;
+use tenantci_runner::runner::gitlab_ca::GitlabCa;
+use tenantci_runner::runner::gitlab_config::entry::{
     Autoscaler, DEFAULT_PAUSE_IDLE_TIME, DEFAULT_PAUSE_PERIOD, DEFAULT_PAUSE_POD_IMAGE,
     NativePausePods, REDACTED,
 };
-use tenantci_app::runner::gitlab_config::{
+use tenantci_runner::runner::gitlab_config::{
     self, Action, KubernetesSettings, PodSecurityContext, Secret,
 };
-use tenantci_app::runner::gitlab_setup::{self, Configured};
-use tenantci_app::runner::token::{ApiCreation, TokenSource};
-use tenantci_core::{Error, Result};
+use tenantci_runner::runner::gitlab_setup::{self, Configured};
+use tenantci_runner::runner::token::{ApiCreation, TokenSource};
 
 // Parsed once per process: variant sizes do not matter, boxing would only add noise.
 #[allow(clippy::large_enum_variant)]
@@ -76,7 +76,7 @@ pub struct CheckArgs {
 }
 
 async fn check(args: CheckArgs) -> Result<i32> {
-    let report = tenantci_app::runner::check::run(&tenantci_app::runner::check::Inputs {
+    let report = tenantci_runner::runner::check::run(&tenantci_runner::runner::check::Inputs {
         config: args.config,
         name: args.name,
         state_dir: args.state_dir,
@@ -87,7 +87,7 @@ async fn check(args: CheckArgs) -> Result<i32> {
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
-        print!("{}", tenantci_app::checklist::render(&report.checks));
+        print!("{}", tenantci_runner::checklist::render(&report.checks));
     }
     Ok(if report.passed { 0 } else { 1 })
 }

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::output::{self, OutputArgs};
-use tenantci_app::tenant::prewarm::{self, PrewarmSpec, TolerationSpec};
-use tenantci_app::tenant::sizing::{self, JobPodRequests};
 use tenantci_core::gateway::StateDir;
 use tenantci_core::node_image::NodeImage;
 use tenantci_core::quantity::Milli;
 use tenantci_core::{Error, Result};
+use tenantci_runner::tenant::prewarm::{self, PrewarmSpec, TolerationSpec};
+use tenantci_runner::tenant::sizing::{self, JobPodRequests};
 
 #[derive(Debug, Subcommand)]
 pub enum TenantCommand {
@@ -207,7 +207,7 @@ pub(crate) fn prewarm_spec(args: &PrewarmArgs) -> Result<PrewarmSpec> {
     }
     if let Some(path) = &args.dispatch_config {
         let cfg = tenantci_dispatch::config::Config::load(path)?;
-        let mut spec = tenantci_dispatch::backend::pod::resources::prewarm_spec(
+        let mut spec = tenantci_dispatch::backend::pod::pause::prewarm_spec(
             &cfg.executor,
             &cfg.cluster.namespace,
             args.replicas,

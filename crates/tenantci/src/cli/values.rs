@@ -2,9 +2,9 @@
 //! not list it), so the CLI keeps a mirror of each enum it offers as `--flag VALUE` and converts
 //! at the edge. A mirror that drifts from its library enum fails to compile in `From`.
 
-use tenantci_app::check_host::Role;
-use tenantci_app::runner::gitlab_api::RunnerType;
 use tenantci_core::pki::KeyType;
+use tenantci_runner::check_host::Role;
+use tenantci_runner::runner::gitlab_api::RunnerType;
 
 /// `--key-type`: the private key algorithm of a new certificate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -151,7 +151,7 @@ fn is_tmpfs(p: &Path) -> bool {
 }
 
 /// On a real tmpfs, end to end (the verdict for any file system type is unit-tested in
-/// tenantci-app's check_host). A host without a tmpfs /dev/shm skips it, saying so on stderr,
+/// tenantci-runner's check_host). A host without a tmpfs /dev/shm skips it, saying so on stderr,
 /// which .config/nextest.toml shows even when the test passes.
 #[test]
 fn check_host_fails_a_state_dir_and_a_gateway_tmpdir_on_tmpfs() {

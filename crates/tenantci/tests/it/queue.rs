@@ -9,9 +9,10 @@ use std::time::Duration;
 use async_nats::jetstream;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
-use tenantci_dispatch::queue::ledger::{self, Entry, Ledger, Phase};
+use tenantci_dispatch::queue::ledger_bucket;
 use tenantci_dispatch::queue::producer::{Producer, PublishError, Published};
 use tenantci_dispatch::queue::{Backend, STREAM};
+use tenantci_dispatch::task::ledger::{Entry, Ledger, Phase};
 use tokio::sync::{Semaphore, mpsc};
 
 use tenantci_testkit::nats::NatsServer;
@@ -746,10 +747,10 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
 async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_administer() {
     let server = NatsServer::start();
     init_topology(&server, &[]);
-    let bucket = admin_stream_config_of(&server, &ledger::stream_name()).await;
+    let bucket = admin_stream_config_of(&server, &ledger_bucket::stream_name()).await;
     assert_eq!(
         bucket.max_age,
-        ledger::RETENTION,
+        ledger_bucket::RETENTION,
         "the documented retention"
     );
     assert_eq!(bucket.max_messages_per_subject, 1);

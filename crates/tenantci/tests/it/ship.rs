@@ -397,14 +397,14 @@ fn layering_command(dir: &std::path::Path, lock: &str) -> Command {
 }
 
 /// The layering check passes on the workspace as it is, and fails, naming the crate and
-/// the dependency, when tenantci-app takes async-nats (the queue is tenantci-dispatch's) or
+/// the dependency, when tenantci-runner takes async-nats (the queue is tenantci-dispatch's) or
 /// tenantci-sim takes tenantci-dispatch, and when a forbidden crypto provider is linked.
 #[test]
 fn the_layering_check_fails_when_a_crate_breaks_its_rule() {
     let as_is = manifests_copy();
     assert_exit(&check_layering(as_is.path(), "--locked"), 0);
     for (krate, dependency) in [
-        ("tenantci-app", "async-nats"),
+        ("tenantci-runner", "async-nats"),
         ("tenantci-sim", "tenantci-dispatch"),
     ] {
         let broken = manifests_copy();

@@ -36,8 +36,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::backend::pod::resources;
-use crate::backend::spec::{
+use crate::executor::resources;
+use crate::task::spec::{
     ATTEMPT_LABEL, CLASS_LABEL, CONFIG_KEY, ExecutorSpec, PROXY_LISTEN, RUNNER_KEY, TASK_ID_LABEL,
     runner_config_at, runner_file,
 };
@@ -432,11 +432,10 @@ pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::spec::{ExecutorIdentity, check_image_digest, runner_labels};
-    use crate::config;
+    use crate::task::spec::{ExecutorIdentity, check_image_digest, runner_labels};
 
     fn spec() -> ExecutorSpec {
-        crate::backend::spec::example(1, "a-42-1", "pod")
+        crate::task::spec::example(1, "a-42-1", "pod")
     }
 
     #[test]
@@ -667,7 +666,7 @@ mod tests {
     #[test]
     fn the_runner_command_follows_the_config() {
         let mut s = spec();
-        s.executor.runner_command = config::RunnerCommand::GiteaRunner;
+        s.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
         let pod = desired_pod(&s);
         let cmd = pod.spec.unwrap().containers[0].command.clone().unwrap();
         assert_eq!(
@@ -680,7 +679,7 @@ mod tests {
                 "/etc/gitea-task/runner/config.yaml"
             ]
         );
-        s.executor.runner_command = config::RunnerCommand::ForgejoRunner;
+        s.executor.runner_command = crate::executor::RunnerCommand::ForgejoRunner;
         let pod = desired_pod(&s);
         let cmd = pod.spec.unwrap().containers[0].command.clone().unwrap();
         assert_eq!(

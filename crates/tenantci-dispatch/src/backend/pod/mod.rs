@@ -13,22 +13,21 @@
 pub mod executor;
 pub mod lifecycle;
 pub mod objects;
-pub mod resources;
-pub mod warm;
-pub mod warm_pool;
+pub mod pause;
+pub mod registrar;
 
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use tokio::sync::Mutex;
 
-use crate::backend::spec::ExecutorSpec;
+use crate::backend::pod::registrar::Registrar;
 use crate::backend::{
     BackendError, Created, Executors, Nouns, Observed, Presence, Progress, StartError,
 };
-use crate::facade::capability;
-use crate::identity::registrar::Registrar;
+use crate::capability;
 use crate::queue::Backend;
+use crate::task::spec::ExecutorSpec;
 use objects::{CreateError, ExecutorObjects};
 
 const APISERVER: &str = "the tenant apiserver";

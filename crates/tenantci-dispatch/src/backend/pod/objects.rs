@@ -21,9 +21,9 @@ use crate::backend::pod::executor::{
     TERMINAL_ANNOTATION,
 };
 use crate::backend::pod::lifecycle::PodState;
-use crate::backend::spec::ExecutorSpec;
 use crate::backend::{Created, Placement, Presence};
-use crate::facade::capability;
+use crate::capability;
+use crate::task::spec::ExecutorSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
@@ -215,7 +215,7 @@ impl ExecutorObjects {
                 .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(crate::backend::spec::CLASS_LABEL).cloned());
+                .and_then(|l| l.get(crate::task::spec::CLASS_LABEL).cloned());
         })
         .await?;
         list_paged(&self.secrets, &lp, |secret: Secret| {

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 
 use super::{Reconciler, RecoverError};
-use crate::backend::recovery::{self, Objects, Recovery};
-use crate::backend::report;
 use crate::backend::{Observed, Progress, StartError};
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{CappedConsumer, Slot};
-use crate::queue::ledger::{Entry, Phase};
+use crate::task::ledger::{Entry, Phase};
+use crate::task::recovery::{self, Objects, Recovery};
+use crate::task::report;
 
 /// The slots of the executors recovery starts again. Taken before the worker pulls anything
 /// (recovery runs first); when none is free, one is awaited in the background, in turn with

@@ -39,14 +39,14 @@ use tokio::sync::watch;
 
 use crate::backend::Context;
 use crate::backend::lifecycle::{self, Decision, Start};
-use crate::backend::recovery::Recovery;
-use crate::backend::report;
-use crate::backend::spec::{ExecutorSpec, ExecutorTemplate};
 use crate::backend::{BackendError, Executors, Observed, Progress};
-use crate::config::Claim;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::consumer::CappedConsumer;
-use crate::queue::ledger::{Entry, LedgerError};
+use crate::task::Claim;
+use crate::task::ledger::{Entry, LedgerError};
+use crate::task::recovery::Recovery;
+use crate::task::report;
+use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
 use lost::SpareSlots;
 use replace::Replacement;
 

@@ -2,11 +2,11 @@
 //! started, and while the backend does not take it (an outage), tried once per pass.
 
 use super::Reconciler;
-use crate::backend::report;
-use crate::backend::spec::ExecutorSpec;
 use crate::backend::{Observed, StartError};
 use crate::queue::assignment::Assignment;
-use crate::queue::ledger::{Entry, Phase};
+use crate::task::ledger::{Entry, Phase};
+use crate::task::report;
+use crate::task::spec::ExecutorSpec;
 
 /// A replacement whose old executor is deleted and whose new one the backend did not take
 /// yet: tried once per pass until it is created, refused, or the task ends at Gitea.

@@ -6,11 +6,11 @@
 //! the task log; a state this version does not know is kept and logged, never deleted blindly.
 
 use crate::backend::lifecycle::Decision;
-use crate::backend::vm::sandbox;
+use crate::backend::vm::desired;
 use tenantci_core::opensandbox::{Sandbox, SandboxState};
 
 pub fn decide(s: &Sandbox) -> Decision {
-    if sandbox::is_terminal(s) {
+    if desired::is_terminal(s) {
         return Decision::Delete;
     }
     let why = || {
@@ -55,9 +55,9 @@ mod tests {
     use super::*;
 
     fn sandbox(state: &str, terminal: bool) -> Sandbox {
-        let mut metadata = sandbox::metadata(9, 1, 7);
+        let mut metadata = desired::metadata(9, 1, 7);
         if terminal {
-            metadata.insert(sandbox::TERMINAL_KEY.into(), "true".into());
+            metadata.insert(desired::TERMINAL_KEY.into(), "true".into());
         }
         serde_json::from_value(serde_json::json!({
             "id": "sb-1",

@@ -10,9 +10,9 @@
 //! until the executor's first report, and the ledger's phase says how far the executor got.
 
 pub mod api;
+pub mod desired;
 pub mod init;
 pub mod lifecycle;
-pub mod sandbox;
 pub mod sandboxes;
 pub mod settings;
 
@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::backend::spec::ExecutorSpec;
 use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
 use crate::queue::Backend;
-use crate::queue::ledger::{Entry, Ledger, Phase};
+use crate::task::ledger::{Entry, Ledger, Phase};
+use crate::task::spec::ExecutorSpec;
 use sandboxes::Sandboxes;
 use tenantci_core::opensandbox::Sandbox;
 
@@ -62,9 +62,9 @@ fn age(s: &Sandbox) -> Option<Duration> {
 fn observed(task: i64, s: &Sandbox) -> Observed {
     Observed {
         task,
-        attempt: sandbox::task_of(s).map_or(0, |(_, attempt)| attempt),
+        attempt: desired::task_of(s).map_or(0, |(_, attempt)| attempt),
         decision: lifecycle::decide(s),
-        terminal: sandbox::is_terminal(s),
+        terminal: desired::is_terminal(s),
         complete: true,
         age: age(s),
         // The ledger's phase says: the facade records each fetch and report there.

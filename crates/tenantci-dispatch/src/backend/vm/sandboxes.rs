@@ -20,11 +20,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::spec::ExecutorSpec;
-use crate::backend::vm::sandbox::{self, SvidFiles};
+use crate::backend::vm::desired::{self, SvidFiles};
 use crate::backend::vm::settings::Vm;
 use crate::backend::{Created, StartError};
 use crate::metrics::Metrics;
+use crate::task::spec::ExecutorSpec;
 use tenantci_core::opensandbox::{ApiError, LifecycleClient, ListFilter, Sandbox};
 use tenantci_core::spiffe::SpiffeId;
 use tenantci_core::spiffe::server_api::ServerApi;
@@ -94,7 +94,7 @@ impl Sandboxes {
         self.client
             .list(&ListFilter {
                 states: Vec::new(),
-                metadata: sandbox::of_task(self.dispatcher, task),
+                metadata: desired::of_task(self.dispatcher, task),
             })
             .await
     }
@@ -105,18 +105,18 @@ impl Sandboxes {
             .client
             .list(&ListFilter {
                 states: Vec::new(),
-                metadata: sandbox::owned_by(self.dispatcher),
+                metadata: desired::owned_by(self.dispatcher),
             })
             .await?;
         let mut by_task: BTreeMap<i64, Sandbox> = BTreeMap::new();
         for s in all {
-            let Some((task, attempt)) = sandbox::task_of(&s) else {
+            let Some((task, attempt)) = desired::task_of(&s) else {
                 tracing::warn!(sandbox = %s.id, "a sandbox with this dispatcher's metadata names no task; left alone");
                 continue;
             };
             let newer = by_task
                 .get(&task)
-                .and_then(sandbox::task_of)
+                .and_then(desired::task_of)
                 .is_none_or(|(_, seen)| attempt > seen);
             if newer {
                 by_task.insert(task, s);
@@ -128,7 +128,7 @@ impl Sandboxes {
     /// Gitea has the final state: the terminal marker on `task`'s sandboxes (a gone one is
     /// fine: nothing is left to mark).
     pub async fn mark_terminal(&self, task: i64) -> Result<(), ApiError> {
-        let patch = BTreeMap::from([(sandbox::TERMINAL_KEY.to_string(), Some("true".into()))]);
+        let patch = BTreeMap::from([(desired::TERMINAL_KEY.to_string(), Some("true".into()))]);
         for s in self.of_task(task).await? {
             self.client.patch_metadata(&s.id, &patch).await?;
         }
@@ -160,7 +160,7 @@ impl Sandboxes {
         };
         if let Some(s) = existing
             .iter()
-            .find(|s| sandbox::task_of(s) == Some((spec.task_id, spec.attempt)))
+            .find(|s| desired::task_of(s) == Some((spec.task_id, spec.attempt)))
         {
             tracing::info!(task = spec.task_id, sandbox = %s.id, "the sandbox exists already (a redelivery); not created again");
             return Ok(Created::Existing);
@@ -185,7 +185,7 @@ impl Sandboxes {
             }
             (None, _) => None,
         };
-        let req = sandbox::desired(spec, &self.vm, self.dispatcher, svid.as_ref());
+        let req = desired::desired(spec, &self.vm, self.dispatcher, svid.as_ref());
         let created = self.client.create(&req).await.map_err(classify)?;
         tracing::info!(task = spec.task_id, attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
         Ok(Created::New)

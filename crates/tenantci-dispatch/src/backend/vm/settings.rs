@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::GoDuration;
+use tenantci_core::duration::GoDuration;
 
 /// Gitea stops a task that ran this long ("endless task"); a sandbox must outlive it so the
 /// runner can report the end, not be cut off before.
@@ -42,7 +42,7 @@ pub struct Vm {
 pub mod defaults {
     use std::time::Duration;
 
-    use crate::config::GoDuration;
+    use tenantci_core::duration::GoDuration;
 
     pub fn cpu() -> String {
         "2".into()
@@ -73,7 +73,7 @@ impl Vm {
             ));
         }
         if let Some(image) = &self.image {
-            crate::backend::spec::check_image_digest(image)
+            crate::task::spec::check_image_digest(image)
                 .map_err(|e| format!("has vm.image: {}", e.message()))?;
         }
         for (key, v) in [("vm.cpu", &self.cpu), ("vm.memory", &self.memory)] {

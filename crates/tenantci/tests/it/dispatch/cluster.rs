@@ -6,7 +6,7 @@
 //! rejoins.
 
 use async_nats::jetstream;
-use tenantci_dispatch::queue::{STREAM, ledger};
+use tenantci_dispatch::queue::{STREAM, ledger_bucket};
 use tenantci_testkit::wait::eventually;
 
 use super::harness::World;
@@ -25,7 +25,7 @@ async fn replicas(w: &World, stream: &str) -> Option<(usize, bool)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_three_node_queue_loses_no_task_to_kill9_of_a_server_or_the_dispatcher() {
     let mut w = World::start_clustered(4).await;
-    for stream in [STREAM.to_string(), ledger::stream_name()] {
+    for stream in [STREAM.to_string(), ledger_bucket::stream_name()] {
         assert_eq!(
             replicas(&w, &stream).await.map(|r| r.0),
             Some(3),

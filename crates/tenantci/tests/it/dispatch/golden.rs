@@ -11,8 +11,9 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
 use tenantci_core::node_image::NodeImage;
 use tenantci_dispatch::backend::pod::executor::{self};
-use tenantci_dispatch::backend::spec::ExecutorSpec;
-use tenantci_dispatch::config::{Executor, Resources, RunnerCommand};
+use tenantci_dispatch::executor::resources::Resources;
+use tenantci_dispatch::executor::{Executor, RunnerCommand};
+use tenantci_dispatch::task::spec::ExecutorSpec;
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/dispatch/golden")
@@ -62,7 +63,7 @@ fn spec() -> ExecutorSpec {
         capability: "CAPABILITY-PLACEHOLDER".into(),
         facade_url: "https://10.0.0.1:8443".into(),
         facade_ca_pem: "-----BEGIN CERTIFICATE-----\nFACADE-CA\n-----END CERTIFICATE-----\n".into(),
-        gitea: tenantci_dispatch::backend::spec::GiteaForExecutors {
+        gitea: tenantci_dispatch::task::spec::GiteaForExecutors {
             url: "https://gitea.example".into(),
             ca_pem: None,
         },

@@ -290,9 +290,9 @@ impl World {
             )
             .unwrap();
         }
-        self.base.webhook = Some(config::Webhook {
+        self.base.webhook = Some(tenantci_dispatch::claim::settings::Webhook {
             fetch_interval: fetch_interval.into(),
-            ..config::Webhook::new("127.0.0.1:0".parse().unwrap(), file)
+            ..tenantci_dispatch::claim::settings::Webhook::new("127.0.0.1:0".parse().unwrap(), file)
         });
     }
 
@@ -303,7 +303,7 @@ impl World {
         let _ = std::fs::remove_file(&file);
         tenantci_core::fsutil::write_new_atomic(&file, format!("{token}\n").as_bytes(), 0o600)
             .unwrap();
-        self.base.waiting_jobs = Some(config::WaitingJobs {
+        self.base.waiting_jobs = Some(tenantci_dispatch::claim::settings::WaitingJobs {
             scope: scope.into(),
             token_file: file,
             interval: interval.into(),
@@ -438,7 +438,7 @@ impl World {
     /// Every dispatcher started from now on replaces an executor that has not fetched its
     /// task after `start_deadline`, up to `max_attempts`.
     pub fn with_start_deadline(&mut self, start_deadline: Duration, max_attempts: u32) {
-        self.base.claim = config::Claim {
+        self.base.claim = tenantci_dispatch::task::Claim {
             start_deadline: start_deadline.into(),
             max_attempts,
         };
@@ -954,7 +954,7 @@ async fn write_inputs(
     kubeconfig: &Path,
     pod_capacity: u32,
 ) -> Config {
-    use tenantci_dispatch::facade::capability::{CapabilityKey, encode_key};
+    use tenantci_dispatch::capability::{CapabilityKey, encode_key};
     let runner = RunnerClient::new(ClientConfig::new(&gitea.url))
         .unwrap()
         .register(&RegisterRequest {
@@ -998,7 +998,7 @@ async fn write_inputs(
     secret(config::files::FACADE_KEY, &leaf.key_pem);
     Config {
         version: config::VERSION,
-        gitea: config::Gitea {
+        gitea: tenantci_dispatch::claim::settings::Gitea {
             url: gitea.url.clone(),
             forge: Default::default(),
             runner_name: "tenantci-dispatch".into(),
@@ -1025,7 +1025,7 @@ async fn write_inputs(
             pod: pod_capacity,
             vm: 1,
         },
-        facade: config::Facade {
+        facade: tenantci_dispatch::facade::settings::Facade {
             listen: "127.0.0.1:0".parse().unwrap(),
             url: "https://127.0.0.1:0".into(),
             capability_key_file: config::files::CAPABILITY_KEY.into(),
@@ -1033,12 +1033,12 @@ async fn write_inputs(
             cert_file: config::files::FACADE_CERT.into(),
             key_file: config::files::FACADE_KEY.into(),
         },
-        executor: config::Executor::with_images(
+        executor: tenantci_dispatch::executor::Executor::with_images(
             format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
             PROXY_IMAGE,
         ),
         status: config::Status::default(),
-        leader: config::Leader {
+        leader: tenantci_dispatch::leader::Leader {
             lease_duration: Duration::from_secs(3).into(),
             renew_deadline: Duration::from_secs(2).into(),
             retry_period: Duration::from_millis(250).into(),
@@ -1046,7 +1046,7 @@ async fn write_inputs(
         },
         webhook: None,
         waiting_jobs: None,
-        claim: config::Claim::default(),
+        claim: tenantci_dispatch::task::Claim::default(),
         vm: None,
         identity: None,
         cache: None,

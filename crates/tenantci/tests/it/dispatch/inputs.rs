@@ -15,8 +15,8 @@ use time::OffsetDateTime;
 
 use tenantci_core::pki::CertificateAuthority;
 use tenantci_core::pki::issue::{self, IssuedCert};
+use tenantci_dispatch::capability::{CapabilityKey, encode_key};
 use tenantci_dispatch::config::{self, Config, files};
-use tenantci_dispatch::facade::capability::{CapabilityKey, encode_key};
 use tenantci_dispatch::queue::{permissions, users};
 
 use crate::util::{assert_exit, run, scratch, snapshot, stderr, tenantci};
@@ -113,7 +113,7 @@ fn setup() -> Setup {
 fn config_for(d: &Path, nats: &Path) -> Config {
     Config {
         version: config::VERSION,
-        gitea: config::Gitea {
+        gitea: tenantci_dispatch::claim::settings::Gitea {
             url: format!("http://{CLOSED}"),
             forge: Default::default(),
             runner_name: "tenantci-dispatch".into(),
@@ -136,7 +136,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             ca_file: None,
         },
         capacity: config::Capacity { pod: 1, vm: 1 },
-        facade: config::Facade {
+        facade: tenantci_dispatch::facade::settings::Facade {
             listen: "127.0.0.1:0".parse().unwrap(),
             url: "https://127.0.0.1:0".into(),
             capability_key_file: files::CAPABILITY_KEY.into(),
@@ -144,15 +144,15 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             cert_file: files::FACADE_CERT.into(),
             key_file: files::FACADE_KEY.into(),
         },
-        executor: config::Executor::with_images(
+        executor: tenantci_dispatch::executor::Executor::with_images(
             format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
             format!("tenantci@sha256:{}", "1".repeat(64)),
         ),
         status: config::Status::default(),
-        leader: config::Leader::default(),
+        leader: tenantci_dispatch::leader::Leader::default(),
         webhook: None,
         waiting_jobs: None,
-        claim: config::Claim::default(),
+        claim: tenantci_dispatch::task::Claim::default(),
         vm: None,
         identity: None,
         cache: None,
@@ -263,7 +263,7 @@ fn a_five_megabyte_webhook_secret_is_refused() {
     let big = s.path("webhook.secret");
     secret(&big, &"x".repeat(5 << 20));
     let mut cfg = Config::load(&s.config()).unwrap();
-    cfg.webhook = Some(config::Webhook::new(
+    cfg.webhook = Some(tenantci_dispatch::claim::settings::Webhook::new(
         "127.0.0.1:0".parse().unwrap(),
         big.clone(),
     ));

@@ -12,7 +12,7 @@ use tenantci_testkit::wait::eventually;
 
 use super::harness::{DISPATCHER_ENTRY, FACADE_ID, TD, World};
 use crate::util::{assert_exit, stderr, tenantci};
-use tenantci_dispatch::backend::vm::sandbox::env;
+use tenantci_dispatch::backend::vm::desired::env;
 
 /// The ID the default template gives a job of the Gitea double (repository `sim/demo`).
 fn task_id(job: &str) -> String {

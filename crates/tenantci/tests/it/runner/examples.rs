@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tenantci_app::runner::gitlab_config::{keys, merge};
 use tenantci_core::node_image::NodeImage;
+use tenantci_runner::runner::gitlab_config::{keys, merge};
 
 use crate::util::{assert_exit, repo_file, run, scratch, stderr, stdout, tenantci};
 
@@ -51,7 +51,7 @@ fn runner_examples_pipelines_and_act_runner_config_parse() {
     );
 
     let (_, act) = example("act_runner/config.yaml");
-    let config: tenantci_app::runner::gitea_files::ActRunnerConfig =
+    let config: tenantci_runner::runner::gitea_files::ActRunnerConfig =
         serde_yaml::from_str(&act).unwrap();
     config.validate().unwrap();
     let names: Vec<String> = config
@@ -59,7 +59,7 @@ fn runner_examples_pipelines_and_act_runner_config_parse() {
         .labels
         .iter()
         .map(|l| {
-            tenantci_app::runner::gitea_files::Label::parse(l)
+            tenantci_runner::runner::gitea_files::Label::parse(l)
                 .unwrap()
                 .name
         })

@@ -19,9 +19,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::spec::{ATTEMPT_LABEL, CONFIG_KEY, RUNNER_KEY, TASK_ID_LABEL};
-use crate::backend::spec::{ExecutorSpec, PROXY_LISTEN};
 use crate::backend::vm::settings::Vm;
+use crate::task::spec::{ATTEMPT_LABEL, CONFIG_KEY, RUNNER_KEY, TASK_ID_LABEL};
+use crate::task::spec::{ExecutorSpec, PROXY_LISTEN};
 use tenantci_core::Secret;
 use tenantci_core::opensandbox::{CreateSandbox, ImageSpec, ResourceLimits, Sandbox};
 use tenantci_core::spiffe::files;
@@ -173,9 +173,8 @@ pub fn desired(
     dispatcher: i64,
     svid: Option<&SvidFiles>,
 ) -> CreateSandbox {
-    let runner =
-        String::from_utf8(crate::backend::spec::runner_file(spec)).expect(".runner is JSON");
-    let config = crate::backend::spec::runner_config_at(
+    let runner = String::from_utf8(crate::task::spec::runner_file(spec)).expect(".runner is JSON");
+    let config = crate::task::spec::runner_config_at(
         spec,
         &format!("{VM_DIR}/{RUNNER_KEY}"),
         &format!("{VM_DIR}/home"),
@@ -253,7 +252,7 @@ mod tests {
     use super::*;
 
     fn spec() -> ExecutorSpec {
-        crate::backend::spec::example(2, "task-42-attempt-2", "vm")
+        crate::task::spec::example(2, "task-42-attempt-2", "vm")
     }
 
     fn vm() -> Vm {
@@ -334,15 +333,14 @@ mod tests {
         let runner = script.find("exec act_runner daemon --once").unwrap();
         assert!(unset < runner, "{script}");
         assert!(script.starts_with("set -eu\numask 077\n"));
-        let config =
-            crate::backend::spec::runner_config_at(&spec(), "/tmp/gitea-task/.runner", "/h");
+        let config = crate::task::spec::runner_config_at(&spec(), "/tmp/gitea-task/.runner", "/h");
         assert!(config.contains("file: /tmp/gitea-task/.runner"), "{config}");
     }
 
     #[test]
     fn with_identity_the_svid_replaces_the_ca_and_the_proxy_presents_it() {
         let mut s = spec();
-        s.identity = Some(crate::backend::spec::ExecutorIdentity {
+        s.identity = Some(crate::task::spec::ExecutorIdentity {
             spiffe_id: "spiffe://example.org/gitea/acme/w/build".into(),
             facade_id: "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher".into(),
         });

@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Toleration;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::pod::resources::Resources;
-use crate::config::{Executor, GoDuration};
+use crate::executor::resources::Resources;
 use crate::queue::Backend;
+use tenantci_core::duration::GoDuration;
 use tenantci_core::node_image::NodeImage;
 
 /// One class of executors.
@@ -82,8 +82,8 @@ fn warm_window() -> GoDuration {
 
 impl WarmPool {
     /// The decision's limits for a class of `capacity`.
-    pub fn limits(&self, capacity: u32) -> crate::backend::pod::warm::Limits {
-        crate::backend::pod::warm::Limits {
+    pub fn limits(&self, capacity: u32) -> crate::executor::warm::Limits {
+        crate::executor::warm::Limits {
             min: self.min,
             max: self.max,
             idle: self.idle.get(),
@@ -129,23 +129,6 @@ impl ExecutorClass {
                 .unwrap_or_else(|| base.ephemeral_storage.clone()),
             ephemeral_storage_limit: None,
         }
-    }
-
-    /// The executor settings a job of this class gets: `base` with the class's size and
-    /// placement.
-    pub fn executor(&self, base: &Executor) -> Executor {
-        let mut x = base.clone();
-        x.resources = self.resources(&base.resources);
-        if let Some(s) = &self.node_selector {
-            x.node_selector = s.clone();
-        }
-        if let Some(t) = &self.tolerations {
-            x.tolerations = t.clone();
-        }
-        if let Some(r) = &self.runtime_class_name {
-            x.runtime_class_name = Some(r.clone());
-        }
-        x
     }
 
     /// A pod class's executor Pod against a rented node of `image`: exit 2 with one sentence
@@ -342,11 +325,11 @@ pub(crate) mod tests {
 
     #[test]
     fn a_class_sizes_and_places_the_executor() {
-        let base = crate::config::Executor::with_images("i@sha256:x", "p@sha256:y");
+        let base = crate::executor::Executor::with_images("i@sha256:x", "p@sha256:y");
         let mut c = class("large", "1800m", "1536Mi", 1);
         c.node_selector = Some(BTreeMap::from([("pool".into(), "big".into())]));
         c.runtime_class_name = Some("gvisor".into());
-        let x = c.executor(&base);
+        let x = base.of_class(&c);
         assert_eq!(
             (x.resources.cpu.as_str(), x.resources.memory.as_str()),
             ("1800m", "1536Mi")

@@ -14,11 +14,10 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
-use tenantci_app::tenant::prewarm::{PrewarmSpec, TolerationSpec};
-use tenantci_app::tenant::sizing::{self, PodTotal};
 use tenantci_core::node_image::NodeImage;
 use tenantci_core::quantity::{self, Milli};
 use tenantci_core::{Error, Result};
+use tenantci_runner::tenant::sizing::{self, PodTotal};
 
 /// The executor-proxy sidecar's requests (a small async forwarder).
 pub const PROXY_CPU: &str = "10m";
@@ -122,7 +121,7 @@ impl Resources {
         Ok(())
     }
 
-    fn milli(s: &str) -> Milli {
+    pub(crate) fn milli(s: &str) -> Milli {
         quantity::parse_resource(s).unwrap_or_default()
     }
 
@@ -212,39 +211,6 @@ impl Resources {
             }
         }
         Ok(())
-    }
-}
-
-/// The pause pods that keep rented nodes warm for executors (`tenant prewarm
-/// --dispatch-config`): in the dispatch namespace, each requesting what one whole executor Pod
-/// requests (runner plus sidecar) with the executors' placement, so one preempted pause pod
-/// frees exactly one executor's place.
-pub fn prewarm_spec(
-    executor: &crate::config::Executor,
-    namespace: &str,
-    replicas: i32,
-) -> PrewarmSpec {
-    let r = &executor.resources;
-    PrewarmSpec {
-        namespace: namespace.to_string(),
-        replicas,
-        cpu: Resources::milli(&r.cpu) + Resources::milli(PROXY_CPU),
-        memory: Resources::milli(&r.memory) + Resources::milli(PROXY_MEMORY),
-        node_selector: executor.node_selector.clone(),
-        tolerations: executor
-            .tolerations
-            .iter()
-            .filter_map(|t| {
-                Some(TolerationSpec {
-                    key: t.key.clone().filter(|k| !k.is_empty())?,
-                    value: (t.operator.as_deref() != Some("Exists"))
-                        .then(|| t.value.clone().unwrap_or_default()),
-                    effect: t.effect.clone().unwrap_or_default(),
-                })
-            })
-            .collect(),
-        labels: BTreeMap::new(),
-        image: tenantci_app::tenant::prewarm::DEFAULT_IMAGE.to_string(),
     }
 }
 
@@ -358,23 +324,6 @@ mod tests {
             let e = edit.validate().unwrap_err();
             assert!(e.contains(needle), "{needle}: {e}");
         }
-    }
-
-    #[test]
-    fn a_pause_pod_holds_one_whole_executor_pod() {
-        let mut x = crate::config::Executor::with_images("i", "p");
-        x.tolerations = vec![k8s_openapi::api::core::v1::Toleration {
-            key: Some("rented".into()),
-            operator: Some("Exists".into()),
-            effect: Some("NoSchedule".into()),
-            ..Default::default()
-        }];
-        let p = prewarm_spec(&x, "dynamic-runner", 2);
-        assert_eq!(p.namespace, "dynamic-runner");
-        assert_eq!(quantity::format_cpu(p.cpu), "1810m");
-        assert_eq!(quantity::format_memory(p.memory), "1760Mi");
-        assert_eq!(p.tolerations.len(), 1);
-        assert_eq!(p.tolerations[0].value, None);
     }
 
     #[test]

@@ -10,8 +10,7 @@
 //! time moves them. Nothing here deletes a pool whose class left the config.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -20,13 +19,15 @@ use kube::api::Api;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::pod::resources::prewarm_spec;
-use crate::backend::pod::warm::{self, Arrivals, Demand};
-use crate::backend::registry::Registry;
-use crate::claim::class::ExecutorClass;
-use crate::config::Executor;
+use crate::executor::Executor;
+use crate::executor::class::ExecutorClass;
+use crate::executor::demand::WarmDemand;
+use crate::executor::resources::{PROXY_CPU, PROXY_MEMORY, Resources};
+use crate::executor::warm;
 use crate::metrics::Metrics;
-use tenantci_app::tenant::{apply, prewarm};
+use crate::task::registry::Registry;
+use tenantci_runner::tenant::prewarm::{PrewarmSpec, TolerationSpec};
+use tenantci_runner::tenant::{apply, prewarm};
 
 /// How often the leader looks at demand and applies the pools.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -47,105 +48,6 @@ pub fn deployment_name(class: &str) -> String {
     format!("tenantci-warm-{class}")
 }
 
-#[derive(Debug)]
-struct ClassDemand {
-    announced: u32,
-    arrivals: Arrivals,
-    /// The slots last applied.
-    warm: u32,
-}
-
-/// One class's demand as the leader's actors see it (only classes with a warm pool), and what
-/// else the pools remember across leader terms (this lives as long as the process).
-pub struct WarmDemand {
-    origin: Instant,
-    classes: Mutex<BTreeMap<String, ClassDemand>>,
-    /// The pause PriorityClass was settled: applied, or refused by the apiserver. It is
-    /// cluster-scoped, so a dispatcher whose identity is namespaced (its Role) may not apply
-    /// it, and neither a retry nor a warning every term changes that: one refusal (and at most
-    /// one warning) per process. An apiserver that was away settles nothing: tried again.
-    priority_class_tried: AtomicBool,
-}
-
-impl WarmDemand {
-    pub fn new(classes: &[ExecutorClass]) -> Self {
-        let classes = classes
-            .iter()
-            .filter_map(|c| {
-                let w = c.warm.as_ref()?;
-                let d = ClassDemand {
-                    announced: 0,
-                    arrivals: Arrivals::new(w.window.get()),
-                    warm: 0,
-                };
-                Some((c.name.clone(), d))
-            })
-            .collect();
-        WarmDemand {
-            origin: Instant::now(),
-            classes: Mutex::new(classes),
-            priority_class_tried: AtomicBool::new(false),
-        }
-    }
-
-    /// True the first time only: whether this term should try the PriorityClass.
-    fn first_priority_class_attempt(&self) -> bool {
-        !self.priority_class_tried.swap(true, Ordering::SeqCst)
-    }
-
-    /// A term ended with the PriorityClass unsettled: the next one tries again.
-    fn priority_class_unsettled(&self) {
-        self.priority_class_tried.store(false, Ordering::SeqCst);
-    }
-
-    fn with<T>(&self, class: &str, f: impl FnOnce(&mut ClassDemand, Duration) -> T) -> Option<T> {
-        let now = self.origin.elapsed();
-        let mut g = self.classes.lock().unwrap_or_else(|p| p.into_inner());
-        g.get_mut(class).map(|d| f(d, now))
-    }
-
-    /// The webhook announced a queued job of `class`.
-    pub fn announced(&self, class: &str) {
-        self.with(class, |d, now| {
-            d.announced += 1;
-            d.arrivals.record(now);
-        });
-    }
-
-    /// The scheduler claimed a task of `class`: one announcement fewer in sight, or, when
-    /// none was announced (no webhook, a lost delivery), an arrival of its own.
-    pub fn claimed(&self, class: &str) {
-        self.with(class, |d, now| {
-            if d.announced > 0 {
-                d.announced -= 1;
-            } else {
-                d.arrivals.record(now);
-            }
-        });
-    }
-
-    /// Whether `class` has a pool, and a warm slot now (for the hit and miss counts).
-    pub fn has_warm_slot(&self, class: &str) -> Option<bool> {
-        self.with(class, |d, _| d.warm > 0)
-    }
-
-    /// `class`'s demand now, with `running` executors.
-    fn demand(&self, class: &str, running: u32) -> Option<Demand> {
-        self.with(class, |d, now| Demand {
-            announced: d.announced,
-            queued: 0,
-            running,
-            recent_arrivals: d.arrivals.recent(now),
-            warm: d.warm,
-            since_demand: d.arrivals.since_last(now),
-        })
-    }
-
-    fn applied(&self, class: &str, slots: u32) {
-        self.with(class, |d, _| d.warm = slots);
-    }
-}
-
 /// The leader's applier of every warm pool.
 pub struct WarmPools {
     pub client: kube::Client,
@@ -160,7 +62,7 @@ impl WarmPools {
     /// The pause Deployment of `class` with `slots` replicas (pure).
     pub fn desired(&self, class: &ExecutorClass, slots: u32) -> Deployment {
         let spec = prewarm_spec(
-            &class.executor(&self.executor),
+            &self.executor.of_class(class),
             &self.namespace,
             slots as i32,
         );
@@ -273,10 +175,43 @@ impl WarmPools {
     }
 }
 
+/// The pause pods that keep rented nodes warm for executors (`tenant prewarm
+/// --dispatch-config`): in the dispatch namespace, each requesting what one whole executor Pod
+/// requests (runner plus sidecar) with the executors' placement, so one preempted pause pod
+/// frees exactly one executor's place.
+pub fn prewarm_spec(
+    executor: &crate::executor::Executor,
+    namespace: &str,
+    replicas: i32,
+) -> PrewarmSpec {
+    let r = &executor.resources;
+    PrewarmSpec {
+        namespace: namespace.to_string(),
+        replicas,
+        cpu: Resources::milli(&r.cpu) + Resources::milli(PROXY_CPU),
+        memory: Resources::milli(&r.memory) + Resources::milli(PROXY_MEMORY),
+        node_selector: executor.node_selector.clone(),
+        tolerations: executor
+            .tolerations
+            .iter()
+            .filter_map(|t| {
+                Some(TolerationSpec {
+                    key: t.key.clone().filter(|k| !k.is_empty())?,
+                    value: (t.operator.as_deref() != Some("Exists"))
+                        .then(|| t.value.clone().unwrap_or_default()),
+                    effect: t.effect.clone().unwrap_or_default(),
+                })
+            })
+            .collect(),
+        labels: BTreeMap::new(),
+        image: tenantci_runner::tenant::prewarm::DEFAULT_IMAGE.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::claim::class::WarmPool;
+    use crate::executor::class::WarmPool;
 
     #[test]
     fn the_priority_class_is_tried_once_per_process_not_once_per_term() {
@@ -308,14 +243,14 @@ mod tests {
 
     #[test]
     fn announcements_and_claims_move_the_demand() {
-        let mut c = crate::claim::class::tests::class("small", "500m", "512Mi", 4);
+        let mut c = crate::executor::class::tests::class("small", "500m", "512Mi", 4);
         c.warm = Some(WarmPool {
             min: 1,
             max: 4,
             idle: Duration::from_secs(60).into(),
             window: Duration::from_secs(60).into(),
         });
-        let other = crate::claim::class::tests::class("large", "1", "1Gi", 1);
+        let other = crate::executor::class::tests::class("large", "1", "1Gi", 1);
         let d = WarmDemand::new(&[c, other]);
         assert_eq!(d.has_warm_slot("large"), None, "no pool: not counted");
         d.announced("small");
@@ -333,5 +268,22 @@ mod tests {
         assert_eq!(d.has_warm_slot("small"), Some(false));
         d.applied("small", 2);
         assert_eq!(d.has_warm_slot("small"), Some(true));
+    }
+
+    #[test]
+    fn a_pause_pod_holds_one_whole_executor_pod() {
+        let mut x = crate::executor::Executor::with_images("i", "p");
+        x.tolerations = vec![k8s_openapi::api::core::v1::Toleration {
+            key: Some("rented".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }];
+        let p = prewarm_spec(&x, "dynamic-runner", 2);
+        assert_eq!(p.namespace, "dynamic-runner");
+        assert_eq!(tenantci_core::quantity::format_cpu(p.cpu), "1810m");
+        assert_eq!(tenantci_core::quantity::format_memory(p.memory), "1760Mi");
+        assert_eq!(p.tolerations.len(), 1);
+        assert_eq!(p.tolerations[0].value, None);
     }
 }

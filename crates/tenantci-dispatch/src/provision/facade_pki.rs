@@ -13,8 +13,8 @@ use std::time::Duration;
 use rcgen::{KeyPair, PublicKeyData};
 use time::OffsetDateTime;
 
+use crate::config::Paths;
 use crate::facade::cert::covers;
-use crate::init::plan::Paths;
 use tenantci_core::fsutil::{self, MODE_SECRET};
 use tenantci_core::pki::CertificateAuthority;
 use tenantci_core::pki::inspect::{CertInfo, rfc3339, subject_alt_names};

@@ -1,4 +1,5 @@
-//! tenantci-app: what the commands do, over `tenantci-core`. Each module is one capability:
+//! tenantci-runner: the runner-facing layer, over `tenantci-core`: what a runner needs to reach a
+//! tenant cluster, and the GitLab side. Each module is one capability:
 //!
 //! - [`credential`]: mint, inspect and hand back scoped runner credentials from a ClientCA.
 //! - [`tenant`]: the runner's RBAC (apply and verify), pre-warmed pause pods, job-pod sizing.

@@ -23,34 +23,13 @@
 //! Backend-neutral: the backend is a field; nothing here knows Pods or VMs. Does not decide
 //! what recovery does with an entry (`dispatch::recovery`).
 
-use std::time::Duration;
-
-use async_nats::jetstream::{
-    self, kv,
-    stream::{self, DiscardPolicy, StorageType},
-};
+use async_nats::jetstream::{self, kv};
 use futures::TryStreamExt as _;
 use serde::{Deserialize, Serialize};
 
-use super::Backend;
-use super::assignment::Assignment;
-
-/// The bucket's name; its stream is `KV_CI_CLAIMS`, its subjects `$KV.CI_CLAIMS.>`.
-pub const BUCKET: &str = "CI_CLAIMS";
-/// How long an entry lives after its last write (see the module header).
-pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
-/// Room for an entry's own fields around the largest assignment the queue takes.
-pub const ENTRY_OVERHEAD: i32 = 64 * 1024;
-
-/// The stream behind the bucket.
-pub fn stream_name() -> String {
-    format!("KV_{BUCKET}")
-}
-
-/// The subjects an entry is written to (`$KV.CI_CLAIMS.task.<id>`).
-pub fn subjects() -> String {
-    format!("$KV.{BUCKET}.>")
-}
+use crate::queue::Backend;
+use crate::queue::assignment::Assignment;
+use crate::queue::ledger_bucket::BUCKET;
 
 fn key(task: i64) -> String {
     format!("task.{task}")
@@ -163,31 +142,6 @@ pub struct LedgerError(String);
 
 fn err(what: &str) -> impl FnOnce(&dyn std::fmt::Display) -> LedgerError + '_ {
     move |e| LedgerError(format!("{what}: {e}"))
-}
-
-/// The bucket's stream for `replicas`, the queue's largest assignment and byte bound (pure).
-/// The stream a JetStream key-value bucket is (what `nats kv add` creates), made directly:
-/// async-nats' bucket creation first asks for account limits in a shape nats-server 2.9 does
-/// not answer with.
-pub fn desired_bucket(replicas: usize, max_assignment: i32, max_bytes: i64) -> stream::Config {
-    stream::Config {
-        name: stream_name(),
-        description: Some("tenantci claim ledger: one entry per claimed task".to_string()),
-        subjects: vec![subjects()],
-        max_messages_per_subject: 1,
-        max_messages: -1,
-        max_bytes,
-        max_age: RETENTION,
-        max_message_size: max_assignment.saturating_add(ENTRY_OVERHEAD),
-        storage: StorageType::File,
-        allow_rollup: true,
-        deny_delete: true,
-        deny_purge: false,
-        allow_direct: true,
-        num_replicas: replicas,
-        discard: DiscardPolicy::New,
-        ..Default::default()
-    }
 }
 
 /// The ledger, reached through a JetStream context (as `ci-worker`, whose permissions allow
@@ -343,7 +297,7 @@ mod tests {
     }
 
     fn sealed() -> Assignment {
-        let key = super::super::assignment::SealingKey::generate();
+        let key = crate::queue::assignment::SealingKey::generate();
         Assignment::seal(&key, "7", 1, Backend::Pod, vec![], b"task").unwrap()
     }
 
@@ -384,17 +338,5 @@ mod tests {
         let vm = merge(None, Entry::step(7, 1, Backend::Vm, Phase::Claimed)).unwrap();
         let next = merge(Some(&vm), step(1, Phase::Started)).unwrap();
         assert_eq!(next.backend, Backend::Vm);
-    }
-
-    #[test]
-    fn the_bucket_keeps_one_revision_for_the_retention_with_the_queues_replicas() {
-        let b = desired_bucket(3, 1024 * 1024, 1 << 28);
-        assert_eq!(b.name, "KV_CI_CLAIMS");
-        assert_eq!(b.subjects, vec!["$KV.CI_CLAIMS.>"]);
-        assert_eq!(b.max_messages_per_subject, 1, "one revision per key");
-        assert_eq!(b.max_age, RETENTION);
-        assert_eq!(b.num_replicas, 3);
-        assert!(b.max_message_size > 1024 * 1024);
-        assert!(b.allow_direct, "entries are read with direct get");
     }
 }

@@ -3,13 +3,12 @@
 //! `.runner` (the task's registration at the facade, addressed to the loopback
 //! executor-proxy) and `config.yaml`. Pure; each backend puts them where its runner reads them.
 
-use tenantci_app::runner::gitea_files::Registration;
-use tenantci_app::runner::gitlab_config::Secret as Sensitive;
 use tenantci_core::{Error, Result};
+use tenantci_runner::runner::gitea_files::Registration;
+use tenantci_runner::runner::gitlab_config::Secret as Sensitive;
 
-use crate::claim::class::{self, ExecutorClass};
-use crate::config;
-use crate::facade::capability::{self, CapabilityKey};
+use crate::capability::{self, CapabilityKey};
+use crate::executor::class::{self, ExecutorClass};
 use crate::identity;
 use crate::queue::assignment::{Assignment, SealingKey};
 
@@ -65,7 +64,7 @@ pub struct ExecutorSpec {
     pub runner_name: String,
     /// Images, runner binary, resources and placement from the dispatcher config (the
     /// task's class applied).
-    pub executor: config::Executor,
+    pub executor: crate::executor::Executor,
     /// The task's resource class (None: the dispatcher has none).
     pub class: Option<ExecutorClass>,
     /// Executor identity on: the task's SPIFFE ID and the facade's.
@@ -100,7 +99,7 @@ pub struct ExecutorTemplate {
     pub facade_ca_pem: String,
     pub gitea: GiteaForExecutors,
     pub runner_name: String,
-    pub executor: crate::config::Executor,
+    pub executor: crate::executor::Executor,
     /// Makes each attempt's capability.
     pub capability_key: CapabilityKey,
     /// Executor identity on: the IDs are rendered from each task's sealed context.
@@ -171,7 +170,7 @@ impl ExecutorTemplate {
     ) -> Result<ExecutorSpec, String> {
         let class = class::pick(&self.executor.classes, &labels)?.cloned();
         let executor = match &class {
-            Some(c) => c.executor(&self.executor),
+            Some(c) => self.executor.of_class(c),
             None => self.executor.clone(),
         };
         let bound = identity.as_ref().map(|i| i.spiffe_id.as_str());
@@ -283,7 +282,7 @@ pub(crate) fn example(attempt: u32, assignment_id: &str, label: &str) -> Executo
         },
         labels: vec!["self-hosted".into(), label.into()],
         runner_name: "tenantci".into(),
-        executor: config::Executor::with_images(
+        executor: crate::executor::Executor::with_images(
             format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
             format!("tenantci@sha256:{}", "b".repeat(64)),
         ),

@@ -3,7 +3,7 @@
 //! on a task (it could not be queued, its executor ended or vanished without a final state).
 
 use crate::queue::Backend;
-use crate::queue::ledger::{Entry, Phase};
+use crate::task::ledger::{Entry, Phase};
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
     LogRow, ProtoEnum as _, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
@@ -86,7 +86,7 @@ pub async fn fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), Cli
 /// now (logged; the caller tries again at its next pass).
 pub async fn still_open(
     gitea: &RunnerClient,
-    ledger: &crate::queue::ledger::Ledger,
+    ledger: &crate::task::ledger::Ledger,
     task: i64,
 ) -> Option<bool> {
     match keep_alive(gitea, task).await {
@@ -113,7 +113,7 @@ pub async fn still_open(
 /// Gitea has been told, or answered that it will not hear it (the task is not ours any more).
 pub async fn executor_failed(
     gitea: &RunnerClient,
-    ledger: &crate::queue::ledger::Ledger,
+    ledger: &crate::task::ledger::Ledger,
     metrics: &crate::metrics::Metrics,
     backend: Backend,
     task: i64,

@@ -35,7 +35,8 @@ use serde::Deserialize;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::proto::Task;
 
-use crate::gitea::{GiteaDouble, JobStatus, JobView};
+use super::GiteaDouble;
+use super::wire::{JobStatus, JobView, action_run_job, presented_token};
 
 /// The version the double reports for `forge`.
 pub fn version_of(forge: Forge) -> &'static str {
@@ -145,7 +146,7 @@ async fn waiting_jobs(
     if d.forge() != Forge::Forgejo {
         return refused(StatusCode::NOT_FOUND, "Not Found");
     }
-    match crate::gitea_web::presented_token(&headers).as_deref() {
+    match presented_token(&headers).as_deref() {
         None => return refused(StatusCode::UNAUTHORIZED, "token is required"),
         Some(t) if !d.is_api_token(t) => {
             return refused(StatusCode::UNAUTHORIZED, "user does not exist");
@@ -179,31 +180,6 @@ fn job_row(j: &JobView) -> serde_json::Value {
         "running"
     };
     action_run_job(j.id, &j.name, &j.runs_on, status, j.task_id.unwrap_or(0))
-}
-
-/// Forgejo's `ActionRunJob` JSON, as its waiting-jobs API lists it and its `workflow_job_*`
-/// webhooks carry it under `job` (the double has one repository and one owner; a job's run
-/// id is its id, and its handle a fixed UUID made from it).
-pub fn action_run_job(
-    id: i64,
-    name: &str,
-    runs_on: &[String],
-    status: &str,
-    task_id: i64,
-) -> serde_json::Value {
-    serde_json::json!({
-        "id": id,
-        "repo_id": 1,
-        "owner_id": 1,
-        "name": name,
-        "needs": [],
-        "runs_on": runs_on,
-        "task_id": task_id,
-        "status": status,
-        "attempt": 1,
-        "handle": format!("00000000-0000-4000-8000-{id:012x}"),
-        "run_id": id,
-    })
 }
 
 /// A recovered task with new job tokens: the old ones were never seen by the runner and

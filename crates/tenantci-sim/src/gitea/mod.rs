@@ -1,6 +1,6 @@
 //! A Gitea double: the RunnerService and PingService over plain HTTP on loopback (Connect,
 //! binary protobuf and JSON, via `forge::gitea::facade::router`), keeping the server
-//! behaviours of `facts/gitea-runner-protocol.md`, plus a small admin JSON API to enqueue jobs
+//! behaviours of docs/gitea-protocol.md, plus a small admin JSON API to enqueue jobs
 //! and read tasks for tests and the demo.
 //!
 //! Kept behaviours: Register with the registration token (fresh uuid + token; only the token's
@@ -12,19 +12,30 @@
 //! UpdateTask finalisation (result != UNSPECIFIED; a finished task ignores updates), the
 //! heartbeat (updated time), CANCELLED answers for cancelled tasks, ephemeral runners deleted
 //! after their final update; ownership (another runner's task: `permission_denied`).
-//! Webhooks (`gitea_hooks`): `workflow_job` deliveries (`queued` on enqueue, `in_progress` on
+//! Webhooks (`hooks`): `workflow_job` deliveries (`queued` on enqueue, `in_progress` on
 //! claim) to URLs registered with `POST /admin/hooks`, signed as Gitea signs them.
 //! A stall (`gitea_stall`, `POST /admin/stall {"millis": N}`): RunnerService calls arriving
 //! in the next N ms are served when it ends, a FetchTask even if its client gave up.
-//! Forgejo (`GiteaDouble::start_as(.., Forge::Forgejo)`, `gitea_forgejo`): its version answer,
+//! Forgejo (`GiteaDouble::start_as(.., Forge::Forgejo)`, `forgejo`): its version answer,
 //! multi-task FetchTask, request-key recovery, and `POST /admin/drop-fetch` to lose answers.
 //! `POST /admin/hold {"hold": bool}` keeps every waiting job unassigned while set.
 //! `GET /api/v1/version` answers the forge's version (`POST /admin/version` replaces it).
 //! Forgejo's waiting-jobs API (`GET /api/v1/{admin|user|orgs/..|repos/../..}/actions/runners/jobs`,
-//! with the handle's `api_token`; `gitea_forgejo`).
+//! with the handle's `api_token`; `forgejo`).
+//! What a job reaches beyond the RunnerService (git, the API, artifacts): `web`.
 //! Not kept: scopes (one global tasks version), the zombie sweep, real workflow parsing.
 //!
 //! Never used in production paths.
+
+// The double's sides take what they share from `wire` and the double from here; none imports
+// another, so this file is the only one that sees them all.
+pub mod forgejo;
+pub mod hooks;
+pub mod web;
+mod wire;
+
+// Declared in `wire`, below the sides that read them; `gitea::JobView` still names them.
+pub use wire::{JobStatus, JobView};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -44,10 +55,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::gitea_forgejo::{self, ForgejoState};
-use crate::gitea_hooks::{HookSpec, Hooks, JobEvent};
 use crate::gitea_stall::Stall;
-use crate::gitea_web::Web;
 use crate::served::Served;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::ConnectError;
@@ -59,6 +67,10 @@ use tenantci_core::forge::gitea::proto::{
     TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,
     timestamp,
 };
+
+use forgejo::ForgejoState;
+use hooks::{HookSpec, Hooks, JobEvent};
+use web::Web;
 
 /// A job to enqueue (the admin API's `POST /admin/jobs` body).
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -72,26 +84,6 @@ pub struct JobSpec {
     pub vars: BTreeMap<String, String>,
     /// Extra github-style context fields (merged under the generated ones).
     pub context: serde_json::Map<String, serde_json::Value>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    Waiting,
-    Running,
-    Done,
-    Cancelled,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct JobView {
-    pub id: i64,
-    pub name: String,
-    pub runs_on: Vec<String>,
-    pub status: JobStatus,
-    pub task_id: Option<i64>,
-    /// When the job was enqueued (microseconds; the pickup benchmark measures from here).
-    pub created_at: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -209,7 +201,7 @@ pub struct GiteaDouble {
     pub hooks: Hooks,
     /// `POST /admin/stall`.
     pub stall: Stall,
-    /// What a job reaches beyond the RunnerService (`gitea_web`).
+    /// What a job reaches beyond the RunnerService (`web`).
     pub web: Web,
     forge: Forge,
     /// `GET /api/v1/version`'s answer.
@@ -381,7 +373,7 @@ impl GiteaDouble {
             stall: Stall::default(),
             web: Web::default(),
             forge,
-            version: Mutex::new(gitea_forgejo::version_of(forge).to_string()),
+            version: Mutex::new(forgejo::version_of(forge).to_string()),
             forgejo: ForgejoState::default(),
         }
     }
@@ -487,11 +479,11 @@ impl GiteaDouble {
             .route("/admin/hold", post(admin_hold))
             .route("/admin/version", post(admin_set_version))
             .route("/api/v1/version", get(api_version))
-            .merge(gitea_forgejo::waiting_jobs_router())
+            .merge(forgejo::waiting_jobs_router())
             .with_state(double.clone());
         facade::router(double.clone())
             .merge(admin)
-            .merge(crate::gitea_web::router(double))
+            .merge(web::router(double))
     }
 
     pub fn registration_token(&self) -> &str {
@@ -640,7 +632,7 @@ impl GiteaDouble {
         }
         let mut tasks = Vec::new();
         if req.tasks_version != latest && !st.hold {
-            let limit = gitea_forgejo::pick_limit(self.forge, req.task_capacity);
+            let limit = forgejo::pick_limit(self.forge, req.task_capacity);
             while tasks.len() < limit {
                 match Self::claim(&mut st, caller, SystemTime::now()) {
                     Some(t) => tasks.push(t),

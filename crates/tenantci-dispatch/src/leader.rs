@@ -9,11 +9,15 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use tenantci_core::duration::GoDuration;
 
 pub const LEASE_NAME: &str = "dynamic-runner-scheduler";
 
@@ -234,6 +238,48 @@ async fn step(
                 Err(e) => Err(e),
             }
         }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Leader {
+    #[serde(default = "defaults::lease_duration")]
+    pub lease_duration: GoDuration,
+    #[serde(default = "defaults::renew_deadline")]
+    pub renew_deadline: GoDuration,
+    #[serde(default = "defaults::retry_period")]
+    pub retry_period: GoDuration,
+    /// This instance's holder identity; absent: `<hostname>-<pid>` (the Pod name in-cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+}
+
+impl Default for Leader {
+    fn default() -> Self {
+        Leader {
+            lease_duration: defaults::lease_duration(),
+            renew_deadline: defaults::renew_deadline(),
+            retry_period: defaults::retry_period(),
+            identity: None,
+        }
+    }
+}
+
+/// The section's defaults (`init` uses them for keys it has no flag for).
+pub mod defaults {
+    use std::time::Duration;
+
+    use tenantci_core::duration::GoDuration;
+
+    pub fn lease_duration() -> GoDuration {
+        Duration::from_secs(15).into()
+    }
+    pub fn renew_deadline() -> GoDuration {
+        Duration::from_secs(10).into()
+    }
+    pub fn retry_period() -> GoDuration {
+        Duration::from_secs(2).into()
     }
 }
 

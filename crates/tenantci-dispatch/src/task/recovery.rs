@@ -10,7 +10,7 @@
 //! as final whose objects are still there is over: its objects go.
 
 use crate::queue::Backend;
-use crate::queue::ledger::{Entry, Phase};
+use crate::task::ledger::{Entry, Phase};
 
 /// What the backend lists of an entry's task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,14 +6,23 @@
 //! the objects are `dispatch::manifests`'.
 
 use crate::identity::entries;
-use crate::init::manifests;
-use tenantci_app::tenant::access::{self, Access, ReviewResult, Reviewer, Scope};
-use tenantci_app::tenant::apply::{Applied, Object, apply_all};
 use tenantci_core::{Error, Result};
+use tenantci_runner::tenant::access::{self, Access, ReviewResult, Reviewer, Scope};
+use tenantci_runner::tenant::apply::{Applied, Object, apply_all};
 
 /// How to get a client that may apply the dispatcher's RBAC.
 const ADMIN_HINT: &str =
     "the cluster's tenant-admin.kubeconfig must be cluster admin; check the state dir";
+
+/// The ServiceAccount, Role, RoleBinding and client-certificate user name.
+pub const NAME: &str = "tenantci-dispatcher";
+
+/// The name of the ClusterRole and ClusterRoleBinding of the dispatcher in `namespace`:
+/// cluster-scoped objects carry the namespace in their name, so two dispatchers (two
+/// namespaces) never share, and never remove, each other's binding.
+pub fn identity_rbac_name(namespace: &str) -> String {
+    format!("{NAME}:{namespace}")
+}
 
 /// What the runtime calls in its namespace: every verb of the Role.
 pub fn must_allow() -> Vec<Access> {
@@ -169,7 +178,7 @@ fn review_error(e: kube::Error) -> Error {
 
 fn mismatch_error(bad: &ReviewResult, namespace: &str) -> Error {
     if bad.expected && bad.access.scope == Scope::Cluster {
-        let name = manifests::identity_rbac_name(namespace);
+        let name = identity_rbac_name(namespace);
         Error::check_failed(format!(
             "the dispatcher's credential may not {}, which `dispatch run` needs with executor identity",
             bad.describe()

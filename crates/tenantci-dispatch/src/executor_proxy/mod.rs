@@ -30,6 +30,9 @@
 //! facade's SPIFFE ID (`spiffe::tls::client_config`); the facade CA is not used then. The
 //! routes, the retries and the runner side stay as they are.
 
+pub mod http1;
+pub mod passthrough;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -47,8 +50,8 @@ use tenantci_core::spiffe::{SpiffeId, SvidSource};
 use tenantci_core::{Error, Result};
 
 use crate::cache::protocol::PREFIX as CACHE_PREFIX;
-use crate::facade::http1::{self, Bounds, Stopped};
-use crate::facade::passthrough::{self, GiteaUpstream, Passthrough};
+use http1::{Bounds, Stopped};
+use passthrough::{GiteaUpstream, Passthrough};
 
 /// The methods an executor calls (Register is the dispatcher's business, never the Pod's).
 pub const FORWARDED_METHODS: [&str; 4] = ["Declare", "FetchTask", "UpdateTask", "UpdateLog"];

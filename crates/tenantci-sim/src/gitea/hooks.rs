@@ -26,6 +26,8 @@ use sha2::Sha256;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::delivery::{FORGEJO_WAITING_EVENT, GITEA_EVENT};
 
+use super::wire::action_run_job;
+
 /// `POST /admin/hooks`'s body.
 #[derive(Clone, Debug, Deserialize)]
 pub struct HookSpec {
@@ -108,7 +110,7 @@ pub fn forgejo_event(ev: &JobEvent<'_>) -> (&'static str, Vec<u8>) {
     };
     let body = serde_json::json!({
         "action": action,
-        "job": crate::gitea_forgejo::action_run_job(ev.job_id, ev.name, ev.labels, status, 0),
+        "job": action_run_job(ev.job_id, ev.name, ev.labels, status, 0),
         "run": {"id": ev.job_id},
         "repository": {"id": 1, "name": "demo", "full_name": "sim/demo"},
         "sender": {"id": 1, "login": "sim"},

@@ -32,13 +32,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
-use base64::Engine;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::gitea::GiteaDouble;
+use super::GiteaDouble;
+use super::wire::presented_token;
 
 /// One web request as it reached the double.
 #[derive(Clone, Debug, Serialize)]
@@ -127,24 +127,6 @@ fn unauthorized(why: &str) -> Response {
         Json(serde_json::json!({"message": why})),
     )
         .into_response()
-}
-
-/// The job token an `Authorization` header carries: `token T`, `Bearer T`, or basic auth with
-/// T as the password (git's way).
-pub(crate) fn presented_token(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, rest) = value.split_once(' ')?;
-    match scheme.to_ascii_lowercase().as_str() {
-        "token" | "bearer" => Some(rest.trim().to_string()),
-        "basic" => {
-            let raw = base64::engine::general_purpose::STANDARD
-                .decode(rest.trim())
-                .ok()?;
-            let text = String::from_utf8(raw).ok()?;
-            Some(text.split_once(':')?.1.to_string())
-        }
-        _ => None,
-    }
 }
 
 fn authorized(d: &GiteaDouble, headers: &HeaderMap) -> bool {
@@ -370,25 +352,4 @@ async fn cgi_answer(stdout: tokio::process::ChildStdout) -> Response {
     builder
         .body(Body::from(body))
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_come_from_token_bearer_and_basic_auth() {
-        let mut h = HeaderMap::new();
-        assert_eq!(presented_token(&h), None);
-        h.insert(header::AUTHORIZATION, "token abc".parse().unwrap());
-        assert_eq!(presented_token(&h).as_deref(), Some("abc"));
-        h.insert(header::AUTHORIZATION, "Bearer def".parse().unwrap());
-        assert_eq!(presented_token(&h).as_deref(), Some("def"));
-        let basic = base64::engine::general_purpose::STANDARD.encode("x-access-token:ghi");
-        h.insert(
-            header::AUTHORIZATION,
-            format!("basic {basic}").parse().unwrap(),
-        );
-        assert_eq!(presented_token(&h).as_deref(), Some("ghi"));
-    }
 }

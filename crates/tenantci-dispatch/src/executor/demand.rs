@@ -1,0 +1,113 @@
+//! The warm pools' demand as the leader's actors report it: the webhook's announcements, the
+//! scheduler's claims, the worker's warm hits; read by the pod backend's pause-Deployment
+//! applier (`backend::pod::pause`), which sizes each pool by [`super::warm`]'s plan. Lives as
+//! long as the process, across leadership terms.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::class::ExecutorClass;
+use super::warm::{Arrivals, Demand};
+
+#[derive(Debug)]
+struct ClassDemand {
+    announced: u32,
+    arrivals: Arrivals,
+    /// The slots last applied.
+    warm: u32,
+}
+
+/// One class's demand as the leader's actors see it (only classes with a warm pool), and what
+/// else the pools remember across leader terms (this lives as long as the process).
+pub struct WarmDemand {
+    origin: Instant,
+    classes: Mutex<BTreeMap<String, ClassDemand>>,
+    /// The pause PriorityClass was settled: applied, or refused by the apiserver. It is
+    /// cluster-scoped, so a dispatcher whose identity is namespaced (its Role) may not apply
+    /// it, and neither a retry nor a warning every term changes that: one refusal (and at most
+    /// one warning) per process. An apiserver that was away settles nothing: tried again.
+    priority_class_tried: AtomicBool,
+}
+
+impl WarmDemand {
+    pub fn new(classes: &[ExecutorClass]) -> Self {
+        let classes = classes
+            .iter()
+            .filter_map(|c| {
+                let w = c.warm.as_ref()?;
+                let d = ClassDemand {
+                    announced: 0,
+                    arrivals: Arrivals::new(w.window.get()),
+                    warm: 0,
+                };
+                Some((c.name.clone(), d))
+            })
+            .collect();
+        WarmDemand {
+            origin: Instant::now(),
+            classes: Mutex::new(classes),
+            priority_class_tried: AtomicBool::new(false),
+        }
+    }
+
+    /// True the first time only: whether this term should try the PriorityClass.
+    pub(crate) fn first_priority_class_attempt(&self) -> bool {
+        !self.priority_class_tried.swap(true, Ordering::SeqCst)
+    }
+
+    /// A term ended with the PriorityClass unsettled: the next one tries again.
+    pub(crate) fn priority_class_unsettled(&self) {
+        self.priority_class_tried.store(false, Ordering::SeqCst);
+    }
+
+    fn with<T>(&self, class: &str, f: impl FnOnce(&mut ClassDemand, Duration) -> T) -> Option<T> {
+        let now = self.origin.elapsed();
+        let mut g = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+        g.get_mut(class).map(|d| f(d, now))
+    }
+
+    /// The webhook announced a queued job of `class`.
+    pub fn announced(&self, class: &str) {
+        self.with(class, |d, now| {
+            d.announced += 1;
+            d.arrivals.record(now);
+        });
+    }
+
+    /// The scheduler claimed a task of `class`: one announcement fewer in sight, or, when
+    /// none was announced (no webhook, a lost delivery), an arrival of its own.
+    pub fn claimed(&self, class: &str) {
+        self.with(class, |d, now| {
+            if d.announced > 0 {
+                d.announced -= 1;
+            } else {
+                d.arrivals.record(now);
+            }
+        });
+    }
+
+    /// Whether `class` has a pool, and a warm slot now (for the hit and miss counts).
+    pub fn has_warm_slot(&self, class: &str) -> Option<bool> {
+        self.with(class, |d, _| d.warm > 0)
+    }
+
+    /// `class`'s demand now, with `running` executors.
+    pub(crate) fn demand(&self, class: &str, running: u32) -> Option<Demand> {
+        self.with(class, |d, now| Demand {
+            announced: d.announced,
+            queued: 0,
+            running,
+            recent_arrivals: d.arrivals.recent(now),
+            warm: d.warm,
+            since_demand: d.arrivals.since_last(now),
+        })
+    }
+
+    pub(crate) fn applied(&self, class: &str, slots: u32) {
+        self.with(class, |d, _| d.warm = slots);
+    }
+}
