@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The crate graph is the architecture (docs/architecture.md): fails when a crate's normal
-# (non-dev) dependencies include what its layer must not use. Manifests are the only way to add
+# (non-dev) dependencies include what its layer must not use, or when a module of
+# tenantci-dispatch imports one on its own or a higher floor (scripts/lib/module_layers.py). Manifests are the only way to add
 # a dependency, so this catches a manifest change that breaks the layering, at review speed
 # (`cargo tree` reads Cargo.lock; nothing is compiled).
 #
@@ -60,5 +61,8 @@ forbid tenantci-dispatch -- clap tenantci-sim tenantci-testkit || status=1
 forbid tenantci-sim -- clap tenantci-runner tenantci-dispatch tenantci-testkit || status=1
 forbid tenantci --no-default-features -- tenantci-sim tenantci-testkit || status=1
 forbid tenantci -- tenantci-testkit || status=1
+# Inside tenantci-dispatch, modules have floors too (crates/tenantci-dispatch/layers.txt): every
+# import points down, and no files import each other in a circle.
+python3 scripts/lib/module_layers.py crates/tenantci-dispatch/src crates/tenantci-dispatch/layers.txt || status=1
 [ $status = 0 ] && echo "layering: ok" >&2
 exit $status

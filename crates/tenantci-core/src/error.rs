@@ -1,4 +1,4 @@
-//! The one error type commands return, and its mapping to the exit codes of DESIGN.md.
+//! The one error type commands return, and its mapping to the exit codes of docs/cli.md.
 //!
 //! Every error carries a message (one sentence naming the input that is wrong or the system
 //! that failed), where there is one the underlying cause as its [`std::error::Error::source`]
@@ -17,7 +17,7 @@
 use std::fmt;
 use std::path::Path;
 
-/// Exit codes are a contract (DESIGN.md, docs/cli.md); keep them in this one place.
+/// Exit codes are a contract (docs/cli.md); keep them in this one place.
 pub mod exit_code {
     /// The command did what it was asked.
     pub const SUCCESS: i32 = 0;

@@ -223,152 +223,115 @@ pub(crate) mod defaults {
     }
 }
 
-/// Environment overrides: variable, and the dotted key it sets.
-pub const OVERRIDES: &[(&str, &str)] = &[
-    ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
-    ("TENANTCI_DISPATCH_GITEA_FORGE", "gitea.forge"),
-    ("TENANTCI_DISPATCH_GITEA_RUNNER_NAME", "gitea.runner_name"),
-    ("TENANTCI_DISPATCH_GITEA_LABELS", "gitea.labels"),
-    (
-        "TENANTCI_DISPATCH_GITEA_CREDENTIAL_FILE",
-        "gitea.credential_file",
-    ),
-    (
-        "TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL",
-        "gitea.fetch_interval",
-    ),
-    (
-        "TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL_IDLE",
-        "gitea.fetch_interval_idle",
-    ),
-    (
-        "TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL",
-        "gitea.keepalive_interval",
-    ),
-    ("TENANTCI_DISPATCH_GITEA_CA_FILE", "gitea.ca_file"),
-    ("TENANTCI_DISPATCH_CLUSTER_KUBECONFIG", "cluster.kubeconfig"),
-    ("TENANTCI_DISPATCH_CLUSTER_NAMESPACE", "cluster.namespace"),
-    ("TENANTCI_DISPATCH_NATS_URL", "nats.url"),
-    ("TENANTCI_DISPATCH_NATS_SECRETS_DIR", "nats.secrets_dir"),
-    (
-        "TENANTCI_DISPATCH_NATS_SEALING_KEY_FILE",
-        "nats.sealing_key_file",
-    ),
-    ("TENANTCI_DISPATCH_NATS_ACK_WAIT", "nats.ack_wait"),
-    ("TENANTCI_DISPATCH_NATS_CA_FILE", "nats.ca_file"),
-    ("TENANTCI_DISPATCH_CAPACITY_POD", "capacity.pod"),
-    ("TENANTCI_DISPATCH_CAPACITY_VM", "capacity.vm"),
-    ("TENANTCI_DISPATCH_FACADE_LISTEN", "facade.listen"),
-    ("TENANTCI_DISPATCH_FACADE_URL", "facade.url"),
-    (
-        "TENANTCI_DISPATCH_FACADE_CAPABILITY_KEY_FILE",
-        "facade.capability_key_file",
-    ),
-    (
-        "TENANTCI_DISPATCH_FACADE_CA_CERT_FILE",
-        "facade.ca_cert_file",
-    ),
-    ("TENANTCI_DISPATCH_FACADE_CERT_FILE", "facade.cert_file"),
-    ("TENANTCI_DISPATCH_FACADE_KEY_FILE", "facade.key_file"),
-    ("TENANTCI_DISPATCH_EXECUTOR_IMAGE", "executor.image"),
-    (
-        "TENANTCI_DISPATCH_EXECUTOR_PROXY_IMAGE",
-        "executor.proxy_image",
-    ),
-    (
-        "TENANTCI_DISPATCH_EXECUTOR_RUNNER_COMMAND",
-        "executor.runner_command",
-    ),
-    (
-        "TENANTCI_DISPATCH_EXECUTOR_SHUTDOWN_TIMEOUT",
-        "executor.shutdown_timeout",
-    ),
-    (
-        "TENANTCI_DISPATCH_EXECUTOR_RUNTIME_CLASS_NAME",
-        "executor.runtime_class_name",
-    ),
-    (
-        "TENANTCI_DISPATCH_EXECUTOR_IMAGE_PULL_SECRETS",
-        "executor.image_pull_secrets",
-    ),
-    ("TENANTCI_DISPATCH_STATUS_LISTEN", "status.listen"),
-    (
-        "TENANTCI_DISPATCH_STATUS_METRICS_LISTEN",
-        "status.metrics_listen",
-    ),
-    (
-        "TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS",
-        "status.expose_metrics",
-    ),
-    (
-        "TENANTCI_DISPATCH_LEADER_LEASE_DURATION",
-        "leader.lease_duration",
-    ),
-    (
-        "TENANTCI_DISPATCH_LEADER_RENEW_DEADLINE",
-        "leader.renew_deadline",
-    ),
-    (
-        "TENANTCI_DISPATCH_LEADER_RETRY_PERIOD",
-        "leader.retry_period",
-    ),
-    ("TENANTCI_DISPATCH_LEADER_IDENTITY", "leader.identity"),
-    ("TENANTCI_DISPATCH_WEBHOOK_LISTEN", "webhook.listen"),
-    (
-        "TENANTCI_DISPATCH_WEBHOOK_SECRET_FILE",
-        "webhook.secret_file",
-    ),
-    (
-        "TENANTCI_DISPATCH_WEBHOOK_FETCH_INTERVAL",
-        "webhook.fetch_interval",
-    ),
-    (
-        "TENANTCI_DISPATCH_WEBHOOK_NUDGE_SPACING",
-        "webhook.nudge_spacing",
-    ),
-    (
-        "TENANTCI_DISPATCH_WEBHOOK_NUDGE_BURST",
-        "webhook.nudge_burst",
-    ),
-    (
-        "TENANTCI_DISPATCH_CLAIM_START_DEADLINE",
-        "claim.start_deadline",
-    ),
-    ("TENANTCI_DISPATCH_CLAIM_MAX_ATTEMPTS", "claim.max_attempts"),
-    ("TENANTCI_DISPATCH_WAITING_JOBS_SCOPE", "waiting_jobs.scope"),
-    (
-        "TENANTCI_DISPATCH_WAITING_JOBS_TOKEN_FILE",
-        "waiting_jobs.token_file",
-    ),
-    (
-        "TENANTCI_DISPATCH_WAITING_JOBS_INTERVAL",
-        "waiting_jobs.interval",
-    ),
+/// The prefix of every override variable.
+const OVERRIDE_PREFIX: &str = "TENANTCI_DISPATCH_";
+
+/// The length of [`override_var`]`(key)`.
+const fn override_var_len(key: &str) -> usize {
+    OVERRIDE_PREFIX.len() + key.len()
+}
+
+/// The variable that overrides the dotted `key`: `TENANTCI_DISPATCH_` and the key upper-cased,
+/// its dot an underscore (`nats.ack_wait` -> `TENANTCI_DISPATCH_NATS_ACK_WAIT`). `N` is
+/// [`override_var_len`]`(key)`. Const, so [`OVERRIDES`] stays a table built at compile time.
+const fn override_var<const N: usize>(key: &str) -> [u8; N] {
+    let (prefix, key) = (OVERRIDE_PREFIX.as_bytes(), key.as_bytes());
+    assert!(N == prefix.len() + key.len(), "N is override_var_len(key)");
+    let mut var = [0u8; N];
+    let mut i = 0;
+    while i < prefix.len() {
+        var[i] = prefix[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < key.len() {
+        var[i + j] = match key[j] {
+            b'.' => b'_',
+            c => c.to_ascii_uppercase(),
+        };
+        j += 1;
+    }
+    var
+}
+
+/// `[(variable, key), ...]` from the dotted keys, each variable named by [`override_var`].
+macro_rules! overrides {
+    ($($key:literal),* $(,)?) => {
+        &[$(
+            ({
+                const VAR: [u8; override_var_len($key)] = override_var($key);
+                match std::str::from_utf8(&VAR) {
+                    Ok(var) => var,
+                    Err(_) => panic!("a key is ASCII"),
+                }
+            }, $key)
+        ),*]
+    };
+}
+
+/// Environment overrides: variable, and the dotted key it sets. Every variable is named by
+/// its key ([`override_var`]); only the keys are listed.
+pub const OVERRIDES: &[(&str, &str)] = overrides![
+    "gitea.url",
+    "gitea.forge",
+    "gitea.runner_name",
+    "gitea.labels",
+    "gitea.credential_file",
+    "gitea.fetch_interval",
+    "gitea.fetch_interval_idle",
+    "gitea.keepalive_interval",
+    "gitea.ca_file",
+    "cluster.kubeconfig",
+    "cluster.namespace",
+    "nats.url",
+    "nats.secrets_dir",
+    "nats.sealing_key_file",
+    "nats.ack_wait",
+    "nats.ca_file",
+    "capacity.pod",
+    "capacity.vm",
+    "facade.listen",
+    "facade.url",
+    "facade.capability_key_file",
+    "facade.ca_cert_file",
+    "facade.cert_file",
+    "facade.key_file",
+    "executor.image",
+    "executor.proxy_image",
+    "executor.runner_command",
+    "executor.shutdown_timeout",
+    "executor.runtime_class_name",
+    "executor.image_pull_secrets",
+    "status.listen",
+    "status.metrics_listen",
+    "status.expose_metrics",
+    "leader.lease_duration",
+    "leader.renew_deadline",
+    "leader.retry_period",
+    "leader.identity",
+    "webhook.listen",
+    "webhook.secret_file",
+    "webhook.fetch_interval",
+    "webhook.nudge_spacing",
+    "webhook.nudge_burst",
+    "claim.start_deadline",
+    "claim.max_attempts",
+    "waiting_jobs.scope",
+    "waiting_jobs.token_file",
+    "waiting_jobs.interval",
     // The one key of `[vm]` that differs where the dispatcher runs: the Deployment projects
     // the key from its Secret (manifests/components/vm); the rest of `[vm]` is file only.
-    ("TENANTCI_DISPATCH_VM_API_KEY_FILE", "vm.api_key_file"),
-    ("TENANTCI_DISPATCH_CACHE_DIR", "cache.dir"),
-    ("TENANTCI_DISPATCH_CACHE_S3_BUCKET", "cache.s3_bucket"),
-    ("TENANTCI_DISPATCH_CACHE_S3_ENDPOINT", "cache.s3_endpoint"),
-    ("TENANTCI_DISPATCH_CACHE_S3_REGION", "cache.s3_region"),
-    (
-        "TENANTCI_DISPATCH_CACHE_S3_CREDENTIALS_FILE",
-        "cache.s3_credentials_file",
-    ),
-    (
-        "TENANTCI_DISPATCH_CACHE_S3_DIRECT_DOWNLOADS",
-        "cache.s3_direct_downloads",
-    ),
-    ("TENANTCI_DISPATCH_CACHE_MAX_SIZE_MIB", "cache.max_size_mib"),
-    (
-        "TENANTCI_DISPATCH_CACHE_MAX_ENTRY_SIZE_MIB",
-        "cache.max_entry_size_mib",
-    ),
-    ("TENANTCI_DISPATCH_CACHE_MAX_AGE", "cache.max_age"),
-    (
-        "TENANTCI_DISPATCH_CACHE_GRANT_LIFETIME",
-        "cache.grant_lifetime",
-    ),
+    "vm.api_key_file",
+    "cache.dir",
+    "cache.s3_bucket",
+    "cache.s3_endpoint",
+    "cache.s3_region",
+    "cache.s3_credentials_file",
+    "cache.s3_direct_downloads",
+    "cache.max_size_mib",
+    "cache.max_entry_size_mib",
+    "cache.max_age",
+    "cache.grant_lifetime",
 ];
 
 /// The TOML value of an override: integers and comma-separated lists where the schema has
@@ -1194,5 +1157,35 @@ pub(crate) mod tests {
             .collect();
         table.sort();
         assert_eq!(documented, table);
+    }
+
+    #[test]
+    fn override_variables_follow_their_keys() {
+        assert_eq!(OVERRIDES.len(), 58);
+        for pair in [
+            ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
+            (
+                "TENANTCI_DISPATCH_GITEA_FETCH_INTERVAL_IDLE",
+                "gitea.fetch_interval_idle",
+            ),
+            ("TENANTCI_DISPATCH_CLUSTER_KUBECONFIG", "cluster.kubeconfig"),
+            ("TENANTCI_DISPATCH_NATS_URL", "nats.url"),
+            ("TENANTCI_DISPATCH_WAITING_JOBS_SCOPE", "waiting_jobs.scope"),
+            ("TENANTCI_DISPATCH_VM_API_KEY_FILE", "vm.api_key_file"),
+            (
+                "TENANTCI_DISPATCH_CACHE_S3_DIRECT_DOWNLOADS",
+                "cache.s3_direct_downloads",
+            ),
+            (
+                "TENANTCI_DISPATCH_CACHE_GRANT_LIFETIME",
+                "cache.grant_lifetime",
+            ),
+        ] {
+            assert!(OVERRIDES.contains(&pair), "{pair:?}");
+        }
+        let mut vars: Vec<&str> = OVERRIDES.iter().map(|(v, _)| *v).collect();
+        vars.sort();
+        vars.dedup();
+        assert_eq!(vars.len(), OVERRIDES.len(), "one variable per key");
     }
 }

@@ -1,8 +1,8 @@
-//! Leader election on a coordination.k8s.io Lease with client-go's semantics
-//! (facts/kubernetes-api.md §5): GET; NotFound -> create with holder = self; another holder's
-//! unexpired lease -> retry every RetryPeriod (jittered); expiry is judged by local time since
-//! the record last changed (never by comparing clocks); a takeover sets acquireTime and bumps
-//! leaseTransitions; every write is a PUT of the last object read, so a stale copy gets 409.
+//! Leader election on a coordination.k8s.io Lease with client-go's semantics: GET; NotFound ->
+//! create with holder = self; another holder's unexpired lease -> retry every RetryPeriod
+//! (jittered); expiry is judged by local time since the record last changed (never by
+//! comparing clocks); a takeover sets acquireTime and bumps leaseTransitions; every write is a
+//! PUT of the last object read, so a stale copy gets 409.
 //! A leader that cannot renew within RenewDeadline stops leading before its lease can expire.
 //!
 //! `decide` is the pure step; `run` is the loop that publishes "am I leader" on a watch channel.

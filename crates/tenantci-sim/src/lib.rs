@@ -10,7 +10,6 @@ pub mod api;
 pub mod authn;
 pub mod authz;
 pub mod gitea;
-pub mod gitea_stall;
 pub mod ids;
 pub mod nodes;
 pub mod opensandbox;
@@ -26,9 +25,6 @@ pub mod status;
 pub mod store;
 pub mod tls;
 pub mod validate;
-
-// The double's sides moved under `gitea/`; their old paths stay for the crates that name them.
-pub use gitea::{forgejo as gitea_forgejo, hooks as gitea_hooks, web as gitea_web};
 
 use std::path::PathBuf;
 use std::sync::Arc;

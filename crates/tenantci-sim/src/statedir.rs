@@ -1,7 +1,7 @@
-//! The simulator's state directory (DESIGN.md layout) created or reused: each cluster's PKI,
-//! the gateway admin CA (`<state>/pki/admin-ca.{crt,key}`, a tenantci addition: the admin
-//! apiserver's serving cert and `admin.kubeconfig`'s client cert are both signed by it), the
-//! kubeconfigs, and `gateway.json` with the ports to reuse on the next start.
+//! The simulator's state directory (docs/state-dir.md layout) created or reused: each
+//! cluster's PKI, the gateway admin CA (`<state>/pki/admin-ca.{crt,key}`, a tenantci addition:
+//! the admin apiserver's serving cert and `admin.kubeconfig`'s client cert are both signed by
+//! it), the kubeconfigs, and `gateway.json` with the ports to reuse on the next start.
 //!
 //! Existing CAs are never replaced. A kubeconfig is rewritten only when its server URL changed.
 

@@ -1,7 +1,7 @@
 //! Passthrough benchmark (issue 29): an artifact upload of MIB MiB straight to the Gitea double
 //! (the baseline) against the same upload through `tenantci executor-proxy --gitea-url`, in
 //! one run, alternating which goes first in each round. The double hashes the body as it
-//! streams (`gitea_web`), so both paths end in the same work; the proxy's cost is its copy.
+//! streams (`gitea::web`), so both paths end in the same work; the proxy's cost is its copy.
 //! Also the proxy's peak resident set (VmHWM) before and after: streaming keeps it flat.
 //!
 //! Prints Markdown on stdout, progress on stderr; `scripts/bench-passthrough.sh` writes it into

@@ -1,4 +1,4 @@
-//! The state-directory layout of DESIGN.md, as paths. This is a contract shared with the
+//! The state-directory layout of docs/state-dir.md, as paths. This is a contract shared with the
 //! gateway, the simulator and every command that takes `--state-dir`: change nothing here
 //! without changing docs/state-dir.md.
 //!

@@ -1,5 +1,5 @@
-//! The OpenSandbox Lifecycle API as tenantci speaks it (facts/opensandbox.md): the metadata
-//! label rules (shared with the simulator's double), the JSON types and the client.
+//! The OpenSandbox Lifecycle API as tenantci speaks it (docs/simulator.md, the double): the
+//! metadata label rules (shared with the simulator's double), the JSON types and the client.
 //!
 //! Does not decide what a sandbox runs or when (the app's VM backend does).
 

@@ -1,4 +1,5 @@
-//! What a runner credential may be: the refusals of the credential contract (DESIGN.md).
+//! What a runner credential may be: the refusals of the credential contract (docs/cli.md,
+//! `tenantci credential mint`).
 //! Pure functions over the request, so every refusal is unit-tested without touching disk.
 
 use std::time::Duration;

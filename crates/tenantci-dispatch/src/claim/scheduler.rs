@@ -316,24 +316,14 @@ impl Scheduler {
                 c.backend
             }
             Ok(None) => routing::route(&labels),
-            Err(why) => {
-                let backend = routing::route(&labels);
-                self.ledger
-                    .note(Entry::step(id, 1, backend, Phase::Claimed))
-                    .await;
-                return self.give_up(id, backend, &why).await;
-            }
+            Err(why) => return self.refuse(id, routing::route(&labels), &why).await,
         };
         if !self.pools.iter().any(|p| p.backend == backend) {
-            self.ledger
-                .note(Entry::step(id, 1, backend, Phase::Claimed))
-                .await;
             let why = format!(
                 "this job asks for the {backend} backend, which this dispatcher does not run ({}); use `runs-on: pod` or turn the {backend} backend on",
                 backend.turned_on_by()
             );
-            self.give_up(id, backend, &why).await;
-            return;
+            return self.refuse(id, backend, &why).await;
         }
         let sealed = Assignment::seal(
             &self.sealing_key,
@@ -346,12 +336,8 @@ impl Scheduler {
         let assignment = match sealed {
             Ok(a) => a,
             Err(e) => {
-                self.ledger
-                    .note(Entry::step(id, 1, backend, Phase::Claimed))
-                    .await;
-                return self
-                    .give_up(id, backend, &format!("the task could not be sealed: {e}"))
-                    .await;
+                let why = format!("the task could not be sealed: {e}");
+                return self.refuse(id, backend, &why).await;
             }
         };
         // Registered before the publish: the worker may start the executor before the PubAck
@@ -413,6 +399,15 @@ impl Scheduler {
             }
             pause = (pause * 2).min(QUEUE_RETRY_MAX);
         }
+    }
+
+    /// Gives up on a claimed task before it was queued: its claim goes to the ledger first
+    /// (every claim is written there), then the task is reported as failed ([`Self::give_up`]).
+    async fn refuse(&self, task: i64, backend: Backend, why: &str) {
+        self.ledger
+            .note(Entry::step(task, 1, backend, Phase::Claimed))
+            .await;
+        self.give_up(task, backend, why).await;
     }
 
     async fn give_up(&self, task: i64, backend: Backend, why: &str) {

@@ -51,7 +51,7 @@ pub struct Executor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
     /// Resource classes (`[[executor.class]]`), selected by a `runs-on` label; none: every
-    /// executor is sized by the keys above (`claim::class`).
+    /// executor is sized by the keys above (`executor::class`).
     #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ExecutorClass>,
     /// Pod imagePullSecrets: names of `kubernetes.io/dockerconfigjson` Secrets in the

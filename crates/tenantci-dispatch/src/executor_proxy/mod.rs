@@ -8,7 +8,7 @@
 //! `{Declare,FetchTask,UpdateTask,UpdateLog}` go to the facade; any other RunnerService call is
 //! a Connect `not_found`; `/_tenantci/cache/*` (the job's `ACTIONS_CACHE_URL`) streams to the
 //! facade's listener, where the shared cache is served (`cache::protocol`); everything else
-//! goes to Gitea itself (`facade::passthrough`: checkout, artifacts, the API), or is
+//! goes to Gitea itself (`executor_proxy::passthrough`: checkout, artifacts, the API), or is
 //! `not_found` when the proxy was given no Gitea.
 //!
 //! Retries: while the facade is away (a dispatcher restart: connection refused or reset, or a
@@ -21,7 +21,7 @@
 //! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited:
 //! it stops accepting at once, gives calls in flight [`SHUTDOWN_GRACE`], then exits whatever
 //! is still open. A client that does not finish a request's headers within
-//! [`HEADER_READ_TIMEOUT`] is disconnected (`facade::http1`), so half-sent headers hold
+//! [`HEADER_READ_TIMEOUT`] is disconnected (`executor_proxy::http1`), so half-sent headers hold
 //! neither a connection nor the exit.
 //!
 //! With executor identity on ([`FacadeTrust::Spiffe`]), the client [`upstream`] builds speaks

@@ -6,7 +6,7 @@
 //!
 //! `check` is pure (the PEM texts, the facade host and the time in, a verdict out); `load`
 //! reads the two files (bounded, the key private) and calls it. Re-issuing is `dispatch renew`'s
-//! job (`renew::facade`) or `dispatch init`'s (`init::facade_pki`), which this module's fix
+//! job (`renew::facade`) or `dispatch init`'s (`provision::facade_pki`), which this module's fix
 //! names; `run::reload` calls `load` again for a renewed pair before serving it.
 
 use std::path::Path;

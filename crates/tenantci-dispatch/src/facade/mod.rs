@@ -48,7 +48,7 @@ use crate::task::registry::Registry;
 use crate::task::report;
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::connect::{Code, ConnectError};
-use tenantci_core::forge::gitea::facade::FacadeBackend;
+use tenantci_core::forge::gitea::facade::RunnerServiceHandler;
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, ProtoEnum as _, Runner,
     Task, TaskResult, TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest,
@@ -231,7 +231,7 @@ impl Facade {
     }
 }
 
-impl FacadeBackend for Facade {
+impl RunnerServiceHandler for Facade {
     type Caller = Executor;
 
     async fn authenticate_peer(

@@ -1,6 +1,6 @@
 //! `credential mint`: a scoped runner credential from a cluster's ClientCA, the contract of
-//! DESIGN.md. Everything is checked before anything is written, and the four files appear
-//! together or not at all.
+//! docs/cli.md (`tenantci credential mint`). Everything is checked before anything is written,
+//! and the four files appear together or not at all.
 //!
 //! Does not decide where the inputs come from (flags, the runbook's variables: `cli`), nor
 //! apply RBAC for the group (`tenant`).

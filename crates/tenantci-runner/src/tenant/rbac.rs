@@ -34,7 +34,7 @@ pub struct RbacSpec {
     /// The group bound: the credential's organization.
     pub group: String,
     /// Keep the apps/deployments rule and the priorityclasses objects: gitlab-runner's own
-    /// pause-pod autoscaler needs them (facts/gitlab-runner.md §2).
+    /// pause-pod autoscaler needs them (docs/runbooks/prewarm.md).
     pub pause_pods: bool,
 }
 

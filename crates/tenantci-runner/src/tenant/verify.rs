@@ -17,7 +17,8 @@ const fn core(verb: &'static str, resource: &'static str) -> Access {
     Access::new(verb, "", resource)
 }
 
-/// What gitlab-runner's Kubernetes executor calls in its namespace (facts/gitlab-runner.md §2).
+/// What gitlab-runner's Kubernetes executor calls in its namespace (listed in
+/// docs/runbooks/gitlab-runner.md, the `access` check).
 pub fn executor_needs() -> Vec<Access> {
     let mut v = Vec::new();
     for verb in ["create", "delete", "get", "list", "watch"] {

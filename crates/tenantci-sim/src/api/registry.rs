@@ -383,7 +383,7 @@ pub const SPIRE_GROUP: &str = "spire.spiffe.io";
 /// Store key of SPIRE's `ClusterStaticEntry` objects.
 pub const CLUSTER_STATIC_ENTRIES: &str = "clusterstaticentries.spire.spiffe.io";
 
-/// Group of the gateway's `Cluster` objects (DESIGN.md contract).
+/// Group of the gateway's `Cluster` objects (contract in docs/state-dir.md).
 pub const TENANCY_GROUP: &str = "tenancy.socialweb.computer";
 
 /// What the gateway admin apiserver serves.

@@ -14,7 +14,7 @@
 //! after their final update; ownership (another runner's task: `permission_denied`).
 //! Webhooks (`hooks`): `workflow_job` deliveries (`queued` on enqueue, `in_progress` on
 //! claim) to URLs registered with `POST /admin/hooks`, signed as Gitea signs them.
-//! A stall (`gitea_stall`, `POST /admin/stall {"millis": N}`): RunnerService calls arriving
+//! A stall (`stall`, `POST /admin/stall {"millis": N}`): RunnerService calls arriving
 //! in the next N ms are served when it ends, a FetchTask even if its client gave up.
 //! Forgejo (`GiteaDouble::start_as(.., Forge::Forgejo)`, `forgejo`): its version answer,
 //! multi-task FetchTask, request-key recovery, and `POST /admin/drop-fetch` to lose answers.
@@ -31,6 +31,7 @@
 // another, so this file is the only one that sees them all.
 pub mod forgejo;
 pub mod hooks;
+mod stall;
 pub mod web;
 mod wire;
 
@@ -55,11 +56,11 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::gitea_stall::Stall;
+use stall::Stall;
 use crate::served::Served;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::ConnectError;
-use tenantci_core::forge::gitea::facade::{self, FacadeBackend};
+use tenantci_core::forge::gitea::facade::{self, RunnerServiceHandler};
 use tenantci_core::forge::gitea::json::struct_from_json;
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, ProtoEnum,
@@ -781,7 +782,7 @@ impl Default for GiteaDouble {
     }
 }
 
-impl FacadeBackend for GiteaDouble {
+impl RunnerServiceHandler for GiteaDouble {
     type Caller = i64;
 
     async fn authenticate(&self, uuid: &str, token: &str) -> Result<i64, ConnectError> {

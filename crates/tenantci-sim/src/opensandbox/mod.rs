@@ -1,4 +1,4 @@
-//! An OpenSandbox double: the Lifecycle API subset of facts/opensandbox.md over plain HTTP
+//! An OpenSandbox double: the Lifecycle API subset docs/simulator.md lists, over plain HTTP
 //! on loopback, for the VM backend's tests and the demo. API-key auth, POST 202 Pending then
 //! Running after a boot delay, GET, list with `state` and `metadata` filters and pages,
 //! metadata merge patches, renew-expiration, DELETE 204 then 404, the label rules and

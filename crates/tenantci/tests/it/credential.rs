@@ -1,4 +1,4 @@
-//! `credential mint` and `internal tenantcredential`: the credential contract of DESIGN.md,
+//! `credential mint` and `internal tenantcredential`: the credential contract of docs/cli.md,
 //! through the real binary.
 
 use std::path::{Path, PathBuf};

@@ -366,7 +366,13 @@ fn alert_rules_pass_promtool() {
 fn manifests_copy() -> tempfile::TempDir {
     let dir = scratch();
     let root = repo_file("");
-    for file in ["Cargo.toml", "Cargo.lock", "scripts/check-layering.sh"] {
+    for file in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "scripts/check-layering.sh",
+        "scripts/lib/module_layers.py",
+        "crates/tenantci-dispatch/layers.txt",
+    ] {
         let to = dir.path().join(file);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(root.join(file), to).unwrap();
@@ -436,6 +442,65 @@ fn the_layering_check_fails_when_a_crate_breaks_its_rule() {
             && !err.contains("aws-lc-rs,"),
         "{err}"
     );
+}
+
+/// A copy of tenantci-dispatch's sources beside the manifests: what the module rules read.
+fn dispatch_sources_copy() -> tempfile::TempDir {
+    let dir = manifests_copy();
+    let from = repo_file("crates/tenantci-dispatch/src");
+    let to = dir.path().join("crates/tenantci-dispatch/src");
+    let status = Command::new("cp")
+        .arg("-R")
+        .arg(format!("{}/.", from.display()))
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+/// The module rules of tenantci-dispatch (crates/tenantci-dispatch/layers.txt): the sources as
+/// they are pass; an import up a floor (the queue taking the facade), one across a floor (the
+/// renewal taking init's code) and two files importing each other each fail, naming the file,
+/// the line and the import.
+#[test]
+fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
+    let as_is = dispatch_sources_copy();
+    assert_exit(&check_layering(as_is.path(), "--locked"), 0);
+    let upward = "use crate::facade::handout::Handout;\n";
+    for (file, import, expected) in [
+        (
+            "queue/producer.rs",
+            upward,
+            "queue/producer.rs:1: `queue` (floor 0) imports `facade` (floor 5), a higher floor: `use crate::facade::handout::Handout;`",
+        ),
+        (
+            "renew/plan.rs",
+            "use crate::init::plan::Inputs;\n",
+            "renew/plan.rs:1: `renew` imports `init` on its own floor (8)",
+        ),
+        (
+            "task/recovery.rs",
+            "use crate::task::registry::Registry;\n",
+            "task/recovery.rs:1 -> task/registry.rs: `use crate::task::registry::Registry;`",
+        ),
+    ] {
+        let broken = dispatch_sources_copy();
+        let path = broken.path().join("crates/tenantci-dispatch/src").join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{import}{text}")).unwrap();
+        if file == "task/recovery.rs" {
+            // The circle's other half: the registry takes recovery back.
+            let registry = broken.path().join("crates/tenantci-dispatch/src/task/registry.rs");
+            let text = std::fs::read_to_string(&registry).unwrap();
+            std::fs::write(&registry, format!("use crate::task::recovery::Recovery;\n{text}"))
+                .unwrap();
+        }
+        let out = check_layering(broken.path(), "--locked");
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(err.contains(expected), "{file}: {err}");
+    }
 }
 
 /// scripts/test.sh lints while it builds (scripts/lib/clippy.sh) through clippy-driver's

@@ -1,7 +1,7 @@
 //! The RunnerService server: what executors (the official runner) talk to instead of Gitea.
 //! [`router`] speaks Connect unary (binary protobuf and JSON, gzip both ways, Connect error
 //! bodies) and authenticates every call except Register and Ping by `x-runner-uuid` /
-//! `x-runner-token`; what each call does is the [`FacadeBackend`]'s business, which the
+//! `x-runner-token`; what each call does is the [`RunnerServiceHandler`]'s business, which the
 //! dispatcher implements (the Gitea double in `sim::gitea` implements it too, over plain HTTP).
 //! [`spawn`] serves the router over HTTPS (tokio-rustls, HTTP/1.1 and h2) from a given
 //! listener, so tests can bind 127.0.0.1:0.
@@ -46,7 +46,7 @@ pub const REQUEST_KEY_HEADER: &str = "x-runner-request-key";
 /// What the RunnerService does. Every method but `register` runs for an authenticated
 /// caller. Errors go to the executor as Connect errors, so their messages must not leak
 /// secrets.
-pub trait FacadeBackend: Send + Sync + 'static {
+pub trait RunnerServiceHandler: Send + Sync + 'static {
     /// Who is calling, as `authenticate` established it.
     type Caller: Send + Sync + 'static;
 
@@ -58,7 +58,7 @@ pub trait FacadeBackend: Send + Sync + 'static {
         token: &str,
     ) -> impl Future<Output = Result<Self::Caller, ConnectError>> + Send;
 
-    /// [`FacadeBackend::authenticate`] with the client's SPIFFE ID when the connection is
+    /// [`RunnerServiceHandler::authenticate`] with the client's SPIFFE ID when the connection is
     /// SPIFFE mTLS (`spiffe::tls::server_config`), for a backend that authorizes by it too.
     /// The default ignores it.
     fn authenticate_peer(
@@ -98,7 +98,7 @@ pub trait FacadeBackend: Send + Sync + 'static {
         req: FetchTaskRequest,
     ) -> impl Future<Output = Result<FetchTaskResponse, ConnectError>> + Send;
 
-    /// [`FacadeBackend::fetch_task`] with the call's `x-runner-request-key` (Forgejo). The
+    /// [`RunnerServiceHandler::fetch_task`] with the call's `x-runner-request-key` (Forgejo). The
     /// default ignores the key, as Gitea does.
     fn fetch_task_keyed(
         &self,
@@ -124,7 +124,7 @@ pub trait FacadeBackend: Send + Sync + 'static {
 }
 
 /// The RunnerService and PingService routes over `backend`, without transport.
-pub fn router<B: FacadeBackend>(backend: Arc<B>) -> Router {
+pub fn router<B: RunnerServiceHandler>(backend: Arc<B>) -> Router {
     Router::new()
         .route(&format!("{RUNNER_SERVICE_PATH}/{{method}}"), post(rpc::<B>))
         .route(PING_PATH, post(ping))
@@ -231,7 +231,7 @@ where
     }
 }
 
-async fn rpc<B: FacadeBackend>(
+async fn rpc<B: RunnerServiceHandler>(
     State(backend): State<Arc<B>>,
     Path(method): Path<String>,
     peer: Option<Extension<PeerId>>,
@@ -344,7 +344,7 @@ impl Drop for FacadeHandle {
 }
 
 /// Serves [`router`]`(backend)` over HTTPS on `listener`.
-pub fn spawn<B: FacadeBackend>(
+pub fn spawn<B: RunnerServiceHandler>(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     backend: Arc<B>,

@@ -2,10 +2,10 @@
 //! Connect protocol: hand-derived prost messages (`proto`, with their protojson mapping in
 //! `json`), the Connect codec shared by both sides (`connect`), a client towards Gitea
 //! (`client`), and the RunnerService server towards executors (`facade`), whose behaviour is
-//! behind the [`facade::FacadeBackend`] trait.
+//! behind the [`facade::RunnerServiceHandler`] trait.
 //!
 //! Does not decide anything: which task an executor receives and where its updates go is the
-//! dispatcher's business (it implements `FacadeBackend` and drives `RunnerClient`).
+//! dispatcher's business (it implements `RunnerServiceHandler` and drives `RunnerClient`).
 //! Wire details and the FetchTask recovery rules are in `docs/gitea-protocol.md`.
 
 pub mod client;
@@ -16,4 +16,4 @@ pub mod proto;
 
 pub use client::{ClientConfig, ClientError, Credentials, RunnerClient, TasksVersion};
 pub use connect::{Code, Codec, ConnectError};
-pub use facade::{FacadeBackend, FacadeHandle};
+pub use facade::{RunnerServiceHandler, FacadeHandle};

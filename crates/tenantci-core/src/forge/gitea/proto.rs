@@ -1,5 +1,5 @@
 //! `runner.v1` and `ping.v1` messages, derived by hand from the field table in
-//! `facts/gitea-runner-protocol.md` (no protoc here). Field numbers are the contract: the unit
+//! docs/gitea-protocol.md (no protoc here). Field numbers are the contract: the unit
 //! tests pin every message against hand-encoded bytes, so a wrong tag fails.
 //!
 //! Every message also carries the protojson mapping Connect uses for `application/json`

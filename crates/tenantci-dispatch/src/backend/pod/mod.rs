@@ -8,7 +8,7 @@
 //!   them as pause Pods (leader).
 //!
 //! With executor identity on, each scheduled executor Pod has a SPIRE entry
-//! (`identity::registrar`): written from the reconciler's pass, deleted with the Pod.
+//! (`backend::pod::registrar`): written from the reconciler's pass, deleted with the Pod.
 
 pub mod executor;
 pub mod lifecycle;

@@ -1,5 +1,5 @@
 //! Table-driven tests of the authorization layer against kube-apiserver's documented behaviour
-//! (facts/kubernetes-api.md §1-3).
+//! (docs/simulator-authz.md).
 
 use http::{HeaderMap, HeaderValue, Method};
 use k8s_openapi::api::rbac::v1::{

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tenantci_core::forge::gitea::json::struct_to_json;
-use tenantci_sim::gitea_web::ARTIFACT_V4;
+use tenantci_sim::gitea::web::ARTIFACT_V4;
 use tenantci_testkit::boot::BootedSandbox;
 use tenantci_testkit::executor::{Executor, PodProxy};
 use tenantci_testkit::wait::eventually;

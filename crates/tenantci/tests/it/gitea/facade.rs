@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tenantci_core::forge::gitea::facade::{self, FacadeBackend, FacadeHandle};
+use tenantci_core::forge::gitea::facade::{self, RunnerServiceHandler, FacadeHandle};
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, LogRow, Task, TaskResult,
     TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,
@@ -25,7 +25,7 @@ struct Backend {
     logs: Mutex<Vec<UpdateLogRequest>>,
 }
 
-impl FacadeBackend for Backend {
+impl RunnerServiceHandler for Backend {
     type Caller = String;
 
     async fn authenticate(&self, uuid: &str, token: &str) -> Result<String, ConnectError> {
