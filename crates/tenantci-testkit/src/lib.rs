@@ -9,6 +9,8 @@
 //! - [`boot`]: a VM sandbox's boot script run for real with `/bin/sh`.
 //! - [`cache`]: the shared cache's HTTP calls one at a time.
 //! - [`executor`]: a Gitea executor played from the executor Secret's files.
+//! - [`fake_executors`]: the dispatcher's backend layer in memory (a backend, the claim
+//!   ledger, Gitea's reports, admission slots), for unit tests without NATS or a forge.
 //! - [`moto`]: an S3-compatible server (moto) on loopback.
 //! - [`forward`]: a fixed address in front of a server that restarts on another port.
 //! - [`tls_front`]: an HTTPS front for a plain-HTTP double.
@@ -25,6 +27,7 @@ pub mod boot;
 pub mod cache;
 pub mod dispatch;
 pub mod executor;
+pub mod fake_executors;
 pub mod forward;
 pub mod gitlab;
 pub mod kube;

@@ -43,7 +43,7 @@ impl KeepAlive {
         tasks.sort_unstable();
         tasks.dedup();
         for task in tasks {
-            match report::keep_alive(&self.ctx.gitea, task).await {
+            match self.ctx.gitea.keep_alive(task).await {
                 Ok(result) if result.is_final() => {
                     self.withdraw(task, result).await;
                     self.ctx.ledger.note(report::final_step(task, result)).await;
@@ -66,7 +66,7 @@ impl KeepAlive {
         };
         let mut out = Vec::new();
         for o in found.values().filter(|o| !o.terminal) {
-            let unreported = match o.progress_in(&self.ctx.ledger).await {
+            let unreported = match o.progress_in(&*self.ctx.ledger).await {
                 Ok(progress) => progress.is_some_and(|p| p < Progress::Reported),
                 Err(e) => {
                     tracing::warn!(task = o.task, error = %e, "keep-alive: cannot read the claim ledger");

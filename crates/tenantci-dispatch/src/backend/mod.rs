@@ -7,12 +7,13 @@
 //! - [`worker`]: pulls assignments while a slot is free and starts their executors;
 //! - [`reconciler`]: the lifecycle after a start (cleanup after the terminal marker, FAILURE
 //!   for an executor that ended or vanished without a final state, the start deadline), and
-//!   recovery at the start of a leadership term ([`recovery`] decides, pure);
+//!   recovery at the start of a leadership term (`task::recovery` decides, pure);
 //! - [`keep_alive`]: keeps tasks no executor has fetched yet alive at Gitea, and withdraws
 //!   those Gitea ended meanwhile;
 //! - [`lifecycle`]: the decisions a backend's observation maps to (pure);
-//! - [`registry`]: the leadership term's claims and slots; [`report`]: what the dispatcher
-//!   itself tells Gitea.
+//! - the task's state and what the dispatcher tells Gitea are the `task` module's (the claim
+//!   ledger, the registry, `task::report`): this layer reaches them through [`Context`], whose
+//!   ports (`task::report::{ClaimLedger, TaskReports}`) the testkit's fakes stand in for.
 //!
 //! A backend's folder holds only what is its own: [`pod`] the Kubernetes objects, [`vm`] the
 //! OpenSandbox Lifecycle API, each with its observation -> decision table. A third backend is
@@ -33,19 +34,20 @@ use futures::future::BoxFuture;
 
 use crate::metrics::Metrics;
 use crate::queue::Backend;
-use crate::task::ledger::{Ledger, LedgerError, Phase};
+use crate::task::ledger::{LedgerError, Phase};
 use crate::task::registry::Registry;
+use crate::task::report::{ClaimLedger, TaskReports};
 use crate::task::spec::ExecutorSpec;
 use lifecycle::Decision;
-use tenantci_core::forge::gitea::client::RunnerClient;
 
 /// What the worker, the reconciler and keep-alive of every backend report to and record in:
-/// Gitea, the term's claim registry, the claim ledger and the metrics.
+/// Gitea, the term's claim registry, the claim ledger and the metrics. Gitea and the ledger
+/// through their ports, so these decisions run against in-memory doubles in tests.
 #[derive(Clone)]
 pub struct Context {
-    pub gitea: RunnerClient,
+    pub gitea: Arc<dyn TaskReports>,
     pub registry: Arc<Registry>,
-    pub ledger: Ledger,
+    pub ledger: Arc<dyn ClaimLedger>,
     pub metrics: Arc<Metrics>,
     /// The resource classes' demand, for their warm pools.
     pub warm: Arc<crate::executor::demand::WarmDemand>,
@@ -143,7 +145,10 @@ pub struct Observed {
 impl Observed {
     /// How far the executor got: the backend's word, or the claim ledger's phase when the
     /// backend cannot tell (None: the ledger has no entry for this attempt).
-    pub async fn progress_in(&self, ledger: &Ledger) -> Result<Option<Progress>, LedgerError> {
+    pub async fn progress_in(
+        &self,
+        ledger: &dyn ClaimLedger,
+    ) -> Result<Option<Progress>, LedgerError> {
         if self.progress.is_some() {
             return Ok(self.progress);
         }

@@ -218,7 +218,7 @@ impl Worker {
 
     /// Reports FAILURE with `line` for a task whose assignment leaves the queue unstarted.
     async fn fail(&self, task: i64, backend: Backend, line: &str) {
-        match report::fail(&self.ctx.gitea, task, line).await {
+        match self.ctx.gitea.fail(task, line).await {
             Ok(()) => self.ctx.ledger.note(report::failed_step(task)).await,
             Err(e) => tracing::warn!(task, error = %e, "cannot report the failure to Gitea"),
         }
@@ -236,7 +236,9 @@ impl Worker {
         {
             return Ok(None);
         }
-        report::keep_alive(&self.ctx.gitea, task)
+        self.ctx
+            .gitea
+            .keep_alive(task)
             .await
             .map(|r| r.is_final().then_some(r))
             .map_err(|e| format!("cannot ask Gitea about task {task}: {e}"))

@@ -19,13 +19,13 @@
 //! an empty one waits for the nudge budget (`claim::nudge`: a burst, then one per
 //! `webhook.nudge_spacing`), so a flood of deliveries costs Gitea a bounded rate.
 //!
-//! With resource classes (`claim::class`), a task's labels pick its class and the class its
+//! With resource classes (`executor::class`), a task's labels pick its class and the class its
 //! backend; the class's own capacity is held by the worker, so a task of a full class waits
 //! in its backend's queue and counts there.
 //!
 //! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
 //! build does not run, or its labels pick no class or two), it is reported to Gitea as FAILURE with a log line saying why. Every
-//! claim is written to the claim ledger (`queue::ledger`) with its sealed assignment as it is
+//! claim is written to the claim ledger (`task::ledger`) with its sealed assignment as it is
 //! queued (both at once), so recovery can start it again when the dispatcher dies before the
 //! queue took it.
 

@@ -32,10 +32,10 @@ use kube::api::Api;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use crate::backend::pod::Pods;
+use crate::backend::pod::PodExecutors;
 use crate::backend::pod::objects::ExecutorObjects;
 use crate::backend::pod::registrar::Registrar;
-use crate::backend::vm::Sandboxed;
+use crate::backend::vm::VmExecutors;
 use crate::backend::vm::sandboxes::{Minter, Sandboxes};
 use crate::backend::{Context, Executors};
 use crate::cache::Cache;
@@ -384,12 +384,14 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let shared = Shared {
         cfg: cfg.clone(),
         ctx: Context {
-            gitea,
+            gitea: Arc::new(gitea.clone()),
             registry,
-            ledger,
+            ledger: Arc::new(ledger.clone()),
             metrics: metrics.clone(),
             warm: warm.clone(),
         },
+        runner: gitea,
+        ledger,
         kube: client.clone(),
         backends,
         producer: Producer::new(producer_client),
@@ -440,10 +442,10 @@ fn backends(
         .as_ref()
         .and_then(|i| i.parse().ok())
         .map(|settings| Registrar::new(client.clone(), settings, namespace, metrics.clone()));
-    let pods = Pods::new(ExecutorObjects::new(client.clone(), namespace), entries);
+    let pods = PodExecutors::new(ExecutorObjects::new(client.clone(), namespace), entries);
     let mut backends: Vec<Arc<dyn Executors>> = vec![Arc::new(pods)];
     if let Some(sandboxes) = sandboxes {
-        backends.push(Arc::new(Sandboxed {
+        backends.push(Arc::new(VmExecutors {
             sandboxes,
             ledger: ledger.clone(),
         }));

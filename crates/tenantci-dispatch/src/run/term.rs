@@ -28,6 +28,7 @@ use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::producer::Producer;
 use crate::queue::{Backend, STREAM};
+use crate::task::ledger::Ledger;
 use crate::task::spec::{ExecutorTemplate, GiteaForExecutors, TemplateCache, TemplateIdentity};
 use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::DeclareRequest;
@@ -36,7 +37,12 @@ use tenantci_core::forge::gitea::proto::DeclareRequest;
 #[derive(Clone)]
 pub(super) struct Shared {
     pub cfg: Config,
+    /// The backend layer's view: Gitea and the claim ledger behind their ports.
     pub ctx: Context,
+    /// The same Gitea client and ledger, concrete, for the scheduler, the labels' Declare
+    /// and the waiting-jobs watch.
+    pub runner: RunnerClient,
+    pub ledger: Ledger,
     /// The tenant cluster (the warm pools' Deployments).
     pub kube: kube::Client,
     /// Every backend this dispatcher runs, the pod backend first.
@@ -113,7 +119,7 @@ async fn run_term(s: Shared, mut stop_rx: watch::Receiver<bool>) {
         });
     }
     tasks.spawn(declare(
-        s.ctx.gitea.clone(),
+        s.runner.clone(),
         s.cfg.declared_labels(),
         stop_rx.clone(),
     ));
@@ -259,7 +265,7 @@ async fn lookup(
 fn waiting_watch(s: &Shared) -> Option<WaitingWatch> {
     let w = s.cfg.waiting_jobs.as_ref()?;
     Some(WaitingWatch {
-        forge: s.ctx.gitea.clone(),
+        forge: s.runner.clone(),
         scope: w.scope().ok()?,
         token: s.waiting_token.clone()?,
         interval: w.interval.get(),
@@ -271,13 +277,13 @@ fn waiting_watch(s: &Shared) -> Option<WaitingWatch> {
 
 fn scheduler(s: &Shared, pools: Vec<Pool>) -> Scheduler {
     Scheduler {
-        gitea: s.ctx.gitea.clone(),
+        gitea: s.runner.clone(),
         forge: s.cfg.gitea.forge,
         producer: s.producer.clone(),
         pools,
         sealing_key: s.sealing_key.clone(),
         registry: s.ctx.registry.clone(),
-        ledger: s.ctx.ledger.clone(),
+        ledger: s.ledger.clone(),
         metrics: s.ctx.metrics.clone(),
         polling: crate::claim::scheduler::Polling::of(&s.cfg.gitea, s.cfg.webhook.as_ref()),
         nudge: s.nudge.clone(),

@@ -21,7 +21,7 @@
 //! after which Gitea stops the task itself.
 //!
 //! Backend-neutral: the backend is a field; nothing here knows Pods or VMs. Does not decide
-//! what recovery does with an entry (`dispatch::recovery`).
+//! what recovery does with an entry (`task::recovery`).
 
 use async_nats::jetstream::{self, kv};
 use futures::TryStreamExt as _;

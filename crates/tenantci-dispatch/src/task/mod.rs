@@ -1,4 +1,45 @@
-//! A claimed task: TODO header
+//! A claimed task: everything the dispatcher holds about one task from the FetchTask that
+//! returned it until Gitea accepted its final state. The one home of a task's state; the
+//! backends, the scheduler and the facade call in here.
+//!
+//! - [`ledger`]: the claim ledger, a JetStream key-value entry per task: **the truth** of a
+//!   task's state, the only part that survives a crash or a lost apiserver. Its phase only moves
+//!   forward ([`ledger::merge`], pure).
+//! - [`spec`]: the sealed assignment opened once into what every executor of the task gets
+//!   (`ExecutorSpec`: the resource class the scheduler picked, the capability, the SPIFFE ID,
+//!   the cache grant), re-opened only for a replacement's new attempt.
+//! - [`registry`]: this leadership term's in-memory view (queued, running with its slot, its
+//!   class slot, withdrawn): rebuilt from the ledger and the backends at every term.
+//! - [`recovery`]: what a new term does with each ledger entry given which executor objects
+//!   exist (pure); the reconciler (`backend::reconciler`) carries it out.
+//! - [`report`]: what the dispatcher itself tells Gitea about a task (keep-alive, FAILURE).
+//!
+//! # States
+//!
+//! | state | ledger phase (truth) | caches of it | who moves it on |
+//! |---|---|---|---|
+//! | claimed | `claimed` | - | scheduler: FetchTask returned it |
+//! | queued | `queued` | registry `queued` | scheduler: sealed and published |
+//! | starting | `queued`, then `started` once created | the executor's objects exist, registry not yet `running` | worker: one executor per assignment, acked after |
+//! | running, not fetched | `started` | registry `running` (holds a slot and its class slot) | backend: the executor runs; the reconciler's start deadline replaces it (attempt + 1) |
+//! | running, fetched | `fetched` | pod: Secret annotation `tenantci.io/fetched-at`; VM: the ledger | facade: the first FetchTask hand-out |
+//! | running, reported | `reported` (the sealed assignment dropped) | pod: the assignment consumed from the Secret | facade: the executor's first UpdateLog / UpdateTask |
+//! | finished | `final` (with the result) | facade's finished set; the terminal marker (`tenantci.io/terminal`); registry forgets it | facade (Gitea accepted the final state) or the dispatcher's own FAILURE (`report`) |
+//! | withdrawn | `final` (Gitea's CANCELLED) | registry `withdrawn` until the worker drops the assignment | keep-alive: Gitea ended a task no executor fetched |
+//!
+//! Where caches and the ledger disagree, the ledger wins: a new term reads it first
+//! ([`recovery::decide`]), the worker drops an assignment the ledger has as final or
+//! superseded, and the facade answers a replayed report from a final entry.
+//!
+//! # Recovery
+//!
+//! What happens to a task whose executor vanished is decided in one place,
+//! [`recovery::decide`], from the ledger phase and what the backend still lists (nothing, a
+//! partial start, a complete executor): before the executor fetched, it is started again as
+//! the next attempt from the sealed assignment the ledger keeps (a slot taken first); after,
+//! it is reported FAILURE (what it ran is unknown). The reconciler carries that out
+//! (`backend::reconciler::lost`), and replaces executors past their start deadline
+//! (`backend::reconciler::replace`, decided by `backend::lifecycle::start`).
 
 pub mod ledger;
 pub mod recovery;
@@ -10,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use tenantci_core::duration::GoDuration;
 
-/// What happens to a claimed task whose executor never fetches it.
+/// The `[claim]` section: what happens to a claimed task whose executor never fetches it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Claim {

@@ -1,13 +1,66 @@
 //! What the dispatcher itself tells Gitea about a task: the keep-alive of a task no executor
 //! has picked up yet, and FAILURE with one log line saying why when the dispatcher gives up
 //! on a task (it could not be queued, its executor ended or vanished without a final state).
+//!
+//! The two ports the backend layer (worker, reconciler, keep-alive, recovery) reaches Gitea
+//! and the claim ledger through: [`TaskReports`] (implemented by `RunnerClient`) and
+//! [`ClaimLedger`] (implemented by `ledger::Ledger`). Narrow and dyn-compatible, so those
+//! decisions can be tested against in-memory doubles without a forge or NATS.
+
+use futures::future::BoxFuture;
 
 use crate::queue::Backend;
-use crate::task::ledger::{Entry, Phase};
+use crate::task::ledger::{Entry, Ledger, LedgerError, Phase};
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
     LogRow, ProtoEnum as _, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
 };
+
+/// What the dispatcher tells Gitea about a task it holds.
+pub trait TaskReports: Send + Sync + 'static {
+    /// A non-final UpdateTask (Gitea's heartbeat). Returns the task's result as Gitea has it:
+    /// final when the task is over (or being cancelled).
+    fn keep_alive(&self, task: i64) -> BoxFuture<'_, Result<TaskResult, ClientError>>;
+
+    /// Appends `line` to the task's log (after what Gitea holds) and finalises it as
+    /// FAILURE. A task Gitea already finalised keeps its result.
+    fn fail<'a>(&'a self, task: i64, line: &'a str) -> BoxFuture<'a, Result<(), ClientError>>;
+}
+
+/// The claim ledger as the backend layer uses it: reads, and best-effort writes.
+pub trait ClaimLedger: Send + Sync + 'static {
+    fn get(&self, task: i64) -> BoxFuture<'_, Result<Option<Entry>, LedgerError>>;
+
+    /// Every entry within the retention, final ones too (what recovery looks at).
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, LedgerError>>;
+
+    /// Records `step` (phases only move forward), logging a failure instead of returning it.
+    fn note(&self, step: Entry) -> BoxFuture<'_, ()>;
+}
+
+impl ClaimLedger for Ledger {
+    fn get(&self, task: i64) -> BoxFuture<'_, Result<Option<Entry>, LedgerError>> {
+        Box::pin(Ledger::get(self, task))
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, LedgerError>> {
+        Box::pin(Ledger::entries(self))
+    }
+
+    fn note(&self, step: Entry) -> BoxFuture<'_, ()> {
+        Box::pin(Ledger::note(self, step))
+    }
+}
+
+impl TaskReports for RunnerClient {
+    fn keep_alive(&self, task: i64) -> BoxFuture<'_, Result<TaskResult, ClientError>> {
+        Box::pin(update_task(self, task))
+    }
+
+    fn fail<'a>(&'a self, task: i64, line: &'a str) -> BoxFuture<'a, Result<(), ClientError>> {
+        Box::pin(log_and_fail(self, task, line))
+    }
+}
 
 /// The claim ledger's step for a task Gitea has as ended with `result`. Attempt and backend
 /// are the entry's own (`ledger::merge` keeps them); these only fill a missing entry.
@@ -25,9 +78,8 @@ fn now() -> prost_types::Timestamp {
     timestamp(std::time::SystemTime::now())
 }
 
-/// A non-final UpdateTask (Gitea's heartbeat). Returns the task's result as Gitea has it:
-/// final when the task is over (or being cancelled).
-pub async fn keep_alive(gitea: &RunnerClient, task: i64) -> Result<TaskResult, ClientError> {
+/// [`TaskReports::keep_alive`] at Gitea.
+async fn update_task(gitea: &RunnerClient, task: i64) -> Result<TaskResult, ClientError> {
     let resp = gitea
         .update_task(&UpdateTaskRequest {
             state: Some(TaskState {
@@ -43,9 +95,8 @@ pub async fn keep_alive(gitea: &RunnerClient, task: i64) -> Result<TaskResult, C
         .unwrap_or(TaskResult::Unspecified))
 }
 
-/// Appends `line` to the task's log (after what Gitea holds) and finalises it as FAILURE.
-/// A task Gitea already finalised keeps its result: UpdateTask does not change a done task.
-pub async fn fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), ClientError> {
+/// [`TaskReports::fail`] at Gitea: UpdateTask does not change a done task, so its result stays.
+async fn log_and_fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), ClientError> {
     // Where the log ends: an empty UpdateLog answers with the stored row count.
     let probe = gitea
         .update_log(&UpdateLogRequest {
@@ -81,15 +132,21 @@ pub async fn fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), Cli
         .await
         .map(|_| ())
 }
+
+/// [`TaskReports::fail`], for callers holding a concrete client.
+pub async fn fail(gitea: &dyn TaskReports, task: i64, line: &str) -> Result<(), ClientError> {
+    gitea.fail(task, line).await
+}
+
 /// Before an executor is started again for `task`: whether Gitea still has it open. `Some(false)`
 /// when it ended meanwhile (recorded in the ledger, logged); `None` when Gitea cannot be asked
 /// now (logged; the caller tries again at its next pass).
 pub async fn still_open(
-    gitea: &RunnerClient,
-    ledger: &crate::task::ledger::Ledger,
+    gitea: &dyn TaskReports,
+    ledger: &dyn ClaimLedger,
     task: i64,
 ) -> Option<bool> {
-    match keep_alive(gitea, task).await {
+    match gitea.keep_alive(task).await {
         Ok(result) if result.is_final() => {
             tracing::info!(
                 task,
@@ -112,14 +169,14 @@ pub async fn still_open(
 /// while Gitea is unreachable (the caller keeps the executor for its next pass); true once
 /// Gitea has been told, or answered that it will not hear it (the task is not ours any more).
 pub async fn executor_failed(
-    gitea: &RunnerClient,
-    ledger: &crate::task::ledger::Ledger,
+    gitea: &dyn TaskReports,
+    ledger: &dyn ClaimLedger,
     metrics: &crate::metrics::Metrics,
     backend: Backend,
     task: i64,
     reason: &str,
 ) -> bool {
-    match fail(gitea, task, reason).await {
+    match gitea.fail(task, reason).await {
         Ok(()) => {}
         Err(e) if e.code().is_some() => {
             tracing::warn!(task, error = %e, "Gitea refused the FAILURE report");

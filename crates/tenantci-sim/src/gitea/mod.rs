@@ -56,8 +56,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use stall::Stall;
 use crate::served::Served;
+use stall::Stall;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::facade::{self, RunnerServiceHandler};

@@ -486,15 +486,23 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
         ),
     ] {
         let broken = dispatch_sources_copy();
-        let path = broken.path().join("crates/tenantci-dispatch/src").join(file);
+        let path = broken
+            .path()
+            .join("crates/tenantci-dispatch/src")
+            .join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, format!("{import}{text}")).unwrap();
         if file == "task/recovery.rs" {
             // The circle's other half: the registry takes recovery back.
-            let registry = broken.path().join("crates/tenantci-dispatch/src/task/registry.rs");
+            let registry = broken
+                .path()
+                .join("crates/tenantci-dispatch/src/task/registry.rs");
             let text = std::fs::read_to_string(&registry).unwrap();
-            std::fs::write(&registry, format!("use crate::task::recovery::Recovery;\n{text}"))
-                .unwrap();
+            std::fs::write(
+                &registry,
+                format!("use crate::task::recovery::Recovery;\n{text}"),
+            )
+            .unwrap();
         }
         let out = check_layering(broken.path(), "--locked");
         assert_exit(&out, 1);

@@ -16,4 +16,4 @@ pub mod proto;
 
 pub use client::{ClientConfig, ClientError, Credentials, RunnerClient, TasksVersion};
 pub use connect::{Code, Codec, ConnectError};
-pub use facade::{RunnerServiceHandler, FacadeHandle};
+pub use facade::{FacadeHandle, RunnerServiceHandler};

@@ -33,15 +33,15 @@ use objects::{CreateError, ExecutorObjects};
 const APISERVER: &str = "the tenant apiserver";
 
 /// The executor Pods of this dispatcher, and (identity on) their SPIRE entries.
-pub struct Pods {
+pub struct PodExecutors {
     pub objects: ExecutorObjects,
     /// Identity on: the SPIRE entries, written by the reconciler's pass (one writer).
     entries: Option<Mutex<Registrar>>,
 }
 
-impl Pods {
+impl PodExecutors {
     pub fn new(objects: ExecutorObjects, entries: Option<Registrar>) -> Self {
-        Pods {
+        PodExecutors {
             objects,
             entries: entries.map(Mutex::new),
         }
@@ -95,7 +95,7 @@ fn observed(o: &objects::Observed) -> Observed {
     }
 }
 
-impl Executors for Pods {
+impl Executors for PodExecutors {
     fn backend(&self) -> Backend {
         Backend::Pod
     }

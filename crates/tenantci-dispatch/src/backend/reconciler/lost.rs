@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 
 use super::{Reconciler, RecoverError};
@@ -15,19 +16,56 @@ use crate::task::ledger::{Entry, Phase};
 use crate::task::recovery::{self, Objects, Recovery};
 use crate::task::report;
 
+/// An admission slot recovery took. The consumer's slot is held by the registry with the
+/// executor, so it frees when the executor goes; a stand-in (a test's slot source, which the
+/// registry cannot hold) is counted by whoever granted it.
+pub struct Granted(Option<Slot>);
+
+impl Granted {
+    /// A slot granted by a source other than the consumer.
+    pub fn stand_in() -> Self {
+        Granted(None)
+    }
+
+    fn into_slot(self) -> Option<Slot> {
+        self.0
+    }
+}
+
+/// Where recovery takes its admission slots: the backend's [`CappedConsumer`], whose slots
+/// the worker's pulls take too (a seam, so the slot rule is tested without NATS).
+pub trait Slots: Send + Sync + 'static {
+    /// A slot free now; None when every slot is taken.
+    fn reserve(&self) -> Option<Granted>;
+
+    /// Waits for a slot, in turn with the worker's pulls; None when the source is gone.
+    fn acquire(&self) -> BoxFuture<'static, Option<Granted>>;
+}
+
+impl Slots for CappedConsumer {
+    fn reserve(&self) -> Option<Granted> {
+        self.reserve_slot().map(|s| Granted(Some(s)))
+    }
+
+    fn acquire(&self) -> BoxFuture<'static, Option<Granted>> {
+        let slot = self.acquire_slot();
+        Box::pin(async move { slot.await.map(|s| Granted(Some(s))) })
+    }
+}
+
 /// The slots of the executors recovery starts again. Taken before the worker pulls anything
 /// (recovery runs first); when none is free, one is awaited in the background, in turn with
 /// the worker's pulls, whose idle lanes hold every free slot while they wait, so a pass never
 /// waits for one.
 pub(super) struct SpareSlots {
-    consumer: Arc<CappedConsumer>,
-    spare: Vec<Slot>,
+    consumer: Arc<dyn Slots>,
+    spare: Vec<Granted>,
     /// The background wait for a slot; aborted when dropped.
-    awaiting: JoinSet<Option<Slot>>,
+    awaiting: JoinSet<Option<Granted>>,
 }
 
 impl SpareSlots {
-    pub(super) fn new(consumer: Arc<CappedConsumer>) -> Self {
+    pub(super) fn new(consumer: Arc<dyn Slots>) -> Self {
         SpareSlots {
             consumer,
             spare: Vec::new(),
@@ -37,14 +75,14 @@ impl SpareSlots {
 
     /// A slot for an executor recovery found running (None beyond the capacity).
     fn for_found(&self) -> Option<Slot> {
-        self.consumer.reserve_slot()
+        self.consumer.reserve().and_then(Granted::into_slot)
     }
 
     /// Takes up to `n` slots that are free now.
     fn reserve(&mut self, n: usize) {
         self.release();
         while self.spare.len() < n {
-            match self.consumer.reserve_slot() {
+            match self.consumer.reserve() {
                 Some(slot) => self.spare.push(slot),
                 None => break,
             }
@@ -52,7 +90,7 @@ impl SpareSlots {
     }
 
     /// A spare slot, or None while one is awaited in the background.
-    fn take(&mut self) -> Option<Slot> {
+    fn take(&mut self) -> Option<Granted> {
         while let Some(done) = self.awaiting.try_join_next() {
             self.spare.extend(done.ok().flatten());
         }
@@ -60,12 +98,12 @@ impl SpareSlots {
             return Some(slot);
         }
         if self.awaiting.is_empty() {
-            self.awaiting.spawn(self.consumer.acquire_slot());
+            self.awaiting.spawn(self.consumer.acquire());
         }
         None
     }
 
-    fn give_back(&mut self, slot: Slot) {
+    fn give_back(&mut self, slot: Granted) {
         self.spare.push(slot);
     }
 
@@ -185,8 +223,8 @@ impl Reconciler {
         &mut self,
         entry: &Entry,
         leftover: Option<u32>,
-        slot: Slot,
-    ) -> (bool, Option<Slot>) {
+        slot: Granted,
+    ) -> (bool, Option<Granted>) {
         let task = entry.task;
         if leftover.is_some()
             && let Err(e) = self.executors.delete(task).await
@@ -194,7 +232,7 @@ impl Reconciler {
             tracing::warn!(task, error = %e, "cannot delete what the lost {} left; retrying next pass", self.executors.nouns().executor);
             return (false, Some(slot));
         }
-        match report::still_open(&self.ctx.gitea, &self.ctx.ledger, task).await {
+        match report::still_open(&*self.ctx.gitea, &*self.ctx.ledger, task).await {
             Some(true) => {}
             Some(false) => return (true, Some(slot)),
             None => return (false, Some(slot)),
@@ -229,7 +267,9 @@ impl Reconciler {
             .ledger
             .note(step.with_assignment(&assignment))
             .await;
-        self.ctx.registry.running(task, backend, || Some(slot));
+        self.ctx
+            .registry
+            .running(task, backend, || slot.into_slot());
         if let Some(class) = &spec.class {
             self.ctx.registry.hold_class(task, &class.name);
         }

@@ -41,13 +41,13 @@ use crate::backend::Context;
 use crate::backend::lifecycle::{self, Decision, Start};
 use crate::backend::{BackendError, Executors, Observed, Progress};
 use crate::queue::assignment::{Assignment, SealingKey};
-use crate::queue::consumer::CappedConsumer;
 use crate::task::Claim;
 use crate::task::ledger::{Entry, LedgerError};
 use crate::task::recovery::Recovery;
 use crate::task::report;
 use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
 use lost::SpareSlots;
+pub use lost::{Granted, Slots};
 use replace::Replacement;
 
 /// Full resync interval; the facade's terminal marker and freed slots also wake it at once.
@@ -105,7 +105,7 @@ impl Reconciler {
         executors: Arc<dyn Executors>,
         ctx: Context,
         restarts: Restarts,
-        slots: Arc<CappedConsumer>,
+        slots: Arc<dyn Slots>,
     ) -> Self {
         Reconciler {
             executors,
@@ -202,7 +202,7 @@ impl Reconciler {
     /// How far `o`'s executor got: from the backend, or from the claim ledger when the backend
     /// cannot tell (None: the ledger has another attempt, or cannot be read now).
     async fn progress(&self, o: &Observed) -> Option<Progress> {
-        o.progress_in(&self.ctx.ledger).await.unwrap_or_else(|e| {
+        o.progress_in(&*self.ctx.ledger).await.unwrap_or_else(|e| {
             tracing::warn!(task = o.task, error = %e, "cannot read the claim ledger; the start deadline is checked next pass");
             None
         })
@@ -242,8 +242,8 @@ impl Reconciler {
     async fn fail(&mut self, task: i64, reason: &str) -> bool {
         let backend = self.executors.backend();
         if !report::executor_failed(
-            &self.ctx.gitea,
-            &self.ctx.ledger,
+            &*self.ctx.gitea,
+            &*self.ctx.ledger,
             &self.ctx.metrics,
             backend,
             task,

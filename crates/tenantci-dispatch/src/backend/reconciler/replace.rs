@@ -21,7 +21,7 @@ impl Reconciler {
     /// it open. Anything unreachable: left for the next pass.
     pub(super) async fn replace(&mut self, o: &Observed, attempt: u32) {
         let task = o.task;
-        match report::still_open(&self.ctx.gitea, &self.ctx.ledger, task).await {
+        match report::still_open(&*self.ctx.gitea, &*self.ctx.ledger, task).await {
             Some(true) => {}
             Some(false) => {
                 self.delete(task).await;
@@ -63,7 +63,7 @@ impl Reconciler {
     pub(super) async fn retry_replacements(&mut self) {
         let tasks: Vec<i64> = self.replacing.keys().copied().collect();
         for task in tasks {
-            match report::still_open(&self.ctx.gitea, &self.ctx.ledger, task).await {
+            match report::still_open(&*self.ctx.gitea, &*self.ctx.ledger, task).await {
                 Some(true) => self.start_replacement(task).await,
                 Some(false) => {
                     self.replacing.remove(&task);

@@ -34,7 +34,7 @@ const LIFECYCLE_API: &str = "the OpenSandbox Lifecycle API";
 const LEDGER: &str = "the claim ledger";
 
 /// This dispatcher's sandboxes, and the claim ledger that holds their assignments.
-pub struct Sandboxed {
+pub struct VmExecutors {
     pub sandboxes: Sandboxes,
     pub ledger: Ledger,
 }
@@ -74,7 +74,7 @@ fn observed(task: i64, s: &Sandbox) -> Observed {
     }
 }
 
-impl Sandboxed {
+impl VmExecutors {
     /// Whether any sandbox of `task` exists.
     async fn present(&self, task: i64) -> Result<bool, BackendError> {
         let found = self.sandboxes.of_task(task).await.map_err(api)?;
@@ -100,7 +100,7 @@ impl Sandboxed {
     }
 }
 
-impl Executors for Sandboxed {
+impl Executors for VmExecutors {
     fn backend(&self) -> Backend {
         Backend::Vm
     }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tenantci_core::forge::gitea::facade::{self, RunnerServiceHandler, FacadeHandle};
+use tenantci_core::forge::gitea::facade::{self, FacadeHandle, RunnerServiceHandler};
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, LogRow, Task, TaskResult,
     TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest, UpdateTaskResponse,

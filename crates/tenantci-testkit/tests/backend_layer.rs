@@ -1,0 +1,340 @@
+//! The backend layer's decisions (reconciler, recovery, keep-alive) against in-memory doubles:
+//! which executor starts, which is deleted, what Gitea is told. No NATS, apiserver or forge;
+//! every step is one call (`pass`, `recover`, `round`), so no test waits on a clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenantci_core::forge::gitea::proto::TaskResult;
+use tenantci_dispatch::backend::keep_alive::KeepAlive;
+use tenantci_dispatch::backend::reconciler::{Reconciler, Restarts};
+use tenantci_dispatch::backend::{Executors, Observed, Progress, StartError};
+use tenantci_dispatch::capability::CapabilityKey;
+use tenantci_dispatch::executor::Executor;
+use tenantci_dispatch::queue::Backend;
+use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
+use tenantci_dispatch::task::Claim;
+use tenantci_dispatch::task::ledger::{Entry, Phase};
+use tenantci_dispatch::task::report;
+use tenantci_dispatch::task::spec::{ExecutorTemplate, GiteaForExecutors};
+use tenantci_testkit::fake_executors::{FakeExecutors, FakeSlots, Fakes, Start, unfetched};
+
+const DEADLINE: Duration = Duration::from_secs(180);
+const PAST: Duration = Duration::from_secs(181);
+
+/// One backend (pod) with its doubles and the sealing key its assignments are sealed with.
+struct World {
+    fakes: Fakes,
+    pod: Arc<FakeExecutors>,
+    key: SealingKey,
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            fakes: Fakes::new(),
+            pod: FakeExecutors::new(Backend::Pod),
+            key: SealingKey::generate(),
+        }
+    }
+
+    /// `task`'s assignment for `attempt`, as stored beside its executor and in the ledger.
+    fn assignment(&self, task: i64, attempt: u32) -> Assignment {
+        let labels = vec!["self-hosted".to_string()];
+        Assignment::seal(
+            &self.key,
+            &task.to_string(),
+            attempt,
+            Backend::Pod,
+            labels,
+            b"job",
+        )
+        .expect("seals")
+    }
+
+    /// An executor of `task`'s `attempt` that the reconciler knows (registered as running).
+    fn running(&self, o: Observed) {
+        let sealed = self.assignment(o.task, o.attempt).to_json();
+        self.fakes.registry.running(o.task, Backend::Pod, || None);
+        self.pod.put(o, Some(sealed));
+    }
+
+    fn reconciler(&self, slots: Arc<FakeSlots>) -> Reconciler {
+        let template = ExecutorTemplate {
+            namespace: "dynamic-runner".into(),
+            facade_url: "https://10.0.0.5:8443".into(),
+            facade_ca_pem: String::new(),
+            gitea: GiteaForExecutors::default(),
+            runner_name: "tenantci".into(),
+            executor: Executor::with_images(
+                format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
+                format!("tenantci@sha256:{}", "b".repeat(64)),
+            ),
+            capability_key: CapabilityKey::generate(),
+            identity: None,
+            cache: None,
+        };
+        let restarts = Restarts {
+            claim: Claim {
+                start_deadline: DEADLINE.into(),
+                max_attempts: 3,
+            },
+            sealing_key: self.key.clone(),
+            template,
+        };
+        Reconciler::new(self.pod.clone(), self.fakes.ctx(), restarts, slots)
+    }
+
+    fn keep_alive(&self, backends: Vec<Arc<dyn Executors>>) -> KeepAlive {
+        KeepAlive {
+            ctx: self.fakes.ctx(),
+            backends,
+            interval: Duration::from_secs(60),
+        }
+    }
+}
+
+fn start(task: i64, attempt: u32) -> Start {
+    Start {
+        task,
+        attempt,
+        fresh: false,
+    }
+}
+
+/// Created, then the start deadline passes with no FetchTask (image pull stuck): the pass
+/// deletes the executor and starts attempt 2 in its place. Guards against a stuck executor
+/// left alone until Gitea's zombie limit, and against the new attempt started before the old
+/// one is deleted (the delete would then remove the new one: nothing would be listed).
+#[tokio::test]
+async fn an_executor_that_never_fetched_is_replaced_by_the_next_attempt() {
+    let w = World::new();
+    w.running(unfetched(1, 1, PAST));
+    let mut r = w.reconciler(FakeSlots::new(4));
+    r.pass().await.unwrap();
+    assert_eq!(w.pod.deletes(), vec![1]);
+    assert_eq!(w.pod.starts(), vec![start(1, 2)]);
+    assert_eq!(w.pod.observed(1).map(|o| o.attempt), Some(2));
+    let entry = w
+        .fakes
+        .ledger
+        .entry(1)
+        .expect("the replacement is recorded");
+    assert_eq!((entry.attempt, entry.phase), (2, Phase::Started));
+    assert!(w.fakes.gitea.failures().is_empty());
+    assert!(
+        w.fakes.registry.is_running(1),
+        "the replacement keeps the slot"
+    );
+}
+
+/// Created, fetched its task (the backend cannot tell; the claim ledger has it as fetched),
+/// then the start deadline passes while the job runs: the executor is kept. Guards against
+/// a running job killed and run a second time by a replacement.
+#[tokio::test]
+async fn an_executor_that_fetched_is_kept_past_the_deadline() {
+    let w = World::new();
+    w.running(Observed {
+        progress: None,
+        ..unfetched(2, 1, PAST)
+    });
+    w.fakes
+        .ledger
+        .put(Entry::step(2, 1, Backend::Pod, Phase::Fetched));
+    let mut r = w.reconciler(FakeSlots::new(4));
+    r.pass().await.unwrap();
+    assert!(w.pod.deletes().is_empty());
+    assert!(w.pod.starts().is_empty());
+    assert!(w.fakes.gitea.failures().is_empty());
+}
+
+/// Attempt `max_attempts` created, then its deadline passes unfetched too: FAILURE with a
+/// line saying why, and the executor deleted. Guards against replacing forever (a broken
+/// image never starts) and against a task left claimed with no one to report it.
+#[tokio::test]
+async fn the_last_attempt_past_its_deadline_is_reported_failure() {
+    let w = World::new();
+    w.running(unfetched(3, 3, PAST));
+    let mut r = w.reconciler(FakeSlots::new(4));
+    r.pass().await.unwrap();
+    assert!(w.pod.starts().is_empty(), "no fourth attempt");
+    let failures = w.fakes.gitea.failures();
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].0, 3);
+    assert!(
+        failures[0].1.contains("did not fetch its task"),
+        "{failures:?}"
+    );
+    assert_eq!(w.pod.deletes(), vec![3]);
+    assert!(!w.fakes.registry.is_running(3));
+    assert!(w.fakes.ledger.entry(3).is_some_and(|e| e.is_final()));
+}
+
+/// Deadline passed, old executor deleted, then the backend's API is away for the new one's
+/// create (two passes), then back: the third pass creates attempt 2. Guards against the
+/// replacement lost with the outage, and against the deleted executor taken for a vanished
+/// one (FAILURE) while its replacement waits.
+#[tokio::test]
+async fn a_replacement_the_backend_did_not_take_is_tried_again_next_pass() {
+    let w = World::new();
+    w.running(unfetched(1, 1, PAST));
+    for _ in 0..2 {
+        w.pod
+            .fail_next_start(StartError::Unavailable("apiserver away".into()));
+    }
+    let mut r = w.reconciler(FakeSlots::new(4));
+    for tries in 1..=2 {
+        r.pass().await.unwrap();
+        assert_eq!(w.pod.start_tries(), tries);
+        assert!(w.pod.starts().is_empty());
+        assert!(w.fakes.gitea.failures().is_empty(), "pass {tries}");
+        assert!(
+            w.fakes.registry.is_running(1),
+            "the slot stays with the task"
+        );
+    }
+    r.pass().await.unwrap();
+    assert_eq!(w.pod.starts(), vec![start(1, 2)]);
+    assert_eq!(w.pod.deletes(), vec![1], "deleted once");
+    assert!(w.fakes.gitea.failures().is_empty());
+}
+
+/// Deadline passed, old executor deleted, backend away for the new one, then the user
+/// cancels the job at Gitea: the next pass starts no replacement, reports nothing, and frees
+/// the slot. Guards against an executor started for a task Gitea ended (a job run after its
+/// cancel) and against FAILURE reported over CANCELLED.
+#[tokio::test]
+async fn a_waiting_replacement_of_a_task_gitea_ended_is_dropped() {
+    let w = World::new();
+    w.running(unfetched(1, 1, PAST));
+    w.pod
+        .fail_next_start(StartError::Unavailable("apiserver away".into()));
+    let mut r = w.reconciler(FakeSlots::new(4));
+    r.pass().await.unwrap();
+    assert_eq!(w.pod.deletes(), vec![1]);
+    w.fakes.gitea.set_result(1, TaskResult::Cancelled);
+    r.pass().await.unwrap();
+    r.pass().await.unwrap();
+    assert!(w.pod.starts().is_empty());
+    assert_eq!(w.pod.start_tries(), 1);
+    assert!(w.fakes.gitea.failures().is_empty());
+    assert!(!w.fakes.registry.is_running(1), "its slot is free");
+    let cancelled = report::final_step(1, TaskResult::Cancelled).result;
+    assert_eq!(w.fakes.ledger.entry(1).and_then(|e| e.result), cancelled);
+}
+
+/// A crash with three executors started (the ledger has them, with their assignments), all
+/// lost with the old term; the new term has two slots: recovery takes the slots, the pass
+/// starts two executors, the third waits (kept alive as queued) until an executor leaves,
+/// then starts. Guards against recovery running past capacity (three executors on two
+/// slots) and against the third lost task dropped.
+#[tokio::test]
+async fn recovery_starts_no_more_lost_executors_than_free_slots() {
+    let w = World::new();
+    for task in 1..=3 {
+        let step = Entry::step(task, 1, Backend::Pod, Phase::Started);
+        w.fakes
+            .ledger
+            .put(step.with_assignment(&w.assignment(task, 1)));
+    }
+    let slots = FakeSlots::new(2);
+    let mut r = w.reconciler(slots.clone());
+    r.recover().await.unwrap();
+    r.pass().await.unwrap();
+    assert_eq!(w.pod.starts(), vec![start(1, 2), start(2, 2)]);
+    assert_eq!(
+        w.fakes.registry.queued_tasks(),
+        vec![3],
+        "kept alive while it waits"
+    );
+    assert!(!w.fakes.registry.is_running(3));
+    r.pass().await.unwrap();
+    assert_eq!(w.pod.starts().len(), 2, "still no slot");
+
+    // An executor leaves: the slot recovery awaits in the background is its.
+    slots.free(1);
+    for _ in 0..100 {
+        if slots.available() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    r.pass().await.unwrap();
+    assert_eq!(w.pod.starts(), vec![start(1, 2), start(2, 2), start(3, 2)]);
+    assert!(w.fakes.registry.queued_tasks().is_empty());
+}
+
+/// Claimed and queued (no executor yet), or created and not fetched, then the user cancels
+/// at Gitea, then keep-alive's UpdateTask learns CANCELLED: the queued assignment is
+/// withdrawn (the worker drops it), the executor deleted and its slot freed, and the next
+/// reconciler pass reports nothing. Guards against a cancelled job started or run anyway,
+/// and against FAILURE reported over CANCELLED for the executor deleted on purpose.
+#[tokio::test]
+async fn keep_alive_withdraws_a_task_gitea_cancelled_and_reports_nothing_over_it() {
+    let w = World::new();
+    w.fakes.registry.queued(5, Backend::Pod);
+    w.running(unfetched(6, 1, Duration::from_secs(10)));
+    for task in [5, 6] {
+        w.fakes.gitea.set_result(task, TaskResult::Cancelled);
+    }
+    w.keep_alive(vec![w.pod.clone()]).round().await;
+    assert!(w.fakes.registry.queued_tasks().is_empty());
+    assert!(
+        w.fakes.registry.take_withdrawn(5),
+        "the worker drops its assignment"
+    );
+    let deletes = w.pod.deletes();
+    assert!(deletes.contains(&5) && deletes.contains(&6), "{deletes:?}");
+    assert!(w.pod.observed(6).is_none());
+    assert!(!w.fakes.registry.is_running(6), "its slot is free");
+    let cancelled = report::final_step(5, TaskResult::Cancelled).result;
+    for task in [5, 6] {
+        assert_eq!(w.fakes.ledger.entry(task).and_then(|e| e.result), cancelled);
+    }
+    w.reconciler(FakeSlots::new(4)).pass().await.unwrap();
+    assert!(
+        w.fakes.gitea.failures().is_empty(),
+        "nothing over CANCELLED"
+    );
+}
+
+/// Tasks at every point before their first report, on two backends (queued; created and not
+/// fetched; fetched and silent; the backend cannot tell and the ledger says), beside tasks
+/// that reported: one round sends exactly one UpdateTask to each task not reported yet, none
+/// to the others. Guards against Gitea failing a waiting task after ten minutes unheard, and
+/// against heartbeats over a runner's own reports.
+#[tokio::test]
+async fn keep_alive_updates_every_unreported_task_on_every_backend_once() {
+    let w = World::new();
+    let vm = FakeExecutors::new(Backend::Vm);
+    let age = Duration::from_secs(10);
+    let with = |task, progress| Observed {
+        progress,
+        ..unfetched(task, 1, age)
+    };
+    w.fakes.registry.queued(1, Backend::Pod);
+    // Queued and listed already (created, not registered yet): still one UpdateTask.
+    w.fakes.registry.queued(2, Backend::Pod);
+    w.pod.put(with(2, Some(Progress::Unfetched)), None);
+    w.pod.put(with(3, Some(Progress::Fetched)), None);
+    w.pod.put(with(4, Some(Progress::Reported)), None);
+    w.pod.put(with(5, None), None);
+    w.fakes
+        .ledger
+        .put(Entry::step(5, 1, Backend::Pod, Phase::Started));
+    w.pod.put(
+        Observed {
+            terminal: true,
+            ..with(6, Some(Progress::Unfetched))
+        },
+        None,
+    );
+    vm.put(with(7, Some(Progress::Unfetched)), None);
+    vm.put(with(8, None), None);
+    w.fakes
+        .ledger
+        .put(Entry::step(8, 1, Backend::Vm, Phase::Reported));
+    w.keep_alive(vec![w.pod.clone(), vm.clone()]).round().await;
+    assert_eq!(w.fakes.gitea.keep_alives(), vec![1, 2, 3, 5, 7]);
+    assert!(w.pod.deletes().is_empty() && vm.deletes().is_empty());
+}
