@@ -27,9 +27,9 @@ def strip_comments(line):
 
 
 def module_of_file(rel):
-    """'backend/pod/mod.rs' -> ['backend', 'pod']; 'lib.rs' -> []."""
+    """'backend/pod/mod.rs' -> ['backend', 'pod']; 'lib.rs' (or a binary's main.rs) -> []."""
     parts = rel[:-3].split("/")
-    if parts[-1] in ("mod", "lib"):
+    if parts[-1] in ("mod", "lib", "main"):
         parts = parts[:-1]
     return parts
 
