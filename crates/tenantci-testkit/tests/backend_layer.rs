@@ -41,13 +41,15 @@ impl World {
     /// `task`'s assignment for `attempt`, as stored beside its executor and in the ledger.
     fn assignment(&self, task: i64, attempt: u32) -> Assignment {
         let labels = vec!["self-hosted".to_string()];
+        // A runner.v1 `Task` holding only its id (field 1, a varint): the tests' ids are small.
+        let gitea_task = [0x08, u8::try_from(task).expect("a small task id")];
         Assignment::seal(
             &self.key,
             &task.to_string(),
             attempt,
             Backend::Pod,
             labels,
-            b"job",
+            &gitea_task,
         )
         .expect("seals")
     }
@@ -71,15 +73,15 @@ impl World {
                 format!("tenantci@sha256:{}", "b".repeat(64)),
             ),
             capability_key: CapabilityKey::generate(),
+            sealing_key: self.key.clone(),
             identity: None,
-            cache: None,
+            cache_grant_lifetime: None,
         };
         let restarts = Restarts {
             claim: Claim {
                 start_deadline: DEADLINE.into(),
                 max_attempts: 3,
             },
-            sealing_key: self.key.clone(),
             template,
         };
         Reconciler::new(self.pod.clone(), self.fakes.ctx(), restarts, slots)

@@ -139,23 +139,10 @@ impl Worker {
                 Err(why) => return Outcome::Retry(why),
             }
         }
-        let identity = match self.template.spiffe_id(a) {
-            Ok(i) => i,
-            Err(why) => return self.refused(task, backend, why).await,
-        };
-        let mut spec = match self
-            .template
-            .spec(task, a.attempt, a.labels.clone(), identity)
-        {
+        let spec = match self.template.open(a).and_then(|o| self.template.spec(&o)) {
             Ok(spec) => spec,
             Err(why) => return self.refused(task, backend, why).await,
         };
-        // A task the shared cache cannot serve (its context names no repository or runtime
-        // token) runs with the runner's own cache: a cache is worth less than the job.
-        spec.cache_grant = self.template.cache_grant(task, a).unwrap_or_else(|why| {
-            tracing::warn!(task, %why, "no shared cache for this task; its runner keeps its own");
-            None
-        });
         if let Some(c) = &spec.class
             && !self.ctx.registry.reserve_class(task, &c.name, c.capacity)
         {

@@ -40,7 +40,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 
 use crate::capability::CapabilityKey;
-use crate::queue::assignment::{Assignment, SealingKey, context_path, context_str};
+use crate::queue::assignment::{context_path, context_str};
 use tenantci_core::forge::gitea::proto::Task;
 
 /// Gitea's repository names are `owner/name`, each at most 255 bytes.
@@ -181,11 +181,6 @@ pub fn task_cache(task: &Task) -> Result<TaskCache, String> {
         },
         token_digests,
     })
-}
-
-/// The cache scope and tokens of the task sealed in `a`.
-pub fn of_assignment(key: &SealingKey, a: &Assignment) -> Result<TaskCache, String> {
-    task_cache(&a.open_task(key)?)
 }
 
 fn signed(body: &str) -> String {

@@ -310,12 +310,12 @@ impl Scheduler {
     async fn enqueue(&self, task: Task, stop: watch::Receiver<bool>) {
         let id = task.id;
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
-        let backend = match class::pick(&self.classes, &labels) {
+        let (backend, class) = match class::pick(&self.classes, &labels) {
             Ok(Some(c)) => {
                 self.warm.claimed(&c.name);
-                c.backend
+                (c.backend, Some(c.name.clone()))
             }
-            Ok(None) => routing::route(&labels),
+            Ok(None) => (routing::route(&labels), None),
             Err(why) => return self.refuse(id, routing::route(&labels), &why).await,
         };
         if !self.pools.iter().any(|p| p.backend == backend) {
@@ -325,12 +325,15 @@ impl Scheduler {
             );
             return self.refuse(id, backend, &why).await;
         }
-        let sealed = Assignment::seal(
+        // The class travels with the assignment: whoever starts the executor takes it, and
+        // does not pick again.
+        let sealed = Assignment::seal_in_class(
             &self.sealing_key,
             &id.to_string(),
             1,
             backend,
             labels,
+            class,
             &task.encode_to_vec(),
         );
         let assignment = match sealed {

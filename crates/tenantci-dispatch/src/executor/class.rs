@@ -233,6 +233,26 @@ pub fn validate(
     Ok(())
 }
 
+/// The class the scheduler picked for an assignment, by its name (None: an assignment queued
+/// before the scheduler named its class, which is picked from its labels as the scheduler
+/// would have). A name this dispatcher no longer has (its config changed while the task
+/// waited) is why the task cannot start.
+pub fn named<'c, S: AsRef<str>>(
+    classes: &'c [ExecutorClass],
+    name: Option<&str>,
+    runs_on: &[S],
+) -> Result<Option<&'c ExecutorClass>, String> {
+    let Some(name) = name else {
+        return pick(classes, runs_on);
+    };
+    match classes.iter().find(|c| c.name == name) {
+        Some(c) => Ok(Some(c)),
+        None => Err(format!(
+            "its executor class `{name}` is not configured any more (the dispatcher's config changed while the task waited); re-run the job"
+        )),
+    }
+}
+
 /// The class a job's `runs-on` labels pick: None without classes (today's routing), else
 /// exactly one class, or why not (the sentence reported at Gitea).
 pub fn pick<'c, S: AsRef<str>>(

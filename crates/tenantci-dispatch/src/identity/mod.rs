@@ -16,7 +16,7 @@ pub mod init;
 pub mod own;
 pub mod settings;
 
-use crate::queue::assignment::{Assignment, SealingKey, context_str};
+use crate::queue::assignment::context_str;
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::spiffe::SpiffeId;
 use tenantci_core::spiffe::id::Values;
@@ -38,15 +38,6 @@ pub fn task_id(identity: &Parsed, task: &Task) -> Result<SpiffeId, String> {
         .id_template
         .render(&values)
         .map_err(|e| format!("no SPIFFE ID for task {}: {}", task.id, e.message()))
-}
-
-/// [`task_id`] of the task sealed in `assignment`.
-pub fn assignment_id(
-    identity: &Parsed,
-    key: &SealingKey,
-    assignment: &Assignment,
-) -> Result<SpiffeId, String> {
-    task_id(identity, &assignment.open_task(key)?)
 }
 
 #[cfg(test)]

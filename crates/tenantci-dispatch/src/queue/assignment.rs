@@ -43,6 +43,10 @@ pub struct Assignment {
     /// The job's runs-on labels.
     #[serde(default)]
     pub labels: Vec<String>,
+    /// The resource class the scheduler picked from the labels (none: no classes configured,
+    /// or an assignment queued before the scheduler named it). Bound to the ciphertext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// When the scheduler enqueued it (RFC 3339, UTC).
     pub enqueued_at: chrono::DateTime<chrono::Utc>,
     /// The task payload, sealed.
@@ -152,9 +156,16 @@ pub fn validate_task_id(id: &str) -> Result<(), AssignmentError> {
     }
 }
 
-/// The associated data: binds the ciphertext to this assignment's identity.
-fn associated_data(task_id: &str, attempt: u32, backend: Backend) -> Vec<u8> {
-    format!("tenantci-assignment\0v{VERSION}\0{task_id}\0{attempt}\0{backend}").into_bytes()
+/// The associated data: binds the ciphertext to this assignment's identity. A class is
+/// appended only when there is one, so an assignment without one reads as before classes
+/// were named.
+fn associated_data(task_id: &str, attempt: u32, backend: Backend, class: Option<&str>) -> Vec<u8> {
+    let mut aad = format!("tenantci-assignment\0v{VERSION}\0{task_id}\0{attempt}\0{backend}");
+    if let Some(class) = class {
+        aad.push_str("\0class=");
+        aad.push_str(class);
+    }
+    aad.into_bytes()
 }
 
 impl Assignment {
@@ -167,13 +178,27 @@ impl Assignment {
         labels: Vec<String>,
         payload: &[u8],
     ) -> Result<Self, AssignmentError> {
+        Self::seal_in_class(key, task_id, attempt, backend, labels, None, payload)
+    }
+
+    /// [`Assignment::seal`] naming the resource class the scheduler picked, so whoever starts
+    /// the executor takes that class rather than picking again.
+    pub fn seal_in_class(
+        key: &SealingKey,
+        task_id: &str,
+        attempt: u32,
+        backend: Backend,
+        labels: Vec<String>,
+        class: Option<String>,
+        payload: &[u8],
+    ) -> Result<Self, AssignmentError> {
         validate_task_id(task_id)?;
         if attempt == 0 {
             return Err(AssignmentError::BadAttempt);
         }
         let mut nonce = [0u8; 24];
         rand::rng().fill_bytes(&mut nonce);
-        let aad = associated_data(task_id, attempt, backend);
+        let aad = associated_data(task_id, attempt, backend, class.as_deref());
         let ct = key
             .cipher()
             .encrypt(
@@ -191,6 +216,7 @@ impl Assignment {
             attempt,
             backend,
             labels,
+            class,
             enqueued_at: chrono::Utc::now(),
             sealed: Sealed {
                 alg: ALG.to_string(),
@@ -222,7 +248,12 @@ impl Assignment {
         let ct = b64
             .decode(&self.sealed.ciphertext)
             .map_err(|_| AssignmentError::Open)?;
-        let aad = associated_data(&self.task_id, self.attempt, self.backend);
+        let aad = associated_data(
+            &self.task_id,
+            self.attempt,
+            self.backend,
+            self.class.as_deref(),
+        );
         key.cipher()
             .decrypt(
                 XNonce::from_slice(&nonce),
@@ -335,6 +366,33 @@ mod tests {
             assert_eq!(b.open(&key), Err(AssignmentError::Open));
         }
         assert_eq!(a.open(&SealingKey::generate()), Err(AssignmentError::Open));
+    }
+
+    /// The class the scheduler picked is bound as the backend is: an assignment moved to
+    /// another class (a bigger one) does not open, nor one whose class was taken off; an
+    /// assignment without a class is the JSON and associated data it was before classes were
+    /// named, so those queued by an older build still open.
+    #[test]
+    fn the_class_is_bound_to_the_payload_and_absent_without_one() {
+        let key = SealingKey::generate();
+        let a = Assignment::seal_in_class(
+            &key,
+            "4711",
+            1,
+            Backend::Pod,
+            vec!["large".into()],
+            Some("large".into()),
+            b"task",
+        )
+        .unwrap();
+        assert_eq!(a.open(&key).unwrap(), b"task");
+        for class in [Some("xlarge".to_string()), None] {
+            let mut b = a.clone();
+            b.class = class;
+            assert_eq!(b.open(&key), Err(AssignmentError::Open));
+        }
+        let plain = sample(&key).to_json();
+        assert!(!String::from_utf8_lossy(&plain).contains("class"));
     }
 
     #[test]

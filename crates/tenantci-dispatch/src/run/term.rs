@@ -29,7 +29,7 @@ use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::producer::Producer;
 use crate::queue::{Backend, STREAM};
 use crate::task::ledger::Ledger;
-use crate::task::spec::{ExecutorTemplate, GiteaForExecutors, TemplateCache, TemplateIdentity};
+use crate::task::spec::{ExecutorTemplate, GiteaForExecutors};
 use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::DeclareRequest;
 
@@ -312,27 +312,16 @@ fn template(s: &Shared) -> ExecutorTemplate {
         runner_name: s.cfg.gitea.runner_name.clone(),
         executor: s.cfg.executor.clone(),
         capability_key: s.capability_key.clone(),
+        sealing_key: s.sealing_key.clone(),
         // A loaded config is valid, so a present section parses.
-        identity: s
-            .cfg
-            .identity
-            .as_ref()
-            .and_then(|i| i.parse().ok())
-            .map(|settings| TemplateIdentity {
-                settings,
-                sealing_key: s.sealing_key.clone(),
-            }),
-        cache: s.cfg.cache.as_ref().map(|c| TemplateCache {
-            sealing_key: s.sealing_key.clone(),
-            grant_lifetime: c.grant_lifetime.get(),
-        }),
+        identity: s.cfg.identity.as_ref().and_then(|i| i.parse().ok()),
+        cache_grant_lifetime: s.cfg.cache.as_ref().map(|c| c.grant_lifetime.get()),
     }
 }
 
 fn restarts(s: &Shared) -> Restarts {
     Restarts {
         claim: s.cfg.claim.clone(),
-        sealing_key: s.sealing_key.clone(),
         template: template(s),
     }
 }

@@ -42,6 +42,7 @@
 //! (`backend::reconciler::replace`, decided by `backend::lifecycle::start`).
 
 pub mod ledger;
+pub mod opened;
 pub mod recovery;
 pub mod registry;
 pub mod report;

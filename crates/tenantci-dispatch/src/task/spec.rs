@@ -8,9 +8,10 @@ use tenantci_runner::runner::gitea_files::Registration;
 use tenantci_runner::runner::gitlab_config::Secret as Sensitive;
 
 use crate::capability::{self, CapabilityKey};
-use crate::executor::class::{self, ExecutorClass};
+use crate::executor::class::ExecutorClass;
 use crate::identity;
 use crate::queue::assignment::{Assignment, SealingKey};
+use crate::task::opened::Opened;
 
 pub const TASK_ID_LABEL: &str = "tenantci.io/task-id";
 
@@ -102,93 +103,94 @@ pub struct ExecutorTemplate {
     pub executor: crate::executor::Executor,
     /// Makes each attempt's capability.
     pub capability_key: CapabilityKey,
-    /// Executor identity on: the IDs are rendered from each task's sealed context.
-    pub identity: Option<TemplateIdentity>,
-    /// The shared cache on: what each executor's grant is made from.
-    pub cache: Option<TemplateCache>,
-}
-
-/// What the worker needs to give an executor its task's cache grant.
-#[derive(Clone)]
-pub struct TemplateCache {
-    /// Opens the assignment for the task's repository, refs and runtime tokens (never kept).
+    /// Opens each assignment once (`Opened`), and seals a replacement's attempt.
     pub sealing_key: SealingKey,
-    /// How long a grant opens the cache from its executor's start (`cache.grant_lifetime`).
-    pub grant_lifetime: std::time::Duration,
-}
-
-/// What the worker needs to give an executor its task's SPIFFE ID.
-#[derive(Clone)]
-pub struct TemplateIdentity {
-    pub settings: identity::Parsed,
-    /// Opens the assignment for the task's repository and job (never kept).
-    pub sealing_key: SealingKey,
+    /// Executor identity on: the IDs are rendered from each task's Gitea context.
+    pub identity: Option<identity::Parsed>,
+    /// The shared cache on: how long a grant opens it from its executor's start
+    /// (`cache.grant_lifetime`).
+    pub cache_grant_lifetime: Option<std::time::Duration>,
 }
 
 impl ExecutorTemplate {
-    /// The SPIFFE ID the executor of `a` must present (None: identity off). An error is a task
+    /// `a` opened, its class resolved (see [`Opened::open`]).
+    pub fn open(&self, a: &Assignment) -> Result<Opened, String> {
+        Opened::open(&self.sealing_key, &self.executor.classes, a)
+    }
+
+    /// Attempt `attempt` of the task whose stored assignment is `sealed` (JSON): sealed again
+    /// for it and opened. An error is why it cannot be started: the caller reports FAILURE.
+    pub fn next_attempt(
+        &self,
+        sealed: &[u8],
+        attempt: u32,
+    ) -> Result<(Assignment, Opened), String> {
+        let a = Assignment::from_json(sealed)
+            .map_err(|e| format!("the stored assignment does not decode ({e})"))?;
+        self.open(&a)?.next_attempt(&self.sealing_key, attempt)
+    }
+
+    /// The SPIFFE ID the executor of `o` must present (None: identity off). An error is a task
     /// that can have no ID (its context lacks the repository or job, or they make no ID).
-    pub fn spiffe_id(&self, a: &Assignment) -> Result<Option<ExecutorIdentity>, String> {
-        let Some(t) = &self.identity else {
+    fn spiffe_id(&self, o: &Opened) -> Result<Option<ExecutorIdentity>, String> {
+        let Some(settings) = &self.identity else {
             return Ok(None);
         };
-        let id = identity::assignment_id(&t.settings, &t.sealing_key, a)?;
+        let id = identity::task_id(settings, &o.gitea_task)?;
         Ok(Some(ExecutorIdentity {
             spiffe_id: id.to_string(),
-            facade_id: t.settings.facade_id.to_string(),
+            facade_id: settings.facade_id.to_string(),
         }))
     }
 
-    /// The cache grant of the executor of `a`, task `task`, valid from now (None: the cache
-    /// is off). An error is a task whose context names no repository or runtime token (the
-    /// worker runs it without the shared cache).
-    pub fn cache_grant(&self, task: i64, a: &Assignment) -> Result<Option<String>, String> {
-        let Some(c) = &self.cache else {
+    /// The cache grant of the executor of `o`, valid from now (None: the cache is off). An
+    /// error is a task whose context names no repository or runtime token.
+    fn cache_grant(&self, o: &Opened) -> Result<Option<String>, String> {
+        let Some(lifetime) = self.cache_grant_lifetime else {
             return Ok(None);
         };
-        let scope = crate::cache::grant::of_assignment(&c.sealing_key, a)?;
-        let expires =
-            time::OffsetDateTime::now_utc().unix_timestamp() + c.grant_lifetime.as_secs() as i64;
+        let scope = crate::cache::grant::task_cache(&o.gitea_task)?;
+        let expires = time::OffsetDateTime::now_utc().unix_timestamp() + lifetime.as_secs() as i64;
         Ok(Some(crate::cache::grant::mint(
             &self.capability_key,
-            task,
-            a.attempt,
+            o.task,
+            o.attempt,
             expires,
             &scope,
         )))
     }
 
-    /// The executor of one task attempt, sized and placed by its class, with its capability
-    /// (bound to its SPIFFE ID when identity is on). An error: its labels pick no class or
-    /// two (the caller reports FAILURE with it).
-    pub fn spec(
-        &self,
-        task: i64,
-        attempt: u32,
-        labels: Vec<String>,
-        identity: Option<ExecutorIdentity>,
-    ) -> Result<ExecutorSpec, String> {
-        let class = class::pick(&self.executor.classes, &labels)?.cloned();
-        let executor = match &class {
+    /// The executor of one task attempt, sized and placed by the class the scheduler picked,
+    /// with its capability (bound to its SPIFFE ID when identity is on) and its cache grant.
+    /// An error is why it will never start (the caller reports FAILURE with it).
+    pub fn spec(&self, o: &Opened) -> Result<ExecutorSpec, String> {
+        let identity = self.spiffe_id(o)?;
+        let executor = match &o.class {
             Some(c) => self.executor.of_class(c),
             None => self.executor.clone(),
         };
         let bound = identity.as_ref().map(|i| i.spiffe_id.as_str());
+        // A task the shared cache cannot serve (its context names no repository or runtime
+        // token) runs with the runner's own cache: a cache is worth less than the job.
+        let cache_grant = self.cache_grant(o).unwrap_or_else(|why| {
+            tracing::warn!(task = o.task, %why, "no shared cache for this task; its runner keeps its own");
+            None
+        });
         Ok(ExecutorSpec {
             namespace: self.namespace.clone(),
-            task_id: task,
-            attempt,
-            assignment_id: capability::assignment_id(task, attempt),
-            capability: self.capability_key.token_for(task, attempt, bound),
+            task_id: o.task,
+            attempt: o.attempt,
+            assignment_id: capability::assignment_id(o.task, o.attempt),
+            capability: self.capability_key.token_for(o.task, o.attempt, bound),
             identity,
             facade_url: self.facade_url.clone(),
             facade_ca_pem: self.facade_ca_pem.clone(),
             gitea: self.gitea.clone(),
-            labels,
+            labels: o.labels.clone(),
             runner_name: self.runner_name.clone(),
             executor,
-            class,
-            cache_grant: None,
+            class: o.class.clone(),
+            cache_grant,
         })
     }
 }

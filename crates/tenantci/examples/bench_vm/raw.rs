@@ -75,8 +75,9 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         runner_name: cfg.gitea.runner_name.clone(),
         executor: cfg.executor.clone(),
         capability_key,
+        sealing_key,
         identity: None,
-        cache: None,
+        cache_grant_lifetime: None,
     };
     let mut done: Vec<Times> = Vec::new();
     let mut version = TasksVersion::default();
@@ -89,18 +90,20 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         let fetched = now();
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
         let backend = routing::route(&labels);
-        // Sealed and dropped: the raw path has no queue, but pays the scheduler's CPU.
-        Assignment::seal(
-            &sealing_key,
+        // Sealed and opened: the raw path has no queue, but pays the scheduler's and the
+        // worker's CPU.
+        let sealed = Assignment::seal(
+            &template.sealing_key,
             &task.id.to_string(),
             1,
             backend,
-            labels.clone(),
+            labels,
             &task.encode_to_vec(),
         )
         .unwrap();
         let spec = template
-            .spec(task.id, 1, labels, None)
+            .open(&sealed)
+            .and_then(|o| template.spec(&o))
             .expect("no classes: every task has a spec");
         let listing = Instant::now();
         if list_first {

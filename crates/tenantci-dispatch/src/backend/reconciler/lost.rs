@@ -241,7 +241,7 @@ impl Reconciler {
             return (true, Some(slot));
         };
         let attempt = entry.attempt.max(leftover.unwrap_or(0)) + 1;
-        let (assignment, spec) = match self.restarts.next_attempt(task, &sealed, attempt) {
+        let (assignment, spec) = match self.restarts.next_attempt(&sealed, attempt) {
             Ok(r) => r,
             Err(why) => return (self.fail(task, &why).await, Some(slot)),
         };

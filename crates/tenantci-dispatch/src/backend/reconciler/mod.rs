@@ -40,7 +40,7 @@ use tokio::sync::watch;
 use crate::backend::Context;
 use crate::backend::lifecycle::{self, Decision, Start};
 use crate::backend::{BackendError, Executors, Observed, Progress};
-use crate::queue::assignment::{Assignment, SealingKey};
+use crate::queue::assignment::Assignment;
 use crate::task::Claim;
 use crate::task::ledger::{Entry, LedgerError};
 use crate::task::recovery::Recovery;
@@ -65,23 +65,20 @@ pub enum RecoverError {
 /// What replacing an executor needs.
 pub struct Restarts {
     pub claim: Claim,
-    pub sealing_key: SealingKey,
     pub template: ExecutorTemplate,
 }
 
 impl Restarts {
-    /// Attempt `attempt` of `task` from its stored sealed assignment: re-sealed for it, and
+    /// The next attempt, `attempt`, of a task from its stored sealed assignment: sealed again for it, and
     /// its executor's spec (with a fresh capability, bound to the task's SPIFFE ID when
     /// identity is on). An error is why it cannot be started: the caller reports FAILURE.
     pub fn next_attempt(
         &self,
-        task: i64,
         sealed: &[u8],
         attempt: u32,
     ) -> Result<(Assignment, ExecutorSpec), String> {
-        let (assignment, labels) = reseal(&self.sealing_key, sealed, attempt)?;
-        let identity = self.template.spiffe_id(&assignment)?;
-        let spec = self.template.spec(task, attempt, labels, identity)?;
+        let (assignment, opened) = self.template.next_attempt(sealed, attempt)?;
+        let spec = self.template.spec(&opened)?;
         Ok((assignment, spec))
     }
 }
@@ -271,27 +268,4 @@ impl Reconciler {
             }
         }
     }
-}
-
-/// A stored assignment, sealed again for `attempt` (the attempt is sealed in), and its labels.
-pub fn reseal(
-    key: &SealingKey,
-    sealed: &[u8],
-    attempt: u32,
-) -> Result<(Assignment, Vec<String>), String> {
-    let a = Assignment::from_json(sealed)
-        .map_err(|e| format!("the stored assignment does not decode ({e})"))?;
-    let payload = a
-        .open(key)
-        .map_err(|e| format!("the stored assignment does not open ({e})"))?;
-    let next = Assignment::seal(
-        key,
-        &a.task_id,
-        attempt,
-        a.backend,
-        a.labels.clone(),
-        &payload,
-    )
-    .map_err(|e| format!("the assignment cannot be sealed again ({e})"))?;
-    Ok((next, a.labels))
 }

@@ -30,7 +30,7 @@ impl Reconciler {
             None => return,
         }
         let next = match self.executors.sealed_assignment(task).await {
-            Ok(Some(sealed)) => self.restarts.next_attempt(task, &sealed, attempt),
+            Ok(Some(sealed)) => self.restarts.next_attempt(&sealed, attempt),
             Ok(None) => return, // Consumed meanwhile: the executor reported after all.
             Err(e) => {
                 tracing::warn!(task, error = %e, "cannot read the task's sealed assignment");
