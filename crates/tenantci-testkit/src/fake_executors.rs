@@ -15,13 +15,14 @@ use std::time::Duration;
 use tenantci_core::forge::gitea::client::ClientError;
 use tenantci_core::forge::gitea::proto::TaskResult;
 use tenantci_dispatch::backend::lifecycle::Decision;
-use tenantci_dispatch::backend::reconciler::{Granted, Slots};
+use tenantci_dispatch::backend::reconciler::Slots;
 use tenantci_dispatch::backend::{
     BackendError, Context, Created, Executors, Nouns, Observed, Presence, Progress, StartError,
 };
 use tenantci_dispatch::executor::demand::WarmDemand;
 use tenantci_dispatch::metrics::Metrics;
 use tenantci_dispatch::queue::Backend;
+use tenantci_dispatch::queue::consumer::Slot;
 use tenantci_dispatch::task::ledger::{self, Entry, LedgerError};
 use tenantci_dispatch::task::registry::Registry;
 use tenantci_dispatch::task::report::{ClaimLedger, TaskReports};
@@ -340,9 +341,8 @@ impl TaskReports for FakeGitea {
     }
 }
 
-/// Admission slots in memory: `capacity` of them. The registry holds only the consumer's own
-/// slots, so these are not given back when the executor holding one goes: the test frees
-/// them ([`FakeSlots::free`]) where an executor would have left.
+/// Admission slots in memory: `capacity` of them, each free again when the registry lets its
+/// executor go (`Registry::finished`), as a consumer's slot is.
 pub struct FakeSlots {
     free: Arc<Semaphore>,
 }
@@ -354,11 +354,6 @@ impl FakeSlots {
         })
     }
 
-    /// `n` slots are free again (executors left).
-    pub fn free(&self, n: usize) {
-        self.free.add_permits(n);
-    }
-
     /// Slots free now.
     pub fn available(&self) -> usize {
         self.free.available_permits()
@@ -366,18 +361,14 @@ impl FakeSlots {
 }
 
 impl Slots for FakeSlots {
-    fn reserve(&self) -> Option<Granted> {
+    fn reserve(&self) -> Option<Slot> {
         let permit = self.free.clone().try_acquire_owned().ok()?;
-        permit.forget();
-        Some(Granted::stand_in())
+        Some(Slot::of_permit(permit))
     }
 
-    fn acquire(&self) -> Boxed<'static, Option<Granted>> {
+    fn acquire(&self) -> Boxed<'static, Option<Slot>> {
         let free = self.free.clone();
-        Box::pin(async move {
-            free.acquire_owned().await.ok()?.forget();
-            Some(Granted::stand_in())
-        })
+        Box::pin(async move { Some(Slot::of_permit(free.acquire_owned().await.ok()?)) })
     }
 }
 

@@ -1,18 +1,23 @@
-//! The backend layer's decisions (reconciler, recovery, keep-alive) against in-memory doubles:
-//! which executor starts, which is deleted, what Gitea is told. No NATS, apiserver or forge;
-//! every step is one call (`pass`, `recover`, `round`), so no test waits on a clock.
+//! The backend layer's decisions (worker, reconciler, recovery, keep-alive) against in-memory
+//! doubles: which executor starts, which is deleted, what Gitea is told. No NATS, apiserver or
+//! forge; every step is one call (`handle`, `pass`, `recover`, `round`), so no test waits on a
+//! clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+
 use tenantci_core::forge::gitea::proto::TaskResult;
 use tenantci_dispatch::backend::keep_alive::KeepAlive;
 use tenantci_dispatch::backend::reconciler::{Reconciler, Restarts};
+use tenantci_dispatch::backend::worker::Worker;
 use tenantci_dispatch::backend::{Executors, Observed, Progress, StartError};
 use tenantci_dispatch::capability::CapabilityKey;
 use tenantci_dispatch::executor::Executor;
 use tenantci_dispatch::queue::Backend;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
+use tenantci_dispatch::queue::consumer::{Job, Outcome, Slot};
 use tenantci_dispatch::task::Claim;
 use tenantci_dispatch::task::ledger::{Entry, Phase};
 use tenantci_dispatch::task::report;
@@ -61,8 +66,8 @@ impl World {
         self.pod.put(o, Some(sealed));
     }
 
-    fn reconciler(&self, slots: Arc<FakeSlots>) -> Reconciler {
-        let template = ExecutorTemplate {
+    fn template(&self) -> ExecutorTemplate {
+        ExecutorTemplate {
             namespace: "dynamic-runner".into(),
             facade_url: "https://10.0.0.5:8443".into(),
             facade_ca_pem: String::new(),
@@ -76,15 +81,33 @@ impl World {
             sealing_key: self.key.clone(),
             identity: None,
             cache_grant_lifetime: None,
-        };
+        }
+    }
+
+    fn reconciler(&self, slots: Arc<FakeSlots>) -> Reconciler {
         let restarts = Restarts {
             claim: Claim {
                 start_deadline: DEADLINE.into(),
                 max_attempts: 3,
             },
-            template,
+            template: self.template(),
         };
         Reconciler::new(self.pod.clone(), self.fakes.ctx(), restarts, slots)
+    }
+
+    fn worker(&self) -> Arc<Worker> {
+        Arc::new(Worker {
+            executors: self.pod.clone(),
+            template: self.template(),
+            ctx: self.fakes.ctx(),
+        })
+    }
+
+    /// The `delivered`th delivery of `task`'s attempt 1, holding a slot of its own.
+    fn delivery(&self, task: i64, delivered: i64, last_delivery: bool) -> Job {
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let a = self.assignment(task, 1);
+        Job::outside_a_consumer(a, delivered, last_delivery, Slot::of_permit(permit))
     }
 
     fn keep_alive(&self, backends: Vec<Arc<dyn Executors>>) -> KeepAlive {
@@ -253,8 +276,8 @@ async fn recovery_starts_no_more_lost_executors_than_free_slots() {
     r.pass().await.unwrap();
     assert_eq!(w.pod.starts().len(), 2, "still no slot");
 
-    // An executor leaves: the slot recovery awaits in the background is its.
-    slots.free(1);
+    // An executor leaves (the reconciler deleted it): its slot is the one recovery awaits.
+    w.fakes.registry.finished(1);
     for _ in 0..100 {
         if slots.available() == 0 {
             break;
@@ -339,4 +362,87 @@ async fn keep_alive_updates_every_unreported_task_on_every_backend_once() {
     w.keep_alive(vec![w.pod.clone(), vm.clone()]).round().await;
     assert_eq!(w.fakes.gitea.keep_alives(), vec![1, 2, 3, 5, 7]);
     assert!(w.pod.deletes().is_empty() && vm.deletes().is_empty());
+}
+
+/// A first delivery: the executor is started fresh (no lookup), the start recorded in the
+/// ledger with its sealed assignment (what recovery restarts a lost executor from) and the
+/// task registered as running. Guards against an executor the next term would not know.
+#[tokio::test]
+async fn a_first_delivery_starts_its_executor_and_records_it() {
+    let w = World::new();
+    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+    assert!(matches!(outcome, Outcome::Started), "{outcome:?}");
+    let fresh = Start {
+        fresh: true,
+        ..start(7, 1)
+    };
+    assert_eq!(w.pod.starts(), vec![fresh]);
+    let entry = w.fakes.ledger.entry(7).expect("the start is recorded");
+    assert_eq!(entry.phase, Phase::Started);
+    assert!(entry.assignment.is_some(), "kept for recovery");
+    assert!(w.fakes.registry.is_running(7));
+}
+
+/// Created and started, then the dispatcher died before the ack; the job ran to its end and
+/// its executor was deleted; then the assignment is delivered again. Gitea has the task as
+/// over: nothing starts, the ledger learns the end. Guards against a job run twice.
+#[tokio::test]
+async fn a_redelivery_of_a_task_gitea_ended_is_not_started_again() {
+    let w = World::new();
+    w.fakes.gitea.set_result(7, TaskResult::Success);
+    let outcome = w.worker().handle(w.delivery(7, 2, false)).await;
+    assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");
+    assert!(w.pod.starts().is_empty());
+    let entry = w.fakes.ledger.entry(7).expect("the end is recorded");
+    assert_eq!(entry.phase, Phase::Final);
+}
+
+/// Attempt 1 replaced by attempt 2 (the ledger says so), then attempt 1's assignment is
+/// delivered again: it is dropped. Guards against two executors of one task.
+#[tokio::test]
+async fn an_assignment_a_later_attempt_replaced_is_dropped() {
+    let w = World::new();
+    w.fakes
+        .ledger
+        .put(Entry::step(7, 2, Backend::Pod, Phase::Started));
+    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+    assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");
+    assert!(w.pod.starts().is_empty());
+}
+
+/// Claimed and queued, cancelled at Gitea, keep-alive withdrew it, then the worker gets its
+/// assignment: nothing starts. Guards against a cancelled job run anyway.
+#[tokio::test]
+async fn a_task_withdrawn_while_queued_is_not_started() {
+    let w = World::new();
+    w.fakes.registry.queued(7, Backend::Pod);
+    assert!(w.fakes.registry.withdraw(7));
+    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+    assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");
+    assert!(w.pod.starts().is_empty());
+}
+
+/// The backend's API is away: the delivery goes back to the queue while more deliveries
+/// follow, and on the last one the task is reported FAILURE saying why. Guards against a
+/// task left claimed with nobody to start it, and against FAILURE for a passing outage.
+#[tokio::test]
+async fn a_backend_away_is_retried_and_reported_on_the_last_delivery() {
+    let w = World::new();
+    let away = || StartError::Unavailable("connection refused".into());
+    w.pod.fail_next_start(away());
+    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+    assert!(matches!(outcome, Outcome::Retry(_)), "{outcome:?}");
+    assert!(w.fakes.gitea.failures().is_empty());
+    w.pod.fail_next_start(away());
+    let outcome = w.worker().handle(w.delivery(7, 5, true)).await;
+    assert!(matches!(outcome, Outcome::Poison(_)), "{outcome:?}");
+    let failures = w.fakes.gitea.failures();
+    assert_eq!(failures.len(), 1);
+    assert!(
+        failures[0]
+            .1
+            .contains("stayed unavailable through 5 deliveries"),
+        "{failures:?}"
+    );
+    assert!(!w.fakes.registry.is_running(7));
 }

@@ -21,7 +21,6 @@ use tokio::time::Instant;
 
 use crate::backend::Context;
 use crate::backend::{Created, Executors, StartError};
-use crate::queue::Backend;
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{Job, Outcome};
 use crate::task::ledger::{Entry, Phase};
@@ -105,25 +104,43 @@ impl Worker {
         }
     }
 
-    /// The consumer's handler for one delivery.
+    /// The consumer's handler for one delivery: admitted (not withdrawn, not stale, not over
+    /// at Gitea), opened into its executor's spec, its class slot held, then started.
     pub async fn handle(self: Arc<Self>, job: Job) -> Outcome {
         let a = &job.assignment;
-        let backend = self.executors.backend();
         let Ok(task) = a.task_id.parse::<i64>() else {
             return Outcome::Poison(format!("`{}` is not a Gitea task id", a.task_id));
         };
+        let fresh = match self.admit(task, &job).await {
+            Ok(fresh) => fresh,
+            Err(done) => return done,
+        };
+        let spec = match self.template.open(a).and_then(|o| self.template.spec(&o)) {
+            Ok(spec) => spec,
+            Err(why) => return self.refused(task, why).await,
+        };
+        if let Some(waits) = self.hold_class(task, &spec, &job).await {
+            return waits;
+        }
+        self.start(task, &spec, &job, fresh).await
+    }
+
+    /// Whether this delivery may start an executor, and whether it is `fresh` (see
+    /// [`Executors::start`]); the outcome when it may not: the task was withdrawn while
+    /// queued, the ledger has it as over or superseded, or (a redelivery without an executor)
+    /// Gitea ended it already.
+    async fn admit(&self, task: i64, job: &Job) -> Result<bool, Outcome> {
         if self.ctx.registry.take_withdrawn(task) {
             tracing::info!(
                 task,
                 "the task was cancelled at Gitea while queued; no executor is started"
             );
-            return Outcome::Started;
+            return Err(Outcome::Started);
         }
-        let standing = self.standing(task, a).await;
+        let standing = self.standing(task, &job.assignment).await;
         if standing == Standing::Stale {
-            return Outcome::Started;
+            return Err(Outcome::Started);
         }
-        let fresh = job.delivered == 1 && standing == Standing::Current;
         if job.delivered > 1 && !self.ctx.registry.is_running(task) {
             match self.already_over(task).await {
                 Ok(Some(result)) => {
@@ -133,83 +150,98 @@ impl Worker {
                     );
                     self.ctx.registry.finished(task);
                     self.ctx.ledger.note(report::final_step(task, result)).await;
-                    return Outcome::Started;
+                    return Err(Outcome::Started);
                 }
                 Ok(None) => {}
-                Err(why) => return Outcome::Retry(why),
+                Err(why) => return Err(Outcome::Retry(why)),
             }
         }
-        let spec = match self.template.open(a).and_then(|o| self.template.spec(&o)) {
-            Ok(spec) => spec,
-            Err(why) => return self.refused(task, backend, why).await,
-        };
-        if let Some(c) = &spec.class
-            && !self.ctx.registry.reserve_class(task, &c.name, c.capacity)
-        {
-            let why = format!("its class `{}` has all {} slots taken", c.name, c.capacity);
-            if job.last_delivery {
-                let line = format!(
-                    "{why} through {} deliveries of the assignment",
-                    job.delivered
-                );
-                self.fail(task, backend, &line).await;
-                return Outcome::Poison(why);
-            }
-            return Outcome::Wait(why);
+        Ok(job.delivered == 1 && standing == Standing::Current)
+    }
+
+    /// Takes a slot of the task's class; the outcome when all are taken: wait for one, or on
+    /// the last delivery, FAILURE.
+    async fn hold_class(&self, task: i64, spec: &ExecutorSpec, job: &Job) -> Option<Outcome> {
+        let c = spec.class.as_ref()?;
+        if self.ctx.registry.reserve_class(task, &c.name, c.capacity) {
+            return None;
         }
+        let why = format!("its class `{}` has all {} slots taken", c.name, c.capacity);
+        if !job.last_delivery {
+            return Some(Outcome::Wait(why));
+        }
+        let line = format!(
+            "{why} through {} deliveries of the assignment",
+            job.delivered
+        );
+        self.fail(task, &line).await;
+        Some(Outcome::Poison(why))
+    }
+
+    /// Starts the executor (waiting out an outage for the backend's patience) and records it:
+    /// the ledger's `started` with the sealed assignment, the registry's slot, the metrics.
+    async fn start(&self, task: i64, spec: &ExecutorSpec, job: &Job, fresh: bool) -> Outcome {
+        let (a, backend) = (&job.assignment, self.executors.backend());
         let warm_slot = spec
             .class
             .as_ref()
             .and_then(|c| Some((c.name.as_str(), self.ctx.warm.has_warm_slot(&c.name)?)));
-        let started = start_patiently(&*self.executors, &spec, &a.to_json(), fresh).await;
+        let started = start_patiently(&*self.executors, spec, &a.to_json(), fresh).await;
         if let (Some((class, hit)), Ok(Created::New)) = (warm_slot, &started) {
             self.ctx.metrics.warm_start(class, hit);
         }
-        if started.is_err() {
-            self.ctx.registry.release_class(task);
-        }
-        match started {
-            Ok(created) => {
-                let step = Entry::step(task, a.attempt, backend, Phase::Started);
-                self.ctx.ledger.note(step.with_assignment(a)).await;
-                self.ctx
-                    .registry
-                    .running(task, backend, || Some(job.hold_slot()));
-                self.ctx
-                    .metrics
-                    .in_use(backend, self.ctx.registry.running_count(backend));
-                tracing::info!(task, attempt = a.attempt, %backend, ?created, "executor started");
-                Outcome::Started
+        let created = match started {
+            Ok(created) => created,
+            Err(e) => {
+                self.ctx.registry.release_class(task);
+                return self.not_started(task, job, e).await;
             }
-            Err(StartError::Unavailable(why)) if !job.last_delivery => Outcome::Retry(why),
-            // The queue will not deliver it again (a finite `max_deliver`): say so at Gitea
-            // rather than leave the task claimed with nobody to start it.
-            Err(StartError::Unavailable(why)) => {
+        };
+        let step = Entry::step(task, a.attempt, backend, Phase::Started);
+        self.ctx.ledger.note(step.with_assignment(a)).await;
+        self.ctx
+            .registry
+            .running(task, backend, || Some(job.hold_slot()));
+        self.ctx
+            .metrics
+            .in_use(backend, self.ctx.registry.running_count(backend));
+        tracing::info!(task, attempt = a.attempt, %backend, ?created, "executor started");
+        Outcome::Started
+    }
+
+    /// A start the backend did not take: tried again on the next delivery, or, when the queue
+    /// will not deliver it again (a finite `max_deliver`), FAILURE at Gitea rather than a task
+    /// left claimed with nobody to start it.
+    async fn not_started(&self, task: i64, job: &Job, e: StartError) -> Outcome {
+        match e {
+            StartError::Unavailable(why) if !job.last_delivery => Outcome::Retry(why),
+            StartError::Unavailable(why) => {
                 let line = format!(
-                    "the {backend} backend stayed unavailable through {} deliveries of the assignment: {why}",
+                    "the {} backend stayed unavailable through {} deliveries of the assignment: {why}",
+                    self.executors.backend(),
                     job.delivered
                 );
-                self.fail(task, backend, &line).await;
+                self.fail(task, &line).await;
                 Outcome::Poison(why)
             }
-            Err(StartError::Refused(why)) => self.refused(task, backend, why).await,
+            StartError::Refused(why) => self.refused(task, why).await,
         }
     }
 
     /// An executor that will never start: the task fails at Gitea with the reason.
-    async fn refused(&self, task: i64, backend: Backend, why: String) -> Outcome {
+    async fn refused(&self, task: i64, why: String) -> Outcome {
         let line = format!("the executor could not be created: {why}");
-        self.fail(task, backend, &line).await;
+        self.fail(task, &line).await;
         Outcome::Poison(why)
     }
 
     /// Reports FAILURE with `line` for a task whose assignment leaves the queue unstarted.
-    async fn fail(&self, task: i64, backend: Backend, line: &str) {
+    async fn fail(&self, task: i64, line: &str) {
         match self.ctx.gitea.fail(task, line).await {
             Ok(()) => self.ctx.ledger.note(report::failed_step(task)).await,
             Err(e) => tracing::warn!(task, error = %e, "cannot report the failure to Gitea"),
         }
-        self.ctx.metrics.failed(backend);
+        self.ctx.metrics.failed(self.executors.backend());
         self.ctx.registry.finished(task);
     }
 

@@ -158,6 +158,15 @@ impl Drop for SlotInner {
     }
 }
 
+impl Slot {
+    /// A slot of `permit`'s own semaphore, counted by no consumer: freed when its last clone
+    /// is dropped, as a consumer's is. For admission outside a consumer (the testkit's fakes
+    /// of the layers above).
+    pub fn of_permit(permit: OwnedSemaphorePermit) -> Slot {
+        take_slot(&Arc::new(Counters::default()), permit)
+    }
+}
+
 /// Counts a slot taken with `permit` as in flight until every clone of it is dropped.
 fn take_slot(counters: &Arc<Counters>, permit: OwnedSemaphorePermit) -> Slot {
     let n = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -181,6 +190,22 @@ pub struct Job {
 }
 
 impl Job {
+    /// A delivery made outside a consumer (the worker's unit tests), holding `slot`.
+    pub fn outside_a_consumer(
+        assignment: Assignment,
+        delivered: i64,
+        last_delivery: bool,
+        slot: Slot,
+    ) -> Job {
+        Job {
+            assignment,
+            delivered,
+            stream_sequence: 0,
+            last_delivery,
+            slot,
+        }
+    }
+
     /// Keeps the admission slot taken after the handler returns, until the returned `Slot`
     /// (e.g. stored with the running workload) is dropped.
     pub fn hold_slot(&self) -> Slot {

@@ -16,40 +16,23 @@ use crate::task::ledger::{Entry, Phase};
 use crate::task::recovery::{self, Objects, Recovery};
 use crate::task::report;
 
-/// An admission slot recovery took. The consumer's slot is held by the registry with the
-/// executor, so it frees when the executor goes; a stand-in (a test's slot source, which the
-/// registry cannot hold) is counted by whoever granted it.
-pub struct Granted(Option<Slot>);
-
-impl Granted {
-    /// A slot granted by a source other than the consumer.
-    pub fn stand_in() -> Self {
-        Granted(None)
-    }
-
-    fn into_slot(self) -> Option<Slot> {
-        self.0
-    }
-}
-
 /// Where recovery takes its admission slots: the backend's [`CappedConsumer`], whose slots
 /// the worker's pulls take too (a seam, so the slot rule is tested without NATS).
 pub trait Slots: Send + Sync + 'static {
     /// A slot free now; None when every slot is taken.
-    fn reserve(&self) -> Option<Granted>;
+    fn reserve(&self) -> Option<Slot>;
 
     /// Waits for a slot, in turn with the worker's pulls; None when the source is gone.
-    fn acquire(&self) -> BoxFuture<'static, Option<Granted>>;
+    fn acquire(&self) -> BoxFuture<'static, Option<Slot>>;
 }
 
 impl Slots for CappedConsumer {
-    fn reserve(&self) -> Option<Granted> {
-        self.reserve_slot().map(|s| Granted(Some(s)))
+    fn reserve(&self) -> Option<Slot> {
+        self.reserve_slot()
     }
 
-    fn acquire(&self) -> BoxFuture<'static, Option<Granted>> {
-        let slot = self.acquire_slot();
-        Box::pin(async move { slot.await.map(|s| Granted(Some(s))) })
+    fn acquire(&self) -> BoxFuture<'static, Option<Slot>> {
+        Box::pin(self.acquire_slot())
     }
 }
 
@@ -59,9 +42,9 @@ impl Slots for CappedConsumer {
 /// waits for one.
 pub(super) struct SpareSlots {
     consumer: Arc<dyn Slots>,
-    spare: Vec<Granted>,
+    spare: Vec<Slot>,
     /// The background wait for a slot; aborted when dropped.
-    awaiting: JoinSet<Option<Granted>>,
+    awaiting: JoinSet<Option<Slot>>,
 }
 
 impl SpareSlots {
@@ -75,7 +58,7 @@ impl SpareSlots {
 
     /// A slot for an executor recovery found running (None beyond the capacity).
     fn for_found(&self) -> Option<Slot> {
-        self.consumer.reserve().and_then(Granted::into_slot)
+        self.consumer.reserve()
     }
 
     /// Takes up to `n` slots that are free now.
@@ -90,7 +73,7 @@ impl SpareSlots {
     }
 
     /// A spare slot, or None while one is awaited in the background.
-    fn take(&mut self) -> Option<Granted> {
+    fn take(&mut self) -> Option<Slot> {
         while let Some(done) = self.awaiting.try_join_next() {
             self.spare.extend(done.ok().flatten());
         }
@@ -103,7 +86,7 @@ impl SpareSlots {
         None
     }
 
-    fn give_back(&mut self, slot: Granted) {
+    fn give_back(&mut self, slot: Slot) {
         self.spare.push(slot);
     }
 
@@ -223,8 +206,8 @@ impl Reconciler {
         &mut self,
         entry: &Entry,
         leftover: Option<u32>,
-        slot: Granted,
-    ) -> (bool, Option<Granted>) {
+        slot: Slot,
+    ) -> (bool, Option<Slot>) {
         let task = entry.task;
         if leftover.is_some()
             && let Err(e) = self.executors.delete(task).await
@@ -267,9 +250,7 @@ impl Reconciler {
             .ledger
             .note(step.with_assignment(&assignment))
             .await;
-        self.ctx
-            .registry
-            .running(task, backend, || slot.into_slot());
+        self.ctx.registry.running(task, backend, || Some(slot));
         if let Some(class) = &spec.class {
             self.ctx.registry.hold_class(task, &class.name);
         }

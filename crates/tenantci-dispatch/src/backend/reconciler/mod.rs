@@ -46,8 +46,8 @@ use crate::task::ledger::{Entry, LedgerError};
 use crate::task::recovery::Recovery;
 use crate::task::report;
 use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
+pub use lost::Slots;
 use lost::SpareSlots;
-pub use lost::{Granted, Slots};
 use replace::Replacement;
 
 /// Full resync interval; the facade's terminal marker and freed slots also wake it at once.
