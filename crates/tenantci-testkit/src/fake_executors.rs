@@ -17,12 +17,13 @@ use tenantci_core::forge::gitea::proto::TaskResult;
 use tenantci_dispatch::backend::lifecycle::Decision;
 use tenantci_dispatch::backend::reconciler::Slots;
 use tenantci_dispatch::backend::{
-    BackendError, Context, Created, Executors, Nouns, Observed, Presence, Progress, StartError,
+    BackendError, Context, Created, Executors, Nouns, Observed, Presence, StartError,
 };
 use tenantci_dispatch::executor::demand::WarmDemand;
 use tenantci_dispatch::metrics::Metrics;
 use tenantci_dispatch::queue::Backend;
 use tenantci_dispatch::queue::consumer::Slot;
+use tenantci_dispatch::task::Progress;
 use tenantci_dispatch::task::ledger::{self, Entry, LedgerError};
 use tenantci_dispatch::task::registry::Registry;
 use tenantci_dispatch::task::report::{ClaimLedger, TaskReports};

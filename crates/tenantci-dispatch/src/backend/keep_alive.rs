@@ -12,7 +12,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::backend::Context;
-use crate::backend::{Executors, Progress};
+use crate::backend::Executors;
+use crate::task::Progress;
 use crate::task::report;
 use tenantci_core::forge::gitea::proto::TaskResult;
 

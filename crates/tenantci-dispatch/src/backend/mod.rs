@@ -34,7 +34,8 @@ use futures::future::BoxFuture;
 
 use crate::metrics::Metrics;
 use crate::queue::Backend;
-use crate::task::ledger::{LedgerError, Phase};
+use crate::task::Progress;
+use crate::task::ledger::LedgerError;
 use crate::task::registry::Registry;
 use crate::task::report::{ClaimLedger, TaskReports};
 use crate::task::spec::ExecutorSpec;
@@ -99,17 +100,6 @@ impl BackendError {
     }
 }
 
-/// How far an executor got with its task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Progress {
-    /// It has not called FetchTask yet.
-    Unfetched,
-    /// It fetched its task, and has not reported yet.
-    Fetched,
-    /// It reported: its assignment is consumed.
-    Reported,
-}
-
 /// A scheduled executor that a SPIRE agent attests: what its SPIRE entry is written from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -155,11 +145,7 @@ impl Observed {
         let entry = ledger.get(self.task).await?;
         Ok(entry
             .filter(|e| e.attempt == self.attempt)
-            .map(|e| match e.phase {
-                Phase::Claimed | Phase::Queued | Phase::Started => Progress::Unfetched,
-                Phase::Fetched => Progress::Fetched,
-                Phase::Reported | Phase::Final => Progress::Reported,
-            }))
+            .map(|e| e.phase.progress()))
     }
 }
 

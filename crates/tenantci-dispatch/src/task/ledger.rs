@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::queue::Backend;
 use crate::queue::assignment::Assignment;
 use crate::queue::ledger_bucket::BUCKET;
+use crate::task::Progress;
 
 fn key(task: i64) -> String {
     format!("task.{task}")
@@ -51,6 +52,18 @@ pub enum Phase {
     Reported,
     /// Gitea accepted its final state.
     Final,
+}
+
+impl Phase {
+    /// How far the executor of an entry at this phase got, for a backend that cannot tell
+    /// by itself.
+    pub fn progress(self) -> Progress {
+        match self {
+            Phase::Claimed | Phase::Queued | Phase::Started => Progress::Unfetched,
+            Phase::Fetched => Progress::Fetched,
+            Phase::Reported | Phase::Final => Progress::Reported,
+        }
+    }
 }
 
 /// One task's entry.

@@ -52,6 +52,17 @@ use serde::{Deserialize, Serialize};
 
 use tenantci_core::duration::GoDuration;
 
+/// How far an executor got with its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Progress {
+    /// It has not called FetchTask yet.
+    Unfetched,
+    /// It fetched its task, and has not reported yet.
+    Fetched,
+    /// It reported: its assignment is consumed.
+    Reported,
+}
+
 /// The `[claim]` section: what happens to a claimed task whose executor never fetches it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -22,11 +22,10 @@ use futures::future::BoxFuture;
 use tokio::sync::Mutex;
 
 use crate::backend::pod::registrar::Registrar;
-use crate::backend::{
-    BackendError, Created, Executors, Nouns, Observed, Presence, Progress, StartError,
-};
+use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
 use crate::capability;
 use crate::queue::Backend;
+use crate::task::Progress;
 use crate::task::spec::ExecutorSpec;
 use objects::{CreateError, ExecutorObjects};
 

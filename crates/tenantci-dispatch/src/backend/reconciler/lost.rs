@@ -9,9 +9,10 @@ use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 
 use super::{Reconciler, RecoverError};
-use crate::backend::{Observed, Progress, StartError};
+use crate::backend::{Observed, StartError};
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{CappedConsumer, Slot};
+use crate::task::Progress;
 use crate::task::ledger::{Entry, Phase};
 use crate::task::recovery::{self, Objects, Recovery};
 use crate::task::report;

@@ -39,9 +39,10 @@ use tokio::sync::watch;
 
 use crate::backend::Context;
 use crate::backend::lifecycle::{self, Decision, Start};
-use crate::backend::{BackendError, Executors, Observed, Progress};
+use crate::backend::{BackendError, Executors, Observed};
 use crate::queue::assignment::Assignment;
 use crate::task::Claim;
+use crate::task::Progress;
 use crate::task::ledger::{Entry, LedgerError};
 use crate::task::recovery::Recovery;
 use crate::task::report;
