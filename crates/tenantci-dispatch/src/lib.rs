@@ -1,20 +1,23 @@
-//! tenantci-dispatch: the Gitea dynamic runner (`tenantci dispatch init` and `run`) and the NATS
-//! JetStream queue it claims into. One module per concern:
+//! tenantci-dispatch: the Gitea dynamic runner (`tenantci dispatch init`, `run` and `renew`) and
+//! the NATS JetStream queue it claims into. One module per concern, on floors: a module imports
+//! only modules on a lower floor (`layers.txt` beside this crate's manifest, checked by
+//! `scripts/check-layering.sh`; docs/architecture.md draws them). Lowest first:
 //!
-//! - [`config`]: the dispatcher's configuration file and its checks.
-//! - [`init`]: `dispatch init`, everything `dispatch run` needs, in one idempotent run.
-//! - [`run`]: `dispatch run`: leader election, the leadership term, the status API.
-//! - [`claim`]: the scheduler that claims tasks from Gitea, their routing to a backend, the
-//!   `workflow_job` webhook and the scheduler's registration.
-//! - [`backend`]: where an assignment runs. The one [`backend::Backend`] trait, the generic
-//!   worker, reconciler and recovery driven through it, and one folder per executor backend
-//!   ([`backend::pod`], [`backend::vm`]).
-//! - [`facade`]: the RunnerService executors call, with per-task capabilities, and the
-//!   `executor-proxy` in front of it.
-//! - [`identity`]: SPIFFE identity of executors and the facade (opt-in).
-//! - [`queue`]: the JetStream queue (topology, permissions, producer, consumer, claim ledger).
-//! - [`metrics`]: the dispatcher's Prometheus metrics.
-//! - [`cache`]: the shared actions cache, isolated per repository, served beside the facade.
+//! 1. Leaves: [`queue`] (JetStream topology, permissions, sealed assignments, producer,
+//!    consumer), [`capability`] (per-task capabilities), [`health`] (what `/readyz` reports).
+//! 2. [`metrics`]; [`executor`] (the `[executor]` section, requests and limits, resource
+//!    classes and their warm pools: picked once, by the scheduler); [`leader`] (Lease election).
+//! 3. [`cache`] (the shared actions cache), [`identity`] (SPIFFE IDs and SPIRE entries).
+//! 4. [`task`]: a claimed task: the claim ledger (its truth), its assignment opened once, the
+//!    term's registry, recovery's decision, what the dispatcher tells Gitea; the state table.
+//! 5. [`backend`]: where an assignment runs: the one [`backend::Executors`] trait, the worker,
+//!    reconciler and keep-alive written once over it, one folder per backend
+//!    ([`backend::pod`], [`backend::vm`]).
+//! 6. [`claim`] (the scheduler, routing, the `workflow_job` webhook), [`facade`] (the
+//!    RunnerService executors call), [`executor_proxy`] (the executor's side of it).
+//! 7. [`config`]: composes the sections the modules own, checks the file.
+//! 8. [`provision`]: what `init` sets up and `renew` keeps up (access, the facade's PKI).
+//! 9. The orchestrations: [`run`], [`init`], [`renew`]; none reaches into another.
 //!
 //! Over `tenantci-runner` (credentials, tenant RBAC, runner files) and `tenantci-core`; no CLI:
 //! the binary parses flags and calls in here.

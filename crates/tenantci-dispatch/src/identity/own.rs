@@ -1,7 +1,7 @@
 //! The dispatcher's own SVID at run time (`[identity]`): opened once at start and checked
 //! against `identity.facade_id`, then used twice: the facade presents it to executors
 //! ([`Own::facade_tls`]), and with the VM backend the dispatcher presents it to the SPIRE
-//! Server API as an admin workload to mint the sandboxes' SVIDs ([`Own::minter`]). One source
+//! Server API as an admin workload to mint the sandboxes' SVIDs ([`Own::server_api`]). One source
 //! for both, so one rotation reaches both.
 
 use std::sync::Arc;

@@ -9,9 +9,9 @@
 //! - [`producer`] / [`consumer`]: publish with dedupe; pull only as many as there are free slots.
 //! - [`connect`]: a client with user/password from a file and the user's own inbox prefix.
 //! - [`status`]: `queue status`, what each backend's consumer holds.
-//! - [`ledger`]: the claim ledger, a key-value bucket with one entry per claimed task.
+//! - [`ledger_bucket`]: where the claim ledger lives (its entries are `task::ledger`'s).
 //!
-//! Does not talk to Gitea or Kubernetes; the dispatcher (`dispatch/`) composes these parts.
+//! Does not talk to Gitea or Kubernetes, and does not know what a task's state is (`task`).
 
 pub mod assignment;
 pub mod connect;

@@ -14,7 +14,7 @@
 //! rule, pure; [`Ledger::record`] applies it with a compare-and-set on the entry's revision, so
 //! two writers never lose each other's step.
 //!
-//! Retention: the bucket keeps one revision per key and drops every entry [`RETENTION`] after
+//! Retention: the bucket keeps one revision per key and drops every entry `ledger_bucket::RETENTION` after
 //! its last write (JetStream `max_age`). Final entries are kept that long on purpose: a
 //! facade of any instance answers a replayed report from them. No live task outlives its
 //! entry as long as RETENTION exceeds Gitea's `[actions] ENDLESS_TASK_TIMEOUT` (3h by default),

@@ -1,14 +1,13 @@
 //! The pod backend: one executor Pod and its Secret per task on the tenant cluster.
 //!
 //! - [`executor`]: the Secret and Pod of one task (pure);
-//! - [`resources`]: what the Pod asks of a rented node, and whether it fits (pure);
 //! - [`objects`]: every read and write of them on the apiserver;
 //! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure);
-//! - [`warm`]: how many warm slots a resource class should have (pure); [`warm_pool`] applies
-//!   them as pause Pods (leader).
-//!
-//! With executor identity on, each scheduled executor Pod has a SPIRE entry
-//! (`backend::pod::registrar`): written from the reconciler's pass, deleted with the Pod.
+//! - [`pause`]: the warm pools as pause Pods (leader), sized by `executor::warm`'s plan over
+//!   `executor::demand`, each pause Pod asking what one executor Pod does
+//!   (`executor::resources`);
+//! - [`registrar`]: with executor identity on, each scheduled executor Pod's SPIRE entry,
+//!   written from the reconciler's pass and deleted with the Pod.
 
 pub mod executor;
 pub mod lifecycle;

@@ -2,7 +2,7 @@
 //!
 //! - [`settings`]: its config section (`[vm]`) and the checks on it; [`init`]: `dispatch
 //!   init`'s flags for it (pure); [`api`]: the Lifecycle API client and its access check;
-//! - [`sandbox`]: the create request, metadata and boot script of one task's sandbox (pure);
+//! - [`desired`]: the create request, metadata and boot script of one task's sandbox (pure);
 //! - [`sandboxes`]: the executors through the Lifecycle API (core's `opensandbox` client);
 //! - [`lifecycle`]: a sandbox's state and metadata -> the reconciler's decision (pure).
 //!
