@@ -1,7 +1,7 @@
-//! `tenantci dispatch init` as the benchmarks run it, against the simulator's Gitea double and
-//! a [`NatsServer`]: one place for the flags every run shares.
+//! `tenantci dispatch init` as the benchmarks and the dispatcher's [`crate::world`] run it, against
+//! the simulator's Gitea double and a [`NatsServer`]: one place for the flags every run shares.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -20,21 +20,34 @@ pub fn init<S: AsRef<OsStr>>(
     nats: &NatsServer,
     flags: &[S],
 ) -> PathBuf {
+    let mut all: Vec<OsString> = vec!["--cluster".into(), "ci".into()];
+    all.extend(["--state-dir".into(), dir.join("state").into_os_string()]);
+    all.extend(flags.iter().map(|f| f.as_ref().to_os_string()));
+    init_command(Command::new(bin), dir, gitea, nats, &all)
+}
+
+/// [`init`] with `tenantci` a command for the binary (its environment as the caller set it)
+/// and `flags` saying which cluster and how (`--cluster`/`--state-dir` or `--kubeconfig`).
+pub fn init_command(
+    mut tenantci: Command,
+    dir: &Path,
+    gitea: &Gitea,
+    nats: &NatsServer,
+    flags: &[OsString],
+) -> PathBuf {
     let token = dir.join("registration-token");
     tenantci_core::fsutil::write_new_atomic(&token, gitea.registration_token.as_bytes(), 0o600)
         .unwrap();
     let config = dir.join("dispatch").join("config.toml");
     let log = dir.join("init.log");
-    let status = Command::new(bin)
-        .args(["dispatch", "init", "--cluster", "ci"])
+    let status = tenantci
+        .args(["dispatch", "init"])
         .args(["--gitea-url", &gitea.url, "--nats", &nats.url])
         // Any free port, advertised to executors as bound.
         .args(["--facade-listen", "127.0.0.1:0"])
         .args(flags)
         .arg("--registration-token-file")
         .arg(&token)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
         .arg("--nats-secrets-dir")
         .arg(nats.secrets_dir())
         .arg("--out")

@@ -6,6 +6,8 @@
 //! - [`spire`]: the simulator's SPIRE stand-in: entry sockets, rotation, entry manifests.
 //! - [`nats`]: a real nats-server with the queue's generated users.
 //! - [`dispatch`]: `tenantci dispatch init` as the benchmarks run it.
+//! - [`world`]: a dispatcher's world (simulator, Gitea double, nats-server, the dispatcher's
+//!   inputs, `dispatch run` children), shared by the integration tests and the benchmarks.
 //! - [`boot`]: a VM sandbox's boot script run for real with `/bin/sh`.
 //! - [`cache`]: the shared cache's HTTP calls one at a time.
 //! - [`executor`]: a Gitea executor played from the executor Secret's files.
@@ -41,3 +43,4 @@ pub mod snapshot;
 pub mod spire;
 pub mod tls_front;
 pub mod wait;
+pub mod world;

@@ -12,19 +12,13 @@
 //! Usage: bench_forgejo TENANTCI_BIN [JOBS=50] [ROUNDS=3]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use serde_json::{Value, json};
-use tenantci_testkit::nats::NatsServer;
-use tenantci_testkit::process::{Process, first_line};
-use tenantci_testkit::sim::{Gitea, SimProcess};
+use serde_json::json;
+use tenantci_testkit::world::{self, Dispatcher, EXECUTOR_IMAGE as IMAGE, NAMESPACE, Options};
 
-const NAMESPACE: &str = "dynamic-runner";
-const IMAGE: &str =
-    "gitea/act_runner@sha256:0000000000000000000000000000000000000000000000000000000000000000";
 /// A deadlock guard per wait, not a measurement.
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -53,71 +47,42 @@ struct Round {
     last_created_ms: f64,
 }
 
+/// The testkit's dispatcher world ([`tenantci_testkit::world`]) and its one dispatcher.
 struct World {
-    _tmp: tempfile::TempDir,
-    _sim: SimProcess,
-    _nats: NatsServer,
-    gitea: Gitea,
-    dispatcher: Process,
-    kube: kube::Client,
-    http: reqwest::Client,
+    /// First, so it is killed before the simulator.
+    dispatcher: Dispatcher,
+    inner: world::World,
 }
 
 impl World {
     async fn start(bin: &Path, forge: &str, jobs: usize) -> World {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().to_path_buf();
-        let mut sim_cmd = Command::new(bin);
-        sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
-        let mut flags = vec!["--gitea", "--in-memory"];
+        let mut options = Options::new(bin)
+            .dir(tempfile::tempdir().unwrap())
+            .sim_log()
+            .nats_in_dir()
+            .sim_flags(&["--in-memory"]);
         if forge == "forgejo" {
-            flags.push("--forgejo");
+            options = options.forgejo();
         }
-        let sim = SimProcess::start(sim_cmd, &dir.join("state"), &["ci"], &flags);
-        let gitea = sim.gitea();
-        let nats = NatsServer::start_in(&dir.join("nats"));
-        let init_flags = ["--executor-image", IMAGE, "--proxy-image", IMAGE];
-        let config = tenantci_testkit::dispatch::init(bin, &dir, &gitea, &nats, &init_flags);
+        let mut inner = options.start().await;
+        let config = inner.init(&["--executor-image", IMAGE, "--proxy-image", IMAGE]);
         let text = std::fs::read_to_string(&config).unwrap();
         assert!(
             text.contains(&format!("forge = \"{forge}\"")),
             "init detected {forge}"
         );
-        let kube = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin("ci"))
-            .await
-            .unwrap();
-        let mut cmd = Command::new(bin);
-        cmd.args(["dispatch", "run", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "warn,tenantci=info")
+        let mut cmd = inner.command();
+        cmd.env("RUST_LOG", "warn,tenantci=info")
             .env("TENANTCI_DISPATCH_CAPACITY_POD", jobs.to_string())
             .env("TENANTCI_DISPATCH_STATUS_LISTEN", "127.0.0.1:0");
-        let log = std::fs::File::create(dir.join("dispatch.log")).unwrap();
-        let mut p = Process::spawn(cmd.stdout(Stdio::piped()).stderr(log));
-        let stdout = p.child().stdout.take().unwrap();
-        let line = tokio::task::spawn_blocking(move || first_line(stdout, "dispatch run"))
-            .await
-            .unwrap();
-        let listening: Value = serde_json::from_str(&line).unwrap();
-        let metrics = format!("http://{}/metrics", listening["status"].as_str().unwrap());
-        until("the lease", || async {
-            let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
-            text.contains("tenantci_dispatch_leader 1").then_some(())
-        })
-        .await;
-        World {
-            _tmp: tmp,
-            _sim: sim,
-            _nats: nats,
-            gitea,
-            dispatcher: p,
-            kube,
-            http: reqwest::Client::new(),
-        }
+        let log = inner.dir.path().join("dispatch.log");
+        let dispatcher = Dispatcher::spawn(cmd, "dispatch run", &config, &log).await;
+        dispatcher.wait_leader(true).await;
+        World { dispatcher, inner }
     }
 
     async fn stats(&self) -> (u64, u64) {
-        let s = self.gitea.admin(&self.http, "stats").await;
+        let s = self.inner.gitea.admin(self.inner.http(), "stats").await;
         (
             s["fetch_task_calls"].as_u64().unwrap(),
             s["fetch_task_calls_with_tasks"].as_u64().unwrap(),
@@ -125,7 +90,7 @@ impl World {
     }
 
     async fn pods(&self) -> usize {
-        Api::<Pod>::namespaced(self.kube.clone(), NAMESPACE)
+        Api::<Pod>::namespaced(self.inner.kube.clone(), NAMESPACE)
             .list(&ListParams::default())
             .await
             .map(|l| l.items.len())
@@ -135,13 +100,12 @@ impl World {
     /// `jobs` jobs released at once, until their Pods exist. Executors are not run: each
     /// round's Pods stay, so round `i` starts from `base` Pods and capacity covers them all.
     async fn round(&self, i: usize, jobs: usize, base: usize) -> Round {
-        self.gitea
-            .admin_post(&self.http, "hold", json!({"hold": true}))
-            .await;
+        let (gitea, http) = (&self.inner.gitea, self.inner.http());
+        gitea.admin_post(http, "hold", json!({"hold": true})).await;
         for j in 0..jobs {
-            self.gitea
+            gitea
                 .enqueue(
-                    &self.http,
+                    http,
                     &format!("burst-{i}-{j}"),
                     &["self-hosted", "pod"],
                     "s",
@@ -150,9 +114,7 @@ impl World {
         }
         let (calls0, claiming0) = self.stats().await;
         let start = Instant::now();
-        self.gitea
-            .admin_post(&self.http, "hold", json!({"hold": false}))
-            .await;
+        gitea.admin_post(http, "hold", json!({"hold": false})).await;
         until("every executor Pod", || async {
             (self.pods().await >= base + jobs).then_some(())
         })
@@ -196,7 +158,7 @@ async fn main() {
             ));
             results.push(r);
         }
-        let _ = w.dispatcher.terminate(Duration::from_secs(30));
+        let _ = w.dispatcher.terminate_within(Duration::from_secs(30));
         rows.push((forge, results));
     }
     println!(

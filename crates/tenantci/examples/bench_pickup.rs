@@ -17,21 +17,15 @@
 //!
 //! Usage: bench_pickup TENANTCI_BIN [JOBS=20] [IDLE=10]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use serde_json::Value;
 use tenantci_testkit::executor::Executor;
-use tenantci_testkit::nats::NatsServer;
-use tenantci_testkit::process::{Process, first_line};
-use tenantci_testkit::sim::{Gitea, SimProcess};
+use tenantci_testkit::world::{Dispatcher, EXECUTOR_IMAGE as IMAGE, NAMESPACE, Options, World};
 
-const NAMESPACE: &str = "dynamic-runner";
-const IMAGE: &str =
-    "gitea/act_runner@sha256:0000000000000000000000000000000000000000000000000000000000000000";
 const SECRET: &str = "bench-webhook-secret";
 /// A deadlock guard per wait, not a measurement.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -40,13 +34,11 @@ fn progress(msg: &str) {
     eprintln!("bench_pickup: {msg}");
 }
 
+/// The testkit's dispatcher world ([`tenantci_testkit::world`]) and the config the next
+/// mode's dispatcher runs.
 struct Bench {
-    bin: PathBuf,
-    dir: PathBuf,
-    gitea: Gitea,
+    w: World,
     config: PathBuf,
-    kube: kube::Client,
-    http: reqwest::Client,
 }
 
 struct Mode {
@@ -77,48 +69,31 @@ async fn until<T, F: std::future::Future<Output = Option<T>>>(
 
 impl Bench {
     async fn admin(&self, path: &str) -> Value {
-        self.gitea.admin(&self.http, path).await
-    }
-
-    async fn fetch_calls(&self) -> u64 {
-        self.admin("stats").await["fetch_task_calls"]
-            .as_u64()
-            .unwrap()
+        self.w.gitea.admin(self.w.http(), path).await
     }
 
     /// A dispatcher child with `mode`'s environment, once it leads.
-    async fn dispatcher(&self, mode: &Mode) -> (Process, Value) {
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(["dispatch", "run", "--config"])
-            .arg(&self.config)
-            .env("RUST_LOG", "warn,tenantci=info")
+    async fn dispatcher(&self, mode: &Mode) -> Dispatcher {
+        let mut cmd = self.w.command();
+        cmd.env("RUST_LOG", "warn,tenantci=info")
             .env("TENANTCI_DISPATCH_CAPACITY_POD", "1")
             .env("TENANTCI_DISPATCH_STATUS_LISTEN", "127.0.0.1:0");
         for (k, v) in &mode.env {
             cmd.env(k, v);
         }
-        let log = std::fs::File::create(self.dir.join(format!("{}.log", mode.name))).unwrap();
-        let mut p = Process::spawn(cmd.stdout(Stdio::piped()).stderr(log));
-        let stdout = p.child().stdout.take().unwrap();
-        let line = tokio::task::spawn_blocking(move || first_line(stdout, "dispatch run"))
-            .await
-            .unwrap();
-        let listening: Value = serde_json::from_str(&line).unwrap();
-        let metrics = format!("http://{}/metrics", listening["status"].as_str().unwrap());
-        until("the lease", || async {
-            let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
-            text.contains("tenantci_dispatch_leader 1").then_some(())
-        })
-        .await;
-        (p, listening)
+        let log = self.w.dir.path().join(format!("{}.log", mode.name));
+        let d = Dispatcher::spawn(cmd, "dispatch run", &self.config, &log).await;
+        d.wait_leader(true).await;
+        d
     }
 
     /// Enqueues one job, waits for its claim, runs it through the facade; the pickup in ms.
     async fn one(&self, i: usize) -> f64 {
         let job = self
+            .w
             .gitea
             .enqueue(
-                &self.http,
+                self.w.http(),
                 &format!("pickup-{i}"),
                 &["self-hosted", "pod"],
                 "s",
@@ -138,13 +113,14 @@ impl Bench {
                 .timestamp_micros()
         };
         let pickup = (at(&t["started_at"]) - at(&j["created_at"])) as f64 / 1000.0;
-        let secrets = Api::<Secret>::namespaced(self.kube.clone(), NAMESPACE);
+        let secrets = Api::<Secret>::namespaced(self.w.kube.clone(), NAMESPACE);
         let name = format!("gitea-task-{task}");
         let secret = until("the executor Secret", || async {
             secrets.get_opt(&name).await.ok()?
         })
         .await;
-        let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.kube.clone(), NAMESPACE);
+        let pods =
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.w.kube.clone(), NAMESPACE);
         let pod = until("the executor Pod", || async {
             pods.get_opt(&name).await.ok()?
         })
@@ -159,12 +135,11 @@ impl Bench {
 
     async fn run(&self, mode: &Mode, jobs: usize, idle: Duration) -> Result {
         progress(&format!("{}: {jobs} jobs after idle pauses", mode.name));
-        let (mut p, listening) = self.dispatcher(mode).await;
+        let mut d = self.dispatcher(mode).await;
         if mode.webhook {
-            let addr = listening["webhook"].as_str().expect("a webhook receiver");
-            self.gitea
-                .add_hook(&self.http, &format!("http://{addr}/webhooks/gitea"), SECRET)
-                .await;
+            let addr = d.webhook.expect("a webhook receiver");
+            let url = format!("http://{addr}/webhooks/gitea");
+            self.w.gitea.add_hook(self.w.http(), &url, SECRET).await;
         }
         let mut pickups_ms = Vec::new();
         for i in 0..jobs {
@@ -172,10 +147,14 @@ impl Bench {
             pickups_ms.push(self.one(i).await);
         }
         progress(&format!("{}: {}s idle", mode.name, idle.as_secs()));
-        let before = self.fetch_calls().await;
+        let before = self.w.fetch_calls().await;
         tokio::time::sleep(idle).await;
-        let idle_per_s = (self.fetch_calls().await - before) as f64 / idle.as_secs_f64();
-        assert_eq!(p.terminate(Duration::from_secs(30)), Some(0), "drains");
+        let idle_per_s = (self.w.fetch_calls().await - before) as f64 / idle.as_secs_f64();
+        assert_eq!(
+            d.terminate_within(Duration::from_secs(30)),
+            Some(0),
+            "drains"
+        );
         Result {
             name: mode.name,
             pickups_ms,
@@ -214,20 +193,6 @@ fn print(results: &[Result], jobs: usize, idle: Duration) {
     }
 }
 
-fn init(bin: &Path, dir: &Path, gitea: &Gitea, nats: &NatsServer, secret: &Path) -> PathBuf {
-    let flags: Vec<std::ffi::OsString> = vec![
-        "--executor-image".into(),
-        IMAGE.into(),
-        "--proxy-image".into(),
-        IMAGE.into(),
-        "--webhook-listen".into(),
-        "127.0.0.1:0".into(),
-        "--webhook-secret-file".into(),
-        secret.into(),
-    ];
-    tenantci_testkit::dispatch::init(bin, dir, gitea, nats, &flags)
-}
-
 #[tokio::main]
 async fn main() {
     tenantci_core::tls::ensure_crypto_provider();
@@ -238,28 +203,28 @@ async fn main() {
     );
     let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
     let (jobs, idle) = (arg(2, 20), Duration::from_secs(arg(3, 10) as u64));
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().to_path_buf();
-    let mut sim_cmd = Command::new(&bin);
-    sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
-    let sim = SimProcess::start(sim_cmd, &dir.join("state"), &["ci"], &["--gitea"]);
-    let gitea = sim.gitea();
-    let nats = NatsServer::start_in(&dir.join("nats"));
+    let mut w = Options::new(bin)
+        .dir(tempfile::tempdir().unwrap())
+        .sim_log()
+        .nats_in_dir()
+        .start()
+        .await;
+    let dir = w.dir.path().to_path_buf();
     let secret = dir.join("webhook.secret");
     tenantci_core::fsutil::write_new_atomic(&secret, format!("{SECRET}\n").as_bytes(), 0o600)
         .unwrap();
-    let config = init(&bin, &dir, &gitea, &nats, &secret);
-    let kube = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin("ci"))
-        .await
-        .unwrap();
-    let b = Bench {
-        bin,
-        dir: dir.clone(),
-        gitea,
-        config,
-        kube,
-        http: reqwest::Client::new(),
-    };
+    let flags: Vec<std::ffi::OsString> = vec![
+        "--executor-image".into(),
+        IMAGE.into(),
+        "--proxy-image".into(),
+        IMAGE.into(),
+        "--webhook-listen".into(),
+        "127.0.0.1:0".into(),
+        "--webhook-secret-file".into(),
+        secret.into(),
+    ];
+    let config = w.init(&flags);
+    let mut b = Bench { w, config };
     // The config `init` wrote has the webhook; the polling modes switch it off by pointing
     // its interval keys at polling and dropping the receiver (an override cannot remove a
     // section, so they use a copy of the config without it).
@@ -286,32 +251,24 @@ async fn main() {
         webhook: false,
     };
     let mut results = Vec::new();
-    let b_poll = Bench {
-        config: polling_config,
-        ..b
-    };
+    b.config = polling_config;
     results.push(
-        b_poll
-            .run(
-                &polling("act_runner-style 2 s poll (baseline)", "2s"),
-                jobs,
-                idle,
-            )
-            .await,
+        b.run(
+            &polling("act_runner-style 2 s poll (baseline)", "2s"),
+            jobs,
+            idle,
+        )
+        .await,
     );
     results.push(
-        b_poll
-            .run(
-                &polling("poll-only defaults (200 ms, 2 s after 5 min idle)", "200ms"),
-                jobs,
-                idle,
-            )
-            .await,
+        b.run(
+            &polling("poll-only defaults (200 ms, 2 s after 5 min idle)", "200ms"),
+            jobs,
+            idle,
+        )
+        .await,
     );
-    let b = Bench {
-        config: dir.join("dispatch").join("config.toml"),
-        ..b_poll
-    };
+    b.config = dir.join("dispatch").join("config.toml");
     results.push(
         b.run(
             &Mode {
@@ -325,7 +282,4 @@ async fn main() {
         .await,
     );
     print(&results, jobs, idle);
-    drop(b);
-    drop(nats);
-    drop(sim);
 }

@@ -16,7 +16,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, Utc};
@@ -33,10 +32,8 @@ use tenantci_dispatch::queue::Backend;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::task::spec::ExecutorSpec;
 use tenantci_testkit::executor::Executor;
-use tenantci_testkit::nats::NatsServer;
-use tenantci_testkit::process::Process;
 use tenantci_testkit::procfs::{cpu_time, memory};
-use tenantci_testkit::sim::{Gitea, SimProcess};
+use tenantci_testkit::world::{self, EXECUTOR_IMAGE as IMAGE, NAMESPACE, Options, World};
 
 mod logtail;
 mod report;
@@ -44,9 +41,6 @@ mod report;
 use logtail::LogTail;
 use report::{Cpu, Idle, Memory, PathResult, dispatch_result, millis_between, parse_time, stats};
 
-const NAMESPACE: &str = "dynamic-runner";
-const IMAGE: &str =
-    "gitea/act_runner@sha256:0000000000000000000000000000000000000000000000000000000000000000";
 /// A deadlock guard per phase, not a measurement.
 const DEADLINE: Duration = Duration::from_secs(120);
 /// The raw path's runner has this extra label and its jobs ask for it, so the dispatcher's
@@ -59,20 +53,16 @@ fn progress(msg: &str) {
 
 /// One `tenantci dispatch run` child with a JSON log.
 struct Dispatcher {
-    proc: Process,
+    proc: world::Dispatcher,
     tail: LogTail,
     capacity: u32,
 }
 
+/// The testkit's dispatcher world ([`tenantci_testkit::world`]) and the config `dispatch
+/// init` wrote, which every dispatcher runs with its own overrides.
 struct Bench {
-    bin: PathBuf,
-    dir: PathBuf,
-    sim: SimProcess,
-    gitea: Gitea,
-    nats: NatsServer,
+    w: World,
     config: PathBuf,
-    admin: kube::Client,
-    http: reqwest::Client,
     runs: usize,
     /// Jobs enqueued so far (names only).
     jobs: usize,
@@ -83,11 +73,12 @@ impl Bench {
     async fn dispatcher(&mut self, name: &str, capacity: u32, env: &[(&str, &str)]) -> Dispatcher {
         self.runs += 1;
         let log = self
+            .w
             .dir
+            .path()
             .join(format!("dispatcher-{}-{name}.log", self.runs));
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(["--log-format", "json", "dispatch", "run", "--config"])
-            .arg(&self.config)
+        let mut cmd = self.w.command();
+        cmd.args(["--log-format", "json"])
             .env("RUST_LOG", "warn,tenantci=info")
             .env("TENANTCI_DISPATCH_CAPACITY_POD", capacity.to_string())
             // Any free port: the benchmark reads no status API.
@@ -98,10 +89,7 @@ impl Bench {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let proc = Process::spawn(
-            cmd.stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap()),
-        );
+        let proc = world::Dispatcher::spawn(cmd, name, &self.config, &log).await;
         let mut d = Dispatcher {
             proc,
             tail: LogTail::open(&log),
@@ -116,7 +104,7 @@ impl Bench {
     fn cpu(&self, d: &Dispatcher) -> Cpu {
         Cpu {
             dispatcher: cpu_time(d.proc.pid()),
-            nats: cpu_time(self.nats.pid()),
+            nats: cpu_time(self.w.nats.pid()),
         }
     }
 
@@ -130,7 +118,7 @@ impl Bench {
 
     /// SIGTERM (the dispatcher must drain and exit 0), then delete every executor.
     async fn stop(&self, name: &str, mut d: Dispatcher) -> LogTail {
-        let code = d.proc.terminate(Duration::from_secs(30));
+        let code = d.proc.terminate_within(Duration::from_secs(30));
         assert_eq!(code, Some(0), "{name}: the dispatcher drains and exits 0");
         d.tail.poll();
         if !d.tail.errors.is_empty() {
@@ -148,9 +136,8 @@ impl Bench {
         self.jobs += 1;
         let name = format!("bench-{}", self.jobs);
         let secret = format!("bench-secret-{}-{}", self.jobs, "x".repeat(32));
-        self.gitea
-            .enqueue(&self.http, &name, runs_on, &secret)
-            .await;
+        let http = self.w.http();
+        self.w.gitea.enqueue(http, &name, runs_on, &secret).await;
     }
 
     /// Plays the official runner of `task` from its Secret's files (Declare, FetchTask,
@@ -158,11 +145,11 @@ impl Bench {
     /// deleted the executor, which frees its slot.
     async fn execute(&self, task: i64) {
         let name = executor::object_name(task);
-        let secret = Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
+        let secret = Api::<Secret>::namespaced(self.w.kube.clone(), NAMESPACE)
             .get(&name)
             .await
             .unwrap();
-        let pods = Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE);
+        let pods = Api::<Pod>::namespaced(self.w.kube.clone(), NAMESPACE);
         let pod = pods.get(&name).await.unwrap();
         Executor::from_objects(&secret, &pod).run(task).await;
         let until = Instant::now() + DEADLINE;
@@ -179,7 +166,7 @@ impl Bench {
     async fn claimed_at(&self, tasks: impl Iterator<Item = i64>) -> BTreeMap<i64, DateTime<Utc>> {
         let mut out = BTreeMap::new();
         for t in tasks {
-            let v = self.gitea.admin(&self.http, &format!("tasks/{t}")).await;
+            let v = self.w.task(t).await;
             out.insert(t, parse_time(v["started_at"].as_str().unwrap()));
         }
         out
@@ -193,7 +180,7 @@ impl Bench {
     async fn clear_executors(&self) {
         let lp = ListParams::default().labels(COMPONENT_SELECTOR);
         let dp = DeleteParams::default();
-        let pods = Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE)
+        let pods = Api::<Pod>::namespaced(self.w.kube.clone(), NAMESPACE)
             .list(&lp)
             .await
             .unwrap();
@@ -206,8 +193,9 @@ impl Bench {
                 .cloned()
                 .unwrap_or_default();
             let resp = self
-                .http
-                .post(format!("{}/tasks/{task}/cancel", self.gitea.admin_url))
+                .w
+                .http()
+                .post(format!("{}/tasks/{task}/cancel", self.w.gitea.admin_url))
                 .send()
                 .await
                 .unwrap();
@@ -217,11 +205,11 @@ impl Bench {
                 resp.status()
             );
         }
-        Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE)
+        Api::<Pod>::namespaced(self.w.kube.clone(), NAMESPACE)
             .delete_collection(&dp, &lp)
             .await
             .unwrap();
-        Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
+        Api::<Secret>::namespaced(self.w.kube.clone(), NAMESPACE)
             .delete_collection(&dp, &lp)
             .await
             .unwrap();
@@ -262,17 +250,17 @@ async fn sequential(b: &mut Bench, d: &mut Dispatcher, n: usize) -> PathResult {
 async fn raw(b: &mut Bench, n: usize) -> PathResult {
     progress(&format!("raw path, {n} tasks"));
     let cfg = Config::load(&b.config).unwrap();
-    let runner = RunnerClient::new(ClientConfig::new(&b.gitea.url))
+    let runner = RunnerClient::new(ClientConfig::new(&b.w.gitea.url))
         .unwrap()
         .register(&RegisterRequest {
             name: "bench-raw".into(),
-            token: b.gitea.registration_token.clone(),
+            token: b.w.gitea.registration_token.clone(),
             labels: vec!["self-hosted".into(), "pod".into(), RAW_LABEL.into()],
             ..Default::default()
         })
         .await
         .unwrap();
-    let gitea = RunnerClient::new(ClientConfig::new(&b.gitea.url))
+    let gitea = RunnerClient::new(ClientConfig::new(&b.w.gitea.url))
         .unwrap()
         .with_credentials(Credentials::from_runner(&runner));
     for _ in 0..n {
@@ -280,7 +268,7 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
     }
     // The dispatcher's own credential and files: the same RBAC path, the same objects.
     let kube = tenantci_core::kube_client::from_kubeconfig(
-        &b.dir.join("dispatch").join(files::KUBECONFIG),
+        &b.w.dir.path().join("dispatch").join(files::KUBECONFIG),
     )
     .await
     .unwrap();
@@ -403,51 +391,30 @@ async fn burst(
     )
 }
 
-/// One `tenantci sim --gitea`, one nats-server and `dispatch init`, with `bin` (which must
-/// have the `sim` feature); the directory goes when the returned guard drops.
-async fn setup(bin: PathBuf) -> (tempfile::TempDir, Bench) {
+/// The testkit's world with `bin` (which must have the `sim` feature): one `tenantci sim
+/// --gitea`, one nats-server and `dispatch init`, in a directory under /var/tmp.
+async fn setup(bin: PathBuf) -> Bench {
     let tmp = tempfile::tempdir_in("/var/tmp")
         .or_else(|_| tempfile::tempdir())
         .unwrap();
-    let dir = tmp.path().to_path_buf();
-
     // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the
     // simulator's persister rewrites every object after each burst of writes, a cost that
     // grows with the objects), so the simulator does only API work, the same for both paths.
-    let mut sim_cmd = Command::new(&bin);
-    sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
-    let sim = SimProcess::start(
-        sim_cmd,
-        &dir.join("state"),
-        &["ci"],
-        &["--gitea", "--max-nodes", "0", "--in-memory"],
-    );
-    let gitea = sim.gitea();
-    let nats = NatsServer::start_in(&dir.join("nats"));
-    let admin = tenantci_core::kube_client::from_kubeconfig(&sim.tenant_admin("ci"))
-        .await
-        .unwrap();
+    let mut w = Options::new(bin)
+        .dir(tmp)
+        .sim_log()
+        .nats_in_dir()
+        .sim_flags(&["--max-nodes", "0", "--in-memory"])
+        .start()
+        .await;
     // One dispatcher runs at a time, so the facade's free port is advertised as bound.
-    let config = tenantci_testkit::dispatch::init(
-        &bin,
-        &dir,
-        &gitea,
-        &nats,
-        &["--executor-image", IMAGE, "--proxy-image", IMAGE],
-    );
-    let b = Bench {
-        bin,
-        dir: dir.clone(),
-        sim,
-        gitea,
-        nats,
+    let config = w.init(&["--executor-image", IMAGE, "--proxy-image", IMAGE]);
+    Bench {
+        w,
         config,
-        admin,
-        http: reqwest::Client::new(),
         runs: 0,
         jobs: 0,
-    };
-    (tmp, b)
+    }
 }
 
 /// `--idle SIM_BIN NAME=BIN...`: the idle dispatcher (capacity 4, 6 s once it leads) of each
@@ -458,12 +425,12 @@ async fn idle_only(args: &[String]) {
         args.first()
             .expect("usage: bench_dispatch --idle SIM_BIN NAME=BIN..."),
     );
-    let (_tmp, mut b) = setup(sim_bin).await;
+    let mut b = setup(sim_bin).await;
     println!("| build | binary | idle RSS | anonymous | file-backed | CPU |");
     println!("|---|---:|---:|---:|---:|---:|");
     for spec in &args[1..] {
         let (name, bin) = spec.split_once('=').expect("NAME=BIN");
-        b.bin = PathBuf::from(bin);
+        b.w.bin = PathBuf::from(bin);
         let size = std::fs::metadata(bin).unwrap().len();
         let d = b.dispatcher(name, 4, &[]).await;
         let i = idle(&b, &d, Duration::from_secs(6)).await;
@@ -493,7 +460,7 @@ async fn main() {
     );
     let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
     let (n, held_n, seq_n) = (arg(2, 500), arg(3, 1000), arg(4, 100));
-    let (tmp, mut b) = setup(bin).await;
+    let mut b = setup(bin).await;
     // Capacities: the default, the largest below the consumer's max_waiting (512 pull requests
     // by default), and the high capacity.
     let (low, mid, high) = (4u32, n.min(512) as u32, held_n.max(n) as u32);
@@ -527,7 +494,7 @@ async fn main() {
         &[("TENANTCI_DISPATCH_GITEA_KEEPALIVE_INTERVAL", "5s")],
     )
     .await;
-    let sim_rss = memory(b.sim.pid()).rss;
+    let sim_rss = memory(b.w.sim().pid()).rss;
 
     report::print(report::Report {
         n,
@@ -547,8 +514,7 @@ async fn main() {
         held_peak,
         sim_rss,
     });
-    drop(b);
     if std::env::var_os("BENCH_KEEP").is_some() {
-        progress(&format!("kept {} (logs)", tmp.keep().display()));
+        progress(&format!("kept {} (logs)", b.w.keep_dir().display()));
     }
 }

@@ -198,7 +198,7 @@ async fn main() {
         fresh: arg(3, 300),
         rounds: arg(4, 4).max(1),
     };
-    let (tmp, mut w) = World::start(bin).await;
+    let mut w = World::start(bin).await;
 
     progress("identity off: dispatcher, one claimed task");
     let d = w.dispatcher(false).await;
@@ -279,8 +279,7 @@ async fn main() {
         a_resumes,
         b_resumes,
     });
-    drop(w);
     if std::env::var_os("BENCH_KEEP").is_some() {
-        progress(&format!("kept {} (logs)", tmp.keep().display()));
+        progress(&format!("kept {} (logs)", w.keep_dir().display()));
     }
 }

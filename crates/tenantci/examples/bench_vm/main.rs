@@ -163,7 +163,7 @@ async fn main() {
         capacity <= MAX_WAITING,
         "TASKS + SEQUENTIAL must be at most {MAX_WAITING} (the consumer's max_waiting)"
     );
-    let (tmp, mut w) = World::start(bin, capacity).await;
+    let mut w = World::start(bin, capacity).await;
     let raw = raw::run(&mut w, n, "bench-raw-vm", false).await;
     let raw_list = raw::run(&mut w, n, "bench-raw-vm-list", true).await;
     let vm = phase(&mut w, true, n, seq, capacity).await;
@@ -177,8 +177,7 @@ async fn main() {
         vm,
         pod,
     });
-    drop(w);
     if std::env::var_os("BENCH_KEEP").is_some() {
-        progress(&format!("kept {} (logs)", tmp.keep().display()));
+        progress(&format!("kept {} (logs)", w.keep_dir().display()));
     }
 }

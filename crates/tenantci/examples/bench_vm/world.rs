@@ -1,77 +1,65 @@
-//! The bench's world: one `tenantci sim --gitea --opensandbox`, one nats-server, `dispatch
-//! init` with both backends, and `dispatch run` children with a JSON log.
+//! The bench's world: the testkit's dispatcher world ([`tenantci_testkit::world`]) with the
+//! simulator's OpenSandbox double, `dispatch init` with both backends, and `dispatch run`
+//! children with a JSON log read as it grows. What only this bench does stays here: the
+//! dispatchers' environment overrides, job naming, the raw loops' sandbox cleanup.
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tenantci_core::opensandbox::{LifecycleClient, ListFilter};
-use tenantci_testkit::nats::NatsServer;
-use tenantci_testkit::opensandbox::OpenSandbox;
-use tenantci_testkit::process::Process;
-use tenantci_testkit::sim::{Gitea, SimProcess};
+use tenantci_testkit::world::{self, EXECUTOR_IMAGE, Options};
 
 use crate::logtail::LogTail;
 use crate::progress;
 use crate::report::parse_time;
 
-const IMAGE: &str =
-    "gitea/act_runner@sha256:0000000000000000000000000000000000000000000000000000000000000000";
-
 pub struct World {
-    bin: PathBuf,
-    pub dir: PathBuf,
-    _sim: SimProcess,
-    pub gitea: Gitea,
-    _nats: NatsServer,
+    inner: world::World,
     pub sandboxes: LifecycleClient,
     pub config: PathBuf,
-    pub http: reqwest::Client,
     runs: usize,
     jobs: usize,
 }
 
+impl Deref for World {
+    type Target = world::World;
+    fn deref(&self) -> &world::World {
+        &self.inner
+    }
+}
+
 /// One `tenantci dispatch run` child.
 pub struct Dispatcher {
-    proc: Process,
+    proc: world::Dispatcher,
     pub tail: LogTail,
 }
 
 impl World {
-    /// Everything up; the directory goes when the returned guard drops. `bin` must have the
-    /// `sim` feature.
-    pub async fn start(bin: PathBuf, vm_capacity: usize) -> (tempfile::TempDir, World) {
+    /// Everything up, in a directory under /var/tmp. `bin` must have the `sim` feature.
+    pub async fn start(bin: PathBuf, vm_capacity: usize) -> World {
         let tmp = tempfile::tempdir_in("/var/tmp")
             .or_else(|_| tempfile::tempdir())
             .unwrap();
-        let dir = tmp.path().to_path_buf();
         // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the
         // persister rewrites every object after each burst of writes, a cost growing with the
         // objects): the simulator does API work only.
-        let mut sim_cmd = Command::new(&bin);
-        sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
-        let sim = SimProcess::start(
-            sim_cmd,
-            &dir.join("state"),
-            &["ci"],
-            &[
-                "--gitea",
-                "--opensandbox",
-                "--max-nodes",
-                "0",
-                "--in-memory",
-            ],
-        );
-        let gitea = sim.gitea();
-        let opensandbox = OpenSandbox::from_state_dir(&dir.join("state"));
-        let nats = NatsServer::start_in(&dir.join("nats"));
+        let mut inner = Options::new(bin)
+            .dir(tmp)
+            .sim_log()
+            .nats_in_dir()
+            .opensandbox()
+            .sim_flags(&["--max-nodes", "0", "--in-memory"])
+            .start()
+            .await;
+        let opensandbox = inner.opensandbox().clone();
         let flags: Vec<std::ffi::OsString> = vec![
             "--executor-image".into(),
-            IMAGE.into(),
+            EXECUTOR_IMAGE.into(),
             "--proxy-image".into(),
-            IMAGE.into(),
+            EXECUTOR_IMAGE.into(),
             "--labels".into(),
             "self-hosted,pod,vm".into(),
             "--vm-capacity".into(),
@@ -81,20 +69,19 @@ impl World {
             "--opensandbox-api-key-file".into(),
             opensandbox.api_key_file.clone().into(),
         ];
-        let config = tenantci_testkit::dispatch::init(&bin, &dir, &gitea, &nats, &flags);
-        let w = World {
-            bin,
-            dir,
-            _sim: sim,
-            gitea,
-            _nats: nats,
+        let config = inner.init(&flags);
+        World {
+            inner,
             sandboxes: opensandbox.client(),
             config,
-            http: reqwest::Client::new(),
             runs: 0,
             jobs: 0,
-        };
-        (tmp, w)
+        }
+    }
+
+    /// Keeps the directory with every log once the processes are gone; its path.
+    pub fn keep_dir(self) -> PathBuf {
+        self.inner.keep_dir()
     }
 
     /// Starts a dispatcher with `capacity` for both backends and waits until it leads.
@@ -102,10 +89,10 @@ impl World {
         self.runs += 1;
         let log = self
             .dir
+            .path()
             .join(format!("dispatcher-{}-{name}.log", self.runs));
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(["--log-format", "json", "dispatch", "run", "--config"])
-            .arg(&self.config)
+        let mut cmd = self.command();
+        cmd.args(["--log-format", "json"])
             .env("RUST_LOG", "warn,tenantci=info")
             .env("TENANTCI_DISPATCH_CAPACITY_POD", capacity.to_string())
             .env("TENANTCI_DISPATCH_CAPACITY_VM", capacity.to_string())
@@ -116,10 +103,7 @@ impl World {
             // Longer than the run: no executor is replaced for never fetching its task (none
             // does; nothing executes them).
             .env("TENANTCI_DISPATCH_CLAIM_START_DEADLINE", "1h");
-        let proc = Process::spawn(
-            cmd.stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap()),
-        );
+        let proc = world::Dispatcher::spawn(cmd, name, &self.config, &log).await;
         let mut d = Dispatcher {
             proc,
             tail: LogTail::open(&log),
@@ -132,7 +116,7 @@ impl World {
 
     /// SIGTERM (the dispatcher must drain and exit 0); its executors and sandboxes stay.
     pub fn stop(&self, name: &str, mut d: Dispatcher) {
-        let code = d.proc.terminate(Duration::from_secs(30));
+        let code = d.proc.terminate_within(Duration::from_secs(30));
         assert_eq!(code, Some(0), "{name}: the dispatcher drains and exits 0");
         d.tail.poll();
         if let Some(first) = d.tail.errors.first() {
@@ -147,9 +131,8 @@ impl World {
         self.jobs += 1;
         let name = format!("bench-{}", self.jobs);
         let secret = format!("bench-secret-{}-{}", self.jobs, "x".repeat(32));
-        self.gitea
-            .enqueue(&self.http, &name, runs_on, &secret)
-            .await;
+        let http = self.inner.http();
+        self.gitea.enqueue(http, &name, runs_on, &secret).await;
     }
 
     /// The double's claim time of each task.
@@ -159,7 +142,7 @@ impl World {
     ) -> BTreeMap<i64, DateTime<Utc>> {
         let mut out = BTreeMap::new();
         for t in tasks {
-            let v = self.gitea.admin(&self.http, &format!("tasks/{t}")).await;
+            let v = self.task(t).await;
             out.insert(t, parse_time(v["started_at"].as_str().unwrap()));
         }
         out
