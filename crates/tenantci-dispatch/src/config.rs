@@ -21,7 +21,7 @@ use crate::claim::settings::{Gitea, WaitingJobs, Webhook};
 use crate::executor::Executor;
 use crate::facade::settings::Facade;
 use crate::leader::Leader;
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::task::Claim;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::input::url_host;
@@ -168,10 +168,10 @@ impl Default for Capacity {
 }
 
 impl Capacity {
-    pub fn of(&self, backend: Backend) -> u32 {
+    pub fn of(&self, backend: BackendKind) -> u32 {
         match backend {
-            Backend::Pod => self.pod,
-            Backend::Vm => self.vm,
+            BackendKind::Pod => self.pod,
+            BackendKind::Vm => self.vm,
         }
     }
 }
@@ -539,7 +539,7 @@ impl Config {
             vm.validate()?;
         }
         crate::executor::class::validate(&self.executor.classes, &self.executor.resources, |b| {
-            (b == Backend::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
+            (b == BackendKind::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
         })?;
         if let Some(cache) = &self.cache {
             cache.validate()?;
@@ -793,7 +793,7 @@ pub(crate) mod tests {
         let cfg = parse(&text, &[]).unwrap();
         let c = &cfg.executor.classes;
         assert_eq!((c[0].name.as_str(), c[0].capacity), ("small", 3));
-        assert_eq!(c[0].backend, Backend::Pod, "the default backend");
+        assert_eq!(c[0].backend, BackendKind::Pod, "the default backend");
         assert_eq!(
             c[1].node_selector.as_ref().unwrap()["socialweb.computer/pool"],
             "large"

@@ -11,11 +11,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 
 type ByBackend = Vec<(String, String)>;
 
-fn backend(b: Backend) -> ByBackend {
+fn backend(b: BackendKind) -> ByBackend {
     vec![("backend".to_string(), b.to_string())]
 }
 
@@ -345,32 +345,32 @@ fn register_expiries(registry: &mut Registry, m: &Metrics) {
 }
 
 impl Metrics {
-    pub fn claimed(&self, b: Backend) {
+    pub fn claimed(&self, b: BackendKind) {
         self.claimed.get_or_create(&backend(b)).inc();
     }
-    pub fn completed(&self, b: Backend) {
+    pub fn completed(&self, b: BackendKind) {
         self.completed.get_or_create(&backend(b)).inc();
     }
-    pub fn failed(&self, b: Backend) {
+    pub fn failed(&self, b: BackendKind) {
         self.failed.get_or_create(&backend(b)).inc();
     }
     pub fn fetched(&self, took: Duration) {
         self.fetch_calls.inc();
         self.fetch_latency.observe(took.as_secs_f64());
     }
-    pub fn queue_depth(&self, b: Backend, n: u64) {
+    pub fn queue_depth(&self, b: BackendKind, n: u64) {
         self.queue_depth.get_or_create(&backend(b)).set(n as i64);
     }
     /// A backend's capacity; its task counters start at 0 (a series that never appeared
     /// reads as "no data" in alerts, not as "no failures").
-    pub fn capacity(&self, b: Backend, n: u32) {
+    pub fn capacity(&self, b: BackendKind, n: u32) {
         self.capacity.get_or_create(&backend(b)).set(n as i64);
         let labels = backend(b);
         for family in [&self.claimed, &self.completed, &self.failed] {
             drop(family.get_or_create(&labels));
         }
     }
-    pub fn in_use(&self, b: Backend, n: usize) {
+    pub fn in_use(&self, b: BackendKind, n: usize) {
         self.in_use.get_or_create(&backend(b)).set(n as i64);
     }
     pub fn leader(&self, is: bool) {
@@ -501,7 +501,7 @@ mod tests {
     #[test]
     fn renders_every_family() {
         let m = Metrics::default();
-        m.claimed(Backend::Pod);
+        m.claimed(BackendKind::Pod);
         m.fetched(Duration::from_millis(3));
         m.leader(true);
         m.answer_lost();

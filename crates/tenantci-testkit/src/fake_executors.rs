@@ -21,7 +21,7 @@ use tenantci_dispatch::backend::{
 };
 use tenantci_dispatch::executor::demand::WarmDemand;
 use tenantci_dispatch::metrics::Metrics;
-use tenantci_dispatch::queue::Backend;
+use tenantci_dispatch::queue::BackendKind;
 use tenantci_dispatch::queue::consumer::Slot;
 use tenantci_dispatch::task::Progress;
 use tenantci_dispatch::task::ledger::{self, Entry, LedgerError};
@@ -74,12 +74,12 @@ struct Backing {
 /// A backend in memory: a start creates an executor that `observe` lists (unfetched, age 0)
 /// and a delete removes it; the test sets what else is listed and which starts fail.
 pub struct FakeExecutors {
-    backend: Backend,
+    backend: BackendKind,
     state: Mutex<Backing>,
 }
 
 impl FakeExecutors {
-    pub fn new(backend: Backend) -> Arc<Self> {
+    pub fn new(backend: BackendKind) -> Arc<Self> {
         Arc::new(FakeExecutors {
             backend,
             state: Mutex::new(Backing::default()),
@@ -129,7 +129,7 @@ impl FakeExecutors {
 }
 
 impl Executors for FakeExecutors {
-    fn backend(&self) -> Backend {
+    fn backend(&self) -> BackendKind {
         self.backend
     }
 

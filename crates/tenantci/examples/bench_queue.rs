@@ -16,7 +16,7 @@ use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
 use tenantci_dispatch::queue::producer::Producer;
 use tenantci_dispatch::queue::topology::{self, TopologySpec};
-use tenantci_dispatch::queue::{Backend, STREAM};
+use tenantci_dispatch::queue::{BackendKind, STREAM};
 use tenantci_testkit::nats::NatsServer;
 
 const PUBLISHERS: usize = 16;
@@ -40,7 +40,7 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
     let consumer = Arc::new(
         CappedConsumer::bind(
             s.client("ci-worker").await,
-            Backend::Pod,
+            BackendKind::Pod,
             capacity,
             ConsumerSettings {
                 confirm_acks: std::env::var_os("BENCH_PLAIN_ACK").is_none(),
@@ -83,7 +83,7 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
             key,
             &format!("l{capacity}-{i}"),
             1,
-            Backend::Pod,
+            BackendKind::Pod,
             vec![],
             b"{}",
         )
@@ -107,7 +107,7 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
                     &key,
                     &format!("t{capacity}-{i}"),
                     1,
-                    Backend::Pod,
+                    BackendKind::Pod,
                     vec![],
                     br#"{"token":"x"}"#,
                 )

@@ -33,7 +33,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::metrics::Metrics;
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::task::Progress;
 use crate::task::ledger::LedgerError;
 use crate::task::registry::Registry;
@@ -166,7 +166,7 @@ pub struct Nouns {
 /// `Arc<dyn Executors>`, the facade and keep-alive one per backend.
 pub trait Executors: Send + Sync + 'static {
     /// Which backend: its consumer, subject, capacity and metrics label.
-    fn backend(&self) -> Backend;
+    fn backend(&self) -> BackendKind;
 
     fn nouns(&self) -> Nouns;
 

@@ -1,17 +1,17 @@
 //! Which backend runs a task: by its `runs-on` labels. A job that asks for `vm` runs in a VM
 //! sandbox; everything else this runner accepts runs as an executor Pod.
 
-pub use crate::queue::Backend;
+pub use crate::queue::BackendKind;
 
 /// Routes by labels; `vm` anywhere in runs-on selects the VM backend.
-pub fn route<S: AsRef<str>>(runs_on: &[S]) -> Backend {
+pub fn route<S: AsRef<str>>(runs_on: &[S]) -> BackendKind {
     if runs_on
         .iter()
         .any(|l| l.as_ref().eq_ignore_ascii_case("vm"))
     {
-        Backend::Vm
+        BackendKind::Vm
     } else {
-        Backend::Pod
+        BackendKind::Pod
     }
 }
 
@@ -42,9 +42,9 @@ mod tests {
 
     #[test]
     fn routes_by_labels() {
-        assert_eq!(route(&["self-hosted", "pod"]), Backend::Pod);
-        assert_eq!(route(&["self-hosted", "vm"]), Backend::Vm);
-        assert_eq!(route::<&str>(&[]), Backend::Pod);
+        assert_eq!(route(&["self-hosted", "pod"]), BackendKind::Pod);
+        assert_eq!(route(&["self-hosted", "vm"]), BackendKind::Vm);
+        assert_eq!(route::<&str>(&[]), BackendKind::Pod);
     }
 
     #[test]

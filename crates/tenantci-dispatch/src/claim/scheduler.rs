@@ -44,7 +44,7 @@ use crate::claim::routing;
 use crate::claim::settings::{Gitea, Webhook};
 use crate::executor::class::{self, ExecutorClass};
 use crate::metrics::Metrics;
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
 use crate::task::ledger::{Entry, Ledger, Phase};
@@ -96,7 +96,7 @@ pub struct Scheduler {
 
 /// One backend's pool of executors, as the scheduler counts it.
 pub struct Pool {
-    pub backend: Backend,
+    pub backend: BackendKind,
     /// Its consumer, for its pending counts (read as ci-worker).
     pub consumer: PullConsumer,
     pub capacity: u32,
@@ -406,14 +406,14 @@ impl Scheduler {
 
     /// Gives up on a claimed task before it was queued: its claim goes to the ledger first
     /// (every claim is written there), then the task is reported as failed ([`Self::give_up`]).
-    async fn refuse(&self, task: i64, backend: Backend, why: &str) {
+    async fn refuse(&self, task: i64, backend: BackendKind, why: &str) {
         self.ledger
             .note(Entry::step(task, 1, backend, Phase::Claimed))
             .await;
         self.give_up(task, backend, why).await;
     }
 
-    async fn give_up(&self, task: i64, backend: Backend, why: &str) {
+    async fn give_up(&self, task: i64, backend: BackendKind, why: &str) {
         tracing::error!(task, "{why}; reporting FAILURE to Gitea");
         self.metrics.failed(backend);
         match report::fail(&self.gitea, task, why).await {

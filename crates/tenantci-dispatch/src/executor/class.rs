@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde::{Deserialize, Serialize};
 
 use crate::executor::resources::Resources;
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::node_image::NodeImage;
 
@@ -27,7 +27,7 @@ pub struct ExecutorClass {
     pub label: String,
     /// Where its executors run.
     #[serde(default = "pod")]
-    pub backend: Backend,
+    pub backend: BackendKind,
     /// The runner container's CPU request (pod) or the sandbox's CPU limit (vm).
     pub cpu: String,
     /// The runner container's memory request and limit (pod) or the sandbox's limit (vm).
@@ -92,8 +92,8 @@ impl WarmPool {
     }
 }
 
-fn pod() -> Backend {
-    Backend::Pod
+fn pod() -> BackendKind {
+    BackendKind::Pod
 }
 
 impl ExecutorClass {
@@ -104,7 +104,7 @@ impl ExecutorClass {
         ExecutorClass {
             name: name.into(),
             label: name.into(),
-            backend: Backend::Pod,
+            backend: BackendKind::Pod,
             cpu: cpu.into(),
             memory: memory.into(),
             ephemeral_storage: None,
@@ -135,7 +135,7 @@ impl ExecutorClass {
     /// naming the class when it cannot fit (its jobs would wait for a node that never comes).
     /// A vm class runs in a sandbox, not on a rented node.
     pub fn check_fits(&self, base: &Resources, image: &NodeImage) -> tenantci_core::Result<()> {
-        if self.backend != Backend::Pod {
+        if self.backend != BackendKind::Pod {
             return Ok(());
         }
         self.resources(base).check_fits_as(
@@ -174,7 +174,7 @@ impl ExecutorClass {
             ));
         }
         if let Some(w) = &self.warm {
-            if self.backend != Backend::Pod {
+            if self.backend != BackendKind::Pod {
                 return Err(format!(
                     "has {at} with a warm pool on the {} backend; pause Pods keep rented nodes warm, so only pod classes have one",
                     self.backend
@@ -196,7 +196,7 @@ impl ExecutorClass {
 pub fn validate(
     classes: &[ExecutorClass],
     base: &Resources,
-    backend_capacity: impl Fn(Backend) -> Option<u32>,
+    backend_capacity: impl Fn(BackendKind) -> Option<u32>,
 ) -> Result<(), String> {
     let (mut names, mut labels) = (BTreeSet::new(), BTreeSet::new());
     for c in classes {
@@ -366,7 +366,7 @@ pub(crate) mod tests {
     #[test]
     fn bad_classes_are_refused_naming_the_class() {
         let base = Resources::default();
-        let cap = |b| (b == Backend::Pod).then_some(4);
+        let cap = |b| (b == BackendKind::Pod).then_some(4);
         assert_eq!(validate(&two(), &base, cap), Ok(()));
         type Change = Box<dyn Fn(&mut Vec<ExecutorClass>)>;
         let cases: Vec<(Change, &str)> = vec![
@@ -390,7 +390,7 @@ pub(crate) mod tests {
             ),
             (Box::new(|c| c[0].label = "a b".into()), "one word"),
             (
-                Box::new(|c| c[1].backend = Backend::Vm),
+                Box::new(|c| c[1].backend = BackendKind::Vm),
                 "on the vm backend, which is off",
             ),
             (
@@ -433,7 +433,7 @@ pub(crate) mod tests {
                 .contains("executor.class `huge`'s cpu and memory")
         );
         let vm = ExecutorClass {
-            backend: Backend::Vm,
+            backend: BackendKind::Vm,
             ..huge
         };
         vm.check_fits(&base, &node).unwrap();

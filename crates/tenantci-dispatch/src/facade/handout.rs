@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendError, Executors, Presence};
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::task::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::connect::ConnectError;
 
@@ -17,9 +17,9 @@ use tenantci_core::forge::gitea::connect::ConnectError;
 const REMEMBERED: usize = 4096;
 
 pub struct Handout {
-    backends: BTreeMap<Backend, Arc<dyn Executors>>,
+    backends: BTreeMap<BackendKind, Arc<dyn Executors>>,
     ledger: Ledger,
-    remembered: Mutex<BTreeMap<i64, Backend>>,
+    remembered: Mutex<BTreeMap<i64, BackendKind>>,
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> ConnectError {
@@ -46,13 +46,13 @@ impl Handout {
         let backend = self.backend_of(task).await?;
         self.backends
             .get(&backend)
-            .or_else(|| self.backends.get(&Backend::Pod))
+            .or_else(|| self.backends.get(&BackendKind::Pod))
             .map(|b| &**b)
             .ok_or_else(|| ConnectError::unavailable("the dispatcher runs no backend"))
     }
 
     /// The backend `task` runs on.
-    async fn backend_of(&self, task: i64) -> Result<Backend, ConnectError> {
+    async fn backend_of(&self, task: i64) -> Result<BackendKind, ConnectError> {
         if self.backends.len() == 1 {
             return Ok(*self.backends.keys().next().expect("one backend"));
         }
@@ -63,7 +63,7 @@ impl Handout {
         let backend = match self.ledger.get(task).await {
             Ok(Some(e)) => e.backend,
             // Claimed before the ledger existed, or its entry expired: a Pod task then.
-            Ok(None) => Backend::Pod,
+            Ok(None) => BackendKind::Pod,
             Err(e) => return Err(unavailable("the claim ledger", e)),
         };
         let mut g = self.lock();
@@ -74,7 +74,7 @@ impl Handout {
         Ok(backend)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, Backend>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, BackendKind>> {
         self.remembered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -84,7 +84,7 @@ impl Handout {
         &self,
         task: i64,
         attempt: u32,
-    ) -> Result<Option<(Backend, Vec<u8>)>, ConnectError> {
+    ) -> Result<Option<(BackendKind, Vec<u8>)>, ConnectError> {
         let executors = self.executors_of(task).await?;
         let sealed = executors
             .fetch(task, attempt)

@@ -17,7 +17,7 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
-use super::Backend;
+use super::BackendKind;
 use prost::Message as _;
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::fsutil;
@@ -39,7 +39,7 @@ pub struct Assignment {
     pub task_id: String,
     /// 1 for the first try; a retry of the same task is a new attempt (and a new Msg-Id).
     pub attempt: u32,
-    pub backend: Backend,
+    pub backend: BackendKind,
     /// The job's runs-on labels.
     #[serde(default)]
     pub labels: Vec<String>,
@@ -159,7 +159,12 @@ pub fn validate_task_id(id: &str) -> Result<(), AssignmentError> {
 /// The associated data: binds the ciphertext to this assignment's identity. A class is
 /// appended only when there is one, so an assignment without one reads as before classes
 /// were named.
-fn associated_data(task_id: &str, attempt: u32, backend: Backend, class: Option<&str>) -> Vec<u8> {
+fn associated_data(
+    task_id: &str,
+    attempt: u32,
+    backend: BackendKind,
+    class: Option<&str>,
+) -> Vec<u8> {
     let mut aad = format!("tenantci-assignment\0v{VERSION}\0{task_id}\0{attempt}\0{backend}");
     if let Some(class) = class {
         aad.push_str("\0class=");
@@ -174,7 +179,7 @@ impl Assignment {
         key: &SealingKey,
         task_id: &str,
         attempt: u32,
-        backend: Backend,
+        backend: BackendKind,
         labels: Vec<String>,
         payload: &[u8],
     ) -> Result<Self, AssignmentError> {
@@ -187,7 +192,7 @@ impl Assignment {
         key: &SealingKey,
         task_id: &str,
         attempt: u32,
-        backend: Backend,
+        backend: BackendKind,
         labels: Vec<String>,
         class: Option<String>,
         payload: &[u8],
@@ -327,7 +332,7 @@ mod tests {
             key,
             "4711",
             1,
-            Backend::Pod,
+            BackendKind::Pod,
             vec!["ubuntu-latest".into()],
             b"{\"token\":\"s3cret-task-token\"}",
         )
@@ -359,7 +364,7 @@ mod tests {
         for tamper in [
             |a: &mut Assignment| a.task_id = "4712".into(),
             |a: &mut Assignment| a.attempt = 2,
-            |a: &mut Assignment| a.backend = Backend::Vm,
+            |a: &mut Assignment| a.backend = BackendKind::Vm,
         ] {
             let mut b = a.clone();
             tamper(&mut b);
@@ -379,7 +384,7 @@ mod tests {
             &key,
             "4711",
             1,
-            Backend::Pod,
+            BackendKind::Pod,
             vec!["large".into()],
             Some("large".into()),
             b"task",
@@ -411,10 +416,10 @@ mod tests {
             Err(AssignmentError::Decode(_))
         ));
         for bad in ["", "a:b", "a.b", "a b", &"x".repeat(129)] {
-            assert!(Assignment::seal(&key, bad, 1, Backend::Pod, vec![], b"").is_err());
+            assert!(Assignment::seal(&key, bad, 1, BackendKind::Pod, vec![], b"").is_err());
         }
         assert_eq!(
-            Assignment::seal(&key, "1", 0, Backend::Pod, vec![], b""),
+            Assignment::seal(&key, "1", 0, BackendKind::Pod, vec![], b""),
             Err(AssignmentError::BadAttempt)
         );
     }

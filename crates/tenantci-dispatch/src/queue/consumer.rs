@@ -21,7 +21,7 @@ use futures::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::assignment::Assignment;
-use super::{Backend, STREAM};
+use super::{BackendKind, STREAM};
 
 /// Tunables of a [`CappedConsumer`]; the defaults suit production.
 #[derive(Debug, Clone)]
@@ -230,7 +230,7 @@ pub enum BindError {
 pub struct CappedConsumer {
     js: jetstream::Context,
     consumer: PullConsumer,
-    backend: Backend,
+    backend: BackendKind,
     capacity: usize,
     slots: Arc<Semaphore>,
     counters: Arc<Counters>,
@@ -243,7 +243,7 @@ impl CappedConsumer {
     /// Binds to the durable consumer of `backend` (one CONSUMER.INFO request).
     pub async fn bind(
         client: async_nats::Client,
-        backend: Backend,
+        backend: BackendKind,
         capacity: usize,
         settings: ConsumerSettings,
     ) -> Result<Self, BindError> {
@@ -286,7 +286,7 @@ impl CappedConsumer {
         })
     }
 
-    pub fn backend(&self) -> Backend {
+    pub fn backend(&self) -> BackendKind {
         self.backend
     }
 
@@ -374,7 +374,7 @@ impl CappedConsumer {
 struct Lane {
     js: jetstream::Context,
     consumer: PullConsumer,
-    backend: Backend,
+    backend: BackendKind,
     counters: Arc<Counters>,
     settings: ConsumerSettings,
     progress_every: Duration,

@@ -35,53 +35,53 @@ pub const STREAM_SUBJECTS: &str = "ci.runner.>";
 /// Where an assignment runs; each backend has its own subject, durable consumer and capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Backend {
+pub enum BackendKind {
     /// A Kubernetes executor Pod on the tenant cluster.
     Pod,
     /// A VM sandbox.
     Vm,
 }
 
-impl Backend {
-    pub const ALL: [Backend; 2] = [Backend::Pod, Backend::Vm];
+impl BackendKind {
+    pub const ALL: [BackendKind; 2] = [BackendKind::Pod, BackendKind::Vm];
 
     /// The durable consumer name (`pod` / `vm`).
     pub fn consumer(self) -> &'static str {
         match self {
-            Backend::Pod => "pod",
-            Backend::Vm => "vm",
+            BackendKind::Pod => "pod",
+            BackendKind::Vm => "vm",
         }
     }
 
     /// What turns this backend on, for the sentence that refuses a job asking for it.
     pub fn turned_on_by(self) -> &'static str {
         match self {
-            Backend::Pod => "it is always on",
-            Backend::Vm => "no `--opensandbox-url` at `dispatch init`",
+            BackendKind::Pod => "it is always on",
+            BackendKind::Vm => "no `--opensandbox-url` at `dispatch init`",
         }
     }
 
     /// The subject assignments for this backend are published on.
     pub fn subject(self) -> &'static str {
         match self {
-            Backend::Pod => "ci.runner.pod",
-            Backend::Vm => "ci.runner.vm",
+            BackendKind::Pod => "ci.runner.pod",
+            BackendKind::Vm => "ci.runner.vm",
         }
     }
 }
 
-impl fmt::Display for Backend {
+impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.consumer())
     }
 }
 
-impl FromStr for Backend {
+impl FromStr for BackendKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "pod" => Ok(Backend::Pod),
-            "vm" => Ok(Backend::Vm),
+            "pod" => Ok(BackendKind::Pod),
+            "vm" => Ok(BackendKind::Vm),
             other => Err(format!(
                 "unknown backend `{other}` (expected `pod` or `vm`)"
             )),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use rand::RngCore as _;
 
-use super::{Backend, STREAM, ledger_bucket, users};
+use super::{BackendKind, STREAM, ledger_bucket, users};
 use tenantci_core::fsutil;
 
 /// Cost of the bcrypt hashes (what `nats server passwd` uses): each client connect costs the
@@ -33,7 +33,7 @@ pub struct UserPermissions {
 pub fn user_permissions() -> Vec<UserPermissions> {
     let inbox = |user: &str| vec![format!("{}.>", users::inbox_prefix(user))];
     let mut worker_publish = Vec::new();
-    for b in Backend::ALL {
+    for b in BackendKind::ALL {
         let c = b.consumer();
         worker_publish.push(format!("$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{c}"));
         worker_publish.push(format!("$JS.API.CONSUMER.INFO.{STREAM}.{c}"));
@@ -53,7 +53,7 @@ pub fn user_permissions() -> Vec<UserPermissions> {
         },
         UserPermissions {
             user: users::PRODUCER,
-            publish: Backend::ALL
+            publish: BackendKind::ALL
                 .iter()
                 .map(|b| b.subject().to_string())
                 .collect(),

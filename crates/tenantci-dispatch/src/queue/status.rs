@@ -6,7 +6,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use serde::Serialize;
 use tenantci_core::{Error, Result};
 
-use super::{Backend, STREAM, connect};
+use super::{BackendKind, STREAM, connect};
 
 /// `queue status -o json`.
 #[derive(Debug, Serialize)]
@@ -34,7 +34,7 @@ pub async fn read(url: &str, user: &str, password_file: &Path) -> Result<StatusR
     let client = connect::connect(url, user, password_file).await?;
     let js = async_nats::jetstream::new(client);
     let mut consumers = Vec::new();
-    for b in Backend::ALL {
+    for b in BackendKind::ALL {
         let mut c: PullConsumer = js
             .get_consumer_from_stream(b.consumer(), STREAM)
             .await

@@ -20,7 +20,7 @@ use async_nats::jetstream::{
 };
 use serde::Serialize;
 
-use super::{Backend, STREAM, STREAM_SUBJECTS, ledger_bucket};
+use super::{BackendKind, STREAM, STREAM_SUBJECTS, ledger_bucket};
 
 /// The knobs of the topology; everything else is fixed by design.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,10 +96,10 @@ impl TopologySpec {
         Ok(())
     }
 
-    pub fn capacity(&self, backend: Backend) -> u32 {
+    pub fn capacity(&self, backend: BackendKind) -> u32 {
         match backend {
-            Backend::Pod => self.pod_capacity,
-            Backend::Vm => self.vm_capacity,
+            BackendKind::Pod => self.pod_capacity,
+            BackendKind::Vm => self.vm_capacity,
         }
     }
 }
@@ -150,7 +150,7 @@ pub fn desired_stream(spec: &TopologySpec) -> stream::Config {
 }
 
 /// The durable pull consumer config for `backend`.
-pub fn desired_consumer(spec: &TopologySpec, backend: Backend) -> pull::Config {
+pub fn desired_consumer(spec: &TopologySpec, backend: BackendKind) -> pull::Config {
     pull::Config {
         durable_name: Some(backend.consumer().to_string()),
         name: Some(backend.consumer().to_string()),
@@ -309,7 +309,7 @@ pub async fn live_configs(
         Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e.into())),
     };
     let consumer = match js
-        .get_consumer_from_stream::<pull::Config, _, _>(Backend::Pod.consumer(), STREAM)
+        .get_consumer_from_stream::<pull::Config, _, _>(BackendKind::Pod.consumer(), STREAM)
         .await
     {
         Ok(c) => Some(c.cached_info().config.max_deliver),
@@ -317,7 +317,7 @@ pub async fn live_configs(
             None
         }
         Err(e) => {
-            let object = format!("consumer {}", Backend::Pod.consumer());
+            let object = format!("consumer {}", BackendKind::Pod.consumer());
             return Err(server_err("read", object)(e.into()));
         }
     };
@@ -338,7 +338,7 @@ pub async fn apply(
     )
     .await?;
     let mut consumers = Vec::new();
-    for backend in Backend::ALL {
+    for backend in BackendKind::ALL {
         let want = desired_consumer(spec, backend);
         let change = match js
             .get_consumer_from_stream::<pull::Config, _, _>(backend.consumer(), STREAM)
@@ -454,7 +454,7 @@ async fn apply_stream(
 async fn create_consumer(
     js: &jetstream::Context,
     config: pull::Config,
-    backend: Backend,
+    backend: BackendKind,
 ) -> Result<(), ApplyError> {
     js.create_consumer_on_stream(config, STREAM)
         .await
@@ -486,7 +486,7 @@ mod tests {
             ..TopologySpec::default()
         };
         let live_stream = desired_stream(&chosen);
-        let live_consumer = desired_consumer(&chosen, Backend::Pod);
+        let live_consumer = desired_consumer(&chosen, BackendKind::Pod);
         let kept = keeping_init_choices(
             dispatcher.clone(),
             Some(&live_stream),
@@ -529,12 +529,12 @@ mod tests {
             vm_capacity: 1,
             ..Default::default()
         };
-        let pod = desired_consumer(&spec, Backend::Pod);
+        let pod = desired_consumer(&spec, BackendKind::Pod);
         assert_eq!(pod.durable_name.as_deref(), Some("pod"));
         assert_eq!(pod.filter_subject, "ci.runner.pod");
         assert_eq!(pod.ack_policy, AckPolicy::Explicit);
         assert_eq!(pod.max_ack_pending, 4);
-        let vm = desired_consumer(&spec, Backend::Vm);
+        let vm = desired_consumer(&spec, BackendKind::Vm);
         assert_eq!(vm.filter_subject, "ci.runner.vm");
         assert_eq!(vm.max_ack_pending, 1);
     }
@@ -546,12 +546,12 @@ mod tests {
             pod_capacity: 8,
             ..old.clone()
         };
-        let actual = desired_consumer(&old, Backend::Pod).into_consumer_config();
+        let actual = desired_consumer(&old, BackendKind::Pod).into_consumer_config();
         assert_eq!(
-            consumer_drift(&desired_consumer(&new, Backend::Pod), &actual),
+            consumer_drift(&desired_consumer(&new, BackendKind::Pod), &actual),
             vec!["max_ack_pending"]
         );
-        assert!(consumer_drift(&desired_consumer(&old, Backend::Pod), &actual).is_empty());
+        assert!(consumer_drift(&desired_consumer(&old, BackendKind::Pod), &actual).is_empty());
         assert!(stream_drift(&desired_stream(&new), &desired_stream(&old)).is_empty());
     }
 

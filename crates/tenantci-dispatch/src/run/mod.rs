@@ -56,7 +56,7 @@ use crate::metrics::Metrics;
 use crate::queue::assignment::SealingKey;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
-use crate::queue::{Backend, connect, permissions, users};
+use crate::queue::{BackendKind, connect, permissions, users};
 use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
 use crate::task::ledger::Ledger;
@@ -144,8 +144,8 @@ fn start_metrics(cfg: &Config, inputs: &Inputs) -> Arc<Metrics> {
     let metrics = Arc::new(Metrics::default());
     report_facade_cert(cfg, &inputs.facade_cert, &metrics);
     report_credential(cfg, &metrics);
-    metrics.capacity(Backend::Pod, cfg.capacity.pod);
-    metrics.capacity(Backend::Vm, cfg.capacity.vm);
+    metrics.capacity(BackendKind::Pod, cfg.capacity.pod);
+    metrics.capacity(BackendKind::Vm, cfg.capacity.vm);
     metrics
 }
 

@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::producer::Producer;
-use crate::queue::{Backend, STREAM};
+use crate::queue::{BackendKind, STREAM};
 use crate::task::ledger::Ledger;
 use crate::task::spec::{ExecutorTemplate, GiteaForExecutors};
 use tenantci_core::forge::gitea::client::RunnerClient;
@@ -214,7 +214,7 @@ async fn start_backend(
 /// Binds `backend`'s consumer, retrying while NATS or the topology is away; None: stopped.
 async fn bind_consumer(
     s: &Shared,
-    backend: Backend,
+    backend: BackendKind,
     stop_rx: &mut watch::Receiver<bool>,
 ) -> Option<Arc<CappedConsumer>> {
     loop {
@@ -241,7 +241,7 @@ async fn bind_consumer(
 /// topology is away; None: stopped.
 async fn lookup(
     s: &Shared,
-    backend: Backend,
+    backend: BackendKind,
     stop_rx: &mut watch::Receiver<bool>,
 ) -> Option<PullConsumer> {
     loop {

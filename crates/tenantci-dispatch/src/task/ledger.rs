@@ -27,7 +27,7 @@ use async_nats::jetstream::{self, kv};
 use futures::TryStreamExt as _;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::queue::assignment::Assignment;
 use crate::queue::ledger_bucket::BUCKET;
 use crate::task::Progress;
@@ -71,7 +71,7 @@ impl Phase {
 pub struct Entry {
     pub task: i64,
     pub attempt: u32,
-    pub backend: Backend,
+    pub backend: BackendKind,
     pub phase: Phase,
     /// The final result's proto name (`RESULT_SUCCESS`), once final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,7 +85,7 @@ pub struct Entry {
 
 impl Entry {
     /// A step of `task` to record; [`merge`] decides what it changes.
-    pub fn step(task: i64, attempt: u32, backend: Backend, phase: Phase) -> Entry {
+    pub fn step(task: i64, attempt: u32, backend: BackendKind, phase: Phase) -> Entry {
         Entry {
             task,
             attempt,
@@ -306,12 +306,12 @@ mod tests {
     use super::*;
 
     fn step(attempt: u32, phase: Phase) -> Entry {
-        Entry::step(7, attempt, Backend::Pod, phase)
+        Entry::step(7, attempt, BackendKind::Pod, phase)
     }
 
     fn sealed() -> Assignment {
         let key = crate::queue::assignment::SealingKey::generate();
-        Assignment::seal(&key, "7", 1, Backend::Pod, vec![], b"task").unwrap()
+        Assignment::seal(&key, "7", 1, BackendKind::Pod, vec![], b"task").unwrap()
     }
 
     #[test]
@@ -348,8 +348,8 @@ mod tests {
 
     #[test]
     fn the_backend_of_the_first_entry_stays() {
-        let vm = merge(None, Entry::step(7, 1, Backend::Vm, Phase::Claimed)).unwrap();
+        let vm = merge(None, Entry::step(7, 1, BackendKind::Vm, Phase::Claimed)).unwrap();
         let next = merge(Some(&vm), step(1, Phase::Started)).unwrap();
-        assert_eq!(next.backend, Backend::Vm);
+        assert_eq!(next.backend, BackendKind::Vm);
     }
 }

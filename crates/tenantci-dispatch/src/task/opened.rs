@@ -11,14 +11,14 @@
 use prost::Message as _;
 
 use crate::executor::class::{self, ExecutorClass};
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::queue::assignment::{Assignment, SealingKey};
 use tenantci_core::forge::gitea::proto::Task;
 
 pub struct Opened {
     pub task: i64,
     pub attempt: u32,
-    pub backend: Backend,
+    pub backend: BackendKind,
     /// The job's runs-on labels (the runner registers with them).
     pub labels: Vec<String>,
     /// The class the scheduler picked (None: this dispatcher has no classes).
@@ -105,7 +105,7 @@ mod tests {
             key,
             "7",
             1,
-            Backend::Pod,
+            BackendKind::Pod,
             labels,
             class.map(Into::into),
             payload,

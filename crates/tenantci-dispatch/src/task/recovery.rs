@@ -9,7 +9,7 @@
 //! once the ledger has its start as done: no redelivery will finish it. A task the ledger has
 //! as final whose objects are still there is over: its objects go.
 
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::task::ledger::{Entry, Phase};
 
 /// What the backend lists of an entry's task.
@@ -81,13 +81,13 @@ pub fn decide(entry: &Entry, objects: Objects) -> Recovery {
 /// FAILURE for an executor lost after it fetched: what it ran is unknown.
 fn fetched_and_lost(entry: &Entry, objects: Objects) -> Recovery {
     let what = match (entry.backend, objects) {
-        (Backend::Pod, Objects::Partial { .. }) => {
+        (BackendKind::Pod, Objects::Partial { .. }) => {
             "its Pod was lost (deleted, or the tenant apiserver lost it; its Secret was left)"
         }
-        (Backend::Pod, _) => {
+        (BackendKind::Pod, _) => {
             "its Pod and Secret were lost (deleted while no dispatcher was leading, or the tenant apiserver lost them)"
         }
-        (Backend::Vm, _) => "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
+        (BackendKind::Vm, _) => "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
     };
     Recovery::Fail {
         reason: format!(
@@ -109,9 +109,16 @@ mod tests {
     use crate::queue::assignment::{Assignment, SealingKey};
 
     fn entry(phase: Phase, with_assignment: bool) -> Entry {
-        let e = Entry::step(7, 1, Backend::Pod, phase);
+        let e = Entry::step(7, 1, BackendKind::Pod, phase);
         if with_assignment {
-            let a = Assignment::seal(&SealingKey::generate(), "7", 1, Backend::Pod, vec![], b"t");
+            let a = Assignment::seal(
+                &SealingKey::generate(),
+                "7",
+                1,
+                BackendKind::Pod,
+                vec![],
+                b"t",
+            );
             e.with_assignment(&a.unwrap())
         } else {
             e

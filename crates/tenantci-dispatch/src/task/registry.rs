@@ -8,18 +8,18 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::queue::consumer::Slot;
 
 struct Running {
-    backend: Backend,
+    backend: BackendKind,
     /// None for an executor recovered beyond capacity (after the capacity was lowered).
     _slot: Option<Slot>,
 }
 
 #[derive(Default)]
 struct Inner {
-    queued: BTreeMap<i64, Backend>,
+    queued: BTreeMap<i64, BackendKind>,
     running: BTreeMap<i64, Running>,
     /// Queued tasks Gitea ended (cancelled) before an executor started: the worker acks
     /// their assignment without starting one.
@@ -41,7 +41,7 @@ impl Registry {
     }
 
     /// The scheduler queued `task` on `backend`.
-    pub fn queued(&self, task: i64, backend: Backend) {
+    pub fn queued(&self, task: i64, backend: BackendKind) {
         self.lock().queued.insert(task, backend);
     }
 
@@ -50,7 +50,7 @@ impl Registry {
     pub fn running(
         &self,
         task: i64,
-        backend: Backend,
+        backend: BackendKind,
         slot: impl FnOnce() -> Option<Slot>,
     ) -> bool {
         let mut g = self.lock();
@@ -142,7 +142,7 @@ impl Registry {
         self.lock().running.keys().copied().collect()
     }
 
-    pub fn running_tasks_of(&self, backend: Backend) -> Vec<i64> {
+    pub fn running_tasks_of(&self, backend: BackendKind) -> Vec<i64> {
         self.lock()
             .running
             .iter()
@@ -151,7 +151,7 @@ impl Registry {
             .collect()
     }
 
-    pub fn running_count(&self, backend: Backend) -> usize {
+    pub fn running_count(&self, backend: BackendKind) -> usize {
         self.lock()
             .running
             .values()
@@ -185,12 +185,12 @@ mod tests {
     #[test]
     fn a_task_moves_from_queued_to_running_to_gone() {
         let r = Registry::default();
-        r.queued(7, Backend::Pod);
+        r.queued(7, BackendKind::Pod);
         assert_eq!(r.queued_tasks(), [7]);
-        assert!(r.running(7, Backend::Pod, || None));
-        assert!(!r.running(7, Backend::Pod, || panic!("no second slot")));
+        assert!(r.running(7, BackendKind::Pod, || None));
+        assert!(!r.running(7, BackendKind::Pod, || panic!("no second slot")));
         assert_eq!(
-            (r.queued_tasks().len(), r.running_count(Backend::Pod)),
+            (r.queued_tasks().len(), r.running_count(BackendKind::Pod)),
             (0, 1)
         );
         r.finished(7);

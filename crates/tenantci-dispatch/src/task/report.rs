@@ -9,7 +9,7 @@
 
 use futures::future::BoxFuture;
 
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::task::ledger::{Entry, Ledger, LedgerError, Phase};
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
@@ -66,7 +66,7 @@ impl TaskReports for RunnerClient {
 /// are the entry's own (`ledger::merge` keeps them); these only fill a missing entry.
 pub fn final_step(task: i64, result: TaskResult) -> Entry {
     let name = TaskResult::proto_name(result as i32).unwrap_or("RESULT_UNSPECIFIED");
-    Entry::step(task, 1, Backend::Pod, Phase::Final).with_result(name)
+    Entry::step(task, 1, BackendKind::Pod, Phase::Final).with_result(name)
 }
 
 /// The ledger step after [`fail`] succeeded.
@@ -172,7 +172,7 @@ pub async fn executor_failed(
     gitea: &dyn TaskReports,
     ledger: &dyn ClaimLedger,
     metrics: &crate::metrics::Metrics,
-    backend: Backend,
+    backend: BackendKind,
     task: i64,
     reason: &str,
 ) -> bool {

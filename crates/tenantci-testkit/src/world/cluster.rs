@@ -103,11 +103,11 @@ impl World {
     /// Waits until the pod backend's consumer has no assignment delivered and not acked, nor
     /// one waiting: every start so far is acked, and the queue will redeliver none of them.
     pub async fn pod_assignments_acked(&self) {
-        use tenantci_dispatch::queue::{Backend, STREAM};
+        use tenantci_dispatch::queue::{BackendKind, STREAM};
         let js = async_nats::jetstream::new(self.nats.client("ci-admin").await);
         eventually("every pod assignment acked", || async {
             let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-                .get_consumer_from_stream(Backend::Pod.consumer(), STREAM)
+                .get_consumer_from_stream(BackendKind::Pod.consumer(), STREAM)
                 .await
                 .ok()?;
             let info = consumer.info().await.ok()?;
@@ -123,7 +123,7 @@ impl World {
     pub async fn pin_store(&self) -> String {
         let marker = format!("positive-control-{:016x}", rand::random::<u64>());
         let js = async_nats::jetstream::new(self.nats.client("ci-producer").await);
-        let subject = tenantci_dispatch::queue::Backend::Vm.subject();
+        let subject = tenantci_dispatch::queue::BackendKind::Vm.subject();
         js.publish(subject, marker.clone().into())
             .await
             .unwrap()

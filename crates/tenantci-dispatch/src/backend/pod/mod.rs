@@ -23,7 +23,7 @@ use tokio::sync::Mutex;
 use crate::backend::pod::registrar::Registrar;
 use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
 use crate::capability;
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::task::Progress;
 use crate::task::spec::ExecutorSpec;
 use objects::{CreateError, ExecutorObjects};
@@ -94,8 +94,8 @@ fn observed(o: &objects::Observed) -> Observed {
 }
 
 impl Executors for PodExecutors {
-    fn backend(&self) -> Backend {
-        Backend::Pod
+    fn backend(&self) -> BackendKind {
+        BackendKind::Pod
     }
 
     fn nouns(&self) -> Nouns {

@@ -58,7 +58,7 @@ pub const RESYNC: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
     #[error("cannot list the executors: {0}")]
-    Backend(#[from] BackendError),
+    BackendKind(#[from] BackendError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
-use crate::queue::Backend;
+use crate::queue::BackendKind;
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::spec::ExecutorSpec;
 use sandboxes::Sandboxes;
@@ -101,8 +101,8 @@ impl VmExecutors {
 }
 
 impl Executors for VmExecutors {
-    fn backend(&self) -> Backend {
-        Backend::Vm
+    fn backend(&self) -> BackendKind {
+        BackendKind::Vm
     }
 
     fn nouns(&self) -> Nouns {
