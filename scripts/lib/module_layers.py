@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Module layering inside one crate (docs/architecture.md, "tenantci-dispatch").
 
-Reads every `crate::` and `super::` path in the crate's sources (tests excluded: a file's
-`#[cfg(test)] mod` and everything after it), maps both ends to files, and fails, naming the
-file, the line and the import, when:
+Reads every import of the crate's sources: `use` trees, expanded (one line or several, nested
+groups, a child module named bare), and `crate::`/`super::`/`self::` paths anywhere in the
+code; comments, string literals and `#[cfg(test)]` modules are left out. Maps both ends to
+files, and fails, naming the file, the line and the import, when:
 
 - a file imports a module on a higher floor than its own (the floors are listed in LAYERS,
   lowest first; a module not listed is an error, so a new module takes a floor on purpose);
@@ -18,12 +19,79 @@ import re
 import sys
 
 PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
-USE_GROUP = re.compile(r"\buse\s+(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{")
+USE = re.compile(r"\buse\s+([^;]+);", re.S)
+TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(pub(\(\w+\))?\s+)?mod\s+\w+\s*\{")
 
 
-def strip_comments(line):
-    i = line.find("//")
-    return line if i < 0 else line[:i]
+def blank(text, start, end):
+    """`text` with [start, end) replaced by spaces, newlines kept (line numbers stay true)."""
+    return text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
+
+
+def code_only(text):
+    """The source with comments, string and char literals blanked, and every `#[cfg(test)]`
+    module blanked whole (tests may import anything): what is left is what the crate builds."""
+    out, i, n = list(text), 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif c == "r" and re.match(r'r#*"', text[i:i + 8]) and (i == 0 or not text[i - 1].isalnum()):
+            hashes = re.match(r'r(#*)"', text[i:]).group(1)
+            j = text.find('"' + hashes, i + len(hashes) + 2)
+            j = n if j < 0 else j + 1 + len(hashes)
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            j += 1
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4]):
+            j = i + len(re.match(r"'(\\.|[^\\'])'", text[i:i + 4]).group(0))
+        else:
+            i += 1
+            continue
+        for k in range(i, min(j, n)):
+            if out[k] != "\n":
+                out[k] = " "
+        i = j
+    code = "".join(out)
+    for m in reversed(list(TEST_MOD.finditer(code))):
+        depth, k = 0, m.end() - 1
+        while k < len(code):
+            depth += {"{": 1, "}": -1}.get(code[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        code = blank(code, m.start(), k + 1)
+    return code
+
+
+def expand(tree):
+    """`a::{b, c::{d, e as f}, self}` -> ['a::b', 'a::c::d', 'a::c::e', 'a']."""
+    tree = re.sub(r"\s+", "", tree)
+    if "{" not in tree:
+        return [re.sub(r"as\w+$", "", tree.split(" as ")[0]).rstrip(":")]
+    i = tree.index("{")
+    head, body = tree[:i].rstrip(":"), tree[i + 1:tree.rindex("}")]
+    parts, depth, cur = [], 0, ""
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        cur += ch
+    parts.append(cur)
+    out = []
+    for part in filter(None, parts):
+        for sub in expand(part):
+            sub = re.sub(r"as[A-Za-z_]\w*$", "", sub) if "as" in sub and not sub.endswith("as") else sub
+            out.append(head if sub == "self" else (head + "::" + sub if head else sub))
+    return out
 
 
 def module_of_file(rel):
@@ -60,34 +128,39 @@ def resolve(mod, kind, rest):
     return base[:-1] + segs
 
 
+def is_child(src, mod, name):
+    base = "/".join(mod + [name])
+    return any(os.path.isfile(os.path.join(src, c)) for c in (base + ".rs", base + "/mod.rs"))
+
+
 def imports(src, rel):
+    """Every (line, text, target file, target module) that `rel` imports from the crate: `use`
+    trees (expanded, a child module named bare included) and `crate::`/`super::`/`self::` paths
+    anywhere in the code."""
     mod = module_of_file(rel)
-    out = []
     with open(os.path.join(src, rel), encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    group = None  # (kind, prefix) inside `use x::{ ... }` spanning lines
-    for no, raw in enumerate(lines, 1):
-        if raw.strip().startswith("#[cfg(test)]") and no < len(lines) and \
-                re.match(r"\s*(pub(\(\w+\))?\s+)?mod\s", lines[no]):
-            break
-        line = strip_comments(raw)
-        found = []
-        for m in PATH.finditer(line):
-            found.append((m.group(1), m.group(2)))
-        g = USE_GROUP.search(line)
-        if g and "}" not in line[g.end():]:
-            group = (g.group(1), g.group(2))
-        elif group is not None:
-            # names inside a multi-line group: `foo::Bar,` or `baz,`
-            for m in re.finditer(r"\b([a-z_][a-z0-9_]*)(?:::|\s*[,}]|\s*$)", line):
-                found.append((group[0], group[1] + "::" + m.group(1)))
-            if "}" in line:
-                group = None
-        for kind, rest in found:
-            target = resolve(mod, kind, rest)
-            tfile, tmod = file_of_module(src, target)
-            if tfile != rel:
-                out.append((no, raw.strip(), tfile, tmod))
+        text = f.read()
+    code = code_only(text)
+    lines = text.split("\n")
+    found = []
+    for m in USE.finditer(code):
+        no = code.count("\n", 0, m.start()) + 1
+        for path in expand(m.group(1)):
+            first = path.split("::")[0]
+            if first in ("crate", "super", "self"):
+                found.append((no, first, path[len(first):]))
+            elif is_child(src, mod, first):
+                found.append((no, "self", "::" + path))
+    for m in PATH.finditer(code):
+        found.append((code.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)))
+    out = []
+    for no, kind, rest in found:
+        tfile, tmod = file_of_module(src, resolve(mod, kind, rest))
+        # The root holds only `mod` lines (its re-exports are refused), so a path that ends
+        # there (an inline module's `super::`, which this reading takes a floor too high) is
+        # no edge.
+        if tfile != rel and tmod:
+            out.append((no, lines[no - 1].strip(), tfile, tmod))
     return out
 
 
@@ -116,6 +189,14 @@ def main():
         if mod and mod[0] not in floor:
             errors.append(f"{rel}: module `{mod[0]}` has no floor in {layers_file}; give it one")
             continue
+        if not mod:
+            # A root re-export would let `crate::Name` hide which module, and floor, it is.
+            code = code_only(open(os.path.join(src, rel), encoding="utf-8").read())
+            for m in re.finditer(r"\bpub\s+use\s+(?:crate::)?(\w+)", code):
+                if m.group(1) in floor:
+                    no = code.count("\n", 0, m.start()) + 1
+                    errors.append(f"{rel}:{no}: the crate root re-exports from `{m.group(1)}`; "
+                                  "import it from its module, so its floor shows")
         for no, text, tfile, tmod in imports(src, rel):
             edges.setdefault(rel, {}).setdefault(tfile, (no, text))
             if not mod or not tmod or tmod[0] == mod[0]:

@@ -253,7 +253,7 @@ fn register_facade(registry: &mut Registry, m: &Metrics) {
     );
 }
 
-/// The resource classes' warm pools (`backend::pod::warm_pool`).
+/// The resource classes' warm pools (`backend::pod::pause`).
 fn register_warm_pools(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "warm_slots",

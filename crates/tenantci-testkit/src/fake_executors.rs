@@ -15,7 +15,7 @@ use std::time::Duration;
 use tenantci_core::forge::gitea::client::ClientError;
 use tenantci_core::forge::gitea::proto::TaskResult;
 use tenantci_dispatch::backend::lifecycle::Decision;
-use tenantci_dispatch::backend::reconciler::Slots;
+use tenantci_dispatch::backend::reconciler::slots::Slots;
 use tenantci_dispatch::backend::{
     BackendError, Context, Created, Executors, Nouns, Observed, Presence, StartError,
 };

@@ -23,11 +23,8 @@ pub mod storage;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
-
 use crate::capability::CapabilityKey;
 use crate::metrics::Metrics;
-use protocol::Refusal;
 use storage::Storage;
 
 /// Reservations never committed are dropped after this (a job killed mid-upload).
@@ -71,21 +68,6 @@ impl Cache {
             sweeps: std::sync::Mutex::new(Sweeps::default()),
             evicting: tokio::sync::RwLock::new(()),
         }))
-    }
-
-    /// Refuses an entry past `max_entry_size`.
-    fn check_size(&self, size: u64) -> Result<(), Refusal> {
-        if size > self.max_entry_size {
-            self.metrics.cache_refused();
-            return Err(Refusal::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the cache entry would hold {size} bytes, past this cache's limit of {} per entry (cache.max_entry_size_mib); cache less",
-                    self.max_entry_size
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Sweeps in the background (at start, and after a commit added bytes): at once when no

@@ -55,6 +55,23 @@ fn refuse(status: StatusCode, sentence: impl Into<String>) -> Refusal {
     Refusal(status, sentence.into())
 }
 
+impl Cache {
+    /// Refuses an entry past `max_entry_size`.
+    fn check_size(&self, size: u64) -> Result<(), Refusal> {
+        if size > self.max_entry_size {
+            self.metrics.cache_refused();
+            return Err(Refusal::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the cache entry would hold {size} bytes, past this cache's limit of {} per entry (cache.max_entry_size_mib); cache less",
+                    self.max_entry_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl From<StoreError> for Refusal {
     fn from(e: StoreError) -> Self {
         tracing::warn!(error = %e, "cache: the storage failed");

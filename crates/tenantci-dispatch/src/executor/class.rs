@@ -53,7 +53,7 @@ pub struct ExecutorClass {
 }
 
 /// `[executor.class.warm]`: the limits of a class's demand-driven warm pool
-/// (`backend::pod::warm` decides its size).
+/// (`executor::warm` decides its size).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmPool {
@@ -233,23 +233,17 @@ pub fn validate(
     Ok(())
 }
 
-/// The class the scheduler picked for an assignment, by its name (None: an assignment queued
-/// before the scheduler named its class, which is picked from its labels as the scheduler
-/// would have). A name this dispatcher no longer has (its config changed while the task
-/// waited) is why the task cannot start.
+/// The class the scheduler picked for an assignment, by its name. Picked from its labels, as
+/// the scheduler would now, when it names none (queued before the scheduler named its class)
+/// or one the config no longer has (changed while the task waited).
 pub fn named<'c, S: AsRef<str>>(
     classes: &'c [ExecutorClass],
     name: Option<&str>,
     runs_on: &[S],
 ) -> Result<Option<&'c ExecutorClass>, String> {
-    let Some(name) = name else {
-        return pick(classes, runs_on);
-    };
-    match classes.iter().find(|c| c.name == name) {
+    match name.and_then(|n| classes.iter().find(|c| c.name == n)) {
         Some(c) => Ok(Some(c)),
-        None => Err(format!(
-            "its executor class `{name}` is not configured any more (the dispatcher's config changed while the task waited); re-run the job"
-        )),
+        None => pick(classes, runs_on),
     }
 }
 

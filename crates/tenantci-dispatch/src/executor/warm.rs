@@ -1,6 +1,6 @@
 //! How many warm slots (pause Pods sized like a class's executors, each holding one rented
 //! node's worth of room) a resource class should have now: a pure decision over what the
-//! dispatcher sees of demand. The leader applies it (`warm_pool`); the warm-pool benchmark
+//! dispatcher sees of demand. The leader applies it (`backend::pod::pause`); the warm-pool benchmark
 //! (`examples/bench_warm_pool.rs`) drives pause Pods with it against the simulator.
 //!
 //! The rule, and why:

@@ -18,7 +18,6 @@ use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
 use super::BackendKind;
-use prost::Message as _;
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::fsutil;
 
@@ -229,14 +228,6 @@ impl Assignment {
                 ciphertext: b64.encode(ct),
             },
         })
-    }
-
-    /// The Gitea task sealed in it, opened and decoded; the error says which step failed.
-    pub fn open_task(&self, key: &SealingKey) -> Result<Task, String> {
-        let payload = self
-            .open(key)
-            .map_err(|e| format!("the assignment does not open: {e}"))?;
-        Task::decode(payload.as_slice()).map_err(|_| "the task does not decode".to_string())
     }
 
     /// Opens the sealed payload; fails if the key is wrong or any bound field was changed.

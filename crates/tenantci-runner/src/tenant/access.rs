@@ -3,7 +3,7 @@
 //! (SubjectAccessReview) or for the credential a client holds (SelfSubjectAccessReview).
 //!
 //! The accesses are data, kept by their owners (`tenant::verify` for the GitLab runner,
-//! `dispatch::init::access` for the dispatcher); this module asks and compares. It does not
+//! `provision::access` in tenantci-dispatch for the dispatcher); this module asks and compares. It does not
 //! word a failure: what a missing or excess access means, and how to fix it, is the owner's.
 
 use k8s_openapi::api::authorization::v1::{

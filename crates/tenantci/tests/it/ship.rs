@@ -461,8 +461,9 @@ fn dispatch_sources_copy() -> tempfile::TempDir {
 
 /// The module rules of tenantci-dispatch (crates/tenantci-dispatch/layers.txt): the sources as
 /// they are pass; an import up a floor (the queue taking the facade), one across a floor (the
-/// renewal taking init's code) and two files importing each other each fail, naming the file,
-/// the line and the import.
+/// renewal taking init's code, inside a `use` group over several lines), a re-export at the
+/// crate root (it would hide the floor) and two files importing each other each fail, naming
+/// the file, the line and the import.
 #[test]
 fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
     let as_is = dispatch_sources_copy();
@@ -476,8 +477,13 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
         ),
         (
             "renew/plan.rs",
-            "use crate::init::plan::Inputs;\n",
+            "use crate::{\n    config::Config,\n    init::plan::Inputs,\n};\n",
             "renew/plan.rs:1: `renew` imports `init` on its own floor (8)",
+        ),
+        (
+            "lib.rs",
+            "pub use run::Dispatcher;\n",
+            "lib.rs:1: the crate root re-exports from `run`",
         ),
         (
             "task/recovery.rs",

@@ -1,6 +1,6 @@
 //! The warm pools of the resource classes that have one (`[executor.class.warm]`), applied by
 //! the leader: per class a Deployment `tenantci-warm-<class>` of pause Pods sized and placed
-//! like the class's executors (`resources::prewarm_spec`), at priority -10 (`tenant::prewarm`'s
+//! like the class's executors ([`prewarm_spec`]), at priority -10 (`tenant::prewarm`'s
 //! PriorityClass), so an executor preempts one at once and the Deployment's replacement rents
 //! the next node in the background. Its replicas follow [`warm::decide`] over [`WarmDemand`].
 //!

@@ -34,6 +34,7 @@ use std::time::Duration;
 
 mod lost;
 mod replace;
+pub mod slots;
 
 use tokio::sync::watch;
 
@@ -47,9 +48,7 @@ use crate::task::ledger::{Entry, LedgerError};
 use crate::task::recovery::Recovery;
 use crate::task::report;
 use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
-pub use lost::Slots;
-use lost::SpareSlots;
-use replace::Replacement;
+use slots::{Slots, SpareSlots};
 
 /// Full resync interval; the facade's terminal marker and freed slots also wake it at once.
 pub const RESYNC: Duration = Duration::from_secs(2);
@@ -58,7 +57,7 @@ pub const RESYNC: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
     #[error("cannot list the executors: {0}")]
-    BackendKind(#[from] BackendError),
+    Backend(#[from] BackendError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
@@ -82,6 +81,14 @@ impl Restarts {
         let spec = self.template.spec(&opened)?;
         Ok((assignment, spec))
     }
+}
+
+/// A replacement whose old executor is deleted and whose new one the backend did not take
+/// yet: tried once per pass until it is created, refused, or the task ends at Gitea.
+struct Replacement {
+    assignment: Assignment,
+    spec: ExecutorSpec,
+    previous: u32,
 }
 
 pub struct Reconciler {

@@ -1,20 +1,10 @@
 //! Replacing an executor past its start deadline: the old one deleted, the next attempt
 //! started, and while the backend does not take it (an outage), tried once per pass.
 
-use super::Reconciler;
+use super::{Reconciler, Replacement};
 use crate::backend::{Observed, StartError};
-use crate::queue::assignment::Assignment;
 use crate::task::ledger::{Entry, Phase};
 use crate::task::report;
-use crate::task::spec::ExecutorSpec;
-
-/// A replacement whose old executor is deleted and whose new one the backend did not take
-/// yet: tried once per pass until it is created, refused, or the task ends at Gitea.
-pub(super) struct Replacement {
-    assignment: Assignment,
-    spec: ExecutorSpec,
-    previous: u32,
-}
 
 impl Reconciler {
     /// Deletes the executor of `o` and starts `attempt` of the same task, if Gitea still has

@@ -19,13 +19,13 @@ const TOKEN: &str = "capability-token";
 
 /// Hands out one large task (so answers cross the gzip threshold) and records updates.
 #[derive(Default)]
-struct BackendKind {
+struct Handler {
     fetched: Mutex<Vec<(String, i64)>>,
     updates: Mutex<Vec<UpdateTaskRequest>>,
     logs: Mutex<Vec<UpdateLogRequest>>,
 }
 
-impl RunnerServiceHandler for BackendKind {
+impl RunnerServiceHandler for Handler {
     type Caller = String;
 
     async fn authenticate(&self, uuid: &str, token: &str) -> Result<String, ConnectError> {
@@ -96,7 +96,7 @@ impl RunnerServiceHandler for BackendKind {
 struct Fixture {
     ca_pem: String,
     handle: FacadeHandle,
-    backend: Arc<BackendKind>,
+    backend: Arc<Handler>,
 }
 
 async fn start() -> Fixture {
@@ -106,7 +106,7 @@ async fn start() -> Fixture {
     let leaf = pki::issue::server_cert(&ca, "facade", &["127.0.0.1".to_string()], day).unwrap();
     let tls = facade::tls_config(&leaf.cert_pem, &leaf.key_pem).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend = Arc::new(BackendKind::default());
+    let backend = Arc::new(Handler::default());
     let handle = facade::spawn(listener, tls, backend.clone()).unwrap();
     Fixture {
         ca_pem: ca.cert_pem().to_string(),
