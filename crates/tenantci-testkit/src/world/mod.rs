@@ -107,6 +107,13 @@ impl Options {
         self
     }
 
+    /// The simulator doing API work only, as a benchmark wants it: Pods stay Pending
+    /// (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the persister rewrites
+    /// every object after each burst of writes, a cost that grows with the objects).
+    pub fn api_only(self) -> Options {
+        self.sim_flags(&["--max-nodes", "0", "--in-memory"])
+    }
+
     /// The simulator's stderr to `sim.log` in the world's directory (else inherited).
     pub fn sim_log(mut self) -> Options {
         self.sim_log = true;

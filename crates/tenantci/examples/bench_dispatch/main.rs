@@ -397,14 +397,12 @@ async fn setup(bin: PathBuf) -> Bench {
     let tmp = tempfile::tempdir_in("/var/tmp")
         .or_else(|_| tempfile::tempdir())
         .unwrap();
-    // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the
-    // simulator's persister rewrites every object after each burst of writes, a cost that
-    // grows with the objects), so the simulator does only API work, the same for both paths.
+    // The simulator does only API work, the same for both paths.
     let mut w = Options::new(bin)
         .dir(tmp)
         .sim_log()
         .nats_in_dir()
-        .sim_flags(&["--max-nodes", "0", "--in-memory"])
+        .api_only()
         .start()
         .await;
     // One dispatcher runs at a time, so the facade's free port is advertised as bound.

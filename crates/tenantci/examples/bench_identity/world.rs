@@ -55,14 +55,13 @@ impl World {
         let tmp = tempfile::tempdir_in("/var/tmp")
             .or_else(|_| tempfile::tempdir())
             .unwrap();
-        // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk: the simulator does
-        // API work only, and the Gitea double keeps the log rows in memory.
+        // The Gitea double keeps the log rows in memory.
         let mut inner = Options::new(bin)
             .dir(tmp)
             .sim_log()
             .nats_in_dir()
             .spire()
-            .sim_flags(&["--max-nodes", "0", "--in-memory"])
+            .api_only()
             .start()
             .await;
         let mtls_config = inner.init(&[

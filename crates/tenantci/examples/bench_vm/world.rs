@@ -43,15 +43,12 @@ impl World {
         let tmp = tempfile::tempdir_in("/var/tmp")
             .or_else(|_| tempfile::tempdir())
             .unwrap();
-        // Pods stay Pending (`--max-nodes 0`) and nothing is saved to disk (`--in-memory`: the
-        // persister rewrites every object after each burst of writes, a cost growing with the
-        // objects): the simulator does API work only.
         let mut inner = Options::new(bin)
             .dir(tmp)
             .sim_log()
             .nats_in_dir()
             .opensandbox()
-            .sim_flags(&["--max-nodes", "0", "--in-memory"])
+            .api_only()
             .start()
             .await;
         let opensandbox = inner.opensandbox().clone();
