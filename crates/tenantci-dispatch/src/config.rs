@@ -5,7 +5,7 @@
 //! key, sealing key, facade key, NATS passwords), each 0600. Relative paths are relative to
 //! the config file's directory, so a config directory can be moved as a whole.
 //! Every value can be overridden by an environment variable `TENANTCI_DISPATCH_<SECTION>_<KEY>`
-//! (e.g. `TENANTCI_DISPATCH_NATS_URL`), listed in [`OVERRIDES`], so a Deployment can change one
+//! (e.g. `TENANTCI_DISPATCH_NATS_URL`), listed in [`OVERRIDE_KEYS`], so a Deployment can change one
 //! value without a new ConfigMap.
 //!
 //! Invariant: a loaded [`Config`] is valid. Durations are parsed into [`GoDuration`]s while the
@@ -223,55 +223,9 @@ pub(crate) mod defaults {
     }
 }
 
-/// The prefix of every override variable.
-const OVERRIDE_PREFIX: &str = "TENANTCI_DISPATCH_";
-
-/// The length of [`override_var`]`(key)`.
-const fn override_var_len(key: &str) -> usize {
-    OVERRIDE_PREFIX.len() + key.len()
-}
-
-/// The variable that overrides the dotted `key`: `TENANTCI_DISPATCH_` and the key upper-cased,
-/// its dot an underscore (`nats.ack_wait` -> `TENANTCI_DISPATCH_NATS_ACK_WAIT`). `N` is
-/// [`override_var_len`]`(key)`. Const, so [`OVERRIDES`] stays a table built at compile time.
-const fn override_var<const N: usize>(key: &str) -> [u8; N] {
-    let (prefix, key) = (OVERRIDE_PREFIX.as_bytes(), key.as_bytes());
-    assert!(N == prefix.len() + key.len(), "N is override_var_len(key)");
-    let mut var = [0u8; N];
-    let mut i = 0;
-    while i < prefix.len() {
-        var[i] = prefix[i];
-        i += 1;
-    }
-    let mut j = 0;
-    while j < key.len() {
-        var[i + j] = match key[j] {
-            b'.' => b'_',
-            c => c.to_ascii_uppercase(),
-        };
-        j += 1;
-    }
-    var
-}
-
-/// `[(variable, key), ...]` from the dotted keys, each variable named by [`override_var`].
-macro_rules! overrides {
-    ($($key:literal),* $(,)?) => {
-        &[$(
-            ({
-                const VAR: [u8; override_var_len($key)] = override_var($key);
-                match std::str::from_utf8(&VAR) {
-                    Ok(var) => var,
-                    Err(_) => panic!("a key is ASCII"),
-                }
-            }, $key)
-        ),*]
-    };
-}
-
-/// Environment overrides: variable, and the dotted key it sets. Every variable is named by
-/// its key ([`override_var`]); only the keys are listed.
-pub const OVERRIDES: &[(&str, &str)] = overrides![
+/// The dotted keys an environment variable may override, each variable named by its key
+/// ([`override_var`]).
+pub const OVERRIDE_KEYS: &[&str] = &[
     "gitea.url",
     "gitea.forge",
     "gitea.runner_name",
@@ -334,6 +288,17 @@ pub const OVERRIDES: &[(&str, &str)] = overrides![
     "cache.grant_lifetime",
 ];
 
+/// The variable that overrides the dotted `key`: `TENANTCI_DISPATCH_` and the key upper-cased,
+/// its dot an underscore (`nats.ack_wait` -> `TENANTCI_DISPATCH_NATS_ACK_WAIT`).
+pub fn override_var(key: &str) -> String {
+    format!("TENANTCI_DISPATCH_{}", key.replace('.', "_").to_uppercase())
+}
+
+/// Every override: its variable and the key it sets.
+pub fn overrides() -> impl Iterator<Item = (String, &'static str)> {
+    OVERRIDE_KEYS.iter().map(|key| (override_var(key), *key))
+}
+
 /// The TOML value of an override: integers and comma-separated lists where the schema has
 /// them, strings elsewhere. A malformed number names the variable.
 fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_edit::Item, String> {
@@ -374,21 +339,21 @@ fn apply_overrides(
     doc: &mut toml_edit::DocumentMut,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> std::result::Result<(), String> {
-    for (var, key) in OVERRIDES {
-        let Some(raw) = env(var) else { continue };
+    for (var, key) in overrides() {
+        let Some(raw) = env(&var) else { continue };
         let (section, field) = key.split_once('.').expect("dotted key");
         if !doc.contains_table(section) {
             doc[section] = toml_edit::table();
         }
         // An empty kubeconfig override means "none": in a Pod the ServiceAccount is used
         // (manifests/dispatch/deployment.yaml), whatever file the host's config names.
-        if *key == "cluster.kubeconfig" && raw.is_empty() {
+        if key == "cluster.kubeconfig" && raw.is_empty() {
             if let Some(t) = doc[section].as_table_mut() {
                 t.remove(field);
             }
             continue;
         }
-        doc[section][field] = override_value(var, key, &raw)?;
+        doc[section][field] = override_value(&var, key, &raw)?;
     }
     Ok(())
 }
@@ -1103,16 +1068,16 @@ pub(crate) mod tests {
     fn every_key_has_an_override_and_every_override_sets_its_key() {
         // `[vm]` is absent from `tuned` (its other keys are file only): its one override has
         // a test of its own.
-        let mut keys: Vec<&str> = OVERRIDES
+        let mut keys: Vec<&str> = OVERRIDE_KEYS
             .iter()
-            .map(|(_, k)| *k)
+            .copied()
             .filter(|k| !k.starts_with("vm."))
             .collect();
         keys.sort();
         let mut schema = schema_keys();
         schema.sort();
         assert_eq!(keys, schema, "OVERRIDES against the schema");
-        for (var, key) in OVERRIDES.iter().filter(|(_, k)| !k.starts_with("vm.")) {
+        for (var, key) in overrides().filter(|(_, k)| !k.starts_with("vm.")) {
             let want = if keys_of(&tuned()).iter().any(|k| k == key) {
                 tuned()
             } else {
@@ -1120,14 +1085,14 @@ pub(crate) mod tests {
             };
             let (section, field) = key.split_once('.').unwrap();
             assert_eq!(
-                *var,
+                var,
                 format!("TENANTCI_DISPATCH_{section}_{field}").to_uppercase(),
                 "the variable's name follows the key"
             );
             let mut doc: toml_edit::DocumentMut = want.to_toml().parse().unwrap();
             let value = as_env(doc[section][field].as_value().unwrap());
             doc[section].as_table_mut().unwrap().remove(field);
-            let got = parse(&doc.to_string(), &[(var, &value)])
+            let got = parse(&doc.to_string(), &[(&var, &value)])
                 .unwrap_or_else(|e| panic!("{var}={value}: {}", e.message()));
             assert_eq!(got, want, "{var}={value} sets {key}");
         }
@@ -1151,17 +1116,16 @@ pub(crate) mod tests {
             })
             .collect();
         documented.sort();
-        let mut table: Vec<(String, String)> = OVERRIDES
-            .iter()
-            .map(|(v, k)| (v.to_string(), k.to_string()))
-            .collect();
+        let mut table: Vec<(String, String)> =
+            overrides().map(|(v, k)| (v, k.to_string())).collect();
         table.sort();
         assert_eq!(documented, table);
     }
 
     #[test]
     fn override_variables_follow_their_keys() {
-        assert_eq!(OVERRIDES.len(), 58);
+        let table: Vec<(String, &str)> = overrides().collect();
+        assert_eq!(table.len(), 58);
         for pair in [
             ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
             (
@@ -1181,11 +1145,14 @@ pub(crate) mod tests {
                 "cache.grant_lifetime",
             ),
         ] {
-            assert!(OVERRIDES.contains(&pair), "{pair:?}");
+            assert!(
+                table.iter().any(|(v, k)| (v.as_str(), *k) == pair),
+                "{pair:?}"
+            );
         }
-        let mut vars: Vec<&str> = OVERRIDES.iter().map(|(v, _)| *v).collect();
+        let mut vars: Vec<&str> = table.iter().map(|(v, _)| v.as_str()).collect();
         vars.sort();
         vars.dedup();
-        assert_eq!(vars.len(), OVERRIDES.len(), "one variable per key");
+        assert_eq!(vars.len(), table.len(), "one variable per key");
     }
 }

@@ -306,21 +306,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     apply_topology(&cfg).await?;
     let ledger = open_ledger(&cfg, &worker_client).await?;
     let metrics = start_metrics(&cfg, &inputs);
-    // Before anything listens: with identity on, the first SVID and its ID are checked here,
-    // and the SPIRE server that mints VM executors' SVIDs is reached.
-    let own = match &cfg.identity {
-        Some(identity) => Some(Own::open(identity).await?),
-        None => None,
-    };
-    // The VM backend's SVIDs are minted at the SPIRE server with the dispatcher's own SVID.
-    let minter = match (&own, &cfg.vm) {
-        (Some(own), Some(vm)) => own.server_api().await?.map(|api| Minter {
-            api,
-            ttl: std::time::Duration::from_secs(vm.timeout_seconds()),
-            metrics: metrics.clone(),
-        }),
-        _ => None,
-    };
+    let (own, minter) = own_identity(&cfg, &metrics).await?;
     let sandboxes = connect_sandboxes(&cfg, inputs.runner_id, minter).await?;
 
     let gitea = gitea_client(&cfg, &inputs)?;
@@ -422,6 +408,28 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     .drain()
     .await;
     Ok(())
+}
+
+/// Before anything listens: with identity on, the dispatcher's first SVID and its ID are
+/// checked, and with the VM backend too, the SPIRE server that mints the sandboxes' SVIDs with
+/// it is reached.
+async fn own_identity(
+    cfg: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<(Option<Own>, Option<Minter>)> {
+    let Some(identity) = &cfg.identity else {
+        return Ok((None, None));
+    };
+    let own = Own::open(identity).await?;
+    let minter = match &cfg.vm {
+        Some(vm) => own.server_api().await?.map(|api| Minter {
+            api,
+            ttl: std::time::Duration::from_secs(vm.timeout_seconds()),
+            metrics: metrics.clone(),
+        }),
+        None => None,
+    };
+    Ok((Some(own), minter))
 }
 
 /// The VM backend's executors when `[vm]` is set. Checked at start: a wrong key is refused
