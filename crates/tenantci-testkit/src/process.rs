@@ -113,3 +113,24 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// `bin` as a command without the runbook's `SOCIALWEB_TENANTCREDENTIAL_*`, tenantci's own
+/// variables and `RUST_LOG`, so the developer's shell cannot leak into a test or a benchmark.
+pub fn clean_command(bin: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("SOCIALWEB_") || k.starts_with("TENANTCI_") || k == "RUST_LOG" {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd
+}
+
+/// A scratch directory on real disk (the system's temporary directory), removed when dropped.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("tenantci-test-")
+        .tempdir_in(std::env::temp_dir())
+        .expect("create a scratch directory")
+}

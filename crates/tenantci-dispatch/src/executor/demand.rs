@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -21,16 +20,11 @@ struct ClassDemand {
     warm: u32,
 }
 
-/// One class's demand as the leader's actors see it (only classes with a warm pool), and what
-/// else the pools remember across leader terms (this lives as long as the process).
+/// One class's demand as the leader's actors see it (only classes with a warm pool); it lives
+/// as long as the process, across leader terms.
 pub struct WarmDemand {
     origin: Instant,
     classes: Mutex<BTreeMap<String, ClassDemand>>,
-    /// The pause PriorityClass was settled: applied, or refused by the apiserver. It is
-    /// cluster-scoped, so a dispatcher whose identity is namespaced (its Role) may not apply
-    /// it, and neither a retry nor a warning every term changes that: one refusal (and at most
-    /// one warning) per process. An apiserver that was away settles nothing: tried again.
-    priority_class_tried: AtomicBool,
 }
 
 impl WarmDemand {
@@ -50,18 +44,7 @@ impl WarmDemand {
         WarmDemand {
             origin: Instant::now(),
             classes: Mutex::new(classes),
-            priority_class_tried: AtomicBool::new(false),
         }
-    }
-
-    /// True the first time only: whether this term should try the PriorityClass.
-    pub(crate) fn first_priority_class_attempt(&self) -> bool {
-        !self.priority_class_tried.swap(true, Ordering::SeqCst)
-    }
-
-    /// A term ended with the PriorityClass unsettled: the next one tries again.
-    pub(crate) fn priority_class_unsettled(&self) {
-        self.priority_class_tried.store(false, Ordering::SeqCst);
     }
 
     fn with<T>(&self, class: &str, f: impl FnOnce(&mut ClassDemand, Duration) -> T) -> Option<T> {

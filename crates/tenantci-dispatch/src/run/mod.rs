@@ -379,6 +379,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         runner: gitea,
         ledger,
         kube: client.clone(),
+        priority_class: Default::default(),
         backends,
         producer: Producer::new(producer_client),
         worker_client,

@@ -16,7 +16,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use tokio::sync::{Notify, watch};
 
 use crate::backend::keep_alive::KeepAlive;
-use crate::backend::pod::pause::WarmPools;
+use crate::backend::pod::pause::{PriorityClassTried, WarmPools};
 use crate::backend::reconciler::{Reconciler, Restarts};
 use crate::backend::worker::Worker;
 use crate::backend::{Context, Executors};
@@ -45,6 +45,8 @@ pub(super) struct Shared {
     pub ledger: Ledger,
     /// The tenant cluster (the warm pools' Deployments).
     pub kube: kube::Client,
+    /// Whether a term settled the warm pools' PriorityClass (once per process).
+    pub priority_class: Arc<PriorityClassTried>,
     /// Every backend this dispatcher runs, the pod backend first.
     pub backends: Vec<Arc<dyn Executors>>,
     pub producer: Producer,
@@ -298,6 +300,7 @@ fn warm_pools(s: &Shared) -> WarmPools {
         namespace: s.cfg.cluster.namespace.clone(),
         executor: s.cfg.executor.clone(),
         demand: s.ctx.warm.clone(),
+        priority_class: s.priority_class.clone(),
         registry: s.ctx.registry.clone(),
         metrics: s.ctx.metrics.clone(),
     }

@@ -35,6 +35,7 @@ pub use pods::PodWatch;
 use crate::forward::Forward;
 use crate::nats::{NatsCluster, NatsServer};
 use crate::opensandbox::OpenSandbox;
+use crate::process::{clean_command, scratch};
 use crate::sim::{Gitea, SimProcess};
 use crate::spire::Spire;
 
@@ -174,7 +175,7 @@ impl Options {
         if self.spire {
             flags.extend(["--spire", TD]);
         }
-        let mut sim_cmd = command(&self.bin);
+        let mut sim_cmd = clean_command(&self.bin);
         if self.sim_log {
             sim_cmd.stderr(std::fs::File::create(dir.path().join("sim.log")).unwrap());
         }
@@ -252,7 +253,7 @@ impl World {
     /// A `tenantci` command with the runbook's `SOCIALWEB_*` and tenantci's own variables
     /// removed, so the developer's shell cannot leak into a child.
     pub fn command(&self) -> Command {
-        command(&self.bin)
+        clean_command(&self.bin)
     }
 
     /// The simulator's process (its memory, for the benchmarks).
@@ -288,24 +289,4 @@ impl World {
         let World { dir, .. } = self;
         dir.keep()
     }
-}
-
-/// `bin` as a command, without the variables a developer's shell may set for tenantci.
-fn command(bin: &std::path::Path) -> Command {
-    let mut cmd = Command::new(bin);
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if k.starts_with("SOCIALWEB_") || k.starts_with("TENANTCI_") || k == "RUST_LOG" {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd
-}
-
-/// A directory for one world, under the system's temporary directory.
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("tenantci-test-")
-        .tempdir_in(std::env::temp_dir())
-        .expect("create a scratch directory")
 }

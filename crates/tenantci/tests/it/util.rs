@@ -15,14 +15,7 @@ pub fn bin() -> PathBuf {
 /// A `tenantci` command with the runbook's `SOCIALWEB_TENANTCREDENTIAL_*` and tenantci's own
 /// variables removed, so the developer's shell cannot leak into a test.
 pub fn tenantci() -> Command {
-    let mut cmd = Command::new(bin());
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if k.starts_with("SOCIALWEB_") || k.starts_with("TENANTCI_") || k == "RUST_LOG" {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd
+    tenantci_testkit::process::clean_command(&bin())
 }
 
 /// Runs `cmd` and returns its output; panics with the command line if it cannot start.
@@ -62,10 +55,7 @@ pub fn assert_exit(o: &Output, code: i32) {
 
 /// A scratch directory on real disk, removed when dropped.
 pub fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("tenantci-test-")
-        .tempdir_in(std::env::temp_dir())
-        .expect("create a scratch directory")
+    tenantci_testkit::process::scratch()
 }
 
 pub fn mode(p: &Path) -> u32 {

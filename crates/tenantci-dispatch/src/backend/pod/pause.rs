@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -48,12 +49,33 @@ pub fn deployment_name(class: &str) -> String {
     format!("tenantci-warm-{class}")
 }
 
+/// Whether the pause PriorityClass was settled: applied, or refused by the apiserver. It is
+/// cluster-scoped, so a dispatcher whose identity is namespaced (its Role) may not apply it,
+/// and neither a retry nor a warning every term changes that: one refusal (and at most one
+/// warning) per process, so this outlives the terms. An apiserver that was away settles
+/// nothing: tried again.
+#[derive(Default)]
+pub struct PriorityClassTried(AtomicBool);
+
+impl PriorityClassTried {
+    /// True the first time only: whether this term should try the PriorityClass.
+    fn first_attempt(&self) -> bool {
+        !self.0.swap(true, Ordering::SeqCst)
+    }
+
+    /// A term ended with the PriorityClass unsettled: the next one tries again.
+    fn unsettled(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// The leader's applier of every warm pool.
 pub struct WarmPools {
     pub client: kube::Client,
     pub namespace: String,
     pub executor: Executor,
     pub demand: Arc<WarmDemand>,
+    pub priority_class: Arc<PriorityClassTried>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
 }
@@ -98,7 +120,7 @@ impl WarmPools {
             .collect();
         // When the PriorityClass is (still) to be tried: now for the process's first term.
         let mut priority_class_due =
-            (!classes.is_empty() && self.demand.first_priority_class_attempt()).then(Instant::now);
+            (!classes.is_empty() && self.priority_class.first_attempt()).then(Instant::now);
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut applied: BTreeMap<String, u32> = BTreeMap::new();
         let mut last = Instant::now();
@@ -118,7 +140,7 @@ impl WarmPools {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = stop.wait_for(|s| *s) => {
                     if priority_class_due.is_some() {
-                        self.demand.priority_class_unsettled();
+                        self.priority_class.unsettled();
                     }
                     return;
                 }
@@ -215,13 +237,13 @@ mod tests {
 
     #[test]
     fn the_priority_class_is_tried_once_per_process_not_once_per_term() {
-        let d = WarmDemand::new(&[]);
-        assert!(d.first_priority_class_attempt(), "the first term tries");
-        assert!(!d.first_priority_class_attempt(), "a later term does not");
-        assert!(!d.first_priority_class_attempt());
-        d.priority_class_unsettled();
+        let d = PriorityClassTried::default();
+        assert!(d.first_attempt(), "the first term tries");
+        assert!(!d.first_attempt(), "a later term does not");
+        assert!(!d.first_attempt());
+        d.unsettled();
         assert!(
-            d.first_priority_class_attempt(),
+            d.first_attempt(),
             "unless a term ended with the apiserver away"
         );
     }
