@@ -297,6 +297,12 @@ impl Scheduler {
             tracing::error!(
                 "Gitea does not know the scheduler's registration any more; re-register with `tenantci dispatch init` (delete scheduler.json first)"
             );
+        } else if e.request_key_locked() {
+            tracing::info!(
+                "{} is still working on the FetchTask with this request key (it answered `locked`); repeating it with the same key in {}s, which gets whatever that call assigned",
+                self.forge.display_name(),
+                ERROR_BACKOFF.as_secs()
+            );
         } else if e.claim_may_be_lost() && keyed {
             tracing::warn!(error = %e, "FetchTask failed after it was sent; repeating it with the same request key, so the forge hands out again whatever it had assigned");
         } else if e.claim_may_be_lost() {

@@ -9,10 +9,19 @@
 //!   key; a FetchTask repeated with the same key gets the same tasks back (with fresh job
 //!   tokens, since Forgejo keeps only their hashes) and claims nothing new.
 //!
+//! - A FetchTask whose request key another call is still working on is refused with Connect
+//!   code `internal` and "request key is currently locked; retry soon" (Forgejo holds a
+//!   per-key lock for the whole call).
+//! - Forgejo 14.0.0 and 14.0.1 (a version answer set with `POST /admin/version`) put every
+//!   task of an answer in `additional_tasks` and leave `task` empty, as those releases could.
+//!
 //! The fault switch `POST /admin/drop-fetch {"count": N}` makes the next N FetchTask answers
 //! that assign tasks never reach the runner: the tasks stay claimed (and, with a key,
 //! recorded), and the runner gets `unavailable` instead, as from a proxy whose upstream
-//! connection broke after the forge had answered.
+//! connection broke after the forge had answered. With `"while_working": true` the connection
+//! breaks while Forgejo is still working on the call: its key stays locked until a repeat of it
+//! has been refused as locked, and only the call after that gets the tasks back. That order
+//! (lost, refused as locked, recovered) is the one the request key exists for.
 //!
 //! The waiting-jobs API, `GET /api/v1/{admin|user|orgs/{org}|repos/{owner}/{repo}}/actions/runners/jobs`
 //! with `Authorization: token <api token>` (Forgejo also takes `Bearer`): the waiting and
@@ -33,6 +42,7 @@ use axum::routing::get;
 use prost_types::value::Kind;
 use serde::Deserialize;
 use tenantci_core::forge::Forge;
+use tenantci_core::forge::gitea::ConnectError;
 use tenantci_core::forge::gitea::proto::Task;
 
 use super::GiteaDouble;
@@ -55,14 +65,55 @@ pub fn pick_limit(forge: Forge, task_capacity: Option<i64>) -> usize {
     }
 }
 
+/// Whether Forgejo's answer under `version` leaves `task` empty and puts every task in
+/// `additional_tasks` (pure): Forgejo 14.0.0 and 14.0.1 could; forgejo-runner treats a task in
+/// either field as assigned.
+pub fn first_task_left_out(version: &str) -> bool {
+    ["14.0.0", "14.0.1"]
+        .iter()
+        .any(|v| version == *v || version.starts_with(&format!("{v}+")))
+}
+
+/// How an answer is lost (`POST /admin/drop-fetch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drop {
+    /// After Forgejo answered: the key is free, its next use recovers the tasks.
+    Answered,
+    /// While Forgejo still works on the call: the key stays locked until a repeat is refused.
+    WhileWorking,
+}
+
+/// A request key some call holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyLock {
+    /// A call with the key is in progress.
+    InCall,
+    /// The call's answer was lost while it still worked; it ends as a repeat is refused.
+    UntilRefused,
+}
+
 #[derive(Default)]
 struct Inner {
     /// (runner, request key) -> the tasks that key's answer assigned.
     by_key: BTreeMap<(i64, String), Vec<Task>>,
+    locked: BTreeMap<(i64, String), KeyLock>,
     drop_next: u64,
+    drop_while_working: u64,
     dropped: u64,
     recovered: u64,
+    refused_locked: u64,
 }
+
+/// The Forgejo-only counters `GET /admin/stats` reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub answers_dropped: u64,
+    pub tasks_recovered: u64,
+    pub refused_locked: u64,
+}
+
+/// Forgejo's answer to a key another call holds.
+pub const KEY_LOCKED: &str = "request key is currently locked; retry soon";
 
 /// The Forgejo-only state of the double: request keys, and the dropped-answer switch.
 #[derive(Default)]
@@ -92,26 +143,76 @@ impl ForgejoState {
         }
     }
 
-    /// Drops the next `count` answers that assign tasks.
-    pub fn drop_next(&self, count: u64) {
-        self.lock().drop_next += count;
-    }
-
-    /// Whether this answer (assigning tasks) is to be lost on its way back.
-    pub fn take_drop(&self) -> bool {
+    /// Drops the next `count` answers that assign tasks, in the way `how` says.
+    pub fn drop_next(&self, count: u64, how: Drop) {
         let mut g = self.lock();
-        if g.drop_next == 0 {
-            return false;
-        }
-        g.drop_next -= 1;
-        g.dropped += 1;
-        true
+        let n = match how {
+            Drop::Answered => &mut g.drop_next,
+            Drop::WhileWorking => &mut g.drop_while_working,
+        };
+        *n = n.saturating_add(count);
     }
 
-    /// (answers dropped, tasks recovered by key).
-    pub fn counts(&self) -> (u64, u64) {
+    /// Whether this answer (assigning tasks) is to be lost on its way back, and how.
+    pub fn take_drop(&self) -> Option<Drop> {
+        let mut g = self.lock();
+        let how = if g.drop_while_working > 0 {
+            g.drop_while_working -= 1;
+            Drop::WhileWorking
+        } else if g.drop_next > 0 {
+            g.drop_next -= 1;
+            Drop::Answered
+        } else {
+            return None;
+        };
+        g.dropped += 1;
+        Some(how)
+    }
+
+    /// A call with `key` begins: Err (Forgejo's `internal` answer) while another holds it. A
+    /// call whose answer was lost while it still worked ends as this refusal goes out.
+    pub fn enter(&self, runner: i64, key: &str) -> Result<(), ConnectError> {
+        let mut g = self.lock();
+        let id = (runner, key.to_string());
+        match g.locked.get(&id).copied() {
+            None => {
+                g.locked.insert(id, KeyLock::InCall);
+                Ok(())
+            }
+            Some(held) => {
+                if held == KeyLock::UntilRefused {
+                    g.locked.remove(&id);
+                }
+                g.refused_locked += 1;
+                Err(ConnectError::internal(KEY_LOCKED))
+            }
+        }
+    }
+
+    /// The call with `key` has answered (or its answer was lost after it ended).
+    pub fn leave(&self, runner: i64, key: &str) {
+        let mut g = self.lock();
+        let id = (runner, key.to_string());
+        if g.locked.get(&id) == Some(&KeyLock::InCall) {
+            g.locked.remove(&id);
+        }
+    }
+
+    /// The call with `key` lost its answer while it still works: the key stays locked until a
+    /// repeat has been refused.
+    pub fn still_working(&self, runner: i64, key: &str) {
+        self.lock()
+            .locked
+            .insert((runner, key.to_string()), KeyLock::UntilRefused);
+    }
+
+    pub fn counts(&self) -> Counts {
         let g = self.lock();
-        (g.dropped, g.recovered)
+        Counts {
+            answers_dropped: g.dropped,
+            tasks_recovered: g.recovered,
+            refused_locked: g.refused_locked,
+        }
     }
 }
 
@@ -223,10 +324,51 @@ mod tests {
         s.remember(1, "k", std::slice::from_ref(&t));
         assert_eq!(s.recover(1, "k").unwrap()[0].id, 7);
         assert!(s.recover(2, "k").is_none(), "keys are per runner");
-        assert!(!s.take_drop());
-        s.drop_next(1);
-        assert!(s.take_drop());
-        assert!(!s.take_drop());
-        assert_eq!(s.counts(), (1, 1));
+        assert_eq!(s.take_drop(), None);
+        s.drop_next(1, Drop::Answered);
+        s.drop_next(1, Drop::WhileWorking);
+        assert_eq!(s.take_drop(), Some(Drop::WhileWorking));
+        assert_eq!(s.take_drop(), Some(Drop::Answered));
+        assert_eq!(s.take_drop(), None);
+        let c = s.counts();
+        assert_eq!((c.answers_dropped, c.tasks_recovered), (2, 1));
+    }
+
+    #[test]
+    fn a_key_in_use_is_refused_as_forgejo_refuses_it() {
+        let s = ForgejoState::default();
+        s.enter(1, "k").unwrap();
+        let e = s.enter(1, "k").unwrap_err();
+        assert_eq!(e.message, KEY_LOCKED);
+        assert_eq!(e.code, tenantci_core::forge::gitea::Code::Internal);
+        s.enter(2, "k").expect("keys are per runner");
+        s.leave(1, "k");
+        s.enter(1, "k").expect("free again once the call answered");
+    }
+
+    #[test]
+    fn a_call_lost_while_working_holds_its_key_until_one_repeat_is_refused() {
+        let s = ForgejoState::default();
+        s.enter(1, "k").unwrap();
+        s.still_working(1, "k");
+        s.leave(1, "k");
+        assert!(s.enter(1, "k").is_err(), "the lost call still works");
+        s.enter(1, "k").expect("and has ended by the next repeat");
+        assert_eq!(s.counts().refused_locked, 1);
+    }
+
+    #[test]
+    fn only_forgejo_14_0_0_and_14_0_1_leave_the_first_task_out() {
+        for v in ["14.0.0", "14.0.1+gitea-1.22.0", "14.0.0+gitea-1.22.0"] {
+            assert!(first_task_left_out(v), "{v}");
+        }
+        for v in [
+            "14.0.2+gitea-1.22.0",
+            "11.0.1+gitea-1.22.0",
+            "14.0.10",
+            "1.24.3",
+        ] {
+            assert!(!first_task_left_out(v), "{v}");
+        }
     }
 }

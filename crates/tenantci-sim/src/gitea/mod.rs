@@ -17,7 +17,8 @@
 //! A stall (`stall`, `POST /admin/stall {"millis": N}`): RunnerService calls arriving
 //! in the next N ms are served when it ends, a FetchTask even if its client gave up.
 //! Forgejo (`GiteaDouble::start_as(.., Forge::Forgejo)`, `forgejo`): its version answer,
-//! multi-task FetchTask, request-key recovery, and `POST /admin/drop-fetch` to lose answers.
+//! multi-task FetchTask, request-key recovery and its per-key lock, 14.0.0/14.0.1's answers
+//! without `task`, and `POST /admin/drop-fetch` to lose answers.
 //! `POST /admin/hold {"hold": bool}` keeps every waiting job unassigned while set.
 //! `GET /api/v1/version` answers the forge's version (`POST /admin/version` replaces it).
 //! Forgejo's waiting-jobs API (`GET /api/v1/{admin|user|orgs/..|repos/../..}/actions/runners/jobs`,
@@ -174,6 +175,8 @@ struct State {
     fetch_calls: u64,
     /// FetchTask calls that assigned (or recovered) at least one task.
     fetch_calls_with_tasks: u64,
+    /// Answers with tasks in `additional_tasks` only (Forgejo 14.0.0/14.0.1).
+    answers_without_task: u64,
     /// `POST /admin/hold`: while true, FetchTask assigns nothing (the jobs wait, as behind a
     /// concurrency group); tests use it to let slots free up before the next claim.
     hold: bool,
@@ -191,6 +194,10 @@ pub struct Stats {
     pub answers_dropped: u64,
     /// Forgejo: tasks handed out again to a repeated request key.
     pub tasks_recovered: u64,
+    /// Forgejo: FetchTasks refused because another call held their request key.
+    pub refused_locked: u64,
+    /// Forgejo 14.0.0/14.0.1: answers that carried tasks in `additional_tasks` only.
+    pub answers_without_task: u64,
 }
 
 /// The double's state and behaviour; [`GiteaDouble::start`] serves it.
@@ -429,7 +436,7 @@ impl GiteaDouble {
             tokio::time::sleep_until(until).await;
             for held in double.stall.thaw() {
                 let key = held.request_key.as_deref();
-                let answer = double.fetch_now(held.caller, &held.request, key);
+                let answer = double.fetch_and_leave(held.caller, &held.request, key);
                 let _ = held.answer.send(answer);
             }
         });
@@ -540,14 +547,16 @@ impl GiteaDouble {
 
     pub fn stats(&self) -> Stats {
         let st = self.lock();
-        let (answers_dropped, tasks_recovered) = self.forgejo.counts();
+        let forgejo = self.forgejo.counts();
         Stats {
             forge: self.forge,
             fetch_task_calls: st.fetch_calls,
             fetch_task_calls_with_tasks: st.fetch_calls_with_tasks,
             tasks_version: st.tasks_version,
-            answers_dropped,
-            tasks_recovered,
+            answers_dropped: forgejo.answers_dropped,
+            tasks_recovered: forgejo.tasks_recovered,
+            refused_locked: forgejo.refused_locked,
+            answers_without_task: st.answers_without_task,
         }
     }
 
@@ -594,6 +603,26 @@ impl GiteaDouble {
         Ok(())
     }
 
+    /// The request key a call holds: Forgejo's only (Gitea ignores the header).
+    fn keyed<'k>(&self, request_key: Option<&'k str>) -> Option<&'k str> {
+        request_key.filter(|_| self.forge == Forge::Forgejo)
+    }
+
+    /// [`Self::fetch_now`], then the call's key is free again (unless its answer was lost
+    /// while it still worked).
+    fn fetch_and_leave(
+        &self,
+        caller: i64,
+        req: &FetchTaskRequest,
+        request_key: Option<&str>,
+    ) -> Result<FetchTaskResponse, ConnectError> {
+        let answer = self.fetch_now(caller, req, request_key);
+        if let Some(key) = self.keyed(request_key) {
+            self.forgejo.leave(caller, key);
+        }
+        answer
+    }
+
     /// FetchTask as the forge answers it: tasks are picked only when the caller's version
     /// differs, one on Gitea, up to `task_capacity` on Forgejo, where a repeated request key
     /// gets its earlier answer's tasks instead. Err: the answer was dropped on purpose.
@@ -603,7 +632,7 @@ impl GiteaDouble {
         req: &FetchTaskRequest,
         request_key: Option<&str>,
     ) -> Result<FetchTaskResponse, ConnectError> {
-        let keyed = request_key.filter(|_| self.forge == Forge::Forgejo);
+        let keyed = self.keyed(request_key);
         let mut st = self.lock();
         st.fetch_calls += 1;
         if st.tasks_version == 0 {
@@ -629,7 +658,7 @@ impl GiteaDouble {
                 }
             }
             drop(st);
-            return Ok(Self::answer(tasks, latest));
+            return Ok(self.answer(tasks, latest));
         }
         let mut tasks = Vec::new();
         if req.tasks_version != latest && !st.hold {
@@ -673,18 +702,33 @@ impl GiteaDouble {
         if let Some(k) = keyed {
             self.forgejo.remember(caller, k, &tasks);
         }
-        if !tasks.is_empty() && self.forge == Forge::Forgejo && self.forgejo.take_drop() {
+        let dropped = (!tasks.is_empty() && self.forge == Forge::Forgejo)
+            .then(|| self.forgejo.take_drop())
+            .flatten();
+        if let Some(how) = dropped {
+            if let (forgejo::Drop::WhileWorking, Some(k)) = (how, keyed) {
+                self.forgejo.still_working(caller, k);
+            }
             return Err(ConnectError::unavailable(
                 "the FetchTask answer was lost on its way back (the double's drop-fetch switch)",
             ));
         }
-        Ok(Self::answer(tasks, latest))
+        Ok(self.answer(tasks, latest))
     }
 
-    fn answer(tasks: Vec<Task>, tasks_version: i64) -> FetchTaskResponse {
+    /// The answer carrying `tasks`: the first in `task`, the rest in `additional_tasks`; all
+    /// in `additional_tasks` where the version played is one that did so.
+    fn answer(&self, tasks: Vec<Task>, tasks_version: i64) -> FetchTaskResponse {
+        let leave_out = !tasks.is_empty()
+            && self.forge == Forge::Forgejo
+            && forgejo::first_task_left_out(&self.version());
+        if leave_out {
+            self.lock().answers_without_task += 1;
+        }
         let mut tasks = tasks.into_iter();
+        let first = if leave_out { None } else { tasks.next() };
         FetchTaskResponse {
-            task: tasks.next(),
+            task: first,
             tasks_version,
             additional_tasks: tasks.collect(),
         }
@@ -875,18 +919,23 @@ impl RunnerServiceHandler for GiteaDouble {
         self.fetch_task_keyed(caller, req, None).await
     }
 
+    /// A keyed call holds its key until it answers (at the thaw, if a stall holds it), as
+    /// Forgejo's per-key lock does; a repeat meanwhile is refused.
     async fn fetch_task_keyed(
         &self,
         caller: &i64,
         req: FetchTaskRequest,
         request_key: Option<&str>,
     ) -> Result<FetchTaskResponse, ConnectError> {
+        if let Some(key) = self.keyed(request_key) {
+            self.forgejo.enter(*caller, key)?;
+        }
         if let Some(thawed) = self.stall.hold_fetch(*caller, &req, request_key) {
             return thawed
                 .await
                 .map_err(|_| ConnectError::unavailable("the Gitea double stopped"))?;
         }
-        self.fetch_now(*caller, &req, request_key)
+        self.fetch_and_leave(*caller, &req, request_key)
     }
 
     async fn update_task(
@@ -1081,6 +1130,9 @@ async fn admin_set_version(AxState(d): Double, Json(spec): Json<VersionSpec>) ->
 #[derive(Deserialize)]
 struct DropSpec {
     count: u64,
+    /// Lost while Forgejo still works on the call (its key stays locked for one repeat).
+    #[serde(default)]
+    while_working: bool,
 }
 
 async fn admin_drop_fetch(AxState(d): Double, Json(spec): Json<DropSpec>) -> Response {
@@ -1091,7 +1143,12 @@ async fn admin_drop_fetch(AxState(d): Double, Json(spec): Json<DropSpec>) -> Res
         )
             .into_response();
     }
-    d.forgejo.drop_next(spec.count);
+    let how = if spec.while_working {
+        forgejo::Drop::WhileWorking
+    } else {
+        forgejo::Drop::Answered
+    };
+    d.forgejo.drop_next(spec.count, how);
     StatusCode::NO_CONTENT.into_response()
 }
 

@@ -147,6 +147,9 @@ pub enum ClientError {
     },
 }
 
+/// Forgejo's message for a request key another call holds.
+const REQUEST_KEY_LOCKED: &str = "request key is currently locked";
+
 impl ClientError {
     /// The Connect code the server answered with, if it answered.
     pub fn code(&self) -> Option<Code> {
@@ -159,6 +162,14 @@ impl ClientError {
     /// Gitea does not know these credentials: stop polling (as act_runner does).
     pub fn is_unauthenticated(&self) -> bool {
         self.code() == Some(Code::Unauthenticated)
+    }
+
+    /// Forgejo refused a FetchTask because a call with the same request key is still being
+    /// worked on (its per-key lock; docs/forgejo-protocol.md): repeat it soon with the same
+    /// key, which then gets whatever that call assigned.
+    pub fn request_key_locked(&self) -> bool {
+        matches!(self, ClientError::Status { error, .. }
+            if error.code == Code::Internal && error.message.contains(REQUEST_KEY_LOCKED))
     }
 
     /// Whether the request may have been processed without us learning the answer. For

@@ -204,6 +204,7 @@ pub struct FetchTaskResponse {
     #[serde(with = "json::int64", alias = "tasks_version")]
     pub tasks_version: i64,
     /// Forgejo only: the tasks beyond `task`, up to the request's `task_capacity` less one.
+    /// Forgejo 14.0.0 and 14.0.1 could put every task here and leave `task` empty: read both.
     #[prost(message, repeated, tag = "3")]
     #[serde(alias = "additional_tasks", skip_serializing_if = "Vec::is_empty")]
     pub additional_tasks: Vec<Task>,

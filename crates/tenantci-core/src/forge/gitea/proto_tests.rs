@@ -220,6 +220,54 @@ fn task_and_fetch_task_response() {
     );
 }
 
+/// Forgejo 14.0.0 and 14.0.1 could answer with `additional_tasks` and no `task`: every task
+/// in either field is assigned, and the tasks-version cursor goes back to 0 as after any task.
+#[test]
+fn an_answer_with_additional_tasks_only_assigns_them_all() {
+    let (t, _) = task();
+    let mut second = t.clone();
+    second.id = t.id + 1;
+    let answer = FetchTaskResponse {
+        task: None,
+        tasks_version: 9,
+        additional_tasks: vec![t.clone(), second],
+    };
+    let bytes = answer.encode_to_vec();
+    assert!(
+        bytes.starts_with(b"\x10\x09\x1a\x45"),
+        "no field 1: {bytes:x?}"
+    );
+    let decoded = FetchTaskResponse::decode(bytes.as_slice()).unwrap();
+    assert!(decoded.has_tasks());
+    let mut version = crate::forge::gitea::client::TasksVersion::default();
+    version.observe(&decoded);
+    assert_eq!(version.get(), 0);
+    let ids: Vec<i64> = decoded.into_tasks().iter().map(|t| t.id).collect();
+    assert_eq!(ids, [t.id, t.id + 1]);
+}
+
+#[test]
+fn forgejo_s_locked_request_key_is_recognised_and_nothing_else_is() {
+    use crate::forge::gitea::ConnectError;
+    use crate::forge::gitea::client::ClientError;
+    let status = |error| ClientError::Status {
+        method: "FetchTask",
+        error,
+    };
+    let locked = status(ConnectError::internal(
+        "request key is currently locked; retry soon",
+    ));
+    assert!(locked.request_key_locked());
+    assert!(
+        !locked.claim_may_be_lost(),
+        "the locked call assigned nothing"
+    );
+    assert!(!status(ConnectError::internal("database is locked")).request_key_locked());
+    assert!(
+        !status(ConnectError::unavailable("request key is currently locked")).request_key_locked()
+    );
+}
+
 #[test]
 fn forgejo_task_capacity() {
     // Field 2, varint, proto3 optional: present even when 0, absent when None.

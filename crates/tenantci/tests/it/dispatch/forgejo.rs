@@ -169,6 +169,102 @@ async fn a_lost_fetch_answer_is_recovered_by_its_request_key_and_runs_once() {
     assert!(d.log_text().contains("same request key"));
 }
 
+/// Holds (or releases) every waiting job at the double: while held, FetchTask assigns nothing,
+/// so jobs enqueued meanwhile are claimed together when released.
+async fn hold(w: &World, hold: bool) {
+    w.gitea
+        .admin_post(w.http(), "hold", json!({ "hold": hold }))
+        .await;
+}
+
+/// The order the request key exists for (issue 46). The answer to a FetchTask that claims two
+/// tasks is lost while Forgejo still works on the call, so its key stays locked; the
+/// dispatcher's repeat with that key is refused as locked (`internal`, "request key is
+/// currently locked; retry soon"); its next repeat, still with the same key, gets both tasks
+/// back. Each runs once, in one Pod, and nothing is left for the zombie sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repeat_refused_as_locked_keeps_its_key_and_recovers_every_task_once() {
+    let w = World::start_forgejo(2).await;
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    hold(&w, true).await;
+    let jobs = [
+        w.enqueue("locked-0", "s3cr3t-0").await,
+        w.enqueue("locked-1", "s3cr3t-1").await,
+    ];
+    w.gitea
+        .admin_post(
+            w.http(),
+            "drop-fetch",
+            json!({"count": 1, "while_working": true}),
+        )
+        .await;
+    hold(&w, false).await;
+    for t in executors(&w, 2).await {
+        w.executor(t).await.run(t).await;
+    }
+    w.assert_ran_once(&jobs).await;
+    w.all_cleaned_up().await;
+    let s = stats(&w).await;
+    assert_eq!(s["answers_dropped"], 1, "{s}");
+    assert_eq!(s["refused_locked"], 1, "{s}");
+    assert_eq!(s["tasks_recovered"], 2, "{s}");
+    assert_eq!(
+        claiming_calls(&w).await,
+        2,
+        "the lost call and the recovery"
+    );
+    assert_eq!(w.watch.creations().len(), 2, "{:?}", w.watch.creations());
+    assert!(w.watch.creations().values().all(|n| *n == 1));
+    assert_eq!(
+        d.metric("tenantci_dispatch_fetch_task_answers_lost_total")
+            .await,
+        Some(0.0),
+        "nothing left for the zombie sweep"
+    );
+    let log = d.log_text();
+    let lost = log
+        .find("same request key")
+        .expect("the lost answer is logged");
+    let locked = log
+        .find("answered `locked`")
+        .expect("the refusal is logged");
+    assert!(lost < locked, "lost first, then refused as locked");
+}
+
+/// Forgejo 14.0.0 and 14.0.1 could answer with `additional_tasks` and no `task` (issue 46):
+/// every task of such an answer is assigned, queued and run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forgejo_14_0_1_s_answer_without_a_first_task_runs_every_task_once() {
+    let w = World::start_forgejo(3).await;
+    w.gitea
+        .admin_post(
+            w.http(),
+            "version",
+            json!({"version": "14.0.1+gitea-1.22.0"}),
+        )
+        .await;
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    hold(&w, true).await;
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        jobs.push(w.enqueue(&format!("v14-{i}"), &format!("s3cr3t-{i}")).await);
+    }
+    hold(&w, false).await;
+    for t in executors(&w, 3).await {
+        w.executor(t).await.run(t).await;
+    }
+    w.assert_ran_once(&jobs).await;
+    w.all_cleaned_up().await;
+    let s = stats(&w).await;
+    assert_eq!(s["answers_without_task"], 1, "{s}");
+    assert_eq!(claiming_calls(&w).await, 1, "{s}");
+    assert_eq!(w.watch.creations().len(), 3, "{:?}", w.watch.creations());
+    assert!(w.watch.creations().values().all(|n| *n == 1));
+    drop(d);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_dispatcher_restarts_and_every_task_ends_exactly_once() {
     let w = World::start_forgejo(2).await;
