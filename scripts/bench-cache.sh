@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Cache benchmark (issue 29): a restore of MIB MiB through the executor's proxy and the shared
-# cache against reading the same bytes from the cache's directory, side by side in one run,
-# and the cache server's peak RSS while four executors restore at once; then the same restore
-# from an S3 bucket (moto) with and without direct downloads. Writes the tables into
-# docs/benchmarks/cache.md between the markers.
-# Usage: scripts/bench-cache.sh [ROUNDS=3] [MIB=200] (PROFILE=release for release figures)
+# Cache benchmarks; each writes its table into docs/benchmarks/cache.md between its markers.
+# - restore (issue 29): a restore of MIB MiB through the executor's proxy and the shared cache
+#   against reading the same bytes from the cache's directory, side by side in one run, and
+#   the cache server's peak RSS while four executors restore at once; then the same restore
+#   from an S3 bucket (moto) with and without direct downloads.
+# - commit (issue 45): COMMITTERS commits released at once, of one key and of distinct keys,
+#   against a directory and a moto bucket, before the atomic commit (BENCH_CACHE_BEFORE, by
+#   default abb830a: cloned and built in target/bench-cache-before/<rev>, its own target dir,
+#   kept for the next run) and after (this tree), in one run, sides alternating.
+# Usage: scripts/bench-cache.sh [restore [ROUNDS=3] [MIB=200] | commit [ROUNDS=5] [COMMITTERS=20]]
+#   (no mode: both, the numbers given to restore); PROFILE=release for release figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
@@ -12,5 +17,42 @@ cd "$(dirname "$0")/.."
 ensure_rust
 # The S3 rows read from moto (the S3-compatible server the cache's S3 test runs).
 ensure_moto
-BENCH_CACHE_MOTO="$PWD/target/moto-venv/bin/moto_server" \
-bench_example "${PROFILE:-debug}" bench_cache docs/benchmarks/cache.md "$@"
+export BENCH_CACHE_MOTO="$PWD/target/moto-venv/bin/moto_server"
+profile=${PROFILE:-debug}
+flag=()
+[ "$profile" = release ] && flag=(--release)
+
+restore() {
+  bench_example "$profile" bench_cache docs/benchmarks/cache.md "$@"
+}
+
+# before_server: the bench_cache example (its serve mode) of BENCH_CACHE_BEFORE, built in a
+# clone of its own with a target dir of its own; prints its path.
+before_server() {
+  local rev dir
+  rev=$(git rev-parse --short "${BENCH_CACHE_BEFORE:-abb830a}^{commit}")
+  dir=$PWD/target/bench-cache-before/$rev
+  if [ ! -d "$dir/src" ]; then
+    git clone -q --no-checkout "$PWD" "$dir/src"
+    git -C "$dir/src" checkout -q "$rev"
+  fi
+  (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --locked --quiet "${flag[@]}" \
+    --example bench_cache) >&2
+  echo "$dir/target/$profile/examples/bench_cache"
+}
+
+commit() {
+  local before target="${CARGO_TARGET_DIR:-target}" table
+  before=$(before_server)
+  cargo build --locked --quiet "${flag[@]}" --example bench_cache --example bench_cache_commit
+  table=$("$target/$profile/examples/bench_cache_commit" "$before" \
+    "$target/$profile/examples/bench_cache" "$@")
+  echo "$table"
+  put_table docs/benchmarks/cache.md bench-cache-commit "$table"
+}
+
+case "${1:-}" in
+  restore) shift; restore "$@" ;;
+  commit) shift; commit "$@" ;;
+  *) restore "$@"; commit ;;
+esac

@@ -86,7 +86,9 @@ pub fn parse(input: &str) -> Result<Duration, DurationError> {
             if scale == 0 {
                 break;
             }
-            value += u128::from(d - b'0') * scale;
+            value = value
+                .checked_add(u128::from(d - b'0') * scale)
+                .ok_or(DurationError::Overflow)?;
         }
         total = total.checked_add(value).ok_or(DurationError::Overflow)?;
         rest = next;
@@ -239,6 +241,22 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse(input).unwrap_err(), *want, "{input:?}");
         }
+    }
+
+    /// A fraction that carries the total past 128 bits is an overflow, not a wrap (in a debug
+    /// build it panicked).
+    #[test]
+    fn a_fraction_at_the_edge_of_the_total_is_an_overflow() {
+        let hour: u128 = 3_600 * 1_000_000_000;
+        let most_hours = u128::MAX / hour;
+        assert_eq!(
+            parse(&format!("{most_hours}.9h")).unwrap_err(),
+            DurationError::Overflow
+        );
+        assert_eq!(
+            parse(&format!("{}ns", u128::MAX)).unwrap_err(),
+            DurationError::Overflow
+        );
     }
 
     #[test]

@@ -81,16 +81,19 @@ pub fn parse(input: &str) -> Option<Milli> {
     let (int_part, frac_part) = digits.split_once('.').unwrap_or((digits, ""));
     // value = int.frac * mul * 10^exp10 * 1000 (milli)
     let mantissa: i128 = format!("{int_part}{frac_part}").parse().ok()?;
-    let mut exp = exp10 + 3 - frac_part.len() as i32;
+    // Checked: the exponent is the input's (`1e2147483647`), and zero times any power is zero
+    // without raising ten to it.
+    let exp = i64::from(exp10) + 3 - i64::try_from(frac_part.len()).ok()?;
     let mut value = mantissa.checked_mul(mul)?;
-    while exp > 0 {
-        value = value.checked_mul(10)?;
-        exp -= 1;
-    }
-    if exp < 0 {
-        let div = 10i128.checked_pow((-exp) as u32)?;
-        // Round up, as the apiserver does for sub-milli precision.
-        value = (value + div - 1) / div;
+    if value != 0 && exp > 0 {
+        value = value.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?;
+    } else if value != 0 && exp < 0 {
+        // Round up, as the apiserver does for sub-milli precision; a divisor past i128 leaves
+        // less than one milli-unit, which rounds up to one.
+        value = match u32::try_from(-exp).ok().and_then(|e| 10i128.checked_pow(e)) {
+            Some(div) => value / div + i128::from(value % div != 0),
+            None => 1,
+        };
     }
     Some(Milli(sign * value))
 }
@@ -145,6 +148,26 @@ mod tests {
         assert_eq!(parse("128k"), Some(Milli::from_units(128_000)));
         assert_eq!(parse("1e3"), Some(Milli::from_units(1000)));
         assert_eq!(parse("1E3"), Some(Milli::from_units(1000)));
+    }
+
+    /// Exponents and mantissas at the edge of their types: refused or rounded, never wrapped
+    /// (in a debug build the exponent's arithmetic panicked), and a zero with a huge exponent
+    /// answers at once.
+    #[test]
+    fn edge_exponents_and_mantissas_are_refused_or_rounded_never_wrapped() {
+        assert_eq!(parse(&format!("1e{}", i32::MAX)), None);
+        assert_eq!(parse(&format!("1.5e{}", i32::MAX)), None);
+        assert_eq!(parse(&format!("0e{}", i32::MAX)), Some(Milli(0)));
+        assert_eq!(parse(&format!("1e{}", i32::MIN)), Some(Milli(1)));
+        assert_eq!(parse(&format!("-1e{}", i32::MIN)), Some(Milli(-1)));
+        assert_eq!(parse("1e2147483648"), None, "past i32");
+        assert_eq!(parse(&i128::MAX.to_string()), None);
+        assert_eq!(parse(&format!("{}Ei", u64::MAX)), None);
+        assert_eq!(
+            parse("1e-4"),
+            Some(Milli(1)),
+            "a tenth of a milli rounds up"
+        );
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub struct Entry {
     /// Its bytes are also in one joined object (direct downloads from a bucket).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub joined: bool,
+    /// Its manifest is named by its scope, key and version (`storage`), so that a second
+    /// commit of the same three finds the name taken; an earlier tenantci named it by its id.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_key: bool,
 }
 
 /// A key or version the cache refuses, with the sentence to answer.
@@ -103,28 +107,60 @@ pub fn find<'e>(
     })
 }
 
-/// Whether an entry `key`/`version` was saved under `scope` already (entries are immutable;
+/// The entry `key`/`version` saved under `scope` already, if any (entries are immutable;
 /// other refs save beside it).
-pub fn exists(entries: &[Entry], scope: &str, key: &str, version: &str) -> bool {
+pub fn existing<'e>(
+    entries: &'e [Entry],
+    scope: &str,
+    key: &str,
+    version: &str,
+) -> Option<&'e Entry> {
     entries
         .iter()
-        .any(|e| e.scope == scope && e.key == key && e.version == version)
+        .find(|e| e.scope == scope && e.key == key && e.version == version)
 }
 
-/// `Content-Range: bytes START-END/*` (END inclusive): the range's start and length.
-pub fn parse_content_range(value: &str) -> Option<(u64, u64)> {
-    let range = value.trim().strip_prefix("bytes ")?;
-    let (span, _total) = range.split_once('/')?;
-    let (start, end) = span.split_once('-')?;
-    let (start, end): (u64, u64) = (start.trim().parse().ok()?, end.trim().parse().ok()?);
-    (end >= start).then(|| (start, end - start + 1))
+/// `Content-Range: bytes START-END/*` (END inclusive) as a part; else the sentence saying
+/// what is wrong with it. The length and the end past it are computed checked: a range
+/// whose end past it does not fit 64 bits fits no reservation.
+pub fn parse_content_range(value: &str) -> Result<Part, String> {
+    let form = || format!("the upload's `Content-Range: {value}` is not `bytes START-END/*`");
+    let range = value.trim().strip_prefix("bytes ").ok_or_else(form)?;
+    let (span, _total) = range.split_once('/').ok_or_else(form)?;
+    let (start, end) = span.split_once('-').ok_or_else(form)?;
+    let number = |n: &str| n.trim().parse::<u64>().map_err(|_| form());
+    let (start, end) = (number(start)?, number(end)?);
+    if end < start {
+        return Err(format!(
+            "the upload's range {start}-{end} ends before it starts"
+        ));
+    }
+    // END + 1 fitting makes END - START + 1 fit too.
+    match end.checked_add(1) {
+        Some(past) => Ok(Part {
+            start,
+            len: past - start,
+        }),
+        None => Err(format!(
+            "the upload's range {start}-{end} ends past any size a cache entry can have; send the range of the bytes in the body"
+        )),
+    }
+}
+
+impl Part {
+    /// The byte just past the part; None when that does not fit 64 bits (never for a part
+    /// [`parse_content_range`] gave or storage holds).
+    pub fn end(&self) -> Option<u64> {
+        self.start.checked_add(self.len)
+    }
 }
 
 /// Whether a new range overlaps one already uploaded (a retry of the same range replaces it).
 pub fn overlaps(parts: &[Part], new: Part) -> bool {
-    parts.iter().any(|p| {
-        p.start != new.start && p.start < new.start + new.len && new.start < p.start + p.len
-    })
+    let end = |p: &Part| p.end().unwrap_or(u64::MAX);
+    parts
+        .iter()
+        .any(|p| p.start != new.start && p.start < end(&new) && new.start < end(p))
 }
 
 /// The parts in order when they tile `[0, size)` exactly; else the sentence saying what is
@@ -140,7 +176,9 @@ pub fn whole(mut parts: Vec<Part>, size: u64) -> Result<Vec<Part>, String> {
                 format!("the range starting at byte {} overlaps another", p.start)
             });
         }
-        next = p.start + p.len;
+        next = p
+            .end()
+            .ok_or_else(|| format!("the range starting at byte {} ends past 64 bits", p.start))?;
     }
     if next < size {
         return Err(format!("bytes {next}-{} were never uploaded", size - 1));
@@ -168,6 +206,7 @@ mod tests {
             used: created,
             scope: MAIN.into(),
             joined: false,
+            by_key: true,
         }
     }
 
@@ -215,16 +254,24 @@ mod tests {
         assert_eq!(found(&["deps-"]), Some(2), "a prefix in its own ref first");
         // The default branch never sees the pull request's entry.
         assert_eq!(find(&es, &main_only(), &["deps-a"], "v").unwrap().id, 1);
-        assert!(exists(&es, pr, "deps-a", "v"));
-        assert!(!exists(&es, pr, "deps-b", "v"));
+        assert_eq!(existing(&es, pr, "deps-a", "v").map(|e| e.id), Some(2));
+        assert!(existing(&es, pr, "deps-b", "v").is_none());
     }
 
     #[test]
     fn ranges_must_tile_the_committed_size() {
-        assert_eq!(parse_content_range("bytes 0-9/*"), Some((0, 10)));
-        assert_eq!(parse_content_range("bytes 9-0/*"), None);
-        assert_eq!(parse_content_range("items 0-9/*"), None);
         let p = |start, len| Part { start, len };
+        assert_eq!(parse_content_range("bytes 0-9/*"), Ok(p(0, 10)));
+        assert!(
+            parse_content_range("bytes 9-0/*")
+                .unwrap_err()
+                .contains("before it starts")
+        );
+        assert!(
+            parse_content_range("items 0-9/*")
+                .unwrap_err()
+                .contains("not `bytes")
+        );
         assert_eq!(whole(vec![p(10, 5), p(0, 10)], 15).unwrap()[0], p(0, 10));
         assert!(
             whole(vec![p(0, 10)], 15)
@@ -245,6 +292,44 @@ mod tests {
         assert!(overlaps(&[p(0, 10)], p(5, 10)));
         assert!(!overlaps(&[p(0, 10)], p(10, 10)));
         assert!(!overlaps(&[p(0, 10)], p(0, 10)));
+    }
+
+    /// The largest 64-bit numbers: a length or end that would wrap is refused, never wrapped
+    /// (issue 45: `bytes 0-18446744073709551615/*` made a zero-byte part).
+    #[test]
+    fn a_range_at_the_edge_of_64_bits_is_refused_not_wrapped() {
+        let max = u64::MAX;
+        let p = |start, len| Part { start, len };
+        let wraps = |v: &str| parse_content_range(v).unwrap_err();
+        assert!(wraps(&format!("bytes 0-{max}/*")).contains("past any size"));
+        assert!(wraps(&format!("bytes {max}-{max}/*")).contains("past any size"));
+        assert!(wraps(&format!("bytes 1-{max}/*")).contains("past any size"));
+        assert!(wraps("bytes 0-18446744073709551616/*").contains("not `bytes"));
+        assert!(wraps("bytes -1-5/*").contains("not `bytes"));
+        let last = max - 1;
+        assert_eq!(
+            parse_content_range(&format!("bytes {last}-{last}/*")),
+            Ok(p(last, 1)),
+            "one byte ending at the last representable end"
+        );
+        assert_eq!(
+            parse_content_range(&format!("bytes 0-{}/*", max - 1)),
+            Ok(p(0, max))
+        );
+        assert!(
+            overlaps(&[p(last, 1)], p(0, max)),
+            "the last byte is in both"
+        );
+        assert!(
+            !overlaps(&[p(0, last)], p(last, 1)),
+            "adjacent at the very end"
+        );
+        assert!(overlaps(&[p(5, max - 5)], p(0, max)));
+        assert!(
+            whole(vec![p(0, 1), p(1, max)], 1)
+                .unwrap_err()
+                .contains("64 bits")
+        );
     }
 
     #[test]

@@ -108,19 +108,19 @@ impl Cache {
                 return;
             }
         };
-        let total: u64 = all.iter().map(|s| s.entry.size).sum();
+        let total = eviction::total_size(&all);
         let gone = eviction::plan(all, now(), self.max_age.as_millis() as i64, self.max_size);
         let mut evicted = 0u64;
         for s in &gone {
-            match self.storage.delete_entry(&s.repository, s.entry.id).await {
+            match self.storage.delete_entry(&s.repository, &s.entry).await {
                 Ok(()) => {
-                    evicted += s.entry.size;
+                    evicted = evicted.saturating_add(s.entry.size);
                     self.metrics.cache_evicted(s.entry.size);
                 }
                 Err(e) => tracing::warn!(error = %e, "cache: cannot evict an entry"),
             }
         }
-        self.metrics.cache_stored(total - evicted);
+        self.metrics.cache_stored(total.saturating_sub(evicted));
         if !gone.is_empty() {
             tracing::info!(entries = gone.len(), bytes = evicted, "cache: evicted");
         }

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use crate::cache::Cache;
 use crate::cache::grant::{self, Denied, Grant};
 use crate::cache::index::{self, Entry, Part, Reservation};
-use crate::cache::storage::{StoreError, UploadError, repo_dir};
+use crate::cache::storage::{Committed, StoreError, UploadError, repo_dir};
 
 /// Where the cache is served, on the facade's listener and through the executor-proxy.
 pub const PREFIX: &str = "/_tenantci/cache";
@@ -314,7 +314,7 @@ async fn reserve(
         cache.check_size(size)?;
     }
     let entries = cache.storage.entries(&repo).await?;
-    if index::exists(&entries, &g.scope.write, &b.key, &b.version) {
+    if index::existing(&entries, &g.scope.write, &b.key, &b.version).is_some() {
         return Err(refuse(
             StatusCode::CONFLICT,
             format!(
@@ -365,22 +365,9 @@ async fn upload(
 ) -> Answer {
     let (g, repo) = granted(&cache, &presented, req.headers())?;
     let r = reservation(&cache, &g, &repo, &id).await?;
-    let range = req
-        .headers()
-        .get(header::CONTENT_RANGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(index::parse_content_range)
-        .ok_or_else(|| {
-            refuse(
-                StatusCode::BAD_REQUEST,
-                "an upload needs `Content-Range: bytes START-END/*`",
-            )
-        })?;
-    let part = Part {
-        start: range.0,
-        len: range.1,
-    };
-    let end = part.start.saturating_add(part.len);
+    let part = content_range(req.headers())?;
+    // Never None: the parser refuses a range whose end does not fit.
+    let end = part.end().unwrap_or(u64::MAX);
     cache.check_size(end)?;
     if let Some(size) = r.size
         && end > size
@@ -411,6 +398,33 @@ async fn upload(
     }
 }
 
+/// The upload's `Content-Range`, parsed checked; a 400 saying what is wrong with it.
+fn content_range(headers: &HeaderMap) -> Result<Part, Refusal> {
+    let value = headers.get(header::CONTENT_RANGE).ok_or_else(|| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            "an upload needs `Content-Range: bytes START-END/*`",
+        )
+    })?;
+    let value = value.to_str().map_err(|_| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            "the upload's Content-Range is not text; send `bytes START-END/*`",
+        )
+    })?;
+    index::parse_content_range(value).map_err(|s| refuse(StatusCode::BAD_REQUEST, s))
+}
+
+/// The 409 of a commit that lost to another of the same key and version.
+fn taken(key: &str) -> Refusal {
+    refuse(
+        StatusCode::CONFLICT,
+        format!(
+            "the cache entry `{key}` was committed by another job meanwhile; entries are immutable, this upload was dropped"
+        ),
+    )
+}
+
 #[derive(Deserialize)]
 struct CommitBody {
     size: u64,
@@ -431,6 +445,17 @@ async fn commit(
         )
     })?;
     cache.check_size(b.size)?;
+    if let Some(reserved) = r.size
+        && b.size != reserved
+    {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the commit's size {} is not the {reserved} bytes reserved; commit the size the reservation announced",
+                b.size
+            ),
+        ));
+    }
     let parts = cache.storage.parts(&repo, r.id).await?;
     let parts = index::whole(parts, b.size).map_err(|why| {
         refuse(
@@ -438,15 +463,12 @@ async fn commit(
             format!("the entry is incomplete: {why}; upload every range, then commit its size"),
         )
     })?;
+    // The common loser, refused before a join; the manifest's create-only put decides the
+    // rest (and an entry saved by an earlier tenantci, named otherwise, is found only here).
     let entries = cache.storage.entries(&repo).await?;
-    if index::exists(&entries, &r.scope, &r.key, &r.version) {
-        return Err(refuse(
-            StatusCode::CONFLICT,
-            format!(
-                "the cache entry `{}` was committed by another job meanwhile",
-                r.key
-            ),
-        ));
+    if index::existing(&entries, &r.scope, &r.key, &r.version).is_some_and(|e| e.id != r.id) {
+        cache.storage.discard(&repo, r.id).await?;
+        return Err(taken(&r.key));
     }
     let now = crate::cache::now();
     let entry = Entry {
@@ -459,8 +481,11 @@ async fn commit(
         used: now,
         scope: r.scope,
         joined: false,
+        by_key: true,
     };
-    cache.storage.commit(&repo, &entry).await?;
+    if cache.storage.commit(&repo, &entry).await? == Committed::Taken {
+        return Err(taken(&entry.key));
+    }
     tracing::info!(
         task = g.task,
         id = entry.id,

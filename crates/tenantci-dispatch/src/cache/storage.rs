@@ -6,10 +6,16 @@
 //! - `v1/<repo>/parts/<id>/<start>`: one uploaded range each, streamed in as it arrives;
 //! - `v1/<repo>/joined/<id>`: with `s3_direct_downloads`, the entry's parts joined into one
 //!   object at the commit, which a presigned URL can name (the toolkit downloads one URL);
-//! - `v1/<repo>/entries/<id>.json`: a committed entry's manifest. Its single `put` is the
-//!   commit: before it the entry does not exist, after it every part it lists does. So a
-//!   kill -9 mid-upload leaves no half entry visible, and the index is the store itself
-//!   (nothing in memory to lose at a restart, nothing to share between replicas).
+//! - `v1/<repo>/entries/<name>.json`: a committed entry's manifest, named by the entry's
+//!   scope, key and version (32 hex digits of their SHA-256; an earlier tenantci's by its id).
+//!   Its single create-only `put` is the commit: before it the entry does not exist, after it
+//!   every part it lists does, and a second commit of the same scope, key and version finds
+//!   the name taken (the directory links the file in only where none is; S3 puts with
+//!   `If-None-Match: *`). So of concurrent commits exactly one wins, in one replica or
+//!   several. Within one replica the commits of one entry also take turns
+//!   ([`Storage::commit`]): a store whose conditional put is a check then a write (moto's is)
+//!   still makes one entry per replica. A kill -9 mid-upload leaves no half entry visible, and the index is the store
+//!   itself (nothing in memory to lose at a restart, nothing to share between replicas).
 //!
 //! `<repo>` is the first 32 hex digits of SHA-256 of the repository's lower-cased name: a
 //! fixed-width, path-safe name that never spells a path a job chose.
@@ -22,7 +28,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::signer::Signer;
-use object_store::{ObjectStore, PutPayload, WriteMultipart};
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, WriteMultipart};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -68,6 +74,8 @@ pub struct Storage {
     /// memory (S3 wants parts of at least 5 MiB; a directory takes any size).
     chunk: usize,
     in_flight: usize,
+    /// The manifests being committed in this process: one committer per entry at a time.
+    committing: Mutex<HashMap<Path, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A repository's directory name.
@@ -78,6 +86,31 @@ pub fn repo_dir(repository: &str) -> String {
 
 fn path(repo: &str, rest: &str) -> Path {
     Path::from(format!("v1/{repo}/{rest}"))
+}
+
+/// An entry's manifest: named by its scope, key and version (each length-prefixed into the
+/// digest, so no two triples share a name), or an earlier tenantci's by its id.
+fn manifest(repo: &str, entry: &Entry) -> Path {
+    if !entry.by_key {
+        return path(repo, &format!("entries/{}.json", entry.id));
+    }
+    let mut digest = Sha256::new();
+    for part in [&entry.scope, &entry.key, &entry.version] {
+        digest.update((part.len() as u64).to_be_bytes());
+        digest.update(part.as_bytes());
+    }
+    let name = hex::encode(&digest.finalize()[..16]);
+    path(repo, &format!("entries/{name}.json"))
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// The entry is visible (or was already: a commit retried after a crash).
+    Made,
+    /// Another upload of the same scope, key and version was committed first; this one's
+    /// ranges and reservation are gone.
+    Taken,
 }
 
 impl Storage {
@@ -94,6 +127,7 @@ impl Storage {
                 manifests: Mutex::default(),
                 chunk: 1 << 20,
                 in_flight: 2,
+                committing: Mutex::default(),
             });
         }
         let bucket = settings.s3_bucket.as_deref().unwrap_or_default();
@@ -120,6 +154,7 @@ impl Storage {
             store,
             chunk: 5 << 20,
             in_flight: 1,
+            committing: Mutex::default(),
         })
     }
 
@@ -241,17 +276,97 @@ impl Storage {
         self.signer.is_some()
     }
 
-    /// Makes `entry` visible (its manifest's one put), then forgets the reservation. With
-    /// direct downloads, an entry of several parts is first joined into one object (streamed:
-    /// the toolkit uploads 32 MiB ranges, a presigned URL names one object).
-    pub async fn commit(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
-        let mut entry = entry.clone();
+    /// Makes `entry` visible (its manifest's one create-only put, named by its key) unless an
+    /// entry of its scope, key and version is, then forgets the reservation. With direct
+    /// downloads, an entry of several parts is first joined into one object (streamed: the
+    /// toolkit uploads 32 MiB ranges, a presigned URL names one object).
+    pub async fn commit(&self, repo: &str, entry: &Entry) -> Result<Committed, StoreError> {
+        let mut entry = Entry {
+            by_key: true,
+            ..entry.clone()
+        };
         if self.downloads_directly() && entry.parts.len() > 1 {
             self.join_parts(repo, &entry).await?;
             entry.joined = true;
         }
-        self.put_json(&path(repo, &format!("entries/{}.json", entry.id)), &entry)
-            .await?;
+        let at = manifest(repo, &entry);
+        let body = PutPayload::from(serde_json::to_vec(&entry).expect("manifests serialize"));
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        let turn = self.turn(&at).await;
+        let committed = match self.store.put_opts(&at, body, create).await {
+            Ok(_) => {
+                self.finish_commit(repo, &entry).await;
+                Ok(Committed::Made)
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                self.settle_taken(repo, &at, entry.id).await
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.end_turn(&at, turn);
+        if let Ok(Committed::Taken) = committed {
+            self.discard(repo, entry.id).await?;
+        }
+        committed
+    }
+
+    /// Waits for this process's other commits of the manifest `at` to end.
+    async fn turn(&self, at: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = self
+            .committing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(at.clone())
+            .or_default()
+            .clone();
+        turn.lock_owned().await
+    }
+
+    /// Ends a [`Self::turn`]; the last one forgets the manifest (waiters take their clone
+    /// under the same lock, so none is left behind).
+    fn end_turn(&self, at: &Path, turn: tokio::sync::OwnedMutexGuard<()>) {
+        let mut committing = self.committing.lock().unwrap_or_else(|p| p.into_inner());
+        drop(turn);
+        if committing
+            .get(at)
+            .is_some_and(|t| Arc::strong_count(t) == 1)
+        {
+            committing.remove(at);
+        }
+    }
+
+    /// The manifest at `at` exists already: upload `id`'s own when a commit is retried after a
+    /// crash before the reservation went (finished now), else another's (`id` to discard,
+    /// after the turn: the next committer need not wait for it).
+    async fn settle_taken(&self, repo: &str, at: &Path, id: u64) -> Result<Committed, StoreError> {
+        match self.get_json::<Entry>(at).await? {
+            Some(ours) if ours.id == id => {
+                self.finish_commit(repo, &ours).await;
+                Ok(Committed::Made)
+            }
+            _ => Ok(Committed::Taken),
+        }
+    }
+
+    /// Drops upload `id`, which will never be committed: its ranges, joined object and
+    /// reservation.
+    pub async fn discard(&self, repo: &str, id: u64) -> Result<(), StoreError> {
+        self.delete_parts(repo, id).await?;
+        match self
+            .store
+            .delete(&path(repo, &format!("uploads/{id}.json")))
+            .await
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// After the manifest's put: the reservation, and a joined entry's ranges, are not needed.
+    async fn finish_commit(&self, repo: &str, entry: &Entry) {
         let _ = self
             .store
             .delete(&path(repo, &format!("uploads/{}.json", entry.id)))
@@ -263,18 +378,16 @@ impl Storage {
         {
             tracing::warn!(error = %e, "cache: cannot delete a joined entry's ranges; they go when the entry is evicted");
         }
-        Ok(())
     }
 
     /// Rewrites an entry's manifest (its `used` after a restore).
     pub async fn touch(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
-        self.put_json(&path(repo, &format!("entries/{}.json", entry.id)), entry)
-            .await
+        self.put_json(&manifest(repo, entry), entry).await
     }
 
+    /// Committed entry `id` of `repo` (manifests are named by key: found in the listing).
     pub async fn entry(&self, repo: &str, id: u64) -> Result<Option<Entry>, StoreError> {
-        self.get_json(&path(repo, &format!("entries/{id}.json")))
-            .await
+        Ok(self.entries(repo).await?.into_iter().find(|e| e.id == id))
     }
 
     /// One repository's committed entries (a manifest deleted meanwhile is skipped): one
@@ -431,11 +544,19 @@ impl Storage {
     }
 
     /// Deletes an entry: its manifest first (it is gone for lookups at once), then its parts.
-    pub async fn delete_entry(&self, repo: &str, id: u64) -> Result<(), StoreError> {
-        self.store
-            .delete(&path(repo, &format!("entries/{id}.json")))
-            .await?;
-        self.delete_parts(repo, id).await
+    /// A manifest of the same name but another id is not this entry's (another replica's
+    /// sweep evicted it and a job saved the key again since this sweep listed): it stays.
+    pub async fn delete_entry(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
+        let at = manifest(repo, entry);
+        let recommitted =
+            matches!(self.get_json::<Entry>(&at).await, Ok(Some(e)) if e.id != entry.id);
+        if !recommitted {
+            match self.store.delete(&at).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.delete_parts(repo, entry.id).await
     }
 
     /// An entry's parts and its joined object (if any).
@@ -597,6 +718,7 @@ mod tests {
             used: 0,
             scope: "refs/heads/main".into(),
             joined: false,
+            by_key: true,
         };
         s.commit(&repo, &entry).await.unwrap();
 
@@ -630,6 +752,60 @@ mod tests {
         );
     }
 
+    /// The commit's create-only put: a second upload of the same scope, key and version is
+    /// Taken and dropped whole; the first one's commit retried (a crash before its reservation
+    /// went) is Made again, its parts kept.
+    #[tokio::test]
+    async fn a_second_commit_of_one_key_is_taken_and_a_retried_one_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let repo = repo_dir("sim/demo");
+        let part = Part { start: 0, len: 3 };
+        let body = || futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
+        let same_key = |id| Entry {
+            id,
+            key: "k".into(),
+            version: "v".into(),
+            size: 3,
+            parts: vec![part],
+            created: 0,
+            used: 0,
+            scope: "refs/heads/main".into(),
+            joined: false,
+            by_key: true,
+        };
+        for id in [1, 2] {
+            s.reserve(&repo, &reservation(id, 0)).await.unwrap();
+            s.upload_part(&repo, id, part, body()).await.unwrap();
+        }
+        assert_eq!(
+            s.commit(&repo, &same_key(1)).await.unwrap(),
+            Committed::Made
+        );
+        assert_eq!(
+            s.commit(&repo, &same_key(2)).await.unwrap(),
+            Committed::Taken
+        );
+        assert!(
+            s.parts(&repo, 2).await.unwrap().is_empty(),
+            "the loser's ranges went"
+        );
+        assert!(s.reservation(&repo, 2).await.unwrap().is_none());
+        assert_eq!(
+            s.commit(&repo, &same_key(1)).await.unwrap(),
+            Committed::Made
+        );
+        assert_eq!(s.entries(&repo).await.unwrap(), vec![same_key(1)]);
+        assert_eq!(s.parts(&repo, 1).await.unwrap(), vec![part]);
+        // Another scope, same key and version: beside it.
+        let pr = Entry {
+            scope: "refs/pull/3/head".into(),
+            ..same_key(3)
+        };
+        assert_eq!(s.commit(&repo, &pr).await.unwrap(), Committed::Made);
+        assert_eq!(s.entries(&repo).await.unwrap().len(), 2);
+    }
+
     /// Lookups remember manifests, but a change another replica made (a touch, a deletion, a
     /// new entry) shows in the next one: the listing decides which to read again.
     #[tokio::test]
@@ -651,6 +827,7 @@ mod tests {
             used: 0,
             scope: "refs/heads/main".into(),
             joined: false,
+            by_key: true,
         };
         other.commit(&repo, &entry(1)).await.unwrap();
         assert_eq!(s.entries(&repo).await.unwrap(), vec![entry(1)]);
@@ -661,10 +838,10 @@ mod tests {
         other.touch(&repo, &used).await.unwrap();
         assert_eq!(s.entries(&repo).await.unwrap(), vec![used.clone()]);
         other.commit(&repo, &entry(2)).await.unwrap();
-        other.delete_entry(&repo, 1).await.unwrap();
+        other.delete_entry(&repo, &entry(1)).await.unwrap();
         assert_eq!(s.entries(&repo).await.unwrap(), vec![entry(2)]);
         s.inventory().await.unwrap();
-        other.delete_entry(&repo, 2).await.unwrap();
+        other.delete_entry(&repo, &entry(2)).await.unwrap();
         assert!(s.entries(&repo).await.unwrap().is_empty());
     }
 }

@@ -496,7 +496,7 @@ impl RunnerClient {
                             if repeat && req.no_more && e.code() == Some(Code::AlreadyExists) =>
                         {
                             Ok(UpdateLogResponse {
-                                ack_index: req.index + req.rows.len() as i64,
+                                ack_index: rows_through(req),
                             })
                         }
                         other => other,
@@ -596,5 +596,29 @@ impl RunnerClient {
             .and_then(Codec::from_content_type)
             .unwrap_or(codec);
         answer_codec.decode(&bytes).map_err(decode_err)
+    }
+}
+
+/// How many rows a log holds once `req`'s are appended: the runner's index plus its rows,
+/// saturated (the index is the caller's number; in a debug build the sum panicked).
+fn rows_through(req: &UpdateLogRequest) -> i64 {
+    let rows = i64::try_from(req.rows.len()).unwrap_or(i64::MAX);
+    req.index.saturating_add(rows)
+}
+
+#[cfg(test)]
+mod rows_through_tests {
+    use super::*;
+
+    #[test]
+    fn an_index_at_the_edge_of_64_bits_saturates() {
+        let req = |index| UpdateLogRequest {
+            index,
+            rows: vec![Default::default(); 2],
+            ..Default::default()
+        };
+        assert_eq!(rows_through(&req(3)), 5);
+        assert_eq!(rows_through(&req(i64::MAX - 1)), i64::MAX);
+        assert_eq!(rows_through(&req(i64::MAX)), i64::MAX);
     }
 }

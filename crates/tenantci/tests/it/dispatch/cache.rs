@@ -21,6 +21,8 @@ use tenantci_testkit::wait::eventually;
 use super::harness::World;
 use crate::util::{bin, scratch, tenantci};
 
+mod race;
+
 /// The `@actions/cache` release actions/cache@v4 bundles; scripts/lib/ensure.sh pins the same.
 const ACTIONS_CACHE: &str = "4.0.5";
 
@@ -515,24 +517,7 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
     )
     .await;
 
-    // Ranges: longer than announced, past the limit, past the reservation, overlapping.
-    let id = a.reserved("small", 10).await;
-    refused(a.patch(id, 0, 9, vec![1; 11]).await, 400, "more bytes").await;
-    refused(a.patch(id, 0, 9, vec![1; 4]).await, 400, "ended after 4").await;
-    refused(
-        a.patch(id, 0, 2 << 20, vec![]).await,
-        413,
-        "past this cache's limit",
-    )
-    .await;
-    refused(
-        a.patch(id, 5, 14, vec![1; 10]).await,
-        400,
-        "past the 10 bytes",
-    )
-    .await;
-    assert_eq!(a.patch(id, 0, 4, vec![1; 5]).await.status(), 200);
-    refused(a.patch(id, 2, 6, vec![1; 5]).await, 409, "overlaps").await;
+    let id = bad_ranges(&a).await;
     // An incomplete commit, then another repository touching this upload: refused.
     refused(a.commit(id, 10).await, 400, "bytes 5-9 were never uploaded").await;
     refused(b.patch(id, 5, 9, vec![2; 5]).await, 404, "no upload").await;
@@ -574,6 +559,46 @@ async fn bad_cache_input_is_refused_with_a_sentence_and_the_size_limit_evicts_th
     other.finish(&w).await;
 }
 
+/// Ranges longer or shorter than announced, past the limit, past the reservation, overlapping,
+/// at the edge of 64 bits: each refused; the id of `small`, its first five bytes uploaded.
+async fn bad_ranges(a: &RawCache) -> u64 {
+    let id = a.reserved("small", 10).await;
+    refused(a.patch(id, 0, 9, vec![1; 11]).await, 400, "more bytes").await;
+    refused(a.patch(id, 0, 9, vec![1; 4]).await, 400, "ended after 4").await;
+    refused(
+        a.patch(id, 0, 2 << 20, vec![]).await,
+        413,
+        "past this cache's limit",
+    )
+    .await;
+    refused(
+        a.patch(id, 5, 14, vec![1; 10]).await,
+        400,
+        "past the 10 bytes",
+    )
+    .await;
+    assert_eq!(a.patch(id, 0, 4, vec![1; 5]).await.status(), 200);
+    refused(a.patch(id, 2, 6, vec![1; 5]).await, 409, "overlaps").await;
+    range_at_the_edge_of_64_bits(a).await;
+    id
+}
+
+/// Issue 45: a range ending at the largest 64-bit number with an empty body, whose length
+/// wrapped to zero (in a debug build the request panicked), is a 400 naming it; nothing is
+/// kept, so a commit of the zero bytes no reservation allowed is refused too.
+async fn range_at_the_edge_of_64_bits(a: &RawCache) {
+    let id = a.reserved("wraps", 10).await;
+    refused(a.patch(id, 0, u64::MAX, vec![]).await, 400, "past any size").await;
+    refused(
+        a.patch(id, u64::MAX, u64::MAX, vec![]).await,
+        400,
+        "past any size",
+    )
+    .await;
+    refused(a.commit(id, 0).await, 400, "not the 10 bytes reserved").await;
+    assert_eq!(a.lookup("wraps").await.status(), 204, "no entry");
+}
+
 /// The moto release the S3 test runs (PyPI `moto[server]`: an S3-compatible server).
 const MOTO: &str = "5.1.*";
 
@@ -596,14 +621,9 @@ fn moto_server() -> PathBuf {
     bin
 }
 
-/// The S3 backend against moto (which checks no signatures: the presigned URLs are
-/// object_store's SigV4, checked by AWS, MinIO, Ceph RGW), before and after a kill -9, and with
-/// `s3_direct_downloads` after it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() {
-    let moto = Moto::start(&moto_server()).await;
-    let mut w = World::start(4).await;
-    // moto takes any credentials; the file is read as the runbook documents it (0600).
+/// A cache in moto's bucket `ci-cache` (created here); the directory holding its credentials
+/// file, which moto takes whatever it says (read as the runbook documents it: 0600).
+async fn with_s3_cache(w: &mut World, moto: &Moto) -> tempfile::TempDir {
     let secrets = scratch();
     let credentials = secrets.path().join("s3.credentials");
     std::fs::write(&credentials, "tenantci-test\nnot-a-real-secret\n").unwrap();
@@ -621,6 +641,17 @@ async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() 
         s3_credentials_file: Some(credentials),
         ..CacheSettings::in_dir("unused")
     });
+    secrets
+}
+
+/// The S3 backend against moto (which checks no signatures: the presigned URLs are
+/// object_store's SigV4, checked by AWS, MinIO, Ceph RGW), before and after a kill -9, and with
+/// `s3_direct_downloads` after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() {
+    let moto = Moto::start(&moto_server()).await;
+    let mut w = World::start(4).await;
+    let _secrets = with_s3_cache(&mut w, &moto).await;
     let mut d = w.dispatcher("d1").await;
     let demo = Job::start(&w, "demo-1", "sim/demo").await;
     demo.save("deps-1", "demo in s3").await;
