@@ -268,6 +268,7 @@ pub const OVERRIDE_KEYS: &[&str] = &[
     "webhook.fetch_interval",
     "webhook.nudge_spacing",
     "webhook.nudge_burst",
+    "webhook.header_read_timeout",
     "claim.start_deadline",
     "claim.max_attempts",
     "waiting_jobs.scope",
@@ -435,11 +436,8 @@ impl Config {
         if self.capacity.vm == 0 {
             return Err("has capacity.vm = 0 (at least 1)".into());
         }
-        if self.webhook.as_ref().is_some_and(|w| w.nudge_burst == 0) {
-            return Err(
-                "has webhook.nudge_burst = 0 (at least 1: a delivery's FetchTask goes at once)"
-                    .into(),
-            );
+        if let Some(w) = &self.webhook {
+            w.validate()?;
         }
         if let Some(w) = &self.waiting_jobs {
             w.scope()
@@ -947,6 +945,7 @@ pub(crate) mod tests {
             fetch_interval: Duration::from_secs(7).into(),
             nudge_spacing: Duration::from_millis(300).into(),
             nudge_burst: 2,
+            header_read_timeout: Duration::from_secs(30).into(),
         });
         cfg.claim = Claim {
             start_deadline: Duration::from_secs(100).into(),
@@ -1125,7 +1124,7 @@ pub(crate) mod tests {
     #[test]
     fn override_variables_follow_their_keys() {
         let table: Vec<(String, &str)> = overrides().collect();
-        assert_eq!(table.len(), 58);
+        assert_eq!(table.len(), 59);
         for pair in [
             ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
             (

@@ -120,7 +120,12 @@ pub async fn run(
                 let _ = leader.send_if_modified(|l| std::mem::replace(l, false));
             }
             Err(e) => {
-                tracing::warn!(error = %e, "lease {LEASE_NAME}: request failed");
+                tracing::warn!(
+                    error = %e,
+                    "cannot read or renew the scheduler lease {LEASE_NAME} at the tenant apiserver; trying again in {:?} (a leader that cannot renew within {:?} stops claiming)",
+                    timing.retry_period,
+                    timing.renew_deadline
+                );
                 // Stop leading before the lease can expire for others.
                 if last_renew
                     .is_some_and(|t| now.saturating_duration_since(t) >= timing.renew_deadline)

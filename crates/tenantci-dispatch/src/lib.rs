@@ -4,7 +4,8 @@
 //! `scripts/check-layering.sh`; docs/architecture.md draws them). Lowest first:
 //!
 //! 1. Leaves: [`queue`] (JetStream topology, permissions, sealed assignments, producer,
-//!    consumer), [`capability`] (per-task capabilities), [`health`] (what `/readyz` reports).
+//!    consumer), [`capability`] (per-task capabilities), [`health`] (what `/readyz` reports),
+//!    [`http1`] (the plain HTTP/1.1 server with every wait bounded).
 //! 2. [`metrics`]; [`executor`] (the `[executor]` section, requests and limits, resource
 //!    classes and their warm pools: picked once, by the scheduler); [`leader`] (Lease election).
 //! 3. [`cache`] (the shared actions cache), [`identity`] (SPIFFE IDs and SPIRE entries).
@@ -31,6 +32,7 @@ pub mod executor;
 pub mod executor_proxy;
 pub mod facade;
 pub mod health;
+pub mod http1;
 pub mod identity;
 pub mod init;
 pub mod leader;

@@ -14,6 +14,7 @@ pub enum LogFormat {
 
 /// Installs the global subscriber. `verbosity` counts `-v` flags: 0 = warn, 1 = info,
 /// 2 = debug, 3+ = trace (for tenantci's own spans; dependencies stay at warn unless RUST_LOG).
+/// kube-client's per-request failure line is off either way unless RUST_LOG names it.
 pub fn init(format: LogFormat, verbosity: u8) {
     let level = match verbosity {
         0 => "warn",
@@ -23,6 +24,20 @@ pub fn init(format: LogFormat, verbosity: u8) {
     };
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("warn,tenantci={level}")));
+    // kube-client's HTTP trace layer logs every failed request as `ERROR failed with error
+    // client error (Connect)`, naming neither the apiserver nor what happens next (issue 45);
+    // the caller that made the request logs the failure with both. Off unless RUST_LOG names
+    // kube_client itself.
+    let asked = std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube_client"));
+    let filter = if asked {
+        filter
+    } else {
+        filter.add_directive(
+            "kube_client::client::builder=off"
+                .parse()
+                .expect("a valid directive"),
+        )
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

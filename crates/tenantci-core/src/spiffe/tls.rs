@@ -107,7 +107,7 @@ impl CurrentSvid {
         match self.0.current() {
             Ok(svid) => Some(svid.certified_key().clone()),
             Err(e) => {
-                tracing::warn!(error = %e.render(), "no X509-SVID to present");
+                tracing::warn!(error = %e.render(), "no X509-SVID to present from the SVID source: this TLS handshake has no certificate of ours and fails; the next one asks the source again");
                 None
             }
         }

@@ -50,7 +50,9 @@ impl KeepAlive {
                     self.ctx.ledger.note(report::final_step(task, result)).await;
                 }
                 Ok(_) => {}
-                Err(e) => tracing::warn!(task, error = %e, "keep-alive UpdateTask failed"),
+                Err(e) => {
+                    tracing::warn!(task, error = %e, "keep-alive: UpdateTask at the forge failed; sending it again at the next keep-alive (the forge fails a task not updated for 10 minutes)")
+                }
             }
         }
     }
@@ -61,7 +63,7 @@ impl KeepAlive {
         let found = match executors.observe().await {
             Ok(found) => found,
             Err(e) => {
-                tracing::warn!(backend = %executors.backend(), error = %e, "keep-alive: cannot list the executors");
+                tracing::warn!(backend = %executors.backend(), error = %e, "keep-alive: cannot list the executors at the backend's API; their tasks are kept alive again at the next keep-alive");
                 return Vec::new();
             }
         };
@@ -70,7 +72,7 @@ impl KeepAlive {
             let unreported = match o.progress_in(&*self.ctx.ledger).await {
                 Ok(progress) => progress.is_some_and(|p| p < Progress::Reported),
                 Err(e) => {
-                    tracing::warn!(task = o.task, error = %e, "keep-alive: cannot read the claim ledger");
+                    tracing::warn!(task = o.task, error = %e, "keep-alive: cannot read the claim ledger (NATS); the task is kept alive again at the next keep-alive");
                     false
                 }
             };

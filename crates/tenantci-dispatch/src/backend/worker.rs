@@ -239,7 +239,9 @@ impl Worker {
     async fn fail(&self, task: i64, line: &str) {
         match self.ctx.gitea.fail(task, line).await {
             Ok(()) => self.ctx.ledger.note(report::failed_step(task)).await,
-            Err(e) => tracing::warn!(task, error = %e, "cannot report the failure to Gitea"),
+            Err(e) => {
+                tracing::warn!(task, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
+            }
         }
         self.ctx.metrics.failed(self.executors.backend());
         self.ctx.registry.finished(task);

@@ -113,7 +113,7 @@ impl Pool {
         let queued = match self.consumer.info().await {
             Ok(info) => info.num_pending + info.num_ack_pending as u64,
             Err(e) => {
-                tracing::warn!(error = %e, %backend, "cannot read the consumer's depth; not claiming");
+                tracing::warn!(error = %e, %backend, "cannot read the {backend} consumer's depth from NATS; not claiming for it until the next pass");
                 return None;
             }
         };
@@ -293,9 +293,13 @@ impl Scheduler {
     /// Logs a failed FetchTask. `keyed`: the next call repeats it with its request key, so a
     /// lost answer's tasks come back (Forgejo); without a key they are lost to the sweep.
     fn fetch_failed(&self, e: &tenantci_core::forge::gitea::ClientError, keyed: bool) {
+        let forge = &self.gitea.config().base_url;
+        let again = ERROR_BACKOFF.as_secs();
         if e.is_unauthenticated() {
             tracing::error!(
-                "Gitea does not know the scheduler's registration any more; re-register with `tenantci dispatch init` (delete scheduler.json first)"
+                %forge,
+                "{} at {forge} does not know the scheduler's registration any more; nothing is claimed until it is re-registered with `tenantci dispatch init` (delete scheduler.json first); FetchTask is tried again every {again}s",
+                self.forge.display_name()
             );
         } else if e.request_key_locked() {
             tracing::info!(
@@ -304,12 +308,12 @@ impl Scheduler {
                 ERROR_BACKOFF.as_secs()
             );
         } else if e.claim_may_be_lost() && keyed {
-            tracing::warn!(error = %e, "FetchTask failed after it was sent; repeating it with the same request key, so the forge hands out again whatever it had assigned");
+            tracing::warn!(%forge, error = %e, "FetchTask at {forge} failed after it was sent; repeating it in {again}s with the same request key, so the forge hands out again whatever it had assigned");
         } else if e.claim_may_be_lost() {
             self.metrics.answer_lost();
-            tracing::warn!(error = %e, "FetchTask failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes; counted in tenantci_dispatch_fetch_task_answers_lost_total)");
+            tracing::warn!(%forge, error = %e, "FetchTask at {forge} failed after it was sent; a task may have been claimed and lost (Gitea fails it after 10 minutes; counted in tenantci_dispatch_fetch_task_answers_lost_total); asking again in {again}s");
         } else {
-            tracing::warn!(error = %e, "FetchTask failed");
+            tracing::warn!(%forge, error = %e, "FetchTask at {forge} failed; nothing was claimed, asking again in {again}s (tasks wait at the forge meanwhile)");
         }
     }
 
@@ -401,7 +405,7 @@ impl Scheduler {
                 }
                 Err(e) => e,
             };
-            tracing::warn!(task = %assignment.task_id, error = %e, retry_in = ?pause, "the queue did not take the task yet; trying again (the task stays open at Gitea)");
+            tracing::warn!(task = %assignment.task_id, error = %e, retry_in = ?pause, "the NATS queue did not take the task yet; trying again (the task stays open at Gitea)");
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = stop.wait_for(|stopping| *stopping) => return Queueing::Stopped,
@@ -425,7 +429,7 @@ impl Scheduler {
         match report::fail(&self.gitea, task, why).await {
             Ok(()) => self.ledger.note(report::failed_step(task)).await,
             Err(e) => {
-                tracing::error!(task, error = %e, "cannot report the failure to Gitea (it fails the task after 10 minutes)")
+                tracing::error!(task, forge = %self.gitea.config().base_url, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
             }
         }
     }

@@ -61,6 +61,10 @@ pub struct Webhook {
     /// Nudged FetchTasks that may go at once, before the spacing applies (at least 1).
     #[serde(default = "defaults::nudge_burst")]
     pub nudge_burst: u32,
+    /// How long a client may take to send a delivery's headers (or keep a connection idle)
+    /// before the receiver closes its connection (`http1`).
+    #[serde(default = "defaults::header_read_timeout")]
+    pub header_read_timeout: GoDuration,
 }
 
 impl Webhook {
@@ -72,7 +76,22 @@ impl Webhook {
             fetch_interval: defaults::webhook_fetch_interval(),
             nudge_spacing: defaults::nudge_spacing(),
             nudge_burst: defaults::nudge_burst(),
+            header_read_timeout: defaults::header_read_timeout(),
         }
+    }
+
+    /// The section's own checks (`Config::validate` calls them).
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.nudge_burst == 0 {
+            return Err(
+                "has webhook.nudge_burst = 0 (at least 1: a delivery's FetchTask goes at once)"
+                    .into(),
+            );
+        }
+        if self.header_read_timeout.get().is_zero() {
+            return Err("has webhook.header_read_timeout = 0s (more than 0: every delivery's connection would be closed at once)".into());
+        }
+        Ok(())
     }
 
     /// How often nudges may cause a FetchTask.
@@ -156,5 +175,10 @@ pub mod defaults {
     /// costs at most 5 s of pickup latency (2.5 s on average), no worse than act_runner.
     pub fn webhook_fetch_interval() -> GoDuration {
         Duration::from_secs(5).into()
+    }
+    /// 20 s, as the executor proxy's: Gitea sends a delivery's headers at once, so only a
+    /// stalled or hostile client ever waits this long.
+    pub fn header_read_timeout() -> GoDuration {
+        Duration::from_secs(20).into()
     }
 }

@@ -14,7 +14,9 @@
 //! (401 unsigned or mis-signed, 413 oversized, 400 malformed, 409 replayed) is counted and
 //! never acted on; only the leader nudges (a standby counts the delivery and does nothing).
 //! The pure verdict is [`judge`], then [`replay_checked`]; the handler only reads, counts and
-//! nudges.
+//! nudges. The server is `http1`'s, with the executor proxy's bounds: a header-read timeout
+//! (`webhook.header_read_timeout`) and at most [`MAX_CONNECTIONS`] open at once, so clients
+//! that send half their headers are closed rather than held (issue 45).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -32,6 +34,7 @@ use tokio::sync::Notify;
 
 use crate::claim::deliveries::RecentDeliveries;
 use crate::health::Health;
+use crate::http1::{self, Bounds, Stopped};
 use crate::metrics::Metrics;
 use tenantci_core::forge::{
     self,
@@ -277,7 +280,8 @@ async fn deliver(
         _ => tracing::warn!(
             outcome = verdict.label(),
             delivery = header(DELIVERY_HEADER).unwrap_or("-"),
-            "webhook delivery refused"
+            "webhook delivery refused (answered {}); nothing is claimed for it",
+            verdict.status()
         ),
     }
     (verdict.status(), verdict.reason())
@@ -291,15 +295,41 @@ pub fn router(receiver: Arc<Receiver>) -> Router {
         .with_state(receiver)
 }
 
-/// Serves until `stop` resolves.
+/// Connections open at once. Gitea delivers from a small worker pool, so a few are real
+/// deliveries; the bound (with `webhook.header_read_timeout`) is what a flood of slow or
+/// half-sent requests can hold.
+pub const MAX_CONNECTIONS: usize = 512;
+/// After the drain starts: deliveries in flight are answered within this, or dropped (a
+/// lost delivery costs latency, never a job: polling finds the job).
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The receiver's server bounds: `header_read_timeout` from `webhook.header_read_timeout`.
+pub fn bounds(header_read_timeout: std::time::Duration) -> Bounds {
+    Bounds {
+        header_read_timeout,
+        grace: SHUTDOWN_GRACE,
+        max_connections: MAX_CONNECTIONS,
+    }
+}
+
+/// Serves until `stop` resolves, with every wait bounded (`http1`: the executor proxy's
+/// server too): a client that does not finish its headers within the bounds' timeout is
+/// disconnected, and at most [`MAX_CONNECTIONS`] are open at once.
 pub async fn serve(
     listener: TcpListener,
     receiver: Arc<Receiver>,
+    bounds: Bounds,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(receiver))
-        .with_graceful_shutdown(stop)
-        .await
+) -> Stopped {
+    let stopped = http1::serve(listener, router(receiver), bounds, stop).await;
+    if let Stopped::GraceExpired { open } = stopped {
+        tracing::warn!(
+            open,
+            grace = ?bounds.grace,
+            "webhook receiver: deliveries still open after the shutdown grace are dropped (Gitea records them as failed; polling finds their jobs)"
+        );
+    }
+    stopped
 }
 
 #[cfg(test)]

@@ -107,6 +107,15 @@ pub enum RunnerCommand {
 }
 
 impl RunnerCommand {
+    /// The runner a forge's users run: Forgejo's own for Forgejo (it has no `act_runner`
+    /// image of its own), act_runner for Gitea. `init`'s default when none is given.
+    pub fn of_forge(forge: tenantci_core::forge::Forge) -> RunnerCommand {
+        match forge {
+            tenantci_core::forge::Forge::Forgejo => RunnerCommand::ForgejoRunner,
+            tenantci_core::forge::Forge::Gitea => RunnerCommand::ActRunner,
+        }
+    }
+
     pub fn binary(self) -> &'static str {
         match self {
             RunnerCommand::ActRunner => "act_runner",
@@ -124,6 +133,24 @@ impl RunnerCommand {
             RunnerCommand::GiteaRunner => &["gitea-runner", "daemon", "--once"],
             RunnerCommand::ForgejoRunner => &["forgejo-runner", "one-job"],
         }
+    }
+}
+
+impl std::str::FromStr for RunnerCommand {
+    type Err = String;
+
+    /// The names the config uses (`act_runner`, `gitea-runner`, `forgejo-runner`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        [
+            RunnerCommand::ActRunner,
+            RunnerCommand::GiteaRunner,
+            RunnerCommand::ForgejoRunner,
+        ]
+        .into_iter()
+        .find(|r| r.binary() == s)
+        .ok_or_else(|| {
+            format!("`{s}` is not a runner command (act_runner, gitea-runner or forgejo-runner)")
+        })
     }
 }
 

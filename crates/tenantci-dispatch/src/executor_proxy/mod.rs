@@ -21,7 +21,8 @@
 //! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited:
 //! it stops accepting at once, gives calls in flight [`SHUTDOWN_GRACE`], then exits whatever
 //! is still open. A client that does not finish a request's headers within
-//! [`HEADER_READ_TIMEOUT`] is disconnected (`executor_proxy::http1`), so half-sent headers hold
+//! [`HEADER_READ_TIMEOUT`] is disconnected (`http1`, the server it shares with the webhook
+//! receiver), so half-sent headers hold
 //! neither a connection nor the exit.
 //!
 //! With executor identity on ([`FacadeTrust::Spiffe`]), the client [`upstream`] builds speaks
@@ -30,7 +31,6 @@
 //! facade's SPIFFE ID (`spiffe::tls::client_config`); the facade CA is not used then. The
 //! routes, the retries and the runner side stay as they are.
 
-pub mod http1;
 pub mod passthrough;
 
 use std::net::SocketAddr;
@@ -50,7 +50,7 @@ use tenantci_core::spiffe::{SpiffeId, SvidSource};
 use tenantci_core::{Error, Result};
 
 use crate::cache::protocol::PREFIX as CACHE_PREFIX;
-use http1::{Bounds, Stopped};
+use crate::http1::{self, Bounds, Stopped};
 use passthrough::{GiteaUpstream, Passthrough};
 
 /// The methods an executor calls (Register is the dispatcher's business, never the Pod's).
@@ -81,6 +81,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(20);
 /// After SIGTERM the runner has exited, so nobody waits for the answers still in flight; a
 /// few seconds let a final report that is under way reach the facade.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Connections open at once: the runner and the job's steps (checkout, artifacts, the cache)
+/// use a handful; the bound only stops a runaway step from exhausting the Pod's descriptors.
+pub const MAX_CONNECTIONS: usize = 256;
 /// The largest CA file read.
 const CA_FILE_LIMIT: u64 = 256 << 10;
 
@@ -295,7 +298,7 @@ async fn forward(
                 Err(e) => {
                     // With the causes: a refused facade SVID shows only there.
                     let error = tenantci_core::error::one_line(&e);
-                    tracing::warn!(%method, %error, "executor-proxy: the facade is unreachable");
+                    tracing::warn!(%method, %error, "executor-proxy: the facade is unreachable after retrying; the runner's call is answered unavailable");
                     let body = serde_json::json!({"code": "unavailable", "message": "the facade is unreachable"}).to_string();
                     (
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -386,6 +389,7 @@ mod tests {
             bounds: Bounds {
                 header_read_timeout: HEADER_READ_TIMEOUT,
                 grace: SHUTDOWN_GRACE,
+                max_connections: MAX_CONNECTIONS,
             },
             gitea: Some(GiteaUpstream {
                 url: "https://gitea.example".into(),

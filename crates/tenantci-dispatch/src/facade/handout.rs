@@ -23,7 +23,7 @@ pub struct Handout {
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> ConnectError {
-    tracing::warn!(error = %e, "facade: {what}");
+    tracing::warn!(error = %e, "facade: cannot reach {what}; the executor's call is answered unavailable and it retries");
     ConnectError::unavailable(format!("the dispatcher cannot reach {what}; retry"))
 }
 

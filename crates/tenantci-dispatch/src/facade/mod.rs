@@ -101,7 +101,7 @@ fn forwarded(method: &str, e: ClientError) -> ConnectError {
     match e {
         ClientError::Status { error, .. } => error,
         other => {
-            tracing::warn!(method, error = %other, "cannot forward to Gitea");
+            tracing::warn!(method, error = %other, "facade: cannot forward {method} to the forge; the executor's call is answered unavailable and it retries");
             ConnectError::unavailable(format!(
                 "{method}: Gitea is not reachable from the dispatcher"
             ))
@@ -171,7 +171,7 @@ impl Facade {
         let name = match self.ledger.final_result(task).await {
             Ok(found) => found?,
             Err(e) => {
-                tracing::warn!(task, error = %e, "facade: cannot read the claim ledger");
+                tracing::warn!(task, error = %e, "facade: cannot read the task's result from the claim ledger (NATS); the call goes on without it");
                 return None;
             }
         };
@@ -210,20 +210,20 @@ impl Facade {
     /// Opens the assignment taken from the Secret or the ledger; it must be the caller's.
     fn open(&self, caller: &Executor, sealed: &[u8]) -> Result<Task, ConnectError> {
         let a = Assignment::from_json(sealed).map_err(|e| {
-            tracing::error!(task = caller.task, error = %e, "facade: the stored assignment does not decode");
+            tracing::error!(task = caller.task, error = %e, "facade: the task's stored assignment does not decode; the executor's FetchTask is answered internal and the start deadline replaces it");
             ConnectError::internal("the task's assignment is damaged")
         })?;
         if a.task_id != caller.task.to_string() || a.attempt != caller.attempt {
             tracing::error!(
                 task = caller.task,
-                "facade: the stored assignment is another task's"
+                "facade: the stored assignment is another task's; the executor's FetchTask is answered internal and the start deadline replaces it"
             );
             return Err(ConnectError::internal(
                 "the task's assignment is not this runner's",
             ));
         }
         let payload = a.open(&self.sealing_key).map_err(|e| {
-            tracing::error!(task = caller.task, error = %e, "facade: the assignment does not open");
+            tracing::error!(task = caller.task, error = %e, "facade: the task's assignment does not open with the sealing key; the executor's FetchTask is answered internal and the start deadline replaces it");
             ConnectError::internal("the task's assignment cannot be opened")
         })?;
         Task::decode(payload.as_slice())

@@ -47,6 +47,8 @@ pub struct Local {
     pub facade_plan: facade_pki::Plan,
     /// The config phase two writes, checked.
     pub config: Config,
+    /// Why its runner command is the one it is (init's `runner` line).
+    pub runner_command_from: plan::RunnerCommandFrom,
     pub now: OffsetDateTime,
 }
 
@@ -69,6 +71,7 @@ pub fn check(i: &Inputs) -> Result<Local> {
         now,
     );
     let node = node_image(i)?;
+    let runner_command_from = plan::runner_command(i, old_config.as_ref()).1;
     let config = plan::config(
         i,
         &checked,
@@ -108,6 +111,7 @@ pub fn check(i: &Inputs) -> Result<Local> {
         facade,
         facade_plan,
         config,
+        runner_command_from,
         now,
     })
 }

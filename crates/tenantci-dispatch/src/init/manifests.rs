@@ -1,9 +1,10 @@
 //! The dispatcher's manifests (`manifests/dispatch/`, usable with kubectl as they are): the RBAC
-//! `dispatch init` applies, with the namespace substituted (the namespaced RBAC always, the
-//! cluster-scoped RBAC of executor identity only with `[identity]`), and the Deployment for
-//! running the dispatcher in the cluster. Pure: parsing and substitution; `init` applies.
+//! `dispatch init` applies, with the namespace substituted (the namespaced RBAC always; the
+//! cluster-scoped RBAC of executor identity only with `[identity]`, and the read of the warm
+//! pools' PriorityClass only with a `[executor.class.warm]`), and the Deployment for running
+//! the dispatcher in the cluster. Pure: parsing and substitution; `init` applies.
 
-use crate::provision::access::identity_rbac_name;
+use crate::provision::access::{identity_rbac_name, pause_rbac_name};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
 use serde::Deserialize as _;
@@ -12,6 +13,7 @@ use tenantci_runner::tenant::apply::Object;
 
 pub const RBAC: &str = include_str!("../../../../manifests/dispatch/rbac.yaml");
 pub const RBAC_IDENTITY: &str = include_str!("../../../../manifests/dispatch/identity/rbac.yaml");
+pub const RBAC_PAUSE: &str = include_str!("../../../../manifests/dispatch/pause/rbac.yaml");
 pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deployment.yaml");
 
 /// The organization of the dispatcher's client certificate.
@@ -40,15 +42,16 @@ impl RbacObjects {
     }
 }
 
-/// The cluster-scoped RBAC of executor identity (per-task ClusterStaticEntry objects and the
-/// Node's UID for their parent ID), in apply order.
+/// A ClusterRole and its ClusterRoleBinding to the dispatcher, named per namespace: executor
+/// identity's (per-task ClusterStaticEntry objects and the Node's UID for their parent ID,
+/// [`rbac_identity`]) or the warm pools' read of their PriorityClass ([`rbac_pause`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct IdentityRbacObjects {
+pub struct ClusterRbacObjects {
     pub role: ClusterRole,
     pub binding: ClusterRoleBinding,
 }
 
-impl IdentityRbacObjects {
+impl ClusterRbacObjects {
     /// The objects in apply order.
     pub fn objects(&self) -> Vec<Object> {
         vec![
@@ -105,13 +108,24 @@ fn in_namespace(subjects: &mut Option<Vec<Subject>>, namespace: &str) {
 }
 
 /// The objects of `manifests/dispatch/identity/rbac.yaml` for the dispatcher in `namespace`.
-pub fn rbac_identity(namespace: &str) -> IdentityRbacObjects {
-    let docs = documents(RBAC_IDENTITY);
-    let mut o = IdentityRbacObjects {
+pub fn rbac_identity(namespace: &str) -> ClusterRbacObjects {
+    cluster_rbac(RBAC_IDENTITY, identity_rbac_name(namespace), namespace)
+}
+
+/// The objects of `manifests/dispatch/pause/rbac.yaml` for the dispatcher in `namespace`:
+/// `get` of the warm pools' PriorityClass by name.
+pub fn rbac_pause(namespace: &str) -> ClusterRbacObjects {
+    cluster_rbac(RBAC_PAUSE, pause_rbac_name(namespace), namespace)
+}
+
+/// The ClusterRole and binding of `yaml`, both called `name`, bound to the dispatcher's
+/// ServiceAccount in `namespace` (and its User).
+fn cluster_rbac(yaml: &str, name: String, namespace: &str) -> ClusterRbacObjects {
+    let docs = documents(yaml);
+    let mut o = ClusterRbacObjects {
         role: kind(&docs, "ClusterRole"),
         binding: kind(&docs, "ClusterRoleBinding"),
     };
-    let name = identity_rbac_name(namespace);
     o.role.metadata.name = Some(name.clone());
     o.binding.metadata.name = Some(name.clone());
     o.binding.role_ref.name = name;
@@ -139,7 +153,7 @@ mod tests {
                 "a field was dropped:\n{yaml:#}\nvs\n{back:#}"
             );
         }
-        let docs = [RBAC, RBAC_IDENTITY, DEPLOYMENT].map(documents);
+        let docs = [RBAC, RBAC_IDENTITY, RBAC_PAUSE, DEPLOYMENT].map(documents);
         for doc in docs.iter().flatten() {
             match doc["kind"].as_str().unwrap() {
                 "Namespace" => check::<Namespace>(doc),
@@ -219,6 +233,51 @@ mod tests {
         );
     }
 
+    /// Cluster-wide, one read of one object: the warm pools' PriorityClass by name, bound to
+    /// both identities of the dispatcher in its namespace.
+    #[test]
+    fn pause_rbac_reads_only_the_pause_priority_class() {
+        let o = rbac_pause("ci-dispatch");
+        let pause = "tenantci-dispatcher-pause:ci-dispatch";
+        assert_eq!(o.role.metadata.name.as_deref(), Some(pause));
+        assert_eq!(o.binding.metadata.name.as_deref(), Some(pause));
+        assert_eq!(o.binding.role_ref.name, pause);
+        assert_eq!(o.role.metadata.namespace, None, "cluster-scoped");
+        let rules = o.role.rules.as_ref().unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, ["get"]);
+        assert_eq!(
+            rules[0].resources.as_deref(),
+            Some(&["priorityclasses".to_string()][..])
+        );
+        assert_eq!(
+            rules[0].resource_names.as_deref(),
+            Some(&[tenantci_runner::tenant::prewarm::NAME.to_string()][..])
+        );
+        let mut got: Vec<(&str, &str, Option<&str>)> = o
+            .binding
+            .subjects
+            .iter()
+            .flatten()
+            .map(|s| (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("ServiceAccount", NAME, Some("ci-dispatch")),
+                ("User", NAME, None)
+            ]
+        );
+        // The file as kubectl applies it names the default namespace.
+        let docs = documents(RBAC_PAUSE);
+        let file = ClusterRbacObjects {
+            role: kind(&docs, "ClusterRole"),
+            binding: kind(&docs, "ClusterRoleBinding"),
+        };
+        assert_eq!(rbac_pause(DEFAULT_NAMESPACE), file);
+    }
+
     /// (verbs, groups, resources) of each rule, in order.
     fn rules_of(role: &ClusterRole) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
         role.rules
@@ -291,7 +350,7 @@ mod tests {
         // The file as kubectl applies it names the default namespace.
         assert_eq!(rbac_identity(DEFAULT_NAMESPACE), {
             let docs = documents(RBAC_IDENTITY);
-            IdentityRbacObjects {
+            ClusterRbacObjects {
                 role: kind(&docs, "ClusterRole"),
                 binding: kind(&docs, "ClusterRoleBinding"),
             }

@@ -11,7 +11,8 @@
 //! Phase two acts. Registration comes first: a wrong registration token is the one input that
 //! only Gitea can judge, and Register is the only way to ask, so it must fail before anything
 //! else changed. Then the credential (`<dir>/kube/`), the RBAC (tenant-admin; with executor
-//! identity also the cluster-scoped ClusterRole and binding for the per-task entries) and its
+//! identity also the cluster-scoped ClusterRole and binding for the per-task entries, with a
+//! warm pool the one for reading the pause PriorityClass) and its
 //! verification (the dispatcher's own credential), the keys, the facade PKI, and the config
 //! last, so a config on disk always names files that exist.
 //!
@@ -127,6 +128,7 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let vm_dropped = registered.labels.len() < i.labels.len();
     let i = &registered;
     let local = local::check(i)?;
+    steps.record("runner", Outcome::Ok, runner_line(i, &local));
     if let Some(w) = &local.config.waiting_jobs {
         gitea::check_waiting_jobs(&i.gitea_url, gitea_ca.as_deref(), w).await?;
     }
@@ -146,12 +148,23 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let minted = credential(&cx, &mut steps)?;
     rbac(&cx, &mut steps).await?;
     rbac_identity(&cx, &mut steps).await?;
+    rbac_warm_pools(&cx, &mut steps).await?;
     verify(&cx, minted, &mut steps).await?;
     keys(&cx, &mut steps)?;
     facade_cert(&cx, &mut steps)?;
     config(&cx, &mut steps)?;
     in_cluster_objects(&cx, &mut steps).await?;
     Ok(hand_back(cx, runner, steps.into_vec()))
+}
+
+/// The `runner` line: which runner command the executors get and why (a Forgejo gets
+/// `forgejo-runner` unless told otherwise).
+fn runner_line(i: &Inputs, local: &Local) -> String {
+    let chosen = (
+        local.config.executor.runner_command,
+        local.runner_command_from,
+    );
+    plan::runner_command_detail(i.forge.unwrap_or_default(), chosen)
 }
 
 /// Everything phase one found and decided; the steps of phase two read it.
@@ -176,6 +189,17 @@ impl Context<'_> {
     fn identity(&self) -> bool {
         self.local.config.identity.is_some()
     }
+
+    /// Some class of the config has a warm pool.
+    fn warm_pools(&self) -> bool {
+        warm_pools(&self.local.config)
+    }
+}
+
+/// Whether some class of `config` has `[executor.class.warm]`: only then does the dispatcher
+/// read the pause PriorityClass, the one cluster-scoped access a warm pool needs.
+fn warm_pools(config: &crate::config::Config) -> bool {
+    config.executor.classes.iter().any(|c| c.warm.is_some())
 }
 
 /// Phase one against the cluster and Gitea: the cluster resolved, the credential decided, a
@@ -201,6 +225,7 @@ async fn check_cluster<'i>(
             let identity = local.config.identity.is_some();
             let needs = access::AdminNeeds {
                 identity,
+                warm_pools: warm_pools(&local.config),
                 in_cluster_objects: i.apply_secret,
             };
             access::check_admin(&admin, file, &url, &i.namespace, needs).await?;
@@ -483,19 +508,43 @@ async fn rbac(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
 }
 
 /// With executor identity, the cluster-scoped ClusterRole and binding for the per-task
-/// ClusterStaticEntry objects, with the tenant-admin client; without it, nothing (and no line).
+/// ClusterStaticEntry objects; without it, nothing (and no line).
 async fn rbac_identity(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
     if !cx.identity() {
         return Ok(());
     }
     let objects = manifests::rbac_identity(&cx.i.namespace);
+    let what = "ClusterStaticEntry objects, node get";
+    cluster_rbac(cx, steps, "rbac-identity", &objects, what).await
+}
+
+/// With a warm pool, the ClusterRole and binding that let the dispatcher `get` the pause
+/// PriorityClass by name; without one, nothing (and no line): the dispatcher then needs
+/// nothing cluster-wide.
+async fn rbac_warm_pools(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
+    if !cx.warm_pools() {
+        return Ok(());
+    }
+    let objects = manifests::rbac_pause(&cx.i.namespace);
+    let what = format!(
+        "get of the PriorityClass `{}` by name",
+        tenantci_runner::tenant::prewarm::NAME
+    );
+    cluster_rbac(cx, steps, "rbac-warm-pools", &objects, &what).await
+}
+
+/// Applies cluster-scoped `objects` with the tenant-admin client: the line `step`, saying
+/// `what` they grant.
+async fn cluster_rbac(
+    cx: &Context<'_>,
+    steps: &mut Steps<'_>,
+    step: &'static str,
+    objects: &manifests::ClusterRbacObjects,
+    what: &str,
+) -> Result<()> {
     let applied = access::apply(&cx.admin, &objects.objects(), cx.i.dry_run).await?;
     let (outcome, detail) = summary(&applied);
-    steps.act(
-        "rbac-identity",
-        outcome,
-        format!("{detail} (cluster-scoped: ClusterStaticEntry objects, node get)"),
-    );
+    steps.act(step, outcome, format!("{detail} (cluster-scoped: {what})"));
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config, Paths, files};
+use crate::executor::RunnerCommand;
 use crate::executor::resources::Resources;
 use tenantci_core::input::url_host;
 use tenantci_core::node_image::NodeImage;
@@ -61,6 +62,9 @@ pub struct Inputs {
     pub facade_listen: SocketAddr,
     pub facade_url: Option<String>,
     pub executor_image: String,
+    /// `--runner-command`; None: the existing config's, else the forge's own runner
+    /// ([`runner_command`]).
+    pub runner_command: Option<RunnerCommand>,
     /// None: the existing config's value (required when there is none).
     pub proxy_image: Option<String>,
     /// The runner container's requests; None: the existing config's, else derived from the
@@ -286,6 +290,7 @@ fn executor(
             x
         }
     };
+    x.runner_command = runner_command(i, existing).0;
     let r = &mut x.resources;
     for (flag, field) in [
         (&i.executor_cpu, &mut r.cpu),
@@ -297,6 +302,79 @@ fn executor(
         }
     }
     Ok(x)
+}
+
+/// `[webhook]`: the flags name the receiver and its tuning is kept from the existing file;
+/// without the flags an existing section is kept whole.
+fn webhook(c: &Checked, tuning: Option<&Config>) -> Option<crate::claim::settings::Webhook> {
+    use crate::claim::settings::Webhook;
+    let kept = tuning.and_then(|e| e.webhook.as_ref());
+    let Some((listen, secret_file)) = &c.webhook else {
+        return kept.cloned();
+    };
+    let tuned = kept
+        .cloned()
+        .unwrap_or_else(|| Webhook::new(*listen, secret_file.clone()));
+    Some(Webhook {
+        listen: *listen,
+        secret_file: secret_file.clone(),
+        ..tuned
+    })
+}
+
+/// Where the config's runner command came from; `init` says which in its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerCommandFrom {
+    /// `--runner-command`.
+    Flag,
+    /// The existing config's `executor.runner_command` (an operator's edit is kept).
+    Kept,
+    /// Nothing given: the forge's own runner (`RunnerCommand::of_forge`).
+    Forge,
+}
+
+/// The executors' runner command (pure): `--runner-command`, else the existing config's,
+/// else the forge's own runner, so a Forgejo gets `forgejo-runner` without being asked.
+pub fn runner_command(i: &Inputs, existing: Option<&Config>) -> (RunnerCommand, RunnerCommandFrom) {
+    match (i.runner_command, existing) {
+        (Some(r), _) => (r, RunnerCommandFrom::Flag),
+        (None, Some(e)) => (e.executor.runner_command, RunnerCommandFrom::Kept),
+        (None, None) => (
+            RunnerCommand::of_forge(i.forge.unwrap_or_default()),
+            RunnerCommandFrom::Forge,
+        ),
+    }
+}
+
+/// The `runner` line's detail: the command, why it is that one, and, where it is not the
+/// forge's own runner, what the executor image must then hold (pure).
+pub fn runner_command_detail(
+    forge: tenantci_core::forge::Forge,
+    (command, from): (RunnerCommand, RunnerCommandFrom),
+) -> String {
+    let own = RunnerCommand::of_forge(forge);
+    let forge = match forge {
+        tenantci_core::forge::Forge::Gitea => "Gitea",
+        tenantci_core::forge::Forge::Forgejo => "Forgejo",
+    };
+    let why = match from {
+        RunnerCommandFrom::Flag => "as --runner-command says".to_string(),
+        RunnerCommandFrom::Kept => "kept from the existing config".to_string(),
+        RunnerCommandFrom::Forge => format!("{forge}'s own runner; --runner-command changes it"),
+    };
+    let note = if command == own {
+        String::new()
+    } else {
+        format!(
+            "; {forge}'s own runner is {}: the executor image must ship {}",
+            own.binary(),
+            command.binary()
+        )
+    };
+    format!(
+        "executor.runner_command = {} ({why}){note}",
+        command.binary()
+    )
 }
 
 fn check_webhook(i: &Inputs) -> Result<Option<(SocketAddr, PathBuf)>> {
@@ -413,24 +491,7 @@ pub fn config(
         executor: executor(i, existing, node)?,
         status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
         leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
-        webhook: match &c.webhook {
-            Some((listen, secret_file)) => {
-                // The flags name the receiver; its tuning is kept from the existing file.
-                let kept = tuning.and_then(|e| e.webhook.as_ref());
-                Some(crate::claim::settings::Webhook {
-                    listen: *listen,
-                    secret_file: secret_file.clone(),
-                    fetch_interval: kept
-                        .map(|w| w.fetch_interval.clone())
-                        .unwrap_or_else(g::webhook_fetch_interval),
-                    nudge_spacing: kept
-                        .map(|w| w.nudge_spacing.clone())
-                        .unwrap_or_else(g::nudge_spacing),
-                    nudge_burst: kept.map_or_else(g::nudge_burst, |w| w.nudge_burst),
-                })
-            }
-            None => tuning.and_then(|e| e.webhook.clone()),
-        },
+        webhook: webhook(c, tuning),
         // From the flags (the interval kept), else kept across re-runs of `init`.
         waiting_jobs: match &c.waiting_jobs {
             Some((scope, token_file)) => Some(crate::claim::settings::WaitingJobs {
@@ -482,6 +543,7 @@ pub(crate) mod tests {
             facade_listen: "127.0.0.1:8443".parse().unwrap(),
             facade_url: None,
             executor_image: format!("gitea/act_runner@sha256:{}", "b".repeat(64)),
+            runner_command: None,
             proxy_image: Some(format!("tenantci@sha256:{}", "d".repeat(64))),
             executor_cpu: None,
             executor_memory: None,
@@ -700,6 +762,42 @@ pub(crate) mod tests {
             assert!(e.message().contains(needle), "{needle}: {}", e.message());
             assert!(e.hint_text().is_some(), "{needle}: a fix");
         }
+    }
+
+    #[test]
+    fn a_forgejo_gets_forgejo_runner_unless_a_runner_command_is_given_or_kept() {
+        use tenantci_core::forge::Forge;
+        let mut i = inputs();
+        let c = check(&i).unwrap();
+        i.forge = Some(Forge::Forgejo);
+        let made = config(&i, &c, "r", None, None).unwrap();
+        assert_eq!(made.executor.runner_command, RunnerCommand::ForgejoRunner);
+        let own = runner_command(&i, None);
+        assert_eq!(own.1, RunnerCommandFrom::Forge);
+        let line = runner_command_detail(Forge::Forgejo, own);
+        assert!(
+            line.starts_with("executor.runner_command = forgejo-runner (Forgejo's own runner"),
+            "{line}"
+        );
+        i.forge = Some(Forge::Gitea);
+        assert_eq!(runner_command(&i, None).0, RunnerCommand::ActRunner);
+        // Given: kept, and the line says what the image must then hold.
+        i.forge = Some(Forge::Forgejo);
+        i.runner_command = Some(RunnerCommand::ActRunner);
+        let flagged = config(&i, &c, "r", Some(&made), None).unwrap();
+        assert_eq!(flagged.executor.runner_command, RunnerCommand::ActRunner);
+        let line = runner_command_detail(Forge::Forgejo, runner_command(&i, Some(&made)));
+        assert!(line.contains("as --runner-command says"), "{line}");
+        assert!(
+            line.contains("the executor image must ship act_runner"),
+            "{line}"
+        );
+        // A re-run without the flag keeps the config's.
+        i.runner_command = None;
+        let kept = runner_command(&i, Some(&flagged));
+        assert_eq!(kept, (RunnerCommand::ActRunner, RunnerCommandFrom::Kept));
+        assert_eq!("gitea-runner".parse(), Ok(RunnerCommand::GiteaRunner));
+        assert!("runner".parse::<RunnerCommand>().is_err());
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub fn identity_rbac_name(namespace: &str) -> String {
     format!("{NAME}:{namespace}")
 }
 
+pub use crate::backend::pod::pause::read_rbac_name as pause_rbac_name;
+
 /// What the runtime calls in its namespace: every verb of the Role.
 pub fn must_allow() -> Vec<Access> {
     let mut v = Vec::new();
@@ -53,41 +55,64 @@ pub fn must_allow_identity() -> Vec<Access> {
     v.into_iter().map(|a| a.scope(Scope::Cluster)).collect()
 }
 
-/// What the admin kubeconfig of `--kubeconfig` must be allowed before anything is written:
-/// applying every object of the RBAC (GET, then a server-side apply PATCH that may create),
+/// What the admin kubeconfig of `--kubeconfig` must be allowed before anything is written, and
+/// why: applying every object of the RBAC (GET, then a server-side apply PATCH that may create),
 /// holding every access the Role grants (the apiserver refuses to grant more than the granter
 /// holds), and asking SubjectAccessReviews (the ServiceAccount's access is verified with them).
-/// With executor identity the cluster-scoped objects and accesses too; with `--apply-secret`
-/// the ConfigMap and the Secret the Deployment mounts.
-pub fn must_allow_admin(needs: AdminNeeds) -> Vec<Access> {
-    let identity = needs.identity;
+/// With executor identity or a warm pool the cluster-scoped objects and the accesses they
+/// grant too; with `--apply-secret` the ConfigMap and the Secret the Deployment mounts.
+pub fn must_allow_admin(needs: AdminNeeds) -> Vec<(Access, Purpose)> {
     let mut v = Vec::new();
+    let mut need = |access: Access, purpose: Purpose| {
+        if !v.iter().any(|(a, _)| *a == access) {
+            v.push((access, purpose));
+        }
+    };
+    let cluster_rbac = [
+        (needs.warm_pools, Purpose::WarmPools),
+        (needs.identity, Purpose::Identity),
+    ];
     for verb in ["get", "create", "patch"] {
-        v.push(Access::new(verb, "", "namespaces").scope(Scope::Cluster));
+        need(
+            Access::new(verb, "", "namespaces").scope(Scope::Cluster),
+            Purpose::Rbac,
+        );
         for (group, resource) in [
             ("", "serviceaccounts"),
             ("rbac.authorization.k8s.io", "roles"),
             ("rbac.authorization.k8s.io", "rolebindings"),
         ] {
-            v.push(Access::new(verb, group, resource));
+            need(Access::new(verb, group, resource), Purpose::Rbac);
         }
         if needs.in_cluster_objects {
-            v.push(Access::new(verb, "", "configmaps"));
+            need(
+                Access::new(verb, "", "configmaps"),
+                Purpose::InClusterObjects,
+            );
         }
-        if identity {
+        for (_, purpose) in cluster_rbac.iter().filter(|(on, _)| *on) {
             for resource in ["clusterroles", "clusterrolebindings"] {
-                v.push(
-                    Access::new(verb, "rbac.authorization.k8s.io", resource).scope(Scope::Cluster),
-                );
+                let a = Access::new(verb, "rbac.authorization.k8s.io", resource);
+                need(a.scope(Scope::Cluster), *purpose);
             }
         }
     }
-    v.push(
+    need(
         Access::new("create", "authorization.k8s.io", "subjectaccessreviews").scope(Scope::Cluster),
+        Purpose::Rbac,
     );
-    v.extend(must_allow());
-    if identity {
-        v.extend(must_allow_identity());
+    for a in must_allow() {
+        need(a, Purpose::Rbac);
+    }
+    if needs.warm_pools {
+        // What the pause ClusterRole grants (the granter must hold it).
+        let a = Access::new("get", "scheduling.k8s.io", "priorityclasses");
+        need(a.scope(Scope::Cluster), Purpose::WarmPools);
+    }
+    if needs.identity {
+        for a in must_allow_identity() {
+            need(a, Purpose::Identity);
+        }
     }
     v
 }
@@ -97,8 +122,45 @@ pub fn must_allow_admin(needs: AdminNeeds) -> Vec<Access> {
 pub struct AdminNeeds {
     /// Executor identity: the cluster-scoped RBAC.
     pub identity: bool,
+    /// A class with `[executor.class.warm]`: the read of the pause PriorityClass.
+    pub warm_pools: bool,
     /// `--apply-secret`: the ConfigMap and Secret of `in_cluster`.
     pub in_cluster_objects: bool,
+}
+
+/// Why `dispatch init` needs an access of the admin kubeconfig (its refusal says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Rbac,
+    InClusterObjects,
+    Identity,
+    WarmPools,
+}
+
+impl Purpose {
+    /// The end of the refusal's sentence: what init needs the access for.
+    fn needed_for(self) -> &'static str {
+        match self {
+            Purpose::Rbac => "to set up the dispatcher's RBAC",
+            Purpose::InClusterObjects => {
+                "to apply the dispatcher's ConfigMap and Secret (--apply-secret)"
+            }
+            Purpose::Identity => "to set up executor identity's cluster-scoped RBAC ([identity])",
+            Purpose::WarmPools => {
+                "to let the dispatcher read the warm pools' PriorityClass `tenantci-pause` (the config has an [executor.class.warm])"
+            }
+        }
+    }
+
+    fn hint(self, namespace: &str) -> String {
+        match self {
+            Purpose::WarmPools => format!(
+                "pass --kubeconfig with a cluster administrator's kubeconfig, which may grant that read (the ClusterRole and binding `{}`, manifests/dispatch/pause/rbac.yaml); nothing was written",
+                pause_rbac_name(namespace)
+            ),
+            _ => "pass --kubeconfig with a cluster administrator's kubeconfig (it only applies the RBAC and checks access; the dispatcher runs as its own ServiceAccount); nothing was written".into(),
+        }
+    }
 }
 
 /// Phase one of `--kubeconfig`: the admin kubeconfig may do everything init will do, so a
@@ -110,22 +172,25 @@ pub async fn check_admin(
     namespace: &str,
     needs: AdminNeeds,
 ) -> Result<()> {
-    let checks = must_allow_admin(needs)
-        .into_iter()
-        .map(|a| (a, true))
-        .collect();
+    let needed = must_allow_admin(needs);
+    let checks = needed.iter().map(|(a, _)| (*a, true)).collect();
     let results = access::review(&Reviewer::Own(admin), checks, namespace)
         .await
         .map_err(|e| admin_review_error(e, file, url))?;
-    match access::first_mismatch(&results) {
-        Some(bad) => Err(Error::bad_input(format!(
-            "the kubeconfig `{}` may not {}, which `dispatch init` needs to set up the dispatcher's RBAC",
-            file.display(),
-            bad.describe()
-        ))
-        .hint("pass --kubeconfig with a cluster administrator's kubeconfig (it only applies the RBAC and checks access; the dispatcher runs as its own ServiceAccount); nothing was written")),
-        None => Ok(()),
-    }
+    let Some(bad) = access::first_mismatch(&results) else {
+        return Ok(());
+    };
+    let purpose = needed
+        .iter()
+        .find(|(a, _)| *a == bad.access)
+        .map_or(Purpose::Rbac, |(_, p)| *p);
+    Err(Error::bad_input(format!(
+        "the kubeconfig `{}` may not {}, which `dispatch init` needs {}",
+        file.display(),
+        bad.describe(),
+        purpose.needed_for()
+    ))
+    .hint(purpose.hint(namespace)))
 }
 
 fn admin_review_error(e: kube::Error, file: &std::path::Path, url: &str) -> Error {
@@ -157,7 +222,7 @@ pub fn must_deny() -> Vec<Access> {
 }
 
 /// Applies `objects` (a manifest's, in apply order: `RbacObjects::objects`,
-/// `IdentityRbacObjects::objects`) with the tenant-admin client.
+/// `ClusterRbacObjects::objects`) with the tenant-admin client.
 pub async fn apply(
     admin: &kube::Client,
     objects: &[Object],
@@ -278,6 +343,40 @@ mod tests {
             ]
         );
         assert_eq!(on.len(), off.len() + added.len());
+    }
+
+    /// The admin kubeconfig needs cluster-scoped RBAC only for identity or a warm pool: a
+    /// kubeconfig that may set up the namespaced RBAC passes init without them.
+    #[test]
+    fn the_admin_needs_cluster_rbac_only_with_identity_or_a_warm_pool() {
+        let cluster_rbac = |needs: AdminNeeds| -> Vec<(Access, Purpose)> {
+            must_allow_admin(needs)
+                .into_iter()
+                .filter(|(a, _)| {
+                    a.resource.starts_with("cluster") || a.resource == "priorityclasses"
+                })
+                .collect()
+        };
+        assert_eq!(cluster_rbac(AdminNeeds::default()), []);
+        let warm = AdminNeeds {
+            warm_pools: true,
+            ..AdminNeeds::default()
+        };
+        let got = cluster_rbac(warm);
+        assert_eq!(got.len(), 7, "{got:?}");
+        assert!(got.iter().all(|(_, p)| *p == Purpose::WarmPools));
+        assert!(got.contains(&(
+            Access::new("get", "scheduling.k8s.io", "priorityclasses").scope(Scope::Cluster),
+            Purpose::WarmPools
+        )));
+        // Both: each access once, the ClusterRole's writes for either reason.
+        let both = must_allow_admin(AdminNeeds {
+            identity: true,
+            ..warm
+        });
+        for (i, (a, _)) in both.iter().enumerate() {
+            assert!(!both[..i].iter().any(|(b, _)| b == a), "{a:?} twice");
+        }
     }
 
     #[test]

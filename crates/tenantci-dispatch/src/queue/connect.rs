@@ -37,11 +37,11 @@ fn log_event(user: String) -> impl Fn(Event) -> std::future::Ready<()> + Send + 
     move |event| {
         match &event {
             Event::Disconnected => {
-                tracing::warn!(user = %user, "NATS connection lost; reconnecting")
+                tracing::warn!(user = %user, "NATS connection lost; reconnecting on its own to a server of nats.url (claims and starts wait meanwhile)")
             }
             Event::Connected => tracing::info!(user = %user, "NATS connection (re)established"),
             Event::LameDuckMode => {
-                tracing::warn!(user = %user, "the NATS server is shutting down; moving")
+                tracing::warn!(user = %user, "the NATS server is shutting down (lame duck); moving to another server of nats.url")
             }
             other => tracing::debug!(user = %user, event = %other, "NATS client event"),
         }

@@ -406,7 +406,7 @@ impl Lane {
             match client.subscribe(format!("{base}.*")).await {
                 Ok(s) => break s,
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot subscribe the pull inbox; retrying");
+                    tracing::warn!(consumer = self.backend.consumer(), error = %e, "cannot subscribe the pull inbox at NATS; retrying in 500 ms");
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                         _ = stop.wait_for(|s| *s) => return,
@@ -435,7 +435,7 @@ impl Lane {
                 Ok(Pulled::Nothing) => {}
                 Err(e) => {
                     drop(permit);
-                    tracing::warn!(consumer = self.backend.consumer(), error = %e, "pull request failed; retrying");
+                    tracing::warn!(consumer = self.backend.consumer(), error = %e, "the pull request to NATS failed; retrying in 500 ms");
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                         _ = stop.wait_for(|s| *s) => return,
@@ -592,7 +592,7 @@ impl Lane {
                 o = &mut work => return o,
                 _ = ticker.tick() => {
                     if let Err(e) = message.ack_with(AckKind::Progress).await {
-                        tracing::warn!(msg_id, error = %e, "cannot send a progress ack");
+                        tracing::warn!(msg_id, error = %e, "cannot send a progress ack to NATS; sending the next one as usual (past ack_wait the assignment is redelivered, and a redelivery of a started task is not started again)");
                     }
                 }
             }
@@ -686,7 +686,9 @@ impl Lane {
             Ok(()) => {
                 self.counters.termed.fetch_add(1, Ordering::SeqCst);
             }
-            Err(e) => tracing::warn!(stream_sequence, error = %e, "cannot TERM the assignment"),
+            Err(e) => {
+                tracing::warn!(stream_sequence, error = %e, "cannot TERM the poison assignment at NATS; it is redelivered after ack_wait and terminated again")
+            }
         }
     }
 }

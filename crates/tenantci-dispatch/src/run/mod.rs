@@ -347,7 +347,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
         (Some(listener), Some(secret)) => {
             let receiver = receiver(&cfg, secret, &warm, &metrics, &health, &nudge);
-            let (addr, task) = start_webhook(listener, receiver, stop_rx.clone())?;
+            let (addr, task) = start_webhook(listener, receiver, &cfg, stop_rx.clone())?;
             (Some(addr), Some(task))
         }
         _ => (None, None),
@@ -546,7 +546,7 @@ struct Running {
     health: Arc<Health>,
     facade: transport::FacadeHandle,
     status: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
-    webhook: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    webhook: Option<tokio::task::JoinHandle<crate::http1::Stopped>>,
 }
 
 impl Running {
@@ -568,7 +568,8 @@ impl Running {
             stop_status(t).await;
         }
         if let Some(t) = self.webhook {
-            stop_status(t).await;
+            // Bounded by the receiver's own shutdown grace.
+            let _ = t.await;
         }
         tracing::info!("dispatcher stopped");
     }
@@ -638,12 +639,21 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 fn start_webhook(
     listener: TcpListener,
     receiver: Receiver,
+    cfg: &Config,
     stop: watch::Receiver<bool>,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+) -> Result<(SocketAddr, tokio::task::JoinHandle<crate::http1::Stopped>)> {
     let addr = listener
         .local_addr()
         .map_err(|e| Error::external("cannot read the webhook receiver's address").caused_by(e))?;
-    let task = tokio::spawn(webhook::serve(listener, Arc::new(receiver), stopped(stop)));
+    let task = tokio::spawn(webhook::serve(
+        listener,
+        Arc::new(receiver),
+        webhook::bounds(cfg.webhook.as_ref().map_or_else(
+            || crate::claim::settings::defaults::header_read_timeout().get(),
+            |w| w.header_read_timeout.get(),
+        )),
+        stopped(stop),
+    ));
     Ok((addr, task))
 }
 

@@ -158,7 +158,7 @@ async fn declare(gitea: RunnerClient, labels: Vec<String>, mut stop: watch::Rece
                 return;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot declare the labels at Gitea; trying again")
+                tracing::warn!(error = %e, "cannot declare the labels at the forge; trying again in 5s (jobs of undeclared labels wait at the forge)")
             }
         }
         if stopped_within(&mut stop, Duration::from_secs(5)).await {
@@ -189,7 +189,7 @@ async fn start_backend(
         match reconciler.recover().await {
             Ok(()) => break,
             Err(e) => {
-                tracing::error!(error = %e, %backend, "recovery: retrying ({backend} tasks wait in the queue)");
+                tracing::error!(error = %e, %backend, "recovery of the {backend} backend's executors failed (its API or the claim ledger); trying again in 2s ({backend} tasks wait in the queue)");
                 if stopped_within(stop_rx, Duration::from_secs(2)).await {
                     return false;
                 }

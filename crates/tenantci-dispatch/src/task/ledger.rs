@@ -251,7 +251,7 @@ impl Ledger {
     pub async fn note_first(&self, step: Entry) {
         let (task, phase) = (step.task, step.phase);
         if let Err(e) = self.record_first(step).await {
-            tracing::warn!(task, ?phase, error = %e, "the claim ledger did not record this step");
+            tracing::warn!(task, ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
         }
     }
 
@@ -260,7 +260,7 @@ impl Ledger {
     pub async fn note(&self, step: Entry) {
         let (task, phase) = (step.task, step.phase);
         if let Err(e) = self.record(step).await {
-            tracing::warn!(task, ?phase, error = %e, "the claim ledger did not record this step");
+            tracing::warn!(task, ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
         }
     }
 

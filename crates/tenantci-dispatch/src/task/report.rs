@@ -179,10 +179,10 @@ pub async fn executor_failed(
     match gitea.fail(task, reason).await {
         Ok(()) => {}
         Err(e) if e.code().is_some() => {
-            tracing::warn!(task, error = %e, "Gitea refused the FAILURE report");
+            tracing::warn!(task, error = %e, "the forge refused the FAILURE report; the task is not ours any more, so nothing is retried");
         }
         Err(e) => {
-            tracing::warn!(task, error = %e, "cannot report FAILURE to Gitea; keeping the executor for the next pass");
+            tracing::warn!(task, error = %e, "cannot report FAILURE to the forge; keeping the executor and reporting again at the next pass");
             return false;
         }
     }

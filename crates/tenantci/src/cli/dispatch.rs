@@ -19,8 +19,9 @@ pub enum DispatchCommand {
     ///
     /// Checks every input first (bad input: exit 2, nothing written, applied or registered),
     /// then registers the dispatcher at Gitea (kept on re-run: scheduler.json). On any
-    /// cluster (--kubeconfig): applies its namespaced RBAC with that administrator's
-    /// kubeconfig and verifies it for the tenantci-dispatcher ServiceAccount, which `dispatch
+    /// cluster (--kubeconfig): applies its RBAC with that administrator's kubeconfig
+    /// (namespaced; cluster-scoped only for executor identity or a warm pool in the config)
+    /// and verifies it for the tenantci-dispatcher ServiceAccount, which `dispatch
     /// run` uses in the cluster (no credential to mint or renew). On the gateway path
     /// (--state-dir, --cluster): mints its client credential (<dir>/kube/, CN
     /// tenantci-dispatcher, 720h by default), applies the RBAC with the cluster's tenant-admin
@@ -227,6 +228,11 @@ pub struct FacadeArgs {
     /// The official runner image, pinned by digest (IMAGE@sha256:<64 hex>); a tag is refused.
     #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
     pub executor_image: String,
+    /// The runner binary in --executor-image: act_runner, gitea-runner or forgejo-runner.
+    /// Default: the existing config's, else the forge's own runner (forgejo-runner for
+    /// Forgejo, act_runner for Gitea).
+    #[arg(long, value_name = "COMMAND")]
+    pub runner_command: Option<tenantci_dispatch::executor::RunnerCommand>,
     /// The tenantci image (pinned by digest) whose `tenantci executor-proxy` runs beside each
     /// executor: the only holder of the facade CA in the Pod. Default: the existing config's.
     #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
@@ -485,6 +491,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         facade_listen: a.facade.facade_listen,
         facade_url: a.facade.facade_url.clone(),
         executor_image: a.facade.executor_image.clone(),
+        runner_command: a.facade.runner_command,
         proxy_image: a.facade.proxy_image.clone(),
         executor_cpu: a.facade.executor_cpu.clone(),
         executor_memory: a.facade.executor_memory.clone(),

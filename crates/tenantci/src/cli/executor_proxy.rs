@@ -9,9 +9,9 @@ use clap::Args;
 
 use tenantci_core::{Error, Result};
 use tenantci_core::{duration, spiffe};
-use tenantci_dispatch::executor_proxy::http1::Bounds;
 use tenantci_dispatch::executor_proxy::passthrough::{self, GiteaUpstream};
 use tenantci_dispatch::executor_proxy::{self, FacadeTrust, ProxyConfig};
+use tenantci_dispatch::http1::Bounds;
 
 #[derive(Debug, Args)]
 pub struct ExecutorProxyArgs {
@@ -66,6 +66,21 @@ pub struct ExecutorProxyArgs {
 /// The largest Gitea CA file read (a bundle of a few certificates).
 const GITEA_CA_LIMIT: u64 = 256 << 10;
 
+/// The server's bounds: the flags, else the proxy's defaults.
+fn bounds(args: &ExecutorProxyArgs) -> Result<Bounds> {
+    Ok(Bounds {
+        header_read_timeout: match &args.header_read_timeout {
+            Some(d) => positive("--header-read-timeout", d)?,
+            None => executor_proxy::HEADER_READ_TIMEOUT,
+        },
+        grace: match &args.shutdown_grace {
+            Some(d) => positive("--shutdown-grace", d)?,
+            None => executor_proxy::SHUTDOWN_GRACE,
+        },
+        max_connections: executor_proxy::MAX_CONNECTIONS,
+    })
+}
+
 pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
     if args.probe {
         return Ok(if executor_proxy::probe(args.listen).await {
@@ -75,16 +90,7 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
         });
     }
     let retry_for = positive("--retry-for", &args.retry_for)?;
-    let bounds = Bounds {
-        header_read_timeout: match &args.header_read_timeout {
-            Some(d) => positive("--header-read-timeout", d)?,
-            None => executor_proxy::HEADER_READ_TIMEOUT,
-        },
-        grace: match &args.shutdown_grace {
-            Some(d) => positive("--shutdown-grace", d)?,
-            None => executor_proxy::SHUTDOWN_GRACE,
-        },
-    };
+    let bounds = bounds(&args)?;
     if let Some(url) = &args.gitea_url {
         passthrough::check_url(url)?;
     }

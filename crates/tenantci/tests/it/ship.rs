@@ -170,6 +170,44 @@ fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
     }
 }
 
+/// The base is namespaced only; the warm-pool component adds the one cluster-scoped read,
+/// the same ClusterRole and binding `dispatch init` applies with a warm pool (the file is
+/// embedded there), and nothing else.
+#[test]
+fn the_warm_pool_component_adds_the_pause_read_and_the_base_nothing_cluster_scoped() {
+    let base = kustomize("manifests/dispatch");
+    for kind in ["ClusterRole", "ClusterRoleBinding"] {
+        assert!(of_kind(&base, kind).is_empty(), "the base has no {kind}");
+    }
+    let objects = kustomize("manifests/overlays/warm-pool");
+    assert_eq!(objects.len(), base.len() + 2, "the base and the two");
+    let embedded = tenantci_dispatch::init::manifests::rbac_pause("dynamic-runner");
+    let role = of_kind(&objects, "ClusterRole");
+    assert_eq!(role.len(), 1);
+    let rendered: k8s_openapi::api::rbac::v1::ClusterRole =
+        serde_yaml::from_value(role[0].clone()).unwrap();
+    assert_eq!(rendered.metadata.name, embedded.role.metadata.name);
+    assert_eq!(rendered.rules, embedded.role.rules);
+    let binding = of_kind(&objects, "ClusterRoleBinding");
+    assert_eq!(binding.len(), 1);
+    let rendered: k8s_openapi::api::rbac::v1::ClusterRoleBinding =
+        serde_yaml::from_value(binding[0].clone()).unwrap();
+    assert_eq!(rendered.role_ref, embedded.binding.role_ref);
+    // kustomize's namespace transformer also stamps the User subject (which has none, and
+    // the apiserver ignores it there): compare what names the subject.
+    let who = |b: &k8s_openapi::api::rbac::v1::ClusterRoleBinding| -> Vec<(String, String, Option<String>)> {
+        b.subjects
+            .iter()
+            .flatten()
+            .map(|s| {
+                let ns = (s.kind == "ServiceAccount").then(|| s.namespace.clone()).flatten();
+                (s.kind.clone(), s.name.clone(), ns)
+            })
+            .collect()
+    };
+    assert_eq!(who(&rendered), who(&embedded.binding));
+}
+
 /// The monitoring component: the metrics listener turned on (with its opt-in) and named, a
 /// Service and ServiceMonitor that select it, and the promtool-tested rules as a
 /// PrometheusRule.
@@ -241,8 +279,8 @@ fn the_monitoring_component_scrapes_the_metrics_listener_and_carries_the_tested_
 }
 
 /// Every kustomization renders with kubectl's kustomize; the base, the locked-down overlay
-/// (built-in kinds only: the webhook and network-policy components) and the cache overlay (a
-/// PersistentVolumeClaim) pass `kubectl apply
+/// (built-in kinds only: the webhook and network-policy components), the cache overlay (a
+/// PersistentVolumeClaim) and the warm-pool overlay (a ClusterRole and binding) pass `kubectl apply
 /// --dry-run=server` at the simulator, which validates them against its OpenAPI (fields
 /// strictly) and stores nothing. The overlays with CRDs (External Secrets, SPIRE, Prometheus
 /// Operator) are rendered only here: the simulator serves none of those CRDs (`crd_schemas`
@@ -276,6 +314,7 @@ fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
         "manifests/dispatch",
         "manifests/overlays/locked-down",
         "manifests/overlays/cache",
+        "manifests/overlays/warm-pool",
     ] {
         let objects = kustomize(dir);
         let docs: Vec<String> = objects
@@ -308,6 +347,11 @@ fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
             ] {
                 assert!(out.contains(kind), "{kind} in {out}");
             }
+        }
+        if dir.ends_with("warm-pool") {
+            let role =
+                "clusterrole.rbac.authorization.k8s.io/tenantci-dispatcher-pause:dynamic-runner";
+            assert!(out.contains(role), "{role} in {out}");
         }
     }
     let o = kubectl.run(&[

@@ -44,6 +44,13 @@ fn settles(e: &kube::Error) -> bool {
 /// The label of a pool's pause Pods (not `tenantci.io/class`: they are not executors).
 pub const WARM_CLASS_LABEL: &str = "tenantci.io/warm-class";
 
+/// The name of the ClusterRole and ClusterRoleBinding that let the dispatcher in `namespace`
+/// read the pause PriorityClass (manifests/dispatch/pause/rbac.yaml): cluster-scoped, so the
+/// namespace is in the name and two dispatchers never share one binding.
+pub fn read_rbac_name(namespace: &str) -> String {
+    format!("tenantci-dispatcher-pause:{namespace}")
+}
+
 /// The Deployment of `class`'s pool.
 pub fn deployment_name(class: &str) -> String {
     format!("tenantci-warm-{class}")
@@ -148,21 +155,43 @@ impl WarmPools {
         }
     }
 
-    /// The pause PriorityClass (see [`WarmDemand`]); whether that settled it: applied, or
-    /// refused with one warning saying who must create it. An apiserver away or overloaded
-    /// settles nothing.
+    /// The pause PriorityClass (see [`WarmDemand`]); whether that settled it: found, applied,
+    /// or refused with one warning saying who must create it. An apiserver away or
+    /// overloaded settles nothing.
+    ///
+    /// Read first: with a warm pool the dispatcher's RBAC may `get` this one class by name but
+    /// not write it (manifests/dispatch/pause/rbac.yaml: applied by `dispatch init` when the
+    /// config has a warm pool, or the kustomize component manifests/components/warm-pool), so
+    /// one the operator created is found and no warning is due (issue 45: the warning came on
+    /// every start, the class there or not).
     async fn apply_priority_class(&self) -> bool {
         let pcs: Api<PriorityClass> = Api::all(self.client.clone());
+        let read = pcs.get_opt(prewarm::NAME).await;
+        if let Ok(Some(_)) = read {
+            tracing::info!(
+                "the pause PriorityClass `{}` exists; the warm pools' Pods use it",
+                prewarm::NAME
+            );
+            return true;
+        }
         let Err(e) = apply::apply(&pcs, &prewarm::desired_priority_class(), false).await else {
+            tracing::info!("applied the pause PriorityClass `{}`", prewarm::NAME);
             return true;
         };
-        if settles(&e) {
-            tracing::warn!(error = %e, "cannot apply the pause PriorityClass `{}` (create it with `tenantci tenant prewarm` or the tenant-admin kubeconfig); the warm pools' Pods need it. Not tried again until the dispatcher restarts", prewarm::NAME);
-            true
-        } else {
+        if !settles(&e) {
             tracing::warn!(error = %e, "cannot reach the apiserver for the pause PriorityClass `{}`; trying again in {}s", prewarm::NAME, PRIORITY_CLASS_RETRY.as_secs());
-            false
+            return false;
         }
+        match read {
+            Ok(_) => {
+                tracing::warn!(error = %e, "the pause PriorityClass `{}` does not exist and the dispatcher may not create it: the warm pools' Pods are not created until it does (create it with `tenantci tenant prewarm` or the tenant-admin kubeconfig). Not tried again until the dispatcher restarts", prewarm::NAME)
+            }
+            Err(_) => {
+                let grant = read_rbac_name(&self.namespace);
+                tracing::warn!(error = %e, "the dispatcher may neither read nor create the pause PriorityClass `{}`: the warm pools' Pods need it. Grant the read: re-run `tenantci dispatch init` with this config (with a warm pool it applies the ClusterRole and binding `{grant}`), or, for the in-cluster Deployment, add the kustomize component manifests/components/warm-pool; create the class with `tenantci tenant prewarm` if it is missing. Not tried again until the dispatcher restarts", prewarm::NAME)
+            }
+        }
+        true
     }
 
     async fn tick(
@@ -191,7 +220,7 @@ impl WarmPools {
                 self.demand.applied(&c.name, slots);
             }
             Err(e) => {
-                tracing::warn!(class = %c.name, error = %e, "cannot apply the warm pool; trying again")
+                tracing::warn!(class = %c.name, error = %e, "cannot apply the warm pool's Deployment at the tenant apiserver; trying again at the next tick (500 ms)")
             }
         }
     }

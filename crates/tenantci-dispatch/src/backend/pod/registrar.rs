@@ -91,7 +91,7 @@ impl Registrar {
             Err(e) => {
                 self.metrics.spire_entry_error();
                 if !std::mem::replace(&mut self.list_failing, true) {
-                    tracing::warn!(error = %e, "cannot list the executors' SPIRE entries (ClusterStaticEntry); executors wait for their SVIDs until this works");
+                    tracing::warn!(error = %e, "cannot list the executors' SPIRE entries (ClusterStaticEntry) at the tenant apiserver; trying again at the next pass (executors wait for their SVIDs until this works)");
                 }
                 return;
             }
@@ -185,7 +185,7 @@ impl Registrar {
             Err(e) if is_status(&e, 404) => true,
             Err(e) => {
                 self.metrics.spire_entry_error();
-                tracing::warn!(entry = %name, error = %e, "cannot delete the SPIRE entry; retrying next pass");
+                tracing::warn!(entry = %name, error = %e, "cannot delete the SPIRE entry (ClusterStaticEntry) at the tenant apiserver; retrying next pass");
                 false
             }
         }

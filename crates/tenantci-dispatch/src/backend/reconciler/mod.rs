@@ -126,7 +126,7 @@ impl Reconciler {
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         while !*stop.borrow() {
             if let Err(e) = self.pass().await {
-                tracing::warn!(backend = %self.executors.backend(), error = %e, "reconcile: cannot list the executors");
+                tracing::warn!(backend = %self.executors.backend(), error = %e, "reconcile: cannot list the executors at the backend's API (the tenant apiserver or OpenSandbox); trying again at the next pass");
             }
             tokio::select! {
                 _ = tokio::time::sleep(RESYNC) => {}

@@ -23,7 +23,7 @@ impl Reconciler {
             Ok(Some(sealed)) => self.restarts.next_attempt(&sealed, attempt),
             Ok(None) => return, // Consumed meanwhile: the executor reported after all.
             Err(e) => {
-                tracing::warn!(task, error = %e, "cannot read the task's sealed assignment");
+                tracing::warn!(task, error = %e, "cannot read the task's sealed assignment for its replacement; trying again at the next pass");
                 return;
             }
         };

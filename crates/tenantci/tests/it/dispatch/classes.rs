@@ -344,3 +344,95 @@ async fn the_warm_pool_grows_ahead_of_an_announced_burst_and_shrinks_to_its_mini
             > 0.0
     );
 }
+
+/// `dispatch init` again over the world's config, as an operator re-runs it after adding a
+/// warm pool (the registration kept, so no token); the world's dispatchers then start from the
+/// config it wrote. Returns init's stderr (its step lines).
+fn rerun_init(w: &mut World) -> String {
+    let config = w.dir.path().join("dispatch").join("config.toml");
+    let o = w
+        .command()
+        .args(["dispatch", "init", "--gitea-url", &w.gitea.url])
+        .args(["--nats", &w.nats.url, "--facade-listen", "127.0.0.1:0"])
+        .args(["--cluster", tenantci_testkit::world::CLUSTER, "--state-dir"])
+        .arg(w.state_dir())
+        .args(tenantci_testkit::world::World::test_init_flags())
+        .arg("--nats-secrets-dir")
+        .arg(w.nats.secrets_dir())
+        .arg("--out")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "dispatch init failed:\n{err}");
+    w.set_base(tenantci_dispatch::config::Config::load(&config).unwrap());
+    err
+}
+
+/// Issue 45, the gateway path: a dispatcher set up by `dispatch init` runs with its own
+/// client certificate, whose RBAC (enforced by the simulator) may not create the warm pools'
+/// PriorityClass, and may read it only once init saw a warm pool in the config. A warm pool
+/// added to the config without re-running init: one warning naming both ways to grant the
+/// read (re-run init, or the kustomize component). Init re-run: its `rbac-warm-pools` line
+/// grants the read; while the class is missing the dispatcher warns once, saying who must
+/// create it; once the operator created it (with the tenant-admin kubeconfig, as told), the
+/// next start finds it and warns about nothing; before, it warned "cannot apply" on every
+/// start regardless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_pause_priority_class_warning_comes_only_while_the_class_is_missing() {
+    use tenantci_runner::tenant::prewarm;
+    let mut w = World::start_via_init().await;
+    let mut small = class("small", "500m", "512Mi", 1);
+    small.warm = Some(tenantci_dispatch::executor::class::WarmPool {
+        min: 1,
+        max: 1,
+        idle: std::time::Duration::from_secs(60).into(),
+        window: std::time::Duration::from_secs(60).into(),
+    });
+    w.base_mut().executor.classes = vec![small];
+    let config = w.dir.path().join("dispatch").join("config.toml");
+    std::fs::write(&config, w.base_mut().to_toml()).unwrap();
+    let ungranted = "may neither read nor create the pause PriorityClass";
+    let mut d = w.dispatcher("d0").await;
+    d.wait_leader(true).await;
+    eventually("the warning about the read not granted", || async {
+        d.log_text().contains(ungranted).then_some(())
+    })
+    .await;
+    let log = d.log_text();
+    assert!(log.contains("re-run `tenantci dispatch init`"), "{log}");
+    assert!(log.contains("manifests/components/warm-pool"), "{log}");
+    d.terminate();
+
+    let steps = rerun_init(&mut w);
+    assert!(
+        steps.contains("rbac-warm-pools") && steps.contains("tenantci-dispatcher-pause:"),
+        "{steps}"
+    );
+    let missing = "does not exist and the dispatcher may not create it";
+    let mut d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    eventually("the warning about the missing class", || async {
+        d.log_text().contains(missing).then_some(())
+    })
+    .await;
+    assert!(d.log_text().contains("tenant prewarm"), "who creates it");
+    d.terminate();
+
+    let classes =
+        kube::api::Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(w.kube.clone());
+    tenantci_runner::tenant::apply::apply(&classes, &prewarm::desired_priority_class(), false)
+        .await
+        .unwrap();
+    let d = w.dispatcher("d2").await;
+    d.wait_leader(true).await;
+    eventually("the class found", || async {
+        d.log_text()
+            .contains("the pause PriorityClass `tenantci-pause` exists")
+            .then_some(())
+    })
+    .await;
+    let log = d.log_text();
+    assert!(!log.contains(missing), "{log}");
+    assert!(!log.contains(ungranted), "{log}");
+}

@@ -585,12 +585,20 @@ fn dispatch_manifests_apply_with_kubectl_as_they_are() {
             .to_str()
             .unwrap(),
         "-f",
+        repo_file("manifests/dispatch/pause/rbac.yaml")
+            .to_str()
+            .unwrap(),
+        "-f",
         repo_file("manifests/dispatch/deployment.yaml")
             .to_str()
             .unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(s.exists("clusterrolebinding", IDENTITY_RBAC));
+    assert!(s.exists(
+        "clusterrolebinding",
+        "tenantci-dispatcher-pause:dynamic-runner"
+    ));
     let o = s.admin().run(&[
         "-n",
         "dynamic-runner",
@@ -1005,6 +1013,62 @@ fn init_reads_forgejo_from_the_version_api_and_records_it() {
     assert_eq!(forge_in(&s.out("d")), "forgejo");
 }
 
+fn runner_command_in(config: &Path) -> String {
+    let text = std::fs::read_to_string(config).unwrap();
+    let doc: toml_edit::DocumentMut = text.parse().unwrap();
+    doc["executor"]["runner_command"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The detail of init's `step` line.
+fn detail(o: &Output, step: &str) -> String {
+    let hb = hand_back(o);
+    let line = hb["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["step"] == step);
+    line.unwrap_or_else(|| panic!("no `{step}` line: {hb}"))["detail"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Issue 45: a detected Forgejo's executors get Forgejo's runner (`forgejo-runner one-job`),
+/// and the `runner` line says so and why; a runner command given with `--runner-command` is
+/// kept (the line says what the image must then ship), and so is the config's on a re-run.
+#[test]
+fn init_gives_a_forgejo_its_own_runner_and_keeps_a_given_runner_command() {
+    let s = setup_with(&["--forgejo"]);
+    let o = s.init("d", &[], &[]);
+    assert_exit(&o, 0);
+    assert_eq!(runner_command_in(&s.out("d")), "forgejo-runner");
+    let line = detail(&o, "runner");
+    assert!(
+        line.contains("forgejo-runner (Forgejo's own runner; --runner-command changes it)"),
+        "{line}"
+    );
+    let given = [("--name", Some("given"))];
+    let o = s.init("e", &given, &["--runner-command", "act_runner"]);
+    assert_exit(&o, 0);
+    assert_eq!(runner_command_in(&s.out("e")), "act_runner");
+    let line = detail(&o, "runner");
+    assert!(line.contains("as --runner-command says"), "{line}");
+    assert!(
+        line.contains("Forgejo's own runner is forgejo-runner"),
+        "{line}"
+    );
+    let again = s.init("e", &[("--registration-token-file", None), given[0]], &[]);
+    assert_exit(&again, 0);
+    assert_eq!(runner_command_in(&s.out("e")), "act_runner", "kept");
+    assert!(detail(&again, "runner").contains("kept from the existing config"));
+    let bad = s.init("f", &given, &["--runner-command", "forgejo"]);
+    assert_exit(&bad, 2);
+    assert!(!s.out("f").exists(), "nothing written");
+}
+
 /// A version answer of neither kind is bad input (exit 2) naming `--forge`, with nothing
 /// written, applied or registered; `--forge` then says which forge it is.
 #[test]
@@ -1022,6 +1086,11 @@ fn init_refuses_a_version_of_neither_forge_and_forge_overrides_it() {
     let o = s.init("d", &[], &["--forge", "forgejo"]);
     assert_exit(&o, 0);
     assert_eq!(forge_in(&s.out("d")), "forgejo");
+    assert_eq!(
+        runner_command_in(&s.out("d")),
+        "forgejo-runner",
+        "--forge too"
+    );
     let o = s.init("e", &[], &["--forge", "gitlab"]);
     assert_exit(&o, 2);
 }

@@ -27,12 +27,17 @@ impl Setup {
 
     /// A kubeconfig for a user of the cluster that no binding names.
     fn nobody_kubeconfig(&self) -> String {
-        let dir = self.root.join("nobody-credential");
+        self.user_kubeconfig("nobody")
+    }
+
+    /// A kubeconfig for the user `name` (group `<name>s`), bound to nothing yet.
+    fn user_kubeconfig(&self, name: &str) -> String {
+        let dir = self.root.join(format!("{name}-credential"));
         let o = run(tenantci()
             .args(["credential", "mint", "--state-dir"])
             .arg(self.root.join("state"))
             .args(["--cluster", "ci", "--server", &self.sim.cluster_url("ci")])
-            .args(["--common-name", "nobody", "--organization", "nobodies"])
+            .args(["--common-name", name, "--organization", &format!("{name}s")])
             .arg("--out-dir")
             .arg(&dir));
         assert_exit(&o, 0);
@@ -145,6 +150,180 @@ fn init_refuses_a_kubeconfig_without_access_writing_applying_and_registering_not
         cluster,
         "no object written"
     );
+}
+
+/// A namespace administrator (not cluster admin), as a platform team hands one out: every
+/// verb on every resource in the namespace `dynamic-runner` (a RoleBinding), and cluster-wide
+/// only what every `dispatch init --kubeconfig` needs (the Namespace object, whose Pod
+/// Security labels init applies, and SubjectAccessReviews for the `verify` step). No
+/// ClusterRole, no PriorityClass.
+const NAMESPACE_ADMIN: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: dynamic-runner
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: test-namespace-admin
+rules:
+  - apiGroups: ["*"]
+    resources: ["*"]
+    verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: test-namespace-admin
+  namespace: dynamic-runner
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: test-namespace-admin
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: ns-admin
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: test-namespace-provisioner
+rules:
+  - apiGroups: [""]
+    resources: ["namespaces"]
+    verbs: ["get", "create", "patch"]
+  - apiGroups: ["authorization.k8s.io"]
+    resources: ["subjectaccessreviews"]
+    verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: test-namespace-provisioner
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: test-namespace-provisioner
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: ns-admin
+"#;
+
+/// The names of the cluster's ClusterRoles, read with kube as the tenant admin.
+fn cluster_roles(s: &Setup) -> Vec<String> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = tenantci_core::kube_client::from_kubeconfig(&s.sim.tenant_admin("ci"))
+            .await
+            .unwrap();
+        kube::Api::<ClusterRole>::all(client)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|r| r.metadata.name)
+            .collect()
+    })
+}
+
+/// Issue 45's follow-up: the warm pools' PriorityClass read is cluster-scoped RBAC, needed
+/// only with a warm pool. A namespace administrator's kubeconfig passes init without one (no
+/// ClusterRole applied); once a class of the config has `[executor.class.warm]` the same
+/// kubeconfig is refused in phase one (exit 2, one sentence naming the missing grant and why,
+/// nothing written, applied or registered), and a cluster admin's re-run grants the read:
+/// the ServiceAccount may then `get` that one class and nothing else of PriorityClasses.
+#[test]
+fn a_namespace_admin_passes_init_without_warm_pools_and_is_refused_with_them() {
+    let s = setup();
+    let k = s.admin();
+    let o = k.run_stdin(&["apply", "-f", "-"], NAMESPACE_ADMIN);
+    assert_exit(&o, 0);
+    let ns_admin = s.user_kubeconfig("ns-admin");
+    let before = cluster_roles(&s);
+    let o = s.init_kubeconfig("d", &ns_admin);
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        steps.iter().all(|(s, _)| s != "rbac-warm-pools"),
+        "{steps:?}"
+    );
+    assert_eq!(cluster_roles(&s), before, "no ClusterRole applied");
+
+    // A warm pool added to the config; the same kubeconfig may not grant its read.
+    let mut config = tenantci_dispatch::config::Config::load(&s.out("d")).unwrap();
+    let mut small =
+        tenantci_dispatch::executor::class::ExecutorClass::pod("small", "500m", "512Mi", 1);
+    small.warm = Some(tenantci_dispatch::executor::class::WarmPool {
+        min: 1,
+        max: 1,
+        idle: std::time::Duration::from_secs(60).into(),
+        window: std::time::Duration::from_secs(60).into(),
+    });
+    config.executor.classes = vec![small];
+    std::fs::write(s.out("d"), config.to_toml()).unwrap();
+    let dir = s.out("d").parent().unwrap().to_path_buf();
+    let files = crate::util::snapshot(&dir);
+    let cluster = ClusterSnapshot::take(&k);
+    let o = s.init_kubeconfig("d", &ns_admin);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "one sentence: {err}");
+    assert!(
+        errors[0].contains(&format!(
+            "the kubeconfig `{ns_admin}` may not get clusterroles.rbac.authorization.k8s.io in the cluster scope"
+        )) && errors[0].contains("read the warm pools' PriorityClass `tenantci-pause`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tenantci-dispatcher-pause:dynamic-runner"),
+        "the grant: {err}"
+    );
+    assert_eq!(crate::util::snapshot(&dir), files, "nothing written");
+    assert_eq!(ClusterSnapshot::take(&k), cluster, "nothing applied");
+    assert_eq!(s.runners().len(), 1, "registered once, by the first run");
+
+    // A cluster admin's re-run applies the read, and only that read; its dry run only says so.
+    let admin = s.sim.tenant_admin("ci").display().to_string();
+    let path = [
+        ("--state-dir", None),
+        ("--cluster", None),
+        ("--kubeconfig", Some(admin.as_str())),
+    ];
+    let o = s.init("d", &path, &["--dry-run"]);
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        steps.contains(&("rbac-warm-pools".into(), "would apply".into())),
+        "{steps:?}"
+    );
+    assert_eq!(
+        ClusterSnapshot::take(&k),
+        cluster,
+        "a dry run applies nothing"
+    );
+    let o = s.init_kubeconfig("d", &admin);
+    assert_exit(&o, 0);
+    let steps = outcomes(&hand_back(&o));
+    assert!(
+        steps.contains(&("rbac-warm-pools".into(), "applied".into())),
+        "{steps:?}"
+    );
+    let pause = "tenantci-dispatcher-pause:dynamic-runner".to_string();
+    assert!(cluster_roles(&s).contains(&pause));
+    let as_sa = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--as", SA]);
+        can_i(&k, &a).0
+    };
+    assert!(as_sa(&["get", "priorityclasses/tenantci-pause"]));
+    assert!(!as_sa(&["get", "priorityclasses/other"]));
+    assert!(!as_sa(&["list", "priorityclasses"]));
 }
 
 /// The flags of the in-cluster path: `--kubeconfig`, the facade on the Pod IP behind its

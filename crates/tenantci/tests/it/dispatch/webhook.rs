@@ -200,6 +200,47 @@ async fn bad_deliveries_are_refused_counted_and_trigger_no_fetch_task() {
     assert!(!log.contains(WEBHOOK_SECRET), "the secret is never logged");
 }
 
+/// Issue 45: 100 clients that each send half a delivery's headers and then nothing. A signed
+/// delivery is still served meanwhile, and every stalled connection is closed by the receiver
+/// (the client reads EOF or a reset) once `webhook.header_read_timeout` has passed; before,
+/// the receiver held all of them open for as long as the clients liked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn half_sent_headers_are_closed_by_the_receiver_and_deliveries_are_still_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut w = World::start(1).await;
+    w.with_webhook(Duration::from_secs(3600));
+    // Short, so the test need not wait the default 20 s.
+    w.base_mut().webhook.as_mut().unwrap().header_read_timeout = Duration::from_secs(1).into();
+    let (d, _) = leader_after_its_first_fetch(&w).await;
+    let addr = d.webhook.unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..100 {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(
+            b"POST /webhooks/gitea HTTP/1.1\r\nhost: gitea\r\nx-gitea-event: workflow_job\r\n",
+        )
+        .await
+        .unwrap();
+        stalled.push(tcp);
+    }
+    let queued = queued_pod_job();
+    let signature = WebhookSecret::new(WEBHOOK_SECRET).sign(&queued);
+    assert_eq!(
+        post(&d, &queued, Some(&signature), "workflow_job").await,
+        204
+    );
+    assert_eq!(d.metric(NUDGES).await, Some(1.0));
+    for (i, mut tcp) in stalled.into_iter().enumerate() {
+        let mut rest = Vec::new();
+        // A deadlock guard, not a measurement: without the timeout this never ends.
+        let read = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut rest));
+        assert!(
+            read.await.is_ok(),
+            "stalled connection {i} is still open at the receiver"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_the_receiver_unreachable_the_idle_poll_still_claims_the_job() {
     let mut w = World::start(1).await;
