@@ -33,6 +33,10 @@ pub enum Outcome {
     Skipped,
     /// Left to gitlab-runner's own pause pods.
     Native,
+    /// What an interrupted run created, verified and used.
+    Reused,
+    /// What an interrupted run created deleted, and created anew.
+    Replaced,
 }
 
 impl Outcome {
@@ -54,6 +58,8 @@ impl Outcome {
             Outcome::Written => "written",
             Outcome::Skipped => "skipped",
             Outcome::Native => "native",
+            Outcome::Reused => "reused",
+            Outcome::Replaced => "replaced",
         }
     }
 
@@ -70,6 +76,7 @@ impl Outcome {
             Outcome::Removed => "remove",
             Outcome::Deleted => "delete",
             Outcome::Written => "write",
+            Outcome::Replaced => "replace",
             _ => return None,
         })
     }

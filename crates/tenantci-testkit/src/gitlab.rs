@@ -1,11 +1,14 @@
 //! A GitLab double for the runner REST API, for tests and the quickstart (never production).
 //!
-//! Speaks the real wire format of `POST /api/v4/user/runners`, `POST /api/v4/runners/verify`
-//! and the legacy `POST /api/v4/runners` (always 410, as GitLab 17+ by default), and validates
+//! Speaks the real wire format of `POST /api/v4/user/runners`, `POST /api/v4/runners/verify`,
+//! the legacy `POST /api/v4/runners` (always 410, as GitLab 17+ by default), the runner lists
+//! (`GET /api/v4/groups/:id/runners`, `/projects/:id/runners`, `/runners/all`, paginated with
+//! `page`/`per_page` and `X-Next-Page`) and `DELETE /api/v4/runners/:id`, and validates
 //! as GitLab does: the `PRIVATE-TOKEN` (or `Authorization: Bearer`) header, the token's
 //! `create_runner`/`api` scope, `runner_type` and the id it requires (group_id for
 //! group_type, project_id for project_type), existing groups/projects. It can be told to
-//! answer 401 / 403 / 410 or to hang, and records created runners. Listens on 127.0.0.1:0,
+//! answer 401 / 403 / 410 or to hang, or to hold creations at a barrier
+//! ([`GitlabDouble::hold_creates`]), and records created runners. Listens on 127.0.0.1:0,
 //! over plain HTTP ([`GitlabDouble::start`]) or HTTPS with its own CA
 //! ([`GitlabDouble::start_tls`]).
 
@@ -62,6 +65,8 @@ pub struct GitlabState {
     pub runners: Vec<CreatedRunner>,
     /// Every request path seen, in order.
     pub requests: Vec<String>,
+    /// When set, runner creations wait at this barrier ([`GitlabDouble::hold_creates`]).
+    pub create_hold: Option<CreateHold>,
     next_id: u64,
 }
 
@@ -77,6 +82,9 @@ pub struct GitlabDouble {
 pub const DEFAULT_ACCESS_TOKEN: &str = "glpat-double-create-runner";
 /// An access token the double knows with scope `read_api` only.
 pub const READ_ONLY_ACCESS_TOKEN: &str = "glpat-double-read-api";
+/// An access token with scopes `create_runner` and `manage_runner` (GitLab 17.1+): it may also
+/// list group and project runners and delete runners, not list `/runners/all`.
+pub const MANAGE_ACCESS_TOKEN: &str = "glpat-double-manage-runner";
 
 fn default_state() -> GitlabState {
     let mut state = GitlabState::default();
@@ -87,6 +95,10 @@ fn default_state() -> GitlabState {
     state.access_tokens.insert(
         READ_ONLY_ACCESS_TOKEN.into(),
         ["read_api".to_string()].into(),
+    );
+    state.access_tokens.insert(
+        MANAGE_ACCESS_TOKEN.into(),
+        ["create_runner".to_string(), "manage_runner".to_string()].into(),
     );
     state.groups.insert(7);
     state.projects.insert(42);
@@ -217,6 +229,14 @@ impl GitlabDouble {
         self.state.lock().unwrap().runners.retain(|r| r.id != id);
     }
 
+    /// From now on, each runner creation request is held (counted, not answered) until the
+    /// returned barrier is released.
+    pub fn hold_creates(&self) -> CreateHold {
+        let hold = CreateHold::default();
+        self.state.lock().unwrap().create_hold = Some(hold.clone());
+        hold
+    }
+
     pub fn runners(&self) -> Vec<CreatedRunner> {
         self.state.lock().unwrap().runners.clone()
     }
@@ -243,8 +263,20 @@ pub fn app(state: Shared) -> Router {
         .route("/api/v4/user/runners", post(create_runner))
         .route("/api/v4/runners/verify", post(verify_runner))
         .route("/api/v4/runners", post(legacy_register))
+        .route("/api/v4/runners/all", get(list::all_runners))
+        .route(
+            "/api/v4/runners/{id}",
+            axum::routing::delete(list::delete_runner),
+        )
+        .route("/api/v4/groups/{id}/runners", get(list::group_runners))
+        .route("/api/v4/projects/{id}/runners", get(list::project_runners))
         .with_state(state)
 }
+
+mod hold;
+mod list;
+
+pub use hold::CreateHold;
 
 fn error(status: StatusCode, body: Value) -> Response {
     (status, Json(body)).into_response()
@@ -287,11 +319,14 @@ fn runner_token() -> String {
 }
 
 async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: String) -> Response {
-    let behaviour = {
+    let (behaviour, hold) = {
         let mut s = state.lock().unwrap();
         s.requests.push("POST /api/v4/user/runners".into());
-        s.behaviour
+        (s.behaviour, s.create_hold.clone())
     };
+    if let Some(hold) = hold {
+        hold.pass().await;
+    }
     match behaviour {
         Behaviour::Normal => {}
         Behaviour::Unauthorized => {

@@ -1,4 +1,6 @@
-//! GitLab's runner REST API (GitLab 16+): create a runner, then verify its token.
+//! GitLab's runner REST API (GitLab 16+): create a runner, then verify its token; find the
+//! runners of a group, project or the instance by a description marker and delete them (what
+//! a re-run after a crash needs, [`super::pending`]).
 //!
 //! `POST /api/v4/user/runners` with a personal/group/project access token that has the
 //! `create_runner` scope returns the runner authentication token (`glrt-...`), shown once;
@@ -107,6 +109,10 @@ pub enum ApiError {
     Forbidden(String),
     #[error("the runner token was not accepted by /api/v4/runners/verify (403)")]
     VerifyRejected,
+    #[error(
+        "the access token may not list and delete runners (403 insufficient_scope): finding the runner an interrupted run created needs the `manage_runner` or `api` scope (`api`, or `read_api` with `manage_runner`, for an instance runner)"
+    )]
+    CleanupScope,
     #[error("GitLab has runner registration disabled (410 Gone): {0}")]
     RegistrationDisabled(String),
     #[error("GitLab rejected the parameters ({status}): {message}")]
@@ -128,10 +134,17 @@ impl ApiError {
             self,
             ApiError::Unauthorized
                 | ApiError::MissingScope
+                | ApiError::CleanupScope
                 | ApiError::Forbidden(_)
                 | ApiError::VerifyRejected
                 | ApiError::BadRequest { .. }
         )
+    }
+
+    /// Whether GitLab answered the request with a refusal, so it surely created nothing; a
+    /// timeout, a broken connection, a 5xx or an unreadable success may hide a creation.
+    pub fn created_nothing(&self) -> bool {
+        self.is_bad_input() || matches!(self, ApiError::RegistrationDisabled(_))
     }
 
     fn hint(&self) -> &'static str {
@@ -146,6 +159,9 @@ impl ApiError {
                 "the token's user must be allowed to create runners in that group or project"
             }
             ApiError::VerifyRejected => "create the runner again; its token is shown only once",
+            ApiError::CleanupScope => {
+                "give --gitlab-api-token-file a token with those scopes, or delete that runner in GitLab and remove the pending-runner record (docs/runbooks/gitlab-runner.md, \"A crash during bootstrap\")"
+            }
             ApiError::RegistrationDisabled(_) => {
                 "tenantci uses POST /api/v4/user/runners (GitLab 16+); legacy registration tokens are disabled since GitLab 17.0"
             }
@@ -218,6 +234,11 @@ impl Client {
         })
     }
 
+    /// GitLab's URL, without a trailing `/`.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// `POST /api/v4/user/runners`.
     pub async fn create_runner(
         &self,
@@ -277,6 +298,16 @@ impl Client {
     /// `GET /api/v4/personal_access_tokens/self`: GitLab is reached and the access token is
     /// valid with a scope that may create runners; changes nothing at GitLab.
     pub async fn check_token(&self) -> std::result::Result<(), ApiError> {
+        let scopes = self.token_scopes().await?;
+        if scopes.iter().any(|s| s == "create_runner" || s == "api") {
+            Ok(())
+        } else {
+            Err(ApiError::MissingScope)
+        }
+    }
+
+    /// The access token's scopes, from `GET /api/v4/personal_access_tokens/self`.
+    pub async fn token_scopes(&self) -> std::result::Result<Vec<String>, ApiError> {
         let response = self
             .http
             .get(format!("{}/api/v4/personal_access_tokens/self", self.base))
@@ -291,15 +322,70 @@ impl Client {
         }
         let token: TokenSelf =
             serde_json::from_str(&body).map_err(|e| ApiError::Decode(e.to_string()))?;
-        if token
-            .scopes
-            .iter()
-            .any(|s| s == "create_runner" || s == "api")
-        {
-            Ok(())
-        } else {
-            Err(ApiError::MissingScope)
+        Ok(token.scopes)
+    }
+
+    /// The ids of the runners of the request's owner (its group, project or the instance)
+    /// whose description contains `marker`, every page of GitLab's list read.
+    pub async fn find_described(
+        &self,
+        request: &CreateRunner,
+        marker: &str,
+    ) -> std::result::Result<Vec<u64>, ApiError> {
+        let list = list_path(request);
+        let mut found = Vec::new();
+        let mut page: u64 = 1;
+        for _ in 0..MAX_LIST_PAGES {
+            let url = format!("{}{list}&per_page=100&page={page}", self.base);
+            let response = self.send_managing(self.http.get(url)).await?;
+            let next = next_page(response.headers())?;
+            let body = response.text().await.map_err(|e| self.transport(e))?;
+            let entries: Vec<ListedRunner> =
+                serde_json::from_str(&body).map_err(|e| ApiError::Decode(e.to_string()))?;
+            let ours = entries
+                .iter()
+                .filter(|r| r.description.as_deref().is_some_and(|d| d.contains(marker)));
+            found.extend(ours.map(|r| r.id));
+            match next {
+                None => return Ok(found),
+                Some(next) => page = next,
+            }
         }
+        Err(ApiError::Decode(format!(
+            "the runner list at {list} has more than {MAX_LIST_PAGES} pages of 100"
+        )))
+    }
+
+    /// `DELETE /api/v4/runners/:id`; `false` when GitLab no longer has it (404).
+    pub async fn delete_runner(&self, id: u64) -> std::result::Result<bool, ApiError> {
+        let url = format!("{}/api/v4/runners/{id}", self.base);
+        match self.send_managing(self.http.delete(url)).await {
+            Ok(_) => Ok(true),
+            Err(ApiError::BadRequest { status: 404, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends a runner-management request with the access token: 2xx is the response, a
+    /// missing scope is [`ApiError::CleanupScope`].
+    async fn send_managing(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> std::result::Result<reqwest::Response, ApiError> {
+        let response = request
+            .header("PRIVATE-TOKEN", self.api_token.expose())
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
+        let body = response.text().await.map_err(|e| self.transport(e))?;
+        Err(match classify(status, &body, false) {
+            ApiError::MissingScope => ApiError::CleanupScope,
+            other => other,
+        })
     }
 
     /// Creates the runner and verifies its token: what `--gitlab-api-token-file` does.
@@ -324,6 +410,53 @@ impl Client {
             ApiError::Network(chain)
         }
     }
+}
+
+/// `X-Next-Page`: empty or absent on the last page, else a page number.
+fn next_page(headers: &reqwest::header::HeaderMap) -> std::result::Result<Option<u64>, ApiError> {
+    let raw = headers
+        .get("x-next-page")
+        .map(|v| v.to_str().unwrap_or("?").trim())
+        .unwrap_or_default();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    raw.parse()
+        .map(Some)
+        .map_err(|_| ApiError::Decode(format!("X-Next-Page `{raw:.20}` is not a page number")))
+}
+
+/// Bounds a list walk: 10,000 runners of one owner.
+const MAX_LIST_PAGES: usize = 100;
+
+/// The list of the owner a [`CreateRunner`] names, filtered to its type (GitLab 16+ paths).
+fn list_path(request: &CreateRunner) -> String {
+    match (request.runner_type, request.group_id, request.project_id) {
+        (RunnerType::GroupType, Some(group), _) => {
+            format!("/api/v4/groups/{group}/runners?type=group_type")
+        }
+        (RunnerType::ProjectType, _, Some(project)) => {
+            format!("/api/v4/projects/{project}/runners?type=project_type")
+        }
+        _ => "/api/v4/runners/all?type=instance_type".to_string(),
+    }
+}
+
+/// Whether `scopes` may list the request owner's runners and delete them (GitLab 17.1+'s
+/// `manage_runner` does not reach `/runners/all`).
+pub fn may_clean_up(scopes: &[String], runner_type: RunnerType) -> bool {
+    let has = |s: &str| scopes.iter().any(|held| held == s);
+    match runner_type {
+        RunnerType::InstanceType => has("api") || (has("read_api") && has("manage_runner")),
+        _ => has("api") || has("manage_runner"),
+    }
+}
+
+/// The part of a runner list entry tenantci reads.
+#[derive(Deserialize)]
+struct ListedRunner {
+    id: u64,
+    description: Option<String>,
 }
 
 /// The part of `personal_access_tokens/self` tenantci reads.

@@ -11,11 +11,12 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::config_lock;
 use super::gitlab_ca::{self, GitlabCa};
 use super::gitlab_config::{
     self, Action, KubernetesSettings, MergeOptions, Plan, RunnerEntry, RunnerToken, merge, write,
 };
-use super::token::{self, Origin, PENDING_TOKEN, TokenSource};
+use super::token::{self, Origin, PENDING_TOKEN, Prepared, TokenSource};
 use tenantci_core::Result;
 
 pub struct Inputs {
@@ -58,7 +59,9 @@ pub struct RunnerSummary {
 
 #[derive(Debug, Serialize)]
 pub struct GitlabRunnerSummary {
-    /// `created`, `reused` (config.toml already had a token) or `would-create` (dry run).
+    /// `created`, `reused` (config.toml already had a token, or an interrupted run's recorded
+    /// runner was verified), `replaced` (an interrupted run's unrecorded runner deleted, a new
+    /// one created) or `would-create` (dry run).
     pub token_source: &'static str,
     pub id: Option<u64>,
     pub token_expires_at: Option<String>,
@@ -72,6 +75,8 @@ impl GitlabRunnerSummary {
             Origin::Reused => ("reused", None, None),
             Origin::WouldCreate => ("would-create", None, None),
             Origin::Created { id, expires_at } => ("created", Some(id), expires_at),
+            Origin::Resumed { id, expires_at } => ("reused", Some(id), expires_at),
+            Origin::Replaced { id, expires_at, .. } => ("replaced", Some(id), expires_at),
         };
         Some(GitlabRunnerSummary {
             token_source,
@@ -89,37 +94,79 @@ pub struct Configured {
     pub preview: Option<String>,
 }
 
-/// Plans (config.toml parses and takes the entry, its directory is writable), obtains the
+/// Checks everything (config.toml parses and takes the entry, its directory is writable, the
+/// token's files, GitLab reached) without the lock, so bad input or an unreachable GitLab leaves
+/// no lock file; then takes config.toml's lock ([`config_lock`], not in a dry run) and checks
+/// again, since another run may have written these files while this one waited. Obtains the
 /// token, plans again with it and writes (unless a dry run).
 pub async fn run(inputs: &Inputs) -> Result<Configured> {
+    let checked = check(inputs).await?;
+    let lock = config_lock::acquire_unless_dry_run(&inputs.config, inputs.dry_run).await?;
+    let Checked {
+        ca,
+        mut entry,
+        existing,
+        prepared,
+    } = match lock {
+        Some(_) => check(inputs).await?,
+        None => checked,
+    };
+    let obtained = prepared.obtain().await?;
+    entry.token = obtained.token;
+    entry.registration = obtained.registration;
+    let plan = merge::plan(&inputs.config, existing.as_deref(), &entry, options(inputs))?;
+    let written = !inputs.dry_run && {
+        gitlab_ca::apply(&ca)?;
+        let written = write::write_plan(&inputs.config, &plan)?;
+        token::finish(&inputs.token, &inputs.config, &inputs.name)?;
+        written
+    };
+    drop(lock);
+    Ok(configured(inputs, &entry, plan, written, obtained.origin))
+}
+
+/// What [`check`] found: the CA plan, the entry with a placeholder token, config.toml's
+/// text, and the token decided.
+struct Checked<'a> {
+    ca: gitlab_ca::Plan,
+    entry: RunnerEntry,
+    existing: Option<String>,
+    prepared: Prepared<'a>,
+}
+
+/// Everything before a change: the CA file, config.toml (refused when it cannot take our entry
+/// or, unless a dry run, cannot be written: before GitLab creates a runner that a config we
+/// cannot write would never name), the token decided, and GitLab reached with an access token
+/// that fits before an intent is recorded on disk.
+async fn check(inputs: &Inputs) -> Result<Checked<'_>> {
     let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &managed_ca_dir(inputs))?;
     let mut entry = pending_entry(inputs);
     entry.tls_ca_file = ca.tls_ca_file.clone();
-    let options = MergeOptions {
-        force: inputs.force,
-    };
     let existing = write::read_existing(&inputs.config)?;
-    merge::plan(&inputs.config, existing.as_deref(), &entry, options)?;
+    merge::plan(&inputs.config, existing.as_deref(), &entry, options(inputs))?;
     if !inputs.dry_run {
-        // Before GitLab creates a runner that a config we cannot write would never name.
         tenantci_core::input::check_writable("the gitlab-runner config", &inputs.config)?;
     }
-    let obtained = token::prepare(
+    let prepared = token::prepare(
         &inputs.token,
         existing.as_deref(),
+        &inputs.config,
         &inputs.name,
         inputs.dry_run,
-    )?
-    .obtain()
-    .await?;
-    entry.token = obtained.token;
-    entry.registration = obtained.registration;
-    let plan = merge::plan(&inputs.config, existing.as_deref(), &entry, options)?;
-    let written = !inputs.dry_run && {
-        gitlab_ca::apply(&ca)?;
-        write::write_plan(&inputs.config, &plan)?
-    };
-    Ok(configured(inputs, &entry, plan, written, obtained.origin))
+    )?;
+    prepared.check_access().await?;
+    Ok(Checked {
+        ca,
+        entry,
+        existing,
+        prepared,
+    })
+}
+
+fn options(inputs: &Inputs) -> MergeOptions {
+    MergeOptions {
+        force: inputs.force,
+    }
 }
 
 /// Where the managed copy of GitLab's CA lives: beside the Kubernetes credential when the

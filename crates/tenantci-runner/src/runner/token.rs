@@ -5,18 +5,24 @@
 //! Three phases, so a caller can check everything before it changes anything and create the
 //! runner only at the end: [`TokenSource::from_flags`] (pure precedence), [`prepare`] (reads the
 //! token file, decides with the pure [`plan`], and builds the API client only when a runner
-//! will be created), then [`Prepared::obtain`] (the only GitLab call). Does not write
+//! will be created), then [`Prepared::obtain`] (the only GitLab calls). Does not write
 //! config.toml; the token never reaches output (only [`RunnerToken::redacted`] does).
+//!
+//! A creation is resumable ([`super::pending`]): [`Prepared::obtain`] records its intent and
+//! then GitLab's answer before relying on either, and a re-run finishes what a crashed run
+//! began (the recorded runner verified and reused, or one whose answer was lost deleted and
+//! replaced) instead of leaving a second runner at GitLab.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::gitlab_api::{Client, CreateRunner};
+use super::gitlab_api::{self, ApiError, Client, CreateRunner};
 pub use super::gitlab_config::entry::PENDING_TOKEN;
 use super::gitlab_config::entry::TokenMetadata;
 use super::gitlab_config::{RunnerToken, Secret, merge};
+use super::pending::{self, Ledger, Record, RecordedRunner, Resume, crash_point};
 use tenantci_core::pki::inspect::rfc3339;
 use tenantci_core::{Error, Result, secret};
 
@@ -86,6 +92,29 @@ pub enum Origin {
         id: u64,
         expires_at: Option<String>,
     },
+    /// An interrupted run's runner, recorded but not yet in config.toml: verified and reused.
+    Resumed {
+        id: u64,
+        expires_at: Option<String>,
+    },
+    /// Created after deleting the runners an interrupted run created without recording them.
+    Replaced {
+        id: u64,
+        expires_at: Option<String>,
+        deleted: Vec<u64>,
+    },
+}
+
+impl Origin {
+    /// The runner GitLab holds for this run, when this run talked to GitLab about it.
+    pub fn runner_id(&self) -> Option<u64> {
+        match self {
+            Origin::Created { id, .. }
+            | Origin::Resumed { id, .. }
+            | Origin::Replaced { id, .. } => Some(*id),
+            _ => None,
+        }
+    }
 }
 
 /// The token to write, and what GitLab said about it when it was just created.
@@ -116,18 +145,23 @@ pub enum TokenPlan {
     Create,
 }
 
-/// The decision for an API source (a given token is simply used): reuse the token of our
-/// entry in config.toml (`existing`, its text) unless `recreate`, or every re-run would
-/// register another runner; otherwise create, or in a dry run only say so.
+/// The decision for an API source (a given token is simply used). A record of an interrupted
+/// creation ([`pending::resume`]) comes first: it is finished, not started again. Otherwise
+/// the token of our entry in config.toml (`existing`, its text) is reused unless `recreate`,
+/// or every re-run would register another runner; else create, or in a dry run only say so.
 pub fn plan(
     api: &ApiCreation,
     existing: Option<&str>,
     name: &str,
+    record: Option<&Record>,
     dry_run: bool,
 ) -> Result<TokenPlan> {
-    let reusable = existing
-        .filter(|_| !api.recreate)
-        .and_then(|text| merge::existing_token(text, name));
+    let in_config = existing.and_then(|text| merge::existing_token(text, name));
+    let reusable = match pending::resume(record, in_config.as_deref()) {
+        Resume::Finished => in_config,
+        Resume::Verify(_) | Resume::Clean(_) => None,
+        Resume::Fresh => in_config.filter(|_| !api.recreate),
+    };
     Ok(match (reusable, dry_run) {
         (Some(token), _) => TokenPlan::Use(RunnerToken::parse(&token)?, Origin::Reused),
         (None, true) => TokenPlan::WouldCreate,
@@ -141,15 +175,20 @@ pub enum Prepared<'a> {
     Create {
         client: Client,
         request: &'a CreateRunner,
+        ledger: Ledger,
+        /// What an interrupted run left ([`pending`]), to finish first.
+        record: Option<Record>,
     },
 }
 
 /// Reads the token file or decides about API creation; builds the client (reading the API
 /// token and CA files) only when a runner will be created. `existing` is config.toml's text
-/// (needed when [`TokenSource::reads_config`]).
+/// (needed when [`TokenSource::reads_config`]); `config` its path, beside which an
+/// interrupted creation is recorded.
 pub fn prepare<'a>(
     source: &'a TokenSource,
     existing: Option<&str>,
+    config: &std::path::Path,
     name: &str,
     dry_run: bool,
 ) -> Result<Prepared<'a>> {
@@ -169,7 +208,12 @@ pub fn prepare<'a>(
         }
         TokenSource::Create(api) => api,
     };
-    Ok(match plan(api, existing, name, dry_run)? {
+    let ledger = Ledger::for_entry(config, name);
+    let record = ledger.read()?;
+    if let Some(r) = &record {
+        check_same_gitlab(r, &ledger, &api.url)?;
+    }
+    Ok(match plan(api, existing, name, record.as_ref(), dry_run)? {
         TokenPlan::Use(token, origin) => {
             Prepared::Ready(Obtained::without_registration(token, origin))
         }
@@ -180,8 +224,24 @@ pub fn prepare<'a>(
         TokenPlan::Create => Prepared::Create {
             client: client(api)?,
             request: &api.request,
+            ledger,
+            record,
         },
     })
+}
+
+/// A record for another GitLab cannot be finished against this one.
+fn check_same_gitlab(record: &Record, ledger: &Ledger, url: &str) -> Result<()> {
+    let same = |u: &str| u.trim_end_matches('/').to_string();
+    if same(&record.gitlab_url) == same(url) {
+        return Ok(());
+    }
+    Err(Error::bad_input(format!(
+        "the pending-runner record `{}` is of a runner creation at the GitLab {}, not at --gitlab-url {url}",
+        ledger.path().display(),
+        record.gitlab_url
+    ))
+    .hint("run again with that --gitlab-url to finish it (its runner is verified and reused, or deleted and replaced), or delete the runner whose description ends with its marker there and remove the record; nothing was changed"))
 }
 
 fn client(api: &ApiCreation) -> Result<Client> {
@@ -196,26 +256,201 @@ fn client(api: &ApiCreation) -> Result<Client> {
 
 impl Prepared<'_> {
     /// When a runner will be created: GitLab reached and the access token accepted, without
-    /// creating anything (a caller's phase one).
+    /// creating anything (a caller's phase one); when an interrupted creation must be cleaned
+    /// up, also the scopes that lists and deletes runners.
     pub async fn check_access(&self) -> Result<()> {
-        match self {
-            Prepared::Ready(_) => Ok(()),
-            Prepared::Create { client, .. } => Ok(client.check_token().await?),
+        let Prepared::Create {
+            client,
+            request,
+            ledger,
+            record,
+        } = self
+        else {
+            return Ok(());
+        };
+        client.check_token().await?;
+        let Some(marker) = record
+            .as_ref()
+            .filter(|r| r.runner.is_none())
+            .map(|r| &r.marker)
+        else {
+            return Ok(());
+        };
+        if gitlab_api::may_clean_up(&client.token_scopes().await?, request.runner_type) {
+            return Ok(());
         }
+        Err(Error::bad_input(format!(
+            "an interrupted run recorded in `{}` may have created a runner at GitLab (its description ends with `[{marker}]`) without recording its token, and the access token in --gitlab-api-token-file may not list and delete runners",
+            ledger.path().display()
+        ))
+        .hint("give --gitlab-api-token-file a token with the `manage_runner` or `api` scope (`api`, or `read_api` with `manage_runner`, for an instance runner), or delete that runner in GitLab and remove the record; nothing was changed"))
     }
 
-    /// Creates the runner (and verifies its token) if that is what is left to do.
+    /// Creates the runner (and verifies its token) if that is what is left to do, first
+    /// finishing what an interrupted run recorded.
     pub async fn obtain(self) -> Result<Obtained> {
-        let (client, request) = match self {
-            Prepared::Ready(obtained) => return Ok(obtained),
-            Prepared::Create { client, request } => (client, request),
+        match self {
+            Prepared::Ready(obtained) => Ok(obtained),
+            Prepared::Create {
+                client,
+                request,
+                ledger,
+                record,
+            } => {
+                let creation = Creation {
+                    client: &client,
+                    request,
+                    ledger: &ledger,
+                };
+                creation.resume(record).await
+            }
+        }
+    }
+}
+
+/// One resumable runner creation: the client, what to create, where it is recorded.
+struct Creation<'a> {
+    client: &'a Client,
+    request: &'a CreateRunner,
+    ledger: &'a Ledger,
+}
+
+impl Creation<'_> {
+    /// Finishes `record`'s creation: its runner verified and reused, or the runners its
+    /// lost answer left deleted; then (unless reused) a new one created.
+    async fn resume(&self, record: Option<Record>) -> Result<Obtained> {
+        self.request.validate()?;
+        let mut deleted = Vec::new();
+        match record {
+            Some(Record {
+                runner: Some(recorded),
+                ..
+            }) => {
+                if let Some(reused) = self.reuse(recorded).await? {
+                    return Ok(reused);
+                }
+            }
+            Some(Record { marker, .. }) => deleted = self.delete_marked(&marker).await?,
+            None => {}
+        }
+        let created = self.create().await?;
+        Ok(match (created.origin, deleted.is_empty()) {
+            (Origin::Created { id, expires_at }, false) => Obtained {
+                origin: Origin::Replaced {
+                    id,
+                    expires_at,
+                    deleted,
+                },
+                ..created
+            },
+            (origin, _) => Obtained { origin, ..created },
+        })
+    }
+
+    /// The recorded runner, if GitLab still accepts its token; `None` when it does not (it
+    /// was deleted there), so a new one is created.
+    async fn reuse(&self, recorded: RecordedRunner) -> Result<Option<Obtained>> {
+        let token = Secret::new(recorded.token);
+        match self
+            .client
+            .verify_runner(&token, &gitlab_api::system_id())
+            .await
+        {
+            Ok(()) => {}
+            Err(ApiError::VerifyRejected) => {
+                tracing::warn!(
+                    runner_id = recorded.id,
+                    record = %self.ledger.path().display(),
+                    "GitLab no longer accepts the token of the runner an interrupted run recorded; creating another"
+                );
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Some(Obtained {
+            token: RunnerToken::Literal(token),
+            registration: Some(TokenMetadata {
+                id: recorded.id,
+                obtained_at: recorded.obtained_at,
+                expires_at: recorded.token_expires_at.clone(),
+            }),
+            origin: Origin::Resumed {
+                id: recorded.id,
+                expires_at: recorded.token_expires_at,
+            },
+        }))
+    }
+
+    /// A refused create leaves no runner, so its intent is removed; any other failure may
+    /// hide one, so the intent stays for the re-run to look it up.
+    fn create_failed(&self, e: ApiError) -> Error {
+        if !e.created_nothing() {
+            tracing::warn!(
+                record = %self.ledger.path().display(),
+                "the runner creation's outcome at GitLab is unknown: its intent stays recorded, and a re-run deletes a runner it created before creating another"
+            );
+            return e.into();
+        }
+        if let Err(clear) = self.ledger.clear() {
+            // Harmless: a re-run looks the runner up, finds none and creates one.
+            tracing::warn!(error = %clear, "cannot remove the intent of a runner creation GitLab refused; a re-run looks for the runner first");
+        }
+        e.into()
+    }
+
+    /// Deletes the runners carrying `marker` at GitLab (the create whose answer was lost).
+    async fn delete_marked(&self, marker: &str) -> Result<Vec<u64>> {
+        let found = self.client.find_described(self.request, marker).await?;
+        let mut deleted = Vec::new();
+        for id in found {
+            if self.client.delete_runner(id).await? {
+                tracing::info!(
+                    runner_id = id,
+                    "deleted the runner an interrupted run created"
+                );
+                deleted.push(id);
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Records the intent, creates, records the answer, then verifies the token.
+    async fn create(&self) -> Result<Obtained> {
+        let marker = pending::marker();
+        let mut record = Record {
+            gitlab_url: self.client.base().to_string(),
+            marker: marker.clone(),
+            runner: None,
         };
-        let created = client.create_and_verify(request).await?;
+        self.ledger.write(&record)?;
+        crash_point("gitlab-intent-recorded");
+        let mut request = self.request.clone();
+        request.description = Some(pending::described(
+            self.request.description.as_deref(),
+            &marker,
+        ));
+        let created = match self.client.create_runner(&request).await {
+            Ok(created) => created,
+            Err(e) => return Err(self.create_failed(e)),
+        };
+        crash_point("gitlab-runner-created");
+        let obtained_at = rfc3339(OffsetDateTime::now_utc());
+        record.runner = Some(RecordedRunner {
+            id: created.id,
+            token: created.token.expose().to_string(),
+            token_expires_at: created.token_expires_at.clone(),
+            obtained_at: obtained_at.clone(),
+        });
+        self.ledger.write(&record)?;
+        crash_point("gitlab-runner-recorded");
+        self.client
+            .verify_runner(&created.token, &gitlab_api::system_id())
+            .await?;
         Ok(Obtained {
             token: RunnerToken::Literal(created.token),
             registration: Some(TokenMetadata {
                 id: created.id,
-                obtained_at: rfc3339(OffsetDateTime::now_utc()),
+                obtained_at,
                 expires_at: created.token_expires_at.clone(),
             }),
             origin: Origin::Created {
@@ -224,6 +459,17 @@ impl Prepared<'_> {
             },
         })
     }
+}
+
+/// After config.toml holds the token of an API source: the record of its creation is done
+/// with. A given token leaves a record alone: it still names a runner at GitLab that only an
+/// API run can finish.
+pub fn finish(source: &TokenSource, config: &std::path::Path, name: &str) -> Result<()> {
+    if !matches!(source, TokenSource::Create(_)) {
+        return Ok(());
+    }
+    crash_point("config-written");
+    Ledger::for_entry(config, name).clear().map(|_| ())
 }
 
 #[cfg(test)]
@@ -268,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_rerun_reuses_our_token_unless_asked_to_recreate() {
-        let reused = plan(&api(false), Some(CONFIG), "ours", false).unwrap();
+        let reused = plan(&api(false), Some(CONFIG), "ours", None, false).unwrap();
         assert_eq!(
             reused,
             TokenPlan::Use(
@@ -277,17 +523,41 @@ mod tests {
             )
         );
         assert_eq!(
-            plan(&api(true), Some(CONFIG), "ours", false).unwrap(),
+            plan(&api(true), Some(CONFIG), "ours", None, false).unwrap(),
             TokenPlan::Create
         );
         assert_eq!(
-            plan(&api(false), Some(CONFIG), "other", false).unwrap(),
+            plan(&api(false), Some(CONFIG), "other", None, false).unwrap(),
             TokenPlan::Create
         );
         assert_eq!(
-            plan(&api(false), None, "ours", true).unwrap(),
+            plan(&api(false), None, "ours", None, true).unwrap(),
             TokenPlan::WouldCreate
         );
+    }
+
+    #[test]
+    fn an_interrupted_creation_is_finished_before_config_toml_is_reused() {
+        let intent = Record {
+            gitlab_url: "https://gitlab.example.com".into(),
+            marker: "tenantci-1".into(),
+            runner: None,
+        };
+        // config.toml's older token must not hide a runner the interrupted run may have made.
+        let p = plan(&api(false), Some(CONFIG), "ours", Some(&intent), false).unwrap();
+        assert_eq!(p, TokenPlan::Create);
+        let done = Record {
+            runner: Some(RecordedRunner {
+                id: 3,
+                token: "glrt-earlier".into(),
+                token_expires_at: None,
+                obtained_at: "2026-12-04T21:00:00Z".into(),
+            }),
+            ..intent
+        };
+        // Even --recreate: the recorded creation was that recreate, and it is in config.toml.
+        let p = plan(&api(true), Some(CONFIG), "ours", Some(&done), false).unwrap();
+        assert!(matches!(p, TokenPlan::Use(_, Origin::Reused)));
     }
 
     #[test]
@@ -295,11 +565,12 @@ mod tests {
         // The API token file does not exist: a dry run must not need it.
         let source = TokenSource::Create(api(false));
         assert!(source.reads_config());
-        let Prepared::Ready(o) = prepare(&source, None, "ours", true).unwrap() else {
+        let config = std::path::Path::new("/nonexistent/config.toml");
+        let Prepared::Ready(o) = prepare(&source, None, config, "ours", true).unwrap() else {
             panic!("a dry run creates nothing");
         };
         assert_eq!(o.origin, Origin::WouldCreate);
         assert_eq!(o.token, RunnerToken::EnvRef(PENDING_TOKEN.into()));
-        assert!(prepare(&source, None, "ours", false).is_err());
+        assert!(prepare(&source, None, config, "ours", false).is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! the tenantci-testkit crate (simulator and nats-server processes, executors, `eventually`).
 
 mod bootstrap;
+mod bootstrap_crash;
 mod check_host;
 mod cli;
 mod crd_schemas;

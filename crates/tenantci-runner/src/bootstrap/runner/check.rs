@@ -1,6 +1,8 @@
 //! Step 0: what can be checked before any request, so bad input fails before anything changes.
 //! Also decides the runner token (reading its file, or config.toml for a token to reuse) and
-//! builds the GitLab client when a runner will be created; creating it is left to the end.
+//! builds the GitLab client when a runner will be created; creating it is left to the end. The
+//! decision is taken twice: here, to refuse bad input early, and under config.toml's lock,
+//! where it counts.
 
 use super::{Inputs, PausePods};
 use crate::runner::gitlab_config::{merge, write};
@@ -9,6 +11,8 @@ use tenantci_core::input::shown;
 use tenantci_core::pki::policy;
 use tenantci_core::{Error, Result};
 
+/// Every input, the token's files and config.toml's pause pods included, refused before the
+/// config's lock file is made; [`decide_token`] decides again under the lock.
 pub(super) fn check_inputs(inputs: &Inputs) -> Result<Prepared<'_>> {
     if let Some(raw) = &inputs.valid_for {
         policy::parse_valid_for(raw)?;
@@ -16,6 +20,12 @@ pub(super) fn check_inputs(inputs: &Inputs) -> Result<Prepared<'_>> {
     policy::check_common_name(&inputs.common_name)?;
     policy::check_organizations(std::slice::from_ref(&inputs.group))?;
     check_names(inputs)?;
+    decide_token(inputs)
+}
+
+/// Under config.toml's lock (`runner::config_lock`): what config.toml and the pending-runner
+/// record say now, which another run may have written while this one waited.
+pub(super) fn decide_token(inputs: &Inputs) -> Result<Prepared<'_>> {
     refuse_double_pause_pods(inputs)?;
     prepare_token(inputs)
 }
@@ -45,9 +55,9 @@ fn check_names(inputs: &Inputs) -> Result<()> {
     Ok(())
 }
 
-/// At most 64 characters of a bad value: errors name it without echoing a whole file.
-/// config.toml does not change before the last step, so deciding about the token now (reusing
-/// the token of an earlier run) gives what deciding at the end would.
+/// Under the lock no other run changes config.toml before this one's last step, so deciding
+/// about the token now (reusing the token of an earlier run) gives what deciding at the end
+/// would.
 fn prepare_token(inputs: &Inputs) -> Result<Prepared<'_>> {
     let existing = if inputs.token.reads_config() {
         write::read_existing(&inputs.config_path)?
@@ -57,6 +67,7 @@ fn prepare_token(inputs: &Inputs) -> Result<Prepared<'_>> {
     token::prepare(
         &inputs.token,
         existing.as_deref(),
+        &inputs.config_path,
         &inputs.runner_name,
         inputs.dry_run,
     )

@@ -1,5 +1,6 @@
 //! Step 6, last: the runner token (created through GitLab's API only now, when every earlier
-//! step held) and the runner's config.toml entry.
+//! step held, or an interrupted run's creation finished: `runner::pending`) and the runner's
+//! config.toml entry, after which the creation's record is removed.
 
 use super::{Inputs, PausePods, Run};
 use crate::credential::CredentialFiles;
@@ -7,7 +8,7 @@ use crate::runner::gitlab_ca;
 use crate::runner::gitlab_config::RunnerToken;
 use crate::runner::gitlab_config::entry::Autoscaler;
 use crate::runner::gitlab_config::{self, KubernetesSettings, MergeOptions, RunnerEntry};
-use crate::runner::token::{Obtained, Origin, PENDING_TOKEN, Prepared};
+use crate::runner::token::{self, Obtained, Origin, PENDING_TOKEN, Prepared};
 use crate::steps::Outcome;
 use tenantci_core::Result;
 
@@ -37,12 +38,12 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// The token prepared by [`super::check`]; a runner created now is its own step.
+    /// The token prepared by [`super::check`]; a runner created now (or an interrupted
+    /// run's, finished) is its own step.
     pub(super) async fn runner_token(&mut self, prepared: Prepared<'_>) -> Result<Obtained> {
         let obtained = prepared.obtain().await?;
-        if let Origin::Created { id, .. } = &obtained.origin {
-            self.steps
-                .act("gitlab", Outcome::Created, format!("runner id {id}"));
+        if let Some((outcome, detail)) = gitlab_step(&obtained.origin) {
+            self.steps.act("gitlab", outcome, detail);
         }
         Ok(obtained)
     }
@@ -71,6 +72,9 @@ impl Run<'_> {
         }
         let outcome =
             gitlab_config::configure(&inputs.config_path, &entry, options, inputs.dry_run)?;
+        if !inputs.dry_run {
+            token::finish(&inputs.token, &inputs.config_path, &inputs.runner_name)?;
+        }
         changed |= outcome.written || outcome.plan.changed();
         self.steps.act(
             "config",
@@ -83,6 +87,32 @@ impl Run<'_> {
         );
         Ok(())
     }
+}
+
+/// The `gitlab` step's line, for a runner this run created or finished at GitLab.
+fn gitlab_step(origin: &Origin) -> Option<(Outcome, String)> {
+    Some(match origin {
+        Origin::Created { id, .. } => (Outcome::Created, format!("runner id {id}")),
+        Origin::Resumed { id, .. } => (
+            Outcome::Reused,
+            format!(
+                "runner id {id} reused: an interrupted run created and recorded it, and GitLab verified its token"
+            ),
+        ),
+        Origin::Replaced { id, deleted, .. } => (
+            Outcome::Replaced,
+            format!(
+                "runner id {id}; runner id {} deleted and replaced: an interrupted run created it without recording its token",
+                ids(deleted)
+            ),
+        ),
+        _ => return None,
+    })
+}
+
+fn ids(ids: &[u64]) -> String {
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    ids.join(", ")
 }
 
 /// The entry: this cluster's server and the credential's files; one job request at a time,

@@ -9,6 +9,12 @@
 //! be created. Any refusal there is exit 2 (3 for a system not reached) with nothing minted,
 //! applied, created or written.
 //!
+//! At the end of phase one a run (not a dry run) takes config.toml's lock
+//! (`runner::config_lock`) and holds it until config.toml is written; under it, it decides
+//! again about the files it writes (the credential, config.toml, the pending-runner record,
+//! the runner token): a second run at the same moment waits, then keeps the credential and
+//! reuses the runner the first made.
+//!
 //! Phase two writes, in an order whose every prefix is safe to re-run: the credential (kept
 //! on re-run), the RBAC (server-side apply), the pause pods, the runner at GitLab, then
 //! GitLab's CA copy and config.toml last, so a config always names files that exist.
@@ -37,6 +43,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::credential::CredentialFiles;
+use crate::runner::config_lock;
 use crate::runner::gitlab_ca::{self, GitlabCa};
 use crate::runner::gitlab_config::entry::NativePausePods;
 pub use crate::runner::token::TokenSource;
@@ -152,8 +159,16 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         steps,
     };
     let sizing = run.check_sizing()?;
-    let credential = run.plan_credential()?;
-    run.check_config(credential.files(), &ca)?;
+    run.plan_local(&ca)?;
+    token.check_access().await?;
+    // One writer per config.toml from here until it is written. Every decision is taken
+    // again under the lock: a run that waited for another decides from what that one wrote
+    // (its credential kept, its runner reused), having refused bad input (and an unreachable
+    // GitLab) without it, so a refusal leaves no lock file.
+    let lock = config_lock::acquire_unless_dry_run(&inputs.config_path, inputs.dry_run).await?;
+    let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
+    let credential = run.plan_local(&ca)?;
+    let token = check::decide_token(inputs)?;
     token.check_access().await?;
     // Phase two: each write safe to re-run after any earlier one (a kept credential, applied
     // objects unchanged, a reused token), config.toml last.
@@ -165,14 +180,23 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     let token = run.runner_token(token).await?;
     // GitLab is checked when this run talked to it; a given or reused token may be for a
     // GitLab this host does not reach yet, which `runner check` reports on its own.
-    let created = matches!(token.origin, crate::runner::token::Origin::Created { .. });
+    let created = token.origin.runner_id().is_some();
     run.write_config(&credential.files, token, &ca)?;
+    drop(lock);
     let steps_requests = client::requests() - requests_before;
     run.final_check(created).await?;
     Ok(run.hand_back(credential.files, steps_requests, requests_before))
 }
 
 impl Run<'_> {
+    /// What this run does with the files it writes (the credential, config.toml), decided
+    /// from what they hold now; refused when config.toml cannot take the entry.
+    fn plan_local(&self, ca: &gitlab_ca::Plan) -> Result<credential::CredentialPlan> {
+        let credential = self.plan_credential()?;
+        self.check_config(credential.files(), ca)?;
+        Ok(credential)
+    }
+
     fn hand_back(
         self,
         credential: CredentialFiles,
