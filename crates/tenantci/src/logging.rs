@@ -22,7 +22,10 @@ pub fn init(format: LogFormat, verbosity: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("warn,tenantci={level}")));
+        // The front's audit lines are its record of who passed: never hidden by verbosity.
+        .unwrap_or_else(|_| {
+            EnvFilter::new(format!("warn,tenantci={level},tenantci::front::audit=info"))
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
