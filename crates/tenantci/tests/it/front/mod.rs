@@ -22,6 +22,7 @@ pub struct Gateway {
     pub sim: tenantci_sim::SimHandle,
     pub front: Process,
     pub front_addr: String,
+    pub metrics_addr: String,
     pub front_log: PathBuf,
 }
 
@@ -51,6 +52,19 @@ impl Gateway {
         self.sim.tenant("ci").unwrap().connections()
     }
 
+    /// The front's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let mut c = Command::new("curl");
+        c.args([
+            "-sS",
+            "--fail",
+            &format!("http://{}/metrics", self.metrics_addr),
+        ]);
+        let o = blocking(c).await;
+        assert_exit(&o, 0);
+        String::from_utf8(o.stdout).unwrap()
+    }
+
     /// The front's stderr so far (its audit lines).
     pub fn audit(&self) -> String {
         std::fs::read_to_string(&self.front_log).unwrap_or_default()
@@ -74,6 +88,7 @@ pub async fn gateway(limits: &[(&str, i64)]) -> Gateway {
         "127.0.0.1:0",
     ])
     .args(["--name", "127.0.0.1", "--name", "front.test"])
+    .args(["--metrics-listen", "127.0.0.1:0"])
     .arg("--dir")
     .arg(root.join("front"))
     .arg("--state-dir")
@@ -94,6 +109,7 @@ pub async fn gateway(limits: &[(&str, i64)]) -> Gateway {
         sim,
         front,
         front_addr: ready["listen"].as_str().unwrap().to_string(),
+        metrics_addr: ready["metrics"].as_str().unwrap().to_string(),
         front_log,
     }
 }

@@ -58,31 +58,33 @@ async fn forged_host(gw: &Gateway, creds: &Path) -> super::RunnerHost {
     connect(dir, listen.port(), "127.0.0.2").await
 }
 
+/// One request through a tunnel carrying `creds`: refused, with `reason` in the audit line,
+/// and no connection at the apiserver.
+async fn assert_refused(gw: &Gateway, host: &super::RunnerHost, creds: &Path, reason: &str) {
+    let before = gw.apiserver_connections();
+    let o = blocking(host.curl(creds, PODS)).await;
+    assert_ne!(o.status.code(), Some(0), "{reason}: passed the front");
+    let after = gw.apiserver_connections();
+    assert_eq!(after, before, "{reason}: reached the apiserver");
+    let audit = gw.audit();
+    let line = format!("end=\"{reason}\"");
+    assert!(audit.contains(&line), "no {line} in the audit:\n{audit}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_certificates_never_reach_the_apiserver() {
     let gw = gateway(&[]).await;
     let root = gw.root().to_path_buf();
-    let other_ca =
-        CertificateAuthority::generate("another-ca", std::time::Duration::from_secs(86_400))
-            .unwrap();
+    let day = std::time::Duration::from_secs(86_400);
+    let other_ca = CertificateAuthority::generate("another-ca", day).unwrap();
+    let ours = client_ca(&gw);
+    let runner = "gitlab-runner";
     let cases = [
-        (
-            "other-ca",
-            &other_ca,
-            "gitlab-runner",
-            "gitlab-runner",
-            "bad_certificate",
-        ),
-        (
-            "masters",
-            &client_ca(&gw),
-            "gitlab-runner",
-            "system:masters",
-            "system_masters",
-        ),
+        ("other-ca", &other_ca, runner, runner, "bad_certificate"),
+        ("masters", &ours, runner, "system:masters", "system_masters"),
         (
             "outsider",
-            &client_ca(&gw),
+            &ours,
             "someone-else",
             "developers",
             "not_allowed",
@@ -92,40 +94,19 @@ async fn refused_certificates_never_reach_the_apiserver() {
         let creds = root.join(name);
         credential(&creds, &gw, ca, cn, org);
         let host = forged_host(&gw, &creds).await;
-        let before = gw.apiserver_connections();
-        let o = blocking(host.curl(&creds, PODS)).await;
-        assert_ne!(o.status.code(), Some(0), "{name} passed the front");
-        assert_eq!(
-            gw.apiserver_connections(),
-            before,
-            "{name} reached the apiserver"
-        );
-        assert!(
-            gw.audit().contains(reason),
-            "{name}: no `{reason}` in the audit:\n{}",
-            gw.audit()
-        );
+        assert_refused(&gw, &host, &creds, reason).await;
     }
 
     // Revoked by serial, before it is ever used: an allowed subject, refused all the same.
     let creds = root.join("revoked");
-    credential(
-        &creds,
-        &gw,
-        &client_ca(&gw),
-        "gitlab-runner",
-        "gitlab-runner",
-    );
+    credential(&creds, &gw, &ours, runner, runner);
     let pem = std::fs::read_to_string(creds.join("tls.crt")).unwrap();
     let serial = tenantci_core::pki::inspect::CertInfo::from_pem(&pem)
         .unwrap()
         .serial_hex;
     let mut revoke = tenantci();
-    revoke
-        .args([
-            "front", "revoke", "--serial", &serial, "--note", "leaked", "--config",
-        ])
-        .arg(gw.config());
+    revoke.args(["front", "revoke", "--serial", &serial, "--note", "leaked"]);
+    revoke.arg("--config").arg(gw.config());
     assert_exit(&blocking(revoke).await, 0);
     // The running front logs when it has re-read the list: the event to wait for.
     tenantci_testkit::wait::eventually("the front to re-read its deny-list", || async {
@@ -133,19 +114,25 @@ async fn refused_certificates_never_reach_the_apiserver() {
     })
     .await;
     let host = runner_host(&gw, &creds, "127.0.0.2").await;
-    let before = gw.apiserver_connections();
-    let o = blocking(host.curl(&creds, PODS)).await;
-    assert_ne!(
-        o.status.code(),
-        Some(0),
-        "a revoked serial passed the front"
+    assert_refused(&gw, &host, &creds, "revoked").await;
+
+    // Each refusal is counted by its reason, as the alerts read them.
+    let metrics = gw.metrics().await;
+    for reason in [
+        "bad_certificate",
+        "system_masters",
+        "not_allowed",
+        "revoked",
+    ] {
+        let series =
+            format!("tenantci_front_connections_total{{cluster=\"ci\",outcome=\"{reason}\"}}");
+        assert!(metrics.contains(&series), "no {series} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains("tenantci_front_denied_serials 1"),
+        "{metrics}"
     );
-    assert!(gw.audit().contains("\"revoked\""), "{}", gw.audit());
-    assert_eq!(
-        gw.apiserver_connections(),
-        before,
-        "a revoked client reached the apiserver"
-    );
+    assert!(metrics.contains("tenantci_front_serving_cert_expiry_timestamp_seconds"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
