@@ -209,3 +209,48 @@ impl Bundle {
         Ok(written)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle() -> Bundle {
+        Bundle {
+            version: VERSION,
+            cluster: "ci".into(),
+            front: "front.example.com:7443".into(),
+            front_server_name: "front.example.com".into(),
+            front_ca: String::new(),
+            server_ca: String::new(),
+            cert: String::new(),
+            key: Secret::new("-----BEGIN PRIVATE KEY-----"),
+            listen: DEFAULT_LISTEN.parse().unwrap(),
+            namespace: "gitlab-runner".into(),
+        }
+    }
+
+    #[test]
+    fn the_entry_points_at_the_tunnel_and_debug_hides_the_key() {
+        let section = bundle().config_section(Path::new("/etc/gitlab-runner/tenant-ci"));
+        assert!(
+            section.contains("host = \"https://127.0.0.1:6443\""),
+            "{section}"
+        );
+        assert!(section.contains("ca_file = \"/etc/gitlab-runner/tenant-ci/ca.crt\""));
+        assert!(!format!("{:?}", bundle()).contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn only_loopback_listeners_and_host_port_fronts_pass() {
+        assert!(check_listen("127.0.0.1:6443".parse().unwrap()).is_ok());
+        assert!(check_listen("[::1]:6443".parse().unwrap()).is_ok());
+        assert!(check_listen("0.0.0.0:6443".parse().unwrap()).is_err());
+        assert_eq!(
+            front_host("front.example.com:7443").unwrap(),
+            "front.example.com"
+        );
+        assert_eq!(front_host("[2001:db8::1]:7443").unwrap(), "2001:db8::1");
+        assert!(front_host("front.example.com").is_err());
+        assert!(front_host(":7443").is_err());
+    }
+}

@@ -88,6 +88,13 @@ pub const DENY_LIST_FILE: &str = "denied-serials";
 impl FrontConfig {
     /// Reads and checks `path`; relative paths inside are taken from the config's directory.
     pub fn load(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(Error::bad_input(format!(
+                "there is no front config at `{}`: the front starts only from an explicit config",
+                path.display()
+            ))
+            .hint("write one with `tenantci front init --state-dir DIR --cluster NAME --name HOST` (docs/runbooks/gitlab-runner.md, \"GitLab on its own VM\"), or pass --config"));
+        }
         let text = tenantci_core::input::read_text(
             "the front's config",
             path,
