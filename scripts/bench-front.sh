@@ -3,7 +3,7 @@
 # the simulator's tenant apiserver (the baseline) and through `tenantci front connect` + `front
 # serve`, side by side in one run, and the front's memory with 500 open tunnels. Writes the
 # table into docs/benchmarks/front.md between the markers.
-# Usage: scripts/bench-front.sh [ROUNDS=5] [OBJECTS=2000] (PROFILE=release for release figures)
+# Usage: scripts/bench-front.sh [ROUNDS=11] [OBJECTS=6000] (PROFILE=release for release figures)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh

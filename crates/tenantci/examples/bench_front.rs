@@ -8,7 +8,7 @@
 //! Prints Markdown on stdout, progress on stderr; `scripts/bench-front.sh` writes it into
 //! docs/benchmarks/front.md.
 //!
-//! Usage: bench_front TENANTCI_BIN [ROUNDS=5] [OBJECTS=2000]
+//! Usage: bench_front TENANTCI_BIN [ROUNDS=11] [OBJECTS=6000]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -269,8 +269,8 @@ async fn main() {
         .get(1)
         .expect("usage: bench_front TENANTCI_BIN [ROUNDS] [OBJECTS]")
         .clone();
-    let rounds: usize = args.get(2).map_or(5, |a| a.parse().unwrap());
-    let objects: usize = args.get(3).map_or(2000, |a| a.parse().unwrap());
+    let rounds: usize = args.get(2).map_or(11, |a| a.parse().unwrap());
+    let objects: usize = args.get(3).map_or(6000, |a| a.parse().unwrap());
     let root = tempfile::tempdir().unwrap();
     let w = world(&bin, root.path()).await;
     progress(&format!("creating {objects} ConfigMaps of 1 KiB"));

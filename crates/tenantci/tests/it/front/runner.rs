@@ -90,6 +90,17 @@ async fn runner_check_passes_through_the_front_with_the_unpacked_bundle() {
     assert!(after > before, "runner check did not reach the apiserver");
     assert!(gw.audit().contains("CN=gitlab-runner"), "{}", gw.audit());
 
+    // The runner's key is in the bundle (the positive control) and in no log of either side.
+    let key = std::fs::read_to_string(creds.join("tls.key")).unwrap();
+    let secret = key.lines().nth(1).unwrap();
+    let bundle = std::fs::read_to_string(host.bundle()).unwrap();
+    assert!(
+        bundle.contains(secret),
+        "the control: the bundle carries the key"
+    );
+    let connect_log = std::fs::read_to_string(host.dir.path().join("connect.log")).unwrap();
+    assert!(!gw.audit().contains(secret) && !connect_log.contains(secret));
+
     // SIGTERM stops the runner host's side cleanly (what systemd sends).
     let grace = std::time::Duration::from_secs(20);
     let code = tokio::task::spawn_blocking(move || host.connect.terminate(grace));
