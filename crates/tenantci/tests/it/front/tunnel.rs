@@ -165,3 +165,30 @@ async fn two_hundred_stalled_handshakes_do_not_stop_a_valid_client() {
     );
     drop(stalled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_at_its_cap_is_refused_until_its_tunnel_closes() {
+    let gw = gateway(&[("max_per_subject", 1)]).await;
+    let host = runner_host(&gw, &gw.creds(), "127.0.0.2").await;
+    let creds = gw.creds();
+    let create = ["create", "configmap", "held", "-n", "gitlab-runner"];
+    kubectl_ok(&host, &creds, &create).await;
+    // The open watch holds the subject's one tunnel.
+    let watch = Watch::start(&host, &creds).shows("held").await;
+    let before = gw.apiserver_connections();
+    let o = blocking(host.curl(&creds, PODS)).await;
+    assert_ne!(o.status.code(), Some(0), "a second tunnel passed the cap");
+    assert_eq!(gw.apiserver_connections(), before);
+    assert!(
+        gw.audit().contains("end=\"subject_full\""),
+        "{}",
+        gw.audit()
+    );
+    // Its tunnel closed, the subject's place is given back.
+    drop(watch);
+    eventually("the subject's place to come back", || async {
+        let o = blocking(host.curl(&creds, PODS)).await;
+        (o.status.code() == Some(0)).then_some(())
+    })
+    .await;
+}
