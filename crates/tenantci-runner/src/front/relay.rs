@@ -91,7 +91,11 @@ where
             pump(client_r, up_w, &counts.up, &counts),
             pump(up_r, client_w, &counts.down, &counts)
         );
-        if pumped.is_ok() { End::Closed } else { End::Error }
+        if pumped.is_ok() {
+            End::Closed
+        } else {
+            End::Error
+        }
     };
     tokio::select! {
         end = both => end,
