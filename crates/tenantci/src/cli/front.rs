@@ -393,7 +393,7 @@ fn unpack(a: UnpackArgs) -> Result<i32> {
             println!("wrote {f}");
         }
         println!(
-            "gitlab-runner's entry (or `tenantci runner gitlab-config --host https://{} --cert-file {} --key-file {} --ca-file {}`):",
+            "gitlab-runner's entry (or `tenantci runner gitlab-config --config /etc/gitlab-runner/config.toml --name tenant-ci --url <GitLab> --runner-token-file <file> --host https://{} --cert-file {} --key-file {} --ca-file {}`):",
             b.listen,
             dir.join("tls.crt").display(),
             dir.join("tls.key").display(),
