@@ -5,6 +5,7 @@
 //! - [`tenant`]: the runner's RBAC (apply and verify), pre-warmed pause pods, job-pod sizing.
 //! - [`runner`]: gitlab-runner's `config.toml`, GitLab's runner API, act_runner's files.
 //! - [`bootstrap`]: `bootstrap runner`, every step above in one idempotent command.
+//! - [`front`]: a GitLab Runner on another host: the authenticated front and its tunnel.
 //! - [`check_host`]: the gateway host's checks.
 //! - [`steps`]: the step report that orchestrations print.
 //!
@@ -14,6 +15,7 @@ pub mod bootstrap;
 pub mod check_host;
 pub mod checklist;
 pub mod credential;
+pub mod front;
 pub mod runner;
 pub mod steps;
 pub mod tenant;

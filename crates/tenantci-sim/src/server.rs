@@ -146,6 +146,7 @@ pub async fn serve(
             _ = shutdown.changed() => break,
             accepted = listener.accept() => {
                 let Ok((tcp, _)) = accepted else { continue };
+                api.count_connection();
                 let _ = tcp.set_nodelay(true);
                 let (acceptor, authn, api) = (acceptor.clone(), authn.clone(), api.clone());
                 conns.spawn(async move {

@@ -23,7 +23,10 @@ pub fn init(format: LogFormat, verbosity: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("warn,tenantci={level}")));
+        // The front's audit lines are its record of who passed: never hidden by verbosity.
+        .unwrap_or_else(|_| {
+            EnvFilter::new(format!("warn,tenantci={level},tenantci::front::audit=info"))
+        });
     // kube-client's HTTP trace layer logs every failed request as `ERROR failed with error
     // client error (Connect)`, naming neither the apiserver nor what happens next (issue 45);
     // the caller that made the request logs the failure with both. Off unless RUST_LOG names

@@ -65,9 +65,40 @@ pub fn cluster_api_resource() -> ApiResource {
 /// Resolves `name` through the gateway's admin apiserver. The Cluster must be Ready.
 pub async fn resolve(state: &StateDir, name: &str) -> Result<ResolvedCluster> {
     validate_cluster_name(name)?;
-    let gateway = GatewayJson::load(state)?;
-    let admin_path = absolute_to(state.root(), &gateway.admin_kubeconfig);
-    let admin = crate::kube_client::from_kubeconfig(&admin_path).await?;
+    Resolver::open(state).await?.resolve(name).await
+}
+
+/// One admin client kept for many resolutions (the front resolves at every connection, since
+/// a cluster's leased port can change).
+#[derive(Clone)]
+pub struct Resolver {
+    state: StateDir,
+    admin: kube::Client,
+}
+
+impl Resolver {
+    pub async fn open(state: &StateDir) -> Result<Self> {
+        let gateway = GatewayJson::load(state)?;
+        let admin_path = absolute_to(state.root(), &gateway.admin_kubeconfig);
+        let admin = crate::kube_client::from_kubeconfig(&admin_path).await?;
+        Ok(Resolver {
+            state: state.clone(),
+            admin,
+        })
+    }
+
+    /// The Cluster `name`, which must be Ready.
+    pub async fn resolve(&self, name: &str) -> Result<ResolvedCluster> {
+        validate_cluster_name(name)?;
+        read_cluster(&self.state, self.admin.clone(), name).await
+    }
+}
+
+async fn read_cluster(
+    state: &StateDir,
+    admin: kube::Client,
+    name: &str,
+) -> Result<ResolvedCluster> {
     let api: Api<DynamicObject> = Api::all_with(admin, &cluster_api_resource());
     let cluster = api.get_opt(name).await.map_err(|e| {
         Error::external(format!(

@@ -77,6 +77,9 @@ pub struct ApiServer {
     /// `host:port` advertised by `/api`.
     pub server_address: String,
     rbac: authorize::RbacCache,
+    /// TCP connections accepted, before any TLS: what a test counts to prove that a refused
+    /// client of the front never reached this apiserver.
+    connections: std::sync::atomic::AtomicU64,
 }
 
 impl ApiServer {
@@ -91,7 +94,18 @@ impl ApiServer {
             mode,
             server_address,
             rbac: authorize::RbacCache::default(),
+            connections: Default::default(),
         }
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_connection(&self) {
+        self.connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn anonymous() -> UserInfo {

@@ -13,6 +13,7 @@ mod dispatch;
 mod doc_commands;
 mod docs;
 mod executor_proxy;
+mod front;
 mod internal;
 mod pki;
 mod queue;
@@ -84,6 +85,10 @@ pub enum Command {
     /// The Gitea dispatcher: `init` registers and writes its config, `run` runs it.
     #[command(subcommand)]
     Dispatch(dispatch::DispatchCommand),
+    /// A GitLab Runner on another host: the authenticated front for a tenant apiserver
+    /// (`serve`, `revoke`, `status` on the gateway host) and its tunnel (`connect` there).
+    #[command(subcommand)]
+    Front(front::FrontCommand),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions(docs::CompletionsArgs),
     /// Print the man page, or write one per command with --out-dir.
@@ -118,6 +123,7 @@ async fn dispatch(command: Command) -> tenantci_core::Result<i32> {
         Command::Sim(args) => sim::run(args).await,
         Command::Queue(cmd) => queue::run(cmd).await,
         Command::Dispatch(cmd) => dispatch::run(cmd).await,
+        Command::Front(cmd) => front::run(cmd).await,
         Command::Completions(args) => docs::completions(args),
         Command::Man(args) => docs::man(args),
         Command::ExecutorProxy(args) => executor_proxy::run(args).await,

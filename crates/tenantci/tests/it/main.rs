@@ -10,6 +10,7 @@ mod cli;
 mod crd_schemas;
 mod credential;
 mod dispatch;
+mod front;
 mod gitea;
 mod opensandbox;
 mod packaging;

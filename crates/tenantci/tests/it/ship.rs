@@ -397,8 +397,12 @@ fn the_dashboard_plots_every_metric_the_alerts_use() {
 
 #[test]
 fn alert_rules_pass_promtool() {
-    let tests =
-        ["alerts.test.yaml", "runner-credential-alerts.test.yaml"].map(std::path::Path::new);
+    let tests = [
+        "alerts.test.yaml",
+        "runner-credential-alerts.test.yaml",
+        "front-alerts.test.yaml",
+    ]
+    .map(std::path::Path::new);
     let Some(o) = promtool_test_rules(&repo_file("manifests/monitoring"), &tests) else {
         return;
     };

@@ -1,0 +1,257 @@
+//! `front.toml`: what `tenantci front serve` starts from. Nothing is published without it, and a
+//! cluster with no allowed subject is not reachable at all. Read and checked whole at start;
+//! does not read certificates (`handshake` does) or the deny-list (`deny`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use tenantci_core::duration::GoDuration;
+use tenantci_core::{Error, Result};
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontConfig {
+    /// The one published address, e.g. `0.0.0.0:7443`.
+    pub listen: SocketAddr,
+    /// The gateway's state directory: Clusters are resolved through it at each connection.
+    pub state_dir: PathBuf,
+    /// The front's serving certificate and key (PEM): from `front init` or the operator's.
+    pub serving_cert: PathBuf,
+    pub serving_key: PathBuf,
+    /// Serials refused (`front revoke`). Default: `denied-serials` beside the config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny_list: Option<PathBuf>,
+    /// Prometheus `/metrics` (keep it on loopback). None: no metrics listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default, rename = "cluster")]
+    pub clusters: Vec<ClusterRule>,
+}
+
+/// Who may pass to one cluster.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterRule {
+    pub name: String,
+    #[serde(default)]
+    pub allow: Vec<Subject>,
+}
+
+/// An allowed certificate subject: the CommonName (the Kubernetes user) and one Organization
+/// the certificate must carry (a group). Both given, so a rule names one identity.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Subject {
+    pub common_name: String,
+    pub organization: String,
+}
+
+/// What a public port needs. Defaults in [`Limits::default`].
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// From TCP accept to a finished mutual-TLS handshake.
+    pub handshake_timeout: GoDuration,
+    /// A tunnel with no byte either way for this long is closed (above the apiserver's own
+    /// watch timeout, so a quiet watch is not cut).
+    pub idle_timeout: GoDuration,
+    /// Open tunnels in total.
+    pub max_connections: u32,
+    /// Connections still in their handshake; more are closed at once.
+    pub max_handshakes: u32,
+    /// Open tunnels per certificate subject.
+    pub max_per_subject: u32,
+    /// New connections accepted per second (a burst of as many is allowed).
+    pub new_per_second: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let secs = std::time::Duration::from_secs;
+        Limits {
+            handshake_timeout: secs(10).into(),
+            idle_timeout: secs(3600).into(),
+            max_connections: 1024,
+            max_handshakes: 256,
+            max_per_subject: 256,
+            new_per_second: 200,
+        }
+    }
+}
+
+pub const DENY_LIST_FILE: &str = "denied-serials";
+
+impl FrontConfig {
+    /// Reads and checks `path`; relative paths inside are taken from the config's directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(Error::bad_input(format!(
+                "there is no front config at `{}`: the front starts only from an explicit config",
+                path.display()
+            ))
+            .hint("write one with `tenantci front init --state-dir DIR --cluster NAME --name HOST` (docs/runbooks/gitlab-runner.md, \"GitLab on its own VM\"), or pass --config"));
+        }
+        let text = tenantci_core::input::read_text(
+            "the front's config",
+            path,
+            tenantci_core::input::MAX_CONFIG,
+        )?;
+        let mut config: FrontConfig = toml_edit::de::from_str(&text).map_err(|e| {
+            Error::bad_input(format!("`{}` is not a valid front config", path.display()))
+                .caused_by(e)
+                .hint("see docs/cli.md (`front init` writes one); unknown keys are refused")
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.anchor(base);
+        config.check()?;
+        Ok(config)
+    }
+
+    fn anchor(&mut self, base: &Path) {
+        let at = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        at(&mut self.state_dir);
+        at(&mut self.serving_cert);
+        at(&mut self.serving_key);
+        let deny = self
+            .deny_list
+            .take()
+            .unwrap_or_else(|| PathBuf::from(DENY_LIST_FILE));
+        self.deny_list = Some(if deny.is_relative() {
+            base.join(deny)
+        } else {
+            deny
+        });
+    }
+
+    /// The deny-list's path (set by [`FrontConfig::load`]).
+    pub fn deny_list_path(&self) -> &Path {
+        self.deny_list
+            .as_deref()
+            .unwrap_or(Path::new(DENY_LIST_FILE))
+    }
+
+    pub fn cluster(&self, name: &str) -> Option<&ClusterRule> {
+        self.clusters.iter().find(|c| c.name == name)
+    }
+
+    /// The refusals, pure: each names the key and the fix.
+    pub fn check(&self) -> Result<()> {
+        if self.clusters.is_empty() {
+            return Err(Error::bad_input(
+                "the front config names no [[cluster]]: nothing would be reachable",
+            )
+            .hint("add a [[cluster]] with name and at least one [[cluster.allow]]"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &self.clusters {
+            tenantci_core::gateway::layout::validate_cluster_name(&c.name)?;
+            if !seen.insert(c.name.as_str()) {
+                return Err(Error::bad_input(format!(
+                    "cluster `{}` appears twice in the front config",
+                    c.name
+                ))
+                .hint("merge its allow lists into one [[cluster]]"));
+            }
+            for s in &c.allow {
+                check_subject(&c.name, s)?;
+            }
+        }
+        self.limits.check()
+    }
+}
+
+fn check_subject(cluster: &str, s: &Subject) -> Result<()> {
+    for (key, value) in [
+        ("common_name", &s.common_name),
+        ("organization", &s.organization),
+    ] {
+        if value.trim().is_empty() || value.starts_with("system:") {
+            return Err(Error::bad_input(format!(
+                "cluster `{cluster}` allows {key} `{value}`: empty and `system:` names are refused (system:masters is cluster-admin)"
+            ))
+            .hint("allow the scoped runner identity `credential mint` gave it, e.g. gitlab-runner"));
+        }
+    }
+    Ok(())
+}
+
+impl Limits {
+    fn check(&self) -> Result<()> {
+        for (key, value) in [
+            ("max_connections", self.max_connections),
+            ("max_handshakes", self.max_handshakes),
+            ("max_per_subject", self.max_per_subject),
+            ("new_per_second", self.new_per_second),
+        ] {
+            if value == 0 {
+                return Err(Error::bad_input(format!(
+                    "[limits] {key} is 0: the front would refuse every connection"
+                ))
+                .hint("give a positive number or drop the key for its default"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+listen = "127.0.0.1:7443"
+state_dir = "state"
+serving_cert = "tls.crt"
+serving_key = "tls.key"
+[limits]
+idle_timeout = "5m"
+[[cluster]]
+name = "ci"
+[[cluster.allow]]
+common_name = "gitlab-runner"
+organization = "gitlab-runner"
+"#;
+
+    fn parse(text: &str) -> Result<FrontConfig> {
+        let mut c: FrontConfig =
+            toml_edit::de::from_str(text).map_err(|e| Error::bad_input("bad").caused_by(e))?;
+        c.anchor(Path::new("/etc/front"));
+        c.check().map(|()| c)
+    }
+
+    #[test]
+    fn a_config_reads_with_paths_beside_it_and_default_limits() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.state_dir, Path::new("/etc/front/state"));
+        assert_eq!(c.deny_list_path(), Path::new("/etc/front/denied-serials"));
+        assert_eq!(c.limits.idle_timeout.as_str(), "5m");
+        assert_eq!(c.limits.max_connections, 1024);
+        assert_eq!(c.cluster("ci").unwrap().allow.len(), 1);
+    }
+
+    #[test]
+    fn system_names_unknown_keys_no_cluster_and_zero_limits_are_refused() {
+        let masters = GOOD.replace(
+            "organization = \"gitlab-runner\"",
+            "organization = \"system:masters\"",
+        );
+        assert!(parse(&masters).unwrap_err().message().contains("system:"));
+        assert!(parse(&GOOD.replace("[limits]", "[limits]\nmax_connections = 0")).is_err());
+        assert!(parse(&GOOD.replace("[limits]", "[limits]\nfoo = 1")).is_err());
+        let none = GOOD.split("[[cluster]]").next().unwrap();
+        assert!(
+            parse(none)
+                .unwrap_err()
+                .message()
+                .contains("no [[cluster]]")
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! The outer TLS of the front: the client names its cluster by ALPN, the front answers with its
+//! own certificate and requires a client certificate chaining to THAT cluster's ClientCA. The
+//! allow-list and deny-list are checked inside the handshake (`Gate`), so a refused client gets
+//! a TLS alert (`access_denied`, `certificate_revoked`) and nothing is ever opened upstream.
+//! Does not relay (`relay`) or resolve the apiserver (`serve`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, WebPkiClientVerifier};
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, ServerConfig,
+    SignatureScheme,
+};
+use tokio::sync::watch;
+
+use super::admit::{self, Client, Refusal};
+use super::config::{ClusterRule, FrontConfig};
+use super::deny::DenyList;
+use tenantci_core::gateway::layout::StateDir;
+use tenantci_core::{Error, Result};
+
+/// One server config per cluster, chosen from the ClientHello's ALPN.
+pub struct Configs {
+    by_cluster: HashMap<String, Arc<ServerConfig>>,
+}
+
+impl Configs {
+    /// Reads the front's certificate and every cluster's ClientCA (from the state directory).
+    pub fn build(config: &FrontConfig, deny: watch::Receiver<Arc<DenyList>>) -> Result<Self> {
+        tenantci_core::tls::ensure_crypto_provider();
+        let (chain, key) = serving_pair(config)?;
+        let state = StateDir::new(&config.state_dir);
+        let mut by_cluster = HashMap::new();
+        for rule in &config.clusters {
+            let ca_path = state.cluster(&rule.name).client_ca_cert;
+            let cas = tenantci_core::tls::read_ca_bundle(
+                &format!("cluster `{}`'s ClientCA", rule.name),
+                &ca_path,
+            )?;
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add_parsable_certificates(cas);
+            let inner = WebPkiClientVerifier::builder(Arc::new(roots))
+                .build()
+                .map_err(|e| {
+                    Error::bad_input(format!("cluster `{}`'s ClientCA `{}` cannot verify clients", rule.name, ca_path.display()))
+                        .caused_by(e)
+                        .hint("is the cluster's PKI in the state directory? (`tenantci pki init-cluster`)")
+                })?;
+            let gate = Gate {
+                rule: rule.clone(),
+                inner,
+                deny: deny.clone(),
+            };
+            let mut server = ServerConfig::builder()
+                .with_client_cert_verifier(Arc::new(gate))
+                .with_single_cert(chain.clone(), key.clone_key())
+                .map_err(|e| {
+                    Error::bad_input(format!(
+                        "the front's certificate `{}` and key `{}` do not form a pair",
+                        config.serving_cert.display(),
+                        config.serving_key.display()
+                    ))
+                    .caused_by(e)
+                    .hint("give the key of that certificate (`tenantci front init` writes both)")
+                })?;
+            server.alpn_protocols = vec![super::alpn_for(&rule.name)];
+            // No resumption: a resumed session skips the client certificate, and with it the
+            // allow-list and the deny-list. Every tunnel is a full handshake.
+            server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            server.send_tls13_tickets = 0;
+            by_cluster.insert(rule.name.clone(), Arc::new(server));
+        }
+        Ok(Configs { by_cluster })
+    }
+
+    /// The cluster named by the ClientHello and its config; None: not ours, or not configured.
+    pub fn pick(&self, hello: &ClientHello<'_>) -> Option<(String, Arc<ServerConfig>)> {
+        hello.alpn()?.find_map(|p| {
+            let name = super::cluster_from_alpn(p)?;
+            self.by_cluster
+                .get(name)
+                .map(|c| (name.to_string(), c.clone()))
+        })
+    }
+}
+
+fn serving_pair(
+    config: &FrontConfig,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let chain = tenantci_core::tls::read_ca_bundle(
+        "the front's serving certificate",
+        &config.serving_cert,
+    )?;
+    let key_pem = tenantci_core::input::read_private(
+        "the front's serving key",
+        &config.serving_key,
+        tenantci_core::input::MAX_PEM,
+    )?;
+    let key = rustls_pemfile_key(&key_pem).ok_or_else(|| {
+        Error::bad_input(format!(
+            "`{}` holds no private key",
+            config.serving_key.display()
+        ))
+        .hint("give the PEM key of the front's serving certificate")
+    })?;
+    Ok((chain, key))
+}
+
+fn rustls_pemfile_key(pem: &str) -> Option<PrivateKeyDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).ok()
+}
+
+/// The ClientCA's chain check, then the front's policy on the leaf.
+#[derive(Debug)]
+struct Gate {
+    rule: ClusterRule,
+    inner: Arc<dyn ClientCertVerifier>,
+    deny: watch::Receiver<Arc<DenyList>>,
+}
+
+impl ClientCertVerifier for Gate {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        self.inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let client = Client::from_der(end_entity)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let deny = self.deny.borrow().clone();
+        admit::decide(&self.rule, &client, &deny).map_err(|refusal| {
+            // Carried inside the error so the audit line names the subject and the reason;
+            // the client sees a bad_certificate alert.
+            let refused = Refused { refusal, client };
+            rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(
+                refused,
+            ))))
+        })?;
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// A certificate that chained but was refused by the front's policy.
+#[derive(Debug)]
+pub struct Refused {
+    pub refusal: Refusal,
+    pub client: Client,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, serial {})",
+            self.refusal,
+            self.client.subject(),
+            self.client.serial
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// Why a handshake failed, for the audit line: (reason, the client when the chain verified).
+pub fn refusal_reason(err: &std::io::Error) -> (&'static str, Option<Client>) {
+    let rustls_err = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>());
+    match rustls_err {
+        Some(rustls::Error::InvalidCertificate(CertificateError::Other(other))) => {
+            match other.0.downcast_ref::<Refused>() {
+                Some(r) => (r.refusal.reason(), Some(r.client.clone())),
+                None => ("bad_certificate", None),
+            }
+        }
+        Some(rustls::Error::InvalidCertificate(_)) => ("bad_certificate", None),
+        Some(rustls::Error::NoCertificatesPresented) => ("no_certificate", None),
+        _ => ("handshake_failed", None),
+    }
+}

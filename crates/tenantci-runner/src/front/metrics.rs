@@ -1,0 +1,137 @@
+//! The front's Prometheus metrics (`tenantci_front_*`), served on `metrics_listen` at
+//! `/metrics`. The alerts in manifests/monitoring/front-alerts.yaml read these names.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub struct Metrics {
+    registry: Registry,
+    connections: Family<Labels, Counter>,
+    open: Family<Labels, Gauge>,
+    pending: Gauge,
+    bytes: Family<Labels, Counter>,
+    denied: Gauge,
+    cert_expiry: Gauge<f64, AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("tenantci_front");
+        let m = Metrics {
+            registry: Registry::default(),
+            connections: Family::default(),
+            open: Family::default(),
+            pending: Gauge::default(),
+            bytes: Family::default(),
+            denied: Gauge::default(),
+            cert_expiry: Gauge::default(),
+        };
+        registry.register(
+            "connections",
+            "Connections by cluster and outcome: tunnel, or the refusal's reason",
+            m.connections.clone(),
+        );
+        registry.register("tunnels_open", "Open tunnels by cluster", m.open.clone());
+        registry.register(
+            "handshakes_pending",
+            "Connections in their handshake",
+            m.pending.clone(),
+        );
+        registry.register(
+            "bytes",
+            "Bytes relayed by cluster and direction (up: runner to apiserver)",
+            m.bytes.clone(),
+        );
+        registry.register(
+            "denied_serials",
+            "Serials on the deny-list",
+            m.denied.clone(),
+        );
+        registry.register(
+            "serving_cert_expiry_timestamp_seconds",
+            "When the front's serving certificate expires (Unix time)",
+            m.cert_expiry.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    pub fn connection(&self, cluster: &str, outcome: &str) {
+        self.connections
+            .get_or_create(&labels(&[("cluster", cluster), ("outcome", outcome)]))
+            .inc();
+    }
+
+    pub fn tunnel_opened(&self, cluster: &str) {
+        self.open
+            .get_or_create(&labels(&[("cluster", cluster)]))
+            .inc();
+    }
+
+    pub fn tunnel_closed(&self, cluster: &str, up: u64, down: u64) {
+        self.open
+            .get_or_create(&labels(&[("cluster", cluster)]))
+            .dec();
+        for (direction, n) in [("up", up), ("down", down)] {
+            self.bytes
+                .get_or_create(&labels(&[("cluster", cluster), ("direction", direction)]))
+                .inc_by(n);
+        }
+    }
+
+    pub fn pending(&self) -> &Gauge {
+        &self.pending
+    }
+
+    pub fn set_denied(&self, n: usize) {
+        self.denied.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_cert_expiry(&self, unix: i64) {
+        self.cert_expiry.set(unix as f64);
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+async fn metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        m.render(),
+    )
+}
+
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(self::metrics))
+        .with_state(metrics)
+}

@@ -1,0 +1,58 @@
+//! The front: a GitLab Runner on another host reaching a tenant apiserver that binds loopback
+//! on the gateway host (docs/architecture.md, "The front"; runbook "GitLab on its own VM").
+//!
+//! `serve` (gateway side) terminates an outer mutual-TLS session on one public port, checks the
+//! runner's own ClientCA-signed certificate against the cluster's allow-list and the deny-list,
+//! and only then relays the raw bytes of the runner's inner TLS session to the cluster's
+//! loopback apiserver. `connect` (runner side) listens on loopback and wraps each connection in
+//! that outer session. The front reads no request and holds no key of the runner's.
+//!
+//! - [`config`]: `front.toml`, what `serve` starts from (clusters, allowed subjects, limits).
+//! - [`admit`]: pure: may this certificate pass to this cluster.
+//! - [`deny`]: the deny-list of serials (`front revoke`), re-read while `serve` runs.
+//! - [`limits`]: pure: new connections per second, connections per subject.
+//! - [`handshake`]: the outer TLS: the cluster named by ALPN, its ClientCA, the refusals as
+//!   TLS alerts.
+//! - [`relay`]: bytes both ways, counted, cut when idle, revoked or shut down.
+//! - [`serve`], [`metrics`]: the listener, one audit line per connection, Prometheus metrics.
+//! - [`bundle`], [`connect`]: the runner host's one file and its side of the tunnel.
+//! - [`init`], [`status`]: the front's own certificate and config; what is allowed and denied.
+
+pub mod admit;
+pub mod bundle;
+pub mod config;
+pub mod connect;
+pub mod deny;
+pub mod handshake;
+pub mod init;
+pub mod limits;
+pub mod metrics;
+pub mod relay;
+pub mod serve;
+pub mod status;
+
+/// The ALPN protocol that names `cluster` in the outer handshake. ALPN rather than SNI, so the
+/// front's certificate is checked against the front's own name.
+pub fn alpn_for(cluster: &str) -> Vec<u8> {
+    format!("{ALPN_PREFIX}{cluster}").into_bytes()
+}
+
+/// The cluster an ALPN protocol names, if it is one of ours.
+pub fn cluster_from_alpn(protocol: &[u8]) -> Option<&str> {
+    std::str::from_utf8(protocol)
+        .ok()?
+        .strip_prefix(ALPN_PREFIX)
+}
+
+pub const ALPN_PREFIX: &str = "tenantci-front/1/";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn alpn_names_the_cluster_and_nothing_else() {
+        let p = super::alpn_for("ci");
+        assert_eq!(super::cluster_from_alpn(&p), Some("ci"));
+        assert_eq!(super::cluster_from_alpn(b"h2"), None);
+        assert_eq!(super::cluster_from_alpn(b"tenantci-front/2/ci"), None);
+    }
+}

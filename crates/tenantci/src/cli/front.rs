@@ -1,0 +1,422 @@
+//! `tenantci front ...`: a GitLab Runner on another host reaching a tenant apiserver through an
+//! authenticated front (docs/runbooks, "GitLab on its own VM"). Flags become
+//! [`tenantci_runner::front`] inputs here; the library does the work.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::output::{self, OutputArgs};
+use tenantci_core::{Error, Result};
+use tenantci_runner::front::{
+    bundle, config::FrontConfig, config::Subject, connect, deny, init, serve, status,
+};
+
+#[derive(Debug, Subcommand)]
+pub enum FrontCommand {
+    /// Write the front's explicit config, its own CA and serving certificate, and an empty
+    /// deny-list into --dir (every file 0600, none overwritten).
+    ///
+    /// Publishing a tenant apiserver beyond loopback is a trust-boundary change: read the
+    /// runbook's "GitLab on its own VM" first. The config admits one subject (--common-name,
+    /// --organization) to each --cluster; edit it for more. Exit 2: bad input, nothing written.
+    Init(InitArgs),
+    /// Serve the front: one public port, mutual TLS with the runner's own credential, the
+    /// runner's TLS to the apiserver relayed untouched inside.
+    ///
+    /// Starts only from an explicit config (`front init` writes one). Per connection: the
+    /// cluster named by ALPN, the client certificate checked against that cluster's ClientCA,
+    /// its subject against the allow-list (never system:masters), its serial against the
+    /// deny-list; only then is the cluster's apiserver URL resolved through the gateway and a
+    /// connection opened to it. One audit line per connection (target tenantci::front::audit).
+    /// Prints a ready line (JSON) on stdout once listening; SIGTERM cuts open tunnels and exits
+    /// 0. Exit 2: bad config or certificates; 3: the gateway is unreachable at start.
+    Serve(ServeArgs),
+    /// Put a certificate on the front's deny-list (by --cert or --serial).
+    ///
+    /// A running front re-reads the list every second: new connections with that serial are
+    /// refused and open tunnels carrying it are closed within seconds. The apiserver itself has
+    /// no revocation: mint a new credential for the runner, and keep the serial listed until the
+    /// old certificate expires.
+    Revoke(RevokeArgs),
+    /// What the front admits (clusters, allowed subjects) and refuses (denied serials).
+    Status(StatusArgs),
+    /// Write the runner host's one file: the credential, the front's CA and address, the
+    /// loopback port (0600, never over an existing file).
+    ///
+    /// Copy that one file to the runner host; there `tenantci front unpack` writes
+    /// gitlab-runner's files and `tenantci front connect` serves the tunnel from it.
+    Bundle(BundleArgs),
+    /// On the runner host: write gitlab-runner's ca.crt, tls.crt and tls.key (0600) from a
+    /// bundle and print the [runners.kubernetes] keys that use them.
+    Unpack(UnpackArgs),
+    /// On the runner host: listen on loopback and carry each connection through the front.
+    ///
+    /// gitlab-runner's config.toml keeps host = https://127.0.0.1:<port> and the apiserver's
+    /// CA; its TLS runs end to end inside the tunnel. Prints a ready line (JSON) on stdout once
+    /// listening; SIGTERM stops it (exit 0). packaging/systemd/tenantci-front-connect.service
+    /// runs it.
+    Connect(ConnectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Where the front's files go (created 0700).
+    #[arg(long, value_name = "DIR", default_value = "/etc/tenantci/front")]
+    pub dir: PathBuf,
+    /// The gateway's state directory (Clusters and their ClientCAs).
+    #[arg(long, value_name = "DIR", env = "SOCIALWEB_TENANTCREDENTIAL_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// A cluster the front publishes (repeatable).
+    #[arg(long, value_name = "NAME", required = true)]
+    pub cluster: Vec<String>,
+    /// The allowed certificate's CommonName (the Kubernetes user).
+    #[arg(long, value_name = "CN", default_value = "gitlab-runner")]
+    pub common_name: String,
+    /// An Organization the allowed certificate carries (a Kubernetes group).
+    #[arg(long, value_name = "O", default_value = "gitlab-runner")]
+    pub organization: String,
+    /// The published address.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:7443")]
+    pub listen: SocketAddr,
+    /// Prometheus /metrics (keep it on loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// A DNS name or IP address runner hosts reach the front by (repeatable; the certificate's
+    /// subject alternative names).
+    #[arg(long = "name", value_name = "NAME", required = true)]
+    pub names: Vec<String>,
+    /// The front certificate's validity (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "8760h")]
+    pub valid_for: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The front's config (`front init` writes one).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/tenantci/front/front.toml"
+    )]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// The front's config (names the deny-list).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/tenantci/front/front.toml"
+    )]
+    pub config: PathBuf,
+    /// The certificate to refuse (PEM), e.g. a leaked tls.crt.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "serial",
+        conflicts_with = "serial"
+    )]
+    pub cert: Option<PathBuf>,
+    /// The serial to refuse, hex (colons allowed), as `openssl x509 -noout -serial` prints it.
+    #[arg(long, value_name = "HEX")]
+    pub serial: Option<String>,
+    /// A note kept beside the serial (who, why).
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/tenantci/front/front.toml"
+    )]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BundleArgs {
+    /// The cluster the runner works in.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// The runner's credential: `credential mint`'s OUT_DIR (ca.crt, tls.crt, tls.key).
+    #[arg(long, value_name = "DIR")]
+    pub credential_dir: PathBuf,
+    /// The front's published address as the runner host reaches it (host:port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub front: String,
+    /// The CA of the front's certificate (`front init`'s front-ca.crt).
+    #[arg(long, value_name = "FILE")]
+    pub front_ca: PathBuf,
+    /// The name checked in the front's certificate. Default: the host of --front.
+    #[arg(long, value_name = "NAME")]
+    pub front_server_name: Option<String>,
+    /// Where `front connect` listens on the runner host: gitlab-runner's `host`.
+    #[arg(long, value_name = "ADDR", default_value = bundle::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// The namespace of the runner's job pods.
+    #[arg(long, value_name = "NS", default_value = "gitlab-runner")]
+    pub namespace: String,
+    /// The bundle to write (0600; refused when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UnpackArgs {
+    /// The bundle from `front bundle`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/tenantci/front-bundle.json"
+    )]
+    pub bundle: PathBuf,
+    /// Where gitlab-runner's ca.crt, tls.crt and tls.key go.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/etc/gitlab-runner/tenant-ci"
+    )]
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ConnectArgs {
+    /// The bundle from `front bundle`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/tenantci/front-bundle.json"
+    )]
+    pub bundle: PathBuf,
+    /// Listen here instead of the bundle's address (loopback only).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+}
+
+pub async fn run(cmd: FrontCommand) -> Result<i32> {
+    match cmd {
+        FrontCommand::Init(a) => init_front(a),
+        FrontCommand::Serve(a) => serve_front(a).await,
+        FrontCommand::Revoke(a) => revoke(a),
+        FrontCommand::Status(a) => show_status(a),
+        FrontCommand::Bundle(a) => write_bundle(a),
+        FrontCommand::Unpack(a) => unpack(a),
+        FrontCommand::Connect(a) => connect_front(a).await,
+    }
+}
+
+fn init_front(a: InitArgs) -> Result<i32> {
+    let valid_for = tenantci_core::pki::policy::parse_valid_for(&a.valid_for)?;
+    let inputs = init::Inputs {
+        dir: a.dir,
+        state_dir: std::path::absolute(&a.state_dir).unwrap_or(a.state_dir),
+        clusters: a.cluster,
+        subject: Subject {
+            common_name: a.common_name,
+            organization: a.organization,
+        },
+        listen: a.listen,
+        metrics_listen: a.metrics_listen,
+        names: a.names,
+        valid_for,
+    };
+    for path in init::run(&inputs)? {
+        println!("wrote {}", path.display());
+    }
+    println!(
+        "next: tenantci front serve --config {}",
+        inputs.dir.join(init::CONFIG_FILE).display()
+    );
+    Ok(0)
+}
+
+/// SIGTERM or SIGINT, installed before the ready line so an early signal is not fatal.
+fn shutdown_on_signal() -> watch::Receiver<bool> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (tx, rx) = watch::channel(false);
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
+    tokio::spawn(async move {
+        if let (Ok(mut term), Ok(mut int)) = handlers {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            let _ = tx.send(true);
+        } else {
+            std::future::pending::<()>().await;
+        }
+    });
+    rx
+}
+
+async fn serve_front(a: ServeArgs) -> Result<i32> {
+    let config = FrontConfig::load(&a.config)?;
+    let shutdown = shutdown_on_signal();
+    let bound = serve::bind(&config).await?;
+    let ready = serde_json::json!({
+        "type": "ready",
+        "listen": bound.addr.to_string(),
+        "metrics": bound.metrics_addr.map(|m| m.to_string()),
+    });
+    let opened = serve::open(config).await?;
+    println!("{ready}");
+    serve::serve(opened, bound, shutdown).await;
+    Ok(0)
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Revoked {
+    serial: String,
+    added: bool,
+    deny_list: String,
+}
+
+fn revoke(a: RevokeArgs) -> Result<i32> {
+    let config = FrontConfig::load(&a.config)?;
+    let (serial, subject) = match (&a.cert, &a.serial) {
+        (Some(path), _) => {
+            let pem = tenantci_core::input::read_text(
+                "the certificate to revoke",
+                path,
+                tenantci_core::input::MAX_PEM,
+            )?;
+            let info = tenantci_core::pki::inspect::CertInfo::from_pem(&pem).map_err(|e| {
+                Error::bad_input(format!("`{}` is not a certificate: {e}", path.display()))
+                    .hint("give the PEM certificate (tls.crt), or its serial with --serial")
+            })?;
+            (info.serial_hex, info.subject)
+        }
+        (None, Some(s)) => (s.clone(), String::new()),
+        (None, None) => unreachable!("clap requires --cert or --serial"),
+    };
+    let serial = deny::normalize(&serial).ok_or_else(|| {
+        Error::bad_input(format!("--serial `{serial}` is not hex"))
+            .hint("give it as `openssl x509 -noout -serial` prints it, e.g. 1A2B:3C or 1a2b3c")
+    })?;
+    let path = config.deny_list_path().to_path_buf();
+    let mut list = deny::DenyList::load(&path)?;
+    let note = a.note.unwrap_or(subject);
+    let added = list.add(serial.clone(), note.replace('\n', " "));
+    if added {
+        list.save(&path)?;
+    }
+    let out = Revoked {
+        serial,
+        added,
+        deny_list: path.display().to_string(),
+    };
+    if a.output.is_json() {
+        output::print_json(&out)?;
+    } else if out.added {
+        println!(
+            "serial {} is denied ({}); a running front closes its tunnels within seconds",
+            out.serial, out.deny_list
+        );
+    } else {
+        println!(
+            "serial {} was already denied ({})",
+            out.serial, out.deny_list
+        );
+    }
+    Ok(0)
+}
+
+fn show_status(a: StatusArgs) -> Result<i32> {
+    let config = FrontConfig::load(&a.config)?;
+    let s = status::read(&config)?;
+    if a.output.is_json() {
+        output::print_json(&s)?;
+    } else {
+        print!("{}", status::render(&s));
+    }
+    Ok(0)
+}
+
+fn write_bundle(a: BundleArgs) -> Result<i32> {
+    let b = bundle::build(&bundle::Inputs {
+        cluster: a.cluster,
+        credential_dir: a.credential_dir,
+        front: a.front,
+        front_server_name: a.front_server_name,
+        front_ca: a.front_ca,
+        listen: a.listen,
+        namespace: a.namespace,
+    })?;
+    tenantci_core::fsutil::write_new_atomic(&a.out, &b.to_json(), 0o600).map_err(|e| {
+        Error::bad_input(format!("cannot write the bundle `{}`", a.out.display()))
+            .caused_by(e)
+            .hint("the bundle is never overwritten: pick a new --out or move the old one aside")
+    })?;
+    println!(
+        "wrote {} (0600: it holds the runner's key); copy it to the runner host, then `tenantci front unpack` and `tenantci front connect` there",
+        a.out.display()
+    );
+    Ok(0)
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Unpacked {
+    files: Vec<String>,
+    config_section: String,
+}
+
+fn unpack(a: UnpackArgs) -> Result<i32> {
+    let b = bundle::Bundle::load(&a.bundle)?;
+    let dir = std::path::absolute(&a.dir).unwrap_or(a.dir);
+    let files = b.unpack(&dir)?;
+    let out = Unpacked {
+        files: files.iter().map(|p| p.display().to_string()).collect(),
+        config_section: b.config_section(&dir),
+    };
+    if a.output.is_json() {
+        output::print_json(&out)?;
+    } else {
+        for f in &out.files {
+            println!("wrote {f}");
+        }
+        println!(
+            "gitlab-runner's entry (or `tenantci runner gitlab-config --config /etc/gitlab-runner/config.toml --name tenant-ci --url <GitLab> --runner-token-file <file> --host https://{} --cert-file {} --key-file {} --ca-file {}`):",
+            b.listen,
+            dir.join("tls.crt").display(),
+            dir.join("tls.key").display(),
+            dir.join("ca.crt").display()
+        );
+        print!("{}", out.config_section);
+    }
+    Ok(0)
+}
+
+async fn connect_front(a: ConnectArgs) -> Result<i32> {
+    let b = bundle::Bundle::load(&a.bundle)?;
+    let dialer = connect::Dialer::new(&b)?;
+    let shutdown = shutdown_on_signal();
+    let listener = connect::bind(a.listen.unwrap_or(b.listen)).await?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::external("cannot read the listening address").caused_by(e))?;
+    println!(
+        "{}",
+        serde_json::json!({"type": "ready", "listen": addr.to_string(), "front": b.front, "cluster": b.cluster})
+    );
+    tracing::info!(%addr, front = b.front.as_str(), cluster = b.cluster.as_str(), "front connect: listening");
+    connect::serve(dialer, listener, shutdown).await;
+    Ok(0)
+}
