@@ -127,6 +127,19 @@ pub struct Cluster {
     pub kubeconfig: Option<PathBuf>,
     /// Where executor Pods, their Secrets and the leader Lease live.
     pub namespace: String,
+    /// The reconciler's pass over the executor Pods when no watch event, freed slot or start
+    /// deadline woke it (the watches carry every change); absent: 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync: Option<GoDuration>,
+}
+
+impl Cluster {
+    /// `resync`, or its default.
+    pub fn resync(&self) -> Duration {
+        self.resync
+            .as_ref()
+            .map_or(defaults::RESYNC, GoDuration::get)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -209,6 +222,8 @@ pub(crate) mod defaults {
 
     use super::GoDuration;
 
+    pub const RESYNC: Duration = Duration::from_secs(300);
+
     pub fn ack_wait() -> GoDuration {
         Duration::from_secs(30).into()
     }
@@ -237,6 +252,7 @@ pub const OVERRIDE_KEYS: &[&str] = &[
     "gitea.ca_file",
     "cluster.kubeconfig",
     "cluster.namespace",
+    "cluster.resync",
     "nats.url",
     "nats.secrets_dir",
     "nats.sealing_key_file",
@@ -427,6 +443,12 @@ impl Config {
             return Err(format!(
                 "has cluster.namespace = `{}`, which is not a DNS label (lower-case letters, digits and `-`, at most 63)",
                 tenantci_core::input::shown(&self.cluster.namespace)
+            ));
+        }
+        if self.cluster.resync() < Duration::from_secs(1) {
+            return Err(format!(
+                "has cluster.resync = `{}` (at least 1s: the watches carry every change, the resync only backs them up)",
+                self.cluster.resync.as_ref().map_or("", GoDuration::as_str)
             ));
         }
         if self.capacity.pod == 0 {
@@ -631,6 +653,7 @@ pub(crate) mod tests {
             cluster: Cluster {
                 kubeconfig: Some(files::KUBECONFIG.into()),
                 namespace: "dynamic-runner".into(),
+                resync: None,
             },
             nats: Nats {
                 url: "nats://127.0.0.1:4222".into(),
@@ -1125,7 +1148,7 @@ pub(crate) mod tests {
     #[test]
     fn override_variables_follow_their_keys() {
         let table: Vec<(String, &str)> = overrides().collect();
-        assert_eq!(table.len(), 58);
+        assert_eq!(table.len(), 59);
         for pair in [
             ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
             (

@@ -6,6 +6,7 @@
 //! `Identity`), impersonation, authorization, then the handler.
 
 pub mod authorize;
+pub mod counts;
 mod crud;
 pub mod discovery;
 pub mod fieldset;
@@ -77,6 +78,10 @@ pub struct ApiServer {
     /// `host:port` advertised by `/api`.
     pub server_address: String,
     rbac: authorize::RbacCache,
+    /// Requests served, by verb and resource (`GET /metrics`).
+    pub requests: counts::RequestCounts,
+    /// Bumped by [`ApiServer::restart`]: every open watch ends.
+    restarts: tokio::sync::watch::Sender<u64>,
 }
 
 impl ApiServer {
@@ -91,7 +96,16 @@ impl ApiServer {
             mode,
             server_address,
             rbac: authorize::RbacCache::default(),
+            requests: counts::RequestCounts::default(),
+            restarts: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// The apiserver restarts as far as its clients can tell: every open watch ends, and a
+    /// watch from a version served before answers 410 Gone (`Store::forget_history`).
+    pub fn restart(&self) {
+        self.store.forget_history();
+        self.restarts.send_modify(|n| *n += 1);
     }
 
     fn anonymous() -> UserInfo {
@@ -120,6 +134,9 @@ impl ApiServer {
             Mode::VerifiedOnly => user,
         };
         let route = route::route(self.registry, &req.path);
+        if let Route::Resource(r) = &route {
+            self.requests.record(&req, r);
+        }
         if self.mode == Mode::Rbac {
             let attrs = authorize::attributes(&req, &route);
             self.require(&user, &attrs)?;
@@ -142,6 +159,14 @@ impl ApiServer {
                 "text/plain; charset=utf-8",
                 Bytes::from_static(b"ok"),
             )),
+            Route::Metrics => match req.method {
+                http::Method::GET => Ok(Reply::Text(
+                    200,
+                    "text/plain; version=0.0.4",
+                    Bytes::from(self.requests.exposition()),
+                )),
+                _ => Err(ApiError::method_not_allowed()),
+            },
             Route::CoreVersions => get_only(Some(discovery::core_versions(&self.server_address))),
             Route::Groups => get_only(Some(discovery::groups(self.registry))),
             Route::Group(g) => get_only(discovery::group(self.registry, &g)),

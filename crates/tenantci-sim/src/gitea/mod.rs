@@ -191,6 +191,9 @@ pub struct Stats {
     pub answers_dropped: u64,
     /// Forgejo: tasks handed out again to a repeated request key.
     pub tasks_recovered: u64,
+    /// Every RunnerService and PingService call, by method (`UpdateLog`, `FetchTask`, ...):
+    /// what a benchmark reads to say what a client costs Gitea.
+    pub calls: BTreeMap<String, u64>,
 }
 
 /// The double's state and behaviour; [`GiteaDouble::start`] serves it.
@@ -208,6 +211,8 @@ pub struct GiteaDouble {
     /// `GET /api/v1/version`'s answer.
     version: Mutex<String>,
     pub forgejo: ForgejoState,
+    /// RunnerService and PingService calls served, by method (`/admin/stats`).
+    calls: Mutex<BTreeMap<String, u64>>,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -376,6 +381,7 @@ impl GiteaDouble {
             forge,
             version: Mutex::new(forgejo::version_of(forge).to_string()),
             forgejo: ForgejoState::default(),
+            calls: Mutex::default(),
         }
     }
 
@@ -483,6 +489,10 @@ impl GiteaDouble {
             .merge(forgejo::waiting_jobs_router())
             .with_state(double.clone());
         facade::router(double.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                double.clone(),
+                count_call,
+            ))
             .merge(admin)
             .merge(web::router(double))
     }
@@ -548,6 +558,7 @@ impl GiteaDouble {
             tasks_version: st.tasks_version,
             answers_dropped,
             tasks_recovered,
+            calls: self.calls.lock().unwrap().clone(),
         }
     }
 
@@ -979,6 +990,23 @@ impl RunnerServiceHandler for GiteaDouble {
 }
 
 type Double = AxState<Arc<GiteaDouble>>;
+
+/// Counts one RunnerService or PingService call by its method, the path's last segment.
+async fn count_call(
+    AxState(d): Double,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = req
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    *d.calls.lock().unwrap().entry(method).or_default() += 1;
+    next.run(req).await
+}
 
 fn not_found(what: String) -> Response {
     (
