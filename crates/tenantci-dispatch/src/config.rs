@@ -134,6 +134,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.resync() < Duration::from_secs(1) {
+            return Err(format!(
+                "has cluster.resync = `{}` (at least 1s: the watches carry every change, the resync only backs them up)",
+                self.resync.as_ref().map_or("", GoDuration::as_str)
+            ));
+        }
+        Ok(())
+    }
+
     /// `resync`, or its default.
     pub fn resync(&self) -> Duration {
         self.resync
@@ -445,12 +455,7 @@ impl Config {
                 tenantci_core::input::shown(&self.cluster.namespace)
             ));
         }
-        if self.cluster.resync() < Duration::from_secs(1) {
-            return Err(format!(
-                "has cluster.resync = `{}` (at least 1s: the watches carry every change, the resync only backs them up)",
-                self.cluster.resync.as_ref().map_or("", GoDuration::as_str)
-            ));
-        }
+        self.cluster.check()?;
         if self.capacity.pod == 0 {
             return Err("has capacity.pod = 0 (at least 1)".into());
         }

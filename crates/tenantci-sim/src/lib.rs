@@ -192,6 +192,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
     }
     tasks.push(restart_on_sigusr1(
         tenants.iter().map(|(_, api)| api.clone()).collect(),
+        stop_rx.clone(),
     )?);
     tasks.push(serve_admin(
         &state,
@@ -227,14 +228,18 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
 
 /// SIGUSR1 restarts every tenant apiserver as far as its clients can tell (`ApiServer::restart`:
 /// open watches end, older versions answer 410 Gone), for tests of what a watcher does then.
-fn restart_on_sigusr1(tenants: Vec<Arc<ApiServer>>) -> Result<JoinHandle<()>> {
+fn restart_on_sigusr1(
+    tenants: Vec<Arc<ApiServer>>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut usr1 = signal(SignalKind::user_defined1())
         .map_err(|e| Error::external("cannot install the SIGUSR1 handler").caused_by(e))?;
     Ok(tokio::spawn(async move {
-        while usr1.recv().await.is_some() {
-            for api in &tenants {
-                api.restart();
+        loop {
+            tokio::select! {
+                Some(()) = usr1.recv() => tenants.iter().for_each(|api| api.restart()),
+                _ = stop.wait_for(|s| *s) => return,
             }
         }
     }))

@@ -32,6 +32,23 @@ struct Filter {
 }
 
 impl Filter {
+    /// What the request watches: its resource, namespace, selectors and shape.
+    fn of(def: &'static ResourceDef, ns: Option<&str>, req: &Request) -> ApiResult<Filter> {
+        Ok(Filter {
+            def,
+            ns: if def.namespaced {
+                ns.map(str::to_string)
+            } else {
+                None
+            },
+            labels: LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+                .map_err(ApiError::bad_request)?,
+            fields: FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key)
+                .map_err(ApiError::bad_request)?,
+            metadata: req.shape() == Shape::Metadata,
+        })
+    }
+
     fn matches(&self, ev: &Event) -> bool {
         ev.resource == self.def.key
             && self.ns.as_deref().is_none_or(|n| n == ev.namespace)
@@ -73,19 +90,7 @@ impl ApiServer {
         ns: Option<&str>,
         req: &Request,
     ) -> ApiResult<Reply> {
-        let filter = Filter {
-            def,
-            ns: if def.namespaced {
-                ns.map(str::to_string)
-            } else {
-                None
-            },
-            labels: LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-                .map_err(ApiError::bad_request)?,
-            fields: FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key)
-                .map_err(ApiError::bad_request)?,
-            metadata: req.shape() == Shape::Metadata,
-        };
+        let filter = Filter::of(def, ns, req)?;
         let bookmarks = req.flag("allowWatchBookmarks");
         let send_initial = req.flag("sendInitialEvents");
         let timeout = req

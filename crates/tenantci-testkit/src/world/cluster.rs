@@ -25,15 +25,17 @@ pub async fn apiserver_requests(kube: &kube::Client) -> BTreeMap<(String, String
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
     {
+        let (labels, count) = line.split_once("} ").unwrap_or_default();
         let label = |name: &str| {
-            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-            let len = line[start..].find('"')?;
-            Some(line[start..start + len].to_string())
+            let pair = labels
+                .split([',', '{'])
+                .find(|p| p.starts_with(&format!("{name}=")))?;
+            Some(pair.split('"').nth(1)?.to_string())
         };
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
             continue;
         };
-        let n: u64 = line.rsplit(' ').next().unwrap_or("0").parse().unwrap_or(0);
+        let n: u64 = count.trim().parse().unwrap_or(0);
         *out.entry((verb, resource)).or_default() += n;
     }
     out
