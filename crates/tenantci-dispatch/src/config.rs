@@ -817,6 +817,11 @@ pub(crate) mod tests {
         for (var, value, needle) in [
             ("TENANTCI_DISPATCH_CAPACITY_POD", "0", "capacity.pod"),
             (
+                "TENANTCI_DISPATCH_CLUSTER_RESYNC",
+                "500ms",
+                "cluster.resync",
+            ),
+            (
                 "TENANTCI_DISPATCH_CAPACITY_POD",
                 "many",
                 "TENANTCI_DISPATCH_CAPACITY_POD",
@@ -954,6 +959,7 @@ pub(crate) mod tests {
         cfg.gitea.fetch_interval_idle = Duration::from_secs(3).into();
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
+        cfg.cluster.resync = Some(Duration::from_secs(600).into());
         cfg.capacity = Capacity { pod: 5, vm: 2 };
         cfg.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();

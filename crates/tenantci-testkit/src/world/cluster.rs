@@ -12,6 +12,9 @@ use super::{NAMESPACE, World};
 use crate::executor::Executor;
 use crate::wait::eventually;
 
+/// The simulator's request counter, as each of its lines starts.
+const COUNTER: &str = "apiserver_request_total{";
+
 /// The tenant apiserver's requests so far, by (verb, resource), subresources summed in: the
 /// simulator's `apiserver_request_total` (`GET /metrics`), read with `kube`.
 pub async fn apiserver_requests(kube: &kube::Client) -> BTreeMap<(String, String), u64> {
@@ -21,22 +24,20 @@ pub async fn apiserver_requests(kube: &kube::Client) -> BTreeMap<(String, String
         .await
         .expect("the apiserver's /metrics");
     let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let (labels, count) = line.split_once("} ").unwrap_or_default();
+    for rest in text.lines().filter_map(|l| l.strip_prefix(COUNTER)) {
+        let Some((labels, count)) = rest.rsplit_once(' ') else {
+            continue;
+        };
         let label = |name: &str| {
             let pair = labels
-                .split([',', '{'])
+                .split(',')
                 .find(|p| p.starts_with(&format!("{name}=")))?;
             Some(pair.split('"').nth(1)?.to_string())
         };
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
             continue;
         };
-        let n: u64 = count.trim().parse().unwrap_or(0);
-        *out.entry((verb, resource)).or_default() += n;
+        *out.entry((verb, resource)).or_default() += count.trim().parse::<u64>().unwrap_or(0);
     }
     out
 }

@@ -28,19 +28,7 @@ fn lists(requests: &std::collections::BTreeMap<(String, String), u64>, resource:
 /// create grace (`POD_CREATE_GRACE`, the Secret being young) with a timer of its own.
 async fn pod_deleted_and_failed(w: &World, task: i64) {
     w.delete_pod(task).await;
-    let view = eventually("FAILURE at Gitea for the deleted Pod", || async {
-        let v = w.task(task).await;
-        (v["result"] == "RESULT_FAILURE").then_some(v)
-    })
-    .await;
-    assert!(
-        view["logs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l.as_str().unwrap_or("").contains("vanished")),
-        "{view}"
-    );
+    w.assert_fails_saying(task, "vanished").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
