@@ -127,6 +127,29 @@ pub struct Cluster {
     pub kubeconfig: Option<PathBuf>,
     /// Where executor Pods, their Secrets and the leader Lease live.
     pub namespace: String,
+    /// The reconciler's pass over the executor Pods when no watch event, freed slot or start
+    /// deadline woke it (the watches carry every change); absent: 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync: Option<GoDuration>,
+}
+
+impl Cluster {
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.resync() < Duration::from_secs(1) {
+            return Err(format!(
+                "has cluster.resync = `{}` (at least 1s: the watches carry every change, the resync only backs them up)",
+                self.resync.as_ref().map_or("", GoDuration::as_str)
+            ));
+        }
+        Ok(())
+    }
+
+    /// `resync`, or its default.
+    pub fn resync(&self) -> Duration {
+        self.resync
+            .as_ref()
+            .map_or(defaults::RESYNC, GoDuration::get)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -209,6 +232,8 @@ pub(crate) mod defaults {
 
     use super::GoDuration;
 
+    pub const RESYNC: Duration = Duration::from_secs(300);
+
     pub fn ack_wait() -> GoDuration {
         Duration::from_secs(30).into()
     }
@@ -237,6 +262,7 @@ pub const OVERRIDE_KEYS: &[&str] = &[
     "gitea.ca_file",
     "cluster.kubeconfig",
     "cluster.namespace",
+    "cluster.resync",
     "nats.url",
     "nats.secrets_dir",
     "nats.sealing_key_file",
@@ -430,6 +456,7 @@ impl Config {
                 tenantci_core::input::shown(&self.cluster.namespace)
             ));
         }
+        self.cluster.check()?;
         if self.capacity.pod == 0 {
             return Err("has capacity.pod = 0 (at least 1)".into());
         }
@@ -629,6 +656,7 @@ pub(crate) mod tests {
             cluster: Cluster {
                 kubeconfig: Some(files::KUBECONFIG.into()),
                 namespace: "dynamic-runner".into(),
+                resync: None,
             },
             nats: Nats {
                 url: "nats://127.0.0.1:4222".into(),
@@ -787,6 +815,11 @@ pub(crate) mod tests {
         for (var, value, needle) in [
             ("TENANTCI_DISPATCH_CAPACITY_POD", "0", "capacity.pod"),
             (
+                "TENANTCI_DISPATCH_CLUSTER_RESYNC",
+                "500ms",
+                "cluster.resync",
+            ),
+            (
                 "TENANTCI_DISPATCH_CAPACITY_POD",
                 "many",
                 "TENANTCI_DISPATCH_CAPACITY_POD",
@@ -924,6 +957,7 @@ pub(crate) mod tests {
         cfg.gitea.fetch_interval_idle = Duration::from_secs(3).into();
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
+        cfg.cluster.resync = Some(Duration::from_secs(600).into());
         cfg.capacity = Capacity { pod: 5, vm: 2 };
         cfg.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();

@@ -2,7 +2,9 @@
 //! create with holder = self; another holder's unexpired lease -> retry every RetryPeriod
 //! (jittered); expiry is judged by local time since the record last changed (never by
 //! comparing clocks); a takeover sets acquireTime and bumps leaseTransitions; every write is a
-//! PUT of the last object read, so a stale copy gets 409.
+//! PUT of the last object read, so a stale copy gets 409. The leader renews as client-go's fast
+//! path does: a PUT of the Lease it wrote last, without a GET (one request per RetryPeriod), and
+//! reads it again only when that PUT fails.
 //! A leader that cannot renew within RenewDeadline stops leading before its lease can expire.
 //!
 //! `decide` is the pure step; `run` is the loop that publishes "am I leader" on a watch channel.
@@ -107,15 +109,25 @@ pub async fn run(
 ) {
     let mut seen: Option<Seen> = None;
     let mut last_renew: Option<Instant> = None;
+    // The Lease as we last wrote it, while we lead.
+    let mut held: Option<Lease> = None;
     loop {
         let now = Instant::now();
-        let outcome = step(&api, &me, timing, &mut seen, now).await;
+        let fast = match held.take() {
+            Some(lease) if *leader.borrow() => renew_held(&api, lease).await,
+            _ => None,
+        };
+        let outcome = match fast {
+            Some(lease) => Ok(Some(lease)),
+            None => step(&api, &me, timing, &mut seen, now).await,
+        };
         match outcome {
-            Ok(true) => {
+            Ok(Some(lease)) => {
+                held = Some(lease);
                 last_renew = Some(now);
                 let _ = leader.send_if_modified(|l| !std::mem::replace(l, true));
             }
-            Ok(false) => {
+            Ok(None) => {
                 last_renew = None;
                 let _ = leader.send_if_modified(|l| std::mem::replace(l, false));
             }
@@ -170,14 +182,30 @@ pub async fn release(api: &Api<Lease>, me: &str) -> bool {
         .is_ok()
 }
 
-/// One GET + decision + write; Ok(true) when we hold the lease afterwards.
+/// client-go's fast path: the leader renews with a PUT of the Lease it wrote last, no GET.
+/// None when that fails for any reason (another writer: 409): the GET of [`step`] follows.
+async fn renew_held(api: &Api<Lease>, mut lease: Lease) -> Option<Lease> {
+    lease.spec.get_or_insert_with(Default::default).renew_time = Some(micro_now());
+    match api
+        .replace(LEASE_NAME, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(written) => Some(written),
+        Err(e) => {
+            tracing::debug!(error = %e, "lease {LEASE_NAME}: the renewal without a read failed; reading it again");
+            None
+        }
+    }
+}
+
+/// One GET + decision + write; the Lease as written when we hold it afterwards.
 async fn step(
     api: &Api<Lease>,
     me: &str,
     timing: Timing,
     seen: &mut Option<Seen>,
     now: Instant,
-) -> Result<bool, kube::Error> {
+) -> Result<Option<Lease>, kube::Error> {
     let current = api.get_opt(LEASE_NAME).await?;
     match &current {
         Some(lease) => {
@@ -201,7 +229,7 @@ async fn step(
         .unwrap_or(timing.lease_duration);
     let secs = timing.lease_duration.as_secs() as i32;
     match decide(me, seen.as_ref(), now, advertised) {
-        Step::Wait => Ok(false),
+        Step::Wait => Ok(None),
         Step::Create => {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -218,8 +246,8 @@ async fn step(
                 }),
             };
             match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Ok(written) => Ok(Some(written)),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
                 Err(e) => Err(e),
             }
         }
@@ -238,8 +266,8 @@ async fn step(
                 .replace(LEASE_NAME, &PostParams::default(), &lease)
                 .await
             {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Ok(written) => Ok(Some(written)),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
                 Err(e) => Err(e),
             }
         }

@@ -190,6 +190,10 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
         tenants.push((name.clone(), tenant.api));
         entries.push(tenant.entry);
     }
+    tasks.push(restart_on_sigusr1(
+        tenants.iter().map(|(_, api)| api.clone()).collect(),
+        stop_rx.clone(),
+    )?);
     tasks.push(serve_admin(
         &state,
         &admin_ca,
@@ -220,6 +224,25 @@ pub async fn start(config: SimConfig) -> Result<SimHandle> {
         stop,
         tasks,
     })
+}
+
+/// SIGUSR1 restarts every tenant apiserver as far as its clients can tell (`ApiServer::restart`:
+/// open watches end, older versions answer 410 Gone), for tests of what a watcher does then.
+fn restart_on_sigusr1(
+    tenants: Vec<Arc<ApiServer>>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut usr1 = signal(SignalKind::user_defined1())
+        .map_err(|e| Error::external("cannot install the SIGUSR1 handler").caused_by(e))?;
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = usr1.recv() => tenants.iter().for_each(|api| api.restart()),
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }))
 }
 
 /// The clusters to simulate: the flags, else every cluster already in the state directory.

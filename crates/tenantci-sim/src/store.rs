@@ -326,6 +326,16 @@ impl Store {
         store
     }
 
+    /// What a kube-apiserver restart leaves a client with: its watch cache starts at etcd's
+    /// current revision, which has moved on meanwhile, so a watch from any version served
+    /// before is too old (410 Gone) and the client lists again. Objects stay.
+    pub fn forget_history(&self) {
+        let mut inner = self.inner.write().unwrap();
+        inner.rv += 1;
+        inner.compacted = inner.rv;
+        inner.history.clear();
+    }
+
     /// A receiver of every change from now on (the persister's wake-up).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()

@@ -50,6 +50,7 @@ pub fn unfetched(task: i64, attempt: u32, age: Duration) -> Observed {
         progress: Some(Progress::Unfetched),
         placement: None,
         class: None,
+        recheck: None,
     }
 }
 

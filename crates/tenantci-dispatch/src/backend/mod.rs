@@ -130,6 +130,9 @@ pub struct Observed {
     pub placement: Option<Placement>,
     /// Its resource class, where the backend records it (recovery holds the class's slot).
     pub class: Option<String>,
+    /// The backend's decision changes with time alone after this long (a grace running out):
+    /// the reconciler passes again then, whatever else wakes it.
+    pub recheck: Option<Duration>,
 }
 
 impl Observed {
@@ -191,7 +194,9 @@ pub trait Executors: Send + Sync + 'static {
     /// Whether any executor of `task` exists.
     fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>>;
 
-    /// Every executor of this dispatcher on this backend, by task (the latest attempt).
+    /// Every executor of this dispatcher on this backend, by task (the latest attempt). It may
+    /// lag behind the backend (a watch's store): an executor missing from it is confirmed
+    /// with [`Executors::exists`] before anything is decided on its absence.
     fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>>;
 
     /// Deletes `task`'s executors (and whatever belongs to them); gone already is done.
@@ -215,6 +220,18 @@ pub trait Executors: Send + Sync + 'static {
 
     /// Gitea accepted the final state: the executor may go.
     fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// Returns when what [`Executors::observe`] answers may have changed (a watch event): the
+    /// reconciler's pass runs then. Backends that poll never return.
+    fn changed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(futures::future::pending())
+    }
+
+    /// How long the reconciler waits for a pass when nothing woke it: the polling interval of
+    /// a backend that polls, a slow resync for one that watches.
+    fn resync(&self) -> Duration {
+        reconciler::RESYNC
+    }
 
     /// Called by the reconciler once per pass with what it observed (leader only, so one
     /// writer): brings per-executor objects beside the executors in line.

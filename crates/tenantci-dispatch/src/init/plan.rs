@@ -468,6 +468,7 @@ pub fn config(
                 super::target::ClusterAccess::Kubeconfig(_) => None,
             },
             namespace: i.namespace.clone(),
+            resync: None,
         },
         nats: config::Nats {
             url: i.nats_url.clone(),

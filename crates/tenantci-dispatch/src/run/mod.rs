@@ -451,7 +451,11 @@ fn backends(
         .as_ref()
         .and_then(|i| i.parse().ok())
         .map(|settings| Registrar::new(client.clone(), settings, namespace, metrics.clone()));
-    let pods = PodExecutors::new(ExecutorObjects::new(client.clone(), namespace), entries);
+    let pods = PodExecutors::new(
+        ExecutorObjects::new(client.clone(), namespace),
+        cfg.cluster.resync(),
+        entries,
+    );
     let mut backends: Vec<Arc<dyn Executors>> = vec![Arc::new(pods)];
     if let Some(sandboxes) = sandboxes {
         backends.push(Arc::new(VmExecutors {

@@ -211,7 +211,7 @@ impl ApiServer {
         }
         match (&req.method, r.name.as_deref()) {
             (&Method::GET | &Method::HEAD, Some(name)) => {
-                self.get(def, &ns, name, sub, req.accepts_table())
+                self.get(def, &ns, name, sub, req.shape())
             }
             (&Method::GET | &Method::HEAD, None) if req.flag("watch") => {
                 self.watch(def, r.namespace.as_deref(), &req)

@@ -6,6 +6,7 @@
 //! `Identity`), impersonation, authorization, then the handler.
 
 pub mod authorize;
+pub mod counts;
 mod crud;
 pub mod discovery;
 pub mod fieldset;
@@ -80,6 +81,10 @@ pub struct ApiServer {
     /// TCP connections accepted, before any TLS: what a test counts to prove that a refused
     /// client of the front never reached this apiserver.
     connections: std::sync::atomic::AtomicU64,
+    /// Requests served, by verb and resource (`GET /metrics`).
+    pub requests: counts::RequestCounts,
+    /// Bumped by [`ApiServer::restart`]: every open watch ends.
+    restarts: tokio::sync::watch::Sender<u64>,
 }
 
 impl ApiServer {
@@ -95,6 +100,8 @@ impl ApiServer {
             server_address,
             rbac: authorize::RbacCache::default(),
             connections: Default::default(),
+            requests: counts::RequestCounts::default(),
+            restarts: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -106,6 +113,13 @@ impl ApiServer {
     pub(crate) fn count_connection(&self) {
         self.connections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The apiserver restarts as far as its clients can tell: every open watch ends, and a
+    /// watch from a version served before answers 410 Gone (`Store::forget_history`).
+    pub fn restart(&self) {
+        self.store.forget_history();
+        self.restarts.send_modify(|n| *n += 1);
     }
 
     fn anonymous() -> UserInfo {
@@ -134,6 +148,9 @@ impl ApiServer {
             Mode::VerifiedOnly => user,
         };
         let route = route::route(self.registry, &req.path);
+        if let Route::Resource(r) = &route {
+            self.requests.record(&req, r);
+        }
         if self.mode == Mode::Rbac {
             let attrs = authorize::attributes(&req, &route);
             self.require(&user, &attrs)?;
@@ -156,6 +173,14 @@ impl ApiServer {
                 "text/plain; charset=utf-8",
                 Bytes::from_static(b"ok"),
             )),
+            Route::Metrics => match req.method {
+                http::Method::GET => Ok(Reply::Text(
+                    200,
+                    "text/plain; version=0.0.4",
+                    Bytes::from(self.requests.exposition()),
+                )),
+                _ => Err(ApiError::method_not_allowed()),
+            },
             Route::CoreVersions => get_only(Some(discovery::core_versions(&self.server_address))),
             Route::Groups => get_only(Some(discovery::groups(self.registry))),
             Route::Group(g) => get_only(discovery::group(self.registry, &g)),

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::registry::ResourceDef;
+use super::request::Shape;
 use super::{ApiServer, Reply, Request, table};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
@@ -28,7 +29,7 @@ impl ApiServer {
         ns: &str,
         name: &str,
         sub: Option<&str>,
-        as_table: bool,
+        shape: Shape,
     ) -> ApiResult<Reply> {
         let obj = self
             .store
@@ -37,10 +38,11 @@ impl ApiServer {
         match sub {
             Some("log") => Ok(Reply::Text(200, "text/plain", Bytes::new())),
             Some("exec" | "attach") => Err(ApiError::bad_request("Upgrade request required")),
-            None if as_table => {
+            None if shape == Shape::Table => {
                 let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
                 Ok(Reply::Json(200, table::table(def, &[obj], meta)))
             }
+            None if shape == Shape::Metadata => Ok(Reply::Json(200, table::partial(&obj))),
             _ => Ok(Reply::Json(200, (*obj).clone())),
         }
     }
@@ -99,8 +101,21 @@ impl ApiServer {
             meta["continue"] = json!(token);
             meta["remainingItemCount"] = json!(remaining);
         }
-        if req.accepts_table() {
-            return Ok(Reply::Json(200, table::table(def, &items, meta)));
+        match req.shape() {
+            Shape::Table => return Ok(Reply::Json(200, table::table(def, &items, meta))),
+            Shape::Metadata => {
+                let items: Vec<Value> = items.iter().map(|o| table::partial(o)).collect();
+                return Ok(Reply::Json(
+                    200,
+                    json!({
+                        "kind": "PartialObjectMetadataList",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": meta,
+                        "items": items,
+                    }),
+                ));
+            }
+            Shape::Object => {}
         }
         let items: Vec<Value> = items.iter().map(|o| (**o).clone()).collect();
         Ok(Reply::Json(

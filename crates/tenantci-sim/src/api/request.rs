@@ -150,12 +150,31 @@ impl Request {
         ua.split('/').next().unwrap_or("unknown").to_string()
     }
 
-    pub fn accepts_table(&self) -> bool {
-        self.headers
+    /// The shape the client's `Accept` asks for: a Table (kubectl), metadata only
+    /// (`as=PartialObjectMetadata[List]`: kube's metadata watchers, controller-runtime's
+    /// metadata informers), or the object itself.
+    pub fn shape(&self) -> Shape {
+        let accept = self
+            .headers
             .get(http::header::ACCEPT)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|a| a.contains("as=Table"))
+            .unwrap_or("");
+        if accept.contains("as=Table") {
+            Shape::Table
+        } else if accept.contains("as=PartialObjectMetadata") {
+            Shape::Metadata
+        } else {
+            Shape::Object
+        }
     }
+}
+
+/// What a read answers with (see [`Request::shape`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Object,
+    Table,
+    Metadata,
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@ use super::registry::{self, ResourceDef};
 pub enum Route {
     Version,
     Health,
+    /// `/metrics`: the request counter (`counts`).
+    Metrics,
     /// `/api`
     CoreVersions,
     /// `/apis`
@@ -46,6 +48,7 @@ pub fn route(registry: &'static [ResourceDef], path: &str) -> Route {
     let parts: Vec<&str> = trimmed.split('/').filter(|s| !s.is_empty()).collect();
     match parts.as_slice() {
         ["version"] => Route::Version,
+        ["metrics"] => Route::Metrics,
         ["healthz"] | ["readyz"] | ["livez"] => Route::Health,
         [h, ..] if matches!(*h, "healthz" | "readyz" | "livez") => Route::Health,
         ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),

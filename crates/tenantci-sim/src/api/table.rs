@@ -32,7 +32,8 @@ fn column(name: &str, format: &str) -> Value {
     json!({"name": name, "type": kind, "format": format, "description": name, "priority": 0})
 }
 
-fn partial(obj: &Value) -> Value {
+/// An object as `PartialObjectMetadata` (meta.k8s.io/v1): its metadata only.
+pub fn partial(obj: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
 

@@ -2,7 +2,8 @@
 //! resourceVersion (or, without one, ADDED for every current object first). A version older
 //! than the store's history gets one ERROR event with a 410 Expired Status, then the stream
 //! closes, so clients relist. Bookmarks are sent when asked for (`allowWatchBookmarks`), and
-//! after the initial events with `sendInitialEvents=true`.
+//! after the initial events with `sendInitialEvents=true`. A client asking for metadata only
+//! (`Accept: ...;as=PartialObjectMetadata`) gets each object as `PartialObjectMetadata`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,8 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::registry::ResourceDef;
-use super::{ApiServer, Reply, Request};
+use super::request::Shape;
+use super::{ApiServer, Reply, Request, table};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 use crate::store::Event;
@@ -25,14 +27,42 @@ struct Filter {
     ns: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
+    /// Objects as `PartialObjectMetadata`.
+    metadata: bool,
 }
 
 impl Filter {
+    /// What the request watches: its resource, namespace, selectors and shape.
+    fn of(def: &'static ResourceDef, ns: Option<&str>, req: &Request) -> ApiResult<Filter> {
+        Ok(Filter {
+            def,
+            ns: if def.namespaced {
+                ns.map(str::to_string)
+            } else {
+                None
+            },
+            labels: LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+                .map_err(ApiError::bad_request)?,
+            fields: FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key)
+                .map_err(ApiError::bad_request)?,
+            metadata: req.shape() == Shape::Metadata,
+        })
+    }
+
     fn matches(&self, ev: &Event) -> bool {
         ev.resource == self.def.key
             && self.ns.as_deref().is_none_or(|n| n == ev.namespace)
             && self.labels.matches(&ev.object)
             && self.fields.matches(&ev.object)
+    }
+
+    /// The watch line of one object event, in the shape the client asked for.
+    fn event(&self, kind: &str, object: &Value) -> Bytes {
+        if self.metadata {
+            line(kind, &table::partial(object))
+        } else {
+            line(kind, object)
+        }
     }
 }
 
@@ -60,18 +90,7 @@ impl ApiServer {
         ns: Option<&str>,
         req: &Request,
     ) -> ApiResult<Reply> {
-        let filter = Filter {
-            def,
-            ns: if def.namespaced {
-                ns.map(str::to_string)
-            } else {
-                None
-            },
-            labels: LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-                .map_err(ApiError::bad_request)?,
-            fields: FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def.key)
-                .map_err(ApiError::bad_request)?,
-        };
+        let filter = Filter::of(def, ns, req)?;
         let bookmarks = req.flag("allowWatchBookmarks");
         let send_initial = req.flag("sendInitialEvents");
         let timeout = req
@@ -88,7 +107,7 @@ impl ApiServer {
                 .iter()
                 .filter(|o| filter.labels.matches(o) && filter.fields.matches(o))
             {
-                initial.push(line("ADDED", o));
+                initial.push(filter.event("ADDED", o));
             }
             if send_initial {
                 initial.push(bookmark(def, rv, true));
@@ -102,7 +121,7 @@ impl ApiServer {
                 Ok((past, events)) => {
                     let mut floor = since;
                     for ev in past.iter().filter(|e| filter.matches(e)) {
-                        initial.push(line(ev.kind.as_str(), &ev.object));
+                        initial.push(filter.event(ev.kind.as_str(), &ev.object));
                         floor = ev.rv;
                     }
                     if let Some(last) = past.last() {
@@ -129,6 +148,7 @@ impl ApiServer {
             tx,
             initial,
             rx_events,
+            self.restarts.subscribe(),
             Follow {
                 filter,
                 floor,
@@ -150,11 +170,13 @@ struct Follow {
 }
 
 /// Sends the initial events, then every matching store event above the floor, until the
-/// timeout, the client going away, or the watcher falling behind the store's broadcast.
+/// timeout, the client going away, the apiserver restarting, or the watcher falling behind
+/// the store's broadcast.
 async fn stream(
     tx: mpsc::Sender<Bytes>,
     initial: Vec<Bytes>,
     mut events: broadcast::Receiver<Arc<Event>>,
+    mut restarts: tokio::sync::watch::Receiver<u64>,
     mut f: Follow,
 ) {
     for b in initial {
@@ -170,6 +192,7 @@ async fn stream(
         tokio::select! {
             _ = &mut deadline => return,
             _ = tx.closed() => return,
+            _ = restarts.changed() => return,
             _ = tick.tick(), if f.bookmarks => {
                 if tx.send(bookmark(f.filter.def, f.floor, false)).await.is_err() {
                     return;
@@ -181,7 +204,7 @@ async fn stream(
                         continue;
                     }
                     f.floor = ev.rv;
-                    if f.filter.matches(&ev) && tx.send(line(ev.kind.as_str(), &ev.object)).await.is_err() {
+                    if f.filter.matches(&ev) && tx.send(f.filter.event(ev.kind.as_str(), &ev.object)).await.is_err() {
                         return;
                     }
                 }

@@ -198,6 +198,9 @@ pub struct Stats {
     pub refused_locked: u64,
     /// Forgejo 14.0.0/14.0.1: answers that carried tasks in `additional_tasks` only.
     pub answers_without_task: u64,
+    /// Every RunnerService and PingService call, by method (`UpdateLog`, `FetchTask`, ...):
+    /// what a benchmark reads to say what a client costs Gitea.
+    pub calls: BTreeMap<String, u64>,
 }
 
 /// The double's state and behaviour; [`GiteaDouble::start`] serves it.
@@ -215,6 +218,8 @@ pub struct GiteaDouble {
     /// `GET /api/v1/version`'s answer.
     version: Mutex<String>,
     pub forgejo: ForgejoState,
+    /// RunnerService and PingService calls served, by method (`/admin/stats`).
+    calls: Mutex<BTreeMap<String, u64>>,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -383,6 +388,7 @@ impl GiteaDouble {
             forge,
             version: Mutex::new(forgejo::version_of(forge).to_string()),
             forgejo: ForgejoState::default(),
+            calls: Mutex::default(),
         }
     }
 
@@ -490,6 +496,10 @@ impl GiteaDouble {
             .merge(forgejo::waiting_jobs_router())
             .with_state(double.clone());
         facade::router(double.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                double.clone(),
+                count_call,
+            ))
             .merge(admin)
             .merge(web::router(double))
     }
@@ -557,6 +567,7 @@ impl GiteaDouble {
             tasks_recovered: forgejo.tasks_recovered,
             refused_locked: forgejo.refused_locked,
             answers_without_task: st.answers_without_task,
+            calls: self.calls.lock().unwrap().clone(),
         }
     }
 
@@ -1028,6 +1039,23 @@ impl RunnerServiceHandler for GiteaDouble {
 }
 
 type Double = AxState<Arc<GiteaDouble>>;
+
+/// Counts one RunnerService or PingService call by its method, the path's last segment.
+async fn count_call(
+    AxState(d): Double,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = req
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    *d.calls.lock().unwrap().entry(method).or_default() += 1;
+    next.run(req).await
+}
 
 fn not_found(what: String) -> Response {
     (

@@ -2,6 +2,7 @@
 //! listed, deleted as an operator or a wiped apiserver would) and its NATS side (the pod
 //! consumer's acks, the JetStream store on disk, the clustered queue's topology).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -11,7 +12,50 @@ use super::{NAMESPACE, World};
 use crate::executor::Executor;
 use crate::wait::eventually;
 
+/// The simulator's request counter, as each of its lines starts.
+const COUNTER: &str = "apiserver_request_total{";
+
+/// The tenant apiserver's requests so far, by (verb, resource), subresources summed in: the
+/// simulator's `apiserver_request_total` (`GET /metrics`), read with `kube`.
+pub async fn apiserver_requests(kube: &kube::Client) -> BTreeMap<(String, String), u64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = kube
+        .request_text(req)
+        .await
+        .expect("the apiserver's /metrics");
+    let mut out = BTreeMap::new();
+    for rest in text.lines().filter_map(|l| l.strip_prefix(COUNTER)) {
+        let Some((labels, count)) = rest.rsplit_once(' ') else {
+            continue;
+        };
+        let label = |name: &str| {
+            let pair = labels
+                .split(',')
+                .find(|p| p.starts_with(&format!("{name}=")))?;
+            Some(pair.split('"').nth(1)?.to_string())
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+            continue;
+        };
+        *out.entry((verb, resource)).or_default() += count.trim().parse::<u64>().unwrap_or(0);
+    }
+    out
+}
+
 impl World {
+    /// The tenant apiserver's requests so far, by (verb, resource) ([`apiserver_requests`]).
+    pub async fn apiserver_requests(&self) -> BTreeMap<(String, String), u64> {
+        apiserver_requests(&self.kube).await
+    }
+
+    /// The tenant apiserver restarts as far as its clients can tell (the simulator's SIGUSR1):
+    /// every open watch ends, and a watch from a version served before answers 410 Gone.
+    pub fn restart_apiserver(&self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        kill(Pid::from_raw(self.sim().pid() as i32), Signal::SIGUSR1).unwrap();
+    }
+
     /// The executors' Secrets (not the dispatcher's own, which `init --apply-secret` made).
     pub async fn secrets(&self) -> Vec<Secret> {
         let own = tenantci_dispatch::init::in_cluster::SECRET;

@@ -64,6 +64,21 @@ impl World {
         assert_eq!(n, 1, "the task ran and logged once: {t}");
     }
 
+    /// Waits until `task` is FAILURE at the double, then asserts one of its log lines says
+    /// `why` (the dispatcher's reason).
+    pub async fn assert_fails_saying(&self, task: i64, why: &str) {
+        let view = crate::wait::eventually("FAILURE at Gitea", || async {
+            let v = self.task(task).await;
+            (v["result"] == "RESULT_FAILURE").then_some(v)
+        })
+        .await;
+        let logs = view["logs"].as_array().unwrap();
+        assert!(
+            logs.iter().any(|l| l.as_str().unwrap_or("").contains(why)),
+            "{view}"
+        );
+    }
+
     /// Cancels `task` at the Gitea double, as a user cancelling the run.
     pub async fn cancel(&self, task: i64) {
         let resp = self

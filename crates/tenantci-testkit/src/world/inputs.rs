@@ -165,6 +165,7 @@ fn base_config(gitea: &Gitea, nats: &NatsServer, kubeconfig: &Path) -> Config {
         cluster: config::Cluster {
             kubeconfig: Some(kubeconfig.to_path_buf()),
             namespace: NAMESPACE.into(),
+            resync: None,
         },
         nats: config::Nats {
             url: nats.url.clone(),

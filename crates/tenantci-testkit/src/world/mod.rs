@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use tenantci_dispatch::config::Config;
 
-pub use cluster::store_contains;
+pub use cluster::{apiserver_requests, store_contains};
 pub use dispatcher::Dispatcher;
 pub use pods::PodWatch;
 

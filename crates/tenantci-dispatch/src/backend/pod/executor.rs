@@ -47,6 +47,9 @@ pub const ASSIGNMENT_ANNOTATION: &str = "tenantci.io/assignment-id";
 pub const TERMINAL_ANNOTATION: &str = "tenantci.io/terminal";
 /// Set on the Secret by the facade when the executor fetched its task.
 pub const FETCHED_ANNOTATION: &str = "tenantci.io/fetched-at";
+/// Set on the Secret with the removal of its sealed assignment (the executor's first report),
+/// so a watch of the Secrets' metadata tells a consumed assignment from one still held.
+pub const CONSUMED_ANNOTATION: &str = "tenantci.io/consumed-at";
 /// The Secret key holding the sealed assignment until the executor fetches it. Only the
 /// dispatcher can open it; no container mounts it.
 pub const ASSIGNMENT_KEY: &str = "assignment";

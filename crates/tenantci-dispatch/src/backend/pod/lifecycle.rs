@@ -49,6 +49,15 @@ pub fn decide(o: &PodState) -> Decision {
     }
 }
 
+/// When [`decide`] would answer otherwise with time alone: a Secret without its Pod becomes a
+/// vanished Pod once [`POD_CREATE_GRACE`] is over.
+pub fn recheck(o: &PodState) -> Option<std::time::Duration> {
+    match (&o.pod_phase, o.terminal_marker, o.secret_exists) {
+        (None, false, true) => POD_CREATE_GRACE.checked_sub(o.secret_age?),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,8 @@
 //!
 //! - [`executor`]: the Secret and Pod of one task (pure);
 //! - [`objects`]: every read and write of them on the apiserver;
+//! - [`observer`]: how the reconciler and keep-alive see them: watches and a local store,
+//!   metadata only for the Secrets, a pass on change and on a slow resync;
 //! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure);
 //! - [`pause`]: the warm pools as pause Pods (leader), sized by `executor::warm`'s plan over
 //!   `executor::demand`, each pause Pod asking what one executor Pod does
@@ -12,10 +14,12 @@
 pub mod executor;
 pub mod lifecycle;
 pub mod objects;
+pub mod observer;
 pub mod pause;
 pub mod registrar;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::Mutex;
@@ -27,20 +31,26 @@ use crate::queue::BackendKind;
 use crate::task::Progress;
 use crate::task::spec::ExecutorSpec;
 use objects::{CreateError, ExecutorObjects};
+use observer::Observer;
 
 const APISERVER: &str = "the tenant apiserver";
 
 /// The executor Pods of this dispatcher, and (identity on) their SPIRE entries.
 pub struct PodExecutors {
     pub objects: ExecutorObjects,
+    observer: Observer,
+    /// The reconciler's pass without a change seen (`[cluster] resync`).
+    resync: Duration,
     /// Identity on: the SPIRE entries, written by the reconciler's pass (one writer).
     entries: Option<Mutex<Registrar>>,
 }
 
 impl PodExecutors {
-    pub fn new(objects: ExecutorObjects, entries: Option<Registrar>) -> Self {
+    pub fn new(objects: ExecutorObjects, resync: Duration, entries: Option<Registrar>) -> Self {
         PodExecutors {
+            observer: Observer::new(objects.pods.clone(), objects.secrets.clone()),
             objects,
+            resync,
             entries: entries.map(Mutex::new),
         }
     }
@@ -73,7 +83,7 @@ fn classify(e: kube::Error) -> StartError {
 }
 
 /// One task's objects in the generic layer's terms.
-fn observed(o: &objects::Observed) -> Observed {
+fn observed(o: &observer::Observed) -> Observed {
     Observed {
         task: o.task_id,
         attempt: o.attempt,
@@ -90,6 +100,7 @@ fn observed(o: &objects::Observed) -> Observed {
         }),
         placement: o.placement.clone(),
         class: o.class.clone(),
+        recheck: lifecycle::recheck(&o.lifecycle()),
     }
 }
 
@@ -111,6 +122,10 @@ impl Executors for PodExecutors {
         _fresh: bool,
     ) -> BoxFuture<'a, Result<Created, StartError>> {
         Box::pin(async move {
+            if spec.attempt > 1 {
+                // The earlier attempts' objects are gone (replaced) whatever the store says.
+                self.observer.gone(spec.task_id, spec.attempt - 1);
+            }
             self.objects
                 .create(spec, sealed)
                 .await
@@ -127,16 +142,32 @@ impl Executors for PodExecutors {
 
     fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
         Box::pin(async move {
-            let found = self.objects.list().await.map_err(api)?;
+            let found = self
+                .observer
+                .view()
+                .await
+                .map_err(|e| BackendError::new(APISERVER, e))?;
             Ok(found.iter().map(|(t, o)| (*t, observed(o))).collect())
         })
+    }
+
+    fn changed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.observer.changed())
+    }
+
+    fn resync(&self) -> Duration {
+        self.resync
     }
 
     /// Pod and Secret, then (identity on) the SPIRE entry; an entry that cannot be deleted
     /// now is found without its Pod by the next pass.
     fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move {
+            let seen = self.observer.attempt_seen(task);
             self.objects.delete(task).await.map_err(api)?;
+            if let Some(attempt) = seen {
+                self.observer.gone(task, attempt);
+            }
             if let Some(entries) = &self.entries {
                 entries.lock().await.forget(task).await;
             }

@@ -9,19 +9,16 @@
 //! ([`ExecutorObjects::consume_assignment`], guarded by a JSON-patch `test`): an executor
 //! whose FetchTask answer was lost gets its task again on retry, and nobody gets it after.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::backend::pod::executor::{
-    self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, COMPONENT_SELECTOR, FETCHED_ANNOTATION,
+    self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, CONSUMED_ANNOTATION, FETCHED_ANNOTATION,
     TERMINAL_ANNOTATION,
 };
-use crate::backend::pod::lifecycle::PodState;
-use crate::backend::{Created, Placement, Presence};
+use crate::backend::{Created, Presence};
 use crate::capability;
 use crate::task::spec::ExecutorSpec;
 
@@ -33,96 +30,21 @@ pub enum CreateError {
     Api(#[from] kube::Error),
 }
 
-/// One task's objects as listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
-    pub task_id: i64,
-    pub attempt: u32,
-    /// None: no Pod.
-    pub pod_phase: Option<String>,
-    pub pod_exists: bool,
-    pub terminal: bool,
-    pub secret_exists: bool,
-    /// The sealed assignment is still in the Secret: no executor has reported yet.
-    pub unfetched: bool,
-    /// The executor called FetchTask at least once (the Secret's fetched-at annotation).
-    pub fetched: bool,
-    /// How long ago the Secret was created (this attempt's start).
-    pub age: Option<std::time::Duration>,
-    /// Where the Pod runs, once it is scheduled (None: no Pod, or not scheduled yet).
-    pub placement: Option<Placement>,
-    /// The Pod's resource class (`tenantci.io/class`).
-    pub class: Option<String>,
-}
-
-fn placement(pod: &Pod) -> Option<Placement> {
-    let node_name = pod
-        .spec
-        .as_ref()?
-        .node_name
-        .clone()
-        .filter(|n| !n.is_empty())?;
-    Some(Placement {
-        pod_name: pod.metadata.name.clone()?,
-        pod_uid: pod.metadata.uid.clone()?,
-        node_name,
-        spiffe_id: annotation(&pod.metadata, executor::SPIFFE_ID_ANNOTATION).map(str::to_string),
-    })
-}
-
-impl Observed {
-    pub fn lifecycle(&self) -> PodState {
-        PodState {
-            pod_phase: self.pod_phase.clone().or_else(|| {
-                // A Pod without a phase yet is Pending as far as the lifecycle goes.
-                self.pod_exists.then(|| "Pending".to_string())
-            }),
-            terminal_marker: self.terminal,
-            secret_exists: self.secret_exists,
-            secret_age: self.age,
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct ExecutorObjects {
-    pods: Api<Pod>,
-    secrets: Api<Secret>,
-}
-
-/// Objects per LIST page: the dispatcher holds at most one page of full objects (Secrets
-/// carry their sealed assignments) at a time; one LIST of 1000 held ~60 KiB per executor.
-const LIST_PAGE: u32 = 100;
-
-async fn list_paged<K>(
-    api: &Api<K>,
-    lp: &ListParams,
-    mut each: impl FnMut(K),
-) -> Result<(), kube::Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut lp = lp.clone().limit(LIST_PAGE);
-    loop {
-        let page = api.list(&lp).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        page.items.into_iter().for_each(&mut each);
-        match next {
-            Some(token) => lp = lp.continue_token(&token),
-            None => return Ok(()),
-        }
-    }
+    pub(super) pods: Api<Pod>,
+    pub(super) secrets: Api<Secret>,
 }
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+pub(super) fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-fn task_of(meta: &ObjectMeta) -> Option<(i64, u32)> {
+pub(super) fn task_of(meta: &ObjectMeta) -> Option<(i64, u32)> {
     capability::parse_assignment_id(annotation(meta, ASSIGNMENT_ANNOTATION)?)
 }
 
@@ -183,59 +105,6 @@ impl ExecutorObjects {
                 found: found.to_string(),
             })
         }
-    }
-
-    /// Every executor's objects, by task id (LISTs in pages of [`LIST_PAGE`]).
-    pub async fn list(&self) -> Result<BTreeMap<i64, Observed>, kube::Error> {
-        let lp = ListParams::default().labels(COMPONENT_SELECTOR);
-        let mut out: BTreeMap<i64, Observed> = BTreeMap::new();
-        let blank = |task_id, attempt| Observed {
-            task_id,
-            attempt,
-            pod_phase: None,
-            pod_exists: false,
-            terminal: false,
-            secret_exists: false,
-            unfetched: false,
-            fetched: false,
-            age: None,
-            placement: None,
-            class: None,
-        };
-        list_paged(&self.pods, &lp, |pod: Pod| {
-            let Some((task, attempt)) = task_of(&pod.metadata) else {
-                return;
-            };
-            let o = out.entry(task).or_insert_with(|| blank(task, attempt));
-            o.pod_exists = true;
-            o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-            o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
-            o.placement = placement(&pod);
-            o.class = pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(crate::task::spec::CLASS_LABEL).cloned());
-        })
-        .await?;
-        list_paged(&self.secrets, &lp, |secret: Secret| {
-            let Some((task, attempt)) = task_of(&secret.metadata) else {
-                return;
-            };
-            let o = out.entry(task).or_insert_with(|| blank(task, attempt));
-            o.secret_exists = true;
-            o.fetched = annotation(&secret.metadata, FETCHED_ANNOTATION).is_some();
-            o.age = secret.metadata.creation_timestamp.as_ref().and_then(|t| {
-                let created = std::time::SystemTime::from(t.0);
-                std::time::SystemTime::now().duration_since(created).ok()
-            });
-            o.unfetched = secret
-                .data
-                .as_ref()
-                .is_some_and(|d| d.contains_key(ASSIGNMENT_KEY));
-        })
-        .await?;
-        Ok(out)
     }
 
     /// The sealed assignment in the task's Secret, whoever's attempt it is.
@@ -315,11 +184,14 @@ impl ExecutorObjects {
         if secret.metadata.annotations.is_none() {
             ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
         }
-        ops.push(json!({
-            "op": "add",
-            "path": format!("/metadata/annotations/{}", FETCHED_ANNOTATION.replace('/', "~1")),
-            "value": chrono::Utc::now().to_rfc3339(),
-        }));
+        let now = chrono::Utc::now().to_rfc3339();
+        for key in [FETCHED_ANNOTATION, CONSUMED_ANNOTATION] {
+            ops.push(json!({
+                "op": "add",
+                "path": format!("/metadata/annotations/{}", key.replace('/', "~1")),
+                "value": now,
+            }));
+        }
         let patch: json_patch::Patch =
             serde_json::from_value(json!(ops)).expect("the patch is well-formed");
         match self

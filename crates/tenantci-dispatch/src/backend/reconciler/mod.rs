@@ -50,7 +50,9 @@ use crate::task::report;
 use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
 use slots::{Slots, SpareSlots};
 
-/// Full resync interval; the facade's terminal marker and freed slots also wake it at once.
+/// The pass interval of a backend that polls, and the retry of a pass that left something
+/// undone (an API away, a replacement not taken yet), whatever the backend's resync; the
+/// facade's terminal marker, freed slots and a watching backend's changes wake it at once.
 pub const RESYNC: Duration = Duration::from_secs(2);
 
 /// Why recovery could not read what it needs.
@@ -103,6 +105,8 @@ pub struct Reconciler {
     lost: BTreeMap<i64, (Entry, Recovery)>,
     /// Replacements the backend did not take yet, by task.
     replacing: BTreeMap<i64, Replacement>,
+    /// When the next pass is due without a wake-up (set by each pass, [`next_pass`]).
+    due: Duration,
 }
 
 impl Reconciler {
@@ -120,16 +124,20 @@ impl Reconciler {
             logged: BTreeSet::new(),
             lost: BTreeMap::new(),
             replacing: BTreeMap::new(),
+            due: RESYNC,
         }
     }
 
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let executors = self.executors.clone();
         while !*stop.borrow() {
             if let Err(e) = self.pass().await {
-                tracing::warn!(backend = %self.executors.backend(), error = %e, "reconcile: cannot list the executors at the backend's API (the tenant apiserver or OpenSandbox); trying again at the next pass");
+                self.due = RESYNC;
+                tracing::warn!(backend = %executors.backend(), error = %e, "reconcile: cannot observe the executors at the backend's API (the tenant apiserver or OpenSandbox); trying again in {}s", RESYNC.as_secs());
             }
             tokio::select! {
-                _ = tokio::time::sleep(RESYNC) => {}
+                _ = tokio::time::sleep(self.due) => {}
+                _ = executors.changed() => {}
                 _ = self.ctx.registry.changed() => {}
                 _ = stop.changed() => {}
             }
@@ -150,6 +158,7 @@ impl Reconciler {
             .collect();
         let found = self.executors.observe().await?;
         self.executors.reconciled(&found).await;
+        let mut unsettled = false;
         for o in found.values() {
             if !registered.contains(&o.task) && o.decision != Decision::Delete {
                 // Being started right now (created, not registered yet), or a start cut short
@@ -166,6 +175,7 @@ impl Reconciler {
             if !found.contains_key(&task)
                 && !self.replacing.contains_key(&task)
                 && self.ctx.registry.is_running(task)
+                && self.confirmed_gone(task).await
             {
                 let why = format!(
                     "{} before the task reported a final state",
@@ -173,7 +183,15 @@ impl Reconciler {
                 );
                 self.fail(task, &why).await;
             }
+            unsettled |= !found.contains_key(&task);
         }
+        unsettled |= !self.lost.is_empty() || !self.replacing.is_empty();
+        self.due = next_pass(
+            &found,
+            unsettled,
+            self.restarts.claim.start_deadline.get(),
+            self.executors.resync(),
+        );
         self.ctx
             .metrics
             .in_use(backend, self.ctx.registry.running_count(backend));
@@ -200,6 +218,19 @@ impl Reconciler {
                 if self.logged.insert(o.task) {
                     tracing::warn!(task = o.task, "{reason}");
                 }
+            }
+        }
+    }
+
+    /// Whether `task`'s executor, missing from the observation, is gone at the backend: the
+    /// observation may lag (a watch's store) behind an executor created a moment ago. An API
+    /// away answers no: the next pass asks again.
+    async fn confirmed_gone(&self, task: i64) -> bool {
+        match self.executors.exists(task).await {
+            Ok(exists) => !exists,
+            Err(e) => {
+                tracing::warn!(task, error = %e, "the {} is not observed and {} cannot say whether it exists; asked again next pass", self.executors.nouns().executor, self.executors.nouns().source);
+                false
             }
         }
     }
@@ -275,5 +306,108 @@ impl Reconciler {
                 false
             }
         }
+    }
+}
+
+/// When the next pass is due if nothing wakes the reconciler (pure): soon while something is
+/// left to do (a decision to carry out, a lost task, a replacement, an executor not observed),
+/// else at the first start deadline still ahead, at the latest after `resync`.
+fn next_pass(
+    found: &BTreeMap<i64, Observed>,
+    unsettled: bool,
+    start_deadline: Duration,
+    resync: Duration,
+) -> Duration {
+    let acting = found.values().any(|o| {
+        matches!(
+            o.decision,
+            Decision::Delete | Decision::FailAndDelete { .. }
+        )
+    });
+    if unsettled || acting {
+        return RESYNC.min(resync);
+    }
+    let deadlines = found
+        .values()
+        .filter(|o| !o.terminal && o.progress.is_none_or(|p| p < Progress::Fetched))
+        .filter_map(|o| start_deadline.checked_sub(o.age?));
+    deadlines
+        .chain(found.values().filter_map(|o| o.recheck))
+        // Just past the moment, so the pass sees it passed.
+        .map(|left| left + Duration::from_millis(100))
+        .fold(resync, Duration::min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn executor(task: i64, decision: Decision, age: u64, progress: Progress) -> Observed {
+        Observed {
+            task,
+            attempt: 1,
+            decision,
+            terminal: false,
+            complete: true,
+            age: Some(Duration::from_secs(age)),
+            progress: Some(progress),
+            placement: None,
+            class: None,
+            recheck: None,
+        }
+    }
+
+    #[test]
+    fn the_next_pass_waits_for_a_change_a_start_deadline_or_the_resync() {
+        let (s, deadline, resync) = (
+            Duration::from_secs,
+            Duration::from_secs(180),
+            Duration::from_secs(300),
+        );
+        let running: BTreeMap<i64, Observed> = (1..=3)
+            .map(|t| (t, executor(t, Decision::Keep, 60, Progress::Reported)))
+            .collect();
+        assert_eq!(
+            next_pass(&running, false, deadline, resync),
+            resync,
+            "steady state"
+        );
+        let mut starting = running.clone();
+        starting.insert(4, executor(4, Decision::Keep, 170, Progress::Unfetched));
+        assert_eq!(
+            next_pass(&starting, false, deadline, resync),
+            s(10) + Duration::from_millis(100),
+            "the unfetched one's start deadline"
+        );
+        let mut vanishing = running.clone();
+        vanishing.insert(
+            6,
+            Observed {
+                recheck: Some(s(4)),
+                ..executor(6, Decision::Keep, 6, Progress::Fetched)
+            },
+        );
+        assert_eq!(
+            next_pass(&vanishing, false, deadline, resync),
+            s(4) + Duration::from_millis(100),
+            "a grace running out"
+        );
+        assert_eq!(
+            next_pass(&running, true, deadline, resync),
+            RESYNC,
+            "something left to do"
+        );
+        let mut ended = running.clone();
+        ended.insert(5, executor(5, Decision::Delete, 60, Progress::Reported));
+        assert_eq!(
+            next_pass(&ended, false, deadline, resync),
+            RESYNC,
+            "a delete to confirm"
+        );
+        assert_eq!(
+            next_pass(&running, false, deadline, s(1)),
+            s(1),
+            "a polling backend"
+        );
     }
 }

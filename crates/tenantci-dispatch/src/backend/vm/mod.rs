@@ -71,6 +71,7 @@ fn observed(task: i64, s: &Sandbox) -> Observed {
         progress: None,
         placement: None,
         class: None,
+        recheck: None,
     }
 }
 

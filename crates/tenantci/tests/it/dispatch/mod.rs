@@ -26,4 +26,5 @@ mod run;
 mod stall;
 mod vm;
 mod vm_identity;
+mod watch;
 mod webhook;

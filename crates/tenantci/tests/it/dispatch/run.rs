@@ -264,19 +264,7 @@ async fn an_executor_pod_that_vanishes_is_reported_as_failure_and_cleaned_up() {
     pods.delete(&format!("gitea-task-{t}"), &Default::default())
         .await
         .unwrap();
-    let view = eventually("FAILURE at Gitea", || async {
-        let v = w.task(t).await;
-        (v["result"] == "RESULT_FAILURE").then_some(v)
-    })
-    .await;
-    assert!(
-        view["logs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l.as_str().unwrap_or("").contains("vanished")),
-        "{view}"
-    );
+    w.assert_fails_saying(t, "vanished").await;
     w.all_cleaned_up().await;
 }
 

@@ -293,3 +293,83 @@ async fn sim_kube_lease_update_with_stale_version_conflicts() {
     );
     sim.shutdown().await;
 }
+
+/// What kube-runtime's metadata watcher needs of an apiserver: `PartialObjectMetadata` lists
+/// and watch events (a Secret's data never on the wire), and, after a restart, a 410 for the
+/// version it watched from, so it lists once again; `apiserver_request_total` counts each verb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_kube_metadata_watch_relists_once_after_a_restart_and_carries_no_data() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::core::PartialObjectMeta;
+    let scratch = util::scratch();
+    let sim = in_process(scratch.path(), "ci").await;
+    let client = kube_client(&sim.info.clusters[0].tenant_admin_kubeconfig).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let secret = |name: &str| -> Secret {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "annotations": {"a": name}},
+            "stringData": {"key": "s3cr3t-value"}}),
+        )
+        .unwrap()
+    };
+    secrets
+        .create(&PostParams::default(), &secret("one"))
+        .await
+        .unwrap();
+    let raw = http::Request::get("/api/v1/namespaces/default/secrets")
+        .header(
+            "Accept",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let list = client.request_text(raw).await.unwrap();
+    assert!(
+        list.contains("PartialObjectMetadataList") && list.contains("\"a\":\"one\""),
+        "{list}"
+    );
+    assert!(!list.contains("s3cr3t"), "metadata only: {list}");
+
+    let meta: Api<PartialObjectMeta<Secret>> = Api::namespaced(client.clone(), "default");
+    let mut events = watcher(meta, watcher::Config::default()).boxed();
+    // Until `name` is seen, as an event or in the list after a 410.
+    let mut seen = async |name: &str| loop {
+        match tokio::time::timeout(DEADLINE, events.try_next())
+            .await
+            .unwrap()
+        {
+            Ok(Some(watcher::Event::Apply(o) | watcher::Event::InitApply(o)))
+                if o.metadata.name.as_deref() == Some(name) =>
+            {
+                return;
+            }
+            Ok(Some(_)) | Err(_) => {}
+            Ok(None) => panic!("watcher ended"),
+        }
+    };
+    secrets
+        .create(&PostParams::default(), &secret("two"))
+        .await
+        .unwrap();
+    seen("two").await;
+    let lists = || async {
+        let text = client
+            .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+            .await
+            .unwrap();
+        text.lines()
+            .find(|l| l.contains("resource=\"secrets\"") && l.contains("verb=\"LIST\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // The raw list and the watcher's first.
+    assert_eq!(lists().await, 2);
+    sim.tenants[0].1.restart();
+    secrets
+        .create(&PostParams::default(), &secret("three"))
+        .await
+        .unwrap();
+    seen("three").await;
+    assert_eq!(lists().await, 3, "one list after the 410");
+    sim.shutdown().await;
+}

@@ -1,0 +1,357 @@
+//! How the pod backend sees its executors: kube-runtime reflectors over this dispatcher's
+//! executor Pods (whole: a pass reads their phase and node) and executor Secrets (metadata
+//! only: the sealed assignment stays on the apiserver until a replacement or the hand-out
+//! reads it), by label. Steady state costs the apiserver two open watches and the events of
+//! what changed, not a LIST of everything that exists every pass.
+//!
+//! Started by the first observation (a leader's reconciler or keep-alive), so a follower,
+//! whose facade only reads and patches single Secrets, holds no watch. A watch that ends
+//! (timeout, apiserver restart, `410 Gone`) is taken up as kube-runtime's watcher does: watched
+//! again from its last version, or re-listed once when that is too old, with the default
+//! backoff (800 ms growing to 30 s, jittered) while the apiserver is away. The store keeps its
+//! last whole view meanwhile (a re-list replaces it only once complete), so an outage costs
+//! latency: every write of a pass fails and is tried again.
+//!
+//! The store follows the apiserver with a lag. The one case where that would mislead a pass,
+//! objects this dispatcher deleted (or replaced by a later attempt) still in the store, is kept
+//! out by [`Floors`]; an executor missing from the store is confirmed gone by a direct read
+//! before its task is failed (the reconciler's `exists`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
+use tokio::sync::Notify;
+
+use crate::backend::Placement;
+use crate::backend::pod::executor::{
+    self, COMPONENT_SELECTOR, CONSUMED_ANNOTATION, FETCHED_ANNOTATION, TERMINAL_ANNOTATION,
+};
+use crate::backend::pod::lifecycle::PodState;
+use crate::backend::pod::objects::{annotation, task_of};
+
+/// How long an observation waits for the first list of a watch before it answers that the
+/// executors cannot be seen yet (recovery then tries again; nothing is decided on an empty
+/// store).
+const FIRST_LIST: Duration = Duration::from_secs(10);
+
+/// One task's objects as the store holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub task_id: i64,
+    pub attempt: u32,
+    /// None: no Pod.
+    pub pod_phase: Option<String>,
+    pub pod_exists: bool,
+    pub terminal: bool,
+    pub secret_exists: bool,
+    /// The sealed assignment is still in the Secret (no [`CONSUMED_ANNOTATION`]): no executor
+    /// has reported yet.
+    pub unfetched: bool,
+    /// The executor called FetchTask at least once (the Secret's fetched-at annotation).
+    pub fetched: bool,
+    /// How long ago the Secret was created (this attempt's start).
+    pub age: Option<Duration>,
+    /// Where the Pod runs, once it is scheduled (None: no Pod, or not scheduled yet).
+    pub placement: Option<Placement>,
+    /// The Pod's resource class (`tenantci.io/class`).
+    pub class: Option<String>,
+}
+
+impl Observed {
+    fn blank(task_id: i64, attempt: u32) -> Self {
+        Observed {
+            task_id,
+            attempt,
+            pod_phase: None,
+            pod_exists: false,
+            terminal: false,
+            secret_exists: false,
+            unfetched: false,
+            fetched: false,
+            age: None,
+            placement: None,
+            class: None,
+        }
+    }
+
+    pub fn lifecycle(&self) -> PodState {
+        PodState {
+            pod_phase: self.pod_phase.clone().or_else(|| {
+                // A Pod without a phase yet is Pending as far as the lifecycle goes.
+                self.pod_exists.then(|| "Pending".to_string())
+            }),
+            terminal_marker: self.terminal,
+            secret_exists: self.secret_exists,
+            secret_age: self.age,
+        }
+    }
+}
+
+fn placement(pod: &Pod) -> Option<Placement> {
+    let node_name = pod
+        .spec
+        .as_ref()?
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())?;
+    Some(Placement {
+        pod_name: pod.metadata.name.clone()?,
+        pod_uid: pod.metadata.uid.clone()?,
+        node_name,
+        spiffe_id: annotation(&pod.metadata, executor::SPIFFE_ID_ANNOTATION).map(str::to_string),
+    })
+}
+
+/// Per task, the highest attempt whose objects this dispatcher deleted or replaced: objects
+/// of that attempt or an earlier one are its own past writes that the store has not caught up
+/// with, and are left out of a view until the store has no such object any more.
+#[derive(Debug, Default)]
+pub struct Floors(BTreeMap<i64, u32>);
+
+impl Floors {
+    pub fn raise(&mut self, task: i64, attempt: u32) {
+        let floor = self.0.entry(task).or_default();
+        *floor = (*floor).max(attempt);
+    }
+
+    /// `view` without what lies at or under a floor; a floor with nothing left under it goes.
+    pub fn apply(&mut self, view: &mut BTreeMap<i64, Observed>, stale: &BTreeMap<i64, u32>) {
+        self.0.retain(|task, floor| {
+            let under = stale.get(task).is_some_and(|lowest| lowest <= floor);
+            if under {
+                view.remove(task);
+            }
+            under
+        });
+    }
+}
+
+/// The two stores and what wakes a pass, running from the first observation on.
+struct Watches {
+    pods: Store<Pod>,
+    secrets: Store<PartialObjectMeta<Secret>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(|t| t.abort());
+    }
+}
+
+/// Drives one reflector until the process ends: every event applied to its store wakes a
+/// pass; errors are logged once per outage (the backoff retries).
+fn drive<S, T>(stream: S, what: &'static str, changed: Arc<Notify>) -> tokio::task::JoinHandle<()>
+where
+    S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut failing = false;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => {
+                    if failing {
+                        tracing::info!("the watch of the executor {what} is back");
+                    }
+                    failing = false;
+                    changed.notify_one();
+                }
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "the watch of the executor {what} failed; watching again with backoff (the reconciler acts on what it saw last meanwhile)");
+                }
+                Err(_) => {}
+            }
+        }
+    })
+}
+
+impl Watches {
+    fn start(pods: &Api<Pod>, secrets: &Api<Secret>, changed: &Arc<Notify>) -> Self {
+        let config = watcher::Config::default().labels(COMPONENT_SELECTOR);
+        let (pod_store, pod_writer) = reflector::store();
+        let (secret_store, secret_writer) = reflector::store();
+        let pod_stream = reflector::reflector(pod_writer, watcher(pods.clone(), config.clone()))
+            .default_backoff();
+        // `Api<PartialObjectMeta<_>>` asks for metadata only (`as=PartialObjectMetadata`).
+        let metadata: Api<PartialObjectMeta<Secret>> = Api::namespaced(
+            secrets.clone().into_client(),
+            secrets.namespace().unwrap_or_default(),
+        );
+        let secret_stream =
+            reflector::reflector(secret_writer, watcher(metadata, config)).default_backoff();
+        Watches {
+            pods: pod_store,
+            secrets: secret_store,
+            tasks: vec![
+                drive(pod_stream, "Pods", changed.clone()),
+                drive(secret_stream, "Secrets", changed.clone()),
+            ],
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        let both = async {
+            let _ = self.pods.wait_until_ready().await;
+            let _ = self.secrets.wait_until_ready().await;
+        };
+        tokio::time::timeout(FIRST_LIST, both).await.is_ok()
+    }
+
+    /// Every task's objects in the store; and per task the lowest attempt of any object.
+    fn view(&self) -> (BTreeMap<i64, Observed>, BTreeMap<i64, u32>) {
+        let mut out: BTreeMap<i64, Observed> = BTreeMap::new();
+        let mut lowest: BTreeMap<i64, u32> = BTreeMap::new();
+        let mut seen = |task: i64, attempt: u32| {
+            let l = lowest.entry(task).or_insert(attempt);
+            *l = (*l).min(attempt);
+        };
+        for pod in self.pods.state() {
+            let Some((task, attempt)) = task_of(&pod.metadata) else {
+                continue;
+            };
+            seen(task, attempt);
+            let o = out
+                .entry(task)
+                .or_insert_with(|| Observed::blank(task, attempt));
+            o.pod_exists = true;
+            o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
+            o.placement = placement(&pod);
+            o.class = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::task::spec::CLASS_LABEL).cloned());
+        }
+        for secret in self.secrets.state() {
+            let Some((task, attempt)) = task_of(&secret.metadata) else {
+                continue;
+            };
+            seen(task, attempt);
+            let o = out
+                .entry(task)
+                .or_insert_with(|| Observed::blank(task, attempt));
+            secret_into(&secret.metadata, o);
+        }
+        (out, lowest)
+    }
+}
+
+fn secret_into(meta: &ObjectMeta, o: &mut Observed) {
+    o.secret_exists = true;
+    o.fetched = annotation(meta, FETCHED_ANNOTATION).is_some();
+    o.unfetched = annotation(meta, CONSUMED_ANNOTATION).is_none();
+    o.age = meta.creation_timestamp.as_ref().and_then(|t| {
+        let created = SystemTime::from(t.0);
+        SystemTime::now().duration_since(created).ok()
+    });
+}
+
+/// Why the executors cannot be seen now.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the watches of the executor Pods and Secrets have not listed them yet (within {}s); observed again at the next pass",
+    FIRST_LIST.as_secs()
+)]
+pub struct NotListed;
+
+/// The pod backend's view of its executors (see the module header).
+pub struct Observer {
+    pods: Api<Pod>,
+    secrets: Api<Secret>,
+    watches: tokio::sync::OnceCell<Watches>,
+    changed: Arc<Notify>,
+    floors: Mutex<Floors>,
+}
+
+impl Observer {
+    pub fn new(pods: Api<Pod>, secrets: Api<Secret>) -> Self {
+        Observer {
+            pods,
+            secrets,
+            watches: tokio::sync::OnceCell::new(),
+            changed: Arc::new(Notify::new()),
+            floors: Mutex::new(Floors::default()),
+        }
+    }
+
+    async fn watches(&self) -> &Watches {
+        self.watches
+            .get_or_init(|| async { Watches::start(&self.pods, &self.secrets, &self.changed) })
+            .await
+    }
+
+    /// Every executor's objects, by task, as the watches last saw them (the watches start
+    /// with the first call, which waits for their first list).
+    pub async fn view(&self) -> Result<BTreeMap<i64, Observed>, NotListed> {
+        let watches = self.watches().await;
+        if !watches.ready().await {
+            return Err(NotListed);
+        }
+        let (mut view, lowest) = watches.view();
+        self.floors.lock().unwrap().apply(&mut view, &lowest);
+        Ok(view)
+    }
+
+    /// Returns when the watches saw a change since the last call (or once, after the first).
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+
+    /// This dispatcher deleted `task`'s objects of `attempt` and earlier (or replaced them).
+    pub fn gone(&self, task: i64, attempt: u32) {
+        self.floors.lock().unwrap().raise(task, attempt);
+    }
+
+    /// The attempt of `task` the store shows now, if any.
+    pub fn attempt_seen(&self, task: i64) -> Option<u32> {
+        let watches = self.watches.get()?;
+        let name = executor::object_name(task);
+        let ns = self.pods.namespace().map(str::to_string);
+        let pod_ref = reflector::ObjectRef::<Pod>::new(&name).within(ns.as_deref().unwrap_or(""));
+        let secret_ref = reflector::ObjectRef::<PartialObjectMeta<Secret>>::new(&name)
+            .within(ns.as_deref().unwrap_or(""));
+        let pod = watches
+            .pods
+            .get(&pod_ref)
+            .and_then(|p| task_of(&p.metadata));
+        let secret = watches
+            .secrets
+            .get(&secret_ref)
+            .and_then(|s| task_of(&s.metadata));
+        pod.into_iter().chain(secret).map(|(_, a)| a).max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_floor_hides_its_own_past_writes_until_the_store_drops_them() {
+        let mut view = BTreeMap::from([(7, Observed::blank(7, 1)), (8, Observed::blank(8, 2))]);
+        let mut floors = Floors::default();
+        floors.raise(7, 1);
+        floors.raise(8, 1);
+        // Task 7's attempt 1 is still in the store: hidden. Task 8 shows attempt 2, a new
+        // write above the floor: kept, and its floor goes.
+        floors.apply(&mut view, &BTreeMap::from([(7, 1), (8, 2)]));
+        assert_eq!(view.keys().copied().collect::<Vec<_>>(), vec![8]);
+        assert_eq!(floors.0.keys().copied().collect::<Vec<_>>(), vec![7]);
+        // The store caught up: nothing of task 7 left, the floor goes too.
+        floors.apply(&mut view, &BTreeMap::new());
+        assert!(floors.0.is_empty());
+    }
+}

@@ -1,0 +1,246 @@
+//! Scale benchmark: one `tenantci dispatch run` with N executors running at once, N = 100, 300,
+//! 1000 by default, for each dispatcher binary given (the baseline first), in one run: the
+//! simulator (`tenantci sim --gitea`, API work only: Pods stay Pending, so every executor costs
+//! the apiserver the same for both builds), a real nats-server, and this process playing the N
+//! runners through the facade (`player`). Prints Markdown on stdout, progress on stderr;
+//! `scripts/bench-scale.sh` builds both binaries and writes docs/benchmarks/scale.md.
+//!
+//! Per N and build: the time from a burst of N jobs to N executor Pods created and to N tasks
+//! fetched; then a steady-state window in which only the dispatcher talks to the apiserver
+//! (the player reads each Secret once, before it) and to Gitea (the facade relays the runners'
+//! UpdateLog): apiserver requests per second by verb (the simulator's `apiserver_request_total`),
+//! Gitea calls per running task per minute (the double's counts by method), the dispatcher's
+//! CPU (cores) and UpdateLog round trips through the facade (p50/p99); pickup of one new task
+//! (enqueue -> its runner has it) while N run, against idle; the dispatcher's peak RSS.
+//!
+//! Usage: bench_scale SIM_BIN [NAME=DISPATCHER_BIN ...] [--sizes 100,300,1000] [--window 20]
+//! (the simulator always runs from SIM_BIN, which counts requests by verb).
+
+mod player;
+mod report;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tenantci_dispatch::config::override_var;
+use tenantci_testkit::procfs::{cpu_time, memory};
+use tenantci_testkit::world::{self, Options, World, apiserver_requests};
+
+use player::Players;
+use report::Row;
+
+/// A deadlock guard per phase, not a measurement.
+const DEADLINE: Duration = Duration::from_secs(300);
+/// Pickup samples, idle and loaded.
+const PICKUPS: usize = 3;
+
+fn progress(msg: &str) {
+    eprintln!("bench_scale: {msg}");
+}
+
+struct Args {
+    sim: PathBuf,
+    builds: Vec<(String, PathBuf)>,
+    sizes: Vec<usize>,
+    window: Duration,
+}
+
+fn args() -> Args {
+    let mut it = std::env::args().skip(1);
+    let sim = PathBuf::from(
+        it.next()
+            .expect("usage: bench_scale SIM_BIN [NAME=BIN ...]"),
+    );
+    let (mut builds, mut sizes, mut window) = (Vec::new(), vec![100, 300, 1000], 20);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--sizes" => {
+                let list = it.next().expect("--sizes 100,300");
+                sizes = list
+                    .split(',')
+                    .map(|n| n.parse().expect("a size"))
+                    .collect();
+            }
+            "--window" => window = it.next().and_then(|w| w.parse().ok()).expect("--window 20"),
+            build => {
+                let (name, bin) = build.split_once('=').expect("NAME=DISPATCHER_BIN");
+                builds.push((name.to_string(), PathBuf::from(bin)));
+            }
+        }
+    }
+    if builds.is_empty() {
+        builds.push(("this build".into(), sim.clone()));
+    }
+    Args {
+        sim,
+        builds,
+        sizes,
+        window: Duration::from_secs(window),
+    }
+}
+
+/// Polls `f` every 50 ms until it yields `Some` (what the phases wait on has no event here).
+async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A world with a dispatcher of `bin` at capacity `n + 1` (room for the loaded pickup), led.
+async fn world_for(sim: &Path, bin: &Path, n: usize) -> (World, world::Dispatcher) {
+    let mut w = Options::new(sim).api_only().start().await;
+    w.write_inputs(n as u32 + 1).await;
+    w.base_mut().facade.url = "https://127.0.0.1:0".into();
+    w.bin = bin.to_path_buf();
+    let config = w.config_only("d1");
+    let mut cmd = w.command();
+    // The production defaults, not the test world's short timings (a lease renewed every
+    // 250 ms, a keep-alive every second).
+    cmd.env("RUST_LOG", "warn,tenantci=info");
+    for (key, value) in [
+        ("gitea.fetch_interval", "200ms"),
+        ("gitea.fetch_interval_idle", "2s"),
+        ("gitea.keepalive_interval", "1m"),
+        ("leader.lease_duration", "15s"),
+        ("leader.renew_deadline", "10s"),
+        ("leader.retry_period", "2s"),
+    ] {
+        cmd.env(override_var(key), value);
+    }
+    let log = w.dir.path().join("d1.log");
+    let d = world::Dispatcher::spawn(cmd, "d1", &config, &log).await;
+    d.wait_leader(true).await;
+    (w, d)
+}
+
+/// Enqueues one job and returns how long until its runner had the task.
+async fn pickup(w: &World, players: &Players, name: &str) -> Duration {
+    let before = players.seen.lock().unwrap().fetched.len();
+    let start = Instant::now();
+    w.enqueue(name, "bench-secret-xxxxxxxxxxxxxxxxxxxxxxxx")
+        .await;
+    until("the new task fetched", || {
+        (players.seen.lock().unwrap().fetched.len() > before).then(Instant::now)
+    })
+    .await;
+    let took = start.elapsed();
+    players.release();
+    took
+}
+
+async fn pickups(w: &World, players: &Players, phase: &str) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for i in 0..PICKUPS {
+        let live = players.seen.lock().unwrap().live;
+        out.push(pickup(w, players, &format!("{phase}-{i}")).await);
+        // Its executor deleted (its slot free again) before the next one.
+        until("the pickup task's executor deleted", || {
+            (players.seen.lock().unwrap().live <= live).then_some(())
+        })
+        .await;
+    }
+    out
+}
+
+/// The steady-state window's counts: apiserver and Gitea calls, dispatcher CPU.
+struct Counts {
+    apiserver: BTreeMap<(String, String), u64>,
+    gitea: BTreeMap<String, u64>,
+    cpu: Duration,
+    at: Instant,
+}
+
+async fn counts(w: &World, pid: u32) -> Counts {
+    let stats = w.gitea.admin(w.http(), "stats").await;
+    let gitea = stats["calls"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Counts {
+        apiserver: apiserver_requests(&w.kube).await,
+        gitea,
+        cpu: cpu_time(pid),
+        at: Instant::now(),
+    }
+}
+
+async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Row {
+    let (w, mut d) = world_for(&args.sim, bin, n).await;
+    let players = Players::start(w.kube.clone());
+    let idle = pickups(&w, &players, "idle").await;
+    progress(&format!("{build} N={n}: burst"));
+    let start = Instant::now();
+    for i in 0..n {
+        w.enqueue(
+            &format!("burst-{i}"),
+            "bench-secret-xxxxxxxxxxxxxxxxxxxxxxxx",
+        )
+        .await;
+    }
+    let created = until("N executors created", || {
+        let s = players.seen.lock().unwrap();
+        (s.created.len() >= n + PICKUPS).then(|| start.elapsed())
+    })
+    .await;
+    let fetched = until("N tasks fetched", || {
+        let s = players.seen.lock().unwrap();
+        (s.fetched.len() >= n + PICKUPS).then(|| start.elapsed())
+    })
+    .await;
+    progress(&format!(
+        "{build} N={n}: steady state for {:?}",
+        args.window
+    ));
+    players.take_latencies();
+    let before = counts(&w, d.pid()).await;
+    tokio::time::sleep(args.window).await;
+    let after = counts(&w, d.pid()).await;
+    for (key, n) in &after.apiserver {
+        let was = before.apiserver.get(key).copied().unwrap_or(0);
+        if *n > was {
+            progress(&format!("  window: {} {} x{}", key.0, key.1, n - was));
+        }
+    }
+    let latencies = players.take_latencies();
+    let loaded = pickups(&w, &players, "loaded").await;
+    players.release();
+    until("every executor deleted", || {
+        (players.seen.lock().unwrap().live == 0).then_some(())
+    })
+    .await;
+    let peak = memory(d.pid()).hwm;
+    let code = d.terminate_within(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "the dispatcher drains and exits 0");
+    report::row(
+        build,
+        n,
+        (created, fetched),
+        (&before, &after),
+        latencies,
+        (idle, loaded),
+        peak,
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let mut rows = Vec::new();
+    for n in &args.sizes {
+        for (build, bin) in &args.builds {
+            progress(&format!("{build} N={n}"));
+            rows.push(measure(&args, build, bin, *n).await);
+        }
+    }
+    println!("{}", report::table(&rows));
+}
