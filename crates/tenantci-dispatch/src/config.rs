@@ -1158,7 +1158,7 @@ pub(crate) mod tests {
     #[test]
     fn override_variables_follow_their_keys() {
         let table: Vec<(String, &str)> = overrides().collect();
-        assert_eq!(table.len(), 59);
+        assert_eq!(table.len(), 60);
         for pair in [
             ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
             (
