@@ -10,7 +10,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use crate::util::{assert_exit, mode, run, scratch, stderr, stdout, tenantci};
+use crate::util::{assert_exit, bootstrap_gitlab, mode, run, scratch, stderr, stdout, tenantci};
 use nix::fcntl::{Flock, FlockArg};
 use tenantci_testkit::gitlab::{DEFAULT_ACCESS_TOKEN, GitlabDouble, MANAGE_ACCESS_TOKEN};
 use tenantci_testkit::sim::SimProcess;
@@ -78,24 +78,14 @@ impl World {
     async fn mint_credential(&self) {
         let token_file = self.root.join("given-token");
         std::fs::write(&token_file, "glrt-given-0123456789abcdef").unwrap();
-        let mut cmd = tenantci();
-        cmd.args([
-            "bootstrap",
-            "runner",
-            "--forge",
-            "gitlab",
-            "--cluster",
-            "ci",
-        ])
-        .arg("--state-dir")
-        .arg(self.root.join("state"))
-        .arg("--credential-dir")
-        .arg(self.root.join("creds-ci"))
-        .arg("--config")
-        .arg(self.root.join("other/config.toml"))
-        .arg("--runner-token-file")
-        .arg(token_file)
-        .args(["--gitlab-url", &self.gitlab.url()]);
+        let mut cmd = bootstrap_gitlab(
+            &self.root.join("state"),
+            &self.root.join("creds-ci"),
+            &self.root.join("other/config.toml"),
+        );
+        cmd.arg("--runner-token-file")
+            .arg(token_file)
+            .args(["--gitlab-url", &self.gitlab.url()]);
         let o = tokio::task::spawn_blocking(move || run(&mut cmd))
             .await
             .unwrap();

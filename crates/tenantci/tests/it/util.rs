@@ -18,6 +18,28 @@ pub fn tenantci() -> Command {
     tenantci_testkit::process::clean_command(&bin())
 }
 
+/// `tenantci bootstrap runner` for GitLab on cluster `ci` of the gateway at `state_dir`, its
+/// credential in `credential_dir` and its entry in `config`: what every GitLab bootstrap test
+/// starts from (each adds its token and GitLab flags).
+pub fn bootstrap_gitlab(state_dir: &Path, credential_dir: &Path, config: &Path) -> Command {
+    let mut cmd = tenantci();
+    cmd.args([
+        "bootstrap",
+        "runner",
+        "--forge",
+        "gitlab",
+        "--cluster",
+        "ci",
+    ])
+    .arg("--state-dir")
+    .arg(state_dir)
+    .arg("--credential-dir")
+    .arg(credential_dir)
+    .arg("--config")
+    .arg(config);
+    cmd
+}
+
 /// Runs `cmd` and returns its output; panics with the command line if it cannot start.
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output()

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::util::{assert_exit, run, scratch, tenantci};
+use crate::util::{assert_exit, bootstrap_gitlab, run, scratch, tenantci};
 use tenantci_testkit::process::{Process, first_line};
 
 /// The gateway side: the in-process simulator, a runner credential with its RBAC applied
@@ -116,22 +116,12 @@ pub async fn gateway(limits: &[(&str, i64)]) -> Gateway {
 
 fn bootstrap(root: &Path) -> Command {
     std::fs::write(root.join("token"), "glrt-front-test\n").unwrap();
-    let mut cmd = tenantci();
+    let mut cmd = bootstrap_gitlab(
+        &root.join("state"),
+        &root.join("creds"),
+        &root.join("gateway-runner/config.toml"),
+    );
     cmd.args([
-        "bootstrap",
-        "runner",
-        "--forge",
-        "gitlab",
-        "--cluster",
-        "ci",
-    ])
-    .arg("--state-dir")
-    .arg(root.join("state"))
-    .arg("--credential-dir")
-    .arg(root.join("creds"))
-    .arg("--config")
-    .arg(root.join("gateway-runner/config.toml"))
-    .args([
         "--gitlab-url",
         "https://gitlab.example.com",
         "--runner-token-file",

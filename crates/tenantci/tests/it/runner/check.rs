@@ -10,7 +10,7 @@ use kube::Api;
 use serde_json::Value;
 
 use super::trust::{tls_ca_file, verify_as_gitlab_runner};
-use crate::util::{assert_exit, mode, run, scratch, snapshot, stdout, tenantci};
+use crate::util::{assert_exit, bootstrap_gitlab, mode, run, scratch, snapshot, stdout, tenantci};
 use tenantci_core::pki::{CertificateAuthority, ClientCertSpec, KeyType, issue};
 use tenantci_testkit::gitlab::{DEFAULT_ACCESS_TOKEN, GitlabDouble};
 use tenantci_testkit::sim::SimProcess;
@@ -56,25 +56,11 @@ async fn setup() -> Setup {
 }
 
 async fn bootstrap(s: &Setup, with_ca: bool) -> Output {
-    let mut cmd = tenantci();
-    cmd.args([
-        "bootstrap",
-        "runner",
-        "--forge",
-        "gitlab",
-        "--cluster",
-        "ci",
-    ])
-    .arg("--state-dir")
-    .arg(s.root.join("state"))
-    .arg("--credential-dir")
-    .arg(s.creds())
-    .arg("--config")
-    .arg(s.config())
-    .args(["--gitlab-url", &s.gitlab.url(), "--gitlab-api-token-file"])
-    .arg(s.root.join("api-token"))
-    .args(["--runner-type", "instance_type", "--run-untagged"])
-    .args(["--gitlab-timeout", "5s"]);
+    let mut cmd = bootstrap_gitlab(&s.root.join("state"), &s.creds(), &s.config());
+    cmd.args(["--gitlab-url", &s.gitlab.url(), "--gitlab-api-token-file"])
+        .arg(s.root.join("api-token"))
+        .args(["--runner-type", "instance_type", "--run-untagged"])
+        .args(["--gitlab-timeout", "5s"]);
     if with_ca {
         cmd.arg("--gitlab-ca-file").arg(&s.gitlab_ca);
     }
