@@ -1,0 +1,236 @@
+//! `tenantci dispatch status` and `tenantci dispatch explain`: read a running dispatcher's
+//! status API (`/v1/status`, at the config's status.listen) and print it, or why a job waits.
+//! The model, the reasons and the text are the library's (`tenantci_dispatch::status`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::output::{self, OutputArgs};
+use tenantci_core::{Error, Result};
+use tenantci_dispatch::config::Config;
+use tenantci_dispatch::run::status::fetch;
+use tenantci_dispatch::status::question::{self, Job};
+use tenantci_dispatch::status::{Status, TaskStatus, explain, table};
+
+/// Where the dispatcher's status API is.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Dispatcher")]
+pub struct Reach {
+    /// The dispatcher's config: its status.listen (with the same environment overrides) is
+    /// asked.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "TENANTCI_DISPATCH_CONFIG",
+        required_unless_present = "status_address"
+    )]
+    pub config: Option<PathBuf>,
+    /// The status API's address (HOST:PORT) instead of a config's, e.g. the local end of a
+    /// port-forward.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "config")]
+    pub status_address: Option<SocketAddr>,
+}
+
+impl Reach {
+    fn address(&self) -> Result<SocketAddr> {
+        match (&self.status_address, &self.config) {
+            (Some(a), _) => Ok(*a),
+            (None, Some(c)) => Ok(Config::load(c)?.status.listen),
+            (None, None) => Err(Error::bad_input(
+                "give --config FILE (the dispatcher's config) or --status-address HOST:PORT",
+            )),
+        }
+    }
+}
+
+/// `-o` of `dispatch status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum StatusFormat {
+    /// The capacity and the tasks, as `kubectl get` prints.
+    #[default]
+    Text,
+    /// The table with the workflow, run, runs-on labels, executor and node too.
+    Wide,
+    /// The /v1/status document (JSON Lines with --watch).
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub reach: Reach,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = StatusFormat::Text)]
+    pub output: StatusFormat,
+    /// Print again every --interval until interrupted.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Seconds between two prints with --watch. Default: 2.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub interval: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The job's web URL (https://FORGE/OWNER/REPO/actions/runs/RUN/jobs/JOB).
+    #[arg(value_name = "JOB_URL", conflicts_with_all = ["repository", "task"])]
+    pub url: Option<String>,
+    /// The job's repository (OWNER/NAME), with --run.
+    #[arg(long, value_name = "OWNER/NAME", requires = "run")]
+    pub repository: Option<String>,
+    /// The run's number in its repository (the RUN of its URL), with --repository.
+    #[arg(long, value_name = "RUN", requires = "repository", value_parser = clap::value_parser!(i64).range(1..))]
+    pub run: Option<i64>,
+    /// The dispatcher's task id (the TASK column of `dispatch status`).
+    #[arg(long, value_name = "ID", conflicts_with = "repository", value_parser = clap::value_parser!(i64).range(1..))]
+    pub task: Option<i64>,
+    /// The job's runs-on labels, comma-separated: for a job the dispatcher has not claimed
+    /// (or to try other labels for one it holds).
+    #[arg(long, value_name = "LABELS", value_delimiter = ',')]
+    pub runs_on: Option<Vec<String>>,
+    #[command(flatten)]
+    pub reach: Reach,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+pub async fn status(a: &StatusArgs) -> Result<i32> {
+    let address = a.reach.address()?;
+    loop {
+        let s = fetch(address).await?;
+        match a.output {
+            StatusFormat::Json if a.watch => println!(
+                "{}",
+                serde_json::to_string(&s).expect("the status document serializes")
+            ),
+            StatusFormat::Json => output::print_json(&s)?,
+            StatusFormat::Text | StatusFormat::Wide => {
+                if a.watch {
+                    println!("--- {}", s.generated_at.format("%H:%M:%S"));
+                }
+                print!("{}", table::render(&s, a.output == StatusFormat::Wide));
+            }
+        }
+        if !a.watch {
+            return Ok(0);
+        }
+        tokio::time::sleep(Duration::from_secs(a.interval)).await;
+    }
+}
+
+/// The job asked about, checked before the dispatcher is asked (bad input: exit 2).
+fn job(a: &ExplainArgs) -> Result<Option<Job>> {
+    if let Some(url) = &a.url {
+        return question::parse_url(url).map(Some).map_err(Error::bad_input);
+    }
+    if let (Some(repository), Some(run)) = (&a.repository, a.run) {
+        if repository.split('/').filter(|p| !p.is_empty()).count() != 2 {
+            return Err(Error::bad_input(format!(
+                "--repository `{repository}` is not OWNER/NAME; give it as the job's URL shows it"
+            )));
+        }
+        let (origin, repository, run) = (None, repository.clone(), run);
+        return Ok(Some(Job::Run {
+            origin,
+            repository,
+            run,
+        }));
+    }
+    if let Some(task) = a.task {
+        return Ok(Some(Job::Task(task)));
+    }
+    if a.runs_on
+        .as_ref()
+        .is_none_or(|l| l.iter().all(|l| l.trim().is_empty()))
+    {
+        return Err(Error::bad_input(
+            "name the job: its URL, --repository and --run, --task, or --runs-on LABELS for a job not yet created",
+        ));
+    }
+    Ok(None)
+}
+
+/// One job's explanation, for `-o json`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Explained<'s> {
+    task: Option<&'s TaskStatus>,
+    runs_on: Vec<String>,
+    will_run: bool,
+    reasons: Vec<explain::Reason>,
+}
+
+pub async fn explain(a: &ExplainArgs) -> Result<i32> {
+    let job = job(a)?;
+    let s = fetch(a.reach.address()?).await?;
+    let explained = explained(&s, job.as_ref(), a.runs_on.as_deref())?;
+    if a.output.is_json() {
+        output::print_json(&explained)?;
+    } else {
+        for e in &explained {
+            print!("{}", table::explanation(e.task, &e.runs_on, &e.reasons));
+        }
+        if !s.leader {
+            println!(
+                "note: {} is a standby; the leader claims and holds the tasks",
+                s.instance
+            );
+        }
+    }
+    Ok(if explained.iter().all(|e| e.will_run) {
+        0
+    } else {
+        1
+    })
+}
+
+fn explained<'s>(
+    s: &'s Status,
+    job: Option<&Job>,
+    runs_on: Option<&[String]>,
+) -> Result<Vec<Explained<'s>>> {
+    let one = |task: Option<&'s TaskStatus>, labels: Vec<String>| {
+        let reasons = explain::reasons(s, &labels, task);
+        Explained {
+            task,
+            will_run: reasons.is_empty(),
+            runs_on: labels,
+            reasons,
+        }
+    };
+    let Some(job) = job else {
+        return Ok(vec![one(None, runs_on.unwrap_or_default().to_vec())]);
+    };
+    question::check_forge(job, s).map_err(Error::bad_input)?;
+    let found = question::find(s, job);
+    if found.is_empty() {
+        return match runs_on {
+            Some(labels) => Ok(vec![one(None, labels.to_vec())]),
+            None => Err(Error::bad_input(format!(
+                "this dispatcher holds no task for {}: not claimed yet, finished, or another dispatcher's; add --runs-on LABELS (the job's runs-on) to see why such a job would wait",
+                asked(job)
+            ))),
+        };
+    }
+    Ok(found
+        .into_iter()
+        .map(|t| {
+            one(
+                Some(t),
+                runs_on.map_or_else(|| t.runs_on.clone(), <[String]>::to_vec),
+            )
+        })
+        .collect())
+}
+
+fn asked(job: &Job) -> String {
+    match job {
+        Job::Task(t) => format!("task {t}"),
+        Job::Run {
+            repository, run, ..
+        } => format!("run {run} of {repository}"),
+    }
+}
