@@ -332,6 +332,7 @@ impl Scheduler {
         }
         // The class travels with the assignment: whoever starts the executor takes it, and
         // does not pick again.
+        let class_name = class.clone();
         let sealed = Assignment::seal_in_class(
             &self.sealing_key,
             &id.to_string(),
@@ -351,8 +352,8 @@ impl Scheduler {
         // Registered before the publish: the worker may start the executor before the PubAck
         // is back, and its `running` must find (and clear) this entry.
         self.registry.queued(id, backend);
-        self.registry
-            .describe(id, description(&task, &assignment.labels));
+        let job = description(&task, &assignment.labels, class_name);
+        self.registry.describe(id, job);
         // The ledger's `claimed` entry and the publish go out together, one round trip of
         // claim latency instead of two, with the same guarantee as one after the other: a
         // crash leaves the task in the queue, in the ledger (recovery queues it again), in
@@ -434,7 +435,7 @@ impl Scheduler {
 
 /// What the status API shows of `task`'s job: its names from Gitea's context (strings there,
 /// `run_number` and `run_id` too), never its tokens.
-fn description(task: &Task, runs_on: &[String]) -> Description {
+fn description(task: &Task, runs_on: &[String], class: Option<String>) -> Description {
     let text = |key| context_str(task, key).unwrap_or_default().to_string();
     let number = |key| context_str(task, key).and_then(|n| n.parse().ok());
     Description {
@@ -443,6 +444,7 @@ fn description(task: &Task, runs_on: &[String]) -> Description {
         job: text("job"),
         run: number("run_number").or_else(|| number("run_id")),
         runs_on: runs_on.to_vec(),
+        class,
     }
 }
 

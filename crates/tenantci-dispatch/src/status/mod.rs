@@ -280,10 +280,8 @@ fn task_status(i: &Inputs<'_>, c: &Card) -> TaskStatus {
         run: d.run,
         runs_on: d.runs_on,
         backend: c.backend,
-        class: c
-            .class
-            .clone()
-            .or_else(|| executor.and_then(|o| o.class.clone())),
+        // The slot it holds, else the class the scheduler picked, else the executor's label.
+        class: (c.class.clone().or(d.class)).or_else(|| executor.and_then(|o| o.class.clone())),
         state,
         executor: placement.map(|p| p.pod_name.clone()),
         node: placement.map(|p| p.node_name.clone()),

@@ -45,6 +45,8 @@ pub struct Description {
     /// The run's number in its repository (`run_number`; the run's id when absent).
     pub run: Option<i64>,
     pub runs_on: Vec<String>,
+    /// The resource class the scheduler picked (it holds a slot of it only once it starts).
+    pub class: Option<String>,
 }
 
 /// Where a task stands in the registry (the status API refines it with the ledger's phase).

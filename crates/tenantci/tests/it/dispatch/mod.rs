@@ -23,6 +23,7 @@ mod proxy;
 mod renew;
 mod run;
 mod stall;
+mod status;
 mod vm;
 mod vm_identity;
 mod webhook;
