@@ -61,6 +61,7 @@ pub fn render(s: &Status) -> String {
         h,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">\
+         <link rel=\"icon\" href=\"data:,\">\
          <title>tenantci dispatcher {}</title><style>{STYLE}</style></head><body>\
          <h1>tenantci dispatcher <code>{}</code> {}</h1>",
         esc(&s.instance),

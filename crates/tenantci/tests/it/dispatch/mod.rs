@@ -24,6 +24,7 @@ mod renew;
 mod run;
 mod stall;
 mod status;
+mod status_page;
 mod vm;
 mod vm_identity;
 mod webhook;
