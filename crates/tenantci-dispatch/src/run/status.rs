@@ -247,16 +247,21 @@ pub async fn serve(
         .await
 }
 
+/// A client for the status API: plain HTTP, never through a proxy the environment names.
+fn loopback_client(timeout: std::time::Duration) -> tenantci_core::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .no_proxy()
+        .build()
+        .map_err(|e| tenantci_core::Error::external("cannot build an HTTP client").caused_by(e))
+}
+
 /// `dispatch probe`: GETs `path` from a running dispatcher's status API and returns the body;
 /// no answer, or a non-2xx one, is a failed check (exit 1), which is what an exec probe needs.
 pub async fn probe(listen: std::net::SocketAddr, path: &str) -> tenantci_core::Result<String> {
     use tenantci_core::Error;
     let url = format!("http://{listen}{path}");
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(2))
-        .no_proxy()
-        .build()
-        .map_err(|e| Error::external("cannot build an HTTP client").caused_by(e))?;
+    let client = loopback_client(std::time::Duration::from_secs(2))?;
     let resp = client.get(&url).send().await.map_err(|e| {
         Error::check_failed(format!(
             "the dispatcher's status API at {url} did not answer"
@@ -282,11 +287,8 @@ pub async fn probe(listen: std::net::SocketAddr, path: &str) -> tenantci_core::R
 pub async fn fetch(listen: std::net::SocketAddr) -> tenantci_core::Result<Status> {
     use tenantci_core::Error;
     let url = format!("http://{listen}/v1/status");
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .map_err(|e| Error::external("cannot build an HTTP client").caused_by(e))?;
+    // Above the backends' observation bound (3 s each, side by side).
+    let client = loopback_client(std::time::Duration::from_secs(10))?;
     let resp = client.get(&url).send().await.map_err(|e| {
         Error::bad_input(format!(
             "no dispatcher answers at {url}; start `tenantci dispatch run` with this config, or give the config whose status.listen it uses"

@@ -81,6 +81,7 @@ pub(super) fn card(now: DateTime<Utc>, task: i64, held: Held, class: Option<&str
             job: format!("job-{task}"),
             run: Some(task),
             runs_on: vec!["self-hosted".into(), "pod".into()],
+            class: None,
         }),
         since: at,
         held_since: at,
