@@ -125,7 +125,7 @@ fn summary(h: &mut String, s: &Status) {
     }
     let _ = write!(
         h,
-        "</table><p>Queue depth {} · {} claims in the last minute · forge {} {} · cache {} · labels {}</p>",
+        "</table><p>Queue depth {} · claims in the last minute: {} · forge {} {} · cache {} · labels {}</p>",
         m.queue_depth,
         m.claims_per_minute,
         esc(&m.forge.url),

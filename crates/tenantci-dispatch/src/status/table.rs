@@ -107,7 +107,7 @@ pub fn render(s: &Status, wide: bool) -> String {
     };
     let mut out = columns(&cap);
     out.push_str(&format!(
-        "\ninstance {}{}; forge {} {forge}; {} claims in the last minute\n\n",
+        "\ninstance {}{}; forge {} {forge}; claims in the last minute: {}\n\n",
         s.instance,
         if s.leader { " (leader)" } else { " (standby)" },
         m.forge.url,
