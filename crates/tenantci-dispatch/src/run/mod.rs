@@ -343,8 +343,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let serving = own.is_none().then(|| inputs.facade_serving.clone());
     start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
     let sources = status_sources(&cfg, &registry, &ledger, &backends);
-    let status_tasks =
-        status_listeners.serve(health.clone(), metrics.clone(), sources, stop_rx.clone());
+    let served = status_listeners.serve(health.clone(), metrics.clone(), sources, stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
         (Some(listener), Some(secret)) => {
@@ -405,7 +404,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         me,
         health,
         facade,
-        status: status_tasks,
+        status: served,
         webhook: webhook_task,
     }
     .drain()

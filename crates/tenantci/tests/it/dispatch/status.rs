@@ -58,20 +58,20 @@ async fn status_until(d: &Dispatcher, what: &str, ok: impl Fn(&Value) -> bool) -
     .await
 }
 
-/// Three executors of a class of three (one left alone, one fetched, one reporting) on a pod
-/// capacity of five, so two more jobs are claimed and queue behind them: every state a task
-/// can hold still, in the table, `-o wide` and `-o json`; `explain` of a queued job by its
-/// URL gives the capacity, what runs and its place in the queue. Gitea cancels the second:
-/// withdrawn, it is no longer held (the withdrawn state lasts until the worker's next pull,
-/// milliseconds here: the unit tests show it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn status_shows_tasks_in_every_state_and_explain_gives_the_queue_position() {
-    let mut w = World::start(5).await;
-    let mut class = ExecutorClass::pod("ci", "100m", "128Mi", 3);
-    class.label = "pod".into();
-    w.base_mut().executor.classes = vec![class];
-    let d = w.dispatcher("d1").await;
-    d.wait_leader(true).await;
+/// The tasks [`hold_every_state`] made, by what happened to them.
+struct Held {
+    alone: i64,
+    fetched: i64,
+    reported: i64,
+    waiting: i64,
+    waiting_job: i64,
+    second: i64,
+}
+
+/// Five jobs on a class of three (`ci`, label `pod`) inside a pod capacity of five: three
+/// executors (one left alone, one that fetched, one that reports its log) and two claimed
+/// jobs queued behind them.
+async fn hold_every_state(w: &World) -> Held {
     let mut tasks = Vec::new();
     for name in ["alone", "fetched", "reported"] {
         let job = w.enqueue(name, "s").await;
@@ -81,120 +81,132 @@ async fn status_shows_tasks_in_every_state_and_explain_gives_the_queue_position(
     w.executor(fetched).await.fetch().await;
     let ex = w.executor(reported).await;
     ex.fetch().await;
-    ex.own()
-        .update_log(&UpdateLogRequest {
-            task_id: reported,
-            index: 0,
-            rows: vec![LogRow {
-                time: None,
-                content: "step 1".into(),
-            }],
-            no_more: false,
-        })
-        .await
-        .unwrap();
+    let row = LogRow {
+        time: None,
+        content: "step 1".into(),
+    };
+    let log = UpdateLogRequest {
+        task_id: reported,
+        index: 0,
+        rows: vec![row],
+        no_more: false,
+    };
+    ex.own().update_log(&log).await.unwrap();
     let waiting_job = w.enqueue("waiting", "s").await;
-    let cancelled_job = w.enqueue("cancelled", "s").await;
-    let waiting = w.claimed(waiting_job).await;
-    let cancelled = w.claimed(cancelled_job).await;
+    let second_job = w.enqueue("second", "s").await;
+    Held {
+        alone,
+        fetched,
+        reported,
+        waiting: w.claimed(waiting_job).await,
+        waiting_job,
+        second: w.claimed(second_job).await,
+    }
+}
 
+/// The JSON document: each task's state and names, the slots, the forge, no secret.
+fn assert_document(doc: &Value, h: &Held) {
+    for (id, state) in [
+        (h.alone, "running"),
+        (h.fetched, "fetched"),
+        (h.reported, "reported"),
+        (h.waiting, "queued"),
+        (h.second, "queued"),
+    ] {
+        let t = task(doc, id);
+        assert_eq!(t["state"], state, "{t}");
+        assert_eq!(t["repository"], "sim/demo", "{t}");
+        let labels = serde_json::json!(["self-hosted", "pod"]);
+        assert_eq!((&t["runsOn"], &t["class"]), (&labels, &"ci".into()), "{t}");
+    }
+    let alone = task(doc, h.alone);
+    assert_eq!(alone["job"], "alone");
+    assert_eq!(alone["executor"], format!("gitea-task-{}", h.alone));
+    assert!(alone["node"].as_str().is_some(), "{doc:#}");
+    let slots = |v: &Value| (v["used"].as_u64(), v["free"].as_u64());
+    let summary = &doc["summary"];
+    assert_eq!(
+        slots(&summary["backends"][0]),
+        (Some(3), Some(2)),
+        "{summary}"
+    );
+    assert_eq!(
+        slots(&summary["classes"][0]),
+        (Some(3), Some(0)),
+        "{summary}"
+    );
+    assert!(
+        summary["claimsPerMinute"].as_u64().unwrap() >= 5,
+        "{summary}"
+    );
+    assert_eq!(summary["forge"]["reachable"], true);
+    let text = doc.to_string();
+    let secret = text.contains("gitea_runtime_token") || text.contains("\"token\"");
+    assert!(!secret, "no secret: {text}");
+}
+
+/// Three executors of a class of three on a pod capacity of five, so two more jobs are
+/// claimed and queue behind them: every state a task can hold still, in `-o json`, the table
+/// and `-o wide`; `explain` of a queued job by its URL gives the capacity, what runs and its
+/// place in the queue. Gitea cancels the second: withdrawn, it is no longer held (the
+/// withdrawn state lasts until the worker's next pull, milliseconds here: the unit tests show
+/// it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_shows_tasks_in_every_state_and_explain_gives_the_queue_position() {
+    let mut w = World::start(5).await;
+    let mut class = ExecutorClass::pod("ci", "100m", "128Mi", 3);
+    class.label = "pod".into();
+    w.base_mut().executor.classes = vec![class];
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    let h = hold_every_state(&w).await;
     let want: BTreeSet<String> = ["running", "fetched", "reported", "queued"]
         .map(String::from)
         .into();
     let doc = status_until(&d, "every state held", |doc| states(doc) == want).await;
-    for (id, state) in [
-        (alone, "running"),
-        (fetched, "fetched"),
-        (reported, "reported"),
-        (waiting, "queued"),
-        (cancelled, "queued"),
-    ] {
-        let t = task(&doc, id);
-        assert_eq!(t["state"], state, "{t}");
-        assert_eq!(t["repository"], "sim/demo", "{t}");
-        assert_eq!(
-            t["runsOn"],
-            serde_json::json!(["self-hosted", "pod"]),
-            "{t}"
-        );
-    }
-    assert_eq!(task(&doc, alone)["job"], "alone");
-    assert_eq!(task(&doc, alone)["executor"], format!("gitea-task-{alone}"));
-    assert!(task(&doc, alone)["node"].as_str().is_some(), "{doc:#}");
-    let pod = &doc["summary"]["backends"][0];
-    assert_eq!(
-        (pod["used"].as_u64(), pod["free"].as_u64()),
-        (Some(3), Some(2)),
-        "{pod}"
-    );
-    let ci = &doc["summary"]["classes"][0];
-    assert_eq!(
-        (ci["used"].as_u64(), ci["free"].as_u64()),
-        (Some(3), Some(0)),
-        "{ci}"
-    );
-    assert!(
-        doc["summary"]["claimsPerMinute"].as_u64().unwrap() >= 5,
-        "{doc:#}"
-    );
-    assert_eq!(doc["summary"]["forge"]["reachable"], true);
-    let text = doc.to_string();
-    assert!(
-        !text.contains("gitea_runtime_token") && !text.contains("\"token\""),
-        "no secret: {text}"
-    );
+    assert_document(&doc, &h);
 
     let table = stdout(&dispatch(&d, &["status"]));
+    let head = "BACKEND  USED  FREE  QUEUED  API\npod      3/5";
     assert!(
-        table.starts_with("BACKEND  USED  FREE  QUEUED  API\npod      3/5"),
+        table.starts_with(head) && table.contains("TASK  REPOSITORY  JOB"),
         "{table}"
     );
-    assert!(table.contains("TASK  REPOSITORY  JOB"), "{table}");
     for state in ["Running", "Fetched", "Reported", "Queued"] {
         assert!(table.contains(state), "{state} in\n{table}");
     }
     let wide = stdout(&dispatch(&d, &["status", "-o", "wide"]));
-    assert!(
-        wide.contains("EXECUTOR") && wide.contains(&format!("gitea-task-{alone}")),
-        "{wide}"
-    );
+    let pod = format!("gitea-task-{}", h.alone);
+    assert!(wide.contains("EXECUTOR") && wide.contains(&pod), "{wide}");
 
     // Gitea's web URL of the waiting job: the double's run id is the job's id.
-    let url = format!(
-        "{}/sim/demo/actions/runs/{waiting_job}/jobs/0",
-        doc["summary"]["forge"]["url"].as_str().unwrap()
-    );
+    let forge = doc["summary"]["forge"]["url"].as_str().unwrap();
+    let url = format!("{forge}/sim/demo/actions/runs/{}/jobs/0", h.waiting_job);
     let o = dispatch(&d, &["explain", &url]);
     assert_exit(&o, 1);
     let out = stdout(&o);
+    let full = "waits (capacity): capacity full: 3 of 3 executors of the class ci run";
     assert!(
-        out.contains("waits (capacity): capacity full: 3 of 3 executors of the class ci run"),
+        out.contains(full) && out.contains("number 1 in its queue"),
         "{out}"
     );
-    assert!(out.contains("number 1 in its queue"), "{out}");
-    assert!(
-        out.contains(&format!("{alone} (sim/demo alone)")),
-        "what runs: {out}"
-    );
-    let second = dispatch(&d, &["explain", "--task", &cancelled.to_string()]);
-    assert!(
-        stdout(&second).contains("number 2 in its queue"),
-        "{}",
-        stdout(&second)
-    );
-    let o = dispatch(&d, &["explain", "--task", &alone.to_string()]);
+    let runs = format!("{} (sim/demo alone)", h.alone);
+    assert!(out.contains(&runs), "what runs: {out}");
+    let second = stdout(&dispatch(&d, &["explain", "--task", &h.second.to_string()]));
+    assert!(second.contains("number 2 in its queue"), "{second}");
+    let o = dispatch(&d, &["explain", "--task", &h.alone.to_string()]);
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("will run"), "{}", stdout(&o));
 
-    w.cancel(cancelled).await;
-    status_until(&d, "the cancelled task no longer held", |doc| {
+    w.cancel(h.second).await;
+    let gone = |doc: &Value| {
         doc["tasks"]
             .as_array()
             .unwrap()
             .iter()
-            .all(|t| t["task"] != cancelled)
-    })
-    .await;
+            .all(|t| t["task"] != h.second)
+    };
+    status_until(&d, "the cancelled task no longer held", gone).await;
 }
 
 /// A job whose labels this dispatcher does not have: the closest is named, exit 1; the
