@@ -3,13 +3,14 @@
 //! The model, the reasons and the text are the library's (`tenantci_dispatch::status`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
+use tenantci_dispatch::backend::pod::events;
 use tenantci_dispatch::config::Config;
 use tenantci_dispatch::run::status::fetch;
 use tenantci_dispatch::status::question::{self, Job};
@@ -91,6 +92,13 @@ pub struct ExplainArgs {
     /// (or to try other labels for one it holds).
     #[arg(long, value_name = "LABELS", value_delimiter = ',')]
     pub runs_on: Option<Vec<String>>,
+    /// An operator's kubeconfig for the tenant cluster: a waiting executor Pod's Events are
+    /// shown under its reason (the dispatcher's own role does not read events).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The dispatcher's namespace, where its executor Pods are (with --kubeconfig).
+    #[arg(long, value_name = "NAME", default_value = "dynamic-runner")]
+    pub namespace: String,
     #[command(flatten)]
     pub reach: Reach,
     #[command(flatten)]
@@ -161,17 +169,26 @@ struct Explained<'s> {
     runs_on: Vec<String>,
     will_run: bool,
     reasons: Vec<explain::Reason>,
+    /// The executor Pod's Events, with --kubeconfig, when it waits for a node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    events: Vec<String>,
 }
 
 pub async fn explain(a: &ExplainArgs) -> Result<i32> {
     let job = job(a)?;
     let s = fetch(a.reach.address()?).await?;
-    let explained = explained(&s, job.as_ref(), a.runs_on.as_deref())?;
+    let mut explained = explained(&s, job.as_ref(), a.runs_on.as_deref())?;
+    if let Some(kubeconfig) = &a.kubeconfig {
+        pod_events(&mut explained, kubeconfig, &a.namespace).await?;
+    }
     if a.output.is_json() {
         output::print_json(&explained)?;
     } else {
         for e in &explained {
             print!("{}", table::explanation(e.task, &e.runs_on, &e.reasons));
+            for line in &e.events {
+                println!("    event: {line}");
+            }
         }
         if !s.leader {
             println!(
@@ -199,6 +216,7 @@ fn explained<'s>(
             will_run: reasons.is_empty(),
             runs_on: labels,
             reasons,
+            events: Vec::new(),
         }
     };
     let Some(job) = job else {
@@ -224,6 +242,32 @@ fn explained<'s>(
             )
         })
         .collect())
+}
+
+/// The Events of each explained task whose executor Pod waits (reason `executor`).
+async fn pod_events(
+    explained: &mut [Explained<'_>],
+    kubeconfig: &Path,
+    namespace: &str,
+) -> Result<()> {
+    let client = tenantci_core::kube_client::from_kubeconfig(kubeconfig).await?;
+    for e in explained {
+        let Some(task) = e
+            .task
+            .filter(|_| e.reasons.iter().any(|r| r.kind == "executor"))
+        else {
+            continue;
+        };
+        let events = events::of_task(&client, namespace, task.task).await.map_err(|err| {
+            Error::external(format!(
+                "cannot read the Events of task {}'s executor Pod in namespace {namespace}; the reasons above stand without them",
+                task.task
+            ))
+            .caused_by(err)
+        })?;
+        e.events = events.iter().map(events::line).collect();
+    }
+    Ok(())
 }
 
 fn asked(job: &Job) -> String {

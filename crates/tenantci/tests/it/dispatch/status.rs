@@ -12,7 +12,7 @@ use tenantci_core::forge::gitea::proto::{LogRow, UpdateLogRequest};
 use tenantci_dispatch::executor::class::ExecutorClass;
 use tenantci_testkit::wait::eventually;
 
-use super::harness::{Dispatcher, World};
+use super::harness::{Dispatcher, NAMESPACE, World};
 use crate::util::{assert_exit, run, stderr, stdout, tenantci};
 
 /// `tenantci dispatch ARGS --status-address D`'s output.
@@ -298,7 +298,9 @@ fn status_and_explain_name_a_dispatcher_that_does_not_answer() {
     }
 }
 
-/// A Pod on a rented node that boots for a minute: explain says its executor has no node.
+/// A Pod on a rented node that boots for a minute: explain says its executor has no node,
+/// and with an operator's kubeconfig shows the Pod's Events (the scheduler's and
+/// cluster-autoscaler's, as the simulator records them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn explain_names_an_executor_pod_waiting_for_a_booting_node() {
     let w = World::start_with_sim_flags(1, &["--node-boot", "60s"]).await;
@@ -315,6 +317,26 @@ async fn explain_names_an_executor_pod_waiting_for_a_booting_node() {
         "{out}"
     );
     assert!(out.contains("a rented node may be booting"), "{out}");
+    let kubeconfig = w.tenant_admin.display().to_string();
+    let with_events = [
+        "explain",
+        "--task",
+        &id,
+        "--kubeconfig",
+        &kubeconfig,
+        "--namespace",
+        NAMESPACE,
+    ];
+    let out = eventually("the Pod's events", || async {
+        let out = stdout(&dispatch(&d, &with_events));
+        out.contains("TriggeredScaleUp").then_some(out)
+    })
+    .await;
+    let failed =
+        "event: Warning FailedScheduling (default-scheduler): no nodes available to schedule pods";
+    assert!(out.contains(failed), "{out}");
+    let scale = "event: Normal TriggeredScaleUp (cluster-autoscaler): pod triggered scale-up: [{rented 0->1 (max: 10)}]";
+    assert!(out.contains(scale), "{out}");
 }
 
 /// OpenSandbox answering 503: a vm job's explain names the API away, exit 1; a pod job's
