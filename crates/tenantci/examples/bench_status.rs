@@ -1,9 +1,12 @@
 //! Status API benchmark (issue 43): what one `GET /v1/status` (and the page at `/`) costs
 //! against `GET /healthz` on the same listener (the baseline: the HTTP round trip alone),
 //! with no task held and with TASKS executors running, in one run on one `tenantci sim
-//! --gitea` and one nats-server. A status request reads the registry, one claim-ledger entry
-//! per task held (concurrently) and lists each backend's executors once; the ratio says what
-//! that adds to the round trip.
+//! --gitea` and one nats-server. A status request reads the registry, the claim ledger's
+//! local mirror (`task::mirror`, no NATS round trip) and lists each backend's executors once;
+//! the ratio says what that adds to the round trip.
+//!
+//! Beside it, with TASKS running, the read the status made before the mirror: one ledger GET
+//! per task held, concurrently (`Ledger::get`, as `ci-worker`, on the same nats-server).
 //!
 //! Per load: REQUESTS sequential GETs of each path from one keep-alive client; p50 and p95.
 //! Prints Markdown on stdout, progress on stderr; `scripts/bench-status.sh` writes it into
@@ -62,6 +65,33 @@ async fn running(http: &reqwest::Client, d: &Dispatcher, n: usize) {
     }
 }
 
+/// p50 and p95 in ms of `n` reads of every held task's ledger entry, concurrently: what
+/// one `/v1/status` cost before the mirror (one NATS round trip per task held).
+async fn ledger_reads(w: &World, d: &Dispatcher, http: &reqwest::Client, n: usize) -> (f64, f64) {
+    use tenantci_dispatch::task::ledger::Ledger;
+    let url = format!("http://{}/v1/status", d.status_address());
+    let doc: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+    let tasks: Vec<i64> = doc["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task"].as_i64().unwrap())
+        .collect();
+    let worker = w.nats.client("ci-worker").await;
+    let ledger = Ledger::open(&async_nats::jetstream::new(worker))
+        .await
+        .unwrap();
+    let mut ms = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let read = futures::future::join_all(tasks.iter().map(|t| ledger.get(*t))).await;
+        assert!(read.iter().all(|r| matches!(r, Ok(Some(_)))), "{read:?}");
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(f64::total_cmp);
+    (percentile(&ms, 0.5), percentile(&ms, 0.95))
+}
+
 struct Row {
     load: String,
     path: &'static str,
@@ -118,7 +148,17 @@ async fn main() {
     }
     running(&http, &d, tasks).await;
     progress(&format!("{tasks} running"));
-    table.extend(rows(&http, &d, &format!("{tasks} executors running"), requests).await);
+    let load = format!("{tasks} executors running");
+    let mut loaded = rows(&http, &d, &load, requests).await;
+    let (p50, p95) = ledger_reads(&w, &d, &http, requests).await;
+    loaded.push(Row {
+        load,
+        path: "before the mirror: one ledger GET per task held",
+        p50,
+        p95,
+        baseline: loaded[0].baseline,
+    });
+    table.extend(loaded);
     println!(
         "{requests} sequential GETs per row from one keep-alive client; debug build; {tasks} executor Pods at the simulator.\n"
     );

@@ -16,15 +16,13 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use std::collections::BTreeMap;
-
 use crate::backend::Executors;
 use crate::executor::class::ExecutorClass;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::queue::BackendKind;
 use crate::status::{self, Inputs, Status};
-use crate::task::ledger::Ledger;
+use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
 
 struct Shared {
@@ -33,11 +31,11 @@ struct Shared {
     sources: Option<Arc<Sources>>,
 }
 
-/// What `/v1/status` is built from: the term's registry, the claim ledger, every backend, and
-/// from the config what does not change while it runs.
+/// What `/v1/status` is built from: the term's registry, the claim ledger's mirror, every
+/// backend, and from the config what does not change while it runs.
 pub struct Sources {
     pub registry: Arc<Registry>,
-    pub ledger: Ledger,
+    pub ledger: Mirror,
     pub backends: Vec<Arc<dyn Executors>>,
     pub instance: String,
     pub forge_url: String,
@@ -52,18 +50,12 @@ pub struct Sources {
 const OBSERVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Sources {
-    /// Reads everything once (one observation per backend, one ledger read per task held)
-    /// and builds the document.
+    /// Reads everything once (one observation per backend; the ledger from its mirror, no
+    /// round trip) and builds the document.
     async fn status(&self, health: &Health, metrics: &Metrics) -> Status {
         let cards = self.registry.cards();
-        let entries = cards.iter().map(|c| self.ledger.get(c.task));
-        // A task whose entry cannot be read shows the registry's state alone.
-        let ledger: BTreeMap<i64, _> = futures::future::join_all(entries)
-            .await
-            .into_iter()
-            .filter_map(|e| e.ok().flatten())
-            .map(|e| (e.task, e))
-            .collect();
+        // A task whose entry the mirror lacks shows the registry's state alone.
+        let ledger = self.ledger.of(cards.iter().map(|c| c.task));
         let observations = self.backends.iter().map(|b| async move {
             let seen = tokio::time::timeout(OBSERVE_TIMEOUT, b.observe()).await;
             let seen = match seen {

@@ -273,6 +273,14 @@ impl Ledger {
             .map(|e| e.result.unwrap_or_default()))
     }
 
+    /// Every entry's last value, then every write as it happens (`task::mirror` follows it).
+    pub async fn watch(&self) -> Result<kv::Watch, LedgerError> {
+        self.kv
+            .watch_with_history("task.>")
+            .await
+            .map_err(|e| err("cannot watch the bucket")(&e))
+    }
+
     /// Every entry within the retention, final ones too (what recovery looks at): one stream
     /// info (the keys) and one read per entry.
     pub async fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
