@@ -17,6 +17,8 @@ pub enum Job {
         origin: Option<String>,
         repository: String,
         run: i64,
+        /// The job's index in its run (a URL's `/jobs/JOB`, counted from 0 in id order).
+        job: Option<usize>,
     },
     /// The dispatcher's task id.
     Task(i64),
@@ -42,10 +44,17 @@ pub fn parse_url(text: &str) -> Result<Job, String> {
         .and_then(|r| r.parse::<i64>().ok())
         .filter(|r| *r > 0)
         .ok_or_else(|| format!("`{text}` names no run number after /actions/runs/; {shape}"))?;
+    let job = match segments.get(at + 3..at + 5) {
+        Some(["jobs", index]) => Some(index.parse::<usize>().map_err(|_| {
+            format!("`{text}` names no job index after /jobs/ (a number from 0); {shape}")
+        })?),
+        _ => None,
+    };
     Ok(Job::Run {
         origin: Some(origin(&url)),
         repository: format!("{}/{}", segments[at - 2], segments[at - 1]),
         run,
+        job,
     })
 }
 
@@ -100,7 +109,8 @@ mod tests {
             Job::Run {
                 origin: Some("https://git.example.com".into()),
                 repository: "acme/app".into(),
-                run: 12
+                run: 12,
+                job: Some(0)
             }
         );
         for bad in [

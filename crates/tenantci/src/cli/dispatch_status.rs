@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::cli::forge_view::{self, View};
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
@@ -99,6 +100,12 @@ pub struct ExplainArgs {
     /// The dispatcher's namespace, where its executor Pods are (with --kubeconfig).
     #[arg(long, value_name = "NAME", default_value = "dynamic-runner")]
     pub namespace: String,
+    /// A private (0600) file holding an API token of the forge that may read the
+    /// repository's actions: the job's status, runs-on and waiting time are read from the
+    /// forge first (Gitea 1.25+, Forgejo with the runs API). Default: the config's
+    /// waiting_jobs.token_file, with --config.
+    #[arg(long, value_name = "FILE")]
+    pub forge_token_file: Option<PathBuf>,
     #[command(flatten)]
     pub reach: Reach,
     #[command(flatten)]
@@ -145,6 +152,7 @@ fn job(a: &ExplainArgs) -> Result<Option<Job>> {
             origin,
             repository,
             run,
+            job: None,
         }));
     }
     if let Some(task) = a.task {
@@ -172,18 +180,59 @@ struct Explained<'s> {
     /// The executor Pod's Events, with --kubeconfig, when it waits for a node.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     events: Vec<String>,
+    /// The forge's view of the job, when it was asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forge: Option<ForgeSide>,
+}
+
+/// The forge's view in `-o json`: its jobs, or why it is missing.
+#[derive(Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ForgeSide {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    jobs: Vec<tenantci_core::forge::jobs::ForgeJob>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    missing: Option<String>,
 }
 
 pub async fn explain(a: &ExplainArgs) -> Result<i32> {
     let job = job(a)?;
     let s = fetch(a.reach.address()?).await?;
-    let mut explained = explained(&s, job.as_ref(), a.runs_on.as_deref())?;
+    let view = match &job {
+        Some(j) => forge_view(a, &s, j).await?,
+        None => None,
+    };
+    // The forge's runs-on stand in for --runs-on when the dispatcher holds no task for it.
+    let runs_on = a.runs_on.clone().or_else(|| match &view {
+        Some(View::Jobs { jobs, .. }) => jobs.iter().find(|j| j.waits()).map(|j| j.runs_on.clone()),
+        _ => None,
+    });
+    let mut explained = explained(&s, job.as_ref(), runs_on.as_deref())?;
     if let Some(kubeconfig) = &a.kubeconfig {
         pod_events(&mut explained, kubeconfig, &a.namespace).await?;
+    }
+    let side = view.as_ref().map(|v| match v {
+        View::Jobs { jobs, .. } => ForgeSide {
+            jobs: jobs.clone(),
+            missing: None,
+        },
+        View::Missing(line) => ForgeSide {
+            jobs: Vec::new(),
+            missing: Some(line.clone()),
+        },
+    });
+    for e in &mut explained {
+        e.forge = side.clone();
     }
     if a.output.is_json() {
         output::print_json(&explained)?;
     } else {
+        for line in view
+            .iter()
+            .flat_map(|v| forge_view::lines(v, chrono::Utc::now()))
+        {
+            println!("{line}");
+        }
         for e in &explained {
             print!("{}", table::explanation(e.task, &e.runs_on, &e.reasons));
             for line in &e.events {
@@ -217,6 +266,7 @@ fn explained<'s>(
             runs_on: labels,
             reasons,
             events: Vec::new(),
+            forge: None,
         }
     };
     let Some(job) = job else {
@@ -242,6 +292,53 @@ fn explained<'s>(
             )
         })
         .collect())
+}
+
+/// The forge's view of a job named by its run (a URL, or --repository and --run), after the
+/// URL is checked to be this dispatcher's forge; None for a task id.
+async fn forge_view(a: &ExplainArgs, s: &Status, job: &Job) -> Result<Option<View>> {
+    let Job::Run {
+        repository,
+        run,
+        job: index,
+        ..
+    } = job
+    else {
+        return Ok(None);
+    };
+    question::check_forge(job, s).map_err(Error::bad_input)?;
+    let config = match &a.reach.config {
+        Some(path) if a.reach.status_address.is_none() => Some(Config::load(path)?),
+        _ => None,
+    };
+    let token_file = a.forge_token_file.clone().or_else(|| {
+        config
+            .as_ref()
+            .and_then(|c| c.waiting_jobs.as_ref())
+            .map(|w| w.token_file.clone())
+    });
+    let Some(token_file) = token_file else {
+        return Ok(Some(View::Missing(
+            "not read: give --forge-token-file FILE (a 0600 file with an API token of the forge) to see the job's status there; from the dispatcher's view:".to_string(),
+        )));
+    };
+    let token = forge_view::read_token(&token_file)?;
+    let ca_pem = match config.as_ref().and_then(|c| c.gitea.ca_file.as_deref()) {
+        Some(ca) => Some(tenantci_core::pki::inspect::read_ca_file(
+            "the Gitea CA file (gitea.ca_file)",
+            ca,
+            "put the CA certificate (PEM) that signed the forge's certificate into it",
+        )?),
+        None => None,
+    };
+    let asked = forge_view::Asked {
+        forge_url: &s.summary.forge.url,
+        ca_pem,
+        repository,
+        run: *run,
+        job: *index,
+    };
+    forge_view::read(&asked, &token).await.map(Some)
 }
 
 /// The Events of each explained task whose executor Pod waits (reason `executor`).

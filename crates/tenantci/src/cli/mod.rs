@@ -10,6 +10,7 @@ mod check_host;
 mod credential;
 mod dispatch;
 mod dispatch_status;
+mod forge_view;
 #[cfg(test)]
 mod doc_commands;
 mod docs;

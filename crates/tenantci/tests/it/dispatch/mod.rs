@@ -8,6 +8,7 @@ mod claims;
 mod classes;
 mod cluster;
 mod executor_pod;
+mod explain_forge;
 mod forgejo;
 mod golden;
 mod harness;
