@@ -10,11 +10,11 @@ mod check_host;
 mod credential;
 mod dispatch;
 mod dispatch_status;
-mod forge_view;
 #[cfg(test)]
 mod doc_commands;
 mod docs;
 mod executor_proxy;
+mod forge_view;
 mod internal;
 mod pki;
 mod queue;
