@@ -343,8 +343,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = own.is_none().then(|| inputs.facade_serving.clone());
     start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
-    let mirror = Mirror::spawn(&ledger, stop_rx.clone());
-    let sources = status_sources(&cfg, &registry, mirror, &backends);
+    let sources = status_sources(&cfg, &registry, Mirror::new(ledger.clone()), &backends);
     let served = status_listeners.serve(health.clone(), metrics.clone(), sources, stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {

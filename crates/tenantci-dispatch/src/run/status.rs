@@ -50,12 +50,12 @@ pub struct Sources {
 const OBSERVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Sources {
-    /// Reads everything once (one observation per backend; the ledger from its mirror, no
-    /// round trip) and builds the document.
+    /// Reads everything once (one observation per backend; the ledger's writes since the
+    /// last request, not an entry per task) and builds the document.
     async fn status(&self, health: &Health, metrics: &Metrics) -> Status {
         let cards = self.registry.cards();
         // A task whose entry the mirror lacks shows the registry's state alone.
-        let ledger = self.ledger.of(cards.iter().map(|c| c.task));
+        let ledger = self.ledger.of(cards.iter().map(|c| c.task)).await;
         let observations = self.backends.iter().map(|b| async move {
             let seen = tokio::time::timeout(OBSERVE_TIMEOUT, b.observe()).await;
             let seen = match seen {

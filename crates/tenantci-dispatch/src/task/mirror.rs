@@ -1,115 +1,81 @@
-//! The claim ledger as a local map, kept current by one watch of its bucket: what the status
-//! API reads, so a status request costs no NATS round trip however many tasks are held (a
-//! read per task held was one KV get each: a thousand at a thousand executors).
+//! The claim ledger as a local map, caught up at each status request with the writes made
+//! since the previous one: what the status API reads, so a request costs one NATS round trip
+//! per entry written since the last request, plus one that finds none, however many tasks
+//! are held (a read per task held was one KV get each: a thousand at a thousand executors).
 //!
-//! The watch starts from each key's last value (JetStream's `LastPerSubject`) and then follows
-//! every write, on an ordered consumer the client re-creates after a gap. When the watch ends
-//! or cannot be opened (NATS away), it is opened again after [`REOPEN`] and its history
-//! overwrites the map. The map may trail a write by the watch's delivery; the status it
-//! feeds is a view, never a decision (the ledger itself stays the truth: `task::ledger`).
-//! The bucket's `max_age` drops an entry without a marker, so an entry older than
-//! `ledger_bucket::RETENTION` is dropped here too ([`Mirror::apply`]).
+//! The catch-up reads the bucket's stream in sequence order (JetStream direct get, "next
+//! message at or after this sequence on `task.>`"), which `ci-worker` may do; a watch would
+//! need it to create consumers on the bucket. The first request reads every live entry once.
+//! An entry keeps one revision, so only live ones are read. The bucket's `max_age` drops an
+//! entry without a marker, so an entry older than `ledger_bucket::RETENTION` is dropped here
+//! too ([`Mirror::apply`]). A catch-up that fails (NATS away) keeps what it read: the status
+//! shows the registry's state for the rest, and the next request goes on from there.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
-use async_nats::jetstream::kv;
-use futures::StreamExt as _;
-use tokio::sync::watch;
+use tokio::sync::Mutex;
 
 use crate::queue::ledger_bucket::RETENTION;
-use crate::task::ledger::{Entry, Ledger};
+use crate::task::ledger::{Entry, Ledger, Written};
 
-/// The pause before a watch that failed or ended is opened again.
-pub const REOPEN: Duration = Duration::from_secs(1);
-
-/// The ledger's entries by task, as the watch last delivered them.
-#[derive(Clone, Default)]
+/// The ledger's entries by task, and the stream sequence to read on from.
 pub struct Mirror {
-    entries: Arc<RwLock<BTreeMap<i64, Entry>>>,
+    ledger: Ledger,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    next: u64,
+    entries: BTreeMap<i64, Entry>,
 }
 
 impl Mirror {
-    /// A mirror of `ledger`, followed until `stop` turns true.
-    pub fn spawn(ledger: &Ledger, stop: watch::Receiver<bool>) -> Mirror {
-        let mirror = Mirror::default();
-        tokio::spawn(follow(ledger.clone(), mirror.clone(), stop));
-        mirror
+    pub fn new(ledger: Ledger) -> Mirror {
+        Mirror {
+            ledger,
+            seen: Mutex::new(Seen {
+                next: 1,
+                ..Seen::default()
+            }),
+        }
     }
 
-    /// The entries of `tasks` that the mirror holds (no I/O).
-    pub fn of(&self, tasks: impl IntoIterator<Item = i64>) -> BTreeMap<i64, Entry> {
-        let entries = self
-            .entries
-            .read()
-            .expect("the mirror's lock is never poisoned");
+    /// The entries of `tasks`, after reading the writes since the last call; what a failed
+    /// read leaves out is logged and missing.
+    pub async fn of(&self, tasks: impl IntoIterator<Item = i64>) -> BTreeMap<i64, Entry> {
+        let mut seen = self.seen.lock().await;
+        loop {
+            match self.ledger.written_from(seen.next).await {
+                Ok(Some(w)) => {
+                    seen.next = w.sequence + 1;
+                    seen.apply(w, chrono::Utc::now());
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the status API could not read the claim ledger's latest writes; it shows the registry's state for those tasks");
+                    break;
+                }
+            }
+        }
         tasks
             .into_iter()
-            .filter_map(|t| entries.get(&t).map(|e| (t, e.clone())))
+            .filter_map(|t| seen.entries.get(&t).map(|e| (t, e.clone())))
             .collect()
     }
+}
 
-    /// Takes one delivered write: `entry` for `task`, or None when the key was deleted or
-    /// purged; and drops what the bucket's retention has dropped by `now`.
-    pub fn apply(&self, task: i64, entry: Option<Entry>, now: chrono::DateTime<chrono::Utc>) {
-        let mut entries = self
-            .entries
-            .write()
-            .expect("the mirror's lock is never poisoned");
-        match entry {
-            Some(e) => entries.insert(task, e),
-            None => entries.remove(&task),
+impl Seen {
+    /// Takes one write (an entry, or None for a deleted or purged key) and drops what the
+    /// bucket's retention has dropped by `now` (pure).
+    fn apply(&mut self, w: Written, now: chrono::DateTime<chrono::Utc>) {
+        match w.entry {
+            Some(e) => self.entries.insert(w.task, e),
+            None => self.entries.remove(&w.task),
         };
         let retention = chrono::Duration::from_std(RETENTION).expect("the retention fits");
-        entries.retain(|_, e| now - e.at < retention);
+        self.entries.retain(|_, e| now - e.at < retention);
     }
-}
-
-/// Follows the bucket into `mirror` until `stop` turns true (or its sender is gone).
-async fn follow(ledger: Ledger, mirror: Mirror, mut stop: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            ended = watch_once(&ledger, &mirror) => tracing::warn!(
-                error = %ended,
-                "the claim ledger's watch for the status API ended; opening it again in {REOPEN:?}"
-            ),
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            () = tokio::time::sleep(REOPEN) => {}
-        }
-    }
-}
-
-/// One watch, applied to `mirror` until it fails or ends; returns why it ended.
-async fn watch_once(ledger: &Ledger, mirror: &Mirror) -> String {
-    let mut writes = match ledger.watch().await {
-        Ok(w) => w,
-        Err(e) => return e.to_string(),
-    };
-    while let Some(next) = writes.next().await {
-        let write = match next {
-            Ok(w) => w,
-            Err(e) => return format!("claim ledger: the watch failed: {e}"),
-        };
-        let Some(task) = write.key.strip_prefix("task.").and_then(|t| t.parse().ok()) else {
-            continue;
-        };
-        let entry = match write.operation {
-            kv::Operation::Put => match serde_json::from_slice(&write.value) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    tracing::warn!(task, error = %e, "the claim ledger's entry does not decode; the status shows the registry's state");
-                    continue;
-                }
-            },
-            kv::Operation::Delete | kv::Operation::Purge => None,
-        };
-        mirror.apply(task, entry, chrono::Utc::now());
-    }
-    "claim ledger: the watch ended".to_string()
 }
 
 #[cfg(test)]
@@ -118,31 +84,27 @@ mod tests {
     use crate::queue::BackendKind;
     use crate::task::ledger::Phase;
 
+    fn write(task: i64, entry: Option<Entry>) -> Written {
+        Written {
+            sequence: 0,
+            task,
+            entry,
+        }
+    }
+
     #[test]
     fn a_write_replaces_a_delete_removes_and_the_retention_drops() {
-        let m = Mirror::default();
+        let mut s = Seen::default();
         let now = chrono::Utc::now();
         let mut old = Entry::step(1, 1, BackendKind::Pod, Phase::Final);
         old.at = now - chrono::Duration::from_std(RETENTION).unwrap();
-        m.apply(1, Some(old), now);
-        m.apply(
-            2,
-            Some(Entry::step(2, 1, BackendKind::Pod, Phase::Claimed)),
-            now,
-        );
-        m.apply(
-            2,
-            Some(Entry::step(2, 1, BackendKind::Pod, Phase::Fetched)),
-            now,
-        );
-        m.apply(
-            3,
-            Some(Entry::step(3, 1, BackendKind::Vm, Phase::Started)),
-            now,
-        );
-        m.apply(3, None, now);
-        let seen = m.of([1, 2, 3]);
-        assert_eq!(seen.keys().copied().collect::<Vec<_>>(), vec![2]);
-        assert_eq!(seen[&2].phase, Phase::Fetched);
+        s.apply(write(1, Some(old)), now);
+        let step = |t, p| Some(Entry::step(t, 1, BackendKind::Pod, p));
+        s.apply(write(2, step(2, Phase::Claimed)), now);
+        s.apply(write(2, step(2, Phase::Fetched)), now);
+        s.apply(write(3, step(3, Phase::Started)), now);
+        s.apply(write(3, None), now);
+        assert_eq!(s.entries.keys().copied().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(s.entries[&2].phase, Phase::Fetched);
     }
 }

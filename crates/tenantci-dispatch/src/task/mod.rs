@@ -5,8 +5,8 @@
 //! - [`ledger`]: the claim ledger, a JetStream key-value entry per task: **the truth** of a
 //!   task's state, the only part that survives a crash or a lost apiserver. Its phase only moves
 //!   forward ([`ledger::merge`], pure).
-//! - [`mirror`]: the ledger as a local map a watch of the bucket keeps current, for the
-//!   status API (a view: decisions read the ledger itself).
+//! - [`mirror`]: the ledger as a local map the status API catches up with the writes since
+//!   its last request (a view: decisions read the ledger itself).
 //! - [`spec`]: the sealed assignment opened once into what every executor of the task gets
 //!   (`ExecutorSpec`: the resource class the scheduler picked, the capability, the SPIFFE ID,
 //!   the cache grant), re-opened only for a replacement's new attempt.
