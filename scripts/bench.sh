@@ -2,7 +2,7 @@
 # Benchmarks: each writes its table to docs/benchmarks/<name>.md, then docs/benchmarks.md is
 # assembled from them. Usage: scripts/bench.sh [mint ...]   (default: mint bootstrap prewarm
 # dispatch; `executor-start` and `warm-pool` by name; `queue`, `sim`, `vm`, `identity`, `vm-svid`,
-# `passthrough`, `cache`, `front`, `scale` and `build` run by
+# `passthrough`, `cache`, `front`, `scale`, `status` and `build` run by
 # name, each through scripts/bench-<name>.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."

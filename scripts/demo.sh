@@ -175,6 +175,10 @@ tk() { kubectl --kubeconfig "$state/clusters/ci/tenant-admin.kubeconfig" --cache
 tk wait --for=create "secret/gitea-task-$task" --timeout=60s
 tk wait --for=create "pod/gitea-task-$task" --timeout=60s
 tk get pods,secrets -l app.kubernetes.io/component=gitea-executor
+echo "what the dispatcher holds (tenantci dispatch status; the same as a page at http://$status/):"
+"$tenantci" dispatch status --status-address "$status" -o wide
+echo "why a job with a mistyped label would wait (tenantci dispatch explain; exit 1 = it waits):"
+"$tenantci" dispatch explain --status-address "$status" --runs-on self-hosted,podd || true
 
 # Play the Pod: its executor-proxy sidecar with the Pod's own flags (on a free port), and the
 # official runner from the Secret's `.runner`, talking plain HTTP to the proxy.

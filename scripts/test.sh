@@ -18,6 +18,8 @@ ensure_jq
 ensure_curl
 ensure_actions_cache_client
 ensure_moto
+# The status page's browser test renders it in headless Chromium.
+ensure_chromium
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

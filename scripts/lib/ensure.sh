@@ -74,6 +74,10 @@ ensure_apt_command() {
   command -v "$cmd" >/dev/null 2>&1 || { echo "error: $cmd is needed (apt-get install $pkg)" >&2; exit 3; }
 }
 
+# Headless Chromium (Debian's `chromium`), for the status page's browser test
+# (dispatch::status_page: the page rendered against a running dispatcher, its console read).
+ensure_chromium() { ensure_apt_command chromium; }
+
 # jq, for the demo's JSON (gitea.json, the Gitea double's admin API) and the VM boot-script
 # test's stand-in runner.
 ensure_jq() { ensure_apt_command jq; }

@@ -41,4 +41,5 @@ pub mod provision;
 pub mod queue;
 pub mod renew;
 pub mod run;
+pub mod status;
 pub mod task;

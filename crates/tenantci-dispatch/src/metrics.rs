@@ -1,8 +1,12 @@
 //! The dispatcher's Prometheus metrics (served on /metrics by `status`). One struct so every
-//! actor records into the same registry; names are `tenantci_dispatch_*`.
+//! actor records into the same registry; names are `tenantci_dispatch_*`. The status API
+//! reads a few figures back ([`Figures`]): gauges it shows as they are, and what a series
+//! cannot say (claims in the last minute, the forge's last answer to FetchTask).
 
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -23,8 +27,34 @@ fn by_class(class: &str) -> ByBackend {
     vec![("class".to_string(), class.to_string())]
 }
 
+/// What the status API reads back (`Metrics::figures`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    pub claims_last_minute: u32,
+    /// Since the forge last answered a FetchTask (None: not since start, or not leading).
+    pub since_forge_answered: Option<Duration>,
+    /// The forge's last FetchTask failure, while it lasts (cleared by an answer).
+    pub forge_error: Option<String>,
+    pub queue_depth: BTreeMap<BackendKind, u64>,
+    /// Warm slots by class.
+    pub warm_slots: BTreeMap<String, u32>,
+    pub cache_stored_bytes: u64,
+}
+
+/// The figures no series holds.
+#[derive(Default)]
+struct Recent {
+    claims: VecDeque<Instant>,
+    forge_answered: Option<Instant>,
+    forge_error: Option<String>,
+}
+
+/// The claims-per-minute window.
+const CLAIMS_WINDOW: Duration = Duration::from_secs(60);
+
 pub struct Metrics {
     registry: Registry,
+    recent: Mutex<Recent>,
     claimed: Family<ByBackend, Counter>,
     completed: Family<ByBackend, Counter>,
     failed: Family<ByBackend, Counter>,
@@ -99,6 +129,16 @@ impl Expiry {
     }
 }
 
+/// Drops claims older than the window.
+fn forget_before(claims: &mut VecDeque<Instant>, now: Instant) {
+    while claims
+        .front()
+        .is_some_and(|t| now.saturating_duration_since(*t) > CLAIMS_WINDOW)
+    {
+        claims.pop_front();
+    }
+}
+
 fn days_left(not_after: i64, now: i64) -> f64 {
     (not_after - now) as f64 / 86_400.0
 }
@@ -138,6 +178,7 @@ impl Default for Metrics {
             credential: Default::default(),
             cache: CacheMetrics::default(),
             registry: Registry::default(),
+            recent: Mutex::default(),
         };
         register_tasks(&mut registry, &m);
         register_claiming(&mut registry, &m);
@@ -347,6 +388,23 @@ fn register_expiries(registry: &mut Registry, m: &Metrics) {
 impl Metrics {
     pub fn claimed(&self, b: BackendKind) {
         self.claimed.get_or_create(&backend(b)).inc();
+        let now = Instant::now();
+        let mut r = self.recent();
+        r.claims.push_back(now);
+        forget_before(&mut r.claims, now);
+    }
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// The forge answered a FetchTask (with tasks or without).
+    pub fn forge_answered(&self) {
+        let mut r = self.recent();
+        r.forge_answered = Some(Instant::now());
+        r.forge_error = None;
+    }
+    /// A FetchTask failed: the status API shows why until the forge answers again.
+    pub fn fetch_failed(&self, error: &str) {
+        self.recent().forge_error = Some(error.to_string());
     }
     pub fn completed(&self, b: BackendKind) {
         self.completed.get_or_create(&backend(b)).inc();
@@ -472,6 +530,36 @@ impl Metrics {
     pub fn credential_expiry(&self, user: &str, not_after: time::OffsetDateTime) {
         let mut c = self.credential.lock().unwrap_or_else(|p| p.into_inner());
         *c = Some((user.to_string(), not_after.unix_timestamp()));
+    }
+
+    /// What the status API shows; `backends` and `classes` name the series to read.
+    pub fn figures(&self, backends: &[BackendKind], classes: &[&str]) -> Figures {
+        let now = Instant::now();
+        let mut r = self.recent();
+        forget_before(&mut r.claims, now);
+        let gauge = |v: i64| u64::try_from(v).unwrap_or(0);
+        Figures {
+            claims_last_minute: u32::try_from(r.claims.len()).unwrap_or(u32::MAX),
+            since_forge_answered: r.forge_answered.map(|t| now.saturating_duration_since(t)),
+            forge_error: r.forge_error.clone(),
+            queue_depth: backends
+                .iter()
+                .map(|b| {
+                    (
+                        *b,
+                        gauge(self.queue_depth.get_or_create(&backend(*b)).get()),
+                    )
+                })
+                .collect(),
+            warm_slots: classes
+                .iter()
+                .map(|c| {
+                    let slots = self.warm_slots.get_or_create(&by_class(c)).get();
+                    (c.to_string(), u32::try_from(slots).unwrap_or(0))
+                })
+                .collect(),
+            cache_stored_bytes: gauge(self.cache.stored_bytes.get()),
+        }
     }
 
     /// The Prometheus text exposition.

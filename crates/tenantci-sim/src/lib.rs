@@ -9,6 +9,7 @@
 pub mod api;
 pub mod authn;
 pub mod authz;
+pub mod events;
 pub mod gitea;
 pub mod ids;
 pub mod nodes;

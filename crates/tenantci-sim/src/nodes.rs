@@ -7,7 +7,7 @@
 //! A cluster starts with zero nodes. Capacity comes from the node image; allocatable keeps
 //! `tenant::node_image`'s reserve (100m CPU, 256 MiB) for the kubelet, as docs/simulator.md says.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +54,8 @@ struct Timers {
     /// (ns, pod) -> when it succeeds.
     finish_at: HashMap<(String, String), Instant>,
     next_node: u64,
+    /// The scheduling events already recorded per Pod.
+    events: super::events::Recorded,
 }
 
 impl Timers {
@@ -198,7 +200,9 @@ fn reconcile(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant)
             ("kubernetes.io/arch".into(), "amd64".into()),
         ]),
     };
-    for action in scheduler::plan(&views, &node_views, &limits) {
+    let actions = scheduler::plan(&views, &node_views, &limits);
+    record_events(store, &pods, &node_views, &actions, cfg.max_nodes, timers);
+    for action in actions {
         match action {
             Action::Bind {
                 namespace,
@@ -217,6 +221,62 @@ fn reconcile(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant)
             }
         }
     }
+}
+
+/// The events of the Pods this pass leaves waiting (`events`).
+fn record_events(
+    store: &Store,
+    pods: &[Arc<Value>],
+    nodes: &[NodeView],
+    actions: &[Action],
+    max_nodes: usize,
+    timers: &mut Timers,
+) {
+    let bound: HashSet<(&str, &str)> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Bind {
+                namespace, name, ..
+            } => Some((namespace.as_str(), name.as_str())),
+            _ => None,
+        })
+        .collect();
+    let text = |p: &'_ Value, k: &str| p["metadata"][k].as_str().unwrap_or_default().to_string();
+    let live: HashSet<(String, String)> = pods
+        .iter()
+        .map(|p| (text(p, "namespace"), text(p, "name")))
+        .collect();
+    let waiting: Vec<&Value> = pods
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| p["spec"]["nodeName"].as_str().is_none_or(str::is_empty))
+        .filter(|p| p["status"]["phase"].as_str().is_none_or(|s| s == "Pending"))
+        .filter(|p| {
+            let m = &p["metadata"];
+            !bound.contains(&(
+                m["namespace"].as_str().unwrap_or_default(),
+                m["name"].as_str().unwrap_or_default(),
+            ))
+        })
+        .collect();
+    let waiting: Vec<super::events::Waiting<'_>> = waiting
+        .iter()
+        .map(|p| super::events::Waiting {
+            namespace: p["metadata"]["namespace"].as_str().unwrap_or_default(),
+            name: p["metadata"]["name"].as_str().unwrap_or_default(),
+            uid: p["metadata"]["uid"].as_str().unwrap_or_default(),
+        })
+        .collect();
+    let rented = actions
+        .iter()
+        .filter(|a| matches!(a, Action::RentNode))
+        .count();
+    let scale = (rented > 0).then(|| (nodes.len(), nodes.len() + rented, max_nodes));
+    let not_ready = nodes.iter().filter(|n| !n.ready).count();
+    timers
+        .events
+        .pass(store, &waiting, nodes.len(), not_ready, scale);
+    timers.events.retain(&live);
 }
 
 fn node_view(n: &Value, pods: &[PodView], timers: &mut Timers, now: Instant) -> NodeView {

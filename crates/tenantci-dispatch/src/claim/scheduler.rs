@@ -45,10 +45,11 @@ use crate::claim::settings::{Gitea, Webhook};
 use crate::executor::class::{self, ExecutorClass};
 use crate::metrics::Metrics;
 use crate::queue::BackendKind;
+use crate::queue::assignment::context_str;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
 use crate::task::ledger::{Entry, Ledger, Phase};
-use crate::task::registry::Registry;
+use crate::task::registry::{Description, Registry};
 use crate::task::report;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::client::RunnerClient;
@@ -252,6 +253,9 @@ impl Scheduler {
                 let started = Instant::now();
                 let polled = fetcher.fetch(&self.gitea, free).await;
                 self.metrics.fetched(started.elapsed());
+                if polled.is_ok() {
+                    self.metrics.forge_answered();
+                }
                 match polled {
                     Ok(tasks) if !tasks.is_empty() => {
                         last_task = Instant::now();
@@ -293,6 +297,7 @@ impl Scheduler {
     /// Logs a failed FetchTask. `keyed`: the next call repeats it with its request key, so a
     /// lost answer's tasks come back (Forgejo); without a key they are lost to the sweep.
     fn fetch_failed(&self, e: &tenantci_core::forge::gitea::ClientError, keyed: bool) {
+        self.metrics.fetch_failed(&e.to_string());
         let forge = &self.gitea.config().base_url;
         let again = ERROR_BACKOFF.as_secs();
         if e.is_unauthenticated() {
@@ -337,6 +342,7 @@ impl Scheduler {
         }
         // The class travels with the assignment: whoever starts the executor takes it, and
         // does not pick again.
+        let class_name = class.clone();
         let sealed = Assignment::seal_in_class(
             &self.sealing_key,
             &id.to_string(),
@@ -356,6 +362,8 @@ impl Scheduler {
         // Registered before the publish: the worker may start the executor before the PubAck
         // is back, and its `running` must find (and clear) this entry.
         self.registry.queued(id, backend);
+        let job = description(&task, &assignment.labels, class_name);
+        self.registry.describe(id, job);
         // The ledger's `claimed` entry and the publish go out together, one round trip of
         // claim latency instead of two, with the same guarantee as one after the other: a
         // crash leaves the task in the queue, in the ledger (recovery queues it again), in
@@ -432,6 +440,21 @@ impl Scheduler {
                 tracing::error!(task, forge = %self.gitea.config().base_url, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
             }
         }
+    }
+}
+
+/// What the status API shows of `task`'s job: its names from Gitea's context (strings there,
+/// `run_number` and `run_id` too), never its tokens.
+fn description(task: &Task, runs_on: &[String], class: Option<String>) -> Description {
+    let text = |key| context_str(task, key).unwrap_or_default().to_string();
+    let number = |key| context_str(task, key).and_then(|n| n.parse().ok());
+    Description {
+        repository: text("repository"),
+        workflow: text("workflow"),
+        job: text("job"),
+        run: number("run_number").or_else(|| number("run_id")),
+        runs_on: runs_on.to_vec(),
+        class,
     }
 }
 

@@ -253,27 +253,37 @@ pub fn pick<'c, S: AsRef<str>>(
     classes: &'c [ExecutorClass],
     runs_on: &[S],
 ) -> Result<Option<&'c ExecutorClass>, String> {
+    pick_by(classes, |c| (&c.name, &c.label), runs_on)
+}
+
+/// [`pick`] over anything that names a class and its label (the status API's view of the
+/// classes, which `dispatch explain` reads).
+pub fn pick_by<'c, T, S: AsRef<str>>(
+    classes: &'c [T],
+    name_label: impl Fn(&T) -> (&str, &str),
+    runs_on: &[S],
+) -> Result<Option<&'c T>, String> {
     if classes.is_empty() {
         return Ok(None);
     }
-    let asks = |c: &ExecutorClass| {
+    let asks = |c: &T| {
         runs_on
             .iter()
-            .any(|l| l.as_ref().eq_ignore_ascii_case(&c.label))
+            .any(|l| l.as_ref().eq_ignore_ascii_case(name_label(c).1))
     };
-    let matched: Vec<&ExecutorClass> = classes.iter().filter(|c| asks(c)).collect();
+    let matched: Vec<&T> = classes.iter().filter(|c| asks(c)).collect();
     let shown: Vec<&str> = runs_on.iter().map(AsRef::as_ref).collect();
     match matched.as_slice() {
         [one] => Ok(Some(one)),
         [] => Err(format!(
             "this job's runs-on {shown:?} names no executor class of this dispatcher; add one of the labels {:?} to runs-on",
-            classes.iter().map(|c| c.label.as_str()).collect::<Vec<_>>()
+            classes.iter().map(|c| name_label(c).1).collect::<Vec<_>>()
         )),
         many => Err(format!(
             "this job's runs-on {shown:?} names {} executor classes ({}); keep exactly one of their labels",
             many.len(),
             many.iter()
-                .map(|c| format!("`{}` by `{}`", c.name, c.label))
+                .map(|c| format!("`{}` by `{}`", name_label(c).0, name_label(c).1))
                 .collect::<Vec<_>>()
                 .join(", ")
         )),

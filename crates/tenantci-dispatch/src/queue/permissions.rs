@@ -40,9 +40,12 @@ pub fn user_permissions() -> Vec<UserPermissions> {
         worker_publish.push(format!("$JS.ACK.{STREAM}.{c}.>"));
     }
     // The claim ledger: open the bucket and list its keys (stream info), read entries
-    // (direct get), write them (publish to the bucket's subjects; JetStream checks revisions).
+    // (direct get: by key, and the next write after a sequence for the status API's
+    // `task::mirror`), write them (publish to the bucket's subjects; JetStream checks
+    // revisions).
     let ledger = ledger_bucket::stream_name();
     worker_publish.push(format!("$JS.API.STREAM.INFO.{ledger}"));
+    worker_publish.push(format!("$JS.API.DIRECT.GET.{ledger}"));
     worker_publish.push(format!("$JS.API.DIRECT.GET.{ledger}.>"));
     worker_publish.push(ledger_bucket::subjects());
     vec![
@@ -278,6 +281,7 @@ mod tests {
                 "$JS.API.CONSUMER.INFO.CI_RUNNER.vm",
                 "$JS.ACK.CI_RUNNER.vm.>",
                 "$JS.API.STREAM.INFO.KV_CI_CLAIMS",
+                "$JS.API.DIRECT.GET.KV_CI_CLAIMS",
                 "$JS.API.DIRECT.GET.KV_CI_CLAIMS.>",
                 "$KV.CI_CLAIMS.>",
             ]

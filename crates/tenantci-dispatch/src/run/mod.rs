@@ -60,6 +60,7 @@ use crate::queue::{BackendKind, connect, permissions, users};
 use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
 use crate::task::ledger::Ledger;
+use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
 use crate::task::spec::GiteaForExecutors;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient};
@@ -342,7 +343,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = own.is_none().then(|| inputs.facade_serving.clone());
     start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
-    let status_tasks = status_listeners.serve(health.clone(), metrics.clone(), stop_rx.clone());
+    let sources = status_sources(&cfg, &registry, Mirror::new(ledger.clone()), &backends);
+    let served = status_listeners.serve(health.clone(), metrics.clone(), sources, stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
         (Some(listener), Some(secret)) => {
@@ -403,12 +405,35 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         me,
         health,
         facade,
-        status: status_tasks,
+        status: served,
         webhook: webhook_task,
     }
     .drain()
     .await;
     Ok(())
+}
+
+/// What the status API reads: the parts `run` holds, and the config's fixed figures.
+fn status_sources(
+    cfg: &Config,
+    registry: &Arc<Registry>,
+    ledger: Mirror,
+    backends: &[Arc<dyn Executors>],
+) -> Arc<status::Sources> {
+    Arc::new(status::Sources {
+        registry: registry.clone(),
+        ledger,
+        backends: backends.to_vec(),
+        instance: identity(cfg),
+        forge_url: cfg.gitea.url.clone(),
+        labels: cfg.declared_labels(),
+        capacity: backends
+            .iter()
+            .map(|b| (b.backend(), cfg.capacity.of(b.backend())))
+            .collect(),
+        classes: cfg.executor.classes.clone(),
+        cache_enabled: cfg.cache.is_some(),
+    })
 }
 
 /// Before anything listens: with identity on, the dispatcher's first SVID and its ID are

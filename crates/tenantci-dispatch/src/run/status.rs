@@ -1,5 +1,7 @@
 //! The status API on loopback: `/healthz` (the process serves), `/readyz` (the facade is up;
-//! the body says whether this instance leads), `/metrics` (Prometheus text). With
+//! the body says whether this instance leads), `/metrics` (Prometheus text), `/v1/status`
+//! (every task held and the summary: `crate::status`, gathered here by [`Sources`]) and `/`
+//! (the same as an HTML page). With
 //! `status.metrics_listen`, a second listener serves `/metrics` alone, for a scraper outside
 //! the Pod or host (non-loopback only with `status.expose_metrics = true`); health stays on
 //! loopback.
@@ -14,12 +16,94 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
+use crate::backend::Executors;
+use crate::executor::class::ExecutorClass;
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::queue::BackendKind;
+use crate::status::{self, Inputs, Status};
+use crate::task::mirror::Mirror;
+use crate::task::registry::Registry;
 
 struct Shared {
     health: Arc<Health>,
     metrics: Arc<Metrics>,
+    sources: Option<Arc<Sources>>,
+}
+
+/// What `/v1/status` is built from: the term's registry, the claim ledger's mirror, every
+/// backend, and from the config what does not change while it runs.
+pub struct Sources {
+    pub registry: Arc<Registry>,
+    pub ledger: Mirror,
+    pub backends: Vec<Arc<dyn Executors>>,
+    pub instance: String,
+    pub forge_url: String,
+    pub labels: Vec<String>,
+    pub capacity: Vec<(BackendKind, u32)>,
+    pub classes: Vec<ExecutorClass>,
+    pub cache_enabled: bool,
+}
+
+/// How long one backend's observation may take before the status calls its API away: an
+/// operator's page must answer while an API hangs.
+const OBSERVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+impl Sources {
+    /// Reads everything once (one observation per backend; the ledger's writes since the
+    /// last request, not an entry per task) and builds the document.
+    async fn status(&self, health: &Health, metrics: &Metrics) -> Status {
+        let cards = self.registry.cards();
+        // A task whose entry the mirror lacks shows the registry's state alone.
+        let ledger = self.ledger.of(cards.iter().map(|c| c.task)).await;
+        let observations = self.backends.iter().map(|b| async move {
+            let seen = tokio::time::timeout(OBSERVE_TIMEOUT, b.observe()).await;
+            let seen = match seen {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err(format!(
+                    "{} did not answer within {OBSERVE_TIMEOUT:?}",
+                    b.nouns().source
+                )),
+            };
+            (b.backend(), seen)
+        });
+        let observed = futures::future::join_all(observations)
+            .await
+            .into_iter()
+            .collect();
+        let backends: Vec<BackendKind> = self.capacity.iter().map(|(b, _)| *b).collect();
+        let classes: Vec<&str> = self.classes.iter().map(|c| c.name.as_str()).collect();
+        status::build(Inputs {
+            now: chrono::Utc::now(),
+            instance: &self.instance,
+            leader: health.leader.load(Ordering::SeqCst),
+            forge_url: &self.forge_url,
+            labels: &self.labels,
+            capacity: &self.capacity,
+            classes: &self.classes,
+            cache_enabled: self.cache_enabled,
+            cards,
+            ledger,
+            observed,
+            figures: metrics.figures(&backends, &classes),
+        })
+    }
+}
+
+async fn v1_status(State(s): State<Arc<Shared>>) -> axum::response::Response {
+    let Some(sources) = &s.sources else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let doc = sources.status(&s.health, &s.metrics).await;
+    axum::Json(doc).into_response()
+}
+
+async fn page(State(s): State<Arc<Shared>>) -> axum::response::Response {
+    let Some(sources) = &s.sources else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let doc = sources.status(&s.health, &s.metrics).await;
+    axum::response::Html(status::page::render(&doc)).into_response()
 }
 
 async fn healthz() -> &'static str {
@@ -52,12 +136,18 @@ async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     )
 }
 
-pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
+pub fn router(health: Arc<Health>, metrics: Arc<Metrics>, sources: Option<Arc<Sources>>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(self::metrics))
-        .with_state(Arc::new(Shared { health, metrics }))
+        .route("/v1/status", get(v1_status))
+        .route("/", get(page))
+        .with_state(Arc::new(Shared {
+            health,
+            metrics,
+            sources,
+        }))
 }
 
 /// Only `/metrics`: what the metrics listener serves.
@@ -65,7 +155,11 @@ pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
     let health = Arc::new(Health::default());
     Router::new()
         .route("/metrics", get(self::metrics))
-        .with_state(Arc::new(Shared { health, metrics }))
+        .with_state(Arc::new(Shared {
+            health,
+            metrics,
+            sources: None,
+        }))
 }
 
 /// The status API's listener and the optional metrics listener, bound at start (a busy
@@ -112,6 +206,7 @@ impl Listeners {
         self,
         health: Arc<Health>,
         metrics: Arc<Metrics>,
+        sources: Arc<Sources>,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Vec<tokio::task::JoinHandle<std::io::Result<()>>> {
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -119,8 +214,7 @@ impl Listeners {
         };
         let mut tasks = vec![tokio::spawn(serve(
             self.status,
-            health,
-            metrics.clone(),
+            router(health, metrics.clone(), Some(sources)),
             stopped(stop.clone()),
         ))];
         if let Some(l) = self.metrics {
@@ -137,13 +231,21 @@ impl Listeners {
 /// Serves until `stop` resolves.
 pub async fn serve(
     listener: TcpListener,
-    health: Arc<Health>,
-    metrics: Arc<Metrics>,
+    router: Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(health, metrics))
+    axum::serve(listener, router)
         .with_graceful_shutdown(stop)
         .await
+}
+
+/// A client for the status API: plain HTTP, never through a proxy the environment names.
+fn loopback_client(timeout: std::time::Duration) -> tenantci_core::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .no_proxy()
+        .build()
+        .map_err(|e| tenantci_core::Error::external("cannot build an HTTP client").caused_by(e))
 }
 
 /// `dispatch probe`: GETs `path` from a running dispatcher's status API and returns the body;
@@ -151,11 +253,7 @@ pub async fn serve(
 pub async fn probe(listen: std::net::SocketAddr, path: &str) -> tenantci_core::Result<String> {
     use tenantci_core::Error;
     let url = format!("http://{listen}{path}");
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(2))
-        .no_proxy()
-        .build()
-        .map_err(|e| Error::external("cannot build an HTTP client").caused_by(e))?;
+    let client = loopback_client(std::time::Duration::from_secs(2))?;
     let resp = client.get(&url).send().await.map_err(|e| {
         Error::check_failed(format!(
             "the dispatcher's status API at {url} did not answer"
@@ -173,4 +271,29 @@ pub async fn probe(listen: std::net::SocketAddr, path: &str) -> tenantci_core::R
             body.trim()
         )))
     }
+}
+
+/// `dispatch status` and `explain`: the status document of the dispatcher whose status API
+/// listens at `listen`. No answer is bad input (exit 2): the address given is not a running
+/// dispatcher's.
+pub async fn fetch(listen: std::net::SocketAddr) -> tenantci_core::Result<Status> {
+    use tenantci_core::Error;
+    let url = format!("http://{listen}/v1/status");
+    // Above the backends' observation bound (3 s each, side by side).
+    let client = loopback_client(std::time::Duration::from_secs(10))?;
+    let resp = client.get(&url).send().await.map_err(|e| {
+        Error::bad_input(format!(
+            "no dispatcher answers at {url}; start `tenantci dispatch run` with this config, or give the config whose status.listen it uses"
+        ))
+        .caused_by(e)
+    })?;
+    let code = resp.status();
+    if !code.is_success() {
+        return Err(Error::bad_input(format!(
+            "{url} answered {code}: it is not a dispatcher of this version's status API (v1); upgrade it or this command"
+        )));
+    }
+    resp.json::<Status>().await.map_err(|e| {
+        Error::external(format!("the status document from {url} does not decode; the dispatcher and this command differ in version")).caused_by(e)
+    })
 }

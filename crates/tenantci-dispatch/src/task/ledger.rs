@@ -149,6 +149,15 @@ fn trimmed(mut e: Entry) -> Entry {
     e
 }
 
+/// One write read back from the bucket's stream ([`Ledger::written_from`]).
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub sequence: u64,
+    pub task: i64,
+    /// None: the key was deleted or purged.
+    pub entry: Option<Entry>,
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("claim ledger: {0}")]
 pub struct LedgerError(String);
@@ -271,6 +280,43 @@ impl Ledger {
             .await?
             .filter(Entry::is_final)
             .map(|e| e.result.unwrap_or_default()))
+    }
+
+    /// The first write to an entry at or after stream sequence `from` (a direct get, one
+    /// round trip); None when there is none yet (`task::mirror` reads on with it).
+    pub async fn written_from(&self, from: u64) -> Result<Option<Written>, LedgerError> {
+        let read = self
+            .kv
+            .stream
+            .direct_get_next_for_subject(format!("$KV.{BUCKET}.task.>"), Some(from))
+            .await;
+        let m = match read {
+            Ok(m) => m,
+            Err(e) if e.kind() == jetstream::stream::DirectGetErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(err("cannot read the latest writes")(&e)),
+        };
+        let task = m.subject.rsplit('.').next().and_then(|t| t.parse().ok());
+        let Some(task) = task else {
+            return Err(LedgerError(format!(
+                "the key `{}` at sequence {} is not a task's",
+                m.subject, m.sequence
+            )));
+        };
+        // A delete or purge marker has no value (and a `KV-Operation` header).
+        let entry = match m.payload.is_empty() {
+            true => None,
+            false => Some(
+                serde_json::from_slice(&m.payload)
+                    .map_err(|e| err(&format!("the entry of task {task} does not decode"))(&e))?,
+            ),
+        };
+        Ok(Some(Written {
+            sequence: m.sequence,
+            task,
+            entry,
+        }))
     }
 
     /// Every entry within the retention, final ones too (what recovery looks at): one stream

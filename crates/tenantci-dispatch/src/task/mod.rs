@@ -5,6 +5,8 @@
 //! - [`ledger`]: the claim ledger, a JetStream key-value entry per task: **the truth** of a
 //!   task's state, the only part that survives a crash or a lost apiserver. Its phase only moves
 //!   forward ([`ledger::merge`], pure).
+//! - [`mirror`]: the ledger as a local map the status API catches up with the writes since
+//!   its last request (a view: decisions read the ledger itself).
 //! - [`spec`]: the sealed assignment opened once into what every executor of the task gets
 //!   (`ExecutorSpec`: the resource class the scheduler picked, the capability, the SPIFFE ID,
 //!   the cache grant), re-opened only for a replacement's new attempt.
@@ -42,6 +44,7 @@
 //! (`backend::reconciler::replace`, decided by `backend::lifecycle::start`).
 
 pub mod ledger;
+pub mod mirror;
 pub mod opened;
 pub mod recovery;
 pub mod registry;

@@ -2,6 +2,9 @@
 //! Gitea, not yet an executor) and which executors run, each holding a backend admission slot.
 //! It is rebuilt from the apiserver when a term starts (recovery), so nothing here must
 //! survive a crash: the Pod and Secret metadata and the JetStream stream are the truth.
+//! Beside each task it keeps what the status API shows of it ([`Card`]: the job's names from
+//! the Gitea task, decoded once by the scheduler, and when the task entered its registry
+//! state); a task recovered by a new term has no names, only its times from then on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -26,6 +29,66 @@ struct Inner {
     withdrawn: BTreeSet<i64>,
     /// The resource class slot each task holds, from before its start until it is gone.
     classes: BTreeMap<i64, String>,
+    /// What the status API shows of each task held above.
+    cards: BTreeMap<i64, Card>,
+}
+
+/// The job a task runs, as the Gitea task's context and workflow name it (no secret: the
+/// context's tokens are not copied).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Description {
+    /// `owner/name`.
+    pub repository: String,
+    pub workflow: String,
+    /// The job's name (its key in the workflow).
+    pub job: String,
+    /// The run's number in its repository (`run_number`; the run's id when absent).
+    pub run: Option<i64>,
+    pub runs_on: Vec<String>,
+    /// The resource class the scheduler picked (it holds a slot of it only once it starts).
+    pub class: Option<String>,
+}
+
+/// Where a task stands in the registry (the status API refines it with the ledger's phase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    Queued,
+    Running,
+    Withdrawn,
+}
+
+/// One task as the status API reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Card {
+    pub task: i64,
+    pub backend: BackendKind,
+    pub held: Held,
+    pub class: Option<String>,
+    pub description: Option<Description>,
+    /// When this term first held it.
+    pub since: chrono::DateTime<chrono::Utc>,
+    /// When it entered `held`.
+    pub held_since: chrono::DateTime<chrono::Utc>,
+}
+
+impl Inner {
+    /// Notes `task` as `held` on `backend` (kept when it is there already).
+    fn card(&mut self, task: i64, backend: BackendKind, held: Held) {
+        let now = chrono::Utc::now();
+        let card = self.cards.entry(task).or_insert_with(|| Card {
+            task,
+            backend,
+            held,
+            class: None,
+            description: None,
+            since: now,
+            held_since: now,
+        });
+        if card.held != held {
+            card.held = held;
+            card.held_since = now;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -42,7 +105,28 @@ impl Registry {
 
     /// The scheduler queued `task` on `backend`.
     pub fn queued(&self, task: i64, backend: BackendKind) {
-        self.lock().queued.insert(task, backend);
+        let mut g = self.lock();
+        g.queued.insert(task, backend);
+        g.card(task, backend, Held::Queued);
+    }
+
+    /// The job `task` runs (the scheduler decoded it), for the status API.
+    pub fn describe(&self, task: i64, description: Description) {
+        if let Some(card) = self.lock().cards.get_mut(&task) {
+            card.description = Some(description);
+        }
+    }
+
+    /// Every task this term holds, by task id, with its class (a snapshot for the status API).
+    pub fn cards(&self) -> Vec<Card> {
+        let g = self.lock();
+        g.cards
+            .values()
+            .map(|c| Card {
+                class: g.classes.get(&c.task).cloned(),
+                ..c.clone()
+            })
+            .collect()
     }
 
     /// The worker (or recovery) knows `task`'s executor exists. Returns false when it was
@@ -55,6 +139,7 @@ impl Registry {
     ) -> bool {
         let mut g = self.lock();
         g.queued.remove(&task);
+        g.card(task, backend, Held::Running);
         if g.running.contains_key(&task) {
             return false;
         }
@@ -110,6 +195,7 @@ impl Registry {
         let removed = {
             let mut g = self.lock();
             g.queued.remove(&task);
+            g.cards.remove(&task);
             let class = g.classes.remove(&task).is_some();
             g.running.remove(&task).is_some() || class
         };
@@ -124,13 +210,22 @@ impl Registry {
         let was_queued = g.queued.remove(&task).is_some();
         if was_queued {
             g.withdrawn.insert(task);
+            if let Some(card) = g.cards.get_mut(&task) {
+                card.held = Held::Withdrawn;
+                card.held_since = chrono::Utc::now();
+            }
         }
         was_queued
     }
 
     /// Whether `task` was withdrawn (once: the caller drops its assignment).
     pub fn take_withdrawn(&self, task: i64) -> bool {
-        self.lock().withdrawn.remove(&task)
+        let mut g = self.lock();
+        let was = g.withdrawn.remove(&task);
+        if was {
+            g.cards.remove(&task);
+        }
+        was
     }
 
     /// Tasks queued by this leader that have no executor yet.
@@ -166,6 +261,7 @@ impl Registry {
         g.running.clear();
         g.withdrawn.clear();
         g.classes.clear();
+        g.cards.clear();
     }
 
     /// Something changed that the scheduler or reconciler should look at now.
@@ -195,6 +291,34 @@ mod tests {
         );
         r.finished(7);
         assert!(r.running_tasks().is_empty());
+        assert!(r.cards().is_empty(), "the status API forgets it too");
+    }
+
+    #[test]
+    fn a_card_follows_its_task_and_keeps_its_description() {
+        let r = Registry::default();
+        r.queued(8, BackendKind::Pod);
+        let job = Description {
+            repository: "o/r".into(),
+            job: "build".into(),
+            ..Default::default()
+        };
+        r.describe(8, job.clone());
+        assert!(r.reserve_class(8, "small", 1));
+        let c = &r.cards()[0];
+        assert_eq!((c.held, c.class.as_deref()), (Held::Queued, Some("small")));
+        assert!(r.running(8, BackendKind::Pod, || None));
+        let c = &r.cards()[0];
+        assert_eq!(
+            (c.held, c.description.as_ref()),
+            (Held::Running, Some(&job))
+        );
+        assert!(c.held_since >= c.since);
+        r.queued(9, BackendKind::Pod);
+        assert!(r.withdraw(9));
+        assert_eq!(r.cards()[1].held, Held::Withdrawn);
+        assert!(r.take_withdrawn(9));
+        assert_eq!(r.cards().len(), 1);
     }
 
     #[test]

@@ -32,6 +32,7 @@
 // another, so this file is the only one that sees them all.
 pub mod forgejo;
 pub mod hooks;
+mod runs;
 mod stall;
 pub mod web;
 mod wire;
@@ -367,9 +368,25 @@ impl JobRec {
             status: self.status,
             task_id: self.task_id,
             created_at: rfc3339(&timestamp(self.created)),
+            repository: self
+                .spec
+                .context
+                .get("repository")
+                .and_then(|r| r.as_str())
+                .unwrap_or(REPOSITORY)
+                .to_string(),
+            run_number: self
+                .spec
+                .context
+                .get("run_number")
+                .and_then(|n| n.as_i64().or_else(|| n.as_str()?.parse().ok()))
+                .unwrap_or(self.id),
         }
     }
 }
+
+/// The double's one repository, unless a job's context names another.
+const REPOSITORY: &str = "sim/demo";
 
 impl GiteaDouble {
     pub fn new() -> Self {
@@ -409,6 +426,11 @@ impl GiteaDouble {
             .filter(|j| matches!(j.status, JobStatus::Waiting | JobStatus::Running))
             .map(JobRec::view)
             .collect()
+    }
+
+    /// Every job, in id order (the runs API's rows).
+    pub fn all_jobs(&self) -> Vec<JobView> {
+        self.lock().jobs.values().map(JobRec::view).collect()
     }
 
     /// Holds (or releases) every waiting job: FetchTask assigns nothing while held. Releasing
@@ -494,6 +516,7 @@ impl GiteaDouble {
             .route("/admin/version", post(admin_set_version))
             .route("/api/v1/version", get(api_version))
             .merge(forgejo::waiting_jobs_router())
+            .merge(runs::router())
             .with_state(double.clone());
         facade::router(double.clone())
             .layer(axum::middleware::from_fn_with_state(
@@ -807,7 +830,7 @@ impl GiteaDouble {
         // Gitea's `github.repository` (owner/name); one repository in the double.
         context
             .entry("repository")
-            .or_insert_with(|| "sim/demo".into());
+            .or_insert_with(|| REPOSITORY.into());
         // A push to the default branch, unless the job says otherwise (Gitea's `ref`, and the
         // event payload's repository, where `github.event.repository.default_branch` is read).
         context

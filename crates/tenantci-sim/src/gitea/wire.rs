@@ -27,6 +27,10 @@ pub struct JobView {
     pub task_id: Option<i64>,
     /// When the job was enqueued (microseconds; the pickup benchmark measures from here).
     pub created_at: String,
+    /// Its repository (`owner/name`): the context's `repository`, else the double's one.
+    pub repository: String,
+    /// Its run's number: the context's `run_number`, else its id (each job its own run).
+    pub run_number: i64,
 }
 
 /// The job token an `Authorization` header carries: `token T`, `Bearer T`, or basic auth with

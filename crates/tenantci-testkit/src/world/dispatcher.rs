@@ -74,6 +74,11 @@ impl Dispatcher {
         d
     }
 
+    /// Where its status API listens (`dispatch status --status-address`).
+    pub fn status_address(&self) -> SocketAddr {
+        self.status
+    }
+
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
+use super::dispatch_status;
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::config::Config;
@@ -42,6 +43,28 @@ pub enum DispatchCommand {
     /// GET the status API (/healthz, /readyz) of a dispatcher in this network namespace:
     /// exit 0 on 2xx, 1 otherwise. For exec probes (the status API binds loopback only).
     Probe(ProbeArgs),
+    /// What a running dispatcher holds: capacity per backend and class, and every task with
+    /// its state, as `kubectl get` prints it.
+    ///
+    /// Reads the status API (GET /v1/status on status.listen, loopback: run it on the
+    /// dispatcher's host, or through a port-forward with --status-address). States follow the
+    /// task state table (docs/architecture.md): Claimed, Queued, Starting, Running (not
+    /// fetched), Fetched, Reported, Withdrawn. `-o wide` adds the workflow, run, runs-on,
+    /// executor Pod and node; `-o json` prints the document (docs/cli.md); --watch prints again
+    /// every --interval. The same data is the HTML page at http://STATUS_LISTEN/. A dispatcher
+    /// that does not answer is exit 2.
+    Status(dispatch_status::StatusArgs),
+    /// Why a job waits: each reason in order with its fix, or that it will run.
+    ///
+    /// Name the job by its web URL, by --repository and --run, by --task, or only by
+    /// --runs-on LABELS for a job not yet created. Reasons, in order: no label of this
+    /// dispatcher matches (the closest named), no executor class fits, capacity full (its
+    /// place in the queue and what runs), the backend's API away, its executor Pod without a
+    /// node (booting node, image pull, quota), the forge not seeing this runner online. Exit
+    /// 0: it runs or will; 1: it waits for a reason named; 2: bad input (a job this
+    /// dispatcher does not hold, a URL of another forge, no dispatcher at the address).
+    /// See docs/runbooks/gitea-dispatcher.md, "A job is waiting".
+    Explain(dispatch_status::ExplainArgs),
     /// Renew the facade certificate and (gateway path) the dispatcher's client credential
     /// when due, while `dispatch run` keeps running.
     ///
@@ -420,6 +443,8 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
             Ok(0)
         }
         DispatchCommand::Probe(args) => probe(&args).await,
+        DispatchCommand::Status(args) => dispatch_status::status(&args).await,
+        DispatchCommand::Explain(args) => dispatch_status::explain(&args).await,
         DispatchCommand::Renew(args) => renew(&args).await,
     }
 }

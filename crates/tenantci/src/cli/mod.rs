@@ -9,10 +9,12 @@ mod bootstrap;
 mod check_host;
 mod credential;
 mod dispatch;
+mod dispatch_status;
 #[cfg(test)]
 mod doc_commands;
 mod docs;
 mod executor_proxy;
+mod forge_view;
 mod front;
 mod internal;
 mod pki;

@@ -13,6 +13,7 @@ use tenantci_dispatch::queue::ledger_bucket;
 use tenantci_dispatch::queue::producer::{Producer, PublishError, Published};
 use tenantci_dispatch::queue::{BackendKind, STREAM};
 use tenantci_dispatch::task::ledger::{Entry, Ledger, Phase};
+use tenantci_dispatch::task::mirror::Mirror;
 use tokio::sync::{Semaphore, mpsc};
 
 use tenantci_testkit::nats::NatsServer;
@@ -826,6 +827,48 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
     );
     violation(&mut events, "$JS.API.STREAM.INFO.KV_CI_CLAIMS").await;
     assert_eq!(l.entries().await.unwrap().len(), 2, "nothing changed");
+}
+
+/// The status API's mirror of the ledger, as ci-worker: the first read finds every live
+/// entry, a later one only the writes since (an overwritten entry's new phase, a new task),
+/// with no permission violation on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_the_status_mirror_reads_the_ledger_s_writes_as_ci_worker() {
+    let server = NatsServer::start();
+    init_topology(&server, &[]);
+    let (worker, mut events) = server.client_with_events("ci-worker").await;
+    let l = Ledger::open(&jetstream::new(worker)).await.unwrap();
+    let step = |task, backend, phase| Entry::step(task, 1, backend, phase);
+    l.record(step(41, BackendKind::Pod, Phase::Started))
+        .await
+        .unwrap();
+    l.record(step(42, BackendKind::Vm, Phase::Queued))
+        .await
+        .unwrap();
+    let mirror = Mirror::new(l.clone());
+    let phases = |m: &std::collections::BTreeMap<i64, Entry>| {
+        m.iter().map(|(t, e)| (*t, e.phase)).collect::<Vec<_>>()
+    };
+    let seen = mirror.of([41, 42, 43]).await;
+    assert_eq!(phases(&seen), [(41, Phase::Started), (42, Phase::Queued)]);
+    l.record(step(42, BackendKind::Vm, Phase::Fetched))
+        .await
+        .unwrap();
+    l.record(step(43, BackendKind::Pod, Phase::Claimed))
+        .await
+        .unwrap();
+    let seen = mirror.of([41, 42, 43]).await;
+    assert_eq!(
+        phases(&seen),
+        [
+            (41, Phase::Started),
+            (42, Phase::Fetched),
+            (43, Phase::Claimed)
+        ]
+    );
+    while let Ok(e) = events.try_recv() {
+        assert!(!e.to_lowercase().contains("permissions violation"), "{e}");
+    }
 }
 
 async fn admin_stream_config_of(server: &NatsServer, name: &str) -> jetstream::stream::Config {

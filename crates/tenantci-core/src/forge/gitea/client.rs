@@ -327,9 +327,37 @@ impl RunnerClient {
     ) -> Result<Vec<crate::forge::waiting::WaitingJob>, ClientError> {
         use crate::forge::waiting;
         const METHOD: &str = "the waiting-jobs API";
-        let url = format!("{}{}", self.cfg.base_url, scope.path());
-        let transport = |e: reqwest::Error| ClientError::Transport {
+        let (status, body) = self
+            .api_get(METHOD, &scope.path(), token, waiting::MAX_ANSWER)
+            .await?;
+        if status != 200 {
+            return Err(ClientError::Status {
+                method: METHOD,
+                error: ConnectError::from_response(status, &body),
+            });
+        }
+        waiting::parse(&body).map_err(|e| ClientError::Decode {
             method: METHOD,
+            error: ConnectError::invalid_argument(format!(
+                "not a list of jobs ({e}): {}",
+                crate::upstream::status_and_excerpt(status, &body)
+            )),
+        })
+    }
+
+    /// A GET of the forge's REST API (`path` with its query, under the base URL) with an API
+    /// `token` (`Authorization: token ...`): the status and the body, read up to `max` bytes
+    /// (a larger answer is a decode error of `method`).
+    pub async fn api_get(
+        &self,
+        method: &'static str,
+        path: &str,
+        token: &crate::secret::Secret,
+        max: usize,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
+        let url = format!("{}{path}", self.cfg.base_url);
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            method,
             url: url.clone(),
             connecting: e.is_connect(),
             source: e,
@@ -346,30 +374,17 @@ impl RunnerClient {
         let status = resp.status().as_u16();
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-            if body.len() + chunk.len() > waiting::MAX_ANSWER {
+            if body.len() + chunk.len() > max {
                 return Err(ClientError::Decode {
-                    method: METHOD,
+                    method,
                     error: ConnectError::invalid_argument(format!(
-                        "the answer is larger than {} bytes",
-                        waiting::MAX_ANSWER
+                        "the answer is larger than {max} bytes"
                     )),
                 });
             }
             body.extend_from_slice(&chunk);
         }
-        if status != 200 {
-            return Err(ClientError::Status {
-                method: METHOD,
-                error: ConnectError::from_response(status, &body),
-            });
-        }
-        waiting::parse(&body).map_err(|e| ClientError::Decode {
-            method: METHOD,
-            error: ConnectError::invalid_argument(format!(
-                "not a list of jobs ({e}): {}",
-                crate::upstream::status_and_excerpt(status, &body)
-            )),
-        })
+        Ok((status, body))
     }
 
     /// Registers a runner with a registration token (in `req.token`); returns it with its

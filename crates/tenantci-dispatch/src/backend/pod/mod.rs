@@ -11,6 +11,7 @@
 //! - [`registrar`]: with executor identity on, each scheduled executor Pod's SPIRE entry,
 //!   written from the reconciler's pass and deleted with the Pod.
 
+pub mod events;
 pub mod executor;
 pub mod lifecycle;
 pub mod objects;

@@ -1,0 +1,353 @@
+//! The status model: what `GET /v1/status` answers, `tenantci dispatch status` prints and the
+//! status page shows. Pure: [`build`] turns what `run::status` gathered (the registry's cards,
+//! the claim ledger's entries, each backend's observation, the capacity and classes from the
+//! config, the metrics' figures) into a [`Status`]. [`explain`] answers "why does this job
+//! wait" from a `Status` for the job [`question`] finds; [`page`] renders it as HTML and
+//! [`table`] as `dispatch status`'s text.
+//!
+//! Boundary: no I/O, no HTTP. Invariant: nothing secret goes in (no token, capability, key or
+//! task secret: the job's names and labels only); the field names are the `v1` contract
+//! (docs/cli.md), so a change is additive or a `v2`.
+
+pub mod explain;
+pub mod page;
+pub mod question;
+pub mod table;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Observed;
+use crate::executor::class::ExecutorClass;
+use crate::metrics::Figures;
+use crate::queue::BackendKind;
+use crate::task::Progress;
+use crate::task::ledger::{Entry, Phase};
+use crate::task::registry::{Card, Held};
+
+/// The API version in the path (`/v1/status`) and the document.
+pub const API_VERSION: &str = "v1";
+
+/// Gitea shows a runner offline one minute after its last call.
+pub const FORGE_OFFLINE_AFTER_SECS: u64 = 60;
+
+/// A task's state, as the task state table names it (docs/architecture.md, "A task's
+/// state"); finished tasks are not held, so not shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// FetchTask returned it; not on the queue yet.
+    Claimed,
+    /// On the queue, waiting for a slot.
+    Queued,
+    /// Its executor is being created.
+    Starting,
+    /// Its executor runs and has not fetched the task yet ("running, not fetched").
+    Running,
+    /// "running, fetched".
+    Fetched,
+    /// "running, reported": the executor reports its steps.
+    Reported,
+    /// Gitea ended it while it was queued; it will not start.
+    Withdrawn,
+}
+
+impl State {
+    pub const ALL: [State; 7] = [
+        State::Claimed,
+        State::Queued,
+        State::Starting,
+        State::Running,
+        State::Fetched,
+        State::Reported,
+        State::Withdrawn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Claimed => "Claimed",
+            State::Queued => "Queued",
+            State::Starting => "Starting",
+            State::Running => "Running",
+            State::Fetched => "Fetched",
+            State::Reported => "Reported",
+            State::Withdrawn => "Withdrawn",
+        }
+    }
+
+    /// Whether an executor of the task exists (it holds a slot).
+    pub fn has_executor(self) -> bool {
+        matches!(
+            self,
+            State::Starting | State::Running | State::Fetched | State::Reported
+        )
+    }
+}
+
+/// The document `/v1/status` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub api_version: String,
+    pub kind: String,
+    pub generated_at: DateTime<Utc>,
+    /// This instance's identity (the Lease holder name it uses).
+    pub instance: String,
+    /// Only the leader claims, so only its tasks and queue figures are live.
+    pub leader: bool,
+    pub summary: Summary,
+    pub tasks: Vec<TaskStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Every `runs-on` label this dispatcher registered at the forge.
+    pub labels: Vec<String>,
+    pub backends: Vec<BackendStatus>,
+    pub classes: Vec<ClassStatus>,
+    /// Assignments waiting on the queue, every backend together.
+    pub queue_depth: u64,
+    pub claims_per_minute: u32,
+    pub forge: ForgeStatus,
+    pub cache: CacheStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendStatus {
+    pub backend: BackendKind,
+    pub capacity: u32,
+    pub used: u32,
+    pub free: u32,
+    /// Its assignments waiting on the queue.
+    pub queued: u64,
+    /// Its API answered the observation behind this document.
+    pub reachable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassStatus {
+    pub name: String,
+    pub label: String,
+    pub backend: BackendKind,
+    pub capacity: u32,
+    pub used: u32,
+    pub free: u32,
+    pub warm_slots: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForgeStatus {
+    pub url: String,
+    /// None: unknown (this instance does not lead, or has not asked yet).
+    pub reachable: Option<bool>,
+    /// Since the forge last answered this dispatcher's FetchTask.
+    pub seconds_since_answer: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheStatus {
+    pub enabled: bool,
+    pub stored_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    pub task: i64,
+    pub attempt: Option<u32>,
+    /// `owner/name`; empty for a task recovered by this term (its names are sealed).
+    pub repository: String,
+    pub workflow: String,
+    pub job: String,
+    pub run: Option<i64>,
+    pub runs_on: Vec<String>,
+    pub backend: BackendKind,
+    pub class: Option<String>,
+    pub state: State,
+    /// The executor Pod's name (pod backend, once scheduled).
+    pub executor: Option<String>,
+    /// The node it runs on.
+    pub node: Option<String>,
+    /// Since this term first held the task.
+    pub age_seconds: u64,
+    /// Since it entered its state.
+    pub in_state_seconds: u64,
+}
+
+/// What [`build`] reads; `run::status` gathers it.
+pub struct Inputs<'a> {
+    pub now: DateTime<Utc>,
+    pub instance: &'a str,
+    pub leader: bool,
+    pub forge_url: &'a str,
+    pub labels: &'a [String],
+    pub capacity: &'a [(BackendKind, u32)],
+    pub classes: &'a [ExecutorClass],
+    pub cache_enabled: bool,
+    pub cards: Vec<Card>,
+    pub ledger: BTreeMap<i64, Entry>,
+    /// Each backend's executors by task, or why its API did not answer.
+    pub observed: BTreeMap<BackendKind, Result<BTreeMap<i64, Observed>, String>>,
+    pub figures: Figures,
+}
+
+/// The status document (pure).
+pub fn build(i: Inputs<'_>) -> Status {
+    let tasks: Vec<TaskStatus> = i.cards.iter().map(|c| task_status(&i, c)).collect();
+    let summary = Summary {
+        labels: i.labels.to_vec(),
+        backends: i
+            .capacity
+            .iter()
+            .map(|(b, c)| backend_status(&i, &tasks, *b, *c))
+            .collect(),
+        classes: i.classes.iter().map(|c| class_status(&i, c)).collect(),
+        queue_depth: i.figures.queue_depth.values().sum(),
+        claims_per_minute: i.figures.claims_last_minute,
+        forge: forge_status(&i),
+        cache: CacheStatus {
+            enabled: i.cache_enabled,
+            stored_bytes: i.figures.cache_stored_bytes,
+        },
+    };
+    Status {
+        api_version: API_VERSION.to_string(),
+        kind: "DispatcherStatus".to_string(),
+        generated_at: i.now,
+        instance: i.instance.to_string(),
+        leader: i.leader,
+        summary,
+        tasks,
+    }
+}
+
+fn seconds(now: DateTime<Utc>, since: DateTime<Utc>) -> u64 {
+    u64::try_from((now - since).num_seconds()).unwrap_or(0)
+}
+
+fn observed<'i>(i: &'i Inputs<'_>, backend: BackendKind, task: i64) -> Option<&'i Observed> {
+    i.observed.get(&backend)?.as_ref().ok()?.get(&task)
+}
+
+/// The state of a task from its registry card, ledger phase and executor (pure).
+pub fn state(held: Held, phase: Option<Phase>, executor: Option<&Observed>) -> State {
+    match held {
+        Held::Withdrawn => State::Withdrawn,
+        Held::Queued => match (phase, executor) {
+            (Some(Phase::Claimed), None) => State::Claimed,
+            (Some(Phase::Started), _) | (_, Some(_)) => State::Starting,
+            _ => State::Queued,
+        },
+        Held::Running => {
+            let progress = executor
+                .and_then(|o| o.progress)
+                .or(phase.map(Phase::progress));
+            match progress {
+                Some(Progress::Fetched) => State::Fetched,
+                Some(Progress::Reported) => State::Reported,
+                _ => State::Running,
+            }
+        }
+    }
+}
+
+fn task_status(i: &Inputs<'_>, c: &Card) -> TaskStatus {
+    let entry = i.ledger.get(&c.task);
+    let executor = observed(i, c.backend, c.task);
+    let state = state(c.held, entry.map(|e| e.phase), executor);
+    // The ledger's time is when its phase last moved; the registry's when it was queued or
+    // started here. The later of the two is when the shown state began.
+    let entered = entry.map_or(c.held_since, |e| e.at.max(c.held_since));
+    let d = c.description.clone().unwrap_or_default();
+    let placement = executor.and_then(|o| o.placement.as_ref());
+    TaskStatus {
+        task: c.task,
+        attempt: executor.map(|o| o.attempt).or(entry.map(|e| e.attempt)),
+        repository: d.repository,
+        workflow: d.workflow,
+        job: d.job,
+        run: d.run,
+        runs_on: d.runs_on,
+        backend: c.backend,
+        // The slot it holds, else the class the scheduler picked, else the executor's label.
+        class: (c.class.clone().or(d.class)).or_else(|| executor.and_then(|o| o.class.clone())),
+        state,
+        executor: placement.map(|p| p.pod_name.clone()),
+        node: placement.map(|p| p.node_name.clone()),
+        age_seconds: seconds(i.now, c.since),
+        in_state_seconds: seconds(i.now, entered),
+    }
+}
+
+fn backend_status(
+    i: &Inputs<'_>,
+    tasks: &[TaskStatus],
+    backend: BackendKind,
+    capacity: u32,
+) -> BackendStatus {
+    let used = tasks
+        .iter()
+        .filter(|t| t.backend == backend && t.state.has_executor())
+        .count();
+    let used = u32::try_from(used).unwrap_or(u32::MAX);
+    let error = match i.observed.get(&backend) {
+        Some(Err(e)) => Some(e.clone()),
+        _ => None,
+    };
+    BackendStatus {
+        backend,
+        capacity,
+        used,
+        free: capacity.saturating_sub(used),
+        queued: i.figures.queue_depth.get(&backend).copied().unwrap_or(0),
+        reachable: error.is_none(),
+        error,
+    }
+}
+
+fn class_status(i: &Inputs<'_>, c: &ExecutorClass) -> ClassStatus {
+    let used = i
+        .cards
+        .iter()
+        .filter(|t| t.class.as_deref() == Some(c.name.as_str()))
+        .count();
+    let used = u32::try_from(used).unwrap_or(u32::MAX);
+    ClassStatus {
+        name: c.name.clone(),
+        label: c.label.clone(),
+        backend: c.backend,
+        capacity: c.capacity,
+        used,
+        free: c.capacity.saturating_sub(used),
+        warm_slots: i.figures.warm_slots.get(&c.name).copied().unwrap_or(0),
+    }
+}
+
+fn forge_status(i: &Inputs<'_>) -> ForgeStatus {
+    let since = i.figures.since_forge_answered.map(|d| d.as_secs());
+    let reachable = match (&i.figures.forge_error, since) {
+        (Some(_), _) => Some(false),
+        (None, Some(s)) => Some(s <= FORGE_OFFLINE_AFTER_SECS),
+        (None, None) => None,
+    };
+    ForgeStatus {
+        url: i.forge_url.to_string(),
+        reachable: if i.leader { reachable } else { None },
+        seconds_since_answer: since,
+        error: i.figures.forge_error.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,377 @@
+//! `tenantci dispatch status` and `tenantci dispatch explain`: read a running dispatcher's
+//! status API (`/v1/status`, at the config's status.listen) and print it, or why a job waits.
+//! The model, the reasons and the text are the library's (`tenantci_dispatch::status`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::cli::forge_view::{self, View};
+use crate::output::{self, OutputArgs};
+use tenantci_core::{Error, Result};
+use tenantci_dispatch::backend::pod::events;
+use tenantci_dispatch::config::Config;
+use tenantci_dispatch::run::status::fetch;
+use tenantci_dispatch::status::question::{self, Job};
+use tenantci_dispatch::status::{Status, TaskStatus, explain, table};
+
+/// Where the dispatcher's status API is.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Dispatcher")]
+pub struct Reach {
+    /// The dispatcher's config: its status.listen (with the same environment overrides) is
+    /// asked.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "TENANTCI_DISPATCH_CONFIG",
+        required_unless_present = "status_address"
+    )]
+    pub config: Option<PathBuf>,
+    /// The status API's address (HOST:PORT) instead of a config's, e.g. the local end of a
+    /// port-forward.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "config")]
+    pub status_address: Option<SocketAddr>,
+}
+
+impl Reach {
+    fn address(&self) -> Result<SocketAddr> {
+        match (&self.status_address, &self.config) {
+            (Some(a), _) => Ok(*a),
+            (None, Some(c)) => Ok(Config::load(c)?.status.listen),
+            (None, None) => Err(Error::bad_input(
+                "give --config FILE (the dispatcher's config) or --status-address HOST:PORT",
+            )),
+        }
+    }
+}
+
+/// `-o` of `dispatch status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum StatusFormat {
+    /// The capacity and the tasks, as `kubectl get` prints.
+    #[default]
+    Text,
+    /// The table with the workflow, run, runs-on labels, executor and node too.
+    Wide,
+    /// The /v1/status document (JSON Lines with --watch).
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub reach: Reach,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = StatusFormat::Text)]
+    pub output: StatusFormat,
+    /// Print again every --interval until interrupted.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Seconds between two prints with --watch. Default: 2.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub interval: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The job's web URL (https://FORGE/OWNER/REPO/actions/runs/RUN/jobs/JOB).
+    #[arg(value_name = "JOB_URL", conflicts_with_all = ["repository", "task"])]
+    pub url: Option<String>,
+    /// The job's repository (OWNER/NAME), with --run.
+    #[arg(long, value_name = "OWNER/NAME", requires = "run")]
+    pub repository: Option<String>,
+    /// The run's number in its repository (the RUN of its URL), with --repository.
+    #[arg(long, value_name = "RUN", requires = "repository", value_parser = clap::value_parser!(i64).range(1..))]
+    pub run: Option<i64>,
+    /// The dispatcher's task id (the TASK column of `dispatch status`).
+    #[arg(long, value_name = "ID", conflicts_with = "repository", value_parser = clap::value_parser!(i64).range(1..))]
+    pub task: Option<i64>,
+    /// The job's runs-on labels, comma-separated: for a job the dispatcher has not claimed
+    /// (or to try other labels for one it holds).
+    #[arg(long, value_name = "LABELS", value_delimiter = ',')]
+    pub runs_on: Option<Vec<String>>,
+    /// An operator's kubeconfig for the tenant cluster: a waiting executor Pod's Events are
+    /// shown under its reason (the dispatcher's own role does not read events).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The dispatcher's namespace, where its executor Pods are (with --kubeconfig).
+    #[arg(long, value_name = "NAME", default_value = "dynamic-runner")]
+    pub namespace: String,
+    /// A private (0600) file holding an API token of the forge that may read the
+    /// repository's actions: the job's status, runs-on and waiting time are read from the
+    /// forge first (Gitea 1.25+, Forgejo with the runs API). Default: the config's
+    /// waiting_jobs.token_file, with --config.
+    #[arg(long, value_name = "FILE")]
+    pub forge_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub reach: Reach,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+pub async fn status(a: &StatusArgs) -> Result<i32> {
+    let address = a.reach.address()?;
+    loop {
+        let s = fetch(address).await?;
+        match a.output {
+            StatusFormat::Json if a.watch => println!(
+                "{}",
+                serde_json::to_string(&s).expect("the status document serializes")
+            ),
+            StatusFormat::Json => output::print_json(&s)?,
+            StatusFormat::Text | StatusFormat::Wide => {
+                if a.watch {
+                    println!("--- {}", s.generated_at.format("%H:%M:%S"));
+                }
+                print!("{}", table::render(&s, a.output == StatusFormat::Wide));
+            }
+        }
+        if !a.watch {
+            return Ok(0);
+        }
+        tokio::time::sleep(Duration::from_secs(a.interval)).await;
+    }
+}
+
+/// The job asked about, checked before the dispatcher is asked (bad input: exit 2).
+fn job(a: &ExplainArgs) -> Result<Option<Job>> {
+    if let Some(url) = &a.url {
+        return question::parse_url(url).map(Some).map_err(Error::bad_input);
+    }
+    if let (Some(repository), Some(run)) = (&a.repository, a.run) {
+        if repository.split('/').filter(|p| !p.is_empty()).count() != 2 {
+            return Err(Error::bad_input(format!(
+                "--repository `{repository}` is not OWNER/NAME; give it as the job's URL shows it"
+            )));
+        }
+        let (origin, repository, run) = (None, repository.clone(), run);
+        return Ok(Some(Job::Run {
+            origin,
+            repository,
+            run,
+            job: None,
+        }));
+    }
+    if let Some(task) = a.task {
+        return Ok(Some(Job::Task(task)));
+    }
+    if a.runs_on
+        .as_ref()
+        .is_none_or(|l| l.iter().all(|l| l.trim().is_empty()))
+    {
+        return Err(Error::bad_input(
+            "name the job: its URL, --repository and --run, --task, or --runs-on LABELS for a job not yet created",
+        ));
+    }
+    Ok(None)
+}
+
+/// One job's explanation, for `-o json`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Explained<'s> {
+    task: Option<&'s TaskStatus>,
+    runs_on: Vec<String>,
+    will_run: bool,
+    reasons: Vec<explain::Reason>,
+    /// The executor Pod's Events, with --kubeconfig, when it waits for a node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    events: Vec<String>,
+    /// The forge's view of the job, when it was asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forge: Option<ForgeSide>,
+}
+
+/// The forge's view in `-o json`: its jobs, or why it is missing.
+#[derive(Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ForgeSide {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    jobs: Vec<tenantci_core::forge::jobs::ForgeJob>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    missing: Option<String>,
+}
+
+pub async fn explain(a: &ExplainArgs) -> Result<i32> {
+    let job = job(a)?;
+    let s = fetch(a.reach.address()?).await?;
+    let view = match &job {
+        Some(j) => forge_view(a, &s, j).await?,
+        None => None,
+    };
+    // The forge's runs-on stand in for --runs-on when the dispatcher holds no task for it.
+    let runs_on = a.runs_on.clone().or_else(|| match &view {
+        Some(View::Jobs { jobs, .. }) => jobs.iter().find(|j| j.waits()).map(|j| j.runs_on.clone()),
+        _ => None,
+    });
+    let mut explained = explained(&s, job.as_ref(), runs_on.as_deref())?;
+    if let Some(kubeconfig) = &a.kubeconfig {
+        pod_events(&mut explained, kubeconfig, &a.namespace).await?;
+    }
+    let side = view.as_ref().map(|v| match v {
+        View::Jobs { jobs, .. } => ForgeSide {
+            jobs: jobs.clone(),
+            missing: None,
+        },
+        View::Missing(line) => ForgeSide {
+            jobs: Vec::new(),
+            missing: Some(line.clone()),
+        },
+    });
+    for e in &mut explained {
+        e.forge = side.clone();
+    }
+    if a.output.is_json() {
+        output::print_json(&explained)?;
+    } else {
+        for line in view
+            .iter()
+            .flat_map(|v| forge_view::lines(v, chrono::Utc::now()))
+        {
+            println!("{line}");
+        }
+        for e in &explained {
+            print!("{}", table::explanation(e.task, &e.runs_on, &e.reasons));
+            for line in &e.events {
+                println!("    event: {line}");
+            }
+        }
+        if !s.leader {
+            println!(
+                "note: {} is a standby; the leader claims and holds the tasks",
+                s.instance
+            );
+        }
+    }
+    Ok(if explained.iter().all(|e| e.will_run) {
+        0
+    } else {
+        1
+    })
+}
+
+fn explained<'s>(
+    s: &'s Status,
+    job: Option<&Job>,
+    runs_on: Option<&[String]>,
+) -> Result<Vec<Explained<'s>>> {
+    let one = |task: Option<&'s TaskStatus>, labels: Vec<String>| {
+        let reasons = explain::reasons(s, &labels, task);
+        Explained {
+            task,
+            will_run: reasons.is_empty(),
+            runs_on: labels,
+            reasons,
+            events: Vec::new(),
+            forge: None,
+        }
+    };
+    let Some(job) = job else {
+        return Ok(vec![one(None, runs_on.unwrap_or_default().to_vec())]);
+    };
+    question::check_forge(job, s).map_err(Error::bad_input)?;
+    let found = question::find(s, job);
+    if found.is_empty() {
+        return match runs_on {
+            Some(labels) => Ok(vec![one(None, labels.to_vec())]),
+            None => Err(Error::bad_input(format!(
+                "this dispatcher holds no task for {}: not claimed yet, finished, or another dispatcher's; add --runs-on LABELS (the job's runs-on) to see why such a job would wait",
+                asked(job)
+            ))),
+        };
+    }
+    Ok(found
+        .into_iter()
+        .map(|t| {
+            one(
+                Some(t),
+                runs_on.map_or_else(|| t.runs_on.clone(), <[String]>::to_vec),
+            )
+        })
+        .collect())
+}
+
+/// The forge's view of a job named by its run (a URL, or --repository and --run), after the
+/// URL is checked to be this dispatcher's forge; None for a task id.
+async fn forge_view(a: &ExplainArgs, s: &Status, job: &Job) -> Result<Option<View>> {
+    let Job::Run {
+        repository,
+        run,
+        job: index,
+        ..
+    } = job
+    else {
+        return Ok(None);
+    };
+    question::check_forge(job, s).map_err(Error::bad_input)?;
+    let config = match &a.reach.config {
+        Some(path) if a.reach.status_address.is_none() => Some(Config::load(path)?),
+        _ => None,
+    };
+    let token_file = a.forge_token_file.clone().or_else(|| {
+        config
+            .as_ref()
+            .and_then(|c| c.waiting_jobs.as_ref())
+            .map(|w| w.token_file.clone())
+    });
+    let Some(token_file) = token_file else {
+        return Ok(Some(View::Missing(
+            "not read: give --forge-token-file FILE (a 0600 file with an API token of the forge) to see the job's status there; from the dispatcher's view:".to_string(),
+        )));
+    };
+    let token = forge_view::read_token(&token_file)?;
+    let ca_pem = match config.as_ref().and_then(|c| c.gitea.ca_file.as_deref()) {
+        Some(ca) => Some(tenantci_core::pki::inspect::read_ca_file(
+            "the Gitea CA file (gitea.ca_file)",
+            ca,
+            "put the CA certificate (PEM) that signed the forge's certificate into it",
+        )?),
+        None => None,
+    };
+    let asked = forge_view::Asked {
+        forge_url: &s.summary.forge.url,
+        ca_pem,
+        repository,
+        run: *run,
+        job: *index,
+    };
+    forge_view::read(&asked, &token).await.map(Some)
+}
+
+/// The Events of each explained task whose executor Pod waits (reason `executor`).
+async fn pod_events(
+    explained: &mut [Explained<'_>],
+    kubeconfig: &Path,
+    namespace: &str,
+) -> Result<()> {
+    let client = tenantci_core::kube_client::from_kubeconfig(kubeconfig).await?;
+    for e in explained {
+        let Some(task) = e
+            .task
+            .filter(|_| e.reasons.iter().any(|r| r.kind == "executor"))
+        else {
+            continue;
+        };
+        let events = events::of_task(&client, namespace, task.task).await.map_err(|err| {
+            Error::external(format!(
+                "cannot read the Events of task {}'s executor Pod in namespace {namespace}; the reasons above stand without them",
+                task.task
+            ))
+            .caused_by(err)
+        })?;
+        e.events = events.iter().map(events::line).collect();
+    }
+    Ok(())
+}
+
+fn asked(job: &Job) -> String {
+    match job {
+        Job::Task(t) => format!("task {t}"),
+        Job::Run {
+            repository, run, ..
+        } => format!("run {run} of {repository}"),
+    }
+}
