@@ -19,6 +19,7 @@ fn executor(task: i64, progress: Option<Progress>, node: Option<&str>) -> Observ
             spiffe_id: None,
         }),
         class: None,
+        recheck: None,
     }
 }
 
