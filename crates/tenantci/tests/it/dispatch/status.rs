@@ -384,3 +384,65 @@ async fn explain_names_a_runner_the_forge_sees_offline() {
     );
     assert!(out.contains("check that http"), "{out}");
 }
+
+/// `dispatch status --watch -o json` prints one document per interval (JSON Lines) until
+/// stopped: a job enqueued while it watches shows up in a later line, and the process ends
+/// when it is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_watch_prints_a_document_per_interval_until_stopped() {
+    use std::io::BufRead;
+    let w = World::start(2).await;
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    let address = d.status_address().to_string();
+    let mut child = tenantci()
+        .args([
+            "dispatch",
+            "status",
+            "--watch",
+            "--interval",
+            "1",
+            "-o",
+            "json",
+        ])
+        .args(["--status-address", &address])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, documents) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let doc = serde_json::from_str(&line.unwrap()).expect("one document per line");
+            if lines.send(doc).is_err() {
+                return;
+            }
+        }
+    });
+    // A guard, not a timing: a watch that stops printing fails here instead of hanging.
+    let next = || {
+        documents
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the watch prints again")
+    };
+    let first = next();
+    assert!(first["tasks"].as_array().unwrap().is_empty(), "{first:#}");
+    let id = w.claimed(w.enqueue("watched", "s").await).await;
+    let held = |doc: &Value| {
+        doc["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["task"] == id)
+    };
+    let seen = loop {
+        let doc = next();
+        if held(&doc) {
+            break doc;
+        }
+    };
+    assert_eq!(task(&seen, id)["job"], "watched");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+}
