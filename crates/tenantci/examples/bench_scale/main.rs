@@ -28,9 +28,10 @@ use tenantci_testkit::procfs::{cpu_time, memory};
 use tenantci_testkit::world::{self, Options, World, apiserver_requests};
 
 use player::Players;
-use report::Row;
+use report::{Row, Stalled};
 
-/// A deadlock guard per phase, not a measurement.
+/// A guard per phase, not a measurement: a burst that has not reached N by then is reported
+/// as the figure it reached.
 const DEADLINE: Duration = Duration::from_secs(300);
 /// Pickup samples, idle and loaded.
 const PICKUPS: usize = 3;
@@ -80,16 +81,26 @@ fn args() -> Args {
     }
 }
 
-/// Polls `f` every 50 ms until it yields `Some` (what the phases wait on has no event here).
-async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+/// Polls `f` every 50 ms until it yields `Some`, or `None` once [`DEADLINE`] has passed (what
+/// the phases wait on has no event here).
+async fn within<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
-            return v;
+            return Some(v);
         }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        if start.elapsed() >= DEADLINE {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// As [`within`], a phase that must finish: the guard running out is a failure.
+async fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    within(f)
+        .await
+        .unwrap_or_else(|| panic!("timed out waiting for {what} ({DEADLINE:?}, the guard)"))
 }
 
 /// A world with a dispatcher of `bin` at capacity `n + 1` (room for the loaded pickup), led.
@@ -174,10 +185,14 @@ async fn counts(w: &World, pid: u32) -> Counts {
     }
 }
 
-async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Row {
-    let (w, mut d) = world_for(&args.sim, bin, n).await;
-    let players = Players::start(w.kube.clone());
-    let idle = pickups(&w, &players, "idle").await;
+/// Enqueues N jobs at once; the time until N executor Pods were created and N tasks fetched,
+/// or how far the build got when a phase's guard ran out.
+async fn burst(
+    w: &World,
+    players: &Players,
+    build: &str,
+    n: usize,
+) -> Result<(Duration, Duration), Stalled> {
     progress(&format!("{build} N={n}: burst"));
     let start = Instant::now();
     for i in 0..n {
@@ -187,31 +202,77 @@ async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Row {
         )
         .await;
     }
-    let created = until("N executors created", || {
+    let reached = |s: &player::Seen| (s.created.len(), s.fetched.len());
+    let stalled = || {
+        let (created, fetched) = reached(&players.seen.lock().unwrap());
+        Stalled {
+            build: build.to_string(),
+            n,
+            created: created.saturating_sub(PICKUPS),
+            fetched: fetched.saturating_sub(PICKUPS),
+            after: start.elapsed(),
+        }
+    };
+    let all = |count: fn(&player::Seen) -> usize| {
         let s = players.seen.lock().unwrap();
-        (s.created.len() >= n + PICKUPS).then(|| start.elapsed())
-    })
-    .await;
-    let fetched = until("N tasks fetched", || {
-        let s = players.seen.lock().unwrap();
-        (s.fetched.len() >= n + PICKUPS).then(|| start.elapsed())
-    })
-    .await;
+        (count(&s) >= n + PICKUPS).then(|| start.elapsed())
+    };
+    let Some(created) = within(|| all(|s| s.created.len())).await else {
+        return Err(stalled());
+    };
+    let Some(fetched) = within(|| all(|s| s.fetched.len())).await else {
+        return Err(stalled());
+    };
+    Ok((created, fetched))
+}
+
+/// The steady-state window: the counts at its start and end, the dispatcher's RSS at its
+/// end, and every UpdateLog round trip in it.
+async fn steady(
+    args: &Args,
+    w: &World,
+    d: &world::Dispatcher,
+    players: &Players,
+) -> (Counts, Counts, u64, Vec<Duration>) {
+    let live = players.seen.lock().unwrap().live;
     progress(&format!(
-        "{build} N={n}: steady state for {:?}",
+        "{live} executors live: steady state for {:?}",
         args.window
     ));
     players.take_latencies();
-    let before = counts(&w, d.pid()).await;
+    let before = counts(w, d.pid()).await;
     tokio::time::sleep(args.window).await;
-    let after = counts(&w, d.pid()).await;
+    let after = counts(w, d.pid()).await;
+    let resident = memory(d.pid()).rss;
     for (key, n) in &after.apiserver {
         let was = before.apiserver.get(key).copied().unwrap_or(0);
         if *n > was {
             progress(&format!("  window: {} {} x{}", key.0, key.1, n - was));
         }
     }
-    let latencies = players.take_latencies();
+    (before, after, resident, players.take_latencies())
+}
+
+async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Result<Row, Stalled> {
+    let (w, mut d) = world_for(&args.sim, bin, n).await;
+    let players = Players::start(w.kube.clone());
+    let idle = pickups(&w, &players, "idle").await;
+    let start = counts(&w, d.pid()).await;
+    let burst = match burst(&w, &players, build, n).await {
+        Ok(times) => report::Burst::new(times, (&start, &counts(&w, d.pid()).await)),
+        Err(stalled) => {
+            // Not waited for further: the world (dispatcher, simulator, nats-server) is
+            // killed when it is dropped here.
+            progress(&format!(
+                "{build} N={n}: stalled at {} executors created, {} fetched, after {:.0} s",
+                stalled.created,
+                stalled.fetched,
+                stalled.after.as_secs_f64()
+            ));
+            return Err(stalled);
+        }
+    };
+    let (before, after, resident, latencies) = steady(args, &w, &d, &players).await;
     let loaded = pickups(&w, &players, "loaded").await;
     players.release();
     until("every executor deleted", || {
@@ -221,15 +282,15 @@ async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Row {
     let peak = memory(d.pid()).hwm;
     let code = d.terminate_within(Duration::from_secs(30));
     assert_eq!(code, Some(0), "the dispatcher drains and exits 0");
-    report::row(
+    Ok(report::row(
         build,
         n,
-        (created, fetched),
+        burst,
         (&before, &after),
         latencies,
         (idle, loaded),
-        peak,
-    )
+        (resident, peak),
+    ))
 }
 
 #[tokio::main]
@@ -240,6 +301,8 @@ async fn main() {
         for (build, bin) in &args.builds {
             progress(&format!("{build} N={n}"));
             rows.push(measure(&args, build, bin, *n).await);
+            // So far, on stderr: a run stopped later still leaves its figures in the log.
+            progress(&format!("so far:\n{}", report::table(&rows)));
         }
     }
     println!("{}", report::table(&rows));

@@ -8,18 +8,60 @@ use crate::Counts;
 pub struct Row {
     build: String,
     n: usize,
-    /// Burst -> N executors created, -> N tasks fetched.
-    burst: (Duration, Duration),
+    burst: Burst,
     /// Apiserver requests per second in the window, by verb.
     apiserver: BTreeMap<String, f64>,
     /// Gitea calls per running task per minute (relayed UpdateLog, the rest but FetchTask),
     /// and FetchTask per second.
     gitea: (f64, f64, f64),
     cores: f64,
-    peak_mib: f64,
+    /// The dispatcher's RSS at the end of the window, and its peak (VmHWM) at the end.
+    rss_mib: (f64, f64),
     update_log: (Duration, Duration),
     /// Pickup medians: idle, while N run.
     pickup: (Duration, Duration),
+}
+
+/// The burst: N jobs enqueued at once.
+pub struct Burst {
+    /// Until N executors were created, and until N tasks were fetched.
+    pub created: Duration,
+    pub fetched: Duration,
+    /// Over the burst (enqueue to N fetched): the apiserver's creates (POST) a second, and
+    /// the dispatcher's CPU in cores: which of the two bounds it.
+    pub posts: f64,
+    pub cores: f64,
+}
+
+impl Burst {
+    pub fn new(
+        (created, fetched): (Duration, Duration),
+        (start, end): (&Counts, &Counts),
+    ) -> Burst {
+        let secs = (end.at - start.at).as_secs_f64();
+        let posts = |c: &Counts| -> u64 {
+            c.apiserver
+                .iter()
+                .filter(|((verb, _), _)| verb == "POST")
+                .map(|(_, n)| n)
+                .sum()
+        };
+        Burst {
+            created,
+            fetched,
+            posts: posts(end).saturating_sub(posts(start)) as f64 / secs,
+            cores: (end.cpu - start.cpu).as_secs_f64() / secs,
+        }
+    }
+}
+
+/// A build that did not reach N executors within the guard: how far it got.
+pub struct Stalled {
+    pub build: String,
+    pub n: usize,
+    pub created: usize,
+    pub fetched: usize,
+    pub after: Duration,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -38,11 +80,11 @@ fn median(mut v: Vec<Duration>) -> Duration {
 pub fn row(
     build: &str,
     n: usize,
-    burst: (Duration, Duration),
+    burst: Burst,
     (before, after): (&Counts, &Counts),
     mut latencies: Vec<Duration>,
     (idle, loaded): (Vec<Duration>, Vec<Duration>),
-    peak_kib: u64,
+    (resident_kib, peak_kib): (u64, u64),
 ) -> Row {
     let secs = (after.at - before.at).as_secs_f64();
     let mut apiserver: BTreeMap<String, f64> = BTreeMap::new();
@@ -74,7 +116,7 @@ pub fn row(
             delta(&|m| m == "FetchTask") / secs,
         ),
         cores: (after.cpu - before.cpu).as_secs_f64() / secs,
-        peak_mib: peak_kib as f64 / 1024.0,
+        rss_mib: (resident_kib as f64 / 1024.0, peak_kib as f64 / 1024.0),
         update_log: (percentile(&latencies, 50.0), percentile(&latencies, 99.0)),
         pickup: (median(idle), median(loaded)),
     }
@@ -99,30 +141,52 @@ fn verbs(r: &Row) -> String {
     )
 }
 
-pub fn table(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| N | build | LIST/s | GET/s | WATCH/s | writes/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | peak RSS MiB | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
+const HEADER: &str = "| N | build | LIST/s | GET/s | WATCH/s | writes/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (POST/s, dispatcher cores) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+
+pub fn table(rows: &[Result<Row, Stalled>]) -> String {
+    let mut out = String::from(HEADER);
     for r in rows {
-        let ratio = r.pickup.1.as_secs_f64() / r.pickup.0.as_secs_f64().max(1e-9);
-        out.push_str(&format!(
-            "| {} | {} | {} | {:.1} + {:.2} | {:.1} | {:.3} | {:.1} | {} / {} | {} / {} ({:.2}x) | {:.1} / {:.1} |\n",
-            r.n,
-            r.build,
-            verbs(r),
-            r.gitea.0,
-            r.gitea.1,
-            r.gitea.2,
-            r.cores,
-            r.peak_mib,
-            ms(r.update_log.0),
-            ms(r.update_log.1),
-            ms(r.pickup.0),
-            ms(r.pickup.1),
-            ratio,
-            r.burst.0.as_secs_f64(),
-            r.burst.1.as_secs_f64(),
-        ));
+        out.push_str(&match r {
+            Ok(r) => measured(r),
+            Err(s) => stalled(s),
+        });
     }
     out
+}
+
+fn measured(r: &Row) -> String {
+    let ratio = r.pickup.1.as_secs_f64() / r.pickup.0.as_secs_f64().max(1e-9);
+    format!(
+        "| {} | {} | {} | {:.1} + {:.2} | {:.1} | {:.3} | {:.1} / {:.1} | {} / {} | {} / {} ({:.2}x) | {:.1} / {:.1} ({:.0}, {:.2}) |\n",
+        r.n,
+        r.build,
+        verbs(r),
+        r.gitea.0,
+        r.gitea.1,
+        r.gitea.2,
+        r.cores,
+        r.rss_mib.0,
+        r.rss_mib.1,
+        ms(r.update_log.0),
+        ms(r.update_log.1),
+        ms(r.pickup.0),
+        ms(r.pickup.1),
+        ratio,
+        r.burst.created.as_secs_f64(),
+        r.burst.fetched.as_secs_f64(),
+        r.burst.posts,
+        r.burst.cores,
+    )
+}
+
+/// The burst's guard ran out: no steady state to measure, the figure it reached instead.
+fn stalled(s: &Stalled) -> String {
+    format!(
+        "| {} | {} | - | - | - | - | - | - | - | - | - | - | not reached: {} created, {} fetched after {:.0} s (the guard) |\n",
+        s.n,
+        s.build,
+        s.created,
+        s.fetched,
+        s.after.as_secs_f64(),
+    )
 }
