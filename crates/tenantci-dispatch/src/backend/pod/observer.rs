@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::core::PartialObjectMeta;
@@ -94,6 +94,21 @@ impl Observed {
             secret_age: self.age,
         }
     }
+}
+
+/// Keeps of a Pod what a pass reads (its metadata, node and phase) and drops the rest before
+/// the store holds it: containers, volumes, environment, conditions and managed fields were
+/// most of the dispatcher's memory at 1,000 executors (docs/benchmarks/scale.md).
+fn slim(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.spec = pod.spec.take().map(|s| PodSpec {
+        node_name: s.node_name,
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|s| PodStatus {
+        phase: s.phase,
+        ..PodStatus::default()
+    });
 }
 
 fn placement(pod: &Pod) -> Option<Placement> {
@@ -182,8 +197,8 @@ impl Watches {
         let config = watcher::Config::default().labels(COMPONENT_SELECTOR);
         let (pod_store, pod_writer) = reflector::store();
         let (secret_store, secret_writer) = reflector::store();
-        let pod_stream = reflector::reflector(pod_writer, watcher(pods.clone(), config.clone()))
-            .default_backoff();
+        let pod_events = watcher(pods.clone(), config.clone()).modify(slim);
+        let pod_stream = reflector::reflector(pod_writer, pod_events).default_backoff();
         // `Api<PartialObjectMeta<_>>` asks for metadata only (`as=PartialObjectMetadata`).
         let metadata: Api<PartialObjectMeta<Secret>> = Api::namespaced(
             secrets.clone().into_client(),
@@ -338,6 +353,33 @@ impl Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a pass reads of a Pod survives [`slim`]; the containers and conditions do not.
+    #[test]
+    fn a_slim_pod_keeps_what_a_pass_reads() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gitea-task-7", "uid": "u", "labels": {"tenantci.io/task-id": "7"},
+                "annotations": {"tenantci.io/terminal": "x"},
+                "managedFields": [{"manager": "tenantci"}]},
+            "spec": {"nodeName": "rented-1", "containers": [{"name": "runner", "image": "i",
+                "env": [{"name": "A", "value": "b"}]}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let mut slimmed = pod.clone();
+        slim(&mut slimmed);
+        assert_eq!(placement(&slimmed), placement(&pod));
+        assert!(placement(&slimmed).is_some());
+        assert_eq!(slimmed.metadata.labels, pod.metadata.labels);
+        assert_eq!(slimmed.metadata.annotations, pod.metadata.annotations);
+        assert_eq!(
+            slimmed.status.as_ref().unwrap().phase.as_deref(),
+            Some("Running")
+        );
+        assert!(slimmed.spec.as_ref().unwrap().containers.is_empty());
+        assert!(slimmed.status.unwrap().conditions.is_none());
+        assert!(slimmed.metadata.managed_fields.is_none());
+    }
 
     #[test]
     fn a_floor_hides_its_own_past_writes_until_the_store_drops_them() {
