@@ -657,6 +657,26 @@ impl GiteaDouble {
         answer
     }
 
+    /// A recovered answer's tasks carry new job tokens: from now on they are the ones the web
+    /// side accepts.
+    fn accept_renewed_tokens(st: &mut State, tasks: &[Task]) {
+        for t in tasks {
+            let fields = t.context.as_ref().map(|c| &c.fields);
+            let token = |name: &str| {
+                fields
+                    .and_then(|f| f.get(name))
+                    .and_then(|v| match &v.kind {
+                        Some(prost_types::value::Kind::StringValue(s)) => Some(s.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_default()
+            };
+            if let Some(rec) = st.tasks.get_mut(&t.id) {
+                rec.job_tokens = [token("token"), token("gitea_runtime_token")];
+            }
+        }
+    }
+
     /// FetchTask as the forge answers it: tasks are picked only when the caller's version
     /// differs, one on Gitea, up to `task_capacity` on Forgejo, where a repeated request key
     /// gets its earlier answer's tasks instead. Err: the answer was dropped on purpose.
@@ -675,22 +695,7 @@ impl GiteaDouble {
         let latest = st.tasks_version;
         if let Some(tasks) = keyed.and_then(|k| self.forgejo.recover(caller, k)) {
             st.fetch_calls_with_tasks += 1;
-            // The renewed tokens are the ones the web side accepts from now on.
-            for t in &tasks {
-                let fields = t.context.as_ref().map(|c| &c.fields);
-                let token = |name: &str| {
-                    fields
-                        .and_then(|f| f.get(name))
-                        .and_then(|v| match &v.kind {
-                            Some(prost_types::value::Kind::StringValue(s)) => Some(s.clone()),
-                            _ => None,
-                        })
-                        .unwrap_or_default()
-                };
-                if let Some(rec) = st.tasks.get_mut(&t.id) {
-                    rec.job_tokens = [token("token"), token("gitea_runtime_token")];
-                }
-            }
+            Self::accept_renewed_tokens(&mut st, &tasks);
             drop(st);
             return Ok(self.answer(tasks, latest));
         }
