@@ -355,14 +355,8 @@ impl Storage {
     /// reservation.
     pub async fn discard(&self, repo: &str, id: u64) -> Result<(), StoreError> {
         self.delete_parts(repo, id).await?;
-        match self
-            .store
-            .delete(&path(repo, &format!("uploads/{id}.json")))
+        self.delete_if_present(&path(repo, &format!("uploads/{id}.json")))
             .await
-        {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// After the manifest's put: the reservation, and a joined entry's ranges, are not needed.
@@ -551,10 +545,7 @@ impl Storage {
         let recommitted =
             matches!(self.get_json::<Entry>(&at).await, Ok(Some(e)) if e.id != entry.id);
         if !recommitted {
-            match self.store.delete(&at).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+            self.delete_if_present(&at).await?;
         }
         self.delete_parts(repo, entry.id).await
     }
@@ -562,11 +553,14 @@ impl Storage {
     /// An entry's parts and its joined object (if any).
     async fn delete_parts(&self, repo: &str, id: u64) -> Result<(), StoreError> {
         self.delete_ranges(repo, id).await?;
-        match self
-            .store
-            .delete(&path(repo, &format!("joined/{id}")))
+        self.delete_if_present(&path(repo, &format!("joined/{id}")))
             .await
-        {
+    }
+
+    /// Deletes the object at `at`; one already gone (another replica's sweep, a retried
+    /// cleanup) is what the caller wanted too.
+    async fn delete_if_present(&self, at: &Path) -> Result<(), StoreError> {
+        match self.store.delete(at).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
