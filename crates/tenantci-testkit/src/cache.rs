@@ -69,6 +69,17 @@ impl RawCache {
         id
     }
 
+    /// The bytes of `key`'s entry, as the toolkit restores it: the lookup's `archiveLocation`,
+    /// downloaded. Panics on a miss.
+    pub async fn restore(&self, key: &str) -> Vec<u8> {
+        let hit: Value = self.lookup(key).await.json().await.unwrap();
+        let location = hit["archiveLocation"]
+            .as_str()
+            .unwrap_or_else(|| panic!("`{key}` is a hit: {hit}"));
+        let answer = self.http.get(location).send().await.unwrap();
+        answer.bytes().await.unwrap().to_vec()
+    }
+
     pub async fn lookup(&self, key: &str) -> reqwest::Response {
         self.http
             .get(format!("{}/cache?keys={key}&version=v1", self.api))

@@ -731,7 +731,6 @@ async fn the_toolkit_saves_and_restores_through_an_s3_bucket_across_a_restart() 
 /// The size limit (1 MiB): a second 600 KiB entry pushes out the least recently used, with
 /// every entry restored before it (`small`).
 async fn evicts_the_least_recently_used(a: &RawCache, d: &super::harness::Dispatcher) {
-    let http = &a.http;
     let first = a.save("first", 600 << 10, vec![3; 600 << 10]).await;
     let second = a.save("second", 600 << 10, vec![4; 600 << 10]).await;
     assert_ne!(first, second);
@@ -748,15 +747,7 @@ async fn evicts_the_least_recently_used(a: &RawCache, d: &super::harness::Dispat
         "the older entry went"
     );
     assert_eq!(a.lookup("small").await.status(), 204, "the oldest too");
-    let kept: Value = a.lookup("second").await.json().await.unwrap();
-    let bytes = http
-        .get(kept["archiveLocation"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let bytes = a.restore("second").await;
     assert_eq!(bytes.len(), 600 << 10);
     assert!(bytes.iter().all(|b| *b == 4));
     assert!(

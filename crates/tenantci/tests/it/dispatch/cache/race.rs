@@ -6,7 +6,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
 use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::moto::Moto;
 
@@ -66,17 +65,8 @@ async fn rounds(a: &RawCache, manifests: impl AsyncFn() -> usize) {
             round + 1,
             "one manifest per key, `{key}` the last"
         );
-        let hit: Value = a.lookup(&key).await.json().await.unwrap();
-        let bytes = a
-            .http
-            .get(hit["archiveLocation"].as_str().unwrap())
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
-        assert_eq!(bytes.as_ref(), &winner[..], "`{key}` restores the winner's");
+        let bytes = a.restore(&key).await;
+        assert_eq!(&bytes[..], &winner[..], "`{key}` restores the winner's");
     }
 }
 
