@@ -36,11 +36,15 @@ struct WatchState {
 }
 
 impl PodWatch {
-    /// Starts watching the Pods of [`NAMESPACE`] with `kube`; stops when dropped.
-    pub fn start(kube: kube::Client) -> PodWatch {
+    /// Starts watching the Pods of [`NAMESPACE`] with `kube`, and returns once its first list
+    /// is complete: its LIST then lies behind the caller, who may count the apiserver's
+    /// requests from here on without this watch's own start among them. Stops when dropped.
+    pub async fn start(kube: kube::Client) -> PodWatch {
         let inner = Arc::new(Mutex::new(WatchState::default()));
         let state = inner.clone();
         let api = Api::<Pod>::namespaced(kube, NAMESPACE);
+        let (listed_tx, listed) = tokio::sync::oneshot::channel();
+        let mut listed_tx = Some(listed_tx);
         let task = tokio::spawn(async move {
             // With backoff: once the simulator is gone, errors must not spin this task.
             let mut events = watcher(api, watcher::Config::default())
@@ -79,10 +83,18 @@ impl PodWatch {
                         s.live.clear();
                         s.live_of_class.clear();
                     }
-                    watcher::Event::InitDone => {}
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = listed_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
                 }
             }
         });
+        tokio::time::timeout(crate::wait::DEADLINE, listed)
+            .await
+            .expect("the test's watch of the executor Pods listed them within the deadline")
+            .expect("the test's watch of the executor Pods ended before its first list");
         PodWatch { inner, task }
     }
 

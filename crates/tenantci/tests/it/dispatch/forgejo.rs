@@ -303,7 +303,8 @@ async fn a_vm_task_and_a_pod_task_run_from_one_fetch() {
     let key = w.opensandbox.api_key_file.clone();
     w.with_vm(1, &key);
     let d = w.dispatcher("d1").await;
-    super::vm::vm_backend_recovered(&d).await;
+    // Both pools' free slots known, so the one FetchTask after the release asks for 2.
+    super::vm::both_backends_recovered(&d).await;
     w.gitea
         .admin_post(w.http(), "hold", json!({"hold": true}))
         .await;

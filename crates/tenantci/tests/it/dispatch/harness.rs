@@ -89,7 +89,7 @@ impl World {
     pub async fn start_via_init() -> World {
         let mut inner = options().start().await;
         inner.init(&world::World::test_init_flags());
-        Self::watched(inner)
+        Self::watched(inner).await
     }
 
     /// As [`World::start`], against the Gitea double playing Forgejo (`sim --forgejo`).
@@ -114,7 +114,7 @@ impl World {
     pub async fn start_via_kubeconfig_init() -> World {
         let mut inner = options().start().await;
         inner.init_with_kubeconfig(&world::World::test_init_flags());
-        Self::as_service_account(inner)
+        Self::as_service_account(inner).await
     }
 
     /// As [`World::start_via_kubeconfig_init`], with `--apply-secret`: every dispatcher runs
@@ -133,25 +133,25 @@ impl World {
         let m = super::mounted::mount(&k, NAMESPACE, &deployment, &pod_dir);
         m.assert_every_file_resolves();
         inner.set_base(m.config());
-        Self::as_service_account(inner)
+        Self::as_service_account(inner).await
     }
 
     async fn made_by_test(options: Options, pod_capacity: u32) -> World {
         let mut inner = options.start().await;
         inner.write_inputs(pod_capacity).await;
-        Self::watched(inner)
+        Self::watched(inner).await
     }
 
-    fn as_service_account(mut inner: world::World) -> World {
+    async fn as_service_account(mut inner: world::World) -> World {
         let sa = inner.dir.path().join("service-account.kubeconfig");
         std::fs::write(&sa, impersonating(&inner.tenant_admin, NAMESPACE)).unwrap();
         inner.push_dispatcher_env("KUBECONFIG", &sa.display().to_string());
-        Self::watched(inner)
+        Self::watched(inner).await
     }
 
-    fn watched(inner: world::World) -> World {
+    async fn watched(inner: world::World) -> World {
         World {
-            watch: PodWatch::start(inner.kube.clone()),
+            watch: PodWatch::start(inner.kube.clone()).await,
             opensandbox: OpenSandbox::from_state_dir(&inner.state_dir()),
             inner,
         }

@@ -28,6 +28,18 @@ pub(super) async fn vm_backend_recovered(d: &super::harness::Dispatcher) {
     .await;
 }
 
+/// Waits until both backends have recovered their slots: until then the scheduler counts no
+/// free slot of the one still recovering, so a FetchTask asks for fewer tasks.
+pub(super) async fn both_backends_recovered(d: &super::harness::Dispatcher) {
+    vm_backend_recovered(d).await;
+    eventually("the pod backend to recover its slots", || async {
+        d.log_text()
+            .contains("recovered executors from")
+            .then_some(())
+    })
+    .await;
+}
+
 /// Waits until `task` is FAILURE at the Gitea double; its view.
 async fn failed_at_gitea(w: &World, task: i64) -> serde_json::Value {
     eventually("FAILURE at Gitea", || async {
