@@ -69,6 +69,12 @@ impl OpenSandbox {
         v.as_array().cloned().unwrap_or_default()
     }
 
+    /// The live sandboxes' ids (the admin list's `fields=id`: no env, cheap to poll).
+    pub async fn ids(&self, http: &reqwest::Client) -> Vec<String> {
+        let v = Self::admin(http.get(format!("{}/sandboxes?fields=id", self.admin_url))).await;
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
     /// One sandbox as the admin view shows it: the record, or `{id, gone}` with a 404.
     pub async fn sandbox(&self, http: &reqwest::Client, id: &str) -> (u16, Value) {
         let resp = http
@@ -127,7 +133,7 @@ impl OpenSandbox {
         Self::admin(http.delete(format!("{}/faults", self.admin_url))).await;
     }
 
-    /// `{created, deleted, expired, live, maxLive, requests}`.
+    /// `{created, deleted, expired, live, maxLive, requests, calls, listed}`.
     pub async fn stats(&self, http: &reqwest::Client) -> Value {
         Self::admin(http.get(format!("{}/stats", self.admin_url))).await
     }

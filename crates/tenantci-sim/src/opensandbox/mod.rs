@@ -10,6 +10,7 @@
 pub mod routes;
 pub mod sandboxes;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,11 @@ pub struct OpenSandboxDouble {
     /// this status until the instant.
     outage: Mutex<Option<Outage>>,
     requests: AtomicU64,
+    /// API calls by route (`GET /sandboxes`, `POST /sandboxes/{id}/renew-expiration`, ...;
+    /// the `/v1` prefix dropped): what a benchmark reads as a client's cost.
+    calls: Mutex<BTreeMap<String, u64>>,
+    /// Sandboxes returned by list calls, every page counted.
+    listed: AtomicU64,
 }
 
 /// A running double. Dropping it without [`OpenSandboxHandle::shutdown`] aborts the server.
@@ -74,6 +80,8 @@ impl OpenSandboxDouble {
             sandboxes: Mutex::new(Sandboxes::default()),
             outage: Mutex::new(None),
             requests: AtomicU64::new(0),
+            calls: Mutex::new(BTreeMap::new()),
+            listed: AtomicU64::new(0),
         }
     }
 
@@ -138,13 +146,31 @@ impl OpenSandboxDouble {
         });
     }
 
-    fn count_request(&self) {
+    /// Counts an API call to `route` (its template, as the router matched it).
+    fn count_request(&self, method: &str, route: &str) {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let route = route.strip_prefix("/v1").unwrap_or(route);
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        *calls.entry(format!("{method} {route}")).or_default() += 1;
+    }
+
+    fn count_listed(&self, n: usize) {
+        self.listed.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// API calls received (health and admin calls not counted).
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// API calls received, by method and route template.
+    pub fn calls(&self) -> BTreeMap<String, u64> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sandboxes returned by list calls so far.
+    pub fn listed(&self) -> u64 {
+        self.listed.load(Ordering::Relaxed)
     }
 }
 

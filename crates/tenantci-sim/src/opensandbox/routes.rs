@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{MatchedPath, Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -79,7 +79,11 @@ async fn request_id(req: Request, next: Next) -> Response {
 
 /// The outage first (a proxy in front answers before the server checks anything), then the key.
 async fn guard(State(d): Double, req: Request, next: Next) -> Response {
-    d.count_request();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| req.uri().path().to_string(), |m| m.as_str().to_string());
+    d.count_request(req.method().as_str(), &route);
     if let Some(fault) = d.outage(req.method().as_str()) {
         let status = fault.status;
         if let Some(body) = fault.body {
@@ -147,7 +151,9 @@ async fn read(State(d): Double, Path(id): Path<String>) -> Result<Json<Value>, A
 
 async fn list(State(d): Double, RawQuery(q): RawQuery) -> Result<Json<Value>, ApiError> {
     let q = parse_list_query(q.as_deref().unwrap_or(""))?;
-    Ok(Json(d.sandboxes().list(&q, now())))
+    let page = d.sandboxes().list(&q, now());
+    d.count_listed(page["items"].as_array().map_or(0, Vec::len));
+    Ok(Json(page))
 }
 
 async fn patch_metadata(
@@ -215,8 +221,26 @@ fn parse_metadata_filter(v: &str) -> Result<Vec<(String, String)>, ApiError> {
         .collect()
 }
 
-async fn admin_all(State(d): Double) -> Json<Value> {
-    Json(json!(d.sandboxes().all(now())))
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AllQuery {
+    /// `id`: the live sandboxes' ids only (a player of a thousand executors polls this, not
+    /// every env).
+    fields: Option<String>,
+}
+
+async fn admin_all(State(d): Double, Query(q): Query<AllQuery>) -> Response {
+    let all = d.sandboxes().all(now());
+    match q.fields.as_deref() {
+        None => Json(json!(all)).into_response(),
+        Some("id") => Json(all.iter().map(|s| s.id.clone()).collect::<Vec<_>>()).into_response(),
+        Some(other) => ApiError::new(
+            400,
+            "INVALID_REQUEST",
+            format!("fields `{other}` is not known; the admin list takes `fields=id` or nothing"),
+        )
+        .into_response(),
+    }
 }
 
 /// One sandbox with its env and entrypoint (how a test plays its executor), or why it is gone.
@@ -294,6 +318,8 @@ async fn admin_clear(State(d): Double) -> StatusCode {
 async fn admin_stats(State(d): Double) -> Json<Value> {
     let mut v = json!(d.sandboxes().stats(now()));
     v["requests"] = d.requests().into();
+    v["calls"] = json!(d.calls());
+    v["listed"] = d.listed().into();
     Json(v)
 }
 

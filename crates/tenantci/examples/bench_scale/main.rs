@@ -13,8 +13,13 @@
 //! CPU (cores) and UpdateLog round trips through the facade (p50/p99); pickup of one new task
 //! (enqueue -> its runner has it) while N run, against idle; the dispatcher's peak RSS.
 //!
-//! Usage: bench_scale SIM_BIN [NAME=DISPATCHER_BIN ...] [--sizes 100,300,1000] [--window 20]
-//! (the simulator always runs from SIM_BIN, which counts requests by verb).
+//! With `--backend vm` the executors are OpenSandbox sandboxes (`sim --opensandbox`, the
+//! double counting its API calls by route and the sandboxes its lists return), played from
+//! the double's admin view; the VM backend polls the Lifecycle API (there is no watch), and
+//! its API columns are that API's.
+//!
+//! Usage: bench_scale SIM_BIN [NAME=DISPATCHER_BIN ...] [--backend pod|vm] [--sizes 100,300,1000]
+//! [--window 20] (the simulator always runs from SIM_BIN, which counts requests by verb).
 
 mod player;
 mod report;
@@ -27,7 +32,7 @@ use tenantci_dispatch::config::override_var;
 use tenantci_testkit::procfs::{cpu_time, memory};
 use tenantci_testkit::world::{self, Options, World, apiserver_requests};
 
-use player::Players;
+use player::{Players, Source};
 use report::{Row, Stalled};
 
 /// A guard per phase, not a measurement: a burst that has not reached N by then is reported
@@ -40,9 +45,17 @@ fn progress(msg: &str) {
     eprintln!("bench_scale: {msg}");
 }
 
+/// The backend whose executors a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Pod,
+    Vm,
+}
+
 struct Args {
     sim: PathBuf,
     builds: Vec<(String, PathBuf)>,
+    backend: Backend,
     sizes: Vec<usize>,
     window: Duration,
 }
@@ -54,8 +67,16 @@ fn args() -> Args {
             .expect("usage: bench_scale SIM_BIN [NAME=BIN ...]"),
     );
     let (mut builds, mut sizes, mut window) = (Vec::new(), vec![100, 300, 1000], 20);
+    let mut backend = Backend::Pod;
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--backend" => {
+                backend = match it.next().as_deref() {
+                    Some("pod") => Backend::Pod,
+                    Some("vm") => Backend::Vm,
+                    other => panic!("--backend takes pod or vm, not {other:?}"),
+                }
+            }
             "--sizes" => {
                 let list = it.next().expect("--sizes 100,300");
                 sizes = list
@@ -76,6 +97,7 @@ fn args() -> Args {
     Args {
         sim,
         builds,
+        backend,
         sizes,
         window: Duration::from_secs(window),
     }
@@ -103,10 +125,30 @@ async fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
         .unwrap_or_else(|| panic!("timed out waiting for {what} ({DEADLINE:?}, the guard)"))
 }
 
-/// A world with a dispatcher of `bin` at capacity `n + 1` (room for the loaded pickup), led.
-async fn world_for(sim: &Path, bin: &Path, n: usize) -> (World, world::Dispatcher) {
-    let mut w = Options::new(sim).api_only().start().await;
-    w.write_inputs(n as u32 + 1).await;
+/// A world with a dispatcher of `bin` whose `backend` has capacity `n + 1` (room for the
+/// loaded pickup), led.
+async fn world_for(
+    sim: &Path,
+    bin: &Path,
+    backend: Backend,
+    n: usize,
+) -> (World, world::Dispatcher) {
+    let capacity = n as u32 + 1;
+    let mut w = match backend {
+        Backend::Pod => Options::new(sim).api_only(),
+        Backend::Vm => Options::new(sim).api_only().opensandbox(),
+    }
+    .start()
+    .await;
+    match backend {
+        Backend::Pod => w.write_inputs(capacity).await,
+        Backend::Vm => {
+            // One Pod slot, unused: only vm jobs are enqueued.
+            w.write_inputs(1).await;
+            let key = w.opensandbox().api_key_file.clone();
+            w.with_vm(capacity, &key);
+        }
+    }
     w.base_mut().facade.url = "https://127.0.0.1:0".into();
     w.bin = bin.to_path_buf();
     let config = w.config_only("d1");
@@ -130,12 +172,20 @@ async fn world_for(sim: &Path, bin: &Path, n: usize) -> (World, world::Dispatche
     (w, d)
 }
 
+/// Enqueues one job for `backend`'s executors.
+async fn enqueue(w: &World, backend: Backend, name: &str) {
+    const SECRET: &str = "bench-secret-xxxxxxxxxxxxxxxxxxxxxxxx";
+    match backend {
+        Backend::Pod => w.enqueue(name, SECRET).await,
+        Backend::Vm => w.enqueue_vm(name, SECRET).await,
+    };
+}
+
 /// Enqueues one job and returns how long until its runner had the task.
-async fn pickup(w: &World, players: &Players, name: &str) -> Duration {
+async fn pickup(w: &World, backend: Backend, players: &Players, name: &str) -> Duration {
     let before = players.seen.lock().unwrap().fetched.len();
     let start = Instant::now();
-    w.enqueue(name, "bench-secret-xxxxxxxxxxxxxxxxxxxxxxxx")
-        .await;
+    enqueue(w, backend, name).await;
     until("the new task fetched", || {
         (players.seen.lock().unwrap().fetched.len() > before).then(Instant::now)
     })
@@ -145,11 +195,11 @@ async fn pickup(w: &World, players: &Players, name: &str) -> Duration {
     took
 }
 
-async fn pickups(w: &World, players: &Players, phase: &str) -> Vec<Duration> {
+async fn pickups(w: &World, backend: Backend, players: &Players, phase: &str) -> Vec<Duration> {
     let mut out = Vec::new();
     for i in 0..PICKUPS {
         let live = players.seen.lock().unwrap().live;
-        out.push(pickup(w, players, &format!("{phase}-{i}")).await);
+        out.push(pickup(w, backend, players, &format!("{phase}-{i}")).await);
         // Its executor deleted (its slot free again) before the next one.
         until("the pickup task's executor deleted", || {
             (players.seen.lock().unwrap().live <= live).then_some(())
@@ -159,15 +209,26 @@ async fn pickups(w: &World, players: &Players, phase: &str) -> Vec<Duration> {
     out
 }
 
-/// The steady-state window's counts: apiserver and Gitea calls, dispatcher CPU.
+/// The steady-state window's counts: apiserver, OpenSandbox and Gitea calls, dispatcher CPU.
 struct Counts {
     apiserver: BTreeMap<(String, String), u64>,
+    /// OpenSandbox API calls by route, and the sandboxes its lists returned (VM backend).
+    opensandbox: BTreeMap<String, u64>,
+    listed: u64,
     gitea: BTreeMap<String, u64>,
     cpu: Duration,
     at: Instant,
 }
 
-async fn counts(w: &World, pid: u32) -> Counts {
+async fn counts(w: &World, backend: Backend, pid: u32) -> Counts {
+    let (opensandbox, listed) = match backend {
+        Backend::Pod => (BTreeMap::new(), 0),
+        Backend::Vm => {
+            let stats = w.opensandbox().stats(w.http()).await;
+            let calls = serde_json::from_value(stats["calls"].clone()).unwrap_or_default();
+            (calls, stats["listed"].as_u64().unwrap_or(0))
+        }
+    };
     let stats = w.gitea.admin(w.http(), "stats").await;
     let gitea = stats["calls"]
         .as_object()
@@ -179,6 +240,8 @@ async fn counts(w: &World, pid: u32) -> Counts {
         .unwrap_or_default();
     Counts {
         apiserver: apiserver_requests(&w.kube).await,
+        opensandbox,
+        listed,
         gitea,
         cpu: cpu_time(pid),
         at: Instant::now(),
@@ -189,6 +252,7 @@ async fn counts(w: &World, pid: u32) -> Counts {
 /// or how far the build got when a phase's guard ran out.
 async fn burst(
     w: &World,
+    backend: Backend,
     players: &Players,
     build: &str,
     n: usize,
@@ -196,11 +260,7 @@ async fn burst(
     progress(&format!("{build} N={n}: burst"));
     let start = Instant::now();
     for i in 0..n {
-        w.enqueue(
-            &format!("burst-{i}"),
-            "bench-secret-xxxxxxxxxxxxxxxxxxxxxxxx",
-        )
-        .await;
+        enqueue(w, backend, &format!("burst-{i}")).await;
     }
     let reached = |s: &player::Seen| (s.created.len(), s.fetched.len());
     let stalled = || {
@@ -240,9 +300,9 @@ async fn steady(
         args.window
     ));
     players.take_latencies();
-    let before = counts(w, d.pid()).await;
+    let before = counts(w, args.backend, d.pid()).await;
     tokio::time::sleep(args.window).await;
-    let after = counts(w, d.pid()).await;
+    let after = counts(w, args.backend, d.pid()).await;
     let resident = memory(d.pid()).rss;
     for (key, n) in &after.apiserver {
         let was = before.apiserver.get(key).copied().unwrap_or(0);
@@ -250,16 +310,30 @@ async fn steady(
             progress(&format!("  window: {} {} x{}", key.0, key.1, n - was));
         }
     }
+    for (route, n) in &after.opensandbox {
+        let was = before.opensandbox.get(route).copied().unwrap_or(0);
+        if *n > was {
+            progress(&format!("  window: OpenSandbox {route} x{}", n - was));
+        }
+    }
     (before, after, resident, players.take_latencies())
 }
 
 async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Result<Row, Stalled> {
-    let (w, mut d) = world_for(&args.sim, bin, n).await;
-    let players = Players::start(w.kube.clone());
-    let idle = pickups(&w, &players, "idle").await;
-    let start = counts(&w, d.pid()).await;
-    let burst = match burst(&w, &players, build, n).await {
-        Ok(times) => report::Burst::new(times, (&start, &counts(&w, d.pid()).await)),
+    let backend = args.backend;
+    let (w, mut d) = world_for(&args.sim, bin, backend, n).await;
+    let players = Players::start(match backend {
+        Backend::Pod => Source::Pods(w.kube.clone()),
+        Backend::Vm => Source::Sandboxes(w.opensandbox().clone()),
+    });
+    let idle = pickups(&w, backend, &players, "idle").await;
+    let start = counts(&w, backend, d.pid()).await;
+    let burst = match burst(&w, backend, &players, build, n).await {
+        Ok(times) => report::Burst::new(
+            backend,
+            times,
+            (&start, &counts(&w, backend, d.pid()).await),
+        ),
         Err(stalled) => {
             // Not waited for further: the world (dispatcher, simulator, nats-server) is
             // killed when it is dropped here.
@@ -273,7 +347,7 @@ async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Result<Row, 
         }
     };
     let (before, after, resident, latencies) = steady(args, &w, &d, &players).await;
-    let loaded = pickups(&w, &players, "loaded").await;
+    let loaded = pickups(&w, backend, &players, "loaded").await;
     players.release();
     until("every executor deleted", || {
         (players.seen.lock().unwrap().live == 0).then_some(())
@@ -302,8 +376,8 @@ async fn main() {
             progress(&format!("{build} N={n}"));
             rows.push(measure(&args, build, bin, *n).await);
             // So far, on stderr: a run stopped later still leaves its figures in the log.
-            progress(&format!("so far:\n{}", report::table(&rows)));
+            progress(&format!("so far:\n{}", report::table(args.backend, &rows)));
         }
     }
-    println!("{}", report::table(&rows));
+    println!("{}", report::table(args.backend, &rows));
 }

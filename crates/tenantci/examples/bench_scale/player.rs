@@ -1,7 +1,8 @@
-//! The in-process player: N runners at once, each found from its executor Pod (one watch of
-//! the executor Pods, one GET of each Secret, before any measurement window), then played
-//! through the facade only: Declare + FetchTask, an UpdateLog once a second, UpdateTask
-//! SUCCESS when its phase is released.
+//! The in-process player: N runners at once, each found from its executor before any
+//! measurement window (pod backend: one watch of the executor Pods and one GET of each Secret;
+//! VM backend: the OpenSandbox double's admin view, polled, and one admin read of each new
+//! sandbox's env), then played through the facade only: Declare + FetchTask, an UpdateLog
+//! once a second, UpdateTask SUCCESS when its phase is released.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,14 +16,16 @@ use tenantci_core::forge::gitea::proto::{
     LogRow, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
 use tenantci_dispatch::backend::pod::executor::COMPONENT_SELECTOR;
+use tenantci_dispatch::task::spec::TASK_ID_LABEL;
 use tenantci_testkit::executor::Executor;
+use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::world::NAMESPACE;
 use tokio::sync::watch;
 
 /// What the player saw, shared with the phases.
 #[derive(Default)]
 pub struct Seen {
-    /// Executor Pods seen created, and when.
+    /// Executors (Pods, sandboxes) seen created, and when.
     pub created: BTreeMap<i64, Instant>,
     /// Tasks fetched through the facade, and when.
     pub fetched: BTreeMap<i64, Instant>,
@@ -30,7 +33,7 @@ pub struct Seen {
     pub finished: Vec<i64>,
     /// UpdateLog round trips through the facade since the last [`Players::take_latencies`].
     pub update_log: Vec<Duration>,
-    /// Executor Pods live now.
+    /// Executors live now.
     pub live: usize,
 }
 
@@ -47,11 +50,27 @@ impl Drop for Players {
     }
 }
 
+/// Where the player finds the executors.
+pub enum Source {
+    /// The pod backend's executor Pods and Secrets, through the tenant apiserver.
+    Pods(kube::Client),
+    /// The VM backend's sandboxes, through the OpenSandbox double's admin view (not its
+    /// Lifecycle API, whose calls are the dispatcher's figures).
+    Sandboxes(OpenSandbox),
+}
+
+type Release = Arc<Mutex<watch::Sender<bool>>>;
+
 impl Players {
-    pub fn start(kube: kube::Client) -> Players {
+    pub fn start(source: Source) -> Players {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let release = Arc::new(Mutex::new(watch::Sender::new(false)));
-        let task = tokio::spawn(follow(kube, seen.clone(), release.clone()));
+        let task = match source {
+            Source::Pods(kube) => tokio::spawn(follow_pods(kube, seen.clone(), release.clone())),
+            Source::Sandboxes(o) => {
+                tokio::spawn(follow_sandboxes(o, seen.clone(), release.clone()))
+            }
+        };
         Players {
             seen,
             release,
@@ -73,12 +92,19 @@ impl Players {
     }
 }
 
+/// Records `task`'s executor as created and live; its phase's release, unless it was seen.
+fn created(seen: &Mutex<Seen>, release: &Release, task: i64) -> Option<watch::Receiver<bool>> {
+    let mut s = seen.lock().unwrap();
+    if s.created.contains_key(&task) {
+        return None;
+    }
+    s.created.insert(task, Instant::now());
+    s.live += 1;
+    Some(release.lock().unwrap().subscribe())
+}
+
 /// Watches the executor Pods; plays each new one's task.
-async fn follow(
-    kube: kube::Client,
-    seen: Arc<Mutex<Seen>>,
-    release: Arc<Mutex<watch::Sender<bool>>>,
-) {
+async fn follow_pods(kube: kube::Client, seen: Arc<Mutex<Seen>>, release: Release) {
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
     let secrets: Api<Secret> = Api::namespaced(kube, NAMESPACE);
     let config = watcher::Config::default().labels(COMPONENT_SELECTOR);
@@ -87,14 +113,10 @@ async fn follow(
         match event {
             watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
                 let Some(task) = task_of(&pod) else { continue };
-                let mut s = seen.lock().unwrap();
-                if s.created.contains_key(&task) {
+                let Some(rx) = created(&seen, &release, task) else {
                     continue;
-                }
-                s.created.insert(task, Instant::now());
-                s.live += 1;
-                let rx = release.lock().unwrap().subscribe();
-                tokio::spawn(play(secrets.clone(), pod, task, seen.clone(), rx));
+                };
+                tokio::spawn(play_pod(secrets.clone(), pod, task, seen.clone(), rx));
             }
             watcher::Event::Delete(pod) if task_of(&pod).is_some() => {
                 seen.lock().unwrap().live -= 1;
@@ -109,20 +131,71 @@ fn task_of(pod: &Pod) -> Option<i64> {
     name.strip_prefix("gitea-task-")?.parse().ok()
 }
 
-/// One runner: its files from the Secret, FetchTask, a log line a second until released,
-/// then SUCCESS.
-async fn play(
+/// How often the sandbox player looks at the double's figures (a cheap read; the ids are
+/// read only when a sandbox was created or deleted since).
+const SANDBOX_POLL: Duration = Duration::from_millis(100);
+
+/// Polls the OpenSandbox double's admin view (there is no watch); plays each new sandbox's
+/// task, and counts the deleted ones out.
+async fn follow_sandboxes(o: OpenSandbox, seen: Arc<Mutex<Seen>>, release: Release) {
+    let http = reqwest::Client::new();
+    let mut known: BTreeMap<String, i64> = BTreeMap::new();
+    let mut last = None;
+    loop {
+        tokio::time::sleep(SANDBOX_POLL).await;
+        let stats = o.stats(&http).await;
+        let now = (stats["created"].as_u64(), stats["deleted"].as_u64());
+        if last == Some(now) {
+            continue;
+        }
+        last = Some(now);
+        let ids = o.ids(&http).await;
+        let gone: Vec<String> = known
+            .keys()
+            .filter(|id| !ids.contains(id))
+            .cloned()
+            .collect();
+        for id in gone {
+            known.remove(&id);
+            seen.lock().unwrap().live -= 1;
+        }
+        for id in ids {
+            if known.contains_key(&id) {
+                continue;
+            }
+            let (status, sandbox) = o.sandbox(&http, &id).await;
+            let task = sandbox["metadata"][TASK_ID_LABEL]
+                .as_str()
+                .and_then(|t| t.parse().ok());
+            let (200, Some(task)) = (status, task) else {
+                continue;
+            };
+            known.insert(id, task);
+            if let Some(rx) = created(&seen, &release, task) {
+                let ex = Executor::from_sandbox(&sandbox);
+                tokio::spawn(play(ex, task, seen.clone(), rx));
+            }
+        }
+    }
+}
+
+/// A Pod's runner: its files from the Secret, then [`play`].
+async fn play_pod(
     secrets: Api<Secret>,
     pod: Pod,
     task: i64,
     seen: Arc<Mutex<Seen>>,
-    mut release: watch::Receiver<bool>,
+    release: watch::Receiver<bool>,
 ) {
     let name = format!("gitea-task-{task}");
     let Ok(secret) = secrets.get(&name).await else {
         return;
     };
-    let ex = Executor::from_objects(&secret, &pod);
+    play(Executor::from_objects(&secret, &pod), task, seen, release).await;
+}
+
+/// One runner: FetchTask, a log line a second until released, then SUCCESS.
+async fn play(ex: Executor, task: i64, seen: Arc<Mutex<Seen>>, mut release: watch::Receiver<bool>) {
     let fetched = ex.fetch().await;
     assert_eq!(
         fetched.id, task,

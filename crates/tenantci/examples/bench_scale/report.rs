@@ -1,9 +1,10 @@
-//! The scale benchmark's table: one row per N and build.
+//! The scale benchmark's table: one row per N and build, its API columns those of the backend
+//! measured (the tenant apiserver's for Pods, OpenSandbox's for VM sandboxes).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::Counts;
+use crate::{Backend, Counts};
 
 pub struct Row {
     build: String,
@@ -11,6 +12,10 @@ pub struct Row {
     burst: Burst,
     /// Apiserver requests per second in the window, by verb.
     apiserver: BTreeMap<String, f64>,
+    /// OpenSandbox API calls per second in the window, by route, and sandboxes listed a
+    /// second (every page's items).
+    opensandbox: BTreeMap<String, f64>,
+    listed: f64,
     /// Gitea calls per running task per minute (relayed UpdateLog, the rest but FetchTask),
     /// and FetchTask per second.
     gitea: (f64, f64, f64),
@@ -27,24 +32,30 @@ pub struct Burst {
     /// Until N executors were created, and until N tasks were fetched.
     pub created: Duration,
     pub fetched: Duration,
-    /// Over the burst (enqueue to N fetched): the apiserver's creates (POST) a second, and
-    /// the dispatcher's CPU in cores: which of the two bounds it.
+    /// Over the burst (enqueue to N fetched): the backend API's creates a second (the
+    /// apiserver's POSTs, Pods and Secrets; OpenSandbox's sandbox creates), and the
+    /// dispatcher's CPU in cores: which of the two bounds it.
     pub posts: f64,
     pub cores: f64,
 }
 
 impl Burst {
     pub fn new(
+        backend: Backend,
         (created, fetched): (Duration, Duration),
         (start, end): (&Counts, &Counts),
     ) -> Burst {
         let secs = (end.at - start.at).as_secs_f64();
         let posts = |c: &Counts| -> u64 {
-            c.apiserver
-                .iter()
-                .filter(|((verb, _), _)| verb == "POST")
-                .map(|(_, n)| n)
-                .sum()
+            match backend {
+                Backend::Pod => c
+                    .apiserver
+                    .iter()
+                    .filter(|((verb, _), _)| verb == "POST")
+                    .map(|(_, n)| n)
+                    .sum(),
+                Backend::Vm => c.opensandbox.get(CREATE).copied().unwrap_or(0),
+            }
         };
         Burst {
             created,
@@ -95,6 +106,14 @@ pub fn row(
         *apiserver.entry(verb.clone()).or_default() -= *count as f64;
     }
     apiserver.values_mut().for_each(|v| *v /= secs);
+    let opensandbox = after
+        .opensandbox
+        .iter()
+        .map(|(route, n)| {
+            let was = before.opensandbox.get(route).copied().unwrap_or(0);
+            (route.clone(), n.saturating_sub(was) as f64 / secs)
+        })
+        .collect();
     let calls = |c: &Counts, pick: &dyn Fn(&str) -> bool| -> f64 {
         c.gitea
             .iter()
@@ -110,6 +129,8 @@ pub fn row(
         n,
         burst,
         apiserver,
+        opensandbox,
+        listed: after.listed.saturating_sub(before.listed) as f64 / secs,
         gitea: (
             per_task_min(&|m| m == "UpdateLog"),
             per_task_min(&|m| m != "UpdateLog" && m != "FetchTask"),
@@ -124,6 +145,24 @@ pub fn row(
 
 fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
+}
+
+/// The Lifecycle API's create and list routes, as the double counts them.
+const CREATE: &str = "POST /sandboxes";
+const LIST: &str = "GET /sandboxes";
+
+/// The VM backend's API columns: list pages and sandboxes listed a second, the other
+/// OpenSandbox calls a second, and the apiserver's requests a second (the Lease).
+fn sandbox_calls(r: &Row) -> String {
+    let pages = r.opensandbox.get(LIST).copied().unwrap_or(0.0);
+    let other: f64 = r
+        .opensandbox
+        .iter()
+        .filter(|(route, _)| *route != LIST)
+        .map(|(_, n)| n)
+        .sum();
+    let apiserver: f64 = r.apiserver.values().sum();
+    format!("{pages:.2} | {:.0} | {other:.2} | {apiserver:.2}", r.listed)
 }
 
 fn verbs(r: &Row) -> String {
@@ -141,26 +180,31 @@ fn verbs(r: &Row) -> String {
     )
 }
 
-const HEADER: &str = "| N | build | LIST/s | GET/s | WATCH/s | writes/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (POST/s, dispatcher cores) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+const HEADER_POD: &str = "| N | build | LIST/s | GET/s | WATCH/s | writes/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (POST/s, dispatcher cores) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+const HEADER_VM: &str = "| N | build | OpenSandbox list pages/s | sandboxes listed/s | other OpenSandbox calls/s | apiserver req/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (creates/s, dispatcher cores) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 
-pub fn table(rows: &[Result<Row, Stalled>]) -> String {
-    let mut out = String::from(HEADER);
+pub fn table(backend: Backend, rows: &[Result<Row, Stalled>]) -> String {
+    let (header, api): (_, fn(&Row) -> String) = match backend {
+        Backend::Pod => (HEADER_POD, verbs),
+        Backend::Vm => (HEADER_VM, sandbox_calls),
+    };
+    let mut out = String::from(header);
     for r in rows {
         out.push_str(&match r {
-            Ok(r) => measured(r),
+            Ok(r) => measured(r, api(r)),
             Err(s) => stalled(s),
         });
     }
     out
 }
 
-fn measured(r: &Row) -> String {
+fn measured(r: &Row, api: String) -> String {
     let ratio = r.pickup.1.as_secs_f64() / r.pickup.0.as_secs_f64().max(1e-9);
     format!(
         "| {} | {} | {} | {:.1} + {:.2} | {:.1} | {:.3} | {:.1} / {:.1} | {} / {} | {} / {} ({:.2}x) | {:.1} / {:.1} ({:.0}, {:.2}) |\n",
         r.n,
         r.build,
-        verbs(r),
+        api,
         r.gitea.0,
         r.gitea.1,
         r.gitea.2,

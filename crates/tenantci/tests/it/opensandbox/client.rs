@@ -87,6 +87,17 @@ async fn list_filters_by_metadata_and_state_across_pages() {
     let mut ids: Vec<_> = all.iter().map(|s| s.id.clone()).collect();
     ids.dedup();
     assert_eq!(ids.len(), 105, "no sandbox listed twice across pages");
+    // What a benchmark reads as the client's cost: calls by route, sandboxes returned.
+    let http = reqwest::Client::new();
+    let stats = o.stats(&http).await;
+    assert_eq!(stats["calls"]["POST /sandboxes"], 106, "{stats}");
+    assert_eq!(stats["calls"]["GET /sandboxes"], 2, "two pages: {stats}");
+    assert_eq!(stats["listed"], 105, "{stats}");
+    assert_eq!(
+        o.ids(&http).await.len(),
+        106,
+        "the admin view's ids: every live sandbox"
+    );
 
     let one = c.list(&ours(Some("5"))).await.unwrap();
     assert_eq!(one.len(), 1, "metadata entries are AND'ed");
