@@ -1,9 +1,12 @@
 //! A forge double's HTTP server on a bound listener, stopped gracefully or aborted: one
 //! implementation for the Gitea and OpenSandbox doubles.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -17,7 +20,21 @@ pub struct Served {
 impl Served {
     /// Serves `app` on `listener`; `what` names the double in a log line if serving fails.
     pub fn spawn(listener: TcpListener, app: Router, what: &'static str) -> Served {
+        Self::counting(listener, app, what, Arc::default())
+    }
+
+    /// As [`Served::spawn`], counting the TCP connections accepted in `accepted` (a client's
+    /// cost a benchmark reads: one per call without keep-alive, a few with it).
+    pub fn counting(
+        listener: TcpListener,
+        app: Router,
+        what: &'static str,
+        accepted: Arc<AtomicU64>,
+    ) -> Served {
         let (stop, stopped) = oneshot::channel::<()>();
+        let listener = listener.tap_io(move |_| {
+            accepted.fetch_add(1, Ordering::Relaxed);
+        });
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;

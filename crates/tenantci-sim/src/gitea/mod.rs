@@ -43,6 +43,7 @@ pub use wire::{JobStatus, JobView};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -202,6 +203,9 @@ pub struct Stats {
     /// Every RunnerService and PingService call, by method (`UpdateLog`, `FetchTask`, ...):
     /// what a benchmark reads to say what a client costs Gitea.
     pub calls: BTreeMap<String, u64>,
+    /// TCP connections accepted, from every client (a client that keeps its connections
+    /// alive adds a few, one that does not adds one per call).
+    pub connections: u64,
 }
 
 /// The double's state and behaviour; [`GiteaDouble::start`] serves it.
@@ -221,6 +225,8 @@ pub struct GiteaDouble {
     pub forgejo: ForgejoState,
     /// RunnerService and PingService calls served, by method (`/admin/stats`).
     calls: Mutex<BTreeMap<String, u64>>,
+    /// TCP connections accepted (by the server [`GiteaDouble::start`] runs).
+    connections: Arc<AtomicU64>,
 }
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
@@ -406,6 +412,7 @@ impl GiteaDouble {
             version: Mutex::new(forgejo::version_of(forge).to_string()),
             forgejo: ForgejoState::default(),
             calls: Mutex::default(),
+            connections: Arc::default(),
         }
     }
 
@@ -488,7 +495,12 @@ impl GiteaDouble {
         })?;
         let double = Arc::new(GiteaDouble::new_as(forge));
         let app = Self::router(double.clone());
-        let served = Served::spawn(listener, app, "the Gitea double");
+        let served = Served::counting(
+            listener,
+            app,
+            "the Gitea double",
+            double.connections.clone(),
+        );
         Ok(GiteaHandle {
             base_url: format!("http://{addr}"),
             addr,
@@ -591,6 +603,7 @@ impl GiteaDouble {
             refused_locked: forgejo.refused_locked,
             answers_without_task: st.answers_without_task,
             calls: self.calls.lock().unwrap().clone(),
+            connections: self.connections.load(Ordering::Relaxed),
         }
     }
 

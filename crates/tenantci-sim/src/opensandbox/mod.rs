@@ -40,6 +40,8 @@ pub struct OpenSandboxDouble {
     calls: Mutex<BTreeMap<String, u64>>,
     /// Sandboxes returned by list calls, every page counted.
     listed: AtomicU64,
+    /// TCP connections accepted (by the server [`OpenSandboxDouble::start`] runs).
+    connections: Arc<AtomicU64>,
 }
 
 /// A running double. Dropping it without [`OpenSandboxHandle::shutdown`] aborts the server.
@@ -82,6 +84,7 @@ impl OpenSandboxDouble {
             requests: AtomicU64::new(0),
             calls: Mutex::new(BTreeMap::new()),
             listed: AtomicU64::new(0),
+            connections: Arc::default(),
         }
     }
 
@@ -97,7 +100,12 @@ impl OpenSandboxDouble {
             .map_err(|e| Error::external(format!("cannot read the listen address: {e}")))?;
         let double = Arc::new(OpenSandboxDouble::new(boot));
         let app = routes::router(double.clone());
-        let served = Served::spawn(listener, app, "the OpenSandbox double");
+        let served = Served::counting(
+            listener,
+            app,
+            "the OpenSandbox double",
+            double.connections.clone(),
+        );
         Ok(OpenSandboxHandle {
             base_url: format!("http://{addr}"),
             api_key: double.api_key.clone(),
@@ -171,6 +179,11 @@ impl OpenSandboxDouble {
     /// Sandboxes returned by list calls so far.
     pub fn listed(&self) -> u64 {
         self.listed.load(Ordering::Relaxed)
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 }
 

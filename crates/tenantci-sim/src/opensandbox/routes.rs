@@ -320,6 +320,7 @@ async fn admin_stats(State(d): Double) -> Json<Value> {
     v["requests"] = d.requests().into();
     v["calls"] = json!(d.calls());
     v["listed"] = d.listed().into();
+    v["connections"] = d.connections().into();
     Json(v)
 }
 

@@ -209,24 +209,60 @@ async fn pickups(w: &World, backend: Backend, players: &Players, phase: &str) ->
     out
 }
 
-/// The steady-state window's counts: apiserver, OpenSandbox and Gitea calls, dispatcher CPU.
+/// The steady-state window's counts: apiserver, OpenSandbox and Gitea calls, the
+/// connections the doubles accepted, the claim ledger's writes, dispatcher CPU.
 struct Counts {
     apiserver: BTreeMap<(String, String), u64>,
-    /// OpenSandbox API calls by route, and the sandboxes its lists returned (VM backend).
+    /// OpenSandbox API calls by route, and the sandboxes its lists return (VM backend).
     opensandbox: BTreeMap<String, u64>,
     listed: u64,
     gitea: BTreeMap<String, u64>,
+    /// TCP connections accepted by the Gitea double and (VM backend) the OpenSandbox double.
+    connections: (u64, u64),
+    /// The claim ledger's stream sequence: every write (put, delete) adds one.
+    ledger: u64,
     cpu: Duration,
     at: Instant,
 }
 
-async fn counts(w: &World, backend: Backend, pid: u32) -> Counts {
-    let (opensandbox, listed) = match backend {
-        Backend::Pod => (BTreeMap::new(), 0),
+/// What the benchmark reads of one world: the world, its backend, and the claim ledger's
+/// stream (as ci-admin).
+struct Meter<'a> {
+    w: &'a World,
+    backend: Backend,
+    js: async_nats::jetstream::Context,
+}
+
+impl<'a> Meter<'a> {
+    async fn new(w: &'a World, backend: Backend) -> Meter<'a> {
+        let js = async_nats::jetstream::new(w.nats.client("ci-admin").await);
+        Meter { w, backend, js }
+    }
+
+    async fn ledger_writes(&self) -> u64 {
+        let stream = format!("KV_{}", tenantci_dispatch::queue::ledger_bucket::BUCKET);
+        let mut s = self
+            .js
+            .get_stream(&stream)
+            .await
+            .expect("the claim ledger's stream");
+        s.info()
+            .await
+            .expect("the claim ledger's stream info")
+            .state
+            .last_sequence
+    }
+}
+
+async fn counts(m: &Meter<'_>, pid: u32) -> Counts {
+    let w = m.w;
+    let (opensandbox, listed, sandbox_connections) = match m.backend {
+        Backend::Pod => (BTreeMap::new(), 0, 0),
         Backend::Vm => {
             let stats = w.opensandbox().stats(w.http()).await;
             let calls = serde_json::from_value(stats["calls"].clone()).unwrap_or_default();
-            (calls, stats["listed"].as_u64().unwrap_or(0))
+            let n = |k: &str| stats[k].as_u64().unwrap_or(0);
+            (calls, n("listed"), n("connections"))
         }
     };
     let stats = w.gitea.admin(w.http(), "stats").await;
@@ -242,6 +278,11 @@ async fn counts(w: &World, backend: Backend, pid: u32) -> Counts {
         apiserver: apiserver_requests(&w.kube).await,
         opensandbox,
         listed,
+        connections: (
+            stats["connections"].as_u64().unwrap_or(0),
+            sandbox_connections,
+        ),
+        ledger: m.ledger_writes().await,
         gitea,
         cpu: cpu_time(pid),
         at: Instant::now(),
@@ -290,7 +331,7 @@ async fn burst(
 /// end, and every UpdateLog round trip in it.
 async fn steady(
     args: &Args,
-    w: &World,
+    m: &Meter<'_>,
     d: &world::Dispatcher,
     players: &Players,
 ) -> (Counts, Counts, u64, Vec<Duration>) {
@@ -300,9 +341,9 @@ async fn steady(
         args.window
     ));
     players.take_latencies();
-    let before = counts(w, args.backend, d.pid()).await;
+    let before = counts(m, d.pid()).await;
     tokio::time::sleep(args.window).await;
-    let after = counts(w, args.backend, d.pid()).await;
+    let after = counts(m, d.pid()).await;
     let resident = memory(d.pid()).rss;
     for (key, n) in &after.apiserver {
         let was = before.apiserver.get(key).copied().unwrap_or(0);
@@ -326,14 +367,11 @@ async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Result<Row, 
         Backend::Pod => Source::Pods(w.kube.clone()),
         Backend::Vm => Source::Sandboxes(w.opensandbox().clone()),
     });
+    let m = Meter::new(&w, backend).await;
     let idle = pickups(&w, backend, &players, "idle").await;
-    let start = counts(&w, backend, d.pid()).await;
+    let start = counts(&m, d.pid()).await;
     let burst = match burst(&w, backend, &players, build, n).await {
-        Ok(times) => report::Burst::new(
-            backend,
-            times,
-            (&start, &counts(&w, backend, d.pid()).await),
-        ),
+        Ok(times) => report::Burst::new(backend, n, times, (&start, &counts(&m, d.pid()).await)),
         Err(stalled) => {
             // Not waited for further: the world (dispatcher, simulator, nats-server) is
             // killed when it is dropped here.
@@ -346,7 +384,7 @@ async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Result<Row, 
             return Err(stalled);
         }
     };
-    let (before, after, resident, latencies) = steady(args, &w, &d, &players).await;
+    let (before, after, resident, latencies) = steady(args, &m, &d, &players).await;
     let loaded = pickups(&w, backend, &players, "loaded").await;
     players.release();
     until("every executor deleted", || {

@@ -16,6 +16,10 @@ pub struct Row {
     /// second (every page's items).
     opensandbox: BTreeMap<String, f64>,
     listed: f64,
+    /// In the window: TCP connections the Gitea double and the OpenSandbox double accepted,
+    /// and the claim ledger's writes.
+    connections: (u64, u64),
+    ledger: u64,
     /// Gitea calls per running task per minute (relayed UpdateLog, the rest but FetchTask),
     /// and FetchTask per second.
     gitea: (f64, f64, f64),
@@ -37,11 +41,14 @@ pub struct Burst {
     /// dispatcher's CPU in cores: which of the two bounds it.
     pub posts: f64,
     pub cores: f64,
+    /// The claim ledger's writes per task of the burst (the pickups' tasks are before it).
+    pub ledger_per_task: f64,
 }
 
 impl Burst {
     pub fn new(
         backend: Backend,
+        n: usize,
         (created, fetched): (Duration, Duration),
         (start, end): (&Counts, &Counts),
     ) -> Burst {
@@ -62,6 +69,7 @@ impl Burst {
             fetched,
             posts: posts(end).saturating_sub(posts(start)) as f64 / secs,
             cores: (end.cpu - start.cpu).as_secs_f64() / secs,
+            ledger_per_task: end.ledger.saturating_sub(start.ledger) as f64 / n as f64,
         }
     }
 }
@@ -131,6 +139,11 @@ pub fn row(
         apiserver,
         opensandbox,
         listed: after.listed.saturating_sub(before.listed) as f64 / secs,
+        connections: (
+            after.connections.0.saturating_sub(before.connections.0),
+            after.connections.1.saturating_sub(before.connections.1),
+        ),
+        ledger: after.ledger.saturating_sub(before.ledger),
         gitea: (
             per_task_min(&|m| m == "UpdateLog"),
             per_task_min(&|m| m != "UpdateLog" && m != "FetchTask"),
@@ -180,8 +193,8 @@ fn verbs(r: &Row) -> String {
     )
 }
 
-const HEADER_POD: &str = "| N | build | LIST/s | GET/s | WATCH/s | writes/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (POST/s, dispatcher cores) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-const HEADER_VM: &str = "| N | build | OpenSandbox list pages/s | sandboxes listed/s | other OpenSandbox calls/s | apiserver req/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (creates/s, dispatcher cores) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+const HEADER_POD: &str = "| N | build | LIST/s | GET/s | WATCH/s | writes/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (POST/s, dispatcher cores) | window: new conns to Gitea, ledger writes | ledger writes / burst task |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+const HEADER_VM: &str = "| N | build | OpenSandbox list pages/s | sandboxes listed/s | other OpenSandbox calls/s | apiserver req/s | Gitea /task/min: UpdateLog + other | FetchTask/s | dispatcher cores | RSS MiB: window / peak | UpdateLog p50 / p99 ms | pickup idle / loaded ms (ratio) | burst -> N created / N fetched s (creates/s, dispatcher cores) | window: new conns to Gitea / OpenSandbox, ledger writes | ledger writes / burst task |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 
 pub fn table(backend: Backend, rows: &[Result<Row, Stalled>]) -> String {
     let (header, api): (_, fn(&Row) -> String) = match backend {
@@ -191,17 +204,23 @@ pub fn table(backend: Backend, rows: &[Result<Row, Stalled>]) -> String {
     let mut out = String::from(header);
     for r in rows {
         out.push_str(&match r {
-            Ok(r) => measured(r, api(r)),
+            Ok(r) => {
+                let conns = match backend {
+                    Backend::Pod => r.connections.0.to_string(),
+                    Backend::Vm => format!("{} / {}", r.connections.0, r.connections.1),
+                };
+                measured(r, api(r), conns)
+            }
             Err(s) => stalled(s),
         });
     }
     out
 }
 
-fn measured(r: &Row, api: String) -> String {
+fn measured(r: &Row, api: String, conns: String) -> String {
     let ratio = r.pickup.1.as_secs_f64() / r.pickup.0.as_secs_f64().max(1e-9);
     format!(
-        "| {} | {} | {} | {:.1} + {:.2} | {:.1} | {:.3} | {:.1} / {:.1} | {} / {} | {} / {} ({:.2}x) | {:.1} / {:.1} ({:.0}, {:.2}) |\n",
+        "| {} | {} | {} | {:.1} + {:.2} | {:.1} | {:.3} | {:.1} / {:.1} | {} / {} | {} / {} ({:.2}x) | {:.1} / {:.1} ({:.0}, {:.2}) | {}, {} | {:.1} |\n",
         r.n,
         r.build,
         api,
@@ -220,13 +239,16 @@ fn measured(r: &Row, api: String) -> String {
         r.burst.fetched.as_secs_f64(),
         r.burst.posts,
         r.burst.cores,
+        conns,
+        r.ledger,
+        r.burst.ledger_per_task,
     )
 }
 
 /// The burst's guard ran out: no steady state to measure, the figure it reached instead.
 fn stalled(s: &Stalled) -> String {
     format!(
-        "| {} | {} | - | - | - | - | - | - | - | - | - | - | not reached: {} created, {} fetched after {:.0} s (the guard) |\n",
+        "| {} | {} | - | - | - | - | - | - | - | - | - | - | not reached: {} created, {} fetched after {:.0} s (the guard) | - | - |\n",
         s.n,
         s.build,
         s.created,

@@ -532,3 +532,37 @@ async fn gitea_double_stall_serves_a_held_fetch_even_after_its_client_gave_up() 
     assert!(c.fetch_task(0).await.unwrap().task.is_none());
     g.shutdown().await;
 }
+
+/// `/admin/stats`'s `connections`: what the scale benchmark reads to tell a client that keeps
+/// its connections to Gitea alive from one that opens one per call.
+#[tokio::test]
+async fn gitea_double_counts_the_connections_it_accepts() {
+    let g = start().await;
+    let version = format!("{}/api/v1/version", g.base_url);
+    let calls = |c: reqwest::Client| {
+        let version = version.clone();
+        async move {
+            for _ in 0..3 {
+                let resp = c.get(&version).send().await.unwrap();
+                assert!(resp.status().is_success());
+                resp.bytes().await.unwrap();
+            }
+        }
+    };
+    calls(reqwest::Client::new()).await;
+    assert_eq!(
+        g.double.stats().connections,
+        1,
+        "three calls over one kept-alive connection"
+    );
+    let unpooled = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    calls(unpooled).await;
+    assert_eq!(
+        g.double.stats().connections,
+        4,
+        "a client that keeps nothing alive: one connection per call"
+    );
+}
