@@ -423,13 +423,26 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Checks every value that `run` would otherwise trip over later.
+    /// Checks every value that `run` would otherwise trip over later, section by section.
     pub fn validate(&self) -> std::result::Result<(), String> {
         url_ok("gitea.url", &self.gitea.url, &["http", "https"])?;
         url_ok("facade.url", &self.facade.url, &["https"])?;
         for one in self.nats.url.split(',') {
             url_ok("nats.url", one.trim(), &["nats", "tls"])?;
         }
+        self.validate_gitea()?;
+        self.validate_cluster()?;
+        self.validate_claiming()?;
+        self.validate_executor()?;
+        self.validate_status()?;
+        self.leader_timing()
+            .validate()
+            .map_err(|e| format!("has leader timings where {e}"))?;
+        self.validate_extensions()
+    }
+
+    /// `[gitea]`: the registration's name and labels, and a keep-alive Gitea does not outrun.
+    fn validate_gitea(&self) -> std::result::Result<(), String> {
         if self.gitea.runner_name.trim().is_empty() {
             return Err("has an empty gitea.runner_name".into());
         }
@@ -450,6 +463,14 @@ impl Config {
                 tenantci_core::input::shown(l)
             ));
         }
+        if self.gitea.keepalive_interval.get() >= Duration::from_secs(600) {
+            return Err("has gitea.keepalive_interval of 10m or more; Gitea fails tasks not updated for 10 minutes".into());
+        }
+        Ok(())
+    }
+
+    /// `[cluster]` and `[capacity]`.
+    fn validate_cluster(&self) -> std::result::Result<(), String> {
         if !tenantci_core::dns::is_label(&self.cluster.namespace) {
             return Err(format!(
                 "has cluster.namespace = `{}`, which is not a DNS label (lower-case letters, digits and `-`, at most 63)",
@@ -463,6 +484,11 @@ impl Config {
         if self.capacity.vm == 0 {
             return Err("has capacity.vm = 0 (at least 1)".into());
         }
+        Ok(())
+    }
+
+    /// What wakes and bounds claiming: `[webhook]`, `[waiting_jobs]` (Forgejo only), `[claim]`.
+    fn validate_claiming(&self) -> std::result::Result<(), String> {
         if let Some(w) = &self.webhook {
             w.validate()?;
         }
@@ -482,6 +508,11 @@ impl Config {
         if self.claim.max_attempts == 0 {
             return Err("has claim.max_attempts = 0 (at least 1: no replacement)".into());
         }
+        Ok(())
+    }
+
+    /// `[executor]`: pinned images, resources, and the names the Pod spec carries.
+    fn validate_executor(&self) -> std::result::Result<(), String> {
         crate::task::spec::check_image_digest(&self.executor.image)
             .map_err(|e| format!("has executor.image: {}", e.message()))?;
         crate::task::spec::check_image_digest(&self.executor.proxy_image)
@@ -505,6 +536,11 @@ impl Config {
                 tenantci_core::input::shown(bad)
             ));
         }
+        Ok(())
+    }
+
+    /// `[status]`: the status API on loopback; metrics elsewhere only when said so.
+    fn validate_status(&self) -> std::result::Result<(), String> {
         if !self.status.listen.ip().is_loopback() {
             return Err(format!(
                 "has status.listen = {}; the status API serves on loopback only",
@@ -519,12 +555,12 @@ impl Config {
                 "has status.metrics_listen = {m}, which is not loopback, without status.expose_metrics = true; set it (TENANTCI_DISPATCH_STATUS_EXPOSE_METRICS=true) to let whoever reaches {m} read /metrics, or listen on 127.0.0.1"
             ));
         }
-        if self.gitea.keepalive_interval.get() >= Duration::from_secs(600) {
-            return Err("has gitea.keepalive_interval of 10m or more; Gitea fails tasks not updated for 10 minutes".into());
-        }
-        self.leader_timing()
-            .validate()
-            .map_err(|e| format!("has leader timings where {e}"))?;
+        Ok(())
+    }
+
+    /// The optional sections and what they need of each other: `[vm]`, the resource
+    /// classes, `[cache]`, `[identity]`.
+    fn validate_extensions(&self) -> std::result::Result<(), String> {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }

@@ -125,6 +125,51 @@ pub struct Checked {
 
 /// Checks every flag that needs no file system or network.
 pub fn check(i: &Inputs) -> Result<Checked> {
+    check_registration(i)?;
+    let (facade_url, facade_host) = check_facade_url(i)?;
+    crate::task::spec::check_image_digest(&i.executor_image)
+        .map_err(|e| e.hint("pass --executor-image IMAGE@sha256:<64 hex digits> (`docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))?;
+    let credential_valid_for =
+        tenantci_core::pki::policy::parse_valid_for(&i.credential_valid_for)?;
+    let out = std::path::absolute(&i.out).map_err(|e| {
+        Error::bad_input(format!("cannot resolve --out `{}`", i.out.display())).caused_by(e)
+    })?;
+    if out.file_name().is_none() || out.is_dir() {
+        return Err(Error::bad_input(format!(
+            "--out `{}` is a directory, not the config file",
+            i.out.display()
+        ))
+        .hint("pass the config file to write, e.g. --out /etc/tenantci/dispatch/config.toml"));
+    }
+    let nats_secrets_dir = absolute("--nats-secrets-dir", &i.nats_secrets_dir)?;
+    let nats_ca_file = optional_absolute("--nats-ca-file", i.nats_ca_file.as_deref())?;
+    let gitea_ca_file = optional_absolute("--gitea-ca", i.gitea_ca_file.as_deref())?;
+    let secret_out = check_out_file("--secret-out", i.secret_out.as_deref(), &out)?;
+    let pod_config_out = check_out_file("--pod-config-out", i.pod_config_out.as_deref(), &out)?;
+    if pod_config_out.is_some() && pod_config_out == secret_out {
+        return Err(Error::bad_input(
+            "--pod-config-out and --secret-out name the same file; each needs its own",
+        )
+        .hint("e.g. --secret-out /root/dispatch/in-cluster.yaml --pod-config-out my-overlay/config.toml"));
+    }
+    Ok(Checked {
+        paths: Paths::beside(&out),
+        secret_out,
+        pod_config_out,
+        facade_url,
+        facade_host,
+        nats_secrets_dir,
+        nats_ca_file,
+        gitea_ca_file,
+        credential_valid_for,
+        webhook: check_webhook(i)?,
+        waiting_jobs: check_waiting_jobs(i)?,
+    })
+}
+
+/// The registration's flags: Gitea's URL, the cluster and namespace, the labels and name,
+/// NATS, and the capacities.
+fn check_registration(i: &Inputs) -> Result<()> {
     if url_host(&i.gitea_url, &["http", "https"]).is_none() {
         return Err(Error::bad_input(format!("--gitea-url `{}` is not an http(s):// URL with a host", i.gitea_url))
             .hint("pass Gitea's base URL, e.g. https://gitea.example.com (the RunnerService is under /api/actions)"));
@@ -173,6 +218,12 @@ pub fn check(i: &Inputs) -> Result<Checked> {
                 .hint("pass at least 1 (the most executors of that kind at once)"));
         }
     }
+    Ok(())
+}
+
+/// The facade URL executors are given (from `--facade-url`, else `--facade-listen`), and its
+/// host, which the facade's certificate must cover.
+fn check_facade_url(i: &Inputs) -> Result<(String, String)> {
     let facade_url = match &i.facade_url {
         Some(u) => u.trim_end_matches('/').to_string(),
         None if i.facade_listen.ip().is_unspecified() => {
@@ -192,44 +243,7 @@ pub fn check(i: &Inputs) -> Result<Checked> {
             "executors verify the facade by its certificate: pass https://<address or name>:<port>",
         ));
     };
-    crate::task::spec::check_image_digest(&i.executor_image)
-        .map_err(|e| e.hint("pass --executor-image IMAGE@sha256:<64 hex digits> (`docker buildx imagetools inspect IMAGE` prints the digest); a tag can be moved under a running dispatcher"))?;
-    let credential_valid_for =
-        tenantci_core::pki::policy::parse_valid_for(&i.credential_valid_for)?;
-    let out = std::path::absolute(&i.out).map_err(|e| {
-        Error::bad_input(format!("cannot resolve --out `{}`", i.out.display())).caused_by(e)
-    })?;
-    if out.file_name().is_none() || out.is_dir() {
-        return Err(Error::bad_input(format!(
-            "--out `{}` is a directory, not the config file",
-            i.out.display()
-        ))
-        .hint("pass the config file to write, e.g. --out /etc/tenantci/dispatch/config.toml"));
-    }
-    let nats_secrets_dir = absolute("--nats-secrets-dir", &i.nats_secrets_dir)?;
-    let nats_ca_file = optional_absolute("--nats-ca-file", i.nats_ca_file.as_deref())?;
-    let gitea_ca_file = optional_absolute("--gitea-ca", i.gitea_ca_file.as_deref())?;
-    let secret_out = check_out_file("--secret-out", i.secret_out.as_deref(), &out)?;
-    let pod_config_out = check_out_file("--pod-config-out", i.pod_config_out.as_deref(), &out)?;
-    if pod_config_out.is_some() && pod_config_out == secret_out {
-        return Err(Error::bad_input(
-            "--pod-config-out and --secret-out name the same file; each needs its own",
-        )
-        .hint("e.g. --secret-out /root/dispatch/in-cluster.yaml --pod-config-out my-overlay/config.toml"));
-    }
-    Ok(Checked {
-        paths: Paths::beside(&out),
-        secret_out,
-        pod_config_out,
-        facade_url,
-        facade_host,
-        nats_secrets_dir,
-        nats_ca_file,
-        gitea_ca_file,
-        credential_valid_for,
-        webhook: check_webhook(i)?,
-        waiting_jobs: check_waiting_jobs(i)?,
-    })
+    Ok((facade_url, facade_host))
 }
 
 /// `flag`'s path made absolute (against the working directory).
@@ -433,34 +447,9 @@ pub fn config(
         capacity.vm = v;
     }
     let tuning = existing;
-    let keep = |f: fn(&Config) -> tenantci_core::duration::GoDuration, default| {
-        tuning.map(f).unwrap_or(default)
-    };
-    use crate::claim::settings::defaults as g;
-    use config::defaults as d;
     Ok(Config {
         version: config::VERSION,
-        gitea: crate::claim::settings::Gitea {
-            url: i.gitea_url.trim_end_matches('/').to_string(),
-            forge: i.forge.unwrap_or_default(),
-            runner_name: runner_name.to_string(),
-            labels: i.labels.clone(),
-            credential_file: files::SCHEDULER_CREDENTIAL.into(),
-            fetch_interval: keep(|e| e.gitea.fetch_interval.clone(), g::fetch_interval()),
-            fetch_interval_idle: keep(
-                |e| e.gitea.fetch_interval_idle.clone(),
-                g::fetch_interval_idle(),
-            ),
-            keepalive_interval: keep(
-                |e| e.gitea.keepalive_interval.clone(),
-                g::keepalive_interval(),
-            ),
-            // `--gitea-ca`, else the operator's setting, kept across re-runs of init.
-            ca_file: match &c.gitea_ca_file {
-                Some(f) => Some(f.clone()),
-                None => tuning.and_then(|e| e.gitea.ca_file.clone()),
-            },
-        },
+        gitea: gitea_section(i, c, runner_name, tuning),
         cluster: config::Cluster {
             // In the cluster (`--kubeconfig`): none, the ServiceAccount's in-cluster config.
             kubeconfig: match &i.access {
@@ -470,16 +459,7 @@ pub fn config(
             namespace: i.namespace.clone(),
             resync: None,
         },
-        nats: config::Nats {
-            url: i.nats_url.clone(),
-            secrets_dir: c.nats_secrets_dir.clone(),
-            sealing_key_file: files::SEALING_KEY.into(),
-            ack_wait: keep(|e| e.nats.ack_wait.clone(), d::ack_wait()),
-            ca_file: match &c.nats_ca_file {
-                Some(f) => Some(f.clone()),
-                None => tuning.and_then(|e| e.nats.ca_file.clone()),
-            },
-        },
+        nats: nats_section(i, c, tuning),
         capacity,
         facade: crate::facade::settings::Facade {
             listen: i.facade_listen,
@@ -493,18 +473,7 @@ pub fn config(
         status: tuning.map(|e| e.status.clone()).unwrap_or_default(),
         leader: tuning.map(|e| e.leader.clone()).unwrap_or_default(),
         webhook: webhook(c, tuning),
-        // From the flags (the interval kept), else kept across re-runs of `init`.
-        waiting_jobs: match &c.waiting_jobs {
-            Some((scope, token_file)) => Some(crate::claim::settings::WaitingJobs {
-                scope: scope.clone(),
-                token_file: token_file.clone(),
-                interval: tuning
-                    .and_then(|e| e.waiting_jobs.as_ref())
-                    .map(|w| w.interval.clone())
-                    .unwrap_or_else(g::waiting_jobs_interval),
-            }),
-            None => tuning.and_then(|e| e.waiting_jobs.clone()),
-        },
+        waiting_jobs: waiting_jobs_section(c, tuning),
         claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
         vm: crate::backend::vm::init::section(&i.vm)?,
         identity: crate::identity::init::section(
@@ -517,6 +486,88 @@ pub fn config(
         // (an operator's or an earlier init's) is kept across re-runs.
         cache: crate::cache::init::section(&i.cache, tuning.and_then(|e| e.cache.as_ref()))?,
     })
+}
+
+/// A timing the operator may have tuned: the existing config's, else the default.
+fn kept(
+    tuning: Option<&Config>,
+    f: fn(&Config) -> tenantci_core::duration::GoDuration,
+    default: tenantci_core::duration::GoDuration,
+) -> tenantci_core::duration::GoDuration {
+    tuning.map(f).unwrap_or(default)
+}
+
+/// `[gitea]`: the flags, with the timings and CA file kept across re-runs of init.
+fn gitea_section(
+    i: &Inputs,
+    c: &Checked,
+    runner_name: &str,
+    tuning: Option<&Config>,
+) -> crate::claim::settings::Gitea {
+    use crate::claim::settings::defaults as g;
+    crate::claim::settings::Gitea {
+        url: i.gitea_url.trim_end_matches('/').to_string(),
+        forge: i.forge.unwrap_or_default(),
+        runner_name: runner_name.to_string(),
+        labels: i.labels.clone(),
+        credential_file: files::SCHEDULER_CREDENTIAL.into(),
+        fetch_interval: kept(
+            tuning,
+            |e| e.gitea.fetch_interval.clone(),
+            g::fetch_interval(),
+        ),
+        fetch_interval_idle: kept(
+            tuning,
+            |e| e.gitea.fetch_interval_idle.clone(),
+            g::fetch_interval_idle(),
+        ),
+        keepalive_interval: kept(
+            tuning,
+            |e| e.gitea.keepalive_interval.clone(),
+            g::keepalive_interval(),
+        ),
+        // `--gitea-ca`, else the operator's setting, kept across re-runs of init.
+        ca_file: match &c.gitea_ca_file {
+            Some(f) => Some(f.clone()),
+            None => tuning.and_then(|e| e.gitea.ca_file.clone()),
+        },
+    }
+}
+
+/// `[nats]`: the flags, with `ack_wait` and the CA file kept across re-runs of init.
+fn nats_section(i: &Inputs, c: &Checked, tuning: Option<&Config>) -> config::Nats {
+    config::Nats {
+        url: i.nats_url.clone(),
+        secrets_dir: c.nats_secrets_dir.clone(),
+        sealing_key_file: files::SEALING_KEY.into(),
+        ack_wait: kept(
+            tuning,
+            |e| e.nats.ack_wait.clone(),
+            config::defaults::ack_wait(),
+        ),
+        ca_file: match &c.nats_ca_file {
+            Some(f) => Some(f.clone()),
+            None => tuning.and_then(|e| e.nats.ca_file.clone()),
+        },
+    }
+}
+
+/// `[waiting_jobs]`: from the flags (the interval kept), else kept across re-runs of init.
+fn waiting_jobs_section(
+    c: &Checked,
+    tuning: Option<&Config>,
+) -> Option<crate::claim::settings::WaitingJobs> {
+    match &c.waiting_jobs {
+        Some((scope, token_file)) => Some(crate::claim::settings::WaitingJobs {
+            scope: scope.clone(),
+            token_file: token_file.clone(),
+            interval: tuning
+                .and_then(|e| e.waiting_jobs.as_ref())
+                .map(|w| w.interval.clone())
+                .unwrap_or_else(crate::claim::settings::defaults::waiting_jobs_interval),
+        }),
+        None => tuning.and_then(|e| e.waiting_jobs.clone()),
+    }
 }
 
 #[cfg(test)]
