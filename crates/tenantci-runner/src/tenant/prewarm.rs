@@ -136,13 +136,6 @@ pub fn desired_deployment(spec: &PrewarmSpec) -> Deployment {
     // constraints; our selector label last so it cannot be overridden.
     let mut pod_labels = spec.labels.clone();
     pod_labels.extend(selector.clone());
-    let requests = BTreeMap::from([
-        ("cpu".to_string(), Quantity(quantity::format_cpu(spec.cpu))),
-        (
-            "memory".to_string(),
-            Quantity(quantity::format_memory(spec.memory)),
-        ),
-    ]);
     let mut deployment_labels = managed_labels();
     deployment_labels.extend(selector.clone());
     Deployment {
@@ -163,54 +156,65 @@ pub fn desired_deployment(spec: &PrewarmSpec) -> Deployment {
                     labels: Some(pod_labels),
                     ..Default::default()
                 }),
-                spec: Some(PodSpec {
-                    priority_class_name: Some(NAME.into()),
-                    termination_grace_period_seconds: Some(0),
-                    automount_service_account_token: Some(false),
-                    enable_service_links: Some(false),
-                    node_selector: (!spec.node_selector.is_empty())
-                        .then(|| spec.node_selector.clone()),
-                    tolerations: (!spec.tolerations.is_empty()).then(|| {
-                        spec.tolerations
-                            .iter()
-                            .map(TolerationSpec::to_k8s)
-                            .collect()
-                    }),
-                    // Pod Security `restricted`: admitted where the namespace enforces it.
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(PAUSE_UID),
-                        run_as_group: Some(PAUSE_UID),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    containers: vec![Container {
-                        name: "pause".into(),
-                        image: Some(spec.image.clone()),
-                        resources: Some(ResourceRequirements {
-                            requests: Some(requests),
-                            ..Default::default()
-                        }),
-                        security_context: Some(SecurityContext {
-                            read_only_root_filesystem: Some(true),
-                            allow_privilege_escalation: Some(false),
-                            capabilities: Some(Capabilities {
-                                drop: Some(vec!["ALL".into()]),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }),
+                spec: Some(pause_pod(spec)),
             },
             ..Default::default()
         },
         status: None,
+    }
+}
+
+/// A pause Pod: the job pods' size and placement, preemptible (the pause PriorityClass), and
+/// admitted under Pod Security `restricted`.
+fn pause_pod(spec: &PrewarmSpec) -> PodSpec {
+    let requests = BTreeMap::from([
+        ("cpu".to_string(), Quantity(quantity::format_cpu(spec.cpu))),
+        (
+            "memory".to_string(),
+            Quantity(quantity::format_memory(spec.memory)),
+        ),
+    ]);
+    PodSpec {
+        priority_class_name: Some(NAME.into()),
+        termination_grace_period_seconds: Some(0),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+        tolerations: (!spec.tolerations.is_empty()).then(|| {
+            spec.tolerations
+                .iter()
+                .map(TolerationSpec::to_k8s)
+                .collect()
+        }),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(PAUSE_UID),
+            run_as_group: Some(PAUSE_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        containers: vec![Container {
+            name: "pause".into(),
+            image: Some(spec.image.clone()),
+            resources: Some(ResourceRequirements {
+                requests: Some(requests),
+                ..Default::default()
+            }),
+            security_context: Some(SecurityContext {
+                read_only_root_filesystem: Some(true),
+                allow_privilege_escalation: Some(false),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
     }
 }
 

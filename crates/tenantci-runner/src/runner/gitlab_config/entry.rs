@@ -528,6 +528,24 @@ impl KubernetesSettings {
         if let Autoscaler::Native(native) = &self.autoscaler {
             native.validate()?;
         }
+        self.validate_access()?;
+        if !tenantci_core::dns::is_label(&self.namespace) {
+            return Err(Error::bad_input(format!(
+                "the namespace `{}` is not a valid Kubernetes namespace name",
+                self.namespace
+            ))
+            .hint("use lower-case letters, digits and '-', at most 63 characters"));
+        }
+        if self.poll_timeout == 0 {
+            return Err(Error::bad_input(
+                "poll_timeout must be a positive number of seconds",
+            ));
+        }
+        self.validate_placement()
+    }
+
+    /// How gitlab-runner reaches the apiserver: `host` with the three files, all absolute.
+    fn validate_access(&self) -> Result<()> {
         let files = [
             (keys::CERT_FILE, &self.cert_file),
             (keys::KEY_FILE, &self.key_file),
@@ -568,18 +586,11 @@ impl KubernetesSettings {
             ))
             .hint("pass --host https://127.0.0.1:<port> (the Cluster's status.url)"));
         }
-        if !tenantci_core::dns::is_label(&self.namespace) {
-            return Err(Error::bad_input(format!(
-                "the namespace `{}` is not a valid Kubernetes namespace name",
-                self.namespace
-            ))
-            .hint("use lower-case letters, digits and '-', at most 63 characters"));
-        }
-        if self.poll_timeout == 0 {
-            return Err(Error::bad_input(
-                "poll_timeout must be a positive number of seconds",
-            ));
-        }
+        Ok(())
+    }
+
+    /// What sizes and places job pods: resources, tolerations, node selector, pod labels.
+    fn validate_placement(&self) -> Result<()> {
         for (key, quantity) in &self.resources {
             if !keys::is_resource_key(key) {
                 return Err(Error::bad_input(format!(
