@@ -98,6 +98,16 @@ async fn list_filters_by_metadata_and_state_across_pages() {
         106,
         "the admin view's ids: every live sandbox"
     );
+    let other = http
+        .get(format!("{}/sandboxes?fields=env", o.admin_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        other.status(),
+        400,
+        "a field list it does not know is refused"
+    );
 
     let one = c.list(&ours(Some("5"))).await.unwrap();
     assert_eq!(one.len(), 1, "metadata entries are AND'ed");
