@@ -112,7 +112,7 @@ impl Pool {
     async fn load(&mut self, registry: &Registry, metrics: &Metrics) -> Option<(u32, usize, u64)> {
         let backend = self.backend;
         let queued = match self.consumer.info().await {
-            Ok(info) => info.num_pending + info.num_ack_pending as u64,
+            Ok(info) => crate::queue::status::depth(info),
             Err(e) => {
                 tracing::warn!(error = %e, %backend, "cannot read the {backend} consumer's depth from NATS; not claiming for it until the next pass");
                 return None;

@@ -29,6 +29,21 @@ pub struct ConsumerStatus {
     pub waiting_pulls: usize,
 }
 
+/// A backend's queue depth, as the scheduler and the status API count it: the assignments
+/// waiting for a slot and those delivered and not acked yet (being started).
+pub fn depth(info: &async_nats::jetstream::consumer::Info) -> u64 {
+    info.num_pending + info.num_ack_pending as u64
+}
+
+/// `backend`'s depth now: one consumer info request (None: NATS did not answer it).
+pub async fn depth_now(js: &async_nats::jetstream::Context, backend: BackendKind) -> Option<u64> {
+    let c: PullConsumer = js
+        .get_consumer_from_stream(backend.consumer(), STREAM)
+        .await
+        .ok()?;
+    Some(depth(c.cached_info()))
+}
+
 /// Connects as `user` and reads every backend's consumer.
 pub async fn read(url: &str, user: &str, password_file: &Path) -> Result<StatusReport> {
     let client = connect::connect(url, user, password_file).await?;

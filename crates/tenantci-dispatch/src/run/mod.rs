@@ -343,7 +343,14 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = own.is_none().then(|| inputs.facade_serving.clone());
     start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
-    let sources = status_sources(&cfg, &registry, Mirror::new(ledger.clone()), &backends);
+    let queue = async_nats::jetstream::new(worker_client.clone());
+    let sources = status_sources(
+        &cfg,
+        &registry,
+        Mirror::new(ledger.clone()),
+        &backends,
+        queue,
+    );
     let served = status_listeners.serve(health.clone(), metrics.clone(), sources, stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
@@ -419,6 +426,7 @@ fn status_sources(
     registry: &Arc<Registry>,
     ledger: Mirror,
     backends: &[Arc<dyn Executors>],
+    queue: async_nats::jetstream::Context,
 ) -> Arc<status::Sources> {
     Arc::new(status::Sources {
         registry: registry.clone(),
@@ -433,6 +441,7 @@ fn status_sources(
             .collect(),
         classes: cfg.executor.classes.clone(),
         cache_enabled: cfg.cache.is_some(),
+        queue,
     })
 }
 

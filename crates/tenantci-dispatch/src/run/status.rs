@@ -21,6 +21,7 @@ use crate::executor::class::ExecutorClass;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::queue::BackendKind;
+use crate::queue::status::depth_now;
 use crate::status::{self, Inputs, Status};
 use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
@@ -43,6 +44,10 @@ pub struct Sources {
     pub capacity: Vec<(BackendKind, u32)>,
     pub classes: Vec<ExecutorClass>,
     pub cache_enabled: bool,
+    /// The queue, read for each backend's depth when asked: the scheduler's gauge is as old
+    /// as its last pass, which may be a poll interval ago (a task started since still
+    /// counted as queued).
+    pub queue: async_nats::jetstream::Context,
 }
 
 /// How long one backend's observation may take before the status calls its API away: an
@@ -73,6 +78,10 @@ impl Sources {
             .collect();
         let backends: Vec<BackendKind> = self.capacity.iter().map(|(b, _)| *b).collect();
         let classes: Vec<&str> = self.classes.iter().map(|c| c.name.as_str()).collect();
+        let mut figures = metrics.figures(&backends, &classes);
+        for (backend, depth) in self.depths(&backends).await {
+            figures.queue_depth.insert(backend, depth);
+        }
         status::build(Inputs {
             now: chrono::Utc::now(),
             instance: &self.instance,
@@ -85,8 +94,22 @@ impl Sources {
             cards,
             ledger,
             observed,
-            figures: metrics.figures(&backends, &classes),
+            figures,
         })
+    }
+
+    /// Each backend's queue depth read now; one NATS does not answer in time keeps the
+    /// scheduler's last reading.
+    async fn depths(&self, backends: &[BackendKind]) -> Vec<(BackendKind, u64)> {
+        let reads = backends.iter().map(|b| async move {
+            let read = tokio::time::timeout(OBSERVE_TIMEOUT, depth_now(&self.queue, *b)).await;
+            read.ok().flatten().map(|d| (*b, d))
+        });
+        futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 

@@ -446,3 +446,37 @@ async fn status_watch_prints_a_document_per_interval_until_stopped() {
     child.wait().unwrap();
     reader.join().unwrap();
 }
+
+/// QUEUED is the queue's depth when the status is asked, not the scheduler's last reading of
+/// it. A vm job whose sandbox cannot be created yet (OpenSandbox refusing creates) is queued,
+/// being started; once creates work it starts, its assignment is acked, and QUEUED drops to 0,
+/// though the scheduler, polling once an hour, has not read the queue since it published the
+/// assignment: its gauge still says 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queued_is_the_queue_now_not_the_schedulers_last_reading() {
+    let mut w = super::vm::world(1, 1).await;
+    w.with_fetch_interval(Duration::from_secs(3600));
+    w.opensandbox
+        .outage_of(w.http(), &["POST"], 503, Duration::from_secs(300))
+        .await;
+    // Waiting at the forge before the dispatcher starts: its first FetchTask claims it.
+    let job = w.enqueue_vm("vm-queued", "s").await;
+    let d = w.dispatcher("d1").await;
+    let t = w.claimed(job).await;
+    let vm = |doc: &Value| doc["summary"]["backends"][1].clone();
+    status_until(&d, "the vm task queued while creates fail", |doc| {
+        vm(doc)["queued"] == 1
+    })
+    .await;
+    w.opensandbox.end_outage(w.http()).await;
+    let doc = status_until(&d, "the vm task running, nothing queued", |doc| {
+        task(doc, t)["state"] == "running" && vm(doc)["queued"] == 0
+    })
+    .await;
+    assert_eq!(vm(&doc)["used"], 1, "{doc:#}");
+    assert_eq!(
+        d.metric("tenantci_dispatch_queue_depth").await,
+        Some(1.0),
+        "the scheduler has not read the queue again: the 0 above is the status API's own reading"
+    );
+}
