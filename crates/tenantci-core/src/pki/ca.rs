@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, PublicKeyData,
+    KeyUsagePurpose, PublicKeyData, SerialNumber,
 };
 use time::OffsetDateTime;
 
@@ -64,7 +64,7 @@ impl CertificateAuthority {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        params.serial_number = Some(super::issue::random_serial());
+        params.serial_number = Some(random_serial());
         params.not_before = not_before;
         params.not_after = not_after;
         let cert = params.self_signed(&key).map_err(|e| {
@@ -177,4 +177,13 @@ impl CertificateAuthority {
 pub(crate) fn to_time(d: Duration) -> Result<time::Duration> {
     time::Duration::try_from(d)
         .map_err(|_| Error::bad_input(format!("the validity {d:?} is too large")))
+}
+
+/// A random positive 128-bit serial (RFC 5280 allows up to 20 octets; the high bit is cleared so
+/// the DER INTEGER stays positive without a padding byte).
+pub fn random_serial() -> SerialNumber {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01; // never a leading zero octet, so the serial is always 16 bytes
+    SerialNumber::from_slice(&bytes)
 }

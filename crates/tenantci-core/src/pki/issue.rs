@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SerialNumber,
+    KeyUsagePurpose,
 };
 use time::OffsetDateTime;
 
-use super::CertificateAuthority;
-use super::ca::to_time;
+use super::ca::{CertificateAuthority, random_serial, to_time};
 use crate::{Error, Result};
 
 /// How far notBefore is set back, so a host whose clock runs a little behind the gateway's
@@ -80,15 +79,6 @@ impl std::fmt::Debug for IssuedCert {
             .field("not_after", &self.not_after)
             .finish_non_exhaustive()
     }
-}
-
-/// A random positive 128-bit serial (RFC 5280 allows up to 20 octets; the high bit is cleared so
-/// the DER INTEGER stays positive without a padding byte).
-pub fn random_serial() -> SerialNumber {
-    let mut bytes: [u8; 16] = rand::random();
-    bytes[0] &= 0x7f;
-    bytes[0] |= 0x01; // never a leading zero octet, so the serial is always 16 bytes
-    SerialNumber::from_slice(&bytes)
 }
 
 fn leaf_params(

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use rustls::pki_types::CertificateDer;
 
-use super::source::SvidSource;
 use super::svid::Svid;
+use super::svid::SvidSource;
 use crate::input::MAX_PEM;
 use crate::{Error, Result};
 

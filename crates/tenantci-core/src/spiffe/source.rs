@@ -6,25 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::files::FilesSource;
-use super::svid::Svid;
+use super::svid::SvidSource;
 use super::workload::WorkloadSource;
 use crate::{Error, Result};
-
-/// The current SVID of a process; rotation shows as a different `Svid` on a later call.
-pub trait SvidSource: Send + Sync + std::fmt::Debug {
-    fn current(&self) -> Result<Arc<Svid>>;
-}
-
-/// An SVID that never rotates: a process that issues its own (the simulator's SPIRE server
-/// double) and tests.
-#[derive(Debug, Clone)]
-pub struct FixedSource(pub Arc<Svid>);
-
-impl SvidSource for FixedSource {
-    fn current(&self) -> Result<Arc<Svid>> {
-        Ok(self.0.clone())
-    }
-}
 
 /// The parsed `--spiffe-source` value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -108,3 +108,20 @@ impl Svid {
 pub fn id_of(cert: &CertificateDer<'_>) -> Option<SpiffeId> {
     ::spiffe::cert::spiffe_id_from_der(cert.as_ref()).ok()
 }
+
+/// The current SVID of a process; rotation shows as a different `Svid` on a later call.
+/// Where it comes from (the Workload API, a directory) is `source`'s choice.
+pub trait SvidSource: Send + Sync + std::fmt::Debug {
+    fn current(&self) -> Result<Arc<Svid>>;
+}
+
+/// An SVID that never rotates: a process that issues its own (the simulator's SPIRE server
+/// double) and tests.
+#[derive(Debug, Clone)]
+pub struct FixedSource(pub Arc<Svid>);
+
+impl SvidSource for FixedSource {
+    fn current(&self) -> Result<Arc<Svid>> {
+        Ok(self.0.clone())
+    }
+}

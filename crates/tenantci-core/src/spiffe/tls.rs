@@ -30,7 +30,7 @@ use rustls::{
     ServerConfig, SignatureScheme,
 };
 
-use super::source::SvidSource;
+use super::svid::SvidSource;
 use super::svid::id_of;
 
 /// The TLS server name a client sends: any fixed name, since the server is verified by its

@@ -9,8 +9,8 @@ use std::time::Duration;
 use ::spiffe::{X509Source, X509SourceUpdates};
 use rustls::pki_types::CertificateDer;
 
-use super::source::SvidSource;
 use super::svid::Svid;
+use super::svid::SvidSource;
 use crate::{Error, Result};
 
 pub struct WorkloadSource {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tenantci_core::spiffe::files::{BUNDLE_FILE, CERT_FILE, FilesSource, KEY_FILE};
 use tenantci_core::spiffe::server_api::{MintError, MintedSvid, ServerApi};
-use tenantci_core::spiffe::{SvidSource, source::FixedSource};
+use tenantci_core::spiffe::{FixedSource, SvidSource};
 use tower::ServiceExt;
 
 use super::super::ca::TrustDomainCa;

@@ -18,7 +18,7 @@ use rcgen::KeyPair;
 use tonic::transport::{Channel, Endpoint};
 
 use super::SpiffeId;
-use super::source::SvidSource;
+use super::svid::SvidSource;
 use crate::{Error, Secret};
 pub use proto::MINT_X509_SVID;
 use proto::{MintX509SvidRequest, MintX509SvidResponse};
