@@ -57,55 +57,39 @@ pub mod opt_int64 {
     }
 }
 
-fn enum_ser<E: crate::forge::gitea::proto::ProtoEnum, S: Serializer>(
-    v: i32,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    match E::proto_name(v) {
-        Some(name) => s.serialize_str(name),
-        None => s.serialize_i32(v),
+/// The protojson names of an enum's values (implemented by each `proto` enum).
+pub trait ProtoEnum: Sized + Copy + Into<i32> + TryFrom<i32> {
+    const NAMES: &'static [(&'static str, i32)];
+
+    fn proto_name(v: i32) -> Option<&'static str> {
+        Self::NAMES.iter().find(|(_, n)| *n == v).map(|(s, _)| *s)
+    }
+
+    fn from_proto_name(name: &str) -> Option<i32> {
+        Self::NAMES
+            .iter()
+            .find(|(s, _)| *s == name)
+            .map(|(_, n)| *n)
     }
 }
 
-fn enum_de<'de, E: crate::forge::gitea::proto::ProtoEnum, D: Deserializer<'de>>(
-    d: D,
-) -> Result<i32, D::Error> {
+/// An enum field (an `i32` on the message) by its value's name; a value without one as its
+/// number. `serialize_with = "json::enum_ser::<E, _>"`.
+pub fn enum_ser<E: ProtoEnum, S: Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
+    match E::proto_name(*v) {
+        Some(name) => s.serialize_str(name),
+        None => s.serialize_i32(*v),
+    }
+}
+
+/// An enum field by name or number; `null` is 0. `deserialize_with = "json::enum_de::<E, _>"`.
+pub fn enum_de<'de, E: ProtoEnum, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     match Option::<Num>::deserialize(d)? {
         None => Ok(0),
         Some(Num::Int(i)) => i32::try_from(i).map_err(D::Error::custom),
         Some(Num::Float(f)) => Err(D::Error::custom(format!("{f} is not an enum value"))),
         Some(Num::Str(s)) => E::from_proto_name(&s)
             .ok_or_else(|| D::Error::custom(format!("unknown enum value {s:?}"))),
-    }
-}
-
-pub mod task_result {
-    use super::*;
-    use crate::forge::gitea::proto::TaskResult;
-    #[allow(unused_imports)]
-    use serde::de::Error as _;
-
-    pub fn serialize<S: Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
-        enum_ser::<TaskResult, S>(*v, s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-        enum_de::<TaskResult, D>(d)
-    }
-}
-
-pub mod runner_status {
-    use super::*;
-    use crate::forge::gitea::proto::RunnerStatus;
-    #[allow(unused_imports)]
-    use serde::de::Error as _;
-
-    pub fn serialize<S: Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
-        enum_ser::<RunnerStatus, S>(*v, s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-        enum_de::<RunnerStatus, D>(d)
     }
 }
 

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
 use super::json;
+pub use super::json::ProtoEnum;
 
 /// `runner.v1.Result`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
@@ -37,22 +38,6 @@ pub enum RunnerStatus {
     Idle = 1,
     Active = 2,
     Offline = 3,
-}
-
-/// The protojson names of an enum's values.
-pub trait ProtoEnum: Sized + Copy + Into<i32> + TryFrom<i32> {
-    const NAMES: &'static [(&'static str, i32)];
-
-    fn proto_name(v: i32) -> Option<&'static str> {
-        Self::NAMES.iter().find(|(_, n)| *n == v).map(|(s, _)| *s)
-    }
-
-    fn from_proto_name(name: &str) -> Option<i32> {
-        Self::NAMES
-            .iter()
-            .find(|(s, _)| *s == name)
-            .map(|(_, n)| *n)
-    }
 }
 
 impl ProtoEnum for TaskResult {
@@ -108,7 +93,10 @@ pub struct Runner {
     #[prost(string, tag = "4")]
     pub name: String,
     #[prost(enumeration = "RunnerStatus", tag = "5")]
-    #[serde(with = "json::runner_status")]
+    #[serde(
+        serialize_with = "json::enum_ser::<RunnerStatus, _>",
+        deserialize_with = "json::enum_de::<RunnerStatus, _>"
+    )]
     pub status: i32,
     /// Deprecated by Gitea; still on the wire.
     #[prost(string, repeated, tag = "6")]
@@ -257,7 +245,10 @@ pub struct TaskNeed {
     #[prost(btree_map = "string, string", tag = "1")]
     pub outputs: BTreeMap<String, String>,
     #[prost(enumeration = "TaskResult", tag = "2")]
-    #[serde(with = "json::task_result")]
+    #[serde(
+        serialize_with = "json::enum_ser::<TaskResult, _>",
+        deserialize_with = "json::enum_de::<TaskResult, _>"
+    )]
     pub result: i32,
 }
 
@@ -290,7 +281,10 @@ pub struct TaskState {
     #[serde(with = "json::int64")]
     pub id: i64,
     #[prost(enumeration = "TaskResult", tag = "2")]
-    #[serde(with = "json::task_result")]
+    #[serde(
+        serialize_with = "json::enum_ser::<TaskResult, _>",
+        deserialize_with = "json::enum_de::<TaskResult, _>"
+    )]
     pub result: i32,
     #[prost(message, optional, tag = "3")]
     #[serde(
@@ -317,7 +311,10 @@ pub struct StepState {
     #[serde(with = "json::int64")]
     pub id: i64,
     #[prost(enumeration = "TaskResult", tag = "2")]
-    #[serde(with = "json::task_result")]
+    #[serde(
+        serialize_with = "json::enum_ser::<TaskResult, _>",
+        deserialize_with = "json::enum_de::<TaskResult, _>"
+    )]
     pub result: i32,
     #[prost(message, optional, tag = "3")]
     #[serde(
