@@ -72,14 +72,16 @@ impl Sources {
             };
             (b.backend(), seen)
         });
-        let observed = futures::future::join_all(observations)
-            .await
-            .into_iter()
-            .collect();
         let backends: Vec<BackendKind> = self.capacity.iter().map(|(b, _)| *b).collect();
+        // Together: the page answers within one OBSERVE_TIMEOUT whatever hangs.
+        let (observed, depths) = tokio::join!(
+            futures::future::join_all(observations),
+            self.depths(&backends)
+        );
+        let observed = observed.into_iter().collect();
         let classes: Vec<&str> = self.classes.iter().map(|c| c.name.as_str()).collect();
         let mut figures = metrics.figures(&backends, &classes);
-        for (backend, depth) in self.depths(&backends).await {
+        for (backend, depth) in depths {
             figures.queue_depth.insert(backend, depth);
         }
         status::build(Inputs {
@@ -98,8 +100,8 @@ impl Sources {
         })
     }
 
-    /// Each backend's queue depth read now; one NATS does not answer in time keeps the
-    /// scheduler's last reading.
+    /// Each backend's queue depth read now; one NATS does not answer within OBSERVE_TIMEOUT
+    /// keeps the scheduler's last reading (the gauge).
     async fn depths(&self, backends: &[BackendKind]) -> Vec<(BackendKind, u64)> {
         let reads = backends.iter().map(|b| async move {
             let read = tokio::time::timeout(OBSERVE_TIMEOUT, depth_now(&self.queue, *b)).await;

@@ -4,7 +4,7 @@
 //! sandbox's env), then played through the facade only: Declare + FetchTask, an UpdateLog
 //! once a second, UpdateTask SUCCESS when its phase is released.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -136,7 +136,8 @@ fn task_of(pod: &Pod) -> Option<i64> {
 const SANDBOX_POLL: Duration = Duration::from_millis(100);
 
 /// Polls the OpenSandbox double's admin view (there is no watch); plays each new sandbox's
-/// task, and counts the deleted ones out.
+/// task. The live count is the listed sandboxes that name a task, set from each listing (not
+/// counted up and down, so a replacement's second sandbox or a failed read cannot skew it).
 async fn follow_sandboxes(o: OpenSandbox, seen: Arc<Mutex<Seen>>, release: Release) {
     let http = reqwest::Client::new();
     let mut known: BTreeMap<String, i64> = BTreeMap::new();
@@ -144,21 +145,13 @@ async fn follow_sandboxes(o: OpenSandbox, seen: Arc<Mutex<Seen>>, release: Relea
     loop {
         tokio::time::sleep(SANDBOX_POLL).await;
         let stats = o.stats(&http).await;
-        let now = (stats["created"].as_u64(), stats["deleted"].as_u64());
+        let now = ["created", "deleted", "expired"].map(|k| stats[k].as_u64());
         if last == Some(now) {
             continue;
         }
         last = Some(now);
-        let ids = o.ids(&http).await;
-        let gone: Vec<String> = known
-            .keys()
-            .filter(|id| !ids.contains(id))
-            .cloned()
-            .collect();
-        for id in gone {
-            known.remove(&id);
-            seen.lock().unwrap().live -= 1;
-        }
+        let ids: BTreeSet<String> = o.ids(&http).await.into_iter().collect();
+        known.retain(|id, _| ids.contains(id));
         for id in ids {
             if known.contains_key(&id) {
                 continue;
@@ -176,6 +169,7 @@ async fn follow_sandboxes(o: OpenSandbox, seen: Arc<Mutex<Seen>>, release: Relea
                 tokio::spawn(play(ex, task, seen.clone(), rx));
             }
         }
+        seen.lock().unwrap().live = known.len();
     }
 }
 
