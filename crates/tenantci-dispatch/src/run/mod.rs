@@ -343,14 +343,8 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = own.is_none().then(|| inputs.facade_serving.clone());
     start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
-    let queue = async_nats::jetstream::new(worker_client.clone());
-    let sources = status_sources(
-        &cfg,
-        &registry,
-        Mirror::new(ledger.clone()),
-        &backends,
-        queue,
-    );
+    let ledger_view = Mirror::new(ledger.clone());
+    let sources = status_sources(&cfg, &registry, ledger_view, &backends, &worker_client);
     let served = status_listeners.serve(health.clone(), metrics.clone(), sources, stop_rx.clone());
     let nudge = Arc::new(Notify::new());
     let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
@@ -426,7 +420,7 @@ fn status_sources(
     registry: &Arc<Registry>,
     ledger: Mirror,
     backends: &[Arc<dyn Executors>],
-    queue: async_nats::jetstream::Context,
+    worker: &async_nats::Client,
 ) -> Arc<status::Sources> {
     Arc::new(status::Sources {
         registry: registry.clone(),
@@ -441,7 +435,7 @@ fn status_sources(
             .collect(),
         classes: cfg.executor.classes.clone(),
         cache_enabled: cfg.cache.is_some(),
-        queue,
+        queue: async_nats::jetstream::new(worker.clone()),
     })
 }
 
