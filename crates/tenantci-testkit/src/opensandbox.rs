@@ -133,7 +133,7 @@ impl OpenSandbox {
         Self::admin(http.delete(format!("{}/faults", self.admin_url))).await;
     }
 
-    /// `{created, deleted, expired, live, maxLive, requests, calls, listed}`.
+    /// `{created, deleted, expired, live, maxLive, requests, calls, listed, connections}`.
     pub async fn stats(&self, http: &reqwest::Client) -> Value {
         Self::admin(http.get(format!("{}/stats", self.admin_url))).await
     }

@@ -147,15 +147,10 @@ impl World {
     /// Waits until the pod backend's consumer has no assignment delivered and not acked, nor
     /// one waiting: every start so far is acked, and the queue will redeliver none of them.
     pub async fn pod_assignments_acked(&self) {
-        use tenantci_dispatch::queue::{BackendKind, STREAM};
+        use tenantci_dispatch::queue::{BackendKind, status::depth_now};
         let js = async_nats::jetstream::new(self.nats.client("ci-admin").await);
         eventually("every pod assignment acked", || async {
-            let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-                .get_consumer_from_stream(BackendKind::Pod.consumer(), STREAM)
-                .await
-                .ok()?;
-            let info = consumer.info().await.ok()?;
-            (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+            (depth_now(&js, BackendKind::Pod).await? == 0).then_some(())
         })
         .await
     }

@@ -266,14 +266,7 @@ async fn counts(m: &Meter<'_>, pid: u32) -> Counts {
         }
     };
     let stats = w.gitea.admin(w.http(), "stats").await;
-    let gitea = stats["calls"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let gitea = serde_json::from_value(stats["calls"].clone()).unwrap_or_default();
     Counts {
         apiserver: apiserver_requests(&w.kube).await,
         opensandbox,
