@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The crate graph is the architecture (docs/architecture.md): fails when a crate's normal
 # (non-dev) dependencies include what its layer must not use, or when a module of
-# tenantci-dispatch imports one on its own or a higher floor (scripts/lib/module_layers.py). Manifests are the only way to add
+# tenantci-dispatch imports one on its own or a higher floor (scripts/lib/module_layers.py), or
+# when the simulator names the product's certificate reader, quantities or DNS names
+# (sim_reads_on_its_own, below). Manifests are the only way to add
 # a dependency, so this catches a manifest change that breaks the layering, at review speed
 # (`cargo tree` reads Cargo.lock; nothing is compiled).
 #
@@ -51,6 +53,138 @@ forbid_anywhere() {
   [ -z "$found" ]
 }
 
+# sim_reads_on_its_own SRC_DIR: no .rs file of the simulator names core's certificate reader,
+# quantities or DNS names (a `use` of them, grouped or nested, an alias of tenantci_core or of
+# its pki module, a glob or re-export that would bring them in, or a path in the code; comments
+# and string literals aside; tests too). A double that judges with the product's own code
+# hides the product's bug: core's certificate reader dropped BMPString Organizations and took
+# the first CN, and the simulator, reading subjects with it, agreed (issue 51).
+sim_reads_on_its_own() {
+  python3 - "$1" <<'PY'
+import os, re, sys
+
+src = sys.argv[1]
+FORBIDDEN = [("tenantci_core", "pki", "inspect"), ("tenantci_core", "quantity"), ("tenantci_core", "dns")]
+ANCESTORS = {f[:n] for f in FORBIDDEN for n in range(1, len(f))}
+USE = re.compile(r"(?<![\w:])(pub\s*(?:\([^)]*\)\s*)?)?use\s+([^;]*);")
+PATH = re.compile(r"(?<![\w:])(?:::\s*)?[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)+")
+CHAR = re.compile(r"'(\\u\{[0-9a-fA-F_]*\}|\\x[0-9a-fA-F]{2}|\\.|[^\\'])'")
+
+
+def code_only(text):
+    """Comments, string and char literals blanked; newlines kept, so line numbers hold."""
+    out, i, n = list(text), 0, len(text)
+    while i < n:
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2) + 2
+        elif re.match(r'b?r#*"', text[i:i + 8]) and (i == 0 or not text[i - 1].isalnum()):
+            hashes = re.match(r'b?r(#*)"', text[i:]).group(1)
+            j = text.find('"' + hashes, text.index('"', i) + 1) + 1 + len(hashes)
+        elif text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            j += 1
+        elif CHAR.match(text, i):
+            j = CHAR.match(text, i).end()
+        else:
+            i += 1
+            continue
+        j = n if j <= i else j
+        for k in range(i, min(j, n)):
+            out[k] = out[k] if out[k] == "\n" else " "
+        i = j
+    return "".join(out)
+
+
+def use_tree(toks, i, path, out):
+    """Appends (path, name bound or '*') for the use tree at toks[i]; returns the next index."""
+    path = list(path)
+    while i < len(toks):
+        t = toks[i]
+        if t == "{":
+            i += 1
+            while i < len(toks) and toks[i] != "}":
+                i = use_tree(toks, i, path, out)
+                i += toks[i:i + 1] == [","]
+            return i + 1
+        if t == "*":
+            out.append((tuple(path), "*"))
+            return i + 1
+        if t != "::" and t != "self":
+            path.append(t)
+        i += 1
+        if toks[i:i + 1] == ["::"] or t == "::":
+            continue
+        name = toks[i + 1] if toks[i:i + 1] == ["as"] else (path[-1] if path else "")
+        out.append((tuple(path), name))
+        return i + 2 if toks[i:i + 1] == ["as"] else i
+    return i
+
+
+def resolve(path, aliases):
+    return aliases.get(path[0], path[:1]) + path[1:] if path else path
+
+
+def forbidden(path):
+    return next(("::".join(f) for f in FORBIDDEN if path[:len(f)] == f), None)
+
+
+def check(rel, text):
+    code = code_only(text)
+    uses = []
+    for m in USE.finditer(code):
+        toks = re.findall(r"::|[{}*,]|[A-Za-z_]\w*", m.group(2))
+        entries = []
+        use_tree(toks, 0, (), entries)
+        line = code.count("\n", 0, m.start()) + 1
+        uses.append((line, bool(m.group(1)), " ".join(m.group(0).split()), entries))
+    aliases = {"tenantci_core": ("tenantci_core",)}
+    for m in re.finditer(r"extern\s+crate\s+tenantci_core\s+as\s+(\w+)", code):
+        aliases[m.group(1)] = ("tenantci_core",)
+    for _ in range(3):  # an alias of an alias
+        for _, _, _, entries in uses:
+            for path, name in entries:
+                if name != "*" and resolve(path, aliases) in ANCESTORS:
+                    aliases[name] = resolve(path, aliases)
+    found = []
+    for line, public, stmt, entries in uses:
+        for path, name in entries:
+            full = resolve(path, aliases)
+            bad = forbidden(full)
+            if not bad and full in ANCESTORS and (name == "*" or public):
+                held = [f for f in FORBIDDEN if f[:len(full)] == full]
+                how = "a glob" if name == "*" else "a re-export"
+                bad = f"{', '.join('::'.join(f) for f in held)} ({how})"
+            if bad:
+                found.append((line, bad, stmt))
+    for m in USE.finditer(code):
+        code = code[:m.start()] + re.sub(r"[^\n]", " ", m.group(0)) + code[m.end():]
+    for m in PATH.finditer(code):
+        path = tuple(s for s in re.split(r"\s*::\s*", m.group(0).strip()) if s)
+        bad = forbidden(resolve(path, aliases))
+        if bad:
+            found.append((code.count("\n", 0, m.start()) + 1, bad, " ".join(m.group(0).split())))
+    return [(rel, line, bad, what) for line, bad, what in sorted(set(found))]
+
+
+errors = []
+for root, _, names in sorted(os.walk(src)):
+    for name in sorted(names):
+        if name.endswith(".rs"):
+            rel = os.path.join(root, name)
+            with open(rel, encoding="utf-8") as f:
+                errors += check(rel, f.read())
+for rel, line, bad, what in errors:
+    print(f"layering: {rel}:{line}: `{what}` reaches {bad}, which the simulator may not use: it "
+          "reads certificate subjects, quantities and DNS names by its own code, as Kubernetes "
+          "does (docs/architecture.md)", file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+}
+
 status=0
 # shellcheck disable=SC2086 # a list of names
 forbid_anywhere ${FORBIDDEN_PROVIDERS:-aws-lc-rs aws-lc-sys openssl-sys} || status=1
@@ -64,5 +198,7 @@ forbid tenantci -- tenantci-testkit || status=1
 # Inside tenantci-dispatch, modules have floors too (crates/tenantci-dispatch/layers.txt): every
 # import points down, and no files import each other in a circle.
 python3 scripts/lib/module_layers.py crates/tenantci-dispatch/src crates/tenantci-dispatch/layers.txt || status=1
+# The simulator judges the product, so it reads what it judges by its own code.
+sim_reads_on_its_own crates/tenantci-sim/src || status=1
 [ $status = 0 ] && echo "layering: ok" >&2
 exit $status

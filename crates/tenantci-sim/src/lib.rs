@@ -15,6 +15,7 @@ pub mod ids;
 pub mod nodes;
 pub mod opensandbox;
 pub mod persist;
+pub mod quantity;
 pub mod scheduler;
 pub mod seed;
 pub mod selector;

@@ -16,10 +16,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::api::ApiServer;
+use super::quantity::{Bytes, MilliCpu, Quantity};
 use super::scheduler::{self, Action, Limits, NodeView, PodView};
 use super::store::Store;
-use tenantci_core::node_image::NodeImage;
-use tenantci_core::quantity::{self, Milli};
+use tenantci_core::node_image::{NodeImage, RESERVED_CPU_MILLI, RESERVED_MEMORY_MIB};
 
 /// `sim.tenantci.io/run-for: 2s` moves a Running pod to Succeeded after that long.
 pub const RUN_FOR_ANNOTATION: &str = "sim.tenantci.io/run-for";
@@ -190,11 +190,12 @@ fn reconcile(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant)
         .iter()
         .map(|n| node_view(n, &views, timers, now))
         .collect();
+    let (new_node_cpu, new_node_memory) = allocatable(&cfg.image);
     let limits = Limits {
         max_nodes: cfg.max_nodes,
         node_idle: cfg.idle,
-        new_node_cpu: cfg.image.allocatable_cpu(),
-        new_node_memory: cfg.image.allocatable_memory(),
+        new_node_cpu,
+        new_node_memory,
         new_node_labels: BTreeMap::from([
             ("kubernetes.io/os".into(), "linux".into()),
             ("kubernetes.io/arch".into(), "amd64".into()),
@@ -288,12 +289,7 @@ fn node_view(n: &Value, pods: &[PodView], timers: &mut Timers, now: Instant) -> 
         cs.iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
     });
-    let q = |k: &str| {
-        n["status"]["allocatable"][k]
-            .as_str()
-            .and_then(quantity::parse)
-            .unwrap_or_default()
-    };
+    let q = |k: &str| Quantity::from_json(&n["status"]["allocatable"][k]).unwrap_or_default();
     let busy = pods
         .iter()
         .any(|p| !p.terminal && p.node_name.as_deref() == Some(name.as_str()));
@@ -314,22 +310,31 @@ fn node_view(n: &Value, pods: &[PodView], timers: &mut Timers, now: Instant) -> 
             })
             .unwrap_or_default(),
         taints: n["spec"]["taints"].as_array().cloned().unwrap_or_default(),
-        cpu: q("cpu"),
-        memory: q("memory"),
+        cpu: MilliCpu(q("cpu").milli_value()),
+        memory: Bytes(q("memory").value()),
         ready,
         idle_for,
         name,
     }
 }
 
+/// What a rented node's kubelet reports as allocatable: the image's capacity less the reserve
+/// the node image keeps for the kubelet (docs/runbooks/prewarm.md), never below zero. Counted
+/// here, not by the product's sizing code, so a sizing mistake shows as a pod that does not fit.
+fn allocatable(img: &NodeImage) -> (MilliCpu, Bytes) {
+    let cpu = MilliCpu(i128::from(img.vcpu) * 1000) - MilliCpu(RESERVED_CPU_MILLI);
+    let memory = Bytes(i128::from(img.mem_mib) << 20) - Bytes(RESERVED_MEMORY_MIB << 20);
+    (cpu.max(MilliCpu(0)), memory.max(Bytes(0)))
+}
+
 fn rent(store: &Store, cfg: &NodeConfig, timers: &mut Timers, now: Instant) {
     timers.next_node += 1;
     let name = format!("rented-{}", timers.next_node);
     let img = &cfg.image;
-    let mem = |m: Milli| format!("{}Mi", m.ceil_units() >> 20);
+    let (cpu, memory) = allocatable(img);
     let mut capacity =
         json!({"cpu": img.vcpu.to_string(), "memory": format!("{}Mi", img.mem_mib), "pods": "110"});
-    let mut allocatable = json!({"cpu": quantity::format_cpu(img.allocatable_cpu()), "memory": mem(img.allocatable_memory()), "pods": "110"});
+    let mut allocatable = json!({"cpu": cpu.to_quantity_string(), "memory": format!("{}Mi", memory.0 >> 20), "pods": "110"});
     if let Some(root) = img.rootfs_mib {
         capacity["ephemeral-storage"] = json!(format!("{root}Mi"));
         allocatable["ephemeral-storage"] = json!(format!("{root}Mi"));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use tenantci_core::quantity::{self, Milli};
+use crate::quantity::{Bytes, MilliCpu, Quantity};
 
 /// cluster-autoscaler's default `expendable-pods-priority-cutoff`: pods below never rent.
 pub const AUTOSCALER_PRIORITY_CUTOFF: i32 = -10;
@@ -27,8 +27,8 @@ pub struct PodView {
     pub name: String,
     pub priority: i32,
     pub preempt_never: bool,
-    pub cpu: Milli,
-    pub memory: Milli,
+    pub cpu: MilliCpu,
+    pub memory: Bytes,
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Value>,
     pub node_name: Option<String>,
@@ -45,8 +45,8 @@ pub struct NodeView {
     pub ready: bool,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Value>,
-    pub cpu: Milli,
-    pub memory: Milli,
+    pub cpu: MilliCpu,
+    pub memory: Bytes,
     /// How long the node has had no non-terminal pods (None while it has some).
     pub idle_for: Option<Duration>,
 }
@@ -56,8 +56,8 @@ pub struct Limits {
     pub max_nodes: usize,
     pub node_idle: Duration,
     /// Allocatable of a node about to be rented (from the node image).
-    pub new_node_cpu: Milli,
-    pub new_node_memory: Milli,
+    pub new_node_cpu: MilliCpu,
+    pub new_node_memory: Bytes,
     /// Labels a rented node comes up with (a pod whose nodeSelector they do not satisfy
     /// would never fit one, so it rents nothing).
     pub new_node_labels: BTreeMap<String, String>,
@@ -86,32 +86,32 @@ pub enum Action {
 /// Effective requests as kube-scheduler computes them (KEP-753), per resource: sidecars
 /// (init containers with `restartPolicy: Always`) run beside the containers, so they add to
 /// the containers' sum; a plain init container runs alone beside the sidecars started before
-/// it; the Pod needs the larger of the two.
-pub fn pod_requests(pod: &Value) -> (Milli, Milli) {
-    let spec = &pod["spec"];
-    let request = |c: &Value, res: &str| {
-        c["resources"]["requests"][res]
-            .as_str()
-            .and_then(quantity::parse)
-            .unwrap_or_default()
-    };
+/// it; the Pod needs the larger of the two. The quantities are added exactly and the Pod's
+/// total rounded up once, as kube-scheduler does (CPU by `MilliValue`, memory by `Value`).
+pub fn pod_requests(pod: &Value) -> (MilliCpu, Bytes) {
+    let cpu = pod_request(&pod["spec"], "cpu");
+    let memory = pod_request(&pod["spec"], "memory");
+    (MilliCpu(cpu.milli_value()), Bytes(memory.value()))
+}
+
+/// One resource's effective request of a Pod spec, exact. A request the simulator cannot read
+/// counts as none (kube-apiserver would have refused the Pod).
+fn pod_request(spec: &Value, resource: &str) -> Quantity {
+    let request =
+        |c: &Value| Quantity::from_json(&c["resources"]["requests"][resource]).unwrap_or_default();
     let list = |key: &str| spec[key].as_array().cloned().unwrap_or_default();
-    let mut out = [Milli(0), Milli(0)];
-    for (i, res) in ["cpu", "memory"].iter().enumerate() {
-        let mut sidecars = Milli(0);
-        let mut init_peak = Milli(0);
-        for c in list("initContainers") {
-            if c["restartPolicy"] == "Always" {
-                sidecars += request(&c, res);
-                init_peak = init_peak.max(sidecars);
-            } else {
-                init_peak = init_peak.max(sidecars + request(&c, res));
-            }
+    let mut sidecars = Quantity::ZERO;
+    let mut init_peak = Quantity::ZERO;
+    for c in list("initContainers") {
+        if c["restartPolicy"] == "Always" {
+            sidecars += request(&c);
+            init_peak = init_peak.max(sidecars);
+        } else {
+            init_peak = init_peak.max(sidecars + request(&c));
         }
-        let sum: Milli = list("containers").iter().map(|c| request(c, res)).sum();
-        out[i] = (sum + sidecars).max(init_peak);
     }
-    (out[0], out[1])
+    let containers: Quantity = list("containers").iter().map(request).sum();
+    (containers + sidecars).max(init_peak)
 }
 
 fn string_map(v: &Value) -> BTreeMap<String, String> {
@@ -197,8 +197,8 @@ pub fn resolve_priority(pod: &Value, classes: &BTreeMap<String, i32>) -> i32 {
 }
 
 struct Room {
-    cpu: Milli,
-    memory: Milli,
+    cpu: MilliCpu,
+    memory: Bytes,
 }
 
 impl Room {
@@ -206,8 +206,8 @@ impl Room {
         pod.cpu <= self.cpu && pod.memory <= self.memory
     }
     fn take(&mut self, pod: &PodView) {
-        self.cpu = Milli(self.cpu.0 - pod.cpu.0);
-        self.memory = Milli(self.memory.0 - pod.memory.0);
+        self.cpu = self.cpu - pod.cpu;
+        self.memory = self.memory - pod.memory;
     }
     fn give(&mut self, pod: &PodView) {
         self.cpu += pod.cpu;
@@ -428,8 +428,8 @@ mod tests {
             name: name.into(),
             priority: prio,
             preempt_never: prio < 0,
-            cpu: Milli(cpu),
-            memory: Milli::from_units(1 << 20),
+            cpu: MilliCpu(cpu),
+            memory: Bytes(1 << 20),
             node_selector: BTreeMap::new(),
             tolerations: vec![],
             node_name: node.map(str::to_string),
@@ -444,8 +444,8 @@ mod tests {
             ready,
             labels: BTreeMap::new(),
             taints: vec![],
-            cpu: Milli(1900),
-            memory: Milli::from_units(1792 << 20),
+            cpu: MilliCpu(1900),
+            memory: Bytes(1792 << 20),
             idle_for: None,
         }
     }
@@ -454,8 +454,8 @@ mod tests {
         Limits {
             max_nodes: 3,
             node_idle: Duration::from_secs(60),
-            new_node_cpu: Milli(1900),
-            new_node_memory: Milli::from_units(1792 << 20),
+            new_node_cpu: MilliCpu(1900),
+            new_node_memory: Bytes(1792 << 20),
             new_node_labels: BTreeMap::new(),
         }
     }
@@ -588,8 +588,8 @@ mod tests {
             "initContainers": [{"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
         }});
         let (cpu, mem) = pod_requests(&p);
-        assert_eq!(cpu, Milli(500));
-        assert_eq!(mem, Milli::from_units(1 << 30));
+        assert_eq!(cpu, MilliCpu(500));
+        assert_eq!(mem, Bytes(1 << 30));
     }
 
     #[test]
@@ -604,10 +604,29 @@ mod tests {
         let (cpu, mem) = pod_requests(&p);
         assert_eq!(
             cpu,
-            Milli(1910),
+            MilliCpu(1910),
             "the init container runs beside the sidecar"
         );
-        assert_eq!(mem, Milli::from_units(1760 << 20));
+        assert_eq!(mem, Bytes(1760 << 20));
+    }
+
+    /// kube-scheduler adds a Pod's quantities exactly and rounds the total up once: two
+    /// containers of 0.4 millicores need 1m, not 2m; two of half a byte need 1 byte.
+    #[test]
+    fn requests_are_summed_exactly_then_rounded_up() {
+        let p = serde_json::json!({"spec": {"containers": [
+            {"resources": {"requests": {"cpu": "0.0004", "memory": "0.5"}}},
+            {"resources": {"requests": {"cpu": "400u", "memory": 0.5}}}
+        ]}});
+        assert_eq!(pod_requests(&p), (MilliCpu(1), Bytes(1)));
+        let p = serde_json::json!({"spec": {"containers": [
+            {"resources": {"requests": {"cpu": "1n", "memory": "1.5Gi"}}},
+            {"resources": {"requests": {"cpu": " 1.5 ", "memory": "100.035Ki"}}}
+        ]}});
+        assert_eq!(
+            pod_requests(&p),
+            (MilliCpu(1501), Bytes((3 << 29) + 102_436))
+        );
     }
 
     #[test]

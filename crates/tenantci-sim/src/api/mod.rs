@@ -42,7 +42,8 @@ pub enum Identity {
     User(UserInfo),
     /// No client certificate.
     Anonymous,
-    /// A certificate that does not verify: every request answers 401.
+    /// A certificate that does not verify, that Go could not parse, or whose CN is empty:
+    /// every request answers 401.
     Rejected,
 }
 

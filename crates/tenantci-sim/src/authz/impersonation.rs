@@ -16,6 +16,7 @@ use super::{
     ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, Attributes, RbacObjects, ResourceAttributes,
     UserInfo, forbidden_status_with_reason,
 };
+use crate::validate::{is_dns1123_label, is_dns1123_subdomain};
 
 pub const IMPERSONATE_USER: &str = "impersonate-user";
 pub const IMPERSONATE_GROUP: &str = "impersonate-group";
@@ -256,6 +257,40 @@ fn split_service_account(user: &str) -> Option<(String, String)> {
     let [namespace, name] = parts.as_slice() else {
         return None;
     };
-    (tenantci_core::dns::is_label(namespace) && tenantci_core::dns::is_subdomain(name))
+    (is_dns1123_label(namespace) && is_dns1123_subdomain(name))
         .then(|| (namespace.to_string(), name.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_service_account;
+
+    /// The namespace is a DNS-1123 label (63 at most), the name a DNS-1123 subdomain: 253 at
+    /// most in all, but a label inside it may be longer than 63.
+    #[test]
+    fn service_account_names_split_as_kube_apiserver_splits_them() {
+        let split = |ns: &str, name: &str| {
+            split_service_account(&format!("system:serviceaccount:{ns}:{name}"))
+        };
+        let long_label = format!("{}.b", "a".repeat(64));
+        assert_eq!(
+            split("ci", &long_label),
+            Some(("ci".into(), long_label.clone()))
+        );
+        assert!(split(&"n".repeat(63), "a").is_some());
+        assert!(split(&"n".repeat(64), "a").is_none());
+        assert!(split("ci", &"a".repeat(253)).is_some());
+        assert!(split("ci", &"a".repeat(254)).is_none());
+        for (ns, name) in [
+            ("Ci", "a"),
+            ("ci", "A"),
+            ("ci", ""),
+            ("", "a"),
+            ("ci", "a."),
+            ("c.i", "a"),
+        ] {
+            assert!(split(ns, name).is_none(), "{ns:?} {name:?}");
+        }
+        assert!(split_service_account("system:serviceaccount:ci:a:b").is_none());
+    }
 }

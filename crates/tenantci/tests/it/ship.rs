@@ -565,6 +565,75 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
     }
 }
 
+/// A copy of the simulator's sources beside the manifests: what its import rule reads.
+fn sim_sources_copy() -> tempfile::TempDir {
+    let dir = manifests_copy();
+    let from = repo_file("crates/tenantci-sim/src");
+    let to = dir.path().join("crates/tenantci-sim/src");
+    let status = Command::new("cp")
+        .arg("-R")
+        .arg(format!("{}/.", from.display()))
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+/// The simulator reads certificate subjects, quantities and DNS names by its own code: its
+/// sources as they are pass (and a mention in a comment or a string is no import), and a copy
+/// that imports core's certificate reader, quantities or DNS names fails, naming the file, the
+/// line, the import and docs/architecture.md, however the import is written (one path, a
+/// group over several lines, a nested group, an alias of core's pki module, a path in code).
+#[test]
+fn the_layering_check_keeps_the_simulator_from_the_product_s_readers() {
+    let as_is = sim_sources_copy();
+    let lib = as_is.path().join("crates/tenantci-sim/src/lib.rs");
+    let text = std::fs::read_to_string(&lib).unwrap();
+    let mention = "// not tenantci_core::dns\nconst _NOTE: &str = \"tenantci_core::quantity\";\n";
+    std::fs::write(&lib, format!("{text}{mention}")).unwrap();
+    assert_exit(&check_layering(as_is.path(), "--locked"), 0);
+    for (file, import, expected) in [
+        (
+            "authn.rs",
+            "use tenantci_core::pki::inspect::CertInfo;\n",
+            "crates/tenantci-sim/src/authn.rs:1: `use tenantci_core::pki::inspect::CertInfo;` reaches tenantci_core::pki::inspect",
+        ),
+        (
+            "nodes.rs",
+            "use tenantci_core::{\n    Error,\n    quantity::{self, Milli},\n};\n",
+            "crates/tenantci-sim/src/nodes.rs:1: `use tenantci_core::{ Error, quantity::{self, Milli}, };` reaches tenantci_core::quantity",
+        ),
+        (
+            "validate.rs",
+            "use tenantci_core::pki::{CertificateAuthority, inspect};\n",
+            "crates/tenantci-sim/src/validate.rs:1: `use tenantci_core::pki::{CertificateAuthority, inspect};` reaches tenantci_core::pki::inspect",
+        ),
+        (
+            "authz/impersonation.rs",
+            "use tenantci_core::pki as p;\nfn _f() { let _ = p::inspect::CertInfo::from_der; }\n",
+            "crates/tenantci-sim/src/authz/impersonation.rs:2: `p::inspect::CertInfo::from_der` reaches tenantci_core::pki::inspect",
+        ),
+        (
+            "scheduler.rs",
+            "fn _f() -> bool { tenantci_core::dns::is_label(\"a\") }\n",
+            "crates/tenantci-sim/src/scheduler.rs:1: `tenantci_core::dns::is_label` reaches tenantci_core::dns",
+        ),
+    ] {
+        let broken = sim_sources_copy();
+        let path = broken.path().join("crates/tenantci-sim/src").join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{import}{text}")).unwrap();
+        let out = check_layering(broken.path(), "--locked");
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(
+            err.contains(expected) && err.contains("docs/architecture.md"),
+            "{file}: {err}"
+        );
+    }
+}
+
 /// scripts/test.sh lints while it builds (scripts/lib/clippy.sh) through clippy-driver's
 /// CLIPPY_ARGS, an interface of cargo-clippy's: a crate with a clippy lint must fail that
 /// build, and the same crate without it must pass, or the suite would lint nothing.

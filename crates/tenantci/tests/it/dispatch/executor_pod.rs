@@ -183,8 +183,8 @@ async fn node_load(w: &World) -> BTreeMap<String, (Milli, Milli, Milli, Milli)> 
         let v = serde_json::to_value(&p).unwrap();
         let (cpu, mem) = tenantci_sim::scheduler::pod_requests(&v);
         let e = load.get_mut(&node).unwrap();
-        e.0 += cpu;
-        e.1 += mem;
+        e.0 += Milli(cpu.0);
+        e.1 += Milli::from_units(mem.0);
     }
     load
 }
