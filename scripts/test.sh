@@ -18,6 +18,8 @@ ensure_jq
 ensure_curl
 ensure_actions_cache_client
 ensure_moto
+# The front's attack certificates (BMPString, T61String, two CNs) are made with pyca/cryptography.
+ensure_pyca
 # The status page's browser test renders it in headless Chromium.
 ensure_chromium
 

@@ -124,6 +124,14 @@ ensure_actions_cache_client() {
 
 # moto_server (PyPI moto[server]), the S3-compatible server the cache's S3 test runs
 # (target/moto-venv).
+# pyca/cryptography in target/pyca-venv: the front's attack test makes its certificates with it
+# (BMPString and T61String subjects, two CNs), not with tenantci's own minting code.
+ensure_pyca() {
+  [ -x target/pyca-venv/bin/python ] && target/pyca-venv/bin/python -c 'import cryptography' 2>/dev/null && return 0
+  log "installing cryptography into target/pyca-venv"
+  python3 -m venv target/pyca-venv && target/pyca-venv/bin/pip install -q 'cryptography==48.*' >&2
+}
+
 ensure_moto() {
   [ -x target/moto-venv/bin/moto_server ] && return 0
   log "installing moto[server] into target/moto-venv"

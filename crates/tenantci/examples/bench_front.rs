@@ -169,7 +169,8 @@ struct World {
 }
 
 /// The runner's credential and RBAC (`bootstrap runner`), the front's files (`front init`),
-/// its limits raised for 500 tunnels of one subject; the config's path.
+/// its limits raised for 500 tunnels of one subject from one address (the benchmark's one
+/// `front connect` opens them as fast as it can: the per-source rate too); the config's path.
 fn prepare(bin: &str, root: &Path, creds: &Path, dir: &Path) -> std::path::PathBuf {
     std::fs::write(root.join("token"), "glrt-bench\n").unwrap();
     run(Command::new(bin)
@@ -210,7 +211,15 @@ fn prepare(bin: &str, root: &Path, creds: &Path, dir: &Path) -> std::path::PathB
     let text = std::fs::read_to_string(&config).unwrap();
     let text = text
         .replace("max_per_subject = 256", "max_per_subject = 1024")
-        .replace("new_per_second = 200", "new_per_second = 5000");
+        .replace("new_per_second = 200", "new_per_second = 5000")
+        .replace(
+            "new_per_second_per_source = 50",
+            "new_per_second_per_source = 5000",
+        );
+    assert!(
+        text.contains("new_per_second_per_source = 5000"),
+        "front init's [limits] changed: {text}"
+    );
     std::fs::write(&config, text).unwrap();
     config
 }
@@ -244,9 +253,17 @@ async fn world(bin: &str, root: &Path) -> World {
         .arg(dir.join("front-ca.crt"))
         .arg("--out")
         .arg(&bundle));
+    // 500 tunnels at once: above `front connect`'s default cap of local connections.
     let (connect, ready) = server(
         bin,
-        &["front", "connect", "--bundle", bundle.to_str().unwrap()],
+        &[
+            "front",
+            "connect",
+            "--max-connections",
+            "1024",
+            "--bundle",
+            bundle.to_str().unwrap(),
+        ],
     );
     let cms: Api<ConfigMap> = Api::namespaced(kube_client(&sim.tenant_admin("ci")).await, NS);
     World {

@@ -1,18 +1,24 @@
 //! Reading certificates back: subject, organizations, validity, CA flag, public key.
 //! Used to check a CA before signing with it, to decide whether an existing credential can be
-//! kept, and by check-host.
+//! kept, and by check-host. The subject is read as kube-apiserver reads it ([`KubeSubject`]);
+//! whoever decides on a subject asks [`CertInfo::identity`], which refuses an ambiguous one.
 
 use ::time::OffsetDateTime;
 use x509_parser::prelude::*;
+
+use super::kube_subject::{Ambiguity, KubeIdentity, KubeSubject};
 
 /// What tenantci needs to know about one certificate.
 #[derive(Debug, Clone)]
 pub struct CertInfo {
     /// RFC 4514-ish subject, e.g. `O=gitlab-runner, CN=gitlab-runner`.
     pub subject: String,
+    /// kube-apiserver's user: the last non-empty CN (for display; decide with `identity`).
     pub common_name: Option<String>,
-    /// Every Subject O, in order: the Kubernetes groups.
+    /// Every Subject O, in order: the Kubernetes groups (for display; decide with `identity`).
     pub organizations: Vec<String>,
+    /// The subject attribute by attribute, as kube-apiserver reads it.
+    pub kube_subject: KubeSubject,
     pub not_before: OffsetDateTime,
     pub not_after: OffsetDateTime,
     pub is_ca: bool,
@@ -41,17 +47,7 @@ impl CertInfo {
 
     pub fn from_der(der: &[u8]) -> Result<Self, String> {
         let (_, cert) = X509Certificate::from_der(der).map_err(|e| e.to_string())?;
-        let subject = cert.subject();
-        let common_name = subject
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .map(str::to_string);
-        let organizations = subject
-            .iter_organization()
-            .filter_map(|o| o.as_str().ok())
-            .map(str::to_string)
-            .collect();
+        let kube_subject = KubeSubject::read(cert.subject());
         let is_ca = cert
             .basic_constraints()
             .ok()
@@ -71,9 +67,10 @@ impl CertInfo {
             }
         }
         Ok(CertInfo {
-            subject: subject.to_string(),
-            common_name,
-            organizations,
+            subject: kube_subject.text.clone(),
+            common_name: kube_subject.user().map(str::to_string),
+            organizations: kube_subject.organizations.clone(),
+            kube_subject,
             not_before: cert.validity().not_before.to_datetime(),
             not_after: cert.validity().not_after.to_datetime(),
             is_ca,
@@ -82,6 +79,13 @@ impl CertInfo {
             authority_key_id,
             subject_key_id,
         })
+    }
+
+    /// The user and groups kube-apiserver will see, or why the subject is refused: every place
+    /// that decides on a subject (the front, `front bundle`, the credential checks, `runner
+    /// check`) asks this, never `common_name` and `organizations` alone.
+    pub fn identity(&self) -> Result<KubeIdentity, Ambiguity> {
+        self.kube_subject.identity()
     }
 
     /// Fraction of the lifetime still ahead at `now` (0 when expired).

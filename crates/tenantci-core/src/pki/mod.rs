@@ -1,5 +1,6 @@
 //! Certificates for tenant clusters: the cluster CAs (`ca`), issuing leaf certificates from a
-//! CA (`issue`), and the policy a runner credential must satisfy (`policy`).
+//! CA (`issue`), the policy a runner credential must satisfy (`policy`), and the one reading of a
+//! certificate's subject, kube-apiserver's (`kube_subject`).
 //!
 //! This module is a leaf: no CLI, no Kubernetes. It signs what it is asked to sign; refusing
 //! `system:masters` and other dangerous requests is `policy`'s job, applied by `credential`.
@@ -7,6 +8,7 @@
 pub mod ca;
 pub mod inspect;
 pub mod issue;
+pub mod kube_subject;
 pub mod policy;
 pub mod subject;
 pub mod verify;

@@ -109,17 +109,20 @@ pub fn decide(
             want.server
         )));
     }
-    if cert.common_name.as_deref() != Some(want.common_name) {
+    // Read as kube-apiserver reads it; a subject it could read otherwise is never kept.
+    let identity = cert
+        .identity()
+        .map_err(|a| refuse(format!("has a subject tenantci does not keep: {a}")))?;
+    if identity.user != want.common_name {
         return Err(refuse(format!(
             "is for user `{}` but `{}` was asked for",
-            cert.common_name.as_deref().unwrap_or(""),
-            want.common_name
+            identity.user, want.common_name
         )));
     }
-    if cert.organizations != want.groups {
+    if identity.groups != want.groups {
         return Err(refuse(format!(
             "is for groups {:?} but {:?} were asked for (the group must be the one the binding names)",
-            cert.organizations, want.groups
+            identity.groups, want.groups
         )));
     }
     if let (Some(want_id), Some(have)) = (want.client_ca_key_id, cert.authority_key_id.as_deref())
@@ -168,11 +171,21 @@ mod tests {
     use super::*;
 
     fn cert(cn: &str, orgs: &[&str], age_days: i64, life_days: i64) -> CertInfo {
+        cert_with(&[cn], orgs, age_days, life_days)
+    }
+
+    fn cert_with(cns: &[&str], orgs: &[&str], age_days: i64, life_days: i64) -> CertInfo {
         let now = OffsetDateTime::now_utc();
+        let kube_subject = tenantci_core::pki::kube_subject::KubeSubject {
+            common_names: cns.iter().map(|s| s.to_string()).collect(),
+            organizations: orgs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
         CertInfo {
             subject: String::new(),
-            common_name: Some(cn.into()),
-            organizations: orgs.iter().map(|s| s.to_string()).collect(),
+            common_name: kube_subject.user().map(str::to_string),
+            organizations: kube_subject.organizations.clone(),
+            kube_subject,
             not_before: now - time::Duration::days(age_days),
             not_after: now - time::Duration::days(age_days) + time::Duration::days(life_days),
             is_ca: false,
@@ -251,6 +264,19 @@ mod tests {
             let e = decide(&bad, &want(&g), now, false, dir).unwrap_err();
             assert_eq!(e.exit_code(), 2);
             assert!(e.hint_text().unwrap().contains("--rotate"));
+        }
+        // Two CNs: kube-apiserver's user is the last, so the wanted one in either place is
+        // never kept.
+        for cns in [
+            ["gitlab-runner", "tenant-admin"],
+            ["tenant-admin", "gitlab-runner"],
+        ] {
+            let two = existing(
+                cert_with(&cns, &["gitlab-runner"], 1, 30),
+                "https://127.0.0.1:1",
+            );
+            let e = decide(&two, &want(&g), now, false, dir).unwrap_err();
+            assert!(e.message().contains("2 CNs"), "{}", e.message());
         }
         let mut other_ca = fresh.clone();
         other_ca.cert.as_mut().unwrap().authority_key_id = Some("bb".into());

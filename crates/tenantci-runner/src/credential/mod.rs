@@ -143,6 +143,7 @@ pub fn mint(req: &MintRequest) -> Result<HandBack> {
             key_type: req.key_type,
         },
     )?;
+    check_reads_back(req, &issued.cert_pem)?;
     let kubeconfig = kubeconfig::render(
         &context_name(&req.common_name),
         &req.server,
@@ -180,6 +181,27 @@ pub fn mint(req: &MintRequest) -> Result<HandBack> {
         serial: issued.serial_hex,
         key_type: req.key_type,
     })
+}
+
+/// The signed certificate, read back as kube-apiserver reads it, is exactly the user and groups
+/// asked for: nothing is written otherwise (the policy checked the names; this checks what the
+/// certificate says of them).
+fn check_reads_back(req: &MintRequest, cert_pem: &str) -> Result<()> {
+    let fix = "nothing was written; report this with the names you passed";
+    let identity = CertInfo::from_pem(cert_pem)
+        .map_err(|e| Error::check_failed(format!("the minted certificate does not parse: {e}")))?
+        .identity()
+        .map_err(|a| {
+            Error::check_failed(format!("the minted certificate is ambiguous: {a}")).hint(fix)
+        })?;
+    if identity.user != req.common_name || identity.groups != req.organizations {
+        return Err(Error::check_failed(format!(
+            "the minted certificate reads as user `{}` in {:?}, not the `{}` in {:?} asked for",
+            identity.user, identity.groups, req.common_name, req.organizations
+        ))
+        .hint(fix));
+    }
+    Ok(())
 }
 
 /// Everything [`mint`] checks except the output directory, reading the CA files and writing

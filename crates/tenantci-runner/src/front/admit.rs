@@ -1,32 +1,49 @@
 //! Pure: may a client certificate that chains to a cluster's ClientCA pass to that cluster.
-//! The chain itself is checked by rustls (`handshake`); this is the policy above it.
+//! The chain itself is checked by rustls (`handshake`); this is the policy above it. The
+//! subject is read as kube-apiserver reads it (tenantci-core's `pki::kube_subject`), so the
+//! front admits exactly the identity the apiserver will see.
 
 use std::fmt;
+
+use tenantci_core::pki::inspect::CertInfo;
+use tenantci_core::pki::kube_subject::Ambiguity;
 
 use super::config::ClusterRule;
 use super::deny::DenyList;
 
-/// What the front knows of a client after its chain verified.
+/// What the front knows of a client after its chain verified, read as kube-apiserver reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Client {
+    /// kube-apiserver's user: the last CN.
     pub common_name: String,
+    /// Every O, whatever its string type: the groups.
     pub organizations: Vec<String>,
     /// Lower-case hex, no leading zeros (as [`super::deny::normalize`] spells it).
     pub serial: String,
+    /// Why the apiserver could read this subject differently, if it could.
+    pub ambiguity: Option<Ambiguity>,
+    /// The subject attribute by attribute, in the certificate's order.
+    text: String,
 }
 
 impl Client {
     pub fn from_der(der: &[u8]) -> Result<Self, String> {
-        let info = tenantci_core::pki::inspect::CertInfo::from_der(der)?;
+        let info = CertInfo::from_der(der)?;
         Ok(Client {
+            ambiguity: info.identity().err(),
             common_name: info.common_name.unwrap_or_default(),
             organizations: info.organizations,
             serial: super::deny::normalize(&info.serial_hex).unwrap_or(info.serial_hex),
+            text: info.subject,
         })
     }
 
-    /// `CN=..., O=...`, for the audit line and the per-subject cap.
+    /// `CN=..., O=...`, for the audit line and the per-subject cap; an ambiguous subject is
+    /// shown whole, in its own order, so the audit names every CN.
     pub fn subject(&self) -> String {
+        if self.ambiguity.is_some() {
+            return self.text.clone();
+        }
         let mut s = format!("CN={}", self.common_name);
         for o in &self.organizations {
             s.push_str(", O=");
@@ -40,17 +57,22 @@ impl Client {
 pub enum Refusal {
     /// `system:masters` is cluster-admin: never through the front, whatever the config says.
     SystemMasters,
+    /// A subject the apiserver could read as another identity than the front does.
+    Ambiguous(Ambiguity),
     NotAllowed,
     Revoked,
 }
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Refusal::SystemMasters => "system:masters is never allowed through the front",
-            Refusal::NotAllowed => "subject not in the cluster's allow-list",
-            Refusal::Revoked => "serial on the deny-list",
-        })
+        match self {
+            Refusal::SystemMasters => {
+                f.write_str("system:masters is never allowed through the front")
+            }
+            Refusal::Ambiguous(a) => a.fmt(f),
+            Refusal::NotAllowed => f.write_str("subject not in the cluster's allow-list"),
+            Refusal::Revoked => f.write_str("certificate on the deny-list"),
+        }
     }
 }
 
@@ -59,18 +81,22 @@ impl Refusal {
     pub fn reason(&self) -> &'static str {
         match self {
             Refusal::SystemMasters => "system_masters",
+            Refusal::Ambiguous(a) => a.reason(),
             Refusal::NotAllowed => "not_allowed",
             Refusal::Revoked => "revoked",
         }
     }
 }
 
-/// The decision, in this order: cluster-admin, revoked, allowed.
+/// The decision, in this order: cluster-admin, a subject read two ways, revoked, allowed.
 pub fn decide(rule: &ClusterRule, client: &Client, deny: &DenyList) -> Result<(), Refusal> {
     if client.organizations.iter().any(|o| o == "system:masters") {
         return Err(Refusal::SystemMasters);
     }
-    if deny.contains(&client.serial) {
+    if let Some(a) = &client.ambiguity {
+        return Err(Refusal::Ambiguous(a.clone()));
+    }
+    if deny.contains(&rule.name, &client.serial) {
         return Err(Refusal::Revoked);
     }
     let allowed = rule.allow.iter().any(|s| {
@@ -103,6 +129,8 @@ mod tests {
             common_name: cn.into(),
             organizations: orgs.iter().map(|s| s.to_string()).collect(),
             serial: serial.into(),
+            ambiguity: None,
+            text: String::new(),
         }
     }
 
@@ -117,6 +145,14 @@ mod tests {
         assert_eq!(decide(&rule(), &other_o, &deny), Err(Refusal::NotAllowed));
         let revoked = DenyList::parse("1A\n").unwrap();
         assert_eq!(decide(&rule(), &ok, &revoked), Err(Refusal::Revoked));
+        let elsewhere = DenyList::parse("other 1A\n").unwrap();
+        assert_eq!(
+            decide(&rule(), &ok, &elsewhere),
+            Ok(()),
+            "another cluster's serial"
+        );
+        let here = DenyList::parse("ci 1A\n").unwrap();
+        assert_eq!(decide(&rule(), &ok, &here), Err(Refusal::Revoked));
     }
 
     #[test]
@@ -130,5 +166,22 @@ mod tests {
         };
         let ok = client("gitlab-runner", &["gitlab-runner"], "2");
         assert_eq!(decide(&empty, &ok, &deny), Err(Refusal::NotAllowed));
+    }
+
+    #[test]
+    fn an_ambiguous_subject_is_refused_even_when_allowed() {
+        let deny = DenyList::default();
+        let mut c = client("gitlab-runner", &["gitlab-runner"], "3");
+        c.ambiguity = Some(Ambiguity::SeveralCommonNames(vec![
+            "tenant-admin".into(),
+            "gitlab-runner".into(),
+        ]));
+        c.text = "O=gitlab-runner, CN=tenant-admin, CN=gitlab-runner".into();
+        let e = decide(&rule(), &c, &deny).unwrap_err();
+        assert_eq!(e.reason(), "subject_several_cn");
+        assert!(
+            c.subject().contains("CN=tenant-admin"),
+            "the audit shows every CN"
+        );
     }
 }

@@ -103,7 +103,15 @@ fn check_credential(path: &Path, cert: &str, key: &str) -> Result<()> {
         Error::bad_input(format!("`{}` is not a certificate: {e}", path.display()))
             .hint("give the OUT_DIR of `tenantci credential mint`")
     })?;
-    if info.organizations.iter().any(|o| o.starts_with("system:")) {
+    // The front's own reading (kube-apiserver's): a subject it refuses never makes a bundle.
+    let identity = info.identity().map_err(|a| {
+        Error::bad_input(format!(
+            "`{}` is refused: {a}; the front never admits it",
+            path.display()
+        ))
+        .hint("mint a scoped runner credential with `tenantci credential mint`")
+    })?;
+    if identity.groups.iter().any(|o| o.starts_with("system:")) {
         return Err(Error::bad_input(format!(
             "`{}` carries a system: group ({}): the front never admits it",
             path.display(),

@@ -67,6 +67,12 @@ pub struct Limits {
     pub max_per_subject: u32,
     /// New connections accepted per second (a burst of as many is allowed).
     pub new_per_second: u32,
+    /// Handshakes in progress from one source (an IPv4 address, an IPv6 /64), so that one
+    /// address cannot hold every slot of `max_handshakes`. At most `max_handshakes`.
+    pub max_handshakes_per_source: u32,
+    /// New connections per second from one source (a burst of as many), so that one address
+    /// cannot spend all of `new_per_second`. At most `new_per_second`.
+    pub new_per_second_per_source: u32,
 }
 
 impl Default for Limits {
@@ -79,6 +85,8 @@ impl Default for Limits {
             max_handshakes: 256,
             max_per_subject: 256,
             new_per_second: 200,
+            max_handshakes_per_source: 16,
+            new_per_second_per_source: 50,
         }
     }
 }
@@ -190,6 +198,8 @@ impl Limits {
             ("max_handshakes", self.max_handshakes),
             ("max_per_subject", self.max_per_subject),
             ("new_per_second", self.new_per_second),
+            ("max_handshakes_per_source", self.max_handshakes_per_source),
+            ("new_per_second_per_source", self.new_per_second_per_source),
         ] {
             if value == 0 {
                 return Err(Error::bad_input(format!(
@@ -199,6 +209,42 @@ impl Limits {
             }
         }
         Ok(())
+    }
+
+    /// The per-source bounds in force, `(new_per_second, max_handshakes)` for one source: each
+    /// at most its total (a larger one is lowered to it, see [`Limits::clamped`]).
+    pub fn per_source(&self) -> (u32, u32) {
+        (
+            self.new_per_second_per_source.min(self.new_per_second),
+            self.max_handshakes_per_source.min(self.max_handshakes),
+        )
+    }
+
+    /// One sentence per per-source bound above its total, for the start's log. Lowered rather
+    /// than refused: a config that lowers a total below a per-source default still starts.
+    pub fn clamped(&self) -> Vec<String> {
+        [
+            (
+                "max_handshakes_per_source",
+                self.max_handshakes_per_source,
+                "max_handshakes",
+                self.max_handshakes,
+            ),
+            (
+                "new_per_second_per_source",
+                self.new_per_second_per_source,
+                "new_per_second",
+                self.new_per_second,
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, per_source, _, total)| per_source > total)
+        .map(|(key, per_source, total_key, total)| {
+            format!(
+                "[limits] {key} = {per_source} is above {total_key} = {total}: the front uses {total}, so one source can take all of it; set {key} to a fraction of {total_key}"
+            )
+        })
+        .collect()
     }
 }
 
@@ -234,7 +280,25 @@ organization = "gitlab-runner"
         assert_eq!(c.deny_list_path(), Path::new("/etc/front/denied-serials"));
         assert_eq!(c.limits.idle_timeout.as_str(), "5m");
         assert_eq!(c.limits.max_connections, 1024);
+        assert_eq!(c.limits.per_source(), (50, 16));
+        assert!(c.limits.clamped().is_empty());
         assert_eq!(c.cluster("ci").unwrap().allow.len(), 1);
+    }
+
+    #[test]
+    fn a_per_source_bound_above_its_total_is_lowered_to_it_and_said() {
+        let c = parse(&GOOD.replace(
+            "[limits]",
+            "[limits]\nmax_handshakes = 8\nnew_per_second = 100\nnew_per_second_per_source = 100",
+        ))
+        .unwrap();
+        assert_eq!(c.limits.per_source(), (100, 8));
+        let said = c.limits.clamped();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("max_handshakes_per_source = 16 is above max_handshakes = 8"),
+            "{said:?}"
+        );
     }
 
     #[test]
@@ -244,7 +308,15 @@ organization = "gitlab-runner"
             "organization = \"system:masters\"",
         );
         assert!(parse(&masters).unwrap_err().message().contains("system:"));
-        assert!(parse(&GOOD.replace("[limits]", "[limits]\nmax_connections = 0")).is_err());
+        for key in [
+            "max_connections",
+            "max_handshakes_per_source",
+            "new_per_second_per_source",
+        ] {
+            let zero = GOOD.replace("[limits]", &format!("[limits]\n{key} = 0"));
+            let said = parse(&zero).unwrap_err();
+            assert!(said.message().contains(key), "{}", said.message());
+        }
         assert!(parse(&GOOD.replace("[limits]", "[limits]\nfoo = 1")).is_err());
         let none = GOOD.split("[[cluster]]").next().unwrap();
         assert!(

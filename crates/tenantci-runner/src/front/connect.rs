@@ -2,6 +2,8 @@
 //! and carries each connection through the front inside an outer mutual-TLS session that
 //! presents the runner's own credential and names the cluster by ALPN. The bytes inside are the
 //! runner's own TLS to the apiserver, untouched. Does not check the apiserver (the runner does).
+//! Any local process can connect, so the local side has its own cap and idle timeout: a stray
+//! process cannot spend the runner's per-subject cap at the front.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsConnector;
 
@@ -18,9 +20,22 @@ use super::bundle::Bundle;
 use super::relay::{self, Counts, End};
 use tenantci_core::{Error, Result};
 
-/// The runner's side keeps a tunnel as long as the front does: the front's idle timeout rules.
-const NO_IDLE_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The local side's bounds (`--max-connections`, `--idle-timeout`), independent of the bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Local {
+    /// Local connections open at once, each one tunnel; more are closed at once.
+    pub max_connections: u32,
+    /// A tunnel with no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// A quarter of the front's default `max_per_subject`: a runner host's share, with room for
+/// others carrying the same subject.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 64;
+/// As the front's default `idle_timeout`: above the apiserver's watch timeout.
+pub const DEFAULT_IDLE_TIMEOUT: &str = "1h";
 
 /// What a tunnel needs, built once from the bundle.
 pub struct Dialer {
@@ -45,10 +60,12 @@ impl Dialer {
             .map_err(|e| bad_bundle("its certificate").caused_by(e))?;
         let key = PrivateKeyDer::from_pem_slice(bundle.key.expose().as_bytes())
             .map_err(|_| bad_bundle("its key"))?;
-        let mut config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)
-            .map_err(|e| bad_bundle("its certificate and key").caused_by(e))?;
+        // TLS 1.3 only, as the front: under 1.2 the runner's certificate would cross in clear.
+        let mut config =
+            rustls::ClientConfig::builder_with_protocol_versions(super::handshake::TLS13_ONLY)
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| bad_bundle("its certificate and key").caused_by(e))?;
         config.alpn_protocols = vec![super::alpn_for(&bundle.cluster)];
         // The front never resumes (each tunnel's certificate is checked afresh).
         config.resumption = rustls::client::Resumption::disabled();
@@ -94,16 +111,31 @@ pub async fn bind(listen: SocketAddr) -> Result<TcpListener> {
 }
 
 /// Serves until `shutdown` turns true.
-pub async fn serve(dialer: Dialer, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    dialer: Dialer,
+    listener: TcpListener,
+    local: Local,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let dialer = Arc::new(dialer);
+    let slots = Arc::new(Semaphore::new(local.max_connections as usize));
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = listener.accept() => {
-                let Ok((tcp, _)) = accepted else { continue };
+                let Ok((tcp, peer)) = accepted else { continue };
+                // Beyond the cap the local connection is dropped (closed) before any dial.
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(
+                        "front connect: {} local connections are open, as many as --max-connections allows; the one from {peer} is closed (raise --max-connections if gitlab-runner needs more)",
+                        local.max_connections
+                    );
+                    continue;
+                };
                 let _ = tcp.set_nodelay(true);
-                conns.spawn(tunnel(dialer.clone(), tcp, shutdown.clone()));
+                let idle = local.idle_timeout;
+                conns.spawn(tunnel(dialer.clone(), tcp, idle, slot, shutdown.clone()));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -111,7 +143,13 @@ pub async fn serve(dialer: Dialer, listener: TcpListener, mut shutdown: watch::R
     conns.shutdown().await;
 }
 
-async fn tunnel(dialer: Arc<Dialer>, local: TcpStream, mut shutdown: watch::Receiver<bool>) {
+async fn tunnel(
+    dialer: Arc<Dialer>,
+    local: TcpStream,
+    idle: Duration,
+    _slot: OwnedSemaphorePermit,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let outer = match dialer.dial().await {
         Ok(o) => o,
         Err(e) => {
@@ -128,7 +166,7 @@ async fn tunnel(dialer: Arc<Dialer>, local: TcpStream, mut shutdown: watch::Rece
         End::Shutdown
     };
     let counts = Arc::new(Counts::default());
-    let end = relay::relay(local, outer, NO_IDLE_LIMIT, cut, counts.clone()).await;
+    let end = relay::relay(local, outer, idle, cut, counts.clone()).await;
     if end == End::Error && counts.down.load(std::sync::atomic::Ordering::Relaxed) == 0 {
         tracing::warn!(
             "front connect: the front at {} closed the tunnel for cluster `{}` before any answer: is this certificate allowed there, and not revoked? (the front's audit log says why)",

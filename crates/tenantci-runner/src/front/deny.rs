@@ -1,6 +1,10 @@
-//! The deny-list: certificate serials the front refuses (`front revoke`), one per line in a
-//! 0600 file, `#` comments kept. `serve` re-reads it every second and publishes each change,
-//! so new handshakes and open tunnels see it within seconds. Does not decide (`admit` does).
+//! The deny-list: certificates the front refuses (`front revoke`), one per line in a 0600 file,
+//! `#` comments kept. An entry names the cluster whose ClientCA issued the certificate and its
+//! serial (`ci 1aff`), or a serial alone, which is refused on every cluster the front serves
+//! (the form of earlier releases, still read). `serve` re-reads it every second and publishes
+//! each change, so new handshakes and open tunnels see it within seconds. Revocation fails
+//! closed: a list missing at start stops the start, and a list that disappears or cannot be
+//! read while serving keeps the last good one in force. Does not decide (`admit` does).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,10 +15,19 @@ use tokio::sync::watch;
 
 use tenantci_core::{Error, Result};
 
-/// Serial (normalised) -> the note written beside it.
+/// (cluster, or None for every cluster; serial normalised) -> the note written beside it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DenyList {
-    serials: BTreeMap<String, String>,
+    entries: BTreeMap<(Option<String>, String), String>,
+}
+
+/// One entry of the list, as `front status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// None: every cluster.
+    pub cluster: Option<&'a str>,
+    pub serial: &'a str,
+    pub note: &'a str,
 }
 
 /// Lower-case hex without separators or leading zeros; None when it is not hex.
@@ -37,25 +50,46 @@ pub fn normalize(serial: &str) -> Option<String> {
     })
 }
 
+const HEADER: &str = "# tenantci front: certificates refused at the front (tenantci front revoke)\n\
+# CLUSTER SERIAL  # note    (a SERIAL alone is refused on every cluster)\n";
+
 impl DenyList {
     pub fn parse(text: &str) -> std::result::Result<Self, String> {
-        let mut serials = BTreeMap::new();
+        let mut entries = BTreeMap::new();
         for (n, line) in text.lines().enumerate() {
             let (value, note) = line.split_once('#').unwrap_or((line, ""));
-            if value.trim().is_empty() {
-                continue;
-            }
-            let serial = normalize(value)
-                .ok_or_else(|| format!("line {}: `{}` is not a hex serial", n + 1, value.trim()))?;
-            serials.insert(serial, note.trim().to_string());
+            let fields: Vec<&str> = value.split_whitespace().collect();
+            let (cluster, serial) = match fields.as_slice() {
+                [] => continue,
+                [serial] => (None, *serial),
+                [cluster, serial] => (Some(cluster.to_string()), *serial),
+                _ => {
+                    return Err(format!(
+                        "line {}: `{}` is neither `SERIAL` nor `CLUSTER SERIAL`",
+                        n + 1,
+                        value.trim()
+                    ));
+                }
+            };
+            let serial = normalize(serial)
+                .ok_or_else(|| format!("line {}: `{serial}` is not a hex serial", n + 1))?;
+            entries.insert((cluster, serial), note.trim().to_string());
         }
-        Ok(DenyList { serials })
+        Ok(DenyList { entries })
     }
 
-    /// Reads `path`; a missing file is an empty list.
+    /// Reads `path`. A missing file is refused: read as empty, it would lift every
+    /// revocation (`front init` writes an empty list).
     pub fn load(path: &Path) -> Result<Self> {
         if !path.exists() {
-            return Ok(DenyList::default());
+            return Err(Error::bad_input(format!(
+                "the front's deny-list `{}` does not exist; the front does not run without it, since a missing list would let every revoked certificate back in",
+                path.display()
+            ))
+            .hint(format!(
+                "restore it from a backup; if no certificate was ever revoked here, create an empty one with `install -m 600 /dev/null {}` (`tenantci front init` writes one)",
+                path.display()
+            )));
         }
         let text = tenantci_core::input::read_text(
             "the front's deny-list",
@@ -64,41 +98,50 @@ impl DenyList {
         )?;
         DenyList::parse(&text).map_err(|e| {
             Error::bad_input(format!("the deny-list `{}` is damaged: {e}", path.display()))
-                .hint("fix or remove that line; each line is one hex serial, optionally followed by # and a note")
+                .hint("fix that line; each line is `CLUSTER SERIAL` or a SERIAL for every cluster, optionally followed by # and a note")
         })
     }
 
-    pub fn contains(&self, serial: &str) -> bool {
-        self.serials.contains_key(serial)
+    /// Whether `serial`, issued by `cluster`'s ClientCA, is refused.
+    pub fn contains(&self, cluster: &str, serial: &str) -> bool {
+        let key = |c: Option<&str>| (c.map(str::to_string), serial.to_string());
+        self.entries.contains_key(&key(None)) || self.entries.contains_key(&key(Some(cluster)))
     }
 
     pub fn len(&self) -> usize {
-        self.serials.len()
+        self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.serials.is_empty()
+        self.entries.is_empty()
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.serials.iter().map(|(s, n)| (s.as_str(), n.as_str()))
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        self.entries.iter().map(|((c, s), n)| Entry {
+            cluster: c.as_deref(),
+            serial: s,
+            note: n,
+        })
     }
 
-    /// Adds `serial` with `note`; false when it was already there.
-    pub fn add(&mut self, serial: String, note: String) -> bool {
-        self.serials.insert(serial, note).is_none()
+    /// Adds `serial` of `cluster` (None: every cluster) with `note`; false when it was
+    /// already there.
+    pub fn add(&mut self, cluster: Option<String>, serial: String, note: String) -> bool {
+        self.entries.insert((cluster, serial), note).is_none()
     }
 
     pub fn render(&self) -> String {
-        let mut out = String::from(
-            "# tenantci front: serials refused at the front (tenantci front revoke)\n",
-        );
-        for (serial, note) in &self.serials {
-            if note.is_empty() {
-                out.push_str(&format!("{serial}\n"));
-            } else {
-                out.push_str(&format!("{serial}  # {note}\n"));
+        let mut out = String::from(HEADER);
+        for e in self.entries() {
+            let mut line = match e.cluster {
+                Some(c) => format!("{c} {}", e.serial),
+                None => e.serial.to_string(),
+            };
+            if !e.note.is_empty() {
+                line.push_str(&format!("  # {}", e.note));
             }
+            out.push_str(&line);
+            out.push('\n');
         }
         out
     }
@@ -110,10 +153,29 @@ impl DenyList {
     }
 }
 
-/// Re-reads `path` every `every` and publishes a changed list. A list that fails to read keeps
-/// the last good one (logged): a half-edited file must not let a revoked serial back in.
-pub fn watch(path: PathBuf, initial: DenyList, every: Duration) -> watch::Receiver<Arc<DenyList>> {
-    let (tx, rx) = watch::channel(Arc::new(initial));
+/// Whether the list on disk is the one in force.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ReadHealth {
+    #[default]
+    Current,
+    /// The last read failed (the file is gone, unreadable or damaged): the last good list
+    /// stays in force. Says why.
+    Stale(String),
+}
+
+/// The list in force and whether the file still reads, as `serve` follows them.
+pub struct Watched {
+    pub list: watch::Receiver<Arc<DenyList>>,
+    pub health: watch::Receiver<ReadHealth>,
+}
+
+/// Re-reads `path` every `every` and publishes a changed list. A list that fails to read, or
+/// has gone, keeps the last good one (revocation fails closed) and turns `health` stale,
+/// logged once per change of cause: a half-edited or deleted file must not let a revoked
+/// certificate back in.
+pub fn watch(path: PathBuf, initial: DenyList, every: Duration) -> Watched {
+    let (tx, list) = watch::channel(Arc::new(initial));
+    let (health_tx, health) = watch::channel(ReadHealth::Current);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {
@@ -121,24 +183,39 @@ pub fn watch(path: PathBuf, initial: DenyList, every: Duration) -> watch::Receiv
             if tx.is_closed() {
                 return;
             }
-            match DenyList::load(&path) {
-                Ok(list) if *tx.borrow() != Arc::new(list.clone()) => {
-                    tracing::info!(
-                        serials = list.len(),
-                        "front: deny-list changed; re-checking open tunnels"
-                    );
-                    let _ = tx.send(Arc::new(list));
+            let now = match DenyList::load(&path) {
+                Ok(list) => {
+                    if **tx.borrow() != list {
+                        tracing::info!(
+                            entries = list.len(),
+                            "front: deny-list changed; re-checking open tunnels"
+                        );
+                        let _ = tx.send(Arc::new(list));
+                    }
+                    ReadHealth::Current
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(
-                    "front: cannot re-read the deny-list {}: {}; keeping the previous list",
-                    path.display(),
-                    e.message()
-                ),
-            }
+                Err(e) => ReadHealth::Stale(e.message().to_string()),
+            };
+            report_health(&path, &health_tx, now);
         }
     });
-    rx
+    Watched { list, health }
+}
+
+fn report_health(path: &Path, tx: &watch::Sender<ReadHealth>, now: ReadHealth) {
+    if *tx.borrow() == now {
+        return;
+    }
+    match &now {
+        ReadHealth::Stale(why) => tracing::warn!(
+            "front: cannot read the deny-list {}: {why}; the last good list stays in force (revoked certificates stay refused). Restore the file: `tenantci front status` shows what is in force",
+            path.display()
+        ),
+        ReadHealth::Current => {
+            tracing::info!("front: the deny-list {} reads again", path.display())
+        }
+    }
+    let _ = tx.send(now);
 }
 
 #[cfg(test)]
@@ -151,8 +228,68 @@ mod tests {
         assert_eq!(normalize("0x01AB").as_deref(), Some("1ab"));
         assert_eq!(normalize("zz"), None);
         let list = DenyList::parse("# head\n1A:FF  # CN=x\n\n").unwrap();
-        assert!(list.contains("1aff"));
+        assert!(list.contains("ci", "1aff"));
         assert_eq!(DenyList::parse(&list.render()).unwrap(), list);
         assert!(DenyList::parse("nope\n").unwrap_err().contains("line 1"));
+        assert!(
+            DenyList::parse("a b c\n")
+                .unwrap_err()
+                .contains("CLUSTER SERIAL")
+        );
+    }
+
+    #[test]
+    fn an_entry_names_its_cluster_and_a_bare_serial_every_cluster() {
+        let list = DenyList::parse("ci 1a  # leaked\n2b\n").unwrap();
+        assert!(list.contains("ci", "1a"));
+        assert!(
+            !list.contains("other", "1a"),
+            "another CA's serial 1a is not this one"
+        );
+        assert!(list.contains("ci", "2b") && list.contains("other", "2b"));
+        let mut more = list.clone();
+        assert!(more.add(Some("other".into()), "1a".into(), String::new()));
+        assert!(!more.add(None, "2b".into(), String::new()));
+        let back = DenyList::parse(&more.render()).unwrap();
+        assert_eq!(back, more);
+        assert!(back.contains("other", "1a"));
+    }
+
+    #[test]
+    fn a_missing_list_is_refused_with_how_to_create_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("denied-serials");
+        let e = DenyList::load(&path).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message().contains("does not exist"), "{}", e.message());
+        assert!(e.hint_text().unwrap().contains("install -m 600 /dev/null"));
+        assert!(!path.exists(), "nothing is written");
+    }
+
+    /// The order of events the fix guards against: a list in force, then the file deleted
+    /// (or damaged) while the front serves. The list in force stays, health turns stale,
+    /// and a restored file is current again.
+    #[tokio::test]
+    async fn a_deleted_or_damaged_list_keeps_the_last_good_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("denied-serials");
+        std::fs::write(&path, "ci 1a\n").unwrap();
+        let initial = DenyList::load(&path).unwrap();
+        let mut w = watch(path.clone(), initial, Duration::from_millis(10));
+        std::fs::remove_file(&path).unwrap();
+        w.health.changed().await.unwrap();
+        assert!(
+            matches!(&*w.health.borrow(), ReadHealth::Stale(why) if why.contains("does not exist"))
+        );
+        assert!(w.list.borrow().contains("ci", "1a"));
+        std::fs::write(&path, "not a serial\n").unwrap();
+        w.health.changed().await.unwrap();
+        assert!(matches!(&*w.health.borrow(), ReadHealth::Stale(why) if why.contains("damaged")));
+        assert!(w.list.borrow().contains("ci", "1a"));
+        std::fs::write(&path, "ci 1a\nci 2b\n").unwrap();
+        w.list.changed().await.unwrap();
+        assert!(w.list.borrow().contains("ci", "2b"));
+        w.health.changed().await.unwrap();
+        assert_eq!(*w.health.borrow(), ReadHealth::Current);
     }
 }

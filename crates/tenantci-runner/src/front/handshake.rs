@@ -12,8 +12,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, WebPkiClientVerifier};
 use rustls::{
-    CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, ServerConfig,
-    SignatureScheme,
+    CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, PeerIncompatible,
+    ServerConfig, SignatureScheme,
 };
 use tokio::sync::watch;
 
@@ -22,6 +22,9 @@ use super::config::{ClusterRule, FrontConfig};
 use super::deny::DenyList;
 use tenantci_core::gateway::layout::StateDir;
 use tenantci_core::{Error, Result};
+
+/// The outer session's one version, on both ends (`connect` dials with it too).
+pub const TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
 
 /// One server config per cluster, chosen from the ClientHello's ALPN.
 pub struct Configs {
@@ -55,7 +58,9 @@ impl Configs {
                 inner,
                 deny: deny.clone(),
             };
-            let mut server = ServerConfig::builder()
+            // TLS 1.3 only: under 1.2 the client's certificate crosses the network in clear,
+            // and both ends are tenantci.
+            let mut server = ServerConfig::builder_with_protocol_versions(TLS13_ONLY)
                 .with_client_cert_verifier(Arc::new(gate))
                 .with_single_cert(chain.clone(), key.clone_key())
                 .map_err(|e| {
@@ -208,6 +213,44 @@ pub fn refusal_reason(err: &std::io::Error) -> (&'static str, Option<Client>) {
         }
         Some(rustls::Error::InvalidCertificate(_)) => ("bad_certificate", None),
         Some(rustls::Error::NoCertificatesPresented) => ("no_certificate", None),
+        // A client without TLS 1.3: an old one, or one asked for 1.2 only.
+        Some(rustls::Error::PeerIncompatible(
+            PeerIncompatible::SupportedVersionsExtensionRequired
+            | PeerIncompatible::Tls12NotOffered
+            | PeerIncompatible::Tls12NotOfferedOrEnabled,
+        )) => ("tls_version", None),
         _ => ("handshake_failed", None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(e: rustls::Error) -> &'static str {
+        refusal_reason(&std::io::Error::new(std::io::ErrorKind::InvalidData, e)).0
+    }
+
+    #[test]
+    fn a_client_without_tls_1_3_is_named_as_such() {
+        // What rustls says to a ClientHello of TLS 1.2 only (no supported_versions extension,
+        // as `openssl s_client -tls1_2` sends), of 1.2 listed alone, of older versions.
+        for e in [
+            PeerIncompatible::SupportedVersionsExtensionRequired,
+            PeerIncompatible::Tls12NotOfferedOrEnabled,
+            PeerIncompatible::Tls12NotOffered,
+        ] {
+            assert_eq!(reason(rustls::Error::PeerIncompatible(e)), "tls_version");
+        }
+        assert_eq!(
+            reason(rustls::Error::NoCertificatesPresented),
+            "no_certificate"
+        );
+        assert_eq!(
+            reason(rustls::Error::PeerIncompatible(
+                PeerIncompatible::NoCipherSuitesInCommon
+            )),
+            "handshake_failed"
+        );
     }
 }

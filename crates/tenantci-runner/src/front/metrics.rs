@@ -31,6 +31,7 @@ pub struct Metrics {
     pending: Gauge,
     bytes: Family<Labels, Counter>,
     denied: Gauge,
+    deny_list_stale: Gauge,
     cert_expiry: Gauge<f64, AtomicU64>,
 }
 
@@ -44,6 +45,7 @@ impl Default for Metrics {
             pending: Gauge::default(),
             bytes: Family::default(),
             denied: Gauge::default(),
+            deny_list_stale: Gauge::default(),
             cert_expiry: Gauge::default(),
         };
         registry.register(
@@ -64,8 +66,13 @@ impl Default for Metrics {
         );
         registry.register(
             "denied_serials",
-            "Serials on the deny-list",
+            "Entries of the deny-list in force",
             m.denied.clone(),
+        );
+        registry.register(
+            "deny_list_stale",
+            "1 when the deny-list file is gone or unreadable and the last good list stays in force",
+            m.deny_list_stale.clone(),
         );
         registry.register(
             "serving_cert_expiry_timestamp_seconds",
@@ -106,6 +113,10 @@ impl Metrics {
 
     pub fn set_denied(&self, n: usize) {
         self.denied.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_deny_list_stale(&self, stale: bool) {
+        self.deny_list_stale.set(i64::from(stale));
     }
 
     pub fn set_cert_expiry(&self, unix: i64) {

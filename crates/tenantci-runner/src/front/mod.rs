@@ -9,8 +9,10 @@
 //!
 //! - [`config`]: `front.toml`, what `serve` starts from (clusters, allowed subjects, limits).
 //! - [`admit`]: pure: may this certificate pass to this cluster.
-//! - [`deny`]: the deny-list of serials (`front revoke`), re-read while `serve` runs.
-//! - [`limits`]: pure: new connections per second, connections per subject.
+//! - [`deny`]: the deny-list (cluster and serial), re-read while `serve` runs; fails closed.
+//! - [`revoke`]: what `front revoke` puts on it (the issuing cluster found from the ClientCAs).
+//! - [`limits`]: pure: new connections per second and handshakes in progress, per source
+//!   address and per port; connections per subject.
 //! - [`handshake`]: the outer TLS: the cluster named by ALPN, its ClientCA, the refusals as
 //!   TLS alerts.
 //! - [`relay`]: bytes both ways, counted, cut when idle, revoked or shut down.
@@ -28,6 +30,7 @@ pub mod init;
 pub mod limits;
 pub mod metrics;
 pub mod relay;
+pub mod revoke;
 pub mod serve;
 pub mod status;
 

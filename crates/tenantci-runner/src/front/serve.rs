@@ -1,13 +1,15 @@
 //! `tenantci front serve`: one public port, many clusters. Per connection, in this order: the
-//! rate and handshake bounds, the mutual-TLS handshake against the named cluster's ClientCA
-//! with the allow-list and deny-list inside it (`handshake`), the tunnel caps, then the
-//! cluster's apiserver URL resolved from the gateway at that moment, then the relay. Nothing
-//! opens a connection to an apiserver before the handshake has admitted the client. One audit
-//! line (target `tenantci::front::audit`) per connection, whatever its end.
+//! rate and handshake bounds (the source address's, then the port's), the mutual-TLS handshake
+//! against the named cluster's ClientCA with the allow-list and deny-list inside it
+//! (`handshake`), the tunnel caps, then the cluster's apiserver (its address resolved through
+//! the gateway, kept for seconds, looked up again when it fails), then the relay. Nothing opens
+//! a connection to an apiserver before the handshake has admitted the client. One audit line
+//! (target `tenantci::front::audit`) per connection, whatever its end.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -18,7 +20,7 @@ use super::admit::Client;
 use super::config::FrontConfig;
 use super::deny::{self, DenyList};
 use super::handshake::{Configs, refusal_reason};
-use super::limits::{PerSubject, Rate};
+use super::limits::{PerSubject, Rate, Source, Sources};
 use super::metrics::Metrics;
 use super::relay::{self, Counts, End};
 use tenantci_core::gateway::layout::StateDir;
@@ -33,6 +35,7 @@ struct Front {
     configs: Configs,
     resolver: Resolver,
     deny: watch::Receiver<Arc<DenyList>>,
+    deny_health: watch::Receiver<deny::ReadHealth>,
     metrics: Arc<Metrics>,
     tunnels: Arc<Semaphore>,
     handshakes: Arc<Semaphore>,
@@ -76,28 +79,51 @@ fn local(l: &TcpListener) -> Result<SocketAddr> {
 }
 
 /// A front whose certificates, ClientCAs, deny-list and gateway have been checked.
-pub struct Opened(Arc<Front>);
+pub struct Opened(Arc<Served>);
+
+/// What serving keeps beside the [`Front`]: the per-source bounds and the Clusters' addresses.
+struct Served {
+    front: Arc<Front>,
+    sources: Mutex<Sources>,
+    addresses: Mutex<Addresses>,
+}
 
 /// Checks everything the front needs before anything is served (the caller prints its ready
 /// line after this).
 pub async fn open(config: FrontConfig) -> Result<Opened> {
-    Ok(Opened(Arc::new(open_front(config).await?)))
+    for said in config.limits.clamped() {
+        tracing::warn!("front: {said}");
+    }
+    let (per_second, max_pending) = config.limits.per_source();
+    let front = Arc::new(open_front(config).await?);
+    Ok(Opened(Arc::new(Served {
+        front,
+        sources: Mutex::new(Sources::new(per_second, max_pending, Instant::now())),
+        addresses: Mutex::new(Addresses::new(ADDRESS_TTL)),
+    })))
+}
+
+/// A lock that outlives a panic elsewhere: every critical section leaves consistent counts.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Serves until `shutdown` turns true; open tunnels are cut then, each with its audit line.
 pub async fn serve(opened: Opened, bound: Bound, shutdown: watch::Receiver<bool>) {
-    let front = opened.0;
+    let served = opened.0;
     if let Some(l) = bound.metrics {
-        let app = super::metrics::router(front.metrics.clone());
+        let app = super::metrics::router(served.front.metrics.clone());
         tokio::spawn(async move { axum::serve(l, app).await });
     }
-    track_deny_list(&front);
-    accept_loop(front, bound.listener, shutdown).await;
+    track_deny_list(&served.front);
+    accept_loop(served, bound.listener, shutdown).await;
 }
 
 async fn open_front(config: FrontConfig) -> Result<Front> {
+    // Missing or damaged at start: no start (revocation fails closed).
     let initial = DenyList::load(config.deny_list_path())?;
-    let deny = deny::watch(config.deny_list_path().to_path_buf(), initial, DENY_POLL);
+    let watched = deny::watch(config.deny_list_path().to_path_buf(), initial, DENY_POLL);
+    let (deny, deny_health) = (watched.list, watched.health);
     let configs = Configs::build(&config, deny.clone())?;
     let resolver = Resolver::open(&StateDir::new(&config.state_dir)).await?;
     let metrics = Arc::new(Metrics::default());
@@ -114,6 +140,7 @@ async fn open_front(config: FrontConfig) -> Result<Front> {
         configs,
         resolver,
         deny,
+        deny_health,
         metrics,
     })
 }
@@ -129,10 +156,21 @@ fn track_deny_list(front: &Arc<Front>) {
             }
         }
     });
+    let mut health = front.deny_health.clone();
+    let metrics = front.metrics.clone();
+    tokio::spawn(async move {
+        loop {
+            let stale = matches!(*health.borrow_and_update(), deny::ReadHealth::Stale(_));
+            metrics.set_deny_list_stale(stale);
+            if health.changed().await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 async fn accept_loop(
-    front: Arc<Front>,
+    served: Arc<Served>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -142,8 +180,8 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
             accepted = listener.accept() => {
                 let Ok((tcp, peer)) = accepted else { continue };
-                let Some(permit) = admit_new(&front, peer) else { continue };
-                conns.spawn(connection(front.clone(), tcp, peer, permit, shutdown.clone()));
+                let Some(slot) = admit_new(&served, peer) else { continue };
+                conns.spawn(connection(served.clone(), tcp, peer, slot, shutdown.clone()));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -152,26 +190,49 @@ async fn accept_loop(
     while conns.join_next().await.is_some() {}
 }
 
-/// The rate and the handshake bound, before any TLS work: a refused socket is just closed.
-fn admit_new(front: &Front, peer: SocketAddr) -> Option<OwnedSemaphorePermit> {
-    let refused = if !front
-        .rate
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .admit(Instant::now())
-    {
-        "rate_limited"
-    } else {
-        match front.handshakes.clone().try_acquire_owned() {
-            Ok(p) => {
-                front.metrics.pending().inc();
-                return Some(p);
-            }
-            Err(_) => "handshakes_full",
+/// The rate and handshake bounds, the source's then the port's, before any TLS work: a
+/// refused socket is just closed.
+fn admit_new(served: &Arc<Served>, peer: SocketAddr) -> Option<HandshakeSlot> {
+    let front = &served.front;
+    let (source, now) = (Source::of(peer.ip()), Instant::now());
+    let admitted = lock(&served.sources).admit(source, now, || {
+        if !lock(&front.rate).admit(now) {
+            return Err("rate_limited");
         }
-    };
-    Audit::refused(&front.metrics, peer, "", None, refused);
-    None
+        front
+            .handshakes
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| "handshakes_full")
+    });
+    match admitted {
+        Ok(permit) => {
+            front.metrics.pending().inc();
+            Some(HandshakeSlot {
+                _port: permit,
+                served: served.clone(),
+                source,
+            })
+        }
+        Err(reason) => {
+            Audit::refused(&front.metrics, peer, "", None, reason);
+            None
+        }
+    }
+}
+
+/// A handshake's place under the port's bound and its source's, given back when dropped.
+struct HandshakeSlot {
+    _port: OwnedSemaphorePermit,
+    served: Arc<Served>,
+    source: Source,
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.served.front.metrics.pending().dec();
+        lock(&self.served.sources).release(self.source, Instant::now());
+    }
 }
 
 /// One audit line per connection.
@@ -217,17 +278,17 @@ impl Audit<'_> {
 }
 
 async fn connection(
-    front: Arc<Front>,
+    served: Arc<Served>,
     tcp: TcpStream,
     peer: SocketAddr,
-    handshake_permit: OwnedSemaphorePermit,
+    handshake_slot: HandshakeSlot,
     shutdown: watch::Receiver<bool>,
 ) {
+    let front = &served.front;
     let _ = tcp.set_nodelay(true);
     let timeout = front.config.limits.handshake_timeout.get();
-    let shaken = tokio::time::timeout(timeout, handshake(&front, tcp)).await;
-    drop(handshake_permit);
-    front.metrics.pending().dec();
+    let shaken = tokio::time::timeout(timeout, handshake(front, tcp)).await;
+    drop(handshake_slot);
     let (cluster, tls) = match shaken {
         Err(_) => return Audit::refused(&front.metrics, peer, "", None, "handshake_timeout"),
         Ok(Err((cluster, reason, client))) => {
@@ -249,13 +310,13 @@ async fn connection(
         cluster: &cluster,
         client: Some(&client),
     };
-    let _caps = match take_caps(&front, &client) {
+    let _caps = match take_caps(front, &client) {
         Ok(c) => c,
         Err(reason) => {
             return Audit::refused(&front.metrics, peer, &cluster, Some(&client), reason);
         }
     };
-    let upstream = match upstream(&front, &cluster).await {
+    let upstream = match upstream(&served, &cluster).await {
         Ok(u) => u,
         Err(reason) => {
             return Audit::refused(&front.metrics, peer, &cluster, Some(&client), reason);
@@ -264,7 +325,7 @@ async fn connection(
     front.metrics.connection(&cluster, "tunnel");
     front.metrics.tunnel_opened(&cluster);
     let counts = Arc::new(Counts::default());
-    let cut = cut_when(front.deny.clone(), client.serial.clone(), shutdown);
+    let cut = cut_when(front.deny.clone(), &cluster, &client.serial, shutdown);
     let end = relay::relay(
         tls,
         upstream,
@@ -344,37 +405,203 @@ fn take_caps<'a>(front: &'a Front, client: &Client) -> std::result::Result<Caps<
     })
 }
 
-/// The cluster's apiserver now: its leased port may have changed since the last connection.
-async fn upstream(front: &Front, cluster: &str) -> std::result::Result<TcpStream, &'static str> {
-    let resolved = front.resolver.resolve(cluster).await.map_err(|e| {
+/// How long a Cluster's resolved address is used before it is looked up again: a lookup is a
+/// call to the gateway's admin apiserver, too slow and too costly for every tunnel.
+const ADDRESS_TTL: Duration = Duration::from_secs(10);
+/// An apiserver that accepts nothing in this long is not waited on any longer.
+const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The cluster's apiserver, at its cached address; when that fails, looked up again once (its
+/// leased port may have moved) and tried there if it did move.
+async fn upstream(served: &Served, cluster: &str) -> std::result::Result<TcpStream, &'static str> {
+    let cached = lock(&served.addresses).get(cluster, Instant::now());
+    let addr = match &cached {
+        Some(a) => a.clone(),
+        None => resolve(served, cluster).await?,
+    };
+    let failed = match dial(cluster, &addr).await {
+        Ok(tcp) => return Ok(tcp),
+        Err(reason) => reason,
+    };
+    lock(&served.addresses).forget(cluster, &addr);
+    if cached.is_none() {
+        return Err(failed);
+    }
+    let fresh = resolve(served, cluster).await?;
+    let retried = if fresh == addr {
+        Err(failed)
+    } else {
+        dial(cluster, &fresh).await
+    };
+    if retried.is_err() {
+        lock(&served.addresses).forget(cluster, &fresh);
+    }
+    retried
+}
+
+/// The Cluster's `status.url` through the gateway, kept for [`ADDRESS_TTL`].
+async fn resolve(served: &Served, cluster: &str) -> std::result::Result<Upstream, &'static str> {
+    let resolved = served.front.resolver.resolve(cluster).await.map_err(|e| {
         tracing::warn!("front: cannot resolve cluster `{cluster}` through the gateway: {}; the connection is closed", e.message());
         "upstream_unresolved"
     })?;
-    let uri: http::Uri = resolved.url.parse().map_err(|_| "upstream_unresolved")?;
-    let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else {
-        return Err("upstream_unresolved");
-    };
-    let tcp = TcpStream::connect((host.trim_matches(['[', ']']), port)).await.map_err(|e| {
-        tracing::warn!("front: cannot connect to cluster `{cluster}`'s apiserver at {}: {e}; the connection is closed", resolved.url);
-        "upstream_unreachable"
+    let addr = Upstream::from_url(&resolved.url).ok_or_else(|| {
+        tracing::warn!("front: cluster `{cluster}`'s status.url `{}` names no host and port; the connection is closed", resolved.url);
+        "upstream_unresolved"
     })?;
+    lock(&served.addresses).put(cluster, addr.clone(), Instant::now());
+    Ok(addr)
+}
+
+async fn dial(cluster: &str, addr: &Upstream) -> std::result::Result<TcpStream, &'static str> {
+    let connect = TcpStream::connect((addr.host.as_str(), addr.port));
+    let tcp = match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(e)) => {
+            tracing::warn!(
+                "front: cannot connect to cluster `{cluster}`'s apiserver at {addr}: {e}; the connection is closed"
+            );
+            return Err("upstream_unreachable");
+        }
+        Err(_) => {
+            tracing::warn!(
+                "front: cluster `{cluster}`'s apiserver at {addr} did not accept within {UPSTREAM_CONNECT_TIMEOUT:?}; the connection is closed"
+            );
+            return Err("upstream_timeout");
+        }
+    };
     let _ = tcp.set_nodelay(true);
     Ok(tcp)
 }
 
-/// Resolves when `serial` lands on the deny-list (the tunnel is revoked) or at shutdown.
+/// Where a cluster's apiserver listens: the host and port of its `status.url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Upstream {
+    host: String,
+    port: u16,
+}
+
+impl Upstream {
+    fn from_url(url: &str) -> Option<Upstream> {
+        let uri: http::Uri = url.parse().ok()?;
+        Some(Upstream {
+            host: uri.host()?.trim_matches(['[', ']']).to_string(),
+            port: uri.port_u16()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The Clusters' resolved addresses, each for a lifetime; pure (time passed in). Bounded by the
+/// clusters the config names: only an admitted client's cluster is ever looked up.
+#[derive(Debug)]
+struct Addresses {
+    ttl: Duration,
+    by_cluster: HashMap<String, (Upstream, Instant)>,
+}
+
+impl Addresses {
+    fn new(ttl: Duration) -> Self {
+        Addresses {
+            ttl,
+            by_cluster: HashMap::new(),
+        }
+    }
+
+    /// The address resolved less than the lifetime ago, if any.
+    fn get(&self, cluster: &str, now: Instant) -> Option<Upstream> {
+        let (addr, at) = self.by_cluster.get(cluster)?;
+        (now.saturating_duration_since(*at) < self.ttl).then(|| addr.clone())
+    }
+
+    fn put(&mut self, cluster: &str, addr: Upstream, now: Instant) {
+        self.by_cluster.insert(cluster.to_string(), (addr, now));
+    }
+
+    /// Drops `addr` after a failed connect, unless another tunnel has put a newer one since.
+    fn forget(&mut self, cluster: &str, addr: &Upstream) {
+        if self.by_cluster.get(cluster).is_some_and(|(a, _)| a == addr) {
+            self.by_cluster.remove(cluster);
+        }
+    }
+}
+
+/// Resolves when `serial` of `cluster` lands on the deny-list (the tunnel is revoked) or at
+/// shutdown.
 async fn cut_when(
     mut deny: watch::Receiver<Arc<DenyList>>,
-    serial: String,
+    cluster: &str,
+    serial: &str,
     mut shutdown: watch::Receiver<bool>,
 ) -> End {
     loop {
-        if deny.borrow_and_update().contains(&serial) {
+        if deny.borrow_and_update().contains(cluster, serial) {
             return End::Revoked;
         }
         tokio::select! {
             changed = deny.changed() => if changed.is_err() { std::future::pending::<()>().await },
             _ = shutdown.changed() => return End::Shutdown,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(port: u16) -> Upstream {
+        Upstream {
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn an_address_is_kept_for_its_lifetime_then_looked_up_again() {
+        let t0 = Instant::now();
+        let mut a = Addresses::new(Duration::from_secs(10));
+        assert_eq!(a.get("ci", t0), None);
+        a.put("ci", at(6443), t0);
+        assert_eq!(
+            a.get("ci", t0 + Duration::from_millis(9_999)),
+            Some(at(6443))
+        );
+        assert_eq!(a.get("ci", t0 + Duration::from_secs(10)), None);
+        assert_eq!(a.get("other", t0), None);
+        // A new lookup starts a new lifetime.
+        a.put("ci", at(7000), t0 + Duration::from_secs(10));
+        assert_eq!(a.get("ci", t0 + Duration::from_secs(19)), Some(at(7000)));
+    }
+
+    #[test]
+    fn a_failed_address_is_forgotten_but_not_a_newer_one() {
+        let t0 = Instant::now();
+        let mut a = Addresses::new(Duration::from_secs(10));
+        a.put("ci", at(6443), t0);
+        // Another tunnel already found the moved port: its address stays.
+        a.put("ci", at(7000), t0);
+        a.forget("ci", &at(6443));
+        assert_eq!(a.get("ci", t0), Some(at(7000)));
+        a.forget("ci", &at(7000));
+        assert_eq!(a.get("ci", t0), None);
+    }
+
+    #[test]
+    fn an_upstream_is_the_host_and_port_of_the_status_url() {
+        assert_eq!(Upstream::from_url("https://127.0.0.1:6443"), Some(at(6443)));
+        let v6 = Upstream::from_url("https://[::1]:6443/").unwrap();
+        assert_eq!(v6.host, "::1");
+        assert_eq!(v6.to_string(), "[::1]:6443");
+        assert_eq!(Upstream::from_url("https://127.0.0.1"), None);
+        assert_eq!(Upstream::from_url("not a url"), None);
     }
 }

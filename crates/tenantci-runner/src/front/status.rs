@@ -16,7 +16,18 @@ pub struct Status {
     pub metrics_listen: Option<String>,
     pub serving_cert: CertStatus,
     pub clusters: Vec<ClusterStatus>,
+    /// Where the deny-list lives, and whether it reads (a running front keeps its last good
+    /// list while it does not).
+    pub deny_list: DenyListStatus,
     pub denied: Vec<Denied>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DenyListStatus {
+    pub path: String,
+    /// Why it cannot be read; None when it reads.
+    pub problem: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -36,6 +47,8 @@ pub struct ClusterStatus {
 
 #[derive(Debug, Serialize)]
 pub struct Denied {
+    /// The cluster whose ClientCA issued it; None: refused on every cluster.
+    pub cluster: Option<String>,
     pub serial: String,
     pub note: String,
 }
@@ -57,7 +70,12 @@ pub fn serving_cert(config: &FrontConfig) -> Result<CertInfo> {
 
 pub fn read(config: &FrontConfig) -> Result<Status> {
     let cert = serving_cert(config)?;
-    let deny = DenyList::load(config.deny_list_path())?;
+    // Status is what an operator runs when something is wrong: an unreadable list is reported,
+    // not a reason to show nothing.
+    let (deny, problem) = match DenyList::load(config.deny_list_path()) {
+        Ok(list) => (list, None),
+        Err(e) => (DenyList::default(), Some(e.message().to_string())),
+    };
     Ok(Status {
         listen: config.listen.to_string(),
         metrics_listen: config.metrics_listen.map(|a| a.to_string()),
@@ -77,11 +95,16 @@ pub fn read(config: &FrontConfig) -> Result<Status> {
                     .collect(),
             })
             .collect(),
+        deny_list: DenyListStatus {
+            path: config.deny_list_path().display().to_string(),
+            problem,
+        },
         denied: deny
             .entries()
-            .map(|(s, n)| Denied {
-                serial: s.into(),
-                note: n.into(),
+            .map(|e| Denied {
+                cluster: e.cluster.map(str::to_string),
+                serial: e.serial.into(),
+                note: e.note.into(),
             })
             .collect(),
     })
@@ -106,9 +129,20 @@ pub fn render(s: &Status) -> String {
             ));
         }
     }
-    out.push_str(&format!("denied serials: {}\n", s.denied.len()));
+    match &s.deny_list.problem {
+        None => out.push_str(&format!(
+            "deny-list {}: {} entries\n",
+            s.deny_list.path,
+            s.denied.len()
+        )),
+        Some(why) => out.push_str(&format!(
+            "deny-list {}: UNREADABLE: {why}\n  a running front keeps the list it last read; a front that starts now refuses to\n",
+            s.deny_list.path
+        )),
+    }
     for d in &s.denied {
-        out.push_str(&format!("  {}  {}\n", d.serial, d.note));
+        let cluster = d.cluster.as_deref().unwrap_or("every cluster");
+        out.push_str(&format!("  {cluster}  {}  {}\n", d.serial, d.note));
     }
     out
 }

@@ -77,9 +77,14 @@ pub struct VerifyReport {
 
 /// Half one: the certificate names the user and group the binding expects.
 pub fn check_subject(cert: &CertInfo, common_name: &str, group: &str) -> Result<()> {
-    if cert.common_name.as_deref() != Some(common_name)
-        || !cert.organizations.iter().any(|o| o == group)
-    {
+    let identity = cert.identity().map_err(|a| {
+        Error::check_failed(format!(
+            "the credential's certificate `{}` is refused: {a}",
+            cert.subject
+        ))
+        .hint("re-mint it with --rotate: tenantci writes one CN and UTF8String values only")
+    })?;
+    if identity.user != common_name || !identity.groups.iter().any(|o| o == group) {
         return Err(Error::check_failed(format!(
             "the credential's certificate is `{}` but the binding expects user `{common_name}` in group `{group}`",
             cert.subject

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_runner::front::{
-    bundle, config::FrontConfig, config::Subject, connect, deny, init, serve, status,
+    bundle, config::FrontConfig, config::Subject, connect, init, revoke, serve, status,
 };
 
 #[derive(Debug, Subcommand)]
@@ -37,10 +37,13 @@ pub enum FrontCommand {
     Serve(ServeArgs),
     /// Put a certificate on the front's deny-list (by --cert or --serial).
     ///
-    /// A running front re-reads the list every second: new connections with that serial are
-    /// refused and open tunnels carrying it are closed within seconds. The apiserver itself has
-    /// no revocation: mint a new credential for the runner, and keep the serial listed until the
-    /// old certificate expires.
+    /// An entry names the cluster whose ClientCA issued the certificate and its serial: --cert
+    /// finds that cluster itself; --serial applies to --cluster, or to every cluster the front
+    /// serves when --cluster is left out. A running front re-reads the list every second: new
+    /// connections with that certificate are refused and open tunnels carrying it are closed
+    /// within seconds. The apiserver itself has no revocation: mint a new credential for the
+    /// runner, and keep the entry until the old certificate expires. The list must exist (`front
+    /// init` writes it); exit 2 when it does not, nothing written.
     Revoke(RevokeArgs),
     /// What the front admits (clusters, allowed subjects) and refuses (denied serials).
     Status(StatusArgs),
@@ -58,7 +61,8 @@ pub enum FrontCommand {
     /// gitlab-runner's config.toml keeps host = https://127.0.0.1:<port> and the apiserver's
     /// CA; its TLS runs end to end inside the tunnel. Prints a ready line (JSON) on stdout once
     /// listening; SIGTERM stops it (exit 0). packaging/systemd/tenantci-front-connect.service
-    /// runs it.
+    /// runs it. Any local process can connect: --max-connections and --idle-timeout bound what
+    /// they can hold of the runner's place at the front.
     Connect(ConnectArgs),
 }
 
@@ -125,6 +129,10 @@ pub struct RevokeArgs {
     /// The serial to refuse, hex (colons allowed), as `openssl x509 -noout -serial` prints it.
     #[arg(long, value_name = "HEX")]
     pub serial: Option<String>,
+    /// The cluster whose ClientCA issued --serial (default: every cluster the front serves;
+    /// with --cert, the certificate's own cluster).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
     /// A note kept beside the serial (who, why).
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
@@ -204,6 +212,34 @@ pub struct ConnectArgs {
     /// Listen here instead of the bundle's address (loopback only).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Local connections open at once, each one tunnel through the front (and one place under
+    /// its max_per_subject); more are closed at once, with a warning naming this flag.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = connect::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections: u32,
+    /// A tunnel with no byte either way for this long is closed (Go duration; keep it above the
+    /// apiserver's watch timeout, as the front's idle_timeout).
+    #[arg(long, value_name = "DURATION", default_value = connect::DEFAULT_IDLE_TIMEOUT)]
+    pub idle_timeout: String,
+}
+
+impl ConnectArgs {
+    /// The local side's bounds from the flags (the bundle has none).
+    fn local(&self) -> Result<connect::Local> {
+        let idle_timeout =
+            tenantci_core::duration::parse_positive(&self.idle_timeout).map_err(|e| {
+                Error::bad_input(format!("--idle-timeout `{}` {e}", self.idle_timeout))
+                    .hint("pass a Go duration such as 1h or 90m")
+            })?;
+        Ok(connect::Local {
+            max_connections: self.max_connections,
+            idle_timeout,
+        })
+    }
 }
 
 pub async fn run(cmd: FrontCommand) -> Result<i32> {
@@ -283,6 +319,8 @@ async fn serve_front(a: ServeArgs) -> Result<i32> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Revoked {
+    /// None: every cluster the front serves.
+    cluster: Option<String>,
     serial: String,
     added: bool,
     deny_list: String,
@@ -290,48 +328,34 @@ struct Revoked {
 
 fn revoke(a: RevokeArgs) -> Result<i32> {
     let config = FrontConfig::load(&a.config)?;
-    let (serial, subject) = match (&a.cert, &a.serial) {
-        (Some(path), _) => {
-            let pem = tenantci_core::input::read_text(
-                "the certificate to revoke",
-                path,
-                tenantci_core::input::MAX_PEM,
-            )?;
-            let info = tenantci_core::pki::inspect::CertInfo::from_pem(&pem).map_err(|e| {
-                Error::bad_input(format!("`{}` is not a certificate: {e}", path.display()))
-                    .hint("give the PEM certificate (tls.crt), or its serial with --serial")
-            })?;
-            (info.serial_hex, info.subject)
-        }
-        (None, Some(s)) => (s.clone(), String::new()),
+    let target = match (&a.cert, &a.serial) {
+        (Some(path), _) => revoke::Target::Cert(path),
+        (None, Some(s)) => revoke::Target::Serial(s),
         (None, None) => unreachable!("clap requires --cert or --serial"),
     };
-    let serial = deny::normalize(&serial).ok_or_else(|| {
-        Error::bad_input(format!("--serial `{serial}` is not hex"))
-            .hint("give it as `openssl x509 -noout -serial` prints it, e.g. 1A2B:3C or 1a2b3c")
-    })?;
-    let path = config.deny_list_path().to_path_buf();
-    let mut list = deny::DenyList::load(&path)?;
-    let note = a.note.unwrap_or(subject);
-    let added = list.add(serial.clone(), note.replace('\n', " "));
-    if added {
-        list.save(&path)?;
-    }
+    let r = revoke::plan(&config, target, a.cluster.as_deref(), a.note.as_deref())?;
+    let path = config.deny_list_path();
+    let added = revoke::apply(path, &r)?;
     let out = Revoked {
-        serial,
+        cluster: r.cluster,
+        serial: r.serial,
         added,
         deny_list: path.display().to_string(),
+    };
+    let scope = match &out.cluster {
+        Some(c) => format!("cluster {c}"),
+        None => "every cluster".to_string(),
     };
     if a.output.is_json() {
         output::print_json(&out)?;
     } else if out.added {
         println!(
-            "serial {} is denied ({}); a running front closes its tunnels within seconds",
+            "serial {} is denied on {scope} ({}); a running front closes its tunnels within seconds",
             out.serial, out.deny_list
         );
     } else {
         println!(
-            "serial {} was already denied ({})",
+            "serial {} was already denied on {scope} ({})",
             out.serial, out.deny_list
         );
     }
@@ -405,6 +429,7 @@ fn unpack(a: UnpackArgs) -> Result<i32> {
 }
 
 async fn connect_front(a: ConnectArgs) -> Result<i32> {
+    let local = a.local()?;
     let b = bundle::Bundle::load(&a.bundle)?;
     let dialer = connect::Dialer::new(&b)?;
     let shutdown = shutdown_on_signal();
@@ -417,6 +442,42 @@ async fn connect_front(a: ConnectArgs) -> Result<i32> {
         serde_json::json!({"type": "ready", "listen": addr.to_string(), "front": b.front, "cluster": b.cluster})
     );
     tracing::info!(%addr, front = b.front.as_str(), cluster = b.cluster.as_str(), "front connect: listening");
-    connect::serve(dialer, listener, shutdown).await;
+    connect::serve(dialer, listener, local, shutdown).await;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Connect {
+        #[command(flatten)]
+        args: super::ConnectArgs,
+    }
+
+    fn parse(flags: &[&str]) -> Result<Connect, clap::Error> {
+        Connect::try_parse_from(std::iter::once("connect").chain(flags.iter().copied()))
+    }
+
+    #[test]
+    fn connect_flags_become_the_local_bounds() {
+        let d = parse(&[]).unwrap().args.local().unwrap();
+        assert_eq!(d.max_connections, 64);
+        assert_eq!(d.idle_timeout, std::time::Duration::from_secs(3600));
+        let a = parse(&["--max-connections", "2", "--idle-timeout", "90s"]).unwrap();
+        let l = a.args.local().unwrap();
+        assert_eq!(l.max_connections, 2);
+        assert_eq!(l.idle_timeout, std::time::Duration::from_secs(90));
+    }
+
+    #[test]
+    fn zero_or_malformed_connect_bounds_are_refused() {
+        assert!(parse(&["--max-connections", "0"]).is_err());
+        for bad in ["0", "0s", "ten", "1 hour"] {
+            let a = parse(&["--idle-timeout", bad]).unwrap();
+            let e = a.args.local().unwrap_err();
+            assert!(e.message().contains("--idle-timeout"), "{}", e.message());
+        }
+    }
 }

@@ -492,11 +492,11 @@ fn the_layering_check_fails_when_a_crate_breaks_its_rule() {
     );
 }
 
-/// A copy of tenantci-dispatch's sources beside the manifests: what the module rules read.
-fn dispatch_sources_copy() -> tempfile::TempDir {
+/// A copy of `krate`'s sources beside the manifests: what the import rules read.
+fn sources_copy(krate: &str) -> tempfile::TempDir {
     let dir = manifests_copy();
-    let from = repo_file("crates/tenantci-dispatch/src");
-    let to = dir.path().join("crates/tenantci-dispatch/src");
+    let from = repo_file(&format!("crates/{krate}/src"));
+    let to = dir.path().join(format!("crates/{krate}/src"));
     let status = Command::new("cp")
         .arg("-R")
         .arg(format!("{}/.", from.display()))
@@ -514,7 +514,7 @@ fn dispatch_sources_copy() -> tempfile::TempDir {
 /// the file, the line and the import.
 #[test]
 fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
-    let as_is = dispatch_sources_copy();
+    let as_is = sources_copy("tenantci-dispatch");
     assert_exit(&check_layering(as_is.path(), "--locked"), 0);
     let upward = "use crate::facade::handout::Handout;\n";
     for (file, import, expected) in [
@@ -539,7 +539,7 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
             "task/recovery.rs:1 -> task/registry.rs: `use crate::task::registry::Registry;`",
         ),
     ] {
-        let broken = dispatch_sources_copy();
+        let broken = sources_copy("tenantci-dispatch");
         let path = broken
             .path()
             .join("crates/tenantci-dispatch/src")
@@ -565,21 +565,6 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
     }
 }
 
-/// A copy of the simulator's sources beside the manifests: what its import rule reads.
-fn sim_sources_copy() -> tempfile::TempDir {
-    let dir = manifests_copy();
-    let from = repo_file("crates/tenantci-sim/src");
-    let to = dir.path().join("crates/tenantci-sim/src");
-    let status = Command::new("cp")
-        .arg("-R")
-        .arg(format!("{}/.", from.display()))
-        .arg(&to)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    dir
-}
-
 /// The simulator reads certificate subjects, quantities and DNS names by its own code: its
 /// sources as they are pass (and a mention in a comment or a string is no import), and a copy
 /// that imports core's certificate reader, quantities or DNS names fails, naming the file, the
@@ -587,7 +572,7 @@ fn sim_sources_copy() -> tempfile::TempDir {
 /// group over several lines, a nested group, an alias of core's pki module, a path in code).
 #[test]
 fn the_layering_check_keeps_the_simulator_from_the_product_s_readers() {
-    let as_is = sim_sources_copy();
+    let as_is = sources_copy("tenantci-sim");
     let lib = as_is.path().join("crates/tenantci-sim/src/lib.rs");
     let text = std::fs::read_to_string(&lib).unwrap();
     let mention = "// not tenantci_core::dns\nconst _NOTE: &str = \"tenantci_core::quantity\";\n";
@@ -620,7 +605,7 @@ fn the_layering_check_keeps_the_simulator_from_the_product_s_readers() {
             "crates/tenantci-sim/src/scheduler.rs:1: `tenantci_core::dns::is_label` reaches tenantci_core::dns",
         ),
     ] {
-        let broken = sim_sources_copy();
+        let broken = sources_copy("tenantci-sim");
         let path = broken.path().join("crates/tenantci-sim/src").join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, format!("{import}{text}")).unwrap();

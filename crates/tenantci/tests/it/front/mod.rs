@@ -3,7 +3,10 @@
 //! and `runner check` through the tunnel. Connections reaching the apiserver are counted at the
 //! simulator, so "refused at the front" means nothing arrived there.
 
+mod attack;
+mod fairness;
 mod refusals;
+mod revocation;
 mod runner;
 mod tunnel;
 
@@ -116,9 +119,14 @@ pub async fn gateway(limits: &[(&str, i64)]) -> Gateway {
 
 fn bootstrap(root: &Path) -> Command {
     std::fs::write(root.join("token"), "glrt-front-test\n").unwrap();
+    bootstrap_command(root, &root.join("creds"))
+}
+
+/// `bootstrap runner` of the gateway under `root` with its credential in `creds`.
+pub fn bootstrap_command(root: &Path, creds: &Path) -> Command {
     let mut cmd = bootstrap_gitlab(
         &root.join("state"),
-        &root.join("creds"),
+        creds,
         &root.join("gateway-runner/config.toml"),
     );
     cmd.args([
@@ -217,12 +225,9 @@ impl RunnerHost {
     }
 }
 
-/// Writes a bundle for the credential in `creds` with `front bundle`, then starts `front
-/// connect` from it on `listen_ip`.
-pub async fn runner_host(gw: &Gateway, creds: &Path, listen_ip: &str) -> RunnerHost {
-    let dir = scratch();
-    let port = free_port(listen_ip);
-    let bundle = dir.path().join("front-bundle.json");
+/// `front bundle` of the credential in `creds` for cluster `ci`, `front connect` to listen on
+/// `listen`, written to `out`.
+pub fn bundle_command(gw: &Gateway, creds: &Path, listen: &str, out: &Path) -> Command {
     let mut cmd = tenantci();
     cmd.args([
         "front",
@@ -232,13 +237,23 @@ pub async fn runner_host(gw: &Gateway, creds: &Path, listen_ip: &str) -> RunnerH
         "--front",
         &gw.front_addr,
     ])
-    .args(["--listen", &format!("{listen_ip}:{port}")])
+    .args(["--listen", listen])
     .arg("--credential-dir")
     .arg(creds)
     .arg("--front-ca")
     .arg(gw.front_dir().join("front-ca.crt"))
     .arg("--out")
-    .arg(&bundle);
+    .arg(out);
+    cmd
+}
+
+/// Writes a bundle for the credential in `creds` with `front bundle`, then starts `front
+/// connect` from it on `listen_ip`.
+pub async fn runner_host(gw: &Gateway, creds: &Path, listen_ip: &str) -> RunnerHost {
+    let dir = scratch();
+    let port = free_port(listen_ip);
+    let bundle = dir.path().join("front-bundle.json");
+    let cmd = bundle_command(gw, creds, &format!("{listen_ip}:{port}"), &bundle);
     assert_exit(&blocking(cmd).await, 0);
     connect(dir, port, listen_ip).await
 }

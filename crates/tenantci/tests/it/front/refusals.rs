@@ -2,7 +2,7 @@
 //! connection reaching the simulator's apiserver: another CA, system:masters (signed by the
 //! cluster's own ClientCA), a subject outside the allow-list, a revoked serial.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Gateway, blocking, connect, gateway, runner_host};
 use crate::util::{assert_exit, scratch, tenantci};
@@ -32,13 +32,19 @@ fn credential(dir: &Path, gw: &Gateway, ca: &CertificateAuthority, cn: &str, org
     }
 }
 
-fn client_ca(gw: &Gateway) -> CertificateAuthority {
+/// Cluster `ci`'s ClientCA certificate and key files.
+pub(super) fn client_ca_files(gw: &Gateway) -> (PathBuf, PathBuf) {
     let pki = gw.state().join("clusters/ci/pki");
-    CertificateAuthority::load(&pki.join("client-ca.crt"), &pki.join("client-ca.key")).unwrap()
+    (pki.join("client-ca.crt"), pki.join("client-ca.key"))
+}
+
+fn client_ca(gw: &Gateway) -> CertificateAuthority {
+    let (cert, key) = client_ca_files(gw);
+    CertificateAuthority::load(&cert, &key).unwrap()
 }
 
 /// A bundle for `creds`, written by hand: `front bundle` itself refuses a system: group.
-async fn forged_host(gw: &Gateway, creds: &Path) -> super::RunnerHost {
+pub(super) async fn forged_host(gw: &Gateway, creds: &Path) -> super::RunnerHost {
     let good = runner_host(gw, &gw.creds(), "127.0.0.2").await;
     let mut bundle: serde_json::Value =
         serde_json::from_slice(&std::fs::read(good.bundle()).unwrap()).unwrap();
@@ -60,15 +66,23 @@ async fn forged_host(gw: &Gateway, creds: &Path) -> super::RunnerHost {
 
 /// One request through a tunnel carrying `creds`: refused, with `reason` in the audit line,
 /// and no connection at the apiserver.
-async fn assert_refused(gw: &Gateway, host: &super::RunnerHost, creds: &Path, reason: &str) {
+pub(super) async fn assert_refused(
+    gw: &Gateway,
+    host: &super::RunnerHost,
+    creds: &Path,
+    reason: &str,
+) {
     let before = gw.apiserver_connections();
     let o = blocking(host.curl(creds, PODS)).await;
     assert_ne!(o.status.code(), Some(0), "{reason}: passed the front");
     let after = gw.apiserver_connections();
     assert_eq!(after, before, "{reason}: reached the apiserver");
-    let audit = gw.audit();
+    // The client sees the alert before the front has written its audit line: wait for it.
     let line = format!("end=\"{reason}\"");
-    assert!(audit.contains(&line), "no {line} in the audit:\n{audit}");
+    tenantci_testkit::wait::eventually(&format!("{line} in the audit"), || async {
+        gw.audit().contains(&line).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,23 +174,7 @@ async fn bad_input_is_refused_with_one_sentence_and_nothing_written() {
         ("127.0.0.1:6443", &out),
         ("0.0.0.0:6443", &gw.root().join("new.json")),
     ] {
-        let mut b = tenantci();
-        b.args([
-            "front",
-            "bundle",
-            "--cluster",
-            "ci",
-            "--front",
-            &gw.front_addr,
-            "--listen",
-            listen,
-        ])
-        .arg("--credential-dir")
-        .arg(gw.creds())
-        .arg("--front-ca")
-        .arg(gw.front_dir().join("front-ca.crt"))
-        .arg("--out")
-        .arg(file);
+        let b = super::bundle_command(&gw, &gw.creds(), listen, file);
         assert_exit(&blocking(b).await, 2);
     }
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep");
