@@ -25,6 +25,10 @@ pub struct KubeSubject {
     pub organizations: Vec<String>,
     /// Attributes whose value Go cannot decode (it refuses such a certificate outright).
     pub undecodable: Vec<Undecodable>,
+    /// Attributes a reader may take differently from kube-apiserver: a T61String or BMPString
+    /// value beyond ASCII (Go releases before 1.20 read T61 bytes raw, not as Latin-1), or
+    /// the Kubernetes user UID attribute (read from 1.34 on; tenantci never writes one).
+    pub unsteady: Vec<Undecodable>,
     /// RFC 4514-ish text in the certificate's order, e.g. `O=gitlab-runner, CN=gitlab-runner`;
     /// an undecodable value is shown as `#` and its DER in hex, as RFC 4514 spells it.
     pub text: String,
@@ -52,8 +56,12 @@ pub struct KubeIdentity {
 pub enum Ambiguity {
     NoCommonName,
     SeveralCommonNames(Vec<String>),
-    EmptyValue { attribute: &'static str },
+    EmptyValue {
+        attribute: &'static str,
+    },
     Undecodable(Undecodable),
+    /// Readable, but not the same way by every kube-apiserver release.
+    Unsteady(Undecodable),
 }
 
 impl fmt::Display for Ambiguity {
@@ -74,6 +82,11 @@ impl fmt::Display for Ambiguity {
                 "the subject's {} is a {}, which kube-apiserver does not read as this tool would",
                 u.attribute, u.why
             ),
+            Ambiguity::Unsteady(u) => write!(
+                f,
+                "the subject's {} is {}, which kube-apiserver releases read differently",
+                u.attribute, u.why
+            ),
         }
     }
 }
@@ -86,12 +99,15 @@ impl Ambiguity {
             Ambiguity::SeveralCommonNames(_) => "subject_several_cn",
             Ambiguity::EmptyValue { .. } => "subject_empty_value",
             Ambiguity::Undecodable(_) => "subject_undecodable",
+            Ambiguity::Unsteady(_) => "subject_unsteady",
         }
     }
 }
 
 const OID_CN: &str = "2.5.4.3";
 const OID_O: &str = "2.5.4.10";
+/// Kubernetes' user UID in a client certificate (the `AllowParsingUserUIDFromCertAuth` gate).
+const OID_KUBE_UID: &str = "1.3.6.1.4.1.57683.2";
 
 impl KubeSubject {
     pub fn read(name: &X509Name<'_>) -> Self {
@@ -102,10 +118,15 @@ impl KubeSubject {
             let label = match oid.as_str() {
                 OID_CN => "CN".to_string(),
                 OID_O => "O".to_string(),
+                OID_KUBE_UID => "UID".to_string(),
                 _ => short_label(&oid),
             };
             match decode(attr.attr_value()) {
                 Ok(value) => {
+                    if let Some(why) = unsteady(&oid, attr.attr_value().tag(), &value) {
+                        let attribute = label.clone();
+                        subject.unsteady.push(Undecodable { attribute, why });
+                    }
                     parts.push(format!("{label}={value}"));
                     match oid.as_str() {
                         OID_CN => subject.common_names.push(value),
@@ -140,6 +161,9 @@ impl KubeSubject {
         if let Some(u) = self.undecodable.first() {
             return Err(Ambiguity::Undecodable(u.clone()));
         }
+        if let Some(u) = self.unsteady.first() {
+            return Err(Ambiguity::Unsteady(u.clone()));
+        }
         let user = match self.common_names.as_slice() {
             [] => return Err(Ambiguity::NoCommonName),
             [one] => one,
@@ -156,6 +180,19 @@ impl KubeSubject {
             groups: self.organizations.clone(),
         })
     }
+}
+
+/// Why a readable attribute is still read differently across kube-apiserver releases.
+fn unsteady(oid: &str, tag: Tag, value: &str) -> Option<String> {
+    if oid == OID_KUBE_UID {
+        return Some("a Kubernetes user UID, which tenantci never writes".into());
+    }
+    let legacy = match tag {
+        Tag::T61String => "T61String",
+        Tag::BmpString => "BMPString",
+        _ => return None,
+    };
+    (!value.is_ascii()).then(|| format!("a {legacy} beyond ASCII"))
 }
 
 fn short_label(oid: &str) -> String {
@@ -289,10 +326,17 @@ mod tests {
             (CN, tags::TAG_UTF8STRING, b"gitlab-runner"),
         ]));
         assert_eq!(s.organizations, ["gitlab-runner", "system:masters", "café"]);
-        let id = s.identity().unwrap();
-        assert_eq!(id.user, "gitlab-runner");
-        assert!(id.groups.contains(&"system:masters".to_string()));
         assert!(s.text.contains("O=system:masters"), "{}", s.text);
+        // café is read as Go 1.20+ reads it, but older releases read T61 bytes raw.
+        assert_eq!(s.identity().unwrap_err().reason(), "subject_unsteady");
+        let ascii = read(&name(&[
+            (O, tags::TAG_BMPSTRING, &masters),
+            (O, tags::TAG_TELETEXSTRING, b"ci"),
+            (CN, tags::TAG_UTF8STRING, b"gitlab-runner"),
+        ]));
+        let id = ascii.identity().unwrap();
+        assert_eq!(id.user, "gitlab-runner");
+        assert_eq!(id.groups, ["system:masters", "ci"]);
     }
 
     #[test]
@@ -363,6 +407,22 @@ mod tests {
             empty_o.identity().unwrap_err().reason(),
             "subject_empty_value"
         );
+    }
+
+    #[test]
+    fn a_kubernetes_uid_or_a_legacy_string_beyond_ascii_is_refused() {
+        const UID: &[u64] = &[1, 3, 6, 1, 4, 1, 57683, 2];
+        let uid = read(&name(&[
+            (O, tags::TAG_UTF8STRING, b"g"),
+            (CN, tags::TAG_UTF8STRING, b"u"),
+            (UID, tags::TAG_UTF8STRING, b"1234"),
+        ]));
+        let e = uid.identity().unwrap_err();
+        assert_eq!(e.reason(), "subject_unsteady");
+        assert!(e.to_string().contains("UID"), "{e}");
+        // U+0141 is two bytes each below 0x80: judged by the character, not the bytes.
+        let bmp = read(&name(&[(CN, tags::TAG_BMPSTRING, b"\x01\x41")]));
+        assert_eq!(bmp.identity().unwrap_err().reason(), "subject_unsteady");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tenantci_core::fsutil::{self, MODE_SECRET};
 use tenantci_core::gateway::StateDir;
 use tenantci_core::input::{self, MAX_PEM};
 use tenantci_core::pki::inspect::{CertInfo, rfc3339};
+use tenantci_core::pki::kube_subject::KubeIdentity;
 use tenantci_core::pki::{CertificateAuthority, ClientCertSpec, KeyType, issue};
 use tenantci_core::{Error, Result, kubeconfig};
 use tenantci_runner::credential::CredentialFiles;
@@ -95,12 +96,13 @@ pub async fn prepare(
         ))
         .hint("pass --state-dir and --cluster, as to `dispatch init`; nothing was written"));
     };
+    let identity = renewable_identity(cert, &dir)?;
     let ca = client_ca(gateway, cert, now)?;
     let issued = issue::client_cert(
         &ca,
         &ClientCertSpec {
-            common_name: cert.common_name.clone().unwrap_or_default(),
-            organizations: cert.organizations.clone(),
+            common_name: identity.user,
+            organizations: identity.groups,
             valid_for: lifetime(cert),
             key_type: KeyType::EcdsaP256,
         },
@@ -110,6 +112,22 @@ pub async fn prepare(
         why,
         renewed: Box::new(Renewed { files, issued }),
     })
+}
+
+/// The identity the new certificate repeats: the old one's as kube-apiserver reads it, refused
+/// when ambiguous or when it is one a credential may not have (a `system:` name), so a renewal
+/// never re-signs what `credential mint` would refuse.
+fn renewable_identity(cert: &CertInfo, dir: &Path) -> Result<KubeIdentity> {
+    let identity = cert.identity().map_err(|a| {
+        Error::bad_input(format!(
+            "the credential in `{}` is not renewed: {a}",
+            dir.display()
+        ))
+        .hint("move that directory aside and re-run `tenantci dispatch init` with --state-dir and --cluster: it mints a new one; nothing was written")
+    })?;
+    tenantci_core::pki::policy::check_common_name(&identity.user)?;
+    tenantci_core::pki::policy::check_organizations(&identity.groups)?;
+    Ok(identity)
 }
 
 /// The old credential's lifetime (720 h unless init was given another).

@@ -38,25 +38,48 @@ impl Client {
         })
     }
 
-    /// `CN=..., O=...`, for the audit line and the per-subject cap; an ambiguous subject is
-    /// shown whole, in its own order, so the audit names every CN.
+    /// `CN=..., O=...`, for the audit line and the per-subject cap, each value escaped as RFC
+    /// 4514 does (a CN holding `, O=x` cannot forge a group in the audit, nor share another
+    /// identity's cap); an ambiguous subject is shown whole, in its own order, so the audit
+    /// names every CN.
     pub fn subject(&self) -> String {
         if self.ambiguity.is_some() {
-            return self.text.clone();
+            return self.text.escape_debug().to_string();
         }
-        let mut s = format!("CN={}", self.common_name);
+        let mut s = format!("CN={}", escape(&self.common_name));
         for o in &self.organizations {
             s.push_str(", O=");
-            s.push_str(o);
+            s.push_str(&escape(o));
         }
         s
     }
+}
+
+/// An attribute value as RFC 4514 writes it: `,+"\\<>;=` and a leading `#` or space or a
+/// trailing space behind a backslash, control characters as `\\xx`.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let last = value.chars().count().saturating_sub(1);
+    for (i, c) in value.chars().enumerate() {
+        let edge = (i == 0 && (c == '#' || c == ' ')) || (i == last && c == ' ');
+        if c.is_control() {
+            out.push_str(&format!("\\{:02x}", u32::from(c)));
+        } else if edge || ",+\"\\<>;=".contains(c) {
+            out.push('\\');
+            out.push(c);
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// `system:masters` is cluster-admin: never through the front, whatever the config says.
     SystemMasters,
+    /// Another `system:` group (`system:nodes`, ...): Kubernetes' own, never a runner's.
+    SystemGroup,
     /// A subject the apiserver could read as another identity than the front does.
     Ambiguous(Ambiguity),
     NotAllowed,
@@ -68,6 +91,9 @@ impl fmt::Display for Refusal {
         match self {
             Refusal::SystemMasters => {
                 f.write_str("system:masters is never allowed through the front")
+            }
+            Refusal::SystemGroup => {
+                f.write_str("a system: group is never allowed through the front")
             }
             Refusal::Ambiguous(a) => a.fmt(f),
             Refusal::NotAllowed => f.write_str("subject not in the cluster's allow-list"),
@@ -81,6 +107,7 @@ impl Refusal {
     pub fn reason(&self) -> &'static str {
         match self {
             Refusal::SystemMasters => "system_masters",
+            Refusal::SystemGroup => "system_group",
             Refusal::Ambiguous(a) => a.reason(),
             Refusal::NotAllowed => "not_allowed",
             Refusal::Revoked => "revoked",
@@ -88,10 +115,19 @@ impl Refusal {
     }
 }
 
-/// The decision, in this order: cluster-admin, a subject read two ways, revoked, allowed.
+/// The decision, in this order: cluster-admin, another system group, a subject read two ways,
+/// revoked, allowed. Allowed means every group the certificate carries is allowed with its CN:
+/// a group beyond them could be bound to more than the runner's role.
 pub fn decide(rule: &ClusterRule, client: &Client, deny: &DenyList) -> Result<(), Refusal> {
     if client.organizations.iter().any(|o| o == "system:masters") {
         return Err(Refusal::SystemMasters);
+    }
+    if client
+        .organizations
+        .iter()
+        .any(|o| o.starts_with("system:"))
+    {
+        return Err(Refusal::SystemGroup);
     }
     if let Some(a) = &client.ambiguity {
         return Err(Refusal::Ambiguous(a.clone()));
@@ -99,10 +135,12 @@ pub fn decide(rule: &ClusterRule, client: &Client, deny: &DenyList) -> Result<()
     if deny.contains(&rule.name, &client.serial) {
         return Err(Refusal::Revoked);
     }
-    let allowed = rule.allow.iter().any(|s| {
-        s.common_name == client.common_name && client.organizations.contains(&s.organization)
-    });
-    if allowed {
+    let allowed_with = |o: &String| {
+        rule.allow
+            .iter()
+            .any(|s| s.common_name == client.common_name && s.organization == *o)
+    };
+    if !client.organizations.is_empty() && client.organizations.iter().all(allowed_with) {
         Ok(())
     } else {
         Err(Refusal::NotAllowed)
@@ -143,6 +181,11 @@ mod tests {
         assert_eq!(decide(&rule(), &other_cn, &deny), Err(Refusal::NotAllowed));
         let other_o = client("gitlab-runner", &["dev"], "1a");
         assert_eq!(decide(&rule(), &other_o, &deny), Err(Refusal::NotAllowed));
+        // A group beyond the allowed ones, even beside an allowed one.
+        let extra = client("gitlab-runner", &["gitlab-runner", "developers"], "1a");
+        assert_eq!(decide(&rule(), &extra, &deny), Err(Refusal::NotAllowed));
+        let nodes = client("gitlab-runner", &["gitlab-runner", "system:nodes"], "1a");
+        assert_eq!(decide(&rule(), &nodes, &deny), Err(Refusal::SystemGroup));
         let revoked = DenyList::parse("1A\n").unwrap();
         assert_eq!(decide(&rule(), &ok, &revoked), Err(Refusal::Revoked));
         let elsewhere = DenyList::parse("other 1A\n").unwrap();
@@ -182,6 +225,16 @@ mod tests {
         assert!(
             c.subject().contains("CN=tenant-admin"),
             "the audit shows every CN"
+        );
+    }
+
+    #[test]
+    fn the_audit_subject_escapes_what_could_forge_a_group() {
+        let c = client("a, O=system:masters", &["g\nx"], "1");
+        assert_eq!(c.subject(), "CN=a\\, O\\=system:masters, O=g\\0ax");
+        assert_ne!(
+            c.subject(),
+            client("a", &["system:masters", "g"], "1").subject()
         );
     }
 }

@@ -186,14 +186,12 @@ pub fn watch(path: PathBuf, initial: DenyList, every: Duration) -> Watched {
             let now = match DenyList::load(&path) {
                 Ok(list) => {
                     if **tx.borrow() != list {
-                        tracing::info!(
-                            entries = list.len(),
-                            "front: deny-list changed; re-checking open tunnels"
-                        );
+                        report_change(&path, &tx.borrow(), &list);
                         let _ = tx.send(Arc::new(list));
                     }
                     ReadHealth::Current
                 }
+                Err(_) if !path.exists() => ReadHealth::Stale("the file is gone".into()),
                 Err(e) => ReadHealth::Stale(e.message().to_string()),
             };
             report_health(&path, &health_tx, now);
@@ -202,13 +200,38 @@ pub fn watch(path: PathBuf, initial: DenyList, every: Duration) -> Watched {
     Watched { list, health }
 }
 
+/// Logs a change; an entry gone from the list is a warning naming it: a truncated file, an
+/// old backup or a slip of the editor lifts a revocation as surely as `rm` would.
+fn report_change(path: &Path, before: &DenyList, after: &DenyList) {
+    tracing::info!(
+        entries = after.len(),
+        "front: deny-list changed; re-checking open tunnels"
+    );
+    let lifted: Vec<String> = before
+        .entries
+        .keys()
+        .filter(|k| !after.entries.contains_key(*k))
+        .map(|(cluster, serial)| match cluster {
+            Some(c) => format!("{c} {serial}"),
+            None => serial.clone(),
+        })
+        .collect();
+    if !lifted.is_empty() {
+        tracing::warn!(
+            "front: the deny-list {} no longer holds {}; those certificates are admitted again. If that was not meant, restore the file",
+            path.display(),
+            lifted.join(", ")
+        );
+    }
+}
+
 fn report_health(path: &Path, tx: &watch::Sender<ReadHealth>, now: ReadHealth) {
     if *tx.borrow() == now {
         return;
     }
     match &now {
         ReadHealth::Stale(why) => tracing::warn!(
-            "front: cannot read the deny-list {}: {why}; the last good list stays in force (revoked certificates stay refused). Restore the file: `tenantci front status` shows what is in force",
+            "front: cannot read the deny-list {}: {why}. The last good list stays in force: revoked certificates stay refused, but a new `front revoke` waits until the file reads again, and the front will not start again without it. Restore it from a backup",
             path.display()
         ),
         ReadHealth::Current => {
@@ -278,9 +301,7 @@ mod tests {
         let mut w = watch(path.clone(), initial, Duration::from_millis(10));
         std::fs::remove_file(&path).unwrap();
         w.health.changed().await.unwrap();
-        assert!(
-            matches!(&*w.health.borrow(), ReadHealth::Stale(why) if why.contains("does not exist"))
-        );
+        assert!(matches!(&*w.health.borrow(), ReadHealth::Stale(why) if why.contains("gone")));
         assert!(w.list.borrow().contains("ci", "1a"));
         std::fs::write(&path, "not a serial\n").unwrap();
         w.health.changed().await.unwrap();

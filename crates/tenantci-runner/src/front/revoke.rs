@@ -1,4 +1,4 @@
-//! `tenantci front revoke`: what goes on the deny-list. A certificate is revoked on the cluster
+//! `tenantci front revoke`: what goes on the deny-list. A certificate is revoked on the clusters
 //! whose ClientCA issued it (found among the clusters the front serves); a serial given alone
 //! is revoked on the named `--cluster`, or on every cluster when none is named (a serial is
 //! only unique per issuer, so the narrower entry is the default whenever the issuer is known).
@@ -19,11 +19,11 @@ pub enum Target<'a> {
     Serial(&'a str),
 }
 
-/// One deny-list entry to add.
+/// The deny-list entries to add: one serial, on some clusters or on all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Revocation {
     /// None: every cluster the front serves.
-    pub cluster: Option<String>,
+    pub clusters: Option<Vec<String>>,
     pub serial: String,
     pub note: String,
 }
@@ -48,17 +48,22 @@ pub fn plan(
     let (serial, cluster, subject) = match target {
         Target::Cert(path) => {
             let (info, der) = read_cert(path)?;
-            let issuer = issuing_cluster(config, &info, &der, path)?;
-            if let Some(c) = cluster.filter(|c| *c != issuer) {
+            let issuers = issuing_clusters(config, &info, &der, path)?;
+            if let Some(c) = cluster.filter(|c| !issuers.iter().any(|i| i == c)) {
                 return Err(Error::bad_input(format!(
-                    "`{}` was issued by cluster `{issuer}`'s ClientCA, not `{c}`'s",
-                    path.display()
+                    "`{}` was issued by the ClientCA of {}, not `{c}`'s",
+                    path.display(),
+                    issuers.join(", ")
                 ))
                 .hint("leave --cluster out: the certificate names its own cluster"));
             }
-            (info.serial_hex, Some(issuer), info.subject)
+            (info.serial_hex, Some(issuers), info.subject)
         }
-        Target::Serial(s) => (s.to_string(), cluster.map(str::to_string), String::new()),
+        Target::Serial(s) => (
+            s.to_string(),
+            cluster.map(|c| vec![c.to_string()]),
+            String::new(),
+        ),
     };
     let serial = deny::normalize(&serial).ok_or_else(|| {
         Error::bad_input(format!("--serial `{serial}` is not hex"))
@@ -66,17 +71,24 @@ pub fn plan(
     })?;
     let note = note.map(str::to_string).unwrap_or(subject);
     Ok(Revocation {
-        cluster,
+        clusters: cluster,
         serial,
         note: note.replace('\n', " "),
     })
 }
 
 /// Adds `r` to the list at `path` (which must exist: see [`DenyList::load`]); false when it
-/// was already there, and then nothing is written.
+/// was all there already, and then nothing is written.
 pub fn apply(path: &Path, r: &Revocation) -> Result<bool> {
     let mut list = DenyList::load(path)?;
-    let added = list.add(r.cluster.clone(), r.serial.clone(), r.note.clone());
+    let scopes: Vec<Option<String>> = match &r.clusters {
+        None => vec![None],
+        Some(clusters) => clusters.iter().cloned().map(Some).collect(),
+    };
+    let mut added = false;
+    for scope in scopes {
+        added |= list.add(scope, r.serial.clone(), r.note.clone());
+    }
     if added {
         list.save(path)?;
     }
@@ -101,24 +113,29 @@ fn read_cert(path: &Path) -> Result<(CertInfo, Vec<u8>)> {
     Ok((info, der))
 }
 
-/// The served cluster whose ClientCA signed `info`, checked at its own start of validity so
-/// an expired certificate is still placed.
-fn issuing_cluster(
+/// The served clusters whose ClientCA signed `info` (usually one; every one, should clusters
+/// share a ClientCA), checked at its own start of validity so an expired certificate is
+/// still placed.
+fn issuing_clusters(
     config: &FrontConfig,
     info: &CertInfo,
     der: &[u8],
     path: &Path,
-) -> Result<String> {
+) -> Result<Vec<String>> {
     let state = StateDir::new(&config.state_dir);
     let at = info.not_before + time::Duration::seconds(1);
-    for rule in &config.clusters {
-        let ca = state.cluster(&rule.name).client_ca_cert;
-        let Ok(ca_pem) = std::fs::read_to_string(&ca) else {
-            continue;
-        };
-        if tenantci_core::pki::verify::chains_to(der, &ca_pem, at).is_ok() {
-            return Ok(rule.name.clone());
-        }
+    let issuers: Vec<String> = config
+        .clusters
+        .iter()
+        .filter(|rule| {
+            let ca = state.cluster(&rule.name).client_ca_cert;
+            std::fs::read_to_string(&ca)
+                .is_ok_and(|pem| tenantci_core::pki::verify::chains_to(der, &pem, at).is_ok())
+        })
+        .map(|rule| rule.name.clone())
+        .collect();
+    if !issuers.is_empty() {
+        return Ok(issuers);
     }
     Err(Error::bad_input(format!(
         "`{}` was not issued by the ClientCA of any cluster this front serves ({})",

@@ -410,6 +410,8 @@ fn take_caps<'a>(front: &'a Front, client: &Client) -> std::result::Result<Caps<
 const ADDRESS_TTL: Duration = Duration::from_secs(10);
 /// An apiserver that accepts nothing in this long is not waited on any longer.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a tunnel waits for the gateway to name its Cluster's address.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The cluster's apiserver, at its cached address; when that fails, looked up again once (its
 /// leased port may have moved) and tried there if it did move.
@@ -441,8 +443,14 @@ async fn upstream(served: &Served, cluster: &str) -> std::result::Result<TcpStre
 
 /// The Cluster's `status.url` through the gateway, kept for [`ADDRESS_TTL`].
 async fn resolve(served: &Served, cluster: &str) -> std::result::Result<Upstream, &'static str> {
-    let resolved = served.front.resolver.resolve(cluster).await.map_err(|e| {
-        tracing::warn!("front: cannot resolve cluster `{cluster}` through the gateway: {}; the connection is closed", e.message());
+    // Bounded as the connect is: an admitted tunnel holds its caps while it waits.
+    let lookup = served.front.resolver.resolve(cluster);
+    let resolved = match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+        Ok(r) => r.map_err(|e| e.message().to_string()),
+        Err(_) => Err(format!("no answer within {RESOLVE_TIMEOUT:?}")),
+    }
+    .map_err(|why| {
+        tracing::warn!("front: cannot resolve cluster `{cluster}` through the gateway: {why}; the connection is closed");
         "upstream_unresolved"
     })?;
     let addr = Upstream::from_url(&resolved.url).ok_or_else(|| {

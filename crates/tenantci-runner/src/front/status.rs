@@ -19,7 +19,8 @@ pub struct Status {
     /// Where the deny-list lives, and whether it reads (a running front keeps its last good
     /// list while it does not).
     pub deny_list: DenyListStatus,
-    pub denied: Vec<Denied>,
+    /// None when the list does not read: nothing is known of what is revoked.
+    pub denied: Option<Vec<Denied>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -73,8 +74,8 @@ pub fn read(config: &FrontConfig) -> Result<Status> {
     // Status is what an operator runs when something is wrong: an unreadable list is reported,
     // not a reason to show nothing.
     let (deny, problem) = match DenyList::load(config.deny_list_path()) {
-        Ok(list) => (list, None),
-        Err(e) => (DenyList::default(), Some(e.message().to_string())),
+        Ok(list) => (Some(list), None),
+        Err(e) => (None, Some(e.message().to_string())),
     };
     Ok(Status {
         listen: config.listen.to_string(),
@@ -99,14 +100,15 @@ pub fn read(config: &FrontConfig) -> Result<Status> {
             path: config.deny_list_path().display().to_string(),
             problem,
         },
-        denied: deny
-            .entries()
-            .map(|e| Denied {
-                cluster: e.cluster.map(str::to_string),
-                serial: e.serial.into(),
-                note: e.note.into(),
-            })
-            .collect(),
+        denied: deny.map(|list| {
+            list.entries()
+                .map(|e| Denied {
+                    cluster: e.cluster.map(str::to_string),
+                    serial: e.serial.into(),
+                    note: e.note.into(),
+                })
+                .collect()
+        }),
     })
 }
 
@@ -129,18 +131,20 @@ pub fn render(s: &Status) -> String {
             ));
         }
     }
+    let denied = s.denied.as_deref().unwrap_or_default();
     match &s.deny_list.problem {
         None => out.push_str(&format!(
-            "deny-list {}: {} entries\n",
+            "deny-list {}: {} {}\n",
             s.deny_list.path,
-            s.denied.len()
+            denied.len(),
+            if denied.len() == 1 { "entry" } else { "entries" }
         )),
         Some(why) => out.push_str(&format!(
-            "deny-list {}: UNREADABLE: {why}\n  a running front keeps the list it last read; a front that starts now refuses to\n",
+            "deny-list {}: UNREADABLE: {why}\n  a running front keeps the list it last read; a front started now refuses to start\n",
             s.deny_list.path
         )),
     }
-    for d in &s.denied {
+    for d in denied {
         let cluster = d.cluster.as_deref().unwrap_or("every cluster");
         out.push_str(&format!("  {cluster}  {}  {}\n", d.serial, d.note));
     }

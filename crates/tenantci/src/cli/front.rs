@@ -45,7 +45,8 @@ pub enum FrontCommand {
     /// runner, and keep the entry until the old certificate expires. The list must exist (`front
     /// init` writes it); exit 2 when it does not, nothing written.
     Revoke(RevokeArgs),
-    /// What the front admits (clusters, allowed subjects) and refuses (denied serials).
+    /// What the front admits (clusters, allowed subjects) and refuses (the deny-list and where
+    /// it lives). Exit 1 when the deny-list does not read.
     Status(StatusArgs),
     /// Write the runner host's one file: the credential, the front's CA and address, the
     /// loopback port (0600, never over an existing file).
@@ -320,7 +321,7 @@ async fn serve_front(a: ServeArgs) -> Result<i32> {
 #[serde(rename_all = "camelCase")]
 struct Revoked {
     /// None: every cluster the front serves.
-    cluster: Option<String>,
+    clusters: Option<Vec<String>>,
     serial: String,
     added: bool,
     deny_list: String,
@@ -337,13 +338,13 @@ fn revoke(a: RevokeArgs) -> Result<i32> {
     let path = config.deny_list_path();
     let added = revoke::apply(path, &r)?;
     let out = Revoked {
-        cluster: r.cluster,
+        clusters: r.clusters,
         serial: r.serial,
         added,
         deny_list: path.display().to_string(),
     };
-    let scope = match &out.cluster {
-        Some(c) => format!("cluster {c}"),
+    let scope = match &out.clusters {
+        Some(c) => format!("cluster {}", c.join(", ")),
         None => "every cluster".to_string(),
     };
     if a.output.is_json() {
@@ -370,7 +371,8 @@ fn show_status(a: StatusArgs) -> Result<i32> {
     } else {
         print!("{}", status::render(&s));
     }
-    Ok(0)
+    // A deny-list that does not read is a failed check: nothing here says what is revoked.
+    Ok(if s.deny_list.problem.is_some() { 1 } else { 0 })
 }
 
 fn write_bundle(a: BundleArgs) -> Result<i32> {

@@ -24,7 +24,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 O, CN = NameOID.ORGANIZATION_NAME, NameOID.COMMON_NAME
 UTF8 = _ASN1Type.UTF8String
 
-# case -> the subject's attributes in order: (oid, value, string type)
+# case -> the subject's RDNs in order: one attribute (oid, value, string type), or a list of
+# them for a multi-valued RDN
 CASES = {
     # kube-apiserver decodes BMPString and T61String: these are in system:masters there.
     "masters-bmp": [(O, "gitlab-runner", UTF8), (O, "system:masters", _ASN1Type.BMPString),
@@ -39,6 +40,18 @@ CASES = {
     "empty-cn": [(O, "gitlab-runner", UTF8), (CN, "", UTF8)],
     # A string type Go does not decode: kube-apiserver refuses the certificate whole.
     "o-universal": [(O, "gitlab-runner", _ASN1Type.UniversalString), (CN, "gitlab-runner", UTF8)],
+    # Groups beyond the allowed one: Kubernetes' own, and one the tenant's RBAC may bind.
+    "o-system-nodes": [(O, "gitlab-runner", UTF8), (O, "system:nodes", UTF8),
+                       (CN, "gitlab-runner", UTF8)],
+    "o-extra-group": [(O, "gitlab-runner", UTF8), (O, "developers", UTF8),
+                      (CN, "gitlab-runner", UTF8)],
+    # Two CNs inside one multi-valued RDN: kube-apiserver reads every attribute of every RDN.
+    "two-cn-one-rdn": [(O, "gitlab-runner", UTF8),
+                       [(CN, "gitlab-runner", UTF8), (CN, "tenant-admin", UTF8)]],
+    "no-cn": [(O, "gitlab-runner", UTF8)],
+    # Kubernetes 1.34+ reads this attribute as the user's UID; tenantci never writes one.
+    "kube-uid": [(O, "gitlab-runner", UTF8), (CN, "gitlab-runner", UTF8),
+                 (x509.ObjectIdentifier("1.3.6.1.4.1.57683.2"), "1000", UTF8)],
 }
 
 
@@ -54,9 +67,12 @@ def issue(ca_cert, ca_key, attrs):
     key = ec.generate_private_key(ec.SECP256R1())
     # _validate=False lets an empty CN through, which cryptography otherwise refuses (X.520's
     # lower bound); kube-apiserver reads it as no user.
+    def attribute(oid, value, t):
+        return x509.NameAttribute(oid, value, _type=t, _validate=False)
+
     subject = x509.Name([
-        x509.RelativeDistinguishedName([x509.NameAttribute(oid, value, _type=t, _validate=False)])
-        for oid, value, t in attrs
+        x509.RelativeDistinguishedName([attribute(*a) for a in (rdn if isinstance(rdn, list) else [rdn])])
+        for rdn in attrs
     ])
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
