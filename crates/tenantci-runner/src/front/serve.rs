@@ -122,6 +122,7 @@ pub async fn serve(opened: Opened, bound: Bound, shutdown: watch::Receiver<bool>
 async fn open_front(config: FrontConfig) -> Result<Front> {
     // Missing or damaged at start: no start (revocation fails closed).
     let initial = DenyList::load(config.deny_list_path())?;
+    warn_unserved_entries(&config, &initial);
     let watched = deny::watch(config.deny_list_path().to_path_buf(), initial, DENY_POLL);
     let (deny, deny_health) = (watched.list, watched.health);
     let configs = Configs::build(&config, deny.clone())?;
@@ -143,6 +144,20 @@ async fn open_front(config: FrontConfig) -> Result<Front> {
         deny_health,
         metrics,
     })
+}
+
+/// An entry naming a cluster this front does not serve matches nothing: most likely a typo
+/// that leaves the certificate it meant admitted.
+fn warn_unserved_entries(config: &FrontConfig, list: &DenyList) {
+    for e in list.entries() {
+        if let Some(c) = e.cluster.filter(|c| config.cluster(c).is_none()) {
+            tracing::warn!(
+                "front: the deny-list {} names cluster `{c}` (serial {}), which this front does not serve: that entry refuses nothing. Fix the cluster name, or use `tenantci front revoke --cert`",
+                config.deny_list_path().display(),
+                e.serial
+            );
+        }
+    }
 }
 
 fn track_deny_list(front: &Arc<Front>) {

@@ -102,10 +102,29 @@ async fn an_entry_names_its_cluster_and_a_bare_serial_every_cluster() {
         stderr(&o)
     );
 
-    let list = std::fs::read_to_string(gw.front_dir().join("denied-serials")).unwrap();
+    let path = gw.front_dir().join("denied-serials");
+    let list = std::fs::read_to_string(&path).unwrap();
     assert!(list.lines().any(|l| l.trim() == "ci a0b"), "{list}");
     assert!(list.lines().any(|l| l.trim() == "c"), "{list}");
     assert!(!list.contains(" d"), "{list}");
+
+    // A hand-edited entry for a cluster the front does not serve refuses nothing: a front
+    // starting on that list says so.
+    std::fs::write(&path, format!("{list}elswhere 0e\n")).unwrap();
+    let log = gw.root().join("second-front.log");
+    let mut serve = tenantci();
+    serve
+        .args(["front", "serve", "--config"])
+        .arg(gw.config())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let (mut second, _ready) = super::start(serve, "a second front serve").await;
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("names cluster `elswhere`"), "{said}");
+    tokio::task::spawn_blocking(move || second.terminate(std::time::Duration::from_secs(20)))
+        .await
+        .unwrap();
 
     let mut status = tenantci();
     status
