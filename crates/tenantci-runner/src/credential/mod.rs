@@ -99,7 +99,10 @@ impl CredentialFiles {
         }
     }
 
-    pub fn all(&self) -> [&Path; 4] {
+    /// How many files a whole credential is.
+    pub const COUNT: usize = 4;
+
+    pub fn all(&self) -> [&Path; Self::COUNT] {
         [&self.ca, &self.cert, &self.key, &self.kubeconfig]
     }
 }

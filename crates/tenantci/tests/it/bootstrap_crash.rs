@@ -483,3 +483,50 @@ async fn a_run_that_cannot_get_the_lock_in_time_changes_nothing() {
     assert!(!w.config().exists());
     assert!(!w.record().exists());
 }
+
+/// The order of events this guards against: run A writes the credential one file after the
+/// other; run B, not yet under the lock, reads the directory between two of those files. B
+/// must not refuse it as incomplete (it did, exit 2: the test above failed so once in three
+/// clean runs): it waits for the lock and decides from what A finished writing. The test is
+/// A: it holds the lock with half the files in place, and finishes them once B waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_half_written_by_another_run_is_decided_under_the_lock() {
+    let w = World::start().await;
+    w.mint_credential().await;
+    let creds = w.root.join("creds-ci");
+    let aside = w.root.join("aside");
+    std::fs::create_dir_all(&aside).unwrap();
+    for f in ["tls.key", "kubeconfig"] {
+        std::fs::rename(creds.join(f), aside.join(f)).unwrap();
+    }
+    let cert_before = read(&creds.join("tls.crt"));
+    std::fs::create_dir_all(w.lock().parent().unwrap()).unwrap();
+    let held = Flock::lock(
+        std::fs::File::create(w.lock()).unwrap(),
+        FlockArg::LockExclusive,
+    )
+    .unwrap();
+
+    let mut cmd = tenantci();
+    cmd.args(w.args(MANAGE_ACCESS_TOKEN));
+    let mut b = Spawned::start(cmd);
+    loop {
+        let line = b.next_line().await;
+        let line = line.unwrap_or_else(|| panic!("B ended before waiting: {:?}", b.stderr));
+        if line.contains(WAITING) {
+            break;
+        }
+    }
+    for f in ["tls.key", "kubeconfig"] {
+        std::fs::rename(aside.join(f), creds.join(f)).unwrap();
+    }
+    drop(held);
+    let o = b.finish().await;
+    assert_exit(&o, 0);
+    assert_eq!(
+        read(&creds.join("tls.crt")),
+        cert_before,
+        "the credential is kept"
+    );
+    assert_eq!(w.gitlab.runners().len(), 1);
+}

@@ -72,6 +72,14 @@ impl Run<'_> {
         })
     }
 
+    /// Whether the credential directory holds some but not all of its files, as it does while
+    /// another run writes it (one file after the other): seen without the lock, that is not
+    /// yet a refusal.
+    pub(super) fn credential_being_written(&self) -> bool {
+        cred::inspect(&self.inputs.credential_dir)
+            .is_ok_and(|e| (1..CredentialFiles::COUNT).contains(&e.present.len()))
+    }
+
     /// Phase two: keeps, or (after moving the old files aside when rotating) mints.
     pub(super) fn credential(&mut self, plan: CredentialPlan) -> Result<Credential> {
         let dir = &self.inputs.credential_dir;

@@ -159,7 +159,13 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
         steps,
     };
     let sizing = run.check_sizing()?;
-    run.plan_local(&ca)?;
+    // Refused early, without the lock, unless the refusal may be another run's write in
+    // progress: a credential directory with some of its files is decided again under it.
+    if let Err(e) = run.plan_local(&ca)
+        && !run.credential_being_written()
+    {
+        return Err(e);
+    }
     token.check_access().await?;
     // One writer per config.toml from here until it is written. Every decision is taken
     // again under the lock: a run that waited for another decides from what that one wrote
