@@ -82,8 +82,9 @@ impl CertInfo {
     }
 
     /// The user and groups kube-apiserver will see, or why the subject is refused: every place
-    /// that decides on a subject (the front, `front bundle`, the credential checks, `runner
-    /// check`) asks this, never `common_name` and `organizations` alone.
+    /// that decides on a subject (the front, `front bundle`, the credential decision, `credential
+    /// mint`'s read-back, `dispatch renew`, `runner check`) asks this, never `common_name` and
+    /// `organizations` alone.
     pub fn identity(&self) -> Result<KubeIdentity, Ambiguity> {
         self.kube_subject.identity()
     }

@@ -24,19 +24,20 @@ pub struct KubeSubject {
     /// Every O, in order: the Kubernetes groups.
     pub organizations: Vec<String>,
     /// Attributes whose value Go cannot decode (it refuses such a certificate outright).
-    pub undecodable: Vec<Undecodable>,
+    pub undecodable: Vec<Flagged>,
     /// Attributes a reader may take differently from kube-apiserver: a T61String or BMPString
     /// value beyond ASCII (Go releases before 1.20 read T61 bytes raw, not as Latin-1), or
     /// the Kubernetes user UID attribute (read from 1.34 on; tenantci never writes one).
-    pub unsteady: Vec<Undecodable>,
+    pub unsteady: Vec<Flagged>,
     /// RFC 4514-ish text in the certificate's order, e.g. `O=gitlab-runner, CN=gitlab-runner`;
     /// an undecodable value is shown as `#` and its DER in hex, as RFC 4514 spells it.
     pub text: String,
 }
 
-/// One attribute value that Go's `crypto/x509` would not decode.
+/// One attribute the reading flags: a value Go's `crypto/x509` would not decode, or one that
+/// kube-apiserver releases read differently.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Undecodable {
+pub struct Flagged {
     /// `CN`, `O`, or the attribute's OID.
     pub attribute: String,
     /// The ASN.1 string type found, e.g. `VideotexString`, or why its bytes are invalid.
@@ -59,9 +60,9 @@ pub enum Ambiguity {
     EmptyValue {
         attribute: &'static str,
     },
-    Undecodable(Undecodable),
+    Undecodable(Flagged),
     /// Readable, but not the same way by every kube-apiserver release.
-    Unsteady(Undecodable),
+    Unsteady(Flagged),
 }
 
 impl fmt::Display for Ambiguity {
@@ -125,7 +126,7 @@ impl KubeSubject {
                 Ok(value) => {
                     if let Some(why) = unsteady(&oid, attr.attr_value().tag(), &value) {
                         let attribute = label.clone();
-                        subject.unsteady.push(Undecodable { attribute, why });
+                        subject.unsteady.push(Flagged { attribute, why });
                     }
                     parts.push(format!("{label}={value}"));
                     match oid.as_str() {
@@ -136,7 +137,7 @@ impl KubeSubject {
                 }
                 Err(why) => {
                     parts.push(format!("{label}=#{}", hex::encode(attr.attr_value().data)));
-                    subject.undecodable.push(Undecodable {
+                    subject.undecodable.push(Flagged {
                         attribute: label,
                         why,
                     });
@@ -156,7 +157,8 @@ impl KubeSubject {
     }
 
     /// The user and groups, refusing a subject the apiserver could read differently: a value
-    /// it would not decode as we do, no CN or more than one, an empty CN or O.
+    /// it would not decode, one its releases read differently (a T61/BMP value beyond ASCII, a
+    /// Kubernetes UID), no CN or more than one, an empty CN or O.
     pub fn identity(&self) -> Result<KubeIdentity, Ambiguity> {
         if let Some(u) = self.undecodable.first() {
             return Err(Ambiguity::Undecodable(u.clone()));

@@ -1,7 +1,8 @@
 //! Pure: may a client certificate that chains to a cluster's ClientCA pass to that cluster.
 //! The chain itself is checked by rustls (`handshake`); this is the policy above it. The
-//! subject is read as kube-apiserver reads it (tenantci-core's `pki::kube_subject`), so the
-//! front admits exactly the identity the apiserver will see.
+//! subject is read as kube-apiserver reads it (tenantci-core's `pki::kube_subject`), so what
+//! the front admits is the identity the apiserver would see in the same certificate (the
+//! runner's inner TLS may present another: docs/runbooks/gitlab-runner.md).
 
 use std::fmt;
 

@@ -30,6 +30,16 @@ pub struct Entry<'a> {
     pub note: &'a str,
 }
 
+/// `CLUSTER SERIAL`, or `SERIAL` for every cluster: the entry as the file spells it.
+impl std::fmt::Display for Entry<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cluster {
+            Some(c) => write!(f, "{c} {}", self.serial),
+            None => f.write_str(self.serial),
+        }
+    }
+}
+
 /// Lower-case hex without separators or leading zeros; None when it is not hex.
 pub fn normalize(serial: &str) -> Option<String> {
     let hex: String = serial
@@ -124,6 +134,12 @@ impl DenyList {
         })
     }
 
+    /// Whether this list has `entry` itself (its cluster, or every cluster, and its serial).
+    fn holds(&self, entry: &Entry<'_>) -> bool {
+        let key = (entry.cluster.map(str::to_string), entry.serial.to_string());
+        self.entries.contains_key(&key)
+    }
+
     /// Adds `serial` of `cluster` (None: every cluster) with `note`; false when it was
     /// already there.
     pub fn add(&mut self, cluster: Option<String>, serial: String, note: String) -> bool {
@@ -133,10 +149,7 @@ impl DenyList {
     pub fn render(&self) -> String {
         let mut out = String::from(HEADER);
         for e in self.entries() {
-            let mut line = match e.cluster {
-                Some(c) => format!("{c} {}", e.serial),
-                None => e.serial.to_string(),
-            };
+            let mut line = e.to_string();
             if !e.note.is_empty() {
                 line.push_str(&format!("  # {}", e.note));
             }
@@ -208,13 +221,9 @@ fn report_change(path: &Path, before: &DenyList, after: &DenyList) {
         "front: deny-list changed; re-checking open tunnels"
     );
     let lifted: Vec<String> = before
-        .entries
-        .keys()
-        .filter(|k| !after.entries.contains_key(*k))
-        .map(|(cluster, serial)| match cluster {
-            Some(c) => format!("{c} {serial}"),
-            None => serial.clone(),
-        })
+        .entries()
+        .filter(|e| !after.holds(e))
+        .map(|e| e.to_string())
         .collect();
     if !lifted.is_empty() {
         tracing::warn!(

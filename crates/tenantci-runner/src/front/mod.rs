@@ -17,6 +17,7 @@
 //!   TLS alerts.
 //! - [`relay`]: bytes both ways, counted, cut when idle, revoked or shut down.
 //! - [`serve`], [`metrics`]: the listener, one audit line per connection, Prometheus metrics.
+//! - [`upstream`]: a Cluster's apiserver address, and the resolved ones kept for seconds.
 //! - [`bundle`], [`connect`]: the runner host's one file and its side of the tunnel.
 //! - [`init`], [`status`]: the front's own certificate and config; what is allowed and denied.
 
@@ -33,6 +34,7 @@ pub mod relay;
 pub mod revoke;
 pub mod serve;
 pub mod status;
+pub mod upstream;
 
 /// The ALPN protocol that names `cluster` in the outer handshake. ALPN rather than SNI, so the
 /// front's certificate is checked against the front's own name.

@@ -6,7 +6,6 @@
 //! a connection to an apiserver before the handshake has admitted the client. One audit line
 //! (target `tenantci::front::audit`) per connection, whatever its end.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -23,6 +22,7 @@ use super::handshake::{Configs, refusal_reason};
 use super::limits::{PerSubject, Rate, Source, Sources};
 use super::metrics::Metrics;
 use super::relay::{self, Counts, End};
+use super::upstream::{Addresses, Upstream};
 use tenantci_core::gateway::layout::StateDir;
 use tenantci_core::gateway::resolve::Resolver;
 use tenantci_core::{Error, Result};
@@ -41,6 +41,10 @@ struct Front {
     handshakes: Arc<Semaphore>,
     subjects: Mutex<PerSubject>,
     rate: Mutex<Rate>,
+    /// The per-source bounds, checked before the port's `rate` and `handshakes`.
+    sources: Mutex<Sources>,
+    /// The Clusters' apiserver addresses, each kept for [`ADDRESS_TTL`].
+    addresses: Mutex<Addresses>,
 }
 
 /// The bound listeners, before anything is served: a busy address fails the start.
@@ -79,28 +83,12 @@ fn local(l: &TcpListener) -> Result<SocketAddr> {
 }
 
 /// A front whose certificates, ClientCAs, deny-list and gateway have been checked.
-pub struct Opened(Arc<Served>);
-
-/// What serving keeps beside the [`Front`]: the per-source bounds and the Clusters' addresses.
-struct Served {
-    front: Arc<Front>,
-    sources: Mutex<Sources>,
-    addresses: Mutex<Addresses>,
-}
+pub struct Opened(Arc<Front>);
 
 /// Checks everything the front needs before anything is served (the caller prints its ready
 /// line after this).
 pub async fn open(config: FrontConfig) -> Result<Opened> {
-    for said in config.limits.clamped() {
-        tracing::warn!("front: {said}");
-    }
-    let (per_second, max_pending) = config.limits.per_source();
-    let front = Arc::new(open_front(config).await?);
-    Ok(Opened(Arc::new(Served {
-        front,
-        sources: Mutex::new(Sources::new(per_second, max_pending, Instant::now())),
-        addresses: Mutex::new(Addresses::new(ADDRESS_TTL)),
-    })))
+    Ok(Opened(Arc::new(open_front(config).await?)))
 }
 
 /// A lock that outlives a panic elsewhere: every critical section leaves consistent counts.
@@ -110,16 +98,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Serves until `shutdown` turns true; open tunnels are cut then, each with its audit line.
 pub async fn serve(opened: Opened, bound: Bound, shutdown: watch::Receiver<bool>) {
-    let served = opened.0;
+    let front = opened.0;
     if let Some(l) = bound.metrics {
-        let app = super::metrics::router(served.front.metrics.clone());
+        let app = super::metrics::router(front.metrics.clone());
         tokio::spawn(async move { axum::serve(l, app).await });
     }
-    track_deny_list(&served.front);
-    accept_loop(served, bound.listener, shutdown).await;
+    track_deny_list(&front);
+    accept_loop(front, bound.listener, shutdown).await;
 }
 
 async fn open_front(config: FrontConfig) -> Result<Front> {
+    for said in config.limits.clamped() {
+        tracing::warn!("front: {said}");
+    }
     // Missing or damaged at start: no start (revocation fails closed).
     let initial = DenyList::load(config.deny_list_path())?;
     warn_unserved_entries(&config, &initial);
@@ -132,10 +123,14 @@ async fn open_front(config: FrontConfig) -> Result<Front> {
         metrics.set_cert_expiry(info.not_after.unix_timestamp());
     }
     let limits = &config.limits;
+    let (per_second, max_pending) = limits.per_source();
+    let now = Instant::now();
     Ok(Front {
+        sources: Mutex::new(Sources::new(per_second, max_pending, now)),
+        addresses: Mutex::new(Addresses::new(ADDRESS_TTL)),
         tunnels: Arc::new(Semaphore::new(limits.max_connections as usize)),
         handshakes: Arc::new(Semaphore::new(limits.max_handshakes as usize)),
-        rate: Mutex::new(Rate::new(limits.new_per_second, Instant::now())),
+        rate: Mutex::new(Rate::new(limits.new_per_second, now)),
         subjects: Mutex::new(PerSubject::default()),
         config,
         configs,
@@ -185,7 +180,7 @@ fn track_deny_list(front: &Arc<Front>) {
 }
 
 async fn accept_loop(
-    served: Arc<Served>,
+    front: Arc<Front>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -195,8 +190,8 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
             accepted = listener.accept() => {
                 let Ok((tcp, peer)) = accepted else { continue };
-                let Some(slot) = admit_new(&served, peer) else { continue };
-                conns.spawn(connection(served.clone(), tcp, peer, slot, shutdown.clone()));
+                let Some(slot) = admit_new(&front, peer) else { continue };
+                conns.spawn(connection(front.clone(), tcp, peer, slot, shutdown.clone()));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -207,10 +202,9 @@ async fn accept_loop(
 
 /// The rate and handshake bounds, the source's then the port's, before any TLS work: a
 /// refused socket is just closed.
-fn admit_new(served: &Arc<Served>, peer: SocketAddr) -> Option<HandshakeSlot> {
-    let front = &served.front;
+fn admit_new(front: &Arc<Front>, peer: SocketAddr) -> Option<HandshakeSlot> {
     let (source, now) = (Source::of(peer.ip()), Instant::now());
-    let admitted = lock(&served.sources).admit(source, now, || {
+    let admitted = lock(&front.sources).admit(source, now, || {
         if !lock(&front.rate).admit(now) {
             return Err("rate_limited");
         }
@@ -225,7 +219,7 @@ fn admit_new(served: &Arc<Served>, peer: SocketAddr) -> Option<HandshakeSlot> {
             front.metrics.pending().inc();
             Some(HandshakeSlot {
                 _port: permit,
-                served: served.clone(),
+                front: front.clone(),
                 source,
             })
         }
@@ -239,14 +233,14 @@ fn admit_new(served: &Arc<Served>, peer: SocketAddr) -> Option<HandshakeSlot> {
 /// A handshake's place under the port's bound and its source's, given back when dropped.
 struct HandshakeSlot {
     _port: OwnedSemaphorePermit,
-    served: Arc<Served>,
+    front: Arc<Front>,
     source: Source,
 }
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
-        self.served.front.metrics.pending().dec();
-        lock(&self.served.sources).release(self.source, Instant::now());
+        self.front.metrics.pending().dec();
+        lock(&self.front.sources).release(self.source, Instant::now());
     }
 }
 
@@ -293,16 +287,15 @@ impl Audit<'_> {
 }
 
 async fn connection(
-    served: Arc<Served>,
+    front: Arc<Front>,
     tcp: TcpStream,
     peer: SocketAddr,
     handshake_slot: HandshakeSlot,
     shutdown: watch::Receiver<bool>,
 ) {
-    let front = &served.front;
     let _ = tcp.set_nodelay(true);
     let timeout = front.config.limits.handshake_timeout.get();
-    let shaken = tokio::time::timeout(timeout, handshake(front, tcp)).await;
+    let shaken = tokio::time::timeout(timeout, handshake(&front, tcp)).await;
     drop(handshake_slot);
     let (cluster, tls) = match shaken {
         Err(_) => return Audit::refused(&front.metrics, peer, "", None, "handshake_timeout"),
@@ -325,13 +318,13 @@ async fn connection(
         cluster: &cluster,
         client: Some(&client),
     };
-    let _caps = match take_caps(front, &client) {
+    let _caps = match take_caps(&front, &client) {
         Ok(c) => c,
         Err(reason) => {
             return Audit::refused(&front.metrics, peer, &cluster, Some(&client), reason);
         }
     };
-    let upstream = match upstream(&served, &cluster).await {
+    let upstream = match upstream(&front, &cluster).await {
         Ok(u) => u,
         Err(reason) => {
             return Audit::refused(&front.metrics, peer, &cluster, Some(&client), reason);
@@ -430,36 +423,36 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The cluster's apiserver, at its cached address; when that fails, looked up again once (its
 /// leased port may have moved) and tried there if it did move.
-async fn upstream(served: &Served, cluster: &str) -> std::result::Result<TcpStream, &'static str> {
-    let cached = lock(&served.addresses).get(cluster, Instant::now());
+async fn upstream(front: &Front, cluster: &str) -> std::result::Result<TcpStream, &'static str> {
+    let cached = lock(&front.addresses).get(cluster, Instant::now());
     let addr = match &cached {
         Some(a) => a.clone(),
-        None => resolve(served, cluster).await?,
+        None => resolve(front, cluster).await?,
     };
     let failed = match dial(cluster, &addr).await {
         Ok(tcp) => return Ok(tcp),
         Err(reason) => reason,
     };
-    lock(&served.addresses).forget(cluster, &addr);
+    lock(&front.addresses).forget(cluster, &addr);
     if cached.is_none() {
         return Err(failed);
     }
-    let fresh = resolve(served, cluster).await?;
+    let fresh = resolve(front, cluster).await?;
     let retried = if fresh == addr {
         Err(failed)
     } else {
         dial(cluster, &fresh).await
     };
     if retried.is_err() {
-        lock(&served.addresses).forget(cluster, &fresh);
+        lock(&front.addresses).forget(cluster, &fresh);
     }
     retried
 }
 
 /// The Cluster's `status.url` through the gateway, kept for [`ADDRESS_TTL`].
-async fn resolve(served: &Served, cluster: &str) -> std::result::Result<Upstream, &'static str> {
+async fn resolve(front: &Front, cluster: &str) -> std::result::Result<Upstream, &'static str> {
     // Bounded as the connect is: an admitted tunnel holds its caps while it waits.
-    let lookup = served.front.resolver.resolve(cluster);
+    let lookup = front.resolver.resolve(cluster);
     let resolved = match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
         Ok(r) => r.map_err(|e| e.message().to_string()),
         Err(_) => Err(format!("no answer within {RESOLVE_TIMEOUT:?}")),
@@ -472,7 +465,7 @@ async fn resolve(served: &Served, cluster: &str) -> std::result::Result<Upstream
         tracing::warn!("front: cluster `{cluster}`'s status.url `{}` names no host and port; the connection is closed", resolved.url);
         "upstream_unresolved"
     })?;
-    lock(&served.addresses).put(cluster, addr.clone(), Instant::now());
+    lock(&front.addresses).put(cluster, addr.clone(), Instant::now());
     Ok(addr)
 }
 
@@ -497,67 +490,6 @@ async fn dial(cluster: &str, addr: &Upstream) -> std::result::Result<TcpStream, 
     Ok(tcp)
 }
 
-/// Where a cluster's apiserver listens: the host and port of its `status.url`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Upstream {
-    host: String,
-    port: u16,
-}
-
-impl Upstream {
-    fn from_url(url: &str) -> Option<Upstream> {
-        let uri: http::Uri = url.parse().ok()?;
-        Some(Upstream {
-            host: uri.host()?.trim_matches(['[', ']']).to_string(),
-            port: uri.port_u16()?,
-        })
-    }
-}
-
-impl std::fmt::Display for Upstream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-/// The Clusters' resolved addresses, each for a lifetime; pure (time passed in). Bounded by the
-/// clusters the config names: only an admitted client's cluster is ever looked up.
-#[derive(Debug)]
-struct Addresses {
-    ttl: Duration,
-    by_cluster: HashMap<String, (Upstream, Instant)>,
-}
-
-impl Addresses {
-    fn new(ttl: Duration) -> Self {
-        Addresses {
-            ttl,
-            by_cluster: HashMap::new(),
-        }
-    }
-
-    /// The address resolved less than the lifetime ago, if any.
-    fn get(&self, cluster: &str, now: Instant) -> Option<Upstream> {
-        let (addr, at) = self.by_cluster.get(cluster)?;
-        (now.saturating_duration_since(*at) < self.ttl).then(|| addr.clone())
-    }
-
-    fn put(&mut self, cluster: &str, addr: Upstream, now: Instant) {
-        self.by_cluster.insert(cluster.to_string(), (addr, now));
-    }
-
-    /// Drops `addr` after a failed connect, unless another tunnel has put a newer one since.
-    fn forget(&mut self, cluster: &str, addr: &Upstream) {
-        if self.by_cluster.get(cluster).is_some_and(|(a, _)| a == addr) {
-            self.by_cluster.remove(cluster);
-        }
-    }
-}
-
 /// Resolves when `serial` of `cluster` lands on the deny-list (the tunnel is revoked) or at
 /// shutdown.
 async fn cut_when(
@@ -574,57 +506,5 @@ async fn cut_when(
             changed = deny.changed() => if changed.is_err() { std::future::pending::<()>().await },
             _ = shutdown.changed() => return End::Shutdown,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(port: u16) -> Upstream {
-        Upstream {
-            host: "127.0.0.1".into(),
-            port,
-        }
-    }
-
-    #[test]
-    fn an_address_is_kept_for_its_lifetime_then_looked_up_again() {
-        let t0 = Instant::now();
-        let mut a = Addresses::new(Duration::from_secs(10));
-        assert_eq!(a.get("ci", t0), None);
-        a.put("ci", at(6443), t0);
-        assert_eq!(
-            a.get("ci", t0 + Duration::from_millis(9_999)),
-            Some(at(6443))
-        );
-        assert_eq!(a.get("ci", t0 + Duration::from_secs(10)), None);
-        assert_eq!(a.get("other", t0), None);
-        // A new lookup starts a new lifetime.
-        a.put("ci", at(7000), t0 + Duration::from_secs(10));
-        assert_eq!(a.get("ci", t0 + Duration::from_secs(19)), Some(at(7000)));
-    }
-
-    #[test]
-    fn a_failed_address_is_forgotten_but_not_a_newer_one() {
-        let t0 = Instant::now();
-        let mut a = Addresses::new(Duration::from_secs(10));
-        a.put("ci", at(6443), t0);
-        // Another tunnel already found the moved port: its address stays.
-        a.put("ci", at(7000), t0);
-        a.forget("ci", &at(6443));
-        assert_eq!(a.get("ci", t0), Some(at(7000)));
-        a.forget("ci", &at(7000));
-        assert_eq!(a.get("ci", t0), None);
-    }
-
-    #[test]
-    fn an_upstream_is_the_host_and_port_of_the_status_url() {
-        assert_eq!(Upstream::from_url("https://127.0.0.1:6443"), Some(at(6443)));
-        let v6 = Upstream::from_url("https://[::1]:6443/").unwrap();
-        assert_eq!(v6.host, "::1");
-        assert_eq!(v6.to_string(), "[::1]:6443");
-        assert_eq!(Upstream::from_url("https://127.0.0.1"), None);
-        assert_eq!(Upstream::from_url("not a url"), None);
     }
 }
