@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    tenantci_runner::runner::gitlab_config::merge::fuzz_merge(data);
+    tenantci_runner::gitlab::config::merge::fuzz_merge(data);
 });

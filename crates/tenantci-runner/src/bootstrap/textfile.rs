@@ -3,7 +3,7 @@
 //! that got as far as trying, whether it succeeded, when it finished and when the runner's
 //! certificate on disk expires. Alert rules: manifests/monitoring/runner-credential-alerts.yaml.
 //!
-//! [`render`] is pure; [`write`] replaces the file atomically (node_exporter must never read
+//! [`render`] is pure; [`write()`] replaces the file atomically (node_exporter must never read
 //! half a file) with mode 0644: the metrics carry no secret. Does not decide when a run
 //! counts as failed (the caller passes the exit code) nor schedule anything (systemd).
 

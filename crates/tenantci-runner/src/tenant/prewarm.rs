@@ -453,7 +453,7 @@ mod tests {
     fn native_pause_pods_default_to_the_same_image() {
         assert_eq!(
             DEFAULT_IMAGE,
-            crate::runner::gitlab_config::entry::DEFAULT_PAUSE_POD_IMAGE
+            crate::gitlab::config::entry::DEFAULT_PAUSE_POD_IMAGE
         );
     }
 

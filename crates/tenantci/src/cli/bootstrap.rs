@@ -9,7 +9,7 @@ use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_runner::bootstrap::runner::{self as boot, Inputs, PausePods, Target, TokenSource};
 use tenantci_runner::bootstrap::textfile;
-use tenantci_runner::runner::gitlab_config::entry::Autoscaler;
+use tenantci_runner::gitlab::config::entry::Autoscaler;
 
 #[derive(Debug, Subcommand)]
 pub enum BootstrapCommand {

@@ -1,6 +1,6 @@
 //! `tenantci front ...`: a GitLab Runner on another host reaching a tenant apiserver through an
 //! authenticated front (docs/runbooks, "GitLab on its own VM"). Flags become
-//! [`tenantci_runner::front`] inputs here; the library does the work.
+//! [`tenantci_front`] inputs here; the library does the work.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
-use tenantci_runner::front::{
+use tenantci_front::{
     bundle, config::FrontConfig, config::Subject, connect, init, revoke, serve, status,
 };
 

@@ -1,5 +1,6 @@
 //! `tenantci runner ...`: write gitlab-runner's config.toml entry and act_runner's files.
-//! Flags become [`tenantci_runner::runner`] inputs here; the library does the work.
+//! Flags become [`tenantci_runner::gitlab`] and [`tenantci_runner::act_runner`] inputs here;
+//! the library does the work.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,18 +11,17 @@ use serde::Serialize;
 use super::values::RunnerTypeArg;
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
-use tenantci_runner::runner::gitea_files::{self, ActRunnerConfig, Registration};
-use tenantci_runner::runner::gitlab_api::CreateRunner;
-use tenantci_runner::runner::gitlab_ca::GitlabCa;
-use tenantci_runner::runner::gitlab_config::entry::{
+use tenantci_runner::act_runner::{self, ActRunnerConfig, Registration};
+use tenantci_runner::gitlab;
+use tenantci_runner::gitlab::api::CreateRunner;
+use tenantci_runner::gitlab::ca::GitlabCa;
+use tenantci_runner::gitlab::config::entry::{
     Autoscaler, DEFAULT_PAUSE_IDLE_TIME, DEFAULT_PAUSE_PERIOD, DEFAULT_PAUSE_POD_IMAGE,
     NativePausePods, REDACTED,
 };
-use tenantci_runner::runner::gitlab_config::{
-    self, Action, KubernetesSettings, PodSecurityContext, Secret,
-};
-use tenantci_runner::runner::gitlab_setup::{self, Configured};
-use tenantci_runner::runner::token::{ApiCreation, TokenSource};
+use tenantci_runner::gitlab::config::{Action, KubernetesSettings, PodSecurityContext, Secret};
+use tenantci_runner::gitlab::setup::Configured;
+use tenantci_runner::gitlab::token::{ApiCreation, TokenSource};
 
 // Parsed once per process: variant sizes do not matter, boxing would only add noise.
 #[allow(clippy::large_enum_variant)]
@@ -76,7 +76,7 @@ pub struct CheckArgs {
 }
 
 async fn check(args: CheckArgs) -> Result<i32> {
-    let report = tenantci_runner::runner::check::run(&tenantci_runner::runner::check::Inputs {
+    let report = gitlab::check::run(&gitlab::check::Inputs {
         config: args.config,
         name: args.name,
         state_dir: args.state_dir,
@@ -287,7 +287,7 @@ pub struct KubernetesArgs {
     #[arg(long, value_name = "NS", default_value = "gitlab-runner")]
     pub namespace: String,
     /// Seconds a job pod may stay Pending (a rented node may need to boot).
-    #[arg(long, value_name = "SECONDS", default_value_t = gitlab_config::entry::DEFAULT_POLL_TIMEOUT)]
+    #[arg(long, value_name = "SECONDS", default_value_t = gitlab::config::entry::DEFAULT_POLL_TIMEOUT)]
     pub poll_timeout: u32,
     /// Default job image.
     #[arg(long, value_name = "IMAGE")]
@@ -415,7 +415,7 @@ fn refuse_native_only_flags(args: &GitlabConfigArgs) -> Result<()> {
     }
 }
 
-fn gitlab_setup_inputs(args: &GitlabConfigArgs) -> Result<gitlab_setup::Inputs> {
+fn gitlab_setup_inputs(args: &GitlabConfigArgs) -> Result<gitlab::setup::Inputs> {
     let mut kubernetes = args.kubernetes.settings()?;
     refuse_native_only_flags(args)?;
     kubernetes.autoscaler = args.pause_pods.autoscaler(args.prewarm)?;
@@ -424,7 +424,7 @@ fn gitlab_setup_inputs(args: &GitlabConfigArgs) -> Result<gitlab_setup::Inputs> 
         args.api.creation(&args.url, &args.name)?,
         args.runner_token.as_deref(),
     )?;
-    Ok(gitlab_setup::Inputs {
+    Ok(gitlab::setup::Inputs {
         config: args.config.clone(),
         name: args.name.clone(),
         url: args.url.clone(),
@@ -443,7 +443,7 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
     for caveat in inputs.kubernetes.native_pause_pod_caveats() {
         eprintln!("warning: {caveat}");
     }
-    let done = gitlab_setup::run(&inputs).await?;
+    let done = gitlab::setup::run(&inputs).await?;
     if args.output.is_json() {
         output::print_json(&done.report)?;
     } else {
@@ -635,7 +635,7 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
             let token =
                 tenantci_core::secret::read_file("the Gitea runner token file", token_file, None)?;
             let registration = Registration {
-                warning: gitea_files::REGISTRATION_WARNING.into(),
+                warning: act_runner::REGISTRATION_WARNING.into(),
                 id: reg.runner_id,
                 uuid: uuid.clone(),
                 name: name.clone(),
@@ -645,7 +645,7 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
                     .runner
                     .labels
                     .iter()
-                    .map(|l| gitea_files::Label::parse(l).map(|l| l.name))
+                    .map(|l| act_runner::Label::parse(l).map(|l| l.name))
                     .collect::<Result<_>>()?,
                 ephemeral: reg.ephemeral,
             };
@@ -661,9 +661,9 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
             Some((path, registration))
         }
     };
-    let config_written = gitea_files::write_config(&args.config, &config)?;
+    let config_written = act_runner::write_config(&args.config, &config)?;
     let registration_written = match &registration {
-        Some((path, r)) => gitea_files::write_registration(path, r)?,
+        Some((path, r)) => act_runner::write_registration(path, r)?,
         None => false,
     };
     let report = GiteaConfigReport {

@@ -4,7 +4,7 @@
 
 use tenantci_core::pki::KeyType;
 use tenantci_runner::check_host::Role;
-use tenantci_runner::runner::gitlab_api::RunnerType;
+use tenantci_runner::gitlab::api::RunnerType;
 
 /// `--key-type`: the private key algorithm of a new certificate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -347,7 +347,7 @@ fn step(hand_back: &serde_json::Value, name: &str) -> (String, String) {
 fn kubernetes_table(config: &Path) -> toml_edit::Table {
     let doc: toml_edit::DocumentMut = std::fs::read_to_string(config).unwrap().parse().unwrap();
     assert_eq!(
-        tenantci_runner::runner::gitlab_config::keys::check_document(&doc),
+        tenantci_runner::gitlab::config::keys::check_document(&doc),
         vec![],
         "only keys gitlab-runner knows"
     );

@@ -5,8 +5,8 @@
 //! where it counts.
 
 use super::{Inputs, PausePods};
-use crate::runner::gitlab_config::{merge, write};
-use crate::runner::token::{self, Prepared};
+use crate::gitlab::config::{merge, write};
+use crate::gitlab::token::{self, Prepared};
 use tenantci_core::input::shown;
 use tenantci_core::pki::policy;
 use tenantci_core::{Error, Result};
@@ -23,7 +23,7 @@ pub(super) fn check_inputs(inputs: &Inputs) -> Result<Prepared<'_>> {
     decide_token(inputs)
 }
 
-/// Under config.toml's lock (`runner::config_lock`): what config.toml and the pending-runner
+/// Under config.toml's lock (`gitlab::config_lock`): what config.toml and the pending-runner
 /// record say now, which another run may have written while this one waited.
 pub(super) fn decide_token(inputs: &Inputs) -> Result<Prepared<'_>> {
     refuse_double_pause_pods(inputs)?;

@@ -4,7 +4,7 @@
 
 use super::credential::{Credential, read_cert};
 use super::{Inputs, PausePods, Run};
-use crate::runner::gitlab_config::entry::NativePausePods;
+use crate::gitlab::config::entry::NativePausePods;
 use crate::steps::Outcome;
 use crate::tenant::apply::{Applied, summary};
 use crate::tenant::prewarm::{self, NativeSwitch, PrewarmSpec};

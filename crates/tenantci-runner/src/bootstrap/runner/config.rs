@@ -1,14 +1,14 @@
 //! Step 6, last: the runner token (created through GitLab's API only now, when every earlier
-//! step held, or an interrupted run's creation finished: `runner::pending`) and the runner's
+//! step held, or an interrupted run's creation finished: `gitlab::pending`) and the runner's
 //! config.toml entry, after which the creation's record is removed.
 
 use super::{Inputs, PausePods, Run};
 use crate::credential::CredentialFiles;
-use crate::runner::gitlab_ca;
-use crate::runner::gitlab_config::RunnerToken;
-use crate::runner::gitlab_config::entry::Autoscaler;
-use crate::runner::gitlab_config::{self, KubernetesSettings, MergeOptions, RunnerEntry};
-use crate::runner::token::{self, Obtained, Origin, PENDING_TOKEN, Prepared};
+use crate::gitlab;
+use crate::gitlab::config::RunnerToken;
+use crate::gitlab::config::entry::Autoscaler;
+use crate::gitlab::config::{KubernetesSettings, MergeOptions, RunnerEntry};
+use crate::gitlab::token::{self, Obtained, Origin, PENDING_TOKEN, Prepared};
 use crate::steps::Outcome;
 use tenantci_core::Result;
 
@@ -17,7 +17,11 @@ impl Run<'_> {
     /// valid TOML, no entry of ours the merge would refuse) and a directory this user can
     /// write, so a config that cannot take our entry is refused before anything is minted or
     /// applied. The token is a placeholder: the merge's refusals do not depend on it.
-    pub(super) fn check_config(&self, files: &CredentialFiles, ca: &gitlab_ca::Plan) -> Result<()> {
+    pub(super) fn check_config(
+        &self,
+        files: &CredentialFiles,
+        ca: &gitlab::ca::Plan,
+    ) -> Result<()> {
         let inputs = self.inputs;
         let token = Obtained {
             token: RunnerToken::EnvRef(PENDING_TOKEN.into()),
@@ -26,11 +30,11 @@ impl Run<'_> {
         };
         let mut entry = runner_entry(inputs, &self.cluster.server, files, token);
         entry.tls_ca_file = ca.tls_ca_file.clone();
-        let existing = gitlab_config::write::read_existing(&inputs.config_path)?;
+        let existing = gitlab::config::write::read_existing(&inputs.config_path)?;
         let options = MergeOptions {
             force: inputs.force,
         };
-        gitlab_config::merge::plan(&inputs.config_path, existing.as_deref(), &entry, options)?;
+        gitlab::config::merge::plan(&inputs.config_path, existing.as_deref(), &entry, options)?;
         if !inputs.dry_run {
             tenantci_core::input::check_writable("the gitlab-runner config", &inputs.config_path)?;
             tenantci_core::input::check_writable("the credential directory", &files.ca)?;
@@ -49,13 +53,13 @@ impl Run<'_> {
     }
 
     /// Merges our entry into config.toml; written only when it changed (and not in a dry run).
-    /// GitLab's CA copy ([`gitlab_ca`]) is written just before, so the entry never names a
+    /// GitLab's CA copy ([`gitlab::ca`]) is written just before, so the entry never names a
     /// missing file.
     pub(super) fn write_config(
         &mut self,
         files: &CredentialFiles,
         token: Obtained,
-        ca: &gitlab_ca::Plan,
+        ca: &gitlab::ca::Plan,
     ) -> Result<()> {
         let inputs = self.inputs;
         let mut entry = runner_entry(inputs, &self.cluster.server, files, token);
@@ -66,12 +70,12 @@ impl Run<'_> {
         let mut changed = false;
         if !inputs.dry_run {
             // Planned first: a refused merge leaves the CA copy as it was.
-            let existing = gitlab_config::write::read_existing(&inputs.config_path)?;
-            gitlab_config::merge::plan(&inputs.config_path, existing.as_deref(), &entry, options)?;
-            changed |= gitlab_ca::apply(ca)?;
+            let existing = gitlab::config::write::read_existing(&inputs.config_path)?;
+            gitlab::config::merge::plan(&inputs.config_path, existing.as_deref(), &entry, options)?;
+            changed |= gitlab::ca::apply(ca)?;
         }
         let outcome =
-            gitlab_config::configure(&inputs.config_path, &entry, options, inputs.dry_run)?;
+            gitlab::config::configure(&inputs.config_path, &entry, options, inputs.dry_run)?;
         if !inputs.dry_run {
             token::finish(&inputs.token, &inputs.config_path, &inputs.runner_name)?;
         }
@@ -156,7 +160,7 @@ fn autoscaler(pause_pods: &PausePods) -> Autoscaler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::gitlab_config::entry::NativePausePods;
+    use crate::gitlab::config::entry::NativePausePods;
 
     #[test]
     fn only_native_and_leaving_native_touch_the_autoscaler_table() {

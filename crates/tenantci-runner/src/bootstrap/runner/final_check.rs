@@ -1,9 +1,9 @@
 //! Last step: `runner check` on the entry just written, so a bootstrap that reports success
-//! leaves a runner that the same checks pass (one code path: [`crate::runner::check`]).
+//! leaves a runner that the same checks pass (one code path: [`crate::gitlab::check`]).
 
 use super::Run;
 use crate::checklist::{self, Status};
-use crate::runner::check::{self, ClusterFiles};
+use crate::gitlab::check::{self, ClusterFiles};
 use crate::steps::Outcome;
 use tenantci_core::{Error, Result};
 

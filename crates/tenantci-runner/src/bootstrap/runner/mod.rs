@@ -10,7 +10,7 @@
 //! applied, created or written.
 //!
 //! At the end of phase one a run (not a dry run) takes config.toml's lock
-//! (`runner::config_lock`) and holds it until config.toml is written; under it, it decides
+//! (`gitlab::config_lock`) and holds it until config.toml is written; under it, it decides
 //! again about the files it writes (the credential, config.toml, the pending-runner record,
 //! the runner token): a second run at the same moment waits, then keeps the credential and
 //! reuses the runner the first made.
@@ -20,7 +20,7 @@
 //! GitLab's CA copy and config.toml last, so a config always names files that exist.
 //!
 //! The work lives in its own modules (`credential`, `tenant::rbac`, `tenant::verify`,
-//! `tenant::sizing`, `tenant::prewarm`, `runner::token`, `runner::gitlab_config`). [`run`] is
+//! `tenant::sizing`, `tenant::prewarm`, `gitlab::token`, `gitlab::config`). [`run`] is
 //! the list of steps; each step is a method of `Run` (the inputs, the resolved cluster and the
 //! step recorder) in the submodule that names it: `check` (before any request), `resolve`,
 //! `credential`, `cluster` (rbac, verify, sizing, prewarm), `config` (runner token,
@@ -43,10 +43,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::credential::CredentialFiles;
-use crate::runner::config_lock;
-use crate::runner::gitlab_ca::{self, GitlabCa};
-use crate::runner::gitlab_config::entry::NativePausePods;
-pub use crate::runner::token::TokenSource;
+pub use crate::gitlab::token::TokenSource;
+use crate::gitlab::{self, ca::GitlabCa, config::entry::NativePausePods, config_lock};
 use crate::tenant::sizing::JobPodRequests;
 use resolve::Resolved;
 use tenantci_core::Result;
@@ -149,7 +147,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     let requests_before = client::requests();
     // Phase one: every local input and every system this run needs, nothing written.
     let token = check::check_inputs(inputs)?;
-    let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
+    let ca = gitlab::ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
     let mut steps = Steps::new(&mut on_step, inputs.dry_run);
     let (cluster, admin) = resolve::resolve(inputs, &mut steps).await?;
     let mut run = Run {
@@ -172,7 +170,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     // (its credential kept, its runner reused), having refused bad input (and an unreachable
     // GitLab) without it, so a refusal leaves no lock file.
     let lock = config_lock::acquire_unless_dry_run(&inputs.config_path, inputs.dry_run).await?;
-    let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
+    let ca = gitlab::ca::plan(inputs.gitlab_ca.as_ref(), &inputs.credential_dir)?;
     let credential = run.plan_local(&ca)?;
     let token = check::decide_token(inputs)?;
     token.check_access().await?;
@@ -197,7 +195,7 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
 impl Run<'_> {
     /// What this run does with the files it writes (the credential, config.toml), decided
     /// from what they hold now; refused when config.toml cannot take the entry.
-    fn plan_local(&self, ca: &gitlab_ca::Plan) -> Result<credential::CredentialPlan> {
+    fn plan_local(&self, ca: &gitlab::ca::Plan) -> Result<credential::CredentialPlan> {
         let credential = self.plan_credential()?;
         self.check_config(credential.files(), ca)?;
         Ok(credential)

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tenantci_runner::runner::gitlab_api::{ApiError, Client, CreateRunner, RunnerType};
-use tenantci_runner::runner::gitlab_config::Secret;
+use tenantci_runner::gitlab::api::{ApiError, Client, CreateRunner, RunnerType};
+use tenantci_runner::gitlab::config::Secret;
 use tenantci_testkit::gitlab::{
     Behaviour, DEFAULT_ACCESS_TOKEN, GitlabDouble, READ_ONLY_ACCESS_TOKEN,
 };

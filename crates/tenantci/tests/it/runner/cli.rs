@@ -306,7 +306,7 @@ async fn runner_cli_creates_the_runner_through_the_gitlab_api() {
     assert!(!text.contains(DEFAULT_ACCESS_TOKEN));
     let doc: toml_edit::DocumentMut = text.parse().unwrap();
     assert_eq!(
-        tenantci_runner::runner::gitlab_config::keys::check_document(&doc),
+        tenantci_runner::gitlab::config::keys::check_document(&doc),
         vec![]
     );
 

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use tenantci_core::node_image::NodeImage;
-use tenantci_runner::runner::gitlab_config::{keys, merge};
+use tenantci_runner::gitlab::config::{keys, merge};
 
 use crate::util::{assert_exit, repo_file, run, scratch, stderr, stdout, tenantci};
 
@@ -51,18 +51,13 @@ fn runner_examples_pipelines_and_act_runner_config_parse() {
     );
 
     let (_, act) = example("act_runner/config.yaml");
-    let config: tenantci_runner::runner::gitea_files::ActRunnerConfig =
-        serde_yaml::from_str(&act).unwrap();
+    let config: tenantci_runner::act_runner::ActRunnerConfig = serde_yaml::from_str(&act).unwrap();
     config.validate().unwrap();
     let names: Vec<String> = config
         .runner
         .labels
         .iter()
-        .map(|l| {
-            tenantci_runner::runner::gitea_files::Label::parse(l)
-                .unwrap()
-                .name
-        })
+        .map(|l| tenantci_runner::act_runner::Label::parse(l).unwrap().name)
         .collect();
     assert_eq!(
         names,

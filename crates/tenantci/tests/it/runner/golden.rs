@@ -3,10 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tenantci_runner::runner::gitlab_config::entry::{
-    Autoscaler, example_entry, example_native_entry,
-};
-use tenantci_runner::runner::gitlab_config::{Action, MergeOptions, RunnerEntry, keys, merge};
+use tenantci_runner::gitlab::config::entry::{Autoscaler, example_entry, example_native_entry};
+use tenantci_runner::gitlab::config::{Action, MergeOptions, RunnerEntry, keys, merge};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/runner/golden")

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use proptest::prelude::*;
-use tenantci_runner::runner::gitlab_config::entry::example_entry;
-use tenantci_runner::runner::gitlab_config::{Action, MergeOptions, merge};
+use tenantci_runner::gitlab::config::entry::example_entry;
+use tenantci_runner::gitlab::config::{Action, MergeOptions, merge};
 
 fn bare_key() -> impl Strategy<Value = String> {
     "[a-z][a-z0-9_-]{0,8}"
@@ -106,7 +106,7 @@ proptest! {
         runner_extra in table(),
         kubernetes_extra in table(),
     ) {
-        use tenantci_runner::runner::gitlab_config::keys;
+        use tenantci_runner::gitlab::config::keys;
         let owned = |k: &str| {
             [keys::NAME, keys::URL, keys::TOKEN, keys::EXECUTOR, keys::LIMIT,
              keys::REQUEST_CONCURRENCY, keys::KUBERNETES].contains(&k)

@@ -15,6 +15,7 @@ pub struct Rate {
 }
 
 impl Rate {
+    /// A full bucket of `per_second` tokens at `now`.
     pub fn new(per_second: u32, now: Instant) -> Self {
         Rate {
             rate: f64::from(per_second),
@@ -57,12 +58,14 @@ impl Rate {
 /// An IPv4-mapped IPv6 address (a dual-stack listener's view of IPv4) is that IPv4 address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
+    /// One IPv4 address.
     V4(Ipv4Addr),
     /// The /64 prefix, the host bits zero.
     V6(Ipv6Addr),
 }
 
 impl Source {
+    /// The source `ip` counts as: itself (IPv4, or IPv4-mapped), or its IPv6 /64.
     pub fn of(ip: IpAddr) -> Self {
         match ip {
             IpAddr::V4(a) => Source::V4(a),
@@ -74,8 +77,9 @@ impl Source {
     }
 }
 
-/// The audit reasons of [`Sources::admit`]'s own refusals.
+/// The audit reason of [`Sources::admit`] when the source spent its new connections this second.
 pub const SOURCE_RATE_LIMITED: &str = "source_rate_limited";
+/// The audit reason of [`Sources::admit`] when the source has `max_pending` handshakes open.
 pub const SOURCE_HANDSHAKES_FULL: &str = "source_handshakes_full";
 
 /// New connections a second and handshakes in progress, per [`Source`].
@@ -99,6 +103,8 @@ struct Entry {
 }
 
 impl Sources {
+    /// No source yet; each gets `per_second` new connections a second and at most
+    /// `max_pending` handshakes in progress.
     pub fn new(per_second: u32, max_pending: u32, now: Instant) -> Self {
         Sources {
             per_second,
@@ -176,6 +182,7 @@ impl Sources {
         self.by_source.len()
     }
 
+    /// Whether no source has an entry.
     pub fn is_empty(&self) -> bool {
         self.by_source.is_empty()
     }
@@ -198,6 +205,7 @@ impl PerSubject {
         true
     }
 
+    /// One tunnel of `subject` has closed.
     pub fn give_back(&mut self, subject: &str) {
         if let Some(n) = self.open.get_mut(subject) {
             *n = n.saturating_sub(1);
@@ -208,6 +216,7 @@ impl PerSubject {
     }
 }
 
+/// The period of the rate bounds and of the sources' sweep.
 pub const SECOND: Duration = Duration::from_secs(1);
 
 #[cfg(test)]

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use tenantci_core::duration::GoDuration;
 use tenantci_core::{Error, Result};
 
+/// The whole of `front.toml` (unknown keys refused). Built by [`FrontConfig::load`], which
+/// also checks it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrontConfig {
@@ -17,8 +19,9 @@ pub struct FrontConfig {
     pub listen: SocketAddr,
     /// The gateway's state directory: Clusters are resolved through it at each connection.
     pub state_dir: PathBuf,
-    /// The front's serving certificate and key (PEM): from `front init` or the operator's.
+    /// The front's serving certificate (PEM, its chain): from `front init` or the operator's.
     pub serving_cert: PathBuf,
+    /// The serving certificate's private key (PEM).
     pub serving_key: PathBuf,
     /// Serials refused (`front revoke`). Default: `denied-serials` beside the config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -26,8 +29,10 @@ pub struct FrontConfig {
     /// Prometheus `/metrics` (keep it on loopback). None: no metrics listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<SocketAddr>,
+    /// `[limits]`: what one public port accepts; absent keys take [`Limits::default`].
     #[serde(default)]
     pub limits: Limits,
+    /// `[[cluster]]`: the clusters the front serves and who may pass to each.
     #[serde(default, rename = "cluster")]
     pub clusters: Vec<ClusterRule>,
 }
@@ -36,7 +41,9 @@ pub struct FrontConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterRule {
+    /// The gateway's Cluster name, which the client names in ALPN.
     pub name: String,
+    /// `[[cluster.allow]]`: the subjects allowed to this cluster.
     #[serde(default)]
     pub allow: Vec<Subject>,
 }
@@ -46,7 +53,9 @@ pub struct ClusterRule {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Subject {
+    /// The CN: the Kubernetes user.
     pub common_name: String,
+    /// An O: one Kubernetes group.
     pub organization: String,
 }
 
@@ -91,6 +100,7 @@ impl Default for Limits {
     }
 }
 
+/// The deny-list's file name beside the config when `deny_list` is not set.
 pub const DENY_LIST_FILE: &str = "denied-serials";
 
 impl FrontConfig {
@@ -146,6 +156,7 @@ impl FrontConfig {
             .unwrap_or(Path::new(DENY_LIST_FILE))
     }
 
+    /// The `[[cluster]]` named `name`, if the front serves it.
     pub fn cluster(&self, name: &str) -> Option<&ClusterRule> {
         self.clusters.iter().find(|c| c.name == name)
     }

@@ -1,4 +1,5 @@
-//! act_runner's files: `config.yaml` and the `.runner` registration JSON.
+//! act_runner's files (the runner of Gitea and Forgejo): `config.yaml` and the `.runner`
+//! registration JSON.
 //!
 //! [`ActRunnerConfig`] renders the subset of config.yaml tenantci sets (log, runner, container,
 //! host); [`Registration`] is the `.runner` file act_runner writes after `register` (the
@@ -9,8 +10,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::gitlab_config::Secret;
-use tenantci_core::{Error, Result};
+use crate::secret_file::write_secret_file;
+use tenantci_core::{Error, Result, Secret};
 
 /// One act_runner label, `name:schema:arg` (`ubuntu-latest:docker://node:20-bookworm`,
 /// `linux:host`, or just `name`). Only `name` is sent to Gitea.
@@ -251,18 +252,13 @@ impl Registration {
 /// Writes config.yaml if it differs; returns whether it wrote.
 pub fn write_config(path: &Path, config: &ActRunnerConfig) -> Result<bool> {
     let text = config.render()?;
-    super::gitlab_config::write::write_secret_file(
-        path,
-        text.as_bytes(),
-        true,
-        "the act_runner config",
-    )
+    write_secret_file(path, text.as_bytes(), true, "the act_runner config")
 }
 
 /// Writes `.runner` (0600: it holds the runner token) if it differs; returns whether it wrote.
 pub fn write_registration(path: &Path, registration: &Registration) -> Result<bool> {
     let text = registration.render()?;
-    super::gitlab_config::write::write_secret_file(
+    write_secret_file(
         path,
         text.as_bytes(),
         true,

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::gitlab_api::{self, ApiError, Client, CreateRunner};
-pub use super::gitlab_config::entry::PENDING_TOKEN;
-use super::gitlab_config::entry::TokenMetadata;
-use super::gitlab_config::{RunnerToken, Secret, merge};
+use super::api::{self, ApiError, Client, CreateRunner};
+pub use super::config::entry::PENDING_TOKEN;
+use super::config::entry::TokenMetadata;
+use super::config::{RunnerToken, Secret, merge};
 use super::pending::{self, Ledger, Record, RecordedRunner, Resume, crash_point};
 use tenantci_core::pki::inspect::rfc3339;
 use tenantci_core::{Error, Result, secret};
@@ -276,7 +276,7 @@ impl Prepared<'_> {
         else {
             return Ok(());
         };
-        if gitlab_api::may_clean_up(&client.token_scopes().await?, request.runner_type) {
+        if api::may_clean_up(&client.token_scopes().await?, request.runner_type) {
             return Ok(());
         }
         Err(Error::bad_input(format!(
@@ -351,11 +351,7 @@ impl Creation<'_> {
     /// was deleted there), so a new one is created.
     async fn reuse(&self, recorded: RecordedRunner) -> Result<Option<Obtained>> {
         let token = Secret::new(recorded.token);
-        match self
-            .client
-            .verify_runner(&token, &gitlab_api::system_id())
-            .await
-        {
+        match self.client.verify_runner(&token, &api::system_id()).await {
             Ok(()) => {}
             Err(ApiError::VerifyRejected) => {
                 tracing::warn!(
@@ -444,7 +440,7 @@ impl Creation<'_> {
         self.ledger.write(&record)?;
         crash_point("gitlab-runner-recorded");
         self.client
-            .verify_runner(&created.token, &gitlab_api::system_id())
+            .verify_runner(&created.token, &api::system_id())
             .await?;
         Ok(Obtained {
             token: RunnerToken::Literal(created.token),
@@ -475,7 +471,7 @@ pub fn finish(source: &TokenSource, config: &std::path::Path, name: &str) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::gitlab_api::RunnerType;
+    use crate::gitlab::api::RunnerType;
 
     fn api(recreate: bool) -> ApiCreation {
         ApiCreation {

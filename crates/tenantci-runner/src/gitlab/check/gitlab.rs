@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::entry::EntryView;
 use crate::checklist::Check;
-use crate::runner::gitlab_api::{self, ApiError, Client};
+use crate::gitlab::api::{self, ApiError, Client};
 use tenantci_core::Secret;
 
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
@@ -19,7 +19,7 @@ fn system_id(config: &Path) -> String {
         .and_then(|b| String::from_utf8(b).ok())
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(gitlab_api::system_id)
+        .unwrap_or_else(api::system_id)
 }
 
 /// `$VAR` tokens are expanded from this process's environment, as gitlab-runner's are from

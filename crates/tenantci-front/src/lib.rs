@@ -1,5 +1,7 @@
-//! The front: a GitLab Runner on another host reaching a tenant apiserver that binds loopback
-//! on the gateway host (docs/architecture.md, "The front"; runbook "GitLab on its own VM").
+//! tenantci-front, `tenantci front`: a GitLab Runner on another host reaching a tenant apiserver
+//! that binds loopback on the gateway host (docs/architecture.md, "The front"; runbook "GitLab
+//! on its own VM"). Over `tenantci-core` only (scripts/check-layering.sh); no CLI: the binary's
+//! `cli/front.rs` parses flags and calls in here.
 //!
 //! `serve` (gateway side) terminates an outer mutual-TLS session on one public port, checks the
 //! runner's own ClientCA-signed certificate against the cluster's allow-list and the deny-list,
@@ -20,6 +22,8 @@
 //! - [`upstream`]: a Cluster's apiserver address, and the resolved ones kept for seconds.
 //! - [`bundle`], [`connect`]: the runner host's one file and its side of the tunnel.
 //! - [`init`], [`status`]: the front's own certificate and config; what is allowed and denied.
+
+#![warn(missing_docs)]
 
 pub mod admit;
 pub mod bundle;
@@ -49,6 +53,8 @@ pub fn cluster_from_alpn(protocol: &[u8]) -> Option<&str> {
         .strip_prefix(ALPN_PREFIX)
 }
 
+/// What every ALPN protocol of the front starts with; the version (`1`) changes only with an
+/// incompatible outer protocol.
 pub const ALPN_PREFIX: &str = "tenantci-front/1/";
 
 #[cfg(test)]

@@ -51,10 +51,13 @@ struct Front {
 pub struct Bound {
     listener: TcpListener,
     metrics: Option<TcpListener>,
+    /// The public port's bound address (the port resolved when the config gave 0).
     pub addr: SocketAddr,
+    /// The metrics listener's bound address, when `metrics_listen` is set.
     pub metrics_addr: Option<SocketAddr>,
 }
 
+/// Binds `listen` and, when set, `metrics_listen`; a busy address is bad input.
 pub async fn bind(config: &FrontConfig) -> Result<Bound> {
     let listener = bind_one("the front", config.listen).await?;
     let metrics = match config.metrics_listen {

@@ -11,11 +11,11 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::config_lock;
-use super::gitlab_ca::{self, GitlabCa};
-use super::gitlab_config::{
+use super::ca::{self, GitlabCa};
+use super::config::{
     self, Action, KubernetesSettings, MergeOptions, Plan, RunnerEntry, RunnerToken, merge, write,
 };
+use super::config_lock;
 use super::token::{self, Origin, PENDING_TOKEN, Prepared, TokenSource};
 use tenantci_core::Result;
 
@@ -28,7 +28,7 @@ pub struct Inputs {
     pub limit: u32,
     pub request_concurrency: u32,
     pub kubernetes: KubernetesSettings,
-    /// GitLab's CA, handed on as `tls-ca-file` ([`gitlab_ca`]).
+    /// GitLab's CA, handed on as `tls-ca-file` ([`ca`](mod@super::ca)).
     pub gitlab_ca: Option<GitlabCa>,
     pub force: bool,
     pub dry_run: bool,
@@ -116,7 +116,7 @@ pub async fn run(inputs: &Inputs) -> Result<Configured> {
     entry.registration = obtained.registration;
     let plan = merge::plan(&inputs.config, existing.as_deref(), &entry, options(inputs))?;
     let written = !inputs.dry_run && {
-        gitlab_ca::apply(&ca)?;
+        ca::apply(&ca)?;
         let written = write::write_plan(&inputs.config, &plan)?;
         token::finish(&inputs.token, &inputs.config, &inputs.name)?;
         written
@@ -128,7 +128,7 @@ pub async fn run(inputs: &Inputs) -> Result<Configured> {
 /// What [`check`] found: the CA plan, the entry with a placeholder token, config.toml's
 /// text, and the token decided.
 struct Checked<'a> {
-    ca: gitlab_ca::Plan,
+    ca: ca::Plan,
     entry: RunnerEntry,
     existing: Option<String>,
     prepared: Prepared<'a>,
@@ -139,7 +139,7 @@ struct Checked<'a> {
 /// cannot write would never name), the token decided, and GitLab reached with an access token
 /// that fits before an intent is recorded on disk.
 async fn check(inputs: &Inputs) -> Result<Checked<'_>> {
-    let ca = gitlab_ca::plan(inputs.gitlab_ca.as_ref(), &managed_ca_dir(inputs))?;
+    let ca = ca::plan(inputs.gitlab_ca.as_ref(), &managed_ca_dir(inputs))?;
     let mut entry = pending_entry(inputs);
     entry.tls_ca_file = ca.tls_ca_file.clone();
     let existing = write::read_existing(&inputs.config)?;
@@ -204,7 +204,7 @@ fn configured(
     origin: Origin,
 ) -> Configured {
     let preview =
-        (inputs.dry_run && plan.changed()).then(|| gitlab_config::redact(&plan.text, &entry.token));
+        (inputs.dry_run && plan.changed()).then(|| config::redact(&plan.text, &entry.token));
     let report = GitlabConfigReport {
         config: inputs.config.clone(),
         action: plan.action,
@@ -214,7 +214,7 @@ fn configured(
             name: entry.name.clone(),
             url: entry.url.clone(),
             token: entry.token.redacted(),
-            executor: gitlab_config::entry::EXECUTOR_KUBERNETES,
+            executor: config::entry::EXECUTOR_KUBERNETES,
             namespace: entry.kubernetes.namespace.clone(),
             host: entry.kubernetes.host.clone(),
         },

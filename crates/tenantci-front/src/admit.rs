@@ -28,6 +28,8 @@ pub struct Client {
 }
 
 impl Client {
+    /// Reads a verified client certificate (DER): its subject as kube-apiserver reads it and
+    /// its serial normalized as the deny-list spells serials. Fails only on unparseable DER.
     pub fn from_der(der: &[u8]) -> Result<Self, String> {
         let info = CertInfo::from_der(der)?;
         Ok(Client {
@@ -75,6 +77,7 @@ fn escape(value: &str) -> String {
     out
 }
 
+/// Why [`decide`] refused a client; [`Refusal::reason`] names it in the audit and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// `system:masters` is cluster-admin: never through the front, whatever the config says.
@@ -83,7 +86,9 @@ pub enum Refusal {
     SystemGroup,
     /// A subject the apiserver could read as another identity than the front does.
     Ambiguous(Ambiguity),
+    /// The cluster's allow-list does not name this CN with each of its groups.
     NotAllowed,
+    /// The serial is on the deny-list for this cluster.
     Revoked,
 }
 
@@ -151,7 +156,7 @@ pub fn decide(rule: &ClusterRule, client: &Client, deny: &DenyList) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::front::config::Subject;
+    use crate::config::Subject;
 
     fn rule() -> ClusterRule {
         ClusterRule {

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::gitlab_config::entry::TlsCaFile;
+use super::config::entry::TlsCaFile;
 use tenantci_core::fsutil::{self, MODE_SECRET};
 use tenantci_core::{Error, Result};
 

@@ -12,27 +12,37 @@ use tenantci_core::pki::inspect::CertInfo;
 use tenantci_core::secret::Secret;
 use tenantci_core::{Error, Result};
 
+/// The bundle format this tenantci writes and reads; [`Bundle::load`] refuses any other.
 pub const VERSION: u32 = 1;
 /// Where gitlab-runner's `host` points on the runner host by default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6443";
 
+/// The bundle file (JSON, 0600): what the runner host needs, in one file. `Debug` omits the
+/// key and the PEM texts.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Bundle {
+    /// The format, [`VERSION`].
     pub version: u32,
+    /// The cluster the runner works in: the ALPN name `connect` asks the front for.
     pub cluster: String,
     /// The front's published `host:port`.
     pub front: String,
     /// The name the front's certificate is checked against (default: the host of `front`).
     pub front_server_name: String,
+    /// The CA of the front's certificate (PEM): the only root `connect` trusts.
     pub front_ca: String,
     /// The tenant apiserver's serving CA: gitlab-runner's `ca_file`, unchanged.
     pub server_ca: String,
+    /// The runner's client certificate (PEM): gitlab-runner's `cert_file`, and the one
+    /// `connect` presents to the front.
     pub cert: String,
+    /// The runner's private key (PEM): gitlab-runner's `key_file`.
     #[serde(with = "secret_text")]
     pub key: Secret,
     /// `front connect`'s loopback address: gitlab-runner's `host`.
     pub listen: SocketAddr,
+    /// The namespace of the runner's job pods: gitlab-runner's `namespace`.
     pub namespace: String,
 }
 
@@ -62,13 +72,19 @@ mod secret_text {
 /// What `front bundle` is given.
 #[derive(Debug, Clone)]
 pub struct Inputs {
+    /// The cluster the runner works in.
     pub cluster: String,
     /// `credential mint`'s OUT_DIR: ca.crt, tls.crt, tls.key.
     pub credential_dir: PathBuf,
+    /// The front's published `host:port`, as the runner host reaches it.
     pub front: String,
+    /// The name checked in the front's certificate; `None`: the host of `front`.
     pub front_server_name: Option<String>,
+    /// The CA of the front's certificate (`front init`'s front-ca.crt).
     pub front_ca: PathBuf,
+    /// Where `front connect` listens on the runner host (loopback).
     pub listen: SocketAddr,
+    /// The namespace of the runner's job pods.
     pub namespace: String,
 }
 
@@ -156,6 +172,7 @@ fn bad_front(front: &str) -> Error {
 }
 
 impl Bundle {
+    /// The file's bytes: pretty JSON, the key in clear (the caller writes it 0600).
     pub fn to_json(&self) -> Vec<u8> {
         // A struct of strings always serializes.
         serde_json::to_vec_pretty(self).unwrap_or_default()

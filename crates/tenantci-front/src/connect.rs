@@ -46,6 +46,9 @@ pub struct Dialer {
 }
 
 impl Dialer {
+    /// The client config from the bundle: TLS 1.3 only, the front's CA as the only root, the
+    /// runner's certificate and key, the cluster's ALPN, no resumption. Fails (bad input) on a
+    /// bundle whose PEM or names cannot be used.
     pub fn new(bundle: &Bundle) -> Result<Self> {
         tenantci_core::tls::ensure_crypto_provider();
         let roots_pem = tenantci_core::tls::parse_ca_bundle(
@@ -101,6 +104,7 @@ fn bad_bundle(what: &str) -> Error {
         .hint("write a new bundle with `tenantci front bundle` on the gateway host")
 }
 
+/// Binds the local listener; refuses an address that is not loopback (as the bundle does).
 pub async fn bind(listen: SocketAddr) -> Result<TcpListener> {
     super::bundle::check_listen(listen)?;
     TcpListener::bind(listen).await.map_err(|e| {

@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 /// Where a cluster's apiserver listens: the host and port of its `status.url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
+    /// A DNS name or an IP address (an IPv6 one without brackets).
     pub host: String,
+    /// The port, always explicit in a Cluster's `status.url`.
     pub port: u16,
 }
 
 impl Upstream {
+    /// The host and port of `url`; None when it does not parse or names no port.
     pub fn from_url(url: &str) -> Option<Upstream> {
         let uri: http::Uri = url.parse().ok()?;
         Some(Upstream {
@@ -41,6 +44,7 @@ pub struct Addresses {
 }
 
 impl Addresses {
+    /// None resolved yet; each address kept for `ttl`.
     pub fn new(ttl: Duration) -> Self {
         Addresses {
             ttl,
@@ -54,6 +58,7 @@ impl Addresses {
         (now.saturating_duration_since(*at) < self.ttl).then(|| addr.clone())
     }
 
+    /// Keeps `addr` for `cluster`, resolved at `now`, replacing the one before.
     pub fn put(&mut self, cluster: &str, addr: Upstream, now: Instant) {
         self.by_cluster.insert(cluster.to_string(), (addr, now));
     }

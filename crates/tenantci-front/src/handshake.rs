@@ -181,7 +181,9 @@ impl ClientCertVerifier for Gate {
 /// A certificate that chained but was refused by the front's policy.
 #[derive(Debug)]
 pub struct Refused {
+    /// Why [`admit::decide`] refused it.
     pub refusal: Refusal,
+    /// The certificate as the front read it, for the audit line.
     pub client: Client,
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use toml_edit::{DocumentMut, Item, Table};
 
 use crate::checklist::Check;
-use crate::runner::gitlab_config::keys;
+use crate::gitlab::config::keys;
 
 pub const EXECUTOR: &str = "kubernetes";
 /// gitlab-runner's namespace when the entry names none.
@@ -124,10 +124,10 @@ fn view(runner: &Table) -> EntryView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::gitlab_config::entry::{example_entry, example_native_entry};
-    use crate::runner::gitlab_config::merge;
+    use crate::gitlab::config::entry::{example_entry, example_native_entry};
+    use crate::gitlab::config::merge;
 
-    fn text(entries: &[crate::runner::gitlab_config::RunnerEntry]) -> String {
+    fn text(entries: &[crate::gitlab::config::RunnerEntry]) -> String {
         let mut out: Option<String> = None;
         for e in entries {
             let plan = merge::plan(Path::new("c"), out.as_deref(), e, Default::default()).unwrap();

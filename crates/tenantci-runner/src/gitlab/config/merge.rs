@@ -462,7 +462,7 @@ pub fn keeps_native_pause_pods(text: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::gitlab_config::entry::{
+    use crate::gitlab::config::entry::{
         Autoscaler, NativePausePods, example_entry, example_native_entry,
     };
 

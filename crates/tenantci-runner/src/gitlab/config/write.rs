@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use super::merge::Plan;
-use tenantci_core::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
-use tenantci_core::{Error, Result};
+use crate::secret_file::write_secret_file;
+use tenantci_core::Result;
 
 /// The current text of `path`, or `None` when it does not exist.
 pub fn read_existing(path: &Path) -> Result<Option<String>> {
@@ -32,27 +32,4 @@ pub fn write_plan(path: &Path, plan: &Plan) -> Result<bool> {
         plan.changed(),
         "the gitlab-runner config",
     )
-}
-
-/// Writes a secret-bearing file (0600, parent 0700) unless it already holds `contents`.
-pub(crate) fn write_secret_file(
-    path: &Path,
-    contents: &[u8],
-    changed: bool,
-    what: &str,
-) -> Result<bool> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fsutil::create_dir_all(dir, MODE_PRIVATE_DIR)
-            .map_err(|e| Error::unwritable("the directory", dir, e))?;
-    }
-    if !changed
-        && std::fs::metadata(path).is_ok_and(|m| {
-            use std::os::unix::fs::PermissionsExt;
-            m.permissions().mode() & 0o7777 == MODE_SECRET
-        })
-    {
-        return Ok(false);
-    }
-    fsutil::write_if_changed(path, contents, MODE_SECRET)
-        .map_err(|e| Error::unwritable(what, path, e))
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::gitlab_config::Secret;
+use super::config::Secret;
 use tenantci_core::{Error, Result};
 
 /// The runner types `runner_type` accepts.

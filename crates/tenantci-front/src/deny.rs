@@ -26,7 +26,10 @@ pub struct DenyList {
 pub struct Entry<'a> {
     /// None: every cluster.
     pub cluster: Option<&'a str>,
+    /// Lower-case hex, as [`normalize`] spells it.
     pub serial: &'a str,
+    /// What follows `#` on the entry's line (`front revoke` writes the certificate's subject
+    /// or the operator's note); may be empty.
     pub note: &'a str,
 }
 
@@ -64,6 +67,8 @@ const HEADER: &str = "# tenantci front: certificates refused at the front (tenan
 # CLUSTER SERIAL  # note    (a SERIAL alone is refused on every cluster)\n";
 
 impl DenyList {
+    /// Parses the file's text: `SERIAL` or `CLUSTER SERIAL` per line, `#` starting a note;
+    /// blank lines skipped. Fails naming the first bad line.
     pub fn parse(text: &str) -> std::result::Result<Self, String> {
         let mut entries = BTreeMap::new();
         for (n, line) in text.lines().enumerate() {
@@ -118,14 +123,17 @@ impl DenyList {
         self.entries.contains_key(&key(None)) || self.entries.contains_key(&key(Some(cluster)))
     }
 
+    /// How many entries the list has.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether the list has no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// The entries, sorted (every-cluster entries first, then by cluster and serial).
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
         self.entries.iter().map(|((c, s), n)| Entry {
             cluster: c.as_deref(),
@@ -146,6 +154,7 @@ impl DenyList {
         self.entries.insert((cluster, serial), note).is_none()
     }
 
+    /// The file's text: a comment header, then one entry per line with its note.
     pub fn render(&self) -> String {
         let mut out = String::from(HEADER);
         for e in self.entries() {
@@ -169,6 +178,7 @@ impl DenyList {
 /// Whether the list on disk is the one in force.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ReadHealth {
+    /// The last read succeeded: the list in force is the file's.
     #[default]
     Current,
     /// The last read failed (the file is gone, unreadable or damaged): the last good list
@@ -178,7 +188,9 @@ pub enum ReadHealth {
 
 /// The list in force and whether the file still reads, as `serve` follows them.
 pub struct Watched {
+    /// The list in force: the last one read successfully.
     pub list: watch::Receiver<Arc<DenyList>>,
+    /// Whether the last read succeeded (the `tenantci_front_deny_list_stale` gauge).
     pub health: watch::Receiver<ReadHealth>,
 }
 

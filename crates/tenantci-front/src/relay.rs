@@ -15,14 +15,20 @@ const BUFFER: usize = 16 * 1024;
 /// Why a tunnel ended (the audit line's `end`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
+    /// Both sides closed their direction.
     Closed,
+    /// No byte either way for the idle timeout.
     Idle,
+    /// The client's certificate went on the deny-list while the tunnel was open.
     Revoked,
+    /// The process is stopping (SIGTERM).
     Shutdown,
+    /// A read or write failed on either side.
     Error,
 }
 
 impl End {
+    /// The name the audit line's `end` gives it.
     pub fn as_str(self) -> &'static str {
         match self {
             End::Closed => "closed",
@@ -37,7 +43,9 @@ impl End {
 /// Bytes each way and the last activity, readable while the tunnel runs.
 #[derive(Debug)]
 pub struct Counts {
+    /// Bytes from the client to the upstream.
     pub up: AtomicU64,
+    /// Bytes from the upstream to the client.
     pub down: AtomicU64,
     start: Instant,
     last_ms: AtomicU64,
@@ -64,6 +72,7 @@ impl Counts {
         self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 
+    /// How long the tunnel has run (since the counts were made).
     pub fn duration(&self) -> Duration {
         self.start.elapsed()
     }

@@ -12,19 +12,28 @@ use tenantci_core::{Error, Result};
 
 use super::config::{ClusterRule, FrontConfig, Limits, Subject};
 
+/// What `front init` is given.
 #[derive(Debug, Clone)]
 pub struct Inputs {
+    /// Where every file goes (made 0700); none of them may exist yet.
     pub dir: PathBuf,
+    /// The gateway's state directory, written into the config.
     pub state_dir: PathBuf,
+    /// The clusters to serve, each a `[[cluster]]` of the config.
     pub clusters: Vec<String>,
+    /// The one subject allowed to each cluster.
     pub subject: Subject,
+    /// The public address of the config.
     pub listen: SocketAddr,
+    /// The metrics address of the config; None: no metrics listener.
     pub metrics_listen: Option<SocketAddr>,
     /// DNS names and IP addresses the runner hosts reach the front by.
     pub names: Vec<String>,
+    /// The lifetime of the front's CA and serving certificate.
     pub valid_for: Duration,
 }
 
+/// The config's file name in `dir`.
 pub const CONFIG_FILE: &str = "front.toml";
 
 /// The config `init` writes, pure (checked as `serve` will check it).

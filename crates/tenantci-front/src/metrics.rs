@@ -24,6 +24,8 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
+/// Every `tenantci_front_*` series, registered once ([`Metrics::default`]) and shared by the
+/// listener and each connection.
 pub struct Metrics {
     registry: Registry,
     connections: Family<Labels, Counter>,
@@ -84,18 +86,23 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one connection's end (`tenantci_front_connections_total`): `outcome` is
+    /// `tunnel` or the refusal's reason; `cluster` is empty when refused before ALPN named one.
     pub fn connection(&self, cluster: &str, outcome: &str) {
         self.connections
             .get_or_create(&labels(&[("cluster", cluster), ("outcome", outcome)]))
             .inc();
     }
 
+    /// One more open tunnel to `cluster` (`tenantci_front_tunnels_open`).
     pub fn tunnel_opened(&self, cluster: &str) {
         self.open
             .get_or_create(&labels(&[("cluster", cluster)]))
             .inc();
     }
 
+    /// A tunnel to `cluster` closed after relaying `up` bytes (runner to apiserver) and `down`
+    /// bytes (`tenantci_front_bytes_total`).
     pub fn tunnel_closed(&self, cluster: &str, up: u64, down: u64) {
         self.open
             .get_or_create(&labels(&[("cluster", cluster)]))
@@ -107,22 +114,30 @@ impl Metrics {
         }
     }
 
+    /// Connections in their handshake (`tenantci_front_handshakes_pending`), kept by the
+    /// listener.
     pub fn pending(&self) -> &Gauge {
         &self.pending
     }
 
+    /// Entries of the deny-list in force (`tenantci_front_denied_serials`).
     pub fn set_denied(&self, n: usize) {
         self.denied.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// Whether the last good deny-list is in force because the file no longer reads
+    /// (`tenantci_front_deny_list_stale`).
     pub fn set_deny_list_stale(&self, stale: bool) {
         self.deny_list_stale.set(i64::from(stale));
     }
 
+    /// When the serving certificate expires, in Unix seconds
+    /// (`tenantci_front_serving_cert_expiry_timestamp_seconds`).
     pub fn set_cert_expiry(&self, unix: i64) {
         self.cert_expiry.set(unix as f64);
     }
 
+    /// Every series in the OpenMetrics text format, as `/metrics` serves it.
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -141,6 +156,7 @@ async fn metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
     )
 }
 
+/// The metrics listener's routes: `GET /metrics` only.
 pub fn router(metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/metrics", get(self::metrics))

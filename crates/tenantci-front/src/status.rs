@@ -9,12 +9,17 @@ use tenantci_core::{Error, Result};
 use super::config::FrontConfig;
 use super::deny::DenyList;
 
+/// `front status`'s report (`-o json` prints it as is).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
+    /// The public address of the config.
     pub listen: String,
+    /// The metrics address; None: no metrics listener.
     pub metrics_listen: Option<String>,
+    /// The serving certificate's subject and expiry.
     pub serving_cert: CertStatus,
+    /// Each `[[cluster]]` with its allowed subjects.
     pub clusters: Vec<ClusterStatus>,
     /// Where the deny-list lives, and whether it reads (a running front keeps its last good
     /// list while it does not).
@@ -23,37 +28,48 @@ pub struct Status {
     pub denied: Option<Vec<Denied>>,
 }
 
+/// The deny-list file and whether it reads.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DenyListStatus {
+    /// The file the front reads.
     pub path: String,
     /// Why it cannot be read; None when it reads.
     pub problem: Option<String>,
 }
 
+/// The front's serving certificate, as `front status` shows it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CertStatus {
+    /// Its subject, attribute by attribute.
     pub subject: String,
+    /// When it expires (RFC 3339).
     pub not_after: String,
 }
 
+/// One `[[cluster]]` of the config.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
+    /// The Cluster's name (its ALPN name).
     pub name: String,
     /// `CN=..., O=...` per allowed subject; empty: the cluster is unreachable.
     pub allowed: Vec<String>,
 }
 
+/// One deny-list entry.
 #[derive(Debug, Serialize)]
 pub struct Denied {
     /// The cluster whose ClientCA issued it; None: refused on every cluster.
     pub cluster: Option<String>,
+    /// The serial, lower-case hex.
     pub serial: String,
+    /// The note written beside it.
     pub note: String,
 }
 
+/// Reads the config's serving certificate (its first PEM block) for its subject and expiry.
 pub fn serving_cert(config: &FrontConfig) -> Result<CertInfo> {
     let pem = tenantci_core::input::read_text(
         "the front's serving certificate",
@@ -69,6 +85,8 @@ pub fn serving_cert(config: &FrontConfig) -> Result<CertInfo> {
     })
 }
 
+/// The status from the config and the files it names. An unreadable deny-list is reported in
+/// the status, not an error; an unreadable serving certificate is.
 pub fn read(config: &FrontConfig) -> Result<Status> {
     let cert = serving_cert(config)?;
     // Status is what an operator runs when something is wrong: an unreadable list is reported,
@@ -112,6 +130,7 @@ pub fn read(config: &FrontConfig) -> Result<Status> {
     })
 }
 
+/// The status as text, for the terminal.
 pub fn render(s: &Status) -> String {
     let mut out = format!(
         "front: {} (certificate {}, expires {})\n",

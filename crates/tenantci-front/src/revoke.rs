@@ -16,6 +16,7 @@ use super::deny::{self, DenyList};
 pub enum Target<'a> {
     /// A PEM certificate (e.g. a leaked tls.crt).
     Cert(&'a Path),
+    /// A serial in hex, as `openssl x509 -serial` prints it (colons and case ignored).
     Serial(&'a str),
 }
 
@@ -24,7 +25,9 @@ pub enum Target<'a> {
 pub struct Revocation {
     /// None: every cluster the front serves.
     pub clusters: Option<Vec<String>>,
+    /// Lower-case hex, as [`deny::normalize`] spells it.
     pub serial: String,
+    /// The note beside each entry: the operator's, else the certificate's subject.
     pub note: String,
 }
 
