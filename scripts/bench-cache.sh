@@ -23,11 +23,12 @@ flag=()
 [ "$profile" = release ] && flag=(--release)
 
 restore() {
-  bench_example "$profile" bench_cache docs/benchmarks/cache.md "$@"
+  bench_bin "$profile" bench_cache docs/benchmarks/cache.md "$@"
 }
 
-# before_server: the bench_cache example (its serve mode) of BENCH_CACHE_BEFORE, built in a
-# clone of its own with a target dir of its own; prints its path.
+# before_server: the bench_cache program (its serve mode) of BENCH_CACHE_BEFORE, built in a
+# clone of its own with a target dir of its own; prints its path. A revision from before
+# crates/tenantci-bench has it as an example of the tenantci package.
 before_server() {
   local rev dir
   rev=$(git rev-parse --short "${BENCH_CACHE_BEFORE:-abb830a}^{commit}")
@@ -36,17 +37,23 @@ before_server() {
     git clone -q --no-checkout "$PWD" "$dir/src"
     git -C "$dir/src" checkout -q "$rev"
   fi
-  (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --locked --quiet "${flag[@]}" \
-    --example bench_cache) >&2
-  echo "$dir/target/$profile/examples/bench_cache"
+  if [ -d "$dir/src/crates/tenantci-bench" ]; then
+    (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --locked --quiet "${flag[@]}" \
+      -p tenantci-bench --bin bench_cache) >&2
+    echo "$dir/target/$profile/bench_cache"
+  else
+    (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --locked --quiet "${flag[@]}" \
+      --example bench_cache) >&2
+    echo "$dir/target/$profile/examples/bench_cache"
+  fi
 }
 
 commit() {
   local before target="${CARGO_TARGET_DIR:-target}" table
   before=$(before_server)
-  cargo build --locked --quiet "${flag[@]}" --example bench_cache --example bench_cache_commit
-  table=$("$target/$profile/examples/bench_cache_commit" "$before" \
-    "$target/$profile/examples/bench_cache" "$@")
+  cargo build --locked --quiet "${flag[@]}" -p tenantci-bench --bin bench_cache --bin bench_cache_commit
+  table=$("$target/$profile/bench_cache_commit" "$before" \
+    "$target/$profile/bench_cache" "$@")
   echo "$table"
   put_table docs/benchmarks/cache.md bench-cache-commit "$table"
 }

@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 ensure_rust
 ensure_nats_server
 # Debug build, as the pickup benchmark: claims are loopback round trips, not CPU.
-bench_example debug bench_forgejo docs/benchmarks/forgejo.md "$@"
+bench_bin debug bench_forgejo docs/benchmarks/forgejo.md "$@"

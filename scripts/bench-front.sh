@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
 . scripts/lib/put-table.sh
 ensure_rust
-bench_example "${PROFILE:-debug}" bench_front docs/benchmarks/front.md "$@"
+bench_bin "${PROFILE:-debug}" bench_front docs/benchmarks/front.md "$@"

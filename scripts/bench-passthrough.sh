@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
 . scripts/lib/put-table.sh
 ensure_rust
-bench_example "${PROFILE:-debug}" bench_passthrough docs/benchmarks/passthrough.md "$@"
+bench_bin "${PROFILE:-debug}" bench_passthrough docs/benchmarks/passthrough.md "$@"

@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 ensure_rust
 ensure_nats_server
 # Debug build: pickup is timers and loopback round trips, not CPU (docs/benchmarks/pickup.md).
-bench_example debug bench_pickup docs/benchmarks/pickup.md "$@"
+bench_bin debug bench_pickup docs/benchmarks/pickup.md "$@"

@@ -9,6 +9,6 @@ cd "$(dirname "$0")/.."
 ensure_rust
 ensure_nats_server
 n="${1:-5000}"
-table=$(cargo run --quiet --release --example bench_queue -- "$n")
+table=$(cargo run --quiet --release -p tenantci-bench --bin bench_queue -- "$n")
 echo "$table"
 put_table docs/benchmarks/queue.md bench-queue "$table"

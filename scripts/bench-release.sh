@@ -13,10 +13,10 @@ ensure_nats_server
 target="${CARGO_TARGET_DIR:-target}"
 log "building (three release builds: this takes a while)"
 cargo build --locked --quiet --profile release-baseline -p tenantci
-cargo build --locked --quiet --release -p tenantci --bin tenantci --example bench_dispatch
+cargo build --locked --quiet --release -p tenantci --bin tenantci -p tenantci-bench --bin bench_dispatch
 cp "$target/release/tenantci" "$target/release/tenantci-sim"
 cargo build --locked --quiet --release -p tenantci --no-default-features
-table=$("$target/release/examples/bench_dispatch" --idle "$target/release/tenantci-sim" \
+table=$("$target/release/bench_dispatch" --idle "$target/release/tenantci-sim" \
   "before (release-baseline, with sim)=$target/release-baseline/tenantci" \
   "lean (release, with sim)=$target/release/tenantci-sim" \
   "lean, no sim (shipped)=$target/release/tenantci")

@@ -59,7 +59,7 @@ if [ ! -d "$wt" ]; then
 fi
 git -C "$wt" checkout --quiet --detach "$base"
 log "building this tree ($profile)"
-cargo build --locked --quiet --profile "$profile" --bin tenantci --example bench_scale
+cargo build --locked --quiet --profile "$profile" -p tenantci --bin tenantci -p tenantci-bench --bin bench_scale
 if [ ! -d "$wt/target/$dir" ] && [ -d "$target/$dir/deps" ]; then
   # Seeds the baseline's own target directory with the compiled dependencies (same lock file):
   # only its own crates are compiled again.
@@ -72,7 +72,7 @@ log "building the baseline $base ($profile)"
   cargo build --locked --quiet --profile "$profile" --bin tenantci)
 for b in ${backends//,/ }; do
   log "measuring the $b backend"
-  table=$("$target/$dir/examples/bench_scale" "$target/$dir/tenantci" \
+  table=$("$target/$dir/bench_scale" "$target/$dir/tenantci" \
     "before ($base)=$wt/target/$dir/tenantci" "after=$target/$dir/tenantci" \
     --backend "$b" ${args[@]+"${args[@]}"})
   echo "$table"

@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 profile=release
 flag=--release
 if [[ "${1:-}" == "--dev" ]]; then profile=debug; flag=; fi
-cargo build $flag --bin tenantci --example bench_sim
+cargo build $flag -p tenantci --bin tenantci -p tenantci-bench --bin bench_sim
 target="${CARGO_TARGET_DIR:-target}"
-"$target/$profile/examples/bench_sim" "$target/$profile/tenantci"
+"$target/$profile/bench_sim" "$target/$profile/tenantci"

@@ -10,4 +10,4 @@ cd "$(dirname "$0")/.."
 ensure_rust
 ensure_nats_server
 # Debug build, as the suite runs it: the figure is a ratio to the same listener's round trip.
-bench_example debug bench_status docs/benchmarks/status.md "$@"
+bench_bin debug bench_status docs/benchmarks/status.md "$@"

@@ -10,4 +10,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
 . scripts/lib/put-table.sh
 ensure_rust
-bench_example release bench_vm_svid docs/benchmarks/vm-svid.md "$@"
+bench_bin release bench_vm_svid docs/benchmarks/vm-svid.md "$@"

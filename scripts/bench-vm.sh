@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib/put-table.sh
 ensure_rust
 ensure_nats_server
-bench_example release bench_vm docs/benchmarks/vm.md "$@"
+bench_bin release bench_vm docs/benchmarks/vm.md "$@"

@@ -14,18 +14,19 @@ open(path, "w").write(s[:a] + "\n" + table + "\n" + s[b:])
 PY
 }
 
-# bench_example PROFILE EXAMPLE DOC [ARGS...]: builds `tenantci` and the example EXAMPLE
-# (`bench_<name>`) with PROFILE (release or debug), runs it with the tenantci binary and ARGS,
-# prints its table and puts it into DOC between the `bench-<name>` markers (EXAMPLE with `-`
-# for `_`). The shape of every example benchmark that drives a `tenantci` it is given.
-bench_example() {
-  local profile=$1 example=$2 doc=$3
+# bench_bin PROFILE BENCH DOC [ARGS...]: builds `tenantci` and the benchmark program BENCH
+# (`bench_<name>`, crates/tenantci-bench/src/bin) with PROFILE (release or debug), runs it with
+# the tenantci binary and ARGS, prints its table and puts it into DOC between the
+# `bench-<name>` markers (BENCH with `-` for `_`). The shape of every benchmark that drives a
+# `tenantci` it is given.
+bench_bin() {
+  local profile=$1 bench=$2 doc=$3
   shift 3
   local target="${CARGO_TARGET_DIR:-target}" flag=()
   [ "$profile" = release ] && flag=(--release)
-  cargo build --locked --quiet "${flag[@]}" --bin tenantci --example "$example"
+  cargo build --locked --quiet "${flag[@]}" -p tenantci --bin tenantci -p tenantci-bench --bin "$bench"
   local table
-  table=$("$target/$profile/examples/$example" "$target/$profile/tenantci" "$@")
+  table=$("$target/$profile/$bench" "$target/$profile/tenantci" "$@")
   echo "$table"
-  put_table "$doc" "${example//_/-}" "$table"
+  put_table "$doc" "${bench//_/-}" "$table"
 }

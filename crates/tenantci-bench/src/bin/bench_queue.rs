@@ -3,8 +3,9 @@
 //! against raw async-nats JetStream (publish + PubAck, `messages()` pull with default batch,
 //! plain ack), side by side in one run on one loopback nats-server with the generated config.
 //!
-//! Run: `cargo run --release --example bench_queue [-- N]` (scripts/bench-queue.sh); prints a
-//! Markdown table. `BENCH_PLAIN_ACK=1` measures the consumer with plain (unconfirmed) acks.
+//! Run: `cargo run --release -p tenantci-bench --bin bench_queue [-- N]` (scripts/bench-queue.sh);
+//! prints a Markdown table. `BENCH_PLAIN_ACK=1` measures the consumer with plain (unconfirmed)
+//! acks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

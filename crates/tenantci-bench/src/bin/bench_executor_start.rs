@@ -167,7 +167,7 @@ async fn main() {
     };
     let doc = format!(
         "## Executor Pods: warm against cold start\n\n\
-         `crates/tenantci/examples/bench_executor_start.rs` (`scripts/bench.sh executor-start`): the dispatcher's own \
+         `crates/tenantci-bench/src/bin/bench_executor_start.rs` (`scripts/bench.sh executor-start`): the dispatcher's own \
          executor Pod (`executor::desired_pod`, default config: runner 1800m / 1728Mi plus the 10m / 32Mi \
          executor-proxy sidecar, one per 2-vCPU node) created on `tenantci sim` with a {:.0} s node boot, \
          {runs} times cold (no node up) and {runs} times warm (one pause pod sized by `tenant prewarm \

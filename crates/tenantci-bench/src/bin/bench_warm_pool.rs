@@ -273,7 +273,7 @@ async fn main() {
     }
     let doc = format!(
         "## Warm pool: fixed against demand-driven\n\n\
-         `crates/tenantci/examples/bench_warm_pool.rs` (`scripts/bench.sh warm-pool`): one trace of {} jobs \
+         `crates/tenantci-bench/src/bin/bench_warm_pool.rs` (`scripts/bench.sh warm-pool`): one trace of {} jobs \
          (2 in a quiet 15 s, a burst of 20 within 1 s, then a trickle of 8, one per 3 s), each executor-sized \
          (1400m / 1152Mi, one per 2-vCPU node) running {RUN_FOR} s, against `tenantci sim` with a {} s node boot \
          and 2 s idle release; each job announced 200 ms before its executor Pod is created (the webhook, \

@@ -5,7 +5,7 @@
 //! hop costs; then four executors (four proxies) restoring at once, with the peak resident
 //! set (VmHWM) of the process serving the cache.
 //!
-//! The cache runs in a child process of its own (this example, `BENCH_CACHE_SERVE=DIR`): the
+//! The cache runs in a child process of its own (this program, `BENCH_CACHE_SERVE=DIR`): the
 //! dispatcher's cache routes (`cache::protocol::router`) over the facade's transport
 //! (`forge::gitea::facade::spawn_router`, TLS), without the dispatcher's other parts (NATS,
 //! the apiserver client), so its RSS is what the cache's streams cost.

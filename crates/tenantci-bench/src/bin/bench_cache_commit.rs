@@ -5,7 +5,7 @@
 //! every upload under one key and version (one may win, the rest are 409) and every upload
 //! under a key of its own (all win: what the fix must not slow down).
 //!
-//! Each side is a cache server child (the `bench_cache` example's serve mode: the
+//! Each side is a cache server child (the `bench_cache` program's serve mode: the
 //! dispatcher's cache routes over the facade's TLS transport): BEFORE built from the commit
 //! before the fix, AFTER from this tree, each over its own directory (and, with
 //! `BENCH_CACHE_MOTO`, its own moto bucket). Rounds alternate which side goes first.
@@ -53,7 +53,7 @@ fn bench_grant(key: &CapabilityKey) -> String {
     grant::mint(key, 1, 1, expires, &grant::task_cache(&task).unwrap())
 }
 
-/// A cache server child (`server`, the bench_cache example) over `store`, or over moto's
+/// A cache server child (`server`, the bench_cache program) over `store`, or over moto's
 /// bucket at `s3`; the process and its HTTPS URL.
 fn spawn_cache(
     server: &str,

@@ -197,7 +197,7 @@ fn main() {
     );
     let doc = format!(
         "## Credential mint throughput\n\n\
-         `crates/tenantci/examples/bench_mint.rs` (`scripts/bench.sh mint`), one run, {n} ECDSA and {n_rsa} RSA credentials per row, \
+         `crates/tenantci-bench/src/bin/bench_mint.rs` (`scripts/bench.sh mint`), one run, {n} ECDSA and {n_rsa} RSA credentials per row, \
          dev profile (dependencies at opt-level 1, as the tests build them), 2 cores; baseline {openssl_version}. Each credential is the same certificate \
          (O and CN, clientAuth, digitalSignature, CA:FALSE, SKI/AKI, 128-bit serial).\n\n{table}\n\
          Goal: at least 20x the openssl pipeline for ECDSA. The signing row is the cryptographic \

@@ -184,7 +184,7 @@ async fn main() {
     }
     let doc = format!(
         "## What pre-warm is worth\n\n\
-         `crates/tenantci/examples/bench_prewarm.rs` (`scripts/bench.sh prewarm`): one trace of {jobs} jobs with Poisson \
+         `crates/tenantci-bench/src/bin/bench_prewarm.rs` (`scripts/bench.sh prewarm`): one trace of {jobs} jobs with Poisson \
          arrivals (mean gap {mean_gap} s, fixed seed), each job pod 1400m / 1152Mi (one per 2-vCPU node) \
          running {run_for} s, against `tenantci sim` with a {:.0} s node boot and 2 s idle release; \
          replayed with 0, 1, 2 and 4 pause pods in one run. Start latency is create -> Running as a \
