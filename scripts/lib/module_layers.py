@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Module layering inside one crate (docs/architecture.md, "tenantci-dispatch").
+"""Module layering inside one crate (docs/architecture.md, "tenantci-dispatch" and
+"tenantci-sim").
 
 Reads every import of the crate's sources: `use` trees, expanded (one line or several, nested
 groups, a child module named bare), and `crate::`/`super::`/`self::` paths anywhere in the
@@ -8,11 +9,33 @@ files, and fails, naming the file, the line and the import, when:
 
 - a file imports a module on a higher floor than its own (the floors are listed in LAYERS,
   lowest first; a module not listed is an error, so a new module takes a floor on purpose);
-- files import each other in a circle (any length), inside a module or across modules.
+- files import each other in a circle (any length), inside a module or across modules (a
+  circle whose files all lie inside a module named by --circle-inside is let pass: known debt,
+  named where the check is called).
 
-Usage: module_layers.py SRC_DIR LAYERS_FILE
+With --drawn-in DOC it also checks that the floors are written down the same in three places,
+so they cannot drift (`floor docs`, below), and fails with one line per difference, naming the
+module, the file and the fix.
+
+Usage: module_layers.py SRC_DIR LAYERS_FILE [--drawn-in DOC] [--circle-inside MODULE]...
 LAYERS_FILE: one floor a line, lowest first, top-level module names separated by spaces;
-'#' starts a comment.
+'#' starts a comment. Import errors count the floors from 0 (the first line is floor 0).
+
+Floor docs. Floor line N of LAYERS_FILE (counted from 1, comments and blank lines aside) is:
+
+- item `N.` of the numbered list in SRC_DIR/lib.rs's crate doc (`//!` lines): an item starts
+  with `N. ` at the start of the comment's text, goes on over lines indented by at least one
+  space, and names each module of its floor, and no other, as a bare intra-doc link
+  [`module`] (a path such as [`backend::pod`] or plain `module` in code quotes is text);
+  the first item numbered 1 starts the list, the first line that is neither an item nor
+  indented ends it;
+- `subgraph FN` of the crate's block in DOC: the lines between `<!-- floors: CRATE -->` and
+  `<!-- /floors -->` (CRATE: the name of the directory holding LAYERS_FILE), a mermaid
+  flowchart in which every floor is a `subgraph FN[...]` ... `end` and every module a node
+  `module["..."]` inside the subgraph of its floor (edges, the `-->` lines, are free).
+
+A crate whose lib.rs declares no module (the stub sources of the layering test's scratch
+copies) has nothing to draw, and is not compared.
 """
 import os
 import re
@@ -164,18 +187,146 @@ def imports(src, rel):
     return out
 
 
-def main():
-    src, layers_file = sys.argv[1], sys.argv[2]
-    floor = {}
+def read_floors(layers_file):
+    """LAYERS_FILE's floors, lowest first: a list of lists of module names."""
+    floors = []
     with open(layers_file, encoding="utf-8") as f:
-        n = 0
         for line in f:
-            line = line.split("#", 1)[0].split()
-            if not line:
-                continue
-            for name in line:
-                floor[name] = n
-            n += 1
+            names = line.split("#", 1)[0].split()
+            if names:
+                floors.append(names)
+    return floors
+
+
+DOC_ITEM = re.compile(r"(\d+)\.\s")
+DOC_LINK = re.compile(r"\[`([A-Za-z_][A-Za-z0-9_]*)`\]")
+DECLARED = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_]\w*)\s*;", re.M)
+SUBGRAPH = re.compile(r"^\s*subgraph\s+([A-Za-z_]\w*)")
+NODE = re.compile(r"^\s*([A-Za-z_]\w*)\s*[\[({]")
+
+
+def lib_floor_list(lib_text):
+    """The crate doc's numbered floor list: {item number: [(module, line)]}, or None."""
+    items, current = {}, None
+    for no, line in enumerate(lib_text.split("\n"), 1):
+        m = re.match(r"\s*//!(.*)", line)
+        if not m:
+            continue
+        text = m.group(1)[1:] if m.group(1).startswith(" ") else m.group(1)
+        start = DOC_ITEM.match(text)
+        if start and (int(start.group(1)) == 1 or current is not None):
+            current = int(start.group(1))
+            items[current] = []
+        elif current is None or not text[:1].isspace():
+            if current is not None:
+                break
+            continue
+        items[current] += [(name, no) for name in DOC_LINK.findall(text)]
+    return items or None
+
+
+def drawn_floors(doc_text, crate):
+    """The crate's floors block in DOC: ({floor number: [(module, line)]}, [(node, line)] drawn
+    on no floor), or None when the block is missing."""
+    lines = doc_text.split("\n")
+    try:
+        begin = lines.index(f"<!-- floors: {crate} -->")
+        end = lines.index("<!-- /floors -->", begin)
+    except ValueError:
+        return None
+    floors, loose, current = {}, [], None
+    for no in range(begin + 1, end):
+        line = lines[no].split("%%", 1)[0]
+        sub = SUBGRAPH.match(line)
+        if sub:
+            number = re.fullmatch(r"F(\d+)", sub.group(1))
+            current = int(number.group(1)) if number else -1
+            floors.setdefault(current, [])
+        elif line.strip() == "end":
+            current = None
+        elif "-->" not in line and NODE.match(line):
+            name = NODE.match(line).group(1)
+            if current is None:
+                loose.append((name, no + 1))
+            else:
+                floors[current].append((name, no + 1))
+    return floors, loose
+
+
+def check_floor_docs(src, layers_file, floors, doc):
+    """Floor line N of LAYERS_FILE against item N of lib.rs's floor list and `subgraph FN` of
+    DOC's block for the crate: one error per module out of place, missing or extra."""
+    lib = os.path.join(src, "lib.rs")
+    lib_text = open(lib, encoding="utf-8").read() if os.path.isfile(lib) else ""
+    if not DECLARED.search(code_only(lib_text)):
+        return []
+    crate = os.path.basename(os.path.dirname(os.path.abspath(layers_file)))
+    where = {name: n for n, names in enumerate(floors, 1) for name in names}
+    errors = []
+
+    def compare(listed, file, place, how, seen=()):
+        """`listed`: {number: [(module, line)]} as `file` writes the floors; `place(n)` names
+        number n there, `how(m, n)` says how to write module m there; `seen`: modules already
+        reported there."""
+        seen = set(seen)
+        for n, names in sorted(listed.items()):
+            for name, no in names:
+                seen.add(name)
+                if name not in where:
+                    errors.append(f"{file}:{no}: {place(n)} names `{name}`, which {layers_file} "
+                                  f"does not list; remove it there (or give `{name}` a floor)")
+                elif where[name] != n:
+                    errors.append(f"{file}:{no}: `{name}` is in {place(n)}, but {layers_file} "
+                                  f"has it on floor line {where[name]}; move it to "
+                                  f"{place(where[name])}")
+        for name, n in where.items():
+            if name not in seen:
+                errors.append(f"{file}: `{name}` (floor line {n} of {layers_file}) is missing "
+                              f"from {place(n)}; add {how(name, n)} there")
+
+    listed = lib_floor_list(lib_text)
+    if listed is None:
+        errors.append(f"{lib}: the crate doc has no numbered floor list; write {layers_file}'s "
+                      "floors as `1. ...`, `2. ...` items naming each module as [`module`]")
+    else:
+        compare(listed, lib, lambda n: f"item {n}. of the crate doc's floor list",
+                lambda name, n: f"[`{name}`]")
+    doc_text = open(doc, encoding="utf-8").read() if os.path.isfile(doc) else None
+    drawn = drawn_floors(doc_text, crate) if doc_text is not None else None
+    if drawn is None:
+        errors.append(f"{doc}: no `<!-- floors: {crate} -->` ... `<!-- /floors -->` block; add "
+                      f"one that draws {layers_file}'s floors (a mermaid `subgraph FN` a floor)")
+    else:
+        by_floor, loose = drawn
+        for name, no in loose:
+            fix = (f"move it into `subgraph F{where[name]}` (floor line {where[name]} of "
+                   f"{layers_file})" if name in where else
+                   f"remove it (or give `{name}` a floor in {layers_file})")
+            errors.append(f"{doc}:{no}: `{name}` is drawn outside every `subgraph FN` of the "
+                          f"{crate} floors block; {fix}")
+        compare(by_floor, doc, lambda n: f"`subgraph F{n}` of the {crate} floors block",
+                lambda name, n: f'`{name}["{name}: ..."]`', [name for name, _ in loose])
+    return errors
+
+
+def main():
+    args, positional, drawn_in, circle_ok = sys.argv[1:], [], None, set()
+    while args:
+        arg = args.pop(0)
+        if arg == "--drawn-in":
+            drawn_in = args.pop(0)
+        elif arg == "--circle-inside":
+            circle_ok.add(args.pop(0))
+        else:
+            positional.append(arg)
+    src, layers_file = positional
+    try:
+        floors = read_floors(layers_file)
+    except OSError as e:
+        print(f"layering: {layers_file}: cannot read the floors ({e.strerror}); write one "
+              "floor a line, lowest first", file=sys.stderr)
+        return 1
+    floor = {name: n for n, names in enumerate(floors) for name in names}
     files = []
     for root, _, names in os.walk(src):
         for name in names:
@@ -243,12 +394,17 @@ def main():
             visit(v)
     for comp in sccs:
         members = set(comp)
+        inside = {(module_of_file(rel) or [""])[0] for rel in comp}
+        if len(inside) == 1 and inside <= circle_ok:
+            continue
         ties = []
         for a in comp:
             for b, (no, text) in sorted(edges.get(a, {}).items()):
                 if b in members:
                     ties.append(f"    {a}:{no} -> {b}: `{text}`")
         errors.append("files import each other in a circle:\n" + "\n".join(ties))
+    if drawn_in:
+        errors += check_floor_docs(src, layers_file, floors, drawn_in)
     for e in errors:
         print(f"layering: {e}", file=sys.stderr)
     return 1 if errors else 0

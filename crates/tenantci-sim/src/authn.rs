@@ -22,6 +22,8 @@ use tenantci_core::{Error, Result};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 
+/// Verifies client certificates against one ClientCA and maps them to users, as kube-apiserver's
+/// x509 authenticator.
 pub struct Authenticator {
     verifier: Arc<dyn ClientCertVerifier>,
 }
@@ -46,6 +48,8 @@ impl Authenticator {
         Ok(Authenticator { verifier })
     }
 
+    /// Who `chain` (leaf first) is: none is anonymous; one that does not verify, that Go could not
+    /// read or has an empty CN is rejected; else the user its subject names.
     pub fn authenticate(&self, chain: Option<&[CertificateDer<'static>]>) -> Identity {
         let Some((leaf, intermediates)) = chain.and_then(|c| c.split_first()) else {
             return Identity::Anonymous;

@@ -21,8 +21,11 @@ pub struct Recorded {
 
 /// A Pod left unbound by a pass.
 pub struct Waiting<'a> {
+    /// The Pod's namespace.
     pub namespace: &'a str,
+    /// The Pod's name.
     pub name: &'a str,
+    /// The Pod's uid (the Event's `involvedObject`).
     pub uid: &'a str,
 }
 

@@ -5,6 +5,29 @@
 //! A test double: production code paths never use it. The state directory (CAs, kubeconfigs,
 //! ports) survives restarts, and so do the tenant clusters' objects unless `persist` is off
 //! (`persist`). See docs/simulator.md.
+//!
+//! One module per concern, on floors: a module imports only modules on a lower floor
+//! (`layers.txt` beside this crate's manifest, checked by `scripts/check-layering.sh`;
+//! docs/architecture.md draws them). Lowest first:
+//!
+//! 1. Leaves: [`ids`] (uids, generated names, timestamps), [`quantity`] (resource
+//!    quantities), [`selector`] (label and field selectors), [`served`] (a double's HTTP
+//!    server), [`statedir`] (the state directory: PKI, kubeconfigs, `gateway.json`),
+//!    [`status`] (kube-apiserver's Status bodies, the handlers' error), [`store`] (the
+//!    in-memory object store), [`tls`] (the handshake), [`validate`] (object names).
+//! 2. Pure rules over them: [`authz`] (RBAC, impersonation, escalation, access reviews),
+//!    [`events`] (the Events of a Pod that waits for a node), [`scheduler`] (the scheduler's
+//!    and autoscaler's plan).
+//! 3. [`api`]: one apiserver's request handling, the transport aside.
+//! 4. Around an apiserver: [`authn`] (a client certificate to a user), [`nodes`] (the
+//!    rented-node controller), [`persist`] (the objects on disk), [`seed`] (what a fresh
+//!    cluster holds).
+//! 5. The servers: [`server`] (every apiserver's HTTPS transport) and the other doubles,
+//!    [`gitea`], [`opensandbox`], [`spire`]; none imports another.
+//!
+//! The crate root ([`start`]) stands above them all.
+
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod authn;
@@ -45,7 +68,10 @@ use tenantci_core::{Error, Result};
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
+    /// The state directory: CAs, kubeconfigs, `gateway.json` (docs/state-dir.md).
     pub state_dir: PathBuf,
+    /// The tenant clusters to simulate (`--cluster`); empty: every cluster already in the state
+    /// directory.
     pub clusters: Vec<String>,
     /// Rented nodes: the node image and the autoscaler's timing and limit.
     pub nodes: nodes::NodeConfig,
@@ -79,18 +105,26 @@ impl SimConfig {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadyInfo {
+    /// Always `ready`: the line's type, for a reader of the JSON line.
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// The state directory in use.
     pub state_dir: PathBuf,
+    /// The gateway-admin kubeconfig, which reaches the admin apiserver.
     pub admin_kubeconfig: PathBuf,
+    /// The admin apiserver's URL (`https://127.0.0.1:PORT`).
     pub admin_url: String,
+    /// The admin apiserver's port.
     pub admin_port: u16,
+    /// Each tenant cluster served: its name, URL, port and tenant-admin kubeconfig.
     pub clusters: Vec<ClusterEntry>,
 }
 
 /// A running simulator; drop or [`SimHandle::shutdown`] stops it.
 pub struct SimHandle {
+    /// What `tenantci sim` printed as its ready line.
     pub info: ReadyInfo,
+    /// The admin apiserver (the `Cluster` objects), for in-process inspection.
     pub admin: Arc<ApiServer>,
     /// Tenant apiservers by cluster name, for in-process inspection.
     pub tenants: Vec<(String, Arc<ApiServer>)>,
@@ -99,10 +133,12 @@ pub struct SimHandle {
 }
 
 impl SimHandle {
+    /// The tenant apiserver of cluster `name`, if it is simulated.
     pub fn tenant(&self, name: &str) -> Option<&Arc<ApiServer>> {
         self.tenants.iter().find(|(n, _)| n == name).map(|(_, a)| a)
     }
 
+    /// Stops every server and waits for their tasks to end.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {

@@ -23,13 +23,19 @@ use tenantci_core::node_image::{NodeImage, RESERVED_CPU_MILLI, RESERVED_MEMORY_M
 
 /// `sim.tenantci.io/run-for: 2s` moves a Running pod to Succeeded after that long.
 pub const RUN_FOR_ANNOTATION: &str = "sim.tenantci.io/run-for";
+/// The label on every Node the simulator rented (`"true"`).
 pub const RENTED_LABEL: &str = "tenantci.io/rented";
 
+/// How rented nodes behave: what they offer, how long they boot, when they go, how many at most.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
+    /// The node image: each node's capacity (allocatable keeps the kubelet's reserve).
     pub image: NodeImage,
+    /// How long a rented node takes to become Ready.
     pub boot: Duration,
+    /// How long a node stays with no live pod before it is released.
     pub idle: Duration,
+    /// The most nodes the autoscaler rents at once.
     pub max_nodes: usize,
 }
 

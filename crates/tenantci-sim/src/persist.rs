@@ -33,6 +33,7 @@ pub const MAX_BYTES: u64 = 512 << 20;
 /// The format this build writes and reads.
 const FORMAT: u32 = 1;
 
+/// Cluster `cluster`'s object file: `<state>/clusters/<cluster>/objects.json`.
 pub fn path(state: &StateDir, cluster: &str) -> PathBuf {
     state.cluster(cluster).dir.join(FILE)
 }
@@ -129,6 +130,7 @@ pub fn load(path: &Path, registry: &'static [ResourceDef]) -> Result<Option<Stor
     })
 }
 
+/// Writes `store`'s objects to `path` (replaced atomically, mode 0600: Secrets are in it).
 pub fn save(path: &Path, store: &Store) -> Result<()> {
     fsutil::write_atomic(path, &encode(store), MODE_SECRET)
         .map_err(|e| Error::unwritable("the simulator's object file", path, e))

@@ -34,6 +34,7 @@ pub struct Quantity {
 }
 
 impl Quantity {
+    /// Zero.
     pub const ZERO: Quantity = Quantity { nanos: 0 };
 
     /// `resource.ParseQuantity`; `None` where it returns an error.

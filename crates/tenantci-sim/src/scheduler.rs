@@ -23,14 +23,23 @@ pub const AUTOSCALER_PRIORITY_CUTOFF: i32 = -10;
 /// What the planner needs to know about a pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodView {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// Its resolved priority ([`resolve_priority`]).
     pub priority: i32,
+    /// `preemptionPolicy: Never`: it preempts no one.
     pub preempt_never: bool,
+    /// Its effective CPU request ([`pod_requests`]).
     pub cpu: MilliCpu,
+    /// Its effective memory request.
     pub memory: Bytes,
+    /// Its nodeSelector.
     pub node_selector: BTreeMap<String, String>,
+    /// Its tolerations, as stored.
     pub tolerations: Vec<Value>,
+    /// The node it is bound to, if any.
     pub node_name: Option<String>,
     /// Succeeded and Failed pods hold no resources.
     pub terminal: bool,
@@ -41,46 +50,66 @@ pub struct PodView {
 /// What the planner needs to know about a node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
+    /// The node's name.
     pub name: String,
+    /// Whether its Ready condition is True.
     pub ready: bool,
+    /// Its labels.
     pub labels: BTreeMap<String, String>,
+    /// Its taints, as stored.
     pub taints: Vec<Value>,
+    /// Its allocatable CPU.
     pub cpu: MilliCpu,
+    /// Its allocatable memory.
     pub memory: Bytes,
     /// How long the node has had no non-terminal pods (None while it has some).
     pub idle_for: Option<Duration>,
 }
 
+/// What bounds the autoscaler, and what a node it rents offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
+    /// The most nodes at once.
     pub max_nodes: usize,
+    /// How long a node may be idle before it is released.
     pub node_idle: Duration,
     /// Allocatable of a node about to be rented (from the node image).
     pub new_node_cpu: MilliCpu,
+    /// Allocatable memory of a node about to be rented.
     pub new_node_memory: Bytes,
     /// Labels a rented node comes up with (a pod whose nodeSelector they do not satisfy
     /// would never fit one, so it rents nothing).
     pub new_node_labels: BTreeMap<String, String>,
 }
 
+/// One step of a plan, for the controller to apply to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Set spec.nodeName, PodScheduled, phase Running.
     Bind {
+        /// The pod's namespace.
         namespace: String,
+        /// The pod's name.
         name: String,
+        /// The node it goes to.
         node: String,
     },
     /// Delete these pods so `for_pod` fits on `node` (it is bound in the same plan).
     Preempt {
+        /// The pods deleted, as (namespace, name).
         victims: Vec<(String, String)>,
+        /// The node they are deleted from.
         node: String,
+        /// The pod they make room for, as (namespace, name).
         for_pod: (String, String),
     },
     /// Rent one node (created NotReady, Ready after the boot time).
     RentNode,
     /// Release an idle node.
-    ReleaseNode { name: String },
+    ReleaseNode {
+        /// The node released.
+        name: String,
+    },
 }
 
 /// Effective requests as kube-scheduler computes them (KEP-753), per resource: sidecars

@@ -15,6 +15,8 @@ fn to_values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
         .collect()
 }
 
+/// Seeds a fresh tenant cluster: the four standard namespaces (each given its `default`
+/// ServiceAccount by the apiserver) and the bootstrap RBAC objects.
 pub fn tenant(api: &ApiServer) {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         api.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));

@@ -48,6 +48,7 @@ fn set(values: &str) -> Option<Vec<String>> {
 }
 
 impl LabelSelector {
+    /// Parses a `labelSelector` (`a=b,c!=d,e in (f,g),!h`); the error is kube-apiserver's message.
     pub fn parse(s: &str) -> Result<Self, String> {
         let mut reqs = Vec::new();
         if s.trim().is_empty() {
@@ -81,6 +82,7 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Whether `obj`'s labels satisfy every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = &obj["metadata"]["labels"];
         let get = |k: &str| labels.get(k).and_then(Value::as_str);
@@ -144,6 +146,9 @@ fn field_value(obj: &Value, path: &str) -> String {
 }
 
 impl FieldSelector {
+    /// Parses a `fieldSelector` for `resource`: `=`, `==` or `!=` terms over `metadata.name`,
+    /// `metadata.namespace` or the fields the resource supports; the error is kube-apiserver's
+    /// message.
     pub fn parse(s: &str, resource: &str) -> Result<Self, String> {
         let mut reqs = Vec::new();
         if s.trim().is_empty() {
@@ -173,6 +178,7 @@ impl FieldSelector {
         Ok(FieldSelector(reqs))
     }
 
+    /// Whether `obj`'s fields satisfy every term.
     pub fn matches(&self, obj: &Value) -> bool {
         self.0
             .iter()

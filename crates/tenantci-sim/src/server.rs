@@ -30,7 +30,9 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// A response body: one chunk, or a stream of watch events.
 pub enum ReplyBody {
+    /// The whole body in one frame (None once it is sent).
     Full(Option<Bytes>),
+    /// Watch events, each chunk sent as it comes, until the sender drops.
     Stream(mpsc::Receiver<Bytes>),
 }
 

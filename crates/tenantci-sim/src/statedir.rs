@@ -25,25 +25,36 @@ const LEAF_VALID_FOR: Duration = Duration::from_secs(365 * 24 * 3600);
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayJson {
+    /// The gateway-admin kubeconfig.
     pub admin_kubeconfig: PathBuf,
+    /// The state directory.
     pub state_dir: PathBuf,
+    /// The admin apiserver's URL.
     #[serde(default)]
     pub admin_url: String,
+    /// The admin apiserver's port, reused on the next start.
     #[serde(default)]
     pub admin_port: u16,
+    /// Each tenant cluster served.
     #[serde(default)]
     pub clusters: Vec<ClusterEntry>,
 }
 
+/// One tenant cluster in `gateway.json` and the ready line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterEntry {
+    /// The cluster's name.
     pub name: String,
+    /// Its apiserver's URL (`https://127.0.0.1:PORT`).
     pub url: String,
+    /// Its apiserver's port, reused on the next start.
     pub port: u16,
+    /// Its tenant-admin kubeconfig.
     pub tenant_admin_kubeconfig: PathBuf,
 }
 
+/// The gateway admin CA's certificate and key files: `<state>/pki/admin-ca.{crt,key}`.
 pub fn admin_ca_paths(state: &StateDir) -> (PathBuf, PathBuf) {
     let dir = state.root().join("pki");
     (dir.join("admin-ca.crt"), dir.join("admin-ca.key"))
@@ -96,6 +107,7 @@ pub fn cluster_cas(
     Ok((serving, client))
 }
 
+/// The gateway admin CA, created on first use and loaded after (never replaced).
 pub fn admin_ca(state: &StateDir) -> Result<CertificateAuthority> {
     let (cert, key) = admin_ca_paths(state);
     if cert.exists() {
@@ -163,6 +175,7 @@ pub fn ensure_kubeconfig(
         .map_err(|e| Error::unwritable("the kubeconfig", path, e))
 }
 
+/// Writes `gateway.json` (0600), only when its content changed.
 pub fn write_gateway_json(state: &StateDir, g: &GatewayJson) -> Result<()> {
     let mut text = serde_json::to_vec_pretty(g).expect("gateway.json serializes");
     text.push(b'\n');

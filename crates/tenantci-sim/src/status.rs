@@ -6,16 +6,21 @@ use serde_json::{Value, json};
 /// A failed API request: HTTP code plus the `Status` body.
 #[derive(Debug, Clone)]
 pub struct ApiError {
+    /// The HTTP status.
     pub code: u16,
+    /// The `Status` body.
     pub body: Value,
 }
 
+/// A handler's result: its value, or the Status to answer.
 pub type ApiResult<T> = Result<T, ApiError>;
 
 /// Names a resource in messages: `pods`, `deployments.apps`.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupResource<'a> {
+    /// The API group (empty: the core group).
     pub group: &'a str,
+    /// The plural resource name.
     pub resource: &'a str,
 }
 
@@ -42,6 +47,7 @@ fn details(gr: GroupResource<'_>, name: &str) -> Value {
 }
 
 impl ApiError {
+    /// A Failure `Status` with `code`, `reason`, `message` and, when given, `details`.
     pub fn new(
         code: u16,
         reason: &str,
@@ -69,14 +75,17 @@ impl ApiError {
         ApiError { code, body }
     }
 
+    /// 401 Unauthorized.
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized", None)
     }
 
+    /// 400 BadRequest with `message`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message, None)
     }
 
+    /// 404 NotFound: `<resource> "<name>" not found`.
     pub fn not_found(gr: GroupResource<'_>, name: &str) -> Self {
         Self::new(
             404,
@@ -96,6 +105,7 @@ impl ApiError {
         )
     }
 
+    /// 409 AlreadyExists: `<resource> "<name>" already exists`.
     pub fn already_exists(gr: GroupResource<'_>, name: &str) -> Self {
         Self::new(
             409,
@@ -105,6 +115,7 @@ impl ApiError {
         )
     }
 
+    /// 409 Conflict: `Operation cannot be fulfilled on <resource> "<name>": <why>`.
     pub fn conflict(gr: GroupResource<'_>, name: &str, why: &str) -> Self {
         Self::new(
             409,
@@ -114,6 +125,7 @@ impl ApiError {
         )
     }
 
+    /// 409 Conflict for a write against an older resourceVersion.
     pub fn modified(gr: GroupResource<'_>, name: &str) -> Self {
         Self::conflict(
             gr,
@@ -145,6 +157,7 @@ impl ApiError {
         )
     }
 
+    /// 405 MethodNotAllowed.
     pub fn method_not_allowed() -> Self {
         Self::new(
             405,
@@ -154,6 +167,7 @@ impl ApiError {
         )
     }
 
+    /// 415 UnsupportedMediaType, naming the content type received.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
             415,
@@ -165,10 +179,12 @@ impl ApiError {
         )
     }
 
+    /// 410 Expired (a watch from a version no longer kept).
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message, None)
     }
 
+    /// 500 InternalError with `message`.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message, None)
     }

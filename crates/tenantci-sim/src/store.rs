@@ -17,14 +17,19 @@ use tokio::sync::broadcast;
 const HISTORY: usize = 10_000;
 const CHANNEL: usize = 16_384;
 
+/// What a change did to an object, as a watch event's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
+    /// Created.
     Added,
+    /// Updated.
     Modified,
+    /// Deleted.
     Deleted,
 }
 
 impl EventType {
+    /// The watch event's `type`: `ADDED`, `MODIFIED`, `DELETED`.
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
@@ -34,15 +39,22 @@ impl EventType {
     }
 }
 
+/// One change, as watches replay and receive it.
 #[derive(Debug)]
 pub struct Event {
+    /// The resourceVersion the change got.
     pub rv: u64,
+    /// The resource (store key) changed.
     pub resource: &'static str,
+    /// The object's namespace ("" for a cluster-scoped object).
     pub namespace: String,
+    /// What the change did.
     pub kind: EventType,
+    /// The object after the change (for a deletion: as it was, at the new version).
     pub object: Arc<Value>,
 }
 
+/// An object's key in its table: (namespace, name), namespace "" when cluster-scoped.
 pub type Key = (String, String);
 /// One object with its resource and key, as a snapshot lists it.
 pub type Stored = (&'static str, Key, Arc<Value>);
@@ -62,9 +74,11 @@ pub type Replay = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>);
 /// Why a watch cannot start.
 #[derive(Debug)]
 pub struct TooOld {
+    /// The oldest version a watch can start from now.
     pub oldest: u64,
 }
 
+/// The object store of one apiserver; see the module header for its invariants.
 pub struct Store {
     inner: RwLock<Inner>,
     tx: broadcast::Sender<Arc<Event>>,
@@ -85,6 +99,7 @@ fn set_rv(obj: &mut Value, rv: u64) {
 }
 
 impl Store {
+    /// An empty store at version 1.
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(CHANNEL);
         Store {
@@ -99,10 +114,12 @@ impl Store {
         }
     }
 
+    /// The current resourceVersion (the last write's).
     pub fn resource_version(&self) -> u64 {
         self.inner.read().unwrap().rv
     }
 
+    /// The version at which `resource` last changed (0: never).
     pub fn changed_at(&self, resource: &str) -> u64 {
         self.changed
             .read()
@@ -112,6 +129,7 @@ impl Store {
             .unwrap_or(0)
     }
 
+    /// Object `name` of `resource` in namespace `ns` ("" for cluster scope), if stored.
     pub fn get(&self, resource: &str, ns: &str, name: &str) -> Option<Arc<Value>> {
         let inner = self.inner.read().unwrap();
         inner

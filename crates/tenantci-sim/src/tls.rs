@@ -74,6 +74,7 @@ impl ClientCertVerifier for AcceptAnyClientCert {
     }
 }
 
+/// The certificates of a PEM text, in order.
 pub fn parse_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
     rustls_pemfile::certs(&mut pem.as_bytes())
         .collect::<std::result::Result<Vec<_>, _>>()

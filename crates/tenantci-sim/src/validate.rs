@@ -3,6 +3,17 @@
 //! (core's `dns`), and a double that judged with the product's checker would agree with the
 //! product's mistakes instead of with kube-apiserver.
 
+/// How an object's name is validated on create (each resource's `ResourceDef::name_rule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain (most resources).
+    Subdomain,
+    /// RFC 1123 label (namespaces, services, clusters).
+    Label,
+    /// Any path segment (RBAC objects, whose names carry `:`).
+    PathSegment,
+}
+
 const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
@@ -34,8 +45,7 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
 }
 
 /// Problems with `name` under `rule`, as kube-apiserver words them (empty = valid).
-pub fn name_errors(name: &str, rule: super::api::registry::NameRule) -> Vec<String> {
-    use super::api::registry::NameRule;
+pub fn name_errors(name: &str, rule: NameRule) -> Vec<String> {
     let mut errs = Vec::new();
     match rule {
         NameRule::Label => {
@@ -70,7 +80,6 @@ pub fn name_errors(name: &str, rule: super::api::registry::NameRule) -> Vec<Stri
 
 #[cfg(test)]
 mod tests {
-    use super::super::api::registry::NameRule;
     use super::*;
 
     #[test]

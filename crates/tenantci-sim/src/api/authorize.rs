@@ -21,6 +21,7 @@ const RBAC_KEYS: [&str; 4] = [
     "clusterrolebindings.rbac.authorization.k8s.io",
 ];
 
+/// The RBAC snapshot [`ApiServer::rbac`] built last, with the store version it was built at.
 #[derive(Default)]
 pub struct RbacCache(Mutex<Option<(u64, Arc<RbacObjects>)>>);
 
@@ -39,6 +40,7 @@ pub fn verb(req: &Request, has_name: bool) -> &'static str {
     }
 }
 
+/// Resource attributes as the authorizer wants them (`api_version` is always `*`).
 pub fn resource_attrs(
     verb: &str,
     group: &str,
@@ -58,6 +60,8 @@ pub fn resource_attrs(
     })
 }
 
+/// What the authorizer sees of a routed request: resource attributes for a resource (known or not),
+/// non-resource attributes (the lower-cased method and the path) for anything else.
 pub fn attributes(req: &Request, route: &Route) -> Attributes {
     match route {
         Route::Resource(r) => resource_attrs(
@@ -119,10 +123,12 @@ impl ApiServer {
         objs
     }
 
+    /// RBAC's decision on `user` doing `attrs`, over the stored RBAC objects.
     pub fn allowed(&self, user: &UserInfo, attrs: &Attributes) -> authz::Decision {
         authz::authorize(user, attrs, &self.rbac())
     }
 
+    /// `Ok` when `user` may do `attrs`, else kube-apiserver's 403 for it.
     pub fn require(&self, user: &UserInfo, attrs: &Attributes) -> ApiResult<()> {
         if self.allowed(user, attrs).allowed {
             Ok(())
@@ -131,6 +137,9 @@ impl ApiServer {
         }
     }
 
+    /// The user the request acts as: `user` itself without `Impersonate-*` headers, else the
+    /// impersonated one once `user` may impersonate it (else the filter's refusal: 403, or 500
+    /// for groups without a user).
     pub fn impersonate(&self, user: &UserInfo, headers: &HeaderMap) -> ApiResult<UserInfo> {
         let wants = headers
             .keys()
@@ -159,6 +168,7 @@ impl ApiServer {
     }
 }
 
+/// Whether `key` is a store key of one of the four RBAC kinds.
 pub fn is_rbac(key: &str) -> bool {
     RBAC_KEYS.contains(&key)
 }

@@ -38,6 +38,7 @@ pub fn verb(req: &Request, r: &ResourceRoute) -> &'static str {
 }
 
 impl RequestCounts {
+    /// Counts one request to a resource under its verb, resource and subresource.
     pub fn record(&self, req: &Request, r: &ResourceRoute) {
         let key = (
             verb(req, r),

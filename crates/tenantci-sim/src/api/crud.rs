@@ -116,6 +116,60 @@ fn written(code: u16, obj: Value, warnings: Vec<String>) -> Reply {
     }
 }
 
+/// 422 when `name` breaks `def`'s name rule (kube-apiserver's first message for it).
+fn check_name(def: &ResourceDef, name: &str) -> ApiResult<()> {
+    match validate::name_errors(name, def.name_rule).first() {
+        Some(msg) => Err(ApiError::invalid(
+            def.kind,
+            def.group,
+            name,
+            "metadata.name",
+            "FieldValueInvalid",
+            &format!("Invalid value: \"{name}\": {msg}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// 400 when the object's `metadata.name` is not the name on the URL.
+fn check_name_on_url(obj: &Value, name: &str) -> ApiResult<()> {
+    let obj_name = obj["metadata"]["name"].as_str().unwrap_or("");
+    if obj_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({obj_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    Ok(())
+}
+
+/// `current` with the patch `body` applied as `media` says; refused when the patch changed
+/// the resourceVersion (a stale precondition) or the name.
+fn patched(
+    def: &ResourceDef,
+    name: &str,
+    media: MediaType,
+    current: &Value,
+    body: &Value,
+) -> ApiResult<Value> {
+    let mut new = current.clone();
+    match media {
+        MediaType::MergePatch => patch::merge_patch(&mut new, body),
+        MediaType::StrategicMergePatch => patch::strategic_merge(&mut new, body),
+        _ => {
+            patch::json_patch(&mut new, body).map_err(|e| ApiError::new(422, "Invalid", e, None))?
+        }
+    }
+    if rv_of(&new) != rv_of(current) {
+        return Err(ApiError::modified(def.group_resource(), name));
+    }
+    if new["metadata"]["name"] != current["metadata"]["name"] {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object does not match the name on the URL ({name})"
+        )));
+    }
+    Ok(new)
+}
+
 fn dry_run(req: &Request) -> bool {
     req.param("dryRun") == Some("All")
 }
@@ -273,16 +327,7 @@ impl ApiServer {
             }
             meta.insert("name".into(), json!(name));
         }
-        if let Some(msg) = validate::name_errors(&name, def.name_rule).first() {
-            return Err(ApiError::invalid(
-                def.kind,
-                def.group,
-                &name,
-                "metadata.name",
-                "FieldValueInvalid",
-                &format!("Invalid value: \"{name}\": {msg}"),
-            ));
-        }
+        check_name(def, &name)?;
         kinds::validate(def, &obj)?;
         self.namespace_exists(def, ns)?;
         if authorize::is_rbac(def.key) {
@@ -378,12 +423,7 @@ impl ApiServer {
     ) -> ApiResult<Reply> {
         let mut body = object_body(def, ns, req)?;
         let warnings = self.check_fields(def, req, &mut body, &[])?;
-        let body_name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
-        if body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
+        check_name_on_url(&body, name)?;
         if authorize::is_rbac(def.key) {
             self.check_escalation(user, def.plural, def.namespaced.then_some(ns), name, &body)?;
         }
@@ -441,21 +481,7 @@ impl ApiServer {
         let manager = Self::manager(req);
         let warnings = std::cell::RefCell::new(Vec::new());
         let compute = |current: &Value| -> ApiResult<Value> {
-            let mut new = current.clone();
-            match media {
-                MediaType::MergePatch => patch::merge_patch(&mut new, &body),
-                MediaType::StrategicMergePatch => patch::strategic_merge(&mut new, &body),
-                _ => patch::json_patch(&mut new, &body)
-                    .map_err(|e| ApiError::new(422, "Invalid", e, None))?,
-            }
-            if rv_of(&new) != rv_of(current) {
-                return Err(ApiError::modified(def.group_resource(), name));
-            }
-            if new["metadata"]["name"] != current["metadata"]["name"] {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object does not match the name on the URL ({name})"
-                )));
-            }
+            let mut new = patched(def, name, media, current, &body)?;
             if sub == Some("status") {
                 let status = new["status"].clone();
                 new = current.clone();
@@ -474,30 +500,10 @@ impl ApiServer {
             );
             Ok(new)
         };
-        // Escalation needs the RBAC snapshot, which reads the store: check the patched object
-        // before the write, and write only if nothing changed in between.
-        let mut checked_rv = None;
-        if authorize::is_rbac(def.key) {
-            let current = self
-                .store
-                .get(def.key, ns, name)
-                .ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
-            let candidate = compute(&current)?;
-            self.check_escalation(
-                user,
-                def.plural,
-                def.namespaced.then_some(ns),
-                name,
-                &candidate,
-            )?;
-            checked_rv = Some(rv_of(&current).to_string());
-        }
+        let checked_rv = self.check_patch_escalation(def, ns, name, user, compute)?;
         // dryRun=All: the same checks and merge, nothing stored.
         if dry_run(req) {
-            let current = self
-                .store
-                .get(def.key, ns, name)
-                .ok_or_else(|| ApiError::not_found(def.group_resource(), name))?;
+            let current = self.current(def, ns, name)?;
             let new = compute(&current)?;
             return Ok(written(200, new, warnings.take()));
         }
@@ -509,6 +515,89 @@ impl ApiServer {
             compute(current)
         })?;
         Ok(written(200, (*obj).clone(), warnings.take()))
+    }
+
+    /// The stored object, or 404.
+    fn current(&self, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
+        self.store
+            .get(def.key, ns, name)
+            .ok_or_else(|| ApiError::not_found(def.group_resource(), name))
+    }
+
+    /// Escalation needs the RBAC snapshot, which reads the store: a patched RBAC object is
+    /// checked before the write. Returns the version checked (None: not an RBAC object), so
+    /// the write goes ahead only if nothing changed in between.
+    fn check_patch_escalation(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        name: &str,
+        user: &UserInfo,
+        compute: impl Fn(&Value) -> ApiResult<Value>,
+    ) -> ApiResult<Option<String>> {
+        if !authorize::is_rbac(def.key) {
+            return Ok(None);
+        }
+        let current = self.current(def, ns, name)?;
+        let candidate = compute(&current)?;
+        self.check_escalation(
+            user,
+            def.plural,
+            def.namespaced.then_some(ns),
+            name,
+            &candidate,
+        )?;
+        Ok(Some(rv_of(&current).to_string()))
+    }
+
+    /// An apply that creates: no subresource, the caller may create, the name is valid and
+    /// the namespace exists.
+    fn check_apply_create(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        user: &UserInfo,
+    ) -> ApiResult<()> {
+        if sub.is_some() {
+            return Err(ApiError::not_found(def.group_resource(), name));
+        }
+        self.require(
+            user,
+            &authorize::resource_attrs("create", def.group, def.plural, "", ns, ""),
+        )?;
+        check_name(def, name)?;
+        self.namespace_exists(def, ns)
+    }
+
+    /// The applied object `new` made whole: over `current`, what the server keeps (its
+    /// version, the carried-over fields); else a new object's server-set fields. Either way
+    /// with the managed fields the apply computed.
+    fn applied(
+        &self,
+        def: &ResourceDef,
+        current: Option<&Value>,
+        mut new: Value,
+        manager: &str,
+        sub: Option<&str>,
+    ) -> Value {
+        match current {
+            Some(cur) => {
+                let mf = new["metadata"]["managedFields"].clone();
+                let rv = rv_of(cur).to_string();
+                Self::carry_over(def, cur, &mut new, sub);
+                let meta = meta_mut(&mut new);
+                meta.insert("resourceVersion".into(), json!(rv));
+                meta.insert("managedFields".into(), mf);
+            }
+            None => {
+                let mf = new["metadata"]["managedFields"].clone();
+                new = self.prepare_new(def, new, manager);
+                meta_mut(&mut new).insert("managedFields".into(), mf);
+            }
+        }
+        new
     }
 
     fn apply(
@@ -528,35 +617,9 @@ impl ApiServer {
         check_type(def, &config)?;
         let warnings = self.check_fields(def, req, &mut config, &[])?;
         check_namespace(def, &mut config, ns)?;
-        let cfg_name = config["metadata"]["name"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        if cfg_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({cfg_name}) does not match the name on the URL ({name})"
-            )));
-        }
-        let exists = self.store.get(def.key, ns, name).is_some();
-        if !exists {
-            if sub.is_some() {
-                return Err(ApiError::not_found(def.group_resource(), name));
-            }
-            self.require(
-                user,
-                &authorize::resource_attrs("create", def.group, def.plural, "", ns, ""),
-            )?;
-            if let Some(msg) = validate::name_errors(name, def.name_rule).first() {
-                return Err(ApiError::invalid(
-                    def.kind,
-                    def.group,
-                    name,
-                    "metadata.name",
-                    "FieldValueInvalid",
-                    &format!("Invalid value: \"{name}\": {msg}"),
-                ));
-            }
-            self.namespace_exists(def, ns)?;
+        check_name_on_url(&config, name)?;
+        if self.store.get(def.key, ns, name).is_none() {
+            self.check_apply_create(def, ns, name, sub, user)?;
         }
         if authorize::is_rbac(def.key) {
             self.check_escalation(
@@ -574,7 +637,7 @@ impl ApiServer {
             if !precondition.is_empty() && current.is_none_or(|c| rv_of(c) != precondition) {
                 return Err(ApiError::modified(def.group_resource(), name));
             }
-            let mut new = managed::apply(
+            let new = managed::apply(
                 current,
                 &config,
                 &manager,
@@ -582,21 +645,7 @@ impl ApiServer {
                 &api_version,
                 (def.plural, def.group, name),
             )?;
-            match current {
-                Some(cur) => {
-                    let mf = new["metadata"]["managedFields"].clone();
-                    let rv = rv_of(cur).to_string();
-                    Self::carry_over(def, cur, &mut new, sub);
-                    let meta = meta_mut(&mut new);
-                    meta.insert("resourceVersion".into(), json!(rv));
-                    meta.insert("managedFields".into(), mf);
-                }
-                None => {
-                    let mf = new["metadata"]["managedFields"].clone();
-                    new = self.prepare_new(def, new, &manager);
-                    meta_mut(&mut new).insert("managedFields".into(), mf);
-                }
-            }
+            let new = self.applied(def, current, new, &manager, sub);
             kinds::validate(def, &new)?;
             Ok(new)
         };

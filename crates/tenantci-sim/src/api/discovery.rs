@@ -1,4 +1,4 @@
-//! Discovery documents: /version, /api, /apis, /apis/<group>, and the resource lists with
+//! Discovery documents: `/version`, `/api`, `/apis`, `/apis/<group>`, and the resource lists with
 //! verbs, scope, short names and subresources (the legacy, non-aggregated forms, which kubectl
 //! and kube-rs accept).
 
@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::registry::{self, ResourceDef};
 
+/// `GET /version`: a fixed v1.32 version document naming the simulator.
 pub fn version() -> Value {
     json!({
         "major": "1",
@@ -20,6 +21,7 @@ pub fn version() -> Value {
     })
 }
 
+/// `GET /api`: the core group's one version, served at `server_address`.
 pub fn core_versions(server_address: &str) -> Value {
     json!({
         "kind": "APIVersions",
@@ -33,6 +35,7 @@ fn group_doc(group: &str, version: &str) -> Value {
     json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
 }
 
+/// `GET /apis`: every named group of `registry` with its version.
 pub fn groups(registry: &'static [ResourceDef]) -> Value {
     let groups: Vec<Value> = registry::groups(registry)
         .into_iter()
@@ -42,6 +45,7 @@ pub fn groups(registry: &'static [ResourceDef]) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
+/// `GET /apis/<name>`: that group's document, if `registry` serves it.
 pub fn group(registry: &'static [ResourceDef], name: &str) -> Option<Value> {
     registry::groups(registry)
         .into_iter()
@@ -63,6 +67,8 @@ fn sub_verbs(sub: &str) -> &'static [&'static str] {
     }
 }
 
+/// `GET /api/v1` or `/apis/<group>/<version>`: the resources served there, each subresource its own
+/// entry; None when nothing is.
 pub fn resource_list(
     registry: &'static [ResourceDef],
     group: &str,

@@ -8,7 +8,9 @@ use serde_json::{Map, Value};
 
 use super::patch::merge_key;
 
+/// One field's path: `f:<field>` and `k:{...}` segments from the object's root.
 pub type Path = Vec<String>;
+/// The fields a manager owns.
 pub type FieldSet = BTreeSet<Path>;
 
 /// Fields never owned: identity and server-set metadata.
@@ -184,6 +186,7 @@ fn parse(v: &Value, prefix: &mut Path, out: &mut FieldSet) {
     }
 }
 
+/// The field set a `fieldsV1` JSON object describes.
 pub fn from_fields_v1(v: &Value) -> FieldSet {
     let mut out = FieldSet::new();
     parse(v, &mut Vec::new(), &mut out);

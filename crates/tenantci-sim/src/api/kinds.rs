@@ -12,104 +12,83 @@ fn invalid(def: &ResourceDef, name: &str, field: &str, reason: &str, detail: &st
 }
 
 /// Validates a new or updated object beyond its name.
-#[allow(clippy::collapsible_match)]
 pub fn validate(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     match def.key {
-        "pods" => {
-            let containers = obj["spec"]["containers"].as_array();
-            let Some(containers) = containers.filter(|c| !c.is_empty()) else {
-                return Err(invalid(
-                    def,
-                    name,
-                    "spec.containers",
-                    "FieldValueRequired",
-                    "Required value",
-                ));
-            };
-            for (i, c) in containers.iter().enumerate() {
-                if c["name"].as_str().unwrap_or("").is_empty() {
-                    return Err(invalid(
-                        def,
-                        name,
-                        &format!("spec.containers[{i}].name"),
-                        "FieldValueRequired",
-                        "Required value",
-                    ));
-                }
-                if c["image"].as_str().unwrap_or("").is_empty() {
-                    return Err(invalid(
-                        def,
-                        name,
-                        &format!("spec.containers[{i}].image"),
-                        "FieldValueRequired",
-                        "Required value",
-                    ));
-                }
-            }
-        }
+        "pods" => validate_pod(def, name, obj),
         "roles.rbac.authorization.k8s.io" | "clusterroles.rbac.authorization.k8s.io" => {
-            if let Some(rules) = obj["rules"].as_array() {
-                for (i, r) in rules.iter().enumerate() {
-                    if r["verbs"].as_array().is_none_or(|v| v.is_empty()) {
-                        return Err(invalid(
-                            def,
-                            name,
-                            &format!("rules[{i}].verbs"),
-                            "FieldValueRequired",
-                            "Required value: verbs must contain at least one value",
-                        ));
-                    }
-                }
-            }
+            validate_rules(def, name, obj)
         }
         "rolebindings.rbac.authorization.k8s.io"
         | "clusterrolebindings.rbac.authorization.k8s.io" => {
             if obj["roleRef"]["name"].as_str().unwrap_or("").is_empty() {
-                return Err(invalid(
-                    def,
-                    name,
-                    "roleRef.name",
-                    "FieldValueRequired",
-                    "Required value",
-                ));
+                return Err(required(def, name, "roleRef.name"));
             }
+            Ok(())
         }
         "priorityclasses.scheduling.k8s.io" => {
             if !obj["value"].is_i64() {
-                return Err(invalid(
-                    def,
-                    name,
-                    "value",
-                    "FieldValueRequired",
-                    "Required value",
-                ));
+                return Err(required(def, name, "value"));
             }
+            Ok(())
         }
-        super::registry::CLUSTER_STATIC_ENTRIES => {
-            // The CRD's required fields, as kube-apiserver's schema validation refuses them.
-            for field in ["spiffeID", "parentID"] {
-                if obj["spec"][field].as_str().unwrap_or("").is_empty() {
-                    return Err(invalid(
-                        def,
-                        name,
-                        &format!("spec.{field}"),
-                        "FieldValueRequired",
-                        "Required value",
-                    ));
-                }
-            }
-            if !obj["spec"]["selectors"].is_array() {
-                return Err(invalid(
-                    def,
-                    name,
-                    "spec.selectors",
-                    "FieldValueRequired",
-                    "Required value",
-                ));
-            }
+        super::registry::CLUSTER_STATIC_ENTRIES => validate_cluster_static_entry(def, name, obj),
+        _ => Ok(()),
+    }
+}
+
+/// 422 `Required value` for `field`.
+fn required(def: &ResourceDef, name: &str, field: &str) -> ApiError {
+    invalid(def, name, field, "FieldValueRequired", "Required value")
+}
+
+/// A Pod needs containers, each with a name and an image.
+fn validate_pod(def: &ResourceDef, name: &str, obj: &Value) -> Result<(), ApiError> {
+    let containers = obj["spec"]["containers"].as_array();
+    let Some(containers) = containers.filter(|c| !c.is_empty()) else {
+        return Err(required(def, name, "spec.containers"));
+    };
+    for (i, c) in containers.iter().enumerate() {
+        if c["name"].as_str().unwrap_or("").is_empty() {
+            return Err(required(def, name, &format!("spec.containers[{i}].name")));
         }
-        _ => {}
+        if c["image"].as_str().unwrap_or("").is_empty() {
+            return Err(required(def, name, &format!("spec.containers[{i}].image")));
+        }
+    }
+    Ok(())
+}
+
+/// Every rule of a (Cluster)Role names at least one verb.
+fn validate_rules(def: &ResourceDef, name: &str, obj: &Value) -> Result<(), ApiError> {
+    for (i, r) in obj["rules"].as_array().into_iter().flatten().enumerate() {
+        if r["verbs"].as_array().is_none_or(|v| v.is_empty()) {
+            return Err(invalid(
+                def,
+                name,
+                &format!("rules[{i}].verbs"),
+                "FieldValueRequired",
+                "Required value: verbs must contain at least one value",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The ClusterStaticEntry CRD's required fields, as kube-apiserver's schema validation
+/// refuses them.
+fn validate_cluster_static_entry(
+    def: &ResourceDef,
+    name: &str,
+    obj: &Value,
+) -> Result<(), ApiError> {
+    for field in ["spiffeID", "parentID"] {
+        if obj["spec"][field].as_str().unwrap_or("").is_empty() {
+            return Err(required(def, name, &format!("spec.{field}")));
+        }
+    }
+    if !obj["spec"]["selectors"].is_array() {
+        return Err(required(def, name, "spec.selectors"));
     }
     Ok(())
 }

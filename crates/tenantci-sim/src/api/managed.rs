@@ -126,57 +126,15 @@ pub fn apply(
     let empty = json!({});
     let live_v = live.unwrap_or(&empty);
     let mut entries = read(live_v);
-    let is_mine =
-        |e: &Entry| e.manager == manager && e.operation == "Apply" && e.subresource.is_empty();
-    let mut conflicts = Vec::new();
-    for e in entries.iter().filter(|e| !is_mine(e)) {
-        for f in e.fields.intersection(&claimed) {
-            if comparable(f) && fieldset::get(live_v, f) != fieldset::get(config, f) {
-                conflicts.push((
-                    e.manager.clone(),
-                    e.api_version.clone(),
-                    fieldset::display(f),
-                ));
-            }
-        }
-    }
+    let is_mine = |e: &Entry| applied_by(e, manager);
+    let conflicts = conflicts(&entries, manager, &claimed, live_v, config);
     if !conflicts.is_empty() && !force {
         return Err(conflict_error(plural, group, name, &conflicts));
     }
     if force {
-        for e in entries.iter_mut().filter(|e| !is_mine(e)) {
-            e.fields.retain(|f| {
-                !claimed.contains(f)
-                    || !comparable(f)
-                    || fieldset::get(live_v, f) == fieldset::get(config, f)
-            });
-        }
+        take_claimed(&mut entries, manager, &claimed, live_v, config);
     }
-    let previous = entries
-        .iter()
-        .find(|e| is_mine(e))
-        .map(|e| e.fields.clone())
-        .unwrap_or_default();
-    let others: FieldSet = entries
-        .iter()
-        .filter(|e| !is_mine(e))
-        .flat_map(|e| e.fields.iter().cloned())
-        .collect();
-    let mut merged = live_v.clone();
-    let mut dropped: Vec<&Vec<String>> = previous
-        .iter()
-        .filter(|f| !claimed.contains(*f) && !others.contains(*f))
-        .collect();
-    dropped.sort_by_key(|f| std::cmp::Reverse(f.len()));
-    for f in dropped {
-        fieldset::remove(&mut merged, f);
-    }
-    let mut cfg = config.clone();
-    if let Some(m) = cfg.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("managedFields");
-        m.remove("resourceVersion");
-    }
-    strategic_merge(&mut merged, &cfg);
+    let mut merged = merge_applied(live_v, config, &entries, manager, &claimed);
     // A no-op apply (same fields, same object) keeps its entry's time, as kube-apiserver does:
     // a new time would make it a write, a new resourceVersion and a watch event for nothing.
     let time = entries
@@ -203,6 +161,91 @@ pub fn apply(
     }
     write(&mut merged, &entries);
     Ok(merged)
+}
+
+/// Whether `e` is `manager`'s apply entry (of the object itself, no subresource).
+fn applied_by(e: &Entry, manager: &str) -> bool {
+    e.manager == manager && e.operation == "Apply" && e.subresource.is_empty()
+}
+
+/// The fields `config` claims that another manager owns with another value than `config`'s:
+/// (that manager, its apiVersion, the field as conflicts name it).
+fn conflicts(
+    entries: &[Entry],
+    manager: &str,
+    claimed: &FieldSet,
+    live: &Value,
+    config: &Value,
+) -> Vec<(String, String, String)> {
+    let mut conflicts = Vec::new();
+    for e in entries.iter().filter(|e| !applied_by(e, manager)) {
+        for f in e.fields.intersection(claimed) {
+            if comparable(f) && fieldset::get(live, f) != fieldset::get(config, f) {
+                conflicts.push((
+                    e.manager.clone(),
+                    e.api_version.clone(),
+                    fieldset::display(f),
+                ));
+            }
+        }
+    }
+    conflicts
+}
+
+/// A forced apply takes the fields it conflicts on: no other manager owns a claimed field
+/// whose value it changes.
+fn take_claimed(
+    entries: &mut [Entry],
+    manager: &str,
+    claimed: &FieldSet,
+    live: &Value,
+    config: &Value,
+) {
+    for e in entries.iter_mut().filter(|e| !applied_by(e, manager)) {
+        e.fields.retain(|f| {
+            !claimed.contains(f)
+                || !comparable(f)
+                || fieldset::get(live, f) == fieldset::get(config, f)
+        });
+    }
+}
+
+/// `live` without the fields `manager` applied before that neither `config` claims nor any
+/// other manager owns (deepest first), then `config` merged in (its `managedFields` and
+/// `resourceVersion` aside).
+fn merge_applied(
+    live: &Value,
+    config: &Value,
+    entries: &[Entry],
+    manager: &str,
+    claimed: &FieldSet,
+) -> Value {
+    let previous = entries
+        .iter()
+        .find(|e| applied_by(e, manager))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let others: FieldSet = entries
+        .iter()
+        .filter(|e| !applied_by(e, manager))
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    let mut merged = live.clone();
+    let mut dropped: Vec<&Vec<String>> = previous
+        .iter()
+        .filter(|f| !claimed.contains(*f) && !others.contains(*f))
+        .collect();
+    dropped.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    for f in dropped {
+        fieldset::remove(&mut merged, f);
+    }
+    let mut cfg = config.clone();
+    if let Some(m) = cfg.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+        m.remove("resourceVersion");
+    }
+    strategic_merge(&mut merged, &cfg);
+    merged
 }
 
 fn without_managed_fields(obj: &Value) -> Value {

@@ -58,9 +58,11 @@ pub enum Mode {
 
 /// What a handler answers.
 pub enum Reply {
+    /// A JSON body with its HTTP status.
     Json(u16, Value),
     /// A JSON answer with `Warning` headers (unknown fields dropped under fieldValidation=Warn).
     Warned(u16, Value, Vec<String>),
+    /// A body of the given content type with its HTTP status (`/healthz`, `/metrics`, OpenAPI).
     Text(u16, &'static str, Bytes),
     /// A watch: newline-delimited JSON events until the sender drops.
     Stream(mpsc::Receiver<Bytes>),
@@ -72,9 +74,14 @@ impl From<ApiError> for Reply {
     }
 }
 
+/// One apiserver: its registry, object store and authorization mode; the transport hands it each
+/// request with the caller's identity.
 pub struct ApiServer {
+    /// The resources it serves.
     pub registry: &'static [registry::ResourceDef],
+    /// Its objects.
     pub store: Store,
+    /// How it authorizes requests.
     pub mode: Mode,
     /// `host:port` advertised by `/api`.
     pub server_address: String,
@@ -89,6 +96,7 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
+    /// An apiserver with an empty store, advertising `server_address` in `/api`.
     pub fn new(
         registry: &'static [registry::ResourceDef],
         mode: Mode,
@@ -130,6 +138,8 @@ impl ApiServer {
         }
     }
 
+    /// Answers one request from `identity` (authentication's result): impersonation and
+    /// authorization in RBAC mode, then the handler; an error as its Status body.
     pub async fn handle(self: &Arc<Self>, req: Request, identity: &Identity) -> Reply {
         match self.handle_inner(req, identity) {
             Ok(reply) => reply,

@@ -2,37 +2,39 @@
 //! and subresources, as discovery advertises them and the router resolves them.
 //! Data only; behaviour that differs per resource is keyed on `ResourceDef::key`.
 
-/// How an object's name is validated on create.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameRule {
-    /// RFC 1123 subdomain (most resources).
-    Subdomain,
-    /// RFC 1123 label (namespaces, services, clusters).
-    Label,
-    /// Any path segment (RBAC objects, whose names carry `:`).
-    PathSegment,
-}
+use crate::validate::NameRule;
 
+/// One resource an apiserver serves, as discovery advertises it and the router resolves it.
 #[derive(Debug, Clone)]
 pub struct ResourceDef {
     /// Store key and identity: `pods`, `deployments.apps`.
     pub key: &'static str,
+    /// The API group (empty: the core group).
     pub group: &'static str,
+    /// The one version served.
     pub version: &'static str,
+    /// The kind's name (`Pod`).
     pub kind: &'static str,
+    /// The plural resource name in URLs (`pods`).
     pub plural: &'static str,
+    /// The singular name discovery advertises (`pod`).
     pub singular: &'static str,
+    /// Whether objects live in a namespace.
     pub namespaced: bool,
+    /// The verbs discovery advertises.
     pub verbs: &'static [&'static str],
+    /// The short names discovery advertises (`po`).
     pub short_names: &'static [&'static str],
     /// Subresources beyond the object itself: `status`, `log`, `exec`, `attach`.
     pub subresources: &'static [&'static str],
+    /// How names are validated on create.
     pub name_rule: NameRule,
     /// Whether metadata.generation is maintained (bumped when the spec changes).
     pub generation: bool,
 }
 
 impl ResourceDef {
+    /// The `apiVersion` objects of the resource carry: `v1`, `apps/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_string()
@@ -41,6 +43,7 @@ impl ResourceDef {
         }
     }
 
+    /// Its group and resource, as Status bodies name them.
     pub fn group_resource(&self) -> super::super::status::GroupResource<'static> {
         super::super::status::GroupResource {
             group: self.group,
@@ -48,6 +51,7 @@ impl ResourceDef {
         }
     }
 
+    /// Whether it has a `status` subresource.
     pub fn has_status(&self) -> bool {
         self.subresources.contains(&"status")
     }
@@ -415,6 +419,7 @@ pub fn find(
         .find(|d| d.group == group && d.version == version && d.plural == plural)
 }
 
+/// The resource of `registry` with store key `key`.
 pub fn by_key(registry: &'static [ResourceDef], key: &str) -> Option<&'static ResourceDef> {
     registry.iter().find(|d| d.key == key)
 }

@@ -9,13 +9,20 @@ use serde_json::Value;
 
 use crate::status::{ApiError, ApiResult};
 
+/// One HTTP request as the API layer reads it.
 #[derive(Debug)]
 pub struct Request {
+    /// The HTTP method.
     pub method: Method,
+    /// The URL path, without the query.
     pub path: String,
+    /// The query string as sent, if any.
     pub raw_query: Option<String>,
+    /// The query parameters, percent-decoded (a repeated key keeps its last value).
     pub query: HashMap<String, String>,
+    /// The request headers.
     pub headers: HeaderMap,
+    /// The body, whole.
     pub body: Bytes,
 }
 
@@ -45,6 +52,7 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The query string's parameters, percent-decoded (`+` is a space); a key without `=` maps to "".
 pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
     let mut map = HashMap::new();
     for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -57,16 +65,24 @@ pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
 /// Body encodings the API accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MediaType {
+    /// `application/json` (also what an empty Content-Type means).
     Json,
+    /// `application/yaml`.
     Yaml,
+    /// `application/vnd.kubernetes.protobuf`.
     Protobuf,
+    /// `application/merge-patch+json`: a JSON merge patch.
     MergePatch,
+    /// `application/strategic-merge-patch+json`.
     StrategicMergePatch,
+    /// `application/json-patch+json`: an RFC 6902 JSON patch.
     JsonPatch,
+    /// `application/apply-patch+yaml` (or `+json`): a server-side apply.
     ApplyPatch,
 }
 
 impl Request {
+    /// A request from its parts; the query is parsed here.
     pub fn new(
         method: Method,
         path: &str,
@@ -84,6 +100,7 @@ impl Request {
         }
     }
 
+    /// Query parameter `k`, None when absent or empty.
     pub fn param(&self, k: &str) -> Option<&str> {
         self.query
             .get(k)
@@ -91,10 +108,12 @@ impl Request {
             .filter(|v| !v.is_empty())
     }
 
+    /// Whether query parameter `k` is `true` or `1`.
     pub fn flag(&self, k: &str) -> bool {
         matches!(self.param(k), Some("true") | Some("1"))
     }
 
+    /// The `Content-Type` header, "" when absent.
     pub fn content_type(&self) -> &str {
         self.headers
             .get(http::header::CONTENT_TYPE)
@@ -102,6 +121,7 @@ impl Request {
             .unwrap_or("")
     }
 
+    /// The body's encoding from `Content-Type`; 415 Unsupported Media Type for any other.
     pub fn media_type(&self) -> ApiResult<MediaType> {
         let ct = self.content_type();
         let base = ct
@@ -141,6 +161,8 @@ impl Request {
         })
     }
 
+    /// The default field manager: the `User-Agent` up to its first `/` (`kubectl`), `unknown`
+    /// without one.
     pub fn user_agent_manager(&self) -> String {
         let ua = self
             .headers
@@ -172,8 +194,11 @@ impl Request {
 /// What a read answers with (see [`Request::shape`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
+    /// The object (or list) itself.
     Object,
+    /// A `meta.k8s.io` Table, as kubectl asks for.
     Table,
+    /// `PartialObjectMetadata` (or its list): metadata only.
     Metadata,
 }
 

@@ -4,9 +4,12 @@
 
 use super::registry::{self, ResourceDef};
 
+/// What a request path names.
 #[derive(Debug, Clone)]
 pub enum Route {
+    /// `/version`.
     Version,
+    /// `/healthz`, `/readyz`, `/livez` (and their sub-paths).
     Health,
     /// `/metrics`: the request counter (`counts`).
     Metrics,
@@ -18,15 +21,22 @@ pub enum Route {
     Group(String),
     /// `/api/v1`, `/apis/<group>/<version>`
     ResourceList {
+        /// The group (empty: the core group).
         group: String,
+        /// The version.
         version: String,
     },
+    /// A served resource: a collection, an object or a subresource.
     Resource(ResourceRoute),
     /// A known API prefix with an unknown resource: (group, resource) for authorization.
     UnknownResource {
+        /// The API group of the path.
         group: String,
+        /// The resource the path names.
         resource: String,
+        /// The namespace, "" when none.
         namespace: String,
+        /// The object's name, "" when none.
         name: String,
     },
     /// `/openapi/v3` (empty) or `/openapi/v3/<group-version path>`.
@@ -35,14 +45,20 @@ pub enum Route {
     Other,
 }
 
+/// A request for a served resource.
 #[derive(Debug, Clone)]
 pub struct ResourceRoute {
+    /// The resource.
     pub def: &'static ResourceDef,
+    /// The namespace from the path (for a Namespace object, its own name).
     pub namespace: Option<String>,
+    /// The object's name; None for a collection.
     pub name: Option<String>,
+    /// The subresource (`status`, `log`, ...), if any.
     pub subresource: Option<String>,
 }
 
+/// Routes `path` against `registry`, as kube-apiserver's RequestInfo reads it.
 pub fn route(registry: &'static [ResourceDef], path: &str) -> Route {
     let trimmed = path.trim_end_matches('/');
     let parts: Vec<&str> = trimmed.split('/').filter(|s| !s.is_empty()).collect();

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, RBAC_GROUP, RbacObjects, SYSTEM_MASTERS};
+use super::rbac::{RBAC_GROUP, RbacObjects};
+use super::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, SYSTEM_MASTERS};
 
 fn strings(items: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = items.iter().map(|s| s.to_string()).collect();

@@ -16,8 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use serde_json::Value;
 
-use super::rbac::{aggregate, list, non_resource_url_matches, rbac_authorize, rules_for};
-use super::{Attributes, RBAC_GROUP, RbacObjects, ResourceAttributes, UserInfo, go_quote_list};
+use super::quote::{go_quote, go_quote_list};
+use super::rbac::{
+    RBAC_GROUP, RbacObjects, aggregate, list, non_resource_url_matches, rbac_authorize, rules_for,
+};
+use super::request::{Attributes, ResourceAttributes};
+use super::status::forbidden_status_for;
+use super::user::UserInfo;
 
 /// Checks a write of `object` (a Role, ClusterRole, RoleBinding or ClusterRoleBinding, by its
 /// `kind`) in `namespace` (`None` for cluster-scoped kinds). The request name is taken from the
@@ -124,7 +129,7 @@ pub fn check_escalation_for(
 /// `clusterrolebindings.rbac.authorization.k8s.io "x" is forbidden: user "u" (groups=[...]) is
 /// attempting to grant RBAC permissions not currently held: ...`. `name` is the object's name.
 pub fn escalation_forbidden_status(resource: &str, name: &str, err: &str) -> Value {
-    super::forbidden_status_for(RBAC_GROUP, resource, name, err)
+    forbidden_status_for(RBAC_GROUP, resource, name, err)
 }
 
 fn object_resource(object: &Value, namespaced: bool) -> Option<&'static str> {
@@ -189,7 +194,7 @@ fn confirm_no_escalation(
     let descriptions: BTreeSet<String> = compact(missing).iter().map(compact_string).collect();
     let mut msg = format!(
         "user {} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
-        super::go_quote(&user.name),
+        go_quote(&user.name),
         go_quote_list(&user.groups),
         descriptions.into_iter().collect::<Vec<_>>().join("\n")
     );

@@ -11,11 +11,10 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use super::rbac::authorize;
-use super::{
-    ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, Attributes, RbacObjects, ResourceAttributes,
-    UserInfo, forbidden_status_with_reason,
-};
+use super::rbac::{RbacObjects, authorize};
+use super::request::{Attributes, ResourceAttributes};
+use super::status::forbidden_status_with_reason;
+use super::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, UserInfo};
 use crate::validate::{is_dns1123_label, is_dns1123_subdomain};
 
 pub const IMPERSONATE_USER: &str = "impersonate-user";
@@ -27,7 +26,9 @@ pub const IMPERSONATE_EXTRA_PREFIX: &str = "impersonate-extra-";
 /// (403 Forbidden naming the refused value, or 500 for groups without a user).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ImpersonationError {
+    /// The HTTP status to answer.
     pub code: u16,
+    /// The Status body to answer with.
     pub status: Value,
 }
 

@@ -362,7 +362,29 @@ pub fn encode_access_review(object: &Value) -> Result<Vec<u8>, String> {
         v => v,
     };
     let null = Value::Null;
-    let spec_json = object.get("spec").unwrap_or(&null);
+    let spec = encode_review_spec(object.get("spec").unwrap_or(&null), subject);
+    let status = encode_review_status(object.get("status").unwrap_or(&null));
+
+    let mut raw = Vec::new();
+    put_bytes(&mut raw, 1, &empty_object_meta());
+    put_bytes(&mut raw, 2, &spec);
+    put_bytes(&mut raw, 3, &status);
+
+    let mut type_meta = Vec::new();
+    put_bytes(&mut type_meta, 1, api_version.as_bytes());
+    put_bytes(&mut type_meta, 2, kind.as_bytes());
+
+    let mut out = MAGIC.to_vec();
+    put_bytes(&mut out, 1, &type_meta);
+    put_bytes(&mut out, 2, &raw);
+    put_bytes(&mut out, 3, b"");
+    put_bytes(&mut out, 4, b"");
+    Ok(out)
+}
+
+/// A review's `spec` message: the attributes, and for a `subject` review (not a self review)
+/// the user, groups, extra and uid.
+fn encode_review_spec(spec_json: &Value, subject: bool) -> Vec<u8> {
     let mut spec = Vec::new();
     if let Some(r) = spec_json
         .get("resourceAttributes")
@@ -400,46 +422,27 @@ pub fn encode_access_review(object: &Value) -> Result<Vec<u8>, String> {
         }
         put_bytes(&mut spec, 6, text(spec_json, "uid").as_bytes());
     }
-    let status_json = object.get("status").unwrap_or(&null);
-    let mut status = Vec::new();
-    put_bool(
-        &mut status,
-        1,
+    spec
+}
+
+/// A review's `status` message: allowed, reason, evaluationError, denied.
+fn encode_review_status(status_json: &Value) -> Vec<u8> {
+    let flag = |name: &str| {
         status_json
-            .get("allowed")
+            .get(name)
             .and_then(Value::as_bool)
-            .unwrap_or(false),
-    );
+            .unwrap_or(false)
+    };
+    let mut status = Vec::new();
+    put_bool(&mut status, 1, flag("allowed"));
     put_bytes(&mut status, 2, text(status_json, "reason").as_bytes());
     put_bytes(
         &mut status,
         3,
         text(status_json, "evaluationError").as_bytes(),
     );
-    put_bool(
-        &mut status,
-        4,
-        status_json
-            .get("denied")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-    );
-
-    let mut raw = Vec::new();
-    put_bytes(&mut raw, 1, &empty_object_meta());
-    put_bytes(&mut raw, 2, &spec);
-    put_bytes(&mut raw, 3, &status);
-
-    let mut type_meta = Vec::new();
-    put_bytes(&mut type_meta, 1, api_version.as_bytes());
-    put_bytes(&mut type_meta, 2, kind.as_bytes());
-
-    let mut out = MAGIC.to_vec();
-    put_bytes(&mut out, 1, &type_meta);
-    put_bytes(&mut out, 2, &raw);
-    put_bytes(&mut out, 3, b"");
-    put_bytes(&mut out, 4, b"");
-    Ok(out)
+    put_bool(&mut status, 4, flag("denied"));
+    status
 }
 
 /// Encodes a SelfSubjectAccessReview for `resourceAttributes` (JSON object) as kubectl

@@ -6,15 +6,35 @@ use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 
-use super::{Attributes, Decision, UserInfo, go_quote as q};
+use super::quote::go_quote as q;
+use super::request::Attributes;
+use super::user::UserInfo;
+
+/// The API group of the RBAC kinds.
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The outcome of [`authorize`]. `reason` is what kube-apiserver reports: on allow the binding
+/// that granted it (`RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to Group "z"`,
+/// empty for `system:masters`); on deny empty unless a binding referenced a missing role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request is allowed.
+    pub allowed: bool,
+    /// What kube-apiserver reports as the decision's reason.
+    pub reason: String,
+}
 
 /// A snapshot of the stored RBAC objects. Namespaced objects must carry
 /// `metadata.namespace`.
 #[derive(Clone, Debug, Default)]
 pub struct RbacObjects {
+    /// Roles (namespaced).
     pub roles: Vec<Role>,
+    /// ClusterRoles.
     pub cluster_roles: Vec<ClusterRole>,
+    /// RoleBindings (namespaced).
     pub role_bindings: Vec<RoleBinding>,
+    /// ClusterRoleBindings.
     pub cluster_role_bindings: Vec<ClusterRoleBinding>,
 }
 

@@ -6,17 +6,25 @@ use serde_json::Value;
 /// What kube-apiserver derives from the method, path and query of a request.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct RequestInfo {
+    /// Whether the path is a resource request (`/api/...`, `/apis/<group>/<version>/...`).
     pub is_resource_request: bool,
     /// The decoded URL path.
     pub path: String,
+    /// The verb: a resource request's (`get`, `list`, `watch`, ...) or the lower-cased method.
     pub verb: String,
     /// `api` or `apis` for resource requests.
     pub api_prefix: String,
+    /// The API group (empty: the core group).
     pub api_group: String,
+    /// The API version.
     pub api_version: String,
+    /// The namespace (empty: cluster scope or none).
     pub namespace: String,
+    /// The resource.
     pub resource: String,
+    /// The subresource, if any.
     pub subresource: String,
+    /// The object's name, if any.
     pub name: String,
     /// The path segments from the resource on (`resource/name/subresource/...`).
     pub parts: Vec<String>,
@@ -69,15 +77,7 @@ pub fn request_info(method: &http::Method, path: &str, query: Option<&str>) -> R
             return info;
         }
     } else {
-        info.verb = match *method {
-            http::Method::POST => "create",
-            http::Method::GET | http::Method::HEAD => "get",
-            http::Method::PUT => "update",
-            http::Method::PATCH => "patch",
-            http::Method::DELETE => "delete",
-            _ => "",
-        }
-        .to_string();
+        info.verb = method_verb(method).to_string();
     }
 
     if parts[0] == "namespaces" && parts.len() > 1 {
@@ -94,7 +94,26 @@ pub fn request_info(method: &http::Method, path: &str, query: Option<&str>) -> R
         info.name = parts[1].to_string();
     }
     info.resource = parts[0].to_string();
+    collection_verb(&mut info, query);
+    info
+}
 
+/// A resource request's verb from its method, before the path and query refine it.
+fn method_verb(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::POST => "create",
+        http::Method::GET | http::Method::HEAD => "get",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "",
+    }
+}
+
+/// Without a name, `get` is `watch` when the query's `watch` is true (as [`go_bool`] reads
+/// it), else `list`, and takes the name from a `fieldSelector` requiring exactly
+/// `metadata.name`; `delete` is `deletecollection`.
+fn collection_verb(info: &mut RequestInfo, query: Option<&str>) {
     if info.name.is_empty() && info.verb == "get" {
         let params = query_pairs(query.unwrap_or(""));
         let watch = params
@@ -112,7 +131,6 @@ pub fn request_info(method: &http::Method, path: &str, query: Option<&str>) -> R
     if info.name.is_empty() && info.verb == "delete" {
         info.verb = "deletecollection".to_string();
     }
-    info
 }
 
 /// apimachinery's query-string bool: absent is false, `0`/`false` are false, anything else
@@ -185,12 +203,19 @@ fn percent_decode(s: &str, plus_is_space: bool) -> String {
 /// `ResourceRequest: true`. `api_version` is `*` when an access review leaves it empty.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ResourceAttributes {
+    /// The verb (`get`, `create`, ...).
     pub verb: String,
+    /// The API group (empty: the core group).
     pub api_group: String,
+    /// The API version (`*`: any).
     pub api_version: String,
+    /// The resource.
     pub resource: String,
+    /// The subresource (empty: the object itself).
     pub subresource: String,
+    /// The namespace (empty: cluster scope).
     pub namespace: String,
+    /// The object's name (empty: every object).
     pub name: String,
 }
 
@@ -206,16 +231,19 @@ impl ResourceAttributes {
         }
     }
 
+    /// The same attributes in `namespace`.
     pub fn namespace(mut self, namespace: &str) -> Self {
         self.namespace = namespace.to_string();
         self
     }
 
+    /// The same attributes for the object `name`.
     pub fn name(mut self, name: &str) -> Self {
         self.name = name.to_string();
         self
     }
 
+    /// The same attributes for `subresource`.
     pub fn subresource(mut self, subresource: &str) -> Self {
         self.subresource = subresource.to_string();
         self
@@ -225,14 +253,18 @@ impl ResourceAttributes {
 /// Attributes of a non-resource request (`/healthz`, `/api`, `/apis/apps/v1`, ...).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct NonResourceAttributes {
+    /// The verb: the lower-cased HTTP method.
     pub verb: String,
+    /// The URL path.
     pub path: String,
 }
 
 /// What the authorizer decides on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attributes {
+    /// A request for a resource.
     Resource(ResourceAttributes),
+    /// A request for any other URL.
     NonResource(NonResourceAttributes),
 }
 
@@ -333,6 +365,7 @@ impl Attributes {
         }
     }
 
+    /// The request's verb.
     pub fn verb(&self) -> &str {
         match self {
             Attributes::Resource(r) => &r.verb,
@@ -348,6 +381,7 @@ impl Attributes {
         }
     }
 
+    /// Whether it is a resource request.
     pub fn is_resource_request(&self) -> bool {
         matches!(self, Attributes::Resource(_))
     }

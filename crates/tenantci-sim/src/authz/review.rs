@@ -3,7 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Attributes, RbacObjects, UserInfo, authorize};
+use super::rbac::{RbacObjects, authorize};
+use super::request::Attributes;
+use super::user::UserInfo;
 
 /// Which review a body is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +17,7 @@ pub enum ReviewKind {
 }
 
 impl ReviewKind {
+    /// The review's `kind`.
     pub fn kind(self) -> &'static str {
         match self {
             ReviewKind::SubjectAccessReview => "SubjectAccessReview",

@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
-use super::{Attributes, UserInfo, go_quote as q};
+use super::quote::go_quote as q;
+use super::request::Attributes;
+use super::user::UserInfo;
 
 /// The body of a 401 (no valid credentials).
 pub fn unauthorized_status() -> Value {

@@ -107,8 +107,11 @@ struct Inner {
 /// The Forgejo-only counters `GET /admin/stats` reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Answers lost on their way back (`take_drop`).
     pub answers_dropped: u64,
+    /// Tasks an answer under a known request key handed out again (`recover`).
     pub tasks_recovered: u64,
+    /// Calls refused because another call held their key (`enter`).
     pub refused_locked: u64,
 }
 
@@ -206,6 +209,7 @@ impl ForgejoState {
             .insert((runner, key.to_string()), KeyLock::UntilRefused);
     }
 
+    /// The counters so far.
     pub fn counts(&self) -> Counts {
         let g = self.lock();
         Counts {

@@ -41,24 +41,35 @@ pub struct HookSpec {
 /// One delivery's outcome, for tests and the demo.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeliveryView {
+    /// The hook's index (as `add` returned it).
     pub hook: usize,
+    /// The job event's `action` (`queued`, `in_progress`, ...).
     pub action: String,
+    /// The job's id.
     pub job_id: i64,
     /// The HTTP status, or None when the target did not answer.
     pub status: Option<u16>,
+    /// Why the target did not answer, when it did not.
     pub error: Option<String>,
 }
 
 /// What a job looks like in a delivery.
 pub struct JobEvent<'a> {
+    /// Gitea's `action`: `queued`, `in_progress` or `completed`.
     pub action: &'a str,
+    /// The job's id (also its run's, in the double).
     pub job_id: i64,
+    /// The job's name.
     pub name: &'a str,
+    /// The job's `runs-on` labels.
     pub labels: &'a [String],
+    /// The runner holding the job (id, name), once claimed.
     pub runner: Option<(i64, &'a str)>,
+    /// When the job was created.
     pub created: SystemTime,
 }
 
+/// The registered webhooks and the outcome of each delivery.
 #[derive(Default)]
 pub struct Hooks {
     forge: Forge,
@@ -146,6 +157,7 @@ impl Hooks {
         h.len() - 1
     }
 
+    /// Every delivery's outcome so far, in the order they finished.
     pub fn deliveries(&self) -> Vec<DeliveryView> {
         self.deliveries
             .lock()

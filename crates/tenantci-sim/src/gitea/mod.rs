@@ -80,44 +80,67 @@ use web::Web;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct JobSpec {
+    /// The job's name.
     pub name: String,
+    /// The `runs-on` labels a runner must all carry to take it.
     pub runs_on: Vec<String>,
     /// The expanded single-job workflow YAML.
     pub workflow_payload: String,
+    /// The secrets the task carries.
     pub secrets: BTreeMap<String, String>,
+    /// The variables the task carries.
     pub vars: BTreeMap<String, String>,
     /// Extra github-style context fields (merged under the generated ones).
     pub context: serde_json::Map<String, serde_json::Value>,
 }
 
+/// A task as the admin API shows it (`GET /admin/tasks/<id>`).
 #[derive(Clone, Debug, Serialize)]
 pub struct TaskView {
+    /// The task's id.
     pub id: i64,
+    /// The job it runs.
     pub job_id: i64,
+    /// The runner that claimed it.
     pub runner_id: i64,
+    /// That runner's name.
     pub runner_name: String,
     /// `running` or `done`.
     pub state: &'static str,
     /// The proto name, e.g. `RESULT_SUCCESS`.
     pub result: &'static str,
+    /// Whether its job was cancelled.
     pub cancelled: bool,
+    /// The log lines the runner sent (UpdateLog), in order.
     pub logs: Vec<String>,
+    /// Whether the log was closed (`no_more`).
     pub log_archived: bool,
+    /// The outputs the runner reported.
     pub outputs: BTreeMap<String, String>,
+    /// How many step states the runner reported.
     pub steps: usize,
+    /// When the runner claimed it (RFC 3339, microseconds).
     pub started_at: String,
+    /// When it finished, if it has.
     pub stopped_at: Option<String>,
     /// Last heartbeat (non-final UpdateTask) or claim.
     pub updated_at: String,
 }
 
+/// A registered runner as the admin API shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunnerView {
+    /// The runner's id.
     pub id: i64,
+    /// The uuid Register gave it.
     pub uuid: String,
+    /// Its name.
     pub name: String,
+    /// The version it declared.
     pub version: String,
+    /// Its labels.
     pub labels: Vec<String>,
+    /// Whether it is deleted after its first task's final update.
     pub ephemeral: bool,
     /// `idle`, `active` or `offline`, as Gitea computes it.
     pub status: &'static str,
@@ -187,10 +210,13 @@ struct State {
 /// `GET /admin/stats`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Stats {
+    /// The forge the double plays.
     pub forge: Forge,
+    /// FetchTask calls answered.
     pub fetch_task_calls: u64,
     /// FetchTask calls that handed out at least one task (the rest were idle).
     pub fetch_task_calls_with_tasks: u64,
+    /// The tasks version now.
     pub tasks_version: i64,
     /// Forgejo: FetchTask answers lost on purpose (`/admin/drop-fetch`).
     pub answers_dropped: u64,
@@ -214,6 +240,7 @@ pub struct GiteaDouble {
     /// The API token `GET /api/v1/.../actions/runners/jobs` accepts (Forgejo).
     api_token: String,
     state: Mutex<State>,
+    /// The webhooks and their deliveries.
     pub hooks: Hooks,
     /// `POST /admin/stall`.
     pub stall: Stall,
@@ -222,6 +249,7 @@ pub struct GiteaDouble {
     forge: Forge,
     /// `GET /api/v1/version`'s answer.
     version: Mutex<String>,
+    /// Forgejo's request keys and dropped answers.
     pub forgejo: ForgejoState,
     /// RunnerService and PingService calls served, by method (`/admin/stats`).
     calls: Mutex<BTreeMap<String, u64>>,
@@ -231,11 +259,15 @@ pub struct GiteaDouble {
 
 /// A running double. Dropping it without [`GiteaHandle::shutdown`] aborts the server.
 pub struct GiteaHandle {
+    /// The double's URL (`http://ADDR`).
     pub base_url: String,
+    /// The address it listens on.
     pub addr: SocketAddr,
+    /// The token Register accepts.
     pub registration_token: String,
     /// The API token of the waiting-jobs API (Forgejo).
     pub api_token: String,
+    /// The double itself, for in-process inspection.
     pub double: Arc<GiteaDouble>,
     served: Served,
 }
@@ -395,6 +427,7 @@ impl JobRec {
 const REPOSITORY: &str = "sim/demo";
 
 impl GiteaDouble {
+    /// A double that answers as Gitea does.
     pub fn new() -> Self {
         Self::new_as(Forge::Gitea)
     }
@@ -416,6 +449,7 @@ impl GiteaDouble {
         }
     }
 
+    /// The forge it plays.
     pub fn forge(&self) -> Forge {
         self.forge
     }
@@ -455,6 +489,7 @@ impl GiteaDouble {
         *self.version.lock().unwrap_or_else(|p| p.into_inner()) = version.to_string();
     }
 
+    /// The `GET /api/v1/version` answer now.
     pub fn version(&self) -> String {
         self.version
             .lock()
@@ -539,6 +574,7 @@ impl GiteaDouble {
             .merge(web::router(double))
     }
 
+    /// The token Register accepts.
     pub fn registration_token(&self) -> &str {
         &self.registration_token
     }
@@ -590,6 +626,7 @@ impl GiteaDouble {
         id
     }
 
+    /// The counters `GET /admin/stats` reports.
     pub fn stats(&self) -> Stats {
         let st = self.lock();
         let forgejo = self.forgejo.counts();
@@ -607,19 +644,23 @@ impl GiteaDouble {
         }
     }
 
+    /// Job `id` as the admin API shows it.
     pub fn job(&self, id: i64) -> Option<JobView> {
         self.lock().jobs.get(&id).map(JobRec::view)
     }
 
+    /// Task `id` as the admin API shows it.
     pub fn task(&self, id: i64) -> Option<TaskView> {
         self.lock().tasks.get(&id).map(TaskRec::view)
     }
 
+    /// Every registered runner, in id order.
     pub fn runners(&self) -> Vec<RunnerView> {
         let now = SystemTime::now();
         self.lock().runners.values().map(|r| r.view(now)).collect()
     }
 
+    /// The tasks version now (FetchTask's `tasks_version`).
     pub fn tasks_version(&self) -> i64 {
         self.lock().tasks_version
     }

@@ -43,8 +43,11 @@ use super::wire::presented_token;
 /// One web request as it reached the double.
 #[derive(Clone, Debug, Serialize)]
 pub struct SeenRequest {
+    /// The HTTP method.
     pub method: String,
+    /// The URL path.
     pub path: String,
+    /// The names of the headers it carried (names only, no values).
     pub headers: Vec<String>,
 }
 

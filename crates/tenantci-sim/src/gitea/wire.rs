@@ -9,21 +9,32 @@ use axum::http::{HeaderMap, header};
 use base64::Engine;
 use serde::Serialize;
 
+/// Where a job is: waiting for a runner, running, done or cancelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
+    /// Enqueued, no task yet.
     Waiting,
+    /// Claimed: a task runs it.
     Running,
+    /// Its task finished.
     Done,
+    /// Cancelled through the admin API.
     Cancelled,
 }
 
+/// A job as the admin API and Forgejo's waiting-jobs rows show it.
 #[derive(Clone, Debug, Serialize)]
 pub struct JobView {
+    /// The job's id.
     pub id: i64,
+    /// Its name.
     pub name: String,
+    /// The `runs-on` labels a runner must all carry.
     pub runs_on: Vec<String>,
+    /// Where it is.
     pub status: JobStatus,
+    /// The task running it, once claimed.
     pub task_id: Option<i64>,
     /// When the job was enqueued (microseconds; the pickup benchmark measures from here).
     pub created_at: String,

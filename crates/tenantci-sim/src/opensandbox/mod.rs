@@ -45,8 +45,11 @@ pub struct OpenSandboxDouble {
 
 /// A running double. Dropping it without [`OpenSandboxHandle::shutdown`] aborts the server.
 pub struct OpenSandboxHandle {
+    /// The double's URL (`http://ADDR`).
     pub base_url: String,
+    /// The key every API call must present.
     pub api_key: String,
+    /// The double itself, for in-process inspection.
     pub double: Arc<OpenSandboxDouble>,
     served: Served,
 }
@@ -86,6 +89,7 @@ impl OpenSandboxDouble {
         }
     }
 
+    /// Serves a new double (sandboxes Pending for `boot`) on `listen` (port 0: any free port).
     pub async fn start(listen: SocketAddr, boot: Duration) -> Result<OpenSandboxHandle> {
         let listener = TcpListener::bind(listen).await.map_err(|e| {
             Error::external(format!(
@@ -112,6 +116,7 @@ impl OpenSandboxDouble {
         })
     }
 
+    /// The sandboxes, locked, for a test to read or play their executor.
     pub fn sandboxes(&self) -> MutexGuard<'_, Sandboxes> {
         self.sandboxes.lock().unwrap_or_else(|p| p.into_inner())
     }

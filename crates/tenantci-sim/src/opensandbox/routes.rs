@@ -1,7 +1,7 @@
-//! The Lifecycle API's HTTP surface over [`Sandboxes`]: routes at the root and under `/v1`,
-//! the `OPEN-SANDBOX-API-KEY` header on every call but `/health`, `{code, message}` errors,
-//! an `X-Request-ID` on every response, and the injected outage (a status answered to every
-//! API call until a deadline). The admin routes (`/admin/...`, no key: a loopback test double)
+//! The Lifecycle API's HTTP surface over [`Sandboxes`](super::sandboxes::Sandboxes): routes at
+//! the root and under `/v1`, the `OPEN-SANDBOX-API-KEY` header on every call but `/health`,
+//! `{code, message}` errors, an `X-Request-ID` on every response, and the injected outage (a
+//! status answered to every API call until a deadline). The admin routes (`/admin/...`, no key: a loopback test double)
 //! show what the API hides (a sandbox's env, why it is gone) and inject faults.
 
 use std::sync::Arc;
@@ -21,6 +21,7 @@ use subtle::ConstantTimeEq;
 use super::OpenSandboxDouble;
 use super::sandboxes::{ApiError, ListQuery};
 
+/// The header that carries the API key.
 pub const API_KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
 const REQUEST_ID: &str = "x-request-id";
 const DEFAULT_PAGE_SIZE: usize = 20;
@@ -38,6 +39,8 @@ impl IntoResponse for ApiError {
 
 type Double = State<Arc<OpenSandboxDouble>>;
 
+/// The double's routes: the Lifecycle API (behind the key check, under `/v1` and at the root), the
+/// admin view and faults, and `/health`.
 pub fn router(double: Arc<OpenSandboxDouble>) -> Router {
     let api = Router::new()
         .route("/sandboxes", post(create).get(list))

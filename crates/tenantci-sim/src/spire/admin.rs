@@ -9,11 +9,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::net::TcpListener;
 
-use super::server_api::MintRecord;
-use super::{EntryView, StandIn};
+use super::stand_in::{EntryView, MintRecord, StandIn};
 use crate::served::Served;
 use tenantci_core::{Error, Result};
 
+/// The admin routes over `stand_in`: `GET /entries`, `GET /minted`, `POST /rotate`.
 pub fn router(stand_in: Arc<StandIn>) -> Router {
     let list = stand_in.clone();
     let minted = stand_in.clone();

@@ -14,10 +14,13 @@ use time::OffsetDateTime;
 /// An issued X509-SVID in the Workload API's shapes (DER chain, PKCS#8 key, DER bundle).
 #[derive(Clone, PartialEq, Eq)]
 pub struct IssuedSvid {
+    /// The SPIFFE ID it was issued for.
     pub spiffe_id: String,
     /// The leaf (no intermediates: the stand-in signs with the root).
     pub cert_der: Vec<u8>,
+    /// Its private key, PKCS#8 DER.
     pub key_pkcs8_der: Vec<u8>,
+    /// Its serial number (unique within the CA).
     pub serial: u64,
 }
 
@@ -30,6 +33,7 @@ impl std::fmt::Debug for IssuedSvid {
     }
 }
 
+/// The trust domain's CA: its self-signed root signs every SVID the stand-in issues or mints.
 pub struct TrustDomainCa {
     trust_domain: String,
     issuer: Issuer<'static, KeyPair>,
@@ -86,6 +90,7 @@ impl TrustDomainCa {
         })
     }
 
+    /// The trust domain's name (`example.org`).
     pub fn trust_domain(&self) -> &str {
         &self.trust_domain
     }
@@ -95,6 +100,7 @@ impl TrustDomainCa {
         &self.cert_der
     }
 
+    /// The bundle: the root, PEM.
     pub fn bundle_pem(&self) -> &str {
         &self.cert_pem
     }

@@ -26,6 +26,7 @@ pub struct X509SvidResponse {
 /// `X509SVID`.
 #[derive(Clone, PartialEq, Eq, ::prost::Message)]
 pub struct X509Svid {
+    /// The SVID's SPIFFE ID.
     #[prost(string, tag = "1")]
     pub spiffe_id: String,
     /// DER chain, leaf first.
@@ -37,6 +38,7 @@ pub struct X509Svid {
     /// DER bundle of the trust domain.
     #[prost(bytes = "vec", tag = "4")]
     pub bundle: Vec<u8>,
+    /// An operator's hint to tell SVIDs apart (empty: the stand-in sets none).
     #[prost(string, tag = "5")]
     pub hint: String,
 }

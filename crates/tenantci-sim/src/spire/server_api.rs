@@ -5,7 +5,7 @@
 //! domain's CA and requires a client SVID of the trust domain; only an admin workload may
 //! mint (the SPIFFE ID of a ClusterStaticEntry with `spec.admin: true` in a followed cluster,
 //! else PermissionDenied); the CSR must name exactly one SPIFFE ID of the trust domain (else
-//! InvalidArgument); the lifetime is the request's, or [`super::DEFAULT_TTL`] for 0, never
+//! InvalidArgument); the lifetime is the request's, or [`DEFAULT_TTL`] for 0, never
 //! past the CA's. Every mint is recorded for tests (`GET <admin>/minted`). The Server API's
 //! other methods and services answer Unimplemented. The TLS and HTTP/2 transport is core's
 //! facade transport (`forge::gitea::facade::spawn_router`), which hands each request the
@@ -17,11 +17,10 @@ use axum::Router;
 use axum::extract::Request as HttpRequest;
 use rcgen::{CertificateSigningRequestParams, SanType};
 use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer};
-use serde::Serialize;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
-use super::StandIn;
+use super::stand_in::{DEFAULT_TTL, MintRecord, StandIn};
 use tenantci_core::forge::gitea::facade::{FacadeHandle, spawn_router};
 use tenantci_core::spiffe::server_api::MINT_X509_SVID;
 use tenantci_core::spiffe::server_api::proto::{
@@ -31,18 +30,11 @@ use tenantci_core::spiffe::tls::PeerId;
 use tenantci_core::spiffe::{FixedSource, SpiffeId, Svid, TrustDomain};
 use tenantci_core::{Error, Result};
 
-/// One mint, as `GET <admin>/minted` lists it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct MintRecord {
-    pub spiffe_id: String,
-    pub serial: u64,
-    pub caller_id: String,
-}
-
 /// A running double; drop it to stop accepting connections.
 pub struct ServerApiDouble {
+    /// Where it listens: `127.0.0.1:PORT`.
     pub address: String,
+    /// The SPIFFE ID it presents (`spiffe://<td>/spire/server`).
     pub server_id: String,
     _served: FacadeHandle,
 }
@@ -129,7 +121,7 @@ fn mint(
     let id = requested_id(stand_in.ca().trust_domain(), &csr)?;
     let ttl = match u64::try_from(request.ttl) {
         Ok(secs) if secs > 0 => std::time::Duration::from_secs(secs),
-        _ => super::DEFAULT_TTL,
+        _ => DEFAULT_TTL,
     };
     let (serial, leaf, expires_at) = stand_in
         .ca()

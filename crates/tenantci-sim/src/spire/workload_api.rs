@@ -88,6 +88,7 @@ impl Endpoint {
         })
     }
 
+    /// The socket it serves on.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -10,8 +10,11 @@ use crate::status::{ApiError, ApiResult};
 /// How unknown fields in a write are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Directive {
+    /// Refuse the write, naming the unknown fields.
     Strict,
+    /// Drop the unknown fields and say so in a `Warning` header.
     Warn,
+    /// Drop the unknown fields silently.
     Ignore,
 }
 

@@ -35,6 +35,7 @@ pub struct Documents {
 }
 
 impl Documents {
+    /// The `/openapi/v3` body: each group-version's document URL, with its content hash.
     pub fn discovery(&self) -> Bytes {
         self.discovery.clone()
     }

@@ -1,5 +1,6 @@
 //! 401/403 Status bodies and Go quoting.
 
+use super::super::quote::{go_quote, go_quote_list};
 use super::*;
 
 #[test]

@@ -17,12 +17,16 @@ use tenantci_core::opensandbox::label;
 /// An API refusal: the HTTP status and the `{code, message}` body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
+    /// The HTTP status.
     pub status: u16,
+    /// The API's error code (`SANDBOX_NOT_FOUND`, `INVALID_REQUEST`, ...).
     pub code: &'static str,
+    /// The API's message.
     pub message: String,
 }
 
 impl ApiError {
+    /// A refusal with `status`, `code` and `message`.
     pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
@@ -35,6 +39,7 @@ impl ApiError {
         ApiError::new(400, "INVALID_REQUEST", message)
     }
 
+    /// 404 `SANDBOX_NOT_FOUND` for `id`.
     pub fn not_found(id: &str) -> Self {
         ApiError::new(404, "SANDBOX_NOT_FOUND", format!("sandbox {id} not found"))
     }
@@ -44,7 +49,9 @@ impl ApiError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Gone {
+    /// DELETEd by a caller.
     UserDelete,
+    /// Its timeout (or renewed expiry) passed.
     TtlExpiry,
 }
 
@@ -52,25 +59,39 @@ pub enum Gone {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxRec {
+    /// The id the double gave it (`sbx-NNNNNN-XXXXXXXX`).
     pub id: String,
+    /// The create request's `image` (`uri` required).
     pub image: Value,
+    /// The command it runs.
     pub entrypoint: Vec<String>,
+    /// Its environment (kept for the admin view; not part of the API's `Sandbox`).
     pub env: BTreeMap<String, String>,
+    /// Its metadata labels (the label rules checked).
     pub metadata: BTreeMap<String, String>,
+    /// The create request's `resourceLimits` (may be absent with a pool reference).
     pub resource_limits: Value,
+    /// The timeout in seconds (60 or more), if the create asked for one.
     pub timeout: Option<u64>,
+    /// When it was created.
     #[serde(skip)]
     pub created: SystemTime,
+    /// When it turns Running (created + the boot delay).
     #[serde(skip)]
     pub running_at: SystemTime,
+    /// When it expires, if it does.
     #[serde(skip)]
     pub expires: Option<SystemTime>,
+    /// Why it failed, once a test failed it.
     pub failed: Option<Failure>,
 }
 
+/// A sandbox's failure, as its status reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Failure {
+    /// The failure's `reason`.
     pub reason: String,
+    /// The failure's `message`.
     pub message: String,
 }
 
@@ -78,22 +99,32 @@ pub struct Failure {
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stats {
+    /// Sandboxes created.
     pub created: u64,
+    /// Sandboxes DELETEd.
     pub deleted: u64,
+    /// Sandboxes gone at their expiry.
     pub expired: u64,
+    /// Sandboxes alive now.
     pub live: usize,
+    /// The most sandboxes ever alive at once.
     pub max_live: usize,
 }
 
 /// A list query: states OR'ed, metadata entries AND'ed, 1-based pages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListQuery {
+    /// The states wanted (none: any).
     pub states: Vec<String>,
+    /// The metadata entries wanted, all of them.
     pub metadata: BTreeMap<String, String>,
+    /// The page wanted (1-based; 0 is 1).
     pub page: usize,
+    /// Sandboxes a page (0 is 1).
     pub page_size: usize,
 }
 
+/// Every sandbox of the double: those alive, and why the others went.
 #[derive(Default)]
 pub struct Sandboxes {
     next: u64,
@@ -102,6 +133,7 @@ pub struct Sandboxes {
     stats: Stats,
 }
 
+/// `t` as RFC 3339 with milliseconds, UTC (how the API writes times).
 pub fn rfc3339(t: SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
@@ -259,6 +291,8 @@ impl Sandboxes {
         self.live.get_mut(id).ok_or_else(|| ApiError::not_found(id))
     }
 
+    /// Creates a sandbox from a `CreateSandboxRequest` body, Pending for `boot`; answers the API's
+    /// `Sandbox`.
     pub fn create(
         &mut self,
         body: &Value,
@@ -279,10 +313,12 @@ impl Sandboxes {
         Ok(out)
     }
 
+    /// Sandbox `id` if it is alive (404 once gone).
     pub fn get(&mut self, id: &str, now: SystemTime) -> Result<SandboxRec, ApiError> {
         self.live_mut(id, now).map(|s| s.clone())
     }
 
+    /// The page of live sandboxes `q` asks for, with the API's pagination.
     pub fn list(&mut self, q: &ListQuery, now: SystemTime) -> Value {
         self.expire(now);
         let matching: Vec<Value> = self
@@ -313,6 +349,7 @@ impl Sandboxes {
         })
     }
 
+    /// Merges `patch` (RFC 7396, string values) into the sandbox's metadata; answers the `Sandbox`.
     pub fn patch_metadata(
         &mut self,
         id: &str,
@@ -351,6 +388,7 @@ impl Sandboxes {
         Ok(serde_json::json!({"expiresAt": rfc3339(at)}))
     }
 
+    /// Deletes sandbox `id`: from now on GET answers 404 and list omits it.
     pub fn delete(&mut self, id: &str, now: SystemTime) -> Result<(), ApiError> {
         self.live_mut(id, now)?;
         self.live.remove(id);
@@ -381,10 +419,12 @@ impl Sandboxes {
         self.live.values().cloned().collect()
     }
 
+    /// Why sandbox `id` went, if it did.
     pub fn gone(&self, id: &str) -> Option<Gone> {
         self.gone.get(id).copied()
     }
 
+    /// The figures now.
     pub fn stats(&mut self, now: SystemTime) -> Stats {
         self.expire(now);
         Stats {
