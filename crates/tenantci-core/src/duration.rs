@@ -4,6 +4,9 @@
 //! Written by hand because the crates that parse durations accept other syntaxes
 //! (`1 day`, `2w`) that Go refuses, and we must accept exactly what the Go tooling does,
 //! minus negatives (a validity or a timeout is never negative).
+//!
+//! [`format()`] writes a duration back the way an operator would; [`GoDuration`] keeps a config
+//! value's own spelling.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -13,19 +16,26 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Why a duration string was refused; `Display` is a phrase for an error message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
+    /// The input is empty or only whitespace.
     #[error("is empty")]
     Empty,
+    /// The input starts with `-`.
     #[error("is negative")]
     Negative,
     #[error("has no unit (write e.g. `720h`, `90m`, `1h30m`, `45s`)")]
+    /// A number with no unit after it (`720`, or the `30` of `1h30`); only `0` may stand alone.
     MissingUnit,
     #[error("has an unknown unit `{0}` (use ns, us, ms, s, m or h)")]
+    /// A unit other than ns, us (µs), ms, s, m or h; holds the unit as written (`d`, `w`).
     UnknownUnit(String),
     #[error("is not a number followed by a unit (write e.g. `720h`, `90m`, `1h30m`)")]
+    /// A unit with no number before it, or a number with two dots (`h`, `1..5h`, `+`).
     Malformed,
+    /// The total does not fit a `Duration` (or an integer part does not fit 128 bits).
     #[error("is too large")]
     Overflow,
     #[error("is zero (it must be positive)")]
+    /// The value is zero where it must be positive (only [`parse_positive`] returns it).
     ZeroValue,
 }
 
@@ -149,16 +159,18 @@ pub struct GoDuration {
 }
 
 impl GoDuration {
+    /// The parsed duration.
     pub fn get(&self) -> Duration {
         self.value
     }
 
+    /// The text as it was written (or [`format()`]'s spelling, for one made from a `Duration`).
     pub fn as_str(&self) -> &str {
         &self.text
     }
 }
 
-/// Spelled by [`format`]; for durations the program chooses (defaults, tests), which
+/// Spelled by [`format()`]; for durations the program chooses (defaults, tests), which
 /// are positive.
 impl From<Duration> for GoDuration {
     fn from(value: Duration) -> Self {

@@ -42,6 +42,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The process exit code for this kind (1, 2 or 3; see [`exit_code`]).
     pub fn exit_code(self) -> i32 {
         match self {
             ErrorKind::CheckFailed => exit_code::CHECK_FAILED,
@@ -59,9 +60,11 @@ pub struct Error {
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
+/// `std::result::Result` with [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// An error of `kind` with `message`, no hint and no cause.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             kind,
@@ -116,18 +119,22 @@ impl Error {
             .hint("check that the directory exists, is writable by this user, and has free space")
     }
 
+    /// What went wrong, which decides the exit code.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
 
+    /// The process exit code of this error's kind.
     pub fn exit_code(&self) -> i32 {
         self.kind.exit_code()
     }
 
+    /// The one-sentence message, without causes or hint (what `Display` prints).
     pub fn message(&self) -> &str {
         &self.message
     }
 
+    /// How to fix it, as set by [`Error::hint`]; `None` when no fix is known.
     pub fn hint_text(&self) -> Option<&str> {
         self.hint.as_deref()
     }

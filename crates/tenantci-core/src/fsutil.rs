@@ -4,6 +4,9 @@
 //! renamed (or hard-linked, for no-clobber writes) into place; the directory is fsynced after.
 //! A reader therefore sees the old file or the new one, never a prefix, and a secret is never
 //! world-readable, not even for an instant.
+//!
+//! Also the two primitives underneath: a size-bounded read of a regular file
+//! ([`read_bounded`]) and directory creation with a mode ([`create_dir_all`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -46,7 +49,8 @@ pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Creates `dir` and missing parents; directories this call creates get `mode`.
+/// Creates `dir` and missing parents; `dir` itself gets exactly `mode`, parents this call
+/// creates get `mode` as the umask narrows it.
 /// An existing directory is left as it is (its mode is the operator's business).
 pub fn create_dir_all(dir: &Path, mode: u32) -> io::Result<()> {
     if dir.is_dir() {

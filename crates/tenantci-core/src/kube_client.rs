@@ -1,6 +1,7 @@
-//! A kube client from a kubeconfig file, with errors that name the file. Every client built
-//! here counts its requests in one process-wide counter ([`requests`]), so commands can report
-//! how many apiserver round trips they cost (`bootstrap runner` does, and its benchmark).
+//! A kube client from a kubeconfig file (or one held in memory), with errors that name it, and
+//! the one sentence a failed apiserver call becomes ([`api_error`]). Every client built here
+//! counts its requests in one process-wide counter ([`requests`]), so commands can report how
+//! many apiserver round trips they cost (`bootstrap runner` does, and its benchmark).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,8 @@ use crate::{Error, Result};
 
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
 
-/// Requests sent by clients from [`from_kubeconfig`] since the process started.
+/// Requests sent since the process started by every client built here ([`from_kubeconfig`],
+/// [`from_kubeconfig_yaml`]).
 pub fn requests() -> u64 {
     REQUESTS.load(Ordering::Relaxed)
 }

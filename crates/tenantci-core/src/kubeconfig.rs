@@ -11,14 +11,21 @@ pub enum Material<'a> {
     /// Absolute paths to PEM files (what a runner credential uses, so one rotation of the
     /// files updates every reader).
     Files {
+        /// The CA bundle that verifies the apiserver (`certificate-authority`).
         ca: &'a Path,
+        /// The client certificate (`client-certificate`).
         cert: &'a Path,
+        /// The client certificate's private key (`client-key`).
         key: &'a Path,
     },
     /// Inline PEM (for kubeconfigs that must stand alone, like the simulator's admin ones).
     Inline {
+        /// The CA bundle that verifies the apiserver, PEM (written base64 as
+        /// `certificate-authority-data`).
         ca_pem: &'a str,
+        /// The client certificate, PEM (written as `client-certificate-data`).
         cert_pem: &'a str,
+        /// The client certificate's private key, PEM (written as `client-key-data`).
         key_pem: &'a str,
     },
 }

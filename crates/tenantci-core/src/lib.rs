@@ -1,11 +1,15 @@
 //! tenantci-core: the leaves every other tenantci crate builds on. Errors and exit codes,
 //! durations, careful file writes and bounded file reads, TLS set-up, the secret type, the PKI (ClientCA, issuing,
 //! inspecting), the gateway's state directory and tenant-cluster resolution, kube clients from
-//! kubeconfigs, resource quantities, the node image, the Gitea runner protocol, the
-//! OpenSandbox Lifecycle API and SPIFFE identity (SVID sources, mTLS configs).
+//! kubeconfigs, DNS-name and Pod Security checks as Kubernetes makes them, resource
+//! quantities, the node image, the forge protocols (the Gitea/Forgejo runner protocol,
+//! waiting jobs, webhook deliveries, jobs over REST), the OpenSandbox Lifecycle API, SPIFFE
+//! identity (SVID sources, mTLS configs), upstream error excerpts and v4 UUIDs.
 //!
 //! No CLI (clap) and no NATS (async-nats): the manifest does not list them, so a leaf cannot
 //! grow a dependency on either without a visible manifest change.
+
+#![warn(missing_docs)]
 
 pub mod dns;
 pub mod duration;

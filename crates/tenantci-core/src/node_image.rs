@@ -12,14 +12,20 @@ use crate::{Error, Result};
 /// What the kubelet and system daemons keep for themselves on every node: allocatable =
 /// capacity - reserve. Documented in docs/runbooks/prewarm.md; the simulator uses the same.
 pub const RESERVED_CPU_MILLI: i128 = 100;
+/// Memory reserved on every node, in MiB (see [`RESERVED_CPU_MILLI`]).
 pub const RESERVED_MEMORY_MIB: i128 = 256;
 
+/// `node-image.json`: the size of the guest image a rented node boots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeImage {
+    /// Virtual CPUs of a node.
     pub vcpu: u32,
+    /// Memory of a node in MiB (`memMiB`).
     #[serde(rename = "memMiB")]
     pub mem_mib: u64,
+    /// Size of a node's root filesystem in MiB (`rootfsMiB`); `None` when the image does not
+    /// record it (executors then get a default ephemeral-storage request, unchecked against it).
     #[serde(rename = "rootfsMiB", default, skip_serializing_if = "Option::is_none")]
     pub rootfs_mib: Option<u64>,
 }
@@ -50,19 +56,24 @@ impl NodeImage {
         })
     }
 
+    /// A node's CPU capacity, `vcpu` cores (in millicores).
     pub fn capacity_cpu(&self) -> Milli {
         Milli::from_units(i128::from(self.vcpu))
     }
 
+    /// A node's memory capacity, `memMiB` MiB (in milli-bytes, as every [`Milli`] of memory).
     pub fn capacity_memory(&self) -> Milli {
         Milli::from_units(i128::from(self.mem_mib) << 20)
     }
 
+    /// The CPU a node's pods may request: capacity less [`RESERVED_CPU_MILLI`], never below zero.
     pub fn allocatable_cpu(&self) -> Milli {
         self.capacity_cpu()
             .saturating_sub(Milli(RESERVED_CPU_MILLI))
     }
 
+    /// The memory a node's pods may request: capacity less [`RESERVED_MEMORY_MIB`], never below
+    /// zero.
     pub fn allocatable_memory(&self) -> Milli {
         self.capacity_memory()
             .saturating_sub(Milli::from_units(RESERVED_MEMORY_MIB << 20))

@@ -7,6 +7,7 @@
 pub struct Milli(pub i128);
 
 impl Milli {
+    /// `units` whole units (cores, bytes) as milli-units.
     pub fn from_units(units: i128) -> Self {
         Milli(units * 1000)
     }
@@ -14,6 +15,7 @@ impl Milli {
     pub fn ceil_units(self) -> i128 {
         (self.0 + 999).div_euclid(1000)
     }
+    /// `self - other`, zero when `other` is larger.
     pub fn saturating_sub(self, other: Milli) -> Milli {
         Milli((self.0 - other.0).max(0))
     }

@@ -6,10 +6,12 @@ use std::path::Path;
 
 use crate::{Error, Result};
 
+/// A secret string; `Debug` prints `Secret([redacted])` and there is no `Display`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps `value`.
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }

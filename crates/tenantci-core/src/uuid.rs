@@ -1,5 +1,6 @@
 //! Random RFC 4122 version-4 UUIDs: kube-apiserver's `metadata.uid` in the simulator, the
-//! Gitea double's runner uuids, and the request keys forgejo-runner sends (`claim::fetch`).
+//! Gitea double's runner uuids (and its delivery ids and signed-URL signatures), and the
+//! dispatcher's FetchTask request keys (`claim::fetch`), in the form forgejo-runner sends.
 //! Sixteen random bytes with the version and variant bits set; not worth a crate of its own.
 
 /// A random version-4 UUID in its hyphenated lowercase form.

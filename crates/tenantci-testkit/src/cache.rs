@@ -8,12 +8,17 @@ use serde_json::Value;
 /// call with the job's runtime token (`ACTIONS_RUNTIME_TOKEN`) as the toolkit sends it.
 #[derive(Clone)]
 pub struct RawCache {
+    /// The HTTP client every call uses.
     pub http: reqwest::Client,
+    /// The cache API's base URL, `ACTIONS_CACHE_URL` + `_apis/artifactcache`, without a trailing
+    /// `/`.
     pub api: String,
+    /// The job's runtime token, sent as `Authorization: Bearer`.
     pub token: String,
 }
 
 impl RawCache {
+    /// `POST caches` with `{key, version: "v1", cacheSize: size}`: the answer as it came.
     pub async fn reserve(&self, key: &str, size: u64) -> reqwest::Response {
         self.http
             .post(format!("{}/caches", self.api))
@@ -51,6 +56,7 @@ impl RawCache {
             .unwrap()
     }
 
+    /// `POST caches/{id}` with `{size}`, committing reservation `id`: the answer as it came.
     pub async fn commit(&self, id: u64, size: u64) -> reqwest::Response {
         self.http
             .post(format!("{}/caches/{id}", self.api))
@@ -80,6 +86,8 @@ impl RawCache {
         answer.bytes().await.unwrap().to_vec()
     }
 
+    /// `GET cache?keys=<key>&version=v1` (`key` not escaped): the answer as it came (200 with
+    /// `archiveLocation` on a hit, 204 on a miss).
     pub async fn lookup(&self, key: &str) -> reqwest::Response {
         self.http
             .get(format!("{}/cache?keys={key}&version=v1", self.api))

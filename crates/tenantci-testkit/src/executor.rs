@@ -20,7 +20,7 @@ use tenantci_core::forge::gitea::proto::{
 };
 use tenantci_dispatch::backend::pod::executor::{CA_KEY, PROXY_CONTAINER};
 use tenantci_dispatch::task::spec::RUNNER_KEY;
-use tenantci_runner::runner::gitea_files::Registration;
+use tenantci_runner::act_runner::Registration;
 
 use crate::process::{Process, first_line};
 use crate::wait::eventually;
@@ -29,10 +29,13 @@ use crate::wait::eventually;
 pub struct Executor {
     /// Where its calls go: the facade (https) or the proxy (http on loopback).
     pub address: String,
+    /// The runner uuid from `.runner`, sent as `x-runner-uuid`.
     pub uuid: String,
     /// The task's capability.
     pub token: String,
+    /// The `.runner` labels (`name:host`); Declare sends their names only.
     pub labels: Vec<String>,
+    /// The `.runner`'s `ephemeral` flag.
     pub ephemeral: bool,
     /// The facade's CA certificate; empty when the address is the plain-HTTP proxy.
     pub ca_pem: String,
@@ -70,7 +73,7 @@ pub struct PodProxy {
 }
 
 impl PodProxy {
-    /// `tenantci` is the binary to run (its argv[0] replaces the sidecar's `tenantci`).
+    /// `tenantci` is the binary to run (its `argv[0]` replaces the sidecar's `tenantci`).
     pub fn start(tenantci: Command, secret: &Secret, pod: &Pod) -> PodProxy {
         Self::start_with(tenantci, secret, pod, &[], None)
     }

@@ -57,8 +57,11 @@ pub fn unfetched(task: i64, attempt: u32, age: Duration) -> Observed {
 /// One call of [`Executors::start`] that the backend took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Start {
+    /// The task id of the executor started.
     pub task: i64,
+    /// The task's attempt.
     pub attempt: u32,
+    /// The `fresh` the backend was called with: no executor of the task could exist yet.
     pub fresh: bool,
 }
 
@@ -80,6 +83,7 @@ pub struct FakeExecutors {
 }
 
 impl FakeExecutors {
+    /// A fake backend that reports itself as `backend`, listing nothing yet.
     pub fn new(backend: BackendKind) -> Arc<Self> {
         Arc::new(FakeExecutors {
             backend,
@@ -239,6 +243,7 @@ pub struct FakeLedger {
 }
 
 impl FakeLedger {
+    /// An empty ledger.
     pub fn new() -> Arc<Self> {
         Arc::new(FakeLedger::default())
     }
@@ -248,6 +253,7 @@ impl FakeLedger {
         lock(&self.entries).insert(e.task, e);
     }
 
+    /// The task's entry; `None` when the ledger has none.
     pub fn entry(&self, task: i64) -> Option<Entry> {
         lock(&self.entries).get(&task).cloned()
     }
@@ -289,6 +295,7 @@ pub struct FakeGitea {
 }
 
 impl FakeGitea {
+    /// A Gitea with every task open and reachable.
     pub fn new() -> Arc<Self> {
         Arc::new(FakeGitea::default())
     }
@@ -350,6 +357,7 @@ pub struct FakeSlots {
 }
 
 impl FakeSlots {
+    /// `capacity` slots, all free.
     pub fn new(capacity: usize) -> Arc<Self> {
         Arc::new(FakeSlots {
             free: Arc::new(Semaphore::new(capacity)),
@@ -376,13 +384,18 @@ impl Slots for FakeSlots {
 
 /// The doubles a backend `Context` is made of, kept for the test to read.
 pub struct Fakes {
+    /// Gitea's reports (keep-alives, FAILURE reports) and the results the test sets.
     pub gitea: Arc<FakeGitea>,
+    /// The claim ledger.
     pub ledger: Arc<FakeLedger>,
+    /// The claim registry (a new, empty one).
     pub registry: Arc<Registry>,
+    /// The dispatcher's metrics (a new set).
     pub metrics: Arc<Metrics>,
 }
 
 impl Fakes {
+    /// Fresh doubles: all empty, Gitea reachable.
     pub fn new() -> Self {
         Fakes {
             gitea: FakeGitea::new(),

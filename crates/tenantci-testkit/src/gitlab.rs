@@ -3,7 +3,8 @@
 //! Speaks the real wire format of `POST /api/v4/user/runners`, `POST /api/v4/runners/verify`,
 //! the legacy `POST /api/v4/runners` (always 410, as GitLab 17+ by default), the runner lists
 //! (`GET /api/v4/groups/:id/runners`, `/projects/:id/runners`, `/runners/all`, paginated with
-//! `page`/`per_page` and `X-Next-Page`) and `DELETE /api/v4/runners/:id`, and validates
+//! `page`/`per_page` and `X-Next-Page`), `DELETE /api/v4/runners/:id` and the token's own
+//! record (`GET /api/v4/personal_access_tokens/self`, its scopes), and validates
 //! as GitLab does: the `PRIVATE-TOKEN` (or `Authorization: Bearer`) header, the token's
 //! `create_runner`/`api` scope, `runner_type` and the id it requires (group_id for
 //! group_type, project_id for project_type), existing groups/projects. It can be told to
@@ -42,26 +43,40 @@ pub enum Behaviour {
 /// A runner the double created.
 #[derive(Debug, Clone)]
 pub struct CreatedRunner {
+    /// The runner's id: 1, 2, ... in creation order.
     pub id: u64,
+    /// The runner authentication token the creation answered (`glrt-` and 20 characters).
     pub token: String,
+    /// `instance_type`, `group_type` or `project_type`, as requested.
     pub runner_type: String,
+    /// The request's `group_id`; `None` when it had none.
     pub group_id: Option<u64>,
+    /// The request's `project_id`; `None` when it had none.
     pub project_id: Option<u64>,
+    /// The request's `tag_list` (a JSON list, or a comma-separated string split and trimmed).
     pub tag_list: Vec<String>,
+    /// The request's `run_untagged` (`true` or `"true"`; false when absent).
     pub run_untagged: bool,
+    /// The request's `locked` (`true` or `"true"`; false when absent).
     pub locked: bool,
+    /// The request's `description`; `None` when it had none.
     pub description: Option<String>,
     /// System ids that verified this runner's token.
     pub verified_by: Vec<String>,
 }
 
+/// What the double knows and has recorded; [`GitlabDouble::start_with`] starts from one.
 #[derive(Debug, Default)]
 pub struct GitlabState {
     /// Access token -> its scopes.
     pub access_tokens: BTreeMap<String, BTreeSet<String>>,
+    /// Group ids that exist (runners may be created in them).
     pub groups: BTreeSet<u64>,
+    /// Project ids that exist.
     pub projects: BTreeSet<u64>,
+    /// How runner creation (and the token lookup) answers.
     pub behaviour: Behaviour,
+    /// The runners created and not deleted, in creation order.
     pub runners: Vec<CreatedRunner>,
     /// Every request path seen, in order.
     pub requests: Vec<String>,
@@ -106,12 +121,14 @@ fn default_state() -> GitlabState {
 }
 
 impl GitlabDouble {
-    /// Starts on 127.0.0.1:0 with [`DEFAULT_ACCESS_TOKEN`], [`READ_ONLY_ACCESS_TOKEN`], group 7
-    /// and project 42.
+    /// Starts on 127.0.0.1:0 with [`DEFAULT_ACCESS_TOKEN`], [`READ_ONLY_ACCESS_TOKEN`],
+    /// [`MANAGE_ACCESS_TOKEN`], group 7 and project 42.
     pub async fn start() -> std::io::Result<Self> {
         Self::start_with(default_state()).await
     }
 
+    /// Starts on 127.0.0.1:0, over plain HTTP, with `state` (no token or group known unless it
+    /// says so).
     pub async fn start_with(state: GitlabState) -> std::io::Result<Self> {
         let state = Arc::new(Mutex::new(state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -220,6 +237,7 @@ impl GitlabDouble {
         format!("{scheme}://{}", self.addr)
     }
 
+    /// How runner creation answers from now on.
     pub fn set_behaviour(&self, behaviour: Behaviour) {
         self.state.lock().unwrap().behaviour = behaviour;
     }
@@ -237,10 +255,12 @@ impl GitlabDouble {
         hold
     }
 
+    /// The runners created and not deleted, in creation order.
     pub fn runners(&self) -> Vec<CreatedRunner> {
         self.state.lock().unwrap().runners.clone()
     }
 
+    /// Every request received so far, in order, as `METHOD path` (`POST /api/v4/user/runners`).
     pub fn requests(&self) -> Vec<String> {
         self.state.lock().unwrap().requests.clone()
     }
@@ -383,8 +403,6 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
-/// GitLab's answer to a missing or unknown access token, or one without `create_runner`;
-/// None when the token may create runners.
 /// `GET /api/v4/personal_access_tokens/self`: the token's own record (its scopes), 401 for an
 /// unknown token, as GitLab 15.5+.
 async fn token_self(State(state): State<Shared>, headers: HeaderMap) -> Response {
@@ -418,6 +436,8 @@ async fn token_self(State(state): State<Shared>, headers: HeaderMap) -> Response
     }
 }
 
+/// GitLab's answer to a missing or unknown access token, or one with neither `create_runner`
+/// nor `api`; None when the token may create runners.
 fn refuse_token(s: &GitlabState, headers: &HeaderMap) -> Option<Response> {
     let scopes = access_token(headers).and_then(|t| s.access_tokens.get(&t));
     match scopes {

@@ -10,7 +10,9 @@ use tenantci_core::pki::{self, CertificateAuthority, ClientCertSpec, KeyType};
 
 /// kubectl with one kubeconfig and a discovery cache of its own (never `~/.kube`).
 pub struct Kubectl {
+    /// The kubeconfig every call passes as `--kubeconfig`.
     pub kubeconfig: PathBuf,
+    /// kubectl's discovery cache directory (`--cache-dir`).
     pub cache: PathBuf,
 }
 
@@ -34,6 +36,8 @@ impl Kubectl {
         c
     }
 
+    /// Runs `kubectl` with `args` and waits: its exit status and output (panics only when kubectl
+    /// cannot be started).
     pub fn run(&self, args: &[&str]) -> Output {
         self.command()
             .args(args)

@@ -25,6 +25,8 @@
 //! Helpers that run the `tenantci` binary take a `Command` for it: only the binary's own
 //! tests know its path (`CARGO_BIN_EXE_tenantci`), a benchmark takes it as an argument.
 
+#![warn(missing_docs)]
+
 pub mod boot;
 pub mod cache;
 pub mod dispatch;

@@ -37,6 +37,7 @@ pub struct NatsServer {
     _temp: Option<tempfile::TempDir>,
     /// `nats://127.0.0.1:<port>`; changes on [`NatsServer::restart`].
     pub url: String,
+    /// The client port, picked by the server and read from its log; changes with `url`.
     pub port: u16,
     /// Where the users' passwords and the authorization fragment are (shared in a cluster).
     secrets: PathBuf,
@@ -112,6 +113,8 @@ impl NatsServer {
         self.dir.join("ca.crt")
     }
 
+    /// The directory holding this server's files (config, store, log; and the passwords, except
+    /// in a cluster).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -126,10 +129,12 @@ impl NatsServer {
         self.secrets.clone()
     }
 
+    /// The file holding `user`'s password (`ci-admin`, `ci-producer`, `ci-worker`).
     pub fn password_file(&self, user: &str) -> PathBuf {
         permissions::password_file(&self.secrets_dir(), user)
     }
 
+    /// `user`'s password, trimmed.
     pub fn password(&self, user: &str) -> String {
         std::fs::read_to_string(self.password_file(user))
             .unwrap()
@@ -137,6 +142,7 @@ impl NatsServer {
             .to_string()
     }
 
+    /// The running server's process id; panics when it is stopped or killed.
     pub fn pid(&self) -> u32 {
         self.process.as_ref().expect("nats-server is stopped").pid()
     }
@@ -318,11 +324,14 @@ impl NatsServer {
 /// routes on ports picked free at start), sharing one authorization fragment and its
 /// passwords, each with its own store. Dropped: every server is killed, the directory removed.
 pub struct NatsCluster {
+    /// The three members, `n1` to `n3` in order.
     pub servers: Vec<NatsServer>,
     _dir: tempfile::TempDir,
 }
 
 impl NatsCluster {
+    /// Starts the three servers in a temporary directory, one after the other, each until its log
+    /// says it is ready.
     pub fn start() -> NatsCluster {
         let dir = tempfile::Builder::new()
             .prefix("tenantci-nats-cluster-")
@@ -364,6 +373,7 @@ impl NatsCluster {
         urls.join(",")
     }
 
+    /// The users' password files, shared by every member.
     pub fn secrets_dir(&self) -> PathBuf {
         self.servers[0].secrets_dir()
     }

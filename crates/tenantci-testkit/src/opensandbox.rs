@@ -13,8 +13,11 @@ use tenantci_core::opensandbox::{ClientConfig, LifecycleClient};
 /// The double, as `opensandbox.json` describes it.
 #[derive(Debug, Clone)]
 pub struct OpenSandbox {
+    /// The Lifecycle API's base URL (`url`).
     pub url: String,
+    /// The double's admin API base URL (`adminUrl`): no key, loopback only.
     pub admin_url: String,
+    /// The file holding the API key (`apiKeyFile`, 0600).
     pub api_key_file: PathBuf,
 }
 
@@ -34,6 +37,7 @@ impl OpenSandbox {
         }
     }
 
+    /// The API key, read from `api_key_file` and trimmed.
     pub fn api_key(&self) -> String {
         std::fs::read_to_string(&self.api_key_file)
             .unwrap()

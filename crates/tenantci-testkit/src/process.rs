@@ -1,6 +1,8 @@
 //! Child processes of tests and benchmarks: killed and reaped when dropped, so a panicking
 //! test leaves nothing running; stopped with SIGTERM and a grace period; and the first line
-//! a server prints on stdout once it listens (its ready line).
+//! a server prints on stdout once it listens (its ready line). Also what starting them needs:
+//! a free loopback port, a `tenantci` command with a clean environment, a scratch directory,
+//! and a process's peak RSS.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command};
@@ -29,6 +31,7 @@ impl Process {
         self.0.as_mut().expect("the process was stopped")
     }
 
+    /// The child's process id (panics once it was stopped).
     pub fn pid(&self) -> u32 {
         self.0.as_ref().expect("the process was stopped").id()
     }
@@ -114,7 +117,7 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// `bin` as a command without the runbook's `SOCIALWEB_TENANTCREDENTIAL_*`, tenantci's own
+/// `bin` as a command without the runbook's `SOCIALWEB_*`, tenantci's own `TENANTCI_*`
 /// variables and `RUST_LOG`, so the developer's shell cannot leak into a test or a benchmark.
 pub fn clean_command(bin: &std::path::Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(bin);

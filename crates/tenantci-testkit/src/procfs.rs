@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-/// A process's memory from /proc/<pid>/status, in KiB (0 where unreadable).
+/// A process's memory from `/proc/<pid>/status`, in KiB (0 where unreadable).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Memory {
+    /// Resident set size now (`VmRSS`).
     pub rss: u64,
     /// Peak RSS.
     pub hwm: u64,
@@ -15,6 +16,7 @@ pub struct Memory {
     pub file: u64,
 }
 
+/// The memory of process `pid` now; every field 0 when the process is gone.
 pub fn memory(pid: u32) -> Memory {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {

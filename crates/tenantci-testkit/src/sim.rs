@@ -1,6 +1,6 @@
 //! The simulator as a child process (`tenantci sim`, SIGTERMed and reaped on drop) or
 //! in-process, and the Gitea double it serves with `--gitea` (address, registration token,
-//! enqueueing jobs through its admin API).
+//! enqueueing jobs, webhooks and its fault switches through its admin API).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,10 +39,13 @@ impl SimProcess {
         SimProcess { process, ready }
     }
 
+    /// The simulator's process id.
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }
 
+    /// Cluster `name`'s entry in the ready line (`name`, `url`, `tenantAdminKubeconfig`, ...);
+    /// panics when there is none.
     pub fn cluster(&self, name: &str) -> &Value {
         self.ready["clusters"]
             .as_array()
@@ -52,10 +55,12 @@ impl SimProcess {
             .unwrap_or_else(|| panic!("no cluster {name} in {}", self.ready))
     }
 
+    /// Cluster `name`'s tenant apiserver URL (`https://127.0.0.1:<port>`).
     pub fn cluster_url(&self, name: &str) -> String {
         self.cluster(name)["url"].as_str().unwrap().to_string()
     }
 
+    /// The admin apiserver's kubeconfig (lists the `Cluster` objects).
     pub fn admin_kubeconfig(&self) -> PathBuf {
         PathBuf::from(self.ready["adminKubeconfig"].as_str().unwrap())
     }
@@ -106,6 +111,7 @@ pub struct Gitea {
     pub url: String,
     /// The admin API (`POST /jobs`, `GET /jobs/<id>`, `GET /tasks/<id>`).
     pub admin_url: String,
+    /// The registration token a runner registers with.
     pub registration_token: String,
     /// The API token of Forgejo's waiting-jobs API (`GET /api/v1/.../actions/runners/jobs`).
     pub api_token: String,

@@ -77,7 +77,7 @@ const KINDS: &str = "namespaces,clusterroles,clusterrolebindings,roles,rolebindi
 pub struct ClusterSnapshot {
     /// The store's resourceVersion: any write anywhere changes it.
     pub revision: String,
-    /// `kind/name` (namespaced ones prefixed `namespace/`) of the [`KINDS`].
+    /// `kind/name` (namespaced ones prefixed `namespace/`) of the `KINDS`.
     pub objects: Vec<String>,
 }
 

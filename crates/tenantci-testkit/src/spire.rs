@@ -12,9 +12,14 @@ use crate::wait::eventually;
 /// The stand-in, as `spire.json` describes it.
 #[derive(Debug, Clone)]
 pub struct Spire {
+    /// The trust domain the stand-in serves (`--spire TRUST_DOMAIN`).
     pub trust_domain: String,
+    /// The trust domain's CA bundle, PEM.
     pub bundle_file: PathBuf,
+    /// The directory of the entries' Workload API sockets, `<cluster>/<name>.sock`
+    /// ([`Spire::endpoint`]).
     pub socket_dir: PathBuf,
+    /// The stand-in's admin API base URL (entries, rotation, minted SVIDs).
     pub admin_url: String,
     /// The Server API double, `127.0.0.1:PORT` (SPIFFE mTLS, MintX509SVID).
     pub server_address: String,

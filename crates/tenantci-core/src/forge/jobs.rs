@@ -26,11 +26,14 @@ pub const MAX_ANSWER: usize = 4 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ForgeJob {
+    /// The job's database id; a web URL's job index counts jobs in id order.
     pub id: i64,
+    /// The job's name as the forge shows it; empty when the answer has none.
     pub name: String,
     /// The forge's own word: Gitea `queued`/`in_progress`/`completed`/..., Forgejo
     /// `waiting`/`running`/`success`/....
     pub status: String,
+    /// The job's runs-on labels (Gitea `labels`, Forgejo `runs_on`).
     pub runs_on: Vec<String>,
     /// When the job (Gitea) or its run (Forgejo) was created.
     pub since: Option<DateTime<Utc>>,
@@ -46,7 +49,9 @@ impl ForgeJob {
 /// A run as either forge lists it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Run {
+    /// The run's database id, which the jobs path takes ([`jobs_path`]).
     pub id: i64,
+    /// The run's number in its repository, as in its web URL (Forgejo `index_in_repo`).
     #[serde(alias = "index_in_repo")]
     pub run_number: i64,
     /// Forgejo's run creation time.

@@ -5,7 +5,8 @@
 //!
 //! Every difference the dispatcher acts on is decided here, from the forge alone, so no other
 //! code branches on the forge by hand: it asks [`Forge::fetch_plan`] what one FetchTask may
-//! ask for, and [`Forge::detect`] reads the forge from a `GET /api/v1/version` answer.
+//! ask for, [`Forge::lists_waiting_jobs`] whether to poll the waiting-jobs API, and
+//! [`Forge::detect`] reads the forge from a `GET /api/v1/version` answer.
 //! Sources: docs/forgejo-protocol.md.
 
 use std::fmt;
@@ -13,11 +14,15 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// A forge that serves the Actions runner protocol; spelled `gitea` or `forgejo` in config,
+/// flags and JSON. Gitea by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Forge {
+    /// Gitea: one task per FetchTask, no request key.
     #[default]
     Gitea,
+    /// Forgejo: several tasks per FetchTask, a request key, and the waiting-jobs API.
     Forgejo,
 }
 
@@ -38,8 +43,10 @@ pub struct FetchPlan {
 pub struct UnknownForge(pub String);
 
 impl Forge {
+    /// Every forge, for parsing names and listing them.
     pub const ALL: [Forge; 2] = [Forge::Gitea, Forge::Forgejo];
 
+    /// The lowercase name of config files, flags and JSON (`gitea`, `forgejo`); also `Display`.
     pub fn as_str(self) -> &'static str {
         match self {
             Forge::Gitea => "gitea",

@@ -19,9 +19,13 @@ pub enum Scope {
     Admin,
     /// The token's user's repositories.
     User,
+    /// The repositories of one organization (`orgs/ORG`); holds the organization's name.
     Org(String),
+    /// One repository (`repos/OWNER/REPO`).
     Repo {
+        /// The user or organization that owns the repository.
         owner: String,
+        /// The repository's name, without its owner.
         repo: String,
     },
 }
@@ -89,7 +93,9 @@ impl FromStr for Scope {
 /// skipped, and ones older Forgejo versions lack (`handle`, `attempt`) are optional.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct WaitingJob {
+    /// The job's database id.
     pub id: i64,
+    /// The job's name; empty when the answer has none.
     #[serde(default)]
     pub name: String,
     /// The labels the job runs on; empty: any runner of the scope.
@@ -103,6 +109,7 @@ pub struct WaitingJob {
 }
 
 impl WaitingJob {
+    /// Whether the job still waits for a runner (status `waiting`, not `running`).
     pub fn is_waiting(&self) -> bool {
         self.status == "waiting"
     }
@@ -134,6 +141,8 @@ pub struct Demand {
 }
 
 impl Demand {
+    /// The demand of `jobs` for a dispatcher registered with `labels`; jobs that are not
+    /// waiting (running ones) are left out.
     pub fn of(jobs: &[WaitingJob], labels: &[String]) -> Demand {
         let mut d = Demand::default();
         let mut sets: BTreeSet<String> = BTreeSet::new();

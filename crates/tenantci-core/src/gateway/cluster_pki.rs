@@ -20,11 +20,17 @@ pub const DEFAULT_CA_VALID_FOR: Duration = Duration::from_secs(10 * 365 * 24 * 3
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPkiReport {
+    /// The cluster the PKI was created for.
     pub cluster: String,
+    /// Where the serving CA's certificate was written.
     pub serving_ca_cert: PathBuf,
+    /// Where the serving CA's key was written (0600).
     pub serving_ca_key: PathBuf,
+    /// Where the ClientCA's certificate was written.
     pub client_ca_cert: PathBuf,
+    /// Where the ClientCA's key was written (0600).
     pub client_ca_key: PathBuf,
+    /// When the CAs expire, RFC 3339 (both have the same lifetime).
     pub not_after: String,
 }
 

@@ -22,26 +22,33 @@ pub struct StateDir {
 }
 
 impl StateDir {
+    /// The layout under `root`; nothing is read or created.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         StateDir { root: root.into() }
     }
 
+    /// The state directory itself.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// `<state>/gateway.json`, the gateway's description of itself (`adminKubeconfig`, `stateDir`,
+    /// ...).
     pub fn gateway_json(&self) -> PathBuf {
         self.root.join("gateway.json")
     }
 
+    /// `<state>/admin.kubeconfig`, the gateway admin's kubeconfig (lists `Cluster` objects).
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.root.join("admin.kubeconfig")
     }
 
+    /// `<state>/clusters`, one directory per tenant cluster.
     pub fn clusters_dir(&self) -> PathBuf {
         self.root.join("clusters")
     }
 
+    /// The paths of tenant cluster `name` (not checked: see [`validate_cluster_name`]).
     pub fn cluster(&self, name: &str) -> ClusterPaths {
         ClusterPaths::new(self.clusters_dir().join(name))
     }
@@ -67,13 +74,23 @@ impl StateDir {
 /// The files of one tenant cluster in the state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterPaths {
+    /// `<state>/clusters/<name>`.
     pub dir: PathBuf,
+    /// `<name>/pki`, the cluster's CA files.
     pub pki_dir: PathBuf,
+    /// `pki/serving-ca.crt`: the CA that signed the tenant apiserver's serving certificate.
     pub serving_ca_cert: PathBuf,
+    /// `pki/serving-ca.key`: that CA's key, 0600 (a tenantci addition; the simulator signs with
+    /// it).
     pub serving_ca_key: PathBuf,
+    /// `pki/client-ca.crt`: the ClientCA, which signs tenant credentials.
     pub client_ca_cert: PathBuf,
+    /// `pki/client-ca.key`: the ClientCA's key (PKCS#8, SEC1 or PKCS#1 PEM), 0600.
     pub client_ca_key: PathBuf,
+    /// `<name>/tenant-admin.kubeconfig`: the tenant cluster's admin, which applies RBAC.
     pub tenant_admin_kubeconfig: PathBuf,
+    /// `<name>/node-image.json`: the guest image's size (`vcpu`, `memMiB`, `rootfsMiB`), a tenantci
+    /// addition.
     pub node_image: PathBuf,
 }
 

@@ -10,21 +10,30 @@ use serde::{Deserialize, Serialize};
 use super::layout::{ClusterPaths, StateDir, validate_cluster_name};
 use crate::{Error, Result};
 
+/// API group of the gateway's `Cluster` objects.
 pub const CLUSTER_GROUP: &str = "tenancy.socialweb.computer";
+/// API version of the gateway's `Cluster` objects.
 pub const CLUSTER_VERSION: &str = "v1alpha1";
+/// Kind of the gateway's `Cluster` objects (cluster-scoped).
 pub const CLUSTER_KIND: &str = "Cluster";
+/// Resource name (plural) of the gateway's `Cluster` objects.
 pub const CLUSTER_PLURAL: &str = "clusters";
 
 /// `gateway.json`: the fields tenantci reads; others are kept by the gateway.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayJson {
+    /// The gateway admin's kubeconfig; relative to the state directory when not absolute.
     pub admin_kubeconfig: PathBuf,
+    /// The state directory as the gateway records it; `None` when the file leaves it out.
+    /// Resolution does not use it: paths are taken from the `StateDir` given.
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
 }
 
 impl GatewayJson {
+    /// Reads `<state>/gateway.json` (bounded by `input::MAX_CONFIG`); bad input (exit 2) when it
+    /// is missing, unreadable or not valid JSON with `adminKubeconfig`.
     pub fn load(state: &StateDir) -> Result<Self> {
         let path = state.gateway_json();
         let text = crate::input::read_text("the gateway's gateway.json", &path, crate::input::MAX_CONFIG)
@@ -47,14 +56,21 @@ impl GatewayJson {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedCluster {
+    /// The cluster's name, as `metadata.name` of its `Cluster` object.
     pub name: String,
+    /// The tenant apiserver, the Cluster's `status.url` (`https://127.0.0.1:<leased port>`).
     pub url: String,
+    /// The CA certificate that signed the tenant apiserver's serving certificate.
     pub serving_ca: PathBuf,
+    /// The ClientCA certificate, which signs tenant credentials.
     pub client_ca_cert: PathBuf,
+    /// The ClientCA's private key (0600).
     pub client_ca_key: PathBuf,
+    /// The tenant cluster's admin kubeconfig.
     pub tenant_admin_kubeconfig: PathBuf,
 }
 
+/// The `Cluster` resource, for a dynamic kube `Api`.
 pub fn cluster_api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(CLUSTER_GROUP, CLUSTER_VERSION, CLUSTER_KIND),
@@ -77,6 +93,8 @@ pub struct Resolver {
 }
 
 impl Resolver {
+    /// Reads `gateway.json` and builds a client from the admin kubeconfig it names; errors when
+    /// either is missing or invalid.
     pub async fn open(state: &StateDir) -> Result<Self> {
         let gateway = GatewayJson::load(state)?;
         let admin_path = absolute_to(state.root(), &gateway.admin_kubeconfig);

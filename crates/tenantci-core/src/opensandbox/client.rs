@@ -1,5 +1,6 @@
-//! A client for the OpenSandbox Lifecycle API (reqwest, rustls): create, get, list (every
-//! page), merge-patch metadata, delete. One request per call, no retries: the caller decides
+//! A client for the OpenSandbox Lifecycle API (reqwest, rustls): an access check, create, get,
+//! list (every page), merge-patch metadata, delete. One request per call (per page for a
+//! list), no retries: the caller decides
 //! what a failure costs, from [`ApiError::is_retryable`] (unreachable, 5xx, 409: try again
 //! later), [`ApiError::Unauthorized`] (a wrong key: stop and say which file holds it) and
 //! [`ApiError::Rejected`] (400: the request itself is wrong; the API's message says why).
@@ -16,6 +17,7 @@ use serde::de::DeserializeOwned;
 use super::types::{CreateSandbox, ErrorBody, Sandbox, SandboxPage, SandboxState};
 use crate::{Error, Secret};
 
+/// The header that carries the API key on every call.
 pub const API_KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
 /// The page size used when listing: the API's maximum is not documented; 100 keeps pages small.
 const PAGE_SIZE: u32 = 100;
@@ -25,27 +27,57 @@ const ERROR_BODY_MAX: usize = 64 * 1024;
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// No HTTP answer arrived (connection, TLS or timeout); retryable.
     #[error("cannot reach the OpenSandbox Lifecycle API at {url}")]
     Unreachable {
+        /// The API root called (`<base>/v1`).
         url: String,
+        /// The HTTP client's error.
         #[source]
         source: reqwest::Error,
     },
+    /// A 5xx answer; retryable.
     #[error("the OpenSandbox Lifecycle API answered {status} ({detail})")]
-    Server { status: u16, detail: String },
+    Server {
+        /// The HTTP status, 500 to 599.
+        status: u16,
+        /// As in [`ApiError::Rejected`].
+        detail: String,
+    },
+    /// A 409 answer: the sandbox is mid-change; retryable.
     #[error("the OpenSandbox Lifecycle API answered 409 Conflict ({detail})")]
-    Conflict { detail: String },
+    Conflict {
+        /// As in [`ApiError::Rejected`].
+        detail: String,
+    },
+    /// A 401 or 403 answer: the API key is wrong.
     #[error("the OpenSandbox Lifecycle API refused the API key in {}", key_file.display())]
-    Unauthorized { key_file: PathBuf },
-    /// `detail` is the API's `code: message`, or without them the status and a bounded
-    /// excerpt of the body ([`crate::upstream::detail`]).
+    Unauthorized {
+        /// The file the key was read from, so the message says which to fix.
+        key_file: PathBuf,
+    },
+    /// A 400 answer: the request itself is wrong.
     #[error("the OpenSandbox Lifecycle API refused the request ({detail})")]
-    Rejected { detail: String },
+    Rejected {
+        /// The API's `code: message`, or without them the status and a bounded excerpt of
+        /// the body ([`crate::upstream::detail`]).
+        detail: String,
+    },
+    /// Any other non-2xx answer (a 404 among them, which `get`, `patch_metadata` and `delete`
+    /// read as "gone").
     #[error("the OpenSandbox Lifecycle API answered {status} ({detail})")]
-    Unexpected { status: u16, detail: String },
+    Unexpected {
+        /// The HTTP status.
+        status: u16,
+        /// As in [`ApiError::Rejected`].
+        detail: String,
+    },
+    /// A 2xx answer whose body is not the JSON the spec describes.
     #[error("the OpenSandbox Lifecycle API's answer to {what} is not what the spec describes")]
     Decode {
+        /// The call, as in `"list"`.
         what: &'static str,
+        /// The HTTP client's decode error.
         #[source]
         source: reqwest::Error,
     },
@@ -90,15 +122,18 @@ impl ApiError {
 pub struct ClientConfig {
     /// The server root, e.g. `https://sandbox.example` (`/v1` is appended).
     pub base_url: String,
+    /// The Lifecycle API key, sent as [`API_KEY_HEADER`].
     pub api_key: Secret,
     /// Named in a 401's error, never read here.
     pub api_key_file: PathBuf,
     /// Bound on every call. Default 30s.
     pub request_timeout: Duration,
+    /// Bound on opening a connection. Default 5s.
     pub connect_timeout: Duration,
 }
 
 impl ClientConfig {
+    /// A configuration for `base_url` (a trailing `/` dropped) with the default timeouts.
     pub fn new(base_url: &str, api_key: Secret, api_key_file: PathBuf) -> Self {
         ClientConfig {
             base_url: base_url.trim_end_matches('/').to_string(),
@@ -127,10 +162,13 @@ async fn bounded_body(mut resp: reqwest::Response) -> Vec<u8> {
 /// A filter for [`LifecycleClient::list`]: states OR'ed (empty: any), metadata AND'ed.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
+    /// Sandboxes in any of these states; empty: every state.
     pub states: Vec<SandboxState>,
+    /// Sandboxes carrying every one of these metadata labels; empty: no condition.
     pub metadata: BTreeMap<String, String>,
 }
 
+/// A Lifecycle API client; cheap to clone. `Debug` does not show the key ([`Secret`]).
 #[derive(Debug, Clone)]
 pub struct LifecycleClient {
     http: reqwest::Client,
@@ -140,6 +178,7 @@ pub struct LifecycleClient {
 }
 
 impl LifecycleClient {
+    /// A client for `cfg`; an error (exit 3) only when the HTTP client cannot be built.
     pub fn new(cfg: ClientConfig) -> crate::Result<Self> {
         crate::tls::ensure_crypto_provider();
         let http = reqwest::Client::builder()

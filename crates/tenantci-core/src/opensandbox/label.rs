@@ -13,9 +13,17 @@ pub const RESERVED_PREFIX: &str = "opensandbox.io";
 /// Why a metadata entry is refused, as one phrase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelError {
+    /// The key is not a label key; holds the key.
     Key(String),
+    /// The key's prefix is `opensandbox.io`, which the platform keeps; holds the key.
     Reserved(String),
-    Value { key: String, value: String },
+    /// The value is neither empty nor a label value.
+    Value {
+        /// The key the value belongs to.
+        key: String,
+        /// The refused value.
+        value: String,
+    },
 }
 
 impl std::fmt::Display for LabelError {

@@ -14,18 +14,28 @@ use crate::Secret;
 /// A sandbox's lifecycle state. New values may be added by the API: kept as `Other`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SandboxState {
+    /// Created, not yet running (booting).
     Pending,
+    /// Running.
     Running,
+    /// Being paused.
     Pausing,
+    /// Paused.
     Paused,
+    /// Being resumed from a pause.
     Resuming,
+    /// Being stopped (deleted).
     Stopping,
+    /// Stopped for good.
     Terminated,
+    /// Failed; `SandboxStatus::reason` and `message` say why.
     Failed,
+    /// A state this code does not know, as the API spelled it.
     Other(String),
 }
 
 impl SandboxState {
+    /// The state the API calls `s`; an unknown name is [`SandboxState::Other`].
     pub fn parse(s: &str) -> Self {
         match s {
             "Pending" => SandboxState::Pending,
@@ -40,6 +50,7 @@ impl SandboxState {
         }
     }
 
+    /// The API's name for the state (`Running`); also `Display`.
     pub fn as_str(&self) -> &str {
         match self {
             SandboxState::Pending => "Pending",
@@ -67,12 +78,16 @@ impl fmt::Display for SandboxState {
     }
 }
 
+/// A sandbox's `status`: its state and, when the API gives them, why.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxStatus {
+    /// The lifecycle state.
     pub state: SandboxState,
+    /// A machine-readable cause (e.g. `runtime_error` for Failed); `None` when absent.
     #[serde(default)]
     pub reason: Option<String>,
+    /// A sentence about the state for people; `None` when absent.
     #[serde(default)]
     pub message: Option<String>,
 }
@@ -81,48 +96,67 @@ pub struct SandboxStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sandbox {
+    /// The sandbox id the API assigned, used in every later call.
     pub id: String,
+    /// Where the sandbox is in its lifecycle.
     pub status: SandboxStatus,
+    /// The metadata labels set at creation or by a later patch.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// When the sandbox was created, RFC 3339 as the API wrote it; `None` when absent.
     #[serde(default)]
     pub created_at: Option<String>,
+    /// When the sandbox expires and is deleted, RFC 3339; `None` when absent.
     #[serde(default)]
     pub expires_at: Option<String>,
 }
 
+/// Where a list page sits among all pages.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pagination {
+    /// This page's number, from 1.
     pub page: u64,
+    /// How many pages the list has (0 when the API leaves it out).
     #[serde(default)]
     pub total_pages: u64,
+    /// Whether a further page follows.
     pub has_next_page: bool,
 }
 
+/// One page of `GET /sandboxes`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SandboxPage {
+    /// The sandboxes on this page.
     pub items: Vec<Sandbox>,
+    /// Where this page sits.
     pub pagination: Pagination,
 }
 
 /// The error body every non-2xx answer carries.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ErrorBody {
+    /// A machine-readable code such as `SANDBOX_NOT_FOUND`; empty when absent.
     #[serde(default)]
     pub code: String,
+    /// The API's explanation; empty when absent.
     #[serde(default)]
     pub message: String,
 }
 
+/// The image a sandbox boots.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ImageSpec {
+    /// The image reference (tenantci passes one pinned by digest).
     pub uri: String,
 }
 
+/// The most CPU and memory a sandbox may use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResourceLimits {
+    /// CPU as a Kubernetes quantity (`2`, `500m`).
     pub cpu: String,
+    /// Memory as a Kubernetes quantity (`4Gi`).
     pub memory: String,
 }
 
@@ -131,12 +165,20 @@ pub struct ResourceLimits {
 #[derive(Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSandbox {
+    /// The image to boot.
     pub image: ImageSpec,
+    /// The command and its arguments, run in the sandbox.
     pub entrypoint: Vec<String>,
+    /// The sandbox's CPU and memory limits.
     pub resource_limits: ResourceLimits,
+    /// Lifetime in seconds (at least 60): the sandbox expires after it unless renewed.
     pub timeout: u64,
+    /// Environment variables; their values are secret (the executor's capability) and are
+    /// left out of `Debug`.
     #[serde(serialize_with = "expose_env")]
     pub env: BTreeMap<String, Secret>,
+    /// Metadata labels (Kubernetes label rules, see `label`), by which tenantci lists its
+    /// sandboxes again.
     pub metadata: BTreeMap<String, String>,
 }
 

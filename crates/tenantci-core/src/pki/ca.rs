@@ -152,6 +152,7 @@ impl CertificateAuthority {
         })
     }
 
+    /// The CA certificate in PEM (public: what clients and servers trust).
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
     }
@@ -161,10 +162,13 @@ impl CertificateAuthority {
         &self.key_pem
     }
 
+    /// When the CA certificate expires (`policy::check_within_ca` keeps credentials within it).
     pub fn not_after(&self) -> OffsetDateTime {
         self.not_after
     }
 
+    /// The CA's subject as text: `CN=<name>` for a generated CA, as [`super::inspect::CertInfo`]
+    /// writes it for a loaded one.
     pub fn subject(&self) -> &str {
         &self.subject
     }

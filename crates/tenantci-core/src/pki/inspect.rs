@@ -19,15 +19,20 @@ pub struct CertInfo {
     pub organizations: Vec<String>,
     /// The subject attribute by attribute, as kube-apiserver reads it.
     pub kube_subject: KubeSubject,
+    /// Start of the validity period.
     pub not_before: OffsetDateTime,
+    /// End of the validity period.
     pub not_after: OffsetDateTime,
+    /// Whether basicConstraints says CA:TRUE (false without the extension).
     pub is_ca: bool,
     /// Hex serial number.
     pub serial_hex: String,
     /// SubjectPublicKeyInfo, DER: compared with a private key's public half.
     pub spki_der: Vec<u8>,
-    /// Subject key identifier of the issuer (AKI) and this cert (SKI), hex.
+    /// The issuer's key identifier (the AuthorityKeyIdentifier's keyIdentifier), hex; `None`
+    /// when the certificate has none.
     pub authority_key_id: Option<String>,
+    /// This certificate's SubjectKeyIdentifier, hex; `None` when it has none.
     pub subject_key_id: Option<String>,
 }
 
@@ -45,6 +50,7 @@ impl CertInfo {
         Self::from_der(&pem.contents)
     }
 
+    /// Parses one DER certificate; the error is the parser's message.
     pub fn from_der(der: &[u8]) -> Result<Self, String> {
         let (_, cert) = X509Certificate::from_der(der).map_err(|e| e.to_string())?;
         let kube_subject = KubeSubject::read(cert.subject());

@@ -56,19 +56,27 @@ impl KeyType {
 /// A client certificate to issue.
 #[derive(Debug, Clone)]
 pub struct ClientCertSpec {
+    /// The subject CN: the Kubernetes user name.
     pub common_name: String,
+    /// One subject O each, in this order: the Kubernetes groups.
     pub organizations: Vec<String>,
+    /// Lifetime from now (notBefore is set back by [`CLOCK_SKEW_ALLOWANCE`] besides).
     pub valid_for: Duration,
+    /// The new key's algorithm.
     pub key_type: KeyType,
 }
 
 /// A freshly issued certificate and its key, both PEM.
 pub struct IssuedCert {
+    /// The certificate (the leaf alone, no chain).
     pub cert_pem: String,
     /// Secret: write it only to a 0600 file.
     pub key_pem: String,
+    /// Start of the validity period (normally now less [`CLOCK_SKEW_ALLOWANCE`]).
     pub not_before: OffsetDateTime,
+    /// End of the validity period.
     pub not_after: OffsetDateTime,
+    /// The serial number, lower-case hex (16 random bytes).
     pub serial_hex: String,
 }
 

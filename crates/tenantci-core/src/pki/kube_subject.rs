@@ -47,7 +47,9 @@ pub struct Flagged {
 /// The user and groups of an unambiguous subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeIdentity {
+    /// The Kubernetes user name: the subject's one CN, never empty.
     pub user: String,
+    /// The Kubernetes groups: every O in order, none empty.
     pub groups: Vec<String>,
 }
 
@@ -55,11 +57,17 @@ pub struct KubeIdentity {
 /// differently from a person, a config file or another tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ambiguity {
+    /// No CN: kube-apiserver would see no user.
     NoCommonName,
+    /// More than one CN (holds them, in order): kube-apiserver takes the last, a person may
+    /// read the first.
     SeveralCommonNames(Vec<String>),
+    /// A CN or O with an empty value.
     EmptyValue {
+        /// `CN` or `O`.
         attribute: &'static str,
     },
+    /// A value Go's `crypto/x509` cannot decode, so kube-apiserver refuses the certificate.
     Undecodable(Flagged),
     /// Readable, but not the same way by every kube-apiserver release.
     Unsteady(Flagged),
@@ -111,6 +119,8 @@ const OID_O: &str = "2.5.4.10";
 const OID_KUBE_UID: &str = "1.3.6.1.4.1.57683.2";
 
 impl KubeSubject {
+    /// Reads every attribute of `name`, in order; never fails (what Go would refuse is
+    /// recorded in `undecodable`).
     pub fn read(name: &X509Name<'_>) -> Self {
         let mut subject = KubeSubject::default();
         let mut parts = Vec::new();

@@ -1,9 +1,12 @@
 //! Certificates for tenant clusters: the cluster CAs (`ca`), issuing leaf certificates from a
-//! CA (`issue`), the policy a runner credential must satisfy (`policy`), and the one reading of a
-//! certificate's subject, kube-apiserver's (`kube_subject`).
+//! CA (`issue`, with `subject` writing several O attributes), reading certificates back
+//! (`inspect`), checking a credential's key and chain (`verify`), the policy a runner credential
+//! must satisfy (`policy`), and the one reading of a certificate's subject, kube-apiserver's
+//! (`kube_subject`).
 //!
 //! This module is a leaf: no CLI, no Kubernetes. It signs what it is asked to sign; refusing
-//! `system:masters` and other dangerous requests is `policy`'s job, applied by `credential`.
+//! `system:masters` and other dangerous requests is `policy`'s job, applied by its callers
+//! (`credential`, the runner bootstrap, the dispatcher's renewal and init).
 
 pub mod ca;
 pub mod inspect;

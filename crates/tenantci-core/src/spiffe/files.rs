@@ -19,13 +19,17 @@ use super::svid::SvidSource;
 use crate::input::MAX_PEM;
 use crate::{Error, Result};
 
+/// The SVID's certificate chain, leaf first (PEM).
 pub const CERT_FILE: &str = "svid.pem";
+/// The SVID's private key, PKCS#8 PEM, mode 0600.
 pub const KEY_FILE: &str = "svid_key.pem";
+/// The trust domain's CA certificates (PEM), the roots a peer's SVID must chain to.
 pub const BUNDLE_FILE: &str = "svid_bundle.pem";
 
 /// What identifies one version of a file without reading it.
 type Stamp = (u64, u64, i64, i64, u64);
 
+/// The `files:DIR` source: the SVID read from the three files, read again when one changes.
 #[derive(Debug)]
 pub struct FilesSource {
     dir: PathBuf,

@@ -58,10 +58,15 @@ pub struct IdTemplate {
 /// at render time (the parent template needs `node_uid`, known only once the Pod is scheduled).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Values<'a> {
+    /// `{trust_domain}`: the trust domain's name, without `spiffe://`.
     pub trust_domain: Option<&'a str>,
+    /// `{repository}`: the task context's `repository` (`owner/name`).
     pub repository: Option<&'a str>,
+    /// `{job}`: the task context's `job`, the job's id in its workflow.
     pub job: Option<&'a str>,
+    /// `{cluster}`: the cluster's name as SPIRE's k8s_psat node attestor knows it.
     pub cluster: Option<&'a str>,
+    /// `{node_uid}`: the UID of the Node the task's Pod runs on (parent template only).
     pub node_uid: Option<&'a str>,
 }
 

@@ -20,6 +20,8 @@ pub enum SourceSpec {
 }
 
 impl SourceSpec {
+    /// Parses a `--spiffe-source` value given to `flag`: `workload-api` or `files:DIR` (a
+    /// non-empty DIR); anything else is bad input naming the flag.
     pub fn parse(flag: &str, value: &str) -> Result<Self> {
         match value {
             "workload-api" => Ok(SourceSpec::WorkloadApi),

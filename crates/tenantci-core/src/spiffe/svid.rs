@@ -112,6 +112,7 @@ pub fn id_of(cert: &CertificateDer<'_>) -> Option<SpiffeId> {
 /// The current SVID of a process; rotation shows as a different `Svid` on a later call.
 /// Where it comes from (the Workload API, a directory) is `source`'s choice.
 pub trait SvidSource: Send + Sync + std::fmt::Debug {
+    /// The SVID to present now; an error when there is none to present.
     fn current(&self) -> Result<Arc<Svid>>;
 }
 

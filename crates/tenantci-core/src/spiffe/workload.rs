@@ -13,6 +13,7 @@ use super::svid::Svid;
 use super::svid::SvidSource;
 use crate::{Error, Result};
 
+/// The Workload API source: the SPIRE agent's stream of X509-SVIDs, converted once per update.
 pub struct WorkloadSource {
     source: X509Source,
     updates: X509SourceUpdates,

@@ -17,6 +17,8 @@ use rustls::pki_types::CertificateDer;
 
 use crate::{Error, Result};
 
+/// Installs ring as rustls's process-wide crypto provider, once; a provider installed
+/// before is kept. Cheap and idempotent.
 pub fn ensure_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {

@@ -20,6 +20,9 @@ use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureSc
 
 use crate::{Error, Result};
 
+/// A server certificate verifier: the standard webpki one, except that a CA:TRUE certificate
+/// presented as the server's own is accepted when it is byte-identical to a pinned one and
+/// valid for the server's name.
 #[derive(Debug)]
 pub struct PinnedSelfSigned {
     standard: Arc<WebPkiServerVerifier>,

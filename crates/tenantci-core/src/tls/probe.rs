@@ -18,6 +18,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// What the handshake came to.
 #[derive(Debug)]
 pub enum Verdict {
+    /// The server's certificate chains to the CA and is valid for the URL's host.
     Verified,
     /// The server's certificate did not verify against the CA; rustls's reason.
     NotVerified(String),
@@ -72,9 +73,11 @@ pub async fn verify_server(url: &str, ca: &[CertificateDer<'static>]) -> Result<
 pub struct ServingCa<'a> {
     /// Names the CA in errors: "the serving CA given by --server-ca".
     pub what: &'a str,
+    /// The CA bundle file (PEM).
     pub path: &'a Path,
     /// Names the server: "the tenant apiserver of cluster `ci`".
     pub server: &'a str,
+    /// The server's URL, `https://host[:port]`.
     pub url: &'a str,
     /// What to pass instead when the CA does not verify the server.
     pub fix: String,

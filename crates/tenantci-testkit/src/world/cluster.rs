@@ -66,6 +66,7 @@ impl World {
             .collect()
     }
 
+    /// Every Pod in [`NAMESPACE`] (executors and any other).
     pub async fn pods(&self) -> Vec<Pod> {
         self.pods_api()
             .list(&Default::default())

@@ -14,11 +14,14 @@ use crate::wait::{DEADLINE, eventually};
 
 /// A `tenantci dispatch run` child process, after its listening line.
 pub struct Dispatcher {
+    /// The instance name it was started as (its leader identity in its config).
     pub name: String,
     process: Process,
+    /// The file its stderr is appended to.
     pub log: PathBuf,
-    /// Where its facade listens, and the facade URL its executors are given.
+    /// Where its facade listens.
     pub facade: SocketAddr,
+    /// The facade URL its executors are given (`facadeUrl` of the listening line).
     pub facade_url: String,
     status: SocketAddr,
     /// The metrics listener, when `status.metrics_listen` is configured.
@@ -79,10 +82,12 @@ impl Dispatcher {
         self.status
     }
 
+    /// The dispatcher's process id.
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }
 
+    /// The text of its `/metrics` on the status address; `None` when it does not answer.
     pub async fn metrics(&self) -> Option<String> {
         let r = reqwest::get(format!("http://{}/metrics", self.status))
             .await
@@ -110,6 +115,7 @@ impl Dispatcher {
         .await
     }
 
+    /// Waits until `tenantci_dispatch_leader` is 1 (`leading`) or 0.
     pub async fn wait_leader(&self, leading: bool) {
         let want = if leading { 1.0 } else { 0.0 };
         eventually(&format!("{} leader = {leading}", self.name), || async {
@@ -140,6 +146,7 @@ impl Dispatcher {
         self.process.terminate(grace)
     }
 
+    /// Its log so far; empty when the file cannot be read.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -65,6 +65,7 @@ impl World {
         self.config_path(name)
     }
 
+    /// Where instance `name`'s config is written: `<world dir>/dispatch/<name>.toml`.
     pub fn config_path(&self, name: &str) -> PathBuf {
         let file = format!("{name}.toml");
         self.dir.path().join("dispatch").join(file)

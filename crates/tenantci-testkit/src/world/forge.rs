@@ -22,10 +22,13 @@ impl World {
             .await
     }
 
+    /// The Gitea double's record of job `id` (`GET <admin>/jobs/<id>`: its status, `task_id` once
+    /// claimed, ...).
     pub async fn job(&self, id: i64) -> Value {
         self.gitea.admin(&self.http, &format!("jobs/{id}")).await
     }
 
+    /// The Gitea double's record of task `id` (`GET <admin>/tasks/<id>`).
     pub async fn task(&self, id: i64) -> Value {
         self.gitea.admin(&self.http, &format!("tasks/{id}")).await
     }

@@ -39,6 +39,7 @@ use crate::process::{clean_command, scratch};
 use crate::sim::{Gitea, SimProcess};
 use crate::spire::Spire;
 
+/// The namespace the dispatcher and its executors run in.
 pub const NAMESPACE: &str = "dynamic-runner";
 /// The simulated tenant cluster.
 pub const CLUSTER: &str = "ci";
@@ -51,9 +52,11 @@ pub const PROXY_IMAGE: &str =
     "tenantci@sha256:1111111111111111111111111111111111111111111111111111111111111111";
 /// The webhook secret of [`World::with_webhook`].
 pub const WEBHOOK_SECRET: &str = "webhook-s3cret-typed-into-gitea";
-/// The SPIRE stand-in's trust domain, and the dispatcher's SPIFFE ID and entry in it.
+/// The SPIRE stand-in's trust domain.
 pub const TD: &str = "example.org";
+/// The dispatcher's SPIFFE ID in [`TD`], which its facade presents.
 pub const FACADE_ID: &str = "spiffe://example.org/ns/dynamic-runner/sa/tenantci-dispatcher";
+/// The name of the dispatcher's own ClusterStaticEntry (and of its Workload API socket).
 pub const DISPATCHER_ENTRY: &str = "tenantci-dispatcher";
 
 /// Which nats-server the world runs.
@@ -223,11 +226,13 @@ impl Options {
 pub struct World {
     /// The simulator; first, so it stops before the directory goes.
     sim: SimProcess,
+    /// The nats-server the dispatchers use (with a cluster: its first member, n1).
     pub nats: NatsServer,
     /// With a three-node NATS cluster: `nats` is n1, these are n2 and n3.
     pub peers: Vec<NatsServer>,
     /// The cluster's files; after the servers, so every server is killed before they go.
     _nats_dir: Option<tempfile::TempDir>,
+    /// The simulator's Gitea double.
     pub gitea: Gitea,
     /// The simulator's OpenSandbox double, when started with one ([`Options::opensandbox`]).
     opensandbox: Option<OpenSandbox>,
@@ -238,6 +243,7 @@ pub struct World {
     pub bin: PathBuf,
     /// Environment of every dispatcher started from now on (the Workload API endpoint).
     dispatcher_env: Vec<(String, String)>,
+    /// A kube client for the simulated cluster as its tenant admin.
     pub kube: kube::Client,
     /// The tenant-admin kubeconfig of the simulated cluster.
     pub tenant_admin: PathBuf,
@@ -246,6 +252,8 @@ pub struct World {
     base: Option<Config>,
     /// Each instance name's fixed facade address.
     services: Mutex<BTreeMap<String, Arc<Forward>>>,
+    /// The world's directory: the simulator's state, the dispatchers' configs and logs.
+    /// Removed when the world is dropped, unless [`World::keep_dir`].
     pub dir: tempfile::TempDir,
 }
 
@@ -280,6 +288,7 @@ impl World {
         self.dir.path().join("state")
     }
 
+    /// The HTTP client the world drives the doubles with.
     pub fn http(&self) -> &reqwest::Client {
         &self.http
     }

@@ -98,6 +98,7 @@ impl PodWatch {
         PodWatch { inner, task }
     }
 
+    /// The most executor Pods alive at once since the watch started.
     pub fn max_live(&self) -> usize {
         self.inner.lock().unwrap().max_live
     }

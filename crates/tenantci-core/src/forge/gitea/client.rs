@@ -39,7 +39,10 @@ use super::proto::{
 pub struct RetryPolicy {
     /// Total attempts, the first included (1 = no retry).
     pub attempts: u32,
+    /// The wait before the first retry (each wait is scaled by a random 0.5 to 1 jitter). Default
+    /// 200 ms.
     pub initial_backoff: Duration,
+    /// The cap on the wait, which doubles after each attempt. Default 5 s.
     pub max_backoff: Duration,
 }
 
@@ -53,10 +56,12 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Where and how a [`RunnerClient`] calls; [`ClientConfig::new`] gives act_runner-like defaults.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// The instance root, e.g. `https://gitea.example` (no `/api/actions`).
     pub base_url: String,
+    /// The `User-Agent` header; default `tenantci/<crate version>`.
     pub user_agent: String,
     /// Request codec; act_runner uses binary protobuf.
     pub codec: Codec,
@@ -66,13 +71,18 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Bound on FetchTask (act_runner's `fetch_timeout`). Default 5s.
     pub fetch_timeout: Duration,
+    /// Bound on establishing a TCP and TLS connection. Default 5s.
     pub connect_timeout: Duration,
     /// An extra trusted CA in PEM, e.g. the facade's self-signed CA.
     pub ca_pem: Option<String>,
+    /// Backoff for the calls that may be retried (not Register, never FetchTask).
     pub retry: RetryPolicy,
 }
 
 impl ClientConfig {
+    /// A configuration for `base_url` (a trailing `/` is dropped) with the defaults: binary
+    /// protobuf, no request gzip, 30 s per call, 5 s per FetchTask, 5 s to connect, no extra CA, 4
+    /// attempts.
     pub fn new(base_url: impl Into<String>) -> Self {
         ClientConfig {
             base_url: base_url.into().trim_end_matches('/').to_string(),
@@ -91,11 +101,14 @@ impl ClientConfig {
 /// A registered runner's identity. `Debug` does not print the token.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
+    /// The runner's UUID, sent as `x-runner-uuid`.
     pub uuid: String,
+    /// The runner's secret token, sent as `x-runner-token`.
     pub token: String,
 }
 
 impl Credentials {
+    /// The UUID and token of a runner that Register returned.
     pub fn from_runner(runner: &Runner) -> Self {
         Credentials {
             uuid: runner.uuid.clone(),
@@ -113,35 +126,49 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// Why a call failed; [`ClientError::claim_may_be_lost`] says whether a FetchTask may have
+/// claimed a task nobody heard of.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The server answered with a Connect error.
     #[error("{method} was refused: {error}")]
     Status {
+        /// The call, as in `"FetchTask"`.
         method: &'static str,
+        /// The Connect error the server answered with.
         error: ConnectError,
     },
     /// No (complete) answer arrived. `connecting` says the request never left.
     #[error("{method} to {url} failed: {source}")]
     Transport {
+        /// The call, as in `"FetchTask"`.
         method: &'static str,
+        /// The URL called.
         url: String,
+        /// True when the connection was never made, so the server cannot have seen the request.
         connecting: bool,
+        /// The HTTP client's error.
         #[source]
         source: reqwest::Error,
     },
     /// The server answered 200 but the body does not decode.
     #[error("{method} answer cannot be decoded: {error}")]
     Decode {
+        /// The call, as in `"FetchTask"`.
         method: &'static str,
+        /// Why the body does not decode, as an `invalid_argument` Connect error.
         error: ConnectError,
     },
+    /// The client cannot make the call as configured (e.g. an authenticated call without
+    /// credentials).
     #[error("{0}")]
     Config(String),
     /// The HTTP client could not be built; `what` names the step, the cause is the source.
     #[error("{what}")]
     Build {
+        /// The step that failed, as a phrase for the message.
         what: &'static str,
+        /// The HTTP client's error.
         #[source]
         source: reqwest::Error,
     },
@@ -203,10 +230,13 @@ impl ClientError {
 pub struct TasksVersion(i64);
 
 impl TasksVersion {
+    /// The version to send in the next FetchTask.
     pub fn get(self) -> i64 {
         self.0
     }
 
+    /// Takes in a FetchTask answer: keeps the larger version, and goes back to 0 when it carried a
+    /// task.
     pub fn observe(&mut self, resp: &FetchTaskResponse) {
         if resp.tasks_version > self.0 {
             self.0 = resp.tasks_version;
@@ -217,6 +247,8 @@ impl TasksVersion {
     }
 }
 
+/// A RunnerService client towards one Gitea, Forgejo or facade; cheap to clone (the
+/// connection pool is shared).
 #[derive(Clone, Debug)]
 pub struct RunnerClient {
     http: reqwest::Client,
@@ -225,6 +257,8 @@ pub struct RunnerClient {
 }
 
 impl RunnerClient {
+    /// A client without credentials (enough for Ping and Register). `Err(Build)` when `ca_pem` is
+    /// not a PEM certificate or the HTTP client cannot be built.
     pub fn new(cfg: ClientConfig) -> Result<Self, ClientError> {
         crate::tls::ensure_crypto_provider();
         let mut builder = reqwest::Client::builder()
@@ -258,15 +292,17 @@ impl RunnerClient {
         self
     }
 
+    /// The credentials this client calls with; `None` before [`RunnerClient::with_credentials`].
     pub fn credentials(&self) -> Option<&Credentials> {
         self.creds.as_ref()
     }
 
+    /// The configuration the client was built with.
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
     }
 
-    /// `ping.v1.PingService/Ping`; Gitea answers "Hello, <data>!".
+    /// `ping.v1.PingService/Ping`; Gitea answers `Hello, <data>!`.
     pub async fn ping(&self, data: &str) -> Result<String, ClientError> {
         let url = format!("{}{PING_PATH}", self.cfg.base_url);
         let req = PingRequest { data: data.into() };

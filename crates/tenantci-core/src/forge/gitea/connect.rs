@@ -26,7 +26,9 @@ impl<T: prost::Message + Default + Serialize + DeserializeOwned + Send + 'static
 /// A Connect unary codec, named by the request's `Content-Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Codec {
+    /// Binary protobuf, `application/proto` (act_runner's choice).
     Proto,
+    /// Protojson, `application/json`.
     Json,
 }
 
@@ -44,6 +46,7 @@ impl Codec {
         }
     }
 
+    /// The `Content-Type` value that names this codec.
     pub fn content_type(self) -> &'static str {
         match self {
             Codec::Proto => "application/proto",
@@ -51,6 +54,7 @@ impl Codec {
         }
     }
 
+    /// Encodes `msg` in this codec.
     pub fn encode<M: Wire>(self, msg: &M) -> Vec<u8> {
         match self {
             Codec::Proto => msg.encode_to_vec(),
@@ -82,21 +86,38 @@ impl Codec {
 /// Connect error codes (lower-case on the wire).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Code {
+    /// `canceled` (HTTP 499): the caller cancelled the call.
     Canceled,
+    /// `unknown` (HTTP 500): an error with no better code, or a status with no Connect body.
     Unknown,
+    /// `invalid_argument` (HTTP 400): the request is malformed or has a bad value.
     InvalidArgument,
+    /// `deadline_exceeded` (HTTP 504): the call ran out of time.
     DeadlineExceeded,
+    /// `not_found` (HTTP 404): no such method or entity.
     NotFound,
+    /// `already_exists` (HTTP 409): it exists already (Gitea: rows for a log already archived).
     AlreadyExists,
+    /// `permission_denied` (HTTP 403): the caller is known but not allowed (e.g. a wrong
+    /// registration token).
     PermissionDenied,
+    /// `resource_exhausted` (HTTP 429): a quota or rate limit.
     ResourceExhausted,
+    /// `failed_precondition` (HTTP 400): the system is not in a state for this call.
     FailedPrecondition,
+    /// `aborted` (HTTP 409): the call lost a race with another.
     Aborted,
+    /// `out_of_range` (HTTP 400): a value beyond the valid range.
     OutOfRange,
+    /// `unimplemented` (HTTP 501): the server does not serve this method.
     Unimplemented,
+    /// `internal` (HTTP 500): the server broke an invariant.
     Internal,
+    /// `unavailable` (HTTP 503): the server cannot answer now; worth retrying.
     Unavailable,
+    /// `data_loss` (HTTP 500): data was lost or corrupted.
     DataLoss,
+    /// `unauthenticated` (HTTP 401): missing or unknown runner credentials.
     Unauthenticated,
 }
 
@@ -120,6 +141,7 @@ const CODES: &[(Code, &str, u16)] = &[
 ];
 
 impl Code {
+    /// The code's name on the wire (`invalid_argument`).
     pub fn as_str(self) -> &'static str {
         CODES
             .iter()
@@ -127,6 +149,7 @@ impl Code {
             .map_or("unknown", |e| e.1)
     }
 
+    /// The code with wire name `s`; `None` for a name Connect does not define.
     pub fn parse(s: &str) -> Option<Code> {
         CODES.iter().find(|(_, n, _)| *n == s).map(|e| e.0)
     }
@@ -158,7 +181,9 @@ impl fmt::Display for Code {
 /// A Connect error: a code and a message meant for the peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectError {
+    /// What kind of failure, which sets the HTTP status.
     pub code: Code,
+    /// Text for the peer (may be empty); never put a secret in it.
     pub message: String,
 }
 
@@ -170,6 +195,7 @@ struct ErrorBody {
 }
 
 impl ConnectError {
+    /// An error with `code` and `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         ConnectError {
             code,
@@ -177,38 +203,47 @@ impl ConnectError {
         }
     }
 
+    /// An `unauthenticated` error (HTTP 401).
     pub fn unauthenticated(message: impl Into<String>) -> Self {
         Self::new(Code::Unauthenticated, message)
     }
 
+    /// An `invalid_argument` error (HTTP 400).
     pub fn invalid_argument(message: impl Into<String>) -> Self {
         Self::new(Code::InvalidArgument, message)
     }
 
+    /// A `not_found` error (HTTP 404).
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(Code::NotFound, message)
     }
 
+    /// An `already_exists` error (HTTP 409).
     pub fn already_exists(message: impl Into<String>) -> Self {
         Self::new(Code::AlreadyExists, message)
     }
 
+    /// A `permission_denied` error (HTTP 403).
     pub fn permission_denied(message: impl Into<String>) -> Self {
         Self::new(Code::PermissionDenied, message)
     }
 
+    /// An `unimplemented` error (HTTP 501).
     pub fn unimplemented(message: impl Into<String>) -> Self {
         Self::new(Code::Unimplemented, message)
     }
 
+    /// An `internal` error (HTTP 500).
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(Code::Internal, message)
     }
 
+    /// An `unavailable` error (HTTP 503).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(Code::Unavailable, message)
     }
 
+    /// The HTTP status to answer this error with.
     pub fn http_status(&self) -> u16 {
         self.code.http_status()
     }
@@ -265,6 +300,7 @@ pub fn accepts_gzip(accept_encoding: &str) -> bool {
     })
 }
 
+/// Gzips `data` (fast compression level).
 pub fn gzip(data: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     // Writing into a Vec cannot fail.

@@ -37,8 +37,11 @@ use super::proto::{
 
 /// Path prefix of the RunnerService procedures (Gitea mounts them under `/api/actions`).
 pub const RUNNER_SERVICE_PATH: &str = "/api/actions/runner.v1.RunnerService";
+/// Path of `ping.v1.PingService/Ping`, which needs no credentials.
 pub const PING_PATH: &str = "/api/actions/ping.v1.PingService/Ping";
+/// Header carrying the runner's UUID on every call but Register and Ping.
 pub const UUID_HEADER: &str = "x-runner-uuid";
+/// Header carrying the runner's secret token on every call but Register and Ping.
 pub const TOKEN_HEADER: &str = "x-runner-token";
 /// Forgejo: identifies one logical FetchTask across retries (docs/forgejo-protocol.md).
 pub const REQUEST_KEY_HEADER: &str = "x-runner-request-key";
@@ -85,6 +88,8 @@ pub trait RunnerServiceHandler: Send + Sync + 'static {
         }
     }
 
+    /// States the caller's version and labels (the runner's first call at start; an error ends
+    /// the official runner).
     fn declare(
         &self,
         caller: &Self::Caller,
@@ -110,12 +115,14 @@ pub trait RunnerServiceHandler: Send + Sync + 'static {
         self.fetch_task(caller, req)
     }
 
+    /// Records a task's progress, result and outputs.
     fn update_task(
         &self,
         caller: &Self::Caller,
         req: UpdateTaskRequest,
     ) -> impl Future<Output = Result<UpdateTaskResponse, ConnectError>> + Send;
 
+    /// Appends rows to a task's log.
     fn update_log(
         &self,
         caller: &Self::Caller,
@@ -136,11 +143,15 @@ pub fn router<B: RunnerServiceHandler>(backend: Arc<B>) -> Router {
 /// large enough.
 #[derive(Clone, Copy, Debug)]
 pub struct Reply {
+    /// The codec of the request, used for the answer too.
     pub codec: Codec,
+    /// Whether the peer's `Accept-Encoding` admits gzip: answers of [`GZIP_MIN`] bytes or more
+    /// are then gzipped.
     pub gzip: bool,
 }
 
 impl Reply {
+    /// A 200 answer carrying `msg`.
     pub fn ok<M: Wire>(self, msg: &M) -> Response {
         let body = self.codec.encode(msg);
         let mut builder = Response::builder()
@@ -314,12 +325,14 @@ pub fn tls_config(cert_pem: &str, key_pem: &str) -> crate::Result<Arc<rustls::Se
 
 /// A running HTTPS server; dropping it without [`FacadeHandle::shutdown`] aborts it.
 pub struct FacadeHandle {
+    /// The address the server listens on.
     pub local_addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
 
 impl FacadeHandle {
+    /// `https://<local_addr>`, the URL a client calls.
     pub fn base_url(&self) -> String {
         format!("https://{}", self.local_addr)
     }

@@ -16,15 +16,19 @@ enum Num {
     Str(String),
 }
 
+/// A proto3 `int64`: written as a decimal string; read from a string or a JSON number (a
+/// whole float below 9e15 too), `null` as 0.
 pub mod int64 {
     use super::*;
     #[allow(unused_imports)]
     use serde::de::Error as _;
 
+    /// Writes the value as a decimal string (`"42"`).
     pub fn serialize<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&v.to_string())
     }
 
+    /// Reads a decimal string or a number; `null` is 0, a fraction or a non-number an error.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
         match Option::<Num>::deserialize(d)? {
             None => Ok(0),
@@ -42,6 +46,7 @@ pub mod int64 {
 pub mod opt_int64 {
     use super::*;
 
+    /// Writes `Some` as a decimal string, `None` as `null`.
     pub fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(v) => s.serialize_str(&v.to_string()),
@@ -49,6 +54,7 @@ pub mod opt_int64 {
         }
     }
 
+    /// Reads an absent field or `null` as `None`, anything else as [`int64`] does.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
         match Option::<serde_json::Value>::deserialize(d)? {
             None | Some(serde_json::Value::Null) => Ok(None),
@@ -59,12 +65,15 @@ pub mod opt_int64 {
 
 /// The protojson names of an enum's values (implemented by each `proto` enum).
 pub trait ProtoEnum: Sized + Copy + Into<i32> + TryFrom<i32> {
+    /// Each value's protojson name (`"RESULT_SUCCESS"`) and number.
     const NAMES: &'static [(&'static str, i32)];
 
+    /// The name of value `v`; `None` for a number the enum does not define.
     fn proto_name(v: i32) -> Option<&'static str> {
         Self::NAMES.iter().find(|(_, n)| *n == v).map(|(s, _)| *s)
     }
 
+    /// The number of the value named `name`; `None` for an unknown name.
     fn from_proto_name(name: &str) -> Option<i32> {
         Self::NAMES
             .iter()
@@ -93,12 +102,15 @@ pub fn enum_de<'de, E: ProtoEnum, D: Deserializer<'de>>(d: D) -> Result<i32, D::
     }
 }
 
+/// An optional `google.protobuf.Timestamp` as an RFC 3339 string; `null` or absent is `None`.
 pub mod opt_timestamp {
     use super::*;
     use prost_types::Timestamp;
     #[allow(unused_imports)]
     use serde::de::Error as _;
 
+    /// Writes RFC 3339 in UTC (`2024-05-01T10:00:00Z`, fractional seconds only when present);
+    /// an error when the time is out of chrono's range.
     pub fn serialize<S: Serializer>(v: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             None => s.serialize_none(),
@@ -110,6 +122,7 @@ pub mod opt_timestamp {
         }
     }
 
+    /// Reads RFC 3339 with any offset (converted to seconds since the Unix epoch).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
         let Some(text) = Option::<String>::deserialize(d)? else {
             return Ok(None);
@@ -123,11 +136,13 @@ pub mod opt_timestamp {
     }
 }
 
+/// An optional `bytes` field as base64; `null` or absent is `None`.
 pub mod opt_bytes {
     use super::*;
     #[allow(unused_imports)]
     use serde::de::Error as _;
 
+    /// Writes standard base64 with padding.
     pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             None => s.serialize_none(),
@@ -135,6 +150,7 @@ pub mod opt_bytes {
         }
     }
 
+    /// Reads standard or URL-safe base64, padded or not.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         let Some(text) = Option::<String>::deserialize(d)? else {
             return Ok(None);
@@ -153,12 +169,14 @@ pub mod opt_bytes {
     }
 }
 
+/// An optional `google.protobuf.Struct` as a plain JSON object; `null` or absent is `None`.
 pub mod opt_struct {
     use super::*;
     use prost_types::Struct;
     #[allow(unused_imports)]
     use serde::de::Error as _;
 
+    /// Writes the object [`struct_to_json`] makes.
     pub fn serialize<S: Serializer>(v: &Option<Struct>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             None => s.serialize_none(),
@@ -166,6 +184,7 @@ pub mod opt_struct {
         }
     }
 
+    /// Reads a JSON object; any other JSON value is an error.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Struct>, D::Error> {
         match Option::<serde_json::Value>::deserialize(d)? {
             None => Ok(None),

@@ -41,6 +41,7 @@ pub struct ServerApi {
 
 /// PEM texts ready to write as spiffe-helper files (svid.pem, svid_key.pem, svid_bundle.pem).
 pub struct MintedSvid {
+    /// The SPIFFE ID minted: the one asked for, checked against the certificate's URI SAN.
     pub id: SpiffeId,
     /// `svid.pem`: the chain, leaf first.
     pub chain_pem: String,

@@ -21,6 +21,7 @@ pub struct MintX509SvidRequest {
 /// `spire.api.server.svid.v1.MintX509SVIDResponse`.
 #[derive(Clone, PartialEq, Eq, ::prost::Message)]
 pub struct MintX509SvidResponse {
+    /// The minted SVID; the caller refuses an answer without one.
     #[prost(message, optional, tag = "1")]
     pub svid: Option<X509Svid>,
 }
@@ -31,11 +32,14 @@ pub struct X509Svid {
     /// DER certificates, leaf first.
     #[prost(bytes = "vec", repeated, tag = "1")]
     pub cert_chain: Vec<Vec<u8>>,
+    /// The SPIFFE ID the certificate was minted for.
     #[prost(message, optional, tag = "2")]
     pub id: Option<SpiffeIdMessage>,
     /// Seconds since the Unix epoch.
     #[prost(int64, tag = "3")]
     pub expires_at: i64,
+    /// The registration entry's hint, telling a workload with several SVIDs which to use;
+    /// empty when unset.
     #[prost(string, tag = "4")]
     pub hint: String,
 }
@@ -43,8 +47,10 @@ pub struct X509Svid {
 /// `spire.api.types.SPIFFEID`: the trust domain name and the path (with its leading `/`).
 #[derive(Clone, PartialEq, Eq, ::prost::Message)]
 pub struct SpiffeIdMessage {
+    /// The trust domain's name, without `spiffe://`.
     #[prost(string, tag = "1")]
     pub trust_domain: String,
+    /// The ID's path, with its leading `/`.
     #[prost(string, tag = "2")]
     pub path: String,
 }
