@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The crate graph is the architecture (docs/architecture.md): fails when a crate's normal
 # (non-dev) dependencies include what its layer must not use, or when a module of
-# tenantci-dispatch imports one on its own or a higher floor (scripts/lib/module_layers.py), or
+# tenantci-dispatch or tenantci-sim imports one on its own or a higher floor, or their floor
+# lists drift from layers.txt (scripts/lib/module_layers.py), or
 # when the simulator names the product's certificate reader, quantities or DNS names
-# (sim_reads_on_its_own, below). Manifests are the only way to add
+# (sim_reads_on_its_own, below), or when the default members are not every crate but the
+# benchmarks (default_members_all_but_the_benchmarks). Manifests are the only way to add
 # a dependency, so this catches a manifest change that breaks the layering, at review speed
 # (`cargo tree` reads Cargo.lock; nothing is compiled).
 #
@@ -51,6 +53,29 @@ forbid_anywhere() {
     echo "layering: the workspace links $name, a second crypto provider (ring is the one; docs/architecture.md)" >&2
   done
   [ -z "$found" ]
+}
+
+# default_members_all_but_the_benchmarks: scripts/test.sh builds and tests the workspace's
+# default members (Cargo.toml lists them), so a crate missing from that list would never be
+# built or tested; and tenantci-bench, the benchmark programs, stays out of it (the test build
+# does not compile them; scripts/bench*.sh do). Nothing can depend on tenantci-bench: it has
+# no library.
+default_members_all_but_the_benchmarks() {
+  cargo metadata "$lock" --no-deps --format-version 1 | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+name = {p["id"]: p["name"] for p in m["packages"]}
+default = set(m["workspace_default_members"])
+bad = False
+for i in sorted(m["workspace_members"], key=lambda i: name[i]):
+    if name[i] == "tenantci-bench" and i in default:
+        print("layering: tenantci-bench is a default member: scripts/test.sh would compile every benchmark (Cargo.toml)", file=sys.stderr)
+        bad = True
+    elif name[i] != "tenantci-bench" and i not in default:
+        print(f"layering: {name[i]} is not in default-members (Cargo.toml): scripts/test.sh would neither build nor test it", file=sys.stderr)
+        bad = True
+sys.exit(1 if bad else 0)
+'
 }
 
 # sim_reads_on_its_own SRC_DIR: no .rs file of the simulator names core's certificate reader,
@@ -188,16 +213,25 @@ PY
 status=0
 # shellcheck disable=SC2086 # a list of names
 forbid_anywhere ${FORBIDDEN_PROVIDERS:-aws-lc-rs aws-lc-sys openssl-sys} || status=1
-forbid tenantci-core -- clap async-nats tenantci-runner tenantci-dispatch tenantci-sim tenantci-testkit || status=1
+forbid tenantci-core -- clap async-nats tenantci-runner tenantci-front tenantci-dispatch tenantci-sim tenantci-testkit || status=1
 # The GitLab side, credentials and tenant RBAC: no queue, no dispatcher.
-forbid tenantci-runner -- clap async-nats tenantci-dispatch tenantci-sim tenantci-testkit || status=1
-forbid tenantci-dispatch -- clap tenantci-sim tenantci-testkit || status=1
-forbid tenantci-sim -- clap tenantci-runner tenantci-dispatch tenantci-testkit || status=1
+forbid tenantci-runner -- clap async-nats tenantci-front tenantci-dispatch tenantci-sim tenantci-testkit || status=1
+# The front (a GitLab Runner on another host): its own trust boundary, over core alone.
+forbid tenantci-front -- clap tenantci-runner tenantci-dispatch tenantci-sim tenantci-testkit || status=1
+forbid tenantci-dispatch -- clap tenantci-front tenantci-sim tenantci-testkit || status=1
+forbid tenantci-sim -- clap tenantci-runner tenantci-front tenantci-dispatch tenantci-testkit || status=1
 forbid tenantci --no-default-features -- tenantci-sim tenantci-testkit || status=1
 forbid tenantci -- tenantci-testkit || status=1
-# Inside tenantci-dispatch, modules have floors too (crates/tenantci-dispatch/layers.txt): every
-# import points down, and no files import each other in a circle.
-python3 scripts/lib/module_layers.py crates/tenantci-dispatch/src crates/tenantci-dispatch/layers.txt || status=1
+default_members_all_but_the_benchmarks || status=1
+# Inside tenantci-dispatch and tenantci-sim, modules have floors too (crates/*/layers.txt): every
+# import points down, no files import each other in a circle, and the crate doc's floor list
+# and docs/architecture.md's drawing name the same modules on the same floors.
+python3 scripts/lib/module_layers.py crates/tenantci-dispatch/src crates/tenantci-dispatch/layers.txt \
+  --drawn-in docs/architecture.md || status=1
+# The simulator's one known circle: gitea/mod.rs's GiteaDouble holds forgejo.rs's and web.rs's
+# state, and their routes take the double back (to break: the double in a file below them).
+python3 scripts/lib/module_layers.py crates/tenantci-sim/src crates/tenantci-sim/layers.txt \
+  --drawn-in docs/architecture.md --circle-inside gitea || status=1
 # The simulator judges the product, so it reads what it judges by its own code.
 sim_reads_on_its_own crates/tenantci-sim/src || status=1
 [ $status = 0 ] && echo "layering: ok" >&2

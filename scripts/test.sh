@@ -39,14 +39,16 @@ done
 
 # One build for clippy and the tests (scripts/lib/clippy.sh says why): every target that
 # `cargo clippy --all-targets` would check is compiled with clippy's lints, -D warnings.
+# No --workspace: the build and the tests are the default members (Cargo.toml), every crate
+# but tenantci-bench, the benchmark programs, which scripts/bench.sh builds (and lints).
 . scripts/lib/clippy.sh
 clippy_while_building
 log "build every target with clippy -D warnings"
-cargo build --locked --workspace --all-targets
+cargo build --locked --all-targets
 
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --locked --workspace --no-fail-fast
+  cargo nextest run --locked --no-fail-fast
 else
-  cargo test --locked --workspace --no-fail-fast
+  cargo test --locked --no-fail-fast
 fi

@@ -16,7 +16,8 @@
 //!    ([`backend::pod`], [`backend::vm`]).
 //! 6. [`claim`] (the scheduler, routing, the `workflow_job` webhook), [`facade`] (the
 //!    RunnerService executors call), [`executor_proxy`] (the executor's side of it).
-//! 7. [`config`]: composes the sections the modules own, checks the file.
+//! 7. [`config`]: composes the sections the modules own, checks the file; [`status`] (the
+//!    status model `/v1/status`, `dispatch status` and the page show, pure; above `claim`).
 //! 8. [`provision`]: what `init` sets up and `renew` keeps up (access, the facade's PKI).
 //! 9. The orchestrations: [`run`], [`init`], [`renew`]; none reaches into another.
 //!

@@ -3,9 +3,9 @@
 //! `.runner` (the task's registration at the facade, addressed to the loopback
 //! executor-proxy) and `config.yaml`. Pure; each backend puts them where its runner reads them.
 
+use tenantci_core::Secret as Sensitive;
 use tenantci_core::{Error, Result};
-use tenantci_runner::runner::gitea_files::Registration;
-use tenantci_runner::runner::gitlab_config::Secret as Sensitive;
+use tenantci_runner::act_runner::Registration;
 
 use crate::capability::{self, CapabilityKey};
 use crate::executor::class::ExecutorClass;

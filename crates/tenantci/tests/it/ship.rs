@@ -419,7 +419,10 @@ fn manifests_copy() -> tempfile::TempDir {
         "Cargo.lock",
         "scripts/check-layering.sh",
         "scripts/lib/module_layers.py",
+        "scripts/lib/backend_named.py",
         "crates/tenantci-dispatch/layers.txt",
+        "crates/tenantci-sim/layers.txt",
+        "docs/architecture.md",
     ] {
         let to = dir.path().join(file);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
