@@ -11,6 +11,7 @@
 //! Invariant: a loaded [`Config`] is valid. Durations are parsed into [`GoDuration`]s while the
 //! file is read, and [`Config::validate`] checks the rest, so `run` never meets a bad value.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,7 +22,9 @@ use crate::claim::settings::{Gitea, WaitingJobs, Webhook};
 use crate::executor::Executor;
 use crate::facade::settings::Facade;
 use crate::leader::Leader;
-use crate::queue::BackendKind;
+use crate::backend::catalog;
+use crate::backend_kind::BackendKind;
+use crate::executor::class::BackendOfClass;
 use crate::task::Claim;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::input::url_host;
@@ -170,32 +173,58 @@ pub struct Nats {
     pub ca_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Capacity {
-    /// Concurrent executor Pods.
-    #[serde(default = "defaults::pod_capacity")]
-    pub pod: u32,
-    /// Concurrent VM sandboxes (used when the `[vm]` section is present).
-    #[serde(default = "defaults::vm_capacity")]
-    pub vm: u32,
-}
+/// `[capacity]`: each backend's concurrent executors, keyed by its name (`pod = 4`, `vm = 1`).
+/// A backend it does not name runs at its registered default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Capacity(BTreeMap<BackendKind, u32>);
 
 impl Default for Capacity {
+    /// Every backend's default, except an opt-in backend's (which a capacity turns on).
     fn default() -> Self {
-        Capacity {
-            pod: defaults::pod_capacity(),
-            vm: defaults::vm_capacity(),
-        }
+        Capacity(
+            catalog::all()
+                .filter(|f| !f.opt_in)
+                .map(|f| (f.kind, f.default_capacity))
+                .collect(),
+        )
     }
 }
 
 impl Capacity {
+    /// `backend`'s capacity: as set, else its default (0: no such backend in this build).
     pub fn of(&self, backend: BackendKind) -> u32 {
-        match backend {
-            BackendKind::Pod => self.pod,
-            BackendKind::Vm => self.vm,
+        self.0
+            .get(&backend)
+            .copied()
+            .or_else(|| catalog::facts(backend).map(|f| f.default_capacity))
+            .unwrap_or(0)
+    }
+
+    /// Sets `backend`'s capacity.
+    pub fn set(&mut self, backend: BackendKind, n: u32) {
+        self.0.insert(backend, n);
+    }
+
+    /// What the file sets, by backend (an opt-in backend is on when it is here).
+    pub fn explicit(&self) -> &BTreeMap<BackendKind, u32> {
+        &self.0
+    }
+
+    /// Every capacity names a backend of this build and is at least 1.
+    fn validate(&self) -> std::result::Result<(), String> {
+        for (backend, n) in &self.0 {
+            if catalog::facts(*backend).is_none() {
+                return Err(format!(
+                    "has capacity.{backend}, which is not a backend of this build (expected {})",
+                    catalog::named_for_a_sentence()
+                ));
+            }
+            if *n == 0 {
+                return Err(format!("has capacity.{backend} = 0 (at least 1)"));
+            }
         }
+        Ok(())
     }
 }
 
@@ -236,12 +265,6 @@ pub(crate) mod defaults {
 
     pub fn ack_wait() -> GoDuration {
         Duration::from_secs(30).into()
-    }
-    pub fn pod_capacity() -> u32 {
-        4
-    }
-    pub fn vm_capacity() -> u32 {
-        1
     }
     pub fn status_listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 9464))
@@ -478,13 +501,7 @@ impl Config {
             ));
         }
         self.cluster.check()?;
-        if self.capacity.pod == 0 {
-            return Err("has capacity.pod = 0 (at least 1)".into());
-        }
-        if self.capacity.vm == 0 {
-            return Err("has capacity.vm = 0 (at least 1)".into());
-        }
-        Ok(())
+        self.capacity.validate()
     }
 
     /// What wakes and bounds claiming: `[webhook]`, `[waiting_jobs]` (Forgejo only), `[claim]`.
@@ -558,15 +575,46 @@ impl Config {
         Ok(())
     }
 
+    /// Whether this config turns `backend` on: an opt-in backend when `[capacity]` names it,
+    /// a backend with a section of its own when the section is there (`[vm]`), any other
+    /// always.
+    pub fn runs(&self, backend: BackendKind) -> bool {
+        let Some(facts) = catalog::facts(backend) else {
+            return false;
+        };
+        if facts.opt_in {
+            return self.capacity.explicit().contains_key(&backend);
+        }
+        match facts.section {
+            Some("vm") => self.vm.is_some(),
+            Some(_) => false,
+            None => true,
+        }
+    }
+
     /// The optional sections and what they need of each other: `[vm]`, the resource
     /// classes, `[cache]`, `[identity]`.
     fn validate_extensions(&self) -> std::result::Result<(), String> {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }
-        crate::executor::class::validate(&self.executor.classes, &self.executor.resources, |b| {
-            (b == BackendKind::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
-        })?;
+        crate::executor::class::validate(
+            &self.executor.classes,
+            &self.executor.resources,
+            |b| {
+                let kind = b.unwrap_or_else(catalog::default_kind);
+                let facts = catalog::facts(kind).ok_or_else(|| {
+                    format!(
+                        "has an executor.class on the backend `{kind}`, which this build does not have (expected {})",
+                        catalog::named_for_a_sentence()
+                    )
+                })?;
+                Ok(BackendOfClass {
+                    facts,
+                    capacity: self.runs(kind).then(|| self.capacity.of(kind)),
+                })
+            },
+        )?;
         if let Some(cache) = &self.cache {
             cache.validate()?;
         }
@@ -766,7 +814,7 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(cfg.nats.url, "nats://10.0.0.9:4222");
-        assert_eq!(cfg.capacity.pod, 9);
+        assert_eq!(cfg.capacity.of(BackendKind::new("pod")), 9);
         assert_eq!(cfg.gitea.labels, ["a", "b"]);
         let in_pod = parse(
             &sample().to_toml(),
@@ -820,7 +868,7 @@ pub(crate) mod tests {
         let cfg = parse(&text, &[]).unwrap();
         let c = &cfg.executor.classes;
         assert_eq!((c[0].name.as_str(), c[0].capacity), ("small", 3));
-        assert_eq!(c[0].backend, BackendKind::Pod, "the default backend");
+        assert_eq!(c[0].backend, None, "the default backend");
         assert_eq!(
             c[1].node_selector.as_ref().unwrap()["socialweb.computer/pool"],
             "large"
@@ -994,7 +1042,8 @@ pub(crate) mod tests {
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
         cfg.cluster.resync = Some(Duration::from_secs(600).into());
-        cfg.capacity = Capacity { pod: 5, vm: 2 };
+        cfg.capacity.set(BackendKind::new("pod"), 5);
+        cfg.capacity.set(BackendKind::new("vm"), 2);
         cfg.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();
         cfg.executor.runtime_class_name = Some("gvisor".into());

@@ -24,6 +24,7 @@
 //! the binary parses flags and calls in here.
 
 pub mod backend;
+pub mod backend_kind;
 pub mod cache;
 pub mod capability;
 pub mod claim;

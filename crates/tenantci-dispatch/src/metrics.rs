@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 
 type ByBackend = Vec<(String, String)>;
 
@@ -589,7 +589,7 @@ mod tests {
     #[test]
     fn renders_every_family() {
         let m = Metrics::default();
-        m.claimed(BackendKind::Pod);
+        m.claimed(BackendKind::new("pod"));
         m.fetched(Duration::from_millis(3));
         m.leader(true);
         m.answer_lost();

@@ -44,7 +44,8 @@ use crate::claim::routing;
 use crate::claim::settings::{Gitea, Webhook};
 use crate::executor::class::{self, ExecutorClass};
 use crate::metrics::Metrics;
-use crate::queue::BackendKind;
+use crate::backend::catalog;
+use crate::backend_kind::BackendKind;
 use crate::queue::assignment::context_str;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
@@ -328,7 +329,7 @@ impl Scheduler {
         let (backend, class) = match class::pick(&self.classes, &labels) {
             Ok(Some(c)) => {
                 self.warm.claimed(&c.name);
-                (c.backend, Some(c.name.clone()))
+                (catalog::of_class(c), Some(c.name.clone()))
             }
             Ok(None) => (routing::route(&labels), None),
             Err(why) => return self.refuse(id, routing::route(&labels), &why).await,
@@ -336,7 +337,7 @@ impl Scheduler {
         if !self.pools.iter().any(|p| p.backend == backend) {
             let why = format!(
                 "this job asks for the {backend} backend, which this dispatcher does not run ({}); use `runs-on: pod` or turn the {backend} backend on",
-                backend.turned_on_by()
+                catalog::turned_on_by(backend)
             );
             return self.refuse(id, backend, &why).await;
         }
@@ -435,7 +436,7 @@ impl Scheduler {
         tracing::error!(task, "{why}; reporting FAILURE to Gitea");
         self.metrics.failed(backend);
         match report::fail(&self.gitea, task, why).await {
-            Ok(()) => self.ledger.note(report::failed_step(task)).await,
+            Ok(()) => self.ledger.note(report::failed_step(task, backend)).await,
             Err(e) => {
                 tracing::error!(task, forge = %self.gitea.config().base_url, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
             }

@@ -17,7 +17,7 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
-use super::BackendKind;
+use crate::backend_kind::BackendKind;
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::fsutil;
 
@@ -323,7 +323,7 @@ mod tests {
             key,
             "4711",
             1,
-            BackendKind::Pod,
+            BackendKind::new("pod"),
             vec!["ubuntu-latest".into()],
             b"{\"token\":\"s3cret-task-token\"}",
         )
@@ -355,7 +355,7 @@ mod tests {
         for tamper in [
             |a: &mut Assignment| a.task_id = "4712".into(),
             |a: &mut Assignment| a.attempt = 2,
-            |a: &mut Assignment| a.backend = BackendKind::Vm,
+            |a: &mut Assignment| a.backend = BackendKind::new("vm"),
         ] {
             let mut b = a.clone();
             tamper(&mut b);
@@ -375,7 +375,7 @@ mod tests {
             &key,
             "4711",
             1,
-            BackendKind::Pod,
+            BackendKind::new("pod"),
             vec!["large".into()],
             Some("large".into()),
             b"task",
@@ -407,10 +407,10 @@ mod tests {
             Err(AssignmentError::Decode(_))
         ));
         for bad in ["", "a:b", "a.b", "a b", &"x".repeat(129)] {
-            assert!(Assignment::seal(&key, bad, 1, BackendKind::Pod, vec![], b"").is_err());
+            assert!(Assignment::seal(&key, bad, 1, BackendKind::new("pod"), vec![], b"").is_err());
         }
         assert_eq!(
-            Assignment::seal(&key, "1", 0, BackendKind::Pod, vec![], b""),
+            Assignment::seal(&key, "1", 0, BackendKind::new("pod"), vec![], b""),
             Err(AssignmentError::BadAttempt)
         );
     }

@@ -21,7 +21,8 @@ use futures::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::assignment::Assignment;
-use super::{BackendKind, STREAM};
+use crate::backend_kind::BackendKind;
+use super::STREAM;
 
 /// Tunables of a [`CappedConsumer`]; the defaults suit production.
 #[derive(Debug, Clone)]

@@ -20,15 +20,15 @@ use async_nats::jetstream::{
 };
 use serde::Serialize;
 
-use super::{BackendKind, STREAM, STREAM_SUBJECTS, ledger_bucket};
+use crate::backend_kind::BackendKind;
+use super::{STREAM, STREAM_SUBJECTS, ledger_bucket};
 
 /// The knobs of the topology; everything else is fixed by design.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologySpec {
-    /// Concurrent executor Pods (max_ack_pending of `pod`). Seed default 4.
-    pub pod_capacity: u32,
-    /// Concurrent VMs (max_ack_pending of `vm`). Seed default 1.
-    pub vm_capacity: u32,
+    /// Every backend's consumer, in order, with its capacity (its `max_ack_pending`); the
+    /// first is the one whose live `max_deliver` a dispatcher keeps.
+    pub capacities: Vec<(BackendKind, u32)>,
     /// Stream replicas: 1 on one server, 3 on a three-node NATS cluster.
     pub replicas: usize,
     /// How long a delivery may stay unacked (without progress) before it is redelivered.
@@ -56,8 +56,7 @@ pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 impl Default for TopologySpec {
     fn default() -> Self {
         TopologySpec {
-            pod_capacity: 4,
-            vm_capacity: 1,
+            capacities: Vec::new(),
             replicas: 1,
             ack_wait: Duration::from_secs(30),
             max_deliver: UNLIMITED_DELIVERIES,
@@ -72,7 +71,10 @@ impl Default for TopologySpec {
 impl TopologySpec {
     /// Checks the spec before anything is sent to the server; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
-        if self.pod_capacity == 0 || self.vm_capacity == 0 {
+        if self.capacities.is_empty() {
+            return Err("the topology names no backend".into());
+        }
+        if self.capacities.iter().any(|(_, c)| *c == 0) {
             return Err("a backend capacity must be at least 1".into());
         }
         if !(1..=5).contains(&self.replicas) {
@@ -96,17 +98,23 @@ impl TopologySpec {
         Ok(())
     }
 
+    /// `backend`'s capacity (0: the spec does not name it).
     pub fn capacity(&self, backend: BackendKind) -> u32 {
-        match backend {
-            BackendKind::Pod => self.pod_capacity,
-            BackendKind::Vm => self.vm_capacity,
-        }
+        self.capacities
+            .iter()
+            .find(|(b, _)| *b == backend)
+            .map_or(0, |(_, c)| *c)
+    }
+
+    /// The backends, in order.
+    pub fn backends(&self) -> impl Iterator<Item = BackendKind> + '_ {
+        self.capacities.iter().map(|(b, _)| *b)
     }
 }
 
 /// `spec` with what `queue init` chose and a dispatcher must not undo: the replica count,
 /// the stream's bounds and duplicate window (from the live stream), and `max_deliver` (from
-/// the live `pod` consumer). The dispatcher's own settings (capacities, ack_wait) stay as
+/// the live consumer of the spec's first backend). The dispatcher's own settings (capacities, ack_wait) stay as
 /// given. Nothing live: `spec` as it is.
 pub fn keeping_init_choices(
     spec: TopologySpec,
@@ -291,11 +299,12 @@ pub async fn apply_at(
     })
 }
 
-/// The live stream config and the `pod` consumer's max_deliver; None where not created yet. Any other error
+/// The live stream config and the `reference` consumer's max_deliver; None where not created yet. Any other error
 /// (no leader during an election, a timeout) is an error: guessing "absent" then would
 /// overwrite what `queue init` chose.
 pub async fn live_configs(
     js: &jetstream::Context,
+    reference: BackendKind,
 ) -> Result<(Option<stream::Config>, Option<i64>), ApplyError> {
     use async_nats::jetstream::ErrorCode;
     use async_nats::jetstream::context::GetStreamErrorKind;
@@ -309,7 +318,7 @@ pub async fn live_configs(
         Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e.into())),
     };
     let consumer = match js
-        .get_consumer_from_stream::<pull::Config, _, _>(BackendKind::Pod.consumer(), STREAM)
+        .get_consumer_from_stream::<pull::Config, _, _>(reference.consumer(), STREAM)
         .await
     {
         Ok(c) => Some(c.cached_info().config.max_deliver),
@@ -317,7 +326,7 @@ pub async fn live_configs(
             None
         }
         Err(e) => {
-            let object = format!("consumer {}", BackendKind::Pod.consumer());
+            let object = format!("consumer {}", reference.consumer());
             return Err(server_err("read", object)(e.into()));
         }
     };
@@ -338,7 +347,7 @@ pub async fn apply(
     )
     .await?;
     let mut consumers = Vec::new();
-    for backend in BackendKind::ALL {
+    for backend in spec.backends() {
         let want = desired_consumer(spec, backend);
         let change = match js
             .get_consumer_from_stream::<pull::Config, _, _>(backend.consumer(), STREAM)
@@ -481,12 +490,12 @@ mod tests {
             ..TopologySpec::default()
         };
         let dispatcher = TopologySpec {
-            pod_capacity: 9,
+            capacities: vec![(BackendKind::new("pod"), 9)],
             ack_wait: Duration::from_secs(7),
             ..TopologySpec::default()
         };
         let live_stream = desired_stream(&chosen);
-        let live_consumer = desired_consumer(&chosen, BackendKind::Pod);
+        let live_consumer = desired_consumer(&chosen, BackendKind::new("pod"));
         let kept = keeping_init_choices(
             dispatcher.clone(),
             Some(&live_stream),
@@ -495,7 +504,7 @@ mod tests {
         assert_eq!(
             kept,
             TopologySpec {
-                pod_capacity: 9,
+                capacities: vec![(BackendKind::new("pod"), 9)],
                 ack_wait: Duration::from_secs(7),
                 ..chosen
             }
@@ -525,16 +534,15 @@ mod tests {
     #[test]
     fn consumers_filter_their_subject_and_cap_in_flight_at_capacity() {
         let spec = TopologySpec {
-            pod_capacity: 4,
-            vm_capacity: 1,
+            capacities: vec![(BackendKind::new("pod"), 4), (BackendKind::new("vm"), 1)],
             ..Default::default()
         };
-        let pod = desired_consumer(&spec, BackendKind::Pod);
+        let pod = desired_consumer(&spec, BackendKind::new("pod"));
         assert_eq!(pod.durable_name.as_deref(), Some("pod"));
         assert_eq!(pod.filter_subject, "ci.runner.pod");
         assert_eq!(pod.ack_policy, AckPolicy::Explicit);
         assert_eq!(pod.max_ack_pending, 4);
-        let vm = desired_consumer(&spec, BackendKind::Vm);
+        let vm = desired_consumer(&spec, BackendKind::new("vm"));
         assert_eq!(vm.filter_subject, "ci.runner.vm");
         assert_eq!(vm.max_ack_pending, 1);
     }
@@ -543,15 +551,15 @@ mod tests {
     fn a_capacity_change_is_drift_in_max_ack_pending_only() {
         let old = TopologySpec::default();
         let new = TopologySpec {
-            pod_capacity: 8,
+            capacities: vec![(BackendKind::new("pod"), 8)],
             ..old.clone()
         };
-        let actual = desired_consumer(&old, BackendKind::Pod).into_consumer_config();
+        let actual = desired_consumer(&old, BackendKind::new("pod")).into_consumer_config();
         assert_eq!(
-            consumer_drift(&desired_consumer(&new, BackendKind::Pod), &actual),
+            consumer_drift(&desired_consumer(&new, BackendKind::new("pod")), &actual),
             vec!["max_ack_pending"]
         );
-        assert!(consumer_drift(&desired_consumer(&old, BackendKind::Pod), &actual).is_empty());
+        assert!(consumer_drift(&desired_consumer(&old, BackendKind::new("pod")), &actual).is_empty());
         assert!(stream_drift(&desired_stream(&new), &desired_stream(&old)).is_empty());
     }
 
@@ -585,7 +593,7 @@ mod tests {
             f(&mut s);
             s.validate().unwrap_err()
         };
-        assert!(bad(|s| s.pod_capacity = 0).contains("capacity"));
+        assert!(bad(|s| s.capacities = vec![(BackendKind::new("pod"), 0)]).contains("capacity"));
         assert!(bad(|s| s.replicas = 0).contains("replicas"));
         assert!(bad(|s| s.duplicate_window = Duration::from_secs(60)).contains("duplicate"));
         assert!(bad(|s| s.max_deliver = 0).contains("max_deliver"));

@@ -16,11 +16,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use crate::backend::Executors;
+use crate::backend::Backend;
 use crate::executor::class::ExecutorClass;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::queue::status::depth_now;
 use crate::status::{self, Inputs, Status};
 use crate::task::mirror::Mirror;
@@ -37,7 +37,7 @@ struct Shared {
 pub struct Sources {
     pub registry: Arc<Registry>,
     pub ledger: Mirror,
-    pub backends: Vec<Arc<dyn Executors>>,
+    pub backends: Vec<Arc<dyn Backend>>,
     pub instance: String,
     pub forge_url: String,
     pub labels: Vec<String>,

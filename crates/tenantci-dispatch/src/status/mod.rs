@@ -19,10 +19,10 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Observed;
+use crate::backend::{Observed, catalog};
 use crate::executor::class::ExecutorClass;
 use crate::metrics::Figures;
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::task::Progress;
 use crate::task::ledger::{Entry, Phase};
 use crate::task::registry::{Card, Held};
@@ -326,7 +326,7 @@ fn class_status(i: &Inputs<'_>, c: &ExecutorClass) -> ClassStatus {
     ClassStatus {
         name: c.name.clone(),
         label: c.label.clone(),
-        backend: c.backend,
+        backend: catalog::of_class(c),
         capacity: c.capacity,
         used,
         free: c.capacity.saturating_sub(used),

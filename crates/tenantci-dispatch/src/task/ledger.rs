@@ -27,7 +27,7 @@ use async_nats::jetstream::{self, kv};
 use futures::TryStreamExt as _;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::queue::assignment::Assignment;
 use crate::queue::ledger_bucket::BUCKET;
 use crate::task::Progress;
@@ -352,12 +352,12 @@ mod tests {
     use super::*;
 
     fn step(attempt: u32, phase: Phase) -> Entry {
-        Entry::step(7, attempt, BackendKind::Pod, phase)
+        Entry::step(7, attempt, BackendKind::new("pod"), phase)
     }
 
     fn sealed() -> Assignment {
         let key = crate::queue::assignment::SealingKey::generate();
-        Assignment::seal(&key, "7", 1, BackendKind::Pod, vec![], b"task").unwrap()
+        Assignment::seal(&key, "7", 1, BackendKind::new("pod"), vec![], b"task").unwrap()
     }
 
     #[test]
@@ -394,8 +394,8 @@ mod tests {
 
     #[test]
     fn the_backend_of_the_first_entry_stays() {
-        let vm = merge(None, Entry::step(7, 1, BackendKind::Vm, Phase::Claimed)).unwrap();
+        let vm = merge(None, Entry::step(7, 1, BackendKind::new("vm"), Phase::Claimed)).unwrap();
         let next = merge(Some(&vm), step(1, Phase::Started)).unwrap();
-        assert_eq!(next.backend, BackendKind::Vm);
+        assert_eq!(next.backend, BackendKind::new("vm"));
     }
 }

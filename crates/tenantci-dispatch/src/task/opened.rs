@@ -11,7 +11,7 @@
 use prost::Message as _;
 
 use crate::executor::class::{self, ExecutorClass};
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::queue::assignment::{Assignment, SealingKey};
 use tenantci_core::forge::gitea::proto::Task;
 
@@ -105,7 +105,7 @@ mod tests {
             key,
             "7",
             1,
-            BackendKind::Pod,
+            BackendKind::new("pod"),
             labels,
             class.map(Into::into),
             payload,

@@ -28,7 +28,7 @@ use tenantci_dispatch::backend::pod::executor::{self, COMPONENT_SELECTOR};
 use tenantci_dispatch::capability;
 use tenantci_dispatch::claim::routing;
 use tenantci_dispatch::config::{Config, files};
-use tenantci_dispatch::queue::BackendKind;
+use tenantci_dispatch::backend::pod;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::task::spec::ExecutorSpec;
 use tenantci_testkit::executor::Executor;
@@ -292,7 +292,7 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             &sealing_key,
             &task.id.to_string(),
             1,
-            BackendKind::Pod,
+            pod::KIND,
             labels.clone(),
             &task.encode_to_vec(),
         )

@@ -9,8 +9,9 @@ use clap::{Args, Subcommand};
 use super::dispatch_status;
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
+use tenantci_dispatch::backend::{pod, vm};
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::init::{self, ClusterAccess, Inputs, RegistrationToken};
+use tenantci_dispatch::init::{self, CapacityFlag, ClusterAccess, Inputs, RegistrationToken};
 use tenantci_dispatch::renew;
 use tenantci_dispatch::run::status;
 
@@ -511,8 +512,19 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         nats_url: a.nats.nats.clone(),
         nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
         nats_ca_file: a.nats.nats_ca_file.clone(),
-        pod_capacity: a.nats.pod_capacity,
-        vm_capacity: a.nats.vm_capacity,
+        capacities: [
+            (pod::KIND, "--pod-capacity", a.nats.pod_capacity),
+            (vm::KIND, "--vm-capacity", a.nats.vm_capacity),
+        ]
+        .into_iter()
+        .filter_map(|(backend, flag, value)| {
+            value.map(|value| CapacityFlag {
+                backend,
+                flag,
+                value,
+            })
+        })
+        .collect(),
         facade_listen: a.facade.facade_listen,
         facade_url: a.facade.facade_url.clone(),
         executor_image: a.facade.executor_image.clone(),
