@@ -198,6 +198,14 @@ forbid tenantci -- tenantci-testkit || status=1
 # Inside tenantci-dispatch, modules have floors too (crates/tenantci-dispatch/layers.txt): every
 # import points down, and no files import each other in a circle.
 python3 scripts/lib/module_layers.py crates/tenantci-dispatch/src crates/tenantci-dispatch/layers.txt || status=1
+# Nothing outside the dispatcher's backend/ names a backend: a new one is its folder and a line
+# in backend::catalog.
+python3 scripts/lib/backend_named.py crates/tenantci-dispatch/src pod vm fake || status=1
+# The fake backend is the tests': the binary's own dependency tree never turns it on.
+if cargo tree "$lock" -p tenantci -e normal,features --prefix none | grep -q 'fake-backend'; then
+  echo "layering: the tenantci binary's own dependencies turn on tenantci-dispatch's fake-backend feature (only tenantci-testkit, a test dependency, may)" >&2
+  status=1
+fi
 # The simulator judges the product, so it reads what it judges by its own code.
 sim_reads_on_its_own crates/tenantci-sim/src || status=1
 [ $status = 0 ] && echo "layering: ok" >&2

@@ -18,13 +18,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::claim::settings::{Gitea, WaitingJobs, Webhook};
-use crate::executor::Executor;
-use crate::facade::settings::Facade;
-use crate::leader::Leader;
 use crate::backend::catalog;
 use crate::backend_kind::BackendKind;
+use crate::claim::settings::{Gitea, WaitingJobs, Webhook};
+use crate::executor::Executor;
 use crate::executor::class::BackendOfClass;
+use crate::facade::settings::Facade;
+use crate::leader::Leader;
 use crate::task::Claim;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::input::url_host;
@@ -598,23 +598,19 @@ impl Config {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }
-        crate::executor::class::validate(
-            &self.executor.classes,
-            &self.executor.resources,
-            |b| {
-                let kind = b.unwrap_or_else(catalog::default_kind);
-                let facts = catalog::facts(kind).ok_or_else(|| {
+        crate::executor::class::validate(&self.executor.classes, &self.executor.resources, |b| {
+            let kind = b.unwrap_or_else(catalog::default_kind);
+            let facts = catalog::facts(kind).ok_or_else(|| {
                     format!(
                         "has an executor.class on the backend `{kind}`, which this build does not have (expected {})",
                         catalog::named_for_a_sentence()
                     )
                 })?;
-                Ok(BackendOfClass {
-                    facts,
-                    capacity: self.runs(kind).then(|| self.capacity.of(kind)),
-                })
-            },
-        )?;
+            Ok(BackendOfClass {
+                facts,
+                capacity: self.runs(kind).then(|| self.capacity.of(kind)),
+            })
+        })?;
         if let Some(cache) = &self.cache {
             cache.validate()?;
         }

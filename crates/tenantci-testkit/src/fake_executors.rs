@@ -20,9 +20,9 @@ use tenantci_dispatch::backend::{
     AssignmentHandout, Backend, BackendError, BackendFacts, Context, Created, ExecutorLifecycle,
     ExecutorObservation, Nouns, Observed, Presence, StartError,
 };
+use tenantci_dispatch::backend_kind::BackendKind;
 use tenantci_dispatch::executor::demand::WarmDemand;
 use tenantci_dispatch::metrics::Metrics;
-use tenantci_dispatch::backend_kind::BackendKind;
 use tenantci_dispatch::queue::consumer::Slot;
 use tenantci_dispatch::task::Progress;
 use tenantci_dispatch::task::ledger::{self, Entry, LedgerError};
@@ -230,7 +230,6 @@ impl AssignmentHandout for FakeExecutors {
         Box::pin(async move { Ok(presence) })
     }
 }
-
 
 /// A start the backend takes: idempotent by task and attempt, as a real backend's is.
 fn start_one(s: &mut Backing, spec: &ExecutorSpec, sealed: &[u8], fresh: bool) -> Created {

@@ -13,9 +13,9 @@ use tenantci_dispatch::backend::keep_alive::KeepAlive;
 use tenantci_dispatch::backend::reconciler::{Reconciler, Restarts};
 use tenantci_dispatch::backend::worker::Worker;
 use tenantci_dispatch::backend::{Backend, Observed, StartError, pod, vm};
+use tenantci_dispatch::backend_kind::BackendKind;
 use tenantci_dispatch::capability::CapabilityKey;
 use tenantci_dispatch::executor::Executor;
-use tenantci_dispatch::backend_kind::BackendKind;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{Job, Outcome, Slot};
 use tenantci_dispatch::task::Claim;
@@ -63,9 +63,7 @@ impl World {
     /// An executor of `task`'s `attempt` that the reconciler knows (registered as running).
     fn running(&self, o: Observed) {
         let sealed = self.assignment(o.task, o.attempt).to_json();
-        self.fakes
-            .registry
-            .running(o.task, pod::KIND, || None);
+        self.fakes.registry.running(o.task, pod::KIND, || None);
         self.pod.put(o, Some(sealed));
     }
 

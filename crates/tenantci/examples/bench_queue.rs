@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt as _;
+use tenantci_dispatch::backend::{pod, vm};
+use tenantci_dispatch::queue::STREAM;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
 use tenantci_dispatch::queue::producer::Producer;
 use tenantci_dispatch::queue::topology::{self, TopologySpec};
-use tenantci_dispatch::backend::{pod, vm};
-use tenantci_dispatch::queue::STREAM;
 use tenantci_testkit::nats::NatsServer;
 
 const PUBLISHERS: usize = 16;

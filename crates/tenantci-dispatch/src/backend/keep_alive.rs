@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::backend::Context;
 use crate::backend::Backend;
+use crate::backend::Context;
 use crate::task::Progress;
 use crate::task::report;
 use tenantci_core::forge::gitea::proto::TaskResult;

@@ -3,7 +3,7 @@
 //! A backend implements [`Backend`], split by concern: [`ExecutorLifecycle`] (start, delete,
 //! the end marker), [`ExecutorObservation`] (what exists, when it changed) and
 //! [`AssignmentHandout`] (the sealed assignment to its executor), with its [`BackendFacts`]
-//! (name, label, capacity, words). Backends register in [`catalog`], one line each; nothing
+//! (name, label, capacity, words). Backends register in [`catalog`], one line each ([`provider`]: what a registration supplies); nothing
 //! outside this folder names one (`scripts/check-layering.sh` refuses it). Everything else is
 //! written once over the traits:
 //!
@@ -30,6 +30,7 @@ pub mod fake;
 pub mod keep_alive;
 pub mod lifecycle;
 pub mod pod;
+pub mod provider;
 pub mod reconciler;
 pub mod vm;
 pub mod worker;
@@ -40,8 +41,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::metrics::Metrics;
 pub use crate::backend_kind::{BackendFacts, BackendKind, Nouns};
+use crate::metrics::Metrics;
 use crate::task::Progress;
 use crate::task::ledger::LedgerError;
 use crate::task::registry::Registry;

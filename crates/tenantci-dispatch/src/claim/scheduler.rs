@@ -38,14 +38,14 @@ use prost::Message as _;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::backend::catalog;
+use crate::backend_kind::BackendKind;
 use crate::claim::fetch::Fetcher;
 use crate::claim::nudge::{NudgeBudget, Pacer};
 use crate::claim::routing;
 use crate::claim::settings::{Gitea, Webhook};
 use crate::executor::class::{self, ExecutorClass};
 use crate::metrics::Metrics;
-use crate::backend::catalog;
-use crate::backend_kind::BackendKind;
 use crate::queue::assignment::context_str;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;

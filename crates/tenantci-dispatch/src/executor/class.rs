@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Toleration;
 use serde::{Deserialize, Serialize};
 
-use crate::executor::resources::Resources;
 use crate::backend_kind::{BackendFacts, BackendKind};
+use crate::executor::resources::Resources;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::node_image::NodeImage;
 

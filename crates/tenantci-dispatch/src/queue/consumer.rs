@@ -20,9 +20,9 @@ use async_nats::jetstream::{self, AckKind, consumer::PullConsumer};
 use futures::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+use super::STREAM;
 use super::assignment::Assignment;
 use crate::backend_kind::BackendKind;
-use super::STREAM;
 
 /// Tunables of a [`CappedConsumer`]; the defaults suit production.
 #[derive(Debug, Clone)]

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use rand::RngCore as _;
 
-use crate::backend_kind::BackendKind;
 use super::{STREAM, ledger_bucket, users};
+use crate::backend_kind::BackendKind;
 use tenantci_core::fsutil;
 
 /// Cost of the bcrypt hashes (what `nats server passwd` uses): each client connect costs the

@@ -6,8 +6,8 @@ use async_nats::jetstream::consumer::PullConsumer;
 use serde::Serialize;
 use tenantci_core::{Error, Result};
 
-use crate::backend_kind::BackendKind;
 use super::{STREAM, connect};
+use crate::backend_kind::BackendKind;
 
 /// `queue status -o json`.
 #[derive(Debug, Serialize)]

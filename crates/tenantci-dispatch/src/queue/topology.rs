@@ -20,8 +20,8 @@ use async_nats::jetstream::{
 };
 use serde::Serialize;
 
-use crate::backend_kind::BackendKind;
 use super::{STREAM, STREAM_SUBJECTS, ledger_bucket};
+use crate::backend_kind::BackendKind;
 
 /// The knobs of the topology; everything else is fixed by design.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -559,7 +559,9 @@ mod tests {
             consumer_drift(&desired_consumer(&new, BackendKind::new("pod")), &actual),
             vec!["max_ack_pending"]
         );
-        assert!(consumer_drift(&desired_consumer(&old, BackendKind::new("pod")), &actual).is_empty());
+        assert!(
+            consumer_drift(&desired_consumer(&old, BackendKind::new("pod")), &actual).is_empty()
+        );
         assert!(stream_drift(&desired_stream(&new), &desired_stream(&old)).is_empty());
     }
 

@@ -477,7 +477,7 @@ fn backends(
         .as_ref()
         .and_then(|i| i.parse().ok())
         .map(|settings| Registrar::new(client.clone(), settings, namespace, metrics.clone()));
-    catalog::build(catalog::Inputs {
+    catalog::build(crate::backend::provider::Inputs {
         kube: client.clone(),
         namespace: namespace.clone(),
         resync: cfg.cluster.resync(),

@@ -17,10 +17,10 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::backend::Backend;
+use crate::backend_kind::BackendKind;
 use crate::executor::class::ExecutorClass;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::backend_kind::BackendKind;
 use crate::queue::status::depth_now;
 use crate::status::{self, Inputs, Status};
 use crate::task::mirror::Mirror;

@@ -10,10 +10,10 @@
 use serde::Serialize;
 
 use super::{FORGE_OFFLINE_AFTER_SECS, State, Status, TaskStatus};
-use crate::claim::routing;
-use crate::executor::class;
 use crate::backend::catalog;
 use crate::backend_kind::BackendKind;
+use crate::claim::routing;
+use crate::executor::class;
 
 /// Why a job waits, and what makes it run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -20,9 +20,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Observed, catalog};
+use crate::backend_kind::BackendKind;
 use crate::executor::class::ExecutorClass;
 use crate::metrics::Figures;
-use crate::backend_kind::BackendKind;
 use crate::task::Progress;
 use crate::task::ledger::{Entry, Phase};
 use crate::task::registry::{Card, Held};

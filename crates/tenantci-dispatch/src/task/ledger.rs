@@ -394,7 +394,11 @@ mod tests {
 
     #[test]
     fn the_backend_of_the_first_entry_stays() {
-        let vm = merge(None, Entry::step(7, 1, BackendKind::new("vm"), Phase::Claimed)).unwrap();
+        let vm = merge(
+            None,
+            Entry::step(7, 1, BackendKind::new("vm"), Phase::Claimed),
+        )
+        .unwrap();
         let next = merge(Some(&vm), step(1, Phase::Started)).unwrap();
         assert_eq!(next.backend, BackendKind::new("vm"));
     }

@@ -10,8 +10,8 @@
 
 use prost::Message as _;
 
-use crate::executor::class::{self, ExecutorClass};
 use crate::backend_kind::BackendKind;
+use crate::executor::class::{self, ExecutorClass};
 use crate::queue::assignment::{Assignment, SealingKey};
 use tenantci_core::forge::gitea::proto::Task;
 

@@ -126,14 +126,7 @@ mod tests {
     fn entry(phase: Phase, with_assignment: bool) -> Entry {
         let e = Entry::step(7, 1, POD, phase);
         if with_assignment {
-            let a = Assignment::seal(
-                &SealingKey::generate(),
-                "7",
-                1,
-                POD,
-                vec![],
-                b"t",
-            );
+            let a = Assignment::seal(&SealingKey::generate(), "7", 1, POD, vec![], b"t");
             e.with_assignment(&a.unwrap())
         } else {
             e

@@ -291,7 +291,10 @@ mod tests {
         assert!(r.running(7, BackendKind::new("pod"), || None));
         assert!(!r.running(7, BackendKind::new("pod"), || panic!("no second slot")));
         assert_eq!(
-            (r.queued_tasks().len(), r.running_count(BackendKind::new("pod"))),
+            (
+                r.queued_tasks().len(),
+                r.running_count(BackendKind::new("pod"))
+            ),
             (0, 1)
         );
         r.finished(7);

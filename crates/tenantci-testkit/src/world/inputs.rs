@@ -49,7 +49,8 @@ impl World {
             .unwrap();
         let dir = self.dir.path().join("dispatch");
         let mut base = write_inputs(&dir, &self.gitea, &self.nats, &self.tenant_admin).await;
-        base.capacity.set(tenantci_dispatch::backend::pod::KIND, pod_capacity);
+        base.capacity
+            .set(tenantci_dispatch::backend::pod::KIND, pod_capacity);
         if self.forgejo {
             base.gitea.forge = Forge::Forgejo;
         }

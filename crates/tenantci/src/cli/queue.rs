@@ -199,7 +199,8 @@ async fn status(args: StatusArgs) -> tenantci_core::Result<i32> {
         &args.conn.user,
         &args.conn.password_file,
         &catalog::kinds(),
-    ).await?;
+    )
+    .await?;
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {

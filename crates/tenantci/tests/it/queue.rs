@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use tenantci_dispatch::backend::{pod, vm};
+use tenantci_dispatch::backend_kind::BackendKind;
+use tenantci_dispatch::queue::STREAM;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
 use tenantci_dispatch::queue::ledger_bucket;
 use tenantci_dispatch::queue::producer::{Producer, PublishError, Published};
-use tenantci_dispatch::backend::{pod, vm};
-use tenantci_dispatch::backend_kind::BackendKind;
-use tenantci_dispatch::queue::STREAM;
 use tenantci_dispatch::task::ledger::{Entry, Ledger, Phase};
 use tenantci_dispatch::task::mirror::Mirror;
 use tokio::sync::{Semaphore, mpsc};
@@ -133,12 +133,7 @@ async fn queue_producer_cannot_pull_create_streams_or_read_the_worker_inbox() {
     let admin = jetstream::new(server.client("ci-admin").await);
     assert!(admin.get_stream("EVIL").await.is_err());
     assert_eq!(stream_messages(&server).await, 1);
-    assert_eq!(
-        admin_consumer(&server, pod::KIND)
-            .await
-            .num_ack_pending,
-        0
-    );
+    assert_eq!(admin_consumer(&server, pod::KIND).await.num_ack_pending, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -540,14 +535,8 @@ async fn queue_a_server_restart_with_file_storage_loses_nothing() {
     }
     server.restart();
     assert_eq!(stream_messages(&server).await, 4);
-    assert_eq!(
-        admin_consumer(&server, pod::KIND).await.num_pending,
-        3
-    );
-    assert_eq!(
-        admin_consumer(&server, vm::KIND).await.num_pending,
-        1
-    );
+    assert_eq!(admin_consumer(&server, pod::KIND).await.num_pending, 3);
+    assert_eq!(admin_consumer(&server, vm::KIND).await.num_pending, 1);
 
     let consumer = CappedConsumer::bind(
         server.client("ci-worker").await,
@@ -712,20 +701,14 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     );
 
     assert_eq!(
-        admin_consumer(&server, pod::KIND)
-            .await
-            .config
-            .max_deliver,
+        admin_consumer(&server, pod::KIND).await.config.max_deliver,
         -1,
         "unlimited deliveries by default"
     );
     // A consumer made with a finite max_deliver (as tenantci did before) is updated to -1.
     json(&["--pod-capacity", "8", "--max-deliver", "5"]);
     assert_eq!(
-        admin_consumer(&server, pod::KIND)
-            .await
-            .config
-            .max_deliver,
+        admin_consumer(&server, pod::KIND).await.config.max_deliver,
         5
     );
     let upgraded = json(&["--pod-capacity", "8"]);
@@ -734,10 +717,7 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
         serde_json::json!(["max_deliver"])
     );
     assert_eq!(
-        admin_consumer(&server, vm::KIND)
-            .await
-            .config
-            .max_deliver,
+        admin_consumer(&server, vm::KIND).await.config.max_deliver,
         -1
     );
 
@@ -841,24 +821,16 @@ async fn queue_the_status_mirror_reads_the_ledger_s_writes_as_ci_worker() {
     let (worker, mut events) = server.client_with_events("ci-worker").await;
     let l = Ledger::open(&jetstream::new(worker)).await.unwrap();
     let step = |task, backend, phase| Entry::step(task, 1, backend, phase);
-    l.record(step(41, pod::KIND, Phase::Started))
-        .await
-        .unwrap();
-    l.record(step(42, vm::KIND, Phase::Queued))
-        .await
-        .unwrap();
+    l.record(step(41, pod::KIND, Phase::Started)).await.unwrap();
+    l.record(step(42, vm::KIND, Phase::Queued)).await.unwrap();
     let mirror = Mirror::new(l.clone());
     let phases = |m: &std::collections::BTreeMap<i64, Entry>| {
         m.iter().map(|(t, e)| (*t, e.phase)).collect::<Vec<_>>()
     };
     let seen = mirror.of([41, 42, 43]).await;
     assert_eq!(phases(&seen), [(41, Phase::Started), (42, Phase::Queued)]);
-    l.record(step(42, vm::KIND, Phase::Fetched))
-        .await
-        .unwrap();
-    l.record(step(43, pod::KIND, Phase::Claimed))
-        .await
-        .unwrap();
+    l.record(step(42, vm::KIND, Phase::Fetched)).await.unwrap();
+    l.record(step(43, pod::KIND, Phase::Claimed)).await.unwrap();
     let seen = mirror.of([41, 42, 43]).await;
     assert_eq!(
         phases(&seen),

@@ -31,8 +31,8 @@ use crate::backend::{
     AssignmentHandout, Backend, BackendError, BackendFacts, Created, ExecutorLifecycle,
     ExecutorObservation, Nouns, Observed, Presence, StartError,
 };
-use crate::capability;
 use crate::backend_kind::BackendKind;
+use crate::capability;
 use crate::task::Progress;
 use crate::task::spec::ExecutorSpec;
 use objects::{CreateError, ExecutorObjects};
@@ -90,12 +90,12 @@ pub struct Provider;
 /// What `catalog` registers.
 pub const PROVIDER: Provider = Provider;
 
-impl crate::backend::catalog::Provider for Provider {
+impl crate::backend::provider::Provider for Provider {
     fn facts(&self) -> &'static BackendFacts {
         &FACTS
     }
 
-    fn build(&self, i: &mut crate::backend::catalog::Inputs) -> Option<Arc<dyn Backend>> {
+    fn build(&self, i: &mut crate::backend::provider::Inputs) -> Option<Arc<dyn Backend>> {
         Some(Arc::new(PodExecutors::new(
             ExecutorObjects::new(i.kube.clone(), &i.namespace),
             i.resync,
@@ -281,4 +281,3 @@ impl AssignmentHandout for PodExecutors {
         })
     }
 }
-

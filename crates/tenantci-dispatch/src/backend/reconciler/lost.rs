@@ -135,7 +135,8 @@ impl Reconciler {
             task,
             self.executors.backend(),
         )
-        .await {
+        .await
+        {
             Some(true) => {}
             Some(false) => return (true, Some(slot)),
             None => return (false, Some(slot)),

@@ -17,7 +17,8 @@ impl Reconciler {
             task,
             self.executors.backend(),
         )
-        .await {
+        .await
+        {
             Some(true) => {}
             Some(false) => {
                 self.delete(task).await;
@@ -60,12 +61,13 @@ impl Reconciler {
         let tasks: Vec<i64> = self.replacing.keys().copied().collect();
         for task in tasks {
             match report::still_open(
-            &*self.ctx.gitea,
-            &*self.ctx.ledger,
-            task,
-            self.executors.backend(),
-        )
-        .await {
+                &*self.ctx.gitea,
+                &*self.ctx.ledger,
+                task,
+                self.executors.backend(),
+            )
+            .await
+            {
                 Some(true) => self.start_replacement(task).await,
                 Some(false) => {
                     self.replacing.remove(&task);

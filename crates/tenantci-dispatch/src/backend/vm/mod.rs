@@ -71,12 +71,12 @@ pub struct Provider;
 /// What `catalog` registers.
 pub const PROVIDER: Provider = Provider;
 
-impl crate::backend::catalog::Provider for Provider {
+impl crate::backend::provider::Provider for Provider {
     fn facts(&self) -> &'static BackendFacts {
         &FACTS
     }
 
-    fn build(&self, i: &mut crate::backend::catalog::Inputs) -> Option<Arc<dyn Backend>> {
+    fn build(&self, i: &mut crate::backend::provider::Inputs) -> Option<Arc<dyn Backend>> {
         let sandboxes = i.sandboxes.take()?;
         Some(Arc::new(VmExecutors {
             sandboxes,
@@ -210,4 +210,3 @@ impl AssignmentHandout for VmExecutors {
         })
     }
 }
-

@@ -136,7 +136,12 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             ack_wait: Duration::from_secs(30).into(),
             ca_file: None,
         },
-        capacity: config::Capacity { pod: 1, vm: 1 },
+        capacity: {
+            let mut c = config::Capacity::default();
+            c.set(tenantci_dispatch::backend::pod::KIND, 1);
+            c.set(tenantci_dispatch::backend::vm::KIND, 1);
+            c
+        },
         facade: tenantci_dispatch::facade::settings::Facade {
             listen: "127.0.0.1:0".parse().unwrap(),
             url: "https://127.0.0.1:0".into(),
