@@ -44,9 +44,20 @@ const MAX_MANIFEST: u64 = 4 << 20;
 pub enum StoreError {
     #[error("the cache storage failed: {0}")]
     Store(#[from] object_store::Error),
-    #[error("a cache manifest is damaged: {0}")]
-    Damaged(String),
+    /// A manifest larger than any this cache writes ([`MAX_MANIFEST`]); not read.
+    #[error("a cache manifest is damaged: {at} has {size} bytes")]
+    Oversized { at: Path, size: u64 },
+    /// A manifest whose JSON does not decode.
+    #[error("a cache manifest is damaged: {at}: {source}")]
+    Damaged {
+        at: Path,
+        #[source]
+        source: serde_json::Error,
+    },
 }
+
+/// What a request body's stream failed with, as its own type (`downcast_ref` finds it).
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why an uploaded range was not kept.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +67,7 @@ pub enum UploadError {
     #[error("the body ended after {got} of the {expected} bytes its Content-Range announced")]
     TooShort { got: u64, expected: u64 },
     #[error("the upload broke off: {0}")]
-    Body(String),
+    Body(#[source] BodyError),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -171,15 +182,18 @@ impl Storage {
             Err(e) => return Err(e.into()),
         };
         if got.meta.size > MAX_MANIFEST {
-            return Err(StoreError::Damaged(format!(
-                "{at} has {} bytes",
-                got.meta.size
-            )));
+            return Err(StoreError::Oversized {
+                at: at.clone(),
+                size: got.meta.size,
+            });
         }
         let bytes = got.bytes().await?;
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| StoreError::Damaged(format!("{at}: {e}")))
+            .map_err(|source| StoreError::Damaged {
+                at: at.clone(),
+                source,
+            })
     }
 
     pub async fn reserve(&self, repo: &str, r: &Reservation) -> Result<(), StoreError> {
@@ -221,7 +235,7 @@ impl Storage {
     ) -> Result<(), UploadError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
+        E: Into<BodyError>,
     {
         let at = path(repo, &format!("parts/{id}/{}", part.start));
         let upload = self
@@ -250,11 +264,11 @@ impl Storage {
     ) -> Result<(), UploadError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
+        E: Into<BodyError>,
     {
         let mut got = 0u64;
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| UploadError::Body(e.to_string()))?;
+            let chunk = chunk.map_err(|e| UploadError::Body(e.into()))?;
             got += chunk.len() as u64;
             if got > expected {
                 return Err(UploadError::TooLong(expected));
@@ -798,6 +812,24 @@ mod tests {
         };
         assert_eq!(s.commit(&repo, &pr).await.unwrap(), Committed::Made);
         assert_eq!(s.entries(&repo).await.unwrap().len(), 2);
+    }
+
+    /// A manifest that is not JSON is a damaged one, its decoder's error the source.
+    #[tokio::test]
+    async fn a_manifest_that_does_not_decode_is_damaged_with_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let repo = repo_dir("sim/demo");
+        let at = path(&repo, "entries/0.json");
+        s.store.put(&at, PutPayload::from("{")).await.unwrap();
+        let e = s.entries(&repo).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "a cache manifest is damaged: {at}: EOF while parsing an object at line 1 column 1"
+            )
+        );
+        assert!(matches!(e, StoreError::Damaged { at: ref p, .. } if *p == at));
     }
 
     /// Lookups remember manifests, but a change another replica made (a touch, a deletion, a

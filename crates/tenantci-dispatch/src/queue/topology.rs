@@ -69,31 +69,28 @@ impl Default for TopologySpec {
 }
 
 impl TopologySpec {
-    /// Checks the spec before anything is sent to the server; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the spec before anything is sent to the server; the error names the field.
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
         if self.capacities.is_empty() {
-            return Err("the topology names no backend".into());
+            return Err(InvalidSpec::NoBackend);
         }
         if self.capacities.iter().any(|(_, c)| *c == 0) {
-            return Err("a backend capacity must be at least 1".into());
+            return Err(InvalidSpec::Capacity);
         }
         if !(1..=5).contains(&self.replicas) {
-            return Err(format!(
-                "replicas must be between 1 and 5, not {}",
-                self.replicas
-            ));
+            return Err(InvalidSpec::Replicas(self.replicas));
         }
         if self.ack_wait < Duration::from_millis(100) {
-            return Err("ack_wait must be at least 100ms".into());
+            return Err(InvalidSpec::AckWait);
         }
         if self.max_deliver < 1 && self.max_deliver != UNLIMITED_DELIVERIES {
-            return Err("max_deliver must be at least 1, or -1 for unlimited".into());
+            return Err(InvalidSpec::MaxDeliver);
         }
         if self.duplicate_window < MIN_DUPLICATE_WINDOW {
-            return Err("the duplicate window must be at least 2m".into());
+            return Err(InvalidSpec::DuplicateWindow);
         }
         if self.max_messages < 1 || self.max_bytes < 1 || self.max_message_size < 1 {
-            return Err("the stream bounds must be positive".into());
+            return Err(InvalidSpec::Bounds);
         }
         Ok(())
     }
@@ -110,6 +107,25 @@ impl TopologySpec {
     pub fn backends(&self) -> impl Iterator<Item = BackendKind> + '_ {
         self.capacities.iter().map(|(b, _)| *b)
     }
+}
+
+/// The field of a [`TopologySpec`] that [`TopologySpec::validate`] refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSpec {
+    #[error("the topology names no backend")]
+    NoBackend,
+    #[error("a backend capacity must be at least 1")]
+    Capacity,
+    #[error("replicas must be between 1 and 5, not {0}")]
+    Replicas(usize),
+    #[error("ack_wait must be at least 100ms")]
+    AckWait,
+    #[error("max_deliver must be at least 1, or -1 for unlimited")]
+    MaxDeliver,
+    #[error("the duplicate window must be at least 2m")]
+    DuplicateWindow,
+    #[error("the stream bounds must be positive")]
+    Bounds,
 }
 
 /// `spec` with what `queue init` chose and a dispatcher must not undo: the replica count,
@@ -259,25 +275,46 @@ pub struct ConsumerChange {
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error("invalid topology: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidSpec),
+    /// `object` names what was asked for (`stream CI_RUNNER`, `consumer pod`): data shown to
+    /// the operator, not a cause.
     #[error("cannot {action} the JetStream {object}: {source}")]
     Server {
         action: &'static str,
         object: String,
         #[source]
-        source: async_nats::Error,
+        source: ServerError,
     },
 }
 
-fn server_err(
+/// What a JetStream request of [`apply`] or [`live_configs`] failed with, typed by the call
+/// (each async-nats error has its `kind()`, with the server's API error and code where it
+/// answered one).
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    GetStream(#[from] jetstream::context::GetStreamError),
+    #[error(transparent)]
+    StreamInfo(#[from] stream::InfoError),
+    /// Creating or updating a stream (async-nats has one error type for both).
+    #[error(transparent)]
+    CreateStream(#[from] jetstream::context::CreateStreamError),
+    /// Reading or creating a consumer.
+    #[error(transparent)]
+    Consumer(#[from] stream::ConsumerError),
+    #[error(transparent)]
+    ConsumerInfo(#[from] jetstream::context::ConsumerInfoError),
+}
+
+fn server_err<E: Into<ServerError>>(
     action: &'static str,
     object: impl Into<String>,
-) -> impl FnOnce(async_nats::Error) -> ApplyError {
+) -> impl FnOnce(E) -> ApplyError {
     let object = object.into();
     move |source| ApplyError::Server {
         action,
         object,
-        source,
+        source: source.into(),
     }
 }
 
@@ -315,7 +352,7 @@ pub async fn live_configs(
         {
             return Ok((None, None));
         }
-        Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e.into())),
+        Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e)),
     };
     let consumer = match js
         .get_consumer_from_stream::<pull::Config, _, _>(reference.consumer(), STREAM)
@@ -327,7 +364,7 @@ pub async fn live_configs(
         }
         Err(e) => {
             let object = format!("consumer {}", reference.consumer());
-            return Err(server_err("read", object)(e.into()));
+            return Err(server_err("read", object)(e));
         }
     };
     Ok((stream, consumer))
@@ -338,7 +375,7 @@ pub async fn apply(
     js: &jetstream::Context,
     spec: &TopologySpec,
 ) -> Result<ApplyReport, ApplyError> {
-    spec.validate().map_err(ApplyError::Invalid)?;
+    spec.validate()?;
     let stream_change = apply_stream(
         js,
         desired_stream(spec),
@@ -354,9 +391,10 @@ pub async fn apply(
             .await
         {
             Ok(mut existing) => {
-                let info = existing.info().await.map_err(|e| {
-                    server_err("read", format!("consumer {}", backend.consumer()))(e.into())
-                })?;
+                let info = existing.info().await.map_err(server_err(
+                    "read",
+                    format!("consumer {}", backend.consumer()),
+                ))?;
                 let drift = consumer_drift(&want, &info.config);
                 if drift.is_empty() {
                     Change::Unchanged
@@ -378,7 +416,7 @@ pub async fn apply(
                 return Err(server_err(
                     "read",
                     format!("consumer {}", backend.consumer()),
-                )(e.into()));
+                )(e));
             }
         };
         consumers.push(ConsumerChange {
@@ -435,14 +473,14 @@ async fn apply_stream(
             let info = existing
                 .info()
                 .await
-                .map_err(|e| server_err("read", object.clone())(e.into()))?;
+                .map_err(server_err("read", object.clone()))?;
             let drift = drift(&desired, &info.config);
             if drift.is_empty() {
                 return Ok(Change::Unchanged);
             }
             js.update_stream(desired)
                 .await
-                .map_err(|e| server_err("update", object)(e.into()))?;
+                .map_err(server_err("update", object))?;
             Ok(Change::Updated {
                 fields: drift.into_iter().map(String::from).collect(),
             })
@@ -453,10 +491,10 @@ async fn apply_stream(
         {
             js.create_stream(desired)
                 .await
-                .map_err(|e| server_err("create", object)(e.into()))?;
+                .map_err(server_err("create", object))?;
             Ok(Change::Created)
         }
-        Err(e) => Err(server_err("read", object)(e.into())),
+        Err(e) => Err(server_err("read", object)(e)),
     }
 }
 
@@ -468,12 +506,10 @@ async fn create_consumer(
     js.create_consumer_on_stream(config, STREAM)
         .await
         .map(|_| ())
-        .map_err(|e| {
-            server_err(
-                "create or update",
-                format!("consumer {}", backend.consumer()),
-            )(e.into())
-        })
+        .map_err(server_err(
+            "create or update",
+            format!("consumer {}", backend.consumer()),
+        ))
 }
 
 #[cfg(test)]
@@ -593,7 +629,7 @@ mod tests {
         let bad = |f: fn(&mut TopologySpec)| {
             let mut s = TopologySpec::default();
             f(&mut s);
-            s.validate().unwrap_err()
+            s.validate().unwrap_err().to_string()
         };
         assert!(bad(|s| s.capacities = vec![(BackendKind::new("pod"), 0)]).contains("capacity"));
         assert!(bad(|s| s.replicas = 0).contains("replicas"));

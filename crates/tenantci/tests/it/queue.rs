@@ -506,7 +506,7 @@ async fn queue_a_full_stream_is_an_error_the_producer_sees() {
         .publish(&assignment(&key, "f2", pod::KIND, b"x"))
         .await
         .unwrap_err();
-    assert!(matches!(err, PublishError::Full(..)), "{err}");
+    assert!(matches!(err, PublishError::Full { .. }), "{err}");
     assert_eq!(stream_messages(&server).await, 2);
 }
 
