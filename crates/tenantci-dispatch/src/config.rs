@@ -21,10 +21,10 @@ use serde::{Deserialize, Serialize};
 use crate::backend::catalog;
 use crate::backend_kind::BackendKind;
 use crate::claim::settings::{Gitea, WaitingJobs, Webhook};
-use crate::executor::Executor;
-use crate::executor::class::BackendOfClass;
 use crate::facade::settings::Facade;
 use crate::leader::Leader;
+use crate::sizing::ExecutorSettings;
+use crate::sizing::class::BackendOfClass;
 use crate::task::Claim;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::input::url_host;
@@ -96,7 +96,7 @@ pub struct Config {
     #[serde(default)]
     pub capacity: Capacity,
     pub facade: Facade,
-    pub executor: Executor,
+    pub executor: ExecutorSettings,
     #[serde(default)]
     pub status: Status,
     #[serde(default)]
@@ -112,12 +112,12 @@ pub struct Config {
     /// The VM backend (OpenSandbox); absent: off, and `vm` is not registered at Gitea.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<crate::backend::vm::Vm>,
-    /// Executor identity (SPIFFE mTLS at the facade); absent: the capability alone.
+    /// ExecutorSettings identity (SPIFFE mTLS at the facade); absent: the capability alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::identity::Identity>,
     /// The shared actions cache, per repository; absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<crate::cache::settings::Cache>,
+    pub cache: Option<crate::cache::settings::CacheSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -598,7 +598,7 @@ impl Config {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }
-        crate::executor::class::validate(&self.executor.classes, &self.executor.resources, |b| {
+        crate::sizing::class::validate(&self.executor.classes, &self.executor.resources, |b| {
             let kind = b.unwrap_or_else(catalog::default_kind);
             let facts = catalog::facts(kind).ok_or_else(|| {
                     format!(
@@ -664,7 +664,7 @@ impl Config {
 
     /// The labels registered at Gitea: `gitea.labels` and every class label.
     pub fn declared_labels(&self) -> Vec<String> {
-        crate::executor::class::declared_labels(&self.gitea.labels, &self.executor.classes)
+        crate::sizing::class::declared_labels(&self.gitea.labels, &self.executor.classes)
     }
 
     pub fn leader_timing(&self) -> crate::leader::Timing {
@@ -754,7 +754,7 @@ pub(crate) mod tests {
                 cert_file: files::FACADE_CERT.into(),
                 key_file: files::FACADE_KEY.into(),
             },
-            executor: Executor::with_images(
+            executor: ExecutorSettings::with_images(
                 format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
                 format!("tenantci@sha256:{}", "c".repeat(64)),
             ),
@@ -765,9 +765,9 @@ pub(crate) mod tests {
             claim: Claim::default(),
             vm: None,
             identity: None,
-            cache: Some(crate::cache::settings::Cache {
+            cache: Some(crate::cache::settings::CacheSettings {
                 max_size_mib: 4096,
-                ..crate::cache::settings::Cache::in_dir("cache")
+                ..crate::cache::settings::CacheSettings::in_dir("cache")
             }),
         }
     }
@@ -1040,7 +1040,7 @@ pub(crate) mod tests {
         cfg.cluster.resync = Some(Duration::from_secs(600).into());
         cfg.capacity.set(BackendKind::new("pod"), 5);
         cfg.capacity.set(BackendKind::new("vm"), 2);
-        cfg.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
+        cfg.executor.runner_command = crate::sizing::RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();
         cfg.executor.runtime_class_name = Some("gvisor".into());
         cfg.executor.image_pull_secrets = vec!["registry".into(), "mirror".into()];
@@ -1107,7 +1107,7 @@ pub(crate) mod tests {
     /// cannot hold together.
     fn tuned_s3() -> Config {
         let mut cfg = tuned();
-        cfg.cache = Some(crate::cache::settings::Cache {
+        cfg.cache = Some(crate::cache::settings::CacheSettings {
             dir: None,
             s3_bucket: Some("ci-cache".into()),
             s3_endpoint: Some("http://10.0.0.7:9000".into()),
@@ -1116,7 +1116,7 @@ pub(crate) mod tests {
             s3_direct_downloads: true,
             max_entry_size_mib: 256,
             max_age: Duration::from_secs(86400).into(),
-            ..crate::cache::settings::Cache::in_dir("unused")
+            ..crate::cache::settings::CacheSettings::in_dir("unused")
         });
         cfg
     }

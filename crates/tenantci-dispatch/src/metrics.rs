@@ -1,4 +1,4 @@
-//! The dispatcher's Prometheus metrics (served on /metrics by `status`). One struct so every
+//! The dispatcher's Prometheus metrics (served on /metrics by `run::status_api`). One struct so every
 //! actor records into the same registry; names are `tenantci_dispatch_*`. The status API
 //! reads a few figures back ([`Figures`]): gauges it shows as they are, and what a series
 //! cannot say (claims in the last minute, the forge's last answer to FetchTask).

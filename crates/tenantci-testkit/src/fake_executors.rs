@@ -21,9 +21,9 @@ use tenantci_dispatch::backend::{
     ExecutorObservation, Nouns, Observed, Presence, StartError,
 };
 use tenantci_dispatch::backend_kind::BackendKind;
-use tenantci_dispatch::executor::demand::WarmDemand;
 use tenantci_dispatch::metrics::Metrics;
 use tenantci_dispatch::queue::consumer::Slot;
+use tenantci_dispatch::sizing::demand::WarmDemand;
 use tenantci_dispatch::task::Progress;
 use tenantci_dispatch::task::ledger::{self, Entry, LedgerError};
 use tenantci_dispatch::task::registry::Registry;

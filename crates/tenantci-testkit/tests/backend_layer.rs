@@ -15,9 +15,9 @@ use tenantci_dispatch::backend::worker::Worker;
 use tenantci_dispatch::backend::{Backend, Observed, StartError, pod, vm};
 use tenantci_dispatch::backend_kind::BackendKind;
 use tenantci_dispatch::capability::CapabilityKey;
-use tenantci_dispatch::executor::Executor;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{Job, Outcome, Slot};
+use tenantci_dispatch::sizing::ExecutorSettings;
 use tenantci_dispatch::task::Claim;
 use tenantci_dispatch::task::Progress;
 use tenantci_dispatch::task::ledger::{Entry, Phase};
@@ -74,7 +74,7 @@ impl World {
             facade_ca_pem: String::new(),
             gitea: GiteaForExecutors::default(),
             runner_name: "tenantci".into(),
-            executor: Executor::with_images(
+            executor: ExecutorSettings::with_images(
                 format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
                 format!("tenantci@sha256:{}", "b".repeat(64)),
             ),

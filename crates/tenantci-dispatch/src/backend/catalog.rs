@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::provider::{Inputs, Provider};
 use super::{Backend, BackendFacts, BackendKind};
-use crate::executor::class::ExecutorClass;
+use crate::sizing::class::ExecutorClass;
 
 /// Every backend of this build, the default backend first: one line each.
 pub const REGISTERED: &[&dyn Provider] = &[

@@ -60,7 +60,7 @@ pub struct Context {
     pub ledger: Arc<dyn ClaimLedger>,
     pub metrics: Arc<Metrics>,
     /// The resource classes' demand, for their warm pools.
-    pub warm: Arc<crate::executor::demand::WarmDemand>,
+    pub warm: Arc<crate::sizing::demand::WarmDemand>,
 }
 
 /// What starting one executor found.

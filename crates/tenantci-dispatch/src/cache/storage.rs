@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::eviction::Stored;
 use crate::cache::index::{Entry, Part, Reservation};
-use crate::cache::settings::Cache;
+use crate::cache::settings::CacheSettings;
 
 /// The largest manifest read (an entry of thousands of parts).
 const MAX_MANIFEST: u64 = 4 << 20;
@@ -126,7 +126,7 @@ pub enum Committed {
 
 impl Storage {
     /// The storage `settings` names (a loaded config has exactly one of dir and bucket).
-    pub fn open(settings: &Cache) -> Result<Storage, String> {
+    pub fn open(settings: &CacheSettings) -> Result<Storage, String> {
         if let Some(dir) = &settings.dir {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
@@ -708,7 +708,7 @@ mod tests {
     #[tokio::test]
     async fn a_sweep_s_one_listing_finds_entries_and_drops_only_stale_uploads() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let s = Storage::open(&CacheSettings::in_dir(dir.path())).unwrap();
         let repo = repo_dir("sim/demo");
         let part = Part { start: 0, len: 3 };
         let body = || futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
@@ -766,7 +766,7 @@ mod tests {
     #[tokio::test]
     async fn a_second_commit_of_one_key_is_taken_and_a_retried_one_is_made() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let s = Storage::open(&CacheSettings::in_dir(dir.path())).unwrap();
         let repo = repo_dir("sim/demo");
         let part = Part { start: 0, len: 3 };
         let body = || futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
@@ -818,7 +818,7 @@ mod tests {
     #[tokio::test]
     async fn a_manifest_that_does_not_decode_is_damaged_with_its_cause() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let s = Storage::open(&CacheSettings::in_dir(dir.path())).unwrap();
         let repo = repo_dir("sim/demo");
         let at = path(&repo, "entries/0.json");
         s.store.put(&at, PutPayload::from("{")).await.unwrap();
@@ -837,7 +837,7 @@ mod tests {
     #[tokio::test]
     async fn a_lookup_sees_every_change_to_the_manifests_it_remembers() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = Cache::in_dir(dir.path());
+        let settings = CacheSettings::in_dir(dir.path());
         let (s, other) = (
             Storage::open(&settings).unwrap(),
             Storage::open(&settings).unwrap(),

@@ -19,7 +19,7 @@
 //! an empty one waits for the nudge budget (`claim::nudge`: a burst, then one per
 //! `webhook.nudge_spacing`), so a flood of deliveries costs Gitea a bounded rate.
 //!
-//! With resource classes (`executor::class`), a task's labels pick its class and the class its
+//! With resource classes (`sizing::class`), a task's labels pick its class and the class its
 //! backend; the class's own capacity is held by the worker, so a task of a full class waits
 //! in its backend's queue and counts there.
 //!
@@ -44,11 +44,11 @@ use crate::claim::fetch::Fetcher;
 use crate::claim::nudge::{NudgeBudget, Pacer};
 use crate::claim::routing;
 use crate::claim::settings::{Gitea, Webhook};
-use crate::executor::class::{self, ExecutorClass};
 use crate::metrics::Metrics;
 use crate::queue::assignment::context_str;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
+use crate::sizing::class::{self, ExecutorClass};
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::registry::{Description, Registry};
 use crate::task::report;
@@ -93,7 +93,7 @@ pub struct Scheduler {
     /// The resource classes; a task's labels pick one, which picks its backend.
     pub classes: Vec<ExecutorClass>,
     /// The classes' demand: each claim is told to their warm pools.
-    pub warm: Arc<crate::executor::demand::WarmDemand>,
+    pub warm: Arc<crate::sizing::demand::WarmDemand>,
 }
 
 /// One backend's pool of executors, as the scheduler counts it.
@@ -113,7 +113,7 @@ impl Pool {
     async fn load(&mut self, registry: &Registry, metrics: &Metrics) -> Option<(u32, usize, u64)> {
         let backend = self.backend;
         let queued = match self.consumer.info().await {
-            Ok(info) => crate::queue::status::depth(info),
+            Ok(info) => crate::queue::depth::depth(info),
             Err(e) => {
                 tracing::warn!(error = %e, %backend, "cannot read the {backend} consumer's depth from NATS; not claiming for it until the next pass");
                 return None;

@@ -240,7 +240,7 @@ fn check_kept_keys(p: &crate::config::Paths) -> Result<()> {
 /// What `run` would refuse at start about the cache, refused now and without a write: a bucket
 /// client built from the settings (its credentials file read, no request sent), or a directory
 /// path that is not one (`run` creates a missing one).
-fn check_cache(cache: &crate::cache::settings::Cache) -> Result<()> {
+fn check_cache(cache: &crate::cache::settings::CacheSettings) -> Result<()> {
     if let Some(dir) = &cache.dir {
         if dir.exists() && !dir.is_dir() {
             return Err(Error::bad_input(format!(

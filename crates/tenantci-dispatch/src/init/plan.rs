@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config, Paths, files};
-use crate::executor::RunnerCommand;
-use crate::executor::resources::Resources;
+use crate::sizing::RunnerCommand;
+use crate::sizing::resources::Resources;
 use tenantci_core::input::url_host;
 use tenantci_core::node_image::NodeImage;
 use tenantci_core::{Error, Result};
@@ -290,7 +290,7 @@ fn executor(
     i: &Inputs,
     existing: Option<&Config>,
     node: Option<&NodeImage>,
-) -> Result<crate::executor::Executor> {
+) -> Result<crate::sizing::ExecutorSettings> {
     let proxy_image = match (&i.proxy_image, existing) {
         (Some(p), _) => p.clone(),
         (None, Some(e)) => e.executor.proxy_image.clone(),
@@ -300,14 +300,14 @@ fn executor(
         }
     };
     let mut x = match existing {
-        Some(e) => crate::executor::Executor {
+        Some(e) => crate::sizing::ExecutorSettings {
             image: i.executor_image.clone(),
             proxy_image,
             ..e.executor.clone()
         },
         None => {
             let mut x =
-                crate::executor::Executor::with_images(i.executor_image.clone(), proxy_image);
+                crate::sizing::ExecutorSettings::with_images(i.executor_image.clone(), proxy_image);
             x.resources = node.map(Resources::for_node).unwrap_or_default();
             x
         }

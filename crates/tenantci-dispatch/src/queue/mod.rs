@@ -8,7 +8,7 @@
 //!   key only the dispatcher holds.
 //! - [`producer`] / [`consumer`]: publish with dedupe; pull only as many as there are free slots.
 //! - [`connect`]: a client with user/password from a file and the user's own inbox prefix.
-//! - [`status`]: `queue status`, what each backend's consumer holds.
+//! - [`depth`]: `queue status` and the scheduler's depth: what each backend's consumer holds.
 //! - [`ledger_bucket`]: where the claim ledger lives (its entries are `task::ledger`'s).
 //!
 //! Does not talk to Gitea or Kubernetes, and does not know what a task's state is (`task`).
@@ -16,10 +16,10 @@
 pub mod assignment;
 pub mod connect;
 pub mod consumer;
+pub mod depth;
 pub mod ledger_bucket;
 pub mod permissions;
 pub mod producer;
-pub mod status;
 pub mod topology;
 
 /// The stream that holds every assignment.

@@ -20,7 +20,7 @@
 pub mod credential;
 pub mod kube_swap;
 pub mod reload;
-pub mod status;
+pub mod status_api;
 pub mod term;
 
 use std::net::SocketAddr;
@@ -41,7 +41,6 @@ use crate::claim::registration::SchedulerCredential;
 use crate::claim::scheduler;
 use crate::claim::webhook::{self, Receiver, WebhookSecret};
 use crate::config::Config;
-use crate::executor::demand::WarmDemand;
 use crate::facade::Facade;
 use crate::facade::cert as facade_cert;
 use crate::facade::handout::Handout;
@@ -56,6 +55,7 @@ use crate::queue::topology::{self, TopologySpec};
 use crate::queue::{connect, permissions, users};
 use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
+use crate::sizing::demand::WarmDemand;
 use crate::task::ledger::Ledger;
 use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
@@ -327,7 +327,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         metrics.clone(),
     ));
     let facade_listener = bind("facade", cfg.facade.listen).await?;
-    let status_listeners = status::Listeners::bind(&cfg.status).await?;
+    let status_listeners = status_api::Listeners::bind(&cfg.status).await?;
     let (status_addr, metrics_addr) = (status_listeners.status_addr, status_listeners.metrics_addr);
     let webhook_listener = match &cfg.webhook {
         Some(w) => Some(bind("webhook receiver", w.listen).await?),
@@ -420,8 +420,8 @@ fn status_sources(
     ledger: Mirror,
     backends: &[Arc<dyn Backend>],
     worker: &async_nats::Client,
-) -> Arc<status::Sources> {
-    Arc::new(status::Sources {
+) -> Arc<status_api::Sources> {
+    Arc::new(status_api::Sources {
         registry: registry.clone(),
         ledger,
         backends: backends.to_vec(),

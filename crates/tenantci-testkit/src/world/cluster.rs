@@ -148,7 +148,7 @@ impl World {
     /// one waiting: every start so far is acked, and the queue will redeliver none of them.
     pub async fn pod_assignments_acked(&self) {
         use tenantci_dispatch::backend::pod;
-        use tenantci_dispatch::queue::status::depth_now;
+        use tenantci_dispatch::queue::depth::depth_now;
         let js = async_nats::jetstream::new(self.nats.client("ci-admin").await);
         eventually("every pod assignment acked", || async {
             (depth_now(&js, pod::KIND).await? == 0).then_some(())

@@ -190,7 +190,10 @@ fn base_config(gitea: &Gitea, nats: &NatsServer, kubeconfig: &Path) -> Config {
             cert_file: config::files::FACADE_CERT.into(),
             key_file: config::files::FACADE_KEY.into(),
         },
-        executor: tenantci_dispatch::executor::Executor::with_images(EXECUTOR_IMAGE, PROXY_IMAGE),
+        executor: tenantci_dispatch::sizing::ExecutorSettings::with_images(
+            EXECUTOR_IMAGE,
+            PROXY_IMAGE,
+        ),
         status: config::Status::default(),
         leader: tenantci_dispatch::leader::Leader {
             lease_duration: Duration::from_secs(3).into(),

@@ -13,7 +13,7 @@ use tenantci_dispatch::backend::{pod, vm};
 use tenantci_dispatch::config::Config;
 use tenantci_dispatch::init::{self, CapacityFlag, ClusterAccess, Inputs, RegistrationToken};
 use tenantci_dispatch::renew;
-use tenantci_dispatch::run::status;
+use tenantci_dispatch::run::status_api;
 
 #[derive(Debug, Subcommand)]
 pub enum DispatchCommand {
@@ -256,7 +256,7 @@ pub struct FacadeArgs {
     /// Default: the existing config's, else the forge's own runner (forgejo-runner for
     /// Forgejo, act_runner for Gitea).
     #[arg(long, value_name = "COMMAND")]
-    pub runner_command: Option<tenantci_dispatch::executor::RunnerCommand>,
+    pub runner_command: Option<tenantci_dispatch::sizing::RunnerCommand>,
     /// The tenantci image (pinned by digest) whose `tenantci executor-proxy` runs beside each
     /// executor: the only holder of the facade CA in the Pod. Default: the existing config's.
     #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
@@ -674,7 +674,7 @@ async fn probe(a: &ProbeArgs) -> Result<i32> {
     } else {
         format!("/{}", a.path)
     };
-    let body = status::probe(cfg.status.listen, &path).await?;
+    let body = status_api::probe(cfg.status.listen, &path).await?;
     println!("{}", body.trim_end());
     Ok(0)
 }

@@ -8,7 +8,7 @@ use crate::output::{self, OutputArgs};
 use tenantci_core::duration;
 use tenantci_dispatch::backend::{catalog, pod, vm};
 use tenantci_dispatch::queue::topology::{self, Change, TopologySpec};
-use tenantci_dispatch::queue::{permissions, status};
+use tenantci_dispatch::queue::{depth, permissions};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
@@ -194,7 +194,7 @@ fn describe(c: &Change) -> String {
 }
 
 async fn status(args: StatusArgs) -> tenantci_core::Result<i32> {
-    let report = status::read(
+    let report = depth::read(
         &args.conn.nats,
         &args.conn.user,
         &args.conn.password_file,

@@ -1,19 +1,19 @@
 //! The pod backend: one executor Pod and its Secret per task on the tenant cluster.
 //!
-//! - [`executor`]: the Secret and Pod of one task (pure);
+//! - [`manifest`]: the Secret and Pod of one task (pure);
 //! - [`objects`]: every read and write of them on the apiserver;
 //! - [`observer`]: how the reconciler and keep-alive see them: watches and a local store,
 //!   metadata only for the Secrets, a pass on change and on a slow resync;
 //! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure);
-//! - [`pause`]: the warm pools as pause Pods (leader), sized by `executor::warm`'s plan over
-//!   `executor::demand`, each pause Pod asking what one executor Pod does
-//!   (`executor::resources`);
+//! - [`pause`]: the warm pools as pause Pods (leader), sized by `sizing::warm`'s plan over
+//!   `sizing::demand`, each pause Pod asking what one executor Pod does
+//!   (`sizing::resources`);
 //! - [`registrar`]: with executor identity on, each scheduled executor Pod's SPIRE entry,
 //!   written from the reconciler's pass and deleted with the Pod.
 
 pub mod events;
-pub mod executor;
 pub mod lifecycle;
+pub mod manifest;
 pub mod objects;
 pub mod observer;
 pub mod pause;

@@ -150,7 +150,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             cert_file: files::FACADE_CERT.into(),
             key_file: files::FACADE_KEY.into(),
         },
-        executor: tenantci_dispatch::executor::Executor::with_images(
+        executor: tenantci_dispatch::sizing::ExecutorSettings::with_images(
             format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
             format!("tenantci@sha256:{}", "1".repeat(64)),
         ),

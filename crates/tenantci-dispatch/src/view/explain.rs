@@ -13,7 +13,7 @@ use super::{FORGE_OFFLINE_AFTER_SECS, State, Status, TaskStatus};
 use crate::backend::catalog;
 use crate::backend_kind::BackendKind;
 use crate::claim::routing;
-use crate::executor::class;
+use crate::sizing::class;
 
 /// Why a job waits, and what makes it run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use serde::{Deserialize, Serialize};
 
 use crate::backend_kind::{BackendFacts, BackendKind};
-use crate::executor::resources::Resources;
+use crate::sizing::resources::Resources;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::node_image::NodeImage;
 
@@ -53,7 +53,7 @@ pub struct ExecutorClass {
 }
 
 /// `[executor.class.warm]`: the limits of a class's demand-driven warm pool
-/// (`executor::warm` decides its size).
+/// (`sizing::warm` decides its size).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmPool {
@@ -82,8 +82,8 @@ fn warm_window() -> GoDuration {
 
 impl WarmPool {
     /// The decision's limits for a class of `capacity`.
-    pub fn limits(&self, capacity: u32) -> crate::executor::warm::Limits {
-        crate::executor::warm::Limits {
+    pub fn limits(&self, capacity: u32) -> crate::sizing::warm::Limits {
+        crate::sizing::warm::Limits {
             min: self.min,
             max: self.max,
             idle: self.idle.get(),
@@ -406,7 +406,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_class_sizes_and_places_the_executor() {
-        let base = crate::executor::Executor::with_images("i@sha256:x", "p@sha256:y");
+        let base = crate::sizing::ExecutorSettings::with_images("i@sha256:x", "p@sha256:y");
         let mut c = class("large", "1800m", "1536Mi", 1);
         c.node_selector = Some(BTreeMap::from([("pool".into(), "big".into())]));
         c.runtime_class_name = Some("gvisor".into());
