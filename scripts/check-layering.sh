@@ -232,6 +232,14 @@ python3 scripts/lib/module_layers.py crates/tenantci-dispatch/src crates/tenantc
 # state, and their routes take the double back (to break: the double in a file below them).
 python3 scripts/lib/module_layers.py crates/tenantci-sim/src crates/tenantci-sim/layers.txt \
   --drawn-in docs/architecture.md --circle-inside gitea || status=1
+# Nothing outside the dispatcher's backend/ names a backend: a new one is its folder and a line
+# in backend::catalog.
+python3 scripts/lib/backend_named.py crates/tenantci-dispatch/src pod vm fake || status=1
+# The fake backend is the tests': the binary's own dependency tree never turns it on.
+if cargo tree "$lock" -p tenantci -e normal,features --prefix none | grep -q 'fake-backend'; then
+  echo "layering: the tenantci binary's own dependencies turn on tenantci-dispatch's fake-backend feature (only tenantci-testkit, a test dependency, may)" >&2
+  status=1
+fi
 # The simulator judges the product, so it reads what it judges by its own code.
 sim_reads_on_its_own crates/tenantci-sim/src || status=1
 [ $status = 0 ] && echo "layering: ok" >&2

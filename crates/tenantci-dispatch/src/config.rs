@@ -11,17 +11,20 @@
 //! Invariant: a loaded [`Config`] is valid. Durations are parsed into [`GoDuration`]s while the
 //! file is read, and [`Config::validate`] checks the rest, so `run` never meets a bad value.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::catalog;
+use crate::backend_kind::BackendKind;
 use crate::claim::settings::{Gitea, WaitingJobs, Webhook};
-use crate::executor::Executor;
 use crate::facade::settings::Facade;
 use crate::leader::Leader;
-use crate::queue::BackendKind;
+use crate::sizing::ExecutorSettings;
+use crate::sizing::class::BackendOfClass;
 use crate::task::Claim;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::input::url_host;
@@ -93,7 +96,7 @@ pub struct Config {
     #[serde(default)]
     pub capacity: Capacity,
     pub facade: Facade,
-    pub executor: Executor,
+    pub executor: ExecutorSettings,
     #[serde(default)]
     pub status: Status,
     #[serde(default)]
@@ -109,12 +112,12 @@ pub struct Config {
     /// The VM backend (OpenSandbox); absent: off, and `vm` is not registered at Gitea.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<crate::backend::vm::Vm>,
-    /// Executor identity (SPIFFE mTLS at the facade); absent: the capability alone.
+    /// ExecutorSettings identity (SPIFFE mTLS at the facade); absent: the capability alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::identity::Identity>,
     /// The shared actions cache, per repository; absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<crate::cache::settings::Cache>,
+    pub cache: Option<crate::cache::settings::CacheSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,32 +173,58 @@ pub struct Nats {
     pub ca_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Capacity {
-    /// Concurrent executor Pods.
-    #[serde(default = "defaults::pod_capacity")]
-    pub pod: u32,
-    /// Concurrent VM sandboxes (used when the `[vm]` section is present).
-    #[serde(default = "defaults::vm_capacity")]
-    pub vm: u32,
-}
+/// `[capacity]`: each backend's concurrent executors, keyed by its name (`pod = 4`, `vm = 1`).
+/// A backend it does not name runs at its registered default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Capacity(BTreeMap<BackendKind, u32>);
 
 impl Default for Capacity {
+    /// Every backend's default, except an opt-in backend's (which a capacity turns on).
     fn default() -> Self {
-        Capacity {
-            pod: defaults::pod_capacity(),
-            vm: defaults::vm_capacity(),
-        }
+        Capacity(
+            catalog::all()
+                .filter(|f| !f.opt_in)
+                .map(|f| (f.kind, f.default_capacity))
+                .collect(),
+        )
     }
 }
 
 impl Capacity {
+    /// `backend`'s capacity: as set, else its default (0: no such backend in this build).
     pub fn of(&self, backend: BackendKind) -> u32 {
-        match backend {
-            BackendKind::Pod => self.pod,
-            BackendKind::Vm => self.vm,
+        self.0
+            .get(&backend)
+            .copied()
+            .or_else(|| catalog::facts(backend).map(|f| f.default_capacity))
+            .unwrap_or(0)
+    }
+
+    /// Sets `backend`'s capacity.
+    pub fn set(&mut self, backend: BackendKind, n: u32) {
+        self.0.insert(backend, n);
+    }
+
+    /// What the file sets, by backend (an opt-in backend is on when it is here).
+    pub fn explicit(&self) -> &BTreeMap<BackendKind, u32> {
+        &self.0
+    }
+
+    /// Every capacity names a backend of this build and is at least 1.
+    fn validate(&self) -> std::result::Result<(), String> {
+        for (backend, n) in &self.0 {
+            if catalog::facts(*backend).is_none() {
+                return Err(format!(
+                    "has capacity.{backend}, which is not a backend of this build (expected {})",
+                    catalog::named_for_a_sentence()
+                ));
+            }
+            if *n == 0 {
+                return Err(format!("has capacity.{backend} = 0 (at least 1)"));
+            }
         }
+        Ok(())
     }
 }
 
@@ -236,12 +265,6 @@ pub(crate) mod defaults {
 
     pub fn ack_wait() -> GoDuration {
         Duration::from_secs(30).into()
-    }
-    pub fn pod_capacity() -> u32 {
-        4
-    }
-    pub fn vm_capacity() -> u32 {
-        1
     }
     pub fn status_listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 9464))
@@ -478,13 +501,7 @@ impl Config {
             ));
         }
         self.cluster.check()?;
-        if self.capacity.pod == 0 {
-            return Err("has capacity.pod = 0 (at least 1)".into());
-        }
-        if self.capacity.vm == 0 {
-            return Err("has capacity.vm = 0 (at least 1)".into());
-        }
-        Ok(())
+        self.capacity.validate()
     }
 
     /// What wakes and bounds claiming: `[webhook]`, `[waiting_jobs]` (Forgejo only), `[claim]`.
@@ -558,14 +575,41 @@ impl Config {
         Ok(())
     }
 
+    /// Whether this config turns `backend` on: an opt-in backend when `[capacity]` names it,
+    /// a backend with a section of its own when the section is there (`[vm]`), any other
+    /// always.
+    pub fn runs(&self, backend: BackendKind) -> bool {
+        let Some(facts) = catalog::facts(backend) else {
+            return false;
+        };
+        if facts.opt_in {
+            return self.capacity.explicit().contains_key(&backend);
+        }
+        match facts.section {
+            Some("vm") => self.vm.is_some(),
+            Some(_) => false,
+            None => true,
+        }
+    }
+
     /// The optional sections and what they need of each other: `[vm]`, the resource
     /// classes, `[cache]`, `[identity]`.
     fn validate_extensions(&self) -> std::result::Result<(), String> {
         if let Some(vm) = &self.vm {
             vm.validate()?;
         }
-        crate::executor::class::validate(&self.executor.classes, &self.executor.resources, |b| {
-            (b == BackendKind::Pod || self.vm.is_some()).then(|| self.capacity.of(b))
+        crate::sizing::class::validate(&self.executor.classes, &self.executor.resources, |b| {
+            let kind = b.unwrap_or_else(catalog::default_kind);
+            let facts = catalog::facts(kind).ok_or_else(|| {
+                    format!(
+                        "has an executor.class on the backend `{kind}`, which this build does not have (expected {})",
+                        catalog::named_for_a_sentence()
+                    )
+                })?;
+            Ok(BackendOfClass {
+                facts,
+                capacity: self.runs(kind).then(|| self.capacity.of(kind)),
+            })
         })?;
         if let Some(cache) = &self.cache {
             cache.validate()?;
@@ -620,7 +664,7 @@ impl Config {
 
     /// The labels registered at Gitea: `gitea.labels` and every class label.
     pub fn declared_labels(&self) -> Vec<String> {
-        crate::executor::class::declared_labels(&self.gitea.labels, &self.executor.classes)
+        crate::sizing::class::declared_labels(&self.gitea.labels, &self.executor.classes)
     }
 
     pub fn leader_timing(&self) -> crate::leader::Timing {
@@ -710,7 +754,7 @@ pub(crate) mod tests {
                 cert_file: files::FACADE_CERT.into(),
                 key_file: files::FACADE_KEY.into(),
             },
-            executor: Executor::with_images(
+            executor: ExecutorSettings::with_images(
                 format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
                 format!("tenantci@sha256:{}", "c".repeat(64)),
             ),
@@ -721,9 +765,9 @@ pub(crate) mod tests {
             claim: Claim::default(),
             vm: None,
             identity: None,
-            cache: Some(crate::cache::settings::Cache {
+            cache: Some(crate::cache::settings::CacheSettings {
                 max_size_mib: 4096,
-                ..crate::cache::settings::Cache::in_dir("cache")
+                ..crate::cache::settings::CacheSettings::in_dir("cache")
             }),
         }
     }
@@ -766,7 +810,7 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(cfg.nats.url, "nats://10.0.0.9:4222");
-        assert_eq!(cfg.capacity.pod, 9);
+        assert_eq!(cfg.capacity.of(BackendKind::new("pod")), 9);
         assert_eq!(cfg.gitea.labels, ["a", "b"]);
         let in_pod = parse(
             &sample().to_toml(),
@@ -820,7 +864,7 @@ pub(crate) mod tests {
         let cfg = parse(&text, &[]).unwrap();
         let c = &cfg.executor.classes;
         assert_eq!((c[0].name.as_str(), c[0].capacity), ("small", 3));
-        assert_eq!(c[0].backend, BackendKind::Pod, "the default backend");
+        assert_eq!(c[0].backend, None, "the default backend");
         assert_eq!(
             c[1].node_selector.as_ref().unwrap()["socialweb.computer/pool"],
             "large"
@@ -994,8 +1038,9 @@ pub(crate) mod tests {
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
         cfg.cluster.resync = Some(Duration::from_secs(600).into());
-        cfg.capacity = Capacity { pod: 5, vm: 2 };
-        cfg.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
+        cfg.capacity.set(BackendKind::new("pod"), 5);
+        cfg.capacity.set(BackendKind::new("vm"), 2);
+        cfg.executor.runner_command = crate::sizing::RunnerCommand::GiteaRunner;
         cfg.executor.shutdown_timeout = Duration::from_secs(90).into();
         cfg.executor.runtime_class_name = Some("gvisor".into());
         cfg.executor.image_pull_secrets = vec!["registry".into(), "mirror".into()];
@@ -1062,7 +1107,7 @@ pub(crate) mod tests {
     /// cannot hold together.
     fn tuned_s3() -> Config {
         let mut cfg = tuned();
-        cfg.cache = Some(crate::cache::settings::Cache {
+        cfg.cache = Some(crate::cache::settings::CacheSettings {
             dir: None,
             s3_bucket: Some("ci-cache".into()),
             s3_endpoint: Some("http://10.0.0.7:9000".into()),
@@ -1071,7 +1116,7 @@ pub(crate) mod tests {
             s3_direct_downloads: true,
             max_entry_size_mib: 256,
             max_age: Duration::from_secs(86400).into(),
-            ..crate::cache::settings::Cache::in_dir("unused")
+            ..crate::cache::settings::CacheSettings::in_dir("unused")
         });
         cfg
     }

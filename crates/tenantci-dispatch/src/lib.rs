@@ -25,11 +25,11 @@
 //! the binary parses flags and calls in here.
 
 pub mod backend;
+pub mod backend_kind;
 pub mod cache;
 pub mod capability;
 pub mod claim;
 pub mod config;
-pub mod executor;
 pub mod executor_proxy;
 pub mod facade;
 pub mod health;
@@ -42,5 +42,6 @@ pub mod provision;
 pub mod queue;
 pub mod renew;
 pub mod run;
-pub mod status;
+pub mod sizing;
 pub mod task;
+pub mod view;

@@ -1,4 +1,4 @@
-//! The dispatcher's Prometheus metrics (served on /metrics by `status`). One struct so every
+//! The dispatcher's Prometheus metrics (served on /metrics by `run::status_api`). One struct so every
 //! actor records into the same registry; names are `tenantci_dispatch_*`. The status API
 //! reads a few figures back ([`Figures`]): gauges it shows as they are, and what a series
 //! cannot say (claims in the last minute, the forge's last answer to FetchTask).
@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 
 type ByBackend = Vec<(String, String)>;
 
@@ -589,7 +589,7 @@ mod tests {
     #[test]
     fn renders_every_family() {
         let m = Metrics::default();
-        m.claimed(BackendKind::Pod);
+        m.claimed(BackendKind::new("pod"));
         m.fetched(Duration::from_millis(3));
         m.leader(true);
         m.answer_lost();

@@ -18,7 +18,7 @@ use tenantci_core::forge::gitea::client::{ClientConfig, ClientError, Credentials
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, LogRow, Task, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
-use tenantci_dispatch::backend::pod::executor::{CA_KEY, PROXY_CONTAINER};
+use tenantci_dispatch::backend::pod::manifest::{CA_KEY, PROXY_CONTAINER};
 use tenantci_dispatch::task::spec::RUNNER_KEY;
 use tenantci_runner::act_runner::Registration;
 

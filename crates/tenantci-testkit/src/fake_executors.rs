@@ -17,12 +17,13 @@ use tenantci_core::forge::gitea::proto::TaskResult;
 use tenantci_dispatch::backend::lifecycle::Decision;
 use tenantci_dispatch::backend::reconciler::slots::Slots;
 use tenantci_dispatch::backend::{
-    BackendError, Context, Created, Executors, Nouns, Observed, Presence, StartError,
+    AssignmentHandout, Backend, BackendError, BackendFacts, Context, Created, ExecutorLifecycle,
+    ExecutorObservation, Nouns, Observed, Presence, StartError,
 };
-use tenantci_dispatch::executor::demand::WarmDemand;
+use tenantci_dispatch::backend_kind::BackendKind;
 use tenantci_dispatch::metrics::Metrics;
-use tenantci_dispatch::queue::BackendKind;
 use tenantci_dispatch::queue::consumer::Slot;
+use tenantci_dispatch::sizing::demand::WarmDemand;
 use tenantci_dispatch::task::Progress;
 use tenantci_dispatch::task::ledger::{self, Entry, LedgerError};
 use tenantci_dispatch::task::registry::Registry;
@@ -54,7 +55,7 @@ pub fn unfetched(task: i64, attempt: u32, age: Duration) -> Observed {
     }
 }
 
-/// One call of [`Executors::start`] that the backend took.
+/// One call of [`ExecutorLifecycle::start`] that the backend took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Start {
     /// The task id of the executor started.
@@ -78,15 +79,33 @@ struct Backing {
 /// A backend in memory: a start creates an executor that `observe` lists (unfetched, age 0)
 /// and a delete removes it; the test sets what else is listed and which starts fail.
 pub struct FakeExecutors {
-    backend: BackendKind,
+    facts: &'static BackendFacts,
     state: Mutex<Backing>,
 }
 
 impl FakeExecutors {
     /// A fake backend that reports itself as `backend`, listing nothing yet.
     pub fn new(backend: BackendKind) -> Arc<Self> {
+        // One leak per fake backend of a test: facts are `'static` as a registered backend's.
+        let facts = Box::leak(Box::new(BackendFacts {
+            kind: backend,
+            label: None,
+            turned_on_by: "it is a test's",
+            default_capacity: 1,
+            opt_in: false,
+            section: None,
+            rented_nodes: false,
+            nouns: Nouns {
+                executor: "fake executor",
+                executors: "fake executors",
+                source: "the fake",
+                gone: "the fake executor was deleted",
+                lost_partly: "its fake executor was lost",
+                lost_whole: "its fake executor was lost",
+            },
+        }));
         Arc::new(FakeExecutors {
-            backend,
+            facts,
             state: Mutex::new(Backing::default()),
         })
     }
@@ -133,20 +152,13 @@ impl FakeExecutors {
     }
 }
 
-impl Executors for FakeExecutors {
-    fn backend(&self) -> BackendKind {
-        self.backend
+impl Backend for FakeExecutors {
+    fn facts(&self) -> &'static BackendFacts {
+        self.facts
     }
+}
 
-    fn nouns(&self) -> Nouns {
-        Nouns {
-            executor: "fake executor",
-            executors: "fake executors",
-            source: "the fake backend",
-            gone: "the fake executor was deleted",
-        }
-    }
-
+impl ExecutorLifecycle for FakeExecutors {
     fn start<'a>(
         &'a self,
         spec: &'a ExecutorSpec,
@@ -167,11 +179,6 @@ impl Executors for FakeExecutors {
         Box::pin(async move { Ok(found) })
     }
 
-    fn observe(&self) -> Boxed<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
-        let found = lock(&self.state).found.clone();
-        Box::pin(async move { Ok(found) })
-    }
-
     fn delete(&self, task: i64) -> Boxed<'_, Result<(), BackendError>> {
         let mut s = lock(&self.state);
         s.found.remove(&task);
@@ -180,6 +187,23 @@ impl Executors for FakeExecutors {
         Box::pin(async { Ok(()) })
     }
 
+    fn mark_terminal(&self, task: i64) -> Boxed<'_, Result<(), BackendError>> {
+        if let Some(o) = lock(&self.state).found.get_mut(&task) {
+            o.terminal = true;
+            o.decision = Decision::Delete;
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl ExecutorObservation for FakeExecutors {
+    fn observe(&self) -> Boxed<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
+        let found = lock(&self.state).found.clone();
+        Box::pin(async move { Ok(found) })
+    }
+}
+
+impl AssignmentHandout for FakeExecutors {
     fn sealed_assignment(&self, task: i64) -> Boxed<'_, Result<Option<Vec<u8>>, BackendError>> {
         let sealed = lock(&self.state).sealed.get(&task).cloned();
         Box::pin(async move { Ok(sealed) })
@@ -208,14 +232,6 @@ impl Executors for FakeExecutors {
             _ => Presence::Gone,
         };
         Box::pin(async move { Ok(presence) })
-    }
-
-    fn mark_terminal(&self, task: i64) -> Boxed<'_, Result<(), BackendError>> {
-        if let Some(o) = lock(&self.state).found.get_mut(&task) {
-            o.terminal = true;
-            o.decision = Decision::Delete;
-        }
-        Box::pin(async { Ok(()) })
     }
 }
 

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use tenantci_dispatch::backend::catalog;
 use tenantci_dispatch::queue::{connect, permissions};
 
 use crate::process::Process;
@@ -82,7 +83,7 @@ impl NatsServer {
             monitor: None,
             tls,
         };
-        permissions::write_nats_config(&s.secrets, &s.auth)
+        permissions::write_nats_config(&s.secrets, &s.auth, &catalog::kinds())
             .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
         s.spawn();
         s
@@ -339,7 +340,7 @@ impl NatsCluster {
             .expect("create a directory for the NATS cluster");
         let secrets = dir.path().join("secrets");
         let auth = dir.path().join("auth.conf");
-        permissions::write_nats_config(&secrets, &auth)
+        permissions::write_nats_config(&secrets, &auth, &catalog::kinds())
             .unwrap_or_else(|e| panic!("generate the NATS users: {}", e.render()));
         // The route ports must be known up front, before any server starts.
         let routes: Vec<u16> = (0..3).map(|_| crate::process::free_port()).collect();

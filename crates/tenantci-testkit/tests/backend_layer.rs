@@ -12,12 +12,12 @@ use tenantci_core::forge::gitea::proto::TaskResult;
 use tenantci_dispatch::backend::keep_alive::KeepAlive;
 use tenantci_dispatch::backend::reconciler::{Reconciler, Restarts};
 use tenantci_dispatch::backend::worker::Worker;
-use tenantci_dispatch::backend::{Executors, Observed, StartError};
+use tenantci_dispatch::backend::{Backend, Observed, StartError, pod, vm};
+use tenantci_dispatch::backend_kind::BackendKind;
 use tenantci_dispatch::capability::CapabilityKey;
-use tenantci_dispatch::executor::Executor;
-use tenantci_dispatch::queue::BackendKind;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{Job, Outcome, Slot};
+use tenantci_dispatch::sizing::ExecutorSettings;
 use tenantci_dispatch::task::Claim;
 use tenantci_dispatch::task::Progress;
 use tenantci_dispatch::task::ledger::{Entry, Phase};
@@ -39,7 +39,7 @@ impl World {
     fn new() -> Self {
         World {
             fakes: Fakes::new(),
-            pod: FakeExecutors::new(BackendKind::Pod),
+            pod: FakeExecutors::new(pod::KIND),
             key: SealingKey::generate(),
         }
     }
@@ -53,7 +53,7 @@ impl World {
             &self.key,
             &task.to_string(),
             attempt,
-            BackendKind::Pod,
+            pod::KIND,
             labels,
             &gitea_task,
         )
@@ -63,9 +63,7 @@ impl World {
     /// An executor of `task`'s `attempt` that the reconciler knows (registered as running).
     fn running(&self, o: Observed) {
         let sealed = self.assignment(o.task, o.attempt).to_json();
-        self.fakes
-            .registry
-            .running(o.task, BackendKind::Pod, || None);
+        self.fakes.registry.running(o.task, pod::KIND, || None);
         self.pod.put(o, Some(sealed));
     }
 
@@ -76,7 +74,7 @@ impl World {
             facade_ca_pem: String::new(),
             gitea: GiteaForExecutors::default(),
             runner_name: "tenantci".into(),
-            executor: Executor::with_images(
+            executor: ExecutorSettings::with_images(
                 format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
                 format!("tenantci@sha256:{}", "b".repeat(64)),
             ),
@@ -113,7 +111,7 @@ impl World {
         Job::outside_a_consumer(a, delivered, last_delivery, Slot::of_permit(permit))
     }
 
-    fn keep_alive(&self, backends: Vec<Arc<dyn Executors>>) -> KeepAlive {
+    fn keep_alive(&self, backends: Vec<Arc<dyn Backend>>) -> KeepAlive {
         KeepAlive {
             ctx: self.fakes.ctx(),
             backends,
@@ -168,7 +166,7 @@ async fn an_executor_that_fetched_is_kept_past_the_deadline() {
     });
     w.fakes
         .ledger
-        .put(Entry::step(2, 1, BackendKind::Pod, Phase::Fetched));
+        .put(Entry::step(2, 1, pod::KIND, Phase::Fetched));
     let mut r = w.reconciler(FakeSlots::new(4));
     r.pass().await.unwrap();
     assert!(w.pod.deletes().is_empty());
@@ -247,7 +245,7 @@ async fn a_waiting_replacement_of_a_task_gitea_ended_is_dropped() {
     assert_eq!(w.pod.start_tries(), 1);
     assert!(w.fakes.gitea.failures().is_empty());
     assert!(!w.fakes.registry.is_running(1), "its slot is free");
-    let cancelled = report::final_step(1, TaskResult::Cancelled).result;
+    let cancelled = report::final_step(1, BackendKind::new("pod"), TaskResult::Cancelled).result;
     assert_eq!(w.fakes.ledger.entry(1).and_then(|e| e.result), cancelled);
 }
 
@@ -260,7 +258,7 @@ async fn a_waiting_replacement_of_a_task_gitea_ended_is_dropped() {
 async fn recovery_starts_no_more_lost_executors_than_free_slots() {
     let w = World::new();
     for task in 1..=3 {
-        let step = Entry::step(task, 1, BackendKind::Pod, Phase::Started);
+        let step = Entry::step(task, 1, pod::KIND, Phase::Started);
         w.fakes
             .ledger
             .put(step.with_assignment(&w.assignment(task, 1)));
@@ -300,7 +298,7 @@ async fn recovery_starts_no_more_lost_executors_than_free_slots() {
 #[tokio::test]
 async fn keep_alive_withdraws_a_task_gitea_cancelled_and_reports_nothing_over_it() {
     let w = World::new();
-    w.fakes.registry.queued(5, BackendKind::Pod);
+    w.fakes.registry.queued(5, pod::KIND);
     w.running(unfetched(6, 1, Duration::from_secs(10)));
     for task in [5, 6] {
         w.fakes.gitea.set_result(task, TaskResult::Cancelled);
@@ -315,7 +313,7 @@ async fn keep_alive_withdraws_a_task_gitea_cancelled_and_reports_nothing_over_it
     assert!(deletes.contains(&5) && deletes.contains(&6), "{deletes:?}");
     assert!(w.pod.observed(6).is_none());
     assert!(!w.fakes.registry.is_running(6), "its slot is free");
-    let cancelled = report::final_step(5, TaskResult::Cancelled).result;
+    let cancelled = report::final_step(5, BackendKind::new("pod"), TaskResult::Cancelled).result;
     for task in [5, 6] {
         assert_eq!(w.fakes.ledger.entry(task).and_then(|e| e.result), cancelled);
     }
@@ -334,22 +332,22 @@ async fn keep_alive_withdraws_a_task_gitea_cancelled_and_reports_nothing_over_it
 #[tokio::test]
 async fn keep_alive_updates_every_unreported_task_on_every_backend_once() {
     let w = World::new();
-    let vm = FakeExecutors::new(BackendKind::Vm);
+    let vm = FakeExecutors::new(vm::KIND);
     let age = Duration::from_secs(10);
     let with = |task, progress| Observed {
         progress,
         ..unfetched(task, 1, age)
     };
-    w.fakes.registry.queued(1, BackendKind::Pod);
+    w.fakes.registry.queued(1, pod::KIND);
     // Queued and listed already (created, not registered yet): still one UpdateTask.
-    w.fakes.registry.queued(2, BackendKind::Pod);
+    w.fakes.registry.queued(2, pod::KIND);
     w.pod.put(with(2, Some(Progress::Unfetched)), None);
     w.pod.put(with(3, Some(Progress::Fetched)), None);
     w.pod.put(with(4, Some(Progress::Reported)), None);
     w.pod.put(with(5, None), None);
     w.fakes
         .ledger
-        .put(Entry::step(5, 1, BackendKind::Pod, Phase::Started));
+        .put(Entry::step(5, 1, pod::KIND, Phase::Started));
     w.pod.put(
         Observed {
             terminal: true,
@@ -361,7 +359,7 @@ async fn keep_alive_updates_every_unreported_task_on_every_backend_once() {
     vm.put(with(8, None), None);
     w.fakes
         .ledger
-        .put(Entry::step(8, 1, BackendKind::Vm, Phase::Reported));
+        .put(Entry::step(8, 1, vm::KIND, Phase::Reported));
     w.keep_alive(vec![w.pod.clone(), vm.clone()]).round().await;
     assert_eq!(w.fakes.gitea.keep_alives(), vec![1, 2, 3, 5, 7]);
     assert!(w.pod.deletes().is_empty() && vm.deletes().is_empty());
@@ -407,7 +405,7 @@ async fn an_assignment_a_later_attempt_replaced_is_dropped() {
     let w = World::new();
     w.fakes
         .ledger
-        .put(Entry::step(7, 2, BackendKind::Pod, Phase::Started));
+        .put(Entry::step(7, 2, pod::KIND, Phase::Started));
     let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
     assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");
     assert!(w.pod.starts().is_empty());
@@ -418,7 +416,7 @@ async fn an_assignment_a_later_attempt_replaced_is_dropped() {
 #[tokio::test]
 async fn a_task_withdrawn_while_queued_is_not_started() {
     let w = World::new();
-    w.fakes.registry.queued(7, BackendKind::Pod);
+    w.fakes.registry.queued(7, pod::KIND);
     assert!(w.fakes.registry.withdraw(7));
     let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
     assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");

@@ -51,7 +51,7 @@ const BUCKET: &str = "bench";
 async fn serve(dir: PathBuf) {
     let key_hex = std::env::var("BENCH_CACHE_KEY").unwrap();
     let key = CapabilityKey::from_bytes(&hex::decode(key_hex).unwrap()).unwrap();
-    let mut store = settings::Cache::in_dir(&dir);
+    let mut store = settings::CacheSettings::in_dir(&dir);
     if let Ok(endpoint) = std::env::var("BENCH_CACHE_S3") {
         store.dir = None;
         store.s3_bucket = Some(BUCKET.into());

@@ -1,4 +1,4 @@
-//! Warm against cold executor starts: the dispatcher's own executor Pod (`executor::desired_pod`
+//! Warm against cold executor starts: the dispatcher's own executor Pod (`manifest::desired_pod`
 //! with the default config: 1800m + the 10m sidecar on the runbook's 2-vCPU node) created on
 //! `tenantci sim` with a scaled-down node boot, RUNS times cold (no node up: the Pod waits
 //! for a node to be rented and boot) and RUNS times warm (one pause pod sized by
@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use tenantci_core::node_image::NodeImage;
-use tenantci_dispatch::backend::pod::executor::{self};
-use tenantci_dispatch::executor::Executor;
+use tenantci_dispatch::backend::pod::manifest;
+use tenantci_dispatch::sizing::ExecutorSettings;
 use tenantci_dispatch::task::spec::ExecutorSpec;
 use tenantci_runner::tenant::prewarm;
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
@@ -28,7 +28,7 @@ fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
         .unwrap_or(d)
 }
 
-fn spec(task: i64, x: &Executor) -> ExecutorSpec {
+fn spec(task: i64, x: &ExecutorSettings) -> ExecutorSpec {
     ExecutorSpec {
         namespace: NAMESPACE.into(),
         task_id: task,
@@ -93,7 +93,7 @@ async fn starts(warm: bool, runs: usize, boot: Duration) -> Vec<f64> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let nodes: Api<Node> = Api::all(client.clone());
-    let x = Executor::with_images(
+    let x = ExecutorSettings::with_images(
         format!("gitea/runner@sha256:{}", "a".repeat(64)),
         format!("tenantci@sha256:{}", "b".repeat(64)),
     );
@@ -120,12 +120,12 @@ async fn starts(warm: bool, runs: usize, boot: Duration) -> Vec<f64> {
         let s = spec(task, &x);
         let pp = PostParams::default();
         secrets
-            .create(&pp, &executor::desired_secret(&s, b"{}"))
+            .create(&pp, &manifest::desired_secret(&s, b"{}"))
             .await
             .unwrap();
         let started = Instant::now();
-        pods.create(&pp, &executor::desired_pod(&s)).await.unwrap();
-        let name = executor::object_name(task);
+        pods.create(&pp, &manifest::desired_pod(&s)).await.unwrap();
+        let name = manifest::object_name(task);
         await_condition(pods.clone(), &name, conditions::is_pod_running())
             .await
             .unwrap();
@@ -168,7 +168,7 @@ async fn main() {
     let doc = format!(
         "## Executor Pods: warm against cold start\n\n\
          `crates/tenantci-bench/src/bin/bench_executor_start.rs` (`scripts/bench.sh executor-start`): the dispatcher's own \
-         executor Pod (`executor::desired_pod`, default config: runner 1800m / 1728Mi plus the 10m / 32Mi \
+         executor Pod (`manifest::desired_pod`, default config: runner 1800m / 1728Mi plus the 10m / 32Mi \
          executor-proxy sidecar, one per 2-vCPU node) created on `tenantci sim` with a {:.0} s node boot, \
          {runs} times cold (no node up) and {runs} times warm (one pause pod sized by `tenant prewarm \
          --dispatch-config`'s `prewarm_spec` holds a booted node), in one process. Start latency is \

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt as _;
+use tenantci_dispatch::backend::{pod, vm};
+use tenantci_dispatch::queue::STREAM;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
 use tenantci_dispatch::queue::producer::Producer;
 use tenantci_dispatch::queue::topology::{self, TopologySpec};
-use tenantci_dispatch::queue::{BackendKind, STREAM};
 use tenantci_testkit::nats::NatsServer;
 
 const PUBLISHERS: usize = 16;
@@ -41,7 +42,7 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
     let consumer = Arc::new(
         CappedConsumer::bind(
             s.client("ci-worker").await,
-            BackendKind::Pod,
+            pod::KIND,
             capacity,
             ConsumerSettings {
                 confirm_acks: std::env::var_os("BENCH_PLAIN_ACK").is_none(),
@@ -84,7 +85,7 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
             key,
             &format!("l{capacity}-{i}"),
             1,
-            BackendKind::Pod,
+            pod::KIND,
             vec![],
             b"{}",
         )
@@ -108,7 +109,7 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
                     &key,
                     &format!("t{capacity}-{i}"),
                     1,
-                    BackendKind::Pod,
+                    pod::KIND,
                     vec![],
                     br#"{"token":"x"}"#,
                 )
@@ -223,9 +224,8 @@ async fn main() {
     for capacity in [4usize, 64] {
         let admin = jetstream::new(server.client("ci-admin").await);
         let spec = TopologySpec {
-            pod_capacity: capacity as u32,
             // The raw path runs on `vm`, so the two never share pull requests.
-            vm_capacity: capacity as u32,
+            capacities: vec![(pod::KIND, capacity as u32), (vm::KIND, capacity as u32)],
             ..TopologySpec::default()
         };
         topology::apply(&admin, &spec).await.unwrap();

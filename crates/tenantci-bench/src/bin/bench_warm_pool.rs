@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use tenantci_core::quantity;
-use tenantci_dispatch::executor::warm::{self, Arrivals, Demand, Limits};
+use tenantci_dispatch::sizing::warm::{self, Arrivals, Demand, Limits};
 use tenantci_runner::tenant::prewarm::{self, PrewarmSpec};
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 

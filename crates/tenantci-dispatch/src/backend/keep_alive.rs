@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::backend::Backend;
 use crate::backend::Context;
-use crate::backend::Executors;
 use crate::task::Progress;
 use crate::task::report;
 use tenantci_core::forge::gitea::proto::TaskResult;
@@ -20,7 +20,7 @@ use tenantci_core::forge::gitea::proto::TaskResult;
 pub struct KeepAlive {
     pub ctx: Context,
     /// Every backend this dispatcher runs.
-    pub backends: Vec<Arc<dyn Executors>>,
+    pub backends: Vec<Arc<dyn Backend>>,
     pub interval: Duration,
 }
 
@@ -37,17 +37,21 @@ impl KeepAlive {
 
     /// One round: every waiting task's UpdateTask, and the withdrawal of those Gitea ended.
     pub async fn round(&self) {
-        let mut tasks = self.ctx.registry.queued_tasks();
+        // Each task once, with the backend it is on (for a ledger entry it may lack).
+        let mut tasks = self.ctx.registry.queued_on();
         for executors in &self.backends {
-            tasks.extend(self.unreported(&**executors).await);
+            for task in self.unreported(&**executors).await {
+                tasks.entry(task).or_insert(executors.backend());
+            }
         }
-        tasks.sort_unstable();
-        tasks.dedup();
-        for task in tasks {
+        for (task, backend) in tasks {
             match self.ctx.gitea.keep_alive(task).await {
                 Ok(result) if result.is_final() => {
                     self.withdraw(task, result).await;
-                    self.ctx.ledger.note(report::final_step(task, result)).await;
+                    self.ctx
+                        .ledger
+                        .note(report::final_step(task, backend, result))
+                        .await;
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -59,7 +63,7 @@ impl KeepAlive {
 
     /// The tasks of `executors` whose executor has not reported yet (not fetched, or fetched
     /// and silent so far), by the backend's own word or the claim ledger's phase.
-    async fn unreported(&self, executors: &dyn Executors) -> Vec<i64> {
+    async fn unreported(&self, executors: &dyn Backend) -> Vec<i64> {
         let found = match executors.observe().await {
             Ok(found) => found,
             Err(e) => {

@@ -1,8 +1,11 @@
 //! Where an assignment runs: one executor per task attempt, on a backend.
 //!
-//! [`Executors`] is the one trait a backend implements: start an executor, observe what
-//! exists, delete, hand the assignment out and consume it, mark the end, and a per-pass hook.
-//! Everything else is written once over it and knows no backend:
+//! A backend implements [`Backend`], split by concern: [`ExecutorLifecycle`] (start, delete,
+//! the end marker), [`ExecutorObservation`] (what exists, when it changed) and
+//! [`AssignmentHandout`] (the sealed assignment to its executor), with its [`BackendFacts`]
+//! (name, label, capacity, words). Backends register in [`catalog`], one line each ([`provider`]: what a registration supplies); nothing
+//! outside this folder names one (`scripts/check-layering.sh` refuses it). Everything else is
+//! written once over the traits:
 //!
 //! - [`worker`]: pulls assignments while a slot is free and starts their executors;
 //! - [`reconciler`]: the lifecycle after a start (cleanup after the terminal marker, FAILURE
@@ -16,12 +19,18 @@
 //!   ports (`task::report::{ClaimLedger, TaskReports}`) the testkit's fakes stand in for.
 //!
 //! A backend's folder holds only what is its own: [`pod`] the Kubernetes objects, [`vm`] the
-//! OpenSandbox Lifecycle API, each with its observation -> decision table. A third backend is
-//! one more folder, one `impl Executors`, and a line in `run::term` that builds it.
+//! OpenSandbox Lifecycle API, each with its observation -> decision table, and (feature
+//! `fake-backend`, for tests) `fake`, executors as directories the test plays. A third
+//! backend is one more folder and one line in [`catalog`]; one with a config section of its
+//! own (as `[vm]`) also adds it to `config`, and one with an `init` step to `init`.
 
+pub mod catalog;
+#[cfg(feature = "fake-backend")]
+pub mod fake;
 pub mod keep_alive;
 pub mod lifecycle;
 pub mod pod;
+pub mod provider;
 pub mod reconciler;
 pub mod vm;
 pub mod worker;
@@ -32,8 +41,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+pub use crate::backend_kind::{BackendFacts, BackendKind, Nouns};
 use crate::metrics::Metrics;
-use crate::queue::BackendKind;
 use crate::task::Progress;
 use crate::task::ledger::LedgerError;
 use crate::task::registry::Registry;
@@ -51,7 +60,7 @@ pub struct Context {
     pub ledger: Arc<dyn ClaimLedger>,
     pub metrics: Arc<Metrics>,
     /// The resource classes' demand, for their warm pools.
-    pub warm: Arc<crate::executor::demand::WarmDemand>,
+    pub warm: Arc<crate::sizing::demand::WarmDemand>,
 }
 
 /// What starting one executor found.
@@ -70,32 +79,50 @@ pub enum Presence {
     Gone,
 }
 
+/// A cause kept whole: the backend's own error (a `kube::Error`, an OpenSandbox `ApiError`,
+/// the claim ledger's), so whoever decides can downcast it instead of reading text.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why an executor could not be started. Every create, the worker's and the reconciler's,
-/// goes through a backend's own classification into one of these.
+/// goes through a backend's own classification into one of these; the cause stays typed.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// Worth another try (the backend is unreachable, throttling, 5xx, busy).
-    #[error("{0}")]
-    Unavailable(String),
+    #[error(transparent)]
+    Unavailable(Cause),
     /// It will never work (refused by policy, invalid, someone else's object).
-    #[error("{0}")]
-    Refused(String),
+    #[error(transparent)]
+    Refused(Cause),
+}
+
+impl StartError {
+    /// Worth another try, because of `cause`.
+    pub fn unavailable(cause: impl Into<Cause>) -> Self {
+        StartError::Unavailable(cause.into())
+    }
+
+    /// Never going to work, because of `cause`.
+    pub fn refused(cause: impl Into<Cause>) -> Self {
+        StartError::Refused(cause.into())
+    }
 }
 
 /// A backend's API could not do what was asked (unreachable, or it refused).
 #[derive(Debug, thiserror::Error)]
-#[error("{api}: {message}")]
+#[error("{api}: {source}")]
 pub struct BackendError {
     /// The API, for the facade's answer: "the tenant apiserver".
     pub api: &'static str,
-    pub message: String,
+    /// What the API's client returned.
+    pub source: Cause,
 }
 
 impl BackendError {
-    pub fn new(api: &'static str, e: impl std::fmt::Display) -> Self {
+    /// `api` failed with `source`.
+    pub fn new(api: &'static str, source: impl Into<Cause>) -> Self {
         BackendError {
             api,
-            message: e.to_string(),
+            source: source.into(),
         }
     }
 }
@@ -152,27 +179,26 @@ impl Observed {
     }
 }
 
-/// The words a backend's log lines use for its executors.
-#[derive(Debug, Clone, Copy)]
-pub struct Nouns {
-    /// One task's executor: "executor Pod and Secret", "VM sandbox".
-    pub executor: &'static str,
-    /// Several: "executors", "VM sandboxes".
-    pub executors: &'static str,
-    /// Where they are listed: "the apiserver", "the Lifecycle API".
-    pub source: &'static str,
-    /// What happened when one vanished: "the executor's Pod and Secret were deleted".
-    pub gone: &'static str,
+/// A backend: its facts, and its executors' lifecycle, observation and hand-out.
+/// Dyn-compatible: the generic layer holds `Arc<dyn Backend>`, the facade and keep-alive one
+/// per backend.
+pub trait Backend: ExecutorLifecycle + ExecutorObservation + AssignmentHandout {
+    /// What it registered in [`catalog`].
+    fn facts(&self) -> &'static BackendFacts;
+
+    /// Which backend: its consumer, subject, capacity and metrics label.
+    fn backend(&self) -> BackendKind {
+        self.facts().kind
+    }
+
+    /// The words its messages use.
+    fn nouns(&self) -> Nouns {
+        self.facts().nouns
+    }
 }
 
-/// Where one backend's executors live. Dyn-compatible: the generic layer holds
-/// `Arc<dyn Executors>`, the facade and keep-alive one per backend.
-pub trait Executors: Send + Sync + 'static {
-    /// Which backend: its consumer, subject, capacity and metrics label.
-    fn backend(&self) -> BackendKind;
-
-    fn nouns(&self) -> Nouns;
-
+/// Starting and ending one task's executor.
+pub trait ExecutorLifecycle: Send + Sync + 'static {
     /// How long one start may wait out an outage of the backend's API inside a delivery
     /// before the assignment goes back to the queue. The reconciler never waits: it tries
     /// once per pass.
@@ -194,35 +220,22 @@ pub trait Executors: Send + Sync + 'static {
     /// Whether any executor of `task` exists.
     fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>>;
 
-    /// Every executor of this dispatcher on this backend, by task (the latest attempt). It may
-    /// lag behind the backend (a watch's store): an executor missing from it is confirmed
-    /// with [`Executors::exists`] before anything is decided on its absence.
-    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>>;
-
     /// Deletes `task`'s executors (and whatever belongs to them); gone already is done.
     fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>>;
 
-    /// The sealed assignment of `task`'s current attempt, for its replacement (None: it was
-    /// consumed, the executor reported).
-    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
-
-    /// The hand-out: the sealed assignment for the executor of (`task`, `attempt`), while it
-    /// has not reported. The first hand-out records the fetch (the start deadline stops).
-    fn fetch(
-        &self,
-        task: i64,
-        attempt: u32,
-    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
-
-    /// The executor of (`task`, `attempt`) reported: its assignment is handed out for good.
-    /// `Gone` when its executor no longer exists.
-    fn consume(&self, task: i64, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>>;
-
     /// Gitea accepted the final state: the executor may go.
     fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>>;
+}
 
-    /// Returns when what [`Executors::observe`] answers may have changed (a watch event): the
-    /// reconciler's pass runs then. Backends that poll never return.
+/// What exists, for the reconciler and keep-alive.
+pub trait ExecutorObservation: Send + Sync + 'static {
+    /// Every executor of this dispatcher on this backend, by task (the latest attempt). It may
+    /// lag behind the backend (a watch's store): an executor missing from it is confirmed
+    /// with [`ExecutorLifecycle::exists`] before anything is decided on its absence.
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>>;
+
+    /// Returns when what [`ExecutorObservation::observe`] answers may have changed (a watch
+    /// event): the reconciler's pass runs then. Backends that poll never return.
     fn changed(&self) -> BoxFuture<'_, ()> {
         Box::pin(futures::future::pending())
     }
@@ -238,4 +251,23 @@ pub trait Executors: Send + Sync + 'static {
     fn reconciled<'a>(&'a self, _found: &'a BTreeMap<i64, Observed>) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
+}
+
+/// The sealed assignment, from the dispatcher to its executor (the facade's FetchTask).
+pub trait AssignmentHandout: Send + Sync + 'static {
+    /// The sealed assignment of `task`'s current attempt, for its replacement (None: it was
+    /// consumed, the executor reported).
+    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
+
+    /// The hand-out: the sealed assignment for the executor of (`task`, `attempt`), while it
+    /// has not reported. The first hand-out records the fetch (the start deadline stops).
+    fn fetch(
+        &self,
+        task: i64,
+        attempt: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
+
+    /// The executor of (`task`, `attempt`) reported: its assignment is handed out for good.
+    /// `Gone` when its executor no longer exists.
+    fn consume(&self, task: i64, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>>;
 }

@@ -1,6 +1,6 @@
 //! A backend's worker: pulls assignments from its backend's consumer only while an admission
 //! slot is free (`queue::consumer::CappedConsumer`), starts one executor per assignment through
-//! [`Executors`], and acks once the executor exists. The slot stays taken until the reconciler
+//! [`Backend`], and acks once the executor exists. The slot stays taken until the reconciler
 //! removes the executor, so slots = live executors. One worker per backend, the same code.
 //!
 //! No task runs twice: a redelivered assignment whose executor is gone is started again only
@@ -10,7 +10,7 @@
 //! recorded in the ledger with its sealed assignment.
 //!
 //! A backend whose API is away is waited out inside the delivery for its
-//! [`Executors::patience`] (the consumer's progress acks keep the assignment ours), then the
+//! [`ExecutorLifecycle::patience`] (the consumer's progress acks keep the assignment ours), then the
 //! assignment goes back to the queue; deliveries are unlimited by default, so an outage costs
 //! latency only.
 
@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Context;
-use crate::backend::{Created, Executors, StartError};
+use crate::backend::{Backend, Created, StartError};
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::{Job, Outcome};
 use crate::task::ledger::{Entry, Phase};
@@ -43,7 +43,7 @@ enum Standing {
 }
 
 pub struct Worker {
-    pub executors: Arc<dyn Executors>,
+    pub executors: Arc<dyn Backend>,
     pub template: ExecutorTemplate,
     pub ctx: Context,
 }
@@ -52,7 +52,7 @@ pub struct Worker {
 /// Only the first try may skip the lookup (`fresh`): a create that timed out may have
 /// happened.
 pub async fn start_patiently(
-    executors: &dyn Executors,
+    executors: &dyn Backend,
     spec: &ExecutorSpec,
     sealed: &[u8],
     fresh: bool,
@@ -126,7 +126,7 @@ impl Worker {
     }
 
     /// Whether this delivery may start an executor, and whether it is `fresh` (see
-    /// [`Executors::start`]); the outcome when it may not: the task was withdrawn while
+    /// [`ExecutorLifecycle::start`]); the outcome when it may not: the task was withdrawn while
     /// queued, the ledger has it as over or superseded, or (a redelivery without an executor)
     /// Gitea ended it already.
     async fn admit(&self, task: i64, job: &Job) -> Result<bool, Outcome> {
@@ -149,7 +149,10 @@ impl Worker {
                         "the task ended at Gitea already; its executor is not started again"
                     );
                     self.ctx.registry.finished(task);
-                    self.ctx.ledger.note(report::final_step(task, result)).await;
+                    self.ctx
+                        .ledger
+                        .note(report::final_step(task, self.executors.backend(), result))
+                        .await;
                     return Err(Outcome::Started);
                 }
                 Ok(None) => {}
@@ -214,7 +217,7 @@ impl Worker {
     /// left claimed with nobody to start it.
     async fn not_started(&self, task: i64, job: &Job, e: StartError) -> Outcome {
         match e {
-            StartError::Unavailable(why) if !job.last_delivery => Outcome::Retry(why),
+            StartError::Unavailable(why) if !job.last_delivery => Outcome::Retry(why.to_string()),
             StartError::Unavailable(why) => {
                 let line = format!(
                     "the {} backend stayed unavailable through {} deliveries of the assignment: {why}",
@@ -222,9 +225,9 @@ impl Worker {
                     job.delivered
                 );
                 self.fail(task, &line).await;
-                Outcome::Poison(why)
+                Outcome::Poison(why.to_string())
             }
-            StartError::Refused(why) => self.refused(task, why).await,
+            StartError::Refused(why) => self.refused(task, why.to_string()).await,
         }
     }
 
@@ -238,7 +241,12 @@ impl Worker {
     /// Reports FAILURE with `line` for a task whose assignment leaves the queue unstarted.
     async fn fail(&self, task: i64, line: &str) {
         match self.ctx.gitea.fail(task, line).await {
-            Ok(()) => self.ctx.ledger.note(report::failed_step(task)).await,
+            Ok(()) => {
+                self.ctx
+                    .ledger
+                    .note(report::failed_step(task, self.executors.backend()))
+                    .await
+            }
             Err(e) => {
                 tracing::warn!(task, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
             }

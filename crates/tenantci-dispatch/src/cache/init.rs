@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cache::settings::Cache;
+use crate::cache::settings::CacheSettings;
 use tenantci_core::{Error, Result};
 
 /// The flags as typed.
@@ -23,7 +23,7 @@ pub struct CacheInputs {
 }
 
 /// The `[cache]` section init writes: from the flags when they name a storage, else `kept`.
-pub fn section(c: &CacheInputs, kept: Option<&Cache>) -> Result<Option<Cache>> {
+pub fn section(c: &CacheInputs, kept: Option<&CacheSettings>) -> Result<Option<CacheSettings>> {
     if c.s3_bucket.is_none() {
         let stray = [
             ("--cache-s3-endpoint", c.s3_endpoint.is_some()),
@@ -57,11 +57,11 @@ pub fn section(c: &CacheInputs, kept: Option<&Cache>) -> Result<Option<Cache>> {
             }
             return checked(kept);
         }
-        (Some(dir), None) => Cache {
+        (Some(dir), None) => CacheSettings {
             dir: Some(absolute("--cache-dir", dir)?),
             ..limits_of(kept)
         },
-        (None, Some(bucket)) => Cache {
+        (None, Some(bucket)) => CacheSettings {
             dir: None,
             s3_bucket: Some(bucket.clone()),
             s3_endpoint: c
@@ -85,8 +85,8 @@ pub fn section(c: &CacheInputs, kept: Option<&Cache>) -> Result<Option<Cache>> {
 }
 
 /// A section with no storage yet and `kept`'s limits (the defaults without one).
-fn limits_of(kept: Option<&Cache>) -> Cache {
-    let mut limits = kept.cloned().unwrap_or_else(|| Cache::in_dir(""));
+fn limits_of(kept: Option<&CacheSettings>) -> CacheSettings {
+    let mut limits = kept.cloned().unwrap_or_else(|| CacheSettings::in_dir(""));
     limits.dir = None;
     limits.s3_bucket = None;
     limits.s3_endpoint = None;
@@ -98,12 +98,12 @@ fn limits_of(kept: Option<&Cache>) -> Cache {
 
 /// `--cache-max-size-mib`: one entry may be at most the whole cache, so a small cache lowers
 /// the entry limit with it rather than refusing the flag over a default nobody typed.
-fn resize(cache: &mut Cache, mib: u64) {
+fn resize(cache: &mut CacheSettings, mib: u64) {
     cache.max_size_mib = mib;
     cache.max_entry_size_mib = cache.max_entry_size_mib.min(mib);
 }
 
-fn checked(cache: Option<Cache>) -> Result<Option<Cache>> {
+fn checked(cache: Option<CacheSettings>) -> Result<Option<CacheSettings>> {
     if let Some(c) = &cache {
         c.validate().map_err(|why| {
             Error::bad_input(format!("the [cache] section init would write {why}"))
@@ -123,11 +123,11 @@ fn absolute(flag: &str, p: &Path) -> Result<PathBuf> {
 mod tests {
     use super::*;
 
-    fn tuned() -> Cache {
-        Cache {
+    fn tuned() -> CacheSettings {
+        CacheSettings {
             max_size_mib: 4096,
             max_entry_size_mib: 1024,
-            ..Cache::in_dir("/var/cache/old")
+            ..CacheSettings::in_dir("/var/cache/old")
         }
     }
 
@@ -155,7 +155,7 @@ mod tests {
         };
         let c = section(&dir, None).unwrap().unwrap();
         assert!(c.dir.unwrap().is_absolute());
-        assert_eq!(c.max_size_mib, Cache::in_dir("x").max_size_mib);
+        assert_eq!(c.max_size_mib, CacheSettings::in_dir("x").max_size_mib);
 
         let bucket = CacheInputs {
             s3_bucket: Some("ci-cache".into()),

@@ -54,7 +54,7 @@ pub struct Cache {
 impl Cache {
     /// The cache `settings` describe, its storage opened (the directory created).
     pub fn open(
-        settings: &settings::Cache,
+        settings: &settings::CacheSettings,
         capability_key: CapabilityKey,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Cache>, String> {

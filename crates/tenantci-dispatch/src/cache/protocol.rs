@@ -542,7 +542,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key = crate::capability::CapabilityKey::generate();
         let cache = Cache::open(
-            &crate::cache::settings::Cache::in_dir(dir.path()),
+            &crate::cache::settings::CacheSettings::in_dir(dir.path()),
             key.clone(),
             Arc::new(crate::metrics::Metrics::default()),
         )

@@ -12,7 +12,7 @@ const MIB: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Cache {
+pub struct CacheSettings {
     /// The directory entries are kept in (a PersistentVolume in the cluster). Relative to the
     /// config file's directory. Exactly one of `dir` and `s3_bucket`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,10 +73,10 @@ fn grant_lifetime() -> GoDuration {
 /// Shorter than any job: a grant that dies before its task's cache steps is a misconfiguration.
 const MIN_GRANT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
-impl Cache {
+impl CacheSettings {
     /// A directory cache with the default limits.
     pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
-        Cache {
+        CacheSettings {
             dir: Some(dir.into()),
             s3_bucket: None,
             s3_endpoint: None,
@@ -148,18 +148,21 @@ mod tests {
 
     #[test]
     fn one_storage_and_sane_limits() {
-        Cache::in_dir("cache").validate().unwrap();
-        let mut both = Cache::in_dir("cache");
+        CacheSettings::in_dir("cache").validate().unwrap();
+        let mut both = CacheSettings::in_dir("cache");
         both.s3_bucket = Some("b".into());
         assert!(both.validate().unwrap_err().contains("both"));
-        let mut small = Cache::in_dir("cache");
+        let mut small = CacheSettings::in_dir("cache");
         small.max_size_mib = 1;
         assert!(small.validate().unwrap_err().contains("max_entry_size_mib"));
-        let mut brief = Cache::in_dir("cache");
+        let mut brief = CacheSettings::in_dir("cache");
         brief.grant_lifetime = "5m".parse().unwrap();
         assert!(brief.validate().unwrap_err().contains("grant_lifetime"));
-        assert_eq!(Cache::in_dir("c").grant_lifetime.get().as_secs(), 190 * 60);
-        let mut stray = Cache::in_dir("cache");
+        assert_eq!(
+            CacheSettings::in_dir("c").grant_lifetime.get().as_secs(),
+            190 * 60
+        );
+        let mut stray = CacheSettings::in_dir("cache");
         stray.s3_region = Some("eu".into());
         assert!(
             stray

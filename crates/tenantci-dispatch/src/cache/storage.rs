@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::eviction::Stored;
 use crate::cache::index::{Entry, Part, Reservation};
-use crate::cache::settings::Cache;
+use crate::cache::settings::CacheSettings;
 
 /// The largest manifest read (an entry of thousands of parts).
 const MAX_MANIFEST: u64 = 4 << 20;
@@ -44,9 +44,20 @@ const MAX_MANIFEST: u64 = 4 << 20;
 pub enum StoreError {
     #[error("the cache storage failed: {0}")]
     Store(#[from] object_store::Error),
-    #[error("a cache manifest is damaged: {0}")]
-    Damaged(String),
+    /// A manifest larger than any this cache writes ([`MAX_MANIFEST`]); not read.
+    #[error("a cache manifest is damaged: {at} has {size} bytes")]
+    Oversized { at: Path, size: u64 },
+    /// A manifest whose JSON does not decode.
+    #[error("a cache manifest is damaged: {at}: {source}")]
+    Damaged {
+        at: Path,
+        #[source]
+        source: serde_json::Error,
+    },
 }
+
+/// What a request body's stream failed with, as its own type (`downcast_ref` finds it).
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why an uploaded range was not kept.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +67,7 @@ pub enum UploadError {
     #[error("the body ended after {got} of the {expected} bytes its Content-Range announced")]
     TooShort { got: u64, expected: u64 },
     #[error("the upload broke off: {0}")]
-    Body(String),
+    Body(#[source] BodyError),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -115,7 +126,7 @@ pub enum Committed {
 
 impl Storage {
     /// The storage `settings` names (a loaded config has exactly one of dir and bucket).
-    pub fn open(settings: &Cache) -> Result<Storage, String> {
+    pub fn open(settings: &CacheSettings) -> Result<Storage, String> {
         if let Some(dir) = &settings.dir {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
@@ -171,15 +182,18 @@ impl Storage {
             Err(e) => return Err(e.into()),
         };
         if got.meta.size > MAX_MANIFEST {
-            return Err(StoreError::Damaged(format!(
-                "{at} has {} bytes",
-                got.meta.size
-            )));
+            return Err(StoreError::Oversized {
+                at: at.clone(),
+                size: got.meta.size,
+            });
         }
         let bytes = got.bytes().await?;
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| StoreError::Damaged(format!("{at}: {e}")))
+            .map_err(|source| StoreError::Damaged {
+                at: at.clone(),
+                source,
+            })
     }
 
     pub async fn reserve(&self, repo: &str, r: &Reservation) -> Result<(), StoreError> {
@@ -221,7 +235,7 @@ impl Storage {
     ) -> Result<(), UploadError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
+        E: Into<BodyError>,
     {
         let at = path(repo, &format!("parts/{id}/{}", part.start));
         let upload = self
@@ -250,11 +264,11 @@ impl Storage {
     ) -> Result<(), UploadError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
+        E: Into<BodyError>,
     {
         let mut got = 0u64;
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| UploadError::Body(e.to_string()))?;
+            let chunk = chunk.map_err(|e| UploadError::Body(e.into()))?;
             got += chunk.len() as u64;
             if got > expected {
                 return Err(UploadError::TooLong(expected));
@@ -694,7 +708,7 @@ mod tests {
     #[tokio::test]
     async fn a_sweep_s_one_listing_finds_entries_and_drops_only_stale_uploads() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let s = Storage::open(&CacheSettings::in_dir(dir.path())).unwrap();
         let repo = repo_dir("sim/demo");
         let part = Part { start: 0, len: 3 };
         let body = || futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
@@ -752,7 +766,7 @@ mod tests {
     #[tokio::test]
     async fn a_second_commit_of_one_key_is_taken_and_a_retried_one_is_made() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(&Cache::in_dir(dir.path())).unwrap();
+        let s = Storage::open(&CacheSettings::in_dir(dir.path())).unwrap();
         let repo = repo_dir("sim/demo");
         let part = Part { start: 0, len: 3 };
         let body = || futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
@@ -800,12 +814,30 @@ mod tests {
         assert_eq!(s.entries(&repo).await.unwrap().len(), 2);
     }
 
+    /// A manifest that is not JSON is a damaged one, its decoder's error the source.
+    #[tokio::test]
+    async fn a_manifest_that_does_not_decode_is_damaged_with_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&CacheSettings::in_dir(dir.path())).unwrap();
+        let repo = repo_dir("sim/demo");
+        let at = path(&repo, "entries/0.json");
+        s.store.put(&at, PutPayload::from("{")).await.unwrap();
+        let e = s.entries(&repo).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "a cache manifest is damaged: {at}: EOF while parsing an object at line 1 column 1"
+            )
+        );
+        assert!(matches!(e, StoreError::Damaged { at: ref p, .. } if *p == at));
+    }
+
     /// Lookups remember manifests, but a change another replica made (a touch, a deletion, a
     /// new entry) shows in the next one: the listing decides which to read again.
     #[tokio::test]
     async fn a_lookup_sees_every_change_to_the_manifests_it_remembers() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = Cache::in_dir(dir.path());
+        let settings = CacheSettings::in_dir(dir.path());
         let (s, other) = (
             Storage::open(&settings).unwrap(),
             Storage::open(&settings).unwrap(),

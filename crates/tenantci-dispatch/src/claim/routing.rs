@@ -1,19 +1,8 @@
-//! Which backend runs a task: by its `runs-on` labels. A job that asks for `vm` runs in a VM
-//! sandbox; everything else this runner accepts runs as an executor Pod.
+//! Which backend runs a task: by its `runs-on` labels, each backend's own label
+//! (`backend::catalog::route`: `vm` selects the VM backend), everything else on the default
+//! backend (executor Pods).
 
-pub use crate::queue::BackendKind;
-
-/// Routes by labels; `vm` anywhere in runs-on selects the VM backend.
-pub fn route<S: AsRef<str>>(runs_on: &[S]) -> BackendKind {
-    if runs_on
-        .iter()
-        .any(|l| l.as_ref().eq_ignore_ascii_case("vm"))
-    {
-        BackendKind::Vm
-    } else {
-        BackendKind::Pod
-    }
-}
+pub use crate::backend::catalog::route;
 
 /// The `runs-on` labels of a task's workflow payload (the expanded single-job YAML Gitea
 /// sends): `runs-on: label` or `runs-on: [a, b]`. Unknown shapes yield no labels.
@@ -39,13 +28,6 @@ pub fn runs_on(workflow_payload: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routes_by_labels() {
-        assert_eq!(route(&["self-hosted", "pod"]), BackendKind::Pod);
-        assert_eq!(route(&["self-hosted", "vm"]), BackendKind::Vm);
-        assert_eq!(route::<&str>(&[]), BackendKind::Pod);
-    }
 
     #[test]
     fn reads_runs_on_from_the_payload() {

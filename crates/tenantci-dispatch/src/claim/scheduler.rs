@@ -19,7 +19,7 @@
 //! an empty one waits for the nudge budget (`claim::nudge`: a burst, then one per
 //! `webhook.nudge_spacing`), so a flood of deliveries costs Gitea a bounded rate.
 //!
-//! With resource classes (`executor::class`), a task's labels pick its class and the class its
+//! With resource classes (`sizing::class`), a task's labels pick its class and the class its
 //! backend; the class's own capacity is held by the worker, so a task of a full class waits
 //! in its backend's queue and counts there.
 //!
@@ -38,16 +38,17 @@ use prost::Message as _;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::backend::catalog;
+use crate::backend_kind::BackendKind;
 use crate::claim::fetch::Fetcher;
 use crate::claim::nudge::{NudgeBudget, Pacer};
 use crate::claim::routing;
 use crate::claim::settings::{Gitea, Webhook};
-use crate::executor::class::{self, ExecutorClass};
 use crate::metrics::Metrics;
-use crate::queue::BackendKind;
 use crate::queue::assignment::context_str;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
+use crate::sizing::class::{self, ExecutorClass};
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::registry::{Description, Registry};
 use crate::task::report;
@@ -92,7 +93,7 @@ pub struct Scheduler {
     /// The resource classes; a task's labels pick one, which picks its backend.
     pub classes: Vec<ExecutorClass>,
     /// The classes' demand: each claim is told to their warm pools.
-    pub warm: Arc<crate::executor::demand::WarmDemand>,
+    pub warm: Arc<crate::sizing::demand::WarmDemand>,
 }
 
 /// One backend's pool of executors, as the scheduler counts it.
@@ -112,7 +113,7 @@ impl Pool {
     async fn load(&mut self, registry: &Registry, metrics: &Metrics) -> Option<(u32, usize, u64)> {
         let backend = self.backend;
         let queued = match self.consumer.info().await {
-            Ok(info) => crate::queue::status::depth(info),
+            Ok(info) => crate::queue::depth::depth(info),
             Err(e) => {
                 tracing::warn!(error = %e, %backend, "cannot read the {backend} consumer's depth from NATS; not claiming for it until the next pass");
                 return None;
@@ -328,7 +329,7 @@ impl Scheduler {
         let (backend, class) = match class::pick(&self.classes, &labels) {
             Ok(Some(c)) => {
                 self.warm.claimed(&c.name);
-                (c.backend, Some(c.name.clone()))
+                (catalog::of_class(c), Some(c.name.clone()))
             }
             Ok(None) => (routing::route(&labels), None),
             Err(why) => return self.refuse(id, routing::route(&labels), &why).await,
@@ -336,7 +337,7 @@ impl Scheduler {
         if !self.pools.iter().any(|p| p.backend == backend) {
             let why = format!(
                 "this job asks for the {backend} backend, which this dispatcher does not run ({}); use `runs-on: pod` or turn the {backend} backend on",
-                backend.turned_on_by()
+                catalog::turned_on_by(backend)
             );
             return self.refuse(id, backend, &why).await;
         }
@@ -435,7 +436,7 @@ impl Scheduler {
         tracing::error!(task, "{why}; reporting FAILURE to Gitea");
         self.metrics.failed(backend);
         match report::fail(&self.gitea, task, why).await {
-            Ok(()) => self.ledger.note(report::failed_step(task)).await,
+            Ok(()) => self.ledger.note(report::failed_step(task, backend)).await,
             Err(e) => {
                 tracing::error!(task, forge = %self.gitea.config().base_url, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
             }

@@ -214,8 +214,8 @@ pub struct Receiver {
     /// Signed deliveries seen recently, by id.
     pub recent: Mutex<RecentDeliveries>,
     /// The resource classes: an announced job is told to its class's warm pool.
-    pub classes: Vec<crate::executor::class::ExecutorClass>,
-    pub warm: Arc<crate::executor::demand::WarmDemand>,
+    pub classes: Vec<crate::sizing::class::ExecutorClass>,
+    pub warm: Arc<crate::sizing::demand::WarmDemand>,
 }
 
 async fn deliver(
@@ -262,7 +262,7 @@ async fn deliver(
         let labels = bytes
             .as_deref()
             .and_then(|b| announced_labels(header(EVENT_HEADER), b));
-        if let Some(Ok(Some(c))) = labels.map(|l| crate::executor::class::pick(&r.classes, &l)) {
+        if let Some(Ok(Some(c))) = labels.map(|l| crate::sizing::class::pick(&r.classes, &l)) {
             r.warm.announced(&c.name);
         }
     }

@@ -1,5 +1,5 @@
 //! Where the facade finds an executor's task and marks its end: on the backend the task runs
-//! on, through [`Executors`] (a Pod's Secret and annotation, or the claim ledger and a
+//! on, through [`Backend`] (a Pod's Secret and annotation, or the claim ledger and a
 //! sandbox's metadata; each backend says which).
 //!
 //! Which backend a task runs on is the ledger entry's `backend`, read once per task and
@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{BackendError, Executors, Presence};
-use crate::queue::BackendKind;
+use crate::backend::{Backend, BackendError, Presence, catalog};
+use crate::backend_kind::BackendKind;
 use crate::task::ledger::{Entry, Ledger, Phase};
 use tenantci_core::forge::gitea::connect::ConnectError;
 
@@ -17,7 +17,7 @@ use tenantci_core::forge::gitea::connect::ConnectError;
 const REMEMBERED: usize = 4096;
 
 pub struct Handout {
-    backends: BTreeMap<BackendKind, Arc<dyn Executors>>,
+    backends: BTreeMap<BackendKind, Arc<dyn Backend>>,
     ledger: Ledger,
     remembered: Mutex<BTreeMap<i64, BackendKind>>,
 }
@@ -33,7 +33,7 @@ fn backend_error(e: BackendError) -> ConnectError {
 
 impl Handout {
     /// `backends`: every backend this dispatcher runs (the pod backend always).
-    pub fn new(backends: Vec<Arc<dyn Executors>>, ledger: Ledger) -> Self {
+    pub fn new(backends: Vec<Arc<dyn Backend>>, ledger: Ledger) -> Self {
         Handout {
             backends: backends.into_iter().map(|b| (b.backend(), b)).collect(),
             ledger,
@@ -42,17 +42,17 @@ impl Handout {
     }
 
     /// The executors of the backend `task` runs on.
-    async fn executors_of(&self, task: i64) -> Result<&dyn Executors, ConnectError> {
+    async fn executors_of(&self, task: i64) -> Result<&dyn Backend, ConnectError> {
         let backend = self.backend_of(task).await?;
         self.backends
             .get(&backend)
-            .or_else(|| self.backends.get(&BackendKind::Pod))
+            .or_else(|| self.backends.get(&catalog::default_kind()))
             .map(|b| &**b)
             .ok_or_else(|| ConnectError::unavailable("the dispatcher runs no backend"))
     }
 
     /// The backend `task` runs on.
-    async fn backend_of(&self, task: i64) -> Result<BackendKind, ConnectError> {
+    pub async fn backend_of(&self, task: i64) -> Result<BackendKind, ConnectError> {
         if self.backends.len() == 1 {
             return Ok(*self.backends.keys().next().expect("one backend"));
         }
@@ -62,8 +62,9 @@ impl Handout {
         }
         let backend = match self.ledger.get(task).await {
             Ok(Some(e)) => e.backend,
-            // Claimed before the ledger existed, or its entry expired: a Pod task then.
-            Ok(None) => BackendKind::Pod,
+            // Claimed before the ledger existed, or its entry expired: a task of the default
+            // backend then (the only one there was before the ledger).
+            Ok(None) => catalog::default_kind(),
             Err(e) => return Err(unavailable("the claim ledger", e)),
         };
         let mut g = self.lock();

@@ -368,8 +368,15 @@ impl RunnerServiceHandler for Facade {
             .map_err(|e| forwarded("UpdateTask", e))?;
         if let Some(result) = final_result {
             self.finished.record(caller.task, result);
+            // The task's backend (remembered since its consume): only for a ledger entry that
+            // is missing.
+            let backend = self
+                .handout
+                .backend_of(caller.task)
+                .await
+                .unwrap_or_else(|_| crate::backend::catalog::default_kind());
             self.ledger
-                .note(report::final_step(caller.task, result))
+                .note(report::final_step(caller.task, backend, result))
                 .await;
             self.consumed
                 .lock()

@@ -265,11 +265,11 @@ mod tests {
             "the cache-volume component's mount"
         );
         let mut s3 = host();
-        s3.cache = Some(crate::cache::settings::Cache {
+        s3.cache = Some(crate::cache::settings::CacheSettings {
             dir: None,
             s3_bucket: Some("ci-cache".into()),
             s3_credentials_file: Some("/root/s3.credentials".into()),
-            ..crate::cache::settings::Cache::in_dir("unused")
+            ..crate::cache::settings::CacheSettings::in_dir("unused")
         });
         let b3 = plan(&s3, Path::new("/root/dispatch"), false);
         let pod3 = b3.config.clone().resolved(Path::new(MOUNT_DIR));

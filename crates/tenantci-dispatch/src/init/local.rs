@@ -2,6 +2,7 @@
 //! already beside the config, read and judged without the network and without changing
 //! anything. Every refusal is exit 2 naming the flag or file and the fix.
 
+use crate::backend::catalog;
 use std::path::Path;
 
 use time::OffsetDateTime;
@@ -86,7 +87,8 @@ pub fn check(i: &Inputs) -> Result<Local> {
     if let Some(image) = &node {
         config.executor.resources.check_fits(image)?;
         for class in &config.executor.classes {
-            class.check_fits(&config.executor.resources, image)?;
+            let on_nodes = catalog::facts(catalog::of_class(class)).is_some_and(|f| f.rented_nodes);
+            class.check_fits(&config.executor.resources, image, on_nodes)?;
         }
     }
     if let Some(w) = &config.webhook {
@@ -238,7 +240,7 @@ fn check_kept_keys(p: &crate::config::Paths) -> Result<()> {
 /// What `run` would refuse at start about the cache, refused now and without a write: a bucket
 /// client built from the settings (its credentials file read, no request sent), or a directory
 /// path that is not one (`run` creates a missing one).
-fn check_cache(cache: &crate::cache::settings::Cache) -> Result<()> {
+fn check_cache(cache: &crate::cache::settings::CacheSettings) -> Result<()> {
     if let Some(dir) = &cache.dir {
         if dir.exists() && !dir.is_dir() {
             return Err(Error::bad_input(format!(

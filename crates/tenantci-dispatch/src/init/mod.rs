@@ -60,7 +60,7 @@ use tenantci_runner::credential::{CaSource, MintRequest};
 use tenantci_runner::tenant::access::Reviewer;
 use tenantci_runner::tenant::apply::summary;
 
-pub use plan::{Inputs, RegistrationToken};
+pub use plan::{CapacityFlag, Inputs, RegistrationToken};
 pub use target::ClusterAccess;
 use target::Target;
 

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config, Paths, files};
-use crate::executor::RunnerCommand;
-use crate::executor::resources::Resources;
+use crate::sizing::RunnerCommand;
+use crate::sizing::resources::Resources;
 use tenantci_core::input::url_host;
 use tenantci_core::node_image::NodeImage;
 use tenantci_core::{Error, Result};
@@ -29,6 +29,17 @@ impl std::fmt::Debug for RegistrationToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RegistrationToken([redacted])")
     }
+}
+
+/// A backend's capacity set by a flag of `dispatch init`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityFlag {
+    /// The backend.
+    pub backend: crate::backend_kind::BackendKind,
+    /// The flag, for the message refusing its value (`--pod-capacity`).
+    pub flag: &'static str,
+    /// Its value.
+    pub value: u32,
 }
 
 /// What the operator asked for.
@@ -56,9 +67,9 @@ pub struct Inputs {
     /// `--nats-ca-file`: the CA the NATS server's TLS certificate chains to; None: the
     /// existing config's, else the system's roots.
     pub nats_ca_file: Option<PathBuf>,
-    /// None: the existing config's value, else the default.
-    pub pod_capacity: Option<u32>,
-    pub vm_capacity: Option<u32>,
+    /// Backends' capacities the flags set, with the flag that set each (`--pod-capacity`);
+    /// a backend not here keeps the existing config's value, else its default.
+    pub capacities: Vec<CapacityFlag>,
     pub facade_listen: SocketAddr,
     pub facade_url: Option<String>,
     pub executor_image: String,
@@ -209,12 +220,9 @@ fn check_registration(i: &Inputs) -> Result<()> {
         ))
         .hint("pass the NATS server, e.g. nats://127.0.0.1:4222"));
     }
-    for (flag, v) in [
-        ("--pod-capacity", i.pod_capacity),
-        ("--vm-capacity", i.vm_capacity),
-    ] {
-        if v == Some(0) {
-            return Err(Error::bad_input(format!("{flag} is 0"))
+    for c in &i.capacities {
+        if c.value == 0 {
+            return Err(Error::bad_input(format!("{} is 0", c.flag))
                 .hint("pass at least 1 (the most executors of that kind at once)"));
         }
     }
@@ -282,7 +290,7 @@ fn executor(
     i: &Inputs,
     existing: Option<&Config>,
     node: Option<&NodeImage>,
-) -> Result<crate::executor::Executor> {
+) -> Result<crate::sizing::ExecutorSettings> {
     let proxy_image = match (&i.proxy_image, existing) {
         (Some(p), _) => p.clone(),
         (None, Some(e)) => e.executor.proxy_image.clone(),
@@ -292,14 +300,14 @@ fn executor(
         }
     };
     let mut x = match existing {
-        Some(e) => crate::executor::Executor {
+        Some(e) => crate::sizing::ExecutorSettings {
             image: i.executor_image.clone(),
             proxy_image,
             ..e.executor.clone()
         },
         None => {
             let mut x =
-                crate::executor::Executor::with_images(i.executor_image.clone(), proxy_image);
+                crate::sizing::ExecutorSettings::with_images(i.executor_image.clone(), proxy_image);
             x.resources = node.map(Resources::for_node).unwrap_or_default();
             x
         }
@@ -439,12 +447,9 @@ pub fn config(
     existing: Option<&Config>,
     node: Option<&NodeImage>,
 ) -> Result<Config> {
-    let mut capacity = existing.map(|e| e.capacity).unwrap_or_default();
-    if let Some(p) = i.pod_capacity {
-        capacity.pod = p;
-    }
-    if let Some(v) = i.vm_capacity {
-        capacity.vm = v;
+    let mut capacity = existing.map(|e| e.capacity.clone()).unwrap_or_default();
+    for c in &i.capacities {
+        capacity.set(c.backend, c.value);
     }
     let tuning = existing;
     Ok(Config {
@@ -573,6 +578,9 @@ fn waiting_jobs_section(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::backend_kind::BackendKind;
+
+    const POD: BackendKind = BackendKind::new("pod");
 
     pub fn inputs() -> Inputs {
         Inputs {
@@ -590,8 +598,7 @@ pub(crate) mod tests {
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_secrets_dir: "/etc/tenantci/nats".into(),
             nats_ca_file: None,
-            pod_capacity: None,
-            vm_capacity: None,
+            capacities: Vec::new(),
             facade_listen: "127.0.0.1:8443".parse().unwrap(),
             facade_url: None,
             executor_image: format!("gitea/act_runner@sha256:{}", "b".repeat(64)),
@@ -731,7 +738,7 @@ pub(crate) mod tests {
             cfg.cluster.kubeconfig.as_deref(),
             Some(Path::new("kube/kubeconfig"))
         );
-        assert_eq!(cfg.capacity.pod, 4);
+        assert_eq!(cfg.capacity.of(POD), 4);
         assert_eq!(cfg.gitea.fetch_interval.as_str(), "200ms");
         assert!(cfg.to_toml().contains("capability.key"));
         assert!(!cfg.to_toml().contains("reg-token"));
@@ -742,20 +749,24 @@ pub(crate) mod tests {
         let i = inputs();
         let c = check(&i).unwrap();
         let mut old = config(&i, &c, "r", None, None).unwrap();
-        old.capacity.pod = 9;
+        old.capacity.set(POD, 9);
         old.gitea.fetch_interval = "1s".parse().unwrap();
         old.leader.identity = Some("me".into());
         let again = config(&i, &c, "r", Some(&old), None).unwrap();
-        assert_eq!(again.capacity.pod, 9);
+        assert_eq!(again.capacity.of(POD), 9);
         assert_eq!(again.gitea.fetch_interval.as_str(), "1s");
         assert_eq!(again.leader.identity.as_deref(), Some("me"));
         let mut flagged = inputs();
-        flagged.pod_capacity = Some(2);
+        flagged.capacities = vec![CapacityFlag {
+            backend: POD,
+            flag: "--pod-capacity",
+            value: 2,
+        }];
         assert_eq!(
             config(&flagged, &c, "r", Some(&old), None)
                 .unwrap()
                 .capacity
-                .pod,
+                .of(POD),
             2
         );
     }
@@ -786,7 +797,16 @@ pub(crate) mod tests {
             (|i| i.labels = vec![], "--labels"),
             (|i| i.labels = vec!["a b".into()], "--labels"),
             (|i| i.nats_url = "http://x:4222".into(), "--nats"),
-            (|i| i.pod_capacity = Some(0), "--pod-capacity"),
+            (
+                |i| {
+                    i.capacities = vec![CapacityFlag {
+                        backend: POD,
+                        flag: "--pod-capacity",
+                        value: 0,
+                    }]
+                },
+                "--pod-capacity",
+            ),
             (
                 |i| i.facade_url = Some("http://127.0.0.1:8443".into()),
                 "--facade-url",

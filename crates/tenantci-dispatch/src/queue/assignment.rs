@@ -17,7 +17,7 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
-use super::BackendKind;
+use crate::backend_kind::BackendKind;
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::fsutil;
 
@@ -70,24 +70,43 @@ impl std::fmt::Debug for Sealed {
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum AssignmentError {
+    /// The offending id as given (data shown to the operator, not a lost cause).
     #[error("the task id `{0}` is not 1-128 characters of [A-Za-z0-9_-]")]
     BadTaskId(String),
     #[error("the attempt must be at least 1")]
     BadAttempt,
     #[error("the assignment is not valid JSON of schema v{VERSION}: {0}")]
-    Decode(String),
+    Decode(#[source] serde_json::Error),
     #[error("the assignment has schema version {0}; this build reads v{VERSION}")]
     Version(u32),
+    /// The algorithm the assignment names (data shown to the operator, not a lost cause).
     #[error("the sealed payload uses `{0}`; this build opens `{ALG}`")]
     Alg(String),
     #[error(
         "the sealed payload does not open with this key (wrong key, or it was tampered with or moved)"
     )]
-    Open,
+    Open(#[from] Unopened),
+    /// The AEAD refused to seal (it says no more than that).
     #[error("cannot seal the payload")]
-    Seal,
+    Seal(chacha20poly1305::aead::Error),
+}
+
+/// Which part of a sealed payload did not open ([`AssignmentError::Open`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Unopened {
+    #[error("the nonce is not base64: {0}")]
+    NonceEncoding(#[source] base64::DecodeError),
+    /// The nonce's length in bytes (XChaCha20 takes 24).
+    #[error("the nonce has {0} bytes, not 24")]
+    NonceLength(usize),
+    #[error("the ciphertext is not base64: {0}")]
+    CiphertextEncoding(#[source] base64::DecodeError),
+    /// The tag does not verify: another key, or a changed ciphertext or bound field. The
+    /// AEAD's error says no more than that.
+    #[error("the ciphertext does not authenticate")]
+    Tag(chacha20poly1305::aead::Error),
 }
 
 /// The dispatcher's 256-bit sealing key. Never logged (Debug is redacted).
@@ -212,7 +231,7 @@ impl Assignment {
                     aad: &aad,
                 },
             )
-            .map_err(|_| AssignmentError::Seal)?;
+            .map_err(AssignmentError::Seal)?;
         let b64 = base64::engine::general_purpose::STANDARD;
         Ok(Assignment {
             v: VERSION,
@@ -238,12 +257,13 @@ impl Assignment {
         let b64 = base64::engine::general_purpose::STANDARD;
         let nonce = b64
             .decode(&self.sealed.nonce)
-            .ok()
-            .filter(|n| n.len() == 24)
-            .ok_or(AssignmentError::Open)?;
+            .map_err(Unopened::NonceEncoding)?;
+        if nonce.len() != 24 {
+            return Err(Unopened::NonceLength(nonce.len()).into());
+        }
         let ct = b64
             .decode(&self.sealed.ciphertext)
-            .map_err(|_| AssignmentError::Open)?;
+            .map_err(Unopened::CiphertextEncoding)?;
         let aad = associated_data(
             &self.task_id,
             self.attempt,
@@ -258,7 +278,7 @@ impl Assignment {
                     aad: &aad,
                 },
             )
-            .map_err(|_| AssignmentError::Open)
+            .map_err(|e| Unopened::Tag(e).into())
     }
 
     /// The JetStream `Nats-Msg-Id`: task id and attempt (`:` never occurs in a task id).
@@ -276,13 +296,11 @@ impl Assignment {
         struct Probe {
             v: u32,
         }
-        let probe: Probe =
-            serde_json::from_slice(bytes).map_err(|e| AssignmentError::Decode(e.to_string()))?;
+        let probe: Probe = serde_json::from_slice(bytes).map_err(AssignmentError::Decode)?;
         if probe.v != VERSION {
             return Err(AssignmentError::Version(probe.v));
         }
-        let a: Assignment =
-            serde_json::from_slice(bytes).map_err(|e| AssignmentError::Decode(e.to_string()))?;
+        let a: Assignment = serde_json::from_slice(bytes).map_err(AssignmentError::Decode)?;
         validate_task_id(&a.task_id)?;
         if a.attempt == 0 {
             return Err(AssignmentError::BadAttempt);
@@ -323,7 +341,7 @@ mod tests {
             key,
             "4711",
             1,
-            BackendKind::Pod,
+            BackendKind::new("pod"),
             vec!["ubuntu-latest".into()],
             b"{\"token\":\"s3cret-task-token\"}",
         )
@@ -355,13 +373,16 @@ mod tests {
         for tamper in [
             |a: &mut Assignment| a.task_id = "4712".into(),
             |a: &mut Assignment| a.attempt = 2,
-            |a: &mut Assignment| a.backend = BackendKind::Vm,
+            |a: &mut Assignment| a.backend = BackendKind::new("vm"),
         ] {
             let mut b = a.clone();
             tamper(&mut b);
-            assert_eq!(b.open(&key), Err(AssignmentError::Open));
+            assert!(matches!(b.open(&key), Err(AssignmentError::Open(_))));
         }
-        assert_eq!(a.open(&SealingKey::generate()), Err(AssignmentError::Open));
+        assert!(matches!(
+            a.open(&SealingKey::generate()),
+            Err(AssignmentError::Open(_))
+        ));
     }
 
     /// The class the scheduler picked is bound as the backend is: an assignment moved to
@@ -375,7 +396,7 @@ mod tests {
             &key,
             "4711",
             1,
-            BackendKind::Pod,
+            BackendKind::new("pod"),
             vec!["large".into()],
             Some("large".into()),
             b"task",
@@ -385,10 +406,41 @@ mod tests {
         for class in [Some("xlarge".to_string()), None] {
             let mut b = a.clone();
             b.class = class;
-            assert_eq!(b.open(&key), Err(AssignmentError::Open));
+            assert!(matches!(b.open(&key), Err(AssignmentError::Open(_))));
         }
         let plain = sample(&key).to_json();
         assert!(!String::from_utf8_lossy(&plain).contains("class"));
+    }
+
+    /// Why a payload did not open is typed under one unchanged sentence.
+    #[test]
+    fn an_unopened_payload_keeps_its_cause_under_the_same_sentence() {
+        let key = SealingKey::generate();
+        let e = sample(&key).open(&SealingKey::generate()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the sealed payload does not open with this key (wrong key, or it was tampered with or moved)"
+        );
+        assert!(matches!(e, AssignmentError::Open(Unopened::Tag(_))));
+        let mut short = sample(&key);
+        short.sealed.nonce = "AAAA".into();
+        assert!(matches!(
+            short.open(&key),
+            Err(AssignmentError::Open(Unopened::NonceLength(3)))
+        ));
+        short.sealed.nonce = "not base64!".into();
+        assert!(matches!(
+            short.open(&key),
+            Err(AssignmentError::Open(Unopened::NonceEncoding(_)))
+        ));
+        let e = Assignment::from_json(b"{").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("the assignment is not valid JSON of schema v1: "),
+            "{e}"
+        );
+        let source = std::error::Error::source(&e).expect("the decoder's error");
+        assert!(source.downcast_ref::<serde_json::Error>().is_some());
     }
 
     #[test]
@@ -396,10 +448,10 @@ mod tests {
         let key = SealingKey::generate();
         let mut v: serde_json::Value = serde_json::from_slice(&sample(&key).to_json()).unwrap();
         v["v"] = 2.into();
-        assert_eq!(
+        assert!(matches!(
             Assignment::from_json(v.to_string().as_bytes()),
             Err(AssignmentError::Version(2))
-        );
+        ));
         v["v"] = 1.into();
         v["extra"] = true.into();
         assert!(matches!(
@@ -407,12 +459,12 @@ mod tests {
             Err(AssignmentError::Decode(_))
         ));
         for bad in ["", "a:b", "a.b", "a b", &"x".repeat(129)] {
-            assert!(Assignment::seal(&key, bad, 1, BackendKind::Pod, vec![], b"").is_err());
+            assert!(Assignment::seal(&key, bad, 1, BackendKind::new("pod"), vec![], b"").is_err());
         }
-        assert_eq!(
-            Assignment::seal(&key, "1", 0, BackendKind::Pod, vec![], b""),
+        assert!(matches!(
+            Assignment::seal(&key, "1", 0, BackendKind::new("pod"), vec![], b""),
             Err(AssignmentError::BadAttempt)
-        );
+        ));
     }
 
     #[test]

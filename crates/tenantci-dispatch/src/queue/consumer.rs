@@ -20,8 +20,9 @@ use async_nats::jetstream::{self, AckKind, consumer::PullConsumer};
 use futures::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+use super::STREAM;
 use super::assignment::Assignment;
-use super::{BackendKind, STREAM};
+use crate::backend_kind::BackendKind;
 
 /// Tunables of a [`CappedConsumer`]; the defaults suit production.
 #[derive(Debug, Clone)]

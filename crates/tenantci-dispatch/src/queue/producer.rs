@@ -7,7 +7,11 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
+use async_nats::jetstream::{
+    self,
+    context::{PublishError as NatsPublishError, PublishErrorKind},
+    message::PublishMessage,
+};
 
 use super::assignment::Assignment;
 
@@ -21,16 +25,44 @@ pub enum Published {
     Duplicate { sequence: u64 },
 }
 
+/// Why an assignment was not stored. Each variant keeps what async-nats answered as its source
+/// ([`PublishError::nats`]): its [`PublishErrorKind`], and for a refusal the JetStream API
+/// error with its code ([`PublishError::api_error`]).
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
-    #[error("the queue is full ({0}); the assignment `{1}` was not stored")]
-    Full(String, String),
-    #[error("the stream CI_RUNNER does not exist; the assignment `{0}` was not stored")]
-    NoStream(String),
+    /// The stream is at a bound (discard-new).
+    #[error(
+        "the queue is full ({}); the assignment `{msg_id}` was not stored",
+        server_words(source)
+    )]
+    Full {
+        msg_id: String,
+        #[source]
+        source: NatsPublishError,
+    },
+    #[error("the stream CI_RUNNER does not exist; the assignment `{msg_id}` was not stored")]
+    NoStream {
+        msg_id: String,
+        #[source]
+        source: NatsPublishError,
+    },
+    /// Every attempt timed out; the source is the last one's error.
     #[error("no PubAck for the assignment `{msg_id}` after {attempts} attempts")]
-    TimedOut { msg_id: String, attempts: u32 },
-    #[error("JetStream refused the assignment `{0}`: {1}")]
-    Rejected(String, String),
+    TimedOut {
+        msg_id: String,
+        attempts: u32,
+        #[source]
+        source: NatsPublishError,
+    },
+    #[error(
+        "JetStream refused the assignment `{msg_id}`: {}",
+        server_words(source)
+    )]
+    Rejected {
+        msg_id: String,
+        #[source]
+        source: NatsPublishError,
+    },
 }
 
 impl PublishError {
@@ -39,16 +71,37 @@ impl PublishError {
     /// elects a new leader after a server died, and a full stream drains as backends work:
     /// neither says the task cannot be queued. A refusal with a reason does.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, PublishError::Rejected(..))
+        !matches!(self, PublishError::Rejected { .. })
+    }
+
+    /// What async-nats answered (the last attempt's, for [`PublishError::TimedOut`]).
+    pub fn nats(&self) -> &NatsPublishError {
+        match self {
+            PublishError::Full { source, .. }
+            | PublishError::NoStream { source, .. }
+            | PublishError::TimedOut { source, .. }
+            | PublishError::Rejected { source, .. } => source,
+        }
+    }
+
+    /// async-nats's kind of the failure.
+    pub fn kind(&self) -> PublishErrorKind {
+        self.nats().kind()
+    }
+
+    /// The JetStream API error the server answered with (its code: `error_code()`), when it
+    /// answered one.
+    pub fn api_error(&self) -> Option<&jetstream::Error> {
+        api_error(self.nats())
     }
 
     /// The tenantci error (exit 3, with a hint) for a command to return.
     pub fn into_error(self) -> tenantci_core::Error {
         let hint = match &self {
-            PublishError::Full(..) => {
+            PublishError::Full { .. } => {
                 "wait for the backends to drain the queue, or raise the stream bounds with `tenantci queue init`"
             }
-            PublishError::NoStream(_) => "create it with `tenantci queue init`",
+            PublishError::NoStream { .. } => "create it with `tenantci queue init`",
             _ => "check that nats-server is up and JetStream is enabled",
         };
         tenantci_core::Error::external(self.to_string()).hint(hint)
@@ -87,6 +140,7 @@ impl Producer {
     pub async fn publish(&self, a: &Assignment) -> Result<Published, PublishError> {
         let msg_id = a.msg_id();
         let payload = bytes::Bytes::from(a.to_json());
+        let mut last = None;
         for attempt in 1..=self.attempts {
             let sent = self
                 .js
@@ -123,30 +177,43 @@ impl Producer {
                         attempt,
                         "no PubAck in time; publishing again with the same Msg-Id"
                     );
+                    last = Some(e);
                     continue;
                 }
-                Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
-                    return Err(PublishError::NoStream(msg_id));
+                Err(source) if source.kind() == PublishErrorKind::StreamNotFound => {
+                    return Err(PublishError::NoStream { msg_id, source });
                 }
-                Err(e) => {
-                    let text = std::error::Error::source(&e)
-                        .map(|s| s.to_string())
-                        .unwrap_or_else(|| e.to_string());
-                    if is_full(&text) {
-                        return Err(PublishError::Full(text, msg_id));
-                    }
-                    return Err(PublishError::Rejected(msg_id, text));
+                Err(source) if is_full(&server_words(&source)) => {
+                    return Err(PublishError::Full { msg_id, source });
                 }
+                Err(source) => return Err(PublishError::Rejected { msg_id, source }),
             }
         }
         Err(PublishError::TimedOut {
             msg_id,
             attempts: self.attempts,
+            source: last.expect("at least one attempt, each timed out"),
         })
     }
 }
 
-/// Whether a JetStream publish error means the stream hit a bound with discard-new.
+/// The JetStream API error inside an async-nats publish error, when the server answered one.
+fn api_error(e: &NatsPublishError) -> Option<&jetstream::Error> {
+    std::error::Error::source(e)?.downcast_ref()
+}
+
+/// The server's own words for a failed publish: its API error (description, status and error
+/// code) when it answered one, else what async-nats says.
+fn server_words(e: &NatsPublishError) -> String {
+    std::error::Error::source(e)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| e.to_string())
+}
+
+/// Whether a JetStream publish error means the stream hit a bound with discard-new. Read from
+/// the server's words ([`server_words`]), the one place that says which bound: nats-server
+/// answers a bound reached with its generic store-failed error code (10077), the code of
+/// other store failures too.
 fn is_full(text: &str) -> bool {
     let t = text.to_ascii_lowercase();
     t.contains("maximum messages exceeded")

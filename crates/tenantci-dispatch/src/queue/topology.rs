@@ -20,15 +20,15 @@ use async_nats::jetstream::{
 };
 use serde::Serialize;
 
-use super::{BackendKind, STREAM, STREAM_SUBJECTS, ledger_bucket};
+use super::{STREAM, STREAM_SUBJECTS, ledger_bucket};
+use crate::backend_kind::BackendKind;
 
 /// The knobs of the topology; everything else is fixed by design.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologySpec {
-    /// Concurrent executor Pods (max_ack_pending of `pod`). Seed default 4.
-    pub pod_capacity: u32,
-    /// Concurrent VMs (max_ack_pending of `vm`). Seed default 1.
-    pub vm_capacity: u32,
+    /// Every backend's consumer, in order, with its capacity (its `max_ack_pending`); the
+    /// first is the one whose live `max_deliver` a dispatcher keeps.
+    pub capacities: Vec<(BackendKind, u32)>,
     /// Stream replicas: 1 on one server, 3 on a three-node NATS cluster.
     pub replicas: usize,
     /// How long a delivery may stay unacked (without progress) before it is redelivered.
@@ -56,8 +56,7 @@ pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 impl Default for TopologySpec {
     fn default() -> Self {
         TopologySpec {
-            pod_capacity: 4,
-            vm_capacity: 1,
+            capacities: Vec::new(),
             replicas: 1,
             ack_wait: Duration::from_secs(30),
             max_deliver: UNLIMITED_DELIVERIES,
@@ -70,43 +69,68 @@ impl Default for TopologySpec {
 }
 
 impl TopologySpec {
-    /// Checks the spec before anything is sent to the server; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.pod_capacity == 0 || self.vm_capacity == 0 {
-            return Err("a backend capacity must be at least 1".into());
+    /// Checks the spec before anything is sent to the server; the error names the field.
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        if self.capacities.is_empty() {
+            return Err(InvalidSpec::NoBackend);
+        }
+        if self.capacities.iter().any(|(_, c)| *c == 0) {
+            return Err(InvalidSpec::Capacity);
         }
         if !(1..=5).contains(&self.replicas) {
-            return Err(format!(
-                "replicas must be between 1 and 5, not {}",
-                self.replicas
-            ));
+            return Err(InvalidSpec::Replicas(self.replicas));
         }
         if self.ack_wait < Duration::from_millis(100) {
-            return Err("ack_wait must be at least 100ms".into());
+            return Err(InvalidSpec::AckWait);
         }
         if self.max_deliver < 1 && self.max_deliver != UNLIMITED_DELIVERIES {
-            return Err("max_deliver must be at least 1, or -1 for unlimited".into());
+            return Err(InvalidSpec::MaxDeliver);
         }
         if self.duplicate_window < MIN_DUPLICATE_WINDOW {
-            return Err("the duplicate window must be at least 2m".into());
+            return Err(InvalidSpec::DuplicateWindow);
         }
         if self.max_messages < 1 || self.max_bytes < 1 || self.max_message_size < 1 {
-            return Err("the stream bounds must be positive".into());
+            return Err(InvalidSpec::Bounds);
         }
         Ok(())
     }
 
+    /// `backend`'s capacity (0: the spec does not name it).
     pub fn capacity(&self, backend: BackendKind) -> u32 {
-        match backend {
-            BackendKind::Pod => self.pod_capacity,
-            BackendKind::Vm => self.vm_capacity,
-        }
+        self.capacities
+            .iter()
+            .find(|(b, _)| *b == backend)
+            .map_or(0, |(_, c)| *c)
     }
+
+    /// The backends, in order.
+    pub fn backends(&self) -> impl Iterator<Item = BackendKind> + '_ {
+        self.capacities.iter().map(|(b, _)| *b)
+    }
+}
+
+/// The field of a [`TopologySpec`] that [`TopologySpec::validate`] refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSpec {
+    #[error("the topology names no backend")]
+    NoBackend,
+    #[error("a backend capacity must be at least 1")]
+    Capacity,
+    #[error("replicas must be between 1 and 5, not {0}")]
+    Replicas(usize),
+    #[error("ack_wait must be at least 100ms")]
+    AckWait,
+    #[error("max_deliver must be at least 1, or -1 for unlimited")]
+    MaxDeliver,
+    #[error("the duplicate window must be at least 2m")]
+    DuplicateWindow,
+    #[error("the stream bounds must be positive")]
+    Bounds,
 }
 
 /// `spec` with what `queue init` chose and a dispatcher must not undo: the replica count,
 /// the stream's bounds and duplicate window (from the live stream), and `max_deliver` (from
-/// the live `pod` consumer). The dispatcher's own settings (capacities, ack_wait) stay as
+/// the live consumer of the spec's first backend). The dispatcher's own settings (capacities, ack_wait) stay as
 /// given. Nothing live: `spec` as it is.
 pub fn keeping_init_choices(
     spec: TopologySpec,
@@ -251,25 +275,46 @@ pub struct ConsumerChange {
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error("invalid topology: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidSpec),
+    /// `object` names what was asked for (`stream CI_RUNNER`, `consumer pod`): data shown to
+    /// the operator, not a cause.
     #[error("cannot {action} the JetStream {object}: {source}")]
     Server {
         action: &'static str,
         object: String,
         #[source]
-        source: async_nats::Error,
+        source: ServerError,
     },
 }
 
-fn server_err(
+/// What a JetStream request of [`apply`] or [`live_configs`] failed with, typed by the call
+/// (each async-nats error has its `kind()`, with the server's API error and code where it
+/// answered one).
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    GetStream(#[from] jetstream::context::GetStreamError),
+    #[error(transparent)]
+    StreamInfo(#[from] stream::InfoError),
+    /// Creating or updating a stream (async-nats has one error type for both).
+    #[error(transparent)]
+    CreateStream(#[from] jetstream::context::CreateStreamError),
+    /// Reading or creating a consumer.
+    #[error(transparent)]
+    Consumer(#[from] stream::ConsumerError),
+    #[error(transparent)]
+    ConsumerInfo(#[from] jetstream::context::ConsumerInfoError),
+}
+
+fn server_err<E: Into<ServerError>>(
     action: &'static str,
     object: impl Into<String>,
-) -> impl FnOnce(async_nats::Error) -> ApplyError {
+) -> impl FnOnce(E) -> ApplyError {
     let object = object.into();
     move |source| ApplyError::Server {
         action,
         object,
-        source,
+        source: source.into(),
     }
 }
 
@@ -291,11 +336,12 @@ pub async fn apply_at(
     })
 }
 
-/// The live stream config and the `pod` consumer's max_deliver; None where not created yet. Any other error
+/// The live stream config and the `reference` consumer's max_deliver; None where not created yet. Any other error
 /// (no leader during an election, a timeout) is an error: guessing "absent" then would
 /// overwrite what `queue init` chose.
 pub async fn live_configs(
     js: &jetstream::Context,
+    reference: BackendKind,
 ) -> Result<(Option<stream::Config>, Option<i64>), ApplyError> {
     use async_nats::jetstream::ErrorCode;
     use async_nats::jetstream::context::GetStreamErrorKind;
@@ -306,10 +352,10 @@ pub async fn live_configs(
         {
             return Ok((None, None));
         }
-        Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e.into())),
+        Err(e) => return Err(server_err("read", format!("stream {STREAM}"))(e)),
     };
     let consumer = match js
-        .get_consumer_from_stream::<pull::Config, _, _>(BackendKind::Pod.consumer(), STREAM)
+        .get_consumer_from_stream::<pull::Config, _, _>(reference.consumer(), STREAM)
         .await
     {
         Ok(c) => Some(c.cached_info().config.max_deliver),
@@ -317,8 +363,8 @@ pub async fn live_configs(
             None
         }
         Err(e) => {
-            let object = format!("consumer {}", BackendKind::Pod.consumer());
-            return Err(server_err("read", object)(e.into()));
+            let object = format!("consumer {}", reference.consumer());
+            return Err(server_err("read", object)(e));
         }
     };
     Ok((stream, consumer))
@@ -329,7 +375,7 @@ pub async fn apply(
     js: &jetstream::Context,
     spec: &TopologySpec,
 ) -> Result<ApplyReport, ApplyError> {
-    spec.validate().map_err(ApplyError::Invalid)?;
+    spec.validate()?;
     let stream_change = apply_stream(
         js,
         desired_stream(spec),
@@ -338,16 +384,17 @@ pub async fn apply(
     )
     .await?;
     let mut consumers = Vec::new();
-    for backend in BackendKind::ALL {
+    for backend in spec.backends() {
         let want = desired_consumer(spec, backend);
         let change = match js
             .get_consumer_from_stream::<pull::Config, _, _>(backend.consumer(), STREAM)
             .await
         {
             Ok(mut existing) => {
-                let info = existing.info().await.map_err(|e| {
-                    server_err("read", format!("consumer {}", backend.consumer()))(e.into())
-                })?;
+                let info = existing.info().await.map_err(server_err(
+                    "read",
+                    format!("consumer {}", backend.consumer()),
+                ))?;
                 let drift = consumer_drift(&want, &info.config);
                 if drift.is_empty() {
                     Change::Unchanged
@@ -369,7 +416,7 @@ pub async fn apply(
                 return Err(server_err(
                     "read",
                     format!("consumer {}", backend.consumer()),
-                )(e.into()));
+                )(e));
             }
         };
         consumers.push(ConsumerChange {
@@ -426,14 +473,14 @@ async fn apply_stream(
             let info = existing
                 .info()
                 .await
-                .map_err(|e| server_err("read", object.clone())(e.into()))?;
+                .map_err(server_err("read", object.clone()))?;
             let drift = drift(&desired, &info.config);
             if drift.is_empty() {
                 return Ok(Change::Unchanged);
             }
             js.update_stream(desired)
                 .await
-                .map_err(|e| server_err("update", object)(e.into()))?;
+                .map_err(server_err("update", object))?;
             Ok(Change::Updated {
                 fields: drift.into_iter().map(String::from).collect(),
             })
@@ -444,10 +491,10 @@ async fn apply_stream(
         {
             js.create_stream(desired)
                 .await
-                .map_err(|e| server_err("create", object)(e.into()))?;
+                .map_err(server_err("create", object))?;
             Ok(Change::Created)
         }
-        Err(e) => Err(server_err("read", object)(e.into())),
+        Err(e) => Err(server_err("read", object)(e)),
     }
 }
 
@@ -459,12 +506,10 @@ async fn create_consumer(
     js.create_consumer_on_stream(config, STREAM)
         .await
         .map(|_| ())
-        .map_err(|e| {
-            server_err(
-                "create or update",
-                format!("consumer {}", backend.consumer()),
-            )(e.into())
-        })
+        .map_err(server_err(
+            "create or update",
+            format!("consumer {}", backend.consumer()),
+        ))
 }
 
 #[cfg(test)]
@@ -481,12 +526,12 @@ mod tests {
             ..TopologySpec::default()
         };
         let dispatcher = TopologySpec {
-            pod_capacity: 9,
+            capacities: vec![(BackendKind::new("pod"), 9)],
             ack_wait: Duration::from_secs(7),
             ..TopologySpec::default()
         };
         let live_stream = desired_stream(&chosen);
-        let live_consumer = desired_consumer(&chosen, BackendKind::Pod);
+        let live_consumer = desired_consumer(&chosen, BackendKind::new("pod"));
         let kept = keeping_init_choices(
             dispatcher.clone(),
             Some(&live_stream),
@@ -495,7 +540,7 @@ mod tests {
         assert_eq!(
             kept,
             TopologySpec {
-                pod_capacity: 9,
+                capacities: vec![(BackendKind::new("pod"), 9)],
                 ack_wait: Duration::from_secs(7),
                 ..chosen
             }
@@ -525,16 +570,15 @@ mod tests {
     #[test]
     fn consumers_filter_their_subject_and_cap_in_flight_at_capacity() {
         let spec = TopologySpec {
-            pod_capacity: 4,
-            vm_capacity: 1,
+            capacities: vec![(BackendKind::new("pod"), 4), (BackendKind::new("vm"), 1)],
             ..Default::default()
         };
-        let pod = desired_consumer(&spec, BackendKind::Pod);
+        let pod = desired_consumer(&spec, BackendKind::new("pod"));
         assert_eq!(pod.durable_name.as_deref(), Some("pod"));
         assert_eq!(pod.filter_subject, "ci.runner.pod");
         assert_eq!(pod.ack_policy, AckPolicy::Explicit);
         assert_eq!(pod.max_ack_pending, 4);
-        let vm = desired_consumer(&spec, BackendKind::Vm);
+        let vm = desired_consumer(&spec, BackendKind::new("vm"));
         assert_eq!(vm.filter_subject, "ci.runner.vm");
         assert_eq!(vm.max_ack_pending, 1);
     }
@@ -543,15 +587,17 @@ mod tests {
     fn a_capacity_change_is_drift_in_max_ack_pending_only() {
         let old = TopologySpec::default();
         let new = TopologySpec {
-            pod_capacity: 8,
+            capacities: vec![(BackendKind::new("pod"), 8)],
             ..old.clone()
         };
-        let actual = desired_consumer(&old, BackendKind::Pod).into_consumer_config();
+        let actual = desired_consumer(&old, BackendKind::new("pod")).into_consumer_config();
         assert_eq!(
-            consumer_drift(&desired_consumer(&new, BackendKind::Pod), &actual),
+            consumer_drift(&desired_consumer(&new, BackendKind::new("pod")), &actual),
             vec!["max_ack_pending"]
         );
-        assert!(consumer_drift(&desired_consumer(&old, BackendKind::Pod), &actual).is_empty());
+        assert!(
+            consumer_drift(&desired_consumer(&old, BackendKind::new("pod")), &actual).is_empty()
+        );
         assert!(stream_drift(&desired_stream(&new), &desired_stream(&old)).is_empty());
     }
 
@@ -583,9 +629,9 @@ mod tests {
         let bad = |f: fn(&mut TopologySpec)| {
             let mut s = TopologySpec::default();
             f(&mut s);
-            s.validate().unwrap_err()
+            s.validate().unwrap_err().to_string()
         };
-        assert!(bad(|s| s.pod_capacity = 0).contains("capacity"));
+        assert!(bad(|s| s.capacities = vec![(BackendKind::new("pod"), 0)]).contains("capacity"));
         assert!(bad(|s| s.replicas = 0).contains("replicas"));
         assert!(bad(|s| s.duplicate_window = Duration::from_secs(60)).contains("duplicate"));
         assert!(bad(|s| s.max_deliver = 0).contains("max_deliver"));

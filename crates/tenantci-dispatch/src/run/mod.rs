@@ -20,7 +20,7 @@
 pub mod credential;
 pub mod kube_swap;
 pub mod reload;
-pub mod status;
+pub mod status_api;
 pub mod term;
 
 use std::net::SocketAddr;
@@ -32,19 +32,15 @@ use kube::api::Api;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use crate::backend::pod::PodExecutors;
-use crate::backend::pod::objects::ExecutorObjects;
 use crate::backend::pod::registrar::Registrar;
-use crate::backend::vm::VmExecutors;
 use crate::backend::vm::sandboxes::{Minter, Sandboxes};
-use crate::backend::{Context, Executors};
+use crate::backend::{Backend, Context, catalog};
 use crate::cache::Cache;
 use crate::capability::{self, CapabilityKey};
 use crate::claim::registration::SchedulerCredential;
 use crate::claim::scheduler;
 use crate::claim::webhook::{self, Receiver, WebhookSecret};
 use crate::config::Config;
-use crate::executor::demand::WarmDemand;
 use crate::facade::Facade;
 use crate::facade::cert as facade_cert;
 use crate::facade::handout::Handout;
@@ -56,9 +52,10 @@ use crate::metrics::Metrics;
 use crate::queue::assignment::SealingKey;
 use crate::queue::producer::Producer;
 use crate::queue::topology::{self, TopologySpec};
-use crate::queue::{BackendKind, connect, permissions, users};
+use crate::queue::{connect, permissions, users};
 use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
+use crate::sizing::demand::WarmDemand;
 use crate::task::ledger::Ledger;
 use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
@@ -145,8 +142,10 @@ fn start_metrics(cfg: &Config, inputs: &Inputs) -> Arc<Metrics> {
     let metrics = Arc::new(Metrics::default());
     report_facade_cert(cfg, &inputs.facade_cert, &metrics);
     report_credential(cfg, &metrics);
-    metrics.capacity(BackendKind::Pod, cfg.capacity.pod);
-    metrics.capacity(BackendKind::Vm, cfg.capacity.vm);
+    // Every backend's capacity, whether it runs or not (an opt-in backend only when it does).
+    for f in catalog::all().filter(|f| !f.opt_in || cfg.runs(f.kind)) {
+        metrics.capacity(f.kind, cfg.capacity.of(f.kind));
+    }
     metrics
 }
 
@@ -328,7 +327,7 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         metrics.clone(),
     ));
     let facade_listener = bind("facade", cfg.facade.listen).await?;
-    let status_listeners = status::Listeners::bind(&cfg.status).await?;
+    let status_listeners = status_api::Listeners::bind(&cfg.status).await?;
     let (status_addr, metrics_addr) = (status_listeners.status_addr, status_listeners.metrics_addr);
     let webhook_listener = match &cfg.webhook {
         Some(w) => Some(bind("webhook receiver", w.listen).await?),
@@ -419,10 +418,10 @@ fn status_sources(
     cfg: &Config,
     registry: &Arc<Registry>,
     ledger: Mirror,
-    backends: &[Arc<dyn Executors>],
+    backends: &[Arc<dyn Backend>],
     worker: &async_nats::Client,
-) -> Arc<status::Sources> {
-    Arc::new(status::Sources {
+) -> Arc<status_api::Sources> {
+    Arc::new(status_api::Sources {
         registry: registry.clone(),
         ledger,
         backends: backends.to_vec(),
@@ -461,39 +460,37 @@ async fn own_identity(
     Ok((Some(own), minter))
 }
 
-/// The VM backend's executors when `[vm]` is set. Checked at start: a wrong key is refused
-/// now, naming its file, not at the first vm task.
-/// Every backend this dispatcher runs: the pod backend (with its SPIRE entries when
-/// identity is on), and the VM backend when `[vm]` is configured.
+/// Every backend this config turns on (`backend::catalog`): the pod backend (with its SPIRE
+/// entries when identity is on), the VM backend when `[vm]` is configured, and any other
+/// registered backend its config turns on.
 fn backends(
     cfg: &Config,
     client: &kube::Client,
     sandboxes: Option<Sandboxes>,
     ledger: &Ledger,
     metrics: &Arc<Metrics>,
-) -> Vec<Arc<dyn Executors>> {
+) -> Vec<Arc<dyn Backend>> {
     let namespace = &cfg.cluster.namespace;
     // A loaded config is valid, so a present section parses.
-    let entries = cfg
+    let registrar = cfg
         .identity
         .as_ref()
         .and_then(|i| i.parse().ok())
         .map(|settings| Registrar::new(client.clone(), settings, namespace, metrics.clone()));
-    let pods = PodExecutors::new(
-        ExecutorObjects::new(client.clone(), namespace),
-        cfg.cluster.resync(),
-        entries,
-    );
-    let mut backends: Vec<Arc<dyn Executors>> = vec![Arc::new(pods)];
-    if let Some(sandboxes) = sandboxes {
-        backends.push(Arc::new(VmExecutors {
-            sandboxes,
-            ledger: ledger.clone(),
-        }));
-    }
-    backends
+    catalog::build(crate::backend::provider::Inputs {
+        kube: client.clone(),
+        namespace: namespace.clone(),
+        resync: cfg.cluster.resync(),
+        ledger: ledger.clone(),
+        metrics: metrics.clone(),
+        capacity: cfg.capacity.explicit().clone(),
+        registrar,
+        sandboxes,
+    })
 }
 
+/// The VM backend's sandboxes when `[vm]` is set. Checked at start: a wrong key is refused
+/// now, naming its file, not at the first vm task.
 async fn connect_sandboxes(
     cfg: &Config,
     runner_id: i64,
@@ -776,8 +773,10 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     let client = connect::connect_trusting(&cfg.nats.url, users::ADMIN, &admin, ca).await?;
     let js = async_nats::jetstream::new(client);
     let own = TopologySpec {
-        pod_capacity: cfg.capacity.pod,
-        vm_capacity: cfg.capacity.vm,
+        capacities: catalog::kinds()
+            .into_iter()
+            .map(|b| (b, cfg.capacity.of(b)))
+            .collect(),
         ack_wait: cfg.nats.ack_wait.get(),
         ..TopologySpec::default()
     };
@@ -788,7 +787,7 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     let report = loop {
         // Replicas, stream bounds and max_deliver are `queue init`'s to choose; the
         // dispatcher keeps them (a restart must not undo an operator's --max-deliver).
-        let applied = match topology::live_configs(&js).await {
+        let applied = match topology::live_configs(&js, catalog::default_kind()).await {
             Ok((stream, consumer)) => {
                 let spec = topology::keeping_init_choices(own.clone(), stream.as_ref(), consumer);
                 topology::apply(&js, &spec).await

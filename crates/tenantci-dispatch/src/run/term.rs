@@ -19,15 +19,16 @@ use crate::backend::keep_alive::KeepAlive;
 use crate::backend::pod::pause::{PriorityClassTried, WarmPools};
 use crate::backend::reconciler::{Reconciler, Restarts};
 use crate::backend::worker::Worker;
-use crate::backend::{Context, Executors};
+use crate::backend::{Backend, Context};
+use crate::backend_kind::BackendKind;
 use crate::capability::CapabilityKey;
 use crate::claim::scheduler::{Pool, Scheduler};
 use crate::claim::waiting::WaitingWatch;
 use crate::config::Config;
+use crate::queue::STREAM;
 use crate::queue::assignment::SealingKey;
 use crate::queue::consumer::{CappedConsumer, ConsumerSettings};
 use crate::queue::producer::Producer;
-use crate::queue::{BackendKind, STREAM};
 use crate::task::ledger::Ledger;
 use crate::task::spec::{ExecutorTemplate, GiteaForExecutors};
 use tenantci_core::forge::gitea::client::RunnerClient;
@@ -48,7 +49,7 @@ pub(super) struct Shared {
     /// Whether a term settled the warm pools' PriorityClass (once per process).
     pub priority_class: Arc<PriorityClassTried>,
     /// Every backend this dispatcher runs, the pod backend first.
-    pub backends: Vec<Arc<dyn Executors>>,
+    pub backends: Vec<Arc<dyn Backend>>,
     pub producer: Producer,
     pub worker_client: async_nats::Client,
     pub capability_key: CapabilityKey,
@@ -171,7 +172,7 @@ async fn declare(gitea: RunnerClient, labels: Vec<String>, mut stop: watch::Rece
 /// lists, then its reconciler and worker. False: stopped first.
 async fn start_backend(
     s: &Shared,
-    executors: Arc<dyn Executors>,
+    executors: Arc<dyn Backend>,
     stop_rx: &mut watch::Receiver<bool>,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> bool {

@@ -27,7 +27,7 @@ use async_nats::jetstream::{self, kv};
 use futures::TryStreamExt as _;
 use serde::{Deserialize, Serialize};
 
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::queue::assignment::Assignment;
 use crate::queue::ledger_bucket::BUCKET;
 use crate::task::Progress;
@@ -158,12 +158,56 @@ pub struct Written {
     pub entry: Option<Entry>,
 }
 
+/// Why the ledger could not do what was asked: the step that failed, with what NATS (or a
+/// record's bytes) answered kept as the source, so a caller tells a timeout from a refusal by
+/// the type (`kind()` of async-nats's errors), not by the text.
 #[derive(Debug, thiserror::Error)]
-#[error("claim ledger: {0}")]
-pub struct LedgerError(String);
+pub enum LedgerError {
+    #[error("claim ledger: cannot open the bucket: {0}")]
+    Open(#[source] jetstream::context::KeyValueError),
+    #[error("claim ledger: cannot read an entry: {0}")]
+    Read(#[source] kv::EntryError),
+    /// An entry (read, or from the bucket's stream) that is not an [`Entry`].
+    #[error("claim ledger: the entry of task {task} does not decode: {source}")]
+    Decode {
+        task: i64,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("claim ledger: cannot write an entry: {0}")]
+    Write(#[source] kv::CreateError),
+    /// Every one of [`CAS_ATTEMPTS`] writes failed; the last one's error is the source (a lost
+    /// compare-and-set, as a rule).
+    #[error(
+        "claim ledger: the entry of task {task} kept changing; {CAS_ATTEMPTS} writes lost the race"
+    )]
+    Contended {
+        task: i64,
+        #[source]
+        last: LostWrite,
+    },
+    #[error("claim ledger: cannot read the latest writes: {0}")]
+    ReadWrites(#[source] jetstream::stream::DirectGetError),
+    /// A key under `task.` that does not name a task (`subject`: the key's subject, data shown
+    /// to the operator).
+    #[error("claim ledger: the key `{subject}` at sequence {sequence} is not a task's")]
+    NotATask {
+        subject: async_nats::Subject,
+        sequence: u64,
+    },
+    #[error("claim ledger: cannot list the entries: {0}")]
+    List(#[source] jetstream::stream::InfoError),
+}
 
-fn err(what: &str) -> impl FnOnce(&dyn std::fmt::Display) -> LedgerError + '_ {
-    move |e| LedgerError(format!("{what}: {e}"))
+/// A compare-and-set write of [`Ledger::record`] that did not land.
+#[derive(Debug, thiserror::Error)]
+pub enum LostWrite {
+    /// The update of an existing entry (its revision moved on, as a rule).
+    #[error(transparent)]
+    Update(#[from] kv::UpdateError),
+    /// The create of a new entry (another writer created it first, as a rule).
+    #[error(transparent)]
+    Create(#[from] kv::CreateError),
 }
 
 /// The ledger, reached through a JetStream context (as `ci-worker`, whose permissions allow
@@ -179,25 +223,18 @@ const CAS_ATTEMPTS: usize = 5;
 impl Ledger {
     /// Opens the bucket `queue init` created.
     pub async fn open(js: &jetstream::Context) -> Result<Ledger, LedgerError> {
-        let kv = js
-            .get_key_value(BUCKET)
-            .await
-            .map_err(|e| err("cannot open the bucket")(&e))?;
+        let kv = js.get_key_value(BUCKET).await.map_err(LedgerError::Open)?;
         Ok(Ledger { kv })
     }
 
     /// The entry of `task` and its revision.
     async fn entry(&self, task: i64) -> Result<Option<(Entry, u64)>, LedgerError> {
-        let found = self
-            .kv
-            .entry(key(task))
-            .await
-            .map_err(|e| err("cannot read an entry")(&e))?;
+        let found = self.kv.entry(key(task)).await.map_err(LedgerError::Read)?;
         let Some(e) = found.filter(|e| e.operation == kv::Operation::Put) else {
             return Ok(None);
         };
         let entry = serde_json::from_slice(&e.value)
-            .map_err(|e| err(&format!("the entry of task {task} does not decode"))(&e))?;
+            .map_err(|source| LedgerError::Decode { task, source })?;
         Ok(Some((entry, e.revision)))
     }
 
@@ -208,6 +245,7 @@ impl Ledger {
     /// Records `step` ([`merge`]); returns the entry as it stands afterwards.
     pub async fn record(&self, step: Entry) -> Result<Option<Entry>, LedgerError> {
         let task = step.task;
+        let mut last = None;
         for _ in 0..CAS_ATTEMPTS {
             let current = self.entry(task).await?;
             let Some(next) = merge(current.as_ref().map(|(e, _)| e), step.clone()) else {
@@ -220,25 +258,27 @@ impl Ledger {
                     .update(key(task), value.into(), *revision)
                     .await
                     .map(|_| ())
-                    .map_err(|e| e.to_string()),
+                    .map_err(LostWrite::from),
                 None => self
                     .kv
                     .create(key(task), value.into())
                     .await
                     .map(|_| ())
-                    .map_err(|e| e.to_string()),
+                    .map_err(LostWrite::from),
             };
             match written {
                 Ok(()) => return Ok(Some(next)),
                 // Another writer was first: read again and merge over its entry.
                 Err(e) => {
-                    tracing::debug!(task, error = %e, "claim ledger: write lost a race; retrying")
+                    tracing::debug!(task, error = %e, "claim ledger: write lost a race; retrying");
+                    last = Some(e);
                 }
             }
         }
-        Err(LedgerError(format!(
-            "the entry of task {task} kept changing; {CAS_ATTEMPTS} writes lost the race"
-        )))
+        Err(LedgerError::Contended {
+            task,
+            last: last.expect("CAS_ATTEMPTS is at least 1"),
+        })
     }
 
     /// Records the first step of a task just claimed: one create, no read before it (the
@@ -252,7 +292,7 @@ impl Ledger {
         match self.kv.create(key(step.task), value.into()).await {
             Ok(_) => Ok(Some(first)),
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => self.record(step).await,
-            Err(e) => Err(err("cannot write an entry")(&e)),
+            Err(e) => Err(LedgerError::Write(e)),
         }
     }
 
@@ -295,21 +335,21 @@ impl Ledger {
             Err(e) if e.kind() == jetstream::stream::DirectGetErrorKind::NotFound => {
                 return Ok(None);
             }
-            Err(e) => return Err(err("cannot read the latest writes")(&e)),
+            Err(e) => return Err(LedgerError::ReadWrites(e)),
         };
         let task = m.subject.rsplit('.').next().and_then(|t| t.parse().ok());
         let Some(task) = task else {
-            return Err(LedgerError(format!(
-                "the key `{}` at sequence {} is not a task's",
-                m.subject, m.sequence
-            )));
+            return Err(LedgerError::NotATask {
+                subject: m.subject,
+                sequence: m.sequence,
+            });
         };
         // A delete or purge marker has no value (and a `KV-Operation` header).
         let entry = match m.payload.is_empty() {
             true => None,
             false => Some(
                 serde_json::from_slice(&m.payload)
-                    .map_err(|e| err(&format!("the entry of task {task} does not decode"))(&e))?,
+                    .map_err(|source| LedgerError::Decode { task, source })?,
             ),
         };
         Ok(Some(Written {
@@ -327,13 +367,9 @@ impl Ledger {
             .stream
             .info_with_subjects(format!("$KV.{BUCKET}.task.>"))
             .await
-            .map_err(|e| err("cannot list the entries")(&e))?;
+            .map_err(LedgerError::List)?;
         let mut tasks = Vec::new();
-        while let Some((subject, _)) = stream
-            .try_next()
-            .await
-            .map_err(|e| err("cannot list the entries")(&e))?
-        {
+        while let Some((subject, _)) = stream.try_next().await.map_err(LedgerError::List)? {
             if let Some(task) = subject.rsplit('.').next().and_then(|t| t.parse().ok()) {
                 tasks.push(task);
             }
@@ -352,12 +388,12 @@ mod tests {
     use super::*;
 
     fn step(attempt: u32, phase: Phase) -> Entry {
-        Entry::step(7, attempt, BackendKind::Pod, phase)
+        Entry::step(7, attempt, BackendKind::new("pod"), phase)
     }
 
     fn sealed() -> Assignment {
         let key = crate::queue::assignment::SealingKey::generate();
-        Assignment::seal(&key, "7", 1, BackendKind::Pod, vec![], b"task").unwrap()
+        Assignment::seal(&key, "7", 1, BackendKind::new("pod"), vec![], b"task").unwrap()
     }
 
     #[test]
@@ -394,8 +430,12 @@ mod tests {
 
     #[test]
     fn the_backend_of_the_first_entry_stays() {
-        let vm = merge(None, Entry::step(7, 1, BackendKind::Vm, Phase::Claimed)).unwrap();
+        let vm = merge(
+            None,
+            Entry::step(7, 1, BackendKind::new("vm"), Phase::Claimed),
+        )
+        .unwrap();
         let next = merge(Some(&vm), step(1, Phase::Started)).unwrap();
-        assert_eq!(next.backend, BackendKind::Vm);
+        assert_eq!(next.backend, BackendKind::new("vm"));
     }
 }

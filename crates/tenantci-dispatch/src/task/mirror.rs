@@ -81,7 +81,7 @@ impl Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::BackendKind;
+    use crate::backend_kind::BackendKind;
     use crate::task::ledger::Phase;
 
     fn write(task: i64, entry: Option<Entry>) -> Written {
@@ -96,10 +96,10 @@ mod tests {
     fn a_write_replaces_a_delete_removes_and_the_retention_drops() {
         let mut s = Seen::default();
         let now = chrono::Utc::now();
-        let mut old = Entry::step(1, 1, BackendKind::Pod, Phase::Final);
+        let mut old = Entry::step(1, 1, BackendKind::new("pod"), Phase::Final);
         old.at = now - chrono::Duration::from_std(RETENTION).unwrap();
         s.apply(write(1, Some(old)), now);
-        let step = |t, p| Some(Entry::step(t, 1, BackendKind::Pod, p));
+        let step = |t, p| Some(Entry::step(t, 1, BackendKind::new("pod"), p));
         s.apply(write(2, step(2, Phase::Claimed)), now);
         s.apply(write(2, step(2, Phase::Fetched)), now);
         s.apply(write(3, step(3, Phase::Started)), now);

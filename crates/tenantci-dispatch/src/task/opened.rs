@@ -10,9 +10,9 @@
 
 use prost::Message as _;
 
-use crate::executor::class::{self, ExecutorClass};
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::queue::assignment::{Assignment, SealingKey};
+use crate::sizing::class::{self, ExecutorClass};
 use tenantci_core::forge::gitea::proto::Task;
 
 pub struct Opened {
@@ -84,7 +84,7 @@ impl Opened {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::executor::class::tests::class;
+    use crate::sizing::class::tests::class;
 
     fn classes() -> Vec<ExecutorClass> {
         let mut small = class("small", "500m", "512Mi", 4);
@@ -105,7 +105,7 @@ mod tests {
             key,
             "7",
             1,
-            BackendKind::Pod,
+            BackendKind::new("pod"),
             labels,
             class.map(Into::into),
             payload,

@@ -9,7 +9,7 @@
 //! once the ledger has its start as done: no redelivery will finish it. A task the ledger has
 //! as final whose objects are still there is over: its objects go.
 
-use crate::queue::BackendKind;
+use crate::backend_kind::Nouns;
 use crate::task::ledger::{Entry, Phase};
 
 /// What the backend lists of an entry's task.
@@ -47,19 +47,20 @@ impl Recovery {
     }
 }
 
-/// The decision for `entry` given what the backend lists of its task.
+/// The decision for `entry` given what the backend lists of its task; `nouns`: the backend's
+/// words, for the FAILURE line.
 ///
 /// A ledger at `started` means the start finished (the worker notes it after the create, a
 /// replacement too), so its assignment may have been acked: partial objects then are an
 /// executor lost after its start, not a start the queue redelivers, and nothing else would
 /// ever end the task.
-pub fn decide(entry: &Entry, objects: Objects) -> Recovery {
+pub fn decide(entry: &Entry, objects: Objects, nouns: &Nouns) -> Recovery {
     use Objects::{Complete, None as Nothing, Partial};
     match (entry.phase, objects) {
         (Phase::Final, Complete | Partial { .. }) => Recovery::Delete,
         (Phase::Final, Nothing) | (_, Complete) | (Phase::Queued, Nothing) => Recovery::Leave,
         (Phase::Claimed | Phase::Queued, Partial { .. }) => Recovery::Leave,
-        (Phase::Started, Partial { fetched: true, .. }) => fetched_and_lost(entry, objects),
+        (Phase::Started, Partial { fetched: true, .. }) => fetched_and_lost(entry, objects, nouns),
         (Phase::Started, Partial { attempt, .. }) if entry.assignment.is_some() => {
             Recovery::Restart {
                 leftover: Some(attempt),
@@ -74,20 +75,16 @@ pub fn decide(entry: &Entry, objects: Objects) -> Recovery {
                 entry.attempt
             ),
         },
-        (Phase::Fetched | Phase::Reported, _) => fetched_and_lost(entry, objects),
+        (Phase::Fetched | Phase::Reported, _) => fetched_and_lost(entry, objects, nouns),
     }
 }
 
 /// FAILURE for an executor lost after it fetched: what it ran is unknown.
-fn fetched_and_lost(entry: &Entry, objects: Objects) -> Recovery {
-    let what = match (entry.backend, objects) {
-        (BackendKind::Pod, Objects::Partial { .. }) => {
-            "its Pod was lost (deleted, or the tenant apiserver lost it; its Secret was left)"
-        }
-        (BackendKind::Pod, _) => {
-            "its Pod and Secret were lost (deleted while no dispatcher was leading, or the tenant apiserver lost them)"
-        }
-        (BackendKind::Vm, _) => "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
+fn fetched_and_lost(entry: &Entry, objects: Objects, nouns: &Nouns) -> Recovery {
+    // In the words of the entry's backend (its `Nouns`), which the reconciler passes.
+    let what = match objects {
+        Objects::Partial { .. } => nouns.lost_partly,
+        _ => nouns.lost_whole,
     };
     Recovery::Fail {
         reason: format!(
@@ -105,20 +102,31 @@ pub fn waits_in_the_queue(entry: &Entry, objects: Objects) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Objects, Phase, Recovery, waits_in_the_queue};
+    use crate::backend_kind::{BackendKind, Nouns};
     use crate::queue::assignment::{Assignment, SealingKey};
+    use crate::task::ledger::Entry;
+
+    const POD: BackendKind = BackendKind::new("pod");
+
+    /// The words recovery gets from the entry's backend: a pod-like one's.
+    const NOUNS: Nouns = Nouns {
+        executor: "executor Pod",
+        executors: "executors",
+        source: "the apiserver",
+        gone: "the executor's Pod and Secret were deleted",
+        lost_partly: "its Pod was lost (its Secret was left)",
+        lost_whole: "its Pod and Secret were lost",
+    };
+
+    fn decide(entry: &Entry, objects: Objects) -> Recovery {
+        super::decide(entry, objects, &NOUNS)
+    }
 
     fn entry(phase: Phase, with_assignment: bool) -> Entry {
-        let e = Entry::step(7, 1, BackendKind::Pod, phase);
+        let e = Entry::step(7, 1, POD, phase);
         if with_assignment {
-            let a = Assignment::seal(
-                &SealingKey::generate(),
-                "7",
-                1,
-                BackendKind::Pod,
-                vec![],
-                b"t",
-            );
+            let a = Assignment::seal(&SealingKey::generate(), "7", 1, POD, vec![], b"t");
             e.with_assignment(&a.unwrap())
         } else {
             e

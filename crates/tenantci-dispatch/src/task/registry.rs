@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::queue::consumer::Slot;
 
 struct Running {
@@ -233,6 +233,11 @@ impl Registry {
         self.lock().queued.keys().copied().collect()
     }
 
+    /// The queued tasks with the backend each was queued for.
+    pub fn queued_on(&self) -> BTreeMap<i64, BackendKind> {
+        self.lock().queued.clone()
+    }
+
     pub fn running_tasks(&self) -> Vec<i64> {
         self.lock().running.keys().copied().collect()
     }
@@ -281,12 +286,15 @@ mod tests {
     #[test]
     fn a_task_moves_from_queued_to_running_to_gone() {
         let r = Registry::default();
-        r.queued(7, BackendKind::Pod);
+        r.queued(7, BackendKind::new("pod"));
         assert_eq!(r.queued_tasks(), [7]);
-        assert!(r.running(7, BackendKind::Pod, || None));
-        assert!(!r.running(7, BackendKind::Pod, || panic!("no second slot")));
+        assert!(r.running(7, BackendKind::new("pod"), || None));
+        assert!(!r.running(7, BackendKind::new("pod"), || panic!("no second slot")));
         assert_eq!(
-            (r.queued_tasks().len(), r.running_count(BackendKind::Pod)),
+            (
+                r.queued_tasks().len(),
+                r.running_count(BackendKind::new("pod"))
+            ),
             (0, 1)
         );
         r.finished(7);
@@ -297,7 +305,7 @@ mod tests {
     #[test]
     fn a_card_follows_its_task_and_keeps_its_description() {
         let r = Registry::default();
-        r.queued(8, BackendKind::Pod);
+        r.queued(8, BackendKind::new("pod"));
         let job = Description {
             repository: "o/r".into(),
             job: "build".into(),
@@ -307,14 +315,14 @@ mod tests {
         assert!(r.reserve_class(8, "small", 1));
         let c = &r.cards()[0];
         assert_eq!((c.held, c.class.as_deref()), (Held::Queued, Some("small")));
-        assert!(r.running(8, BackendKind::Pod, || None));
+        assert!(r.running(8, BackendKind::new("pod"), || None));
         let c = &r.cards()[0];
         assert_eq!(
             (c.held, c.description.as_ref()),
             (Held::Running, Some(&job))
         );
         assert!(c.held_since >= c.since);
-        r.queued(9, BackendKind::Pod);
+        r.queued(9, BackendKind::new("pod"));
         assert!(r.withdraw(9));
         assert_eq!(r.cards()[1].held, Held::Withdrawn);
         assert!(r.take_withdrawn(9));

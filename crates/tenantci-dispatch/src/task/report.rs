@@ -9,7 +9,7 @@
 
 use futures::future::BoxFuture;
 
-use crate::queue::BackendKind;
+use crate::backend_kind::BackendKind;
 use crate::task::ledger::{Entry, Ledger, LedgerError, Phase};
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
@@ -63,15 +63,16 @@ impl TaskReports for RunnerClient {
 }
 
 /// The claim ledger's step for a task Gitea has as ended with `result`. Attempt and backend
-/// are the entry's own (`ledger::merge` keeps them); these only fill a missing entry.
-pub fn final_step(task: i64, result: TaskResult) -> Entry {
+/// are the entry's own (`ledger::merge` keeps them); these (attempt 1 on `backend`, the one
+/// the caller knows the task by) only fill a missing entry.
+pub fn final_step(task: i64, backend: BackendKind, result: TaskResult) -> Entry {
     let name = TaskResult::proto_name(result as i32).unwrap_or("RESULT_UNSPECIFIED");
-    Entry::step(task, 1, BackendKind::Pod, Phase::Final).with_result(name)
+    Entry::step(task, 1, backend, Phase::Final).with_result(name)
 }
 
 /// The ledger step after [`fail`] succeeded.
-pub fn failed_step(task: i64) -> Entry {
-    final_step(task, TaskResult::Failure)
+pub fn failed_step(task: i64, backend: BackendKind) -> Entry {
+    final_step(task, backend, TaskResult::Failure)
 }
 
 fn now() -> prost_types::Timestamp {
@@ -145,6 +146,7 @@ pub async fn still_open(
     gitea: &dyn TaskReports,
     ledger: &dyn ClaimLedger,
     task: i64,
+    backend: BackendKind,
 ) -> Option<bool> {
     match gitea.keep_alive(task).await {
         Ok(result) if result.is_final() => {
@@ -153,7 +155,7 @@ pub async fn still_open(
                 ?result,
                 "the task ended at Gitea meanwhile; no executor is started for it"
             );
-            ledger.note(final_step(task, result)).await;
+            ledger.note(final_step(task, backend, result)).await;
             Some(false)
         }
         Ok(_) => Some(true),
@@ -188,7 +190,7 @@ pub async fn executor_failed(
     }
     tracing::warn!(task, "{reason}: reported FAILURE to Gitea");
     // The dispatcher's own verdict; Gitea keeps a final state it had before.
-    ledger.note(failed_step(task)).await;
+    ledger.note(failed_step(task, backend)).await;
     metrics.failed(backend);
     true
 }

@@ -8,9 +8,9 @@ use tenantci_core::{Error, Result};
 use tenantci_runner::act_runner::Registration;
 
 use crate::capability::{self, CapabilityKey};
-use crate::executor::class::ExecutorClass;
 use crate::identity;
 use crate::queue::assignment::{Assignment, SealingKey};
+use crate::sizing::class::ExecutorClass;
 use crate::task::opened::Opened;
 
 pub const TASK_ID_LABEL: &str = "tenantci.io/task-id";
@@ -65,7 +65,7 @@ pub struct ExecutorSpec {
     pub runner_name: String,
     /// Images, runner binary, resources and placement from the dispatcher config (the
     /// task's class applied).
-    pub executor: crate::executor::Executor,
+    pub executor: crate::sizing::ExecutorSettings,
     /// The task's resource class (None: the dispatcher has none).
     pub class: Option<ExecutorClass>,
     /// Executor identity on: the task's SPIFFE ID and the facade's.
@@ -100,7 +100,7 @@ pub struct ExecutorTemplate {
     pub facade_ca_pem: String,
     pub gitea: GiteaForExecutors,
     pub runner_name: String,
-    pub executor: crate::executor::Executor,
+    pub executor: crate::sizing::ExecutorSettings,
     /// Makes each attempt's capability.
     pub capability_key: CapabilityKey,
     /// Opens each assignment once (`Opened`), and seals a replacement's attempt.
@@ -284,7 +284,7 @@ pub(crate) fn example(attempt: u32, assignment_id: &str, label: &str) -> Executo
         },
         labels: vec!["self-hosted".into(), label.into()],
         runner_name: "tenantci".into(),
-        executor: crate::executor::Executor::with_images(
+        executor: crate::sizing::ExecutorSettings::with_images(
             format!("gitea/act_runner@sha256:{}", "a".repeat(64)),
             format!("tenantci@sha256:{}", "b".repeat(64)),
         ),

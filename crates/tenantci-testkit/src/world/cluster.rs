@@ -148,10 +148,11 @@ impl World {
     /// Waits until the pod backend's consumer has no assignment delivered and not acked, nor
     /// one waiting: every start so far is acked, and the queue will redeliver none of them.
     pub async fn pod_assignments_acked(&self) {
-        use tenantci_dispatch::queue::{BackendKind, status::depth_now};
+        use tenantci_dispatch::backend::pod;
+        use tenantci_dispatch::queue::depth::depth_now;
         let js = async_nats::jetstream::new(self.nats.client("ci-admin").await);
         eventually("every pod assignment acked", || async {
-            (depth_now(&js, BackendKind::Pod).await? == 0).then_some(())
+            (depth_now(&js, pod::KIND).await? == 0).then_some(())
         })
         .await
     }
@@ -163,7 +164,7 @@ impl World {
     pub async fn pin_store(&self) -> String {
         let marker = format!("positive-control-{:016x}", rand::random::<u64>());
         let js = async_nats::jetstream::new(self.nats.client("ci-producer").await);
-        let subject = tenantci_dispatch::queue::BackendKind::Vm.subject();
+        let subject = tenantci_dispatch::backend::vm::KIND.subject();
         js.publish(subject, marker.clone().into())
             .await
             .unwrap()

@@ -22,6 +22,11 @@ impl World {
             .await
     }
 
+    /// Enqueues a job with these `runs-on` labels; returns the job id.
+    pub async fn enqueue_on(&self, name: &str, runs_on: &[&str], secret: &str) -> i64 {
+        self.gitea.enqueue(&self.http, name, runs_on, secret).await
+    }
+
     /// The Gitea double's record of job `id` (`GET <admin>/jobs/<id>`: its status, `task_id` once
     /// claimed, ...).
     pub async fn job(&self, id: i64) -> Value {

@@ -49,7 +49,8 @@ impl World {
             .unwrap();
         let dir = self.dir.path().join("dispatch");
         let mut base = write_inputs(&dir, &self.gitea, &self.nats, &self.tenant_admin).await;
-        base.capacity.pod = pod_capacity;
+        base.capacity
+            .set(tenantci_dispatch::backend::pod::KIND, pod_capacity);
         if self.forgejo {
             base.gitea.forge = Forge::Forgejo;
         }
@@ -175,7 +176,12 @@ fn base_config(gitea: &Gitea, nats: &NatsServer, kubeconfig: &Path) -> Config {
             ack_wait: Duration::from_secs(2).into(),
             ca_file: None,
         },
-        capacity: config::Capacity { pod: 1, vm: 1 },
+        capacity: {
+            let mut c = config::Capacity::default();
+            c.set(tenantci_dispatch::backend::pod::KIND, 1);
+            c.set(tenantci_dispatch::backend::vm::KIND, 1);
+            c
+        },
         facade: tenantci_dispatch::facade::settings::Facade {
             listen: "127.0.0.1:0".parse().unwrap(),
             url: "https://127.0.0.1:0".into(),
@@ -184,7 +190,10 @@ fn base_config(gitea: &Gitea, nats: &NatsServer, kubeconfig: &Path) -> Config {
             cert_file: config::files::FACADE_CERT.into(),
             key_file: config::files::FACADE_KEY.into(),
         },
-        executor: tenantci_dispatch::executor::Executor::with_images(EXECUTOR_IMAGE, PROXY_IMAGE),
+        executor: tenantci_dispatch::sizing::ExecutorSettings::with_images(
+            EXECUTOR_IMAGE,
+            PROXY_IMAGE,
+        ),
         status: config::Status::default(),
         leader: tenantci_dispatch::leader::Leader {
             lease_duration: Duration::from_secs(3).into(),

@@ -61,7 +61,8 @@ impl World {
     pub fn with_vm(&mut self, capacity: u32, api_key_file: &Path) {
         let url = self.opensandbox().url.clone();
         let base = self.base_mut();
-        base.capacity.vm = capacity;
+        base.capacity
+            .set(tenantci_dispatch::backend::vm::KIND, capacity);
         base.gitea.labels.push("vm".into());
         base.vm = Some(tenantci_dispatch::backend::vm::Vm {
             opensandbox_url: url,

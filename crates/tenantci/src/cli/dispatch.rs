@@ -9,10 +9,11 @@ use clap::{Args, Subcommand};
 use super::dispatch_status;
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
+use tenantci_dispatch::backend::{pod, vm};
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::init::{self, ClusterAccess, Inputs, RegistrationToken};
+use tenantci_dispatch::init::{self, CapacityFlag, ClusterAccess, Inputs, RegistrationToken};
 use tenantci_dispatch::renew;
-use tenantci_dispatch::run::status;
+use tenantci_dispatch::run::status_api;
 
 #[derive(Debug, Subcommand)]
 pub enum DispatchCommand {
@@ -255,7 +256,7 @@ pub struct FacadeArgs {
     /// Default: the existing config's, else the forge's own runner (forgejo-runner for
     /// Forgejo, act_runner for Gitea).
     #[arg(long, value_name = "COMMAND")]
-    pub runner_command: Option<tenantci_dispatch::executor::RunnerCommand>,
+    pub runner_command: Option<tenantci_dispatch::sizing::RunnerCommand>,
     /// The tenantci image (pinned by digest) whose `tenantci executor-proxy` runs beside each
     /// executor: the only holder of the facade CA in the Pod. Default: the existing config's.
     #[arg(long, value_name = "IMAGE@sha256:DIGEST")]
@@ -511,8 +512,19 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         nats_url: a.nats.nats.clone(),
         nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
         nats_ca_file: a.nats.nats_ca_file.clone(),
-        pod_capacity: a.nats.pod_capacity,
-        vm_capacity: a.nats.vm_capacity,
+        capacities: [
+            (pod::KIND, "--pod-capacity", a.nats.pod_capacity),
+            (vm::KIND, "--vm-capacity", a.nats.vm_capacity),
+        ]
+        .into_iter()
+        .filter_map(|(backend, flag, value)| {
+            value.map(|value| CapacityFlag {
+                backend,
+                flag,
+                value,
+            })
+        })
+        .collect(),
         facade_listen: a.facade.facade_listen,
         facade_url: a.facade.facade_url.clone(),
         executor_image: a.facade.executor_image.clone(),
@@ -662,7 +674,7 @@ async fn probe(a: &ProbeArgs) -> Result<i32> {
     } else {
         format!("/{}", a.path)
     };
-    let body = status::probe(cfg.status.listen, &path).await?;
+    let body = status_api::probe(cfg.status.listen, &path).await?;
     println!("{}", body.trim_end());
     Ok(0)
 }

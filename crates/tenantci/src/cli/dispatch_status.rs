@@ -1,6 +1,6 @@
 //! `tenantci dispatch status` and `tenantci dispatch explain`: read a running dispatcher's
 //! status API (`/v1/status`, at the config's status.listen) and print it, or why a job waits.
-//! The model, the reasons and the text are the library's (`tenantci_dispatch::status`).
+//! The model, the reasons and the text are the library's (`tenantci_dispatch::view`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,9 +13,9 @@ use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::run::status::fetch;
-use tenantci_dispatch::status::question::{self, Job};
-use tenantci_dispatch::status::{Status, TaskStatus, explain, table};
+use tenantci_dispatch::run::status_api::fetch;
+use tenantci_dispatch::view::question::{self, Job};
+use tenantci_dispatch::view::{Status, TaskStatus, explain, table};
 
 /// Where the dispatcher's status API is.
 #[derive(Debug, Args)]

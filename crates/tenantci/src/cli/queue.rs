@@ -6,8 +6,9 @@ use clap::{Args, Subcommand};
 
 use crate::output::{self, OutputArgs};
 use tenantci_core::duration;
+use tenantci_dispatch::backend::{catalog, pod, vm};
 use tenantci_dispatch::queue::topology::{self, Change, TopologySpec};
-use tenantci_dispatch::queue::{permissions, status};
+use tenantci_dispatch::queue::{depth, permissions};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
@@ -96,7 +97,7 @@ pub async fn run(cmd: QueueCommand) -> tenantci_core::Result<i32> {
 }
 
 fn nats_config(args: NatsConfigArgs) -> tenantci_core::Result<i32> {
-    let report = permissions::write_nats_config(&args.secrets_dir, &args.out)?;
+    let report = permissions::write_nats_config(&args.secrets_dir, &args.out, &catalog::kinds())?;
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {
@@ -128,8 +129,14 @@ fn spec_from(args: &InitArgs) -> tenantci_core::Result<TopologySpec> {
             .hint("pass --ack-wait as a Go duration such as `30s`")
     })?;
     let spec = TopologySpec {
-        pod_capacity: args.pod_capacity,
-        vm_capacity: args.vm_capacity,
+        // Every backend of this build gets its consumer; the two with flags at their value.
+        capacities: catalog::all()
+            .map(|f| match f.kind {
+                k if k == pod::KIND => (k, args.pod_capacity),
+                k if k == vm::KIND => (k, args.vm_capacity),
+                k => (k, f.default_capacity),
+            })
+            .collect(),
         replicas: args.replicas,
         ack_wait,
         max_deliver: args.max_deliver,
@@ -187,7 +194,13 @@ fn describe(c: &Change) -> String {
 }
 
 async fn status(args: StatusArgs) -> tenantci_core::Result<i32> {
-    let report = status::read(&args.conn.nats, &args.conn.user, &args.conn.password_file).await?;
+    let report = depth::read(
+        &args.conn.nats,
+        &args.conn.user,
+        &args.conn.password_file,
+        &catalog::kinds(),
+    )
+    .await?;
     if args.output.is_json() {
         output::print_json(&report)?;
     } else {

@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use tenantci_dispatch::backend::{pod, vm};
+use tenantci_dispatch::backend_kind::BackendKind;
+use tenantci_dispatch::queue::STREAM;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::queue::consumer::{CappedConsumer, ConsumerSettings, Job, Outcome};
 use tenantci_dispatch::queue::ledger_bucket;
 use tenantci_dispatch::queue::producer::{Producer, PublishError, Published};
-use tenantci_dispatch::queue::{BackendKind, STREAM};
 use tenantci_dispatch::task::ledger::{Entry, Ledger, Phase};
 use tenantci_dispatch::task::mirror::Mirror;
 use tokio::sync::{Semaphore, mpsc};
@@ -93,7 +95,7 @@ async fn queue_producer_cannot_pull_create_streams_or_read_the_worker_inbox() {
     // Allowed: publishing an assignment, with its PubAck on the producer's own inbox.
     let key = SealingKey::generate();
     let p = Producer::new(producer.clone());
-    let a = assignment(&key, "1", BackendKind::Pod, b"payload");
+    let a = assignment(&key, "1", pod::KIND, b"payload");
     assert!(matches!(p.publish(&a).await, Ok(Published::Stored { .. })));
 
     // Pull from a consumer.
@@ -131,12 +133,7 @@ async fn queue_producer_cannot_pull_create_streams_or_read_the_worker_inbox() {
     let admin = jetstream::new(server.client("ci-admin").await);
     assert!(admin.get_stream("EVIL").await.is_err());
     assert_eq!(stream_messages(&server).await, 1);
-    assert_eq!(
-        admin_consumer(&server, BackendKind::Pod)
-            .await
-            .num_ack_pending,
-        0
-    );
+    assert_eq!(admin_consumer(&server, pod::KIND).await.num_ack_pending, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,10 +143,10 @@ async fn queue_worker_cannot_publish_assignments_or_read_the_producer_inbox() {
     let (worker, mut events) = server.client_with_events("ci-worker").await;
 
     // Allowed: binding to (reading the info of) its consumers.
-    CappedConsumer::bind(worker.clone(), BackendKind::Pod, 1, fast_settings())
+    CappedConsumer::bind(worker.clone(), pod::KIND, 1, fast_settings())
         .await
         .unwrap();
-    CappedConsumer::bind(worker.clone(), BackendKind::Vm, 1, fast_settings())
+    CappedConsumer::bind(worker.clone(), vm::KIND, 1, fast_settings())
         .await
         .unwrap();
 
@@ -211,7 +208,7 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
     let producer = Producer::new(server.client("ci-producer").await);
     for i in 0..10 {
         producer
-            .publish(&assignment(&key, &format!("t{i}"), BackendKind::Pod, b"x"))
+            .publish(&assignment(&key, &format!("t{i}"), pod::KIND, b"x"))
             .await
             .unwrap();
     }
@@ -219,7 +216,7 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
     let consumer = Arc::new(
         CappedConsumer::bind(
             server.client("ci-worker").await,
-            BackendKind::Pod,
+            pod::KIND,
             2,
             fast_settings(),
         )
@@ -272,7 +269,7 @@ async fn queue_capacity_two_never_has_more_than_two_in_flight() {
     }
     loop {
         // Both slots busy: the server holds the rest; nothing was prefetched.
-        let info = admin_consumer(&server, BackendKind::Pod).await;
+        let info = admin_consumer(&server, pod::KIND).await;
         assert_eq!(
             info.num_ack_pending,
             seen.len() - released,
@@ -325,14 +322,14 @@ async fn queue_a_worker_that_dies_without_acking_gets_its_assignment_redelivered
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     producer
-        .publish(&assignment(&key, "42", BackendKind::Pod, b"secret-payload"))
+        .publish(&assignment(&key, "42", pod::KIND, b"secret-payload"))
         .await
         .unwrap();
 
     // Worker A receives it and dies mid-work (its task and connection go away, no ack).
     {
         let client = server.client("ci-worker").await;
-        let consumer = CappedConsumer::bind(client.clone(), BackendKind::Pod, 1, fast_settings())
+        let consumer = CappedConsumer::bind(client.clone(), pod::KIND, 1, fast_settings())
             .await
             .unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -359,7 +356,7 @@ async fn queue_a_worker_that_dies_without_acking_gets_its_assignment_redelivered
     // Worker B gets it again after ack_wait.
     let consumer = CappedConsumer::bind(
         server.client("ci-worker").await,
-        BackendKind::Pod,
+        pod::KIND,
         1,
         fast_settings(),
     )
@@ -403,16 +400,16 @@ async fn queue_transient_failure_naks_and_poison_is_terminated() {
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     producer
-        .publish(&assignment(&key, "flaky", BackendKind::Pod, b"p"))
+        .publish(&assignment(&key, "flaky", pod::KIND, b"p"))
         .await
         .unwrap();
     producer
-        .publish(&assignment(&key, "poison", BackendKind::Pod, b"p"))
+        .publish(&assignment(&key, "poison", pod::KIND, b"p"))
         .await
         .unwrap();
     let consumer = CappedConsumer::bind(
         server.client("ci-worker").await,
-        BackendKind::Pod,
+        pod::KIND,
         2,
         fast_settings(),
     )
@@ -472,12 +469,12 @@ async fn queue_republishing_the_same_task_attempt_is_deduplicated() {
     let key = SealingKey::generate();
     let producer = Producer::new(server.client("ci-producer").await);
     let first = producer
-        .publish(&assignment(&key, "7", BackendKind::Pod, b"a"))
+        .publish(&assignment(&key, "7", pod::KIND, b"a"))
         .await
         .unwrap();
     // Sealed again (another nonce): a different body, the same task id + attempt.
     let again = producer
-        .publish(&assignment(&key, "7", BackendKind::Pod, b"a"))
+        .publish(&assignment(&key, "7", pod::KIND, b"a"))
         .await
         .unwrap();
     let Published::Stored { sequence } = first else {
@@ -485,7 +482,7 @@ async fn queue_republishing_the_same_task_attempt_is_deduplicated() {
     };
     assert_eq!(again, Published::Duplicate { sequence });
     // A new attempt of the same task is a new message.
-    let retry = Assignment::seal(&key, "7", 2, BackendKind::Pod, vec![], b"a").unwrap();
+    let retry = Assignment::seal(&key, "7", 2, pod::KIND, vec![], b"a").unwrap();
     assert!(matches!(
         producer.publish(&retry).await,
         Ok(Published::Stored { .. })
@@ -501,15 +498,15 @@ async fn queue_a_full_stream_is_an_error_the_producer_sees() {
     let producer = Producer::new(server.client("ci-producer").await);
     for i in 0..2 {
         producer
-            .publish(&assignment(&key, &format!("f{i}"), BackendKind::Pod, b"x"))
+            .publish(&assignment(&key, &format!("f{i}"), pod::KIND, b"x"))
             .await
             .unwrap();
     }
     let err = producer
-        .publish(&assignment(&key, "f2", BackendKind::Pod, b"x"))
+        .publish(&assignment(&key, "f2", pod::KIND, b"x"))
         .await
         .unwrap_err();
-    assert!(matches!(err, PublishError::Full(..)), "{err}");
+    assert!(matches!(err, PublishError::Full { .. }), "{err}");
     assert_eq!(stream_messages(&server).await, 2);
 }
 
@@ -525,31 +522,25 @@ async fn queue_a_server_restart_with_file_storage_loses_nothing() {
                 .publish(&assignment(
                     &key,
                     &format!("r{i}"),
-                    BackendKind::Pod,
+                    pod::KIND,
                     format!("payload-{i}").as_bytes(),
                 ))
                 .await
                 .unwrap();
         }
         producer
-            .publish(&assignment(&key, "rv", BackendKind::Vm, b"vm"))
+            .publish(&assignment(&key, "rv", vm::KIND, b"vm"))
             .await
             .unwrap();
     }
     server.restart();
     assert_eq!(stream_messages(&server).await, 4);
-    assert_eq!(
-        admin_consumer(&server, BackendKind::Pod).await.num_pending,
-        3
-    );
-    assert_eq!(
-        admin_consumer(&server, BackendKind::Vm).await.num_pending,
-        1
-    );
+    assert_eq!(admin_consumer(&server, pod::KIND).await.num_pending, 3);
+    assert_eq!(admin_consumer(&server, vm::KIND).await.num_pending, 1);
 
     let consumer = CappedConsumer::bind(
         server.client("ci-worker").await,
-        BackendKind::Pod,
+        pod::KIND,
         4,
         fast_settings(),
     )
@@ -597,7 +588,7 @@ async fn queue_the_jetstream_store_holds_no_task_secret_in_clear() {
         .publish(&assignment(
             &key,
             &task_id,
-            BackendKind::Pod,
+            pod::KIND,
             format!("{{\"token\":\"{secret}\"}}").as_bytes(),
         ))
         .await
@@ -702,7 +693,7 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     );
     assert_eq!(resized["consumers"][1]["change"]["action"], "unchanged");
     assert_eq!(
-        admin_consumer(&server, BackendKind::Pod)
+        admin_consumer(&server, pod::KIND)
             .await
             .config
             .max_ack_pending,
@@ -710,20 +701,14 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     );
 
     assert_eq!(
-        admin_consumer(&server, BackendKind::Pod)
-            .await
-            .config
-            .max_deliver,
+        admin_consumer(&server, pod::KIND).await.config.max_deliver,
         -1,
         "unlimited deliveries by default"
     );
     // A consumer made with a finite max_deliver (as tenantci did before) is updated to -1.
     json(&["--pod-capacity", "8", "--max-deliver", "5"]);
     assert_eq!(
-        admin_consumer(&server, BackendKind::Pod)
-            .await
-            .config
-            .max_deliver,
+        admin_consumer(&server, pod::KIND).await.config.max_deliver,
         5
     );
     let upgraded = json(&["--pod-capacity", "8"]);
@@ -732,10 +717,7 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
         serde_json::json!(["max_deliver"])
     );
     assert_eq!(
-        admin_consumer(&server, BackendKind::Vm)
-            .await
-            .config
-            .max_deliver,
+        admin_consumer(&server, vm::KIND).await.config.max_deliver,
         -1
     );
 
@@ -768,8 +750,8 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
     let (worker, mut events) = server.client_with_events("ci-worker").await;
     let l = Ledger::open(&jetstream::new(worker.clone())).await.unwrap();
     let key = SealingKey::generate();
-    let a = assignment(&key, "41", BackendKind::Pod, b"payload");
-    let claimed = Entry::step(41, 1, BackendKind::Pod, Phase::Claimed).with_assignment(&a);
+    let a = assignment(&key, "41", pod::KIND, b"payload");
+    let claimed = Entry::step(41, 1, pod::KIND, Phase::Claimed).with_assignment(&a);
     // The scheduler's first write is a create; the same claim again merges, changing nothing.
     l.record_first(claimed.clone()).await.unwrap();
     let again = l.record_first(claimed).await.unwrap().unwrap();
@@ -777,21 +759,21 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
         (again.phase, again.assignment.is_some()),
         (Phase::Claimed, true)
     );
-    l.record(Entry::step(41, 1, BackendKind::Pod, Phase::Reported))
+    l.record(Entry::step(41, 1, pod::KIND, Phase::Reported))
         .await
         .unwrap();
     // A step behind the entry changes nothing.
     let kept = l
-        .record(Entry::step(41, 1, BackendKind::Pod, Phase::Queued))
+        .record(Entry::step(41, 1, pod::KIND, Phase::Queued))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(kept.phase, Phase::Reported);
     assert_eq!(kept.assignment, None, "dropped once reported");
-    l.record(Entry::step(42, 1, BackendKind::Vm, Phase::Queued))
+    l.record(Entry::step(42, 1, vm::KIND, Phase::Queued))
         .await
         .unwrap();
-    l.record(Entry::step(41, 1, BackendKind::Pod, Phase::Final).with_result("RESULT_SUCCESS"))
+    l.record(Entry::step(41, 1, pod::KIND, Phase::Final).with_result("RESULT_SUCCESS"))
         .await
         .unwrap();
     let all = l.entries().await.unwrap();
@@ -839,24 +821,16 @@ async fn queue_the_status_mirror_reads_the_ledger_s_writes_as_ci_worker() {
     let (worker, mut events) = server.client_with_events("ci-worker").await;
     let l = Ledger::open(&jetstream::new(worker)).await.unwrap();
     let step = |task, backend, phase| Entry::step(task, 1, backend, phase);
-    l.record(step(41, BackendKind::Pod, Phase::Started))
-        .await
-        .unwrap();
-    l.record(step(42, BackendKind::Vm, Phase::Queued))
-        .await
-        .unwrap();
+    l.record(step(41, pod::KIND, Phase::Started)).await.unwrap();
+    l.record(step(42, vm::KIND, Phase::Queued)).await.unwrap();
     let mirror = Mirror::new(l.clone());
     let phases = |m: &std::collections::BTreeMap<i64, Entry>| {
         m.iter().map(|(t, e)| (*t, e.phase)).collect::<Vec<_>>()
     };
     let seen = mirror.of([41, 42, 43]).await;
     assert_eq!(phases(&seen), [(41, Phase::Started), (42, Phase::Queued)]);
-    l.record(step(42, BackendKind::Vm, Phase::Fetched))
-        .await
-        .unwrap();
-    l.record(step(43, BackendKind::Pod, Phase::Claimed))
-        .await
-        .unwrap();
+    l.record(step(42, vm::KIND, Phase::Fetched)).await.unwrap();
+    l.record(step(43, pod::KIND, Phase::Claimed)).await.unwrap();
     let seen = mirror.of([41, 42, 43]).await;
     assert_eq!(
         phases(&seen),
@@ -889,7 +863,7 @@ async fn queue_status_shows_pending_and_in_flight_per_consumer() {
     let producer = Producer::new(server.client("ci-producer").await);
     for i in 0..3 {
         producer
-            .publish(&assignment(&key, &format!("s{i}"), BackendKind::Pod, b"x"))
+            .publish(&assignment(&key, &format!("s{i}"), pod::KIND, b"x"))
             .await
             .unwrap();
     }

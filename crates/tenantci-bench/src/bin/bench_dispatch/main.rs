@@ -24,11 +24,11 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use prost::Message as _;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
 use tenantci_core::forge::gitea::proto::RegisterRequest;
-use tenantci_dispatch::backend::pod::executor::{self, COMPONENT_SELECTOR};
+use tenantci_dispatch::backend::pod;
+use tenantci_dispatch::backend::pod::manifest::{self, COMPONENT_SELECTOR};
 use tenantci_dispatch::capability;
 use tenantci_dispatch::claim::routing;
 use tenantci_dispatch::config::{Config, files};
-use tenantci_dispatch::queue::BackendKind;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::task::spec::ExecutorSpec;
 use tenantci_testkit::executor::Executor;
@@ -144,7 +144,7 @@ impl Bench {
     /// UpdateLog, UpdateTask SUCCESS through the facade), then waits until the dispatcher
     /// deleted the executor, which frees its slot.
     async fn execute(&self, task: i64) {
-        let name = executor::object_name(task);
+        let name = manifest::object_name(task);
         let secret = Api::<Secret>::namespaced(self.w.kube.clone(), NAMESPACE)
             .get(&name)
             .await
@@ -292,7 +292,7 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             &sealing_key,
             &task.id.to_string(),
             1,
-            BackendKind::Pod,
+            pod::KIND,
             labels.clone(),
             &task.encode_to_vec(),
         )
@@ -317,10 +317,10 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             cache_grant: None,
         };
         secrets
-            .create(&pp, &executor::desired_secret(&spec, &sealed.to_json()))
+            .create(&pp, &manifest::desired_secret(&spec, &sealed.to_json()))
             .await
             .unwrap();
-        pods.create(&pp, &executor::desired_pod(&spec))
+        pods.create(&pp, &manifest::desired_pod(&spec))
             .await
             .unwrap();
         done.push((task.id, fetched, SystemTime::now().into()));

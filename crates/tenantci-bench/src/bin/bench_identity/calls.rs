@@ -14,7 +14,7 @@ use prost::Message as _;
 use tenantci_core::forge::gitea::facade::{RUNNER_SERVICE_PATH, TOKEN_HEADER, UUID_HEADER};
 use tenantci_core::forge::gitea::proto::{LogRow, UpdateLogRequest, UpdateLogResponse};
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
-use tenantci_dispatch::backend::pod::executor::CA_KEY;
+use tenantci_dispatch::backend::pod::manifest::CA_KEY;
 use tenantci_dispatch::task::spec::RUNNER_KEY;
 use tenantci_testkit::executor::Executor;
 

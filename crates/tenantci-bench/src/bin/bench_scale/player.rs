@@ -15,7 +15,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use tenantci_core::forge::gitea::proto::{
     LogRow, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest,
 };
-use tenantci_dispatch::backend::pod::executor::COMPONENT_SELECTOR;
+use tenantci_dispatch::backend::pod::manifest::COMPONENT_SELECTOR;
 use tenantci_dispatch::task::spec::TASK_ID_LABEL;
 use tenantci_testkit::executor::Executor;
 use tenantci_testkit::opensandbox::OpenSandbox;

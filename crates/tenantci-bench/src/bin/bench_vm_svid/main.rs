@@ -238,7 +238,7 @@ async fn main() {
             },
             labels: vec!["self-hosted".into(), "vm".into()],
             runner_name: "tenantci".into(),
-            executor: tenantci_dispatch::executor::Executor::with_images(IMAGE, IMAGE),
+            executor: tenantci_dispatch::sizing::ExecutorSettings::with_images(IMAGE, IMAGE),
             identity: None,
             class: None,
             cache_grant: None,

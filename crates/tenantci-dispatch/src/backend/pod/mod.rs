@@ -1,34 +1,38 @@
 //! The pod backend: one executor Pod and its Secret per task on the tenant cluster.
 //!
-//! - [`executor`]: the Secret and Pod of one task (pure);
+//! - [`manifest`]: the Secret and Pod of one task (pure);
 //! - [`objects`]: every read and write of them on the apiserver;
 //! - [`observer`]: how the reconciler and keep-alive see them: watches and a local store,
 //!   metadata only for the Secrets, a pass on change and on a slow resync;
 //! - [`lifecycle`]: the Pod's phase and markers -> the reconciler's decision (pure);
-//! - [`pause`]: the warm pools as pause Pods (leader), sized by `executor::warm`'s plan over
-//!   `executor::demand`, each pause Pod asking what one executor Pod does
-//!   (`executor::resources`);
+//! - [`pause`]: the warm pools as pause Pods (leader), sized by `sizing::warm`'s plan over
+//!   `sizing::demand`, each pause Pod asking what one executor Pod does
+//!   (`sizing::resources`);
 //! - [`registrar`]: with executor identity on, each scheduled executor Pod's SPIRE entry,
 //!   written from the reconciler's pass and deleted with the Pod.
 
 pub mod events;
-pub mod executor;
 pub mod lifecycle;
+pub mod manifest;
 pub mod objects;
 pub mod observer;
 pub mod pause;
 pub mod registrar;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::Mutex;
 
 use crate::backend::pod::registrar::Registrar;
-use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
+use crate::backend::{
+    AssignmentHandout, Backend, BackendError, BackendFacts, Created, ExecutorLifecycle,
+    ExecutorObservation, Nouns, Observed, Presence, StartError,
+};
+use crate::backend_kind::BackendKind;
 use crate::capability;
-use crate::queue::BackendKind;
 use crate::task::Progress;
 use crate::task::spec::ExecutorSpec;
 use objects::{CreateError, ExecutorObjects};
@@ -57,29 +61,88 @@ impl PodExecutors {
     }
 }
 
-/// What the log lines call this backend's executors.
-const NOUNS: Nouns = Nouns {
-    executor: "executor Pod",
-    executors: "executors",
-    source: "the apiserver",
-    gone: "the executor's Pod and Secret were deleted",
+/// This backend's name.
+pub const KIND: BackendKind = BackendKind::new("pod");
+
+/// What the rest of the dispatcher knows about the pod backend (registered in `catalog`).
+pub const FACTS: BackendFacts = BackendFacts {
+    kind: KIND,
+    // The default backend: every task no other backend's label selects.
+    label: None,
+    turned_on_by: "it is always on",
+    default_capacity: 4,
+    opt_in: false,
+    section: None,
+    rented_nodes: true,
+    nouns: Nouns {
+        executor: "executor Pod",
+        executors: "executors",
+        source: "the apiserver",
+        gone: "the executor's Pod and Secret were deleted",
+        lost_partly: "its Pod was lost (deleted, or the tenant apiserver lost it; its Secret was left)",
+        lost_whole: "its Pod and Secret were lost (deleted while no dispatcher was leading, or the tenant apiserver lost them)",
+    },
 };
+
+/// The pod backend's registration: always on.
+pub struct Provider;
+
+/// What `catalog` registers.
+pub const PROVIDER: Provider = Provider;
+
+impl crate::backend::provider::Provider for Provider {
+    fn facts(&self) -> &'static BackendFacts {
+        &FACTS
+    }
+
+    fn build(&self, i: &mut crate::backend::provider::Inputs) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(PodExecutors::new(
+            ExecutorObjects::new(i.kube.clone(), &i.namespace),
+            i.resync,
+            i.registrar.take(),
+        )))
+    }
+}
 
 fn api(e: kube::Error) -> BackendError {
     BackendError::new(APISERVER, e)
 }
 
+/// A create the tenant apiserver did not take, worded for the task's log; the `kube::Error`
+/// stays its source.
+#[derive(Debug, thiserror::Error)]
+enum CreateFailed {
+    #[error("the tenant apiserver answered {}", answered(.0))]
+    Busy(#[source] kube::Error),
+    #[error("the tenant apiserver refused it {}", refused(.0))]
+    Refused(#[source] kube::Error),
+    #[error("cannot reach the tenant apiserver: {0}")]
+    Unreachable(#[source] kube::Error),
+}
+
+/// "503: message" of an API answer.
+fn answered(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{}: {}", s.code, s.message),
+        other => other.to_string(),
+    }
+}
+
+/// "(403): message" of an API answer.
+fn refused(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("({}): {}", s.code, s.message),
+        other => other.to_string(),
+    }
+}
+
 fn classify(e: kube::Error) -> StartError {
     match &e {
-        kube::Error::Api(s) if s.code == 429 || s.code >= 500 => StartError::Unavailable(format!(
-            "the tenant apiserver answered {}: {}",
-            s.code, s.message
-        )),
-        kube::Error::Api(s) => StartError::Refused(format!(
-            "the tenant apiserver refused it ({}): {}",
-            s.code, s.message
-        )),
-        _ => StartError::Unavailable(format!("cannot reach the tenant apiserver: {e}")),
+        kube::Error::Api(s) if s.code == 429 || s.code >= 500 => {
+            StartError::unavailable(CreateFailed::Busy(e))
+        }
+        kube::Error::Api(_) => StartError::refused(CreateFailed::Refused(e)),
+        _ => StartError::unavailable(CreateFailed::Unreachable(e)),
     }
 }
 
@@ -105,15 +168,13 @@ fn observed(o: &observer::Observed) -> Observed {
     }
 }
 
-impl Executors for PodExecutors {
-    fn backend(&self) -> BackendKind {
-        BackendKind::Pod
+impl Backend for PodExecutors {
+    fn facts(&self) -> &'static BackendFacts {
+        &FACTS
     }
+}
 
-    fn nouns(&self) -> Nouns {
-        NOUNS
-    }
-
+impl ExecutorLifecycle for PodExecutors {
     /// Idempotent by name (a create that finds its objects checks they are this
     /// assignment's), so `fresh` saves nothing here.
     fn start<'a>(
@@ -131,7 +192,7 @@ impl Executors for PodExecutors {
                 .create(spec, sealed)
                 .await
                 .map_err(|e| match e {
-                    CreateError::Foreign { .. } => StartError::Refused(e.to_string()),
+                    CreateError::Foreign { .. } => StartError::refused(e),
                     CreateError::Api(e) => classify(e),
                 })
         })
@@ -141,6 +202,28 @@ impl Executors for PodExecutors {
         Box::pin(async move { self.objects.any_exists(task).await.map_err(api) })
     }
 
+    /// Pod and Secret, then (identity on) the SPIRE entry; an entry that cannot be deleted
+    /// now is found without its Pod by the next pass.
+    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            let seen = self.observer.attempt_seen(task);
+            self.objects.delete(task).await.map_err(api)?;
+            if let Some(attempt) = seen {
+                self.observer.gone(task, attempt);
+            }
+            if let Some(entries) = &self.entries {
+                entries.lock().await.forget(task).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { self.objects.mark_terminal(task).await.map_err(api) })
+    }
+}
+
+impl ExecutorObservation for PodExecutors {
     fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
         Box::pin(async move {
             let found = self
@@ -160,22 +243,17 @@ impl Executors for PodExecutors {
         self.resync
     }
 
-    /// Pod and Secret, then (identity on) the SPIRE entry; an entry that cannot be deleted
-    /// now is found without its Pod by the next pass.
-    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+    /// Identity on: each scheduled executor Pod's SPIRE entry written, the rest deleted.
+    fn reconciled<'a>(&'a self, found: &'a BTreeMap<i64, Observed>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let seen = self.observer.attempt_seen(task);
-            self.objects.delete(task).await.map_err(api)?;
-            if let Some(attempt) = seen {
-                self.observer.gone(task, attempt);
-            }
             if let Some(entries) = &self.entries {
-                entries.lock().await.forget(task).await;
+                entries.lock().await.reconcile(found).await;
             }
-            Ok(())
         })
     }
+}
 
+impl AssignmentHandout for PodExecutors {
     fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(async move { self.objects.sealed_assignment(task).await.map_err(api) })
     }
@@ -200,19 +278,6 @@ impl Executors for PodExecutors {
                 .consume_assignment(task, &capability::assignment_id(task, attempt))
                 .await
                 .map_err(api)
-        })
-    }
-
-    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move { self.objects.mark_terminal(task).await.map_err(api) })
-    }
-
-    /// Identity on: each scheduled executor Pod's SPIRE entry written, the rest deleted.
-    fn reconciled<'a>(&'a self, found: &'a BTreeMap<i64, Observed>) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            if let Some(entries) = &self.entries {
-                entries.lock().await.reconcile(found).await;
-            }
         })
     }
 }

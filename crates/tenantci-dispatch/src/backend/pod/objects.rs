@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::backend::pod::executor::{
+use crate::backend::pod::manifest::{
     self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, CONSUMED_ANNOTATION, FETCHED_ANNOTATION,
     TERMINAL_ANNOTATION,
 };
@@ -58,12 +58,12 @@ impl ExecutorObjects {
 
     /// Creates the Secret, then the Pod (which mounts it). Safe to repeat.
     pub async fn create(&self, spec: &ExecutorSpec, sealed: &[u8]) -> Result<Created, CreateError> {
-        let name = executor::object_name(spec.task_id);
+        let name = manifest::object_name(spec.task_id);
         let pp = PostParams::default();
         let mut existed = false;
         match self
             .secrets
-            .create(&pp, &executor::desired_secret(spec, sealed))
+            .create(&pp, &manifest::desired_secret(spec, sealed))
             .await
         {
             Ok(_) => {}
@@ -74,7 +74,7 @@ impl ExecutorObjects {
             }
             Err(e) => return Err(e.into()),
         }
-        match self.pods.create(&pp, &executor::desired_pod(spec)).await {
+        match self.pods.create(&pp, &manifest::desired_pod(spec)).await {
             Ok(_) => {}
             Err(e) if is_status(&e, 409) => {
                 existed = true;
@@ -111,7 +111,7 @@ impl ExecutorObjects {
     pub async fn sealed_assignment(&self, task_id: i64) -> Result<Option<Vec<u8>>, kube::Error> {
         let secret = self
             .secrets
-            .get_opt(&executor::object_name(task_id))
+            .get_opt(&manifest::object_name(task_id))
             .await?;
         Ok(secret
             .and_then(|s| s.data)
@@ -121,7 +121,7 @@ impl ExecutorObjects {
 
     /// Whether the task's Pod or Secret exists.
     pub async fn any_exists(&self, task_id: i64) -> Result<bool, kube::Error> {
-        let name = executor::object_name(task_id);
+        let name = manifest::object_name(task_id);
         Ok(self.pods.get_opt(&name).await?.is_some()
             || self.secrets.get_opt(&name).await?.is_some())
     }
@@ -134,7 +134,7 @@ impl ExecutorObjects {
         task_id: i64,
         assignment_id: &str,
     ) -> Result<Option<Vec<u8>>, kube::Error> {
-        let name = executor::object_name(task_id);
+        let name = manifest::object_name(task_id);
         let Some(secret) = self.secrets.get_opt(&name).await? else {
             return Ok(None);
         };
@@ -163,7 +163,7 @@ impl ExecutorObjects {
         task_id: i64,
         assignment_id: &str,
     ) -> Result<Presence, kube::Error> {
-        let name = executor::object_name(task_id);
+        let name = manifest::object_name(task_id);
         let Some(secret) = self.secrets.get_opt(&name).await? else {
             return Ok(Presence::Gone);
         };
@@ -213,7 +213,7 @@ impl ExecutorObjects {
         match self
             .pods
             .patch(
-                &executor::object_name(task_id),
+                &manifest::object_name(task_id),
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )
@@ -227,7 +227,7 @@ impl ExecutorObjects {
 
     /// Deletes Pod and Secret (immediately: the task is over); absent objects are fine.
     pub async fn delete(&self, task_id: i64) -> Result<(), kube::Error> {
-        let name = executor::object_name(task_id);
+        let name = manifest::object_name(task_id);
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
             ..Default::default()

@@ -32,10 +32,10 @@ use kube::runtime::watcher::{self, watcher};
 use tokio::sync::Notify;
 
 use crate::backend::Placement;
-use crate::backend::pod::executor::{
+use crate::backend::pod::lifecycle::PodState;
+use crate::backend::pod::manifest::{
     self, COMPONENT_SELECTOR, CONSUMED_ANNOTATION, FETCHED_ANNOTATION, TERMINAL_ANNOTATION,
 };
-use crate::backend::pod::lifecycle::PodState;
 use crate::backend::pod::objects::{annotation, task_of};
 
 /// How long an observation waits for the first list of a watch before it answers that the
@@ -122,7 +122,7 @@ fn placement(pod: &Pod) -> Option<Placement> {
         pod_name: pod.metadata.name.clone()?,
         pod_uid: pod.metadata.uid.clone()?,
         node_name,
-        spiffe_id: annotation(&pod.metadata, executor::SPIFFE_ID_ANNOTATION).map(str::to_string),
+        spiffe_id: annotation(&pod.metadata, manifest::SPIFFE_ID_ANNOTATION).map(str::to_string),
     })
 }
 
@@ -333,7 +333,7 @@ impl Observer {
     /// The attempt of `task` the store shows now, if any.
     pub fn attempt_seen(&self, task: i64) -> Option<u32> {
         let watches = self.watches.get()?;
-        let name = executor::object_name(task);
+        let name = manifest::object_name(task);
         let ns = self.pods.namespace().map(str::to_string);
         let pod_ref = reflector::ObjectRef::<Pod>::new(&name).within(ns.as_deref().unwrap_or(""));
         let secret_ref = reflector::ObjectRef::<PartialObjectMeta<Secret>>::new(&name)

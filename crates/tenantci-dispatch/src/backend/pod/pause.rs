@@ -20,12 +20,12 @@ use kube::api::Api;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::executor::Executor;
-use crate::executor::class::ExecutorClass;
-use crate::executor::demand::WarmDemand;
-use crate::executor::resources::{PROXY_CPU, PROXY_MEMORY, Resources};
-use crate::executor::warm;
 use crate::metrics::Metrics;
+use crate::sizing::ExecutorSettings;
+use crate::sizing::class::ExecutorClass;
+use crate::sizing::demand::WarmDemand;
+use crate::sizing::resources::{PROXY_CPU, PROXY_MEMORY, Resources};
+use crate::sizing::warm;
 use crate::task::registry::Registry;
 use tenantci_runner::tenant::prewarm::{PrewarmSpec, TolerationSpec};
 use tenantci_runner::tenant::{apply, prewarm};
@@ -80,7 +80,7 @@ impl PriorityClassTried {
 pub struct WarmPools {
     pub client: kube::Client,
     pub namespace: String,
-    pub executor: Executor,
+    pub executor: ExecutorSettings,
     pub demand: Arc<WarmDemand>,
     pub priority_class: Arc<PriorityClassTried>,
     pub registry: Arc<Registry>,
@@ -231,7 +231,7 @@ impl WarmPools {
 /// requests (runner plus sidecar) with the executors' placement, so one preempted pause pod
 /// frees exactly one executor's place.
 pub fn prewarm_spec(
-    executor: &crate::executor::Executor,
+    executor: &crate::sizing::ExecutorSettings,
     namespace: &str,
     replicas: i32,
 ) -> PrewarmSpec {
@@ -262,7 +262,7 @@ pub fn prewarm_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::executor::class::WarmPool;
+    use crate::sizing::class::WarmPool;
 
     #[test]
     fn the_priority_class_is_tried_once_per_process_not_once_per_term() {
@@ -294,14 +294,14 @@ mod tests {
 
     #[test]
     fn announcements_and_claims_move_the_demand() {
-        let mut c = crate::executor::class::tests::class("small", "500m", "512Mi", 4);
+        let mut c = crate::sizing::class::tests::class("small", "500m", "512Mi", 4);
         c.warm = Some(WarmPool {
             min: 1,
             max: 4,
             idle: Duration::from_secs(60).into(),
             window: Duration::from_secs(60).into(),
         });
-        let other = crate::executor::class::tests::class("large", "1", "1Gi", 1);
+        let other = crate::sizing::class::tests::class("large", "1", "1Gi", 1);
         let d = WarmDemand::new(&[c, other]);
         assert_eq!(d.has_warm_slot("large"), None, "no pool: not counted");
         d.announced("small");
@@ -323,7 +323,7 @@ mod tests {
 
     #[test]
     fn a_pause_pod_holds_one_whole_executor_pod() {
-        let mut x = crate::executor::Executor::with_images("i", "p");
+        let mut x = crate::sizing::ExecutorSettings::with_images("i", "p");
         x.tolerations = vec![k8s_openapi::api::core::v1::Toleration {
             key: Some("rented".into()),
             operator: Some("Exists".into()),

@@ -17,7 +17,7 @@ use kube::api::{
 };
 
 use crate::backend::Observed;
-use crate::backend::pod::executor;
+use crate::backend::pod::manifest;
 use crate::identity::Parsed;
 use crate::identity::entries::{self, Action, LiveEntry, ScheduledPod};
 use crate::metrics::Metrics;
@@ -112,7 +112,7 @@ impl Registrar {
     /// the apiserver did not take it; the next pass finds the entry without Pod and retries.
     pub async fn forget(&mut self, task: i64) -> bool {
         self.failing.remove(&task);
-        let name = entries::entry_name(&self.namespace, &executor::object_name(task));
+        let name = entries::entry_name(&self.namespace, &manifest::object_name(task));
         self.delete(&name).await
     }
 

@@ -27,7 +27,7 @@ impl Reconciler {
                 // Queued by an earlier term: kept alive at Gitea until its executor starts.
                 self.ctx.registry.queued(e.task, backend);
             }
-            match recovery::decide(&e, objects) {
+            match recovery::decide(&e, objects, &self.executors.nouns()) {
                 Recovery::Leave => {}
                 action => {
                     if action.is_restart() {
@@ -129,7 +129,14 @@ impl Reconciler {
             tracing::warn!(task, error = %e, "cannot delete what the lost {} left; retrying next pass", self.executors.nouns().executor);
             return (false, Some(slot));
         }
-        match report::still_open(&*self.ctx.gitea, &*self.ctx.ledger, task).await {
+        match report::still_open(
+            &*self.ctx.gitea,
+            &*self.ctx.ledger,
+            task,
+            self.executors.backend(),
+        )
+        .await
+        {
             Some(true) => {}
             Some(false) => return (true, Some(slot)),
             None => return (false, Some(slot)),

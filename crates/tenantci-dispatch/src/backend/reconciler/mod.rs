@@ -22,7 +22,7 @@
 //!   that finds none waits for one in the background (`CappedConsumer::acquire_slot`, in turn
 //!   with the worker's pulls, whose idle lanes hold every free slot while they wait), kept
 //!   alive at Gitea as a queued task meanwhile;
-//! - every create goes through the backend's own classification (`Executors::start`): a
+//! - every create goes through the backend's own classification (`ExecutorLifecycle::start`): a
 //!   refusal fails the task with its reason, an outage is tried again;
 //! - the pass never waits for a backend: each create is one try, and a replacement the
 //!   backend did not take yet is kept and tried again at the next pass, so an outage of one
@@ -40,7 +40,7 @@ use tokio::sync::watch;
 
 use crate::backend::Context;
 use crate::backend::lifecycle::{self, Decision, Start};
-use crate::backend::{BackendError, Executors, Observed};
+use crate::backend::{Backend, BackendError, Observed};
 use crate::queue::assignment::Assignment;
 use crate::task::Claim;
 use crate::task::Progress;
@@ -94,7 +94,7 @@ struct Replacement {
 }
 
 pub struct Reconciler {
-    executors: Arc<dyn Executors>,
+    executors: Arc<dyn Backend>,
     ctx: Context,
     restarts: Restarts,
     /// The slots of the executors recovery finds or starts again.
@@ -111,7 +111,7 @@ pub struct Reconciler {
 
 impl Reconciler {
     pub fn new(
-        executors: Arc<dyn Executors>,
+        executors: Arc<dyn Backend>,
         ctx: Context,
         restarts: Restarts,
         slots: Arc<dyn Slots>,

@@ -11,7 +11,14 @@ impl Reconciler {
     /// it open. Anything unreachable: left for the next pass.
     pub(super) async fn replace(&mut self, o: &Observed, attempt: u32) {
         let task = o.task;
-        match report::still_open(&*self.ctx.gitea, &*self.ctx.ledger, task).await {
+        match report::still_open(
+            &*self.ctx.gitea,
+            &*self.ctx.ledger,
+            task,
+            self.executors.backend(),
+        )
+        .await
+        {
             Some(true) => {}
             Some(false) => {
                 self.delete(task).await;
@@ -53,7 +60,14 @@ impl Reconciler {
     pub(super) async fn retry_replacements(&mut self) {
         let tasks: Vec<i64> = self.replacing.keys().copied().collect();
         for task in tasks {
-            match report::still_open(&*self.ctx.gitea, &*self.ctx.ledger, task).await {
+            match report::still_open(
+                &*self.ctx.gitea,
+                &*self.ctx.ledger,
+                task,
+                self.executors.backend(),
+            )
+            .await
+            {
                 Some(true) => self.start_replacement(task).await,
                 Some(false) => {
                     self.replacing.remove(&task);

@@ -19,12 +19,16 @@ pub mod settings;
 pub use settings::Vm;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::backend::{BackendError, Created, Executors, Nouns, Observed, Presence, StartError};
-use crate::queue::BackendKind;
+use crate::backend::{
+    AssignmentHandout, Backend, BackendError, BackendFacts, Created, ExecutorLifecycle,
+    ExecutorObservation, Nouns, Observed, Presence, StartError,
+};
+use crate::backend_kind::BackendKind;
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::spec::ExecutorSpec;
 use sandboxes::Sandboxes;
@@ -39,15 +43,49 @@ pub struct VmExecutors {
     pub ledger: Ledger,
 }
 
-/// What the log lines call this backend's executors.
-const NOUNS: Nouns = Nouns {
-    executor: "sandbox",
-    executors: "VM sandboxes",
-    source: "the Lifecycle API",
-    gone: "the VM sandbox vanished (deleted or expired)",
+/// This backend's name.
+pub const KIND: BackendKind = BackendKind::new("vm");
+
+/// What the rest of the dispatcher knows about the VM backend (registered in `catalog`).
+pub const FACTS: BackendFacts = BackendFacts {
+    kind: KIND,
+    label: Some("vm"),
+    turned_on_by: "no `--opensandbox-url` at `dispatch init`",
+    default_capacity: 1,
+    opt_in: false,
+    section: Some("vm"),
+    rented_nodes: false,
+    nouns: Nouns {
+        executor: "sandbox",
+        executors: "VM sandboxes",
+        source: "the Lifecycle API",
+        gone: "the VM sandbox vanished (deleted or expired)",
+        lost_partly: "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
+        lost_whole: "its sandbox was lost (deleted, expired, or OpenSandbox lost it)",
+    },
 };
 
-fn api(e: impl std::fmt::Display) -> BackendError {
+/// The VM backend's registration: on when `[vm]` is set.
+pub struct Provider;
+
+/// What `catalog` registers.
+pub const PROVIDER: Provider = Provider;
+
+impl crate::backend::provider::Provider for Provider {
+    fn facts(&self) -> &'static BackendFacts {
+        &FACTS
+    }
+
+    fn build(&self, i: &mut crate::backend::provider::Inputs) -> Option<Arc<dyn Backend>> {
+        let sandboxes = i.sandboxes.take()?;
+        Some(Arc::new(VmExecutors {
+            sandboxes,
+            ledger: i.ledger.clone(),
+        }))
+    }
+}
+
+fn api(e: impl Into<crate::backend::Cause>) -> BackendError {
     BackendError::new(LIFECYCLE_API, e)
 }
 
@@ -101,15 +139,13 @@ impl VmExecutors {
     }
 }
 
-impl Executors for VmExecutors {
-    fn backend(&self) -> BackendKind {
-        BackendKind::Vm
+impl Backend for VmExecutors {
+    fn facts(&self) -> &'static BackendFacts {
+        &FACTS
     }
+}
 
-    fn nouns(&self) -> Nouns {
-        NOUNS
-    }
-
+impl ExecutorLifecycle for VmExecutors {
     /// An OpenSandbox outage (and a SPIRE server that mints nothing yet) is waited out inside
     /// the delivery this long; the consumer's progress acks keep the assignment ours.
     fn patience(&self) -> Duration {
@@ -131,17 +167,25 @@ impl Executors for VmExecutors {
         Box::pin(self.present(task))
     }
 
+    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { self.sandboxes.delete_task(task).await.map_err(api) })
+    }
+
+    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { self.sandboxes.mark_terminal(task).await.map_err(api) })
+    }
+}
+
+impl ExecutorObservation for VmExecutors {
     fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
         Box::pin(async move {
             let owned = self.sandboxes.owned().await.map_err(api)?;
             Ok(owned.iter().map(|(t, s)| (*t, observed(*t, s))).collect())
         })
     }
+}
 
-    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move { self.sandboxes.delete_task(task).await.map_err(api) })
-    }
-
+impl AssignmentHandout for VmExecutors {
     fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(self.held(task, |e| e.phase < Phase::Fetched))
     }
@@ -164,9 +208,5 @@ impl Executors for VmExecutors {
                 false => Presence::Gone,
             })
         })
-    }
-
-    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move { self.sandboxes.mark_terminal(task).await.map_err(api) })
     }
 }

@@ -42,20 +42,39 @@ pub struct Minter {
 
 impl Minter {
     async fn mint(&self, task: i64, id: &str) -> Result<SvidFiles, StartError> {
-        let id = SpiffeId::new(id).map_err(|e| {
-            StartError::Refused(format!("task {task}'s SPIFFE ID `{id}` is not valid: {e}"))
+        let id = SpiffeId::new(id).map_err(|source| {
+            StartError::refused(MintFailed::BadId {
+                task,
+                id: id.to_owned(),
+                source: source.into(),
+            })
         })?;
         let minted = self.api.mint_x509_svid(&id, self.ttl).await.map_err(|e| {
             self.metrics.spire_mint_error();
             // Refused too is waited out: the fix (the dispatcher in the server's admin_ids) is
             // the operator's and needs no restart; failing the task would lose it.
-            StartError::Unavailable(format!(
-                "no SVID for task {task} from the SPIRE server: {e}"
-            ))
+            StartError::unavailable(MintFailed::Server { task, source: e })
         })?;
         tracing::info!(task, spiffe_id = %minted.id, expires_at = minted.expires_at, "minted the VM executor's X509-SVID");
         Ok(minted.into())
     }
+}
+
+/// Why no SVID was minted for a sandbox; the SPIFFE or SPIRE error stays its source.
+#[derive(Debug, thiserror::Error)]
+enum MintFailed {
+    #[error("task {task}'s SPIFFE ID `{id}` is not valid: {source}")]
+    BadId {
+        task: i64,
+        /// The ID as rendered from the task's Gitea context, shown to the operator.
+        id: String,
+        source: crate::backend::Cause,
+    },
+    #[error("no SVID for task {task} from the SPIRE server: {source}")]
+    Server {
+        task: i64,
+        source: tenantci_core::spiffe::server_api::MintError,
+    },
 }
 
 /// How long one delivery waits for OpenSandbox to answer before the assignment goes back to
@@ -74,8 +93,8 @@ pub struct Sandboxes {
 
 fn classify(e: ApiError) -> StartError {
     match e {
-        ApiError::Rejected { .. } => StartError::Refused(e.to_string()),
-        other => StartError::Unavailable(other.to_string()),
+        ApiError::Rejected { .. } => StartError::refused(e),
+        other => StartError::unavailable(other),
     }
 }
 
@@ -168,7 +187,7 @@ impl Sandboxes {
         if !existing.is_empty() {
             // Another attempt's sandbox: the reconciler deletes it when it replaces it, so
             // the start waits for that instead of running two executors of one task.
-            return Err(StartError::Unavailable(format!(
+            return Err(StartError::unavailable(format!(
                 "task {}'s sandbox of another attempt still exists",
                 spec.task_id
             )));
@@ -179,8 +198,8 @@ impl Sandboxes {
             }
             // `Config::validate` requires the SPIRE server beside [vm] with [identity].
             (Some(_), None) => {
-                return Err(StartError::Refused(
-                    "executor identity is on but no SPIRE server is configured to mint the sandbox's SVID".into(),
+                return Err(StartError::refused(
+                    "executor identity is on but no SPIRE server is configured to mint the sandbox's SVID",
                 ));
             }
             (None, _) => None,

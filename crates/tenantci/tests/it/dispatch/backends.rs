@@ -195,7 +195,9 @@ async fn lost_executors_beyond_capacity_wait_for_a_slot_and_run_once() {
     w.lose_every_executor().await;
     // Another instance, so its config is written with the lower capacity; it leads once
     // d1's lease has expired.
-    w.base_mut().capacity.pod = 1;
+    w.base_mut()
+        .capacity
+        .set(tenantci_dispatch::backend::pod::KIND, 1);
     w.watch.reset_max_live_once_none_is_live().await;
     let d = w.dispatcher("d2").await;
     d.wait_leader(true).await;

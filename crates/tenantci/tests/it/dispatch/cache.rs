@@ -10,7 +10,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use tenantci_core::forge::gitea::json::struct_to_json;
-use tenantci_dispatch::cache::settings::Cache as CacheSettings;
+use tenantci_dispatch::cache::settings::CacheSettings;
 use tenantci_dispatch::task::spec::CONFIG_KEY;
 use tenantci_testkit::boot::BootedSandbox;
 use tenantci_testkit::cache::RawCache;

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, Toleration};
-use tenantci_dispatch::executor::class::ExecutorClass;
+use tenantci_dispatch::sizing::class::ExecutorClass;
 use tenantci_testkit::wait::eventually;
 
 use super::harness::World;
@@ -259,7 +259,7 @@ async fn the_warm_pool_grows_ahead_of_an_announced_burst_and_shrinks_to_its_mini
     let mut w = World::start_with_sim_flags(6, &["--node-boot", "1s"]).await;
     w.with_webhook(std::time::Duration::from_secs(5));
     let mut small = class("small", "500m", "512Mi", 6);
-    small.warm = Some(tenantci_dispatch::executor::class::WarmPool {
+    small.warm = Some(tenantci_dispatch::sizing::class::WarmPool {
         min: 1,
         max: 4,
         idle: std::time::Duration::from_secs(2).into(),
@@ -383,7 +383,7 @@ async fn the_pause_priority_class_warning_comes_only_while_the_class_is_missing(
     use tenantci_runner::tenant::prewarm;
     let mut w = World::start_via_init().await;
     let mut small = class("small", "500m", "512Mi", 1);
-    small.warm = Some(tenantci_dispatch::executor::class::WarmPool {
+    small.warm = Some(tenantci_dispatch::sizing::class::WarmPool {
         min: 1,
         max: 1,
         idle: std::time::Duration::from_secs(60).into(),

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Toleration;
 use serde_json::{Value, json};
 use tenantci_core::node_image::NodeImage;
-use tenantci_dispatch::backend::pod::executor::{self};
-use tenantci_dispatch::executor::resources::Resources;
-use tenantci_dispatch::executor::{Executor, RunnerCommand};
+use tenantci_dispatch::backend::pod::manifest;
+use tenantci_dispatch::sizing::resources::Resources;
+use tenantci_dispatch::sizing::{ExecutorSettings, RunnerCommand};
 use tenantci_dispatch::task::spec::ExecutorSpec;
 
 fn golden_dir() -> PathBuf {
@@ -40,7 +40,7 @@ fn spec() -> ExecutorSpec {
         mem_mib: 8192,
         rootfs_mib: Some(20480),
     };
-    let mut x = Executor::with_images(
+    let mut x = ExecutorSettings::with_images(
         format!("gitea/runner@sha256:{}", "a".repeat(64)),
         format!("registry.example/tenantci@sha256:{}", "b".repeat(64)),
     );
@@ -85,13 +85,13 @@ fn spec() -> ExecutorSpec {
 
 #[test]
 fn dispatch_golden_executor_pod() {
-    let pod = executor::desired_pod(&spec());
+    let pod = manifest::desired_pod(&spec());
     assert_golden("executor-pod.yaml", &serde_yaml::to_string(&pod).unwrap());
 }
 
 #[test]
 fn dispatch_golden_executor_secret() {
-    let secret = executor::desired_secret(&spec(), b"SEALED-ASSIGNMENT");
+    let secret = manifest::desired_secret(&spec(), b"SEALED-ASSIGNMENT");
     // Decoded, so the golden file shows what the runner and the proxy read.
     let mut v = serde_json::to_value(&secret).unwrap();
     let data: BTreeMap<String, Value> = secret

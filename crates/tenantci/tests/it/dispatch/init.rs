@@ -262,7 +262,7 @@ fn init_registers_once_writes_private_files_and_a_rerun_keeps_everything() {
     assert_eq!(cfg.cluster.kubeconfig, Some(dir.join("kube/kubeconfig")));
     assert_eq!(cfg.gitea.credential_file, dir.join("scheduler.json"));
     assert_eq!(cfg.facade.url, "https://127.0.0.1:18443");
-    assert_eq!(cfg.capacity.pod, 4);
+    assert_eq!(cfg.capacity.of(tenantci_dispatch::backend::pod::KIND), 4);
     assert_eq!(cfg.nats.secrets_dir, s.nats);
 
     let own = Kubectl::new(&dir.join("kube/kubeconfig"), &s.root);

@@ -257,8 +257,8 @@ fn a_namespace_admin_passes_init_without_warm_pools_and_is_refused_with_them() {
     // A warm pool added to the config; the same kubeconfig may not grant its read.
     let mut config = tenantci_dispatch::config::Config::load(&s.out("d")).unwrap();
     let mut small =
-        tenantci_dispatch::executor::class::ExecutorClass::pod("small", "500m", "512Mi", 1);
-    small.warm = Some(tenantci_dispatch::executor::class::WarmPool {
+        tenantci_dispatch::sizing::class::ExecutorClass::pod("small", "500m", "512Mi", 1);
+    small.warm = Some(tenantci_dispatch::sizing::class::WarmPool {
         min: 1,
         max: 1,
         idle: std::time::Duration::from_secs(60).into(),

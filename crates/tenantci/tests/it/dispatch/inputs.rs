@@ -136,7 +136,12 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             ack_wait: Duration::from_secs(30).into(),
             ca_file: None,
         },
-        capacity: config::Capacity { pod: 1, vm: 1 },
+        capacity: {
+            let mut c = config::Capacity::default();
+            c.set(tenantci_dispatch::backend::pod::KIND, 1);
+            c.set(tenantci_dispatch::backend::vm::KIND, 1);
+            c
+        },
         facade: tenantci_dispatch::facade::settings::Facade {
             listen: "127.0.0.1:0".parse().unwrap(),
             url: "https://127.0.0.1:0".into(),
@@ -145,7 +150,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
             cert_file: files::FACADE_CERT.into(),
             key_file: files::FACADE_KEY.into(),
         },
-        executor: tenantci_dispatch::executor::Executor::with_images(
+        executor: tenantci_dispatch::sizing::ExecutorSettings::with_images(
             format!("gitea/act_runner@sha256:{}", "0".repeat(64)),
             format!("tenantci@sha256:{}", "1".repeat(64)),
         ),

@@ -9,6 +9,7 @@ mod classes;
 mod cluster;
 mod executor_pod;
 mod explain_forge;
+mod fake_backend;
 mod forge_down;
 mod forgejo;
 mod golden;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tenantci_core::forge::gitea::proto::{LogRow, UpdateLogRequest};
-use tenantci_dispatch::executor::class::ExecutorClass;
+use tenantci_dispatch::sizing::class::ExecutorClass;
 use tenantci_testkit::wait::eventually;
 
 use super::harness::{Dispatcher, NAMESPACE, World};

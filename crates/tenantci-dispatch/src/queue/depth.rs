@@ -6,7 +6,8 @@ use async_nats::jetstream::consumer::PullConsumer;
 use serde::Serialize;
 use tenantci_core::{Error, Result};
 
-use super::{BackendKind, STREAM, connect};
+use super::{STREAM, connect};
+use crate::backend_kind::BackendKind;
 
 /// `queue status -o json`.
 #[derive(Debug, Serialize)]
@@ -44,12 +45,17 @@ pub async fn depth_now(js: &async_nats::jetstream::Context, backend: BackendKind
     Some(depth(c.cached_info()))
 }
 
-/// Connects as `user` and reads every backend's consumer.
-pub async fn read(url: &str, user: &str, password_file: &Path) -> Result<StatusReport> {
+/// Connects as `user` and reads the consumer of each of `backends`.
+pub async fn read(
+    url: &str,
+    user: &str,
+    password_file: &Path,
+    backends: &[BackendKind],
+) -> Result<StatusReport> {
     let client = connect::connect(url, user, password_file).await?;
     let js = async_nats::jetstream::new(client);
     let mut consumers = Vec::new();
-    for b in BackendKind::ALL {
+    for b in backends {
         let mut c: PullConsumer = js
             .get_consumer_from_stream(b.consumer(), STREAM)
             .await

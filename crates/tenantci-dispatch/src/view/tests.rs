@@ -73,7 +73,7 @@ pub(super) fn card(now: DateTime<Utc>, task: i64, held: Held, class: Option<&str
     let at = now - chrono::Duration::seconds(30);
     Card {
         task,
-        backend: BackendKind::Pod,
+        backend: BackendKind::new("pod"),
         held,
         class: class.map(str::to_string),
         description: Some(Description {
@@ -94,7 +94,7 @@ pub(super) fn full() -> Status {
     let labels = ["self-hosted".to_string(), "pod".to_string()];
     let mut observed = BTreeMap::new();
     observed.insert(
-        BackendKind::Pod,
+        BackendKind::new("pod"),
         Ok([
             (1, executor(1, Some(Progress::Reported), Some("node-a"))),
             (2, executor(2, Some(Progress::Unfetched), None)),
@@ -103,7 +103,7 @@ pub(super) fn full() -> Status {
         .collect()),
     );
     observed.insert(
-        BackendKind::Vm,
+        BackendKind::new("vm"),
         Err("the Lifecycle API: connection refused".into()),
     );
     let now = Utc::now();
@@ -113,7 +113,7 @@ pub(super) fn full() -> Status {
         leader: true,
         forge_url: "https://gitea.example",
         labels: &labels,
-        capacity: &[(BackendKind::Pod, 2), (BackendKind::Vm, 1)],
+        capacity: &[(BackendKind::new("pod"), 2), (BackendKind::new("vm"), 1)],
         classes: &[],
         cache_enabled: false,
         cards: vec![
@@ -126,7 +126,7 @@ pub(super) fn full() -> Status {
         figures: Figures {
             claims_last_minute: 3,
             since_forge_answered: Some(std::time::Duration::from_secs(1)),
-            queue_depth: [(BackendKind::Pod, 1)].into_iter().collect(),
+            queue_depth: [(BackendKind::new("pod"), 1)].into_iter().collect(),
             ..Default::default()
         },
     })

@@ -10,9 +10,10 @@
 use serde::Serialize;
 
 use super::{FORGE_OFFLINE_AFTER_SECS, State, Status, TaskStatus};
+use crate::backend::catalog;
+use crate::backend_kind::BackendKind;
 use crate::claim::routing;
-use crate::executor::class;
-use crate::queue::BackendKind;
+use crate::sizing::class;
 
 /// Why a job waits, and what makes it run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -48,7 +49,7 @@ pub fn reasons(s: &Status, runs_on: &[String], task: Option<&TaskStatus>) -> Vec
         let what = format!("it asks for the {backend} backend, which this dispatcher does not run");
         let fix = format!(
             "use `runs-on: pod`, or turn the {backend} backend on ({})",
-            backend.turned_on_by()
+            catalog::turned_on_by(backend)
         );
         return vec![reason("backend", what, fix)];
     };
@@ -142,9 +143,11 @@ fn capacity(
     Some(reason("capacity", what, fix))
 }
 
-/// An executor that exists but has not fetched its task: a Pod not on a node yet.
+/// An executor that exists but has not fetched its task: a Pod not on a node yet (on a
+/// backend whose executors run on the rented nodes).
 fn executor(t: &TaskStatus) -> Option<Reason> {
-    if t.backend != BackendKind::Pod || !matches!(t.state, State::Starting | State::Running) {
+    let on_nodes = catalog::facts(t.backend).is_some_and(|f| f.rented_nodes);
+    if !on_nodes || !matches!(t.state, State::Starting | State::Running) {
         return None;
     }
     if t.node.is_some() {

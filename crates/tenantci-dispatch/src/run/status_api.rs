@@ -1,6 +1,6 @@
 //! The status API on loopback: `/healthz` (the process serves), `/readyz` (the facade is up;
 //! the body says whether this instance leads), `/metrics` (Prometheus text), `/v1/status`
-//! (every task held and the summary: `crate::status`, gathered here by [`Sources`]) and `/`
+//! (every task held and the summary: `crate::view`, gathered here by [`Sources`]) and `/`
 //! (the same as an HTML page). With
 //! `status.metrics_listen`, a second listener serves `/metrics` alone, for a scraper outside
 //! the Pod or host (non-loopback only with `status.expose_metrics = true`); health stays on
@@ -16,15 +16,15 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use crate::backend::Executors;
-use crate::executor::class::ExecutorClass;
+use crate::backend::Backend;
+use crate::backend_kind::BackendKind;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::queue::BackendKind;
-use crate::queue::status::depth_now;
-use crate::status::{self, Inputs, Status};
+use crate::queue::depth::depth_now;
+use crate::sizing::class::ExecutorClass;
 use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
+use crate::view::{self, Inputs, Status};
 
 struct Shared {
     health: Arc<Health>,
@@ -37,7 +37,7 @@ struct Shared {
 pub struct Sources {
     pub registry: Arc<Registry>,
     pub ledger: Mirror,
-    pub backends: Vec<Arc<dyn Executors>>,
+    pub backends: Vec<Arc<dyn Backend>>,
     pub instance: String,
     pub forge_url: String,
     pub labels: Vec<String>,
@@ -84,7 +84,7 @@ impl Sources {
         for (backend, depth) in depths {
             figures.queue_depth.insert(backend, depth);
         }
-        status::build(Inputs {
+        view::build(Inputs {
             now: chrono::Utc::now(),
             instance: &self.instance,
             leader: health.leader.load(Ordering::SeqCst),
@@ -128,7 +128,7 @@ async fn page(State(s): State<Arc<Shared>>) -> axum::response::Response {
         return StatusCode::NOT_FOUND.into_response();
     };
     let doc = sources.status(&s.health, &s.metrics).await;
-    axum::response::Html(status::page::render(&doc)).into_response()
+    axum::response::Html(view::page::render(&doc)).into_response()
 }
 
 async fn healthz() -> &'static str {

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Toleration;
 use serde::{Deserialize, Serialize};
 
-use crate::executor::resources::Resources;
-use crate::queue::BackendKind;
+use crate::backend_kind::{BackendFacts, BackendKind};
+use crate::sizing::resources::Resources;
 use tenantci_core::duration::GoDuration;
 use tenantci_core::node_image::NodeImage;
 
@@ -25,9 +25,9 @@ pub struct ExecutorClass {
     pub name: String,
     /// The `runs-on` label that selects it (registered at Gitea beside `gitea.labels`).
     pub label: String,
-    /// Where its executors run.
-    #[serde(default = "pod")]
-    pub backend: BackendKind,
+    /// Where its executors run; absent: the default backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendKind>,
     /// The runner container's CPU request (pod) or the sandbox's CPU limit (vm).
     pub cpu: String,
     /// The runner container's memory request and limit (pod) or the sandbox's limit (vm).
@@ -53,7 +53,7 @@ pub struct ExecutorClass {
 }
 
 /// `[executor.class.warm]`: the limits of a class's demand-driven warm pool
-/// (`executor::warm` decides its size).
+/// (`sizing::warm` decides its size).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmPool {
@@ -82,8 +82,8 @@ fn warm_window() -> GoDuration {
 
 impl WarmPool {
     /// The decision's limits for a class of `capacity`.
-    pub fn limits(&self, capacity: u32) -> crate::executor::warm::Limits {
-        crate::executor::warm::Limits {
+    pub fn limits(&self, capacity: u32) -> crate::sizing::warm::Limits {
+        crate::sizing::warm::Limits {
             min: self.min,
             max: self.max,
             idle: self.idle.get(),
@@ -92,19 +92,15 @@ impl WarmPool {
     }
 }
 
-fn pod() -> BackendKind {
-    BackendKind::Pod
-}
-
 impl ExecutorClass {
-    /// A pod class selected by the `runs-on` label of its own name, with `[executor]`'s
-    /// placement and no warm pool: the shape `[[executor.class]]` takes with only the keys
-    /// that have no default.
+    /// A class on the default backend selected by the `runs-on` label of its own name, with
+    /// `[executor]`'s placement and no warm pool: the shape `[[executor.class]]` takes with
+    /// only the keys that have no default.
     pub fn pod(name: &str, cpu: &str, memory: &str, capacity: u32) -> Self {
         ExecutorClass {
             name: name.into(),
             label: name.into(),
-            backend: BackendKind::Pod,
+            backend: None,
             cpu: cpu.into(),
             memory: memory.into(),
             ephemeral_storage: None,
@@ -131,11 +127,17 @@ impl ExecutorClass {
         }
     }
 
-    /// A pod class's executor Pod against a rented node of `image`: exit 2 with one sentence
-    /// naming the class when it cannot fit (its jobs would wait for a node that never comes).
-    /// A vm class runs in a sandbox, not on a rented node.
-    pub fn check_fits(&self, base: &Resources, image: &NodeImage) -> tenantci_core::Result<()> {
-        if self.backend != BackendKind::Pod {
+    /// The executor of a class whose backend runs on rented nodes (`rented_nodes`, its
+    /// backend's fact), against a rented node of `image`: exit 2 with one sentence naming the
+    /// class when it cannot fit (its jobs would wait for a node that never comes). A class on
+    /// another backend (a sandbox) needs no node.
+    pub fn check_fits(
+        &self,
+        base: &Resources,
+        image: &NodeImage,
+        rented_nodes: bool,
+    ) -> tenantci_core::Result<()> {
+        if !rented_nodes {
             return Ok(());
         }
         self.resources(base).check_fits_as(
@@ -146,7 +148,7 @@ impl ExecutorClass {
         )
     }
 
-    fn validate(&self, base: &Resources) -> Result<(), String> {
+    fn validate(&self, base: &Resources, backend: &BackendFacts) -> Result<(), String> {
         let at = format!("executor.class `{}`", self.name);
         if !tenantci_core::dns::is_label(&self.name) {
             return Err(format!(
@@ -174,10 +176,10 @@ impl ExecutorClass {
             ));
         }
         if let Some(w) = &self.warm {
-            if self.backend != BackendKind::Pod {
+            if !backend.rented_nodes {
                 return Err(format!(
                     "has {at} with a warm pool on the {} backend; pause Pods keep rented nodes warm, so only pod classes have one",
-                    self.backend
+                    backend.kind
                 ));
             }
             if w.max == 0 || w.max > self.capacity || w.min > w.max {
@@ -191,16 +193,28 @@ impl ExecutorClass {
     }
 }
 
-/// Every class valid, names and labels unique, each capacity within its backend's
-/// (`backend_capacity`; None: the backend is off). The config's message form ("has ...").
+/// A class's backend as the config sees it (`Config` knows which backends this build has and
+/// which it turns on).
+pub struct BackendOfClass {
+    /// What the backend registered.
+    pub facts: &'static BackendFacts,
+    /// Its capacity; None: the config leaves it off.
+    pub capacity: Option<u32>,
+}
+
+/// Every class valid on its own, names and labels unique, each on a backend the config turns
+/// on and within its capacity. `backend_of` answers for a class's `backend` (None: the
+/// default), or the sentence refusing a name this build does not have. The config's message
+/// form ("has ...").
 pub fn validate(
     classes: &[ExecutorClass],
     base: &Resources,
-    backend_capacity: impl Fn(BackendKind) -> Option<u32>,
+    backend_of: impl Fn(Option<BackendKind>) -> Result<BackendOfClass, String>,
 ) -> Result<(), String> {
     let (mut names, mut labels) = (BTreeSet::new(), BTreeSet::new());
     for c in classes {
-        c.validate(base)?;
+        let backend = backend_of(c.backend)?;
+        c.validate(base, backend.facts)?;
         if !names.insert(c.name.as_str()) {
             return Err(format!("has two executor classes named `{}`", c.name));
         }
@@ -210,21 +224,18 @@ pub fn validate(
                 c.label
             ));
         }
-        match backend_capacity(c.backend) {
+        let kind = backend.facts.kind;
+        match backend.capacity {
             None => {
                 return Err(format!(
-                    "has executor.class `{}` on the {} backend, which is off ({})",
-                    c.name,
-                    c.backend,
-                    c.backend.turned_on_by()
+                    "has executor.class `{}` on the {kind} backend, which is off ({})",
+                    c.name, backend.facts.turned_on_by
                 ));
             }
             Some(total) if c.capacity > total => {
                 return Err(format!(
-                    "has executor.class `{}` with capacity = {} above capacity.{} = {total}; a class holds part of its backend's slots",
-                    c.name,
-                    c.capacity,
-                    c.backend.consumer()
+                    "has executor.class `{}` with capacity = {} above capacity.{kind} = {total}; a class holds part of its backend's slots",
+                    c.name, c.capacity
                 ));
             }
             Some(_) => {}
@@ -310,6 +321,52 @@ pub(crate) mod tests {
         ExecutorClass::pod(name, cpu, memory, capacity)
     }
 
+    const NOUNS: crate::backend_kind::Nouns = crate::backend_kind::Nouns {
+        executor: "executor",
+        executors: "executors",
+        source: "the source",
+        gone: "gone",
+        lost_partly: "lost",
+        lost_whole: "lost",
+    };
+
+    /// A backend on the rented nodes (the default, as the pod backend is) and one off them.
+    const POD: BackendFacts = BackendFacts {
+        kind: BackendKind::new("pod"),
+        label: None,
+        turned_on_by: "it is always on",
+        default_capacity: 4,
+        opt_in: false,
+        section: None,
+        rented_nodes: true,
+        nouns: NOUNS,
+    };
+    static VM: BackendFacts = BackendFacts {
+        kind: BackendKind::new("vm"),
+        label: Some("vm"),
+        turned_on_by: "no `--opensandbox-url`",
+        default_capacity: 1,
+        opt_in: false,
+        section: Some("vm"),
+        rented_nodes: false,
+        nouns: NOUNS,
+    };
+
+    /// The pod backend at capacity 4, the VM backend off.
+    fn cap(b: Option<BackendKind>) -> Result<BackendOfClass, String> {
+        static POD_FACTS: BackendFacts = POD;
+        Ok(match b {
+            Some(k) if k == VM.kind => BackendOfClass {
+                facts: &VM,
+                capacity: None,
+            },
+            _ => BackendOfClass {
+                facts: &POD_FACTS,
+                capacity: Some(4),
+            },
+        })
+    }
+
     fn warm(min: u32, max: u32) -> WarmPool {
         WarmPool {
             min,
@@ -349,7 +406,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_class_sizes_and_places_the_executor() {
-        let base = crate::executor::Executor::with_images("i@sha256:x", "p@sha256:y");
+        let base = crate::sizing::ExecutorSettings::with_images("i@sha256:x", "p@sha256:y");
         let mut c = class("large", "1800m", "1536Mi", 1);
         c.node_selector = Some(BTreeMap::from([("pool".into(), "big".into())]));
         c.runtime_class_name = Some("gvisor".into());
@@ -370,7 +427,6 @@ pub(crate) mod tests {
     #[test]
     fn bad_classes_are_refused_naming_the_class() {
         let base = Resources::default();
-        let cap = |b| (b == BackendKind::Pod).then_some(4);
         assert_eq!(validate(&two(), &base, cap), Ok(()));
         type Change = Box<dyn Fn(&mut Vec<ExecutorClass>)>;
         let cases: Vec<(Change, &str)> = vec![
@@ -394,7 +450,7 @@ pub(crate) mod tests {
             ),
             (Box::new(|c| c[0].label = "a b".into()), "one word"),
             (
-                Box::new(|c| c[1].backend = BackendKind::Vm),
+                Box::new(|c| c[1].backend = Some(BackendKind::new("vm"))),
                 "on the vm backend, which is off",
             ),
             (
@@ -419,10 +475,10 @@ pub(crate) mod tests {
         let base = Resources::default();
         let node = NodeImage::default();
         for c in two() {
-            c.check_fits(&base, &node).unwrap();
+            c.check_fits(&base, &node, true).unwrap();
         }
         let huge = class("huge", "4", "1Gi", 1);
-        let e = huge.check_fits(&base, &node).unwrap_err();
+        let e = huge.check_fits(&base, &node, true).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(
             e.message()
@@ -437,10 +493,10 @@ pub(crate) mod tests {
                 .contains("executor.class `huge`'s cpu and memory")
         );
         let vm = ExecutorClass {
-            backend: BackendKind::Vm,
+            backend: Some(BackendKind::new("vm")),
             ..huge
         };
-        vm.check_fits(&base, &node).unwrap();
+        vm.check_fits(&base, &node, false).unwrap();
     }
 
     #[test]

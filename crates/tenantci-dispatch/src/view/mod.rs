@@ -1,5 +1,5 @@
 //! The status model: what `GET /v1/status` answers, `tenantci dispatch status` prints and the
-//! status page shows. Pure: [`build`] turns what `run::status` gathered (the registry's cards,
+//! status page shows. Pure: [`build`] turns what `run::status_api` gathered (the registry's cards,
 //! the claim ledger's entries, each backend's observation, the capacity and classes from the
 //! config, the metrics' figures) into a [`Status`]. [`explain`] answers "why does this job
 //! wait" from a `Status` for the job [`question`] finds; [`page`] renders it as HTML and
@@ -19,10 +19,10 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Observed;
-use crate::executor::class::ExecutorClass;
+use crate::backend::{Observed, catalog};
+use crate::backend_kind::BackendKind;
 use crate::metrics::Figures;
-use crate::queue::BackendKind;
+use crate::sizing::class::ExecutorClass;
 use crate::task::Progress;
 use crate::task::ledger::{Entry, Phase};
 use crate::task::registry::{Card, Held};
@@ -185,7 +185,7 @@ pub struct TaskStatus {
     pub in_state_seconds: u64,
 }
 
-/// What [`build`] reads; `run::status` gathers it.
+/// What [`build`] reads; `run::status_api` gathers it.
 pub struct Inputs<'a> {
     pub now: DateTime<Utc>,
     pub instance: &'a str,
@@ -326,7 +326,7 @@ fn class_status(i: &Inputs<'_>, c: &ExecutorClass) -> ClassStatus {
     ClassStatus {
         name: c.name.clone(),
         label: c.label.clone(),
-        backend: c.backend,
+        backend: catalog::of_class(c),
         capacity: c.capacity,
         used,
         free: c.capacity.saturating_sub(used),

@@ -36,7 +36,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::executor::resources;
+use crate::sizing::resources;
 use crate::task::spec::{
     ATTEMPT_LABEL, CLASS_LABEL, CONFIG_KEY, ExecutorSpec, PROXY_LISTEN, RUNNER_KEY, TASK_ID_LABEL,
     runner_config_at, runner_file,
@@ -669,7 +669,7 @@ mod tests {
     #[test]
     fn the_runner_command_follows_the_config() {
         let mut s = spec();
-        s.executor.runner_command = crate::executor::RunnerCommand::GiteaRunner;
+        s.executor.runner_command = crate::sizing::RunnerCommand::GiteaRunner;
         let pod = desired_pod(&s);
         let cmd = pod.spec.unwrap().containers[0].command.clone().unwrap();
         assert_eq!(
@@ -682,7 +682,7 @@ mod tests {
                 "/etc/gitea-task/runner/config.yaml"
             ]
         );
-        s.executor.runner_command = crate::executor::RunnerCommand::ForgejoRunner;
+        s.executor.runner_command = crate::sizing::RunnerCommand::ForgejoRunner;
         let pod = desired_pod(&s);
         let cmd = pod.spec.unwrap().containers[0].command.clone().unwrap();
         assert_eq!(

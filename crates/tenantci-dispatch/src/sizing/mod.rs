@@ -22,7 +22,7 @@ use tenantci_core::duration::GoDuration;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Executor {
+pub struct ExecutorSettings {
     /// The official runner image, pinned by digest (`IMAGE@sha256:<64 hex>`). It runs the job
     /// in host mode, so it holds the job's tools (runbook: the executor image).
     pub image: String,
@@ -51,7 +51,7 @@ pub struct Executor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
     /// Resource classes (`[[executor.class]]`), selected by a `runs-on` label; none: every
-    /// executor is sized by the keys above (`executor::class`).
+    /// executor is sized by the keys above (`sizing::class`).
     #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ExecutorClass>,
     /// Pod imagePullSecrets: names of `kubernetes.io/dockerconfigjson` Secrets in the
@@ -60,10 +60,13 @@ pub struct Executor {
     pub image_pull_secrets: Vec<String>,
 }
 
-impl Executor {
+impl ExecutorSettings {
     /// The two images with every other key at its default.
-    pub fn with_images(image: impl Into<String>, proxy_image: impl Into<String>) -> Executor {
-        Executor {
+    pub fn with_images(
+        image: impl Into<String>,
+        proxy_image: impl Into<String>,
+    ) -> ExecutorSettings {
+        ExecutorSettings {
             image: image.into(),
             proxy_image: proxy_image.into(),
             runner_command: RunnerCommand::default(),
@@ -78,7 +81,7 @@ impl Executor {
     }
 
     /// The executor settings a job of `class` gets: these with the class's size and placement.
-    pub fn of_class(&self, class: &ExecutorClass) -> Executor {
+    pub fn of_class(&self, class: &ExecutorClass) -> ExecutorSettings {
         let mut x = self.clone();
         x.resources = class.resources(&self.resources);
         if let Some(s) = &class.node_selector {
