@@ -3,23 +3,26 @@
 //! only modules on a lower floor (`layers.txt` beside this crate's manifest, checked by
 //! `scripts/check-layering.sh`; docs/architecture.md draws them). Lowest first:
 //!
-//! 1. Leaves: [`queue`] (JetStream topology, permissions, sealed assignments, producer,
+//! 1. [`backend_kind`]: a backend's name and the facts it registers, as data, so every floor
+//!    above keys by backend without naming one.
+//! 2. Leaves: [`queue`] (JetStream topology, permissions, sealed assignments, producer,
 //!    consumer), [`capability`] (per-task capabilities), [`health`] (what `/readyz` reports),
 //!    [`http1`] (the plain HTTP/1.1 server with every wait bounded).
-//! 2. [`metrics`]; [`executor`] (the `[executor]` section, requests and limits, resource
+//! 3. [`metrics`]; [`sizing`] (the `[executor]` section, requests and limits, resource
 //!    classes and their warm pools: picked once, by the scheduler); [`leader`] (Lease election).
-//! 3. [`cache`] (the shared actions cache), [`identity`] (SPIFFE IDs and SPIRE entries).
-//! 4. [`task`]: a claimed task: the claim ledger (its truth), its assignment opened once, the
+//! 4. [`cache`] (the shared actions cache), [`identity`] (SPIFFE IDs and SPIRE entries).
+//! 5. [`task`]: a claimed task: the claim ledger (its truth), its assignment opened once, the
 //!    term's registry, recovery's decision, what the dispatcher tells Gitea; the state table.
-//! 5. [`backend`]: where an assignment runs: the one [`backend::Executors`] trait, the worker,
-//!    reconciler and keep-alive written once over it, one folder per backend
-//!    ([`backend::pod`], [`backend::vm`]).
-//! 6. [`claim`] (the scheduler, routing, the `workflow_job` webhook), [`facade`] (the
+//! 6. [`backend`]: where an assignment runs: the [`backend::Backend`] traits, the worker,
+//!    reconciler and keep-alive written once over them, the backends registered in
+//!    [`backend::catalog`], one folder each ([`backend::pod`], [`backend::vm`]).
+//! 7. [`claim`] (the scheduler, routing, the `workflow_job` webhook), [`facade`] (the
 //!    RunnerService executors call), [`executor_proxy`] (the executor's side of it).
-//! 7. [`config`]: composes the sections the modules own, checks the file; [`status`] (the
-//!    status model `/v1/status`, `dispatch status` and the page show, pure; above `claim`).
-//! 8. [`provision`]: what `init` sets up and `renew` keeps up (access, the facade's PKI).
-//! 9. The orchestrations: [`run`], [`init`], [`renew`]; none reaches into another.
+//! 8. [`config`]: composes the sections the modules own, checks the file; [`view`] (the
+//!    operator's view: the model `/v1/status`, `dispatch status`, `explain` and the page
+//!    show, pure; above `claim`).
+//! 9. [`provision`]: what `init` sets up and `renew` keeps up (access, the facade's PKI).
+//! 10. The orchestrations: [`run`], [`init`], [`renew`]; none reaches into another.
 //!
 //! Over `tenantci-runner` (credentials, tenant RBAC, runner files) and `tenantci-core`; no CLI:
 //! the binary parses flags and calls in here.
