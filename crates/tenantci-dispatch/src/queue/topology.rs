@@ -1,6 +1,10 @@
-//! The queue's JetStream topology: stream `CI_RUNNER` on `ci.runner.>`, the durable pull
-//! consumers `pod` and `vm`, and the claim ledger's bucket (`ledger`), with the stream's
+//! The queue's JetStream topology: stream `CI_RUNNER` on `ci.runner.>`, one durable pull
+//! consumer per backend, and the claim ledger's bucket (`ledger_bucket`), with the stream's
 //! replica count.
+//!
+//! Each backend's consumer is named after it and filtered on its subject, so the topology
+//! serves whichever backends the caller lists ([`TopologySpec::capacities`]) without naming
+//! one.
 //!
 //! [`desired_stream`] and [`desired_consumer`] compute the configs as data (pure, unit-tested);
 //! [`apply`] creates what is missing and updates what differs, so a re-run is a no-op and a
@@ -38,8 +42,9 @@ pub struct TopologySpec {
     pub max_deliver: i64,
     /// Window in which a re-published `Nats-Msg-Id` is dropped as a duplicate (>= 2 min).
     pub duplicate_window: Duration,
-    /// Bounds of the stream; at either one a publish fails (discard-new).
+    /// Messages the stream may hold; at the bound a publish fails (discard-new).
     pub max_messages: i64,
+    /// Bytes the stream may hold; at the bound a publish fails (discard-new).
     pub max_bytes: i64,
     /// Largest single assignment accepted.
     pub max_message_size: i32,
@@ -112,26 +117,33 @@ impl TopologySpec {
 /// The field of a [`TopologySpec`] that [`TopologySpec::validate`] refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidSpec {
+    /// `capacities` is empty.
     #[error("the topology names no backend")]
     NoBackend,
+    /// A backend's capacity is 0.
     #[error("a backend capacity must be at least 1")]
     Capacity,
+    /// `replicas` is outside 1..=5 (the value given).
     #[error("replicas must be between 1 and 5, not {0}")]
     Replicas(usize),
+    /// `ack_wait` is under 100 ms.
     #[error("ack_wait must be at least 100ms")]
     AckWait,
+    /// `max_deliver` is below 1 and not -1 ([`UNLIMITED_DELIVERIES`]).
     #[error("max_deliver must be at least 1, or -1 for unlimited")]
     MaxDeliver,
+    /// `duplicate_window` is under [`MIN_DUPLICATE_WINDOW`].
     #[error("the duplicate window must be at least 2m")]
     DuplicateWindow,
+    /// A stream bound (`max_messages`, `max_bytes`, `max_message_size`) is below 1.
     #[error("the stream bounds must be positive")]
     Bounds,
 }
 
 /// `spec` with what `queue init` chose and a dispatcher must not undo: the replica count,
 /// the stream's bounds and duplicate window (from the live stream), and `max_deliver` (from
-/// the live consumer of the spec's first backend). The dispatcher's own settings (capacities, ack_wait) stay as
-/// given. Nothing live: `spec` as it is.
+/// the live consumer of the spec's first backend). The dispatcher's own settings (capacities,
+/// ack_wait) stay as given. Nothing live: `spec` as it is.
 pub fn keeping_init_choices(
     spec: TopologySpec,
     stream: Option<&stream::Config>,
@@ -248,40 +260,59 @@ pub fn consumer_drift(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "action")]
 pub enum Change {
+    /// It did not exist; it was created.
     Created,
-    Updated { fields: Vec<String> },
+    /// Managed fields differed; it was updated.
+    Updated {
+        /// The fields that differed, as [`stream_drift`], [`consumer_drift`] or
+        /// [`ledger_drift`] name them.
+        fields: Vec<String>,
+    },
+    /// It matched already; nothing was sent.
     Unchanged,
 }
 
 /// The result of [`apply`]; printed by `tenantci queue init -o json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ApplyReport {
+    /// The stream's name ([`STREAM`]).
     pub stream: String,
+    /// What was done to the stream.
     pub stream_change: Change,
+    /// Each backend's consumer, in the spec's order.
     pub consumers: Vec<ConsumerChange>,
     /// The claim ledger's key-value bucket.
     pub ledger: String,
+    /// What was done to the bucket's stream.
     pub ledger_change: Change,
 }
 
+/// What [`apply`] did to one backend's durable consumer.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConsumerChange {
+    /// Its name: the backend's.
     pub consumer: String,
+    /// Its capacity, set as `max_ack_pending`.
     pub capacity: u32,
+    /// What was done to it.
     pub change: Change,
 }
 
 /// Errors from [`apply`].
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
+    /// The spec was refused before anything was sent.
     #[error("invalid topology: {0}")]
     Invalid(#[from] InvalidSpec),
     /// `object` names what was asked for (`stream CI_RUNNER`, `consumer pod`): data shown to
     /// the operator, not a cause.
     #[error("cannot {action} the JetStream {object}: {source}")]
     Server {
+        /// What was being done: `read`, `create`, `update`, `create or update`.
         action: &'static str,
+        /// What it was done to.
         object: String,
+        /// The failed request's error.
         #[source]
         source: ServerError,
     },
@@ -292,8 +323,10 @@ pub enum ApplyError {
 /// answered one).
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// Looking the stream up.
     #[error(transparent)]
     GetStream(#[from] jetstream::context::GetStreamError),
+    /// Reading a stream's info.
     #[error(transparent)]
     StreamInfo(#[from] stream::InfoError),
     /// Creating or updating a stream (async-nats has one error type for both).
@@ -302,6 +335,7 @@ pub enum ServerError {
     /// Reading or creating a consumer.
     #[error(transparent)]
     Consumer(#[from] stream::ConsumerError),
+    /// Reading a consumer's info.
     #[error(transparent)]
     ConsumerInfo(#[from] jetstream::context::ConsumerInfoError),
 }
@@ -336,9 +370,9 @@ pub async fn apply_at(
     })
 }
 
-/// The live stream config and the `reference` consumer's max_deliver; None where not created yet. Any other error
-/// (no leader during an election, a timeout) is an error: guessing "absent" then would
-/// overwrite what `queue init` chose.
+/// The live stream config and the `reference` consumer's max_deliver; None where not created
+/// yet. Any other error (no leader during an election, a timeout) is an error: guessing
+/// "absent" then would overwrite what `queue init` chose.
 pub async fn live_configs(
     js: &jetstream::Context,
     reference: BackendKind,
@@ -370,7 +404,8 @@ pub async fn live_configs(
     Ok((stream, consumer))
 }
 
-/// Creates or updates the stream and both consumers to match `spec` (needs `ci-admin`).
+/// Creates or updates the stream, every backend's consumer and the claim ledger's bucket to
+/// match `spec` (needs `ci-admin`).
 pub async fn apply(
     js: &jetstream::Context,
     spec: &TopologySpec,
@@ -626,15 +661,21 @@ mod tests {
 
     #[test]
     fn validate_names_the_bad_field() {
+        // The default spec with two backends: the queue's floor does not know which exist.
+        let spec = || TopologySpec {
+            capacities: vec![(BackendKind::new("pod"), 4), (BackendKind::new("vm"), 1)],
+            ..TopologySpec::default()
+        };
         let bad = |f: fn(&mut TopologySpec)| {
-            let mut s = TopologySpec::default();
+            let mut s = spec();
             f(&mut s);
             s.validate().unwrap_err().to_string()
         };
         assert!(bad(|s| s.capacities = vec![(BackendKind::new("pod"), 0)]).contains("capacity"));
+        assert!(bad(|s| s.capacities.clear()).contains("no backend"));
         assert!(bad(|s| s.replicas = 0).contains("replicas"));
         assert!(bad(|s| s.duplicate_window = Duration::from_secs(60)).contains("duplicate"));
         assert!(bad(|s| s.max_deliver = 0).contains("max_deliver"));
-        TopologySpec::default().validate().unwrap();
+        spec().validate().unwrap();
     }
 }

@@ -3,7 +3,7 @@
 //! executor is gone started again (with a slot taken first) or failed, as `recovery::decide`
 //! says.
 
-use super::{Reconciler, RecoverError};
+use super::{Deleting, ReconcileError, Reconciler, RecoverError, Retry, settled};
 use crate::backend::{Observed, StartError};
 use crate::queue::assignment::Assignment;
 use crate::queue::consumer::Slot;
@@ -14,13 +14,13 @@ use crate::task::report;
 
 impl Reconciler {
     /// Recovery: the claim ledger first, then every complete executor found is registered as
-    /// running with a reserved slot; entries without executor are queued in `lost` for the
-    /// passes.
+    /// running with a reserved slot; entries without executor are kept as retries
+    /// ([`Retry::Lost`]) for the passes.
     pub async fn recover(&mut self) -> Result<(), RecoverError> {
         let backend = self.executors.backend();
         let entries = self.ctx.ledger.entries().await?;
         let found = self.executors.observe().await?;
-        self.lost.clear();
+        self.retries.clear();
         for e in entries.into_iter().filter(|e| e.backend == backend) {
             let objects = objects_of(found.get(&e.task));
             if recovery::waits_in_the_queue(&e, objects) {
@@ -35,13 +35,14 @@ impl Reconciler {
                         // waits for its slot, as a queued assignment is.
                         self.ctx.registry.queued(e.task, backend);
                     }
-                    self.lost.insert(e.task, (e, action));
+                    self.retries
+                        .insert(e.task, Retry::Lost(Box::new(e), action));
                 }
             }
         }
         // An incomplete executor is a start cut short (its assignment was not acked, so it
         // comes back and the worker finishes the start) or, once the ledger has the start as
-        // done, a lost one that `lost` restarts or fails.
+        // done, a lost one that its retry restarts or fails.
         for o in found.values().filter(|o| o.complete) {
             self.ctx
                 .registry
@@ -52,11 +53,10 @@ impl Reconciler {
         }
         // Slots for the executors to start again, taken before the worker pulls anything
         // (recovery runs first): what was running before the crash runs before what waits.
-        let restarts = self.lost.values().filter(|(_, a)| a.is_restart());
-        self.slots.reserve(restarts.count());
+        self.slots.reserve(self.lost_restarts());
         tracing::info!(
             executors = found.len(),
-            lost = self.lost.len(),
+            lost = self.retries.len(),
             "recovered {} from the claim ledger and {}",
             self.executors.nouns().executors,
             self.executors.nouns().source
@@ -64,70 +64,95 @@ impl Reconciler {
         Ok(())
     }
 
+    /// How many lost tasks wait to be started again.
+    fn lost_restarts(&self) -> usize {
+        self.retries
+            .values()
+            .filter(|r| matches!(r, Retry::Lost(_, a) if a.is_restart()))
+            .count()
+    }
+
     /// Carries out what recovery decided for entries whose executor is gone; what cannot be
     /// done now (Gitea or the backend away, no free slot) stays for the next pass.
     pub(super) async fn recover_lost(&mut self) {
-        let lost = std::mem::take(&mut self.lost);
-        for (task, (entry, action)) in lost {
+        let lost: Vec<i64> = self
+            .retries
+            .iter()
+            .filter(|(_, r)| matches!(r, Retry::Lost(..)))
+            .map(|(t, _)| *t)
+            .collect();
+        for task in lost {
+            let Some(Retry::Lost(entry, action)) = self.retries.remove(&task) else {
+                continue;
+            };
             let done = match &action {
-                Recovery::Leave => true,
+                Recovery::Leave => Ok(()),
                 Recovery::Delete => {
                     tracing::info!(
                         task,
                         "the claim ledger has the task as over; deleting its executor"
                     );
-                    self.delete(task).await
+                    self.delete(task, Deleting::Executor).await
                 }
                 Recovery::Fail { reason } => self.fail(task, reason).await,
                 Recovery::Restart { leftover } => self.restart_lost(&entry, *leftover).await,
             };
-            if !done {
-                self.lost.insert(task, (entry, action));
+            if let Err(e) = &done {
+                self.error_policy(task, e);
+            }
+            if !settled(&done) {
+                self.retries.insert(task, Retry::Lost(entry, action));
             }
         }
-        if !self.lost.values().any(|(_, a)| a.is_restart()) {
+        if self.lost_restarts() == 0 {
             self.slots.release();
         }
     }
 
     /// Starts the next attempt of a task whose executor vanished before it fetched the task,
-    /// from the ledger's sealed assignment, if Gitea still has it open. True when settled.
+    /// from the ledger's sealed assignment, if Gitea still has it open. Ok when settled.
     /// A slot first: recovery never starts more executors than the capacity, and a task that
     /// waits for one costs Gitea nothing but the keep-alive.
-    async fn restart_lost(&mut self, entry: &Entry, leftover: Option<u32>) -> bool {
+    async fn restart_lost(
+        &mut self,
+        entry: &Entry,
+        leftover: Option<u32>,
+    ) -> Result<(), ReconcileError> {
         if self.ctx.registry.is_running(entry.task) {
             // The worker started it from a redelivered assignment meanwhile.
-            return true;
+            return Ok(());
         }
         let Some(slot) = self.slots.take() else {
-            return false;
+            return Err(ReconcileError::NoSlot);
         };
-        let (settled, unused) = self.start_again(entry, leftover, slot).await;
+        let (done, unused) = self.start_again(entry, leftover, slot).await;
         if let Some(slot) = unused {
             self.slots.give_back(slot);
-            if settled {
+            if settled(&done) {
                 // Over without a new executor: nothing to keep alive any more.
                 self.ctx.registry.finished(entry.task);
             }
         }
-        settled
+        done
     }
 
-    /// `restart_lost` with its slot: whether the entry is settled, and the slot unless the
-    /// new executor holds it. Partial objects go first, whatever Gitea says: they hold the
+    /// `restart_lost` with its slot: whether the entry is settled (Ok, or a FAILURE
+    /// reported), and the slot unless the new executor holds it. Partial objects go first, whatever Gitea says: they hold the
     /// task's object names, and nothing else would delete them.
     async fn start_again(
         &mut self,
         entry: &Entry,
         leftover: Option<u32>,
         slot: Slot,
-    ) -> (bool, Option<Slot>) {
+    ) -> (Result<(), ReconcileError>, Option<Slot>) {
         let task = entry.task;
         if leftover.is_some()
             && let Err(e) = self.executors.delete(task).await
         {
-            tracing::warn!(task, error = %e, "cannot delete what the lost {} left; retrying next pass", self.executors.nouns().executor);
-            return (false, Some(slot));
+            return (
+                Err(ReconcileError::Delete(Deleting::Leftover, e)),
+                Some(slot),
+            );
         }
         match report::still_open(
             &*self.ctx.gitea,
@@ -138,11 +163,11 @@ impl Reconciler {
         .await
         {
             Some(true) => {}
-            Some(false) => return (true, Some(slot)),
-            None => return (false, Some(slot)),
+            Some(false) => return (Ok(()), Some(slot)),
+            None => return (Err(ReconcileError::ForgeAway), Some(slot)),
         }
         let Some(sealed) = entry.assignment.as_ref().map(Assignment::to_json) else {
-            return (true, Some(slot));
+            return (Ok(()), Some(slot));
         };
         let attempt = entry.attempt.max(leftover.unwrap_or(0)) + 1;
         let (assignment, spec) = match self.restarts.next_attempt(&sealed, attempt) {
@@ -156,9 +181,11 @@ impl Reconciler {
             .await
         {
             Ok(_) => {}
-            Err(StartError::Unavailable(why)) => {
-                tracing::warn!(task, attempt, error = %why, "cannot start the lost task again; retrying next pass");
-                return (false, Some(slot));
+            Err(StartError::Unavailable(cause)) => {
+                return (
+                    Err(ReconcileError::RestartNotTaken { attempt, cause }),
+                    Some(slot),
+                );
             }
             Err(StartError::Refused(why)) => {
                 let line = format!("the executor could not be created: {why}");
@@ -182,7 +209,7 @@ impl Reconciler {
             "the {executor} of attempt {} was lost before it fetched its task; started again as attempt {attempt}",
             entry.attempt
         );
-        (true, None)
+        (Ok(()), None)
     }
 }
 

@@ -27,6 +27,12 @@
 //! - the pass never waits for a backend: each create is one try, and a replacement the
 //!   backend did not take yet is kept and tried again at the next pass, so an outage of one
 //!   backend's API delays no other executor's reconcile.
+//!
+//! The shape is kube-runtime's: each executor is reconciled to an [`Action`] (requeue after a
+//! while, await a change, done) or a [`ReconcileError`], every error goes through one policy
+//! ([`Reconciler::error_policy`]: logged once, in the words of what was being done, and
+//! retried at the next pass), what is retried across passes is in one map
+//! ([`Retry`], by task), and the next pass is due at the earliest of the actions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -54,6 +60,84 @@ use slots::{Slots, SpareSlots};
 /// undone (an API away, a replacement not taken yet), whatever the backend's resync; the
 /// facade's terminal marker, freed slots and a watching backend's changes wake it at once.
 pub const RESYNC: Duration = Duration::from_secs(2);
+
+/// What a reconcile of one executor (or one retried task) asks of the next pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Pass again after this long, whatever else wakes the reconciler.
+    RequeueAfter(Duration),
+    /// Nothing changes with time alone: the next change (a watch event, a freed slot) or the
+    /// backend's resync.
+    AwaitChange,
+}
+
+/// Why a reconcile left something undone; the cause stays typed. [`Reconciler::error_policy`]
+/// logs it (in the words of what was being done) and requeues: every one is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The backend did not delete an executor (or what a lost one left).
+    #[error("cannot delete {0:?}: {1}")]
+    Delete(Deleting, #[source] BackendError),
+    /// The backend cannot say whether an executor missing from its observation exists.
+    #[error("cannot tell whether the executor exists: {0}")]
+    Exists(#[source] BackendError),
+    /// The claim ledger, read for how far an executor got, did not answer.
+    #[error("cannot read the claim ledger: {0}")]
+    Progress(#[source] LedgerError),
+    /// The backend did not give the sealed assignment a replacement starts from.
+    #[error("cannot read the sealed assignment: {0}")]
+    SealedAssignment(#[source] BackendError),
+    /// The backend did not take a replacement's start (an outage).
+    #[error("the replacement of attempt {attempt} is not created yet: {cause}")]
+    ReplacementNotTaken {
+        /// The replacement's attempt.
+        attempt: u32,
+        /// The backend's error.
+        #[source]
+        cause: crate::backend::Cause,
+    },
+    /// The backend did not take a lost task's new start (an outage).
+    #[error("the lost task's attempt {attempt} is not started yet: {cause}")]
+    RestartNotTaken {
+        /// The new attempt.
+        attempt: u32,
+        /// The backend's error.
+        #[source]
+        cause: crate::backend::Cause,
+    },
+    /// The forge did not take a FAILURE report (`task::report` logged why).
+    #[error("the forge did not take the FAILURE report")]
+    NotReported,
+    /// The forge cannot say whether the task is still open (`task::report` logged why).
+    #[error("the forge cannot say whether the task is still open")]
+    ForgeAway,
+    /// No admission slot is free for a lost task's new start yet.
+    #[error("no slot is free yet")]
+    NoSlot,
+}
+
+/// Which delete a [`ReconcileError::Delete`] was, for its log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleting {
+    /// An executor whose task is over.
+    Executor,
+    /// The executor of a task just reported FAILURE: the report stands, the delete is
+    /// retried by the executor's next pass.
+    Failed,
+    /// An executor past its start deadline, before its replacement.
+    Stuck,
+    /// What a lost executor left (a Secret without its Pod).
+    Leftover,
+}
+
+/// What a task carries from one pass to the next: recovery's decision for an executor found
+/// gone, or a replacement the backend did not take yet. One map, by task.
+enum Retry {
+    /// A ledger entry whose executor recovery found gone, and what to do about it.
+    Lost(Box<Entry>, Recovery),
+    /// A replacement whose old executor is deleted.
+    Replacing(Box<Replacement>),
+}
 
 /// Why recovery could not read what it needs.
 #[derive(Debug, thiserror::Error)]
@@ -101,10 +185,8 @@ pub struct Reconciler {
     slots: SpareSlots,
     /// Tasks already logged as kept-unknown (logged once, not every resync).
     logged: BTreeSet<i64>,
-    /// Ledger entries whose executor recovery found gone, until carried out.
-    lost: BTreeMap<i64, (Entry, Recovery)>,
-    /// Replacements the backend did not take yet, by task.
-    replacing: BTreeMap<i64, Replacement>,
+    /// What is retried at the next pass, by task: lost executors and replacements.
+    retries: BTreeMap<i64, Retry>,
     /// When the next pass is due without a wake-up (set by each pass, [`next_pass`]).
     due: Duration,
 }
@@ -122,8 +204,7 @@ impl Reconciler {
             restarts,
             slots: SpareSlots::new(slots),
             logged: BTreeSet::new(),
-            lost: BTreeMap::new(),
-            replacing: BTreeMap::new(),
+            retries: BTreeMap::new(),
             due: RESYNC,
         }
     }
@@ -144,11 +225,11 @@ impl Reconciler {
         }
     }
 
-    /// One pass over every executor of the backend.
+    /// One pass over every executor of the backend: each reconciled to an action, the next
+    /// pass due at the earliest of them.
     pub async fn pass(&mut self) -> Result<(), BackendError> {
         let backend = self.executors.backend();
-        self.recover_lost().await;
-        self.retry_replacements().await;
+        let mut actions = self.retry().await;
         // Taken before the list: an executor registered by then must be in the list.
         let registered: BTreeSet<i64> = self
             .ctx
@@ -158,7 +239,6 @@ impl Reconciler {
             .collect();
         let found = self.executors.observe().await?;
         self.executors.reconciled(&found).await;
-        let mut unsettled = false;
         for o in found.values() {
             if !registered.contains(&o.task) && o.decision != Decision::Delete {
                 // Being started right now (created, not registered yet), or a start cut short
@@ -166,116 +246,166 @@ impl Reconciler {
                 // its final state already.
                 continue;
             }
-            self.one(o).await;
+            let action = match self.reconcile(o).await {
+                Ok(action) => action,
+                Err(e) => self.error_policy(o.task, &e),
+            };
+            actions.push(action);
         }
         // Registered executors that are gone, though we did not delete them.
-        for task in registered {
-            // Re-checked: a task withdrawn meanwhile is no longer registered, and its
-            // executor was deleted on purpose; a replacement is not created yet.
-            if !found.contains_key(&task)
-                && !self.replacing.contains_key(&task)
-                && self.ctx.registry.is_running(task)
-                && self.confirmed_gone(task).await
-            {
-                let why = format!(
-                    "{} before the task reported a final state",
-                    self.executors.nouns().gone
-                );
-                self.fail(task, &why).await;
-            }
-            unsettled |= !found.contains_key(&task);
+        for task in registered.into_iter().filter(|t| !found.contains_key(t)) {
+            let action = match self.reconcile_missing(task).await {
+                Ok(action) => action,
+                Err(e) => self.error_policy(task, &e),
+            };
+            actions.push(action);
         }
-        unsettled |= !self.lost.is_empty() || !self.replacing.is_empty();
-        self.due = next_pass(
-            &found,
-            unsettled,
-            self.restarts.claim.start_deadline.get(),
-            self.executors.resync(),
-        );
+        let start_deadline = self.restarts.claim.start_deadline.get();
+        actions.extend(found.values().map(|o| planned(o, start_deadline)));
+        self.due = next_pass(actions, self.executors.resync());
         self.ctx
             .metrics
             .in_use(backend, self.ctx.registry.running_count(backend));
         Ok(())
     }
 
-    async fn one(&mut self, o: &Observed) {
+    /// Carries out the retries (lost executors first, then replacements); what is still
+    /// undone asks for the next pass soon.
+    async fn retry(&mut self) -> Vec<Action> {
+        self.recover_lost().await;
+        self.retry_replacements().await;
+        if self.retries.is_empty() {
+            Vec::new()
+        } else {
+            vec![Action::RequeueAfter(RESYNC)]
+        }
+    }
+
+    /// One executor, as its backend's table decided.
+    async fn reconcile(&mut self, o: &Observed) -> Result<Action, ReconcileError> {
         match &o.decision {
-            Decision::Keep => self.check_start(o).await,
+            Decision::Keep => self.check_start(o).await?,
             Decision::Delete => {
-                if self.delete(o.task).await {
-                    self.ctx.metrics.completed(self.executors.backend());
-                    tracing::info!(
-                        task = o.task,
-                        "task done; {} deleted",
-                        self.executors.nouns().executor
-                    );
-                }
+                self.delete(o.task, Deleting::Executor).await?;
+                self.ctx.metrics.completed(self.executors.backend());
+                tracing::info!(
+                    task = o.task,
+                    "task done; {} deleted",
+                    self.executors.nouns().executor
+                );
             }
-            Decision::FailAndDelete { reason } => {
-                self.fail(o.task, reason).await;
-            }
+            Decision::FailAndDelete { reason } => self.fail(o.task, reason).await?,
             Decision::KeepUnknown { reason } => {
                 if self.logged.insert(o.task) {
                     tracing::warn!(task = o.task, "{reason}");
                 }
             }
         }
+        Ok(Action::AwaitChange)
+    }
+
+    /// A registered executor missing from the observation: FAILURE once the backend confirms
+    /// it is gone (we did not delete it). Soon again: it is not settled while missing.
+    async fn reconcile_missing(&mut self, task: i64) -> Result<Action, ReconcileError> {
+        // Re-checked: a task withdrawn meanwhile is no longer registered, and its executor
+        // was deleted on purpose; a replacement is not created yet.
+        if !matches!(self.retries.get(&task), Some(Retry::Replacing(_)))
+            && self.ctx.registry.is_running(task)
+            && self.confirmed_gone(task).await?
+        {
+            let why = format!(
+                "{} before the task reported a final state",
+                self.executors.nouns().gone
+            );
+            self.fail(task, &why).await?;
+        }
+        Ok(Action::RequeueAfter(RESYNC))
+    }
+
+    /// The one error policy: logged in the words of what was being done (the forge's own
+    /// refusals are logged where they happen), retried at the next pass.
+    fn error_policy(&self, task: i64, e: &ReconcileError) -> Action {
+        let executor = self.executors.nouns().executor;
+        match e {
+            ReconcileError::Delete(Deleting::Executor | Deleting::Failed, e) => {
+                tracing::warn!(task, error = %e, "cannot delete the {executor}; retrying next pass");
+            }
+            ReconcileError::Delete(Deleting::Stuck, e) => {
+                tracing::warn!(task, error = %e, "cannot delete the stuck {executor}; retrying next pass");
+            }
+            ReconcileError::Delete(Deleting::Leftover, e) => {
+                tracing::warn!(task, error = %e, "cannot delete what the lost {executor} left; retrying next pass");
+            }
+            ReconcileError::Exists(e) => {
+                tracing::warn!(task, error = %e, "the {executor} is not observed and {} cannot say whether it exists; asked again next pass", self.executors.nouns().source);
+            }
+            ReconcileError::Progress(e) => {
+                tracing::warn!(task, error = %e, "cannot read the claim ledger; the start deadline is checked next pass");
+            }
+            ReconcileError::SealedAssignment(e) => {
+                tracing::warn!(task, error = %e, "cannot read the task's sealed assignment for its replacement; trying again at the next pass");
+            }
+            ReconcileError::ReplacementNotTaken { attempt, cause } => {
+                tracing::warn!(task, attempt, error = %cause, "the replacement {executor} is not created yet; trying again next pass");
+            }
+            ReconcileError::RestartNotTaken { attempt, cause } => {
+                tracing::warn!(task, attempt, error = %cause, "cannot start the lost task again; retrying next pass");
+            }
+            ReconcileError::NotReported | ReconcileError::ForgeAway | ReconcileError::NoSlot => {}
+        }
+        Action::RequeueAfter(RESYNC)
     }
 
     /// Whether `task`'s executor, missing from the observation, is gone at the backend: the
     /// observation may lag (a watch's store) behind an executor created a moment ago. An API
-    /// away answers no: the next pass asks again.
-    async fn confirmed_gone(&self, task: i64) -> bool {
-        match self.executors.exists(task).await {
-            Ok(exists) => !exists,
-            Err(e) => {
-                tracing::warn!(task, error = %e, "the {} is not observed and {} cannot say whether it exists; asked again next pass", self.executors.nouns().executor, self.executors.nouns().source);
-                false
-            }
-        }
-    }
-
-    /// How far `o`'s executor got: from the backend, or from the claim ledger when the backend
-    /// cannot tell (None: the ledger has another attempt, or cannot be read now).
-    async fn progress(&self, o: &Observed) -> Option<Progress> {
-        o.progress_in(&*self.ctx.ledger).await.unwrap_or_else(|e| {
-            tracing::warn!(task = o.task, error = %e, "cannot read the claim ledger; the start deadline is checked next pass");
-            None
-        })
+    /// away is an error: the next pass asks again.
+    async fn confirmed_gone(&self, task: i64) -> Result<bool, ReconcileError> {
+        let exists = self
+            .executors
+            .exists(task)
+            .await
+            .map_err(ReconcileError::Exists)?;
+        Ok(!exists)
     }
 
     /// The start deadline of a live executor (see the module header).
-    async fn check_start(&mut self, o: &Observed) {
+    async fn check_start(&mut self, o: &Observed) -> Result<(), ReconcileError> {
         let (Some(age), false) = (o.age, o.terminal) else {
-            return;
+            return Ok(());
         };
         let deadline = self.restarts.claim.start_deadline.get();
         // Young executors are the common case: the ledger is read only past the deadline.
         if age < deadline {
-            return;
+            return Ok(());
         }
-        let fetched = match self.progress(o).await {
-            None | Some(Progress::Reported) => return,
+        // How far it got: from the backend, or from the claim ledger when the backend cannot
+        // tell (None: the ledger has another attempt).
+        let progress = o
+            .progress_in(&*self.ctx.ledger)
+            .await
+            .map_err(ReconcileError::Progress)?;
+        let fetched = match progress {
+            None | Some(Progress::Reported) => return Ok(()),
             Some(p) => p == Progress::Fetched,
         };
         let max_attempts = self.restarts.claim.max_attempts;
         match lifecycle::start(fetched, age, o.attempt, deadline, max_attempts) {
-            Start::Wait => {}
+            Start::Wait => Ok(()),
             Start::GiveUp => {
                 let why = format!(
                     "the executor did not fetch its task within {} in {} attempt(s) (image pull stuck, crash loop, the sandbox never booted, or its runner never started); giving up",
                     self.restarts.claim.start_deadline.as_str(),
                     o.attempt
                 );
-                self.fail(o.task, &why).await;
+                self.fail(o.task, &why).await
             }
             Start::Replace { attempt } => self.replace(o, attempt).await,
         }
     }
 
     /// Reports FAILURE, then deletes; while Gitea is unreachable the executor stays (next
-    /// pass). True once Gitea has been told (or refused to hear it).
-    async fn fail(&mut self, task: i64, reason: &str) -> bool {
+    /// pass). Ok once Gitea has been told (or refused to hear it) and the executor is gone.
+    async fn fail(&mut self, task: i64, reason: &str) -> Result<(), ReconcileError> {
         let backend = self.executors.backend();
         if !report::executor_failed(
             &*self.ctx.gitea,
@@ -287,54 +417,59 @@ impl Reconciler {
         )
         .await
         {
-            return false;
+            return Err(ReconcileError::NotReported);
         }
-        self.delete(task).await;
-        true
+        self.delete(task, Deleting::Failed).await
     }
 
-    async fn delete(&mut self, task: i64) -> bool {
-        match self.executors.delete(task).await {
-            Ok(()) => {
-                self.ctx.registry.finished(task);
-                self.logged.remove(&task);
-                self.replacing.remove(&task);
-                true
-            }
-            Err(e) => {
-                tracing::warn!(task, error = %e, "cannot delete the {}; retrying next pass", self.executors.nouns().executor);
-                false
-            }
-        }
+    /// Deletes `task`'s executors and forgets the task (its slot, its retry).
+    async fn delete(&mut self, task: i64, deleting: Deleting) -> Result<(), ReconcileError> {
+        self.executors
+            .delete(task)
+            .await
+            .map_err(|e| ReconcileError::Delete(deleting, e))?;
+        self.ctx.registry.finished(task);
+        self.logged.remove(&task);
+        self.retries.remove(&task);
+        Ok(())
     }
 }
 
-/// When the next pass is due if nothing wakes the reconciler (pure): soon while something is
-/// left to do (a decision to carry out, a lost task, a replacement, an executor not observed),
-/// else at the first start deadline still ahead, at the latest after `resync`.
-fn next_pass(
-    found: &BTreeMap<i64, Observed>,
-    unsettled: bool,
-    start_deadline: Duration,
-    resync: Duration,
-) -> Duration {
-    let acting = found.values().any(|o| {
-        matches!(
-            o.decision,
-            Decision::Delete | Decision::FailAndDelete { .. }
-        )
-    });
-    if unsettled || acting {
-        return RESYNC.min(resync);
+/// Whether `r` settled what it was for: done, or a FAILURE reported whose executor's delete
+/// is left to the executor's own passes (it is not reported twice).
+fn settled(r: &Result<(), ReconcileError>) -> bool {
+    matches!(r, Ok(()) | Err(ReconcileError::Delete(Deleting::Failed, _)))
+}
+
+/// What one observed executor asks of the next pass by itself (pure): soon while its
+/// decision is to be carried out (a delete to confirm), at its start deadline while it has
+/// not fetched, when its backend's decision changes with time alone; else nothing.
+fn planned(o: &Observed, start_deadline: Duration) -> Action {
+    if matches!(
+        o.decision,
+        Decision::Delete | Decision::FailAndDelete { .. }
+    ) {
+        return Action::RequeueAfter(RESYNC);
     }
-    let deadlines = found
-        .values()
-        .filter(|o| !o.terminal && o.progress.is_none_or(|p| p < Progress::Fetched))
-        .filter_map(|o| start_deadline.checked_sub(o.age?));
-    deadlines
-        .chain(found.values().filter_map(|o| o.recheck))
-        // Just past the moment, so the pass sees it passed.
-        .map(|left| left + Duration::from_millis(100))
+    let deadline = (!o.terminal && o.progress.is_none_or(|p| p < Progress::Fetched))
+        .then(|| start_deadline.checked_sub(o.age?))
+        .flatten();
+    // Just past the moment, so the pass sees it passed.
+    match deadline.into_iter().chain(o.recheck).min() {
+        Some(left) => Action::RequeueAfter(left + Duration::from_millis(100)),
+        None => Action::AwaitChange,
+    }
+}
+
+/// When the next pass is due if nothing wakes the reconciler (pure): the earliest of the
+/// actions, at the latest after `resync` (what awaits a change waits for the resync).
+fn next_pass(actions: impl IntoIterator<Item = Action>, resync: Duration) -> Duration {
+    actions
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::RequeueAfter(d) => Some(d),
+            Action::AwaitChange => None,
+        })
         .fold(resync, Duration::min)
 }
 
@@ -357,6 +492,18 @@ mod tests {
         }
     }
 
+    /// The next pass over `found` (and `unsettled`: a retry or a missing executor left).
+    fn due(
+        found: &BTreeMap<i64, Observed>,
+        unsettled: bool,
+        start_deadline: Duration,
+        resync: Duration,
+    ) -> Duration {
+        let actions = found.values().map(|o| planned(o, start_deadline));
+        let retry = unsettled.then_some(Action::RequeueAfter(RESYNC));
+        next_pass(actions.chain(retry), resync)
+    }
+
     #[test]
     fn the_next_pass_waits_for_a_change_a_start_deadline_or_the_resync() {
         let (s, deadline, resync) = (
@@ -368,14 +515,14 @@ mod tests {
             .map(|t| (t, executor(t, Decision::Keep, 60, Progress::Reported)))
             .collect();
         assert_eq!(
-            next_pass(&running, false, deadline, resync),
+            due(&running, false, deadline, resync),
             resync,
             "steady state"
         );
         let mut starting = running.clone();
         starting.insert(4, executor(4, Decision::Keep, 170, Progress::Unfetched));
         assert_eq!(
-            next_pass(&starting, false, deadline, resync),
+            due(&starting, false, deadline, resync),
             s(10) + Duration::from_millis(100),
             "the unfetched one's start deadline"
         );
@@ -388,24 +535,24 @@ mod tests {
             },
         );
         assert_eq!(
-            next_pass(&vanishing, false, deadline, resync),
+            due(&vanishing, false, deadline, resync),
             s(4) + Duration::from_millis(100),
             "a grace running out"
         );
         assert_eq!(
-            next_pass(&running, true, deadline, resync),
+            due(&running, true, deadline, resync),
             RESYNC,
             "something left to do"
         );
         let mut ended = running.clone();
         ended.insert(5, executor(5, Decision::Delete, 60, Progress::Reported));
         assert_eq!(
-            next_pass(&ended, false, deadline, resync),
+            due(&ended, false, deadline, resync),
             RESYNC,
             "a delete to confirm"
         );
         assert_eq!(
-            next_pass(&running, false, deadline, s(1)),
+            due(&running, false, deadline, s(1)),
             s(1),
             "a polling backend"
         );

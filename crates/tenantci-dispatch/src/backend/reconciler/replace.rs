@@ -1,15 +1,19 @@
 //! Replacing an executor past its start deadline: the old one deleted, the next attempt
 //! started, and while the backend does not take it (an outage), tried once per pass.
 
-use super::{Reconciler, Replacement};
+use super::{Deleting, ReconcileError, Reconciler, Replacement, Retry};
 use crate::backend::{Observed, StartError};
 use crate::task::ledger::{Entry, Phase};
 use crate::task::report;
 
 impl Reconciler {
     /// Deletes the executor of `o` and starts `attempt` of the same task, if Gitea still has
-    /// it open. Anything unreachable: left for the next pass.
-    pub(super) async fn replace(&mut self, o: &Observed, attempt: u32) {
+    /// it open. Anything unreachable: an error, retried at the next pass.
+    pub(super) async fn replace(
+        &mut self,
+        o: &Observed,
+        attempt: u32,
+    ) -> Result<(), ReconcileError> {
         let task = o.task;
         match report::still_open(
             &*self.ctx.gitea,
@@ -20,47 +24,46 @@ impl Reconciler {
         .await
         {
             Some(true) => {}
-            Some(false) => {
-                self.delete(task).await;
-                return;
-            }
-            None => return,
+            Some(false) => return self.delete(task, Deleting::Executor).await,
+            None => return Err(ReconcileError::ForgeAway),
         }
-        let next = match self.executors.sealed_assignment(task).await {
-            Ok(Some(sealed)) => self.restarts.next_attempt(&sealed, attempt),
-            Ok(None) => return, // Consumed meanwhile: the executor reported after all.
-            Err(e) => {
-                tracing::warn!(task, error = %e, "cannot read the task's sealed assignment for its replacement; trying again at the next pass");
-                return;
-            }
+        let sealed = self
+            .executors
+            .sealed_assignment(task)
+            .await
+            .map_err(ReconcileError::SealedAssignment)?;
+        // Consumed meanwhile: the executor reported after all.
+        let Some(sealed) = sealed else {
+            return Ok(());
         };
-        let (assignment, spec) = match next {
+        let (assignment, spec) = match self.restarts.next_attempt(&sealed, attempt) {
             Ok(r) => r,
-            Err(why) => {
-                self.fail(task, &why).await;
-                return;
-            }
+            Err(why) => return self.fail(task, &why).await,
         };
-        let executor = self.executors.nouns().executor;
-        if let Err(e) = self.executors.delete(task).await {
-            tracing::warn!(task, error = %e, "cannot delete the stuck {executor}; retrying next pass");
-            return;
-        }
+        self.executors
+            .delete(task)
+            .await
+            .map_err(|e| ReconcileError::Delete(Deleting::Stuck, e))?;
         let r = Replacement {
             assignment,
             spec,
             previous: o.attempt,
         };
-        self.replacing.insert(task, r);
-        self.start_replacement(task).await;
+        self.retries.insert(task, Retry::Replacing(Box::new(r)));
+        self.start_replacement(task).await
     }
 
     /// Replacements the backend did not take at their last try: one more try each, while
     /// Gitea has the task open (which also keeps it alive there).
     pub(super) async fn retry_replacements(&mut self) {
-        let tasks: Vec<i64> = self.replacing.keys().copied().collect();
+        let tasks: Vec<i64> = self
+            .retries
+            .iter()
+            .filter(|(_, r)| matches!(r, Retry::Replacing(_)))
+            .map(|(t, _)| *t)
+            .collect();
         for task in tasks {
-            match report::still_open(
+            let tried = match report::still_open(
                 &*self.ctx.gitea,
                 &*self.ctx.ledger,
                 task,
@@ -70,18 +73,22 @@ impl Reconciler {
             {
                 Some(true) => self.start_replacement(task).await,
                 Some(false) => {
-                    self.replacing.remove(&task);
+                    self.retries.remove(&task);
                     self.ctx.registry.finished(task);
+                    Ok(())
                 }
-                None => {}
+                None => Err(ReconcileError::ForgeAway),
+            };
+            if let Err(e) = tried {
+                self.error_policy(task, &e);
             }
         }
     }
 
     /// One try at creating `task`'s replacement executor.
-    async fn start_replacement(&mut self, task: i64) {
-        let Some(r) = self.replacing.get(&task) else {
-            return;
+    async fn start_replacement(&mut self, task: i64) -> Result<(), ReconcileError> {
+        let Some(Retry::Replacing(r)) = self.retries.get(&task) else {
+            return Ok(());
         };
         let (attempt, previous) = (r.spec.attempt, r.previous);
         let executor = self.executors.nouns().executor;
@@ -91,7 +98,9 @@ impl Reconciler {
             .await;
         match tried {
             Ok(_) => {
-                let r = self.replacing.remove(&task).expect("looked up above");
+                let Some(Retry::Replacing(r)) = self.retries.remove(&task) else {
+                    unreachable!("looked up above");
+                };
                 let step = Entry::step(task, attempt, self.executors.backend(), Phase::Started);
                 self.ctx
                     .ledger
@@ -105,14 +114,15 @@ impl Reconciler {
                     "the executor did not fetch its task within {}; its {executor} was replaced by attempt {attempt}",
                     self.restarts.claim.start_deadline.as_str()
                 );
+                Ok(())
             }
-            Err(StartError::Unavailable(why)) => {
-                tracing::warn!(task, attempt, error = %why, "the replacement {executor} is not created yet; trying again next pass");
+            Err(StartError::Unavailable(cause)) => {
+                Err(ReconcileError::ReplacementNotTaken { attempt, cause })
             }
             Err(StartError::Refused(why)) => {
-                self.replacing.remove(&task);
+                self.retries.remove(&task);
                 let line = format!("the executor could not be created: {why}");
-                self.fail(task, &line).await;
+                self.fail(task, &line).await
             }
         }
     }
