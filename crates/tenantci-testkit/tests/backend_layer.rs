@@ -447,3 +447,55 @@ async fn a_backend_away_is_retried_and_reported_on_the_last_delivery() {
     );
     assert!(!w.fakes.registry.is_running(7));
 }
+
+/// The third backend, `fake` (`backend::fake`, its executors directories): the worker starts
+/// one from a delivery, the hand-out gives its runner the sealed assignment once and consumes
+/// it, and after the terminal marker the reconciler's pass deletes it and frees its slot, the
+/// same code as for a Pod or a sandbox. Guards against a layer above `backend/` that only
+/// works for the backends it was written with.
+#[tokio::test]
+async fn a_task_runs_end_to_end_on_the_third_backend() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use tenantci_dispatch::backend::fake::{self, FakeDirs};
+    use tenantci_dispatch::backend::{AssignmentHandout as _, ExecutorLifecycle as _, Presence};
+
+    let w = World::new();
+    let root = tempfile::tempdir().unwrap();
+    let dirs = Arc::new(FakeDirs::new(root.path().to_path_buf()));
+    let worker = Worker {
+        executors: dirs.clone(),
+        template: w.template(),
+        ctx: w.fakes.ctx(),
+    };
+    let a = Assignment::seal(&w.key, "7", 1, fake::KIND, vec!["fake".into()], &[0x08, 7])
+        .expect("seals");
+    let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+    let job = Job::outside_a_consumer(a.clone(), 1, false, Slot::of_permit(permit));
+    let outcome = Arc::new(worker).handle(job).await;
+    assert!(matches!(outcome, Outcome::Started), "{outcome:?}");
+    let runner = root.path().join("7/.runner");
+    assert_eq!(std::fs::metadata(&runner).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(w.fakes.registry.is_running(7));
+    assert_eq!(w.fakes.ledger.entry(7).unwrap().backend, fake::KIND);
+
+    assert_eq!(dirs.fetch(7, 2).await.unwrap(), None, "another attempt's");
+    assert_eq!(dirs.fetch(7, 1).await.unwrap(), Some(a.to_json()));
+    assert!(matches!(dirs.consume(7, 1).await.unwrap(), Presence::Present));
+    assert_eq!(dirs.fetch(7, 1).await.unwrap(), None, "handed out once");
+
+    let slots = FakeSlots::new(0);
+    let restarts = Restarts {
+        claim: Claim {
+            start_deadline: DEADLINE.into(),
+            max_attempts: 3,
+        },
+        template: w.template(),
+    };
+    let mut reconciler = Reconciler::new(dirs.clone(), w.fakes.ctx(), restarts, slots);
+    reconciler.pass().await.unwrap();
+    assert!(root.path().join("7").exists(), "kept until Gitea has its end");
+    dirs.mark_terminal(7).await.unwrap();
+    reconciler.pass().await.unwrap();
+    assert!(!root.path().join("7").exists(), "deleted after its end");
+    assert!(!w.fakes.registry.is_running(7), "its slot freed");
+}

@@ -77,7 +77,7 @@ impl crate::backend::provider::Provider for Provider {
             );
             return None;
         };
-        Some(Arc::new(FakeDirs { root: root.into() }))
+        Some(Arc::new(FakeDirs::new(root.into())))
     }
 }
 
@@ -113,6 +113,11 @@ fn read_if_there(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
 }
 
 impl FakeDirs {
+    /// The executors as directories under `root` (created on the first start).
+    pub fn new(root: PathBuf) -> Self {
+        FakeDirs { root }
+    }
+
     fn dir(&self, task: i64) -> PathBuf {
         self.root.join(task.to_string())
     }
