@@ -1,7 +1,7 @@
 //! What a demand-driven warm pool is worth against a fixed one: one arrival trace (a quiet
 //! spell, a burst of 20, a trickle) against the simulator with a 4 s node boot, replayed cold
 //! (no pool), with a fixed pool of 4 pause Pods, and with the pool sized every 500 ms by the
-//! dispatcher's own decision (`executor::warm::decide`, as `backend::pod::pause` applies it), side by
+//! dispatcher's own decision (`sizing::warm::decide`, as `backend::pod::pause` applies it), side by
 //! side in one run. For each: job start p50/p95 (create -> Running) and warm node-minutes
 //! (pause Pods held, booting or ready, integrated over the trace). Each job is announced (the
 //! `workflow_job` webhook) 200 ms before its executor Pod is created (the claim and start).

@@ -568,6 +568,53 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
     }
 }
 
+/// Nothing outside the dispatcher's `backend/` names a backend (docs/architecture.md, "A
+/// third backend"): the sources as they are pass; a match on one backend's kind put back
+/// outside `backend/` (as routing once matched `vm`), a kind constructed there, or the
+/// test-only fake backend named there each fail, naming the file, the line and the fix. A
+/// kind constructed inside a test module is test data and passes.
+#[test]
+fn the_layering_check_refuses_a_backend_named_outside_backend() {
+    let as_is = sources_copy("tenantci-dispatch");
+    assert_exit(&check_layering(as_is.path(), "--locked"), 0);
+    for (file, code, expected) in [
+        (
+            "claim/routing.rs",
+            "pub fn is_vm(b: crate::backend_kind::BackendKind) -> bool {\n    b == crate::backend::vm::KIND\n}\n",
+            "claim/routing.rs:2: `vm::KIND` is a backend's own constant outside backend/",
+        ),
+        (
+            "view/explain.rs",
+            "const POD: crate::backend_kind::BackendKind = crate::backend_kind::BackendKind::new(\"pod\");\n",
+            "view/explain.rs:1: `BackendKind::new(` is a backend kind constructed outside backend/",
+        ),
+        (
+            "config.rs",
+            "use crate::backend::fake;\n",
+            "config.rs:1: `backend::fake` is the test-only fake backend outside backend/",
+        ),
+    ] {
+        let broken = sources_copy("tenantci-dispatch");
+        let path = broken.path().join("crates/tenantci-dispatch/src").join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{code}{text}")).unwrap();
+        let out = check_layering(broken.path(), "--locked");
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(err.contains(expected), "{file}: {err}");
+        assert!(err.contains("ask backend::catalog"), "the fix: {err}");
+    }
+    let in_a_test = sources_copy("tenantci-dispatch");
+    let path = in_a_test.path().join("crates/tenantci-dispatch/src/claim/routing.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{text}\n#[cfg(test)]\nmod kinds {{\n    const POD: crate::backend_kind::BackendKind = crate::backend_kind::BackendKind::new(\"pod\");\n}}\n"),
+    )
+    .unwrap();
+    assert_exit(&check_layering(in_a_test.path(), "--locked"), 0);
+}
+
 /// The simulator reads certificate subjects, quantities and DNS names by its own code: its
 /// sources as they are pass (and a mention in a comment or a string is no import), and a copy
 /// that imports core's certificate reader, quantities or DNS names fails, naming the file, the
