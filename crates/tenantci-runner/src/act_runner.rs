@@ -2,9 +2,11 @@
 //! registration JSON.
 //!
 //! [`ActRunnerConfig`] renders the subset of config.yaml tenantci sets (log, runner, container,
-//! host); [`Registration`] is the `.runner` file act_runner writes after `register` (the
-//! dispatcher puts it into each executor's Secret). Rendering is pure and deterministic;
-//! [`write_config`] / [`write_registration`] write only when the bytes differ (0600, dir 0700).
+//! host); [`Registration`] is the `.runner` file act_runner writes after `register`, which
+//! `tenantci runner gitea-config` writes from its flags and the dispatcher builds for each task's
+//! executor (in the pod's Secret or the VM's environment). [`Label`] parses act_runner's
+//! `name:schema:arg` labels. Rendering is pure and deterministic; [`write_config`] /
+//! [`write_registration`] write only when the bytes or the mode differ (0600, dir 0700).
 
 use std::path::Path;
 
@@ -17,12 +19,18 @@ use tenantci_core::{Error, Result, Secret};
 /// `linux:host`, or just `name`). Only `name` is sent to Gitea.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Label {
+    /// The label's name, the one workflows name in `runs-on`.
     pub name: String,
+    /// `docker` or `host`; `None` for a bare name.
     pub schema: Option<String>,
+    /// What follows the schema: for `docker`, the image as `//IMAGE` (required); `None` when
+    /// absent.
     pub arg: Option<String>,
 }
 
 impl Label {
+    /// Parses `name`, `name:host` or `name:docker:IMAGE`. An error (bad input) for an empty name,
+    /// one with whitespace or `,`, another schema, or `docker` without an image.
     pub fn parse(raw: &str) -> Result<Self> {
         let mut parts = raw.splitn(3, ':');
         let name = parts.next().unwrap_or_default().to_string();
@@ -43,6 +51,7 @@ impl Label {
         Ok(Label { name, schema, arg })
     }
 
+    /// The label as `name[:schema[:arg]]`, the form [`Label::parse`] reads back.
     pub fn render(&self) -> String {
         let mut out = self.name.clone();
         if let Some(schema) = &self.schema {
@@ -60,43 +69,69 @@ impl Label {
 /// The config.yaml fields tenantci sets; act_runner's defaults apply to the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActRunnerConfig {
+    /// How much act_runner logs.
     pub log: LogSection,
+    /// The registration file, concurrency, timeouts and labels.
     pub runner: RunnerSection,
+    /// Settings for jobs run in Docker containers.
     pub container: ContainerSection,
+    /// Settings for jobs run on the host.
     pub host: HostSection,
 }
 
+/// config.yaml's `log` section.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogSection {
+    /// act_runner's log level: `trace`, `debug`, `info`, `warn`, `error` or `fatal`. Default
+    /// `info`.
     pub level: String,
 }
 
+/// config.yaml's `runner` section: registration file, concurrency, timeouts and labels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunnerSection {
     /// Path of the `.runner` file, relative to act_runner's working directory or absolute.
     pub file: String,
+    /// How many tasks the runner runs at once (at least 1). Default 1.
     pub capacity: u32,
-    /// Go durations.
+    /// How long one job may run (a Go duration, as are the other durations here). Default `3h`.
     pub timeout: String,
+    /// How long act_runner waits for running jobs when it shuts down (Go duration). Default `0s`.
     pub shutdown_timeout: String,
+    /// Whether act_runner skips verifying the TLS certificate of the Gitea instance. Default false.
     pub insecure: bool,
+    /// Bound on one request for a task to Gitea (Go duration). Default `5s`.
     pub fetch_timeout: String,
+    /// The wait between two requests for a task (Go duration). Default `2s`.
     pub fetch_interval: String,
+    /// The runner's labels, each `name[:docker:IMAGE | :host]` (see [`Label`]); at least one.
+    /// Default `pod:host`.
     pub labels: Vec<String>,
 }
 
+/// config.yaml's `container` section, for jobs in Docker containers (`:docker` labels).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerSection {
+    /// The Docker network the job containers join; empty lets act_runner create one per job.
     pub network: String,
+    /// Whether job containers run privileged. Default false.
     pub privileged: bool,
+    /// Extra `docker create` options for job containers (e.g. `--add-host=...`); empty for none.
     pub options: String,
+    /// The parent of a job's working directory inside the container; empty for act_runner's default
+    /// (`/workspace`).
     pub workdir_parent: String,
+    /// The volumes (globs allowed) that jobs may mount; empty allows none.
     pub valid_volumes: Vec<String>,
+    /// Whether images are pulled even when already present. Default false.
     pub force_pull: bool,
 }
 
+/// config.yaml's `host` section, for jobs on the host (`:host` labels).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSection {
+    /// The parent of a job's working directory on the host; empty for act_runner's default
+    /// (`$HOME/.cache/act`).
     pub workdir_parent: String,
 }
 
@@ -134,6 +169,9 @@ impl Default for ActRunnerConfig {
 const LOG_LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "fatal"];
 
 impl ActRunnerConfig {
+    /// Checks what act_runner would refuse: the log level, a capacity of at least 1, the four Go
+    /// durations, and at least one label that parses as a [`Label`]. An error (bad input) names the
+    /// first bad field.
     pub fn validate(&self) -> Result<()> {
         if !LOG_LEVELS.contains(&self.log.level.as_str()) {
             return Err(Error::bad_input(format!(
@@ -184,15 +222,23 @@ impl ActRunnerConfig {
 /// The `.runner` registration file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registration {
+    /// The warning text at the top of the file (`WARNING`); see [`REGISTRATION_WARNING`].
     #[serde(rename = "WARNING")]
     pub warning: String,
+    /// The runner's id at Gitea.
     pub id: i64,
+    /// The runner's UUID at Gitea (36 characters, `8-4-4-4-12` hex).
     pub uuid: String,
+    /// The runner's name as Gitea shows it (not empty).
     pub name: String,
+    /// The runner's token, in clear in the file (`Debug` does not print it).
     #[serde(serialize_with = "expose", deserialize_with = "secret")]
     pub token: Secret,
+    /// The Gitea instance's root URL (`http://` or `https://`).
     pub address: String,
+    /// The runner's label names as registered (each must parse as a [`Label`]).
     pub labels: Vec<String>,
+    /// Whether the runner is ephemeral: Gitea gives it one job, then it is no longer usable.
     pub ephemeral: bool,
 }
 
@@ -208,6 +254,8 @@ fn secret<'de, D: serde::Deserializer<'de>>(de: D) -> std::result::Result<Secret
 pub const REGISTRATION_WARNING: &str = "This file is automatically generated by act-runner. Do not edit it manually unless you know what you are doing. Removing this file will cause act runner to re-register as a new runner.";
 
 impl Registration {
+    /// Checks the address is an http(s) URL, the uuid a UUID, the name and token not empty and each
+    /// label a [`Label`]; an error (bad input) names what is wrong.
     pub fn validate(&self) -> Result<()> {
         if !(self.address.starts_with("https://") || self.address.starts_with("http://")) {
             return Err(Error::bad_input(format!(
@@ -240,6 +288,7 @@ impl Registration {
         Ok(())
     }
 
+    /// The `.runner` text: validated, pretty JSON, ending with a newline.
     pub fn render(&self) -> Result<String> {
         self.validate()?;
         let mut text = serde_json::to_string_pretty(self)

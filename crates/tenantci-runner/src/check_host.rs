@@ -30,8 +30,12 @@ pub use crate::checklist::{Check, Status};
 /// Options of one run.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// Which host: a gateway also has its TMPDIR checked, a runner its tools (kubectl,
+    /// gitlab-runner).
     pub role: Role,
+    /// The gateway's state directory, checked for either role.
     pub state_dir: PathBuf,
+    /// The free space the state directory's file system must have, in GiB.
     pub min_free_gib: u64,
     /// The TMPDIR to judge (the environment's, or /tmp).
     pub tmpdir: PathBuf,
@@ -43,10 +47,15 @@ pub struct Options {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
+    /// The role the checks were for.
     pub role: Role,
+    /// The state directory checked.
     pub state_dir: PathBuf,
+    /// Every check, in the order run.
     pub checks: Vec<Check>,
+    /// How many checks failed; any makes the exit code 1.
     pub failed: usize,
+    /// How many checks warned (they do not fail the run).
     pub warnings: usize,
 }
 

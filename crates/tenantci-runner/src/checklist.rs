@@ -8,9 +8,11 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// Checked and fine.
     Ok,
     /// Works now, but will not for long or is unsafe; does not fail the list.
     Warn,
+    /// Wrong now; fails the list, and the line carries a fix.
     Fail,
     /// Could not run: an earlier check failed or an input is missing.
     Skip,
@@ -19,9 +21,13 @@ pub enum Status {
 /// One line of the report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
+    /// The check's short name, e.g. `certificate`.
     pub name: String,
+    /// How it ended.
     pub status: Status,
+    /// What was found, for a human.
     pub detail: String,
+    /// How to fix it; `None` for a check that passed or was skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
 }
@@ -35,12 +41,15 @@ impl Check {
             fix: None,
         }
     }
+    /// A check that passed.
     pub fn ok(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Status::Ok, detail)
     }
+    /// A check that could not run; `detail` says why.
     pub fn skip(name: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(name, Status::Skip, detail)
     }
+    /// A check that passes now but needs attention, with the fix.
     pub fn warn(
         name: impl Into<String>,
         detail: impl Into<String>,
@@ -48,6 +57,7 @@ impl Check {
     ) -> Self {
         Self::new(name, Status::Warn, detail).with_fix(fix)
     }
+    /// A check that failed, with the fix.
     pub fn fail(
         name: impl Into<String>,
         detail: impl Into<String>,
@@ -68,6 +78,7 @@ pub fn passed(checks: &[Check]) -> bool {
     !checks.iter().any(|c| c.status == Status::Fail)
 }
 
+/// How many of `checks` ended with `status`.
 pub fn count(checks: &[Check], status: Status) -> usize {
     checks.iter().filter(|c| c.status == status).count()
 }

@@ -1,6 +1,7 @@
-//! The step report of an orchestration (`bootstrap runner`, `dispatch init`): one line per step
-//! as it completes, and the same list in `-o json`. An outcome is an [`Outcome`], never a bare
-//! string, so callers compare variants and the JSON names stay one table.
+//! The step report of an orchestration (`bootstrap runner`, `dispatch init`, `dispatch renew`):
+//! one line per step as it completes, and the same list in `-o json`. An outcome is an
+//! [`Outcome`], never a bare string, so callers compare variants and the JSON names stay one
+//! table.
 
 use std::fmt;
 
@@ -12,7 +13,9 @@ use serde::{Serialize, Serializer};
 pub enum Outcome {
     /// Checked and fine; nothing to change.
     Ok,
+    /// Made where there was none (an object, a runner at GitLab, a registration).
     Created,
+    /// Changed to what is wanted (an object that existed and differed).
     Updated,
     /// Already as wanted.
     Unchanged,
@@ -20,16 +23,21 @@ pub enum Outcome {
     Applied,
     /// An existing file or credential is kept as it is.
     Kept,
+    /// A new credential issued.
     Minted,
     /// Moved aside, then replaced.
     Rotated,
     /// A certificate issued again from the same CA.
     Reissued,
+    /// Taken away, whether or not it was there (the pause Deployment's removal).
     Removed,
+    /// An object that existed was deleted.
     Deleted,
     /// Nothing there to delete (fine for an idempotent removal).
     Absent,
+    /// A file written with new content.
     Written,
+    /// Not run, for the reason the detail gives (a dry run, a missing input).
     Skipped,
     /// Left to gitlab-runner's own pause pods.
     Native,
@@ -97,7 +105,9 @@ impl Serialize for Outcome {
 /// A step's outcome as reported: done, or (`planned`, in a dry run) what would be done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepOutcome {
+    /// What the step came to.
     pub outcome: Outcome,
+    /// True in a dry run for a change that was only planned (shown as `would <verb>`).
     pub planned: bool,
 }
 
@@ -120,8 +130,11 @@ impl Serialize for StepOutcome {
 /// One step's line.
 #[derive(Debug, Clone, Serialize)]
 pub struct Step {
+    /// The step's name (`resolve`, `credential`, `rbac`, ...).
     pub step: &'static str,
+    /// What it came to.
     pub outcome: StepOutcome,
+    /// What it concerned or why, for a human (a path, a count, a reason).
     pub detail: String,
 }
 
@@ -133,6 +146,8 @@ pub struct Steps<'a> {
 }
 
 impl<'a> Steps<'a> {
+    /// An empty record that shows each step to `on_step`; in a `dry_run` [`Steps::act`] reads
+    /// `would <verb>`.
     pub fn new(on_step: &'a mut dyn FnMut(&Step), dry_run: bool) -> Self {
         Steps {
             on_step,
@@ -161,6 +176,7 @@ impl<'a> Steps<'a> {
         self.all.push(s);
     }
 
+    /// The steps recorded, in order.
     pub fn into_vec(self) -> Vec<Step> {
         self.all
     }

@@ -20,9 +20,11 @@ const MODE_PUBLIC: u32 = 0o644;
 /// One finished run of `bootstrap runner` for one cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
+    /// The tenant cluster's name: the metrics' `cluster` label.
     pub cluster: String,
     /// The process's exit code (0 success, 1 a check failed, 3 an external system failed).
     pub exit_code: i32,
+    /// When the run finished.
     pub finished_at: OffsetDateTime,
     /// notAfter of the client certificate on disk after the run, if there is a readable one.
     pub credential_not_after: Option<OffsetDateTime>,

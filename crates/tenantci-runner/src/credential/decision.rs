@@ -1,6 +1,9 @@
 //! Keep, mint, rotate or refuse a credential that is already on disk: the decision `bootstrap
-//! runner` and `dispatch init` both make before minting.
-//! `decide` is pure over what is on disk; `inspect` reads the credential directory.
+//! runner` and `dispatch init` both make before minting (`dispatch renew` reads the directory
+//! with [`inspect`] too).
+//!
+//! [`decide`] is pure over what is on disk; [`inspect`] reads the credential directory;
+//! [`move_aside`] renames the old files before a rotation mints.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +18,8 @@ use tenantci_core::{Error, Result};
 pub struct Existing {
     /// Which of the four files exist.
     pub present: Vec<PathBuf>,
+    /// `tls.crt`, parsed; `None` when it cannot be read (a file that does not parse is an error of
+    /// [`inspect`]).
     pub cert: Option<CertInfo>,
     /// `server` of the credential's kubeconfig.
     pub server: Option<String>,
@@ -23,22 +28,29 @@ pub struct Existing {
 /// What the credential must be.
 #[derive(Debug, Clone)]
 pub struct Wanted<'a> {
+    /// The tenant apiserver's URL the credential's kubeconfig must name.
     pub server: &'a str,
+    /// The CN (Kubernetes user) the certificate must carry.
     pub common_name: &'a str,
+    /// The organizations (Kubernetes groups) the certificate must carry, in this order.
     pub groups: &'a [String],
     /// Subject key id of this cluster's ClientCA (hex); a credential from another CA is a
     /// mismatch even if the names agree.
     pub client_ca_key_id: Option<&'a str>,
 }
 
+/// What to do with the credential directory; [`decide`]'s answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Valid, for the same server, CN and groups, with more than a third of its life left.
     Keep,
     /// Nothing there yet.
     Mint,
-    /// Move the old files aside (timestamped), then mint. `why` says what triggered it.
-    Rotate { why: String },
+    /// Move the old files aside (timestamped), then mint.
+    Rotate {
+        /// What triggered it, for the report: `--rotate` or the coming expiry.
+        why: String,
+    },
 }
 
 /// Reads the credential directory.

@@ -2,6 +2,10 @@
 //! docs/cli.md (`tenantci credential mint`). Everything is checked before anything is written,
 //! and the four files appear together or not at all.
 //!
+//! [`check`] makes [`mint`]'s checks without writing, for a caller that mints later in its run;
+//! [`decision`] decides whether a credential already on disk is kept, minted anew, rotated or
+//! refused (`bootstrap runner`, `dispatch init`).
+//!
 //! Does not decide where the inputs come from (flags, the runbook's variables: `cli`), nor
 //! apply RBAC for the group (`tenant`).
 
@@ -23,11 +27,19 @@ use tenantci_core::{Error, Result, kubeconfig};
 #[derive(Debug, Clone)]
 pub enum CaSource {
     /// The state-dir layout: `<state>/clusters/<cluster>/pki/...`.
-    StateDir { state_dir: PathBuf, cluster: String },
+    StateDir {
+        /// The gateway's state directory.
+        state_dir: PathBuf,
+        /// The cluster whose `pki/` holds the CAs.
+        cluster: String,
+    },
     /// Explicit files.
     Files {
+        /// The ClientCA's certificate (PEM), which signs the credential.
         client_ca_cert: PathBuf,
+        /// The ClientCA's private key (PEM).
         client_ca_key: PathBuf,
+        /// The CA that signed the tenant apiserver's serving certificate; copied to `ca.crt`.
         server_ca: PathBuf,
     },
 }
@@ -67,29 +79,41 @@ impl CaSource {
 /// What `credential mint` needs, however it was given.
 #[derive(Debug, Clone)]
 pub struct MintRequest {
+    /// Where the ClientCA and the serving CA come from.
     pub ca: CaSource,
+    /// The tenant apiserver's URL (`https://host:port`) the kubeconfig names.
     pub server: String,
+    /// The certificate's CN: the Kubernetes user.
     pub common_name: String,
+    /// The certificate's organizations: the Kubernetes groups, in order.
     pub organizations: Vec<String>,
+    /// The directory the four files are written to; it must hold none of them (created 0700 when
+    /// missing).
     pub out_dir: PathBuf,
     /// Raw Go duration; `None` means [`policy::DEFAULT_VALID_FOR`].
     pub valid_for: Option<String>,
+    /// The algorithm of the credential's new key.
     pub key_type: KeyType,
 }
 
 /// The files a credential consists of, absolute paths.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct CredentialFiles {
+    /// `ca.crt`: the serving CA, with which the runner verifies the apiserver.
     #[serde(rename = "ca.crt")]
     pub ca: PathBuf,
+    /// `tls.crt`: the client certificate.
     #[serde(rename = "tls.crt")]
     pub cert: PathBuf,
+    /// `tls.key`: the client certificate's private key.
     #[serde(rename = "tls.key")]
     pub key: PathBuf,
+    /// `kubeconfig`: names the server and the three files above.
     pub kubeconfig: PathBuf,
 }
 
 impl CredentialFiles {
+    /// The four files' paths in `dir` (absolute when `dir` is).
     pub fn in_dir(dir: &Path) -> Self {
         CredentialFiles {
             ca: dir.join("ca.crt"),
@@ -102,6 +126,7 @@ impl CredentialFiles {
     /// How many files a whole credential is.
     pub const COUNT: usize = 4;
 
+    /// The four paths: `ca.crt`, `tls.crt`, `tls.key`, `kubeconfig`.
     pub fn all(&self) -> [&Path; Self::COUNT] {
         [&self.ca, &self.cert, &self.key, &self.kubeconfig]
     }
@@ -111,14 +136,23 @@ impl CredentialFiles {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandBack {
+    /// The tenant apiserver's URL the kubeconfig names.
     pub server: String,
+    /// The Kubernetes user (the certificate's CN).
     pub common_name: String,
+    /// The Kubernetes groups (the certificate's organizations).
     pub groups: Vec<String>,
+    /// The files written.
     pub files: CredentialFiles,
+    /// Start of the certificate's validity, RFC 3339.
     pub not_before: String,
+    /// End of the certificate's validity, RFC 3339.
     pub not_after: String,
+    /// The lifetime as a Go duration, e.g. `720h`.
     pub valid_for: String,
+    /// The certificate's serial number, hex.
     pub serial: String,
+    /// The algorithm of the credential's key.
     pub key_type: KeyType,
 }
 

@@ -1,11 +1,13 @@
-//! GitLab's runner REST API (GitLab 16+): create a runner, then verify its token; find the
-//! runners of a group, project or the instance by a description marker and delete them (what
-//! a re-run after a crash needs, [`super::pending`]).
+//! GitLab's runner REST API (GitLab 16+): check the access token's scopes before anything is
+//! created, create a runner, then verify its token; find the runners of a group, project or the
+//! instance by a description marker and delete them (what a re-run after a crash needs,
+//! [`super::pending`]).
 //!
 //! `POST /api/v4/user/runners` with a personal/group/project access token that has the
 //! `create_runner` scope returns the runner authentication token (`glrt-...`), shown once;
-//! `POST /api/v4/runners/verify` checks it. The token goes only into config.toml (by the
-//! caller); it is never logged. Errors are typed ([`ApiError`]) and map to exit codes: a
+//! `POST /api/v4/runners/verify` checks it (also `runner check`'s, for an existing entry). The
+//! token goes only into config.toml and the pending-runner record (by the caller); it is never
+//! logged. Errors are typed ([`ApiError`]) and map to exit codes: a
 //! refused credential or request is bad input (2), an unreachable, slow or failing GitLab is
 //! external (3). Does not write files.
 
@@ -21,25 +23,37 @@ use tenantci_core::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunnerType {
+    /// A runner for every project of the instance (an administrator's token).
     InstanceType,
+    /// A runner for one group's projects; needs `group_id`.
     GroupType,
+    /// A runner for one project; needs `project_id`.
     ProjectType,
 }
 
 /// The parameters of `POST /api/v4/user/runners`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CreateRunner {
+    /// Whose jobs the runner takes: the instance's, a group's or a project's.
     pub runner_type: RunnerType,
+    /// The group's numeric id; only with [`RunnerType::GroupType`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_id: Option<u64>,
+    /// The project's numeric id; only with [`RunnerType::ProjectType`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub project_id: Option<u64>,
+    /// The runner's description in GitLab; `None` for none. A creation through [`super::token`]
+    /// appends its marker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The runner's tags, sent comma-separated; empty needs `run_untagged`.
     #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "comma_list")]
     pub tag_list: Vec<String>,
+    /// Whether the runner also takes jobs without tags.
     pub run_untagged: bool,
+    /// Whether a project runner is locked to its project (other projects cannot enable it).
     pub locked: bool,
+    /// Whether the runner is created paused (it takes no job until resumed).
     pub paused: bool,
 }
 
@@ -85,7 +99,9 @@ impl CreateRunner {
 /// A created runner: its id and authentication token.
 #[derive(Debug, Clone)]
 pub struct CreatedRunner {
+    /// The runner's id at GitLab.
     pub id: u64,
+    /// The runner authentication token (`glrt-...`); GitLab shows it only in this answer.
     pub token: Secret,
     /// RFC 3339, or `None` when the token does not expire.
     pub token_expires_at: Option<String>,
@@ -101,28 +117,52 @@ struct RunnerResponse {
 /// Why a call to GitLab failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// 401: the access token is invalid, expired or revoked.
     #[error("GitLab refused the access token (401 Unauthorized)")]
     Unauthorized,
+    /// 403 `insufficient_scope`: the access token cannot create runners.
     #[error("the access token lacks the `create_runner` scope (403 insufficient_scope)")]
     MissingScope,
+    /// Another 403: the token's user may not do this (e.g. create runners in that group or
+    /// project); holds GitLab's message.
     #[error("GitLab refused the request (403 Forbidden): {0}")]
     Forbidden(String),
+    /// 403 from `/api/v4/runners/verify`: GitLab does not accept the runner token.
     #[error("the runner token was not accepted by /api/v4/runners/verify (403)")]
     VerifyRejected,
+    /// 403 `insufficient_scope` on listing or deleting runners: the access token cannot clean up
+    /// after an interrupted creation.
     #[error(
         "the access token may not list and delete runners (403 insufficient_scope): finding the runner an interrupted run created needs the `manage_runner` or `api` scope (`api`, or `read_api` with `manage_runner`, for an instance runner)"
     )]
     CleanupScope,
+    /// 410: GitLab has disabled runner registration; holds GitLab's message.
     #[error("GitLab has runner registration disabled (410 Gone): {0}")]
     RegistrationDisabled(String),
+    /// Another 4xx (400, 404, 422, ...): GitLab refused the request's parameters.
     #[error("GitLab rejected the parameters ({status}): {message}")]
-    BadRequest { status: u16, message: String },
+    BadRequest {
+        /// The HTTP status.
+        status: u16,
+        /// GitLab's message, from the body.
+        message: String,
+    },
+    /// Any other status (a 5xx, an unexpected 3xx): GitLab failed.
     #[error("GitLab answered {status}: {message}")]
-    Server { status: u16, message: String },
+    Server {
+        /// The HTTP status.
+        status: u16,
+        /// GitLab's message, from the body.
+        message: String,
+    },
+    /// No answer within the client's timeout, which it holds.
     #[error("GitLab did not answer within {0:?}")]
     Timeout(Duration),
+    /// The request did not reach GitLab or its answer was cut (DNS, TCP, TLS); holds the causes.
     #[error("cannot reach GitLab: {0}")]
     Network(String),
+    /// An answer that is not what was expected (a body that is not the JSON, a bad
+    /// `X-Next-Page`, a runner list too long to walk); holds why.
     #[error("GitLab's answer is not the expected JSON: {0}")]
     Decode(String),
 }

@@ -21,6 +21,7 @@ pub const MANAGED_FILE_NAME: &str = "gitlab-ca.crt";
 /// `--gitlab-ca-file` and how to hand it on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GitlabCa {
+    /// The CA bundle (PEM) that verifies GitLab's HTTPS certificate, as the operator gave it.
     pub file: PathBuf,
     /// Write this path itself as `tls-ca-file` rather than a managed copy.
     pub in_place: bool,
@@ -29,6 +30,8 @@ pub struct GitlabCa {
 /// What a run does with `tls-ca-file` and the managed copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// What the entry's `tls-ca-file` becomes: the managed copy, the operator's file, or removed
+    /// when it names the managed copy.
     pub tls_ca_file: TlsCaFile,
     /// The managed copy and its contents, to write when they differ.
     pub copy: Option<(PathBuf, Vec<u8>)>,

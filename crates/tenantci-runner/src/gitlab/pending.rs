@@ -44,8 +44,12 @@ pub struct Record {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecordedRunner {
+    /// The runner's id at GitLab.
     pub id: u64,
+    /// The runner authentication token: until config.toml holds it, this is its only copy. `Debug`
+    /// does not print it.
     pub token: String,
+    /// When the token expires (RFC 3339), as GitLab answered; `None` when it does not.
     #[serde(default)]
     pub token_expires_at: Option<String>,
     /// RFC 3339: config.toml's `token_obtained_at`.
@@ -111,6 +115,8 @@ pub struct Ledger {
 const MAX_RECORD_FILE: u64 = 1 << 20;
 
 impl Ledger {
+    /// The record file beside `config` (`<config>.tenantci-pending`) and the entry of the runner
+    /// `name` in it. Reads nothing.
     pub fn for_entry(config: &Path, name: &str) -> Self {
         let mut path = config.as_os_str().to_owned();
         path.push(".tenantci-pending");
@@ -120,6 +126,7 @@ impl Ledger {
         }
     }
 
+    /// The record file's path, for messages.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -19,51 +19,76 @@ use super::config_lock;
 use super::token::{self, Origin, PENDING_TOKEN, Prepared, TokenSource};
 use tenantci_core::Result;
 
+/// What `runner gitlab-config` needs, from its flags; [`run`] takes it.
 pub struct Inputs {
+    /// gitlab-runner's config.toml.
     pub config: PathBuf,
     /// How tenantci finds its `[[runners]]` entry.
     pub name: String,
+    /// The GitLab URL the entry names (or a `$VAR` reference).
     pub url: String,
+    /// Where the runner token comes from: given, in a file, or created through GitLab's API.
     pub token: TokenSource,
+    /// The entry's `limit`: jobs this runner runs at once (0: bounded by `concurrent` only).
     pub limit: u32,
+    /// The entry's `request_concurrency`: job requests to GitLab at once (at least 1).
     pub request_concurrency: u32,
+    /// The entry's `[runners.kubernetes]` table.
     pub kubernetes: KubernetesSettings,
     /// GitLab's CA, handed on as `tls-ca-file` ([`ca`](mod@super::ca)).
     pub gitlab_ca: Option<GitlabCa>,
+    /// Take over an entry of our name that uses another executor.
     pub force: bool,
+    /// Plan and report without writing a file or creating a runner.
     pub dry_run: bool,
 }
 
 /// The `-o json` shape of `runner gitlab-config` (stable; docs/runbooks/gitlab-runner-config.md).
 #[derive(Debug, Serialize)]
 pub struct GitlabConfigReport {
+    /// The config.toml merged into.
     pub config: PathBuf,
+    /// What the merge did (in a dry run: would do).
     pub action: Action,
+    /// Whether the file was written (false when nothing changed, and in a dry run).
     pub written: bool,
+    /// Whether this was a dry run.
     pub dry_run: bool,
+    /// The entry, its token redacted.
     pub runner: RunnerSummary,
+    /// The runner at GitLab; `None` for a given token (GitLab was not involved).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gitlab: Option<GitlabRunnerSummary>,
 }
 
+/// The config.toml entry as the report shows it, with no secret.
 #[derive(Debug, Serialize)]
 pub struct RunnerSummary {
+    /// The entry's `name`.
     pub name: String,
+    /// The GitLab URL the entry names.
     pub url: String,
     /// `[redacted]` for a literal token, the reference for `$VAR`.
     pub token: String,
+    /// Always `kubernetes`.
     pub executor: &'static str,
+    /// The namespace job pods run in.
     pub namespace: String,
+    /// The tenant apiserver's URL; `None` when the entry names none.
     pub host: Option<String>,
 }
 
+/// The runner at GitLab, for a token created or reused through GitLab's API.
 #[derive(Debug, Serialize)]
 pub struct GitlabRunnerSummary {
     /// `created`, `reused` (config.toml already had a token, or an interrupted run's recorded
     /// runner was verified), `replaced` (an interrupted run's unrecorded runner deleted, a new
     /// one created) or `would-create` (dry run).
     pub token_source: &'static str,
+    /// The runner's id at GitLab; `None` when its token was reused from config.toml or a dry run
+    /// only planned it.
     pub id: Option<u64>,
+    /// When the token expires (RFC 3339); `None` when it does not, or it is not known.
     pub token_expires_at: Option<String>,
 }
 
@@ -89,6 +114,7 @@ impl GitlabRunnerSummary {
 /// What [`run`] did.
 #[derive(Debug)]
 pub struct Configured {
+    /// The report, `-o json`'s shape.
     pub report: GitlabConfigReport,
     /// The planned file with the token redacted: what a dry run that changes something shows.
     pub preview: Option<String>,

@@ -36,6 +36,7 @@ pub struct ApiCreation {
     pub api_token_file: PathBuf,
     /// A CA bundle to trust for GitLab's HTTPS certificate.
     pub ca_file: Option<PathBuf>,
+    /// Bound on each request to GitLab.
     pub timeout: Duration,
     /// Already validated ([`CreateRunner::validate`]).
     pub request: CreateRunner,
@@ -88,19 +89,27 @@ pub enum Origin {
     Reused,
     /// A dry run that would create the runner (the token is [`PENDING_TOKEN`]).
     WouldCreate,
+    /// Created by this run through GitLab's API, with nothing of an interrupted run deleted.
     Created {
+        /// The runner's id at GitLab.
         id: u64,
+        /// When the token expires (RFC 3339); `None` when it does not.
         expires_at: Option<String>,
     },
     /// An interrupted run's runner, recorded but not yet in config.toml: verified and reused.
     Resumed {
+        /// The runner's id at GitLab.
         id: u64,
+        /// When the token expires (RFC 3339); `None` when it does not.
         expires_at: Option<String>,
     },
     /// Created after deleting the runners an interrupted run created without recording them.
     Replaced {
+        /// The new runner's id at GitLab.
         id: u64,
+        /// When the new token expires (RFC 3339); `None` when it does not.
         expires_at: Option<String>,
+        /// The ids of the runners deleted (those the interrupted run created).
         deleted: Vec<u64>,
     },
 }
@@ -120,9 +129,12 @@ impl Origin {
 /// The token to write, and what GitLab said about it when it was just created.
 #[derive(Debug, Clone)]
 pub struct Obtained {
+    /// The token config.toml gets: the token itself, or a `$VAR` reference.
     pub token: RunnerToken,
-    /// `Some` only for [`Origin::Created`].
+    /// GitLab's id and the token's dates, for config.toml: `Some` for a runner this run
+    /// created or finished ([`Origin::Created`], [`Origin::Resumed`], [`Origin::Replaced`]).
     pub registration: Option<TokenMetadata>,
+    /// Where the token came from, for the report.
     pub origin: Origin,
 }
 
@@ -141,7 +153,9 @@ impl Obtained {
 pub enum TokenPlan {
     /// Use this token (given, or reused from config.toml); nothing to create.
     Use(RunnerToken, Origin),
+    /// A dry run: a runner would be created, and nothing is.
     WouldCreate,
+    /// Create a runner, after finishing any interrupted creation the record holds.
     Create,
 }
 
@@ -171,10 +185,15 @@ pub fn plan(
 
 /// Everything checked and read; only a runner creation (if any) is left.
 pub enum Prepared<'a> {
+    /// The token is known: nothing is left to do at GitLab.
     Ready(Obtained),
+    /// A runner is to be created, or an interrupted creation finished.
     Create {
+        /// The GitLab client, with the access token already read.
         client: Client,
+        /// What to create.
         request: &'a CreateRunner,
+        /// Where the creation is recorded, beside config.toml.
         ledger: Ledger,
         /// What an interrupted run left ([`pending`]), to finish first.
         record: Option<Record>,

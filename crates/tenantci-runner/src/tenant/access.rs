@@ -3,8 +3,9 @@
 //! (SubjectAccessReview) or for the credential a client holds (SelfSubjectAccessReview).
 //!
 //! The accesses are data, kept by their owners (`tenant::verify` for the GitLab runner,
-//! `provision::access` in tenantci-dispatch for the dispatcher); this module asks and compares. It does not
-//! word a failure: what a missing or excess access means, and how to fix it, is the owner's.
+//! `provision::access` in tenantci-dispatch for the dispatcher); this module asks and compares.
+//! It does not word a failure: what a missing or excess access means, and how to fix it, is the
+//! owner's.
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
@@ -18,6 +19,7 @@ use serde::Serialize;
 pub enum Scope {
     /// The namespace the review is about (the runner's or the dispatcher's).
     Reviewed,
+    /// A fixed namespace, e.g. `kube-system`.
     Namespace(&'static str),
     /// A namespaced resource in every namespace.
     AllNamespaces,
@@ -28,9 +30,13 @@ pub enum Scope {
 /// One access to review.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Access {
+    /// The verb, e.g. `create`, `list`.
     pub verb: &'static str,
+    /// The API group; empty for the core group.
     pub group: &'static str,
+    /// The resource, plural, e.g. `pods`.
     pub resource: &'static str,
+    /// The subresource, e.g. `exec`; `None` for the resource itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subresource: Option<&'static str>,
     /// Reported as the result's resolved `namespace`.
@@ -50,6 +56,7 @@ impl Access {
         }
     }
 
+    /// This access on `subresource` (e.g. `exec`, `log`).
     pub const fn sub(self, subresource: &'static str) -> Access {
         Access {
             subresource: Some(subresource),
@@ -57,6 +64,7 @@ impl Access {
         }
     }
 
+    /// This access reviewed in `scope` instead of the reviewed namespace.
     pub const fn scope(self, scope: Scope) -> Access {
         Access { scope, ..self }
     }
@@ -97,11 +105,14 @@ pub fn checks(
 /// The outcome of one review.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReviewResult {
+    /// What was reviewed.
     #[serde(flatten)]
     pub access: Access,
     /// The namespace reviewed; empty: all namespaces or the cluster scope.
     pub namespace: String,
+    /// The apiserver's answer.
     pub allowed: bool,
+    /// The owner's expectation: true when it must be allowed, false when it must be denied.
     pub expected: bool,
 }
 
@@ -133,8 +144,11 @@ pub fn first_mismatch(results: &[ReviewResult]) -> Option<&ReviewResult> {
 pub enum Reviewer<'a> {
     /// SubjectAccessReview with an admin client: what `user` in `groups` may do.
     Subject {
+        /// A client that may create SubjectAccessReviews (the tenant-admin's).
         admin: &'a kube::Client,
+        /// The user reviewed (the credential's CN).
         user: &'a str,
+        /// The user's groups (the credential's organizations).
         groups: &'a [String],
     },
     /// SelfSubjectAccessReview: what this client's own credential may do, so the answer

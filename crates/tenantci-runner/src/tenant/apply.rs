@@ -1,5 +1,7 @@
 //! Server-side apply that first reads the live object and skips the PATCH when the live object
-//! already holds every field we set: a re-run costs one GET per object and changes nothing.
+//! already holds every field we set (and a ConfigMap's or Secret's `data` no key we no longer
+//! set): a re-run costs one GET per object and changes nothing. [`summary`] makes one step line
+//! of the outcomes.
 //! [`apply_all`] applies a list of [`Object`]s in order (the runner's RBAC, the dispatcher's),
 //! with the one rule a dry run needs for a namespace that does not exist yet.
 
@@ -15,12 +17,15 @@ use serde_json::Value;
 use crate::steps::Outcome;
 use tenantci_core::Result;
 
+/// The field manager of every apply: the fields tenantci sets are owned under this name.
 pub const FIELD_MANAGER: &str = "tenantci";
 
 /// What happened to one object.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Applied {
+    /// The object's kind, e.g. `ClusterRole`.
     pub kind: String,
+    /// The object's `metadata.name`.
     pub name: String,
     /// Created, Updated or Unchanged (with `dry_run`: what would happen); Deleted or Absent
     /// for removals.
@@ -118,11 +123,17 @@ where
 /// An object of a kind tenantci applies, so one loop applies any mix of them in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Object {
+    /// A Namespace (cluster-scoped), e.g. the runner's or the dispatcher's.
     Namespace(Namespace),
+    /// A ServiceAccount, in its own namespace.
     ServiceAccount(ServiceAccount),
+    /// A Role, in its own namespace.
     Role(Role),
+    /// A RoleBinding, in its own namespace.
     RoleBinding(RoleBinding),
+    /// A ClusterRole.
     ClusterRole(ClusterRole),
+    /// A ClusterRoleBinding.
     ClusterRoleBinding(ClusterRoleBinding),
     /// The dispatcher's config as the in-cluster Deployment mounts it (`dispatch init`).
     ConfigMap(ConfigMap),
@@ -145,6 +156,7 @@ impl Object {
         }
     }
 
+    /// The object's kind as Kubernetes names it, e.g. `ClusterRoleBinding`.
     pub fn kind(&self) -> &'static str {
         match self {
             Object::Namespace(_) => "Namespace",
@@ -158,6 +170,7 @@ impl Object {
         }
     }
 
+    /// The object's `metadata.name`; empty when unset.
     pub fn name(&self) -> String {
         self.meta().name.clone().unwrap_or_default()
     }

@@ -2,10 +2,12 @@
 //! job pod, so a rented node is booted before the job arrives. A real job pod (priority 0)
 //! preempts a pause pod at once; the Deployment recreates it Pending, which rents the next node.
 //!
-//! `desired` computes the objects (pure, unit-tested); `apply` / `remove` are the I/O, by
-//! server-side apply under the field manager `tenantci`. Facts: kubernetes-api.md §7.
-//! When gitlab-runner keeps the pause pods itself (`--gitlab-native-pause-pods`),
-//! [`remove_for_native`] takes tenantci's Deployment away so the two never both hold nodes.
+//! [`desired_priority_class`] and [`desired_deployment`] compute the objects (pure,
+//! unit-tested); the I/O is [`check`] (server-side dry runs, for a caller's phase one),
+//! [`apply`] (server-side apply under the field manager `tenantci`, skipping unchanged objects)
+//! and [`remove`] (deletes both). When gitlab-runner keeps the pause pods itself
+//! (`--gitlab-native-pause-pods`), [`remove_for_native`] takes tenantci's Deployment away so
+//! the two never both hold nodes.
 
 use crate::steps::Outcome;
 use std::collections::BTreeMap;
@@ -28,6 +30,7 @@ use tenantci_core::{Error, Result};
 pub const NAME: &str = "tenantci-pause";
 /// Exactly the autoscaler's cutoff: pods at -10 still make it rent a node; below do not.
 pub const PRIORITY: i32 = -10;
+/// The pause image used unless another is given.
 pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
 const SELECTOR_LABEL: &str = "app.kubernetes.io/name";
 /// The pause image runs as this user (nobody in distroless terms).
@@ -36,14 +39,22 @@ const PAUSE_UID: i64 = 65535;
 /// What the operator asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrewarmSpec {
+    /// The Deployment's namespace: the runner's, where job pods run.
     pub namespace: String,
+    /// How many pause pods to keep; 0 keeps the objects with no pod.
     pub replicas: i32,
     /// Requests of one pause pod: the whole job pod (build + helper + services).
     pub cpu: Milli,
+    /// Memory request of one pause pod (the whole job pod's), in millibytes.
     pub memory: Milli,
+    /// The job pods' node selector, so pause pods rent the nodes jobs will use; empty for none.
     pub node_selector: BTreeMap<String, String>,
+    /// The job pods' tolerations; empty for none.
     pub tolerations: Vec<TolerationSpec>,
+    /// The job pods' labels, so pause pods match the same affinities and spread constraints; empty
+    /// for none.
     pub labels: BTreeMap<String, String>,
+    /// The pause container's image, e.g. [`DEFAULT_IMAGE`].
     pub image: String,
 }
 
@@ -51,12 +62,17 @@ pub struct PrewarmSpec {
 /// `node_tolerations`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TolerationSpec {
+    /// The taint key tolerated.
     pub key: String,
+    /// The taint value to match (operator `Equal`); `None` tolerates any value (`Exists`).
     pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: String,
 }
 
 impl TolerationSpec {
+    /// Parses `key=value:Effect` or `key:Effect`; an error (bad input) for another form, an empty
+    /// key or another effect.
     pub fn parse(s: &str) -> Result<Self> {
         let bad = || {
             Error::bad_input(format!("the toleration `{s}` is not `key=value:Effect` or `key:Effect`"))
@@ -107,6 +123,7 @@ pub fn parse_key_value(flag: &str, s: &str) -> Result<(String, String)> {
     }
 }
 
+/// The PriorityClass [`NAME`] at [`PRIORITY`]: it never preempts and is not the global default.
 pub fn desired_priority_class() -> PriorityClass {
     PriorityClass {
         metadata: ObjectMeta {
@@ -130,6 +147,8 @@ fn managed_labels() -> BTreeMap<String, String> {
     )])
 }
 
+/// The Deployment [`NAME`] in the spec's namespace: `replicas` pause pods of the job pod's size and
+/// placement, in the pause PriorityClass, admitted under Pod Security `restricted`.
 pub fn desired_deployment(spec: &PrewarmSpec) -> Deployment {
     let selector = BTreeMap::from([(SELECTOR_LABEL.to_string(), NAME.to_string())]);
     // The job pods' labels first, so a pause pod matches the same affinities and spread
@@ -222,15 +241,23 @@ fn pause_pod(spec: &PrewarmSpec) -> PodSpec {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrewarmReport {
+    /// The Deployment's namespace.
     pub namespace: String,
+    /// How many pause pods were asked for.
     pub replicas: i32,
+    /// CPU request of one pause pod, e.g. `1100m`.
     pub cpu: String,
+    /// Memory request of one pause pod, e.g. `1152Mi`.
     pub memory: String,
+    /// The PriorityClass's name ([`NAME`]).
     pub priority_class: String,
+    /// Its priority ([`PRIORITY`]).
     pub priority: i32,
+    /// The Deployment as `namespace/name`.
     pub deployment: String,
     /// Applied, Unchanged or Removed.
     pub action: Outcome,
+    /// Whether the changes were server-side dry runs only.
     pub dry_run: bool,
 }
 

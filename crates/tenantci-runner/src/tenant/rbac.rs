@@ -11,7 +11,8 @@
 //! The pause-pod rules (apps/deployments in the namespace, priorityclasses get/create at
 //! cluster scope) are the runner's only when gitlab-runner runs its own pause pods
 //! (`--gitlab-native-pause-pods`); tenantci's own Deployment is applied with the tenant-admin
-//! kubeconfig and needs nothing from the runner.
+//! kubeconfig and needs nothing from the runner. Leaving native mode,
+//! [`remove_pause_pod_objects`] deletes the cluster-wide pair.
 
 use crate::steps::Outcome;
 use k8s_openapi::api::core::v1::Namespace;
@@ -23,11 +24,14 @@ use serde::Deserialize as _;
 use super::apply::{Applied, Object, apply_all};
 use tenantci_core::Result;
 
+/// `manifests/gitlab-runner-rbac.yaml`, embedded: the runbook's objects, whose names and group
+/// [`desired`] replaces.
 pub const MANIFEST: &str = include_str!("../../../../manifests/gitlab-runner-rbac.yaml");
 
 /// Names the objects get.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RbacSpec {
+    /// The runner's namespace, where job pods run; created, and the RoleBinding is in it.
     pub namespace: String,
     /// ClusterRole and RoleBinding name (the priorityclasses objects get `-priorityclasses`).
     pub role_name: String,
@@ -41,11 +45,17 @@ pub struct RbacSpec {
 /// The objects, in apply order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RbacObjects {
+    /// The runner's namespace.
     pub namespace: Namespace,
+    /// The ClusterRole of the namespaced rules (pods and their exec, attach and log; secrets,
+    /// configmaps, services and the other objects jobs use; deployments only with pause pods),
+    /// granted only in the namespace by `binding`.
     pub role: ClusterRole,
+    /// Grants `role` to the group in the runner's namespace only.
     pub binding: RoleBinding,
     /// Only with pause pods.
     pub cluster_role: Option<ClusterRole>,
+    /// Grants `cluster_role` to the group cluster-wide; only with pause pods.
     pub cluster_binding: Option<ClusterRoleBinding>,
 }
 

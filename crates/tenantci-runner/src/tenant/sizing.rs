@@ -12,21 +12,31 @@ use tenantci_core::{Error, Result};
 /// Requests of one job pod, as the runner config sets them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobPodRequests {
+    /// CPU request of the build container, in millicores.
     pub build_cpu: Milli,
+    /// Memory request of the build container, in millibytes.
     pub build_memory: Milli,
+    /// CPU request of gitlab-runner's helper container, in millicores.
     pub helper_cpu: Milli,
+    /// Memory request of the helper container, in millibytes.
     pub helper_memory: Milli,
+    /// CPU request of each service container, in millicores.
     pub service_cpu: Milli,
+    /// Memory request of each service container, in millibytes.
     pub service_memory: Milli,
     /// How many service containers a job runs (each gets the service requests).
     pub services: u32,
+    /// Ephemeral-storage request of the build container (its output on the node's root filesystem),
+    /// in millibytes; only the root-filesystem warning reads it.
     pub build_ephemeral_storage: Milli,
 }
 
 impl JobPodRequests {
+    /// The pod's total CPU request: build, helper and every service container.
     pub fn cpu(&self) -> Milli {
         self.build_cpu + self.helper_cpu + Milli(self.service_cpu.0 * i128::from(self.services))
     }
+    /// The pod's total memory request: build, helper and every service container.
     pub fn memory(&self) -> Milli {
         self.build_memory
             + self.helper_memory
@@ -49,12 +59,20 @@ pub fn parse_request(what: &str, value: &str) -> Result<Milli> {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SizingReport {
+    /// The job pod's total CPU request, e.g. `1100m`.
     pub cpu_request: String,
+    /// The job pod's total memory request, e.g. `1152Mi`.
     pub memory_request: String,
+    /// vCPUs of a rented node (the node image's `vcpu`).
     pub node_vcpu: u32,
+    /// Memory of a rented node in MiB (the node image's `memMiB`).
     pub node_mem_mib: u64,
+    /// The CPU a rented node's pods may request (capacity less the reserve), e.g. `1900m`.
     pub allocatable_cpu: String,
+    /// The memory a rented node's pods may request (capacity less the reserve), e.g. `1792Mi`.
     pub allocatable_memory: String,
+    /// What fits but may still fail (a job image too large for the root filesystem); empty when
+    /// nothing.
     pub warnings: Vec<String>,
 }
 
@@ -63,9 +81,13 @@ pub struct SizingReport {
 pub struct PodTotal<'a> {
     /// "the job pod", "the executor Pod".
     pub what: &'a str,
+    /// The pod's total CPU request, in millicores.
     pub cpu: Milli,
+    /// How `cpu` adds up, for the error (e.g. `build 1, helper 100m, 0 service(s) x 0`).
     pub cpu_parts: String,
+    /// The pod's total memory request, in millibytes.
     pub memory: Milli,
+    /// How `memory` adds up, for the error.
     pub memory_parts: String,
     /// What the hint says to lower ("the job's requests").
     pub lower: &'a str,

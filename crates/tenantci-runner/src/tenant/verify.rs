@@ -1,7 +1,8 @@
 //! "Check both halves before blaming the runner" (runbook step 5): the certificate's subject
 //! is what the binding names, SubjectAccessReviews as (CN, groups) allow everything the
 //! Kubernetes executor needs and deny what a runner must never do, and one real request with
-//! the credential itself succeeds. The checks are data (`executor_needs`, `must_deny`); the
+//! the credential itself succeeds. The checks are data ([`executor_needs`], [`must_deny`], and
+//! with gitlab-runner's own pause pods [`autoscaler_needs`] and [`autoscaler_must_deny`]); the
 //! reviews are `tenant::access`'s I/O.
 
 use k8s_openapi::api::core::v1::Pod;
@@ -70,8 +71,11 @@ pub fn must_deny() -> Vec<Access> {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyReport {
+    /// The certificate's subject, as [`check_subject`] checked it.
     pub subject: String,
+    /// Every access review, with its answer and expectation.
     pub reviews: Vec<ReviewResult>,
+    /// The one real request made with the credential (list pods in the namespace) and its result.
     pub live_request: String,
 }
 

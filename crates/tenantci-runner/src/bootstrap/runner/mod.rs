@@ -20,11 +20,12 @@
 //! GitLab's CA copy and config.toml last, so a config always names files that exist.
 //!
 //! The work lives in its own modules (`credential`, `tenant::rbac`, `tenant::verify`,
-//! `tenant::sizing`, `tenant::prewarm`, `gitlab::token`, `gitlab::config`). [`run`] is
-//! the list of steps; each step is a method of `Run` (the inputs, the resolved cluster and the
-//! step recorder) in the submodule that names it: `check` (before any request), `resolve`,
-//! `credential`, `cluster` (rbac, verify, sizing, prewarm), `config` (runner token,
-//! config.toml) and `final_check` (`runner check` on the written entry). Their pure decisions are functions of their own, unit-tested there.
+//! `tenant::sizing`, `tenant::prewarm`, `gitlab::token`, `gitlab::ca`, `gitlab::config`,
+//! `gitlab::check`). [`run`] is the list of steps; each step is a method of `Run` (the inputs,
+//! the resolved cluster and the step recorder) in the submodule that names it: `check` (before
+//! any request), `resolve`, `credential`, `cluster` (rbac, verify, sizing, prewarm), `config`
+//! (runner token, config.toml) and `final_check` (`runner check` on the written entry). Their
+//! pure decisions are functions of their own, unit-tested there.
 //!
 //! Pause pods ([`PausePods`]) are kept by tenantci's Deployment or, with
 //! `--gitlab-native-pause-pods`, by gitlab-runner itself; never by both: switching to native
@@ -54,40 +55,79 @@ use tenantci_core::kube_client as client;
 #[derive(Debug, Clone)]
 pub enum Target {
     /// Resolve through gateway.json and the admin apiserver.
-    StateDir { state_dir: PathBuf, cluster: String },
+    StateDir {
+        /// The gateway's state directory, whose gateway.json names the admin apiserver.
+        state_dir: PathBuf,
+        /// The tenant cluster's name at the gateway.
+        cluster: String,
+    },
     /// Everything given directly.
     Direct {
+        /// The tenant apiserver's URL.
         server: String,
+        /// The CA that signed the apiserver's serving certificate (the credential's `ca.crt`).
         server_ca: PathBuf,
+        /// The ClientCA's certificate, which signs the runner's credential.
         client_ca_cert: PathBuf,
+        /// The ClientCA's private key.
         client_ca_key: PathBuf,
+        /// The tenant-admin kubeconfig that applies the RBAC.
         tenant_kubeconfig: PathBuf,
+        /// The tenant cluster's name (names the defaults and appears in the report).
         cluster: String,
     },
 }
 
+/// Everything `bootstrap runner` needs, from the CLI's flags; [`run`] takes it.
 pub struct Inputs {
+    /// Where the cluster comes from.
     pub target: Target,
+    /// The tenant-admin kubeconfig that applies the RBAC; `None` takes the target's (the state
+    /// directory's, or [`Target::Direct`]'s).
     pub tenant_kubeconfig: Option<PathBuf>,
+    /// The runner's name: its config.toml entry's `name`, by which a re-run finds its entry, token
+    /// and pending-runner record.
     pub runner_name: String,
+    /// The namespace job pods run in; the runner's RoleBinding and the pause pods are there.
     pub namespace: String,
+    /// The credential's organization and the group the runner's bindings grant to; it also
+    /// names the ClusterRole and the RoleBinding.
     pub group: String,
+    /// The credential's common name: the Kubernetes user the runner authenticates as.
     pub common_name: String,
+    /// Where the credential's files (`ca.crt`, `tls.crt`, `tls.key`, `kubeconfig`) are kept or
+    /// minted.
     pub credential_dir: PathBuf,
+    /// gitlab-runner's config.toml.
     pub config_path: PathBuf,
+    /// The GitLab URL the config.toml entry names (`url`).
     pub gitlab_url: String,
+    /// Where the runner token comes from: given, in a file, or created through GitLab's API.
     pub token: TokenSource,
     /// GitLab's CA, handed on to gitlab-runner as `tls-ca-file`.
     pub gitlab_ca: Option<GitlabCa>,
+    /// The job pod's requests: checked against the node image, and the size of tenantci's pause
+    /// pods.
     pub job: JobPodRequests,
     /// gitlab-runner resource keys (cpu_request, memory_limit, ...) to quantities.
     pub resources: std::collections::BTreeMap<String, String>,
+    /// How many pause pods tenantci's Deployment keeps (`--prewarm N`; 0 keeps the objects at
+    /// zero replicas); `None` leaves the Deployment as it is. gitlab-runner's own pause pods take
+    /// their count from [`PausePods::GitlabNative`].
     pub prewarm: Option<i32>,
+    /// Who keeps the pause pods: tenantci's Deployment or gitlab-runner.
     pub pause_pods: PausePods,
+    /// The image of tenantci's pause pods.
     pub pause_pod_image: String,
+    /// The credential's lifetime as a Go duration; `None` for the default (720h). Only used when
+    /// minting.
     pub valid_for: Option<String>,
+    /// Mint a new credential even when the one on disk is still good (the old files are moved
+    /// aside).
     pub rotate: bool,
+    /// Decide and report without writing a file or changing an object (server-side dry runs).
     pub dry_run: bool,
+    /// Take over a config.toml entry of our name that uses another executor.
     pub force: bool,
 }
 
@@ -112,23 +152,36 @@ use crate::steps::Steps;
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandBack {
+    /// The tenant cluster's name.
     pub cluster: String,
+    /// The tenant apiserver's URL, as the credential's kubeconfig and config.toml name it.
     pub server: String,
+    /// The credential's files (absolute paths, as config.toml names them).
     pub credential: CredentialFiles,
+    /// The credential's common name (the Kubernetes user).
     pub common_name: String,
+    /// The credential's organization, bound by the ClusterRoleBinding.
     pub group: String,
+    /// The namespace job pods run in.
     pub namespace: String,
+    /// The config.toml written (or, in a dry run, that would be).
     pub config: PathBuf,
+    /// The runner's name in config.toml.
     pub runner_name: String,
+    /// Whether this was a dry run (nothing written, nothing changed).
     pub dry_run: bool,
+    /// Each step's outcome, in the order run.
     pub steps: Vec<Step>,
     /// Requests this run's steps sent to the admin and tenant apiservers.
     pub apiserver_requests: u64,
     /// Requests of the final check (access reviews with the runner's own credential).
     pub check_requests: u64,
+    /// Always [`LOOPBACK_WARNING`].
     pub warning: &'static str,
 }
 
+/// The hand-back's warning: the tenant apiserver listens on this host's loopback, so gitlab-runner
+/// must run here.
 pub const LOOPBACK_WARNING: &str = "the tenant apiserver binds loopback on this host: gitlab-runner must run here. A GitLab Runner on another VM cannot reach it, and publishing an authenticated front for the apiserver is a deliberate trust-boundary change (docs/runbooks/gitlab-runner.md), not a config step.";
 
 /// What every step reads and records to: the inputs, the cluster they resolved to, and the

@@ -1,6 +1,8 @@
 //! Checks against the tenant apiserver, with the entry's own credential only: its `ca_file`
 //! verifies the apiserver at `host`, the apiserver answers, SelfSubjectAccessReviews allow
-//! what the Kubernetes executor needs, and the pause pods fit the node image.
+//! what the Kubernetes executor needs (and gitlab-runner's own pause pods, when the entry keeps
+//! them) and deny what a runner must never do, and a job pod fits the node image, tenantci's
+//! pause pods (if any) sized like it.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,21 +9,33 @@ use toml_edit::{DocumentMut, Item, Table};
 use crate::checklist::Check;
 use crate::gitlab::config::keys;
 
+/// The `executor` value of the entries `runner check` checks.
 pub const EXECUTOR: &str = "kubernetes";
 /// gitlab-runner's namespace when the entry names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
+/// One `[[runners]]` entry's keys that `runner check` reads; `None` where the entry lacks the key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EntryView {
+    /// `name`; empty when missing.
     pub name: String,
+    /// `url`: the GitLab URL.
     pub url: Option<String>,
+    /// `token`: the runner token, or a `$VAR` reference to one.
     pub token: Option<String>,
+    /// `tls-ca-file`: the CA gitlab-runner trusts for GitLab.
     pub tls_ca_file: Option<PathBuf>,
+    /// `executor`; only `kubernetes` entries are checked further.
     pub executor: Option<String>,
+    /// `[runners.kubernetes] host`: the tenant apiserver's URL.
     pub host: Option<String>,
+    /// `[runners.kubernetes] cert_file`: the client certificate.
     pub cert_file: Option<PathBuf>,
+    /// `[runners.kubernetes] key_file`: its private key.
     pub key_file: Option<PathBuf>,
+    /// `[runners.kubernetes] ca_file`: the serving CA that verifies `host`.
     pub ca_file: Option<PathBuf>,
+    /// `[runners.kubernetes] namespace`, or [`DEFAULT_NAMESPACE`] when missing.
     pub namespace: String,
     /// gitlab-runner resource keys (`cpu_request`, ...) to quantities.
     pub resources: BTreeMap<String, String>,

@@ -1,5 +1,6 @@
 //! Checks on this host's files: the entry's files and their modes, the client certificate
-//! (validity, key, chain to the cluster's ClientCA). No network.
+//! (validity, key, chain to the cluster's ClientCA); and [`cluster_at`], the state directory's
+//! cluster whose apiserver the entry names. No network.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -21,8 +22,11 @@ const RENEW_AT_FRACTION: f64 = 1.0 / 3.0;
 /// The cluster of the state dir whose tenant apiserver is the entry's `host`.
 #[derive(Debug, Clone)]
 pub struct ClusterFiles {
+    /// The cluster's name in the state directory.
     pub name: String,
+    /// The cluster's ClientCA certificate, to which the entry's client certificate must chain.
     pub client_ca: PathBuf,
+    /// The cluster's `node-image.json`; a path that is not a file skips the checks against it.
     pub node_image: PathBuf,
 }
 

@@ -2,8 +2,9 @@
 //! read-only command, for a gitlab-runner entry that already exists. It reads config.toml and
 //! uses only the entry's own credential (no admin): files and modes, the client certificate
 //! (validity, key, chain to the cluster's ClientCA), the apiserver's CA and answer,
-//! SelfSubjectAccessReviews for what the Kubernetes executor needs, GitLab with the entry's
-//! `tls-ca-file` and token, and the pause pods against the node image.
+//! SelfSubjectAccessReviews for what the Kubernetes executor needs and what a runner must never
+//! have, GitLab with the entry's `tls-ca-file` and token, and the job pod and pause pods against
+//! the node image.
 //!
 //! Each check is one [`Check`] with its fix; a check that cannot run because an earlier one
 //! failed is `skip`, so the first failure is the one to fix. `bootstrap runner` ends with the
@@ -29,6 +30,7 @@ use tenantci_core::gateway::StateDir;
 /// What to check.
 #[derive(Debug, Clone)]
 pub struct Inputs {
+    /// gitlab-runner's config.toml, read and never written.
     pub config: PathBuf,
     /// The entry's name; `None`: the only kubernetes entry in the file.
     pub name: Option<String>,
@@ -46,9 +48,13 @@ pub struct Inputs {
 /// `runner check -o json`'s shape.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The config.toml checked.
     pub config: PathBuf,
+    /// The entry checked; `None` when none was found (the first check says why).
     pub runner: Option<String>,
+    /// Whether no check failed (warnings and skips pass).
     pub passed: bool,
+    /// Every check, in the order run.
     pub checks: Vec<Check>,
 }
 

@@ -22,7 +22,9 @@ use tenantci_core::{Error, Result};
 /// stays out of the file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunnerToken {
+    /// The token itself, written into the file.
     Literal(Secret),
+    /// A `$NAME` or `${NAME}` reference, written as given.
     EnvRef(String),
 }
 
@@ -97,9 +99,13 @@ impl RunnerToken {
 /// `[runners.kubernetes.pod_security_context]`; the table is written only when a field is set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodSecurityContext {
+    /// The UID job containers run as.
     pub run_as_user: Option<i64>,
+    /// The primary GID job containers run as.
     pub run_as_group: Option<i64>,
+    /// The group that owns the pod's volumes.
     pub fs_group: Option<i64>,
+    /// Whether the kubelet refuses containers that would run as root.
     pub run_as_non_root: Option<bool>,
 }
 
@@ -108,22 +114,33 @@ pub struct PodSecurityContext {
 pub struct KubernetesSettings {
     /// The tenant apiserver, `https://127.0.0.1:<port>`.
     pub host: Option<String>,
+    /// The credential's client certificate, absolute; needs `key_file`, `ca_file` and `host`.
     pub cert_file: Option<PathBuf>,
+    /// The client certificate's private key, absolute.
     pub key_file: Option<PathBuf>,
+    /// The serving CA that verifies `host`, absolute.
     pub ca_file: Option<PathBuf>,
+    /// The namespace job pods run in.
     pub namespace: String,
     /// gitlab-runner resource key (see [`keys::RESOURCE_KEYS`], also `*_overwrite_max_allowed`)
     /// to Kubernetes quantity.
     pub resources: BTreeMap<String, String>,
     /// Seconds a job pod may stay Pending; see [`DEFAULT_POLL_TIMEOUT`].
     pub poll_timeout: u32,
+    /// The job image for jobs that name none; `None` writes no `image` key.
     pub image: Option<String>,
+    /// gitlab-runner's helper image; `None` writes none, so gitlab-runner uses the one of its
+    /// version.
     pub helper_image: Option<String>,
+    /// Labels a node must carry to run job pods; empty for none.
     pub node_selector: BTreeMap<String, String>,
     /// `"key=value"` (or `"key"`) to effect (`NoSchedule`, `PreferNoSchedule`, `NoExecute`).
     pub node_tolerations: BTreeMap<String, String>,
+    /// Labels put on job pods; empty for none.
     pub pod_labels: BTreeMap<String, String>,
+    /// The job pods' security context.
     pub pod_security_context: PodSecurityContext,
+    /// What to do with `[runners.kubernetes.autoscaler]`.
     pub autoscaler: Autoscaler,
 }
 
@@ -148,6 +165,7 @@ pub struct NativePausePods {
     /// `max_pause_pods` and the policy's `idle_count` (the pre-warm count; upstream reads a
     /// `max_pause_pods` of 0 as unlimited, so it must be positive).
     pub count: u32,
+    /// `pause_pod_image`: the pause pods' image.
     pub image: String,
     /// Go duration the runner waits before it scales pause pods down.
     pub idle_time: String,
@@ -274,14 +292,18 @@ impl Default for KubernetesSettings {
 /// One `[[runners]]` entry, found in config.toml by `name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerEntry {
+    /// The entry's `name`, by which tenantci finds it again.
     pub name: String,
     /// The GitLab URL (or a `$VAR` reference, which gitlab-runner expands).
     pub url: String,
+    /// The runner authentication token, or a `$VAR` reference to it.
     pub token: RunnerToken,
     /// Jobs this runner runs at once (0 = unlimited, bounded by `concurrent`).
     pub limit: u32,
     /// Concurrent job requests to GitLab.
     pub request_concurrency: u32,
+    /// `[runners.kubernetes]`: the apiserver, the credential's files, and how job pods are sized
+    /// and placed.
     pub kubernetes: KubernetesSettings,
     /// Set when tenantci created the runner: written as `id`, `token_obtained_at`,
     /// `token_expires_at` (gitlab-runner rotates a token with an expiry). `None` leaves those
@@ -308,6 +330,7 @@ pub enum TlsCaFile {
 /// What GitLab said about a runner token it issued.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenMetadata {
+    /// The runner's id at GitLab.
     pub id: u64,
     /// RFC 3339.
     pub obtained_at: String,
@@ -338,23 +361,31 @@ pub const EXECUTOR_KUBERNETES: &str = "kubernetes";
 /// A value to write, in the order it is written.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Field {
+    /// A TOML string.
     Str(String),
+    /// A TOML integer.
     Int(i64),
+    /// A TOML boolean.
     Bool(bool),
     /// An unquoted TOML offset datetime.
     Datetime(toml_edit::Datetime),
+    /// An array of strings.
     StrArray(Vec<String>),
     /// A `[parent.key]` table of strings, owned as a whole.
     StrTable(BTreeMap<String, String>),
     /// A sub-table; `owned` lists the keys tenantci manages inside it.
     Table {
+        /// The sub-table's keys and values, in order.
         fields: Vec<(&'static str, Field)>,
+        /// The keys tenantci manages inside it; the others stay.
         owned: Vec<&'static str>,
     },
     /// A `[[parent.key]]` array with exactly these tables; `owned` lists the keys tenantci
     /// manages inside each (others in the first tables stay, extra tables are removed).
     TableArray {
+        /// Each table's keys and values, in order.
         tables: Vec<Vec<(&'static str, Field)>>,
+        /// The keys tenantci manages inside each table.
         owned: Vec<&'static str>,
     },
 }

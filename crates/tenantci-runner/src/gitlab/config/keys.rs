@@ -11,14 +11,19 @@
 /// The TOML type gitlab-runner decodes a key into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyType {
+    /// A string.
     Str,
+    /// An integer.
     Int,
     /// A float; an integer decodes into Go's float64 as well (`scale_factor`).
     Float,
+    /// A boolean.
     Bool,
     /// A TOML offset datetime (`token_expires_at = 0001-01-01T00:00:00Z`).
     Datetime,
+    /// An array of strings.
     StrArray,
+    /// An array of integers.
     IntArray,
     /// A string or an array of strings (`pull_policy`).
     StrOrArray,
@@ -37,16 +42,25 @@ pub enum KeyType {
 /// A table of config.toml with its own key list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
+    /// The top level of the file.
     TopLevel,
+    /// `[session_server]`.
     SessionServer,
+    /// One `[[runners]]` entry.
     Runner,
+    /// `[runners.kubernetes]`.
     Kubernetes,
+    /// `[runners.kubernetes.pod_security_context]`.
     PodSecurityContext,
+    /// `[runners.kubernetes.autoscaler]`.
     Autoscaler,
+    /// `[[runners.kubernetes.autoscaler.policy]]`.
     AutoscalerPolicy,
 }
 
 impl Section {
+    /// The keys the section lists (for [`Section::Kubernetes`] without the resource keys, which
+    /// [`lookup`] adds).
     pub fn keys(self) -> &'static [Key] {
         match self {
             Section::TopLevel => TOP_LEVEL_KEYS,
@@ -63,7 +77,9 @@ impl Section {
 /// One known key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Key {
+    /// The key as written in config.toml.
     pub name: &'static str,
+    /// The TOML type gitlab-runner decodes it into.
     pub ty: KeyType,
 }
 
@@ -74,44 +90,84 @@ const fn k(name: &'static str, ty: KeyType) -> Key {
 use KeyType::*;
 
 // Names tenantci writes, as constants so a typo is a compile error rather than a dead key.
+/// `[[runners]]`: the runner's name; tenantci finds its entry by it.
 pub const NAME: &str = "name";
+/// `[[runners]]`: the GitLab URL.
 pub const URL: &str = "url";
+/// `[[runners]]`: the runner authentication token, or a `$VAR` reference to it.
 pub const TOKEN: &str = "token";
+/// `[[runners]]`: the runner's id at GitLab.
 pub const ID: &str = "id";
+/// `[[runners]]`: when the token was obtained (a datetime).
 pub const TOKEN_OBTAINED_AT: &str = "token_obtained_at";
+/// `[[runners]]`: when the token expires (a datetime; `0001-01-01T00:00:00Z` for never).
 pub const TOKEN_EXPIRES_AT: &str = "token_expires_at";
+/// `[[runners]]`: the CA file gitlab-runner trusts for GitLab's certificate.
 pub const TLS_CA_FILE: &str = "tls-ca-file";
+/// `[[runners]]`: the executor; tenantci writes `kubernetes`.
 pub const EXECUTOR: &str = "executor";
+/// `[[runners]]`: how many jobs the runner runs at once (0: no limit of its own).
 pub const LIMIT: &str = "limit";
+/// `[[runners]]`: how many job requests the runner makes to GitLab at once.
 pub const REQUEST_CONCURRENCY: &str = "request_concurrency";
+/// `[[runners]]`: the Kubernetes executor's table.
 pub const KUBERNETES: &str = "kubernetes";
+/// Top level: how many jobs all the file's runners run at once.
 pub const CONCURRENT: &str = "concurrent";
+/// Top level: the `[[runners]]` array.
 pub const RUNNERS: &str = "runners";
 
+/// `[runners.kubernetes]`: the apiserver's URL.
 pub const HOST: &str = "host";
+/// `[runners.kubernetes]`: the client certificate file.
 pub const CERT_FILE: &str = "cert_file";
+/// `[runners.kubernetes]`: the client certificate's key file.
 pub const KEY_FILE: &str = "key_file";
+/// `[runners.kubernetes]`: the CA file that verifies the apiserver.
 pub const CA_FILE: &str = "ca_file";
+/// `[runners.kubernetes]`: the namespace job pods run in.
 pub const NAMESPACE: &str = "namespace";
+/// `[runners.kubernetes]`: seconds gitlab-runner waits for a job pod to start.
 pub const POLL_TIMEOUT: &str = "poll_timeout";
+/// `[runners.kubernetes]`: the image of jobs that name none.
 pub const IMAGE: &str = "image";
+/// `[runners.kubernetes]`: the helper container's image.
 pub const HELPER_IMAGE: &str = "helper_image";
+/// `[runners.kubernetes]`: whether job containers run privileged (tenantci writes false).
 pub const PRIVILEGED: &str = "privileged";
+/// `[runners.kubernetes]`: the node labels job pods require.
 pub const NODE_SELECTOR: &str = "node_selector";
+/// `[runners.kubernetes]`: the taints job pods tolerate.
 pub const NODE_TOLERATIONS: &str = "node_tolerations";
+/// `[runners.kubernetes]`: the labels put on job pods.
 pub const POD_LABELS: &str = "pod_labels";
+/// `[runners.kubernetes]`: the job pods' security context table.
 pub const POD_SECURITY_CONTEXT: &str = "pod_security_context";
+/// `[runners.kubernetes.pod_security_context]`: the UID containers run as.
 pub const RUN_AS_USER: &str = "run_as_user";
+/// `[runners.kubernetes.pod_security_context]`: the GID containers run as.
 pub const RUN_AS_GROUP: &str = "run_as_group";
+/// `[runners.kubernetes.pod_security_context]`: the group that owns the volumes.
 pub const FS_GROUP: &str = "fs_group";
+/// `[runners.kubernetes.pod_security_context]`: whether root containers are refused.
 pub const RUN_AS_NON_ROOT: &str = "run_as_non_root";
+/// `[runners.kubernetes]`: gitlab-runner's own pause pods (Runner 18.10+).
 pub const AUTOSCALER: &str = "autoscaler";
+/// `[runners.kubernetes.autoscaler]`: the most pause pods (0 is unlimited).
 pub const MAX_PAUSE_PODS: &str = "max_pause_pods";
+/// `[runners.kubernetes.autoscaler]`: the pause pods' image.
 pub const PAUSE_POD_IMAGE: &str = "pause_pod_image";
+/// `[runners.kubernetes.autoscaler]`: the `[[policy]]` array.
 pub const POLICY: &str = "policy";
+/// `[[runners.kubernetes.autoscaler.policy]]`: how many pause pods to keep.
 pub const IDLE_COUNT: &str = "idle_count";
+/// `[[runners.kubernetes.autoscaler.policy]]`: how long (a Go duration) before idle pause pods are
+/// scaled down.
 pub const IDLE_TIME: &str = "idle_time";
+/// `[[runners.kubernetes.autoscaler.policy]]`: the cron expressions during which the policy holds.
 pub const PERIODS: &str = "periods";
+/// `[[runners.kubernetes.autoscaler.policy]]`: pause pods to keep as a factor of the jobs running;
+/// tenantci reads it, never writes it.
 pub const SCALE_FACTOR: &str = "scale_factor";
 
 /// Declares the resource keys and their `_overwrite_max_allowed` twins from one list.
@@ -160,6 +216,7 @@ pub fn is_resource_key(key: &str) -> bool {
     RESOURCE_KEYS.contains(&key) || RESOURCE_OVERWRITE_KEYS.contains(&key)
 }
 
+/// `[runners.kubernetes.pod_security_context]`.
 pub const POD_SECURITY_CONTEXT_KEYS: &[Key] = &[
     k(FS_GROUP, Int),
     k(RUN_AS_USER, Int),
@@ -282,6 +339,7 @@ pub const RUNNER_KEYS: &[Key] = &[
     k(KUBERNETES, Table(Section::Kubernetes)),
 ];
 
+/// `[session_server]`: the listener of the interactive web terminal.
 pub const SESSION_SERVER_KEYS: &[Key] = &[
     k("listen_address", Str),
     k("advertise_address", Str),
@@ -318,6 +376,7 @@ pub fn lookup(section: Section, name: &str) -> Option<KeyType> {
 pub struct KeyProblem {
     /// Dotted path, e.g. `runners[0].kubernetes.poll_timout`.
     pub path: String,
+    /// What is wrong, for a human (an unknown key, a wrong type).
     pub problem: String,
 }
 

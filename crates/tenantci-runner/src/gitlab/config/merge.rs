@@ -7,6 +7,9 @@
 //! is already right is not touched, so a second merge returns the same text. No I/O here.
 //! `[runners.kubernetes.autoscaler]` is owned only in native pause-pod mode (see
 //! [`super::entry::Autoscaler`]).
+//!
+//! [`existing_token`] and [`keeps_native_pause_pods`] read what an existing entry holds, for
+//! the token and pause-pod decisions made before a merge.
 
 use std::path::Path;
 
@@ -40,11 +43,14 @@ pub struct MergeOptions {
 /// The merge's result: the new text and whether it differs from the old.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The whole new config.toml.
     pub text: String,
+    /// What the merge did; [`Action::Unchanged`] when `text` is the old text byte for byte.
     pub action: Action,
 }
 
 impl Plan {
+    /// Whether the text differs from the old one, so there is something to write.
     pub fn changed(&self) -> bool {
         self.action != Action::Unchanged
     }

@@ -2,7 +2,8 @@
 //!
 //! - [`keys`]: the one list of keys gitlab-runner knows, with their TOML types, and a checker.
 //! - [`entry`]: the desired entry as data ([`RunnerEntry`]) and its validation.
-//! - [`merge`]: pure `plan(existing text, entry) -> Plan{text, action}`.
+//! - [`merge`]: pure `plan(existing text, entry) -> Plan{text, action}`, and what an existing
+//!   entry holds (its token, its own pause pods).
 //! - [`write`](mod@write): the only I/O (read; atomic 0600 write only when changed).
 //!
 //! Callers (`tenantci runner gitlab-config`, `bootstrap runner`) use [`configure`], or
@@ -21,6 +22,7 @@ pub use merge::{Action, MergeOptions, Plan};
 /// What [`configure`] did.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// The merge: the new text and what it changed.
     pub plan: Plan,
     /// Whether the file was written (false for unchanged plans and dry runs).
     pub written: bool,
