@@ -32,7 +32,7 @@ impl BackendKind {
     }
 
     /// The name read from a record or a file: a DNS label of at most 16 characters. Kept for
-    /// the process's life (see [`MAX_LEARNT`]), so the kind stays `Copy`.
+    /// the process's life (at most 32 names, `MAX_LEARNT`), so the kind stays `Copy`.
     pub fn learn(name: &str) -> Result<Self, String> {
         let valid = !name.is_empty()
             && name.len() <= 16
@@ -119,10 +119,10 @@ pub struct Nouns {
     pub source: &'static str,
     /// What happened when one vanished: "the executor's Pod and Secret were deleted".
     pub gone: &'static str,
-    /// How recovery describes an executor lost after it fetched its task, when part of it
-    /// is left (`partial`) and when nothing is (`whole`).
+    /// How recovery describes an executor lost after it fetched its task when part of it is
+    /// left.
     pub lost_partly: &'static str,
-    /// See `lost_partly`.
+    /// The same, when nothing of it is left.
     pub lost_whole: &'static str,
 }
 

@@ -1,4 +1,4 @@
-//! Per-task capabilities: what an executor Pod presents to the facade as its runner token.
+//! Per-task capabilities: what an executor presents to the facade as its runner token.
 //! `token = HMAC-SHA256(key, "<task id>:<attempt>")`, hex. The facade recomputes it from the
 //! assignment named by the caller's uuid and compares in constant time, so the dispatcher
 //! stores no per-task secret and a token for one task is worthless for another.
@@ -7,7 +7,8 @@
 //! `HMAC-SHA256(key, "<task id>:<attempt>:<spiffe id>")`. The facade recomputes it with the
 //! client's SPIFFE ID from the mTLS handshake, so a capability verifies only for the executor
 //! holding its task's SVID, with nothing looked up (the ID needs the task's repository and
-//! job, which only the sealed assignment holds, and that leaves the Secret at the first report).
+//! job, which only the sealed assignment holds, and no backend keeps that past the executor's
+//! first report).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -27,6 +28,7 @@ impl std::fmt::Debug for CapabilityKey {
 }
 
 impl CapabilityKey {
+    /// A new random key of [`KEY_LEN`] bytes, for `dispatch init` to write.
     pub fn generate() -> Self {
         CapabilityKey(rand::random::<[u8; KEY_LEN]>().to_vec())
     }
@@ -42,6 +44,7 @@ impl CapabilityKey {
         Ok(CapabilityKey(bytes.to_vec()))
     }
 
+    /// The raw key, as [`Self::from_bytes`] took it.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }

@@ -44,7 +44,10 @@ pub enum Stopped {
     /// Every connection ended within the grace.
     Drained,
     /// The grace ran out; this many connections were still open and are dropped.
-    GraceExpired { open: usize },
+    GraceExpired {
+        /// Connections still open when the grace ran out.
+        open: usize,
+    },
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains within `bounds.grace`.

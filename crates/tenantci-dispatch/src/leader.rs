@@ -7,7 +7,8 @@
 //! reads it again only when that PUT fails.
 //! A leader that cannot renew within RenewDeadline stops leading before its lease can expire.
 //!
-//! `decide` is the pure step; `run` is the loop that publishes "am I leader" on a watch channel.
+//! `decide` is the pure step; `run` is the loop that publishes "am I leader" on a watch channel;
+//! `release` hands the lease back at shutdown. [`Leader`] is the `[leader]` config section.
 
 use std::time::Duration;
 
@@ -21,12 +22,20 @@ use tokio::time::Instant;
 
 use tenantci_core::duration::GoDuration;
 
+/// The Lease the dispatchers sharing a namespace elect their one scheduler on.
 pub const LEASE_NAME: &str = "dynamic-runner-scheduler";
 
+/// The election's three durations, client-go's LeaseDuration, RenewDeadline and RetryPeriod,
+/// from the `[leader]` section ([`Leader`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
+    /// How long a lease lasts unrenewed before another instance may take it over.
     pub lease_duration: Duration,
+    /// How long the leader goes on leading without a successful renewal; shorter than the
+    /// lease, so it stops before another can take over.
     pub renew_deadline: Duration,
+    /// How often an instance tries to acquire or renew (with up to 20% jitter while it does
+    /// not lead).
     pub retry_period: Duration,
 }
 
@@ -57,11 +66,16 @@ impl Timing {
 /// What the last GET showed, with when (locally) its record last changed.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// The Lease's holderIdentity; None or empty: no one holds it.
     pub holder: Option<String>,
+    /// What tells one write of the Lease from another: holderIdentity, renewTime (as text) and
+    /// leaseTransitions. A change restarts the expiry clock.
     pub record: (Option<String>, Option<String>, Option<i32>),
+    /// When, by the local monotonic clock, `record` was first seen as it is now.
     pub changed_at: Instant,
 }
 
+/// What one election step does, given the last GET ([`decide`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     /// No Lease: create it holding it.
@@ -274,13 +288,18 @@ async fn step(
     }
 }
 
+/// The `[leader]` section: the scheduler Lease's timing (Go durations, client-go's defaults)
+/// and this instance's identity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Leader {
+    /// See [`Timing::lease_duration`]; default 15 s.
     #[serde(default = "defaults::lease_duration")]
     pub lease_duration: GoDuration,
+    /// See [`Timing::renew_deadline`]; default 10 s.
     #[serde(default = "defaults::renew_deadline")]
     pub renew_deadline: GoDuration,
+    /// See [`Timing::retry_period`]; default 2 s.
     #[serde(default = "defaults::retry_period")]
     pub retry_period: GoDuration,
     /// This instance's holder identity; absent: `<hostname>-<pid>` (the Pod name in-cluster).
@@ -305,12 +324,15 @@ pub mod defaults {
 
     use tenantci_core::duration::GoDuration;
 
+    /// 15 s, client-go's LeaseDuration.
     pub fn lease_duration() -> GoDuration {
         Duration::from_secs(15).into()
     }
+    /// 10 s, client-go's RenewDeadline.
     pub fn renew_deadline() -> GoDuration {
         Duration::from_secs(10).into()
     }
+    /// 2 s, client-go's RetryPeriod.
     pub fn retry_period() -> GoDuration {
         Duration::from_secs(2).into()
     }

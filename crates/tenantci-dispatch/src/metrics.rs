@@ -1,7 +1,8 @@
-//! The dispatcher's Prometheus metrics (served on /metrics by `run::status_api`). One struct so every
-//! actor records into the same registry; names are `tenantci_dispatch_*`. The status API
-//! reads a few figures back ([`Figures`]): gauges it shows as they are, and what a series
-//! cannot say (claims in the last minute, the forge's last answer to FetchTask).
+//! The dispatcher's Prometheus metrics (served on /metrics by `run::status_api`). One struct so
+//! every actor records into the same registry; names are `tenantci_dispatch_*`, labelled by
+//! backend or resource class where they are per one. The status API reads a few figures back
+//! ([`Figures`]): gauges it shows as they are, and what a series cannot say (claims in the
+//! last minute, the forge's last answer to FetchTask and its last failure).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -30,14 +31,18 @@ fn by_class(class: &str) -> ByBackend {
 /// What the status API reads back (`Metrics::figures`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Figures {
+    /// Tasks claimed in the last 60 seconds, every backend together.
     pub claims_last_minute: u32,
     /// Since the forge last answered a FetchTask (None: not since start, or not leading).
     pub since_forge_answered: Option<Duration>,
     /// The forge's last FetchTask failure, while it lasts (cleared by an answer).
     pub forge_error: Option<String>,
+    /// Assignments queued or being started, by backend, as the scheduler last read them (0
+    /// until it has).
     pub queue_depth: BTreeMap<BackendKind, u64>,
     /// Warm slots by class.
     pub warm_slots: BTreeMap<String, u32>,
+    /// Bytes of all committed cache entries after the last eviction sweep (0 with the cache off).
     pub cache_stored_bytes: u64,
 }
 
@@ -52,6 +57,8 @@ struct Recent {
 /// The claims-per-minute window.
 const CLAIMS_WINDOW: Duration = Duration::from_secs(60);
 
+/// Every series of one dispatcher process, in one registry, and the figures no series holds.
+/// Shared behind an `Arc`; `Default` registers every family.
 pub struct Metrics {
     registry: Registry,
     recent: Mutex<Recent>,
@@ -386,6 +393,8 @@ fn register_expiries(registry: &mut Registry, m: &Metrics) {
 }
 
 impl Metrics {
+    /// A task claimed from Gitea and queued for backend `b`; also counted in
+    /// [`Figures::claims_last_minute`].
     pub fn claimed(&self, b: BackendKind) {
         self.claimed.get_or_create(&backend(b)).inc();
         let now = Instant::now();
@@ -406,16 +415,20 @@ impl Metrics {
     pub fn fetch_failed(&self, error: &str) {
         self.recent().forge_error = Some(error.to_string());
     }
+    /// A task on `b` done: its executor reported a final state and was deleted.
     pub fn completed(&self, b: BackendKind) {
         self.completed.get_or_create(&backend(b)).inc();
     }
+    /// A task on `b` the dispatcher gave up on itself, reporting (or trying to report) FAILURE.
     pub fn failed(&self, b: BackendKind) {
         self.failed.get_or_create(&backend(b)).inc();
     }
+    /// One FetchTask call to Gitea, answered or not, and how long it took.
     pub fn fetched(&self, took: Duration) {
         self.fetch_calls.inc();
         self.fetch_latency.observe(took.as_secs_f64());
     }
+    /// `n` assignments for `b` queued or being started, as the scheduler read its consumer.
     pub fn queue_depth(&self, b: BackendKind, n: u64) {
         self.queue_depth.get_or_create(&backend(b)).set(n as i64);
     }
@@ -428,58 +441,78 @@ impl Metrics {
             drop(family.get_or_create(&labels));
         }
     }
+    /// `n` executors of `b` running now (the registry's count).
     pub fn in_use(&self, b: BackendKind, n: usize) {
         self.in_use.get_or_create(&backend(b)).set(n as i64);
     }
+    /// Whether this instance holds the scheduler lease now.
     pub fn leader(&self, is: bool) {
         self.leader.set(is as i64);
     }
+    /// The facade handed a task to its executor.
     pub fn handed_out(&self) {
         self.handed_out.inc();
     }
+    /// The facade refused a call whose capability did not verify.
     pub fn facade_refused(&self) {
         self.facade_refused.inc();
     }
+    /// A cache lookup found an entry of the caller's repository.
     pub fn cache_hit(&self) {
         self.cache.hits.inc();
     }
+    /// A cache lookup found none.
     pub fn cache_miss(&self) {
         self.cache.misses.inc();
     }
+    /// The cache refused a request: a forged or expired grant, a wrong runtime token, a download
+    /// without its ticket, an entry too large.
     pub fn cache_refused(&self) {
         self.cache.refused.inc();
     }
+    /// `bytes` of committed cache entries after an eviction sweep.
     pub fn cache_stored(&self, bytes: u64) {
         self.cache.stored_bytes.set(bytes as i64);
     }
+    /// One cache entry of `bytes` bytes evicted.
     pub fn cache_evicted(&self, bytes: u64) {
         self.cache.evicted_bytes.inc_by(bytes);
         self.cache.evicted_entries.inc();
     }
+    /// The facade refused a call (identity on): no client SVID, or not its task's SPIFFE ID.
     pub fn identity_refused(&self) {
         self.identity_refused.inc();
     }
 
+    /// A read, write or delete of an executor's SPIRE entry failed.
     pub fn spire_entry_error(&self) {
         self.spire_entry_errors.inc();
     }
+    /// The SPIRE server refused or did not answer a VM executor's X509-SVID mint.
     pub fn spire_mint_error(&self) {
         self.spire_mint_errors.inc();
     }
+    /// One webhook delivery and its `outcome`: `nudge`, `standby`, `ignored`, `unsigned`,
+    /// `bad_signature`, `too_large`, `malformed` or `replayed`.
     pub fn webhook(&self, outcome: &str) {
         self.webhook
             .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
             .inc();
     }
+    /// A task cancelled at Gitea before its executor fetched it.
     pub fn withdrawn(&self) {
         self.withdrawn.inc();
     }
+    /// An executor replaced by a new attempt of its task.
     pub fn restarted(&self) {
         self.attempts.inc();
     }
+    /// A FetchTask failed after it was sent: Gitea may have claimed a task whose answer never
+    /// arrived.
     pub fn answer_lost(&self) {
         self.answers_lost.inc();
     }
+    /// A nudged FetchTask waited for the nudge budget (`webhook.nudge_burst` used up).
     pub fn nudge_paced(&self) {
         self.nudges_paced.inc();
     }
@@ -498,6 +531,7 @@ impl Metrics {
         }
     }
 
+    /// One read of Forgejo's waiting-jobs API and its `outcome`: `ok`, `nudge` or `error`.
     pub fn waiting_read(&self, outcome: &str) {
         self.waiting_reads
             .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])

@@ -8,7 +8,9 @@ use crate::cache::index::Entry;
 /// An entry as eviction sees it: where it lives (its repository's directory) and its use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
+    /// Its repository's directory in the store ([`super::storage::repo_dir`]).
     pub repository: String,
+    /// The entry's manifest: its size, parts and last use.
     pub entry: Entry,
 }
 

@@ -7,8 +7,9 @@
 //! runner may send (hex, `-` between), and the MAC HMAC-SHA256 with the capability key over
 //! `cache:` and everything before it.
 //!
-//! The worker mints it when it starts the executor (it opens the sealed assignment then, as it
-//! does for the SPIFFE ID) and writes it into the runner's `cache.external_server` URL, so the
+//! It is minted with each executor's spec (`task::spec`, from the assignment opened once in
+//! `task::opened`, as the SPIFFE ID is), whoever starts the executor (the worker, a
+//! replacement, recovery), and written into the runner's `cache.external_server` URL, so the
 //! job's `ACTIONS_CACHE_URL` carries it. The cache recomputes the MAC and compares in constant
 //! time: nothing is looked up, so every dispatcher replica and a restarted one accept it.
 //!
@@ -75,6 +76,7 @@ pub struct Scope {
 /// What the worker mints a grant from: the task's scope and its runtime tokens' digests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskCache {
+    /// The task's repository and refs.
     pub scope: Scope,
     token_digests: Vec<String>,
 }
@@ -82,8 +84,11 @@ pub struct TaskCache {
 /// What a verified grant says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
+    /// The task the grant was minted for.
     pub task: i64,
+    /// Its attempt.
     pub attempt: u32,
+    /// The task's repository and refs, as minted.
     pub scope: Scope,
     token_digests: Vec<String>,
     /// The grant's text without its MAC: what download tickets are bound to.

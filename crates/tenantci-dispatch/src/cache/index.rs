@@ -10,8 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The toolkit caps a key at 512 characters; the version is a 64-hex hash.
+/// The longest key accepted, in bytes: the toolkit caps a key at 512 characters.
 pub const MAX_KEY: usize = 512;
+/// The longest version accepted, in bytes (the toolkit's is 64 hex digits).
 pub const MAX_VERSION: usize = 512;
 /// Keys in one lookup (the primary key and the restore keys; the toolkit allows 10).
 pub const MAX_KEYS: usize = 10;
@@ -19,8 +20,11 @@ pub const MAX_KEYS: usize = 10;
 /// A reserved upload, until its commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reservation {
+    /// The id the upload was given (random; the `cacheId` its ranges and commit name).
     pub id: u64,
+    /// The cache key the job saves under.
     pub key: String,
+    /// The toolkit's version: a hash of the cached paths and the compression.
     pub version: String,
     /// The size announced at the reservation (the toolkit sends it), when it was.
     pub size: Option<u64>,
@@ -34,17 +38,24 @@ pub struct Reservation {
 /// One uploaded range: the part object at `start` holds `len` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
+    /// Offset of its first byte in the entry.
     pub start: u64,
+    /// Its length, in bytes.
     pub len: u64,
 }
 
 /// A committed entry: visible once its manifest exists, served from its parts in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The id its upload was reserved under.
     pub id: u64,
+    /// The cache key it was saved under.
     pub key: String,
+    /// The toolkit's version it was saved with.
     pub version: String,
+    /// Its length, in bytes.
     pub size: u64,
+    /// Its uploaded ranges, in order.
     pub parts: Vec<Part>,
     /// Unix milliseconds.
     pub created: i64,

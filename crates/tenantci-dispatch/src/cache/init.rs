@@ -13,12 +13,19 @@ use tenantci_core::{Error, Result};
 /// The flags as typed.
 #[derive(Debug, Clone, Default)]
 pub struct CacheInputs {
+    /// `--cache-dir`: a directory cache (made absolute).
     pub dir: Option<PathBuf>,
+    /// `--cache-s3-bucket`: a bucket cache instead.
     pub s3_bucket: Option<String>,
+    /// `--cache-s3-endpoint`.
     pub s3_endpoint: Option<String>,
+    /// `--cache-s3-region`.
     pub s3_region: Option<String>,
+    /// `--cache-s3-credentials-file` (made absolute).
     pub s3_credentials_file: Option<PathBuf>,
+    /// `--cache-s3-direct-downloads`.
     pub s3_direct_downloads: bool,
+    /// `--cache-max-size-mib`; None: the kept section's limit, or the default.
     pub max_size_mib: Option<u64>,
 }
 

@@ -9,8 +9,8 @@
 //! - `settings`: `[cache]` of the config; `init`: the section `dispatch init`'s flags give.
 //!
 //! Why here: the dispatcher already holds the capability key that makes the grants, and is
-//! already reached by every executor (Pod or VM) through its proxy; a separate service would
-//! need its own key, certificate and reachability for the same callers.
+//! already reached by every executor, whatever its backend, through its proxy; a separate
+//! service would need its own key, certificate and reachability for the same callers.
 
 pub mod eviction;
 pub mod grant;
@@ -36,12 +36,21 @@ pub fn now() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
 
+/// The shared actions cache of one dispatcher: its store, the key its grants are checked
+/// with, its limits, and the background sweep that keeps it within them ([`Cache::open`]).
 pub struct Cache {
+    /// Where entries live.
     pub storage: Storage,
+    /// The dispatcher's capability key: grants and download tickets are MACs under it.
     pub capability_key: CapabilityKey,
+    /// Where hits, misses, refusals and evictions are counted.
     pub metrics: Arc<Metrics>,
+    /// All entries together at most, in bytes (`cache.max_size_mib`); past it a sweep evicts the
+    /// least recently used.
     pub max_size: u64,
+    /// One entry at most, in bytes (`cache.max_entry_size_mib`); a larger one is refused.
     pub max_entry_size: u64,
+    /// An entry not restored for this long is evicted (`cache.max_age`).
     pub max_age: Duration,
     /// Whether a sweep runs, and whether one more was asked for while it ran: a burst of
     /// commits costs one sweep after the running one, not one each.

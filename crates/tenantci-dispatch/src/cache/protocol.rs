@@ -39,6 +39,7 @@ const JSON_LIMIT: usize = 64 << 10;
 pub struct Refusal(StatusCode, String);
 
 impl Refusal {
+    /// A refusal with `status` and `sentence`, a whole sentence the job's log shows.
     pub fn new(status: StatusCode, sentence: String) -> Self {
         Refusal(status, sentence)
     }

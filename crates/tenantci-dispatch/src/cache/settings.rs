@@ -10,6 +10,7 @@ use tenantci_core::duration::GoDuration;
 
 const MIB: u64 = 1 << 20;
 
+/// The `[cache]` section; absent, no shared cache.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheSettings {
@@ -24,6 +25,8 @@ pub struct CacheSettings {
     /// the same node or cluster network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_endpoint: Option<String>,
+    /// The bucket's region; absent: `AWS_REGION` or `AWS_DEFAULT_REGION` from the
+    /// environment, else `us-east-1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_region: Option<String>,
     /// A 0600 file with the access key id on its first line and the secret key on its second.
@@ -90,14 +93,19 @@ impl CacheSettings {
         }
     }
 
+    /// `max_size_mib` in bytes.
     pub fn max_size(&self) -> u64 {
         self.max_size_mib.saturating_mul(MIB)
     }
 
+    /// `max_entry_size_mib` in bytes.
     pub fn max_entry_size(&self) -> u64 {
         self.max_entry_size_mib.saturating_mul(MIB)
     }
 
+    /// Exactly one store, S3 keys only with a bucket, an http(s) endpoint, a grant lifetime of at
+    /// least 10 minutes, and an entry limit of at least 1 MiB within the whole; the error is in the
+    /// config's message form ("has ...").
     pub fn validate(&self) -> Result<(), String> {
         match (&self.dir, &self.s3_bucket) {
             (Some(_), Some(_)) => {

@@ -14,8 +14,9 @@
 //!   `If-None-Match: *`). So of concurrent commits exactly one wins, in one replica or
 //!   several. Within one replica the commits of one entry also take turns
 //!   ([`Storage::commit`]): a store whose conditional put is a check then a write (moto's is)
-//!   still makes one entry per replica. A kill -9 mid-upload leaves no half entry visible, and the index is the store
-//!   itself (nothing in memory to lose at a restart, nothing to share between replicas).
+//!   still makes one entry per replica. A kill -9 mid-upload leaves no half entry visible,
+//!   and the index is the store itself (nothing in memory to lose at a restart, nothing to
+//!   share between replicas).
 //!
 //! `<repo>` is the first 32 hex digits of SHA-256 of the repository's lower-cased name: a
 //! fixed-width, path-safe name that never spells a path a job chose.
@@ -40,17 +41,26 @@ use crate::cache::settings::CacheSettings;
 /// The largest manifest read (an entry of thousands of parts).
 const MAX_MANIFEST: u64 = 4 << 20;
 
+/// What a read or write of the cache's store failed with.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The store (the directory or the bucket) failed the request.
     #[error("the cache storage failed: {0}")]
     Store(#[from] object_store::Error),
-    /// A manifest larger than any this cache writes ([`MAX_MANIFEST`]); not read.
+    /// A manifest larger than any this cache writes (4 MiB, `MAX_MANIFEST`); not read.
     #[error("a cache manifest is damaged: {at} has {size} bytes")]
-    Oversized { at: Path, size: u64 },
+    Oversized {
+        /// The manifest's path in the store.
+        at: Path,
+        /// Its size, in bytes.
+        size: u64,
+    },
     /// A manifest whose JSON does not decode.
     #[error("a cache manifest is damaged: {at}: {source}")]
     Damaged {
+        /// The manifest's path in the store.
         at: Path,
+        /// What the JSON decoder said.
         #[source]
         source: serde_json::Error,
     },
@@ -62,16 +72,27 @@ pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 /// Why an uploaded range was not kept.
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
+    /// The body went past its Content-Range's length (that length, in bytes).
     #[error("the body holds more bytes than its Content-Range ({0})")]
     TooLong(u64),
     #[error("the body ended after {got} of the {expected} bytes its Content-Range announced")]
-    TooShort { got: u64, expected: u64 },
+    /// The body ended before its Content-Range's length.
+    TooShort {
+        /// Bytes received.
+        got: u64,
+        /// Bytes the Content-Range announced.
+        expected: u64,
+    },
+    /// The request body's stream failed (the client went away, or the connection broke).
     #[error("the upload broke off: {0}")]
     Body(#[source] BodyError),
+    /// The store failed while the range was written.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
+/// The cache's object store, laid out as the module header says, and what this process
+/// remembers of it: manifests read before, commits in progress.
 pub struct Storage {
     store: Arc<dyn ObjectStore>,
     /// `s3_direct_downloads`: the bucket, which signs the URLs restores read it by.
@@ -196,11 +217,14 @@ impl Storage {
             })
     }
 
+    /// Writes the reservation `r` of a new upload into the repository directory `repo`.
     pub async fn reserve(&self, repo: &str, r: &Reservation) -> Result<(), StoreError> {
         self.put_json(&path(repo, &format!("uploads/{}.json", r.id)), r)
             .await
     }
 
+    /// The reservation `id` in `repo`; None when there is none (never made, committed, or dropped
+    /// as stale).
     pub async fn reservation(
         &self,
         repo: &str,
@@ -634,6 +658,7 @@ fn manifest_version(m: &object_store::ObjectMeta) -> String {
 /// What one listing of the store holds: committed entries, and where reservations are.
 #[derive(Default)]
 pub struct Inventory {
+    /// Every committed entry, with its repository directory.
     pub entries: Vec<Stored>,
     /// `(repository directory, reservation manifest)`.
     pub uploads: Vec<(String, Path)>,

@@ -1,6 +1,7 @@
 //! The per-task SPIRE registration entries, pure: which `ClusterStaticEntry`
 //! (`spire.spiffe.io/v1alpha1`) each scheduled executor Pod must have, and what to write or
-//! delete to get there. `registrar` carries the plan out.
+//! delete to get there. The pod backend's `registrar` (`backend::pod::registrar`) carries the
+//! plan out.
 //!
 //! One entry per executor Pod, written once the Pod is scheduled: its parent is the SPIRE agent
 //! of the Pod's node (`identity.parent_template` with the node's UID), and its selectors pin
@@ -20,17 +21,24 @@ use serde_json::{Value, json};
 use crate::identity::Parsed;
 use tenantci_core::spiffe::id::Values;
 
+/// The API group of SPIRE's controller-manager resources.
 pub const GROUP: &str = "spire.spiffe.io";
+/// Their API version.
 pub const VERSION: &str = "v1alpha1";
 /// `GROUP/VERSION`, as `apiVersion` and discovery name it.
 pub const API_VERSION: &str = "spire.spiffe.io/v1alpha1";
+/// The kind of a per-task entry.
 pub const KIND: &str = "ClusterStaticEntry";
+/// Its resource name in API paths.
 pub const PLURAL: &str = "clusterstaticentries";
 
+/// The label marking what a tenantci dispatcher wrote.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Its value.
 pub const MANAGED_BY: &str = "tenantci-dispatcher";
 /// The dispatch namespace whose executor the entry is for.
 pub const NAMESPACE_LABEL: &str = "tenantci.io/dispatch-namespace";
+/// The Gitea task whose executor the entry is for.
 pub const TASK_LABEL: &str = "tenantci.io/task-id";
 
 /// The executor's unix uid (the Pod's `runAsUser`): the second selector.
@@ -54,9 +62,13 @@ pub fn entry_name(namespace: &str, pod_name: &str) -> String {
 /// An executor Pod that is scheduled, as its entry needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduledPod {
+    /// The Gitea task it runs.
     pub task: i64,
+    /// Its name; the entry is named after it ([`entry_name`]).
     pub pod_name: String,
+    /// Its UID, pinned by the `k8s:pod-uid` selector.
     pub pod_uid: String,
+    /// The node it is scheduled on, whose UID renders the entry's parent.
     pub node_name: String,
     /// The task's SPIFFE ID (the Pod's `tenantci.io/spiffe-id` annotation).
     pub spiffe_id: String,
@@ -65,9 +77,13 @@ pub struct ScheduledPod {
 /// An entry as listed: enough to tell whether it is its Pod's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveEntry {
+    /// The entry's name.
     pub name: String,
+    /// Its `resourceVersion`, to replace it with; None when the listing gave none.
     pub resource_version: Option<String>,
+    /// Its `spec.spiffeID`; empty when absent.
     pub spiffe_id: String,
+    /// Its `spec.selectors`.
     pub selectors: Vec<String>,
 }
 
@@ -109,11 +125,16 @@ pub enum Action {
     /// Write `pod`'s entry: create it, or (`replace` names the live version) rewrite the
     /// entry of an earlier attempt of the same name.
     Write {
+        /// The Pod the entry is for.
         pod: ScheduledPod,
+        /// The live entry's `resourceVersion` to replace; None: create a new entry.
         replace: Option<String>,
     },
     /// Delete the entry `name`: its Pod is gone.
-    Delete { name: String },
+    Delete {
+        /// The entry's name.
+        name: String,
+    },
 }
 
 /// The writes and deletes that give every scheduled Pod in `pods` its entry and leave no

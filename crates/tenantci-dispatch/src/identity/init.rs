@@ -8,15 +8,22 @@ use tenantci_core::{Error, Result};
 /// The flags as typed.
 #[derive(Debug, Clone, Default)]
 pub struct IdentityInputs {
+    /// `--spiffe-trust-domain`; None: identity off, and every other flag here refused.
     pub trust_domain: Option<String>,
+    /// `--spiffe-id-template`; None: the default.
     pub id_template: Option<String>,
+    /// `--spiffe-parent-template`; None: the default.
     pub parent_template: Option<String>,
     /// SPIRE's name for the cluster; None: the tenant cluster's name.
     pub cluster: Option<String>,
+    /// `--spiffe-facade-id`; None: the dispatcher ServiceAccount's ID in the namespace.
     pub facade_id: Option<String>,
+    /// `--spiffe-source` (`workload-api`, `files:DIR`); None: `workload-api`.
     pub source: Option<String>,
     /// The SPIRE Server API (HOST:PORT) for VM executors' SVIDs.
     pub server_address: Option<String>,
+    /// `--spiffe-server-id`: the SPIRE server's SPIFFE ID; None:
+    /// `spiffe://<trust domain>/spire/server`.
     pub server_id: Option<String>,
     /// The entries' className; None: the hardened chart's default.
     pub class_name: Option<String>,

@@ -1,15 +1,17 @@
 //! Executor identity (issue 15, the `[identity]` section): which SPIFFE ID a task's executor
-//! must present at the facade, and the SPIRE entries that give it to the executor's Pod.
-//! `settings` is the config section, `init` the `--spiffe-*` flags, `entries` (pure) and
-//! `registrar` (I/O) one ClusterStaticEntry per scheduled executor Pod; `own` the
-//! dispatcher's SVID at run time, which the facade presents and, for VM executors (no SPIRE
-//! agent in a sandbox), the dispatcher uses to mint each sandbox's SVID at the SPIRE server.
+//! must present at the facade, and how the executor gets its SVID. `settings` is the config
+//! section, `init` the `--spiffe-*` flags; `entries` (pure) plans one ClusterStaticEntry per
+//! scheduled executor Pod, for the node's SPIRE agent to serve, and the pod backend's
+//! `registrar` (`backend::pod::registrar`) writes them; `own` is the dispatcher's SVID at run
+//! time, which the facade presents and with which, for an executor that runs no SPIRE agent
+//! (a VM sandbox), the dispatcher mints the executor's SVID at the SPIRE server.
 //!
 //! A task's ID is rendered from its own Gitea context (`repository`, `job`), which only the
-//! sealed assignment carries. The worker opens the assignment when it starts the executor,
-//! renders the ID and binds it into the capability (`capability::CapabilityKey::token_for`):
-//! the facade then checks the client's SPIFFE ID with the capability alone, statelessly, on
-//! every request, including those after the assignment left the Secret.
+//! sealed assignment carries. The executor's spec (`task::spec`, from the assignment opened
+//! once in `task::opened`) renders the ID and binds it into the capability
+//! (`capability::CapabilityKey::token_for`): the facade then checks the client's SPIFFE ID
+//! with the capability alone, statelessly, on every request, including those after the
+//! sealed assignment is dropped at the executor's first report.
 
 pub mod entries;
 pub mod init;

@@ -1,8 +1,8 @@
 //! The dispatcher's own SVID at run time (`[identity]`): opened once at start and checked
 //! against `identity.facade_id`, then used twice: the facade presents it to executors
 //! ([`Own::facade_tls`]), and with the VM backend the dispatcher presents it to the SPIRE
-//! Server API as an admin workload to mint the sandboxes' SVIDs ([`Own::server_api`]). One source
-//! for both, so one rotation reaches both.
+//! Server API as an admin workload to mint the sandboxes' SVIDs ([`Own::server_api`]). One
+//! source for both, so one rotation reaches both.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,8 @@ use tenantci_core::{Error, Result};
 /// entry within its reconcile interval (10 s by default), so this covers a fresh install.
 const FIRST_SVID: Duration = Duration::from_secs(30);
 
+/// The dispatcher's own SVID source, checked to hold `identity.facade_id`, and the parsed
+/// `[identity]` section it was opened from ([`Own::open`]).
 pub struct Own {
     parsed: Parsed,
     source: Arc<dyn SvidSource>,
@@ -55,9 +57,10 @@ impl Own {
     }
 
     /// The SPIRE Server API client the VM backend mints its sandboxes' SVIDs with (None: no
-    /// server configured; `Config::validate` made sure there is one when `vm` is set). One mTLS handshake with the server first: a server that
-    /// presents another ID, or refuses the dispatcher's SVID, is a configuration error said
-    /// now; a server that does not answer is waited out per task, like an OpenSandbox outage.
+    /// server configured; `Config::validate` made sure there is one when `vm` is set). One
+    /// mTLS handshake with the server first: a server that presents another ID, or refuses
+    /// the dispatcher's SVID, is a configuration error said now; a server that does not
+    /// answer is waited out per task, like an OpenSandbox outage.
     pub async fn server_api(&self) -> Result<Option<ServerApi>> {
         let Some(server) = &self.parsed.server else {
             return Ok(None);

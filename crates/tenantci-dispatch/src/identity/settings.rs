@@ -12,6 +12,7 @@ use tenantci_core::spiffe::id::{self, IdTemplate};
 use tenantci_core::spiffe::server_api;
 use tenantci_core::spiffe::{SourceSpec, SpiffeId, TrustDomain};
 
+/// The `[identity]` section as the operator spelled it; [`Identity::parse`] checks it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Identity {
@@ -49,13 +50,18 @@ pub struct Identity {
     pub class_name: String,
 }
 
+/// The section's defaults (`init` uses them for flags not given).
 pub mod defaults {
+    /// `spiffe://{trust_domain}/gitea/{repository}/{job}`: one ID per repository and job.
     pub fn id_template() -> String {
         tenantci_core::spiffe::id::DEFAULT_ID_TEMPLATE.into()
     }
+    /// The SPIRE agent of the Pod's node under k8s_psat attestation:
+    /// `spiffe://{trust_domain}/spire/agent/k8s_psat/{cluster}/{node_uid}`.
     pub fn parent_template() -> String {
         tenantci_core::spiffe::id::DEFAULT_PARENT_TEMPLATE.into()
     }
+    /// `workload-api`: the SPIFFE Workload API at `SPIFFE_ENDPOINT_SOCKET`.
     pub fn source() -> String {
         "workload-api".into()
     }
@@ -74,18 +80,26 @@ pub mod defaults {
 /// Where VM executors' SVIDs are minted (`identity.server_address`, `identity.server_id`).
 #[derive(Debug, Clone)]
 pub struct SpireServer {
+    /// `HOST:PORT` of the SPIRE Server API.
     pub address: String,
+    /// The server's SPIFFE ID: the only one accepted there.
     pub id: SpiffeId,
 }
 
 /// The section parsed: what `run` and the worker use.
 #[derive(Debug, Clone)]
 pub struct Parsed {
+    /// The SPIFFE trust domain.
     pub trust_domain: TrustDomain,
+    /// Each task's SPIFFE ID.
     pub id_template: IdTemplate,
+    /// A task entry's parent: the SPIRE agent of its Pod's node.
     pub parent_template: IdTemplate,
+    /// The cluster's name as SPIRE's k8s_psat attestor knows it; None: not set.
     pub cluster: Option<String>,
+    /// The facade's own SPIFFE ID.
     pub facade_id: SpiffeId,
+    /// Where the dispatcher and each executor-proxy get their SVIDs.
     pub source: SourceSpec,
     /// Set when `identity.server_address` is.
     pub server: Option<SpireServer>,
@@ -166,6 +180,8 @@ impl Identity {
         }))
     }
 
+    /// [`Self::parse`], the result dropped: whether the section is valid, the error in the
+    /// config's message form ("has identity.KEY ...").
     pub fn validate(&self) -> Result<(), String> {
         self.parse().map(|_| ())
     }

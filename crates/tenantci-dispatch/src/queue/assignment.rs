@@ -4,8 +4,9 @@
 //! enqueued-at) and the task payload (which holds the task's secrets) sealed with
 //! XChaCha20-Poly1305 under a key only the dispatcher holds: NATS, its store files and anyone
 //! with read access to the stream see ciphertext only. The associated data binds the version,
-//! task id, attempt and backend, so a sealed payload copied into another assignment does not
-//! open.
+//! task id, attempt and backend (and the resource class, when one is named), so a sealed
+//! payload copied into another assignment does not open. [`SealingKey`] is that key and its
+//! file.
 //!
 //! Does not publish or consume (`producer`, `consumer`); does not know what the payload means.
 
@@ -38,6 +39,8 @@ pub struct Assignment {
     pub task_id: String,
     /// 1 for the first try; a retry of the same task is a new attempt (and a new Msg-Id).
     pub attempt: u32,
+    /// The backend that runs it: it travels on that backend's subject to its consumer. Bound to
+    /// the ciphertext.
     pub backend: BackendKind,
     /// The job's runs-on labels.
     #[serde(default)]
@@ -56,8 +59,11 @@ pub struct Assignment {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sealed {
+    /// The AEAD that sealed it ([`ALG`]).
     pub alg: String,
+    /// The 24-byte XChaCha20 nonce, base64.
     pub nonce: String,
+    /// The ciphertext with its tag, base64.
     pub ciphertext: String,
 }
 
@@ -70,20 +76,25 @@ impl std::fmt::Debug for Sealed {
     }
 }
 
+/// Why an assignment could not be built, decoded or opened.
 #[derive(Debug, thiserror::Error)]
 pub enum AssignmentError {
     /// The offending id as given (data shown to the operator, not a lost cause).
     #[error("the task id `{0}` is not 1-128 characters of [A-Za-z0-9_-]")]
     BadTaskId(String),
+    /// An attempt of 0; attempts count from 1.
     #[error("the attempt must be at least 1")]
     BadAttempt,
+    /// Not JSON of this schema (or not JSON at all).
     #[error("the assignment is not valid JSON of schema v{VERSION}: {0}")]
     Decode(#[source] serde_json::Error),
+    /// Another schema version: the one the assignment carries.
     #[error("the assignment has schema version {0}; this build reads v{VERSION}")]
     Version(u32),
     /// The algorithm the assignment names (data shown to the operator, not a lost cause).
     #[error("the sealed payload uses `{0}`; this build opens `{ALG}`")]
     Alg(String),
+    /// The sealed payload does not open; which part failed.
     #[error(
         "the sealed payload does not open with this key (wrong key, or it was tampered with or moved)"
     )]
@@ -96,11 +107,13 @@ pub enum AssignmentError {
 /// Which part of a sealed payload did not open ([`AssignmentError::Open`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Unopened {
+    /// The nonce is not standard base64.
     #[error("the nonce is not base64: {0}")]
     NonceEncoding(#[source] base64::DecodeError),
     /// The nonce's length in bytes (XChaCha20 takes 24).
     #[error("the nonce has {0} bytes, not 24")]
     NonceLength(usize),
+    /// The ciphertext is not standard base64.
     #[error("the ciphertext is not base64: {0}")]
     CiphertextEncoding(#[source] base64::DecodeError),
     /// The tag does not verify: another key, or a changed ciphertext or bound field. The
@@ -120,12 +133,14 @@ impl std::fmt::Debug for SealingKey {
 }
 
 impl SealingKey {
+    /// A new random key (what [`Self::load_or_create`] writes where none exists).
     pub fn generate() -> Self {
         let mut k = [0u8; 32];
         rand::rng().fill_bytes(&mut k);
         SealingKey(k)
     }
 
+    /// The key from its 32 raw bytes.
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         SealingKey(bytes)
     }
@@ -286,6 +301,7 @@ impl Assignment {
         format!("{}:{}", self.task_id, self.attempt)
     }
 
+    /// The JSON published on the queue (what [`Assignment::from_json`] reads back).
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("an assignment always serializes")
     }

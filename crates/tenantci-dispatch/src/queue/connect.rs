@@ -4,7 +4,7 @@
 //! client connects to one and fails over to the others; losing and regaining the connection
 //! is logged.
 //!
-//! Errors are `tenantci::Error`s naming the URL: unreachable or refused -> exit 3, a bad URL
+//! Errors are `tenantci_core::Error`s naming the URL: unreachable or refused -> exit 3, a bad URL
 //! or an unreadable password file -> exit 2.
 
 use std::path::Path;

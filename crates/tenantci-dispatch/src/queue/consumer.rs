@@ -2,12 +2,14 @@
 //! is free, so the worker never holds more assignments than it can start.
 //!
 //! Each free slot becomes one pull request for exactly one message (never a prefetch batch:
-//! async-nats' `messages()` would hoard 200), sent by one of at most [`MAX_LANES`] lanes. An assignment's slot stays taken while the handler
-//! runs and, if the handler keeps it ([`Job::hold_slot`]), for the workload's lifetime.
+//! async-nats' `messages()` would hoard 200), sent by one of at most [`MAX_LANES`] lanes. An
+//! assignment's slot stays taken while the handler runs and, if the handler keeps it
+//! ([`Job::hold_slot`]), for the workload's lifetime.
 //! Outcomes: [`Outcome::Started`] acks (after the workload exists, confirmed by the server);
-//! [`Outcome::Retry`] NAKs with exponential backoff (TERM once `max_deliver` is spent);
-//! [`Outcome::Poison`] and undecodable messages are TERMed with a log line. While the handler
-//! runs, progress acks (`+WPI`) keep the delivery from timing out.
+//! [`Outcome::Retry`] NAKs with exponential backoff and [`Outcome::Wait`] after the base delay
+//! (either is TERMed once `max_deliver` is spent); [`Outcome::Poison`], undecodable messages
+//! and another backend's assignments are TERMed with a log line. While the handler runs,
+//! progress acks (`+WPI`) keep the delivery from timing out.
 //!
 //! The server's `max_ack_pending` (= capacity, see `topology`) is the second, independent cap.
 
@@ -35,6 +37,7 @@ pub struct ConsumerSettings {
     pub progress_every: Option<Duration>,
     /// First NAK delay; doubles per delivery up to `nak_max`.
     pub nak_base: Duration,
+    /// Longest NAK delay: the backoff stops doubling there.
     pub nak_max: Duration,
     /// Wait for the server to confirm each ack (double ack): the assignment is known removed.
     pub confirm_acks: bool,
@@ -129,6 +132,8 @@ struct Counters {
     termed: AtomicU64,
 }
 
+/// What a consumer did since it was bound ([`CappedConsumer::stats`]); for tests and
+/// benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     /// Assignments received and not yet finished (slot still taken).
@@ -137,10 +142,16 @@ pub struct Stats {
     pub max_in_flight: usize,
     /// The largest pull request sent (always 1).
     pub max_pull_batch: usize,
+    /// Pull requests sent.
     pub pulls: u64,
+    /// Deliveries received, redeliveries included.
     pub delivered: u64,
+    /// Acks sent (and, with `confirm_acks`, confirmed): workloads started.
     pub acked: u64,
+    /// NAKs sent: deliveries to be redelivered ([`Outcome::Retry`], [`Outcome::Wait`]).
     pub naked: u64,
+    /// TERMs sent: poison, undecodable or another backend's assignments, and transient failures
+    /// on the last delivery.
     pub termed: u64,
 }
 
@@ -180,9 +191,12 @@ fn take_slot(counters: &Arc<Counters>, permit: OwnedSemaphorePermit) -> Slot {
 
 /// One delivered assignment, handed to the handler.
 pub struct Job {
+    /// The assignment, decoded and checked but still sealed.
     pub assignment: Assignment,
     /// How many times the server has delivered it (1 = first delivery).
     pub delivered: i64,
+    /// Its sequence in the stream; 0 when the delivery's metadata could not be read, or outside
+    /// a consumer.
     pub stream_sequence: u64,
     /// The server delivers no more after this one (a finite `max_deliver` reached): a
     /// transient failure now is final.
@@ -217,11 +231,15 @@ impl Job {
 /// Errors binding to a consumer.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
+    /// A capacity of 0.
     #[error("the capacity must be at least 1")]
     Capacity,
+    /// The backend's durable consumer could not be looked up or read at the server.
     #[error("cannot look up the JetStream consumer `{consumer}` on stream {STREAM}: {source}")]
     Lookup {
+        /// The consumer's name (the backend's).
         consumer: &'static str,
+        /// What NATS answered.
         #[source]
         source: async_nats::Error,
     },
@@ -287,10 +305,12 @@ impl CappedConsumer {
         })
     }
 
+    /// The backend whose durable consumer this is.
     pub fn backend(&self) -> BackendKind {
         self.backend
     }
 
+    /// Admission slots: the most assignments held at once.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -321,6 +341,7 @@ impl CappedConsumer {
         }
     }
 
+    /// The counters now.
     pub fn stats(&self) -> Stats {
         let c = &self.counters;
         Stats {
@@ -338,8 +359,9 @@ impl CappedConsumer {
     /// Pulls and handles assignments until `shutdown` resolves, then waits for running
     /// handlers (pulls still waiting are abandoned; they expire at the server).
     ///
-    /// `2 x capacity` lanes, each with one long-lived inbox subscription, compete for the
-    /// `capacity` slots; a lane sends a pull for one message only while it holds a slot.
+    /// Two lanes per slot, at most [`MAX_LANES`] ([`lanes_for`]), each with one long-lived
+    /// inbox subscription, compete for the `capacity` slots; a lane sends a pull for one
+    /// message only while it holds a slot.
     pub async fn run<H, F>(&self, handler: H, shutdown: impl Future<Output = ()>)
     where
         H: Fn(Job) -> F + Send + Sync + 'static,

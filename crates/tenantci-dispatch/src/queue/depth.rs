@@ -1,4 +1,6 @@
-//! `queue status`: what each backend's consumer holds, read from JetStream.
+//! What each backend's consumer holds, read from JetStream: the report of `queue status`
+//! ([`read`]), and the queue depth the scheduler and the status API count ([`depth`],
+//! [`depth_now`]).
 
 use std::path::Path;
 
@@ -12,12 +14,16 @@ use crate::backend_kind::BackendKind;
 /// `queue status -o json`.
 #[derive(Debug, Serialize)]
 pub struct StatusReport {
+    /// The stream's name ([`STREAM`]).
     pub stream: String,
+    /// One per backend asked for, in that order.
     pub consumers: Vec<ConsumerStatus>,
 }
 
+/// One backend's durable consumer, as JetStream reports it.
 #[derive(Debug, Serialize)]
 pub struct ConsumerStatus {
+    /// Its name: the backend's.
     pub consumer: String,
     /// Assignments waiting for a free slot.
     pub pending: u64,
@@ -25,6 +31,7 @@ pub struct ConsumerStatus {
     pub in_flight: usize,
     /// max_ack_pending.
     pub capacity: i64,
+    /// Delivered more than once and not acked yet (JetStream's `num_redelivered`).
     pub redelivered: usize,
     /// Pull requests waiting at the server.
     pub waiting_pulls: usize,

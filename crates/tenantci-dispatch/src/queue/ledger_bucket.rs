@@ -8,7 +8,7 @@ use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 
 /// The bucket's name; its stream is `KV_CI_CLAIMS`, its subjects `$KV.CI_CLAIMS.>`.
 pub const BUCKET: &str = "CI_CLAIMS";
-/// How long an entry lives after its last write (see the module header).
+/// How long an entry lives after its last write (24 h; why: `task::ledger`'s header).
 pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// Room for an entry's own fields around the largest assignment the queue takes.
 pub const ENTRY_OVERHEAD: i32 = 64 * 1024;

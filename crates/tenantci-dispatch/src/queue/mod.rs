@@ -1,7 +1,7 @@
 //! The JetStream job queue between the Gitea dispatcher's scheduler and its backends.
 //!
-//! - [`topology`]: the stream `CI_RUNNER` and the durable pull consumers `pod` / `vm`, computed
-//!   as data and applied idempotently (create or update).
+//! - [`topology`]: the stream `CI_RUNNER` and one durable pull consumer per backend (named
+//!   after it), computed as data and applied idempotently (create or update).
 //! - [`permissions`]: the nats-server `authorization` fragment for `ci-admin`, `ci-producer`
 //!   and `ci-worker`, with bcrypt hashes, and the password files behind it.
 //! - [`assignment`]: the message on the queue, versioned JSON with the task payload sealed by a
@@ -35,6 +35,7 @@ pub mod users {
     pub const PRODUCER: &str = "ci-producer";
     /// Pulls and acks on the backends' consumers, nothing else.
     pub const WORKER: &str = "ci-worker";
+    /// Every user, in the order the `authorization` fragment lists them.
     pub const ALL: [&str; 3] = [ADMIN, PRODUCER, WORKER];
 
     /// The inbox prefix a user's client must set (`_INBOX_<user>`): each user may only

@@ -5,9 +5,10 @@
 //! [`ensure_passwords`] creates the random password files (0600) or keeps existing ones.
 //!
 //! Least privilege: `ci-admin` only talks to the JetStream API; `ci-producer` only publishes
-//! assignments and reads its PubAcks; `ci-worker` only pulls, acks and reads info of the two
-//! consumers, and reads and writes the claim ledger's entries (not its config). Each user subscribes only below its own inbox prefix (`_INBOX_<user>.>`), so
-//! nobody can read another user's replies. Anything not allowed is denied.
+//! assignments and reads its PubAcks; `ci-worker` only pulls, acks and reads info of each
+//! backend's consumer, and reads and writes the claim ledger's entries (not its config). Each
+//! user subscribes only below its own inbox prefix (`_INBOX_<user>.>`), so nobody can read
+//! another user's replies. Anything not allowed is denied.
 
 use std::path::{Path, PathBuf};
 
@@ -25,8 +26,11 @@ pub const BCRYPT_COST: u32 = 11;
 /// What one user may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserPermissions {
+    /// The NATS user ([`users`]).
     pub user: &'static str,
+    /// Subjects it may publish to (nats-server wildcards).
     pub publish: Vec<String>,
+    /// Subjects it may subscribe to: below its own inbox prefix only.
     pub subscribe: Vec<String>,
 }
 
@@ -138,9 +142,13 @@ pub fn read_password(path: &Path) -> tenantci_core::Result<String> {
 
 /// One user's password, and whether this call created it.
 pub struct Password {
+    /// The NATS user ([`users`]).
     pub user: &'static str,
+    /// Its password file.
     pub path: PathBuf,
+    /// The clear-text password; `Debug` leaves it out.
     pub secret: String,
+    /// True when this call wrote the file; false when an existing one was kept.
     pub created: bool,
 }
 
@@ -187,15 +195,22 @@ pub fn ensure_passwords(secrets_dir: &Path) -> tenantci_core::Result<Vec<Passwor
 /// What `queue nats-config` did.
 #[derive(Debug, serde::Serialize)]
 pub struct NatsConfigReport {
+    /// Where the fragment is.
     pub fragment: PathBuf,
+    /// False when the file already held this fragment byte for byte and was left alone.
     pub fragment_written: bool,
+    /// Each user's password file.
     pub users: Vec<UserReport>,
 }
 
+/// One user's password file, in [`NatsConfigReport`].
 #[derive(Debug, serde::Serialize)]
 pub struct UserReport {
+    /// The NATS user.
     pub user: String,
+    /// Its password file.
     pub password_file: PathBuf,
+    /// True when this run created it.
     pub password_created: bool,
 }
 

@@ -18,11 +18,17 @@ use super::assignment::Assignment;
 /// How a publish ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Published {
-    /// Stored at this stream sequence.
-    Stored { sequence: u64 },
+    /// The stream stored it.
+    Stored {
+        /// The stream sequence it was stored at.
+        sequence: u64,
+    },
     /// The same task id + attempt was already in the stream inside the duplicate window; the
     /// stream kept the first copy (its sequence).
-    Duplicate { sequence: u64 },
+    Duplicate {
+        /// The first copy's stream sequence.
+        sequence: u64,
+    },
 }
 
 /// Why an assignment was not stored. Each variant keeps what async-nats answered as its source
@@ -36,30 +42,43 @@ pub enum PublishError {
         server_words(source)
     )]
     Full {
+        /// The assignment's Msg-Id ([`Assignment::msg_id`]).
         msg_id: String,
+        /// What async-nats answered.
         #[source]
         source: NatsPublishError,
     },
+    /// Nothing captured the subject: the stream is missing, or (in a cluster) its raft group is
+    /// electing a leader.
     #[error("the stream CI_RUNNER does not exist; the assignment `{msg_id}` was not stored")]
     NoStream {
+        /// The assignment's Msg-Id ([`Assignment::msg_id`]).
         msg_id: String,
+        /// What async-nats answered (stream not found).
         #[source]
         source: NatsPublishError,
     },
     /// Every attempt timed out; the source is the last one's error.
     #[error("no PubAck for the assignment `{msg_id}` after {attempts} attempts")]
     TimedOut {
+        /// The assignment's Msg-Id ([`Assignment::msg_id`]).
         msg_id: String,
+        /// Attempts made, each timed out.
         attempts: u32,
+        /// The last attempt's timeout.
         #[source]
         source: NatsPublishError,
     },
+    /// JetStream refused it for another reason (its words are in the message); publishing it again
+    /// will not help.
     #[error(
         "JetStream refused the assignment `{msg_id}`: {}",
         server_words(source)
     )]
     Rejected {
+        /// The assignment's Msg-Id ([`Assignment::msg_id`]).
         msg_id: String,
+        /// What async-nats answered, the server's API error inside.
         #[source]
         source: NatsPublishError,
     },
@@ -121,10 +140,13 @@ impl Producer {
     /// Default attempts (first try + retries on timeout).
     pub const ATTEMPTS: u32 = 3;
 
+    /// A producer with the defaults [`Self::ACK_TIMEOUT`] and [`Self::ATTEMPTS`].
     pub fn new(client: async_nats::Client) -> Self {
         Self::with_timeout(client, Self::ACK_TIMEOUT, Self::ATTEMPTS)
     }
 
+    /// A producer that waits `ack_timeout` for each PubAck and tries at most `attempts` times (at
+    /// least once).
     pub fn with_timeout(client: async_nats::Client, ack_timeout: Duration, attempts: u32) -> Self {
         let js = jetstream::ContextBuilder::new()
             .timeout(ack_timeout)

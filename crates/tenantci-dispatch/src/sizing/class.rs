@@ -5,7 +5,7 @@
 //!
 //! Invariant: a job's labels pick exactly one class, or the job is refused with a sentence
 //! naming its labels and the classes (never a silent default). Without classes nothing here
-//! applies and a job is routed as before (`routing::route`).
+//! applies and a job is routed by the backends' own labels alone (`claim::routing::route`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,8 +46,8 @@ pub struct ExecutorClass {
     /// Pod runtimeClassName; absent: `executor.runtime_class_name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
-    /// A warm pool of pause Pods sized like this class's executors (pod classes only);
-    /// absent: none.
+    /// A warm pool of pause Pods sized like this class's executors (only on a backend whose
+    /// executors run on rented nodes); absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<WarmPool>,
 }

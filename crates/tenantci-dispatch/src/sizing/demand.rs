@@ -1,7 +1,8 @@
-//! The warm pools' demand as the leader's actors report it: the webhook's announcements, the
-//! scheduler's claims, the worker's warm hits; read by the pod backend's pause-Deployment
-//! applier (`backend::pod::pause`), which sizes each pool by [`super::warm`]'s plan. Lives as
-//! long as the process, across leadership terms.
+//! The warm pools' demand as the leader's actors report it: the webhook's announcements and
+//! the scheduler's claims; read by the pod backend's pause-Deployment applier
+//! (`backend::pod::pause`), which sizes each pool by [`super::warm`]'s plan and records the
+//! slots it applied, and by the worker, which asks whether a warm slot was there for its hit
+//! and miss counts. Lives as long as the process, across leadership terms.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -20,7 +21,7 @@ struct ClassDemand {
     warm: u32,
 }
 
-/// One class's demand as the leader's actors see it (only classes with a warm pool); it lives
+/// Each class's demand as the leader's actors see it (only classes with a warm pool); it lives
 /// as long as the process, across leader terms.
 pub struct WarmDemand {
     origin: Instant,
@@ -28,6 +29,7 @@ pub struct WarmDemand {
 }
 
 impl WarmDemand {
+    /// No demand yet for each class of `classes` with a warm pool; other classes are not tracked.
     pub fn new(classes: &[ExecutorClass]) -> Self {
         let classes = classes
             .iter()

@@ -20,6 +20,9 @@ use class::ExecutorClass;
 use resources::Resources;
 use tenantci_core::duration::GoDuration;
 
+/// The `[executor]` section: what every executor runs (images, runner command, shutdown
+/// timeout), how large it is (resources, classes) and, for Pods, where it is placed (node
+/// selector, tolerations, runtime class) and how its images are pulled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutorSettings {
@@ -100,11 +103,14 @@ impl ExecutorSettings {
 /// The runner binary the executor image ships.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunnerCommand {
+    /// `act_runner` (gitea/act_runner); the default.
     #[default]
     #[serde(rename = "act_runner")]
     ActRunner,
+    /// `gitea-runner` (gitea/runner 1.0 and later).
     #[serde(rename = "gitea-runner")]
     GiteaRunner,
+    /// `forgejo-runner` (Forgejo's runner).
     #[serde(rename = "forgejo-runner")]
     ForgejoRunner,
 }
@@ -119,6 +125,7 @@ impl RunnerCommand {
         }
     }
 
+    /// The binary's name, which is also how the config spells it.
     pub fn binary(self) -> &'static str {
         match self {
             RunnerCommand::ActRunner => "act_runner",
@@ -163,6 +170,7 @@ pub mod defaults {
 
     use tenantci_core::duration::GoDuration;
 
+    /// 30 s.
     pub fn shutdown_timeout() -> GoDuration {
         Duration::from_secs(30).into()
     }

@@ -19,8 +19,9 @@ use tenantci_core::quantity::{self, Milli};
 use tenantci_core::{Error, Result};
 use tenantci_runner::tenant::sizing::{self, PodTotal};
 
-/// The executor-proxy sidecar's requests (a small async forwarder).
+/// The executor-proxy sidecar's CPU request (a small async forwarder).
 pub const PROXY_CPU: &str = "10m";
+/// Its memory request.
 pub const PROXY_MEMORY: &str = "32Mi";
 /// Its memory limit: a runaway proxy is killed, not the node.
 pub const PROXY_MEMORY_LIMIT: &str = "64Mi";
@@ -33,13 +34,19 @@ pub const DEFAULT_EPHEMERAL_STORAGE: &str = "2Gi";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
+    /// The runner container's CPU request, a Kubernetes quantity (`1800m`).
     pub cpu: String,
+    /// Its CPU limit; None: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_limit: Option<String>,
+    /// Its memory request, a Kubernetes quantity (`1728Mi`).
     pub memory: String,
+    /// Its memory limit; None: the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<String>,
+    /// Its ephemeral-storage request, a Kubernetes quantity.
     pub ephemeral_storage: String,
+    /// Its ephemeral-storage limit, which also bounds the scratch emptyDir; None: the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ephemeral_storage_limit: Option<String>,
 }

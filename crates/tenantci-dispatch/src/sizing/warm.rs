@@ -1,7 +1,8 @@
 //! How many warm slots (pause Pods sized like a class's executors, each holding one rented
 //! node's worth of room) a resource class should have now: a pure decision over what the
-//! dispatcher sees of demand. The leader applies it (`backend::pod::pause`); the warm-pool benchmark
-//! (`examples/bench_warm_pool.rs`) drives pause Pods with it against the simulator.
+//! dispatcher sees of demand. The leader applies it (`backend::pod::pause`); the warm-pool
+//! benchmark (`bench_warm_pool` in `tenantci-bench`) drives pause Pods with it against the
+//! simulator.
 //!
 //! The rule, and why:
 //! - **Grow at once to the demand in sight**: jobs announced by the `workflow_job` webhook and
@@ -74,6 +75,7 @@ pub struct Arrivals {
 }
 
 impl Arrivals {
+    /// No arrivals yet; [`Self::recent`] counts those less than `window` old.
     pub fn new(window: Duration) -> Self {
         Arrivals {
             window,

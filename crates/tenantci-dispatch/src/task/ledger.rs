@@ -8,17 +8,17 @@
 //! moves forward (claimed, queued, started, fetched, reported, final); a new attempt restarts
 //! at `started`; a final entry never changes. Until the executor's first report the entry
 //! keeps the sealed assignment (ciphertext, as on the queue): a task whose executor vanished
-//! before fetching can be started again, and a VM executor (which has no Secret to hold it)
-//! is handed its task from here, again after a lost FetchTask answer; from `reported` on it is
-//! dropped. [`merge`] is that
-//! rule, pure; [`Ledger::record`] applies it with a compare-and-set on the entry's revision, so
-//! two writers never lose each other's step.
+//! before fetching can be started again, and an executor whose backend keeps no copy of it
+//! (a VM sandbox has no Secret) is handed its task from here, again after a lost FetchTask
+//! answer; from `reported` on it is dropped. [`merge`] is that rule, pure; [`Ledger::record`]
+//! applies it with a compare-and-set on the entry's revision, so two writers never lose each
+//! other's step.
 //!
-//! Retention: the bucket keeps one revision per key and drops every entry `ledger_bucket::RETENTION` after
-//! its last write (JetStream `max_age`). Final entries are kept that long on purpose: a
-//! facade of any instance answers a replayed report from them. No live task outlives its
-//! entry as long as RETENTION exceeds Gitea's `[actions] ENDLESS_TASK_TIMEOUT` (3h by default),
-//! after which Gitea stops the task itself.
+//! Retention: the bucket keeps one revision per key and drops every entry
+//! `ledger_bucket::RETENTION` after its last write (JetStream `max_age`). Final entries are
+//! kept that long on purpose: a facade of any instance answers a replayed report from them.
+//! No live task outlives its entry as long as RETENTION exceeds Gitea's `[actions]
+//! ENDLESS_TASK_TIMEOUT` (3h by default), after which Gitea stops the task itself.
 //!
 //! Backend-neutral: the backend is a field; nothing here knows Pods or VMs. Does not decide
 //! what recovery does with an entry (`task::recovery`).
@@ -69,9 +69,13 @@ impl Phase {
 /// One task's entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The Gitea task id.
     pub task: i64,
+    /// The latest attempt (1: the first executor).
     pub attempt: u32,
+    /// The backend its executors run on; the first write's stays.
     pub backend: BackendKind,
+    /// How far the latest attempt got.
     pub phase: Phase,
     /// The final result's proto name (`RESULT_SUCCESS`), once final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,16 +101,19 @@ impl Entry {
         }
     }
 
+    /// This step carrying the sealed assignment `a` (kept until the executor's first report).
     pub fn with_assignment(mut self, a: &Assignment) -> Entry {
         self.assignment = Some(a.clone());
         self
     }
 
+    /// This step carrying the final result's proto name (`RESULT_SUCCESS`).
     pub fn with_result(mut self, result: &str) -> Entry {
         self.result = Some(result.to_string());
         self
     }
 
+    /// Whether Gitea accepted the task's final state: the entry never changes again.
     pub fn is_final(&self) -> bool {
         self.phase == Phase::Final
     }
@@ -152,7 +159,9 @@ fn trimmed(mut e: Entry) -> Entry {
 /// One write read back from the bucket's stream ([`Ledger::written_from`]).
 #[derive(Debug, Clone)]
 pub struct Written {
+    /// The write's sequence in the bucket's stream.
     pub sequence: u64,
+    /// The task whose entry was written.
     pub task: i64,
     /// None: the key was deleted or purged.
     pub entry: Option<Entry>,
@@ -163,38 +172,49 @@ pub struct Written {
 /// the type (`kind()` of async-nats's errors), not by the text.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    /// The bucket could not be opened (not created by `queue init`, or NATS did not answer).
     #[error("claim ledger: cannot open the bucket: {0}")]
     Open(#[source] jetstream::context::KeyValueError),
+    /// An entry could not be read.
     #[error("claim ledger: cannot read an entry: {0}")]
     Read(#[source] kv::EntryError),
     /// An entry (read, or from the bucket's stream) that is not an [`Entry`].
     #[error("claim ledger: the entry of task {task} does not decode: {source}")]
     Decode {
+        /// The task whose entry it is.
         task: i64,
+        /// What the JSON decoder said.
         #[source]
         source: serde_json::Error,
     },
+    /// A task's first entry could not be created ([`Ledger::record_first`]).
     #[error("claim ledger: cannot write an entry: {0}")]
     Write(#[source] kv::CreateError),
-    /// Every one of [`CAS_ATTEMPTS`] writes failed; the last one's error is the source (a lost
+    /// Every one of `CAS_ATTEMPTS` (5) writes failed; the last one's error is the source (a lost
     /// compare-and-set, as a rule).
     #[error(
         "claim ledger: the entry of task {task} kept changing; {CAS_ATTEMPTS} writes lost the race"
     )]
     Contended {
+        /// The task whose entry kept changing.
         task: i64,
+        /// The last write's error.
         #[source]
         last: LostWrite,
     },
+    /// The bucket's stream could not be read at a sequence ([`Ledger::written_from`]).
     #[error("claim ledger: cannot read the latest writes: {0}")]
     ReadWrites(#[source] jetstream::stream::DirectGetError),
     /// A key under `task.` that does not name a task (`subject`: the key's subject, data shown
     /// to the operator).
     #[error("claim ledger: the key `{subject}` at sequence {sequence} is not a task's")]
     NotATask {
+        /// The key's subject.
         subject: async_nats::Subject,
+        /// Its sequence in the bucket's stream.
         sequence: u64,
     },
+    /// The bucket's keys could not be listed ([`Ledger::entries`]).
     #[error("claim ledger: cannot list the entries: {0}")]
     List(#[source] jetstream::stream::InfoError),
 }
@@ -238,6 +258,7 @@ impl Ledger {
         Ok(Some((entry, e.revision)))
     }
 
+    /// The entry of `task`; None when there is none (never claimed here, or past the retention).
     pub async fn get(&self, task: i64) -> Result<Option<Entry>, LedgerError> {
         Ok(self.entry(task).await?.map(|(e, _)| e))
     }
@@ -305,7 +326,7 @@ impl Ledger {
     }
 
     /// Records `step`, logging a failure instead of returning it: the step itself (a claim,
-    /// a start, a report) matters more, and recovery still has the apiserver objects.
+    /// a start, a report) matters more, and recovery still has what the backends list.
     pub async fn note(&self, step: Entry) {
         let (task, phase) = (step.task, step.phase);
         if let Err(e) = self.record(step).await {

@@ -8,7 +8,7 @@
 //! need it to create consumers on the bucket. The first request reads every live entry once.
 //! An entry keeps one revision, so only live ones are read. The bucket's `max_age` drops an
 //! entry without a marker, so an entry older than `ledger_bucket::RETENTION` is dropped here
-//! too ([`Mirror::apply`]). A catch-up that fails (NATS away) keeps what it read: the status
+//! too (`Seen::apply`). A catch-up that fails (NATS away) keeps what it read: the status
 //! shows the registry's state for the rest, and the next request goes on from there.
 
 use std::collections::BTreeMap;
@@ -31,6 +31,7 @@ struct Seen {
 }
 
 impl Mirror {
+    /// An empty mirror of `ledger`: its first request reads every live entry.
     pub fn new(ledger: Ledger) -> Mirror {
         Mirror {
             ledger,

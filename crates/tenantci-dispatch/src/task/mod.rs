@@ -7,9 +7,11 @@
 //!   forward ([`ledger::merge`], pure).
 //! - [`mirror`]: the ledger as a local map the status API catches up with the writes since
 //!   its last request (a view: decisions read the ledger itself).
-//! - [`spec`]: the sealed assignment opened once into what every executor of the task gets
-//!   (`ExecutorSpec`: the resource class the scheduler picked, the capability, the SPIFFE ID,
-//!   the cache grant), re-opened only for a replacement's new attempt.
+//! - [`opened`]: the sealed assignment opened once (the Gitea task decoded, the class the
+//!   scheduler picked resolved), re-opened only for a replacement's new attempt.
+//! - [`spec`]: what every executor of the task gets, whatever its backend (`ExecutorSpec`:
+//!   its size from the resource class, the capability, the SPIFFE ID, the cache grant), and
+//!   the runner's files.
 //! - [`registry`]: this leadership term's in-memory view (queued, running with its slot, its
 //!   class slot, withdrawn): rebuilt from the ledger and the backends at every term.
 //! - [`recovery`]: what a new term does with each ledger entry given which executor objects

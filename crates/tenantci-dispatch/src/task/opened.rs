@@ -15,9 +15,14 @@ use crate::queue::assignment::{Assignment, SealingKey};
 use crate::sizing::class::{self, ExecutorClass};
 use tenantci_core::forge::gitea::proto::Task;
 
+/// A task's assignment, opened and checked ([`Opened::open`]). Holds the task's secrets: no
+/// `Debug`, never logged.
 pub struct Opened {
+    /// The Gitea task id.
     pub task: i64,
+    /// The attempt the assignment is for.
     pub attempt: u32,
+    /// The backend it was queued for.
     pub backend: BackendKind,
     /// The job's runs-on labels (the runner registers with them).
     pub labels: Vec<String>,

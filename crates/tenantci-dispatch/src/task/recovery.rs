@@ -1,12 +1,13 @@
 //! What a new leadership term does with each claim-ledger entry, given which of the task's
 //! executor objects exist (pure; the reconciler carries it out).
 //!
-//! The ledger is read first because the apiserver may have lost what the dispatcher made (its
-//! state restored from an old backup, Pods and Secrets deleted while no dispatcher was
-//! leading): a task the ledger has as claimed and not final, without an executor, is started
-//! again when its executor never had the task, and reported FAILURE with a line saying what
-//! was lost when it had. The same for an executor only partly there (a Secret without its Pod)
-//! once the ledger has its start as done: no redelivery will finish it. A task the ledger has
+//! The ledger is read first because a backend may have lost what the dispatcher made (an
+//! apiserver restored from an old backup, Pods and Secrets deleted while no dispatcher was
+//! leading, a VM sandbox simply gone): a task the ledger has as claimed and not final, without
+//! an executor, is started again when its executor never had the task, and reported FAILURE
+//! with a line saying what was lost when it had. The same for an executor only partly there
+//! ([`Objects::Partial`], e.g. the pod backend's Secret without its Pod) once the ledger has
+//! its start as done: no redelivery will finish it. A task the ledger has
 //! as final whose objects are still there is over: its objects go.
 
 use crate::backend_kind::Nouns;
@@ -18,8 +19,13 @@ pub enum Objects {
     /// Nothing.
     None,
     /// What a start left without a runnable executor (the pod backend's Secret without its
-    /// Pod), of `attempt`; `fetched`: its runner had fetched the task.
-    Partial { attempt: u32, fetched: bool },
+    /// Pod).
+    Partial {
+        /// The attempt whose start left it.
+        attempt: u32,
+        /// Its runner had fetched the task.
+        fetched: bool,
+    },
     /// An executor.
     Complete,
 }
@@ -32,16 +38,23 @@ pub enum Recovery {
     /// acked, so it comes back), and a final entry without objects is done.
     Leave,
     /// Start the next attempt from the recorded sealed assignment (if Gitea still has the
-    /// task open); `leftover`: the attempt whose partial objects are deleted first (the next
-    /// attempt follows the later of it and the ledger's).
-    Restart { leftover: Option<u32> },
-    /// Report FAILURE at Gitea with this line.
-    Fail { reason: String },
+    /// task open).
+    Restart {
+        /// The attempt whose partial objects are deleted first (the next attempt follows the
+        /// later of it and the ledger's); None: nothing is left.
+        leftover: Option<u32>,
+    },
+    /// Report FAILURE at Gitea with a line saying why.
+    Fail {
+        /// The line, appended to the task's log.
+        reason: String,
+    },
     /// The task is over; delete its leftover executor objects.
     Delete,
 }
 
 impl Recovery {
+    /// Whether this starts a new attempt.
     pub fn is_restart(&self) -> bool {
         matches!(self, Recovery::Restart { .. })
     }

@@ -1,7 +1,8 @@
 //! The claim registry of one leadership term: which tasks this leader queued (claimed at
-//! Gitea, not yet an executor) and which executors run, each holding a backend admission slot.
-//! It is rebuilt from the apiserver when a term starts (recovery), so nothing here must
-//! survive a crash: the Pod and Secret metadata and the JetStream stream are the truth.
+//! Gitea, not yet an executor), which executors run, each holding a backend admission slot,
+//! which tasks hold a resource class slot, and which queued tasks Gitea withdrew. It is
+//! rebuilt when a term starts (recovery: the claim ledger and what each backend lists), so
+//! nothing here must survive a crash: the claim ledger is the truth (`task::ledger`).
 //! Beside each task it keeps what the status API shows of it ([`Card`]: the job's names from
 //! the Gitea task, decoded once by the scheduler, and when the task entered its registry
 //! state); a task recovered by a new term has no names, only its times from then on.
@@ -39,11 +40,13 @@ struct Inner {
 pub struct Description {
     /// `owner/name`.
     pub repository: String,
+    /// The workflow's name.
     pub workflow: String,
     /// The job's name (its key in the workflow).
     pub job: String,
     /// The run's number in its repository (`run_number`; the run's id when absent).
     pub run: Option<i64>,
+    /// The job's `runs-on` labels.
     pub runs_on: Vec<String>,
     /// The resource class the scheduler picked (it holds a slot of it only once it starts).
     pub class: Option<String>,
@@ -52,18 +55,26 @@ pub struct Description {
 /// Where a task stands in the registry (the status API refines it with the ledger's phase).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
+    /// Claimed and queued; no executor yet.
     Queued,
+    /// Its executor exists, holding a backend admission slot.
     Running,
+    /// Gitea ended it while it was queued: the worker drops its assignment without starting it.
     Withdrawn,
 }
 
 /// One task as the status API reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Card {
+    /// The Gitea task id.
     pub task: i64,
+    /// The backend it is queued for or runs on.
     pub backend: BackendKind,
+    /// Where it stands.
     pub held: Held,
+    /// The resource class whose slot it holds; None: no class, or no slot held yet.
     pub class: Option<String>,
+    /// The job it runs; None for a task this term recovered rather than claimed.
     pub description: Option<Description>,
     /// When this term first held it.
     pub since: chrono::DateTime<chrono::Utc>,
@@ -91,6 +102,8 @@ impl Inner {
     }
 }
 
+/// The registry of one term, shared by the term's actors and read by the status API. Cleared
+/// when the term ends ([`Registry::clear`]).
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<Inner>,
@@ -186,6 +199,7 @@ impl Registry {
         self.lock().classes.values().filter(|c| *c == class).count()
     }
 
+    /// Whether `task`'s executor is known to exist (it holds a slot).
     pub fn is_running(&self, task: i64) -> bool {
         self.lock().running.contains_key(&task)
     }
@@ -238,10 +252,12 @@ impl Registry {
         self.lock().queued.clone()
     }
 
+    /// Tasks whose executor exists, every backend.
     pub fn running_tasks(&self) -> Vec<i64> {
         self.lock().running.keys().copied().collect()
     }
 
+    /// Tasks whose executor exists on `backend`.
     pub fn running_tasks_of(&self, backend: BackendKind) -> Vec<i64> {
         self.lock()
             .running
@@ -251,6 +267,7 @@ impl Registry {
             .collect()
     }
 
+    /// Executors on `backend`: its capacity in use.
     pub fn running_count(&self, backend: BackendKind) -> usize {
         self.lock()
             .running
@@ -274,6 +291,8 @@ impl Registry {
         self.changed.notify_waiters();
     }
 
+    /// Waits for the next change (a slot or class slot freed, [`Self::notify`]); only a change
+    /// after the call wakes it.
     pub async fn changed(&self) {
         self.changed.notified().await
     }

@@ -29,6 +29,7 @@ pub trait TaskReports: Send + Sync + 'static {
 
 /// The claim ledger as the backend layer uses it: reads, and best-effort writes.
 pub trait ClaimLedger: Send + Sync + 'static {
+    /// The entry of `task`; None when there is none.
     fn get(&self, task: i64) -> BoxFuture<'_, Result<Option<Entry>, LedgerError>>;
 
     /// Every entry within the retention, final ones too (what recovery looks at).

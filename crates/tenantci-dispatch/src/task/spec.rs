@@ -13,13 +13,17 @@ use crate::queue::assignment::{Assignment, SealingKey};
 use crate::sizing::class::ExecutorClass;
 use crate::task::opened::Opened;
 
+/// The label naming the Gitea task an executor's objects belong to.
 pub const TASK_ID_LABEL: &str = "tenantci.io/task-id";
 
+/// The label naming the attempt they belong to.
 pub const ATTEMPT_LABEL: &str = "tenantci.io/attempt";
 
 /// The resource class of an executor (and of a warm pool's pause Pod).
 pub const CLASS_LABEL: &str = "tenantci.io/class";
 
+/// The runner's registration file, `.runner` (also its key in a Pod's Secret): the assignment
+/// id, the capability and the facade's address, so it is secret.
 pub const RUNNER_KEY: &str = ".runner";
 
 /// The runner's config file (no secret in it; kept in the Secret to make one object per task).
@@ -49,19 +53,25 @@ pub fn check_image_digest(image: &str) -> Result<()> {
 /// What one executor needs.
 #[derive(Debug, Clone)]
 pub struct ExecutorSpec {
+    /// The dispatcher's namespace, where Pod executors are created.
     pub namespace: String,
+    /// The Gitea task id.
     pub task_id: i64,
+    /// The attempt (1: the first executor).
     pub attempt: u32,
     /// The assignment id: the executor's runner uuid at the facade.
     pub assignment_id: String,
     /// The task's capability: the executor's runner token at the facade.
     pub capability: String,
+    /// The facade's URL, as the executor-proxy reaches it.
     pub facade_url: String,
+    /// The CA certificate (PEM) the executor-proxy verifies the facade with (identity off).
     pub facade_ca_pem: String,
     /// Where the executor-proxy sends what is not the RunnerService.
     pub gitea: GiteaForExecutors,
     /// The task's runs-on labels (names; the execution mode is added here).
     pub labels: Vec<String>,
+    /// The runner's name, written into `.runner`.
     pub runner_name: String,
     /// Images, runner binary, resources and placement from the dispatcher config (the
     /// task's class applied).
@@ -79,7 +89,9 @@ pub struct ExecutorSpec {
 /// is signed by a private CA, that CA (`gitea.ca_file`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GiteaForExecutors {
+    /// Gitea's URL (`gitea.url`).
     pub url: String,
+    /// Gitea's private CA certificate (PEM); None: the system's roots.
     pub ca_pem: Option<String>,
 }
 
@@ -95,11 +107,17 @@ pub struct ExecutorIdentity {
 /// What every executor of this dispatcher gets.
 #[derive(Clone)]
 pub struct ExecutorTemplate {
+    /// The dispatcher's namespace.
     pub namespace: String,
+    /// The facade's URL as executors reach it.
     pub facade_url: String,
+    /// The CA certificate (PEM) executors verify the facade with (identity off).
     pub facade_ca_pem: String,
+    /// Gitea as executors reach it.
     pub gitea: GiteaForExecutors,
+    /// The runner's name, written into `.runner`.
     pub runner_name: String,
+    /// The `[executor]` section; each task's class is applied over it.
     pub executor: crate::sizing::ExecutorSettings,
     /// Makes each attempt's capability.
     pub capability_key: CapabilityKey,
