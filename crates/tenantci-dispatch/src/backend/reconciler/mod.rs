@@ -142,15 +142,19 @@ enum Retry {
 /// Why recovery could not read what it needs.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
+    /// The backend's API did not list its executors.
     #[error("cannot list the executors: {0}")]
     Backend(#[from] BackendError),
+    /// The claim ledger did not answer.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
 
 /// What replacing an executor needs.
 pub struct Restarts {
+    /// `[claim]`: the start deadline and the attempts a task gets.
     pub claim: Claim,
+    /// What every executor gets; seals each next attempt.
     pub template: ExecutorTemplate,
 }
 
@@ -177,6 +181,8 @@ struct Replacement {
     previous: u32,
 }
 
+/// The reconciler of one backend's executors for one leadership term: recovery at its start
+/// ([`Reconciler::recover`]), then a pass per change or due time ([`Reconciler::run`]).
 pub struct Reconciler {
     executors: Arc<dyn Backend>,
     ctx: Context,
@@ -192,6 +198,8 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
+    /// The reconciler of `executors`, reporting through `ctx`, replacing with `restarts`,
+    /// taking recovery's slots from `slots` (the backend's consumer).
     pub fn new(
         executors: Arc<dyn Backend>,
         ctx: Context,
@@ -209,6 +217,8 @@ impl Reconciler {
         }
     }
 
+    /// Passes until `stop`: at the due time of the last pass, or at once on a change (the
+    /// backend's watch, the registry: a freed slot, the facade's terminal marker).
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let executors = self.executors.clone();
         while !*stop.borrow() {

@@ -40,6 +40,7 @@ pub struct SpareSlots {
 }
 
 impl SpareSlots {
+    /// None spare yet; taken from `consumer`.
     pub fn new(consumer: Arc<dyn Slots>) -> Self {
         SpareSlots {
             consumer,
@@ -78,6 +79,7 @@ impl SpareSlots {
         None
     }
 
+    /// A slot taken and not used (the start did not happen): kept for the next one.
     pub fn give_back(&mut self, slot: Slot) {
         self.spare.push(slot);
     }
