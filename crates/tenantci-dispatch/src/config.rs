@@ -1,12 +1,16 @@
 //! The dispatcher's configuration file (`tenantci dispatch init --out CONFIG.toml` writes it,
-//! `tenantci dispatch run --config CONFIG.toml` reads it). Schema in docs/runbooks/gitea-dispatcher.md.
+//! `tenantci dispatch run --config CONFIG.toml` reads it). Schema in
+//! docs/runbooks/gitea-dispatcher.md. The sections are the modules' own (`claim::settings`,
+//! `facade::settings`, `sizing`, `leader`, `task`, `backend::vm`, `identity`, `cache`); this
+//! module composes them, adds `[cluster]`, `[nats]`, `[capacity]` and `[status]`, and checks
+//! the whole.
 //!
 //! The file holds no secret: it names the files that do (scheduler credential, capability
 //! key, sealing key, facade key, NATS passwords), each 0600. Relative paths are relative to
 //! the config file's directory, so a config directory can be moved as a whole.
-//! Every value can be overridden by an environment variable `TENANTCI_DISPATCH_<SECTION>_<KEY>`
-//! (e.g. `TENANTCI_DISPATCH_NATS_URL`), listed in [`OVERRIDE_KEYS`], so a Deployment can change one
-//! value without a new ConfigMap.
+//! Each key listed in [`OVERRIDE_KEYS`] can be overridden by an environment variable
+//! `TENANTCI_DISPATCH_<SECTION>_<KEY>` (e.g. `TENANTCI_DISPATCH_NATS_URL`), so a Deployment
+//! can change one value without a new ConfigMap.
 //!
 //! Invariant: a loaded [`Config`] is valid. Durations are parsed into [`GoDuration`]s while the
 //! file is read, and [`Config::validate`] checks the rest, so `run` never meets a bad value.
@@ -35,15 +39,23 @@ pub const VERSION: u32 = 1;
 
 /// File names `init` uses beside the config (each 0600).
 pub mod files {
+    /// The scheduler's Gitea registration (`claim::registration`).
     pub const SCHEDULER_CREDENTIAL: &str = "scheduler.json";
+    /// The HMAC key of the per-task capabilities.
     pub const CAPABILITY_KEY: &str = "capability.key";
+    /// The key assignments are sealed with.
     pub const SEALING_KEY: &str = "sealing.key";
+    /// The facade CA's certificate, which executors trust.
     pub const FACADE_CA_CERT: &str = "facade-ca.crt";
+    /// The facade CA's key, which `renew` issues new facade certificates with.
     pub const FACADE_CA_KEY: &str = "facade-ca.key";
+    /// The facade's serving certificate.
     pub const FACADE_CERT: &str = "facade.crt";
+    /// The facade's serving key.
     pub const FACADE_KEY: &str = "facade.key";
     /// The dispatcher's own client credential (ca.crt, tls.crt, tls.key, kubeconfig).
     pub const KUBE_DIR: &str = "kube";
+    /// The kubeconfig of that credential, which `cluster.kubeconfig` names.
     pub const KUBECONFIG: &str = "kube/kubeconfig";
 }
 
@@ -52,23 +64,34 @@ pub mod files {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Paths {
+    /// The config file.
     #[serde(skip)]
     pub config: PathBuf,
+    /// Its directory, where the files below are.
     #[serde(skip)]
     pub dir: PathBuf,
+    /// [`files::KUBE_DIR`].
     #[serde(skip)]
     pub kube_dir: PathBuf,
+    /// [`files::SCHEDULER_CREDENTIAL`].
     #[serde(rename = "schedulerCredential")]
     pub scheduler: PathBuf,
+    /// [`files::CAPABILITY_KEY`].
     pub capability_key: PathBuf,
+    /// [`files::SEALING_KEY`].
     pub sealing_key: PathBuf,
+    /// [`files::FACADE_CA_CERT`].
     pub facade_ca_cert: PathBuf,
+    /// [`files::FACADE_CA_KEY`].
     pub facade_ca_key: PathBuf,
+    /// [`files::FACADE_CERT`].
     pub facade_cert: PathBuf,
+    /// [`files::FACADE_KEY`].
     pub facade_key: PathBuf,
 }
 
 impl Paths {
+    /// The files in the directory of `config` (a parentless path: `/`).
     pub fn beside(config: &Path) -> Paths {
         let dir = config.parent().unwrap_or(Path::new("/")).to_path_buf();
         Paths {
@@ -86,19 +109,29 @@ impl Paths {
     }
 }
 
+/// The dispatcher's configuration; one that [`Config::load`] returned is valid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The schema version ([`VERSION`]).
     pub version: u32,
+    /// The forge, the scheduler's registration, polling and keep-alive.
     pub gitea: Gitea,
+    /// The tenant cluster and the executors' namespace.
     pub cluster: Cluster,
+    /// The NATS server of the queue and the claim ledger.
     pub nats: Nats,
+    /// Each backend's concurrent executors; absent: every backend's default.
     #[serde(default)]
     pub capacity: Capacity,
+    /// The RunnerService executors call.
     pub facade: Facade,
+    /// The executors' images, resources, placement and resource classes.
     pub executor: ExecutorSettings,
+    /// The status API and the metrics listener; absent: loopback defaults.
     #[serde(default)]
     pub status: Status,
+    /// The Lease election's timings and this instance's identity.
     #[serde(default)]
     pub leader: Leader,
     /// Gitea's `workflow_job` webhook as a nudge; absent: polling alone.
@@ -107,12 +140,13 @@ pub struct Config {
     /// Forgejo's waiting-jobs API as a nudge and a demand metric; absent: not read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_jobs: Option<WaitingJobs>,
+    /// The start deadline and the attempts per task.
     #[serde(default)]
     pub claim: Claim,
     /// The VM backend (OpenSandbox); absent: off, and `vm` is not registered at Gitea.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<crate::backend::vm::Vm>,
-    /// ExecutorSettings identity (SPIFFE mTLS at the facade); absent: the capability alone.
+    /// Executor identity (SPIFFE mTLS at the facade); absent: the capability alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::identity::Identity>,
     /// The shared actions cache, per repository; absent: off.
@@ -120,6 +154,7 @@ pub struct Config {
     pub cache: Option<crate::cache::settings::CacheSettings>,
 }
 
+/// The `[cluster]` section: the tenant cluster as the dispatcher reaches it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cluster {
@@ -128,10 +163,11 @@ pub struct Cluster {
     /// `KUBECONFIG`, as kube's `Config::infer` finds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<PathBuf>,
-    /// Where executor Pods, their Secrets and the leader Lease live.
+    /// Where the executors' objects (the pod backend's Pods and Secrets, the warm pools) and
+    /// the leader Lease live.
     pub namespace: String,
-    /// The reconciler's pass over the executor Pods when no watch event, freed slot or start
-    /// deadline woke it (the watches carry every change); absent: 5m.
+    /// A watching backend's (the pod backend's) reconciler pass when no watch event, freed
+    /// slot or start deadline woke it (the watches carry every change); absent: 5m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync: Option<GoDuration>,
 }
@@ -155,9 +191,11 @@ impl Cluster {
     }
 }
 
+/// The `[nats]` section: the queue's server and the dispatcher's keys to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Nats {
+    /// The server's URL (`nats://` or `tls://`); several, comma-separated, for a cluster.
     pub url: String,
     /// The `<user>.password` files of `tenantci queue nats-config` (ci-admin is optional: with
     /// it, `run` applies the topology with this config's capacities at start).
@@ -228,10 +266,12 @@ impl Capacity {
     }
 }
 
+/// The `[status]` section: where the status API and the metrics are served.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Status {
-    /// Loopback address of /healthz, /readyz and /metrics.
+    /// Loopback address of the status API: /healthz, /readyz, /metrics, /v1/status and the
+    /// page.
     #[serde(default = "defaults::status_listen")]
     pub listen: SocketAddr,
     /// A second listener serving /metrics only, for a scraper outside the Pod or host (e.g.
@@ -415,6 +455,8 @@ impl Config {
         Self::load_with_env(path, &|k| std::env::var(k).ok())
     }
 
+    /// [`Config::load`], with the overrides read through `env` instead of the process's
+    /// environment.
     pub fn load_with_env(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
         let text = tenantci_core::input::read_text(
             "the dispatcher config",
@@ -667,6 +709,7 @@ impl Config {
         crate::sizing::class::declared_labels(&self.gitea.labels, &self.executor.classes)
     }
 
+    /// The `[leader]` timings as durations.
     pub fn leader_timing(&self) -> crate::leader::Timing {
         crate::leader::Timing {
             lease_duration: self.leader.lease_duration.get(),

@@ -27,6 +27,8 @@
 //! Over `tenantci-runner` (credentials, tenant RBAC, runner files) and `tenantci-core`; no CLI:
 //! the binary parses flags and calls in here.
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod backend_kind;
 pub mod cache;

@@ -17,14 +17,18 @@ use crate::task::Progress;
 use crate::task::report;
 use tenantci_core::forge::gitea::proto::TaskResult;
 
+/// The term's keep-alive over every backend.
 pub struct KeepAlive {
+    /// Gitea to keep tasks alive at, the registry and ledger to find them in.
     pub ctx: Context,
     /// Every backend this dispatcher runs.
     pub backends: Vec<Arc<dyn Backend>>,
+    /// Between rounds (`[gitea] keepalive_interval`); well under Gitea's ten minutes.
     pub interval: Duration,
 }
 
 impl KeepAlive {
+    /// A round every `interval`, the first after one interval, until `stop` changes.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
@@ -87,9 +91,9 @@ impl KeepAlive {
         out
     }
 
-    /// Gitea ended `task` (cancelled) before its executor fetched it: a queued assignment is
-    /// dropped by the worker, an executor not yet fetched is deleted on whichever backend
-    /// holds it, and its slot freed.
+    /// Gitea ended `task` (cancelled) before its executor reported: a queued assignment is
+    /// dropped by the worker, its slot freed, and its executor deleted on whichever backend
+    /// holds it.
     async fn withdraw(&self, task: i64, result: TaskResult) {
         let queued = self.ctx.registry.withdraw(task);
         // Freed before the delete, so the reconciler does not take the vanished executor for

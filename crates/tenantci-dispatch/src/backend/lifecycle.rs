@@ -6,6 +6,7 @@
 //! that ended or vanished without one gets FAILURE reported to Gitea first, with the reason in
 //! the task log; anything whose state we cannot tell is kept and logged, never deleted blindly.
 
+/// What the reconciler does with one executor, from what its backend observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Still working (or not started): nothing to do.
@@ -13,9 +14,15 @@ pub enum Decision {
     /// Gitea has the final state: delete the executor.
     Delete,
     /// Report FAILURE with this log line, then delete.
-    FailAndDelete { reason: String },
+    FailAndDelete {
+        /// The line for the task's log: how the executor ended.
+        reason: String,
+    },
     /// We cannot tell: keep it and log why.
-    KeepUnknown { reason: String },
+    KeepUnknown {
+        /// What could not be told, for the dispatcher's log.
+        reason: String,
+    },
 }
 
 /// What to do with an executor that has not fetched its task (pure).
@@ -24,7 +31,10 @@ pub enum Start {
     /// Fetched, or still within the start deadline.
     Wait,
     /// Past the deadline: replace it by this attempt.
-    Replace { attempt: u32 },
+    Replace {
+        /// The replacement's attempt: the current one plus one.
+        attempt: u32,
+    },
     /// Past the deadline on the last attempt: report FAILURE.
     GiveUp,
 }

@@ -3,9 +3,9 @@
 //! A backend implements [`Backend`], split by concern: [`ExecutorLifecycle`] (start, delete,
 //! the end marker), [`ExecutorObservation`] (what exists, when it changed) and
 //! [`AssignmentHandout`] (the sealed assignment to its executor), with its [`BackendFacts`]
-//! (name, label, capacity, words). Backends register in [`catalog`], one line each ([`provider`]: what a registration supplies); nothing
-//! outside this folder names one (`scripts/check-layering.sh` refuses it). Everything else is
-//! written once over the traits:
+//! (name, label, capacity, words). Backends register in [`catalog`], one line each
+//! ([`provider`]: what a registration supplies); nothing outside this folder names one
+//! (`scripts/check-layering.sh` refuses it). Everything else is written once over the traits:
 //!
 //! - [`worker`]: pulls assignments while a slot is free and starts their executors;
 //! - [`reconciler`]: the lifecycle after a start (cleanup after the terminal marker, FAILURE
@@ -55,9 +55,13 @@ use lifecycle::Decision;
 /// through their ports, so these decisions run against in-memory doubles in tests.
 #[derive(Clone)]
 pub struct Context {
+    /// Gitea: keep-alives and FAILURE reports.
     pub gitea: Arc<dyn TaskReports>,
+    /// The term's claim registry: tasks queued, executors running, the slots they hold.
     pub registry: Arc<Registry>,
+    /// The claim ledger: each task's attempt, backend and phase, kept across terms.
     pub ledger: Arc<dyn ClaimLedger>,
+    /// The dispatcher's metrics.
     pub metrics: Arc<Metrics>,
     /// The resource classes' demand, for their warm pools.
     pub warm: Arc<crate::sizing::demand::WarmDemand>,
@@ -75,7 +79,9 @@ pub enum Created {
 /// Whether a task's executor still exists (the facade's consume asks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Presence {
+    /// It still exists.
     Present,
+    /// It no longer exists: deleted, the task is over.
     Gone,
 }
 
@@ -130,8 +136,11 @@ impl BackendError {
 /// A scheduled executor that a SPIRE agent attests: what its SPIRE entry is written from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
+    /// The executor Pod's name.
     pub pod_name: String,
+    /// The executor Pod's UID, which the SPIRE entry's selector names.
     pub pod_uid: String,
+    /// The node it was scheduled on, whose agent attests it.
     pub node_name: String,
     /// The Pod's `tenantci.io/spiffe-id` annotation (None: identity off).
     pub spiffe_id: Option<String>,
@@ -140,7 +149,9 @@ pub struct Placement {
 /// One task's executor as its backend observed it, in the terms the generic layer needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
+    /// The Gitea task it runs.
     pub task: i64,
+    /// Which attempt at the task (1 first; a replacement counts up).
     pub attempt: u32,
     /// The backend's observation -> decision table applied to what it saw.
     pub decision: Decision,

@@ -1,7 +1,8 @@
 //! A backend's worker: pulls assignments from its backend's consumer only while an admission
-//! slot is free (`queue::consumer::CappedConsumer`), starts one executor per assignment through
-//! [`Backend`], and acks once the executor exists. The slot stays taken until the reconciler
-//! removes the executor, so slots = live executors. One worker per backend, the same code.
+//! slot is free (`queue::consumer::CappedConsumer`), starts one executor per assignment
+//! through [`Backend`], and acks once the executor exists. The slot stays taken until the
+//! reconciler removes the executor, so slots = live executors. One worker per backend, the
+//! same code.
 //!
 //! No task runs twice: a redelivered assignment whose executor is gone is started again only
 //! if Gitea still has the task open (a redelivery can follow a crash between creating the
@@ -10,9 +11,9 @@
 //! recorded in the ledger with its sealed assignment.
 //!
 //! A backend whose API is away is waited out inside the delivery for its
-//! [`ExecutorLifecycle::patience`] (the consumer's progress acks keep the assignment ours), then the
-//! assignment goes back to the queue; deliveries are unlimited by default, so an outage costs
-//! latency only.
+//! [`ExecutorLifecycle::patience`](crate::backend::ExecutorLifecycle::patience) (the
+//! consumer's progress acks keep the assignment ours), then the assignment goes back to the
+//! queue; deliveries are unlimited by default, so an outage costs latency only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,9 +43,13 @@ enum Standing {
     Unknown,
 }
 
+/// One backend's worker: the handler of its consumer's deliveries.
 pub struct Worker {
+    /// The backend it starts executors on.
     pub executors: Arc<dyn Backend>,
+    /// Opens an assignment into its executor's spec (images, resources, keys from the config).
     pub template: ExecutorTemplate,
+    /// Where starts and failures are recorded and reported.
     pub ctx: Context,
 }
 
@@ -126,9 +131,9 @@ impl Worker {
     }
 
     /// Whether this delivery may start an executor, and whether it is `fresh` (see
-    /// [`ExecutorLifecycle::start`]); the outcome when it may not: the task was withdrawn while
-    /// queued, the ledger has it as over or superseded, or (a redelivery without an executor)
-    /// Gitea ended it already.
+    /// [`ExecutorLifecycle::start`](crate::backend::ExecutorLifecycle::start)); the outcome
+    /// when it may not: the task was withdrawn while queued, the ledger has it as over or
+    /// superseded, or (a redelivery without an executor) Gitea ended it already.
     async fn admit(&self, task: i64, job: &Job) -> Result<bool, Outcome> {
         if self.ctx.registry.take_withdrawn(task) {
             tracing::info!(

@@ -17,6 +17,7 @@ pub const REMEMBERED: usize = 4096;
 /// The longest id remembered, in bytes.
 pub const MAX_ID: usize = 64;
 
+/// The last [`REMEMBERED`] delivery ids, in the order they came.
 #[derive(Debug, Default)]
 pub struct RecentDeliveries {
     order: VecDeque<String>,

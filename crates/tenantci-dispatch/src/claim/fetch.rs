@@ -9,6 +9,8 @@ use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient, TasksVersion};
 use tenantci_core::forge::gitea::proto::Task;
 
+/// The scheduler's FetchTask state: the forge, act_runner's tasks version, and the request
+/// key of a call whose answer was lost.
 pub struct Fetcher {
     forge: Forge,
     version: TasksVersion,
@@ -17,6 +19,7 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
+    /// For `forge`, with no version seen and no call pending.
     pub fn new(forge: Forge) -> Self {
         Fetcher {
             forge,

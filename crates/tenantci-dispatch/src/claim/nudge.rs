@@ -15,6 +15,7 @@ use std::time::Duration;
 /// The nudge budget: `burst` FetchTasks at once, then one per `spacing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NudgeBudget {
+    /// One nudged FetchTask per this, once the burst is spent.
     pub spacing: Duration,
     /// At least 1.
     pub burst: u32,
@@ -63,6 +64,7 @@ pub struct Pacer {
 }
 
 impl Pacer {
+    /// A full budget, from now.
     pub fn new(budget: NudgeBudget) -> Self {
         Pacer {
             budget,

@@ -14,9 +14,13 @@ use tenantci_core::{Error, Result};
 /// `scheduler.json`. `Debug` never prints the token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchedulerCredential {
+    /// The runner's id at Gitea (sandboxes name it as their owner).
     pub id: i64,
+    /// The runner's UUID, sent as `x-runner-uuid`.
     pub uuid: String,
+    /// The runner's token, sent as `x-runner-token`.
     pub token: String,
+    /// The runner's name at Gitea.
     pub name: String,
 }
 
@@ -57,6 +61,8 @@ impl SchedulerCredential {
         v
     }
 
+    /// Parses the file's `bytes` (read from `path`, which the errors name); an empty uuid or
+    /// token is refused.
     pub fn from_json(bytes: &[u8], path: &Path) -> Result<Self> {
         let c: SchedulerCredential = serde_json::from_slice(bytes).map_err(|e| {
             Error::bad_input(format!("the scheduler credential `{}` is not valid", path.display())).caused_by(e)

@@ -1,6 +1,6 @@
 //! Which backend runs a task: by its `runs-on` labels, each backend's own label
 //! (`backend::catalog::route`: `vm` selects the VM backend), everything else on the default
-//! backend (executor Pods).
+//! backend (the first registered).
 
 pub use crate::backend::catalog::route;
 

@@ -1,13 +1,13 @@
 //! The scheduler (leader only): claims tasks from Gitea with the one registration, bounded by
 //! free capacity, seals each into an assignment and queues it on its backend's subject.
 //!
-//! Capacity (the seed's rule, one registration for both backends): a FetchTask is sent only
+//! Capacity (the seed's rule, one registration for every backend): a FetchTask is sent only
 //! while running executors plus assignments queued or being started (each consumer's pending
 //! and ack-pending, read from JetStream, so assignments a previous leader queued count too),
-//! over both backends, stay below the total capacity (pod + vm). A claimed task goes to its
-//! backend's subject by its runs-on labels; when that backend is full it waits there, and the
-//! total keeps counting it, so no more is claimed than the slots of both can take soon. Each
-//! worker admits only into its own backend's slots. Against Forgejo one FetchTask asks for all
+//! over every backend, stay below the total capacity (the sum of theirs). A claimed task goes
+//! to its backend's subject by its runs-on labels; when that backend is full it waits there,
+//! and the total keeps counting it, so no more is claimed than the slots of all can take soon.
+//! Each worker admits only into its own backend's slots. Against Forgejo one FetchTask asks for all
 //! the free slots and a lost answer is repeated with its request key (`claim::fetch`).
 //!
 //! When to poll ([`Polling`]): without a webhook, every `fetch_interval` while a slot is free,
@@ -24,10 +24,10 @@
 //! in its backend's queue and counts there.
 //!
 //! A claimed task is never dropped silently: if it cannot be queued (or needs a backend this
-//! build does not run, or its labels pick no class or two), it is reported to Gitea as FAILURE with a log line saying why. Every
-//! claim is written to the claim ledger (`task::ledger`) with its sealed assignment as it is
-//! queued (both at once), so recovery can start it again when the dispatcher dies before the
-//! queue took it.
+//! dispatcher does not run, or its labels pick no class or two), it is reported to Gitea as
+//! FAILURE with a log line saying why. Every claim is written to the claim ledger
+//! (`task::ledger`) with its sealed assignment as it is queued (both at once), so recovery can
+//! start it again when the dispatcher dies before the queue took it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,17 +76,25 @@ const QUEUE_RETRY_MAX: Duration = Duration::from_secs(5);
 /// FetchTask in flight (the Deployment's 60 s grace period covers it). act_runner uses 5 s.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The leader's claim loop: FetchTask while a slot is free, each task sealed and queued.
 pub struct Scheduler {
+    /// Gitea, as the scheduler's registration: FetchTask, and FAILURE for a task it refuses.
     pub gitea: RunnerClient,
     /// Gitea or Forgejo: what one FetchTask may ask for (`claim::fetch`).
     pub forge: Forge,
+    /// Publishes each sealed assignment on its backend's subject.
     pub producer: Producer,
     /// One per backend this dispatcher runs.
     pub pools: Vec<Pool>,
+    /// Seals each assignment, so only the dispatcher can open it.
     pub sealing_key: SealingKey,
+    /// The term's registry: running executors, and each queued task with its description.
     pub registry: Arc<Registry>,
+    /// The claim ledger: each claim with its sealed assignment, before or as it is queued.
     pub ledger: Ledger,
+    /// Claims, failures, FetchTask latency, queue depth and slots in use.
     pub metrics: Arc<Metrics>,
+    /// When to ask again after Gitea had nothing.
     pub polling: Polling,
     /// Fired by the webhook receiver (leader only): FetchTask now.
     pub nudge: Arc<Notify>,
@@ -98,9 +106,11 @@ pub struct Scheduler {
 
 /// One backend's pool of executors, as the scheduler counts it.
 pub struct Pool {
+    /// Which backend.
     pub backend: BackendKind,
     /// Its consumer, for its pending counts (read as ci-worker).
     pub consumer: PullConsumer,
+    /// Its concurrent executors (`[capacity]`, or the backend's default).
     pub capacity: u32,
     /// Whether the backend has recovered its slots; until then none of them is free.
     pub ready: Arc<AtomicBool>,
@@ -136,13 +146,18 @@ impl Pool {
 pub enum Polling {
     /// Polling alone: `interval` while tasks came recently, `idle` after `idle_after`.
     Timer {
+        /// `gitea.fetch_interval`.
         interval: Duration,
+        /// `gitea.fetch_interval_idle`.
         idle: Duration,
+        /// How long without a task is an idle spell ([`IDLE_AFTER`]).
         idle_after: Duration,
     },
     /// Webhook nudges within `nudges`, and a poll every `interval` as the safety net.
     Webhook {
+        /// `webhook.fetch_interval`.
         interval: Duration,
+        /// How often nudges may cause a FetchTask.
         nudges: NudgeBudget,
     },
 }

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use tenantci_core::Result;
 use tenantci_core::duration::GoDuration;
 
+/// The `[gitea]` section: the forge, the scheduler's registration at it, and how often it is
+/// asked for tasks and kept informed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Gitea {
@@ -21,7 +23,8 @@ pub struct Gitea {
     pub forge: tenantci_core::forge::Forge,
     /// The registration's name at Gitea (also the executors' runner name).
     pub runner_name: String,
-    /// Labels registered at Gitea; a task's runs-on picks the backend (`vm` -> vm, else pod).
+    /// Labels registered at Gitea; a task's `runs-on` picks the backend (a backend's own
+    /// label, else the default backend).
     pub labels: Vec<String>,
     /// `{id, uuid, token, name}` of the registration, 0600 (written by `init`).
     pub credential_file: PathBuf,
@@ -31,8 +34,8 @@ pub struct Gitea {
     /// Longest FetchTask interval after a long idle spell.
     #[serde(default = "defaults::fetch_interval_idle")]
     pub fetch_interval_idle: GoDuration,
-    /// Non-final UpdateTask for claimed tasks no executor has fetched yet (Gitea fails tasks
-    /// not updated for 10 minutes).
+    /// Non-final UpdateTask for claimed tasks whose executor has not reported yet (Gitea fails
+    /// tasks not updated for 10 minutes).
     #[serde(default = "defaults::keepalive_interval")]
     pub keepalive_interval: GoDuration,
     /// The CA (PEM) that signed Gitea's certificate, when it is not in the system's trust
@@ -148,12 +151,15 @@ pub mod defaults {
 
     use tenantci_core::duration::GoDuration;
 
+    /// 200 ms while a slot is free and Gitea had nothing.
     pub fn fetch_interval() -> GoDuration {
         Duration::from_millis(200).into()
     }
+    /// 2 s after a long idle spell, as act_runner's.
     pub fn fetch_interval_idle() -> GoDuration {
         Duration::from_secs(2).into()
     }
+    /// 60 s: ten keep-alives within Gitea's 10 minutes.
     pub fn keepalive_interval() -> GoDuration {
         Duration::from_secs(60).into()
     }

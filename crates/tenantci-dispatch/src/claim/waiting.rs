@@ -6,7 +6,8 @@
 //! Boundary: like a webhook delivery, the list is a hint. Polling stays the source of truth (a
 //! job is claimed only by FetchTask), so a failed read costs latency, never a job; the nudge
 //! goes through the same `Notify` and nudge budget as the webhook's. A job that keeps waiting
-//! while every slot is busy wakes the scheduler once, not on every read (`Demand::has_new_since`).
+//! while every slot is busy wakes the scheduler once, not on every read
+//! (`Demand::has_new_since`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,15 +19,21 @@ use tokio::sync::{Notify, watch};
 
 use crate::metrics::Metrics;
 
+/// The leader's reader of Forgejo's waiting jobs (`[waiting_jobs]`).
 pub struct WaitingWatch {
     /// The forge's client (its base URL and CA); its runner credentials are not used here.
     pub forge: RunnerClient,
+    /// Whose waiting jobs are read (`waiting_jobs.scope`).
     pub scope: Scope,
+    /// The Forgejo API token that may read them.
     pub token: Secret,
+    /// Between reads (`waiting_jobs.interval`).
     pub interval: Duration,
     /// The labels this dispatcher registered (every class's included).
     pub labels: Vec<String>,
+    /// Where the waiting jobs and each read's outcome are exported.
     pub metrics: Arc<Metrics>,
+    /// The scheduler's wake-up, shared with the webhook receiver.
     pub nudge: Arc<Notify>,
 }
 

@@ -46,8 +46,11 @@ pub const PATH: &str = "/webhooks/gitea";
 /// Largest delivery read. A `workflow_job` body is a few KiB (job, repository, sender); 1 MiB
 /// leaves room for long step lists and bounds what an unauthenticated sender can make us hold.
 pub const MAX_BODY: usize = 1 << 20;
+/// The body's HMAC-SHA256 under the webhook secret, hex.
 pub const SIGNATURE_HEADER: &str = "x-gitea-signature";
+/// The event's name (`workflow_job`, `workflow_job_waiting`, ...).
 pub const EVENT_HEADER: &str = "x-gitea-event";
+/// The delivery's id (a UUID; Gitea's Redeliver sends a new one), for the replay check.
 pub const DELIVERY_HEADER: &str = "x-gitea-delivery";
 /// Forgejo sends the `X-Gitea-*` headers and these copies; either is read.
 const FORGEJO_HEADERS: [(&str, &str); 3] = [
@@ -61,6 +64,7 @@ const FORGEJO_HEADERS: [(&str, &str); 3] = [
 pub struct WebhookSecret(Vec<u8>);
 
 impl WebhookSecret {
+    /// The secret as typed into the forge's webhook settings.
     pub fn new(secret: impl Into<Vec<u8>>) -> Self {
         WebhookSecret(secret.into())
     }
@@ -100,15 +104,20 @@ pub enum Verdict {
     Nudge,
     /// Signed and well-formed, but nothing to do (another event, action or label set).
     Ignored,
+    /// No signature header: refused (401).
     Unsigned,
+    /// A signature that does not match the body under our secret: refused (401).
     BadSignature,
+    /// Larger than [`MAX_BODY`], declared or read: refused (413).
     TooLarge,
+    /// Signed, but not a delivery the forge layer can read: refused (400).
     Malformed,
     /// Signed, but its delivery id was seen recently: not acted on again.
     Replayed,
 }
 
 impl Verdict {
+    /// The HTTP status the receiver answers with: 204 for what it accepts.
     pub fn status(self) -> StatusCode {
         match self {
             Verdict::Nudge | Verdict::Ignored => StatusCode::NO_CONTENT,
@@ -119,6 +128,7 @@ impl Verdict {
         }
     }
 
+    /// The `outcome` label of `tenantci_dispatch_webhook_deliveries_total`.
     pub fn label(self) -> &'static str {
         match self {
             Verdict::Nudge => "nudge",
@@ -202,9 +212,11 @@ pub fn replay_checked(
 
 /// What the receiver needs.
 pub struct Receiver {
+    /// What deliveries are signed with (`webhook.secret_file`).
     pub secret: WebhookSecret,
     /// The registration's labels.
     pub labels: Vec<String>,
+    /// Each delivery's outcome.
     pub metrics: Arc<Metrics>,
     /// Whether this instance leads (only the leader nudges).
     pub health: Arc<Health>,
@@ -215,6 +227,7 @@ pub struct Receiver {
     pub recent: Mutex<RecentDeliveries>,
     /// The resource classes: an announced job is told to its class's warm pool.
     pub classes: Vec<crate::sizing::class::ExecutorClass>,
+    /// The classes' demand, which an announced job adds to.
     pub warm: Arc<crate::sizing::demand::WarmDemand>,
 }
 
@@ -287,6 +300,7 @@ async fn deliver(
     (verdict.status(), verdict.reason())
 }
 
+/// `POST` [`PATH`] to the receiver, with no body limit but its own ([`MAX_BODY`]).
 pub fn router(receiver: Arc<Receiver>) -> Router {
     Router::new()
         .route(PATH, post(deliver))

@@ -1,4 +1,5 @@
-//! `tenantci executor-proxy`: the executor Pod's only road to the facade. The runner talks
+//! `tenantci executor-proxy`: the executor's only road to the facade (a native sidecar in a
+//! Pod, a background process in a sandbox, whatever the backend). The runner talks
 //! plain HTTP to it on 127.0.0.1 (its `.runner` address); it forwards the RunnerService calls
 //! an executor makes over HTTPS, trusting the facade's CA and nothing else. So the runner and
 //! the job's steps keep the image's own trust store: no `SSL_CERT_FILE`/`SSL_CERT_DIR`.
@@ -14,22 +15,22 @@
 //! Retries: while the facade is away (a dispatcher restart: connection refused or reset, or a
 //! 502/503/504 from what stands in front of it), a call is sent again with backoff for up to
 //! `retry_for`. Every forwarded method is safe to repeat at the facade: Declare is pure,
-//! FetchTask hands a task out once (a JSON-patch `test` on the Secret), UpdateLog is indexed
-//! and UpdateTask sets a state. This matters because the runner ends at once when its first
+//! FetchTask hands the same task out again until the first report consumes it, UpdateLog is
+//! indexed and UpdateTask sets a state. This matters because the runner ends at once when its first
 //! Declare fails (docs/gitea-protocol.md).
 //!
 //! It exits on SIGTERM, which the kubelet sends a native sidecar once the runner has exited:
 //! it stops accepting at once, gives calls in flight [`SHUTDOWN_GRACE`], then exits whatever
 //! is still open. A client that does not finish a request's headers within
 //! [`HEADER_READ_TIMEOUT`] is disconnected (`http1`, the server it shares with the webhook
-//! receiver), so half-sent headers hold
-//! neither a connection nor the exit.
+//! receiver), so half-sent headers hold neither a connection nor the exit.
 //!
-//! With executor identity on ([`FacadeTrust::Spiffe`]), the client [`upstream`] builds speaks
-//! SPIFFE mTLS: it presents the Pod's SVID (from the Workload API, following rotation) and
-//! accepts the facade only when its SVID chains to the trust bundle and names exactly the
-//! facade's SPIFFE ID (`spiffe::tls::client_config`); the facade CA is not used then. The
-//! routes, the retries and the runner side stay as they are.
+//! With executor identity on ([`FacadeTrust::Spiffe`]), the client `upstream` builds speaks
+//! SPIFFE mTLS: it presents the executor's SVID (in a Pod from the Workload API, following
+//! rotation; in a sandbox from the files the boot script wrote) and accepts the facade only
+//! when its SVID chains to the trust bundle and names exactly the facade's SPIFFE ID
+//! (`spiffe::tls::client_config`); the facade CA is not used then. The routes, the retries
+//! and the runner side stay as they are.
 
 pub mod passthrough;
 
@@ -53,10 +54,11 @@ use crate::cache::protocol::PREFIX as CACHE_PREFIX;
 use crate::http1::{self, Bounds, Stopped};
 use passthrough::{GiteaUpstream, Passthrough};
 
-/// The methods an executor calls (Register is the dispatcher's business, never the Pod's).
+/// The methods an executor calls (Register is the dispatcher's business, never the
+/// executor's).
 pub const FORWARDED_METHODS: [&str; 4] = ["Declare", "FetchTask", "UpdateTask", "UpdateLog"];
 
-/// Request headers the facade reads; nothing else leaves the Pod.
+/// Request headers the facade reads; nothing else leaves the executor.
 const REQUEST_HEADERS: [HeaderName; 9] = [
     header::CONTENT_TYPE,
     header::CONTENT_ENCODING,
@@ -82,7 +84,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(20);
 /// few seconds let a final report that is under way reach the facade.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Connections open at once: the runner and the job's steps (checkout, artifacts, the cache)
-/// use a handful; the bound only stops a runaway step from exhausting the Pod's descriptors.
+/// use a handful; the bound only stops a runaway step from exhausting the executor's
+/// descriptors.
 pub const MAX_CONNECTIONS: usize = 256;
 /// The largest CA file read.
 const CA_FILE_LIMIT: u64 = 256 << 10;
@@ -92,9 +95,11 @@ const CA_FILE_LIMIT: u64 = 256 << 10;
 pub enum FacadeTrust {
     /// The facade's own CA (PEM): server-only TLS, the capability authenticates the executor.
     Ca(String),
-    /// SPIFFE mTLS: the Pod's SVID from `source`, and the facade's exact SPIFFE ID.
+    /// SPIFFE mTLS: the executor's SVID from `source`, and the facade's exact SPIFFE ID.
     Spiffe {
+        /// Where the executor's SVID comes from (`--spiffe-source`).
         source: Arc<dyn SvidSource>,
+        /// The only SPIFFE ID the facade may present (`--facade-id`).
         facade_id: SpiffeId,
     },
 }
@@ -106,6 +111,7 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     /// The facade's base URL (https).
     pub facade_url: String,
+    /// What the facade is trusted by: its CA, or (identity on) SPIFFE.
     pub facade: FacadeTrust,
     /// How long one call is retried while the facade is away.
     pub retry_for: Duration,

@@ -1,9 +1,10 @@
 //! The executor-proxy's road to Gitea itself. The runner derives everything a job reaches on
 //! Gitea from its `.runner` address (`github.server_url`, `github.api_url`,
 //! `ACTIONS_RUNTIME_URL = <address>/api/actions_pipeline/`, `ACTIONS_RESULTS_URL = <address>`;
-//! docs/gitea-protocol.md), and that address is the proxy. So every request that is not one of
-//! the four RunnerService calls goes on to the Gitea instance: checkout's `git` traffic,
-//! artifacts (v3 and v4), the API with the job's token.
+//! docs/gitea-protocol.md), and that address is the proxy. So every request that is neither
+//! one of the four RunnerService calls nor the shared cache's (`/_tenantci/cache/`) goes on to
+//! the Gitea instance: checkout's `git` traffic, artifacts (v3 and v4), the API with the job's
+//! token.
 //!
 //! What it keeps from a host runner: the job's own headers (its `Authorization` passes), Gitea's
 //! answers as they are (a redirect is handed to the job, not followed here, and no URL is

@@ -36,14 +36,19 @@ pub fn covers(sans: &[String], host: &str) -> bool {
 /// A certificate that passed: when it ends and how many whole days that is from `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Valid {
+    /// The certificate's end.
     pub not_after: OffsetDateTime,
+    /// Whole days from the check to `not_after`.
     pub days_left: i64,
 }
 
 /// The three PEM files, each with the path it came from (errors name it).
 pub struct Files<'a> {
+    /// The serving certificate.
     pub cert: (&'a Path, &'a str),
+    /// Its private key.
     pub key: (&'a Path, &'a str),
+    /// The facade CA's certificate.
     pub ca: (&'a Path, &'a str),
 }
 
@@ -109,9 +114,13 @@ pub fn check(files: &Files, host: &str, now: OffsetDateTime) -> Result<Valid> {
 
 /// The facade's files as read, checked.
 pub struct Loaded {
+    /// What the check found: the end and the days left.
     pub valid: Valid,
+    /// The serving certificate (PEM).
     pub cert_pem: String,
+    /// Its private key (PEM).
     pub key_pem: String,
+    /// The facade CA's certificate (PEM), which executors are given to trust.
     pub ca_pem: String,
 }
 

@@ -4,9 +4,9 @@
 //! Gitea again).
 //!
 //! Bounded: at most [`CAPACITY`] entries, the oldest forgotten first. An entry only matters
-//! while the task's executor can still call, that is until the reconciler deleted its Pod
-//! (seconds after the end); past that the executor Secret is gone, which the facade also takes
-//! as the end, and the claim ledger keeps the final state across instances and restarts. At
+//! while the task's executor can still call, that is until the reconciler deleted it (seconds
+//! after the end); past that the executor is gone, which the facade also takes as the end, and
+//! the claim ledger keeps the final state across instances and restarts. At
 //! 16 bytes a task plus the queue's copy, [`CAPACITY`] entries hold well under 1 MiB.
 //!
 //! Pure bookkeeping: no I/O.
@@ -39,6 +39,7 @@ impl Default for Finished {
 }
 
 impl Finished {
+    /// Keeping at most `capacity` tasks (at least 1).
     pub fn with_capacity(capacity: usize) -> Self {
         Finished {
             inner: Mutex::default(),
@@ -70,10 +71,12 @@ impl Finished {
         self.lock().results.get(&task).copied()
     }
 
+    /// How many tasks are remembered.
     pub fn len(&self) -> usize {
         self.lock().results.len()
     }
 
+    /// No task is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -16,6 +16,7 @@ use tenantci_core::forge::gitea::connect::ConnectError;
 /// Tasks whose backend this instance remembers before it starts over (a few hours of tasks).
 const REMEMBERED: usize = 4096;
 
+/// Every backend this dispatcher runs, by name, and which one each task is on.
 pub struct Handout {
     backends: BTreeMap<BackendKind, Arc<dyn Backend>>,
     ledger: Ledger,
@@ -32,7 +33,8 @@ fn backend_error(e: BackendError) -> ConnectError {
 }
 
 impl Handout {
-    /// `backends`: every backend this dispatcher runs (the pod backend always).
+    /// `backends`: every backend this dispatcher runs; `ledger`: where a task's backend is
+    /// read.
     pub fn new(backends: Vec<Arc<dyn Backend>>, ledger: Ledger) -> Self {
         Handout {
             backends: backends.into_iter().map(|b| (b.backend(), b)).collect(),

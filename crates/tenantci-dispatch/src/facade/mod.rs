@@ -6,16 +6,17 @@
 //!   time. A token for one task is worthless for another.
 //! - FetchTask hands the caller its own task, opened only here in memory, until the caller's
 //!   first UpdateLog / UpdateTask: a retried FetchTask after a lost answer gets it again
-//!   (from the Pod's Secret or, for a VM, the claim ledger: `handout`); the first report
-//!   consumes the assignment for good, and a replaced attempt's capability never gets it.
+//!   (from wherever the task's backend keeps it, e.g. the Pod's Secret or the claim ledger:
+//!   `handout`); the first report consumes the assignment for good, and a replaced attempt's
+//!   capability never gets it.
 //! - UpdateTask / UpdateLog are accepted only for the caller's own task and forwarded to Gitea
 //!   with the scheduler's credential; a final state Gitea accepted puts the terminal marker
-//!   on the Pod or the sandbox, which lets the reconciler clean up.
+//!   on the executor (its backend's `mark_terminal`), which lets the reconciler clean up.
 //! - After the end nothing is forwarded: once Gitea accepted a final state (recorded in
 //!   [`Finished`] and in the claim ledger, which every instance reads) or the task's executor
-//!   Secret is gone, a final UpdateTask repeating that state is answered with it (the runner's
-//!   retry of a lost answer), and every other UpdateTask or UpdateLog gets
-//!   `failed_precondition`. The capability itself stays valid.
+//!   is gone, a final UpdateTask repeating that state is answered with it (the runner's retry
+//!   of a lost answer), and every other UpdateTask or UpdateLog gets `failed_precondition`.
+//!   The capability itself stays valid.
 //! - The claim ledger learns `fetched` at the hand-out and `final` with the result.
 //! - With executor identity on (`[identity]`), the facade serves SPIFFE mTLS, and a caller is
 //!   authenticated only when its capability verifies bound to the client's SPIFFE ID
@@ -23,7 +24,7 @@
 //!   an SVID that is not the task's (or a capability that is not its task's) is
 //!   `permission_denied`. Both are logged with the ID and the task, never the token.
 //!
-//! Every dispatcher instance serves this (leader or not): all state is on the apiserver and in
+//! Every dispatcher instance serves this (leader or not): all state is at the backends and in
 //! the ledger; [`Finished`] and `consumed` only save round trips.
 
 pub mod cert;
@@ -62,23 +63,34 @@ const TASKS_VERSION: i64 = 1;
 /// The authenticated executor: its task and attempt.
 #[derive(Debug, Clone, Copy)]
 pub struct Executor {
+    /// The Gitea task it runs.
     pub task: i64,
+    /// Its attempt at the task.
     pub attempt: u32,
 }
 
+/// The RunnerService as executors see it; every instance serves one.
 pub struct Facade {
+    /// Verifies each caller's capability (its runner token).
     pub capability_key: CapabilityKey,
+    /// Opens the sealed assignments it hands out.
     pub sealing_key: SealingKey,
+    /// Each task's backend: where its assignment is fetched, consumed and marked terminal.
     pub handout: Handout,
+    /// Gitea, with the scheduler's credential: where reports are forwarded.
     pub gitea: RunnerClient,
+    /// Notified at a hand-out and a final state, so the scheduler and reconciler look again.
     pub registry: Arc<Registry>,
+    /// The claim ledger: `fetched`, `reported` and `final`, and the end another instance saw.
     pub ledger: Ledger,
+    /// Hand-outs and refused callers.
     pub metrics: Arc<Metrics>,
+    /// The name Declare answers with: the registration's.
     pub runner_name: String,
     /// Executor identity on: capabilities are bound to their task's SPIFFE ID.
     pub identity: bool,
     /// Executors (task, attempt) whose assignment this instance consumed: every later report
-    /// skips the apiserver round trip. Another instance consumes at most once more.
+    /// skips the backend's round trip. Another instance consumes at most once more.
     pub consumed: Mutex<BTreeSet<(i64, u32)>>,
     /// Tasks whose final state Gitea accepted through this instance (bounded).
     pub finished: Finished,
@@ -125,9 +137,10 @@ impl Facade {
         }
     }
 
-    /// The caller reported: its assignment leaves the Secret (once per instance). Refused
-    /// when the task is over (recorded here, or its Secret is gone). An apiserver failure is
-    /// logged, not returned: the report itself matters more, and the next one retries.
+    /// The caller reported: its assignment is consumed at its backend (once per instance).
+    /// Refused when the task is over (recorded here or in the ledger, or its executor is
+    /// gone). A backend failure is logged, not returned: the report itself matters more, and
+    /// the next one retries.
     async fn consume(&self, caller: &Executor) -> Result<(), ConnectError> {
         if let Some(result) = self.finished.result(caller.task) {
             return Err(over(caller.task, Some(result)));
@@ -207,7 +220,7 @@ impl Facade {
         self.handout.mark_terminal(task).await
     }
 
-    /// Opens the assignment taken from the Secret or the ledger; it must be the caller's.
+    /// Opens the assignment its backend handed over; it must be the caller's.
     fn open(&self, caller: &Executor, sealed: &[u8]) -> Result<Task, ConnectError> {
         let a = Assignment::from_json(sealed).map_err(|e| {
             tracing::error!(task = caller.task, error = %e, "facade: the task's stored assignment does not decode; the executor's FetchTask is answered internal and the start deadline replaces it");

@@ -22,6 +22,8 @@ pub struct ServingCert {
 }
 
 impl ServingCert {
+    /// Serving `cert_pem` (the chain, leaf first) with `key_pem`; an error when either is not
+    /// PEM or they do not fit.
     pub fn new(cert_pem: &str, key_pem: &str) -> Result<Arc<Self>> {
         Ok(Arc::new(ServingCert {
             current: RwLock::new(certified_key(cert_pem, key_pem)?),

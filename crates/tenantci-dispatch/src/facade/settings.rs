@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+/// The `[facade]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Facade {
@@ -15,9 +16,11 @@ pub struct Facade {
     pub url: String,
     /// The HMAC key of the per-task capabilities, at least 32 bytes, 0600.
     pub capability_key_file: PathBuf,
-    /// The facade's own CA (its cert goes into each executor Secret as `ca.crt`).
+    /// The facade's own CA, which each executor's proxy trusts the facade by (identity off:
+    /// `ca.crt` in a Pod's Secret, an env variable in a sandbox).
     pub ca_cert_file: PathBuf,
+    /// The serving certificate (PEM), issued by that CA for the host of `url`.
     pub cert_file: PathBuf,
-    /// 0600.
+    /// The serving certificate's private key (PEM), 0600.
     pub key_file: PathBuf,
 }

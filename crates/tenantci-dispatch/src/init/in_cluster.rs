@@ -44,11 +44,17 @@ pub const BAO_MOUNT: &str = "ci";
 
 /// The Secret's keys for the files the host's config names by absolute path.
 pub mod keys {
+    /// `webhook.secret_file`.
     pub const WEBHOOK_SECRET: &str = "webhook.secret";
+    /// `vm.api_key_file`.
     pub const OPENSANDBOX_API_KEY: &str = "opensandbox-api.key";
+    /// `nats.ca_file`.
     pub const NATS_CA: &str = "nats-ca.crt";
+    /// `gitea.ca_file`.
     pub const GITEA_CA: &str = "gitea-ca.crt";
+    /// `waiting_jobs.token_file`.
     pub const WAITING_JOBS_TOKEN: &str = "waiting-jobs.token";
+    /// `cache.s3_credentials_file`.
     pub const CACHE_S3_CREDENTIALS: &str = "cache-s3.credentials";
 }
 
@@ -61,14 +67,18 @@ const MAX_FILE: u64 = tenantci_core::input::MAX_PEM;
 /// One key of the Secret and the file on this host that fills it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Entry {
+    /// The Secret's key, which is also the file's name in [`MOUNT_DIR`].
     pub key: String,
+    /// The file on this host, absolute.
     pub source: PathBuf,
 }
 
 /// The Pod's config and the Secret's keys.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bundle {
+    /// The config as the Pod reads it: files by key, in-cluster listeners, no kubeconfig.
     pub config: Config,
+    /// Every file the Secret holds, one per key.
     pub entries: Vec<Entry>,
 }
 

@@ -11,9 +11,13 @@ use serde::Deserialize as _;
 
 use tenantci_runner::tenant::apply::Object;
 
+/// `manifests/dispatch/rbac.yaml`: the namespace, ServiceAccount, Role and RoleBinding.
 pub const RBAC: &str = include_str!("../../../../manifests/dispatch/rbac.yaml");
+/// `manifests/dispatch/identity/rbac.yaml`: executor identity's ClusterRole and binding.
 pub const RBAC_IDENTITY: &str = include_str!("../../../../manifests/dispatch/identity/rbac.yaml");
+/// `manifests/dispatch/pause/rbac.yaml`: the read of the warm pools' PriorityClass.
 pub const RBAC_PAUSE: &str = include_str!("../../../../manifests/dispatch/pause/rbac.yaml");
+/// `manifests/dispatch/deployment.yaml`: the dispatcher as a Deployment in the cluster.
 pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deployment.yaml");
 
 /// The organization of the dispatcher's client certificate.
@@ -24,9 +28,13 @@ pub const DEFAULT_NAMESPACE: &str = "dynamic-runner";
 /// The RBAC objects, in apply order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RbacObjects {
+    /// The executors' namespace.
     pub namespace: Namespace,
+    /// The dispatcher's ServiceAccount (its identity in the cluster).
     pub service_account: ServiceAccount,
+    /// What the dispatcher may do in the namespace.
     pub role: Role,
+    /// The Role bound to the ServiceAccount and the client-certificate user.
     pub binding: RoleBinding,
 }
 
@@ -47,7 +55,9 @@ impl RbacObjects {
 /// [`rbac_identity`]) or the warm pools' read of their PriorityClass ([`rbac_pause`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterRbacObjects {
+    /// What it grants, cluster-wide.
     pub role: ClusterRole,
+    /// The ClusterRole bound to the dispatcher.
     pub binding: ClusterRoleBinding,
 }
 

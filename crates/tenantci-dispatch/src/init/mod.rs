@@ -3,29 +3,30 @@
 //! Phase one changes nothing: the flags (`plan::check`), the NATS password files, the files
 //! already beside the config (scheduler credential, keys, facade PKI, the old config), the
 //! cluster (resolved through the gateway, its serving CA verifying the apiserver in a TLS
-//! handshake; with executor identity, serving SPIRE's
-//! ClusterStaticEntry: `spire`), the dispatcher's credential decision, and a kept registration
-//! (Declare: it must still exist at Gitea). Any refusal there is exit 2 with
-//! nothing written, applied or registered. `--dry-run` stops after it and reports the plan.
+//! handshake; with executor identity, serving SPIRE's ClusterStaticEntry: `spire`), the
+//! dispatcher's credential decision, a kept registration (Declare: it must still exist at
+//! Gitea), and with `--opensandbox-url` the VM backend's Lifecycle API and key. Any refusal
+//! there is exit 2 with nothing written, applied or registered. `--dry-run` stops after it
+//! and reports the plan.
 //!
 //! Phase two acts. Registration comes first: a wrong registration token is the one input that
 //! only Gitea can judge, and Register is the only way to ask, so it must fail before anything
 //! else changed. Then the credential (`<dir>/kube/`), the RBAC (tenant-admin; with executor
 //! identity also the cluster-scoped ClusterRole and binding for the per-task entries, with a
-//! warm pool the one for reading the pause PriorityClass) and its
-//! verification (the dispatcher's own credential), the keys, the facade PKI, and the config
-//! last, so a config on disk always names files that exist.
+//! warm pool the one for reading the pause PriorityClass) and its verification (the
+//! dispatcher's own credential), the keys, the facade PKI, the config last, so a config on
+//! disk always names files that exist, and after it the in-cluster objects (`in_cluster`).
 //!
 //! Every file is 0600 in a 0700 directory; the registration token is sent once and never
 //! written or logged. Kept on re-run: the registration, both keys, the facade CA, a valid
 //! credential and a serving cert that still covers the facade host.
 //!
-//! Layout: `local::check` is phase one on this host, [`check_cluster`] phase one against the
-//! cluster and Gitea; then one function per step over the shared [`Context`], in the order of
-//! `run`. The outcome and detail of a line come from pure functions (`apply::summary`,
+//! Layout: `local::check` is phase one on this host, `check_cluster` phase one against the
+//! cluster and Gitea; then one function per step over the shared `Context`, in the order of
+//! [`run`]. The outcome and detail of a line come from pure functions (`apply::summary`,
 //! `credential_change`, `facade_line`, `config_outcome`). Gitea's calls are in `gitea`, the
-//! RBAC checks in `access`, the SPIRE CRD check in `spire`, the facade's CA and cert in
-//! `facade_pki`.
+//! RBAC and its checks in `provision::access`, the SPIRE CRD check in `spire`, the facade's
+//! CA and cert in `provision::facade_pki`, the VM backend's flags in `backend::vm::init`.
 
 mod gitea;
 pub mod in_cluster;
@@ -74,9 +75,13 @@ use tenantci_runner::steps::{Outcome, Steps};
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunnerInfo {
+    /// Its runner id at Gitea.
     pub id: i64,
+    /// Its runner UUID.
     pub uuid: String,
+    /// Its runner name.
     pub name: String,
+    /// The labels declared for it (every class label included).
     pub labels: Vec<String>,
 }
 
@@ -84,11 +89,13 @@ pub struct RunnerInfo {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Files {
+    /// The config and the files `init` keeps beside it.
     #[serde(flatten)]
     pub beside_the_config: crate::config::Paths,
     /// The dispatcher's own kubeconfig; null with `--kubeconfig` (it runs as its
     /// ServiceAccount).
     pub kubeconfig: Option<PathBuf>,
+    /// The directory of the NATS users' password files (`nats.secrets_dir`).
     pub nats_secrets_dir: PathBuf,
 }
 
@@ -96,19 +103,28 @@ pub struct Files {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandBack {
+    /// The config file written (or, in a dry run, that would be).
     pub config: PathBuf,
+    /// `--dry-run`: nothing was changed.
     pub dry_run: bool,
+    /// The tenant cluster's name (`--cluster`).
     pub cluster: String,
+    /// Its apiserver's URL.
     pub server: String,
+    /// The executors' namespace.
     pub namespace: String,
+    /// Gitea's base URL.
     pub gitea_url: String,
+    /// The URL executors reach the facade at.
     pub facade_url: String,
     /// None only in a dry run before the first registration.
     pub runner: Option<RunnerInfo>,
+    /// Every file init keeps, absolute.
     pub files: Files,
     /// In the cluster (`--kubeconfig`): the `bao kv put` that loads the Secret's keys into
     /// OpenBao for `manifests/components/openbao` (file names, never values); else null.
     pub bao_kv_put: Option<String>,
+    /// Every step's line, in order.
     pub steps: Vec<Step>,
 }
 

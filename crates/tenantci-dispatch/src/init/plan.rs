@@ -16,6 +16,7 @@ use tenantci_core::{Error, Result};
 pub struct RegistrationToken(String);
 
 impl RegistrationToken {
+    /// The token as given (`--registration-token`, its file or its variable).
     pub fn new(t: impl Into<String>) -> Self {
         RegistrationToken(t.into())
     }
@@ -45,6 +46,7 @@ pub struct CapacityFlag {
 /// What the operator asked for.
 #[derive(Debug, Clone)]
 pub struct Inputs {
+    /// `--gitea-url`: Gitea's base URL.
     pub gitea_url: String,
     /// `--gitea-ca`: the CA (PEM) Gitea's certificate chains to, when the system's roots do
     /// not hold it; init's own Gitea calls trust it, and the config names it (gitea.ca_file).
@@ -56,13 +58,18 @@ pub struct Inputs {
     pub registration_token: Option<RegistrationToken>,
     /// None: the kept registration's name, else `tenantci-dispatch-<cluster>`.
     pub name: Option<String>,
+    /// `--labels`: the labels registered at Gitea (`init` drops `vm` while the VM backend is
+    /// off, and adds every class label).
     pub labels: Vec<String>,
     /// The gateway's state dir, or an admin kubeconfig of any cluster.
     pub access: super::target::ClusterAccess,
     /// The cluster's name (the runner's default name, SPIRE's default cluster).
     pub cluster: String,
+    /// `--namespace`: the executors' namespace, where the dispatcher's RBAC is applied.
     pub namespace: String,
+    /// `--nats`: the NATS server's URL.
     pub nats_url: String,
+    /// `--nats-secrets-dir`: the NATS users' password files (`tenantci queue nats-config`).
     pub nats_secrets_dir: PathBuf,
     /// `--nats-ca-file`: the CA the NATS server's TLS certificate chains to; None: the
     /// existing config's, else the system's roots.
@@ -70,26 +77,34 @@ pub struct Inputs {
     /// Backends' capacities the flags set, with the flag that set each (`--pod-capacity`);
     /// a backend not here keeps the existing config's value, else its default.
     pub capacities: Vec<CapacityFlag>,
+    /// `--facade-listen`: where the facade listens.
     pub facade_listen: SocketAddr,
+    /// `--facade-url`: the URL executors reach the facade at; None: `https://` and the
+    /// listen address (refused when that is unspecified).
     pub facade_url: Option<String>,
+    /// `--executor-image`: the runner image, pinned by digest.
     pub executor_image: String,
     /// `--runner-command`; None: the existing config's, else the forge's own runner
     /// ([`runner_command`]).
     pub runner_command: Option<RunnerCommand>,
     /// None: the existing config's value (required when there is none).
     pub proxy_image: Option<String>,
-    /// The runner container's requests; None: the existing config's, else derived from the
-    /// node image.
+    /// `--executor-cpu`: the runner container's CPU request; None: the existing config's,
+    /// else derived from the node image.
     pub executor_cpu: Option<String>,
+    /// `--executor-memory`: its memory request; None as for the CPU.
     pub executor_memory: Option<String>,
+    /// `--executor-ephemeral-storage`: its ephemeral-storage request; None as for the CPU.
     pub executor_ephemeral_storage: Option<String>,
     /// The webhook receiver's address and secret file, both or neither (neither: an
     /// existing config's webhook is kept).
     pub webhook_listen: Option<SocketAddr>,
+    /// `--webhook-secret-file`: see `webhook_listen`.
     pub webhook_secret_file: Option<PathBuf>,
     /// Forgejo's waiting-jobs API: its scope and API token file, both or neither (neither:
     /// an existing config's `[waiting_jobs]` is kept).
     pub waiting_jobs_scope: Option<String>,
+    /// `--waiting-jobs-token-file`: see `waiting_jobs_scope`.
     pub waiting_jobs_token_file: Option<PathBuf>,
     /// Lifetime of the dispatcher's client certificate (Go duration).
     pub credential_valid_for: String,
@@ -99,6 +114,7 @@ pub struct Inputs {
     pub identity: crate::identity::init::IdentityInputs,
     /// The shared actions cache's flags (`--cache-*`).
     pub cache: crate::cache::init::CacheInputs,
+    /// `--out`: the config file to write; the other files go beside it.
     pub out: PathBuf,
     /// `--apply-secret`: apply the ConfigMap and Secret the in-cluster Deployment mounts
     /// (`in_cluster`) with the admin client.
@@ -108,16 +124,20 @@ pub struct Inputs {
     /// `--pod-config-out`: write the Pod's config alone (the ConfigMap's key), for an overlay
     /// that generates the ConfigMap itself (manifests/overlays/openbao).
     pub pod_config_out: Option<PathBuf>,
+    /// `--dry-run`: phase one only, and the plan reported.
     pub dry_run: bool,
 }
 
 /// The inputs after the checks.
 #[derive(Debug, Clone)]
 pub struct Checked {
+    /// The files beside `--out`.
     pub paths: Paths,
+    /// The URL executors reach the facade at, without a trailing `/`.
     pub facade_url: String,
     /// The facade URL's host, brackets stripped: what the serving cert must cover.
     pub facade_host: String,
+    /// `--nats-secrets-dir`, absolute.
     pub nats_secrets_dir: PathBuf,
     /// `--nats-ca-file`, absolute.
     pub nats_ca_file: Option<PathBuf>,
@@ -127,6 +147,7 @@ pub struct Checked {
     pub secret_out: Option<PathBuf>,
     /// `--pod-config-out`, absolute.
     pub pod_config_out: Option<PathBuf>,
+    /// `--credential-valid-for`, parsed.
     pub credential_valid_for: std::time::Duration,
     /// `--webhook-listen` and the absolute `--webhook-secret-file`, when given.
     pub webhook: Option<(SocketAddr, PathBuf)>,

@@ -5,8 +5,8 @@
 //! written, applied or registered.
 //!
 //! [`served`] judges a discovery document (pure); [`check`] fetches it with the tenant-admin
-//! client. Does not apply RBAC (`access`) and does not look at SPIRE itself (its server and
-//! agents are not reachable through the apiserver).
+//! client. Does not apply RBAC (`provision::access`) and does not look at SPIRE itself (its
+//! server and agents are not reachable through the apiserver).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 

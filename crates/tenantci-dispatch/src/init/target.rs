@@ -18,7 +18,10 @@ use tenantci_core::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterAccess {
     /// `--state-dir`: the gateway's state directory resolves `--cluster`.
-    Gateway { state_dir: PathBuf },
+    Gateway {
+        /// The gateway's state directory.
+        state_dir: PathBuf,
+    },
     /// `--kubeconfig`: an administrator's kubeconfig of any cluster.
     Kubeconfig(PathBuf),
 }
@@ -26,15 +29,21 @@ pub enum ClusterAccess {
 /// The cluster phase one found.
 #[derive(Debug, Clone)]
 pub enum Target {
+    /// Resolved through the gateway: its URL, ClientCA and tenant-admin kubeconfig.
     Gateway(ResolvedCluster),
+    /// Reached with `--kubeconfig`.
     Kubeconfig {
+        /// `--cluster`, as the cluster is called in the output.
         name: String,
+        /// The apiserver's URL, from the kubeconfig's current context.
         url: String,
+        /// The administrator's kubeconfig.
         file: PathBuf,
     },
 }
 
 impl Target {
+    /// The cluster's name.
     pub fn name(&self) -> &str {
         match self {
             Target::Gateway(r) => &r.name,
@@ -42,6 +51,7 @@ impl Target {
         }
     }
 
+    /// Its apiserver's URL.
     pub fn url(&self) -> &str {
         match self {
             Target::Gateway(r) => &r.url,

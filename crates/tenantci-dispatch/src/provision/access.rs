@@ -3,7 +3,7 @@
 //! SelfSubjectAccessReviews (`tenant::access`), so the check covers the certificate, the
 //! binding and the rules at once. This file holds the data (`must_allow`, `must_deny`, and
 //! with executor identity `must_allow_identity`, cluster-scoped) and the wording of a failure;
-//! the objects are `dispatch::manifests`'.
+//! the objects are `init::manifests`'.
 
 use crate::identity::entries;
 use tenantci_core::{Error, Result};
@@ -26,7 +26,7 @@ pub fn identity_rbac_name(namespace: &str) -> String {
 
 pub use crate::backend::pod::pause::read_rbac_name as pause_rbac_name;
 
-/// What the runtime calls in its namespace: every verb of the Role.
+/// What `dispatch run` calls in its namespace: every verb of the Role.
 pub fn must_allow() -> Vec<Access> {
     let mut v = Vec::new();
     for verb in ["get", "create", "update"] {
@@ -131,9 +131,13 @@ pub struct AdminNeeds {
 /// Why `dispatch init` needs an access of the admin kubeconfig (its refusal says which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
+    /// The namespace, ServiceAccount, Role and binding, and the reviews that verify them.
     Rbac,
+    /// `--apply-secret`: the ConfigMap and Secret the Deployment mounts.
     InClusterObjects,
+    /// Executor identity's cluster-scoped RBAC.
     Identity,
+    /// The read of the warm pools' PriorityClass.
     WarmPools,
 }
 

@@ -1,5 +1,6 @@
 //! The facade's own PKI: a CA (`facade-ca.crt` / `facade-ca.key`, ECDSA P-256, 10 years) whose
-//! cert every executor Secret carries as `ca.crt`, and the serving cert (`facade.crt` /
+//! cert every executor's proxy trusts the facade by (identity off: `ca.crt` in a Pod's Secret,
+//! an env variable in a sandbox), and the serving cert (`facade.crt` /
 //! `facade.key`, 1 year) whose SAN is the facade URL's host (an IP SAN for an address).
 //! `inspect` reads what is there, `decide` is pure, `apply` writes (each file 0600, atomically).
 //!
@@ -20,34 +21,46 @@ use tenantci_core::pki::CertificateAuthority;
 use tenantci_core::pki::inspect::{CertInfo, rfc3339, subject_alt_names};
 use tenantci_core::{Error, Result};
 
+/// A new facade CA's lifetime: ten years.
 pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// A new serving certificate's lifetime: one year.
 pub const SERVING_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The facade CA certificate's subject CN.
 pub const CA_COMMON_NAME: &str = "tenantci dispatcher facade CA";
 
 /// The serving cert on disk, as far as the decision needs it.
 #[derive(Debug, Clone)]
 pub struct Serving {
+    /// Its validity, key ids and public key.
     pub info: CertInfo,
+    /// Its subject alternative names.
     pub sans: Vec<String>,
+    /// `facade.key` exists and is its key.
     pub key_matches: bool,
 }
 
 /// What is on disk.
 #[derive(Debug)]
 pub struct Existing {
+    /// The facade CA with its key (None: neither file exists).
     pub ca: Option<(CertificateAuthority, CertInfo)>,
+    /// The serving cert (None: absent or unreadable, so a new one is issued).
     pub serving: Option<Serving>,
 }
 
+/// What [`decide`] found to do with the facade's PKI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
+    /// Both are good: nothing is written.
     Keep,
     /// No CA yet, or it would expire before a new serving cert: a new CA and serving cert.
     NewCa {
+        /// Why, for init's report.
         why: String,
     },
     /// The CA stays; a new serving cert from it.
     Reissue {
+        /// Why, for init's report.
         why: String,
     },
 }
@@ -112,6 +125,8 @@ pub fn inspect(paths: &Paths) -> Result<Existing> {
     Ok(Existing { ca, serving })
 }
 
+/// What to do for executors dialling `host` at `now`, from the CA and serving cert found
+/// (pure): see the module header.
 pub fn decide(
     ca: Option<&CertInfo>,
     serving: Option<&Serving>,

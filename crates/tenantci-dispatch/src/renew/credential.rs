@@ -28,25 +28,35 @@ use tenantci_runner::tenant::access::Reviewer;
 /// The gateway's ClientCA: `--state-dir` and `--cluster`.
 #[derive(Debug, Clone)]
 pub struct Gateway {
+    /// The gateway's state directory (`--state-dir`).
     pub state_dir: PathBuf,
+    /// The tenant cluster's name in it (`--cluster`).
     pub cluster: String,
 }
 
+/// What phase one found for the client credential.
 pub enum Credential {
     /// In the cluster: no credential of its own.
     None,
+    /// Not due.
     Keep {
+        /// Its end.
         until: OffsetDateTime,
     },
+    /// Due, and a new one issued and proven.
     Renew {
+        /// Why it is due.
         why: String,
+        /// The new certificate and key, and where they go.
         renewed: Box<Renewed>,
     },
 }
 
 /// A credential issued and proven against the apiserver, not yet written.
 pub struct Renewed {
+    /// The credential's files in `<dir>/kube/`.
     pub files: CredentialFiles,
+    /// The new certificate and key.
     pub issued: issue::IssuedCert,
 }
 

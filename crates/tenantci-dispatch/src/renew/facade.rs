@@ -1,7 +1,8 @@
 //! The facade certificate's renewal: a new serving certificate (and key) from the facade CA
 //! beside the config, for the host of `facade.url`, checked as `dispatch run` checks it before
-//! either file is replaced. The CA stays: executors trust it (their Secret's `ca.crt`), so a
-//! running executor accepts the new certificate at its next handshake.
+//! either file is replaced. The CA stays: executors trust it (its certificate is what each
+//! executor was given), so a running executor accepts the new certificate at its next
+//! handshake.
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +22,18 @@ use tenantci_core::{Error, Result};
 
 /// What phase one found: due or not, and with what to renew.
 pub enum Facade {
-    Keep { until: OffsetDateTime },
-    Renew { why: String, issued: IssuedCert },
+    /// Not due.
+    Keep {
+        /// The certificate's end.
+        until: OffsetDateTime,
+    },
+    /// Due: the new pair, issued and checked.
+    Renew {
+        /// Why it is due.
+        why: String,
+        /// The new certificate and key.
+        issued: IssuedCert,
+    },
 }
 
 /// The facade CA's key: beside the config, where `dispatch init` wrote it.

@@ -37,8 +37,11 @@ pub use plan::Policy;
 /// What the command was given.
 #[derive(Debug, Clone)]
 pub struct Inputs {
+    /// The dispatcher config (`--config`).
     pub config: PathBuf,
+    /// Where the gateway's ClientCA is; None: a due credential is refused, not renewed.
     pub gateway: Option<Gateway>,
+    /// `--within` and `--force`.
     pub policy: Policy,
 }
 
@@ -46,9 +49,11 @@ pub struct Inputs {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HandBack {
+    /// The config renewed for.
     pub config: PathBuf,
     /// Whether any file was replaced.
     pub renewed: bool,
+    /// One line per certificate: `facade-cert`, `credential`.
     pub steps: Vec<Step>,
 }
 

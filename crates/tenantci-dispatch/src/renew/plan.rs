@@ -21,13 +21,17 @@ pub struct Policy {
     pub force: bool,
 }
 
+/// Whether a certificate is due, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Due {
     /// Not yet; it is valid until then.
     Keep {
+        /// Its end.
         until: OffsetDateTime,
     },
+    /// Due now.
     Renew {
+        /// Which rule made it due, with its end, for the report.
         why: String,
     },
 }

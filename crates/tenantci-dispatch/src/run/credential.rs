@@ -18,7 +18,9 @@ pub const WARN_DAYS: i64 = 7;
 
 /// The client certificate and key of a kubeconfig's current context, as PEM.
 pub struct Material {
+    /// The certificate as read: subject, validity, public key.
     pub cert: CertInfo,
+    /// The certificate (PEM).
     pub cert_pem: String,
     /// None when the kubeconfig names no key (the client built from it reports that).
     pub key_pem: Option<String>,

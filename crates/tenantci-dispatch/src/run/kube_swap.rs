@@ -20,6 +20,8 @@ pub struct SwappableClient {
 }
 
 impl SwappableClient {
+    /// The slot holding `initial`, and the forwarding client over it (in `initial`'s default
+    /// namespace).
     pub fn new(initial: kube::Client) -> Self {
         let namespace = initial.default_namespace().to_string();
         let current = Arc::new(RwLock::new(initial));

@@ -1,17 +1,19 @@
 //! `tenantci dispatch run`: composes the leader election, the scheduler, each backend's
-//! worker and reconciler (`run::backends` builds the backends: Pods always, VM sandboxes with
-//! `[vm]`), the facade and the status API, runs until SIGTERM and drains.
+//! worker and reconciler (`backend::catalog` builds the backends the config turns on: the pod
+//! backend always, the VM backend with `[vm]`), the facade and the status API, runs until
+//! SIGTERM and drains. A leadership term is [`term`]; renewed files are taken up by
+//! [`reload`].
 //!
 //! Every instance serves the facade and the status API. Only the holder of the Lease
 //! `dynamic-runner-scheduler` runs a *term*: recovery, then the scheduler (FetchTask), each
-//! backend's worker and reconciler, and the keep-alive. A term ends when the lease is lost (the election
-//! stops leading before the lease can expire for others) or at SIGTERM; then nothing of it
-//! runs any more, so two instances never claim or start at once.
+//! backend's worker and reconciler, and the keep-alive. A term ends when the lease is lost
+//! (the election stops leading before the lease can expire for others) or at SIGTERM; then
+//! nothing of it runs any more, so two instances never claim or start at once.
 //!
 //! Drain on SIGTERM: stop the term (no more FetchTask, no more pulls; a start in progress
 //! finishes and is acked), release the lease so a standby takes over at once, then stop the
-//! facade (in-flight requests finish). Executor Pods keep running; the next dispatcher's
-//! facade and reconciler pick them up from the apiserver.
+//! facade (in-flight requests finish). Executors keep running; the next dispatcher's facade
+//! and reconciler pick them up from their backends.
 //!
 //! Listen addresses may have port 0 (tests, a second instance on one host): the system picks
 //! the ports, [`Listening`] reports them, and a `facade.url` with port 0 is advertised to
@@ -266,11 +268,14 @@ fn identity(cfg: &Config) -> String {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Listening {
+    /// The line's `type`: always `listening`.
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// The facade's bound address.
     pub facade: SocketAddr,
     /// The facade URL executors are given.
     pub facade_url: String,
+    /// The status API's bound address.
     pub status: SocketAddr,
     /// The metrics listener, when `status.metrics_listen` is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -296,35 +301,151 @@ fn advertised_facade_url(configured: &str, bound_port: u16) -> String {
 /// called once the facade and the status API listen.
 ///
 /// One sequence on purpose: its order is the start-up contract (every file loaded, NATS
-/// connected and the topology applied before anything listens; the facade serving before the
-/// lease is contested) and the drain undoes it in reverse, which reads best top to bottom.
+/// connected and the topology applied before anything listens: `prepare`; the facade
+/// serving before the lease is contested: `serve`) and the drain undoes it in reverse,
+/// which reads best top to bottom.
 pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Result<()> {
-    let inputs = load_inputs(&cfg)?;
-    let timing = cfg.leader_timing();
-    let (client, swappable) = kube_client(&cfg).await?;
-    let (producer_client, worker_client) = connect_queue(&cfg).await?;
-    apply_topology(&cfg).await?;
-    let ledger = open_ledger(&cfg, &worker_client).await?;
-    let metrics = start_metrics(&cfg, &inputs);
-    let (own, minter) = own_identity(&cfg, &metrics).await?;
-    let sandboxes = connect_sandboxes(&cfg, inputs.runner_id, minter).await?;
+    let mut p = prepare(&cfg).await?;
+    let servers = serve(&mut cfg, &mut p, on_listening).await?;
 
-    let gitea = gitea_client(&cfg, &inputs)?;
+    let me = identity(&cfg);
+    let leases: Api<Lease> = Api::namespaced(p.client.clone(), &cfg.cluster.namespace);
+    let (election, leader_rx) = start_election(&leases, &me, p.timing, servers.stop_rx.clone());
+    let shared = Shared {
+        cfg: cfg.clone(),
+        ctx: Context {
+            gitea: Arc::new(p.gitea.clone()),
+            registry: p.registry,
+            ledger: Arc::new(p.ledger.clone()),
+            metrics: p.metrics.clone(),
+            warm: p.warm.clone(),
+        },
+        runner: p.gitea,
+        ledger: p.ledger,
+        kube: p.client.clone(),
+        priority_class: Default::default(),
+        backends: p.backends,
+        producer: Producer::new(p.producer_client),
+        worker_client: p.worker_client,
+        capability_key: p.inputs.capability_key,
+        sealing_key: p.inputs.sealing_key,
+        facade_ca_pem: p.inputs.facade_ca_pem,
+        gitea: GiteaForExecutors {
+            url: cfg.gitea.url.clone(),
+            ca_pem: p.inputs.gitea_ca_pem.clone(),
+        },
+        nudge: servers.nudge,
+        waiting_token: p.inputs.waiting_token.clone(),
+    };
+
+    let term = follow_the_lease(&shared, &p.health, leader_rx, &me).await?;
+    Running {
+        term,
+        stop: servers.stop_tx,
+        election,
+        leases,
+        me,
+        health: p.health,
+        facade: servers.facade,
+        status: servers.status,
+        webhook: servers.webhook,
+    }
+    .drain()
+    .await;
+    Ok(())
+}
+
+/// What `prepare` made before anything listens, in the order it made it.
+struct Prepared {
+    inputs: Inputs,
+    timing: leader::Timing,
+    client: kube::Client,
+    /// The gateway path's client, for `reload` to swap a renewed credential into.
+    swappable: Option<SwappableClient>,
+    producer_client: async_nats::Client,
+    worker_client: async_nats::Client,
+    ledger: Ledger,
+    metrics: Arc<Metrics>,
+    /// With `[identity]`: the dispatcher's own SVID source.
+    own: Option<Own>,
+    /// The scheduler's Gitea client, with the registration's credentials.
+    gitea: RunnerClient,
+    registry: Arc<Registry>,
+    warm: Arc<WarmDemand>,
+    backends: Vec<Arc<dyn Backend>>,
+    health: Arc<Health>,
+}
+
+/// Start-up before anything listens: every file loaded (a bad one is exit 2 with nothing
+/// started), the cluster client, NATS connected and the topology applied, the claim ledger
+/// opened, the metrics, the dispatcher's own identity, the VM backend's sandboxes, then the
+/// Gitea client, the registry and every backend built over them.
+async fn prepare(cfg: &Config) -> Result<Prepared> {
+    let inputs = load_inputs(cfg)?;
+    let timing = cfg.leader_timing();
+    let (client, swappable) = kube_client(cfg).await?;
+    let (producer_client, worker_client) = connect_queue(cfg).await?;
+    apply_topology(cfg).await?;
+    let ledger = open_ledger(cfg, &worker_client).await?;
+    let metrics = start_metrics(cfg, &inputs);
+    let (own, minter) = own_identity(cfg, &metrics).await?;
+    let sandboxes = connect_sandboxes(cfg, inputs.runner_id, minter).await?;
+
+    let gitea = gitea_client(cfg, &inputs)?;
     let registry = Arc::new(Registry::default());
     let warm = Arc::new(WarmDemand::new(&cfg.executor.classes));
-    let backends = backends(&cfg, &client, sandboxes, &ledger, &metrics);
+    let backends = backends(cfg, &client, sandboxes, &ledger, &metrics);
     let health = Arc::new(Health::default());
+    Ok(Prepared {
+        inputs,
+        timing,
+        client,
+        swappable,
+        producer_client,
+        worker_client,
+        ledger,
+        metrics,
+        own,
+        gitea,
+        registry,
+        warm,
+        backends,
+        health,
+    })
+}
 
-    let facade_tls = facade_tls(&inputs, own.as_ref());
-    let handout = Handout::new(backends.clone(), ledger.clone());
+/// The servers `serve` started, for the term and the drain.
+struct Servers {
+    facade: transport::FacadeHandle,
+    /// The status API's tasks (and the metrics listener's).
+    status: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    webhook: Option<tokio::task::JoinHandle<crate::http1::Stopped>>,
+    /// Flipped by the drain: the servers, the reloader and the election stop.
+    stop_tx: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+    /// The webhook receiver's nudges, for the scheduler of the current term.
+    nudge: Arc<Notify>,
+}
+
+/// Every instance's servers, before the lease is contested: the facade (with the shared
+/// cache beside it) listening and serving, then renewed files taken up, the status API and
+/// the webhook receiver serving, and `on_listening` told where. `cfg.facade.url` becomes the
+/// URL executors are given (the bound port for port 0).
+async fn serve(
+    cfg: &mut Config,
+    p: &mut Prepared,
+    on_listening: impl FnOnce(&Listening),
+) -> Result<Servers> {
+    let facade_tls = facade_tls(&p.inputs, p.own.as_ref());
+    let handout = Handout::new(p.backends.clone(), p.ledger.clone());
     let facade = Arc::new(new_facade(
-        &cfg,
-        &inputs,
+        cfg,
+        &p.inputs,
         handout,
-        gitea.clone(),
-        registry.clone(),
-        ledger.clone(),
-        metrics.clone(),
+        p.gitea.clone(),
+        p.registry.clone(),
+        p.ledger.clone(),
+        p.metrics.clone(),
     ));
     let facade_listener = bind("facade", cfg.facade.listen).await?;
     let status_listeners = status_api::Listeners::bind(&cfg.status).await?;
@@ -333,29 +454,41 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
         Some(w) => Some(bind("webhook receiver", w.listen).await?),
         None => None,
     };
-    let facade_routes = facade_routes(&cfg, &inputs, facade, &metrics)?;
+    let facade_routes = facade_routes(cfg, &p.inputs, facade, &p.metrics)?;
     let facade = transport::spawn_router(facade_listener, facade_tls, facade_routes)
         .map_err(|e| Error::external("cannot start the facade").caused_by(e))?;
-    // Before `Shared` is built from `cfg`: the worker puts this URL into executor Secrets.
+    // Before `Shared` is built from `cfg`: the worker gives this URL to each executor.
     cfg.facade.url = advertised_facade_url(&cfg.facade.url, facade.local_addr.port());
-    health.facade_up.store(true, Ordering::SeqCst);
+    p.health.facade_up.store(true, Ordering::SeqCst);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let serving = own.is_none().then(|| inputs.facade_serving.clone());
-    start_reloader(&cfg, &inputs, serving, swappable, &metrics, &stop_rx);
-    let ledger_view = Mirror::new(ledger.clone());
-    let sources = status_sources(&cfg, &registry, ledger_view, &backends, &worker_client);
-    let served = status_listeners.serve(health.clone(), metrics.clone(), sources, stop_rx.clone());
+    let serving = p.own.is_none().then(|| p.inputs.facade_serving.clone());
+    start_reloader(
+        cfg,
+        &p.inputs,
+        serving,
+        p.swappable.take(),
+        &p.metrics,
+        &stop_rx,
+    );
+    let ledger_view = Mirror::new(p.ledger.clone());
+    let sources = status_sources(cfg, &p.registry, ledger_view, &p.backends, &p.worker_client);
+    let served = status_listeners.serve(
+        p.health.clone(),
+        p.metrics.clone(),
+        sources,
+        stop_rx.clone(),
+    );
     let nudge = Arc::new(Notify::new());
-    let (webhook_addr, webhook_task) = match (webhook_listener, inputs.webhook_secret) {
+    let (webhook_addr, webhook_task) = match (webhook_listener, p.inputs.webhook_secret.take()) {
         (Some(listener), Some(secret)) => {
-            let receiver = receiver(&cfg, secret, &warm, &metrics, &health, &nudge);
-            let (addr, task) = start_webhook(listener, receiver, &cfg, stop_rx.clone())?;
+            let receiver = receiver(cfg, secret, &p.warm, &p.metrics, &p.health, &nudge);
+            let (addr, task) = start_webhook(listener, receiver, cfg, stop_rx.clone())?;
             (Some(addr), Some(task))
         }
         _ => (None, None),
     };
     on_listening(&announce(
-        &cfg,
+        cfg,
         Listening {
             kind: "listening",
             facade: facade.local_addr,
@@ -365,52 +498,14 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
             webhook: webhook_addr,
         },
     ));
-
-    let me = identity(&cfg);
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.cluster.namespace);
-    let (election, leader_rx) = start_election(&leases, &me, timing, stop_rx.clone());
-    let shared = Shared {
-        cfg: cfg.clone(),
-        ctx: Context {
-            gitea: Arc::new(gitea.clone()),
-            registry,
-            ledger: Arc::new(ledger.clone()),
-            metrics: metrics.clone(),
-            warm: warm.clone(),
-        },
-        runner: gitea,
-        ledger,
-        kube: client.clone(),
-        priority_class: Default::default(),
-        backends,
-        producer: Producer::new(producer_client),
-        worker_client,
-        capability_key: inputs.capability_key,
-        sealing_key: inputs.sealing_key,
-        facade_ca_pem: inputs.facade_ca_pem,
-        gitea: GiteaForExecutors {
-            url: cfg.gitea.url.clone(),
-            ca_pem: inputs.gitea_ca_pem.clone(),
-        },
-        nudge,
-        waiting_token: inputs.waiting_token.clone(),
-    };
-
-    let term = follow_the_lease(&shared, &health, leader_rx, &me).await?;
-    Running {
-        term,
-        stop: stop_tx,
-        election,
-        leases,
-        me,
-        health,
+    Ok(Servers {
         facade,
         status: served,
         webhook: webhook_task,
-    }
-    .drain()
-    .await;
-    Ok(())
+        stop_tx,
+        stop_rx,
+        nudge,
+    })
 }
 
 /// What the status API reads: the parts `run` holds, and the config's fixed figures.

@@ -36,14 +36,19 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(60);
 
 /// The facade's files and the certificate serving them.
 pub struct FacadeFiles {
+    /// `[facade]`: the certificate, key and CA files.
     pub facade: crate::facade::settings::Facade,
+    /// `facade.url`'s host, which a new certificate must cover.
     pub host: String,
+    /// What the facade's TLS server presents; a new pair is swapped in here.
     pub serving: Arc<ServingCert>,
 }
 
 /// The kubeconfig of the gateway path and the client built from it.
 pub struct KubeFiles {
+    /// `cluster.kubeconfig`.
     pub kubeconfig: PathBuf,
+    /// The dispatcher's client; a client for a new credential is swapped in here.
     pub client: SwappableClient,
 }
 
@@ -69,6 +74,7 @@ impl Seen {
     }
 }
 
+/// Takes up renewed files: the facade pair and (gateway path) the client credential.
 pub struct Reloader {
     facade: Option<(FacadeFiles, Seen)>,
     kube: Option<(KubeFiles, Seen)>,

@@ -1,10 +1,10 @@
 //! The status API on loopback: `/healthz` (the process serves), `/readyz` (the facade is up;
 //! the body says whether this instance leads), `/metrics` (Prometheus text), `/v1/status`
 //! (every task held and the summary: `crate::view`, gathered here by [`Sources`]) and `/`
-//! (the same as an HTML page). With
-//! `status.metrics_listen`, a second listener serves `/metrics` alone, for a scraper outside
-//! the Pod or host (non-loopback only with `status.expose_metrics = true`); health stays on
-//! loopback.
+//! (the same as an HTML page). With `status.metrics_listen`, a second listener serves
+//! `/metrics` alone, for a scraper outside the Pod or host (non-loopback only with
+//! `status.expose_metrics = true`); health stays on loopback. Also the client side:
+//! [`probe`] and [`fetch`], for `dispatch probe`, `status` and `explain`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -35,14 +35,23 @@ struct Shared {
 /// What `/v1/status` is built from: the term's registry, the claim ledger's mirror, every
 /// backend, and from the config what does not change while it runs.
 pub struct Sources {
+    /// The term's registry: every task held, as cards.
     pub registry: Arc<Registry>,
+    /// The claim ledger, as a mirror that reads only the writes since the last request.
     pub ledger: Mirror,
+    /// Every backend this dispatcher runs, observed for each request.
     pub backends: Vec<Arc<dyn Backend>>,
+    /// This instance's identity (the Lease holder name).
     pub instance: String,
+    /// `gitea.url`.
     pub forge_url: String,
+    /// The labels registered at the forge (every class's included).
     pub labels: Vec<String>,
+    /// Each backend this dispatcher runs, with its capacity.
     pub capacity: Vec<(BackendKind, u32)>,
+    /// The resource classes.
     pub classes: Vec<ExecutorClass>,
+    /// `[cache]` is set.
     pub cache_enabled: bool,
     /// The queue, read for each backend's depth when asked: the scheduler's gauge is as old
     /// as its last pass, which may be a poll interval ago (a task started since still
@@ -100,8 +109,8 @@ impl Sources {
         })
     }
 
-    /// Each backend's queue depth read now; one NATS does not answer within OBSERVE_TIMEOUT
-    /// keeps the scheduler's last reading (the gauge).
+    /// Each backend's queue depth read now; a backend whose depth NATS does not give within
+    /// OBSERVE_TIMEOUT keeps the scheduler's last reading (the gauge).
     async fn depths(&self, backends: &[BackendKind]) -> Vec<(BackendKind, u64)> {
         let reads = backends.iter().map(|b| async move {
             let read = tokio::time::timeout(OBSERVE_TIMEOUT, depth_now(&self.queue, *b)).await;
@@ -161,6 +170,7 @@ async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     )
 }
 
+/// Every route of the status API; without `sources`, `/v1/status` and `/` answer 404.
 pub fn router(health: Arc<Health>, metrics: Arc<Metrics>, sources: Option<Arc<Sources>>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -192,11 +202,15 @@ pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
 pub struct Listeners {
     status: TcpListener,
     metrics: Option<TcpListener>,
+    /// The status API's bound address (its port picked by the system for port 0).
     pub status_addr: std::net::SocketAddr,
+    /// The metrics listener's bound address, when `status.metrics_listen` is set.
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Listeners {
+    /// Binds `status.listen` and, when set, `status.metrics_listen`; a busy address is bad
+    /// input.
     pub async fn bind(status: &crate::config::Status) -> tenantci_core::Result<Listeners> {
         let listen = |what: &'static str, addr| async move {
             let l = TcpListener::bind(addr).await.map_err(|e| {

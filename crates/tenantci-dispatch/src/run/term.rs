@@ -1,6 +1,7 @@
-//! One leadership term: for each backend its consumer bound, recovery, then its worker and
-//! reconciler; beside them the scheduler, keep-alive and the labels' Declare, until the term stops (the lease is
-//! lost, or the drain).
+//! One leadership term: for each backend its consumer bound, recovery, then its reconciler
+//! and worker; beside them the scheduler, keep-alive, the labels' Declare, the waiting-jobs
+//! watch (`[waiting_jobs]`) and the warm pools (a class with one), until the term stops (the
+//! lease is lost, or the drain).
 //!
 //! Each backend has its own durable consumer and admission slots (the seed's workers in one
 //! process) and starts in its own task, the same code for all: a backend that cannot start
@@ -48,7 +49,7 @@ pub(super) struct Shared {
     pub kube: kube::Client,
     /// Whether a term settled the warm pools' PriorityClass (once per process).
     pub priority_class: Arc<PriorityClassTried>,
-    /// Every backend this dispatcher runs, the pod backend first.
+    /// Every backend this dispatcher runs, in registration order (the default backend first).
     pub backends: Vec<Arc<dyn Backend>>,
     pub producer: Producer,
     pub worker_client: async_nats::Client,
@@ -70,8 +71,8 @@ pub(super) struct Term {
 
 impl Term {
     /// Starts a term in the background: binding the consumers and recovery may retry for a
-    /// while (NATS, the apiserver or OpenSandbox away), and the runtime must stay responsive
-    /// to SIGTERM and to losing the lease meanwhile.
+    /// while (NATS or a backend's API away), and the runtime must stay responsive to SIGTERM
+    /// and to losing the lease meanwhile.
     pub fn start(s: Shared) -> Term {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = tokio::task::JoinSet::new();

@@ -5,7 +5,8 @@
 //! and its fix; none means it runs or will.
 //!
 //! Boundary: reads only the status document, so it explains what the dispatcher knew when
-//! it answered; the Pod's events are the CLI's to add (it reads them at the apiserver).
+//! it answered; an executor Pod's events are the CLI's to add (it reads them at the
+//! apiserver, `backend::pod::events`).
 
 use serde::Serialize;
 
@@ -21,7 +22,9 @@ pub struct Reason {
     /// A stable name: `labels`, `class`, `backend`, `capacity`, `backend-api`, `executor`,
     /// `forge`.
     pub kind: &'static str,
+    /// What stops it, in one sentence.
     pub what: String,
+    /// What the operator does about it.
     pub fix: String,
 }
 

@@ -1,7 +1,7 @@
 //! The status model: what `GET /v1/status` answers, `tenantci dispatch status` prints and the
-//! status page shows. Pure: [`build`] turns what `run::status_api` gathered (the registry's cards,
-//! the claim ledger's entries, each backend's observation, the capacity and classes from the
-//! config, the metrics' figures) into a [`Status`]. [`explain`] answers "why does this job
+//! status page shows. Pure: [`build`] turns what `run::status_api` gathered (the registry's
+//! cards, the claim ledger's entries, each backend's observation, the capacity and classes
+//! from the config, the metrics' figures) into a [`Status`]. [`explain`] answers "why does this job
 //! wait" from a `Status` for the job [`question`] finds; [`page`] renders it as HTML and
 //! [`table`] as `dispatch status`'s text.
 //!
@@ -55,6 +55,7 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order a task goes through them (withdrawn last).
     pub const ALL: [State; 7] = [
         State::Claimed,
         State::Queued,
@@ -65,6 +66,7 @@ impl State {
         State::Withdrawn,
     ];
 
+    /// The state's name as the table and page show it: `Queued`.
     pub fn name(self) -> &'static str {
         match self {
             State::Claimed => "Claimed",
@@ -90,90 +92,131 @@ impl State {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
+    /// [`API_VERSION`].
     pub api_version: String,
+    /// `DispatcherStatus`.
     pub kind: String,
+    /// When this instance built the document.
     pub generated_at: DateTime<Utc>,
     /// This instance's identity (the Lease holder name it uses).
     pub instance: String,
     /// Only the leader claims, so only its tasks and queue figures are live.
     pub leader: bool,
+    /// The figures over every task.
     pub summary: Summary,
+    /// Every task this instance's term holds, queued or running.
     pub tasks: Vec<TaskStatus>,
 }
 
+/// The dispatcher as a whole: its backends, classes, queue, forge and cache.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     /// Every `runs-on` label this dispatcher registered at the forge.
     pub labels: Vec<String>,
+    /// Each backend this dispatcher runs, in registration order.
     pub backends: Vec<BackendStatus>,
+    /// Each resource class of the config.
     pub classes: Vec<ClassStatus>,
     /// Assignments waiting on the queue, every backend together.
     pub queue_depth: u64,
+    /// Tasks claimed in the last 60 seconds, every backend together.
     pub claims_per_minute: u32,
+    /// The forge, as the scheduler last reached it.
     pub forge: ForgeStatus,
+    /// The shared actions cache.
     pub cache: CacheStatus,
 }
 
+/// One backend's slots.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendStatus {
+    /// Which backend.
     pub backend: BackendKind,
+    /// Its concurrent executors.
     pub capacity: u32,
+    /// Slots taken: its tasks whose executor exists.
     pub used: u32,
+    /// `capacity` less `used` (never below 0).
     pub free: u32,
     /// Its assignments waiting on the queue.
     pub queued: u64,
     /// Its API answered the observation behind this document.
     pub reachable: bool,
+    /// Why its API did not answer (None: it did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+/// One resource class's slots and warm pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClassStatus {
+    /// The class's name.
     pub name: String,
+    /// The `runs-on` label that selects it.
     pub label: String,
+    /// The backend its executors run on.
     pub backend: BackendKind,
+    /// Its concurrent executors.
     pub capacity: u32,
+    /// Slots its tasks hold.
     pub used: u32,
+    /// `capacity` less `used` (never below 0).
     pub free: u32,
+    /// Its warm pool's size as last applied (0: none).
     pub warm_slots: u32,
 }
 
+/// The forge as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ForgeStatus {
+    /// Its base URL (`gitea.url`).
     pub url: String,
     /// None: unknown (this instance does not lead, or has not asked yet).
     pub reachable: Option<bool>,
     /// Since the forge last answered this dispatcher's FetchTask.
     pub seconds_since_answer: Option<u64>,
+    /// The last FetchTask's failure, while it lasts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+/// The shared actions cache.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CacheStatus {
+    /// `[cache]` is set.
     pub enabled: bool,
+    /// Bytes of all committed entries after the last eviction sweep.
     pub stored_bytes: u64,
 }
 
+/// One task the term holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatus {
+    /// The Gitea task id.
     pub task: i64,
+    /// The executor's attempt, else the ledger's (None: neither knows).
     pub attempt: Option<u32>,
     /// `owner/name`; empty for a task recovered by this term (its names are sealed).
     pub repository: String,
+    /// The workflow's name; empty like `repository`.
     pub workflow: String,
+    /// The job's name; empty like `repository`.
     pub job: String,
+    /// The run's number (else its id); None like `repository`.
     pub run: Option<i64>,
+    /// The job's `runs-on` labels; empty like `repository`.
     pub runs_on: Vec<String>,
+    /// The backend it is queued for or runs on.
     pub backend: BackendKind,
+    /// Its resource class (None: none).
     pub class: Option<String>,
+    /// Where it stands.
     pub state: State,
     /// The executor Pod's name (pod backend, once scheduled).
     pub executor: Option<String>,
@@ -187,18 +230,30 @@ pub struct TaskStatus {
 
 /// What [`build`] reads; `run::status_api` gathers it.
 pub struct Inputs<'a> {
+    /// The time ages are counted to.
     pub now: DateTime<Utc>,
+    /// This instance's identity.
     pub instance: &'a str,
+    /// This instance leads.
     pub leader: bool,
+    /// `gitea.url`.
     pub forge_url: &'a str,
+    /// The labels registered at the forge.
     pub labels: &'a [String],
+    /// Each backend this dispatcher runs, with its capacity, in registration order.
     pub capacity: &'a [(BackendKind, u32)],
+    /// The resource classes.
     pub classes: &'a [ExecutorClass],
+    /// `[cache]` is set.
     pub cache_enabled: bool,
+    /// Every task the term's registry holds.
     pub cards: Vec<Card>,
+    /// The claim ledger's entry of those tasks, where it has one.
     pub ledger: BTreeMap<i64, Entry>,
     /// Each backend's executors by task, or why its API did not answer.
     pub observed: BTreeMap<BackendKind, Result<BTreeMap<i64, Observed>, String>>,
+    /// What the metrics hold that no series shows (claims per minute, the forge's last
+    /// answer, queue depths, warm slots, the cache's size).
     pub figures: Figures,
 }
 

@@ -14,8 +14,11 @@ use super::{Status, TaskStatus};
 pub enum Job {
     /// Its run, from a URL (with the forge's origin) or `--repository` and `--run`.
     Run {
+        /// The URL's `scheme://host[:port]`, to refuse another forge's job (None: no URL).
         origin: Option<String>,
+        /// `owner/name`.
         repository: String,
+        /// The run's number, as its URL and the task context's `run_number` show it.
         run: i64,
         /// The job's index in its run (a URL's `/jobs/JOB`, counted from 0 in id order).
         job: Option<usize>,

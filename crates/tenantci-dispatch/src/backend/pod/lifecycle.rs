@@ -6,11 +6,14 @@
 
 use crate::backend::lifecycle::Decision;
 
-/// The Pod as observed (None: no Pod with that name).
+/// One task's Pod and Secret as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodState {
+    /// The Pod's phase (None: no Pod with that name).
     pub pod_phase: Option<String>,
+    /// The Pod carries the terminal marker: Gitea accepted the final state.
     pub terminal_marker: bool,
+    /// The task's Secret exists.
     pub secret_exists: bool,
     /// Since the Secret was created (None: unknown, taken as old).
     pub secret_age: Option<std::time::Duration>,
@@ -23,6 +26,8 @@ pub struct PodState {
 /// that never comes is the start deadline's business (minutes), not this.
 pub const POD_CREATE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What the reconciler does with the task's executor: delete after the terminal marker,
+/// FAILURE for a Pod that ended or vanished without it, keep otherwise.
 pub fn decide(o: &PodState) -> Decision {
     if o.terminal_marker {
         return Decision::Delete;

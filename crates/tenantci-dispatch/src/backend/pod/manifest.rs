@@ -1,6 +1,6 @@
 //! The executor of one task: Secret `gitea-task-<id>` and Pod `gitea-task-<id>` running the
-//! official runner for exactly one task. Pure: `desired_secret` / `desired_pod`; the worker
-//! creates them.
+//! official runner for exactly one task. Pure: `desired_secret` / `desired_pod`; `objects`
+//! creates them when the worker starts the executor.
 //!
 //! The Pod has two containers. The runner (the executor image, in host mode: the job runs in
 //! that image) reads `.runner` and a generated `config.yaml`; its `.runner` address is the
@@ -42,6 +42,7 @@ use crate::task::spec::{
     runner_config_at, runner_file,
 };
 
+/// On both objects: the assignment id (task and attempt) they were created for.
 pub const ASSIGNMENT_ANNOTATION: &str = "tenantci.io/assignment-id";
 /// Set on the Pod once Gitea accepted the task's final state; the reconciler then deletes.
 pub const TERMINAL_ANNOTATION: &str = "tenantci.io/terminal";
@@ -50,9 +51,10 @@ pub const FETCHED_ANNOTATION: &str = "tenantci.io/fetched-at";
 /// Set on the Secret with the removal of its sealed assignment (the executor's first report),
 /// so a watch of the Secrets' metadata tells a consumed assignment from one still held.
 pub const CONSUMED_ANNOTATION: &str = "tenantci.io/consumed-at";
-/// The Secret key holding the sealed assignment until the executor fetches it. Only the
-/// dispatcher can open it; no container mounts it.
+/// The Secret key holding the sealed assignment until the executor's first report consumes
+/// it. Only the dispatcher can open it; no container mounts it.
 pub const ASSIGNMENT_KEY: &str = "assignment";
+/// The Secret's key for the facade's CA, which the proxy trusts (only with identity off).
 pub const CA_KEY: &str = "ca.crt";
 
 /// The Secret's key for Gitea's private CA (only when `gitea.ca_file` is set).
@@ -68,9 +70,11 @@ pub const RUNNER_DIR: &str = "/etc/gitea-task/runner";
 pub const PROXY_DIR: &str = "/etc/gitea-task/proxy";
 /// HOME of the runner: an emptyDir for its cache, the job's work dirs and tools' dotfiles.
 pub const HOME_DIR: &str = "/home/runner";
+/// The uid, gid and fsGroup both containers run as (non-root, as `restricted` asks).
 pub const RUN_AS_USER: i64 = 2000;
-/// The runner's container name and the sidecar's.
+/// The runner's container name.
 pub const RUNNER_CONTAINER: &str = "runner";
+/// The `tenantci executor-proxy` sidecar's container name.
 pub const PROXY_CONTAINER: &str = "executor-proxy";
 /// Annotation on the Pod (identity on): the SPIFFE ID its executor must present.
 pub const SPIFFE_ID_ANNOTATION: &str = "tenantci.io/spiffe-id";
@@ -390,6 +394,8 @@ fn runner_container(spec: &ExecutorSpec) -> Container {
     }
 }
 
+/// The Pod: the proxy sidecar and the runner, locked down, sized by the spec's resources,
+/// placed by its node selector and tolerations, never restarted.
 pub fn desired_pod(spec: &ExecutorSpec) -> Pod {
     let name = object_name(spec.task_id);
     let x = &spec.executor;

@@ -9,7 +9,9 @@
 //!   `sizing::demand`, each pause Pod asking what one executor Pod does
 //!   (`sizing::resources`);
 //! - [`registrar`]: with executor identity on, each scheduled executor Pod's SPIRE entry,
-//!   written from the reconciler's pass and deleted with the Pod.
+//!   written from the reconciler's pass and deleted with the Pod;
+//! - [`events`]: a task's Pod's Events, for `dispatch explain` (read with the operator's
+//!   client).
 
 pub mod events;
 pub mod lifecycle;
@@ -42,6 +44,7 @@ const APISERVER: &str = "the tenant apiserver";
 
 /// The executor Pods of this dispatcher, and (identity on) their SPIRE entries.
 pub struct PodExecutors {
+    /// Every read and write of the executor Secrets and Pods.
     pub objects: ExecutorObjects,
     observer: Observer,
     /// The reconciler's pass without a change seen (`[cluster] resync`).
@@ -51,6 +54,8 @@ pub struct PodExecutors {
 }
 
 impl PodExecutors {
+    /// Over `objects`, passing again every `resync` without a change seen; `entries`: the
+    /// SPIRE entries' writer when executor identity is on.
     pub fn new(objects: ExecutorObjects, resync: Duration, entries: Option<Registrar>) -> Self {
         PodExecutors {
             observer: Observer::new(objects.pods.clone(), objects.secrets.clone()),

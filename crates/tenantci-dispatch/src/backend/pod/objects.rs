@@ -22,14 +22,23 @@ use crate::backend::{Created, Presence};
 use crate::capability;
 use crate::task::spec::ExecutorSpec;
 
+/// Why a task's Secret and Pod could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
+    /// An object of that name carries another assignment: someone else's, left alone.
     #[error("`{name}` exists for another assignment (`{found}`); it is left alone")]
-    Foreign { name: String, found: String },
+    Foreign {
+        /// The object's name, `gitea-task-<id>`.
+        name: String,
+        /// The assignment id it carries (empty: none).
+        found: String,
+    },
+    /// The apiserver refused or could not be reached.
     #[error(transparent)]
     Api(#[from] kube::Error),
 }
 
+/// The executor Secrets and Pods in one namespace of the tenant cluster.
 #[derive(Clone)]
 pub struct ExecutorObjects {
     pub(super) pods: Api<Pod>,
@@ -49,6 +58,7 @@ pub(super) fn task_of(meta: &ObjectMeta) -> Option<(i64, u32)> {
 }
 
 impl ExecutorObjects {
+    /// The executor objects in `namespace`, through `client`.
     pub fn new(client: kube::Client, namespace: &str) -> Self {
         ExecutorObjects {
             pods: Api::namespaced(client.clone(), namespace),

@@ -15,7 +15,7 @@
 //! The store follows the apiserver with a lag. The one case where that would mislead a pass,
 //! objects this dispatcher deleted (or replaced by a later attempt) still in the store, is kept
 //! out by [`Floors`]; an executor missing from the store is confirmed gone by a direct read
-//! before its task is failed (the reconciler's `exists`).
+//! before its task is failed (`ExecutorLifecycle::exists`, which the reconciler calls).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -46,12 +46,17 @@ const FIRST_LIST: Duration = Duration::from_secs(10);
 /// One task's objects as the store holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
+    /// The Gitea task.
     pub task_id: i64,
+    /// The attempt its objects carry (the Pod's when both are in the store).
     pub attempt: u32,
-    /// None: no Pod.
+    /// None: no Pod, or no phase yet.
     pub pod_phase: Option<String>,
+    /// Its Pod is in the store.
     pub pod_exists: bool,
+    /// The Pod carries the terminal marker: Gitea accepted the final state.
     pub terminal: bool,
+    /// Its Secret is in the store.
     pub secret_exists: bool,
     /// The sealed assignment is still in the Secret (no [`CONSUMED_ANNOTATION`]): no executor
     /// has reported yet.
@@ -83,6 +88,7 @@ impl Observed {
         }
     }
 
+    /// What [`crate::backend::pod::lifecycle::decide`] reads of it.
     pub fn lifecycle(&self) -> PodState {
         PodState {
             pod_phase: self.pod_phase.clone().or_else(|| {
@@ -133,6 +139,7 @@ fn placement(pod: &Pod) -> Option<Placement> {
 pub struct Floors(BTreeMap<i64, u32>);
 
 impl Floors {
+    /// `task`'s objects of `attempt` and earlier are gone; a floor never lowers.
     pub fn raise(&mut self, task: i64, attempt: u32) {
         let floor = self.0.entry(task).or_default();
         *floor = (*floor).max(attempt);
@@ -292,6 +299,8 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// Over the executor Pods and Secrets these handles reach (one namespace); nothing is
+    /// watched until the first [`Observer::view`].
     pub fn new(pods: Api<Pod>, secrets: Api<Secret>) -> Self {
         Observer {
             pods,

@@ -78,12 +78,20 @@ impl PriorityClassTried {
 
 /// The leader's applier of every warm pool.
 pub struct WarmPools {
+    /// The tenant cluster.
     pub client: kube::Client,
+    /// The executors' namespace, where the pools' Deployments go.
     pub namespace: String,
+    /// `[executor]`: the classes (those with a warm pool get one) and the size and placement
+    /// their pause Pods copy.
     pub executor: ExecutorSettings,
+    /// What each class's pool is sized from.
     pub demand: Arc<WarmDemand>,
+    /// Whether the pause PriorityClass was settled already in this process.
     pub priority_class: Arc<PriorityClassTried>,
+    /// The term's registry: each class's running executors.
     pub registry: Arc<Registry>,
+    /// Each pool's size and warm slot-seconds.
     pub metrics: Arc<Metrics>,
 }
 
@@ -155,8 +163,8 @@ impl WarmPools {
         }
     }
 
-    /// The pause PriorityClass (see [`WarmDemand`]); whether that settled it: found, applied,
-    /// or refused with one warning saying who must create it. An apiserver away or
+    /// The pause PriorityClass (see [`PriorityClassTried`]); whether that settled it: found,
+    /// applied, or refused with one warning saying who must create it. An apiserver away or
     /// overloaded settles nothing.
     ///
     /// Read first: with a warm pool the dispatcher's RBAC may `get` this one class by name but

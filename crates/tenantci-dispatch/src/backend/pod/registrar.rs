@@ -1,7 +1,8 @@
 //! Carries out `entries::plan` on the tenant cluster: lists this dispatcher's
 //! ClusterStaticEntries, writes the entry of each scheduled executor Pod (its node's UID read
-//! for the parent ID), and deletes the rest. The lifecycle reconciler calls it once per pass
-//! (leader only, so there is one writer), and deletes a task's entry with its Pod and Secret.
+//! for the parent ID), and deletes the rest. The pod backend runs it once per reconciler pass
+//! (`ExecutorObservation::reconciled`: leader only, so there is one writer), and its `delete`
+//! deletes a task's entry with its Pod and Secret.
 //!
 //! Everything is idempotent by name, so a dispatcher killed mid-write and restarted finds its
 //! entries, rewrites none that is right, and never makes a second one. What fails (the
@@ -22,6 +23,7 @@ use crate::identity::Parsed;
 use crate::identity::entries::{self, Action, LiveEntry, ScheduledPod};
 use crate::metrics::Metrics;
 
+/// The writer of the executor Pods' SPIRE entries (ClusterStaticEntries) of one dispatcher.
 pub struct Registrar {
     entries: Api<DynamicObject>,
     metrics: Arc<Metrics>,
@@ -64,6 +66,8 @@ fn scheduled(found: &BTreeMap<i64, Observed>) -> Vec<ScheduledPod> {
 }
 
 impl Registrar {
+    /// For the executors in `namespace` of the tenant cluster `client` reaches, with the
+    /// `[identity]` section as parsed; failures count in `metrics`.
     pub fn new(
         client: kube::Client,
         identity: Parsed,

@@ -29,8 +29,8 @@ pub async fn check_access(client: &LifecycleClient) -> Result<()> {
 }
 
 /// `run`'s start: the client when the backend is on, after the access check. A refused key
-/// stops the start; an API that is away only delays vm tasks (the pod backend must not stop
-/// because OpenSandbox is down), so it is logged and the client returned.
+/// stops the start; an API that is away only delays vm tasks (the other backends must not
+/// stop because OpenSandbox is down), so it is logged and the client returned.
 pub async fn connect(vm: Option<&Vm>) -> Result<Option<LifecycleClient>> {
     let Some(vm) = vm else {
         return Ok(None);

@@ -50,10 +50,11 @@ pub mod env {
     pub const GITEA_URL: &str = "TENANTCI_GITEA_URL";
     /// Gitea's private CA (PEM), when `gitea.ca_file` is set.
     pub const GITEA_CA: &str = "TENANTCI_GITEA_CA";
-    /// Identity on: the task's X509-SVID chain (PEM), its PKCS#8 key and the trust domain's
-    /// bundle, for `svid.pem`, `svid_key.pem` and `svid_bundle.pem`.
+    /// Identity on: the task's X509-SVID chain (PEM), for `svid.pem`.
     pub const SVID: &str = "TENANTCI_SVID";
+    /// Identity on: the SVID's PKCS#8 key (PEM), for `svid_key.pem`.
     pub const SVID_KEY: &str = "TENANTCI_SVID_KEY";
+    /// Identity on: the trust domain's bundle (PEM), for `svid_bundle.pem`.
     pub const SVID_BUNDLE: &str = "TENANTCI_SVID_BUNDLE";
 }
 
@@ -62,8 +63,11 @@ pub const SVID_DIR: &str = "/tmp/gitea-task/spiffe";
 
 /// A task's minted X509-SVID as spiffe-helper's files hold it (PEM).
 pub struct SvidFiles {
+    /// The SVID and its intermediates.
     pub chain_pem: String,
+    /// The SVID's private key (PKCS#8).
     pub key_pem: Secret,
+    /// The trust domain's bundle, which the proxy verifies the facade's SVID against.
     pub bundle_pem: String,
 }
 
@@ -107,6 +111,7 @@ pub fn task_of(s: &Sandbox) -> Option<(i64, u32)> {
     Some((task, attempt))
 }
 
+/// Whether the sandbox carries the terminal marker ([`TERMINAL_KEY`]).
 pub fn is_terminal(s: &Sandbox) -> bool {
     s.metadata.get(TERMINAL_KEY).is_some_and(|v| v == "true")
 }

@@ -13,11 +13,17 @@ use tenantci_core::{Error, Result};
 /// The flags as typed.
 #[derive(Debug, Clone, Default)]
 pub struct VmInputs {
+    /// `--opensandbox-url`: the OpenSandbox server; None: the VM backend is off.
     pub opensandbox_url: Option<String>,
+    /// `--opensandbox-api-key-file`: the file holding the Lifecycle API key.
     pub api_key_file: Option<PathBuf>,
+    /// `--vm-image`: the sandboxes' image, pinned by digest (None: `executor.image`).
     pub image: Option<String>,
+    /// `--vm-cpu`: each sandbox's CPU limit (None: the default).
     pub cpu: Option<String>,
+    /// `--vm-memory`: each sandbox's memory limit (None: the default).
     pub memory: Option<String>,
+    /// `--vm-timeout`: each sandbox's lifetime, a Go duration (None: the default).
     pub timeout: Option<String>,
 }
 

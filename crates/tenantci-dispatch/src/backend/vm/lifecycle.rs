@@ -1,5 +1,5 @@
-//! What the VM reconciler does with one sandbox, pure: the same decisions as for an executor
-//! Pod (`backend::lifecycle::Decision`), read from the sandbox's state and metadata.
+//! What the reconciler does with one VM sandbox, pure: the decisions of every backend
+//! (`backend::lifecycle::Decision`), read from the sandbox's state and metadata.
 //!
 //! Delete only after the terminal marker (Gitea accepted the final state); a sandbox that
 //! failed or was terminated without one gets FAILURE reported first, with the API's reason in
@@ -9,6 +9,8 @@ use crate::backend::lifecycle::Decision;
 use crate::backend::vm::desired;
 use tenantci_core::opensandbox::{Sandbox, SandboxState};
 
+/// The reconciler's decision for one sandbox: delete after the terminal marker, FAILURE for a
+/// sandbox failed or terminated without it, keep a state this version does not know.
 pub fn decide(s: &Sandbox) -> Decision {
     if desired::is_terminal(s) {
         return Decision::Delete;

@@ -39,7 +39,10 @@ const LEDGER: &str = "the claim ledger";
 
 /// This dispatcher's sandboxes, and the claim ledger that holds their assignments.
 pub struct VmExecutors {
+    /// The sandboxes, through the Lifecycle API.
     pub sandboxes: Sandboxes,
+    /// Where each attempt's sealed assignment waits for the hand-out, and whose phase says
+    /// how far the executor got.
     pub ledger: Ledger,
 }
 

@@ -34,7 +34,9 @@ use tenantci_core::spiffe::server_api::ServerApi;
 /// expires before it would fail the job's last calls, and there is no agent to rotate it).
 #[derive(Clone)]
 pub struct Minter {
+    /// The SPIRE Server API, where the dispatcher is an admin.
     pub api: ServerApi,
+    /// Each SVID's lifetime: the sandbox's timeout (`[vm] timeout`).
     pub ttl: Duration,
     /// Counts the mints that failed (`tenantci_dispatch_spire_mint_errors_total`).
     pub metrics: Arc<Metrics>,
@@ -81,6 +83,7 @@ enum MintFailed {
 /// the queue (NAK with backoff).
 pub const OUTAGE_PATIENCE: Duration = Duration::from_secs(60);
 
+/// This dispatcher's sandboxes at one OpenSandbox server, and how each is created.
 #[derive(Clone)]
 pub struct Sandboxes {
     client: LifecycleClient,
@@ -99,6 +102,8 @@ fn classify(e: ApiError) -> StartError {
 }
 
 impl Sandboxes {
+    /// Through `client`, each sandbox as `vm` sets it, owned by `dispatcher` (the scheduler
+    /// registration's Gitea runner id); `minter`: identity on, each sandbox's SVID.
     pub fn new(client: LifecycleClient, vm: Vm, dispatcher: i64, minter: Option<Minter>) -> Self {
         Sandboxes {
             client,

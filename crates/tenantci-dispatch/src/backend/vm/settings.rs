@@ -2,7 +2,7 @@
 //! file holding its key, and what each sandbox gets (image by digest, CPU and memory limits,
 //! a timeout covering Gitea's 3 h limit). Absent: the VM backend is off and `vm` is not
 //! registered at Gitea. Pure: reading the key file and reaching the API happen in `init` and
-//! `runtime`.
+//! `run`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,6 +18,7 @@ pub const GITEA_TASK_LIMIT: Duration = Duration::from_secs(3 * 3600);
 /// The label that routes a job to this backend.
 pub const LABEL: &str = "vm";
 
+/// The `[vm]` section: the OpenSandbox server and what each sandbox gets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Vm {
@@ -39,14 +40,17 @@ pub struct Vm {
     pub timeout: GoDuration,
 }
 
+/// The values of the keys `[vm]` may leave out.
 pub mod defaults {
     use std::time::Duration;
 
     use tenantci_core::duration::GoDuration;
 
+    /// Two CPUs per sandbox.
     pub fn cpu() -> String {
         "2".into()
     }
+    /// 4 GiB per sandbox.
     pub fn memory() -> String {
         "4Gi".into()
     }
@@ -58,7 +62,8 @@ pub mod defaults {
 }
 
 impl Vm {
-    /// Checks what `run` would trip over; the message follows "the config ... " (`Config::validate`).
+    /// Checks what `run` would trip over; the message follows "the config ... "
+    /// (`Config::validate`).
     pub fn validate(&self) -> Result<(), String> {
         let scheme = self.opensandbox_url.split_once("://").map(|(s, _)| s);
         let host = self
