@@ -474,13 +474,19 @@ async fn a_task_runs_end_to_end_on_the_third_backend() {
     let outcome = Arc::new(worker).handle(job).await;
     assert!(matches!(outcome, Outcome::Started), "{outcome:?}");
     let runner = root.path().join("7/.runner");
-    assert_eq!(std::fs::metadata(&runner).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&runner).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     assert!(w.fakes.registry.is_running(7));
     assert_eq!(w.fakes.ledger.entry(7).unwrap().backend, fake::KIND);
 
     assert_eq!(dirs.fetch(7, 2).await.unwrap(), None, "another attempt's");
     assert_eq!(dirs.fetch(7, 1).await.unwrap(), Some(a.to_json()));
-    assert!(matches!(dirs.consume(7, 1).await.unwrap(), Presence::Present));
+    assert!(matches!(
+        dirs.consume(7, 1).await.unwrap(),
+        Presence::Present
+    ));
     assert_eq!(dirs.fetch(7, 1).await.unwrap(), None, "handed out once");
 
     let slots = FakeSlots::new(0);
@@ -493,7 +499,10 @@ async fn a_task_runs_end_to_end_on_the_third_backend() {
     };
     let mut reconciler = Reconciler::new(dirs.clone(), w.fakes.ctx(), restarts, slots);
     reconciler.pass().await.unwrap();
-    assert!(root.path().join("7").exists(), "kept until Gitea has its end");
+    assert!(
+        root.path().join("7").exists(),
+        "kept until Gitea has its end"
+    );
     dirs.mark_terminal(7).await.unwrap();
     reconciler.pass().await.unwrap();
     assert!(!root.path().join("7").exists(), "deleted after its end");

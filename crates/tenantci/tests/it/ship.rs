@@ -595,7 +595,10 @@ fn the_layering_check_refuses_a_backend_named_outside_backend() {
         ),
     ] {
         let broken = sources_copy("tenantci-dispatch");
-        let path = broken.path().join("crates/tenantci-dispatch/src").join(file);
+        let path = broken
+            .path()
+            .join("crates/tenantci-dispatch/src")
+            .join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, format!("{code}{text}")).unwrap();
         let out = check_layering(broken.path(), "--locked");
@@ -605,7 +608,9 @@ fn the_layering_check_refuses_a_backend_named_outside_backend() {
         assert!(err.contains("ask backend::catalog"), "the fix: {err}");
     }
     let in_a_test = sources_copy("tenantci-dispatch");
-    let path = in_a_test.path().join("crates/tenantci-dispatch/src/claim/routing.rs");
+    let path = in_a_test
+        .path()
+        .join("crates/tenantci-dispatch/src/claim/routing.rs");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
         &path,
