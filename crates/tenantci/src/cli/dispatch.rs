@@ -512,19 +512,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         nats_url: a.nats.nats.clone(),
         nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
         nats_ca_file: a.nats.nats_ca_file.clone(),
-        capacities: [
-            (pod::KIND, "--pod-capacity", a.nats.pod_capacity),
-            (vm::KIND, "--vm-capacity", a.nats.vm_capacity),
-        ]
-        .into_iter()
-        .filter_map(|(backend, flag, value)| {
-            value.map(|value| CapacityFlag {
-                backend,
-                flag,
-                value,
-            })
-        })
-        .collect(),
+        capacities: capacity_flags(&a.nats),
         facade_listen: a.facade.facade_listen,
         facade_url: a.facade.facade_url.clone(),
         executor_image: a.facade.executor_image.clone(),
@@ -538,14 +526,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         waiting_jobs_scope: a.webhook.waiting_jobs_scope.clone(),
         waiting_jobs_token_file: a.webhook.waiting_jobs_token_file.clone(),
         credential_valid_for: a.cluster.credential_valid_for.clone(),
-        vm: tenantci_dispatch::backend::vm::init::VmInputs {
-            opensandbox_url: a.vm.opensandbox_url.clone(),
-            api_key_file: a.vm.opensandbox_api_key_file.clone(),
-            image: a.vm.vm_image.clone(),
-            cpu: a.vm.vm_cpu.clone(),
-            memory: a.vm.vm_memory.clone(),
-            timeout: a.vm.vm_timeout.clone(),
-        },
+        vm: vm_inputs(&a.vm),
         identity: tenantci_dispatch::identity::init::IdentityInputs {
             trust_domain: a.identity.spiffe_trust_domain.clone(),
             id_template: a.identity.spiffe_id_template.clone(),
@@ -572,6 +553,36 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         pod_config_out: a.pod_config_out.clone(),
         dry_run: a.dry_run,
     })
+}
+
+/// The backends' capacities the flags set: the two built-in backends' flags (the CLI is
+/// where a backend's flags are named).
+fn capacity_flags(n: &NatsArgs) -> Vec<CapacityFlag> {
+    [
+        (pod::KIND, "--pod-capacity", n.pod_capacity),
+        (vm::KIND, "--vm-capacity", n.vm_capacity),
+    ]
+    .into_iter()
+    .filter_map(|(backend, flag, value)| {
+        value.map(|value| CapacityFlag {
+            backend,
+            flag,
+            value,
+        })
+    })
+    .collect()
+}
+
+/// The VM backend's flags.
+fn vm_inputs(v: &VmArgs) -> tenantci_dispatch::backend::vm::init::VmInputs {
+    tenantci_dispatch::backend::vm::init::VmInputs {
+        opensandbox_url: v.opensandbox_url.clone(),
+        api_key_file: v.opensandbox_api_key_file.clone(),
+        image: v.vm_image.clone(),
+        cpu: v.vm_cpu.clone(),
+        memory: v.vm_memory.clone(),
+        timeout: v.vm_timeout.clone(),
+    }
 }
 
 /// Each step's line on stderr as it completes (init and renew), none with `-o json`.

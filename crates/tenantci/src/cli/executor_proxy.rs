@@ -81,6 +81,26 @@ fn bounds(args: &ExecutorProxyArgs) -> Result<Bounds> {
     })
 }
 
+/// Gitea as the proxy passes through to it (`--gitea-url`, its CA from `--gitea-ca`); None:
+/// only the RunnerService.
+fn gitea_upstream(
+    url: Option<String>,
+    ca: Option<&std::path::Path>,
+) -> Result<Option<GiteaUpstream>> {
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    let ca_pem = match ca {
+        Some(path) => Some(tenantci_core::input::read_text(
+            "the Gitea CA file",
+            path,
+            GITEA_CA_LIMIT,
+        )?),
+        None => None,
+    };
+    Ok(Some(GiteaUpstream { url, ca_pem }))
+}
+
 pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
     if args.probe {
         return Ok(if executor_proxy::probe(args.listen).await {
@@ -108,20 +128,7 @@ pub async fn run(args: ExecutorProxyArgs) -> Result<i32> {
             FacadeTrust::Ca(executor_proxy::read_ca_file(&ca_path)?)
         }
     };
-    let gitea = match args.gitea_url {
-        Some(url) => Some(GiteaUpstream {
-            url,
-            ca_pem: match &args.gitea_ca {
-                Some(path) => Some(tenantci_core::input::read_text(
-                    "the Gitea CA file",
-                    path,
-                    GITEA_CA_LIMIT,
-                )?),
-                None => None,
-            },
-        }),
-        None => None,
-    };
+    let gitea = gitea_upstream(args.gitea_url, args.gitea_ca.as_deref())?;
     let cfg = ProxyConfig {
         listen: args.listen,
         facade_url: args.facade_url.expect("clap requires --facade-url"),

@@ -606,21 +606,14 @@ pub struct GiteaConfigReport {
     pub registration_written: bool,
 }
 
-fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
-    let mut config = ActRunnerConfig::default();
-    config.log.level = args.log_level.clone();
-    config.runner.capacity = args.capacity;
-    config.runner.timeout = args.timeout.clone();
-    config.runner.fetch_timeout = args.fetch_timeout.clone();
-    config.runner.fetch_interval = args.fetch_interval.clone();
-    config.runner.insecure = args.insecure;
-    config.runner.file = args.runner_file.clone();
-    if !args.labels.is_empty() {
-        config.runner.labels = args.labels.clone();
-    }
-    config.validate()?;
+/// The `.runner` registration `--uuid` asks for, and where it goes (beside the config
+/// unless `--registration-out`); None without `--uuid`.
+fn registration(
+    args: &GiteaConfigArgs,
+    config: &ActRunnerConfig,
+) -> Result<Option<(std::path::PathBuf, Registration)>> {
     let reg = &args.registration;
-    let registration = match &reg.uuid {
+    Ok(match &reg.uuid {
         None => None,
         Some(uuid) => {
             let (Some(address), Some(name), Some(token_file)) = (
@@ -660,7 +653,23 @@ fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
             });
             Some((path, registration))
         }
-    };
+    })
+}
+
+fn gitea_config(args: GiteaConfigArgs) -> Result<i32> {
+    let mut config = ActRunnerConfig::default();
+    config.log.level = args.log_level.clone();
+    config.runner.capacity = args.capacity;
+    config.runner.timeout = args.timeout.clone();
+    config.runner.fetch_timeout = args.fetch_timeout.clone();
+    config.runner.fetch_interval = args.fetch_interval.clone();
+    config.runner.insecure = args.insecure;
+    config.runner.file = args.runner_file.clone();
+    if !args.labels.is_empty() {
+        config.runner.labels = args.labels.clone();
+    }
+    config.validate()?;
+    let registration = registration(&args, &config)?;
     let config_written = act_runner::write_config(&args.config, &config)?;
     let registration_written = match &registration {
         Some((path, r)) => act_runner::write_registration(path, r)?,

@@ -174,6 +174,39 @@ impl NodeArgs {
     }
 }
 
+/// The forge double (`--gitea`, as Forgejo with `--forgejo`), its `gitea.json` written.
+async fn start_forge(
+    listen: std::net::SocketAddr,
+    forgejo: bool,
+    state_dir: &std::path::Path,
+) -> Result<sim::gitea::GiteaHandle> {
+    let forge = match forgejo {
+        true => tenantci_core::forge::Forge::Forgejo,
+        false => tenantci_core::forge::Forge::Gitea,
+    };
+    let g = sim::gitea::GiteaDouble::start_as(listen, forge).await?;
+    let path = sim::gitea::write_gitea_json(state_dir, &g)?;
+    eprintln!("{forge} double at {} ({})", g.base_url, path.display());
+    Ok(g)
+}
+
+/// The SPIRE stand-in for trust domain `td` (`--spire`).
+async fn start_spire(
+    state_dir: &std::path::Path,
+    td: &str,
+    handle: &sim::SimHandle,
+) -> Result<sim::spire::SpireHandle> {
+    let s = sim::spire::start(state_dir, td, &handle.tenants).await?;
+    eprintln!(
+        "SPIRE stand-in for {} (sockets under {}, Server API {}, admin {})",
+        s.json.trust_domain,
+        s.json.socket_dir.display(),
+        s.json.server_address,
+        s.json.admin_url
+    );
+    Ok(s)
+}
+
 pub async fn run(args: SimArgs) -> Result<i32> {
     // Before the ready line: a supervisor may send SIGTERM as soon as it reads it.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -196,31 +229,12 @@ pub async fn run(args: SimArgs) -> Result<i32> {
     config.validate()?;
     let handle = sim::start(config).await?;
     let gitea = match args.gitea {
-        true => {
-            let forge = match args.forgejo {
-                true => tenantci_core::forge::Forge::Forgejo,
-                false => tenantci_core::forge::Forge::Gitea,
-            };
-            let g = sim::gitea::GiteaDouble::start_as(args.gitea_listen, forge).await?;
-            let path = sim::gitea::write_gitea_json(&state_dir, &g)?;
-            eprintln!("{forge} double at {} ({})", g.base_url, path.display());
-            Some(g)
-        }
+        true => Some(start_forge(args.gitea_listen, args.forgejo, &state_dir).await?),
         false => None,
     };
     let opensandbox = args.opensandbox.start(&state_dir, boot).await?;
     let spire = match &args.spire.spire {
-        Some(td) => {
-            let s = sim::spire::start(&state_dir, td, &handle.tenants).await?;
-            eprintln!(
-                "SPIRE stand-in for {} (sockets under {}, Server API {}, admin {})",
-                s.json.trust_domain,
-                s.json.socket_dir.display(),
-                s.json.server_address,
-                s.json.admin_url
-            );
-            Some(s)
-        }
+        Some(td) => Some(start_spire(&state_dir, td, &handle).await?),
         None => None,
     };
     println!(
