@@ -13,7 +13,7 @@
 //! 1. Leaves: [`ids`] (uids, generated names, timestamps), [`quantity`] (resource
 //!    quantities), [`selector`] (label and field selectors), [`served`] (a double's HTTP
 //!    server), [`statedir`] (the state directory: PKI, kubeconfigs, `gateway.json`),
-//!    [`status`] (kube-apiserver's Status bodies, the handlers' error), [`store`] (the
+//!    [`api_error`] (kube-apiserver's Status bodies, the handlers' error), [`store`] (the
 //!    in-memory object store), [`tls`] (the handshake), [`validate`] (object names).
 //! 2. Pure rules over them: [`authz`] (RBAC, impersonation, escalation, access reviews),
 //!    [`events`] (the Events of a Pod that waits for a node), [`scheduler`] (the scheduler's
@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod api_error;
 pub mod authn;
 pub mod authz;
 pub mod events;
@@ -46,7 +47,6 @@ pub mod served;
 pub mod server;
 pub mod spire;
 pub mod statedir;
-pub mod status;
 pub mod store;
 pub mod tls;
 pub mod validate;

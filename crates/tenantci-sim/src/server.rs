@@ -22,8 +22,8 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use super::api::{ApiServer, Identity, Reply, Request};
+use super::api_error::ApiError;
 use super::authn::Authenticator;
-use super::status::ApiError;
 
 /// kube-apiserver's default request body limit.
 const MAX_BODY: usize = 3 * 1024 * 1024;

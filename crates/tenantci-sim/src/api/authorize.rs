@@ -9,10 +9,10 @@ use serde_json::Value;
 
 use super::route::Route;
 use super::{ApiServer, Request};
+use crate::api_error::{ApiError, ApiResult};
 use crate::authz::{
     self, Attributes, NonResourceAttributes, RbacObjects, ResourceAttributes, UserInfo,
 };
-use crate::status::{ApiError, ApiResult};
 
 const RBAC_KEYS: [&str; 4] = [
     "roles.rbac.authorization.k8s.io",

@@ -15,8 +15,8 @@ use super::registry::ResourceDef;
 use super::request::MediaType;
 use super::route::ResourceRoute;
 use super::{ApiServer, Reply, Request, authorize, reviews};
+use crate::api_error::{ApiError, ApiResult};
 use crate::authz::UserInfo;
-use crate::status::{ApiError, ApiResult};
 use crate::validate;
 
 use crate::ids::{name_suffix, now, uuid};
@@ -213,7 +213,7 @@ impl ApiServer {
     fn namespace_exists(&self, def: &ResourceDef, ns: &str) -> ApiResult<()> {
         if def.namespaced && self.store.get("namespaces", "", ns).is_none() {
             return Err(ApiError::not_found(
-                crate::status::GroupResource {
+                crate::api_error::GroupResource {
                     group: "",
                     resource: "namespaces",
                 },

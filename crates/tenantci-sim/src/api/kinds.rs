@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::registry::ResourceDef;
-use crate::status::ApiError;
+use crate::api_error::ApiError;
 
 fn invalid(def: &ResourceDef, name: &str, field: &str, reason: &str, detail: &str) -> ApiError {
     ApiError::invalid(def.kind, def.group, name, field, reason, detail)

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::fieldset::{self, FieldSet};
 use super::patch::strategic_merge;
-use crate::status::ApiError;
+use crate::api_error::ApiError;
 
 #[derive(Debug, Clone)]
 struct Entry {

@@ -29,8 +29,8 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::api_error::{ApiError, ApiResult};
 use super::authz::UserInfo;
-use super::status::{ApiError, ApiResult};
 use super::store::Store;
 pub use request::Request;
 use route::Route;

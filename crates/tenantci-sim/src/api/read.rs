@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use super::registry::ResourceDef;
 use super::request::Shape;
 use super::{ApiServer, Reply, Request, table};
+use crate::api_error::{ApiError, ApiResult};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, ApiResult};
 
 fn key_of(v: &Value) -> String {
     format!(

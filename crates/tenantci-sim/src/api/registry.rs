@@ -44,8 +44,8 @@ impl ResourceDef {
     }
 
     /// Its group and resource, as Status bodies name them.
-    pub fn group_resource(&self) -> super::super::status::GroupResource<'static> {
-        super::super::status::GroupResource {
+    pub fn group_resource(&self) -> super::super::api_error::GroupResource<'static> {
+        super::super::api_error::GroupResource {
             group: self.group,
             resource: self.plural,
         }

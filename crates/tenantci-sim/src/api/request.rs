@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use serde_json::Value;
 
-use crate::status::{ApiError, ApiResult};
+use crate::api_error::{ApiError, ApiResult};
 
 /// One HTTP request as the API layer reads it.
 #[derive(Debug)]

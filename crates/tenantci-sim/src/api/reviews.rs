@@ -6,8 +6,8 @@
 use super::registry::ResourceDef;
 use super::request::MediaType;
 use super::{ApiServer, Reply, Request};
+use crate::api_error::{ApiError, ApiResult};
 use crate::authz::{self, ReviewKind, UserInfo};
-use crate::status::{ApiError, ApiResult};
 
 pub fn handle(
     api: &ApiServer,

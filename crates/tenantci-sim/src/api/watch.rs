@@ -15,8 +15,8 @@ use tokio::sync::{broadcast, mpsc};
 use super::registry::ResourceDef;
 use super::request::Shape;
 use super::{ApiServer, Reply, Request, table};
+use crate::api_error::{ApiError, ApiResult};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, ApiResult};
 use crate::store::Event;
 
 const BOOKMARK_EVERY: Duration = Duration::from_secs(10);

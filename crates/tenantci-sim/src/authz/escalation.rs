@@ -20,8 +20,8 @@ use super::quote::{go_quote, go_quote_list};
 use super::rbac::{
     RBAC_GROUP, RbacObjects, aggregate, list, non_resource_url_matches, rbac_authorize, rules_for,
 };
+use super::refusal::forbidden_status_for;
 use super::request::{Attributes, ResourceAttributes};
-use super::status::forbidden_status_for;
 use super::user::UserInfo;
 
 /// Checks a write of `object` (a Role, ClusterRole, RoleBinding or ClusterRoleBinding, by its

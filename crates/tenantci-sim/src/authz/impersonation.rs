@@ -12,8 +12,8 @@ use std::fmt;
 use serde_json::{Value, json};
 
 use super::rbac::{RbacObjects, authorize};
+use super::refusal::forbidden_status_with_reason;
 use super::request::{Attributes, ResourceAttributes};
-use super::status::forbidden_status_with_reason;
 use super::user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, UserInfo};
 use crate::validate::{is_dns1123_label, is_dns1123_subdomain};
 

@@ -23,22 +23,22 @@ mod impersonation;
 pub mod proto;
 mod quote;
 mod rbac;
+mod refusal;
 mod request;
 mod review;
-mod status;
 mod user;
 
 pub use defaults::default_rbac;
 pub use escalation::{check_escalation, check_escalation_for, escalation_forbidden_status};
 pub use impersonation::{ImpersonationError, impersonate};
 pub use rbac::{Decision, RBAC_GROUP, RbacObjects, authorize, rule_allows, rules_for};
+pub use refusal::{
+    forbidden_status, forbidden_status_for, forbidden_status_with_reason, unauthorized_status,
+};
 pub use request::{
     Attributes, NonResourceAttributes, RequestInfo, ResourceAttributes, request_info,
 };
 pub use review::{ReviewKind, evaluate_access_review, review_invalid_status};
-pub use status::{
-    forbidden_status, forbidden_status_for, forbidden_status_with_reason, unauthorized_status,
-};
 pub use user::{ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, SYSTEM_MASTERS, UserInfo};
 
 #[cfg(test)]

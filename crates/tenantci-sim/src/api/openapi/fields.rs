@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::status::{ApiError, ApiResult};
+use crate::api_error::{ApiError, ApiResult};
 
 /// How unknown fields in a write are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -253,7 +253,7 @@ mod escalation;
 mod impersonation;
 mod properties;
 mod rbac;
+mod refusal;
 mod request;
 mod review;
 mod runbook;
-mod status;
