@@ -11,33 +11,13 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rust_source import code_only  # noqa: E402
+
 src, backends = sys.argv[1], sys.argv[2:]
 CONSTANTS = re.compile(r"\b(" + "|".join(map(re.escape, backends)) + r")\s*::\s*(KIND|FACTS|PROVIDER)\b")
 FAKE = re.compile(r"\bbackend\s*::\s*fake\b")
 NEW = re.compile(r"\bBackendKind\s*::\s*new\s*\(")
-
-
-def code_only(text):
-    """Comments and string/char literals blanked; newlines kept, so line numbers hold."""
-    out, i, n = list(text), 0, len(text)
-    while i < n:
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2) + 2
-        elif text[i] == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            j += 1
-        else:
-            i += 1
-            continue
-        j = n if j <= i else j
-        for k in range(i, min(j, n)):
-            out[k] = out[k] if out[k] == "\n" else " "
-        i = j
-    return "".join(out)
 
 
 def test_start(code):

@@ -420,6 +420,7 @@ fn manifests_copy() -> tempfile::TempDir {
         "scripts/check-layering.sh",
         "scripts/lib/module_layers.py",
         "scripts/lib/backend_named.py",
+        "scripts/lib/rust_source.py",
         "crates/tenantci-dispatch/layers.txt",
         "crates/tenantci-sim/layers.txt",
         "docs/architecture.md",
