@@ -31,11 +31,17 @@ names() { cargo tree "$lock" "$@" --prefix none | awk '{print $1}' | sort -u; }
 
 # forbid PACKAGE [FLAGS...] -- NAME...: PACKAGE's normal dependency tree contains none of NAME.
 forbid() {
-  local pkg=$1 flags=() found
+  local pkg=$1 flags=() found deps
   shift
   while [ "$1" != "--" ]; do flags+=("$1"); shift; done
   shift
-  found=$(present "$(names -p "$pkg" "${flags[@]}" -e normal)" "$@")
+  # A failing `cargo tree` (a lock that does not resolve) must fail the check, not pass it
+  # with an empty list.
+  deps=$(names -p "$pkg" "${flags[@]}" -e normal) || {
+    echo "layering: cargo tree -p $pkg failed, so its dependencies cannot be judged" >&2
+    return 1
+  }
+  found=$(present "$deps" "$@")
   for name in $found; do
     echo "layering: $pkg depends on $name (docs/architecture.md says it may not)" >&2
   done
@@ -48,7 +54,12 @@ forbid() {
 # pick a default.
 forbid_anywhere() {
   local found
-  found=$(present "$(names --workspace -e normal,build,dev)" "$@")
+  local deps
+  deps=$(names --workspace -e normal,build,dev) || {
+    echo "layering: cargo tree --workspace failed, so the crypto providers cannot be judged" >&2
+    return 1
+  }
+  found=$(present "$deps" "$@")
   for name in $found; do
     echo "layering: the workspace links $name, a second crypto provider (ring is the one; docs/architecture.md)" >&2
   done
