@@ -10,6 +10,7 @@
 //! job, which only the sealed assignment holds, and no backend keeps that past the executor's
 //! first report).
 
+use crate::task_id::TaskId;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -66,24 +67,24 @@ impl CapabilityKey {
     }
 
     /// The capability of one task attempt (hex).
-    pub fn token(&self, task_id: i64, attempt: u32) -> String {
+    pub fn token(&self, task_id: TaskId, attempt: u32) -> String {
         self.token_for(task_id, attempt, None)
     }
 
     /// The capability of one task attempt whose executor must present `spiffe_id` (hex).
-    pub fn token_for(&self, task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> String {
+    pub fn token_for(&self, task_id: TaskId, attempt: u32, spiffe_id: Option<&str>) -> String {
         self.mac_hex(&capability_input(task_id, attempt, spiffe_id))
     }
 
     /// Constant-time check of a presented token.
-    pub fn verify(&self, task_id: i64, attempt: u32, presented: &str) -> bool {
+    pub fn verify(&self, task_id: TaskId, attempt: u32, presented: &str) -> bool {
         self.verify_for(task_id, attempt, None, presented)
     }
 
     /// Constant-time check of a presented token bound to the client's `spiffe_id`.
     pub fn verify_for(
         &self,
-        task_id: i64,
+        task_id: TaskId,
         attempt: u32,
         spiffe_id: Option<&str>,
         presented: &str,
@@ -94,7 +95,7 @@ impl CapabilityKey {
 
 /// What a capability signs. Unambiguous: task ids and attempts are digits, so the second `:`
 /// starts the ID.
-fn capability_input(task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> String {
+fn capability_input(task_id: TaskId, attempt: u32, spiffe_id: Option<&str>) -> String {
     match spiffe_id {
         None => format!("{task_id}:{attempt}"),
         Some(id) => format!("{task_id}:{attempt}:{id}"),
@@ -103,15 +104,15 @@ fn capability_input(task_id: i64, attempt: u32, spiffe_id: Option<&str>) -> Stri
 
 /// The assignment id of one task attempt: the executor's runner uuid at the facade. It
 /// carries the task id and attempt, so the facade authenticates a caller without a lookup.
-pub fn assignment_id(task_id: i64, attempt: u32) -> String {
+pub fn assignment_id(task_id: TaskId, attempt: u32) -> String {
     format!("task-{task_id}-attempt-{attempt}")
 }
 
 /// The task id and attempt named by an assignment id; None for anything else.
-pub fn parse_assignment_id(id: &str) -> Option<(i64, u32)> {
+pub fn parse_assignment_id(id: &str) -> Option<(TaskId, u32)> {
     let rest = id.strip_prefix("task-")?;
     let (task, attempt) = rest.split_once("-attempt-")?;
-    let task: i64 = task.parse().ok().filter(|t| *t > 0)?;
+    let task: TaskId = task.parse().ok().filter(|t: &TaskId| t.get() > 0)?;
     let attempt: u32 = attempt.parse().ok().filter(|a| *a > 0)?;
     // Only the canonical spelling: `task-007-...` would alias task 7.
     (assignment_id(task, attempt) == id).then_some((task, attempt))
@@ -150,9 +151,13 @@ pub fn load_key(path: &std::path::Path) -> tenantci_core::Result<CapabilityKey> 
 
 #[cfg(test)]
 mod tests {
+    use crate::task_id::TaskId;
     #[test]
     fn assignment_ids_round_trip_and_refuse_aliases() {
-        assert_eq!(parse_assignment_id(&assignment_id(42, 3)), Some((42, 3)));
+        assert_eq!(
+            parse_assignment_id(&assignment_id(TaskId::new(42), 3)),
+            Some((TaskId::new(42), 3))
+        );
         for bad in [
             "task-07-attempt-1",
             "task-7-attempt-0",
@@ -170,13 +175,16 @@ mod tests {
     #[test]
     fn a_token_is_bound_to_its_task_and_attempt() {
         let k = CapabilityKey::generate();
-        let t = k.token(7, 1);
+        let t = k.token(TaskId::new(7), 1);
         assert_eq!(t.len(), 64);
-        assert!(k.verify(7, 1, &t));
-        assert!(!k.verify(8, 1, &t), "another task");
-        assert!(!k.verify(7, 2, &t), "another attempt");
-        assert!(!CapabilityKey::generate().verify(7, 1, &t), "another key");
-        assert!(!k.verify(7, 1, "forged"));
+        assert!(k.verify(TaskId::new(7), 1, &t));
+        assert!(!k.verify(TaskId::new(8), 1, &t), "another task");
+        assert!(!k.verify(TaskId::new(7), 2, &t), "another attempt");
+        assert!(
+            !CapabilityKey::generate().verify(TaskId::new(7), 1, &t),
+            "another key"
+        );
+        assert!(!k.verify(TaskId::new(7), 1, "forged"));
         assert!(!format!("{k:?}").contains(&hex::encode(k.as_bytes())));
     }
 
@@ -184,13 +192,21 @@ mod tests {
     fn a_bound_token_verifies_only_with_its_spiffe_id() {
         let k = CapabilityKey::generate();
         let a = "spiffe://example.org/gitea/acme/w/build";
-        let t = k.token_for(7, 1, Some(a));
-        assert!(k.verify_for(7, 1, Some(a), &t));
-        assert!(!k.verify(7, 1, &t), "not without the ID");
-        assert!(!k.verify_for(7, 1, Some("spiffe://example.org/gitea/acme/w/test"), &t));
-        assert!(!k.verify_for(8, 1, Some(a), &t), "another task");
+        let t = k.token_for(TaskId::new(7), 1, Some(a));
+        assert!(k.verify_for(TaskId::new(7), 1, Some(a), &t));
+        assert!(!k.verify(TaskId::new(7), 1, &t), "not without the ID");
+        assert!(!k.verify_for(
+            TaskId::new(7),
+            1,
+            Some("spiffe://example.org/gitea/acme/w/test"),
+            &t
+        ));
         assert!(
-            !k.verify_for(7, 1, Some(a), &k.token(7, 1)),
+            !k.verify_for(TaskId::new(8), 1, Some(a), &t),
+            "another task"
+        );
+        assert!(
+            !k.verify_for(TaskId::new(7), 1, Some(a), &k.token(TaskId::new(7), 1)),
             "an unbound token"
         );
     }

@@ -4,7 +4,8 @@
 //! `scripts/check-layering.sh`; docs/architecture.md draws them). Lowest first:
 //!
 //! 1. [`backend_kind`]: a backend's name and the facts it registers, as data, so every floor
-//!    above keys by backend without naming one.
+//!    above keys by backend without naming one; [`task_id`]: a Gitea task id, one type end to
+//!    end.
 //! 2. Leaves: [`queue`] (JetStream topology, permissions, sealed assignments, producer,
 //!    consumer), [`capability`] (per-task capabilities), [`health`] (what `/readyz` reports),
 //!    [`http1`] (the plain HTTP/1.1 server with every wait bounded).
@@ -49,4 +50,5 @@ pub mod renew;
 pub mod run;
 pub mod sizing;
 pub mod task;
+pub mod task_id;
 pub mod view;

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tenantci_dispatch::task_id::TaskId;
 
 use tenantci_core::forge::gitea::client::ClientError;
 use tenantci_core::forge::gitea::proto::TaskResult;
@@ -40,7 +41,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// An executor of `task`'s `attempt` as a backend observes it: alive (`Keep`), complete,
 /// created `age` ago, not fetched yet.
-pub fn unfetched(task: i64, attempt: u32, age: Duration) -> Observed {
+pub fn unfetched(task: TaskId, attempt: u32, age: Duration) -> Observed {
     Observed {
         task,
         attempt,
@@ -59,7 +60,7 @@ pub fn unfetched(task: i64, attempt: u32, age: Duration) -> Observed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Start {
     /// The task id of the executor started.
-    pub task: i64,
+    pub task: TaskId,
     /// The task's attempt.
     pub attempt: u32,
     /// The `fresh` the backend was called with: no executor of the task could exist yet.
@@ -68,11 +69,11 @@ pub struct Start {
 
 #[derive(Default)]
 struct Backing {
-    found: BTreeMap<i64, Observed>,
-    sealed: BTreeMap<i64, Vec<u8>>,
+    found: BTreeMap<TaskId, Observed>,
+    sealed: BTreeMap<TaskId, Vec<u8>>,
     starts: Vec<Start>,
     tries: usize,
-    deletes: Vec<i64>,
+    deletes: Vec<TaskId>,
     fail_starts: VecDeque<StartError>,
 }
 
@@ -120,14 +121,14 @@ impl FakeExecutors {
     }
 
     /// Changes what `observe` lists for `task` (nothing when it is not listed).
-    pub fn update(&self, task: i64, change: impl FnOnce(&mut Observed)) {
+    pub fn update(&self, task: TaskId, change: impl FnOnce(&mut Observed)) {
         if let Some(o) = lock(&self.state).found.get_mut(&task) {
             change(o);
         }
     }
 
     /// What `observe` lists for `task`.
-    pub fn observed(&self, task: i64) -> Option<Observed> {
+    pub fn observed(&self, task: TaskId) -> Option<Observed> {
         lock(&self.state).found.get(&task).cloned()
     }
 
@@ -147,7 +148,7 @@ impl FakeExecutors {
     }
 
     /// The tasks whose executors were deleted, in order (a delete of nothing counts).
-    pub fn deletes(&self) -> Vec<i64> {
+    pub fn deletes(&self) -> Vec<TaskId> {
         lock(&self.state).deletes.clone()
     }
 }
@@ -174,12 +175,12 @@ impl ExecutorLifecycle for FakeExecutors {
         Box::pin(async move { done })
     }
 
-    fn exists(&self, task: i64) -> Boxed<'_, Result<bool, BackendError>> {
+    fn exists(&self, task: TaskId) -> Boxed<'_, Result<bool, BackendError>> {
         let found = lock(&self.state).found.contains_key(&task);
         Box::pin(async move { Ok(found) })
     }
 
-    fn delete(&self, task: i64) -> Boxed<'_, Result<(), BackendError>> {
+    fn delete(&self, task: TaskId) -> Boxed<'_, Result<(), BackendError>> {
         let mut s = lock(&self.state);
         s.found.remove(&task);
         s.sealed.remove(&task);
@@ -187,7 +188,7 @@ impl ExecutorLifecycle for FakeExecutors {
         Box::pin(async { Ok(()) })
     }
 
-    fn mark_terminal(&self, task: i64) -> Boxed<'_, Result<(), BackendError>> {
+    fn mark_terminal(&self, task: TaskId) -> Boxed<'_, Result<(), BackendError>> {
         if let Some(o) = lock(&self.state).found.get_mut(&task) {
             o.terminal = true;
             o.decision = Decision::Delete;
@@ -197,19 +198,23 @@ impl ExecutorLifecycle for FakeExecutors {
 }
 
 impl ExecutorObservation for FakeExecutors {
-    fn observe(&self) -> Boxed<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
+    fn observe(&self) -> Boxed<'_, Result<BTreeMap<TaskId, Observed>, BackendError>> {
         let found = lock(&self.state).found.clone();
         Box::pin(async move { Ok(found) })
     }
 }
 
 impl AssignmentHandout for FakeExecutors {
-    fn sealed_assignment(&self, task: i64) -> Boxed<'_, Result<Option<Vec<u8>>, BackendError>> {
+    fn sealed_assignment(&self, task: TaskId) -> Boxed<'_, Result<Option<Vec<u8>>, BackendError>> {
         let sealed = lock(&self.state).sealed.get(&task).cloned();
         Box::pin(async move { Ok(sealed) })
     }
 
-    fn fetch(&self, task: i64, attempt: u32) -> Boxed<'_, Result<Option<Vec<u8>>, BackendError>> {
+    fn fetch(
+        &self,
+        task: TaskId,
+        attempt: u32,
+    ) -> Boxed<'_, Result<Option<Vec<u8>>, BackendError>> {
         let mut s = lock(&self.state);
         let sealed = match s.found.get_mut(&task) {
             Some(o) if o.attempt == attempt && o.progress != Some(Progress::Reported) => {
@@ -221,7 +226,7 @@ impl AssignmentHandout for FakeExecutors {
         Box::pin(async move { Ok(sealed) })
     }
 
-    fn consume(&self, task: i64, attempt: u32) -> Boxed<'_, Result<Presence, BackendError>> {
+    fn consume(&self, task: TaskId, attempt: u32) -> Boxed<'_, Result<Presence, BackendError>> {
         let mut s = lock(&self.state);
         let presence = match s.found.get_mut(&task) {
             Some(o) if o.attempt == attempt => {
@@ -255,7 +260,7 @@ fn start_one(s: &mut Backing, spec: &ExecutorSpec, sealed: &[u8], fresh: bool) -
 /// The claim ledger in memory, merging steps as the real one does (`ledger::merge`).
 #[derive(Default)]
 pub struct FakeLedger {
-    entries: Mutex<BTreeMap<i64, Entry>>,
+    entries: Mutex<BTreeMap<TaskId, Entry>>,
 }
 
 impl FakeLedger {
@@ -270,13 +275,13 @@ impl FakeLedger {
     }
 
     /// The task's entry; `None` when the ledger has none.
-    pub fn entry(&self, task: i64) -> Option<Entry> {
+    pub fn entry(&self, task: TaskId) -> Option<Entry> {
         lock(&self.entries).get(&task).cloned()
     }
 }
 
 impl ClaimLedger for FakeLedger {
-    fn get(&self, task: i64) -> Boxed<'_, Result<Option<Entry>, LedgerError>> {
+    fn get(&self, task: TaskId) -> Boxed<'_, Result<Option<Entry>, LedgerError>> {
         let e = self.entry(task);
         Box::pin(async move { Ok(e) })
     }
@@ -297,10 +302,10 @@ impl ClaimLedger for FakeLedger {
 
 #[derive(Default)]
 struct Forge {
-    results: BTreeMap<i64, TaskResult>,
+    results: BTreeMap<TaskId, TaskResult>,
     unreachable: bool,
-    keep_alives: Vec<i64>,
-    failures: Vec<(i64, String)>,
+    keep_alives: Vec<TaskId>,
+    failures: Vec<(TaskId, String)>,
 }
 
 /// Gitea as the dispatcher reports to it: every task is open until the test sets its result
@@ -317,7 +322,7 @@ impl FakeGitea {
     }
 
     /// Gitea has `task` with `result` (e.g. `Cancelled`: ended while it waited).
-    pub fn set_result(&self, task: i64, result: TaskResult) {
+    pub fn set_result(&self, task: TaskId, result: TaskResult) {
         lock(&self.state).results.insert(task, result);
     }
 
@@ -327,12 +332,12 @@ impl FakeGitea {
     }
 
     /// The tasks of every keep-alive UpdateTask, in order.
-    pub fn keep_alives(&self) -> Vec<i64> {
+    pub fn keep_alives(&self) -> Vec<TaskId> {
         lock(&self.state).keep_alives.clone()
     }
 
     /// Every FAILURE report: its task and the log line.
-    pub fn failures(&self) -> Vec<(i64, String)> {
+    pub fn failures(&self) -> Vec<(TaskId, String)> {
         lock(&self.state).failures.clone()
     }
 }
@@ -342,7 +347,7 @@ fn unreachable() -> ClientError {
 }
 
 impl TaskReports for FakeGitea {
-    fn keep_alive(&self, task: i64) -> Boxed<'_, Result<TaskResult, ClientError>> {
+    fn keep_alive(&self, task: TaskId) -> Boxed<'_, Result<TaskResult, ClientError>> {
         let mut g = lock(&self.state);
         g.keep_alives.push(task);
         let answer = match g.unreachable {
@@ -352,7 +357,7 @@ impl TaskReports for FakeGitea {
         Box::pin(async move { answer })
     }
 
-    fn fail<'a>(&'a self, task: i64, line: &'a str) -> Boxed<'a, Result<(), ClientError>> {
+    fn fail<'a>(&'a self, task: TaskId, line: &'a str) -> Boxed<'a, Result<(), ClientError>> {
         let mut g = lock(&self.state);
         let answer = if g.unreachable {
             Err(unreachable())

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tenantci_dispatch::task_id::TaskId;
 
 use tokio::sync::Semaphore;
 
@@ -45,10 +46,10 @@ impl World {
     }
 
     /// `task`'s assignment for `attempt`, as stored beside its executor and in the ledger.
-    fn assignment(&self, task: i64, attempt: u32) -> Assignment {
+    fn assignment(&self, task: TaskId, attempt: u32) -> Assignment {
         let labels = vec!["self-hosted".to_string()];
         // A runner.v1 `Task` holding only its id (field 1, a varint): the tests' ids are small.
-        let gitea_task = [0x08, u8::try_from(task).expect("a small task id")];
+        let gitea_task = [0x08, u8::try_from(task.get()).expect("a small task id")];
         Assignment::seal(
             &self.key,
             &task.to_string(),
@@ -105,7 +106,7 @@ impl World {
     }
 
     /// The `delivered`th delivery of `task`'s attempt 1, holding a slot of its own.
-    fn delivery(&self, task: i64, delivered: i64, last_delivery: bool) -> Job {
+    fn delivery(&self, task: TaskId, delivered: i64, last_delivery: bool) -> Job {
         let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
         let a = self.assignment(task, 1);
         Job::outside_a_consumer(a, delivered, last_delivery, Slot::of_permit(permit))
@@ -120,7 +121,7 @@ impl World {
     }
 }
 
-fn start(task: i64, attempt: u32) -> Start {
+fn start(task: TaskId, attempt: u32) -> Start {
     Start {
         task,
         attempt,
@@ -135,21 +136,21 @@ fn start(task: i64, attempt: u32) -> Start {
 #[tokio::test]
 async fn an_executor_that_never_fetched_is_replaced_by_the_next_attempt() {
     let w = World::new();
-    w.running(unfetched(1, 1, PAST));
+    w.running(unfetched(TaskId::new(1), 1, PAST));
     let mut r = w.reconciler(FakeSlots::new(4));
     r.pass().await.unwrap();
-    assert_eq!(w.pod.deletes(), vec![1]);
-    assert_eq!(w.pod.starts(), vec![start(1, 2)]);
-    assert_eq!(w.pod.observed(1).map(|o| o.attempt), Some(2));
+    assert_eq!(w.pod.deletes(), vec![TaskId::new(1)]);
+    assert_eq!(w.pod.starts(), vec![start(TaskId::new(1), 2)]);
+    assert_eq!(w.pod.observed(TaskId::new(1)).map(|o| o.attempt), Some(2));
     let entry = w
         .fakes
         .ledger
-        .entry(1)
+        .entry(TaskId::new(1))
         .expect("the replacement is recorded");
     assert_eq!((entry.attempt, entry.phase), (2, Phase::Started));
     assert!(w.fakes.gitea.failures().is_empty());
     assert!(
-        w.fakes.registry.is_running(1),
+        w.fakes.registry.is_running(TaskId::new(1)),
         "the replacement keeps the slot"
     );
 }
@@ -162,11 +163,11 @@ async fn an_executor_that_fetched_is_kept_past_the_deadline() {
     let w = World::new();
     w.running(Observed {
         progress: None,
-        ..unfetched(2, 1, PAST)
+        ..unfetched(TaskId::new(2), 1, PAST)
     });
     w.fakes
         .ledger
-        .put(Entry::step(2, 1, pod::KIND, Phase::Fetched));
+        .put(Entry::step(TaskId::new(2), 1, pod::KIND, Phase::Fetched));
     let mut r = w.reconciler(FakeSlots::new(4));
     r.pass().await.unwrap();
     assert!(w.pod.deletes().is_empty());
@@ -180,20 +181,25 @@ async fn an_executor_that_fetched_is_kept_past_the_deadline() {
 #[tokio::test]
 async fn the_last_attempt_past_its_deadline_is_reported_failure() {
     let w = World::new();
-    w.running(unfetched(3, 3, PAST));
+    w.running(unfetched(TaskId::new(3), 3, PAST));
     let mut r = w.reconciler(FakeSlots::new(4));
     r.pass().await.unwrap();
     assert!(w.pod.starts().is_empty(), "no fourth attempt");
     let failures = w.fakes.gitea.failures();
     assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].0, 3);
+    assert_eq!(failures[0].0, TaskId::new(3));
     assert!(
         failures[0].1.contains("did not fetch its task"),
         "{failures:?}"
     );
-    assert_eq!(w.pod.deletes(), vec![3]);
-    assert!(!w.fakes.registry.is_running(3));
-    assert!(w.fakes.ledger.entry(3).is_some_and(|e| e.is_final()));
+    assert_eq!(w.pod.deletes(), vec![TaskId::new(3)]);
+    assert!(!w.fakes.registry.is_running(TaskId::new(3)));
+    assert!(
+        w.fakes
+            .ledger
+            .entry(TaskId::new(3))
+            .is_some_and(|e| e.is_final())
+    );
 }
 
 /// Deadline passed, old executor deleted, then the backend's API is away for the new one's
@@ -203,7 +209,7 @@ async fn the_last_attempt_past_its_deadline_is_reported_failure() {
 #[tokio::test]
 async fn a_replacement_the_backend_did_not_take_is_tried_again_next_pass() {
     let w = World::new();
-    w.running(unfetched(1, 1, PAST));
+    w.running(unfetched(TaskId::new(1), 1, PAST));
     for _ in 0..2 {
         w.pod
             .fail_next_start(StartError::Unavailable("apiserver away".into()));
@@ -215,13 +221,13 @@ async fn a_replacement_the_backend_did_not_take_is_tried_again_next_pass() {
         assert!(w.pod.starts().is_empty());
         assert!(w.fakes.gitea.failures().is_empty(), "pass {tries}");
         assert!(
-            w.fakes.registry.is_running(1),
+            w.fakes.registry.is_running(TaskId::new(1)),
             "the slot stays with the task"
         );
     }
     r.pass().await.unwrap();
-    assert_eq!(w.pod.starts(), vec![start(1, 2)]);
-    assert_eq!(w.pod.deletes(), vec![1], "deleted once");
+    assert_eq!(w.pod.starts(), vec![start(TaskId::new(1), 2)]);
+    assert_eq!(w.pod.deletes(), vec![TaskId::new(1)], "deleted once");
     assert!(w.fakes.gitea.failures().is_empty());
 }
 
@@ -232,21 +238,34 @@ async fn a_replacement_the_backend_did_not_take_is_tried_again_next_pass() {
 #[tokio::test]
 async fn a_waiting_replacement_of_a_task_gitea_ended_is_dropped() {
     let w = World::new();
-    w.running(unfetched(1, 1, PAST));
+    w.running(unfetched(TaskId::new(1), 1, PAST));
     w.pod
         .fail_next_start(StartError::Unavailable("apiserver away".into()));
     let mut r = w.reconciler(FakeSlots::new(4));
     r.pass().await.unwrap();
-    assert_eq!(w.pod.deletes(), vec![1]);
-    w.fakes.gitea.set_result(1, TaskResult::Cancelled);
+    assert_eq!(w.pod.deletes(), vec![TaskId::new(1)]);
+    w.fakes
+        .gitea
+        .set_result(TaskId::new(1), TaskResult::Cancelled);
     r.pass().await.unwrap();
     r.pass().await.unwrap();
     assert!(w.pod.starts().is_empty());
     assert_eq!(w.pod.start_tries(), 1);
     assert!(w.fakes.gitea.failures().is_empty());
-    assert!(!w.fakes.registry.is_running(1), "its slot is free");
-    let cancelled = report::final_step(1, BackendKind::new("pod"), TaskResult::Cancelled).result;
-    assert_eq!(w.fakes.ledger.entry(1).and_then(|e| e.result), cancelled);
+    assert!(
+        !w.fakes.registry.is_running(TaskId::new(1)),
+        "its slot is free"
+    );
+    let cancelled = report::final_step(
+        TaskId::new(1),
+        BackendKind::new("pod"),
+        TaskResult::Cancelled,
+    )
+    .result;
+    assert_eq!(
+        w.fakes.ledger.entry(TaskId::new(1)).and_then(|e| e.result),
+        cancelled
+    );
 }
 
 /// A crash with three executors started (the ledger has them, with their assignments), all
@@ -258,27 +277,30 @@ async fn a_waiting_replacement_of_a_task_gitea_ended_is_dropped() {
 async fn recovery_starts_no_more_lost_executors_than_free_slots() {
     let w = World::new();
     for task in 1..=3 {
-        let step = Entry::step(task, 1, pod::KIND, Phase::Started);
+        let step = Entry::step(TaskId::new(task), 1, pod::KIND, Phase::Started);
         w.fakes
             .ledger
-            .put(step.with_assignment(&w.assignment(task, 1)));
+            .put(step.with_assignment(&w.assignment(TaskId::new(task), 1)));
     }
     let slots = FakeSlots::new(2);
     let mut r = w.reconciler(slots.clone());
     r.recover().await.unwrap();
     r.pass().await.unwrap();
-    assert_eq!(w.pod.starts(), vec![start(1, 2), start(2, 2)]);
+    assert_eq!(
+        w.pod.starts(),
+        vec![start(TaskId::new(1), 2), start(TaskId::new(2), 2)]
+    );
     assert_eq!(
         w.fakes.registry.queued_tasks(),
-        vec![3],
+        vec![TaskId::new(3)],
         "kept alive while it waits"
     );
-    assert!(!w.fakes.registry.is_running(3));
+    assert!(!w.fakes.registry.is_running(TaskId::new(3)));
     r.pass().await.unwrap();
     assert_eq!(w.pod.starts().len(), 2, "still no slot");
 
     // An executor leaves (the reconciler deleted it): its slot is the one recovery awaits.
-    w.fakes.registry.finished(1);
+    w.fakes.registry.finished(TaskId::new(1));
     for _ in 0..100 {
         if slots.available() == 0 {
             break;
@@ -286,7 +308,14 @@ async fn recovery_starts_no_more_lost_executors_than_free_slots() {
         tokio::task::yield_now().await;
     }
     r.pass().await.unwrap();
-    assert_eq!(w.pod.starts(), vec![start(1, 2), start(2, 2), start(3, 2)]);
+    assert_eq!(
+        w.pod.starts(),
+        vec![
+            start(TaskId::new(1), 2),
+            start(TaskId::new(2), 2),
+            start(TaskId::new(3), 2)
+        ]
+    );
     assert!(w.fakes.registry.queued_tasks().is_empty());
 }
 
@@ -298,24 +327,43 @@ async fn recovery_starts_no_more_lost_executors_than_free_slots() {
 #[tokio::test]
 async fn keep_alive_withdraws_a_task_gitea_cancelled_and_reports_nothing_over_it() {
     let w = World::new();
-    w.fakes.registry.queued(5, pod::KIND);
-    w.running(unfetched(6, 1, Duration::from_secs(10)));
+    w.fakes.registry.queued(TaskId::new(5), pod::KIND);
+    w.running(unfetched(TaskId::new(6), 1, Duration::from_secs(10)));
     for task in [5, 6] {
-        w.fakes.gitea.set_result(task, TaskResult::Cancelled);
+        w.fakes
+            .gitea
+            .set_result(TaskId::new(task), TaskResult::Cancelled);
     }
     w.keep_alive(vec![w.pod.clone()]).round().await;
     assert!(w.fakes.registry.queued_tasks().is_empty());
     assert!(
-        w.fakes.registry.take_withdrawn(5),
+        w.fakes.registry.take_withdrawn(TaskId::new(5)),
         "the worker drops its assignment"
     );
     let deletes = w.pod.deletes();
-    assert!(deletes.contains(&5) && deletes.contains(&6), "{deletes:?}");
-    assert!(w.pod.observed(6).is_none());
-    assert!(!w.fakes.registry.is_running(6), "its slot is free");
-    let cancelled = report::final_step(5, BackendKind::new("pod"), TaskResult::Cancelled).result;
+    assert!(
+        deletes.contains(&TaskId::new(5)) && deletes.contains(&TaskId::new(6)),
+        "{deletes:?}"
+    );
+    assert!(w.pod.observed(TaskId::new(6)).is_none());
+    assert!(
+        !w.fakes.registry.is_running(TaskId::new(6)),
+        "its slot is free"
+    );
+    let cancelled = report::final_step(
+        TaskId::new(5),
+        BackendKind::new("pod"),
+        TaskResult::Cancelled,
+    )
+    .result;
     for task in [5, 6] {
-        assert_eq!(w.fakes.ledger.entry(task).and_then(|e| e.result), cancelled);
+        assert_eq!(
+            w.fakes
+                .ledger
+                .entry(TaskId::new(task))
+                .and_then(|e| e.result),
+            cancelled
+        );
     }
     w.reconciler(FakeSlots::new(4)).pass().await.unwrap();
     assert!(
@@ -338,30 +386,36 @@ async fn keep_alive_updates_every_unreported_task_on_every_backend_once() {
         progress,
         ..unfetched(task, 1, age)
     };
-    w.fakes.registry.queued(1, pod::KIND);
+    w.fakes.registry.queued(TaskId::new(1), pod::KIND);
     // Queued and listed already (created, not registered yet): still one UpdateTask.
-    w.fakes.registry.queued(2, pod::KIND);
-    w.pod.put(with(2, Some(Progress::Unfetched)), None);
-    w.pod.put(with(3, Some(Progress::Fetched)), None);
-    w.pod.put(with(4, Some(Progress::Reported)), None);
-    w.pod.put(with(5, None), None);
+    w.fakes.registry.queued(TaskId::new(2), pod::KIND);
+    w.pod
+        .put(with(TaskId::new(2), Some(Progress::Unfetched)), None);
+    w.pod
+        .put(with(TaskId::new(3), Some(Progress::Fetched)), None);
+    w.pod
+        .put(with(TaskId::new(4), Some(Progress::Reported)), None);
+    w.pod.put(with(TaskId::new(5), None), None);
     w.fakes
         .ledger
-        .put(Entry::step(5, 1, pod::KIND, Phase::Started));
+        .put(Entry::step(TaskId::new(5), 1, pod::KIND, Phase::Started));
     w.pod.put(
         Observed {
             terminal: true,
-            ..with(6, Some(Progress::Unfetched))
+            ..with(TaskId::new(6), Some(Progress::Unfetched))
         },
         None,
     );
-    vm.put(with(7, Some(Progress::Unfetched)), None);
-    vm.put(with(8, None), None);
+    vm.put(with(TaskId::new(7), Some(Progress::Unfetched)), None);
+    vm.put(with(TaskId::new(8), None), None);
     w.fakes
         .ledger
-        .put(Entry::step(8, 1, vm::KIND, Phase::Reported));
+        .put(Entry::step(TaskId::new(8), 1, vm::KIND, Phase::Reported));
     w.keep_alive(vec![w.pod.clone(), vm.clone()]).round().await;
-    assert_eq!(w.fakes.gitea.keep_alives(), vec![1, 2, 3, 5, 7]);
+    assert_eq!(
+        w.fakes.gitea.keep_alives(),
+        [1, 2, 3, 5, 7].map(TaskId::new)
+    );
     assert!(w.pod.deletes().is_empty() && vm.deletes().is_empty());
 }
 
@@ -371,17 +425,24 @@ async fn keep_alive_updates_every_unreported_task_on_every_backend_once() {
 #[tokio::test]
 async fn a_first_delivery_starts_its_executor_and_records_it() {
     let w = World::new();
-    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+    let outcome = w
+        .worker()
+        .handle(w.delivery(TaskId::new(7), 1, false))
+        .await;
     assert!(matches!(outcome, Outcome::Started), "{outcome:?}");
     let fresh = Start {
         fresh: true,
-        ..start(7, 1)
+        ..start(TaskId::new(7), 1)
     };
     assert_eq!(w.pod.starts(), vec![fresh]);
-    let entry = w.fakes.ledger.entry(7).expect("the start is recorded");
+    let entry = w
+        .fakes
+        .ledger
+        .entry(TaskId::new(7))
+        .expect("the start is recorded");
     assert_eq!(entry.phase, Phase::Started);
     assert!(entry.assignment.is_some(), "kept for recovery");
-    assert!(w.fakes.registry.is_running(7));
+    assert!(w.fakes.registry.is_running(TaskId::new(7)));
 }
 
 /// Created and started, then the dispatcher died before the ack; the job ran to its end and
@@ -390,11 +451,20 @@ async fn a_first_delivery_starts_its_executor_and_records_it() {
 #[tokio::test]
 async fn a_redelivery_of_a_task_gitea_ended_is_not_started_again() {
     let w = World::new();
-    w.fakes.gitea.set_result(7, TaskResult::Success);
-    let outcome = w.worker().handle(w.delivery(7, 2, false)).await;
+    w.fakes
+        .gitea
+        .set_result(TaskId::new(7), TaskResult::Success);
+    let outcome = w
+        .worker()
+        .handle(w.delivery(TaskId::new(7), 2, false))
+        .await;
     assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");
     assert!(w.pod.starts().is_empty());
-    let entry = w.fakes.ledger.entry(7).expect("the end is recorded");
+    let entry = w
+        .fakes
+        .ledger
+        .entry(TaskId::new(7))
+        .expect("the end is recorded");
     assert_eq!(entry.phase, Phase::Final);
 }
 
@@ -405,8 +475,11 @@ async fn an_assignment_a_later_attempt_replaced_is_dropped() {
     let w = World::new();
     w.fakes
         .ledger
-        .put(Entry::step(7, 2, pod::KIND, Phase::Started));
-    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+        .put(Entry::step(TaskId::new(7), 2, pod::KIND, Phase::Started));
+    let outcome = w
+        .worker()
+        .handle(w.delivery(TaskId::new(7), 1, false))
+        .await;
     assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");
     assert!(w.pod.starts().is_empty());
 }
@@ -416,9 +489,12 @@ async fn an_assignment_a_later_attempt_replaced_is_dropped() {
 #[tokio::test]
 async fn a_task_withdrawn_while_queued_is_not_started() {
     let w = World::new();
-    w.fakes.registry.queued(7, pod::KIND);
-    assert!(w.fakes.registry.withdraw(7));
-    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+    w.fakes.registry.queued(TaskId::new(7), pod::KIND);
+    assert!(w.fakes.registry.withdraw(TaskId::new(7)));
+    let outcome = w
+        .worker()
+        .handle(w.delivery(TaskId::new(7), 1, false))
+        .await;
     assert!(matches!(outcome, Outcome::Started), "acked: {outcome:?}");
     assert!(w.pod.starts().is_empty());
 }
@@ -431,11 +507,14 @@ async fn a_backend_away_is_retried_and_reported_on_the_last_delivery() {
     let w = World::new();
     let away = || StartError::Unavailable("connection refused".into());
     w.pod.fail_next_start(away());
-    let outcome = w.worker().handle(w.delivery(7, 1, false)).await;
+    let outcome = w
+        .worker()
+        .handle(w.delivery(TaskId::new(7), 1, false))
+        .await;
     assert!(matches!(outcome, Outcome::Retry(_)), "{outcome:?}");
     assert!(w.fakes.gitea.failures().is_empty());
     w.pod.fail_next_start(away());
-    let outcome = w.worker().handle(w.delivery(7, 5, true)).await;
+    let outcome = w.worker().handle(w.delivery(TaskId::new(7), 5, true)).await;
     assert!(matches!(outcome, Outcome::Poison(_)), "{outcome:?}");
     let failures = w.fakes.gitea.failures();
     assert_eq!(failures.len(), 1);
@@ -445,7 +524,7 @@ async fn a_backend_away_is_retried_and_reported_on_the_last_delivery() {
             .contains("stayed unavailable through 5 deliveries"),
         "{failures:?}"
     );
-    assert!(!w.fakes.registry.is_running(7));
+    assert!(!w.fakes.registry.is_running(TaskId::new(7)));
 }
 
 /// The third backend, `fake` (`backend::fake`, its executors directories): the worker starts
@@ -478,16 +557,30 @@ async fn a_task_runs_end_to_end_on_the_third_backend() {
         std::fs::metadata(&runner).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    assert!(w.fakes.registry.is_running(7));
-    assert_eq!(w.fakes.ledger.entry(7).unwrap().backend, fake::KIND);
+    assert!(w.fakes.registry.is_running(TaskId::new(7)));
+    assert_eq!(
+        w.fakes.ledger.entry(TaskId::new(7)).unwrap().backend,
+        fake::KIND
+    );
 
-    assert_eq!(dirs.fetch(7, 2).await.unwrap(), None, "another attempt's");
-    assert_eq!(dirs.fetch(7, 1).await.unwrap(), Some(a.to_json()));
+    assert_eq!(
+        dirs.fetch(TaskId::new(7), 2).await.unwrap(),
+        None,
+        "another attempt's"
+    );
+    assert_eq!(
+        dirs.fetch(TaskId::new(7), 1).await.unwrap(),
+        Some(a.to_json())
+    );
     assert!(matches!(
-        dirs.consume(7, 1).await.unwrap(),
+        dirs.consume(TaskId::new(7), 1).await.unwrap(),
         Presence::Present
     ));
-    assert_eq!(dirs.fetch(7, 1).await.unwrap(), None, "handed out once");
+    assert_eq!(
+        dirs.fetch(TaskId::new(7), 1).await.unwrap(),
+        None,
+        "handed out once"
+    );
 
     let slots = FakeSlots::new(0);
     let restarts = Restarts {
@@ -503,8 +596,11 @@ async fn a_task_runs_end_to_end_on_the_third_backend() {
         root.path().join("7").exists(),
         "kept until Gitea has its end"
     );
-    dirs.mark_terminal(7).await.unwrap();
+    dirs.mark_terminal(TaskId::new(7)).await.unwrap();
     reconciler.pass().await.unwrap();
     assert!(!root.path().join("7").exists(), "deleted after its end");
-    assert!(!w.fakes.registry.is_running(7), "its slot freed");
+    assert!(
+        !w.fakes.registry.is_running(TaskId::new(7)),
+        "its slot freed"
+    );
 }

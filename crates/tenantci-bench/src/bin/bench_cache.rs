@@ -30,6 +30,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tenantci_dispatch::cache::{Cache, grant, protocol, settings};
 use tenantci_dispatch::capability::CapabilityKey;
+use tenantci_dispatch::task_id::TaskId;
 use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::process::{Process, first_line, peak_rss_kib};
 
@@ -142,7 +143,13 @@ fn bench_grant(key: &CapabilityKey) -> String {
         ..Default::default()
     };
     let expires = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
-    grant::mint(key, 1, 1, expires, &grant::task_cache(&task).unwrap())
+    grant::mint(
+        key,
+        TaskId::new(1),
+        1,
+        expires,
+        &grant::task_cache(&task).unwrap(),
+    )
 }
 
 /// Reads every part file under `dir` (the same bytes, straight from the storage).

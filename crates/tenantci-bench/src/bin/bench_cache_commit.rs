@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use tenantci_dispatch::cache::{grant, protocol};
 use tenantci_dispatch::capability::CapabilityKey;
+use tenantci_dispatch::task_id::TaskId;
 use tenantci_testkit::cache::RawCache;
 use tenantci_testkit::moto::Moto;
 use tenantci_testkit::process::{Process, first_line};
@@ -50,7 +51,13 @@ fn bench_grant(key: &CapabilityKey) -> String {
         ..Default::default()
     };
     let expires = time::OffsetDateTime::now_utc().unix_timestamp() + 3600;
-    grant::mint(key, 1, 1, expires, &grant::task_cache(&task).unwrap())
+    grant::mint(
+        key,
+        TaskId::new(1),
+        1,
+        expires,
+        &grant::task_cache(&task).unwrap(),
+    )
 }
 
 /// A cache server child (`server`, the bench_cache program) over `store`, or over moto's

@@ -16,6 +16,7 @@ use tenantci_core::node_image::NodeImage;
 use tenantci_dispatch::backend::pod::manifest;
 use tenantci_dispatch::sizing::ExecutorSettings;
 use tenantci_dispatch::task::spec::ExecutorSpec;
+use tenantci_dispatch::task_id::TaskId;
 use tenantci_runner::tenant::prewarm;
 use tenantci_sim::{self as sim, SimConfig, nodes::NodeConfig};
 
@@ -31,7 +32,7 @@ fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
 fn spec(task: i64, x: &ExecutorSettings) -> ExecutorSpec {
     ExecutorSpec {
         namespace: NAMESPACE.into(),
-        task_id: task,
+        task_id: TaskId::new(task),
         attempt: 1,
         assignment_id: format!("task-{task}-attempt-1"),
         capability: "bench-capability".into(),
@@ -125,7 +126,7 @@ async fn starts(warm: bool, runs: usize, boot: Duration) -> Vec<f64> {
             .unwrap();
         let started = Instant::now();
         pods.create(&pp, &manifest::desired_pod(&s)).await.unwrap();
-        let name = manifest::object_name(task);
+        let name = manifest::object_name(TaskId::new(task));
         await_condition(pods.clone(), &name, conditions::is_pod_running())
             .await
             .unwrap();

@@ -16,6 +16,7 @@
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tenantci_dispatch::task_id::TaskId;
 
 use serde_json::Value;
 use tenantci_testkit::world::{Dispatcher, Options, World};
@@ -78,11 +79,11 @@ async fn ledger_reads(
     use tenantci_dispatch::task::mirror::Mirror;
     let url = format!("http://{}/v1/status", d.status_address());
     let doc: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
-    let tasks: Vec<i64> = doc["tasks"]
+    let tasks: Vec<TaskId> = doc["tasks"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| t["task"].as_i64().unwrap())
+        .map(|t| TaskId::new(t["task"].as_i64().unwrap()))
         .collect();
     let worker = w.nats.client("ci-worker").await;
     let ledger = Ledger::open(&async_nats::jetstream::new(worker))

@@ -15,6 +15,7 @@ use crate::backend::Backend;
 use crate::backend::Context;
 use crate::task::Progress;
 use crate::task::report;
+use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::proto::TaskResult;
 
 /// The term's keep-alive over every backend.
@@ -59,7 +60,7 @@ impl KeepAlive {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(task, error = %e, "keep-alive: UpdateTask at the forge failed; sending it again at the next keep-alive (the forge fails a task not updated for 10 minutes)")
+                    tracing::warn!(task = task.get(), error = %e, "keep-alive: UpdateTask at the forge failed; sending it again at the next keep-alive (the forge fails a task not updated for 10 minutes)")
                 }
             }
         }
@@ -67,7 +68,7 @@ impl KeepAlive {
 
     /// The tasks of `executors` whose executor has not reported yet (not fetched, or fetched
     /// and silent so far), by the backend's own word or the claim ledger's phase.
-    async fn unreported(&self, executors: &dyn Backend) -> Vec<i64> {
+    async fn unreported(&self, executors: &dyn Backend) -> Vec<TaskId> {
         let found = match executors.observe().await {
             Ok(found) => found,
             Err(e) => {
@@ -80,7 +81,7 @@ impl KeepAlive {
             let unreported = match o.progress_in(&*self.ctx.ledger).await {
                 Ok(progress) => progress.is_some_and(|p| p < Progress::Reported),
                 Err(e) => {
-                    tracing::warn!(task = o.task, error = %e, "keep-alive: cannot read the claim ledger (NATS); the task is kept alive again at the next keep-alive");
+                    tracing::warn!(task = o.task.get(), error = %e, "keep-alive: cannot read the claim ledger (NATS); the task is kept alive again at the next keep-alive");
                     false
                 }
             };
@@ -94,19 +95,19 @@ impl KeepAlive {
     /// Gitea ended `task` (cancelled) before its executor reported: a queued assignment is
     /// dropped by the worker, its slot freed, and its executor deleted on whichever backend
     /// holds it.
-    async fn withdraw(&self, task: i64, result: TaskResult) {
+    async fn withdraw(&self, task: TaskId, result: TaskResult) {
         let queued = self.ctx.registry.withdraw(task);
         // Freed before the delete, so the reconciler does not take the vanished executor for
         // a lost one and report FAILURE over Gitea's CANCELLED.
         self.ctx.registry.finished(task);
         for executors in &self.backends {
             if let Err(e) = executors.delete(task).await {
-                tracing::warn!(task, backend = %executors.backend(), error = %e, "cannot delete the withdrawn task's executor; the ledger has the task as over, so the next term's recovery deletes it");
+                tracing::warn!(task = task.get(), backend = %executors.backend(), error = %e, "cannot delete the withdrawn task's executor; the ledger has the task as over, so the next term's recovery deletes it");
             }
         }
         self.ctx.metrics.withdrawn();
         tracing::info!(
-            task,
+            task = task.get(),
             ?result,
             queued,
             "the task ended at Gitea before its executor fetched it; withdrawn (no executor runs it)"

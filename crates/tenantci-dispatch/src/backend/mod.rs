@@ -48,6 +48,7 @@ use crate::task::ledger::LedgerError;
 use crate::task::registry::Registry;
 use crate::task::report::{ClaimLedger, TaskReports};
 use crate::task::spec::ExecutorSpec;
+use crate::task_id::TaskId;
 use lifecycle::Decision;
 
 /// What the worker, the reconciler and keep-alive of every backend report to and record in:
@@ -150,7 +151,7 @@ pub struct Placement {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     /// The Gitea task it runs.
-    pub task: i64,
+    pub task: TaskId,
     /// Which attempt at the task (1 first; a replacement counts up).
     pub attempt: u32,
     /// The backend's observation -> decision table applied to what it saw.
@@ -229,13 +230,13 @@ pub trait ExecutorLifecycle: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Created, StartError>>;
 
     /// Whether any executor of `task` exists.
-    fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>>;
+    fn exists(&self, task: TaskId) -> BoxFuture<'_, Result<bool, BackendError>>;
 
     /// Deletes `task`'s executors (and whatever belongs to them); gone already is done.
-    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>>;
+    fn delete(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>>;
 
     /// Gitea accepted the final state: the executor may go.
-    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>>;
+    fn mark_terminal(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>>;
 }
 
 /// What exists, for the reconciler and keep-alive.
@@ -243,7 +244,7 @@ pub trait ExecutorObservation: Send + Sync + 'static {
     /// Every executor of this dispatcher on this backend, by task (the latest attempt). It may
     /// lag behind the backend (a watch's store): an executor missing from it is confirmed
     /// with [`ExecutorLifecycle::exists`] before anything is decided on its absence.
-    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>>;
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<TaskId, Observed>, BackendError>>;
 
     /// Returns when what [`ExecutorObservation::observe`] answers may have changed (a watch
     /// event): the reconciler's pass runs then. Backends that poll never return.
@@ -259,7 +260,7 @@ pub trait ExecutorObservation: Send + Sync + 'static {
 
     /// Called by the reconciler once per pass with what it observed (leader only, so one
     /// writer): brings per-executor objects beside the executors in line.
-    fn reconciled<'a>(&'a self, _found: &'a BTreeMap<i64, Observed>) -> BoxFuture<'a, ()> {
+    fn reconciled<'a>(&'a self, _found: &'a BTreeMap<TaskId, Observed>) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
 }
@@ -268,17 +269,20 @@ pub trait ExecutorObservation: Send + Sync + 'static {
 pub trait AssignmentHandout: Send + Sync + 'static {
     /// The sealed assignment of `task`'s current attempt, for its replacement (None: it was
     /// consumed, the executor reported).
-    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
+    fn sealed_assignment(
+        &self,
+        task: TaskId,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
 
     /// The hand-out: the sealed assignment for the executor of (`task`, `attempt`), while it
     /// has not reported. The first hand-out records the fetch (the start deadline stops).
     fn fetch(
         &self,
-        task: i64,
+        task: TaskId,
         attempt: u32,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>>;
 
     /// The executor of (`task`, `attempt`) reported: its assignment is handed out for good.
     /// `Gone` when its executor no longer exists.
-    fn consume(&self, task: i64, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>>;
+    fn consume(&self, task: TaskId, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>>;
 }

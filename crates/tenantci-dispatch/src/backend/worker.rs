@@ -27,6 +27,7 @@ use crate::queue::consumer::{Job, Outcome};
 use crate::task::ledger::{Entry, Phase};
 use crate::task::report;
 use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
+use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::proto::TaskResult;
 
 /// The longest pause between two tries within a delivery.
@@ -70,7 +71,7 @@ pub async fn start_patiently(
         fresh = false;
         match tried {
             Err(StartError::Unavailable(why)) if Instant::now() + pause < deadline => {
-                tracing::warn!(task = spec.task_id, error = %why, retry_in = ?pause, "the {} is not created yet; trying again (the task stays queued)", executors.nouns().executor);
+                tracing::warn!(task = spec.task_id.get(), error = %why, retry_in = ?pause, "the {} is not created yet; trying again (the task stays queued)", executors.nouns().executor);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(RETRY_MAX);
             }
@@ -83,18 +84,18 @@ impl Worker {
     /// What the ledger says of this assignment: its task is over or a later attempt replaced
     /// it (it must not start), or it may start, knowing whether the ledger could be read. A
     /// ledger that cannot be read does not hold a start up.
-    async fn standing(&self, task: i64, a: &Assignment) -> Standing {
+    async fn standing(&self, task: TaskId, a: &Assignment) -> Standing {
         match self.ctx.ledger.get(task).await {
             Ok(Some(e)) if e.is_final() => {
                 tracing::info!(
-                    task,
+                    task = task.get(),
                     "the claim ledger has the task as over; its assignment is dropped"
                 );
                 Standing::Stale
             }
             Ok(Some(e)) if e.attempt > a.attempt => {
                 tracing::info!(
-                    task,
+                    task = task.get(),
                     attempt = a.attempt,
                     current = e.attempt,
                     "a later attempt replaced this assignment; it is dropped"
@@ -103,7 +104,7 @@ impl Worker {
             }
             Ok(_) => Standing::Current,
             Err(e) => {
-                tracing::warn!(task, error = %e, "cannot read the claim ledger; starting anyway");
+                tracing::warn!(task = task.get(), error = %e, "cannot read the claim ledger; starting anyway");
                 Standing::Unknown
             }
         }
@@ -113,8 +114,9 @@ impl Worker {
     /// at Gitea), opened into its executor's spec, its class slot held, then started.
     pub async fn handle(self: Arc<Self>, job: Job) -> Outcome {
         let a = &job.assignment;
-        let Ok(task) = a.task_id.parse::<i64>() else {
-            return Outcome::Poison(format!("`{}` is not a Gitea task id", a.task_id));
+        let task = match a.task() {
+            Ok(task) => task,
+            Err(e) => return Outcome::Poison(e.to_string()),
         };
         let fresh = match self.admit(task, &job).await {
             Ok(fresh) => fresh,
@@ -134,10 +136,10 @@ impl Worker {
     /// [`ExecutorLifecycle::start`](crate::backend::ExecutorLifecycle::start)); the outcome
     /// when it may not: the task was withdrawn while queued, the ledger has it as over or
     /// superseded, or (a redelivery without an executor) Gitea ended it already.
-    async fn admit(&self, task: i64, job: &Job) -> Result<bool, Outcome> {
+    async fn admit(&self, task: TaskId, job: &Job) -> Result<bool, Outcome> {
         if self.ctx.registry.take_withdrawn(task) {
             tracing::info!(
-                task,
+                task = task.get(),
                 "the task was cancelled at Gitea while queued; no executor is started"
             );
             return Err(Outcome::Started);
@@ -150,7 +152,7 @@ impl Worker {
             match self.already_over(task).await {
                 Ok(Some(result)) => {
                     tracing::info!(
-                        task,
+                        task = task.get(),
                         "the task ended at Gitea already; its executor is not started again"
                     );
                     self.ctx.registry.finished(task);
@@ -169,7 +171,7 @@ impl Worker {
 
     /// Takes a slot of the task's class; the outcome when all are taken: wait for one, or on
     /// the last delivery, FAILURE.
-    async fn hold_class(&self, task: i64, spec: &ExecutorSpec, job: &Job) -> Option<Outcome> {
+    async fn hold_class(&self, task: TaskId, spec: &ExecutorSpec, job: &Job) -> Option<Outcome> {
         let c = spec.class.as_ref()?;
         if self.ctx.registry.reserve_class(task, &c.name, c.capacity) {
             return None;
@@ -188,7 +190,7 @@ impl Worker {
 
     /// Starts the executor (waiting out an outage for the backend's patience) and records it:
     /// the ledger's `started` with the sealed assignment, the registry's slot, the metrics.
-    async fn start(&self, task: i64, spec: &ExecutorSpec, job: &Job, fresh: bool) -> Outcome {
+    async fn start(&self, task: TaskId, spec: &ExecutorSpec, job: &Job, fresh: bool) -> Outcome {
         let (a, backend) = (&job.assignment, self.executors.backend());
         let warm_slot = spec
             .class
@@ -213,14 +215,14 @@ impl Worker {
         self.ctx
             .metrics
             .in_use(backend, self.ctx.registry.running_count(backend));
-        tracing::info!(task, attempt = a.attempt, %backend, ?created, "executor started");
+        tracing::info!(task = task.get(), attempt = a.attempt, %backend, ?created, "executor started");
         Outcome::Started
     }
 
     /// A start the backend did not take: tried again on the next delivery, or, when the queue
     /// will not deliver it again (a finite `max_deliver`), FAILURE at Gitea rather than a task
     /// left claimed with nobody to start it.
-    async fn not_started(&self, task: i64, job: &Job, e: StartError) -> Outcome {
+    async fn not_started(&self, task: TaskId, job: &Job, e: StartError) -> Outcome {
         match e {
             StartError::Unavailable(why) if !job.last_delivery => Outcome::Retry(why.to_string()),
             StartError::Unavailable(why) => {
@@ -237,14 +239,14 @@ impl Worker {
     }
 
     /// An executor that will never start: the task fails at Gitea with the reason.
-    async fn refused(&self, task: i64, why: String) -> Outcome {
+    async fn refused(&self, task: TaskId, why: String) -> Outcome {
         let line = format!("the executor could not be created: {why}");
         self.fail(task, &line).await;
         Outcome::Poison(why)
     }
 
     /// Reports FAILURE with `line` for a task whose assignment leaves the queue unstarted.
-    async fn fail(&self, task: i64, line: &str) {
+    async fn fail(&self, task: TaskId, line: &str) {
         match self.ctx.gitea.fail(task, line).await {
             Ok(()) => {
                 self.ctx
@@ -253,7 +255,7 @@ impl Worker {
                     .await
             }
             Err(e) => {
-                tracing::warn!(task, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
+                tracing::warn!(task = task.get(), error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
             }
         }
         self.ctx.metrics.failed(self.executors.backend());
@@ -261,7 +263,7 @@ impl Worker {
     }
 
     /// A redelivery without an executor: is the task over at Gitea? Its result when it is.
-    async fn already_over(&self, task: i64) -> Result<Option<TaskResult>, String> {
+    async fn already_over(&self, task: TaskId) -> Result<Option<TaskResult>, String> {
         if self
             .executors
             .exists(task)

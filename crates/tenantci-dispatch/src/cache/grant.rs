@@ -42,6 +42,7 @@ use sha2::{Digest, Sha256};
 
 use crate::capability::CapabilityKey;
 use crate::queue::assignment::{context_path, context_str};
+use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::proto::Task;
 
 /// Gitea's repository names are `owner/name`, each at most 255 bytes.
@@ -85,7 +86,7 @@ pub struct TaskCache {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     /// The task the grant was minted for.
-    pub task: i64,
+    pub task: TaskId,
     /// Its attempt.
     pub attempt: u32,
     /// The task's repository and refs, as minted.
@@ -193,7 +194,13 @@ fn signed(body: &str) -> String {
 }
 
 /// The grant of one task attempt, valid until `expires` (unix seconds).
-pub fn mint(key: &CapabilityKey, task: i64, attempt: u32, expires: i64, t: &TaskCache) -> String {
+pub fn mint(
+    key: &CapabilityKey,
+    task: TaskId,
+    attempt: u32,
+    expires: i64,
+    t: &TaskCache,
+) -> String {
     let body = format!(
         "{task}.{attempt}.{expires}.{}.{}",
         URL_SAFE_NO_PAD.encode(scope_text(&t.scope)),
@@ -217,7 +224,7 @@ pub fn verify(key: &CapabilityKey, presented: &str, now: i64) -> Result<Grant, D
     let [task, attempt, expires, scope, tokens] = fields[..] else {
         return Err(Denied::Forged);
     };
-    let task: i64 = task.parse().map_err(|_| Denied::Forged)?;
+    let task: TaskId = task.parse().map_err(|_| Denied::Forged)?;
     let attempt: u32 = attempt.parse().map_err(|_| Denied::Forged)?;
     let expires: i64 = expires.parse().map_err(|_| Denied::Forged)?;
     let scope = URL_SAFE_NO_PAD
@@ -353,9 +360,9 @@ mod tests {
     fn a_grant_opens_nothing_without_its_task_s_token_or_after_it_expires() {
         let key = CapabilityKey::generate();
         let t = task_cache(&pull_request()).unwrap();
-        let grant = mint(&key, 7, 1, 1000, &t);
+        let grant = mint(&key, TaskId::new(7), 1, 1000, &t);
         let g = verify(&key, &grant, 999).unwrap();
-        assert_eq!((g.task, g.attempt, &g.scope), (7, 1, &t.scope));
+        assert_eq!((g.task, g.attempt, &g.scope), (TaskId::new(7), 1, &t.scope));
         g.admits(Some("rt")).unwrap();
         g.admits(Some("tt")).unwrap();
         assert_eq!(g.admits(None), Err(Denied::NoToken));
@@ -376,14 +383,14 @@ mod tests {
         assert_eq!(verify(&key, "", 0), Err(Denied::Forged));
         assert_eq!(verify(&key, &format!("{grant}.x"), 0), Err(Denied::Forged));
         // Never a capability: the inputs differ.
-        assert_ne!(mac, key.token(7, 1));
+        assert_ne!(mac, key.token(TaskId::new(7), 1));
     }
 
     #[test]
     fn a_download_ticket_opens_one_entry_of_one_grant_for_a_while() {
         let key = CapabilityKey::generate();
         let t = task_cache(&pull_request()).unwrap();
-        let g = verify(&key, &mint(&key, 7, 1, 5000, &t), 0).unwrap();
+        let g = verify(&key, &mint(&key, TaskId::new(7), 1, 5000, &t), 0).unwrap();
         let ticket = g.ticket(&key, 42, 100);
         g.admits_download(&key, 42, Some(&ticket), 99).unwrap();
         assert_eq!(
@@ -392,7 +399,7 @@ mod tests {
         );
         assert!(g.admits_download(&key, 43, Some(&ticket), 0).is_err());
         assert!(g.admits_download(&key, 42, None, 0).is_err());
-        let other = verify(&key, &mint(&key, 8, 1, 5000, &t), 0).unwrap();
+        let other = verify(&key, &mint(&key, TaskId::new(8), 1, 5000, &t), 0).unwrap();
         assert!(other.admits_download(&key, 42, Some(&ticket), 0).is_err());
     }
 }

@@ -333,7 +333,7 @@ async fn reserve(
         scope: g.scope.write.clone(),
     };
     cache.storage.reserve(&repo, &r).await?;
-    tracing::info!(task = g.task, id = r.id, "cache: an upload reserved");
+    tracing::info!(task = g.task.get(), id = r.id, "cache: an upload reserved");
     Ok(axum::Json(serde_json::json!({ "cacheId": r.id })).into_response())
 }
 
@@ -488,7 +488,7 @@ async fn commit(
         return Err(taken(&entry.key));
     }
     tracing::info!(
-        task = g.task,
+        task = g.task.get(),
         id = entry.id,
         size = entry.size,
         "cache: an entry committed"
@@ -537,6 +537,7 @@ async fn download(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task_id::TaskId;
 
     #[tokio::test]
     async fn a_request_without_a_grant_or_with_an_expired_one_is_unauthorized() {
@@ -568,7 +569,7 @@ mod tests {
         };
         let expired = grant::mint(
             &key,
-            7,
+            TaskId::new(7),
             1,
             unix_now() - 1,
             &grant::task_cache(&task).unwrap(),

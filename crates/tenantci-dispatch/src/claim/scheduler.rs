@@ -52,6 +52,7 @@ use crate::sizing::class::{self, ExecutorClass};
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::registry::{Description, Registry};
 use crate::task::report;
+use crate::task_id::TaskId;
 use tenantci_core::forge::Forge;
 use tenantci_core::forge::gitea::client::RunnerClient;
 use tenantci_core::forge::gitea::proto::Task;
@@ -339,7 +340,7 @@ impl Scheduler {
     }
 
     async fn enqueue(&self, task: Task, stop: watch::Receiver<bool>) {
-        let id = task.id;
+        let id = TaskId::new(task.id);
         let labels = routing::runs_on(task.workflow_payload.as_deref().unwrap_or_default());
         let (backend, class) = match class::pick(&self.classes, &labels) {
             Ok(Some(c)) => {
@@ -397,10 +398,10 @@ impl Scheduler {
                     .note(Entry::step(id, 1, backend, Phase::Queued))
                     .await;
                 self.metrics.claimed(backend);
-                tracing::info!(task = id, %backend, ?published, "claimed and queued");
+                tracing::info!(task = id.get(), %backend, ?published, "claimed and queued");
             }
             Queueing::Stopped => tracing::warn!(
-                task = id,
+                task = id.get(),
                 "stopping before the queue took the task; the claim ledger holds its assignment and the next leader queues it"
             ),
             Queueing::Failed(e) => {
@@ -440,20 +441,20 @@ impl Scheduler {
 
     /// Gives up on a claimed task before it was queued: its claim goes to the ledger first
     /// (every claim is written there), then the task is reported as failed ([`Self::give_up`]).
-    async fn refuse(&self, task: i64, backend: BackendKind, why: &str) {
+    async fn refuse(&self, task: TaskId, backend: BackendKind, why: &str) {
         self.ledger
             .note(Entry::step(task, 1, backend, Phase::Claimed))
             .await;
         self.give_up(task, backend, why).await;
     }
 
-    async fn give_up(&self, task: i64, backend: BackendKind, why: &str) {
-        tracing::error!(task, "{why}; reporting FAILURE to Gitea");
+    async fn give_up(&self, task: TaskId, backend: BackendKind, why: &str) {
+        tracing::error!(task = task.get(), "{why}; reporting FAILURE to Gitea");
         self.metrics.failed(backend);
         match report::fail(&self.gitea, task, why).await {
             Ok(()) => self.ledger.note(report::failed_step(task, backend)).await,
             Err(e) => {
-                tracing::error!(task, forge = %self.gitea.config().base_url, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
+                tracing::error!(task = task.get(), forge = %self.gitea.config().base_url, error = %e, "cannot report the failure to the forge; not retried (the forge fails the task after 10 minutes)")
             }
         }
     }

@@ -11,6 +11,7 @@
 //!
 //! Pure bookkeeping: no I/O.
 
+use crate::task_id::TaskId;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
@@ -21,9 +22,9 @@ pub const CAPACITY: usize = 4096;
 
 #[derive(Default)]
 struct Inner {
-    results: BTreeMap<i64, TaskResult>,
+    results: BTreeMap<TaskId, TaskResult>,
     /// Insertion order, for forgetting the oldest.
-    order: VecDeque<i64>,
+    order: VecDeque<TaskId>,
 }
 
 /// The finished tasks of one facade instance.
@@ -52,7 +53,7 @@ impl Finished {
     }
 
     /// Gitea accepted `result` as `task`'s final state. A second record keeps the first.
-    pub fn record(&self, task: i64, result: TaskResult) {
+    pub fn record(&self, task: TaskId, result: TaskResult) {
         let mut g = self.lock();
         if g.results.contains_key(&task) {
             return;
@@ -67,7 +68,7 @@ impl Finished {
     }
 
     /// The final state of `task`, when this instance saw it end.
-    pub fn result(&self, task: i64) -> Option<TaskResult> {
+    pub fn result(&self, task: TaskId) -> Option<TaskResult> {
         self.lock().results.get(&task).copied()
     }
 
@@ -89,23 +90,23 @@ mod tests {
     #[test]
     fn the_first_final_state_is_kept() {
         let f = Finished::default();
-        assert_eq!(f.result(7), None);
-        f.record(7, TaskResult::Success);
-        f.record(7, TaskResult::Failure);
-        assert_eq!(f.result(7), Some(TaskResult::Success));
+        assert_eq!(f.result(TaskId::new(7)), None);
+        f.record(TaskId::new(7), TaskResult::Success);
+        f.record(TaskId::new(7), TaskResult::Failure);
+        assert_eq!(f.result(TaskId::new(7)), Some(TaskResult::Success));
     }
 
     #[test]
     fn the_oldest_entries_go_first_and_the_size_stays_bounded() {
         let f = Finished::with_capacity(3);
         for task in 1..=10 {
-            f.record(task, TaskResult::Success);
+            f.record(TaskId::new(task), TaskResult::Success);
             assert!(f.len() <= 3);
         }
         assert_eq!(f.len(), 3);
-        assert_eq!(f.result(7), None);
+        assert_eq!(f.result(TaskId::new(7)), None);
         for task in 8..=10 {
-            assert_eq!(f.result(task), Some(TaskResult::Success));
+            assert_eq!(f.result(TaskId::new(task)), Some(TaskResult::Success));
         }
     }
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use crate::backend::{Backend, BackendError, Presence, catalog};
 use crate::backend_kind::BackendKind;
 use crate::task::ledger::{Entry, Ledger, Phase};
+use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::connect::ConnectError;
 
 /// Tasks whose backend this instance remembers before it starts over (a few hours of tasks).
@@ -20,7 +21,7 @@ const REMEMBERED: usize = 4096;
 pub struct Handout {
     backends: BTreeMap<BackendKind, Arc<dyn Backend>>,
     ledger: Ledger,
-    remembered: Mutex<BTreeMap<i64, BackendKind>>,
+    remembered: Mutex<BTreeMap<TaskId, BackendKind>>,
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> ConnectError {
@@ -44,7 +45,7 @@ impl Handout {
     }
 
     /// The executors of the backend `task` runs on.
-    async fn executors_of(&self, task: i64) -> Result<&dyn Backend, ConnectError> {
+    async fn executors_of(&self, task: TaskId) -> Result<&dyn Backend, ConnectError> {
         let backend = self.backend_of(task).await?;
         self.backends
             .get(&backend)
@@ -54,7 +55,7 @@ impl Handout {
     }
 
     /// The backend `task` runs on.
-    pub async fn backend_of(&self, task: i64) -> Result<BackendKind, ConnectError> {
+    pub async fn backend_of(&self, task: TaskId) -> Result<BackendKind, ConnectError> {
         if self.backends.len() == 1 {
             return Ok(*self.backends.keys().next().expect("one backend"));
         }
@@ -77,7 +78,7 @@ impl Handout {
         Ok(backend)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, BackendKind>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<TaskId, BackendKind>> {
         self.remembered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -85,7 +86,7 @@ impl Handout {
     /// backend it runs on (for the ledger's `fetched` step).
     pub async fn fetch(
         &self,
-        task: i64,
+        task: TaskId,
         attempt: u32,
     ) -> Result<Option<(BackendKind, Vec<u8>)>, ConnectError> {
         let executors = self.executors_of(task).await?;
@@ -98,7 +99,7 @@ impl Handout {
 
     /// The caller reported: its assignment is handed out for good. `Gone` when its executor
     /// no longer exists; an error when that cannot be told now.
-    pub async fn consume(&self, task: i64, attempt: u32) -> Result<Presence, String> {
+    pub async fn consume(&self, task: TaskId, attempt: u32) -> Result<Presence, String> {
         let executors = self.executors_of(task).await.map_err(|e| e.to_string())?;
         let presence = executors
             .consume(task, attempt)
@@ -112,7 +113,7 @@ impl Handout {
     }
 
     /// Gitea accepted the final state: the executor may go.
-    pub async fn mark_terminal(&self, task: i64) -> Result<(), ConnectError> {
+    pub async fn mark_terminal(&self, task: TaskId) -> Result<(), ConnectError> {
         let executors = self.executors_of(task).await?;
         executors.mark_terminal(task).await.map_err(backend_error)
     }

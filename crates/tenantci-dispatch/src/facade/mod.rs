@@ -47,6 +47,7 @@ use crate::queue::assignment::{Assignment, SealingKey};
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::registry::Registry;
 use crate::task::report;
+use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::connect::{Code, ConnectError};
 use tenantci_core::forge::gitea::facade::RunnerServiceHandler;
@@ -64,7 +65,7 @@ const TASKS_VERSION: i64 = 1;
 #[derive(Debug, Clone, Copy)]
 pub struct Executor {
     /// The Gitea task it runs.
-    pub task: i64,
+    pub task: TaskId,
     /// Its attempt at the task.
     pub attempt: u32,
 }
@@ -91,13 +92,13 @@ pub struct Facade {
     pub identity: bool,
     /// Executors (task, attempt) whose assignment this instance consumed: every later report
     /// skips the backend's round trip. Another instance consumes at most once more.
-    pub consumed: Mutex<BTreeSet<(i64, u32)>>,
+    pub consumed: Mutex<BTreeSet<(TaskId, u32)>>,
     /// Tasks whose final state Gitea accepted through this instance (bounded).
     pub finished: Finished,
 }
 
 /// The refusal of a report after the task's end.
-fn over(task: i64, result: Option<TaskResult>) -> ConnectError {
+fn over(task: TaskId, result: Option<TaskResult>) -> ConnectError {
     let state = result.map_or("its executor objects are gone".to_string(), |r| {
         let name = TaskResult::proto_name(r as i32).unwrap_or("final");
         format!("its final state is {name}")
@@ -122,13 +123,13 @@ fn forwarded(method: &str, e: ClientError) -> ConnectError {
 }
 
 impl Facade {
-    fn own(&self, caller: &Executor, task: i64) -> Result<(), ConnectError> {
+    fn own(&self, caller: &Executor, task: TaskId) -> Result<(), ConnectError> {
         if caller.task == task {
             Ok(())
         } else {
             tracing::warn!(
-                caller = caller.task,
-                task,
+                caller = caller.task.get(),
+                task = task.get(),
                 "facade: an executor reported another task; refused"
             );
             Err(ConnectError::permission_denied(
@@ -166,13 +167,13 @@ impl Facade {
             }
             Ok(Presence::Gone) => {
                 tracing::warn!(
-                    task = caller.task,
+                    task = caller.task.get(),
                     "facade: a report for a task whose executor objects are gone; refused"
                 );
                 return Err(over(caller.task, None));
             }
             Err(e) => {
-                tracing::warn!(task = caller.task, error = %e, "facade: cannot consume the assignment; retrying at the next report")
+                tracing::warn!(task = caller.task.get(), error = %e, "facade: cannot consume the assignment; retrying at the next report")
             }
         }
         Ok(())
@@ -180,11 +181,11 @@ impl Facade {
 
     /// The final state the claim ledger holds for `task` (another instance saw the end),
     /// remembered here. A ledger that cannot be read is logged, and the report goes on.
-    async fn ledger_final(&self, task: i64) -> Option<TaskResult> {
+    async fn ledger_final(&self, task: TaskId) -> Option<TaskResult> {
         let name = match self.ledger.final_result(task).await {
             Ok(found) => found?,
             Err(e) => {
-                tracing::warn!(task, error = %e, "facade: cannot read the task's result from the claim ledger (NATS); the call goes on without it");
+                tracing::warn!(task = task.get(), error = %e, "facade: cannot read the task's result from the claim ledger (NATS); the call goes on without it");
                 return None;
             }
         };
@@ -202,9 +203,9 @@ impl Facade {
         if !TaskResult::try_from(state.result).is_ok_and(TaskResult::is_final) {
             return None;
         }
-        let recorded = match self.finished.result(state.id) {
+        let recorded = match self.finished.result(TaskId::new(state.id)) {
             Some(r) => r,
-            None => self.ledger_final(state.id).await?,
+            None => self.ledger_final(TaskId::new(state.id)).await?,
         };
         (state.result == recorded as i32).then(|| UpdateTaskResponse {
             state: Some(TaskState {
@@ -216,19 +217,19 @@ impl Facade {
         })
     }
 
-    async fn mark_terminal(&self, task: i64) -> Result<(), ConnectError> {
+    async fn mark_terminal(&self, task: TaskId) -> Result<(), ConnectError> {
         self.handout.mark_terminal(task).await
     }
 
     /// Opens the assignment its backend handed over; it must be the caller's.
     fn open(&self, caller: &Executor, sealed: &[u8]) -> Result<Task, ConnectError> {
         let a = Assignment::from_json(sealed).map_err(|e| {
-            tracing::error!(task = caller.task, error = %e, "facade: the task's stored assignment does not decode; the executor's FetchTask is answered internal and the start deadline replaces it");
+            tracing::error!(task = caller.task.get(), error = %e, "facade: the task's stored assignment does not decode; the executor's FetchTask is answered internal and the start deadline replaces it");
             ConnectError::internal("the task's assignment is damaged")
         })?;
         if a.task_id != caller.task.to_string() || a.attempt != caller.attempt {
             tracing::error!(
-                task = caller.task,
+                task = caller.task.get(),
                 "facade: the stored assignment is another task's; the executor's FetchTask is answered internal and the start deadline replaces it"
             );
             return Err(ConnectError::internal(
@@ -236,7 +237,7 @@ impl Facade {
             ));
         }
         let payload = a.open(&self.sealing_key).map_err(|e| {
-            tracing::error!(task = caller.task, error = %e, "facade: the task's assignment does not open with the sealing key; the executor's FetchTask is answered internal and the start deadline replaces it");
+            tracing::error!(task = caller.task.get(), error = %e, "facade: the task's assignment does not open with the sealing key; the executor's FetchTask is answered internal and the start deadline replaces it");
             ConnectError::internal("the task's assignment cannot be opened")
         })?;
         Task::decode(payload.as_slice())
@@ -277,7 +278,7 @@ impl RunnerServiceHandler for Facade {
                 self.metrics.identity_refused();
                 tracing::warn!(
                     client = %id,
-                    task = parsed.map(|(t, _)| t),
+                    task = parsed.map(|(t, _)| t.get()),
                     "facade: the client's SPIFFE ID is not the one its capability was issued for; refused"
                 );
                 Err(ConnectError::permission_denied(
@@ -306,7 +307,7 @@ impl RunnerServiceHandler for Facade {
     ) -> Result<DeclareResponse, ConnectError> {
         Ok(DeclareResponse {
             runner: Some(Runner {
-                id: caller.task,
+                id: caller.task.get(),
                 uuid: capability::assignment_id(caller.task, caller.attempt),
                 name: self.runner_name.clone(),
                 version: req.version,
@@ -331,7 +332,7 @@ impl RunnerServiceHandler for Facade {
         };
         let task = self.open(caller, &sealed)?;
         tracing::info!(
-            task = caller.task,
+            task = caller.task.get(),
             attempt = caller.attempt,
             "facade: handed the task to its executor"
         );
@@ -357,16 +358,16 @@ impl RunnerServiceHandler for Facade {
             .state
             .as_ref()
             .ok_or_else(|| ConnectError::invalid_argument("UpdateTask needs a state"))?;
-        self.own(caller, state.id)?;
+        self.own(caller, TaskId::new(state.id))?;
         if let Some(resp) = self.repeated_final(&req).await {
             tracing::info!(
-                task = caller.task,
+                task = caller.task.get(),
                 "facade: the final state again; answered without Gitea"
             );
             // The first answer may have been lost because the marker could not be set: set
             // it again (idempotent), or the executor would never be cleaned up.
             if let Err(e) = self.mark_terminal(caller.task).await {
-                tracing::warn!(task = caller.task, error = %e, "facade: the terminal marker is still not set; the executor retries");
+                tracing::warn!(task = caller.task.get(), error = %e, "facade: the terminal marker is still not set; the executor retries");
             }
             return Ok(resp);
         }
@@ -398,7 +399,7 @@ impl RunnerServiceHandler for Facade {
             // Gitea has the final state: from here on the executor may go.
             self.mark_terminal(caller.task).await?;
             tracing::info!(
-                task = caller.task,
+                task = caller.task.get(),
                 result = state.result,
                 "facade: the task reported its final state"
             );
@@ -412,12 +413,15 @@ impl RunnerServiceHandler for Facade {
         caller: &Executor,
         req: UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ConnectError> {
-        self.own(caller, req.task_id)?;
+        self.own(caller, TaskId::new(req.task_id))?;
         self.consume(caller).await?;
         self.gitea.update_log(&req).await.map_err(|e| {
             let e = forwarded("UpdateLog", e);
             if e.code == Code::AlreadyExists {
-                tracing::debug!(task = caller.task, "facade: the log is archived already");
+                tracing::debug!(
+                    task = caller.task.get(),
+                    "facade: the log is archived already"
+                );
             }
             e
         })

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 
 use crate::identity::Parsed;
+use crate::task_id::TaskId;
 use tenantci_core::spiffe::id::Values;
 
 /// The API group of SPIRE's controller-manager resources.
@@ -63,7 +64,7 @@ pub fn entry_name(namespace: &str, pod_name: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduledPod {
     /// The Gitea task it runs.
-    pub task: i64,
+    pub task: TaskId,
     /// Its name; the entry is named after it ([`entry_name`]).
     pub pod_name: String,
     /// Its UID, pinned by the `k8s:pod-uid` selector.
@@ -221,7 +222,7 @@ pub fn desired(
 mod tests {
     use super::*;
 
-    fn pod(task: i64, uid: &str) -> ScheduledPod {
+    fn pod(task: TaskId, uid: &str) -> ScheduledPod {
         ScheduledPod {
             task,
             pod_name: format!("gitea-task-{task}"),
@@ -247,7 +248,7 @@ mod tests {
 
     #[test]
     fn a_scheduled_pod_without_entry_gets_one_and_an_entry_in_place_is_left_alone() {
-        let (a, b) = (pod(1, "uid-a"), pod(2, "uid-b"));
+        let (a, b) = (pod(TaskId::new(1), "uid-a"), pod(TaskId::new(2), "uid-b"));
         let live = [live_for(&a)];
         let actions = plan("ns", &[a.clone(), b.clone()], &live);
         assert_eq!(
@@ -261,8 +262,8 @@ mod tests {
 
     #[test]
     fn a_replaced_attempt_s_entry_is_rewritten_for_the_new_pod() {
-        let old = pod(1, "uid-old");
-        let new = pod(1, "uid-new");
+        let old = pod(TaskId::new(1), "uid-old");
+        let new = pod(TaskId::new(1), "uid-new");
         let actions = plan("ns", std::slice::from_ref(&new), &[live_for(&old)]);
         assert_eq!(
             actions,
@@ -283,7 +284,7 @@ mod tests {
 
     #[test]
     fn an_entry_whose_pod_is_gone_is_deleted() {
-        let gone = pod(3, "uid-c");
+        let gone = pod(TaskId::new(3), "uid-c");
         let actions = plan("ns", &[], &[live_for(&gone)]);
         assert_eq!(
             actions,
@@ -298,7 +299,7 @@ mod tests {
         let identity = crate::identity::settings::tests::identity()
             .parse()
             .unwrap();
-        let obj = desired(&identity, "ns", &pod(4, "uid-d"), "node-uid-9").unwrap();
+        let obj = desired(&identity, "ns", &pod(TaskId::new(4), "uid-d"), "node-uid-9").unwrap();
         assert_eq!(obj["metadata"]["name"], "ns.gitea-task-4");
         assert_eq!(obj["metadata"]["labels"][TASK_LABEL], "4");
         assert_eq!(
@@ -314,9 +315,9 @@ mod tests {
             "spiffe://example.org/gitea/acme/w/job4"
         );
         let live = LiveEntry::from_object(&obj).unwrap();
-        assert!(live.serves(&pod(4, "uid-d")));
-        assert!(!live.serves(&pod(4, "uid-other")));
-        let e = desired(&identity, "ns", &pod(4, "uid-d"), "a b").unwrap_err();
+        assert!(live.serves(&pod(TaskId::new(4), "uid-d")));
+        assert!(!live.serves(&pod(TaskId::new(4), "uid-other")));
+        let e = desired(&identity, "ns", &pod(TaskId::new(4), "uid-d"), "a b").unwrap_err();
         assert!(e.contains("task 4") && e.contains("node-a"), "{e}");
     }
 }

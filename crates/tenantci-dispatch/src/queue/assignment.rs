@@ -19,6 +19,7 @@ use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
 use crate::backend_kind::BackendKind;
+use crate::task_id::{TaskId, TaskIdError};
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::fsutil;
 
@@ -294,6 +295,12 @@ impl Assignment {
                 },
             )
             .map_err(|e| Unopened::Tag(e).into())
+    }
+
+    /// The Gitea task id the wire's `task_id` names: the one parse of it (the worker and
+    /// `task::opened` both read it here, and refuse with the one [`TaskIdError`]).
+    pub fn task(&self) -> Result<TaskId, TaskIdError> {
+        self.task_id.parse()
     }
 
     /// The JetStream `Nats-Msg-Id`: task id and attempt (`:` never occurs in a task id).

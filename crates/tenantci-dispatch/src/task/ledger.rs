@@ -31,8 +31,9 @@ use crate::backend_kind::BackendKind;
 use crate::queue::assignment::Assignment;
 use crate::queue::ledger_bucket::BUCKET;
 use crate::task::Progress;
+use crate::task_id::TaskId;
 
-fn key(task: i64) -> String {
+fn key(task: TaskId) -> String {
     format!("task.{task}")
 }
 
@@ -70,7 +71,7 @@ impl Phase {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The Gitea task id.
-    pub task: i64,
+    pub task: TaskId,
     /// The latest attempt (1: the first executor).
     pub attempt: u32,
     /// The backend its executors run on; the first write's stays.
@@ -89,7 +90,7 @@ pub struct Entry {
 
 impl Entry {
     /// A step of `task` to record; [`merge`] decides what it changes.
-    pub fn step(task: i64, attempt: u32, backend: BackendKind, phase: Phase) -> Entry {
+    pub fn step(task: TaskId, attempt: u32, backend: BackendKind, phase: Phase) -> Entry {
         Entry {
             task,
             attempt,
@@ -162,7 +163,7 @@ pub struct Written {
     /// The write's sequence in the bucket's stream.
     pub sequence: u64,
     /// The task whose entry was written.
-    pub task: i64,
+    pub task: TaskId,
     /// None: the key was deleted or purged.
     pub entry: Option<Entry>,
 }
@@ -182,7 +183,7 @@ pub enum LedgerError {
     #[error("claim ledger: the entry of task {task} does not decode: {source}")]
     Decode {
         /// The task whose entry it is.
-        task: i64,
+        task: TaskId,
         /// What the JSON decoder said.
         #[source]
         source: serde_json::Error,
@@ -197,7 +198,7 @@ pub enum LedgerError {
     )]
     Contended {
         /// The task whose entry kept changing.
-        task: i64,
+        task: TaskId,
         /// The last write's error.
         #[source]
         last: LostWrite,
@@ -248,7 +249,7 @@ impl Ledger {
     }
 
     /// The entry of `task` and its revision.
-    async fn entry(&self, task: i64) -> Result<Option<(Entry, u64)>, LedgerError> {
+    async fn entry(&self, task: TaskId) -> Result<Option<(Entry, u64)>, LedgerError> {
         let found = self.kv.entry(key(task)).await.map_err(LedgerError::Read)?;
         let Some(e) = found.filter(|e| e.operation == kv::Operation::Put) else {
             return Ok(None);
@@ -259,7 +260,7 @@ impl Ledger {
     }
 
     /// The entry of `task`; None when there is none (never claimed here, or past the retention).
-    pub async fn get(&self, task: i64) -> Result<Option<Entry>, LedgerError> {
+    pub async fn get(&self, task: TaskId) -> Result<Option<Entry>, LedgerError> {
         Ok(self.entry(task).await?.map(|(e, _)| e))
     }
 
@@ -291,7 +292,7 @@ impl Ledger {
                 Ok(()) => return Ok(Some(next)),
                 // Another writer was first: read again and merge over its entry.
                 Err(e) => {
-                    tracing::debug!(task, error = %e, "claim ledger: write lost a race; retrying");
+                    tracing::debug!(task = task.get(), error = %e, "claim ledger: write lost a race; retrying");
                     last = Some(e);
                 }
             }
@@ -321,7 +322,7 @@ impl Ledger {
     pub async fn note_first(&self, step: Entry) {
         let (task, phase) = (step.task, step.phase);
         if let Err(e) = self.record_first(step).await {
-            tracing::warn!(task, ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
+            tracing::warn!(task = task.get(), ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
         }
     }
 
@@ -330,12 +331,12 @@ impl Ledger {
     pub async fn note(&self, step: Entry) {
         let (task, phase) = (step.task, step.phase);
         if let Err(e) = self.record(step).await {
-            tracing::warn!(task, ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
+            tracing::warn!(task = task.get(), ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
         }
     }
 
     /// The final result recorded for `task` (its proto name), if the entry is final.
-    pub async fn final_result(&self, task: i64) -> Result<Option<String>, LedgerError> {
+    pub async fn final_result(&self, task: TaskId) -> Result<Option<String>, LedgerError> {
         Ok(self
             .get(task)
             .await?
@@ -409,7 +410,7 @@ mod tests {
     use super::*;
 
     fn step(attempt: u32, phase: Phase) -> Entry {
-        Entry::step(7, attempt, BackendKind::new("pod"), phase)
+        Entry::step(TaskId::new(7), attempt, BackendKind::new("pod"), phase)
     }
 
     fn sealed() -> Assignment {
@@ -453,7 +454,7 @@ mod tests {
     fn the_backend_of_the_first_entry_stays() {
         let vm = merge(
             None,
-            Entry::step(7, 1, BackendKind::new("vm"), Phase::Claimed),
+            Entry::step(TaskId::new(7), 1, BackendKind::new("vm"), Phase::Claimed),
         )
         .unwrap();
         let next = merge(Some(&vm), step(1, Phase::Started)).unwrap();

@@ -17,6 +17,7 @@ use tokio::sync::Mutex;
 
 use crate::queue::ledger_bucket::RETENTION;
 use crate::task::ledger::{Entry, Ledger, Written};
+use crate::task_id::TaskId;
 
 /// The ledger's entries by task, and the stream sequence to read on from.
 pub struct Mirror {
@@ -27,7 +28,7 @@ pub struct Mirror {
 #[derive(Default)]
 struct Seen {
     next: u64,
-    entries: BTreeMap<i64, Entry>,
+    entries: BTreeMap<TaskId, Entry>,
 }
 
 impl Mirror {
@@ -44,7 +45,7 @@ impl Mirror {
 
     /// The entries of `tasks`, after reading the writes since the last call; what a failed
     /// read leaves out is logged and missing.
-    pub async fn of(&self, tasks: impl IntoIterator<Item = i64>) -> BTreeMap<i64, Entry> {
+    pub async fn of(&self, tasks: impl IntoIterator<Item = TaskId>) -> BTreeMap<TaskId, Entry> {
         let mut seen = self.seen.lock().await;
         loop {
             match self.ledger.written_from(seen.next).await {
@@ -85,7 +86,7 @@ mod tests {
     use crate::backend_kind::BackendKind;
     use crate::task::ledger::Phase;
 
-    fn write(task: i64, entry: Option<Entry>) -> Written {
+    fn write(task: TaskId, entry: Option<Entry>) -> Written {
         Written {
             sequence: 0,
             task,
@@ -97,15 +98,27 @@ mod tests {
     fn a_write_replaces_a_delete_removes_and_the_retention_drops() {
         let mut s = Seen::default();
         let now = chrono::Utc::now();
-        let mut old = Entry::step(1, 1, BackendKind::new("pod"), Phase::Final);
+        let mut old = Entry::step(TaskId::new(1), 1, BackendKind::new("pod"), Phase::Final);
         old.at = now - chrono::Duration::from_std(RETENTION).unwrap();
-        s.apply(write(1, Some(old)), now);
+        s.apply(write(TaskId::new(1), Some(old)), now);
         let step = |t, p| Some(Entry::step(t, 1, BackendKind::new("pod"), p));
-        s.apply(write(2, step(2, Phase::Claimed)), now);
-        s.apply(write(2, step(2, Phase::Fetched)), now);
-        s.apply(write(3, step(3, Phase::Started)), now);
-        s.apply(write(3, None), now);
-        assert_eq!(s.entries.keys().copied().collect::<Vec<_>>(), vec![2]);
-        assert_eq!(s.entries[&2].phase, Phase::Fetched);
+        s.apply(
+            write(TaskId::new(2), step(TaskId::new(2), Phase::Claimed)),
+            now,
+        );
+        s.apply(
+            write(TaskId::new(2), step(TaskId::new(2), Phase::Fetched)),
+            now,
+        );
+        s.apply(
+            write(TaskId::new(3), step(TaskId::new(3), Phase::Started)),
+            now,
+        );
+        s.apply(write(TaskId::new(3), None), now);
+        assert_eq!(
+            s.entries.keys().copied().collect::<Vec<_>>(),
+            vec![TaskId::new(2)]
+        );
+        assert_eq!(s.entries[&TaskId::new(2)].phase, Phase::Fetched);
     }
 }

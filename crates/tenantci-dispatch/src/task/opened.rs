@@ -13,13 +13,14 @@ use prost::Message as _;
 use crate::backend_kind::BackendKind;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::sizing::class::{self, ExecutorClass};
+use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::proto::Task;
 
 /// A task's assignment, opened and checked ([`Opened::open`]). Holds the task's secrets: no
 /// `Debug`, never logged.
 pub struct Opened {
     /// The Gitea task id.
-    pub task: i64,
+    pub task: TaskId,
     /// The attempt the assignment is for.
     pub attempt: u32,
     /// The backend it was queued for.
@@ -44,10 +45,7 @@ impl Opened {
         classes: &[ExecutorClass],
         a: &Assignment,
     ) -> Result<Opened, String> {
-        let task = a
-            .task_id
-            .parse::<i64>()
-            .map_err(|_| format!("`{}` is not a Gitea task id", a.task_id))?;
+        let task = a.task().map_err(|e| e.to_string())?;
         let payload = a
             .open(key)
             .map_err(|e| format!("the assignment does not open: {e}"))?;
@@ -148,7 +146,7 @@ mod tests {
             .unwrap()
             .next_attempt(&key, 2)
             .unwrap();
-        assert_eq!((next.attempt, o.attempt, o.task), (2, 2, 7));
+        assert_eq!((next.attempt, o.attempt, o.task), (2, 2, TaskId::new(7)));
         assert_eq!(next.class.as_deref(), Some("large"));
         assert_eq!(next.open(&key).unwrap(), payload);
     }

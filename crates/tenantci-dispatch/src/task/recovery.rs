@@ -119,6 +119,7 @@ mod tests {
     use crate::backend_kind::{BackendKind, Nouns};
     use crate::queue::assignment::{Assignment, SealingKey};
     use crate::task::ledger::Entry;
+    use crate::task_id::TaskId;
 
     const POD: BackendKind = BackendKind::new("pod");
 
@@ -137,7 +138,7 @@ mod tests {
     }
 
     fn entry(phase: Phase, with_assignment: bool) -> Entry {
-        let e = Entry::step(7, 1, POD, phase);
+        let e = Entry::step(TaskId::new(7), 1, POD, phase);
         if with_assignment {
             let a = Assignment::seal(&SealingKey::generate(), "7", 1, POD, vec![], b"t");
             e.with_assignment(&a.unwrap())

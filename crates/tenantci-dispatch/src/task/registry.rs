@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 use crate::backend_kind::BackendKind;
 use crate::queue::consumer::Slot;
+use crate::task_id::TaskId;
 
 struct Running {
     backend: BackendKind,
@@ -23,15 +24,15 @@ struct Running {
 
 #[derive(Default)]
 struct Inner {
-    queued: BTreeMap<i64, BackendKind>,
-    running: BTreeMap<i64, Running>,
+    queued: BTreeMap<TaskId, BackendKind>,
+    running: BTreeMap<TaskId, Running>,
     /// Queued tasks Gitea ended (cancelled) before an executor started: the worker acks
     /// their assignment without starting one.
-    withdrawn: BTreeSet<i64>,
+    withdrawn: BTreeSet<TaskId>,
     /// The resource class slot each task holds, from before its start until it is gone.
-    classes: BTreeMap<i64, String>,
+    classes: BTreeMap<TaskId, String>,
     /// What the status API shows of each task held above.
-    cards: BTreeMap<i64, Card>,
+    cards: BTreeMap<TaskId, Card>,
 }
 
 /// The job a task runs, as the Gitea task's context and workflow name it (no secret: the
@@ -67,7 +68,7 @@ pub enum Held {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Card {
     /// The Gitea task id.
-    pub task: i64,
+    pub task: TaskId,
     /// The backend it is queued for or runs on.
     pub backend: BackendKind,
     /// Where it stands.
@@ -84,7 +85,7 @@ pub struct Card {
 
 impl Inner {
     /// Notes `task` as `held` on `backend` (kept when it is there already).
-    fn card(&mut self, task: i64, backend: BackendKind, held: Held) {
+    fn card(&mut self, task: TaskId, backend: BackendKind, held: Held) {
         let now = chrono::Utc::now();
         let card = self.cards.entry(task).or_insert_with(|| Card {
             task,
@@ -117,14 +118,14 @@ impl Registry {
     }
 
     /// The scheduler queued `task` on `backend`.
-    pub fn queued(&self, task: i64, backend: BackendKind) {
+    pub fn queued(&self, task: TaskId, backend: BackendKind) {
         let mut g = self.lock();
         g.queued.insert(task, backend);
         g.card(task, backend, Held::Queued);
     }
 
     /// The job `task` runs (the scheduler decoded it), for the status API.
-    pub fn describe(&self, task: i64, description: Description) {
+    pub fn describe(&self, task: TaskId, description: Description) {
         if let Some(card) = self.lock().cards.get_mut(&task) {
             card.description = Some(description);
         }
@@ -146,7 +147,7 @@ impl Registry {
     /// already running: the caller then does not hold a second slot.
     pub fn running(
         &self,
-        task: i64,
+        task: TaskId,
         backend: BackendKind,
         slot: impl FnOnce() -> Option<Slot>,
     ) -> bool {
@@ -168,7 +169,7 @@ impl Registry {
 
     /// Takes a slot of `class` for `task` unless `capacity` of them are held by other tasks.
     /// True when `task` holds one (a task that holds one already keeps it).
-    pub fn reserve_class(&self, task: i64, class: &str, capacity: u32) -> bool {
+    pub fn reserve_class(&self, task: TaskId, class: &str, capacity: u32) -> bool {
         let mut g = self.lock();
         if g.classes.contains_key(&task) {
             return true;
@@ -183,12 +184,12 @@ impl Registry {
 
     /// `task` holds a slot of `class` whatever the class's capacity: an executor that exists
     /// (found by recovery, or started again) counts, so new ones wait until it is gone.
-    pub fn hold_class(&self, task: i64, class: &str) {
+    pub fn hold_class(&self, task: TaskId, class: &str) {
         self.lock().classes.insert(task, class.to_string());
     }
 
     /// `task`'s class slot is free again (its start failed; `finished` frees it too).
-    pub fn release_class(&self, task: i64) {
+    pub fn release_class(&self, task: TaskId) {
         if self.lock().classes.remove(&task).is_some() {
             self.changed.notify_waiters();
         }
@@ -200,12 +201,12 @@ impl Registry {
     }
 
     /// Whether `task`'s executor is known to exist (it holds a slot).
-    pub fn is_running(&self, task: i64) -> bool {
+    pub fn is_running(&self, task: TaskId) -> bool {
         self.lock().running.contains_key(&task)
     }
 
     /// The executor is gone: its slot frees up.
-    pub fn finished(&self, task: i64) {
+    pub fn finished(&self, task: TaskId) {
         let removed = {
             let mut g = self.lock();
             g.queued.remove(&task);
@@ -219,7 +220,7 @@ impl Registry {
     }
 
     /// Gitea ended `task` while it was queued: it must not start. True when it was queued.
-    pub fn withdraw(&self, task: i64) -> bool {
+    pub fn withdraw(&self, task: TaskId) -> bool {
         let mut g = self.lock();
         let was_queued = g.queued.remove(&task).is_some();
         if was_queued {
@@ -233,7 +234,7 @@ impl Registry {
     }
 
     /// Whether `task` was withdrawn (once: the caller drops its assignment).
-    pub fn take_withdrawn(&self, task: i64) -> bool {
+    pub fn take_withdrawn(&self, task: TaskId) -> bool {
         let mut g = self.lock();
         let was = g.withdrawn.remove(&task);
         if was {
@@ -243,22 +244,22 @@ impl Registry {
     }
 
     /// Tasks queued by this leader that have no executor yet.
-    pub fn queued_tasks(&self) -> Vec<i64> {
+    pub fn queued_tasks(&self) -> Vec<TaskId> {
         self.lock().queued.keys().copied().collect()
     }
 
     /// The queued tasks with the backend each was queued for.
-    pub fn queued_on(&self) -> BTreeMap<i64, BackendKind> {
+    pub fn queued_on(&self) -> BTreeMap<TaskId, BackendKind> {
         self.lock().queued.clone()
     }
 
     /// Tasks whose executor exists, every backend.
-    pub fn running_tasks(&self) -> Vec<i64> {
+    pub fn running_tasks(&self) -> Vec<TaskId> {
         self.lock().running.keys().copied().collect()
     }
 
     /// Tasks whose executor exists on `backend`.
-    pub fn running_tasks_of(&self, backend: BackendKind) -> Vec<i64> {
+    pub fn running_tasks_of(&self, backend: BackendKind) -> Vec<TaskId> {
         self.lock()
             .running
             .iter()
@@ -305,10 +306,14 @@ mod tests {
     #[test]
     fn a_task_moves_from_queued_to_running_to_gone() {
         let r = Registry::default();
-        r.queued(7, BackendKind::new("pod"));
-        assert_eq!(r.queued_tasks(), [7]);
-        assert!(r.running(7, BackendKind::new("pod"), || None));
-        assert!(!r.running(7, BackendKind::new("pod"), || panic!("no second slot")));
+        r.queued(TaskId::new(7), BackendKind::new("pod"));
+        assert_eq!(r.queued_tasks(), [TaskId::new(7)]);
+        assert!(r.running(TaskId::new(7), BackendKind::new("pod"), || None));
+        assert!(
+            !r.running(TaskId::new(7), BackendKind::new("pod"), || panic!(
+                "no second slot"
+            ))
+        );
         assert_eq!(
             (
                 r.queued_tasks().len(),
@@ -316,7 +321,7 @@ mod tests {
             ),
             (0, 1)
         );
-        r.finished(7);
+        r.finished(TaskId::new(7));
         assert!(r.running_tasks().is_empty());
         assert!(r.cards().is_empty(), "the status API forgets it too");
     }
@@ -324,43 +329,49 @@ mod tests {
     #[test]
     fn a_card_follows_its_task_and_keeps_its_description() {
         let r = Registry::default();
-        r.queued(8, BackendKind::new("pod"));
+        r.queued(TaskId::new(8), BackendKind::new("pod"));
         let job = Description {
             repository: "o/r".into(),
             job: "build".into(),
             ..Default::default()
         };
-        r.describe(8, job.clone());
-        assert!(r.reserve_class(8, "small", 1));
+        r.describe(TaskId::new(8), job.clone());
+        assert!(r.reserve_class(TaskId::new(8), "small", 1));
         let c = &r.cards()[0];
         assert_eq!((c.held, c.class.as_deref()), (Held::Queued, Some("small")));
-        assert!(r.running(8, BackendKind::new("pod"), || None));
+        assert!(r.running(TaskId::new(8), BackendKind::new("pod"), || None));
         let c = &r.cards()[0];
         assert_eq!(
             (c.held, c.description.as_ref()),
             (Held::Running, Some(&job))
         );
         assert!(c.held_since >= c.since);
-        r.queued(9, BackendKind::new("pod"));
-        assert!(r.withdraw(9));
+        r.queued(TaskId::new(9), BackendKind::new("pod"));
+        assert!(r.withdraw(TaskId::new(9)));
         assert_eq!(r.cards()[1].held, Held::Withdrawn);
-        assert!(r.take_withdrawn(9));
+        assert!(r.take_withdrawn(TaskId::new(9)));
         assert_eq!(r.cards().len(), 1);
     }
 
     #[test]
     fn a_class_holds_at_most_its_capacity() {
         let r = Registry::default();
-        assert!(r.reserve_class(1, "large", 1));
-        assert!(r.reserve_class(1, "large", 1), "held already: kept");
-        assert!(!r.reserve_class(2, "large", 1), "full");
-        assert!(r.reserve_class(3, "small", 2), "another class has its own");
-        r.finished(1);
+        assert!(r.reserve_class(TaskId::new(1), "large", 1));
         assert!(
-            r.reserve_class(2, "large", 1),
+            r.reserve_class(TaskId::new(1), "large", 1),
+            "held already: kept"
+        );
+        assert!(!r.reserve_class(TaskId::new(2), "large", 1), "full");
+        assert!(
+            r.reserve_class(TaskId::new(3), "small", 2),
+            "another class has its own"
+        );
+        r.finished(TaskId::new(1));
+        assert!(
+            r.reserve_class(TaskId::new(2), "large", 1),
             "freed when the task is gone"
         );
-        r.release_class(2);
+        r.release_class(TaskId::new(2));
         assert_eq!(r.class_count("large"), 0);
     }
 }

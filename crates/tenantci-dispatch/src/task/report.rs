@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 
 use crate::backend_kind::BackendKind;
 use crate::task::ledger::{Entry, Ledger, LedgerError, Phase};
+use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::proto::{
     LogRow, ProtoEnum as _, TaskResult, TaskState, UpdateLogRequest, UpdateTaskRequest, timestamp,
@@ -20,17 +21,17 @@ use tenantci_core::forge::gitea::proto::{
 pub trait TaskReports: Send + Sync + 'static {
     /// A non-final UpdateTask (Gitea's heartbeat). Returns the task's result as Gitea has it:
     /// final when the task is over (or being cancelled).
-    fn keep_alive(&self, task: i64) -> BoxFuture<'_, Result<TaskResult, ClientError>>;
+    fn keep_alive(&self, task: TaskId) -> BoxFuture<'_, Result<TaskResult, ClientError>>;
 
     /// Appends `line` to the task's log (after what Gitea holds) and finalises it as
     /// FAILURE. A task Gitea already finalised keeps its result.
-    fn fail<'a>(&'a self, task: i64, line: &'a str) -> BoxFuture<'a, Result<(), ClientError>>;
+    fn fail<'a>(&'a self, task: TaskId, line: &'a str) -> BoxFuture<'a, Result<(), ClientError>>;
 }
 
 /// The claim ledger as the backend layer uses it: reads, and best-effort writes.
 pub trait ClaimLedger: Send + Sync + 'static {
     /// The entry of `task`; None when there is none.
-    fn get(&self, task: i64) -> BoxFuture<'_, Result<Option<Entry>, LedgerError>>;
+    fn get(&self, task: TaskId) -> BoxFuture<'_, Result<Option<Entry>, LedgerError>>;
 
     /// Every entry within the retention, final ones too (what recovery looks at).
     fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, LedgerError>>;
@@ -40,7 +41,7 @@ pub trait ClaimLedger: Send + Sync + 'static {
 }
 
 impl ClaimLedger for Ledger {
-    fn get(&self, task: i64) -> BoxFuture<'_, Result<Option<Entry>, LedgerError>> {
+    fn get(&self, task: TaskId) -> BoxFuture<'_, Result<Option<Entry>, LedgerError>> {
         Box::pin(Ledger::get(self, task))
     }
 
@@ -54,11 +55,11 @@ impl ClaimLedger for Ledger {
 }
 
 impl TaskReports for RunnerClient {
-    fn keep_alive(&self, task: i64) -> BoxFuture<'_, Result<TaskResult, ClientError>> {
+    fn keep_alive(&self, task: TaskId) -> BoxFuture<'_, Result<TaskResult, ClientError>> {
         Box::pin(update_task(self, task))
     }
 
-    fn fail<'a>(&'a self, task: i64, line: &'a str) -> BoxFuture<'a, Result<(), ClientError>> {
+    fn fail<'a>(&'a self, task: TaskId, line: &'a str) -> BoxFuture<'a, Result<(), ClientError>> {
         Box::pin(log_and_fail(self, task, line))
     }
 }
@@ -66,13 +67,13 @@ impl TaskReports for RunnerClient {
 /// The claim ledger's step for a task Gitea has as ended with `result`. Attempt and backend
 /// are the entry's own (`ledger::merge` keeps them); these (attempt 1 on `backend`, the one
 /// the caller knows the task by) only fill a missing entry.
-pub fn final_step(task: i64, backend: BackendKind, result: TaskResult) -> Entry {
+pub fn final_step(task: TaskId, backend: BackendKind, result: TaskResult) -> Entry {
     let name = TaskResult::proto_name(result as i32).unwrap_or("RESULT_UNSPECIFIED");
     Entry::step(task, 1, backend, Phase::Final).with_result(name)
 }
 
 /// The ledger step after [`fail`] succeeded.
-pub fn failed_step(task: i64, backend: BackendKind) -> Entry {
+pub fn failed_step(task: TaskId, backend: BackendKind) -> Entry {
     final_step(task, backend, TaskResult::Failure)
 }
 
@@ -81,11 +82,11 @@ fn now() -> prost_types::Timestamp {
 }
 
 /// [`TaskReports::keep_alive`] at Gitea.
-async fn update_task(gitea: &RunnerClient, task: i64) -> Result<TaskResult, ClientError> {
+async fn update_task(gitea: &RunnerClient, task: TaskId) -> Result<TaskResult, ClientError> {
     let resp = gitea
         .update_task(&UpdateTaskRequest {
             state: Some(TaskState {
-                id: task,
+                id: task.get(),
                 ..Default::default()
             }),
             ..Default::default()
@@ -98,11 +99,11 @@ async fn update_task(gitea: &RunnerClient, task: i64) -> Result<TaskResult, Clie
 }
 
 /// [`TaskReports::fail`] at Gitea: UpdateTask does not change a done task, so its result stays.
-async fn log_and_fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(), ClientError> {
+async fn log_and_fail(gitea: &RunnerClient, task: TaskId, line: &str) -> Result<(), ClientError> {
     // Where the log ends: an empty UpdateLog answers with the stored row count.
     let probe = gitea
         .update_log(&UpdateLogRequest {
-            task_id: task,
+            task_id: task.get(),
             index: 0,
             rows: vec![],
             no_more: false,
@@ -111,7 +112,7 @@ async fn log_and_fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(),
     if let Ok(ack) = probe {
         let _ = gitea
             .update_log(&UpdateLogRequest {
-                task_id: task,
+                task_id: task.get(),
                 index: ack.ack_index,
                 rows: vec![LogRow {
                     time: Some(now()),
@@ -124,7 +125,7 @@ async fn log_and_fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(),
     gitea
         .update_task(&UpdateTaskRequest {
             state: Some(TaskState {
-                id: task,
+                id: task.get(),
                 result: TaskResult::Failure as i32,
                 stopped_at: Some(now()),
                 ..Default::default()
@@ -136,7 +137,7 @@ async fn log_and_fail(gitea: &RunnerClient, task: i64, line: &str) -> Result<(),
 }
 
 /// [`TaskReports::fail`], for callers holding a concrete client.
-pub async fn fail(gitea: &dyn TaskReports, task: i64, line: &str) -> Result<(), ClientError> {
+pub async fn fail(gitea: &dyn TaskReports, task: TaskId, line: &str) -> Result<(), ClientError> {
     gitea.fail(task, line).await
 }
 
@@ -146,13 +147,13 @@ pub async fn fail(gitea: &dyn TaskReports, task: i64, line: &str) -> Result<(), 
 pub async fn still_open(
     gitea: &dyn TaskReports,
     ledger: &dyn ClaimLedger,
-    task: i64,
+    task: TaskId,
     backend: BackendKind,
 ) -> Option<bool> {
     match gitea.keep_alive(task).await {
         Ok(result) if result.is_final() => {
             tracing::info!(
-                task,
+                task = task.get(),
                 ?result,
                 "the task ended at Gitea meanwhile; no executor is started for it"
             );
@@ -161,7 +162,7 @@ pub async fn still_open(
         }
         Ok(_) => Some(true),
         Err(e) => {
-            tracing::warn!(task, error = %e, "cannot ask Gitea whether the task is open; retrying next pass");
+            tracing::warn!(task = task.get(), error = %e, "cannot ask Gitea whether the task is open; retrying next pass");
             None
         }
     }
@@ -176,20 +177,20 @@ pub async fn executor_failed(
     ledger: &dyn ClaimLedger,
     metrics: &crate::metrics::Metrics,
     backend: BackendKind,
-    task: i64,
+    task: TaskId,
     reason: &str,
 ) -> bool {
     match gitea.fail(task, reason).await {
         Ok(()) => {}
         Err(e) if e.code().is_some() => {
-            tracing::warn!(task, error = %e, "the forge refused the FAILURE report; the task is not ours any more, so nothing is retried");
+            tracing::warn!(task = task.get(), error = %e, "the forge refused the FAILURE report; the task is not ours any more, so nothing is retried");
         }
         Err(e) => {
-            tracing::warn!(task, error = %e, "cannot report FAILURE to the forge; keeping the executor and reporting again at the next pass");
+            tracing::warn!(task = task.get(), error = %e, "cannot report FAILURE to the forge; keeping the executor and reporting again at the next pass");
             return false;
         }
     }
-    tracing::warn!(task, "{reason}: reported FAILURE to Gitea");
+    tracing::warn!(task = task.get(), "{reason}: reported FAILURE to Gitea");
     // The dispatcher's own verdict; Gitea keeps a final state it had before.
     ledger.note(failed_step(task, backend)).await;
     metrics.failed(backend);

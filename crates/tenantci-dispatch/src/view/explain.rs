@@ -196,6 +196,7 @@ pub fn describe(t: &TaskStatus) -> String {
 mod tests {
     use super::super::tests::full;
     use super::*;
+    use crate::task_id::TaskId;
 
     fn labels(l: &[&str]) -> Vec<String> {
         l.iter().map(|s| s.to_string()).collect()
@@ -215,7 +216,7 @@ mod tests {
     #[test]
     fn a_full_backend_gives_the_queue_position_and_what_runs() {
         let s = full();
-        let queued = s.tasks.iter().find(|t| t.task == 3).unwrap();
+        let queued = s.tasks.iter().find(|t| t.task == TaskId::new(3)).unwrap();
         let r = reasons(&s, &labels(&["self-hosted", "pod"]), Some(queued));
         assert_eq!(r[0].kind, "capacity", "{r:?}");
         assert!(r[0].what.contains("number 1 in its queue"), "{}", r[0].what);
@@ -235,10 +236,10 @@ mod tests {
     #[test]
     fn a_running_task_waits_only_for_its_pod_to_get_a_node() {
         let s = full();
-        let unscheduled = s.tasks.iter().find(|t| t.task == 2).unwrap();
+        let unscheduled = s.tasks.iter().find(|t| t.task == TaskId::new(2)).unwrap();
         let r = reasons(&s, &unscheduled.runs_on, Some(unscheduled));
         assert_eq!(r.iter().map(|r| r.kind).collect::<Vec<_>>(), ["executor"]);
-        let placed = s.tasks.iter().find(|t| t.task == 1).unwrap();
+        let placed = s.tasks.iter().find(|t| t.task == TaskId::new(1)).unwrap();
         assert!(reasons(&s, &placed.runs_on, Some(placed)).is_empty());
     }
 

@@ -26,6 +26,7 @@ use crate::sizing::class::ExecutorClass;
 use crate::task::Progress;
 use crate::task::ledger::{Entry, Phase};
 use crate::task::registry::{Card, Held};
+use crate::task_id::TaskId;
 
 /// The API version in the path (`/v1/status`) and the document.
 pub const API_VERSION: &str = "v1";
@@ -199,7 +200,7 @@ pub struct CacheStatus {
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatus {
     /// The Gitea task id.
-    pub task: i64,
+    pub task: TaskId,
     /// The executor's attempt, else the ledger's (None: neither knows).
     pub attempt: Option<u32>,
     /// `owner/name`; empty for a task recovered by this term (its names are sealed).
@@ -249,9 +250,9 @@ pub struct Inputs<'a> {
     /// Every task the term's registry holds.
     pub cards: Vec<Card>,
     /// The claim ledger's entry of those tasks, where it has one.
-    pub ledger: BTreeMap<i64, Entry>,
+    pub ledger: BTreeMap<TaskId, Entry>,
     /// Each backend's executors by task, or why its API did not answer.
-    pub observed: BTreeMap<BackendKind, Result<BTreeMap<i64, Observed>, String>>,
+    pub observed: BTreeMap<BackendKind, Result<BTreeMap<TaskId, Observed>, String>>,
     /// What the metrics hold that no series shows (claims per minute, the forge's last
     /// answer, queue depths, warm slots, the cache's size).
     pub figures: Figures,
@@ -291,7 +292,7 @@ fn seconds(now: DateTime<Utc>, since: DateTime<Utc>) -> u64 {
     u64::try_from((now - since).num_seconds()).unwrap_or(0)
 }
 
-fn observed<'i>(i: &'i Inputs<'_>, backend: BackendKind, task: i64) -> Option<&'i Observed> {
+fn observed<'i>(i: &'i Inputs<'_>, backend: BackendKind, task: TaskId) -> Option<&'i Observed> {
     i.observed.get(&backend)?.as_ref().ok()?.get(&task)
 }
 

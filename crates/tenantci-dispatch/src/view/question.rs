@@ -8,6 +8,7 @@
 use reqwest::Url;
 
 use super::{Status, TaskStatus};
+use crate::task_id::TaskId;
 
 /// The job asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +25,7 @@ pub enum Job {
         job: Option<usize>,
     },
     /// The dispatcher's task id.
-    Task(i64),
+    Task(TaskId),
 }
 
 /// A job's web URL, or the sentence saying why it is not one (pure).

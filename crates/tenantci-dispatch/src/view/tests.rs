@@ -2,8 +2,9 @@ use super::*;
 use crate::backend::Placement;
 use crate::backend::lifecycle::Decision;
 use crate::task::registry::Description;
+use crate::task_id::TaskId;
 
-fn executor(task: i64, progress: Option<Progress>, node: Option<&str>) -> Observed {
+fn executor(task: TaskId, progress: Option<Progress>, node: Option<&str>) -> Observed {
     Observed {
         task,
         attempt: 1,
@@ -25,7 +26,7 @@ fn executor(task: i64, progress: Option<Progress>, node: Option<&str>) -> Observ
 
 #[test]
 fn every_state_of_the_table_is_told_apart() {
-    let ex = |p| executor(1, Some(p), None);
+    let ex = |p| executor(TaskId::new(1), Some(p), None);
     let cases = [
         (Held::Queued, Some(Phase::Claimed), None, State::Claimed),
         (Held::Queued, Some(Phase::Queued), None, State::Queued),
@@ -59,7 +60,7 @@ fn every_state_of_the_table_is_told_apart() {
         (
             Held::Running,
             Some(Phase::Fetched),
-            Some(executor(1, None, None)),
+            Some(executor(TaskId::new(1), None, None)),
             State::Fetched,
         ),
         (Held::Withdrawn, Some(Phase::Final), None, State::Withdrawn),
@@ -69,7 +70,7 @@ fn every_state_of_the_table_is_told_apart() {
     }
 }
 
-pub(super) fn card(now: DateTime<Utc>, task: i64, held: Held, class: Option<&str>) -> Card {
+pub(super) fn card(now: DateTime<Utc>, task: TaskId, held: Held, class: Option<&str>) -> Card {
     let at = now - chrono::Duration::seconds(30);
     Card {
         task,
@@ -80,7 +81,7 @@ pub(super) fn card(now: DateTime<Utc>, task: i64, held: Held, class: Option<&str
             repository: "acme/app".into(),
             workflow: "ci".into(),
             job: format!("job-{task}"),
-            run: Some(task),
+            run: Some(task.get()),
             runs_on: vec!["self-hosted".into(), "pod".into()],
             class: None,
         }),
@@ -96,8 +97,14 @@ pub(super) fn full() -> Status {
     observed.insert(
         BackendKind::new("pod"),
         Ok([
-            (1, executor(1, Some(Progress::Reported), Some("node-a"))),
-            (2, executor(2, Some(Progress::Unfetched), None)),
+            (
+                TaskId::new(1),
+                executor(TaskId::new(1), Some(Progress::Reported), Some("node-a")),
+            ),
+            (
+                TaskId::new(2),
+                executor(TaskId::new(2), Some(Progress::Unfetched), None),
+            ),
         ]
         .into_iter()
         .collect()),
@@ -117,9 +124,9 @@ pub(super) fn full() -> Status {
         classes: &[],
         cache_enabled: false,
         cards: vec![
-            card(now, 1, Held::Running, None),
-            card(now, 2, Held::Running, None),
-            card(now, 3, Held::Queued, None),
+            card(now, TaskId::new(1), Held::Running, None),
+            card(now, TaskId::new(2), Held::Running, None),
+            card(now, TaskId::new(3), Held::Queued, None),
         ],
         ledger: BTreeMap::new(),
         observed,

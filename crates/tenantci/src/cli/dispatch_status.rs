@@ -14,6 +14,7 @@ use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
 use tenantci_dispatch::config::Config;
 use tenantci_dispatch::run::status_api::fetch;
+use tenantci_dispatch::task_id::TaskId;
 use tenantci_dispatch::view::question::{self, Job};
 use tenantci_dispatch::view::{Status, TaskStatus, explain, table};
 
@@ -156,7 +157,7 @@ fn job(a: &ExplainArgs) -> Result<Option<Job>> {
         }));
     }
     if let Some(task) = a.task {
-        return Ok(Some(Job::Task(task)));
+        return Ok(Some(Job::Task(TaskId::new(task))));
     }
     if a.runs_on
         .as_ref()

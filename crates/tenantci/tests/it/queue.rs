@@ -16,6 +16,7 @@ use tenantci_dispatch::queue::ledger_bucket;
 use tenantci_dispatch::queue::producer::{Producer, PublishError, Published};
 use tenantci_dispatch::task::ledger::{Entry, Ledger, Phase};
 use tenantci_dispatch::task::mirror::Mirror;
+use tenantci_dispatch::task_id::TaskId;
 use tokio::sync::{Semaphore, mpsc};
 
 use tenantci_testkit::nats::NatsServer;
@@ -751,7 +752,7 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
     let l = Ledger::open(&jetstream::new(worker.clone())).await.unwrap();
     let key = SealingKey::generate();
     let a = assignment(&key, "41", pod::KIND, b"payload");
-    let claimed = Entry::step(41, 1, pod::KIND, Phase::Claimed).with_assignment(&a);
+    let claimed = Entry::step(TaskId::new(41), 1, pod::KIND, Phase::Claimed).with_assignment(&a);
     // The scheduler's first write is a create; the same claim again merges, changing nothing.
     l.record_first(claimed.clone()).await.unwrap();
     let again = l.record_first(claimed).await.unwrap().unwrap();
@@ -759,30 +760,32 @@ async fn queue_the_claim_ledger_is_the_workers_to_write_and_nobody_elses_to_admi
         (again.phase, again.assignment.is_some()),
         (Phase::Claimed, true)
     );
-    l.record(Entry::step(41, 1, pod::KIND, Phase::Reported))
+    l.record(Entry::step(TaskId::new(41), 1, pod::KIND, Phase::Reported))
         .await
         .unwrap();
     // A step behind the entry changes nothing.
     let kept = l
-        .record(Entry::step(41, 1, pod::KIND, Phase::Queued))
+        .record(Entry::step(TaskId::new(41), 1, pod::KIND, Phase::Queued))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(kept.phase, Phase::Reported);
     assert_eq!(kept.assignment, None, "dropped once reported");
-    l.record(Entry::step(42, 1, vm::KIND, Phase::Queued))
+    l.record(Entry::step(TaskId::new(42), 1, vm::KIND, Phase::Queued))
         .await
         .unwrap();
-    l.record(Entry::step(41, 1, pod::KIND, Phase::Final).with_result("RESULT_SUCCESS"))
-        .await
-        .unwrap();
+    l.record(
+        Entry::step(TaskId::new(41), 1, pod::KIND, Phase::Final).with_result("RESULT_SUCCESS"),
+    )
+    .await
+    .unwrap();
     let all = l.entries().await.unwrap();
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(
-        l.final_result(41).await.unwrap().as_deref(),
+        l.final_result(TaskId::new(41)).await.unwrap().as_deref(),
         Some("RESULT_SUCCESS")
     );
-    assert_eq!(l.final_result(42).await.unwrap(), None);
+    assert_eq!(l.final_result(TaskId::new(42)).await.unwrap(), None);
 
     // ci-worker may not purge, delete or reconfigure the bucket.
     for api in [
@@ -820,18 +823,20 @@ async fn queue_the_status_mirror_reads_the_ledger_s_writes_as_ci_worker() {
     init_topology(&server, &[]);
     let (worker, mut events) = server.client_with_events("ci-worker").await;
     let l = Ledger::open(&jetstream::new(worker)).await.unwrap();
-    let step = |task, backend, phase| Entry::step(task, 1, backend, phase);
+    let step = |task, backend, phase| Entry::step(TaskId::new(task), 1, backend, phase);
     l.record(step(41, pod::KIND, Phase::Started)).await.unwrap();
     l.record(step(42, vm::KIND, Phase::Queued)).await.unwrap();
     let mirror = Mirror::new(l.clone());
-    let phases = |m: &std::collections::BTreeMap<i64, Entry>| {
-        m.iter().map(|(t, e)| (*t, e.phase)).collect::<Vec<_>>()
+    let phases = |m: &std::collections::BTreeMap<TaskId, Entry>| {
+        m.iter()
+            .map(|(t, e)| (t.get(), e.phase))
+            .collect::<Vec<_>>()
     };
-    let seen = mirror.of([41, 42, 43]).await;
+    let seen = mirror.of([41, 42, 43].map(TaskId::new)).await;
     assert_eq!(phases(&seen), [(41, Phase::Started), (42, Phase::Queued)]);
     l.record(step(42, vm::KIND, Phase::Fetched)).await.unwrap();
     l.record(step(43, pod::KIND, Phase::Claimed)).await.unwrap();
-    let seen = mirror.of([41, 42, 43]).await;
+    let seen = mirror.of([41, 42, 43].map(TaskId::new)).await;
     assert_eq!(
         phases(&seen),
         [

@@ -31,6 +31,7 @@ use tenantci_dispatch::claim::routing;
 use tenantci_dispatch::config::{Config, files};
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::task::spec::ExecutorSpec;
+use tenantci_dispatch::task_id::TaskId;
 use tenantci_testkit::executor::Executor;
 use tenantci_testkit::procfs::{cpu_time, memory};
 use tenantci_testkit::world::{self, EXECUTOR_IMAGE as IMAGE, NAMESPACE, Options, World};
@@ -144,7 +145,7 @@ impl Bench {
     /// UpdateLog, UpdateTask SUCCESS through the facade), then waits until the dispatcher
     /// deleted the executor, which frees its slot.
     async fn execute(&self, task: i64) {
-        let name = manifest::object_name(task);
+        let name = manifest::object_name(TaskId::new(task));
         let secret = Api::<Secret>::namespaced(self.w.kube.clone(), NAMESPACE)
             .get(&name)
             .await
@@ -299,10 +300,10 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
         .unwrap();
         let spec = ExecutorSpec {
             namespace: NAMESPACE.into(),
-            task_id: task.id,
+            task_id: TaskId::new(task.id),
             attempt: 1,
-            assignment_id: capability::assignment_id(task.id, 1),
-            capability: capability_key.token(task.id, 1),
+            assignment_id: capability::assignment_id(TaskId::new(task.id), 1),
+            capability: capability_key.token(TaskId::new(task.id), 1),
             facade_url: cfg.facade.url.clone(),
             facade_ca_pem: ca_pem.clone(),
             gitea: tenantci_dispatch::task::spec::GiteaForExecutors {

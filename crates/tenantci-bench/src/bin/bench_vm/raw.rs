@@ -16,6 +16,7 @@ use tenantci_dispatch::claim::routing;
 use tenantci_dispatch::config::Config;
 use tenantci_dispatch::queue::assignment::{Assignment, SealingKey};
 use tenantci_dispatch::task::spec::ExecutorTemplate;
+use tenantci_dispatch::task_id::TaskId;
 
 use crate::report::{PathResult, Stats, millis_between, stats};
 use crate::world::World;
@@ -109,7 +110,7 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
         if list_first {
             let filter = ListFilter {
                 states: Vec::new(),
-                metadata: desired::of_task(runner.id, task.id),
+                metadata: desired::of_task(runner.id, TaskId::new(task.id)),
             };
             let found = w.sandboxes.list(&filter).await.unwrap();
             assert!(found.is_empty(), "task {} has a sandbox already", task.id);

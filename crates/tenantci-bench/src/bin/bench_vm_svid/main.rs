@@ -30,6 +30,7 @@ use tenantci_core::spiffe::{SourceSpec, SpiffeId, SvidSource};
 use tenantci_dispatch::backend::vm::desired::{self, SvidFiles};
 use tenantci_dispatch::backend::vm::{Vm, settings};
 use tenantci_dispatch::task::spec::{ExecutorIdentity, ExecutorSpec};
+use tenantci_dispatch::task_id::TaskId;
 use tenantci_testkit::opensandbox::OpenSandbox;
 use tenantci_testkit::sim::SimProcess;
 use tenantci_testkit::spire::{Spire, admin_entry_yaml};
@@ -71,7 +72,7 @@ impl Bench {
     fn next_task(&mut self, identity: bool) -> ExecutorSpec {
         self.tasks += 1;
         let mut spec = self.spec.clone();
-        spec.task_id = self.tasks;
+        spec.task_id = TaskId::new(self.tasks);
         spec.assignment_id = format!("task-{}-attempt-1", self.tasks);
         spec.identity = identity.then(|| ExecutorIdentity {
             spiffe_id: format!(
@@ -223,7 +224,7 @@ async fn main() {
         vm,
         spec: ExecutorSpec {
             namespace: "dynamic-runner".into(),
-            task_id: 0,
+            task_id: TaskId::new(0),
             attempt: 1,
             assignment_id: String::new(),
             // As long as a real capability (64 hex digits): the env's size is the real one.

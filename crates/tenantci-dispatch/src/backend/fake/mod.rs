@@ -24,6 +24,7 @@ use crate::backend::{
 };
 use crate::task::Progress;
 use crate::task::spec::{ExecutorSpec, runner_file};
+use crate::task_id::TaskId;
 
 /// This backend's name.
 pub const KIND: BackendKind = BackendKind::new("fake");
@@ -118,12 +119,12 @@ impl FakeDirs {
         FakeDirs { root }
     }
 
-    fn dir(&self, task: i64) -> PathBuf {
+    fn dir(&self, task: TaskId) -> PathBuf {
         self.root.join(task.to_string())
     }
 
     /// The attempt whose directory `task` has; None: no directory.
-    fn attempt(&self, task: i64) -> std::io::Result<Option<u32>> {
+    fn attempt(&self, task: TaskId) -> std::io::Result<Option<u32>> {
         Ok(read_if_there(&self.dir(task).join(ATTEMPT))?
             .and_then(|b| String::from_utf8(b).ok())
             .and_then(|s| s.trim().parse().ok()))
@@ -144,7 +145,7 @@ impl FakeDirs {
         write_private(&dir.join(ATTEMPT), spec.attempt.to_string().as_bytes())
     }
 
-    fn observed(&self, task: i64, attempt: u32) -> Observed {
+    fn observed(&self, task: TaskId, attempt: u32) -> Observed {
         let dir = self.dir(task);
         let terminal = dir.join(TERMINAL).exists();
         let age = std::fs::metadata(dir.join(ATTEMPT))
@@ -205,11 +206,11 @@ impl ExecutorLifecycle for FakeDirs {
         })
     }
 
-    fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>> {
+    fn exists(&self, task: TaskId) -> BoxFuture<'_, Result<bool, BackendError>> {
         Box::pin(async move { Ok(self.dir(task).exists()) })
     }
 
-    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+    fn delete(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move {
             match std::fs::remove_dir_all(self.dir(task)) {
                 Err(e) if e.kind() != ErrorKind::NotFound => Err(io(e)),
@@ -218,7 +219,7 @@ impl ExecutorLifecycle for FakeDirs {
         })
     }
 
-    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+    fn mark_terminal(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move {
             let dir = self.dir(task);
             if !dir.exists() {
@@ -230,7 +231,7 @@ impl ExecutorLifecycle for FakeDirs {
 }
 
 impl ExecutorObservation for FakeDirs {
-    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<TaskId, Observed>, BackendError>> {
         Box::pin(async move {
             let mut found = BTreeMap::new();
             let entries = match std::fs::read_dir(&self.root) {
@@ -258,13 +259,16 @@ impl ExecutorObservation for FakeDirs {
 }
 
 impl AssignmentHandout for FakeDirs {
-    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
+    fn sealed_assignment(
+        &self,
+        task: TaskId,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(async move { read_if_there(&self.dir(task).join(SEALED)).map_err(io) })
     }
 
     fn fetch(
         &self,
-        task: i64,
+        task: TaskId,
         attempt: u32,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(async move {
@@ -279,7 +283,7 @@ impl AssignmentHandout for FakeDirs {
         })
     }
 
-    fn consume(&self, task: i64, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
+    fn consume(&self, task: TaskId, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
         Box::pin(async move {
             if self.attempt(task).map_err(io)? != Some(attempt) {
                 return Ok(Presence::Gone);

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 
 use crate::task::spec::TASK_ID_LABEL;
+use crate::task_id::TaskId;
 
 /// One event line: `Warning FailedScheduling (default-scheduler): 0/1 nodes are available...`.
 pub fn line(e: &Event) -> String {
@@ -31,7 +32,7 @@ pub fn line(e: &Event) -> String {
 pub async fn of_task(
     client: &kube::Client,
     namespace: &str,
-    task: i64,
+    task: TaskId,
 ) -> kube::Result<Vec<Event>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let selector = format!("{TASK_ID_LABEL}={task}");

@@ -41,6 +41,7 @@ use crate::task::spec::{
     ATTEMPT_LABEL, CLASS_LABEL, CONFIG_KEY, ExecutorSpec, PROXY_LISTEN, RUNNER_KEY, TASK_ID_LABEL,
     runner_config_at, runner_file,
 };
+use crate::task_id::TaskId;
 
 /// On both objects: the assignment id (task and attempt) they were created for.
 pub const ASSIGNMENT_ANNOTATION: &str = "tenantci.io/assignment-id";
@@ -88,7 +89,7 @@ pub const SPIFFE_CSI_DRIVER: &str = "csi.spiffe.io";
 const REPORT_GRACE_SECONDS: i64 = 15;
 
 /// `gitea-task-<id>`, for both objects.
-pub fn object_name(task_id: i64) -> String {
+pub fn object_name(task_id: TaskId) -> String {
     format!("gitea-task-{task_id}")
 }
 

@@ -37,6 +37,7 @@ use crate::backend_kind::BackendKind;
 use crate::capability;
 use crate::task::Progress;
 use crate::task::spec::ExecutorSpec;
+use crate::task_id::TaskId;
 use objects::{CreateError, ExecutorObjects};
 use observer::Observer;
 
@@ -203,13 +204,13 @@ impl ExecutorLifecycle for PodExecutors {
         })
     }
 
-    fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>> {
+    fn exists(&self, task: TaskId) -> BoxFuture<'_, Result<bool, BackendError>> {
         Box::pin(async move { self.objects.any_exists(task).await.map_err(api) })
     }
 
     /// Pod and Secret, then (identity on) the SPIRE entry; an entry that cannot be deleted
     /// now is found without its Pod by the next pass.
-    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+    fn delete(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move {
             let seen = self.observer.attempt_seen(task);
             self.objects.delete(task).await.map_err(api)?;
@@ -223,13 +224,13 @@ impl ExecutorLifecycle for PodExecutors {
         })
     }
 
-    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+    fn mark_terminal(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move { self.objects.mark_terminal(task).await.map_err(api) })
     }
 }
 
 impl ExecutorObservation for PodExecutors {
-    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<TaskId, Observed>, BackendError>> {
         Box::pin(async move {
             let found = self
                 .observer
@@ -249,7 +250,7 @@ impl ExecutorObservation for PodExecutors {
     }
 
     /// Identity on: each scheduled executor Pod's SPIRE entry written, the rest deleted.
-    fn reconciled<'a>(&'a self, found: &'a BTreeMap<i64, Observed>) -> BoxFuture<'a, ()> {
+    fn reconciled<'a>(&'a self, found: &'a BTreeMap<TaskId, Observed>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Some(entries) = &self.entries {
                 entries.lock().await.reconcile(found).await;
@@ -259,14 +260,17 @@ impl ExecutorObservation for PodExecutors {
 }
 
 impl AssignmentHandout for PodExecutors {
-    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
+    fn sealed_assignment(
+        &self,
+        task: TaskId,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(async move { self.objects.sealed_assignment(task).await.map_err(api) })
     }
 
     /// From the Secret, to the attempt it names.
     fn fetch(
         &self,
-        task: i64,
+        task: TaskId,
         attempt: u32,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(async move {
@@ -277,7 +281,7 @@ impl AssignmentHandout for PodExecutors {
         })
     }
 
-    fn consume(&self, task: i64, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
+    fn consume(&self, task: TaskId, attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
         Box::pin(async move {
             self.objects
                 .consume_assignment(task, &capability::assignment_id(task, attempt))

@@ -21,6 +21,7 @@ use crate::backend::pod::manifest::{
 use crate::backend::{Created, Presence};
 use crate::capability;
 use crate::task::spec::ExecutorSpec;
+use crate::task_id::TaskId;
 
 /// Why a task's Secret and Pod could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +54,7 @@ pub(super) fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str>
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-pub(super) fn task_of(meta: &ObjectMeta) -> Option<(i64, u32)> {
+pub(super) fn task_of(meta: &ObjectMeta) -> Option<(TaskId, u32)> {
     capability::parse_assignment_id(annotation(meta, ASSIGNMENT_ANNOTATION)?)
 }
 
@@ -118,7 +119,7 @@ impl ExecutorObjects {
     }
 
     /// The sealed assignment in the task's Secret, whoever's attempt it is.
-    pub async fn sealed_assignment(&self, task_id: i64) -> Result<Option<Vec<u8>>, kube::Error> {
+    pub async fn sealed_assignment(&self, task_id: TaskId) -> Result<Option<Vec<u8>>, kube::Error> {
         let secret = self
             .secrets
             .get_opt(&manifest::object_name(task_id))
@@ -130,7 +131,7 @@ impl ExecutorObjects {
     }
 
     /// Whether the task's Pod or Secret exists.
-    pub async fn any_exists(&self, task_id: i64) -> Result<bool, kube::Error> {
+    pub async fn any_exists(&self, task_id: TaskId) -> Result<bool, kube::Error> {
         let name = manifest::object_name(task_id);
         Ok(self.pods.get_opt(&name).await?.is_some()
             || self.secrets.get_opt(&name).await?.is_some())
@@ -141,7 +142,7 @@ impl ExecutorObjects {
     /// first hand-out stamps the Secret [`FETCHED_ANNOTATION`] (the start deadline stops).
     pub async fn fetch_assignment(
         &self,
-        task_id: i64,
+        task_id: TaskId,
         assignment_id: &str,
     ) -> Result<Option<Vec<u8>>, kube::Error> {
         let name = manifest::object_name(task_id);
@@ -170,7 +171,7 @@ impl ExecutorObjects {
     /// deleted, so the task is over (or reported FAILURE by the reconciler).
     pub async fn consume_assignment(
         &self,
-        task_id: i64,
+        task_id: TaskId,
         assignment_id: &str,
     ) -> Result<Presence, kube::Error> {
         let name = manifest::object_name(task_id);
@@ -218,7 +219,7 @@ impl ExecutorObjects {
     }
 
     /// Puts the terminal marker on the Pod: Gitea has the task's final state.
-    pub async fn mark_terminal(&self, task_id: i64) -> Result<(), kube::Error> {
+    pub async fn mark_terminal(&self, task_id: TaskId) -> Result<(), kube::Error> {
         let patch = json!({"metadata": {"annotations": {TERMINAL_ANNOTATION: chrono::Utc::now().to_rfc3339()}}});
         match self
             .pods
@@ -236,7 +237,7 @@ impl ExecutorObjects {
     }
 
     /// Deletes Pod and Secret (immediately: the task is over); absent objects are fine.
-    pub async fn delete(&self, task_id: i64) -> Result<(), kube::Error> {
+    pub async fn delete(&self, task_id: TaskId) -> Result<(), kube::Error> {
         let name = manifest::object_name(task_id);
         let dp = DeleteParams {
             grace_period_seconds: Some(0),

@@ -37,6 +37,7 @@ use crate::backend::pod::manifest::{
     self, COMPONENT_SELECTOR, CONSUMED_ANNOTATION, FETCHED_ANNOTATION, TERMINAL_ANNOTATION,
 };
 use crate::backend::pod::objects::{annotation, task_of};
+use crate::task_id::TaskId;
 
 /// How long an observation waits for the first list of a watch before it answers that the
 /// executors cannot be seen yet (recovery then tries again; nothing is decided on an empty
@@ -47,7 +48,7 @@ const FIRST_LIST: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     /// The Gitea task.
-    pub task_id: i64,
+    pub task_id: TaskId,
     /// The attempt its objects carry (the Pod's when both are in the store).
     pub attempt: u32,
     /// None: no Pod, or no phase yet.
@@ -72,7 +73,7 @@ pub struct Observed {
 }
 
 impl Observed {
-    fn blank(task_id: i64, attempt: u32) -> Self {
+    fn blank(task_id: TaskId, attempt: u32) -> Self {
         Observed {
             task_id,
             attempt,
@@ -136,17 +137,17 @@ fn placement(pod: &Pod) -> Option<Placement> {
 /// of that attempt or an earlier one are its own past writes that the store has not caught up
 /// with, and are left out of a view until the store has no such object any more.
 #[derive(Debug, Default)]
-pub struct Floors(BTreeMap<i64, u32>);
+pub struct Floors(BTreeMap<TaskId, u32>);
 
 impl Floors {
     /// `task`'s objects of `attempt` and earlier are gone; a floor never lowers.
-    pub fn raise(&mut self, task: i64, attempt: u32) {
+    pub fn raise(&mut self, task: TaskId, attempt: u32) {
         let floor = self.0.entry(task).or_default();
         *floor = (*floor).max(attempt);
     }
 
     /// `view` without what lies at or under a floor; a floor with nothing left under it goes.
-    pub fn apply(&mut self, view: &mut BTreeMap<i64, Observed>, stale: &BTreeMap<i64, u32>) {
+    pub fn apply(&mut self, view: &mut BTreeMap<TaskId, Observed>, stale: &BTreeMap<TaskId, u32>) {
         self.0.retain(|task, floor| {
             let under = stale.get(task).is_some_and(|lowest| lowest <= floor);
             if under {
@@ -232,10 +233,10 @@ impl Watches {
     }
 
     /// Every task's objects in the store; and per task the lowest attempt of any object.
-    fn view(&self) -> (BTreeMap<i64, Observed>, BTreeMap<i64, u32>) {
-        let mut out: BTreeMap<i64, Observed> = BTreeMap::new();
-        let mut lowest: BTreeMap<i64, u32> = BTreeMap::new();
-        let mut seen = |task: i64, attempt: u32| {
+    fn view(&self) -> (BTreeMap<TaskId, Observed>, BTreeMap<TaskId, u32>) {
+        let mut out: BTreeMap<TaskId, Observed> = BTreeMap::new();
+        let mut lowest: BTreeMap<TaskId, u32> = BTreeMap::new();
+        let mut seen = |task: TaskId, attempt: u32| {
             let l = lowest.entry(task).or_insert(attempt);
             *l = (*l).min(attempt);
         };
@@ -319,7 +320,7 @@ impl Observer {
 
     /// Every executor's objects, by task, as the watches last saw them (the watches start
     /// with the first call, which waits for their first list).
-    pub async fn view(&self) -> Result<BTreeMap<i64, Observed>, NotListed> {
+    pub async fn view(&self) -> Result<BTreeMap<TaskId, Observed>, NotListed> {
         let watches = self.watches().await;
         if !watches.ready().await {
             return Err(NotListed);
@@ -335,12 +336,12 @@ impl Observer {
     }
 
     /// This dispatcher deleted `task`'s objects of `attempt` and earlier (or replaced them).
-    pub fn gone(&self, task: i64, attempt: u32) {
+    pub fn gone(&self, task: TaskId, attempt: u32) {
         self.floors.lock().unwrap().raise(task, attempt);
     }
 
     /// The attempt of `task` the store shows now, if any.
-    pub fn attempt_seen(&self, task: i64) -> Option<u32> {
+    pub fn attempt_seen(&self, task: TaskId) -> Option<u32> {
         let watches = self.watches.get()?;
         let name = manifest::object_name(task);
         let ns = self.pods.namespace().map(str::to_string);
@@ -392,15 +393,27 @@ mod tests {
 
     #[test]
     fn a_floor_hides_its_own_past_writes_until_the_store_drops_them() {
-        let mut view = BTreeMap::from([(7, Observed::blank(7, 1)), (8, Observed::blank(8, 2))]);
+        let mut view = BTreeMap::from([
+            (TaskId::new(7), Observed::blank(TaskId::new(7), 1)),
+            (TaskId::new(8), Observed::blank(TaskId::new(8), 2)),
+        ]);
         let mut floors = Floors::default();
-        floors.raise(7, 1);
-        floors.raise(8, 1);
+        floors.raise(TaskId::new(7), 1);
+        floors.raise(TaskId::new(8), 1);
         // Task 7's attempt 1 is still in the store: hidden. Task 8 shows attempt 2, a new
         // write above the floor: kept, and its floor goes.
-        floors.apply(&mut view, &BTreeMap::from([(7, 1), (8, 2)]));
-        assert_eq!(view.keys().copied().collect::<Vec<_>>(), vec![8]);
-        assert_eq!(floors.0.keys().copied().collect::<Vec<_>>(), vec![7]);
+        floors.apply(
+            &mut view,
+            &BTreeMap::from([(TaskId::new(7), 1), (TaskId::new(8), 2)]),
+        );
+        assert_eq!(
+            view.keys().copied().collect::<Vec<_>>(),
+            vec![TaskId::new(8)]
+        );
+        assert_eq!(
+            floors.0.keys().copied().collect::<Vec<_>>(),
+            vec![TaskId::new(7)]
+        );
         // The store caught up: nothing of task 7 left, the floor goes too.
         floors.apply(&mut view, &BTreeMap::new());
         assert!(floors.0.is_empty());

@@ -22,6 +22,7 @@ use crate::backend::pod::manifest;
 use crate::identity::Parsed;
 use crate::identity::entries::{self, Action, LiveEntry, ScheduledPod};
 use crate::metrics::Metrics;
+use crate::task_id::TaskId;
 
 /// The writer of the executor Pods' SPIRE entries (ClusterStaticEntries) of one dispatcher.
 pub struct Registrar {
@@ -31,7 +32,7 @@ pub struct Registrar {
     identity: Parsed,
     namespace: String,
     /// Tasks whose entry could not be written, logged once until it is.
-    failing: BTreeSet<i64>,
+    failing: BTreeSet<TaskId>,
     /// The last pass could not list the entries (logged once until it can).
     list_failing: bool,
 }
@@ -48,7 +49,7 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
 }
 
 /// The scheduled, unfinished executor Pods of identity mode, from a reconciler list.
-fn scheduled(found: &BTreeMap<i64, Observed>) -> Vec<ScheduledPod> {
+fn scheduled(found: &BTreeMap<TaskId, Observed>) -> Vec<ScheduledPod> {
     found
         .values()
         .filter(|o| !o.terminal)
@@ -86,7 +87,7 @@ impl Registrar {
     }
 
     /// One pass over the executors the reconciler `found`.
-    pub async fn reconcile(&mut self, found: &BTreeMap<i64, Observed>) {
+    pub async fn reconcile(&mut self, found: &BTreeMap<TaskId, Observed>) {
         let live = match self.list().await {
             Ok(live) => {
                 self.list_failing = false;
@@ -114,7 +115,7 @@ impl Registrar {
 
     /// Deletes the entry of `task`'s executor (its Pod and Secret were deleted). False when
     /// the apiserver did not take it; the next pass finds the entry without Pod and retries.
-    pub async fn forget(&mut self, task: i64) -> bool {
+    pub async fn forget(&mut self, task: TaskId) -> bool {
         self.failing.remove(&task);
         let name = entries::entry_name(&self.namespace, &manifest::object_name(task));
         self.delete(&name).await
@@ -135,14 +136,14 @@ impl Registrar {
             Ok(written) => {
                 self.failing.remove(&pod.task);
                 if written {
-                    tracing::info!(task = pod.task, spiffe_id = %pod.spiffe_id, node = %pod.node_name, "SPIRE entry written for the executor Pod");
+                    tracing::info!(task = pod.task.get(), spiffe_id = %pod.spiffe_id, node = %pod.node_name, "SPIRE entry written for the executor Pod");
                 }
             }
             Err(why) => {
                 self.metrics.spire_entry_error();
                 if self.failing.insert(pod.task) {
                     tracing::warn!(
-                        task = pod.task,
+                        task = pod.task.get(),
                         "cannot write the executor's SPIRE entry: {why}; retrying each pass"
                     );
                 }

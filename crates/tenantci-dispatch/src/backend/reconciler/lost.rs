@@ -11,6 +11,7 @@ use crate::task::Progress;
 use crate::task::ledger::{Entry, Phase};
 use crate::task::recovery::{self, Objects, Recovery};
 use crate::task::report;
+use crate::task_id::TaskId;
 
 impl Reconciler {
     /// Recovery: the claim ledger first, then every complete executor found is registered as
@@ -75,7 +76,7 @@ impl Reconciler {
     /// Carries out what recovery decided for entries whose executor is gone; what cannot be
     /// done now (Gitea or the backend away, no free slot) stays for the next pass.
     pub(super) async fn recover_lost(&mut self) {
-        let lost: Vec<i64> = self
+        let lost: Vec<TaskId> = self
             .retries
             .iter()
             .filter(|(_, r)| matches!(r, Retry::Lost(..)))
@@ -89,7 +90,7 @@ impl Reconciler {
                 Recovery::Leave => Ok(()),
                 Recovery::Delete => {
                     tracing::info!(
-                        task,
+                        task = task.get(),
                         "the claim ledger has the task as over; deleting its executor"
                     );
                     self.delete(task, Deleting::Executor).await
@@ -204,7 +205,7 @@ impl Reconciler {
         }
         self.ctx.metrics.restarted();
         tracing::warn!(
-            task,
+            task = task.get(),
             attempt,
             "the {executor} of attempt {} was lost before it fetched its task; started again as attempt {attempt}",
             entry.attempt

@@ -54,6 +54,7 @@ use crate::task::ledger::{Entry, LedgerError};
 use crate::task::recovery::Recovery;
 use crate::task::report;
 use crate::task::spec::{ExecutorSpec, ExecutorTemplate};
+use crate::task_id::TaskId;
 use slots::{Slots, SpareSlots};
 
 /// The pass interval of a backend that polls, and the retry of a pass that left something
@@ -190,9 +191,9 @@ pub struct Reconciler {
     /// The slots of the executors recovery finds or starts again.
     slots: SpareSlots,
     /// Tasks already logged as kept-unknown (logged once, not every resync).
-    logged: BTreeSet<i64>,
+    logged: BTreeSet<TaskId>,
     /// What is retried at the next pass, by task: lost executors and replacements.
-    retries: BTreeMap<i64, Retry>,
+    retries: BTreeMap<TaskId, Retry>,
     /// When the next pass is due without a wake-up (set by each pass, [`next_pass`]).
     due: Duration,
 }
@@ -241,7 +242,7 @@ impl Reconciler {
         let backend = self.executors.backend();
         let mut actions = self.retry().await;
         // Taken before the list: an executor registered by then must be in the list.
-        let registered: BTreeSet<i64> = self
+        let registered: BTreeSet<TaskId> = self
             .ctx
             .registry
             .running_tasks_of(backend)
@@ -299,7 +300,7 @@ impl Reconciler {
                 self.delete(o.task, Deleting::Executor).await?;
                 self.ctx.metrics.completed(self.executors.backend());
                 tracing::info!(
-                    task = o.task,
+                    task = o.task.get(),
                     "task done; {} deleted",
                     self.executors.nouns().executor
                 );
@@ -307,7 +308,7 @@ impl Reconciler {
             Decision::FailAndDelete { reason } => self.fail(o.task, reason).await?,
             Decision::KeepUnknown { reason } => {
                 if self.logged.insert(o.task) {
-                    tracing::warn!(task = o.task, "{reason}");
+                    tracing::warn!(task = o.task.get(), "{reason}");
                 }
             }
         }
@@ -316,7 +317,7 @@ impl Reconciler {
 
     /// A registered executor missing from the observation: FAILURE once the backend confirms
     /// it is gone (we did not delete it). Soon again: it is not settled while missing.
-    async fn reconcile_missing(&mut self, task: i64) -> Result<Action, ReconcileError> {
+    async fn reconcile_missing(&mut self, task: TaskId) -> Result<Action, ReconcileError> {
         // Re-checked: a task withdrawn meanwhile is no longer registered, and its executor
         // was deleted on purpose; a replacement is not created yet.
         if !matches!(self.retries.get(&task), Some(Retry::Replacing(_)))
@@ -334,32 +335,32 @@ impl Reconciler {
 
     /// The one error policy: logged in the words of what was being done (the forge's own
     /// refusals are logged where they happen), retried at the next pass.
-    fn error_policy(&self, task: i64, e: &ReconcileError) -> Action {
+    fn error_policy(&self, task: TaskId, e: &ReconcileError) -> Action {
         let executor = self.executors.nouns().executor;
         match e {
             ReconcileError::Delete(Deleting::Executor | Deleting::Failed, e) => {
-                tracing::warn!(task, error = %e, "cannot delete the {executor}; retrying next pass");
+                tracing::warn!(task = task.get(), error = %e, "cannot delete the {executor}; retrying next pass");
             }
             ReconcileError::Delete(Deleting::Stuck, e) => {
-                tracing::warn!(task, error = %e, "cannot delete the stuck {executor}; retrying next pass");
+                tracing::warn!(task = task.get(), error = %e, "cannot delete the stuck {executor}; retrying next pass");
             }
             ReconcileError::Delete(Deleting::Leftover, e) => {
-                tracing::warn!(task, error = %e, "cannot delete what the lost {executor} left; retrying next pass");
+                tracing::warn!(task = task.get(), error = %e, "cannot delete what the lost {executor} left; retrying next pass");
             }
             ReconcileError::Exists(e) => {
-                tracing::warn!(task, error = %e, "the {executor} is not observed and {} cannot say whether it exists; asked again next pass", self.executors.nouns().source);
+                tracing::warn!(task = task.get(), error = %e, "the {executor} is not observed and {} cannot say whether it exists; asked again next pass", self.executors.nouns().source);
             }
             ReconcileError::Progress(e) => {
-                tracing::warn!(task, error = %e, "cannot read the claim ledger; the start deadline is checked next pass");
+                tracing::warn!(task = task.get(), error = %e, "cannot read the claim ledger; the start deadline is checked next pass");
             }
             ReconcileError::SealedAssignment(e) => {
-                tracing::warn!(task, error = %e, "cannot read the task's sealed assignment for its replacement; trying again at the next pass");
+                tracing::warn!(task = task.get(), error = %e, "cannot read the task's sealed assignment for its replacement; trying again at the next pass");
             }
             ReconcileError::ReplacementNotTaken { attempt, cause } => {
-                tracing::warn!(task, attempt, error = %cause, "the replacement {executor} is not created yet; trying again next pass");
+                tracing::warn!(task = task.get(), attempt, error = %cause, "the replacement {executor} is not created yet; trying again next pass");
             }
             ReconcileError::RestartNotTaken { attempt, cause } => {
-                tracing::warn!(task, attempt, error = %cause, "cannot start the lost task again; retrying next pass");
+                tracing::warn!(task = task.get(), attempt, error = %cause, "cannot start the lost task again; retrying next pass");
             }
             ReconcileError::NotReported | ReconcileError::ForgeAway | ReconcileError::NoSlot => {}
         }
@@ -369,7 +370,7 @@ impl Reconciler {
     /// Whether `task`'s executor, missing from the observation, is gone at the backend: the
     /// observation may lag (a watch's store) behind an executor created a moment ago. An API
     /// away is an error: the next pass asks again.
-    async fn confirmed_gone(&self, task: i64) -> Result<bool, ReconcileError> {
+    async fn confirmed_gone(&self, task: TaskId) -> Result<bool, ReconcileError> {
         let exists = self
             .executors
             .exists(task)
@@ -415,7 +416,7 @@ impl Reconciler {
 
     /// Reports FAILURE, then deletes; while Gitea is unreachable the executor stays (next
     /// pass). Ok once Gitea has been told (or refused to hear it) and the executor is gone.
-    async fn fail(&mut self, task: i64, reason: &str) -> Result<(), ReconcileError> {
+    async fn fail(&mut self, task: TaskId, reason: &str) -> Result<(), ReconcileError> {
         let backend = self.executors.backend();
         if !report::executor_failed(
             &*self.ctx.gitea,
@@ -433,7 +434,7 @@ impl Reconciler {
     }
 
     /// Deletes `task`'s executors and forgets the task (its slot, its retry).
-    async fn delete(&mut self, task: i64, deleting: Deleting) -> Result<(), ReconcileError> {
+    async fn delete(&mut self, task: TaskId, deleting: Deleting) -> Result<(), ReconcileError> {
         self.executors
             .delete(task)
             .await
@@ -487,7 +488,7 @@ fn next_pass(actions: impl IntoIterator<Item = Action>, resync: Duration) -> Dur
 mod tests {
     use super::*;
 
-    fn executor(task: i64, decision: Decision, age: u64, progress: Progress) -> Observed {
+    fn executor(task: TaskId, decision: Decision, age: u64, progress: Progress) -> Observed {
         Observed {
             task,
             attempt: 1,
@@ -504,7 +505,7 @@ mod tests {
 
     /// The next pass over `found` (and `unsettled`: a retry or a missing executor left).
     fn due(
-        found: &BTreeMap<i64, Observed>,
+        found: &BTreeMap<TaskId, Observed>,
         unsettled: bool,
         start_deadline: Duration,
         resync: Duration,
@@ -521,7 +522,8 @@ mod tests {
             Duration::from_secs(180),
             Duration::from_secs(300),
         );
-        let running: BTreeMap<i64, Observed> = (1..=3)
+        let running: BTreeMap<TaskId, Observed> = (1..=3)
+            .map(TaskId::new)
             .map(|t| (t, executor(t, Decision::Keep, 60, Progress::Reported)))
             .collect();
         assert_eq!(
@@ -530,7 +532,10 @@ mod tests {
             "steady state"
         );
         let mut starting = running.clone();
-        starting.insert(4, executor(4, Decision::Keep, 170, Progress::Unfetched));
+        starting.insert(
+            TaskId::new(4),
+            executor(TaskId::new(4), Decision::Keep, 170, Progress::Unfetched),
+        );
         assert_eq!(
             due(&starting, false, deadline, resync),
             s(10) + Duration::from_millis(100),
@@ -538,10 +543,10 @@ mod tests {
         );
         let mut vanishing = running.clone();
         vanishing.insert(
-            6,
+            TaskId::new(6),
             Observed {
                 recheck: Some(s(4)),
-                ..executor(6, Decision::Keep, 6, Progress::Fetched)
+                ..executor(TaskId::new(6), Decision::Keep, 6, Progress::Fetched)
             },
         );
         assert_eq!(
@@ -555,7 +560,10 @@ mod tests {
             "something left to do"
         );
         let mut ended = running.clone();
-        ended.insert(5, executor(5, Decision::Delete, 60, Progress::Reported));
+        ended.insert(
+            TaskId::new(5),
+            executor(TaskId::new(5), Decision::Delete, 60, Progress::Reported),
+        );
         assert_eq!(
             due(&ended, false, deadline, resync),
             RESYNC,

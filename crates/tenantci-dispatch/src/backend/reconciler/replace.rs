@@ -5,6 +5,7 @@ use super::{Deleting, ReconcileError, Reconciler, Replacement, Retry};
 use crate::backend::{Observed, StartError};
 use crate::task::ledger::{Entry, Phase};
 use crate::task::report;
+use crate::task_id::TaskId;
 
 impl Reconciler {
     /// Deletes the executor of `o` and starts `attempt` of the same task, if Gitea still has
@@ -56,7 +57,7 @@ impl Reconciler {
     /// Replacements the backend did not take at their last try: one more try each, while
     /// Gitea has the task open (which also keeps it alive there).
     pub(super) async fn retry_replacements(&mut self) {
-        let tasks: Vec<i64> = self
+        let tasks: Vec<TaskId> = self
             .retries
             .iter()
             .filter(|(_, r)| matches!(r, Retry::Replacing(_)))
@@ -86,7 +87,7 @@ impl Reconciler {
     }
 
     /// One try at creating `task`'s replacement executor.
-    async fn start_replacement(&mut self, task: i64) -> Result<(), ReconcileError> {
+    async fn start_replacement(&mut self, task: TaskId) -> Result<(), ReconcileError> {
         let Some(Retry::Replacing(r)) = self.retries.get(&task) else {
             return Ok(());
         };
@@ -108,7 +109,7 @@ impl Reconciler {
                     .await;
                 self.ctx.metrics.restarted();
                 tracing::warn!(
-                    task,
+                    task = task.get(),
                     attempt,
                     previous,
                     "the executor did not fetch its task within {}; its {executor} was replaced by attempt {attempt}",

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use crate::backend::vm::settings::Vm;
 use crate::task::spec::{ATTEMPT_LABEL, CONFIG_KEY, RUNNER_KEY, TASK_ID_LABEL};
 use crate::task::spec::{ExecutorSpec, PROXY_LISTEN};
+use crate::task_id::TaskId;
 use tenantci_core::Secret;
 use tenantci_core::opensandbox::{CreateSandbox, ImageSpec, ResourceLimits, Sandbox};
 use tenantci_core::spiffe::files;
@@ -82,7 +83,7 @@ impl From<MintedSvid> for SvidFiles {
 }
 
 /// The metadata of `task`'s sandbox for `attempt`.
-pub fn metadata(task: i64, attempt: u32, dispatcher: i64) -> BTreeMap<String, String> {
+pub fn metadata(task: TaskId, attempt: u32, dispatcher: i64) -> BTreeMap<String, String> {
     let mut m = owned_by(dispatcher);
     m.insert(TASK_ID_LABEL.into(), task.to_string());
     m.insert(ATTEMPT_LABEL.into(), attempt.to_string());
@@ -98,14 +99,14 @@ pub fn owned_by(dispatcher: i64) -> BTreeMap<String, String> {
 }
 
 /// The list filter for `task`'s sandboxes of `dispatcher`.
-pub fn of_task(dispatcher: i64, task: i64) -> BTreeMap<String, String> {
+pub fn of_task(dispatcher: i64, task: TaskId) -> BTreeMap<String, String> {
     let mut m = owned_by(dispatcher);
     m.insert(TASK_ID_LABEL.into(), task.to_string());
     m
 }
 
 /// The task and attempt a sandbox's metadata names.
-pub fn task_of(s: &Sandbox) -> Option<(i64, u32)> {
+pub fn task_of(s: &Sandbox) -> Option<(TaskId, u32)> {
     let task = s.metadata.get(TASK_ID_LABEL)?.parse().ok()?;
     let attempt = s.metadata.get(ATTEMPT_LABEL)?.parse().ok()?;
     Some((task, attempt))
@@ -386,10 +387,10 @@ mod tests {
     fn metadata_reads_back() {
         let s: Sandbox = serde_json::from_value(serde_json::json!({
             "id": "s1", "status": {"state": "Running"},
-            "metadata": metadata(42, 2, 7),
+            "metadata": metadata(TaskId::new(42), 2, 7),
         }))
         .unwrap();
-        assert_eq!(task_of(&s), Some((42, 2)));
+        assert_eq!(task_of(&s), Some((TaskId::new(42), 2)));
         assert!(!is_terminal(&s));
     }
 }

@@ -55,9 +55,10 @@ pub fn decide(s: &Sandbox) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task_id::TaskId;
 
     fn sandbox(state: &str, terminal: bool) -> Sandbox {
-        let mut metadata = desired::metadata(9, 1, 7);
+        let mut metadata = desired::metadata(TaskId::new(9), 1, 7);
         if terminal {
             metadata.insert(desired::TERMINAL_KEY.into(), "true".into());
         }

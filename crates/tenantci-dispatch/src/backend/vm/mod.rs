@@ -31,6 +31,7 @@ use crate::backend::{
 use crate::backend_kind::BackendKind;
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::spec::ExecutorSpec;
+use crate::task_id::TaskId;
 use sandboxes::Sandboxes;
 use tenantci_core::opensandbox::Sandbox;
 
@@ -100,7 +101,7 @@ fn age(s: &Sandbox) -> Option<Duration> {
         .ok()
 }
 
-fn observed(task: i64, s: &Sandbox) -> Observed {
+fn observed(task: TaskId, s: &Sandbox) -> Observed {
     Observed {
         task,
         attempt: desired::task_of(s).map_or(0, |(_, attempt)| attempt),
@@ -118,7 +119,7 @@ fn observed(task: i64, s: &Sandbox) -> Observed {
 
 impl VmExecutors {
     /// Whether any sandbox of `task` exists.
-    async fn present(&self, task: i64) -> Result<bool, BackendError> {
+    async fn present(&self, task: TaskId) -> Result<bool, BackendError> {
         let found = self.sandboxes.of_task(task).await.map_err(api)?;
         Ok(!found.is_empty())
     }
@@ -127,7 +128,7 @@ impl VmExecutors {
     /// accepts.
     async fn held(
         &self,
-        task: i64,
+        task: TaskId,
         holds: impl Fn(&Entry) -> bool,
     ) -> Result<Option<Vec<u8>>, BackendError> {
         let entry = self
@@ -166,21 +167,21 @@ impl ExecutorLifecycle for VmExecutors {
         Box::pin(self.sandboxes.start(spec, !fresh))
     }
 
-    fn exists(&self, task: i64) -> BoxFuture<'_, Result<bool, BackendError>> {
+    fn exists(&self, task: TaskId) -> BoxFuture<'_, Result<bool, BackendError>> {
         Box::pin(self.present(task))
     }
 
-    fn delete(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+    fn delete(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move { self.sandboxes.delete_task(task).await.map_err(api) })
     }
 
-    fn mark_terminal(&self, task: i64) -> BoxFuture<'_, Result<(), BackendError>> {
+    fn mark_terminal(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move { self.sandboxes.mark_terminal(task).await.map_err(api) })
     }
 }
 
 impl ExecutorObservation for VmExecutors {
-    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<i64, Observed>, BackendError>> {
+    fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<TaskId, Observed>, BackendError>> {
         Box::pin(async move {
             let owned = self.sandboxes.owned().await.map_err(api)?;
             Ok(owned.iter().map(|(t, s)| (*t, observed(*t, s))).collect())
@@ -189,14 +190,17 @@ impl ExecutorObservation for VmExecutors {
 }
 
 impl AssignmentHandout for VmExecutors {
-    fn sealed_assignment(&self, task: i64) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
+    fn sealed_assignment(
+        &self,
+        task: TaskId,
+    ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(self.held(task, |e| e.phase < Phase::Fetched))
     }
 
     /// From the claim ledger, to the attempt it names, until the executor's first report.
     fn fetch(
         &self,
-        task: i64,
+        task: TaskId,
         attempt: u32,
     ) -> BoxFuture<'_, Result<Option<Vec<u8>>, BackendError>> {
         Box::pin(self.held(task, move |e| {
@@ -204,7 +208,11 @@ impl AssignmentHandout for VmExecutors {
         }))
     }
 
-    fn consume(&self, task: i64, _attempt: u32) -> BoxFuture<'_, Result<Presence, BackendError>> {
+    fn consume(
+        &self,
+        task: TaskId,
+        _attempt: u32,
+    ) -> BoxFuture<'_, Result<Presence, BackendError>> {
         Box::pin(async move {
             Ok(match self.present(task).await? {
                 true => Presence::Present,

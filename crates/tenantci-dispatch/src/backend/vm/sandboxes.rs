@@ -25,6 +25,7 @@ use crate::backend::vm::settings::Vm;
 use crate::backend::{Created, StartError};
 use crate::metrics::Metrics;
 use crate::task::spec::ExecutorSpec;
+use crate::task_id::TaskId;
 use tenantci_core::opensandbox::{ApiError, LifecycleClient, ListFilter, Sandbox};
 use tenantci_core::spiffe::SpiffeId;
 use tenantci_core::spiffe::server_api::ServerApi;
@@ -43,7 +44,7 @@ pub struct Minter {
 }
 
 impl Minter {
-    async fn mint(&self, task: i64, id: &str) -> Result<SvidFiles, StartError> {
+    async fn mint(&self, task: TaskId, id: &str) -> Result<SvidFiles, StartError> {
         let id = SpiffeId::new(id).map_err(|source| {
             StartError::refused(MintFailed::BadId {
                 task,
@@ -57,7 +58,7 @@ impl Minter {
             // the operator's and needs no restart; failing the task would lose it.
             StartError::unavailable(MintFailed::Server { task, source: e })
         })?;
-        tracing::info!(task, spiffe_id = %minted.id, expires_at = minted.expires_at, "minted the VM executor's X509-SVID");
+        tracing::info!(task = task.get(), spiffe_id = %minted.id, expires_at = minted.expires_at, "minted the VM executor's X509-SVID");
         Ok(minted.into())
     }
 }
@@ -67,14 +68,14 @@ impl Minter {
 enum MintFailed {
     #[error("task {task}'s SPIFFE ID `{id}` is not valid: {source}")]
     BadId {
-        task: i64,
+        task: TaskId,
         /// The ID as rendered from the task's Gitea context, shown to the operator.
         id: String,
         source: crate::backend::Cause,
     },
     #[error("no SVID for task {task} from the SPIRE server: {source}")]
     Server {
-        task: i64,
+        task: TaskId,
         source: tenantci_core::spiffe::server_api::MintError,
     },
 }
@@ -114,7 +115,7 @@ impl Sandboxes {
     }
 
     /// `task`'s sandboxes (normally one; two only while an attempt replaces another).
-    pub async fn of_task(&self, task: i64) -> Result<Vec<Sandbox>, ApiError> {
+    pub async fn of_task(&self, task: TaskId) -> Result<Vec<Sandbox>, ApiError> {
         self.client
             .list(&ListFilter {
                 states: Vec::new(),
@@ -124,7 +125,7 @@ impl Sandboxes {
     }
 
     /// Every sandbox this dispatcher owns, by task (the latest attempt when there are two).
-    pub async fn owned(&self) -> Result<BTreeMap<i64, Sandbox>, ApiError> {
+    pub async fn owned(&self) -> Result<BTreeMap<TaskId, Sandbox>, ApiError> {
         let all = self
             .client
             .list(&ListFilter {
@@ -132,7 +133,7 @@ impl Sandboxes {
                 metadata: desired::owned_by(self.dispatcher),
             })
             .await?;
-        let mut by_task: BTreeMap<i64, Sandbox> = BTreeMap::new();
+        let mut by_task: BTreeMap<TaskId, Sandbox> = BTreeMap::new();
         for s in all {
             let Some((task, attempt)) = desired::task_of(&s) else {
                 tracing::warn!(sandbox = %s.id, "a sandbox with this dispatcher's metadata names no task; left alone");
@@ -151,7 +152,7 @@ impl Sandboxes {
 
     /// Gitea has the final state: the terminal marker on `task`'s sandboxes (a gone one is
     /// fine: nothing is left to mark).
-    pub async fn mark_terminal(&self, task: i64) -> Result<(), ApiError> {
+    pub async fn mark_terminal(&self, task: TaskId) -> Result<(), ApiError> {
         let patch = BTreeMap::from([(desired::TERMINAL_KEY.to_string(), Some("true".into()))]);
         for s in self.of_task(task).await? {
             self.client.patch_metadata(&s.id, &patch).await?;
@@ -160,7 +161,7 @@ impl Sandboxes {
     }
 
     /// Deletes `task`'s sandboxes; gone already is done.
-    pub async fn delete_task(&self, task: i64) -> Result<(), ApiError> {
+    pub async fn delete_task(&self, task: TaskId) -> Result<(), ApiError> {
         for s in self.of_task(task).await? {
             self.client.delete(&s.id).await?;
         }
@@ -186,7 +187,7 @@ impl Sandboxes {
             .iter()
             .find(|s| desired::task_of(s) == Some((spec.task_id, spec.attempt)))
         {
-            tracing::info!(task = spec.task_id, sandbox = %s.id, "the sandbox exists already (a redelivery); not created again");
+            tracing::info!(task = spec.task_id.get(), sandbox = %s.id, "the sandbox exists already (a redelivery); not created again");
             return Ok(Created::Existing);
         }
         if !existing.is_empty() {
@@ -211,7 +212,7 @@ impl Sandboxes {
         };
         let req = desired::desired(spec, &self.vm, self.dispatcher, svid.as_ref());
         let created = self.client.create(&req).await.map_err(classify)?;
-        tracing::info!(task = spec.task_id, attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
+        tracing::info!(task = spec.task_id.get(), attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
         Ok(Created::New)
     }
 }

@@ -14,6 +14,7 @@ use tenantci_dispatch::backend::pod::manifest;
 use tenantci_dispatch::sizing::resources::Resources;
 use tenantci_dispatch::sizing::{ExecutorSettings, RunnerCommand};
 use tenantci_dispatch::task::spec::ExecutorSpec;
+use tenantci_dispatch::task_id::TaskId;
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/dispatch/golden")
@@ -57,7 +58,7 @@ fn spec() -> ExecutorSpec {
     x.runtime_class_name = Some("gvisor".into());
     ExecutorSpec {
         namespace: "dynamic-runner".into(),
-        task_id: 4242,
+        task_id: TaskId::new(4242),
         attempt: 1,
         assignment_id: "task-4242-attempt-1".into(),
         capability: "CAPABILITY-PLACEHOLDER".into(),
@@ -124,7 +125,7 @@ fn dispatch_golden_cluster_static_entry() {
         class_name: settings::defaults::class_name(),
     };
     let pod = entries::ScheduledPod {
-        task: 4242,
+        task: TaskId::new(4242),
         pod_name: "gitea-task-4242".into(),
         pod_uid: "0f0e0d0c-0b0a-4909-8807-060504030201".into(),
         node_name: "node-a".into(),
