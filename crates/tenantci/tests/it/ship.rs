@@ -576,8 +576,17 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
 /// kind constructed inside a test module is test data and passes.
 #[test]
 fn the_layering_check_refuses_a_backend_named_outside_backend() {
+    // The backend check alone (`scripts/lib/backend_named.py`, as check-layering.sh runs it):
+    // the whole script on these sources is the module test's first case above.
+    let check = |dir: &std::path::Path| {
+        run(Command::new("python3")
+            .arg("scripts/lib/backend_named.py")
+            .args(["crates/tenantci-dispatch/src", "pod", "vm", "fake"])
+            .current_dir(dir))
+    };
     let as_is = sources_copy("tenantci-dispatch");
-    assert_exit(&check_layering(as_is.path(), "--locked"), 0);
+    assert_exit(&check(as_is.path()), 0);
+    let src = as_is.path().join("crates/tenantci-dispatch/src");
     for (file, code, expected) in [
         (
             "claim/routing.rs",
@@ -595,30 +604,27 @@ fn the_layering_check_refuses_a_backend_named_outside_backend() {
             "config.rs:1: `backend::fake` is the test-only fake backend outside backend/",
         ),
     ] {
-        let broken = sources_copy("tenantci-dispatch");
-        let path = broken
-            .path()
-            .join("crates/tenantci-dispatch/src")
-            .join(file);
+        let path = src.join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, format!("{code}{text}")).unwrap();
-        let out = check_layering(broken.path(), "--locked");
+        let out = check(as_is.path());
         assert_exit(&out, 1);
         let err = stderr(&out);
         assert!(err.contains(expected), "{file}: {err}");
         assert!(err.contains("ask backend::catalog"), "the fix: {err}");
+        std::fs::write(&path, text).unwrap();
     }
-    let in_a_test = sources_copy("tenantci-dispatch");
-    let path = in_a_test
-        .path()
-        .join("crates/tenantci-dispatch/src/claim/routing.rs");
+    let path = src.join("claim/routing.rs");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
         &path,
         format!("{text}\n#[cfg(test)]\nmod kinds {{\n    const POD: crate::backend_kind::BackendKind = crate::backend_kind::BackendKind::new(\"pod\");\n}}\n"),
     )
     .unwrap();
-    assert_exit(&check_layering(in_a_test.path(), "--locked"), 0);
+    assert_exit(&check(as_is.path()), 0);
+    // check-layering.sh runs it: the script names the check.
+    let script = std::fs::read_to_string(repo_file("scripts/check-layering.sh")).unwrap();
+    assert!(script.contains("scripts/lib/backend_named.py crates/tenantci-dispatch/src"));
 }
 
 /// The simulator reads certificate subjects, quantities and DNS names by its own code: its
