@@ -19,7 +19,7 @@ module, the file and the fix.
 
 Usage: module_layers.py SRC_DIR LAYERS_FILE [--drawn-in DOC] [--circle-inside MODULE]...
 LAYERS_FILE: one floor a line, lowest first, top-level module names separated by spaces;
-'#' starts a comment. Import errors count the floors from 0 (the first line is floor 0).
+'#' starts a comment. Floors count from 1 everywhere (the first line is floor 1), as the lists do.
 
 Floor docs. Floor line N of LAYERS_FILE (counted from 1, comments and blank lines aside) is:
 
@@ -356,12 +356,12 @@ def main():
                 continue
             if floor[tmod[0]] > floor[mod[0]]:
                 errors.append(
-                    f"{rel}:{no}: `{mod[0]}` (floor {floor[mod[0]]}) imports `{tmod[0]}` "
-                    f"(floor {floor[tmod[0]]}), a higher floor: `{text}`")
+                    f"{rel}:{no}: `{mod[0]}` (floor {floor[mod[0]] + 1}) imports `{tmod[0]}` "
+                    f"(floor {floor[tmod[0]] + 1}), a higher floor: `{text}`")
             elif floor[tmod[0]] == floor[mod[0]]:
                 errors.append(
                     f"{rel}:{no}: `{mod[0]}` imports `{tmod[0]}` on its own floor "
-                    f"({floor[mod[0]]}): `{text}`; move what both need down a floor")
+                    f"({floor[mod[0]] + 1}): `{text}`; move what both need down a floor")
     # Cycles between files (Tarjan's strongly connected components).
     index, low, stack, on, sccs = {}, {}, [], set(), []
     counter = [0]

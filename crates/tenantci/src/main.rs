@@ -1,6 +1,8 @@
 //! The `tenantci` binary: parse, set up logging, run, map the outcome to an exit code. The
-//! commands live in `cli/` (the only clap user); the work in `tenantci-runner`, over
-//! `tenantci-core`; `tenantci sim` in `tenantci-sim` (feature `sim`, on by default).
+//! commands live in `cli/` (the only clap user); the work in `tenantci-runner` (GitLab,
+//! credentials, tenant RBAC), `tenantci-front` (the authenticated front) and
+//! `tenantci-dispatch` (the Gitea and Forgejo dispatcher), over `tenantci-core`; `tenantci
+//! sim` in `tenantci-sim` (feature `sim`, on by default).
 
 use clap::Parser;
 

@@ -525,12 +525,12 @@ fn the_layering_check_names_a_module_import_that_breaks_a_floor() {
         (
             "queue/producer.rs",
             upward,
-            "queue/producer.rs:1: `queue` (floor 1) imports `facade` (floor 6), a higher floor: `use crate::facade::handout::Handout;`",
+            "queue/producer.rs:1: `queue` (floor 2) imports `facade` (floor 7), a higher floor: `use crate::facade::handout::Handout;`",
         ),
         (
             "renew/plan.rs",
             "use crate::{\n    config::Config,\n    init::plan::Inputs,\n};\n",
-            "renew/plan.rs:1: `renew` imports `init` on its own floor (9)",
+            "renew/plan.rs:1: `renew` imports `init` on its own floor (10)",
         ),
         (
             "lib.rs",
