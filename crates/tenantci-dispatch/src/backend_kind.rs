@@ -2,8 +2,9 @@
 //!
 //! The lowest floor, so the queue, the claim ledger, the registry, the resource classes and
 //! the metrics can key by backend without knowing which backends exist. Which ones exist is
-//! decided at run time by `backend::catalog`, where each backend registers its
-//! [`BackendFacts`]; nothing on this floor names one.
+//! `backend::catalog`'s list, where each backend registers its [`BackendFacts`] (a name read
+//! from a record is learnt at run time, [`BackendKind::learn`]); nothing on this floor names
+//! one.
 
 use std::fmt;
 use std::str::FromStr;

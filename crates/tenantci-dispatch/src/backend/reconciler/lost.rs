@@ -16,7 +16,7 @@ use crate::task_id::TaskId;
 impl Reconciler {
     /// Recovery: the claim ledger first, then every complete executor found is registered as
     /// running with a reserved slot; entries without executor are kept as retries
-    /// ([`Retry::Lost`]) for the passes.
+    /// (`Retry::Lost`) for the passes.
     pub async fn recover(&mut self) -> Result<(), RecoverError> {
         let backend = self.executors.backend();
         let entries = self.ctx.ledger.entries().await?;

@@ -29,10 +29,10 @@
 //!   backend's API delays no other executor's reconcile.
 //!
 //! The shape is kube-runtime's: each executor is reconciled to an [`Action`] (requeue after a
-//! while, await a change, done) or a [`ReconcileError`], every error goes through one policy
-//! ([`Reconciler::error_policy`]: logged once, in the words of what was being done, and
+//! while, or await a change) or a [`ReconcileError`], every error goes through one policy
+//! (`Reconciler::error_policy`: logged once, in the words of what was being done, and
 //! retried at the next pass), what is retried across passes is in one map
-//! ([`Retry`], by task), and the next pass is due at the earliest of the actions.
+//! (`Retry`, by task), and the next pass is due at the earliest of the actions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -72,7 +72,7 @@ pub enum Action {
     AwaitChange,
 }
 
-/// Why a reconcile left something undone; the cause stays typed. [`Reconciler::error_policy`]
+/// Why a reconcile left something undone; the cause stays typed. `Reconciler::error_policy`
 /// logs it (in the words of what was being done) and requeues: every one is retried.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
