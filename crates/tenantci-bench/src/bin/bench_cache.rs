@@ -217,22 +217,7 @@ async fn main() {
 
     let work = tempfile::tempdir().unwrap();
     let store = work.path().join("store");
-    let ca = tenantci_core::pki::CertificateAuthority::generate(
-        "bench facade CA",
-        Duration::from_secs(3600),
-    )
-    .unwrap();
-    let leaf = tenantci_core::pki::issue::server_cert(
-        &ca,
-        "facade",
-        &["127.0.0.1".into()],
-        Duration::from_secs(3600),
-    )
-    .unwrap();
-    std::fs::write(work.path().join("cert.pem"), &leaf.cert_pem).unwrap();
-    std::fs::write(work.path().join("key.pem"), &leaf.key_pem).unwrap();
-    let ca_file = work.path().join("ca.pem");
-    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let (ca, ca_file) = write_facade_pki(work.path());
     let key = CapabilityKey::generate();
     let (mut server, facade) = spawn_cache(&store, &key, None);
     let g = bench_grant(&key);
@@ -243,49 +228,14 @@ async fn main() {
         .map(|(_, a)| format!("{a}{}/{g}/_apis/artifactcache", protocol::PREFIX))
         .collect();
     let http = reqwest::Client::new();
-    // The same restore with the job's hop left out: straight to the cache over TLS, HTTP/1.1
-    // as the proxy's cache road speaks it.
-    let https = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap())
-        .http1_only()
-        .build()
-        .unwrap();
+    let https = direct_client(&ca);
     let facade_api = format!("{facade}{}/{g}/_apis/artifactcache", protocol::PREFIX);
     progress(&format!("saving {mib} MiB"));
     save(&http, &apis[0], "bench", mib).await;
     let idle_rss = peak_rss_kib(server.pid());
 
-    // Warm-up each (page cache, connections), then rounds alternating the order.
-    read_store(&store).await;
-    restore(&http, &apis[0], "bench").await;
-    restore(&https, &facade_api, "bench").await;
-    // One list of timings per path: 0 the directory, 1 through the proxy, 2 the cache alone.
-    let mut times: [Vec<f64>; 3] = Default::default();
-    for round in 0..rounds {
-        progress(&format!("round {}/{rounds}", round + 1));
-        for i in 0..3 {
-            let path = (round + i) % 3;
-            let (secs, bytes) = match path {
-                0 => read_store(&store).await,
-                1 => restore(&http, &apis[0], "bench").await,
-                _ => restore(&https, &facade_api, "bench").await,
-            };
-            assert_eq!(bytes, (mib << 20) as u64);
-            times[path].push(secs);
-        }
-    }
-    progress("four executors at once");
-    let start = Instant::now();
-    let all = futures::future::join_all(apis.iter().map(|api| {
-        let http = reqwest::Client::new();
-        let api = api.clone();
-        async move { restore(&http, &api, "bench").await }
-    }))
-    .await;
-    let four = start.elapsed().as_secs_f64();
-    assert!(all.iter().all(|(_, n)| *n == (mib << 20) as u64));
+    let times = timed_rounds(&store, &http, &apis[0], &https, &facade_api, rounds, mib).await;
+    let four = restore_four_at_once(&apis, mib).await;
     let peak_rss = peak_rss_kib(server.pid());
     for (p, _) in &mut proxies {
         p.terminate(Duration::from_secs(10));
@@ -305,6 +255,87 @@ async fn main() {
         };
         s3.run().await;
     }
+}
+
+/// Setup step: a CA and the facade's server certificate under `work`; the CA and its file.
+fn write_facade_pki(work: &Path) -> (tenantci_core::pki::CertificateAuthority, PathBuf) {
+    let ca = tenantci_core::pki::CertificateAuthority::generate(
+        "bench facade CA",
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let leaf = tenantci_core::pki::issue::server_cert(
+        &ca,
+        "facade",
+        &["127.0.0.1".into()],
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    std::fs::write(work.join("cert.pem"), &leaf.cert_pem).unwrap();
+    std::fs::write(work.join("key.pem"), &leaf.key_pem).unwrap();
+    let ca_file = work.join("ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    (ca, ca_file)
+}
+
+/// Setup step: the client for the restore with the job's hop left out.
+fn direct_client(ca: &tenantci_core::pki::CertificateAuthority) -> reqwest::Client {
+    // The same restore with the job's hop left out: straight to the cache over TLS, HTTP/1.1
+    // as the proxy's cache road speaks it.
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap())
+        .http1_only()
+        .build()
+        .unwrap()
+}
+
+/// Measuring step: a warm-up of each path, then `rounds` rounds rotating their order.
+async fn timed_rounds(
+    store: &Path,
+    http: &reqwest::Client,
+    api: &str,
+    https: &reqwest::Client,
+    facade_api: &str,
+    rounds: usize,
+    mib: usize,
+) -> [Vec<f64>; 3] {
+    // Warm-up each (page cache, connections), then rounds alternating the order.
+    read_store(store).await;
+    restore(http, api, "bench").await;
+    restore(https, facade_api, "bench").await;
+    // One list of timings per path: 0 the directory, 1 through the proxy, 2 the cache alone.
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for round in 0..rounds {
+        progress(&format!("round {}/{rounds}", round + 1));
+        for i in 0..3 {
+            let path = (round + i) % 3;
+            let (secs, bytes) = match path {
+                0 => read_store(store).await,
+                1 => restore(http, api, "bench").await,
+                _ => restore(https, facade_api, "bench").await,
+            };
+            assert_eq!(bytes, (mib << 20) as u64);
+            times[path].push(secs);
+        }
+    }
+    times
+}
+
+/// Measuring step: every proxy restoring at once; the seconds it took.
+async fn restore_four_at_once(apis: &[String], mib: usize) -> f64 {
+    progress("four executors at once");
+    let start = Instant::now();
+    let all = futures::future::join_all(apis.iter().map(|api| {
+        let http = reqwest::Client::new();
+        let api = api.clone();
+        async move { restore(&http, &api, "bench").await }
+    }))
+    .await;
+    let four = start.elapsed().as_secs_f64();
+    assert!(all.iter().all(|(_, n)| *n == (mib << 20) as u64));
+    four
 }
 
 /// A cache server child over `store` (or the bucket at `s3`'s endpoint, with direct

@@ -10,6 +10,7 @@
 //! Usage: bench_passthrough TENANTCI_BIN [ROUNDS=5] [MIB=64]
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use tenantci_core::forge::gitea::json::struct_to_json;
 use tenantci_core::forge::gitea::proto::RegisterRequest;
 use tenantci_core::forge::gitea::{ClientConfig, Credentials, RunnerClient, TasksVersion};
 use tenantci_core::pki::CertificateAuthority;
-use tenantci_sim::gitea::{GiteaDouble, JobSpec};
+use tenantci_sim::gitea::{GiteaDouble, GiteaHandle, JobSpec};
 use tenantci_testkit::process::{Process, first_line, peak_rss_kib};
 
 const CHUNK: usize = 256 << 10;
@@ -67,6 +68,21 @@ async fn main() {
 
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let gitea = GiteaDouble::start(listen).await.expect("the Gitea double");
+    let token = live_task_token(&gitea).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut proxy, via) = spawn_proxy(bin, dir.path(), &gitea.base_url);
+    let idle_rss = peak_rss_kib(proxy.pid());
+
+    let (direct, proxied) = timed_uploads(&gitea.base_url, &via, &token, rounds, mib).await;
+    let peak_rss = peak_rss_kib(proxy.pid());
+    proxy.terminate(Duration::from_secs(10));
+
+    print_report(rounds, mib, direct, proxied, idle_rss, peak_rss);
+}
+
+/// Setup step: registers a runner and fetches a live task; its runtime token.
+async fn live_task_token(gitea: &GiteaHandle) -> String {
     // A live task, for its runtime token (the sink takes live job tokens only).
     let client = RunnerClient::new(ClientConfig::new(&gitea.base_url)).unwrap();
     let runner = client
@@ -91,11 +107,13 @@ async fn main() {
         .expect("fetch")
         .expect("the task");
     let context = struct_to_json(task.context.as_ref().unwrap());
-    let token = context["gitea_runtime_token"].as_str().unwrap().to_string();
+    context["gitea_runtime_token"].as_str().unwrap().to_string()
+}
 
-    let dir = tempfile::tempdir().unwrap();
+/// Setup step: `tenantci executor-proxy` in front of `gitea_url`; the process and its address.
+fn spawn_proxy(bin: &str, dir: &Path, gitea_url: &str) -> (Process, String) {
     let ca = CertificateAuthority::generate("unused facade CA", Duration::from_secs(3600)).unwrap();
-    let ca_file = dir.path().join("ca.crt");
+    let ca_file = dir.join("ca.crt");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
     let mut proxy = Process::spawn(
         Command::new(bin)
@@ -103,7 +121,7 @@ async fn main() {
             .args(["--facade-url", "https://127.0.0.1:9"])
             .arg("--facade-ca")
             .arg(&ca_file)
-            .args(["--gitea-url", &gitea.base_url])
+            .args(["--gitea-url", gitea_url])
             .stdout(Stdio::piped())
             .stderr(Stdio::null()),
     );
@@ -112,26 +130,44 @@ async fn main() {
         .strip_prefix("listening ")
         .expect("the proxy's address")
         .to_string();
-    let idle_rss = peak_rss_kib(proxy.pid());
+    (proxy, via)
+}
 
+/// Measuring step: a warm-up each, then `rounds` rounds alternating the order.
+async fn timed_uploads(
+    base: &str,
+    via: &str,
+    token: &str,
+    rounds: usize,
+    mib: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let http = reqwest::Client::new();
     // One warm-up each: connections, allocator.
-    upload(&http, &gitea.base_url, &token, 8).await;
-    upload(&http, &via, &token, 8).await;
+    upload(&http, base, token, 8).await;
+    upload(&http, via, token, 8).await;
     let (mut direct, mut proxied) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         progress(&format!("round {}/{rounds}", round + 1));
         if round % 2 == 0 {
-            direct.push(upload(&http, &gitea.base_url, &token, mib).await);
-            proxied.push(upload(&http, &via, &token, mib).await);
+            direct.push(upload(&http, base, token, mib).await);
+            proxied.push(upload(&http, via, token, mib).await);
         } else {
-            proxied.push(upload(&http, &via, &token, mib).await);
-            direct.push(upload(&http, &gitea.base_url, &token, mib).await);
+            proxied.push(upload(&http, via, token, mib).await);
+            direct.push(upload(&http, base, token, mib).await);
         }
     }
-    let peak_rss = peak_rss_kib(proxy.pid());
-    proxy.terminate(Duration::from_secs(10));
+    (direct, proxied)
+}
 
+/// Report step: the Markdown table and the proxy's peak RSS.
+fn print_report(
+    rounds: usize,
+    mib: usize,
+    direct: Vec<f64>,
+    proxied: Vec<f64>,
+    idle_rss: u64,
+    peak_rss: u64,
+) {
     let (d, p) = (median(direct), median(proxied));
     let (d_rate, p_rate) = (mib as f64 / d, mib as f64 / p);
     println!("| path | median of {rounds} uploads of {mib} MiB (s) | MiB/s | ratio |");

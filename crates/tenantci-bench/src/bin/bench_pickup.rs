@@ -17,7 +17,7 @@
 //!
 //! Usage: bench_pickup TENANTCI_BIN [JOBS=20] [IDLE=10]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -203,6 +203,14 @@ async fn main() {
     );
     let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
     let (jobs, idle) = (arg(2, 20), Duration::from_secs(arg(3, 10) as u64));
+    let (mut b, dir) = start(bin).await;
+    let polling_config = write_polling_config(&b.config, &dir);
+    let results = run_modes(&mut b, polling_config, &dir, jobs, idle).await;
+    print(&results, jobs, idle);
+}
+
+/// Setup step: the world, the webhook secret and the config `init` wrote.
+async fn start(bin: PathBuf) -> (Bench, PathBuf) {
     let mut w = Options::new(bin)
         .dir(tempfile::tempdir().unwrap())
         .sim_log()
@@ -224,12 +232,16 @@ async fn main() {
         secret.into(),
     ];
     let config = w.init(&flags);
-    let mut b = Bench { w, config };
+    (Bench { w, config }, dir)
+}
+
+/// Setup step: a copy of `config` without its `[webhook]` section; the copy's path.
+fn write_polling_config(config: &Path, dir: &Path) -> PathBuf {
     // The config `init` wrote has the webhook; the polling modes switch it off by pointing
     // its interval keys at polling and dropping the receiver (an override cannot remove a
     // section, so they use a copy of the config without it).
     let polling_config = dir.join("dispatch").join("polling.toml");
-    let text = std::fs::read_to_string(&b.config).unwrap();
+    let text = std::fs::read_to_string(config).unwrap();
     let cut = text
         .find("[webhook]")
         .expect("init wrote a webhook section");
@@ -239,6 +251,17 @@ async fn main() {
         .map(|i| cut + i + 2)
         .unwrap_or(text.len());
     std::fs::write(&polling_config, format!("{}{}", &text[..cut], &text[end..])).unwrap();
+    polling_config
+}
+
+/// Measuring step: the three modes, one after the other, in the table's order.
+async fn run_modes(
+    b: &mut Bench,
+    polling_config: PathBuf,
+    dir: &Path,
+    jobs: usize,
+    idle: Duration,
+) -> Vec<Result> {
     let polling = |name, interval: &str| Mode {
         name,
         env: vec![
@@ -281,5 +304,5 @@ async fn main() {
         )
         .await,
     );
-    print(&results, jobs, idle);
+    results
 }

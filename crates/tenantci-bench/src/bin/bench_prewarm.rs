@@ -71,11 +71,26 @@ fn sim_config(dir: &std::path::Path, boot: Duration) -> SimConfig {
 async fn trace(pause: i32, times: &[Duration], boot: Duration, run_for: u64) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let handle = sim::start(sim_config(dir.path(), boot)).await.unwrap();
-    let client = tenantci_core::kube_client::from_kubeconfig(
-        &handle.info.clusters[0].tenant_admin_kubeconfig,
-    )
-    .await
-    .unwrap();
+    let (client, pods) = tenant_pods(&handle.info.clusters[0].tenant_admin_kubeconfig).await;
+    if pause > 0 {
+        warm_headroom(&client, &pods, pause).await;
+    }
+    // Node-seconds: sample the node count every 100 ms while the trace runs.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = spawn_node_sampler(&client, done.clone());
+    let mut lat = replay(&pods, times, run_for).await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let node_seconds = sampler.await.unwrap();
+    handle.shutdown().await;
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (pct(&lat, 0.5), pct(&lat, 0.95), node_seconds)
+}
+
+/// Setup step: the tenant's client, its `gitlab-runner` namespace, and the Pod API there.
+async fn tenant_pods(kubeconfig: &std::path::Path) -> (kube::Client, Api<Pod>) {
+    let client = tenantci_core::kube_client::from_kubeconfig(kubeconfig)
+        .await
+        .unwrap();
     let ns: k8s_openapi::api::core::v1::Namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "gitlab-runner"}})).unwrap();
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
@@ -83,54 +98,62 @@ async fn trace(pause: i32, times: &[Duration], boot: Duration, run_for: u64) -> 
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "gitlab-runner");
-    if pause > 0 {
-        let spec = PrewarmSpec {
-            namespace: "gitlab-runner".into(),
-            replicas: pause,
-            cpu: quantity::parse("1400m").unwrap(),
-            memory: quantity::parse("1152Mi").unwrap(),
-            node_selector: Default::default(),
-            tolerations: vec![],
-            labels: Default::default(),
-            image: prewarm::DEFAULT_IMAGE.into(),
-        };
-        prewarm::apply(&client, &spec, false).await.unwrap();
-        // Start the trace once the headroom is warm.
-        loop {
-            let running = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=tenantci-pause"))
+    (client, pods)
+}
+
+/// Setup step: `pause` pause pods, waited for until all of them are Running.
+async fn warm_headroom(client: &kube::Client, pods: &Api<Pod>, pause: i32) {
+    let spec = PrewarmSpec {
+        namespace: "gitlab-runner".into(),
+        replicas: pause,
+        cpu: quantity::parse("1400m").unwrap(),
+        memory: quantity::parse("1152Mi").unwrap(),
+        node_selector: Default::default(),
+        tolerations: vec![],
+        labels: Default::default(),
+        image: prewarm::DEFAULT_IMAGE.into(),
+    };
+    prewarm::apply(client, &spec, false).await.unwrap();
+    // Start the trace once the headroom is warm.
+    loop {
+        let running = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=tenantci-pause"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running as i32 == pause {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Measuring step: a task adding up node-seconds every 100 ms until `done`; their sum.
+fn spawn_node_sampler(
+    client: &kube::Client,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<f64> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    tokio::spawn(async move {
+        let mut node_seconds = 0.0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            let n = nodes
+                .list(&ListParams::default())
                 .await
-                .unwrap()
-                .items
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count();
-            if running as i32 == pause {
-                break;
-            }
+                .map(|l| l.items.len())
+                .unwrap_or(0);
+            node_seconds += n as f64 * 0.1;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-    // Node-seconds: sample the node count every 100 ms while the trace runs.
-    let nodes: Api<Node> = Api::all(client.clone());
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let done = done.clone();
-        let nodes = nodes.clone();
-        tokio::spawn(async move {
-            let mut node_seconds = 0.0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let n = nodes
-                    .list(&ListParams::default())
-                    .await
-                    .map(|l| l.items.len())
-                    .unwrap_or(0);
-                node_seconds += n as f64 * 0.1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            node_seconds
-        })
-    };
+        node_seconds
+    })
+}
+
+/// Measuring step: each job created at its arrival time; create -> Running seconds of each.
+async fn replay(pods: &Api<Pod>, times: &[Duration], run_for: u64) -> Vec<f64> {
     let t0 = Instant::now();
     let mut waits = Vec::new();
     for (i, at) in times.iter().enumerate() {
@@ -151,11 +174,7 @@ async fn trace(pause: i32, times: &[Duration], boot: Duration, run_for: u64) -> 
     for w in waits {
         lat.push(w.await.unwrap());
     }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let node_seconds = sampler.await.unwrap();
-    handle.shutdown().await;
-    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (pct(&lat, 0.5), pct(&lat, 0.95), node_seconds)
+    lat
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

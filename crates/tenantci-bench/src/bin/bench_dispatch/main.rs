@@ -251,33 +251,17 @@ async fn sequential(b: &mut Bench, d: &mut Dispatcher, n: usize) -> PathResult {
 async fn raw(b: &mut Bench, n: usize) -> PathResult {
     progress(&format!("raw path, {n} tasks"));
     let cfg = Config::load(&b.config).unwrap();
-    let runner = RunnerClient::new(ClientConfig::new(&b.w.gitea.url))
-        .unwrap()
-        .register(&RegisterRequest {
-            name: "bench-raw".into(),
-            token: b.w.gitea.registration_token.clone(),
-            labels: vec!["self-hosted".into(), "pod".into(), RAW_LABEL.into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let gitea = RunnerClient::new(ClientConfig::new(&b.w.gitea.url))
-        .unwrap()
-        .with_credentials(Credentials::from_runner(&runner));
+    let gitea = raw_runner(b).await;
     for _ in 0..n {
         b.enqueue(&["self-hosted", "pod", RAW_LABEL]).await;
     }
-    // The dispatcher's own credential and files: the same RBAC path, the same objects.
-    let kube = tenantci_core::kube_client::from_kubeconfig(
-        &b.w.dir.path().join("dispatch").join(files::KUBECONFIG),
-    )
-    .await
-    .unwrap();
-    let secrets = Api::<Secret>::namespaced(kube.clone(), NAMESPACE);
-    let pods = Api::<Pod>::namespaced(kube, NAMESPACE);
-    let capability_key = capability::load_key(&cfg.facade.capability_key_file).unwrap();
-    let sealing_key = SealingKey::load_or_create(&cfg.nats.sealing_key_file).unwrap();
-    let ca_pem = std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap();
+    let RawTarget {
+        secrets,
+        pods,
+        capability_key,
+        sealing_key,
+        ca_pem,
+    } = raw_target(b, &cfg).await;
     let pp = PostParams::default();
     let mut version = TasksVersion::default();
     let mut done: Vec<(i64, DateTime<Utc>, DateTime<Utc>)> = Vec::new();
@@ -326,9 +310,66 @@ async fn raw(b: &mut Bench, n: usize) -> PathResult {
             .unwrap();
         done.push((task.id, fetched, SystemTime::now().into()));
     }
+    raw_result(b, &done, n).await
+}
+
+/// Raw path setup step: registers the raw runner; a Gitea client with its credentials.
+async fn raw_runner(b: &Bench) -> RunnerClient {
+    let runner = RunnerClient::new(ClientConfig::new(&b.w.gitea.url))
+        .unwrap()
+        .register(&RegisterRequest {
+            name: "bench-raw".into(),
+            token: b.w.gitea.registration_token.clone(),
+            labels: vec!["self-hosted".into(), "pod".into(), RAW_LABEL.into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    RunnerClient::new(ClientConfig::new(&b.w.gitea.url))
+        .unwrap()
+        .with_credentials(Credentials::from_runner(&runner))
+}
+
+/// What the raw path creates objects with and seals assignments with.
+struct RawTarget {
+    secrets: Api<Secret>,
+    pods: Api<Pod>,
+    capability_key: capability::CapabilityKey,
+    sealing_key: SealingKey,
+    ca_pem: String,
+}
+
+/// Raw path setup step: the dispatcher's own credential and files.
+async fn raw_target(b: &Bench, cfg: &Config) -> RawTarget {
+    // The dispatcher's own credential and files: the same RBAC path, the same objects.
+    let kube = tenantci_core::kube_client::from_kubeconfig(
+        &b.w.dir.path().join("dispatch").join(files::KUBECONFIG),
+    )
+    .await
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(kube.clone(), NAMESPACE);
+    let pods = Api::<Pod>::namespaced(kube, NAMESPACE);
+    let capability_key = capability::load_key(&cfg.facade.capability_key_file).unwrap();
+    let sealing_key = SealingKey::load_or_create(&cfg.nats.sealing_key_file).unwrap();
+    let ca_pem = std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap();
+    RawTarget {
+        secrets,
+        pods,
+        capability_key,
+        sealing_key,
+        ca_pem,
+    }
+}
+
+/// Raw path result step: latencies from the claim times, then the executors cleared.
+async fn raw_result(
+    b: &mut Bench,
+    done: &[(i64, DateTime<Utc>, DateTime<Utc>)],
+    n: usize,
+) -> PathResult {
     let claimed = b.claimed_at(done.iter().map(|d| d.0)).await;
     let (mut total, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
-    for (t, fetched, created) in &done {
+    for (t, fetched, created) in done {
         let c = claimed[t];
         total.push(millis_between(c, *created));
         first.push(millis_between(c, *fetched));

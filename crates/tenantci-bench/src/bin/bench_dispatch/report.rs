@@ -177,7 +177,18 @@ pub struct Idle {
     pub window: Duration,
 }
 
-pub fn print(r: Report) {
+pub fn print(mut r: Report) {
+    print_latency_table(&r);
+    println!();
+    print_split_table(&r);
+    println!();
+    print_backlog_table(&r);
+    println!();
+    print_memory_table(&mut r);
+}
+
+/// Step 1: claim -> Pod created latency per path, with the differences to raw.
+fn print_latency_table(r: &Report) {
     let Report {
         n,
         held_n,
@@ -190,11 +201,7 @@ pub fn print(r: Report) {
         disp_high,
         seq_high,
         held,
-        mut idles,
-        with_n,
-        held_mem,
-        held_peak,
-        sim_rss,
+        ..
     } = r;
     println!("| path | tasks | tasks/s | claim -> Pod created p50 ms | p99 ms | max ms |");
     println!("|---|---:|---:|---:|---:|---:|");
@@ -202,85 +209,113 @@ pub fn print(r: Report) {
         "{}",
         row(
             "raw: one loop, FetchTask + seal + Secret + Pod create, no queue",
-            &raw
+            raw
         )
     );
     println!(
         "{}",
         row(
             &format!("`dispatch run`, {n} queued at Gitea, capacity {mid}"),
-            &disp
+            disp
         )
     );
     println!(
         "{}",
-        diff("**dispatch - raw** (goal: p99 <= 2 ms)", &disp, &raw, true)
+        diff("**dispatch - raw** (goal: p99 <= 2 ms)", disp, raw, true)
     );
     println!(
         "{}",
         row(
             &format!("`dispatch run`, one task at a time, capacity {low}"),
-            &seq
+            seq
         )
     );
-    println!("{}", diff("**one at a time - raw**", &seq, &raw, false));
+    println!("{}", diff("**one at a time - raw**", seq, raw, false));
     println!(
         "{}",
         row(
             &format!("`dispatch run`, {n} queued at Gitea, capacity {high}"),
-            &disp_high
+            disp_high
         )
     );
     println!(
         "{}",
-        diff(
-            &format!("**capacity {high} - raw**"),
-            &disp_high,
-            &raw,
-            true
-        )
+        diff(&format!("**capacity {high} - raw**"), disp_high, raw, true)
     );
     println!(
         "{}",
         row(
             &format!("`dispatch run`, one task at a time, capacity {high}"),
-            &seq_high
+            seq_high
         )
     );
     println!(
         "{}",
         row(
             &format!("`dispatch run`, {held_n} queued at Gitea, capacity {high}"),
-            &held
+            held
         )
     );
-    println!();
+}
+
+/// Step 2: each path's latency split into its first and second part.
+fn print_split_table(r: &Report) {
+    let Report {
+        n,
+        held_n,
+        low,
+        mid,
+        high,
+        raw,
+        disp,
+        seq,
+        disp_high,
+        seq_high,
+        held,
+        ..
+    } = r;
     println!("| path | first part p50 / p99 ms | second part p50 / p99 ms |");
     println!("|---|---|---|");
-    println!("{}", split("raw", "claim -> FetchTask returned", &raw));
+    println!("{}", split("raw", "claim -> FetchTask returned", raw));
     for (name, r) in [
-        (format!("dispatch, {n} queued, capacity {mid}"), &disp),
-        (format!("dispatch, one at a time, capacity {low}"), &seq),
-        (format!("dispatch, {n} queued, capacity {high}"), &disp_high),
+        (format!("dispatch, {n} queued, capacity {mid}"), disp),
+        (format!("dispatch, one at a time, capacity {low}"), seq),
+        (format!("dispatch, {n} queued, capacity {high}"), disp_high),
         (
             format!("dispatch, one at a time, capacity {high}"),
-            &seq_high,
+            seq_high,
         ),
-        (format!("dispatch, {held_n} queued, capacity {high}"), &held),
+        (format!("dispatch, {held_n} queued, capacity {high}"), held),
     ] {
         println!("{}", split(&name, "claim -> queued (PubAck)", r));
     }
-    println!();
+}
+
+/// Step 3: the most tasks waiting at once, and CPU per task, per dispatcher run.
+fn print_backlog_table(r: &Report) {
+    let Report {
+        n,
+        held_n,
+        low,
+        mid,
+        high,
+        disp,
+        seq,
+        disp_high,
+        seq_high,
+        held,
+        ..
+    } = r;
     println!(
         "| run | most claimed, not yet started, at once | dispatcher CPU ms/task | nats-server CPU ms/task |"
     );
     println!("|---|---:|---:|---:|");
     for (name, r) in [
-        (format!("{n} queued, capacity {mid}"), &disp),
-        (format!("one at a time, capacity {low}"), &seq),
-        (format!("{n} queued, capacity {high}"), &disp_high),
-        (format!("one at a time, capacity {high}"), &seq_high),
-        (format!("{held_n} queued, capacity {high}"), &held),
+        (format!("{n} queued, capacity {mid}"), disp),
+        (format!("one at a time, capacity {low}"), seq),
+        (format!("{n} queued, capacity {high}"), disp_high),
+        (format!("one at a time, capacity {high}"), seq_high),
+        (format!("{held_n} queued, capacity {high}"), held),
     ] {
         println!(
             "| {name} | {} | {} | {} |",
@@ -289,7 +324,10 @@ pub fn print(r: Report) {
             per_task(r.cpu.nats, r)
         );
     }
-    println!();
+}
+
+/// Step 4: dispatcher memory and idle CPU, idle leaders sorted by capacity.
+fn print_memory_table(r: &mut Report) {
     let split_rss = |m: &Memory| {
         format!(
             "{} MiB ({} anonymous + {} file-backed)",
@@ -300,8 +338,20 @@ pub fn print(r: Report) {
     };
     println!("| dispatcher | RSS | goal | CPU: dispatcher / nats-server |");
     println!("|---|---|---:|---|");
-    idles.sort_by_key(|i| i.capacity);
-    for i in &idles {
+    r.idles.sort_by_key(|i| i.capacity);
+    let Report {
+        n,
+        held_n,
+        mid,
+        high,
+        idles,
+        with_n,
+        held_mem,
+        held_peak,
+        sim_rss,
+        ..
+    } = r;
+    for i in idles.iter() {
         println!(
             "| idle leader, capacity {} ({} s) | {} | <= 20 MiB | {} / {} of a core |",
             i.capacity,
@@ -313,15 +363,15 @@ pub fn print(r: Report) {
     }
     println!(
         "| {n} unfetched executors, capacity {mid} (after the burst, max over 3 s) | {} | | |",
-        split_rss(&with_n)
+        split_rss(with_n)
     );
     println!(
         "| {held_n} claimed assignments held, capacity {high} (all started, unfetched; max over 8 s with reconciler passes and keep-alive rounds) | {} | <= 60 MiB | |",
-        split_rss(&held_mem)
+        split_rss(held_mem)
     );
     println!(
         "| peak (VmHWM) over the {held_n} burst | {} MiB | <= 60 MiB | |",
-        mib(held_peak)
+        mib(*held_peak)
     );
-    println!("| (simulator, at the end: {} MiB) | | | |", mib(sim_rss));
+    println!("| (simulator, at the end: {} MiB) | | | |", mib(*sim_rss));
 }

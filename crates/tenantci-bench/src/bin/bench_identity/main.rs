@@ -200,6 +200,40 @@ async fn main() {
     };
     let mut w = World::start(bin).await;
 
+    let off = identity_off(&mut w, &args).await;
+    let on = identity_on(&mut w, &args).await;
+
+    table::print(&table::Results {
+        calls: args.calls - args.calls % args.rounds,
+        rounds: args.rounds,
+        fresh: args.fresh,
+        a: off.direct,
+        b: on.direct,
+        c: on.proxied,
+        d: off.proxied,
+        a_full: off.full,
+        b_full: on.full,
+        a_resumable: off.resumable,
+        b_resumable: on.resumable,
+        a_resumes: off.resumes,
+        b_resumes: on.resumes,
+    });
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        progress(&format!("kept {} (logs)", w.keep_dir().display()));
+    }
+}
+
+/// What one dispatcher's phase measured: its direct and proxied paths, kept-alive and fresh.
+struct Phase {
+    direct: Series,
+    proxied: Series,
+    full: Series,
+    resumable: Series,
+    resumes: bool,
+}
+
+/// Step 1: the dispatcher without `[identity]`, paths (a) and (d).
+async fn identity_off(w: &mut World, args: &Args) -> Phase {
     progress("identity off: dispatcher, one claimed task");
     let d = w.dispatcher(false).await;
     let c = w.claimed_task().await;
@@ -212,16 +246,16 @@ async fn main() {
         .expect("identity off: the Secret has ca.crt");
     let keep = || calls::server_tls(&ca, Conn::KeepAlive);
     let (a, dd) = rounds(
-        &w,
+        w,
         &c,
         &mut task,
-        &args,
+        args,
         ("(a)", Way::Direct(&keep)),
         ("(d)", Way::Proxy(None)),
     )
     .await;
     progress(&format!("(a) fresh connections: {} each way", args.fresh));
-    let (a_full, a_resumable) = fresh(&w, &c, &mut task, args.fresh, &|conn| {
+    let (a_full, a_resumable) = fresh(w, &c, &mut task, args.fresh, &|conn| {
         calls::server_tls(&ca, conn)
     })
     .await;
@@ -229,57 +263,55 @@ async fn main() {
     succeed(&direct, c.task).await;
     w.executors_gone().await;
     w.stop(d);
+    Phase {
+        direct: a,
+        proxied: dd,
+        full: a_full,
+        resumable: a_resumable,
+        resumes: a_resumes,
+    }
+}
 
+/// Step 2: the dispatcher with `[identity]`, paths (b) and (c).
+async fn identity_on(w: &mut World, args: &Args) -> Phase {
     progress("identity on: dispatcher, one claimed task, its entry");
     let d = w.dispatcher(true).await;
     let c = w.claimed_task().await;
     let endpoint = w.executor_entry(&c).await;
     let mut task = Task::from_objects(c.task, &c.secret, &c.pod);
     {
-        let p = proxy(&w, &c, Some(&endpoint));
+        let p = proxy(w, &c, Some(&endpoint));
         Executor::through(&c.secret, &p).fetch().await;
     }
     let svid = calls::svid_source(&endpoint).await;
     let facade_id = w.facade_id.clone();
     let keep = || calls::mtls(&svid, &facade_id, Conn::KeepAlive);
     let (b, cc) = rounds(
-        &w,
+        w,
         &c,
         &mut task,
-        &args,
+        args,
         ("(b)", Way::Direct(&keep)),
         ("(c)", Way::Proxy(Some(&endpoint))),
     )
     .await;
     progress(&format!("(b) fresh connections: {} each way", args.fresh));
-    let (b_full, b_resumable) = fresh(&w, &c, &mut task, args.fresh, &|conn| {
+    let (b_full, b_resumable) = fresh(w, &c, &mut task, args.fresh, &|conn| {
         calls::mtls(&svid, &facade_id, conn)
     })
     .await;
     let b_resumes = calls::resumes(calls::mtls_config(&svid, &facade_id), &task.facade_url).await;
     {
-        let p = proxy(&w, &c, Some(&endpoint));
+        let p = proxy(w, &c, Some(&endpoint));
         succeed(&Executor::through(&c.secret, &p), c.task).await;
     }
     w.executors_gone().await;
     w.stop(d);
-
-    table::print(&table::Results {
-        calls: args.calls - args.calls % args.rounds,
-        rounds: args.rounds,
-        fresh: args.fresh,
-        a,
-        b,
-        c: cc,
-        d: dd,
-        a_full,
-        b_full,
-        a_resumable,
-        b_resumable,
-        a_resumes,
-        b_resumes,
-    });
-    if std::env::var_os("BENCH_KEEP").is_some() {
-        progress(&format!("kept {} (logs)", w.keep_dir().display()));
+    Phase {
+        direct: b,
+        proxied: cc,
+        full: b_full,
+        resumable: b_resumable,
+        resumes: b_resumes,
     }
 }

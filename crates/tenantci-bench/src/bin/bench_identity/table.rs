@@ -79,6 +79,13 @@ fn row(label: &str, s: &Stats, extra: &[String]) -> String {
 
 pub fn print(r: &Results) {
     let a = stats(&r.a.steady);
+    print_kept_alive(r, &a);
+    print_identity_cost(r);
+    print_fresh(r, &a);
+}
+
+/// Step 1: the kept-alive table, each path against path (a).
+fn print_kept_alive(r: &Results, a: &Stats) {
     let a_first = stats(&r.a.first);
     println!(
         "Kept-alive: {} UpdateLog calls per path in {} rounds; each round a new client (and \
@@ -122,6 +129,10 @@ pub fn print(r: &Results) {
             )
         );
     }
+}
+
+/// Step 2: the kept-alive row comparing (c) with (d), the cost of identity on the executor path.
+fn print_identity_cost(r: &Results) {
     let (c, d) = (stats(&r.c.steady), stats(&r.d.steady));
     let (c_first, d_first) = (stats(&r.c.first), stats(&r.d.first));
     println!(
@@ -130,7 +141,10 @@ pub fn print(r: &Results) {
         vs(c.p99, d.p99),
         vs(c_first.p50, d_first.p50)
     );
+}
 
+/// Step 3: the new-connection-per-call table.
+fn print_fresh(r: &Results, a: &Stats) {
     println!(
         "\nA new connection per call: {} UpdateLog calls per row, direct to the facade. Times \
          in ms; the last column is what the connection costs over the kept-alive p50 of the \
