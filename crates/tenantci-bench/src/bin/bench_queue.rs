@@ -78,6 +78,26 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
             .await
         })
     };
+    let mut lat = unloaded_latency(key, capacity, &sent, &producer, &mut done_rx).await;
+    let elapsed = throughput(key, capacity, n, &sent, &producer, &mut done_rx).await;
+    let _ = stop_tx.send(());
+    runner.await.unwrap();
+    lat.sort();
+    Result_ {
+        per_sec: n as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    }
+}
+
+/// Capped step 1: unloaded latency, 200 assignments published one at a time.
+async fn unloaded_latency(
+    key: &SealingKey,
+    capacity: usize,
+    sent: &Sent,
+    producer: &Producer,
+    done_rx: &mut tokio::sync::mpsc::UnboundedReceiver<Duration>,
+) -> Vec<Duration> {
     // Latency, unloaded: one at a time.
     let mut lat = Vec::new();
     for i in 0..200 {
@@ -96,6 +116,18 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
         producer.publish(&a).await.unwrap();
         lat.push(done_rx.recv().await.unwrap());
     }
+    lat
+}
+
+/// Capped step 2: throughput, `n` assignments from PUBLISHERS tasks; the time to deliver them.
+async fn throughput(
+    key: &SealingKey,
+    capacity: usize,
+    n: usize,
+    sent: &Sent,
+    producer: &Producer,
+    done_rx: &mut tokio::sync::mpsc::UnboundedReceiver<Duration>,
+) -> Duration {
     // Throughput.
     let start = Instant::now();
     let mut pubs = Vec::new();
@@ -128,14 +160,7 @@ async fn capped(s: &NatsServer, capacity: usize, n: usize, key: &SealingKey) -> 
     for p in pubs {
         p.await.unwrap();
     }
-    let _ = stop_tx.send(());
-    runner.await.unwrap();
-    lat.sort();
-    Result_ {
-        per_sec: n as f64 / elapsed.as_secs_f64(),
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-    }
+    elapsed
 }
 
 /// Raw path (on subject `ci.runner.vm`, consumer `vm`, same cap): plain bodies, `js.publish().await.await`, `messages()` with its default batch, ack.

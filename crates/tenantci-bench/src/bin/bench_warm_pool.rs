@@ -147,6 +147,46 @@ async fn drive(client: kube::Client, seen: Arc<Mutex<Seen>>, t0: Instant, done: 
     }
 }
 
+/// Replay step 1: the namespace the pool and the jobs run in.
+async fn create_namespace(client: &kube::Client) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// Replay step 2: the mode's initial pause Deployment; the fixed pool waited warm.
+async fn start_pool(client: &kube::Client, pods: &Api<Pod>, mode: Mode) {
+    prewarm::apply(
+        client,
+        &pool(if mode == Mode::Fixed { FIXED } else { 0 }),
+        false,
+    )
+    .await
+    .unwrap();
+    if mode == Mode::Fixed {
+        // The fixed pool is warm before the trace starts, as it is all day.
+        while pause_pods(pods).await < FIXED as usize {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(BOOT + Duration::from_secs(1)).await;
+    }
+}
+
+/// Replay step 3: samples the pause Pods every 100 ms until `done`; warm slot-seconds.
+fn spawn_sampler(done: Arc<Mutex<bool>>, pods: Api<Pod>) -> tokio::task::JoinHandle<f64> {
+    tokio::spawn(async move {
+        let mut slot_seconds = 0.0;
+        while !*done.lock().unwrap() {
+            slot_seconds += pause_pods(&pods).await as f64 * 0.1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        slot_seconds
+    })
+}
+
 async fn replay(mode: Mode, times: &[Duration]) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let handle = sim::start(sim_config(dir.path())).await.unwrap();
@@ -155,27 +195,9 @@ async fn replay(mode: Mode, times: &[Duration]) -> (f64, f64, f64) {
     )
     .await
     .unwrap();
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    create_namespace(&client).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    prewarm::apply(
-        &client,
-        &pool(if mode == Mode::Fixed { FIXED } else { 0 }),
-        false,
-    )
-    .await
-    .unwrap();
-    if mode == Mode::Fixed {
-        // The fixed pool is warm before the trace starts, as it is all day.
-        while pause_pods(&pods).await < FIXED as usize {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        tokio::time::sleep(BOOT + Duration::from_secs(1)).await;
-    }
+    start_pool(&client, &pods, mode).await;
     let t0 = Instant::now();
     let done = Arc::new(Mutex::new(false));
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -183,17 +205,7 @@ async fn replay(mode: Mode, times: &[Duration]) -> (f64, f64, f64) {
         tokio::spawn(drive(client.clone(), seen.clone(), t0, done.clone()));
     }
     // Warm slot-seconds: pause Pods sampled every 100 ms while the trace runs.
-    let sampler = {
-        let (done, pods) = (done.clone(), pods.clone());
-        tokio::spawn(async move {
-            let mut slot_seconds = 0.0;
-            while !*done.lock().unwrap() {
-                slot_seconds += pause_pods(&pods).await as f64 * 0.1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            slot_seconds
-        })
-    };
+    let sampler = spawn_sampler(done.clone(), pods.clone());
     let mut waits = Vec::new();
     for (i, at) in times.iter().enumerate() {
         tokio::time::sleep_until(tokio::time::Instant::from_std(t0 + *at)).await;

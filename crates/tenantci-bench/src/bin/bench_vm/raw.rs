@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime};
 use chrono::{DateTime, Utc};
 use prost::Message as _;
 use tenantci_core::forge::gitea::client::{ClientConfig, Credentials, RunnerClient, TasksVersion};
-use tenantci_core::forge::gitea::proto::RegisterRequest;
+use tenantci_core::forge::gitea::proto::{RegisterRequest, Runner};
 use tenantci_core::opensandbox::ListFilter;
 use tenantci_dispatch::backend::vm::desired;
 use tenantci_dispatch::capability;
@@ -46,40 +46,11 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
     progress(&format!("raw vm path ({label}), {n} tasks"));
     let cfg = Config::load(&w.config).unwrap();
     let vm = cfg.vm.clone().expect("dispatch init wrote [vm]");
-    let runner = RunnerClient::new(ClientConfig::new(&w.gitea.url))
-        .unwrap()
-        .register(&RegisterRequest {
-            name: label.into(),
-            token: w.gitea.registration_token.clone(),
-            labels: vec!["self-hosted".into(), "vm".into(), label.into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let gitea = RunnerClient::new(ClientConfig::new(&w.gitea.url))
-        .unwrap()
-        .with_credentials(Credentials::from_runner(&runner));
+    let (runner, gitea) = register(w, label).await;
     for _ in 0..n {
         w.enqueue(&["self-hosted", "vm", label]).await;
     }
-    // The dispatcher's own files: the same key, CA and executor settings.
-    let capability_key = capability::load_key(&cfg.facade.capability_key_file).unwrap();
-    let sealing_key = SealingKey::load_or_create(&cfg.nats.sealing_key_file).unwrap();
-    let template = ExecutorTemplate {
-        namespace: NAMESPACE.into(),
-        facade_url: cfg.facade.url.clone(),
-        facade_ca_pem: std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap(),
-        gitea: tenantci_dispatch::task::spec::GiteaForExecutors {
-            url: cfg.gitea.url.clone(),
-            ca_pem: None,
-        },
-        runner_name: cfg.gitea.runner_name.clone(),
-        executor: cfg.executor.clone(),
-        capability_key,
-        sealing_key,
-        identity: None,
-        cache_grant_lifetime: None,
-    };
+    let template = executor_template(&cfg);
     let mut done: Vec<Times> = Vec::new();
     let mut version = TasksVersion::default();
     let until = Instant::now() + DEADLINE;
@@ -130,6 +101,46 @@ pub async fn run(w: &mut World, n: usize, label: &str, list_first: bool) -> Raw 
     let result = summarize(w, n, &done, list_first).await;
     w.clear_sandboxes().await;
     result
+}
+
+/// Step 1: registers this loop's runner (its own `label`); it and a client with its credentials.
+async fn register(w: &World, label: &str) -> (Runner, RunnerClient) {
+    let runner = RunnerClient::new(ClientConfig::new(&w.gitea.url))
+        .unwrap()
+        .register(&RegisterRequest {
+            name: label.into(),
+            token: w.gitea.registration_token.clone(),
+            labels: vec!["self-hosted".into(), "vm".into(), label.into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let gitea = RunnerClient::new(ClientConfig::new(&w.gitea.url))
+        .unwrap()
+        .with_credentials(Credentials::from_runner(&runner));
+    (runner, gitea)
+}
+
+/// Step 2: the executor template from the dispatcher's own files.
+fn executor_template(cfg: &Config) -> ExecutorTemplate {
+    // The dispatcher's own files: the same key, CA and executor settings.
+    let capability_key = capability::load_key(&cfg.facade.capability_key_file).unwrap();
+    let sealing_key = SealingKey::load_or_create(&cfg.nats.sealing_key_file).unwrap();
+    ExecutorTemplate {
+        namespace: NAMESPACE.into(),
+        facade_url: cfg.facade.url.clone(),
+        facade_ca_pem: std::fs::read_to_string(&cfg.facade.ca_cert_file).unwrap(),
+        gitea: tenantci_dispatch::task::spec::GiteaForExecutors {
+            url: cfg.gitea.url.clone(),
+            ca_pem: None,
+        },
+        runner_name: cfg.gitea.runner_name.clone(),
+        executor: cfg.executor.clone(),
+        capability_key,
+        sealing_key,
+        identity: None,
+        cache_grant_lifetime: None,
+    }
 }
 
 async fn summarize(w: &World, n: usize, done: &[Times], list_first: bool) -> Raw {

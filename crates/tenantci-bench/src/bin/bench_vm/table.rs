@@ -49,6 +49,13 @@ fn split(path: &str, first: &str, second: &str, r: &PathResult) -> String {
 }
 
 pub fn print(r: &Results) {
+    print_totals(r);
+    println!();
+    print_parts(r);
+}
+
+/// Step 1: the claim -> created table, each path and its overhead over raw.
+fn print_totals(r: &Results) {
     let Results {
         n,
         seq,
@@ -106,7 +113,19 @@ pub fn print(r: &Results) {
     for l in lines {
         println!("{l}");
     }
-    println!();
+}
+
+/// Step 2: the table splitting each path into its first and second part.
+fn print_parts(r: &Results) {
+    let Results {
+        n,
+        raw,
+        raw_list,
+        vm,
+        pod,
+        ..
+    } = r;
+    let (raw, raw_list) = (&raw.path, &raw_list.path);
     println!("| path | first part p50 / p99 ms | second part p50 / p99 ms |");
     println!("|---|---|---|");
     let lines = [

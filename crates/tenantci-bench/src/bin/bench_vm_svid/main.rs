@@ -17,7 +17,7 @@
 //!
 //! Usage: bench_vm_svid TENANTCI_BIN [N=200]   (BENCH_KEEP=1 keeps the directory with sim.log)
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -179,14 +179,29 @@ async fn main() {
         .or_else(|_| tempfile::tempdir())
         .unwrap();
     let state = tmp.path().join("state");
+    let sim = start_sim(&bin, tmp.path(), &state);
+    let spire = Spire::from_state_dir(&state);
+    let opensandbox = OpenSandbox::from_state_dir(&state);
+    let mut bench = build_bench(&sim, &spire, &opensandbox).await;
+    let times = measure(&mut bench, n).await;
+    table::print(n, &times);
+    drop(bench);
+    drop(sim);
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        progress(&format!("kept {}", tmp.keep().display()));
+    }
+}
+
+/// Step 1: starts `tenantci sim` with the SPIRE and OpenSandbox doubles in `dir`.
+fn start_sim(bin: &Path, dir: &Path, state: &Path) -> SimProcess {
     progress("starting tenantci sim --spire --opensandbox");
-    let mut sim_cmd = Command::new(&bin);
-    sim_cmd.stderr(std::fs::File::create(tmp.path().join("sim.log")).unwrap());
+    let mut sim_cmd = Command::new(bin);
+    sim_cmd.stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
     // No nodes and nothing saved to disk: the simulator serves only the two doubles and the
     // ClusterStaticEntry the bench creates.
-    let sim = SimProcess::start(
+    SimProcess::start(
         sim_cmd,
-        &state,
+        state,
         &[CLUSTER],
         &[
             "--spire",
@@ -196,10 +211,12 @@ async fn main() {
             "0",
             "--in-memory",
         ],
-    );
-    let spire = Spire::from_state_dir(&state);
-    let opensandbox = OpenSandbox::from_state_dir(&state);
-    let endpoint = dispatcher_entry(&sim, &spire).await;
+    )
+}
+
+/// Step 2: the dispatcher's SVID source and the `Bench` that calls with it.
+async fn build_bench(sim: &SimProcess, spire: &Spire, opensandbox: &OpenSandbox) -> Bench {
+    let endpoint = dispatcher_entry(sim, spire).await;
     let source = SourceSpec::WorkloadApi
         .open(Some(&endpoint), Duration::from_secs(30))
         .await
@@ -214,7 +231,7 @@ async fn main() {
         memory: settings::defaults::memory(),
         timeout: settings::defaults::timeout(),
     };
-    let mut bench = Bench {
+    Bench {
         sandboxes: opensandbox.client(),
         source,
         server_address: spire.server_address.clone(),
@@ -245,8 +262,11 @@ async fn main() {
             cache_grant: None,
         },
         tasks: 0,
-    };
+    }
+}
 
+/// Step 3: the untimed warm-up, then `n` timed rounds of every row.
+async fn measure(bench: &mut Bench, n: usize) -> [Vec<Duration>; ROWS] {
     progress(&format!("warm-up: {WARM_UP} untimed calls per row"));
     for row in 0..ROWS {
         for _ in 0..WARM_UP {
@@ -266,10 +286,5 @@ async fn main() {
             times[row].push(took);
         }
     }
-    table::print(n, &times);
-    drop(bench);
-    drop(sim);
-    if std::env::var_os("BENCH_KEEP").is_some() {
-        progress(&format!("kept {}", tmp.keep().display()));
-    }
+    times
 }
