@@ -125,7 +125,7 @@ pub struct InitArgs {
     #[arg(long, value_name = "CONFIG.toml")]
     pub out: PathBuf,
     /// Apply the ConfigMap tenantci-dispatcher-config and the Secret tenantci-dispatcher in
-    /// --namespace, in exactly the shape manifests/dispatch/deployment.yaml mounts (the
+    /// the dispatcher's namespace (--dispatcher-namespace), in exactly the shape manifests/dispatch/deployment.yaml mounts (the
     /// config with the Pod's paths and listeners, one Secret key per file it names), with the
     /// administrator's kubeconfig. Then `kubectl apply -k manifests/dispatch` runs it.
     #[arg(long)]
@@ -205,9 +205,17 @@ pub struct ClusterArgs {
     /// of the current context's cluster.
     #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
-    /// Namespace of the executor Pods, their Secrets and the leader Lease.
+    /// Namespace of the executor Pods and their Secrets (and of the leader Lease, unless
+    /// --dispatcher-namespace names another).
     #[arg(long, value_name = "NS", default_value = "dynamic-runner")]
     pub namespace: String,
+    /// Namespace of the dispatcher itself: its leader Lease and, in the cluster, its
+    /// Deployment, ServiceAccount, ConfigMap and Secret (its Role on --namespace is bound
+    /// across). Default: the existing config's; else tenantci-system with --kubeconfig (so a
+    /// reader of the dispatcher's namespace is given nothing where jobs run), --namespace on
+    /// the gateway path.
+    #[arg(long, value_name = "NS")]
+    pub dispatcher_namespace: Option<String>,
     /// Lifetime of the dispatcher's client certificate on the gateway path (Go duration). A
     /// re-run of init
     /// rotates it once two thirds have passed: re-run init regularly (e.g. weekly) and
@@ -509,6 +517,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         cluster: init::target::cluster_name(a.cluster.cluster.as_deref(), &access)?,
         access,
         namespace: a.cluster.namespace.clone(),
+        dispatcher_namespace: a.cluster.dispatcher_namespace.clone(),
         nats_url: a.nats.nats.clone(),
         nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
         nats_ca_file: a.nats.nats_ca_file.clone(),
@@ -616,6 +625,12 @@ async fn init_cmd(a: InitArgs) -> Result<i32> {
     }
     println!("  cluster      {} ({})", hb.cluster, hb.server);
     println!("  namespace    {}", hb.namespace);
+    if hb.dispatcher_namespace != hb.namespace {
+        println!(
+            "  dispatcher   {} (its Lease, Deployment, ConfigMap, Secret)",
+            hb.dispatcher_namespace
+        );
+    }
     println!("  facade       {}", hb.facade_url);
     match &hb.bao_kv_put {
         // In the cluster: the Deployment runs it (runbook §2).
