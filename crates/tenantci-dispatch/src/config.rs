@@ -1129,6 +1129,7 @@ pub(crate) mod tests {
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
         cfg.cluster.resync = Some(Duration::from_secs(600).into());
+        cfg.cluster.dispatcher_namespace = Some("tenantci-system".into());
         cfg.capacity.set(BackendKind::new("pod"), 5);
         cfg.capacity.set(BackendKind::new("vm"), 2);
         cfg.executor.runner_command = crate::sizing::RunnerCommand::GiteaRunner;
