@@ -355,7 +355,7 @@ async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_acco
     );
     let written = std::fs::read_to_string(dir.join("config.toml")).unwrap();
     assert!(!written.contains("kubeconfig"), "{written}");
-    let loaded = tenantci_dispatch::config::Config::load(&cfg).unwrap();
+    let loaded = tenantci_dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
     assert_eq!(loaded.cluster.namespace, super::harness::NAMESPACE);
     assert_eq!(
         loaded.cluster.dispatcher_namespace(),
