@@ -178,7 +178,54 @@ fn init_refuses_a_kubeconfig_without_access_writing_applying_and_registering_not
         "{}",
         stderr(&o)
     );
-    for name in ["nobody", "dead", "both"] {
+    // The facade Service named in the executors' namespace while the dispatcher (and the
+    // Service) are in their own; a dispatcher namespace that is no DNS label.
+    fn in_cluster<'a>(
+        admin: &'a str,
+        extra: &[(&'a str, Option<&'a str>)],
+    ) -> Vec<(&'a str, Option<&'a str>)> {
+        let mut edits = vec![
+            ("--state-dir", None),
+            ("--cluster", None),
+            ("--kubeconfig", Some(admin)),
+            ("--facade-listen", Some("0.0.0.0:8443")),
+        ];
+        edits.extend_from_slice(extra);
+        edits
+    }
+    let old_url = "https://tenantci-dispatcher-facade.dynamic-runner.svc:8443";
+    let o = s.init(
+        "facade",
+        &in_cluster(&admin, &[("--facade-url", Some(old_url))]),
+        &[],
+    );
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "one sentence: {err}");
+    assert!(
+        errors[0].contains("names the Service tenantci-dispatcher-facade in namespace `dynamic-runner`, but the dispatcher and its facade Service are in `tenantci-system`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("https://tenantci-dispatcher-facade.tenantci-system.svc:8443"),
+        "the fix: {err}"
+    );
+    let o = s.init(
+        "bad-ns",
+        &in_cluster(
+            &admin,
+            &[("--dispatcher-namespace", Some("Tenantci_System"))],
+        ),
+        &[],
+    );
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("--dispatcher-namespace `Tenantci_System` is not a DNS label"),
+        "{}",
+        stderr(&o)
+    );
+    for name in ["nobody", "dead", "both", "facade", "bad-ns"] {
         assert!(!s.root.join(name).exists(), "{name}: nothing written");
     }
     assert!(s.runners().is_empty(), "nothing registered");
