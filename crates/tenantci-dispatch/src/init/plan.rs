@@ -715,6 +715,49 @@ pub(crate) mod tests {
         }
     }
 
+    /// The dispatcher's namespace init writes: a gateway host keeps one namespace (no key); the
+    /// `--kubeconfig` path gets `tenantci-system`; an existing config keeps its own (without
+    /// the key: the executors', so a re-run never moves an install); the flag wins.
+    #[test]
+    fn the_dispatcher_namespace_is_the_flag_else_the_kept_one_else_the_path_s_default() {
+        let gateway = inputs();
+        assert_eq!(dispatcher_namespace(&gateway, None), None);
+        let in_cluster = Inputs {
+            access: crate::init::target::ClusterAccess::Kubeconfig("/root/admin.conf".into()),
+            ..inputs()
+        };
+        assert_eq!(
+            dispatcher_namespace(&in_cluster, None).as_deref(),
+            Some("tenantci-system")
+        );
+        let old = crate::config::tests::sample();
+        assert_eq!(old.cluster.dispatcher_namespace, None);
+        assert_eq!(dispatcher_namespace(&in_cluster, Some(&old)), None, "kept");
+        let moved = Inputs {
+            dispatcher_namespace: Some("ci-system".into()),
+            ..in_cluster
+        };
+        assert_eq!(
+            dispatcher_namespace(&moved, Some(&old)).as_deref(),
+            Some("ci-system")
+        );
+        let same = Inputs {
+            dispatcher_namespace: Some("dynamic-runner".into()),
+            ..inputs()
+        };
+        assert_eq!(dispatcher_namespace(&same, None), None, "no key: the same");
+        let bad = Inputs {
+            dispatcher_namespace: Some("Ci_System".into()),
+            ..inputs()
+        };
+        let e = check(&bad).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message()
+                .contains("--dispatcher-namespace `Ci_System` is not a DNS label")
+        );
+    }
+
     #[test]
     fn a_facade_service_url_must_name_the_dispatcher_s_namespace() {
         let url = "https://tenantci-dispatcher-facade.dynamic-runner.svc:8443";
