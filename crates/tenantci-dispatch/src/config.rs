@@ -152,6 +152,13 @@ pub struct Config {
     /// The shared actions cache, per repository; absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cache::settings::CacheSettings>,
+    /// How long and how many finished tasks' histories are kept (the `CI_HISTORY` bucket);
+    /// absent: a week, 10000 tasks.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::queue::history_bucket::HistorySettings::is_default"
+    )]
+    pub history: crate::queue::history_bucket::HistorySettings,
 }
 
 /// The `[cluster]` section: the tenant cluster as the dispatcher reaches it.
@@ -500,6 +507,7 @@ impl Config {
         self.validate_claiming()?;
         self.validate_executor()?;
         self.validate_status()?;
+        self.history.validate()?;
         self.leader_timing()
             .validate()
             .map_err(|e| format!("has leader timings where {e}"))?;
@@ -812,6 +820,10 @@ pub(crate) mod tests {
                 max_size_mib: 4096,
                 ..crate::cache::settings::CacheSettings::in_dir("cache")
             }),
+            history: crate::queue::history_bucket::HistorySettings {
+                max_age: Some("48h".parse().unwrap()),
+                max_tasks: Some(500),
+            },
         }
     }
 

@@ -94,6 +94,12 @@ pub struct Metrics {
     credential_days: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     credential: std::sync::Mutex<Option<(String, i64)>>,
     cache: CacheMetrics,
+    task_phase: Family<Vec<(String, String)>, Histogram, fn() -> Histogram>,
+}
+
+/// A phase's buckets: 0.1 s .. ~3.6 h (a job's run), doubling.
+fn phase_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.1, 2.0, 18))
 }
 
 /// The shared actions cache's series (`cache`).
@@ -184,6 +190,7 @@ impl Default for Metrics {
             credential_days: Family::default(),
             credential: Default::default(),
             cache: CacheMetrics::default(),
+            task_phase: Family::new_with_constructor(phase_buckets),
             registry: Registry::default(),
             recent: Mutex::default(),
         };
@@ -225,6 +232,11 @@ fn register_tasks(registry: &mut Registry, m: &Metrics) {
         "tasks_withdrawn",
         "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
         m.withdrawn.clone(),
+    );
+    registry.register(
+        "task_phase_seconds",
+        "Where finished tasks' time went: each phase's duration (task::history), observed once per task when its history is complete",
+        m.task_phase.clone(),
     );
 }
 
@@ -393,6 +405,19 @@ fn register_expiries(registry: &mut Registry, m: &Metrics) {
 }
 
 impl Metrics {
+    /// One phase of a finished task (`task::history`): its duration, labelled by phase,
+    /// backend and class.
+    pub fn task_phase(&self, phase: &str, backend: &str, class: &str, took: Duration) {
+        let labels = vec![
+            ("phase".to_string(), phase.to_string()),
+            ("backend".to_string(), backend.to_string()),
+            ("class".to_string(), class.to_string()),
+        ];
+        self.task_phase
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
     /// A task claimed from Gitea and queued for backend `b`; also counted in
     /// [`Figures::claims_last_minute`].
     pub fn claimed(&self, b: BackendKind) {

@@ -162,6 +162,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         vm: None,
         identity: None,
         cache: None,
+        history: Default::default(),
     }
 }
 
