@@ -472,16 +472,7 @@ async fn serve(
         &p.metrics,
         &stop_rx,
     );
-    let ledger_view = Mirror::new(p.ledger.clone());
-    let history = p.ledger.history().cloned();
-    let sources = status_sources(
-        cfg,
-        &p.registry,
-        ledger_view,
-        &p.backends,
-        &p.worker_client,
-        history,
-    );
+    let sources = status_sources(cfg, &p.registry, &p.ledger, &p.backends, &p.worker_client);
     let served = status_listeners.serve(
         p.health.clone(),
         p.metrics.clone(),
@@ -522,14 +513,13 @@ async fn serve(
 fn status_sources(
     cfg: &Config,
     registry: &Arc<Registry>,
-    ledger: Mirror,
+    ledger: &Ledger,
     backends: &[Arc<dyn Backend>],
     worker: &async_nats::Client,
-    history: Option<History>,
 ) -> Arc<status_api::Sources> {
     Arc::new(status_api::Sources {
         registry: registry.clone(),
-        ledger,
+        ledger: Mirror::new(ledger.clone()),
         backends: backends.to_vec(),
         instance: identity(cfg),
         forge_url: cfg.gitea.url.clone(),
@@ -541,11 +531,14 @@ fn status_sources(
         classes: cfg.executor.classes.clone(),
         cache_enabled: cfg.cache.is_some(),
         queue: async_nats::jetstream::new(worker.clone()),
-        history: history.map(|history| status_api::HistorySource {
-            history,
-            seen: Default::default(),
-            max_tasks: usize::try_from(cfg.history.max_tasks()).unwrap_or(usize::MAX),
-        }),
+        history: ledger
+            .history()
+            .cloned()
+            .map(|history| status_api::HistorySource {
+                history,
+                seen: Default::default(),
+                max_tasks: usize::try_from(cfg.history.max_tasks()).unwrap_or(usize::MAX),
+            }),
     })
 }
 

@@ -176,7 +176,7 @@ async fn explain_finished(a: &ExplainArgs, job: &Job, address: SocketAddr) -> Re
     let doc = fetch_history(address, &query).await?;
     if doc.tasks.is_empty() {
         return Err(Error::bad_input(format!(
-            "this dispatcher never saw {}: it holds no task for it and its history (kept for history.max_age, at most history.max_tasks tasks) has none; check the job's URL, or ask the dispatcher that ran it",
+            "this dispatcher holds no task for {} and never saw it: its history (kept for history.max_age, at most history.max_tasks tasks) has none; check the job's URL, or ask the dispatcher that ran it",
             asked(job)
         )));
     }
@@ -257,14 +257,6 @@ pub async fn explain(a: &ExplainArgs) -> Result<i32> {
     let job = job(a)?;
     let address = a.reach.address()?;
     let s = fetch(address).await?;
-    // A job it does not hold (and no --runs-on to try): where its time went, if it ran here.
-    if let Some(j) = &job
-        && a.runs_on.is_none()
-        && question::find(&s, j).is_empty()
-    {
-        question::check_forge(j, &s).map_err(Error::bad_input)?;
-        return explain_finished(a, j, address).await;
-    }
     let view = match &job {
         Some(j) => forge_view(a, &s, j).await?,
         None => None,
@@ -274,6 +266,15 @@ pub async fn explain(a: &ExplainArgs) -> Result<i32> {
         Some(View::Jobs { jobs, .. }) => jobs.iter().find(|j| j.waits()).map(|j| j.runs_on.clone()),
         _ => None,
     });
+    // A job it does not hold, no labels to try (none given, none waiting at the forge):
+    // where its time went, if it ran here.
+    if let Some(j) = &job
+        && runs_on.is_none()
+        && question::find(&s, j).is_empty()
+    {
+        question::check_forge(j, &s).map_err(Error::bad_input)?;
+        return explain_finished(a, j, address).await;
+    }
     let mut explained = explained(&s, job.as_ref(), runs_on.as_deref())?;
     if let Some(kubeconfig) = &a.kubeconfig {
         pod_events(&mut explained, kubeconfig, &a.namespace).await?;

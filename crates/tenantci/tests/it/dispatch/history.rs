@@ -167,7 +167,7 @@ async fn a_task_that_waited_for_a_booting_node_has_scheduling_as_its_slowest_pha
     let o = dispatch(&d, &["explain", "--task", "987654"]);
     assert_exit(&o, 2);
     assert!(
-        stderr(&o).contains("this dispatcher never saw task 987654"),
+        stderr(&o).contains("this dispatcher holds no task for task 987654 and never saw it"),
         "{}",
         stderr(&o)
     );

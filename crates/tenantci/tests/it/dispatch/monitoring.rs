@@ -84,3 +84,48 @@ async fn the_minted_credentials_expiry_is_exported() {
         .unwrap();
     assert!((29.9..=30.0).contains(&days), "720h: {days}");
 }
+
+/// Every query of the shipped Grafana dashboard names a metric a running dispatcher exports
+/// (its `# TYPE` lines: a family is listed before its first series), so a renamed metric
+/// cannot leave a panel silently empty; the task history's histogram is among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_dashboard_query_names_a_metric_the_dispatcher_exports() {
+    let w = World::start(1).await;
+    let d = w.dispatcher("d1").await;
+    d.wait_up().await;
+    let text = d.metrics().await.unwrap();
+    let exported: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests/monitoring/dashboard.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut named = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            let words = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("tenantci_dispatch_"));
+            named.extend(words.map(str::to_string));
+        }
+    }
+    assert!(
+        named.contains("tenantci_dispatch_task_phase_seconds_bucket"),
+        "{named:?}"
+    );
+    for metric in &named {
+        // A counter's series ends in _total, a histogram's in _bucket, _sum, _count.
+        let family = ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| metric.strip_suffix(s).filter(|f| exported.contains(f)))
+            .unwrap_or(metric);
+        assert!(
+            exported.contains(family),
+            "the dashboard queries {metric}, which the dispatcher does not export"
+        );
+    }
+}
