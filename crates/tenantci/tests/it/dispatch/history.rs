@@ -163,6 +163,26 @@ async fn a_task_that_waited_for_a_booting_node_has_scheduling_as_its_slowest_pha
         );
     }
 
+    // Its cost: each observer writes its mark once (not at every reconcile pass), into one
+    // record of a few hundred bytes.
+    let js = jetstream::new(w.nats.client("ci-admin").await);
+    let info = js
+        .get_stream("KV_CI_HISTORY")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    let writes = info.state.last_sequence;
+    eprintln!(
+        "history cost for one task: {writes} writes, {} bytes stored ({} bytes of record)",
+        info.state.bytes,
+        record.len()
+    );
+    assert!(writes <= 12, "{writes} writes for one task");
+    assert!(record.len() < 1024, "{record}");
+
     // A job this dispatcher never saw: one sentence, exit 2.
     let o = dispatch(&d, &["explain", "--task", "987654"]);
     assert_exit(&o, 2);
