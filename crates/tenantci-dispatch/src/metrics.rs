@@ -94,8 +94,11 @@ pub struct Metrics {
     credential_days: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     credential: std::sync::Mutex<Option<(String, i64)>>,
     cache: CacheMetrics,
-    task_phase: Family<Vec<(String, String)>, Histogram, fn() -> Histogram>,
+    task_phase: PhaseHistograms,
 }
+
+/// The task history's histogram per phase, backend and class.
+type PhaseHistograms = Family<Vec<(String, String)>, Histogram, fn() -> Histogram>;
 
 /// A phase's buckets: 0.1 s .. ~3.6 h (a job's run), doubling.
 fn phase_buckets() -> Histogram {

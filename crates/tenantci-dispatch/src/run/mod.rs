@@ -538,6 +538,7 @@ fn status_sources(
                 history,
                 seen: Default::default(),
                 max_tasks: usize::try_from(cfg.history.max_tasks()).unwrap_or(usize::MAX),
+                max_age: cfg.history.max_age(),
             }),
     })
 }

@@ -73,6 +73,8 @@ pub struct HistorySource {
     pub seen: tokio::sync::Mutex<Seen>,
     /// `history.max_tasks`.
     pub max_tasks: usize,
+    /// `history.max_age`.
+    pub max_age: std::time::Duration,
 }
 
 impl HistorySource {
@@ -80,6 +82,13 @@ impl HistorySource {
     async fn doc(&self, q: &history::Query) -> history::HistoryDoc {
         let mut seen = self.seen.lock().await;
         seen.catch_up(&self.history, self.max_tasks).await;
+        // A bound past the calendar's (a huge max_age) expires nothing.
+        let cutoff = chrono::Duration::from_std(self.max_age)
+            .ok()
+            .and_then(|age| chrono::Utc::now().checked_sub_signed(age));
+        if let Some(cutoff) = cutoff {
+            seen.expire(cutoff);
+        }
         history::build(seen.records(), q)
     }
 }

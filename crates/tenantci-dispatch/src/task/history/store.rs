@@ -235,8 +235,46 @@ impl Seen {
         }
     }
 
+    /// Drops the records whose last mark is before `cutoff` (the bucket's `max_age` drops them
+    /// without a marker the catch-up would read) (pure).
+    pub fn expire(&mut self, cutoff: chrono::DateTime<chrono::Utc>) {
+        self.records.retain(|_, (_, d)| match d {
+            Decoded::Record(r) => r.last_at().is_none_or(|at| at >= cutoff),
+            Decoded::Newer { .. } => true,
+        });
+    }
+
     /// Every record held, by task.
     pub fn records(&self) -> impl Iterator<Item = &Decoded> {
         self.records.values().map(|(_, d)| d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::history::Mark;
+
+    fn record(task: i64, at: i64) -> Option<Decoded> {
+        let mut r = Record::new(TaskId::new(task));
+        let t = chrono::DateTime::from_timestamp(1_800_000_000 + at, 0).unwrap();
+        r.marks.insert(Mark::Claimed, t);
+        Some(Decoded::Record(r))
+    }
+
+    #[test]
+    fn the_status_keeps_the_newest_records_as_the_bucket_does() {
+        let mut seen = Seen::default();
+        seen.apply(1, TaskId::new(1), record(1, 0), 2);
+        seen.apply(2, TaskId::new(2), record(2, 10), 2);
+        // Task 1 written again: now the newest write.
+        seen.apply(3, TaskId::new(1), record(1, 20), 2);
+        seen.apply(4, TaskId::new(3), record(3, 30), 2);
+        let kept: Vec<TaskId> = seen.records.keys().copied().collect();
+        assert_eq!(kept, vec![TaskId::new(1), TaskId::new(3)]);
+        seen.apply(5, TaskId::new(3), None, 2);
+        assert_eq!(seen.records().count(), 1, "a deleted record goes");
+        seen.expire(chrono::DateTime::from_timestamp(1_800_000_021, 0).unwrap());
+        assert_eq!(seen.records().count(), 0, "past max_age");
     }
 }
