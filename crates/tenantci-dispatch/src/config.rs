@@ -383,6 +383,8 @@ pub const OVERRIDE_KEYS: &[&str] = &[
     "cache.max_entry_size_mib",
     "cache.max_age",
     "cache.grant_lifetime",
+    "history.max_age",
+    "history.max_tasks",
 ];
 
 /// The variable that overrides the dotted `key`: `TENANTCI_DISPATCH_` and the key upper-cased,
@@ -405,7 +407,8 @@ fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_e
         | "claim.max_attempts"
         | "webhook.nudge_burst"
         | "cache.max_size_mib"
-        | "cache.max_entry_size_mib" => {
+        | "cache.max_entry_size_mib"
+        | "history.max_tasks" => {
             let n: i64 = raw.trim().parse().map_err(|_| {
                 format!("has {var} = `{raw}` in the environment, which is not a whole number")
             })?;
@@ -1294,7 +1297,7 @@ pub(crate) mod tests {
     #[test]
     fn override_variables_follow_their_keys() {
         let table: Vec<(String, &str)> = overrides().collect();
-        assert_eq!(table.len(), 60);
+        assert_eq!(table.len(), 62);
         for pair in [
             ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
             (
@@ -1313,6 +1316,7 @@ pub(crate) mod tests {
                 "TENANTCI_DISPATCH_CACHE_GRANT_LIFETIME",
                 "cache.grant_lifetime",
             ),
+            ("TENANTCI_DISPATCH_HISTORY_MAX_TASKS", "history.max_tasks"),
         ] {
             assert!(
                 table.iter().any(|(v, k)| (v.as_str(), *k) == pair),
