@@ -149,6 +149,25 @@ async fn a_task_that_waited_for_a_booting_node_has_scheduling_as_its_slowest_pha
     let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(doc[0]["slowest"]["phase"], "scheduling", "{doc:#}");
 
+    // The page's timeline of the last hour: a bar for the task, its scheduling coloured.
+    let page = reqwest::get(format!("http://{}/", d.status_address()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("<h2 id=\"timeline\">The last hour</h2>"),
+        "{page}"
+    );
+    assert!(page.contains("<g class=\"task\">"), "{page}");
+    let bar = format!("<title>task {task} scheduling: ");
+    assert!(
+        page.contains("class=\"phase scheduling\"") && page.contains(&bar),
+        "{page}"
+    );
+    assert!(!page.contains("<script"), "no script");
+
     // Observed once, in the dispatcher's per-phase histogram.
     let count = "tenantci_dispatch_task_phase_seconds_count";
     let scheduled = eventually("the phase histogram", || async {
