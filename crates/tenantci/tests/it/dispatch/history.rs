@@ -143,6 +143,21 @@ async fn a_task_that_waited_for_a_booting_node_has_scheduling_as_its_slowest_pha
         out.contains("waiting for a node: a rented node booting"),
         "{out}"
     );
+    // By the job's URL, as an operator copies it from the forge: the same answer.
+    let forge = {
+        let o = dispatch(&d, &["status", "-o", "json"]);
+        let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        doc["summary"]["forge"]["url"].as_str().unwrap().to_string()
+    };
+    let url = format!(
+        "{forge}/{}/actions/runs/{}/jobs/0",
+        t["repository"].as_str().unwrap(),
+        t["run"]
+    );
+    let o = dispatch(&d, &["explain", &url]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("slowest: scheduling"), "{}", stdout(&o));
+
     // explain -o json: the same history.
     let o = dispatch(&d, &["explain", "--task", &task.to_string(), "-o", "json"]);
     assert_exit(&o, 0);
