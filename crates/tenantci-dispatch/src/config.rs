@@ -152,6 +152,13 @@ pub struct Config {
     /// The shared actions cache, per repository; absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cache::settings::CacheSettings>,
+    /// How long and how many finished tasks' histories are kept (the `CI_HISTORY` bucket);
+    /// absent: a week, 10000 tasks.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::queue::history_bucket::HistorySettings::is_default"
+    )]
+    pub history: crate::queue::history_bucket::HistorySettings,
 }
 
 /// The `[cluster]` section: the tenant cluster as the dispatcher reaches it.
@@ -389,6 +396,8 @@ pub const OVERRIDE_KEYS: &[&str] = &[
     "cache.max_entry_size_mib",
     "cache.max_age",
     "cache.grant_lifetime",
+    "history.max_age",
+    "history.max_tasks",
 ];
 
 /// The variable that overrides the dotted `key`: `TENANTCI_DISPATCH_` and the key upper-cased,
@@ -411,7 +420,8 @@ fn override_value(var: &str, key: &str, raw: &str) -> std::result::Result<toml_e
         | "claim.max_attempts"
         | "webhook.nudge_burst"
         | "cache.max_size_mib"
-        | "cache.max_entry_size_mib" => {
+        | "cache.max_entry_size_mib"
+        | "history.max_tasks" => {
             let n: i64 = raw.trim().parse().map_err(|_| {
                 format!("has {var} = `{raw}` in the environment, which is not a whole number")
             })?;
@@ -513,6 +523,7 @@ impl Config {
         self.validate_claiming()?;
         self.validate_executor()?;
         self.validate_status()?;
+        self.history.validate()?;
         self.leader_timing()
             .validate()
             .map_err(|e| format!("has leader timings where {e}"))?;
@@ -835,6 +846,10 @@ pub(crate) mod tests {
                 max_size_mib: 4096,
                 ..crate::cache::settings::CacheSettings::in_dir("cache")
             }),
+            history: crate::queue::history_bucket::HistorySettings {
+                max_age: Some("48h".parse().unwrap()),
+                max_tasks: Some(500),
+            },
         }
     }
 
@@ -1331,7 +1346,7 @@ pub(crate) mod tests {
     #[test]
     fn override_variables_follow_their_keys() {
         let table: Vec<(String, &str)> = overrides().collect();
-        assert_eq!(table.len(), 61);
+        assert_eq!(table.len(), 63);
         for pair in [
             ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
             (
@@ -1350,6 +1365,7 @@ pub(crate) mod tests {
                 "TENANTCI_DISPATCH_CACHE_GRANT_LIFETIME",
                 "cache.grant_lifetime",
             ),
+            ("TENANTCI_DISPATCH_HISTORY_MAX_TASKS", "history.max_tasks"),
         ] {
             assert!(
                 table.iter().any(|(v, k)| (v.as_str(), *k) == pair),

@@ -94,6 +94,15 @@ pub struct Metrics {
     credential_days: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     credential: std::sync::Mutex<Option<(String, i64)>>,
     cache: CacheMetrics,
+    task_phase: PhaseHistograms,
+}
+
+/// The task history's histogram per phase, backend and class.
+type PhaseHistograms = Family<Vec<(String, String)>, Histogram, fn() -> Histogram>;
+
+/// A phase's buckets: 0.1 s .. ~3.6 h (a job's run), doubling.
+fn phase_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.1, 2.0, 18))
 }
 
 /// The shared actions cache's series (`cache`).
@@ -184,6 +193,7 @@ impl Default for Metrics {
             credential_days: Family::default(),
             credential: Default::default(),
             cache: CacheMetrics::default(),
+            task_phase: Family::new_with_constructor(phase_buckets),
             registry: Registry::default(),
             recent: Mutex::default(),
         };
@@ -225,6 +235,11 @@ fn register_tasks(registry: &mut Registry, m: &Metrics) {
         "tasks_withdrawn",
         "Tasks cancelled at Gitea before their executor fetched them (no executor ran them)",
         m.withdrawn.clone(),
+    );
+    registry.register(
+        "task_phase_seconds",
+        "Where finished tasks' time went: each phase's duration (task::history), observed once per task when its history is complete",
+        m.task_phase.clone(),
     );
 }
 
@@ -393,6 +408,19 @@ fn register_expiries(registry: &mut Registry, m: &Metrics) {
 }
 
 impl Metrics {
+    /// One phase of a finished task (`task::history`): its duration, labelled by phase,
+    /// backend and class.
+    pub fn task_phase(&self, phase: &str, backend: &str, class: &str, took: Duration) {
+        let labels = vec![
+            ("phase".to_string(), phase.to_string()),
+            ("backend".to_string(), backend.to_string()),
+            ("class".to_string(), class.to_string()),
+        ];
+        self.task_phase
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
     /// A task claimed from Gitea and queued for backend `b`; also counted in
     /// [`Figures::claims_last_minute`].
     pub fn claimed(&self, b: BackendKind) {
@@ -630,8 +658,10 @@ mod tests {
         m.warm("small", 2, 1.5);
         m.warm_start("small", false);
         m.facade_cert_expiry(time::OffsetDateTime::now_utc() + time::Duration::days(20));
+        m.task_phase("scheduling", "pod", "none", Duration::from_secs(90));
         let text = m.render();
         for needle in [
+            "tenantci_dispatch_task_phase_seconds_count{phase=\"scheduling\",backend=\"pod\",class=\"none\"} 1",
             "tenantci_dispatch_tasks_claimed_total{backend=\"pod\"} 1",
             "tenantci_dispatch_fetch_task_calls_total 1",
             "tenantci_dispatch_leader 1",
@@ -670,5 +700,77 @@ mod tests {
             .parse()
             .unwrap();
         assert!((2.9..=3.0).contains(&days), "{days}");
+    }
+
+    /// Every query of the shipped Grafana dashboard names a family this registry exports
+    /// (a family is in the text once it has a series, so every recording method is called
+    /// first): a renamed metric cannot leave a panel silently empty.
+    #[test]
+    fn every_dashboard_query_names_a_metric_the_dispatcher_exports() {
+        let m = Metrics::default();
+        let b = BackendKind::new("pod");
+        m.claimed(b);
+        m.completed(b);
+        m.failed(b);
+        m.fetched(Duration::from_millis(3));
+        m.queue_depth(b, 1);
+        m.capacity(b, 4);
+        m.in_use(b, 1);
+        m.leader(true);
+        m.handed_out();
+        m.facade_refused();
+        m.identity_refused();
+        m.spire_entry_error();
+        m.spire_mint_error();
+        m.webhook("nudged");
+        m.withdrawn();
+        m.restarted();
+        m.answer_lost();
+        m.nudge_paced();
+        m.waiting_read("ok");
+        m.warm("small", 1, 1.0);
+        m.warm_start("small", true);
+        m.warm_start("small", false);
+        m.cache_hit();
+        m.cache_miss();
+        m.cache_refused();
+        m.cache_stored(1);
+        m.cache_evicted(1);
+        m.task_phase("run", "pod", "none", Duration::from_secs(1));
+        let now = time::OffsetDateTime::now_utc();
+        m.facade_cert_expiry(now + time::Duration::days(20));
+        m.credential_expiry("tenantci-dispatcher", now + time::Duration::days(20));
+        let text = m.render();
+        let exported: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../../manifests/monitoring/dashboard.json"))
+                .unwrap();
+        let mut named = std::collections::BTreeSet::new();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().unwrap();
+                named.extend(
+                    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .filter(|w| w.starts_with("tenantci_dispatch_"))
+                        .map(str::to_string),
+                );
+            }
+        }
+        assert!(named.contains("tenantci_dispatch_task_phase_seconds_bucket"));
+        for metric in &named {
+            // A counter's series ends in _total, a histogram's in _bucket, _sum, _count.
+            let family = ["_total", "_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| metric.strip_suffix(s).filter(|f| exported.contains(f)))
+                .unwrap_or(metric);
+            assert!(
+                exported.contains(family),
+                "the dashboard queries {metric}, which the dispatcher does not export"
+            );
+        }
     }
 }

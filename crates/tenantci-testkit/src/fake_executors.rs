@@ -53,6 +53,7 @@ pub fn unfetched(task: TaskId, attempt: u32, age: Duration) -> Observed {
         placement: None,
         class: None,
         recheck: None,
+        marks: Vec::new(),
     }
 }
 

@@ -172,6 +172,9 @@ pub struct Observed {
     /// The backend's decision changes with time alone after this long (a grace running out):
     /// the reconciler passes again then, whatever else wakes it.
     pub recheck: Option<Duration>,
+    /// The task history's marks the backend saw on it, with their times (the pod backend's
+    /// `scheduled` and `started`, from the Pod's status); empty: none it can tell.
+    pub marks: Vec<(crate::task::history::Mark, chrono::DateTime<chrono::Utc>)>,
 }
 
 impl Observed {

@@ -49,6 +49,7 @@ use crate::queue::assignment::context_str;
 use crate::queue::assignment::{Assignment, SealingKey};
 use crate::queue::producer::Producer;
 use crate::sizing::class::{self, ExecutorClass};
+use crate::task::history::Observation;
 use crate::task::ledger::{Entry, Ledger, Phase};
 use crate::task::registry::{Description, Registry};
 use crate::task::report;
@@ -380,6 +381,9 @@ impl Scheduler {
         // is back, and its `running` must find (and clear) this entry.
         self.registry.queued(id, backend);
         let job = description(&task, &assignment.labels, class_name);
+        if let Some(history) = self.ledger.history() {
+            history.note(id, described(&job, backend));
+        }
         self.registry.describe(id, job);
         // The ledger's `claimed` entry and the publish go out together, one round trip of
         // claim latency instead of two, with the same guarantee as one after the other: a
@@ -472,6 +476,17 @@ fn description(task: &Task, runs_on: &[String], class: Option<String>) -> Descri
         run: number("run_number").or_else(|| number("run_id")),
         runs_on: runs_on.to_vec(),
         class,
+    }
+}
+
+/// What the task history keeps of a claimed job: who it is, never its secrets.
+fn described(job: &Description, backend: BackendKind) -> Observation {
+    Observation {
+        repository: Some(job.repository.clone()).filter(|r| !r.is_empty()),
+        run: job.run,
+        backend: Some(backend),
+        class: job.class.clone(),
+        ..Observation::default()
     }
 }
 

@@ -581,6 +581,8 @@ pub fn config(
         // `--cache-dir` / `--cache-s3-bucket` turn it on; without them an existing section
         // (an operator's or an earlier init's) is kept across re-runs.
         cache: crate::cache::init::section(&i.cache, tuning.and_then(|e| e.cache.as_ref()))?,
+        // An operator's `[history]` bounds are kept as they are.
+        history: tuning.map(|e| e.history.clone()).unwrap_or_default(),
     })
 }
 

@@ -10,6 +10,8 @@
 //! - [`connect`]: a client with user/password from a file and the user's own inbox prefix.
 //! - [`depth`]: `queue status` and the scheduler's depth: what each backend's consumer holds.
 //! - [`ledger_bucket`]: where the claim ledger lives (its entries are `task::ledger`'s).
+//! - [`history_bucket`]: where the task history lives and its bounds (its records are
+//!   `task::history`'s).
 //!
 //! Does not talk to Gitea or Kubernetes, and does not know what a task's state is (`task`).
 
@@ -17,6 +19,7 @@ pub mod assignment;
 pub mod connect;
 pub mod consumer;
 pub mod depth;
+pub mod history_bucket;
 pub mod ledger_bucket;
 pub mod permissions;
 pub mod producer;

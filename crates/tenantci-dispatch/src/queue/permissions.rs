@@ -6,16 +6,17 @@
 //!
 //! Least privilege: `ci-admin` only talks to the JetStream API; `ci-producer` only publishes
 //! assignments and reads its PubAcks; `ci-worker` only pulls, acks and reads info of each
-//! backend's consumer, and reads and writes the claim ledger's entries (not its config). Each
-//! user subscribes only below its own inbox prefix (`_INBOX_<user>.>`), so nobody can read
-//! another user's replies. Anything not allowed is denied.
+//! backend's consumer, and reads and writes the claim ledger's entries and the task history's
+//! records (not their config). Each user subscribes only below its own inbox prefix
+//! (`_INBOX_<user>.>`), so nobody can read another user's replies. Anything not allowed is
+//! denied.
 
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use rand::RngCore as _;
 
-use super::{STREAM, ledger_bucket, users};
+use super::{STREAM, history_bucket, ledger_bucket, users};
 use crate::backend_kind::BackendKind;
 use tenantci_core::fsutil;
 
@@ -54,6 +55,13 @@ pub fn user_permissions(backends: &[BackendKind]) -> Vec<UserPermissions> {
     worker_publish.push(format!("$JS.API.DIRECT.GET.{ledger}"));
     worker_publish.push(format!("$JS.API.DIRECT.GET.{ledger}.>"));
     worker_publish.push(ledger_bucket::subjects());
+    // The task history, the same way: records written with compare-and-set, read by key and
+    // in sequence order (the status API's history mirror).
+    let history = history_bucket::stream_name();
+    worker_publish.push(format!("$JS.API.STREAM.INFO.{history}"));
+    worker_publish.push(format!("$JS.API.DIRECT.GET.{history}"));
+    worker_publish.push(format!("$JS.API.DIRECT.GET.{history}.>"));
+    worker_publish.push(history_bucket::subjects());
     vec![
         UserPermissions {
             user: users::ADMIN,
@@ -302,6 +310,10 @@ mod tests {
                 "$JS.API.DIRECT.GET.KV_CI_CLAIMS",
                 "$JS.API.DIRECT.GET.KV_CI_CLAIMS.>",
                 "$KV.CI_CLAIMS.>",
+                "$JS.API.STREAM.INFO.KV_CI_HISTORY",
+                "$JS.API.DIRECT.GET.KV_CI_HISTORY",
+                "$JS.API.DIRECT.GET.KV_CI_HISTORY.>",
+                "$KV.CI_HISTORY.>",
             ]
         );
         assert_eq!(p.subscribe, vec!["_INBOX_ci-worker.>"]);

@@ -24,6 +24,7 @@ use async_nats::jetstream::{
 };
 use serde::Serialize;
 
+use super::history_bucket::{self, HistorySettings};
 use super::{STREAM, STREAM_SUBJECTS, ledger_bucket};
 use crate::backend_kind::BackendKind;
 
@@ -48,6 +49,8 @@ pub struct TopologySpec {
     pub max_bytes: i64,
     /// Largest single assignment accepted.
     pub max_message_size: i32,
+    /// The task history's bounds (the dispatcher's `[history]`; `queue init`'s flags).
+    pub history: HistorySettings,
 }
 
 /// `max_deliver` for "redeliver until it succeeds" (JetStream's -1). Poison is terminated by
@@ -69,6 +72,7 @@ impl Default for TopologySpec {
             max_messages: 100_000,
             max_bytes: 256 * 1024 * 1024,
             max_message_size: 1024 * 1024,
+            history: HistorySettings::default(),
         }
     }
 }
@@ -97,6 +101,7 @@ impl TopologySpec {
         if self.max_messages < 1 || self.max_bytes < 1 || self.max_message_size < 1 {
             return Err(InvalidSpec::Bounds);
         }
+        self.history.validate().map_err(|_| InvalidSpec::History)?;
         Ok(())
     }
 
@@ -138,6 +143,9 @@ pub enum InvalidSpec {
     /// A stream bound (`max_messages`, `max_bytes`, `max_message_size`) is below 1.
     #[error("the stream bounds must be positive")]
     Bounds,
+    /// The history's bounds are out of range (`HistorySettings::validate` says which).
+    #[error("the history must be kept at least 1m and for 1 to 1000000 tasks")]
+    History,
 }
 
 /// `spec` with what `queue init` chose and a dispatcher must not undo: the replica count,
@@ -285,6 +293,10 @@ pub struct ApplyReport {
     pub ledger: String,
     /// What was done to the bucket's stream.
     pub ledger_change: Change,
+    /// The task history's key-value bucket.
+    pub history: String,
+    /// What was done to the history bucket's stream.
+    pub history_change: Change,
 }
 
 /// What [`apply`] did to one backend's durable consumer.
@@ -404,8 +416,8 @@ pub async fn live_configs(
     Ok((stream, consumer))
 }
 
-/// Creates or updates the stream, every backend's consumer and the claim ledger's bucket to
-/// match `spec` (needs `ci-admin`).
+/// Creates or updates the stream, every backend's consumer, the claim ledger's bucket and the
+/// task history's bucket to match `spec` (needs `ci-admin`).
 pub async fn apply(
     js: &jetstream::Context,
     spec: &TopologySpec,
@@ -470,6 +482,14 @@ pub async fn apply(
             ledger_bucket::desired_bucket(spec.replicas, spec.max_message_size, spec.max_bytes),
             format!("claim ledger {}", ledger_bucket::BUCKET),
             ledger_drift,
+        )
+        .await?,
+        history: history_bucket::BUCKET.to_string(),
+        history_change: apply_stream(
+            js,
+            history_bucket::desired_bucket(spec.replicas, &spec.history),
+            format!("task history {}", history_bucket::BUCKET),
+            history_bucket::drift,
         )
         .await?,
     })

@@ -58,6 +58,7 @@ use crate::queue::{connect, permissions, users};
 use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
 use crate::sizing::demand::WarmDemand;
+use crate::task::history::store::History;
 use crate::task::ledger::Ledger;
 use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
@@ -388,8 +389,9 @@ async fn prepare(cfg: &Config) -> Result<Prepared> {
     let (client, swappable) = kube_client(cfg).await?;
     let (producer_client, worker_client) = connect_queue(cfg).await?;
     apply_topology(cfg).await?;
-    let ledger = open_ledger(cfg, &worker_client).await?;
     let metrics = start_metrics(cfg, &inputs);
+    let ledger = open_ledger(cfg, &worker_client).await?;
+    let ledger = with_history(ledger, &worker_client, &metrics).await;
     let (own, minter) = own_identity(cfg, &metrics).await?;
     let sandboxes = connect_sandboxes(cfg, inputs.runner_id, minter).await?;
 
@@ -472,8 +474,7 @@ async fn serve(
         &p.metrics,
         &stop_rx,
     );
-    let ledger_view = Mirror::new(p.ledger.clone());
-    let sources = status_sources(cfg, &p.registry, ledger_view, &p.backends, &p.worker_client);
+    let sources = status_sources(cfg, &p.registry, &p.ledger, &p.backends, &p.worker_client);
     let served = status_listeners.serve(
         p.health.clone(),
         p.metrics.clone(),
@@ -514,13 +515,13 @@ async fn serve(
 fn status_sources(
     cfg: &Config,
     registry: &Arc<Registry>,
-    ledger: Mirror,
+    ledger: &Ledger,
     backends: &[Arc<dyn Backend>],
     worker: &async_nats::Client,
 ) -> Arc<status_api::Sources> {
     Arc::new(status_api::Sources {
         registry: registry.clone(),
-        ledger,
+        ledger: Mirror::new(ledger.clone()),
         backends: backends.to_vec(),
         instance: identity(cfg),
         forge_url: cfg.gitea.url.clone(),
@@ -532,6 +533,15 @@ fn status_sources(
         classes: cfg.executor.classes.clone(),
         cache_enabled: cfg.cache.is_some(),
         queue: async_nats::jetstream::new(worker.clone()),
+        history: ledger
+            .history()
+            .cloned()
+            .map(|history| status_api::HistorySource {
+                history,
+                seen: Default::default(),
+                max_tasks: usize::try_from(cfg.history.max_tasks()).unwrap_or(usize::MAX),
+                max_age: cfg.history.max_age(),
+            }),
     })
 }
 
@@ -792,6 +802,24 @@ async fn connect_queue(cfg: &Config) -> Result<(async_nats::Client, async_nats::
 }
 
 /// The claim ledger, through the worker's connection (its permissions cover the bucket).
+/// The ledger, marking the task history too when its bucket is there; without it (a queue
+/// set up by an older `queue init`, no ci-admin to create it) the dispatcher runs without a
+/// history and says so once.
+async fn with_history(
+    ledger: Ledger,
+    worker: &async_nats::Client,
+    metrics: &Arc<Metrics>,
+) -> Ledger {
+    let js = async_nats::jetstream::new(worker.clone());
+    match History::open(&js, Some(metrics.clone())).await {
+        Ok(history) => ledger.with_history(history),
+        Err(e) => {
+            tracing::warn!(error = %e, "no task history is kept: run `tenantci queue init` (or give the dispatcher the ci-admin password) to create the CI_HISTORY bucket");
+            ledger
+        }
+    }
+}
+
 async fn open_ledger(cfg: &Config, worker: &async_nats::Client) -> Result<Ledger> {
     Ledger::open(&async_nats::jetstream::new(worker.clone()))
         .await
@@ -876,6 +904,7 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
             .map(|b| (b, cfg.capacity.of(b)))
             .collect(),
         ack_wait: cfg.nats.ack_wait.get(),
+        history: cfg.history.clone(),
         ..TopologySpec::default()
     };
     // A cluster that just lost a server answers the stream's and consumers' requests only

@@ -1,16 +1,17 @@
 //! The status API on loopback: `/healthz` (the process serves), `/readyz` (the facade is up;
 //! the body says whether this instance leads), `/metrics` (Prometheus text), `/v1/status`
-//! (every task held and the summary: `crate::view`, gathered here by [`Sources`]) and `/`
-//! (the same as an HTML page). With `status.metrics_listen`, a second listener serves
+//! (every task held and the summary: `crate::view`, gathered here by [`Sources`]),
+//! `/v1/history` (where finished tasks' time went: `view::history`) and `/` (the same as an
+//! HTML page, with the last hour's timeline). With `status.metrics_listen`, a second listener serves
 //! `/metrics` alone, for a scraper outside the Pod or host (non-loopback only with
 //! `status.expose_metrics = true`); health stays on loopback. Also the client side:
-//! [`probe`] and [`fetch`], for `dispatch probe`, `status` and `explain`.
+//! [`probe`], [`fetch`] and [`fetch_history`], for `dispatch probe`, `status` and `explain`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -22,9 +23,11 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::queue::depth::depth_now;
 use crate::sizing::class::ExecutorClass;
+use crate::task::history::store::{History, Seen};
 use crate::task::mirror::Mirror;
 use crate::task::registry::Registry;
-use crate::view::{self, Inputs, Status};
+use crate::task_id::TaskId;
+use crate::view::{self, Inputs, Status, history};
 
 struct Shared {
     health: Arc<Health>,
@@ -57,6 +60,72 @@ pub struct Sources {
     /// as its last pass, which may be a poll interval ago (a task started since still
     /// counted as queued).
     pub queue: async_nats::jetstream::Context,
+    /// The task history and what was read of it (None: no history kept).
+    pub history: Option<HistorySource>,
+}
+
+/// The task history as the status API reads it: the writes since the last request, caught
+/// up per request, the newest `max_tasks` kept (as the bucket keeps them).
+pub struct HistorySource {
+    /// The bucket.
+    pub history: History,
+    /// What was read so far.
+    pub seen: tokio::sync::Mutex<Seen>,
+    /// `history.max_tasks`.
+    pub max_tasks: usize,
+    /// `history.max_age`.
+    pub max_age: std::time::Duration,
+}
+
+impl HistorySource {
+    /// The records `q` asks for, after reading the writes since the last request.
+    async fn doc(&self, q: &history::Query) -> history::HistoryDoc {
+        let mut seen = self.seen.lock().await;
+        seen.catch_up(&self.history, self.max_tasks).await;
+        // A bound past the calendar's (a huge max_age) expires nothing.
+        let cutoff = chrono::Duration::from_std(self.max_age)
+            .ok()
+            .and_then(|age| chrono::Utc::now().checked_sub_signed(age));
+        if let Some(cutoff) = cutoff {
+            seen.expire(cutoff);
+        }
+        history::build(seen.records(), q)
+    }
+}
+
+/// The most recent tasks' histories `/v1/history` answers with when not told how many.
+pub const HISTORY_DEFAULT_LIMIT: usize = 20;
+/// The most it answers with.
+pub const HISTORY_MAX_LIMIT: usize = 1000;
+
+/// `/v1/history`'s query: `limit`, `task`, `repository`, `run`, `finished`; a value that does
+/// not parse is one sentence naming it.
+pub fn history_query(
+    params: &std::collections::HashMap<String, String>,
+) -> Result<history::Query, String> {
+    let number = |key: &str| -> Result<Option<i64>, String> {
+        params
+            .get(key)
+            .map(|v| {
+                v.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("the query's {key}=`{v}` is not a positive whole number")
+                })
+            })
+            .transpose()
+    };
+    let limit = number("limit")?.map_or(Ok(HISTORY_DEFAULT_LIMIT), |n| {
+        usize::try_from(n)
+            .ok()
+            .filter(|n| *n <= HISTORY_MAX_LIMIT)
+            .ok_or_else(|| format!("the query's limit={n} is above {HISTORY_MAX_LIMIT}"))
+    })?;
+    Ok(history::Query {
+        task: number("task")?.map(TaskId::new),
+        repository: params.get("repository").cloned(),
+        run: number("run")?,
+        finished: params.get("finished").is_some_and(|v| v == "true"),
+        limit,
+    })
 }
 
 /// How long one backend's observation may take before the status calls its API away: an
@@ -132,12 +201,41 @@ async fn v1_status(State(s): State<Arc<Shared>>) -> axum::response::Response {
     axum::Json(doc).into_response()
 }
 
+async fn v1_history(
+    State(s): State<Arc<Shared>>,
+    Query(params): Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    let Some(sources) = &s.sources else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let q = match history_query(&params) {
+        Ok(q) => q,
+        Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
+    let Some(h) = &sources.history else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this dispatcher keeps no task history: its NATS has no CI_HISTORY bucket (run `tenantci queue init`)",
+        )
+            .into_response();
+    };
+    axum::Json(h.doc(&q).await).into_response()
+}
+
 async fn page(State(s): State<Arc<Shared>>) -> axum::response::Response {
     let Some(sources) = &s.sources else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let doc = sources.status(&s.health, &s.metrics).await;
-    axum::response::Html(view::page::render(&doc)).into_response()
+    let recent = history::Query {
+        limit: view::timeline::MAX_BARS,
+        ..history::Query::default()
+    };
+    let recent = match &sources.history {
+        Some(h) => h.doc(&recent).await,
+        None => history::build([], &recent),
+    };
+    axum::response::Html(view::page::render(&doc, &recent)).into_response()
 }
 
 async fn healthz() -> &'static str {
@@ -177,6 +275,7 @@ pub fn router(health: Arc<Health>, metrics: Arc<Metrics>, sources: Option<Arc<So
         .route("/readyz", get(readyz))
         .route("/metrics", get(self::metrics))
         .route("/v1/status", get(v1_status))
+        .route("/v1/history", get(v1_history))
         .route("/", get(page))
         .with_state(Arc::new(Shared {
             health,
@@ -334,5 +433,33 @@ pub async fn fetch(listen: std::net::SocketAddr) -> tenantci_core::Result<Status
     }
     resp.json::<Status>().await.map_err(|e| {
         Error::external(format!("the status document from {url} does not decode; the dispatcher and this command differ in version")).caused_by(e)
+    })
+}
+
+/// `dispatch status --history` and `explain` on a finished job: `/v1/history` with `query`
+/// (`limit=20`, `task=7`, ...) from the dispatcher at `listen`. No answer is bad input (exit 2).
+pub async fn fetch_history(
+    listen: std::net::SocketAddr,
+    query: &[(&str, String)],
+) -> tenantci_core::Result<history::HistoryDoc> {
+    use tenantci_core::Error;
+    let url = format!("http://{listen}/v1/history");
+    let client = loopback_client(std::time::Duration::from_secs(10))?;
+    let resp = client.get(&url).query(query).send().await.map_err(|e| {
+        Error::bad_input(format!(
+            "no dispatcher answers at {url}; start `tenantci dispatch run` with this config, or give the config whose status.listen it uses"
+        ))
+        .caused_by(e)
+    })?;
+    let code = resp.status();
+    if !code.is_success() {
+        let body = resp.text().await.unwrap_or_default();
+        return Err(
+            Error::bad_input(format!("{url} answered {code}: {}", body.trim()))
+                .hint("a dispatcher older than this command has no /v1/history: upgrade it"),
+        );
+    }
+    resp.json::<history::HistoryDoc>().await.map_err(|e| {
+        Error::external(format!("the history document from {url} does not decode; the dispatcher and this command differ in version")).caused_by(e)
     })
 }

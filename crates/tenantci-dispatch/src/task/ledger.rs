@@ -31,6 +31,8 @@ use crate::backend_kind::BackendKind;
 use crate::queue::assignment::Assignment;
 use crate::queue::ledger_bucket::BUCKET;
 use crate::task::Progress;
+use crate::task::history::store::History;
+use crate::task::history::{Mark, Observation};
 use crate::task_id::TaskId;
 
 fn key(task: TaskId) -> String {
@@ -157,6 +159,18 @@ fn trimmed(mut e: Entry) -> Entry {
     e
 }
 
+/// The history's mark for a ledger phase (None: the first report is no mark of its own).
+fn history_mark(phase: Phase) -> Option<Mark> {
+    match phase {
+        Phase::Claimed => Some(Mark::Claimed),
+        Phase::Queued => Some(Mark::Queued),
+        Phase::Started => Some(Mark::ExecutorCreated),
+        Phase::Fetched => Some(Mark::Fetched),
+        Phase::Reported => None,
+        Phase::Final => Some(Mark::Reported),
+    }
+}
+
 /// One write read back from the bucket's stream ([`Ledger::written_from`]).
 #[derive(Debug, Clone)]
 pub struct Written {
@@ -236,6 +250,8 @@ pub enum LostWrite {
 #[derive(Clone)]
 pub struct Ledger {
     kv: kv::Store,
+    /// Where each phase change is also marked (`task::history`); None: not kept.
+    history: Option<History>,
 }
 
 /// Compare-and-set attempts before [`Ledger::record`] gives up (another writer kept winning).
@@ -245,7 +261,38 @@ impl Ledger {
     /// Opens the bucket `queue init` created.
     pub async fn open(js: &jetstream::Context) -> Result<Ledger, LedgerError> {
         let kv = js.get_key_value(BUCKET).await.map_err(LedgerError::Open)?;
-        Ok(Ledger { kv })
+        Ok(Ledger { kv, history: None })
+    }
+
+    /// This ledger, also marking each phase change in `history` (in the background: the
+    /// step never waits for its history).
+    pub fn with_history(mut self, history: History) -> Ledger {
+        self.history = Some(history);
+        self
+    }
+
+    /// The task history beside it, when kept.
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_ref()
+    }
+
+    /// Marks in the history what `written` (over `before`) changed, when it moved the phase.
+    fn mark(&self, before: Option<Phase>, written: &Entry) {
+        let Some(history) = &self.history else {
+            return;
+        };
+        if before == Some(written.phase) {
+            return;
+        }
+        let Some(mark) = history_mark(written.phase) else {
+            return;
+        };
+        let seen = Observation {
+            backend: Some(written.backend),
+            result: written.result.clone(),
+            ..Observation::mark(mark, written.at)
+        };
+        history.note(written.task, seen);
     }
 
     /// The entry of `task` and its revision.
@@ -289,7 +336,10 @@ impl Ledger {
                     .map_err(LostWrite::from),
             };
             match written {
-                Ok(()) => return Ok(Some(next)),
+                Ok(()) => {
+                    self.mark(current.as_ref().map(|(e, _)| e.phase), &next);
+                    return Ok(Some(next));
+                }
                 // Another writer was first: read again and merge over its entry.
                 Err(e) => {
                     tracing::debug!(task = task.get(), error = %e, "claim ledger: write lost a race; retrying");
@@ -312,7 +362,10 @@ impl Ledger {
         };
         let value = serde_json::to_vec(&first).expect("an entry always serializes");
         match self.kv.create(key(step.task), value.into()).await {
-            Ok(_) => Ok(Some(first)),
+            Ok(_) => {
+                self.mark(None, &first);
+                Ok(Some(first))
+            }
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => self.record(step).await,
             Err(e) => Err(LedgerError::Write(e)),
         }

@@ -5,6 +5,8 @@
 //! - [`ledger`]: the claim ledger, a JetStream key-value entry per task: **the truth** of a
 //!   task's state, the only part that survives a crash or a lost apiserver. Its phase only moves
 //!   forward ([`ledger::merge`], pure).
+//! - [`history`]: where a task's time went, kept beyond its life in its own bucket: one
+//!   record per task, marks merged by whoever observes them ([`history::merge`], pure).
 //! - [`mirror`]: the ledger as a local map the status API catches up with the writes since
 //!   its last request (a view: decisions read the ledger itself).
 //! - [`opened`]: the sealed assignment opened once (the Gitea task decoded, the class the
@@ -45,6 +47,7 @@
 //! (`backend::reconciler::lost`), and replaces executors past their start deadline
 //! (`backend::reconciler::replace`, decided by `backend::lifecycle::start`).
 
+pub mod history;
 pub mod ledger;
 pub mod mirror;
 pub mod opened;

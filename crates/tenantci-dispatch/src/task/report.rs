@@ -10,6 +10,7 @@
 use futures::future::BoxFuture;
 
 use crate::backend_kind::BackendKind;
+use crate::task::history::Observation;
 use crate::task::ledger::{Entry, Ledger, LedgerError, Phase};
 use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
@@ -38,6 +39,12 @@ pub trait ClaimLedger: Send + Sync + 'static {
 
     /// Records `step` (phases only move forward), logging a failure instead of returning it.
     fn note(&self, step: Entry) -> BoxFuture<'_, ()>;
+
+    /// Marks what a backend saw of `task` in the task history, in the background (a ledger
+    /// that keeps no history ignores it).
+    fn mark(&self, task: TaskId, seen: Observation) {
+        let _ = (task, seen);
+    }
 }
 
 impl ClaimLedger for Ledger {
@@ -51,6 +58,12 @@ impl ClaimLedger for Ledger {
 
     fn note(&self, step: Entry) -> BoxFuture<'_, ()> {
         Box::pin(Ledger::note(self, step))
+    }
+
+    fn mark(&self, task: TaskId, seen: Observation) {
+        if let Some(history) = self.history() {
+            history.note(task, seen);
+        }
     }
 }
 

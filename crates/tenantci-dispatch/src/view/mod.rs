@@ -3,16 +3,19 @@
 //! cards, the claim ledger's entries, each backend's observation, the capacity and classes
 //! from the config, the metrics' figures) into a [`Status`]. [`explain`] answers "why does this job
 //! wait" from a `Status` for the job [`question`] finds; [`page`] renders it as HTML and
-//! [`table`] as `dispatch status`'s text.
+//! [`table`] as `dispatch status`'s text. [`history`] is where finished tasks' time went
+//! (`/v1/history`), [`timeline`] draws its last hour on the page.
 //!
 //! Boundary: no I/O, no HTTP. Invariant: nothing secret goes in (no token, capability, key or
 //! task secret: the job's names and labels only); the field names are the `v1` contract
 //! (docs/cli.md), so a change is additive or a `v2`.
 
 pub mod explain;
+pub mod history;
 pub mod page;
 pub mod question;
 pub mod table;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 

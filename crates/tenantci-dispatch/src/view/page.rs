@@ -1,13 +1,14 @@
 //! The status page (`/` on the status listener): the same [`Status`] as HTML, rendered here
 //! (pure), one self-contained document: inline CSS, no script, no external asset, reloaded by
 //! the browser every few seconds (`<meta http-equiv="refresh">`). Capacity as bars, the
-//! tasks grouped by state.
+//! tasks grouped by state, and the last hour's timeline (`timeline`, from the task history).
 //!
 //! Invariant: every value from outside (repository, job and label names, errors) is escaped.
 
 use std::fmt::Write as _;
 
-use super::{State, Status, TaskStatus};
+use super::history::HistoryDoc;
+use super::{State, Status, TaskStatus, timeline};
 
 /// Seconds between the page's reloads.
 pub const REFRESH_SECS: u32 = 5;
@@ -54,8 +55,8 @@ fn reachable(ok: Option<bool>) -> &'static str {
     }
 }
 
-/// The whole page (pure).
-pub fn render(s: &Status) -> String {
+/// The whole page (pure): the status, then the timeline of `recent` (the task history).
+pub fn render(s: &Status, recent: &HistoryDoc) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -82,9 +83,10 @@ pub fn render(s: &Status) -> String {
     if s.tasks.is_empty() {
         h.push_str("<p class=\"muted\">No task held: nothing queued or running.</p>");
     }
+    h.push_str(&timeline::render(recent, s.generated_at, esc));
     let _ = write!(
         h,
-        "<p class=\"muted\">{} · reloads every {REFRESH_SECS}s · JSON: <a href=\"/v1/status\">/v1/status</a></p></body></html>",
+        "<p class=\"muted\">{} · reloads every {REFRESH_SECS}s · JSON: <a href=\"/v1/status\">/v1/status</a>, <a href=\"/v1/history\">/v1/history</a></p></body></html>",
         s.generated_at.format("%Y-%m-%d %H:%M:%S UTC")
     );
     h
@@ -179,7 +181,7 @@ mod tests {
     fn the_page_groups_tasks_by_state_and_escapes_what_comes_from_outside() {
         let mut s = full();
         s.tasks[0].repository = "acme/<script>".into();
-        let html = render(&s);
+        let html = render(&s, &super::super::history::build(&[], &Default::default()));
         assert!(html.contains("<h2 id=\"Reported\">Reported (1)</h2>"));
         assert!(html.contains("<h2 id=\"Queued\">Queued (1)</h2>"));
         assert!(html.contains("acme/&lt;script&gt;") && !html.contains("<script"));

@@ -208,5 +208,6 @@ fn base_config(gitea: &Gitea, nats: &NatsServer, kubeconfig: &Path) -> Config {
         vm: None,
         identity: None,
         cache: None,
+        history: Default::default(),
     }
 }

@@ -54,6 +54,10 @@ pub enum DispatchCommand {
     /// executor Pod and node; `-o json` prints the document (docs/cli.md); --watch prints again
     /// every --interval. The same data is the HTML page at http://STATUS_LISTEN/. A dispatcher
     /// that does not answer is exit 2.
+    ///
+    /// --history shows the last finished tasks instead (GET /v1/history): each phase's
+    /// duration from claimed to executor gone, and the slowest. Kept in NATS (bucket
+    /// CI_HISTORY) across restarts and leader changes, for the config's [history] bounds.
     Status(dispatch_status::StatusArgs),
     /// Why a job waits: each reason in order with its fix, or that it will run.
     ///
@@ -63,8 +67,13 @@ pub enum DispatchCommand {
     /// place in the queue and what runs), the backend's API away, its executor Pod without a
     /// node (booting node, image pull, quota), the forge not seeing this runner online. Exit
     /// 0: it runs or will; 1: it waits for a reason named; 2: bad input (a job this
-    /// dispatcher does not hold, a URL of another forge, no dispatcher at the address).
-    /// See docs/runbooks/gitea-dispatcher.md, "A job is waiting".
+    /// dispatcher never saw, a URL of another forge, no dispatcher at the address).
+    ///
+    /// A job it no longer holds is looked up in its task history: where its time went,
+    /// phase by phase, and the slowest phase with its likely cause (a node booting, an image
+    /// pull, a full queue, the forge's own queue); exit 0 once finished.
+    /// See docs/runbooks/gitea-dispatcher.md, "A job is waiting" and "Where did my job's
+    /// time go".
     Explain(dispatch_status::ExplainArgs),
     /// Renew the facade certificate and (gateway path) the dispatcher's client credential
     /// when due, while `dispatch run` keeps running.

@@ -1,5 +1,6 @@
 //! `tenantci dispatch status` and `tenantci dispatch explain`: read a running dispatcher's
-//! status API (`/v1/status`, at the config's status.listen) and print it, or why a job waits.
+//! status API (`/v1/status`, at the config's status.listen) and print it, or why a job waits;
+//! for a finished job (and `status --history`), where its time went (`/v1/history`).
 //! The model, the reasons and the text are the library's (`tenantci_dispatch::view`).
 
 use std::net::SocketAddr;
@@ -13,10 +14,10 @@ use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::run::status_api::fetch;
+use tenantci_dispatch::run::status_api::{fetch, fetch_history};
 use tenantci_dispatch::task_id::TaskId;
 use tenantci_dispatch::view::question::{self, Job};
-use tenantci_dispatch::view::{Status, TaskStatus, explain, table};
+use tenantci_dispatch::view::{Status, TaskStatus, explain, history, table};
 
 /// Where the dispatcher's status API is.
 #[derive(Debug, Args)]
@@ -74,6 +75,14 @@ pub struct StatusArgs {
     /// Seconds between two prints with --watch. Default: 2.
     #[arg(long, value_name = "SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub interval: u64,
+    /// The last finished tasks instead, with where their time went: each phase's duration
+    /// (forge queue, queue, scheduling, starting, runner start, run, teardown) and the
+    /// slowest (`-o json`: the /v1/history document).
+    #[arg(long)]
+    pub history: bool,
+    /// How many finished tasks --history shows, the most recent first.
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "history", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub limit: u64,
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +124,9 @@ pub struct ExplainArgs {
 
 pub async fn status(a: &StatusArgs) -> Result<i32> {
     let address = a.reach.address()?;
+    if a.history {
+        return history(a, address).await;
+    }
     loop {
         let s = fetch(address).await?;
         match a.output {
@@ -135,6 +147,51 @@ pub async fn status(a: &StatusArgs) -> Result<i32> {
         }
         tokio::time::sleep(Duration::from_secs(a.interval)).await;
     }
+}
+
+/// `dispatch status --history`: the last finished tasks and their phases.
+async fn history(a: &StatusArgs, address: SocketAddr) -> Result<i32> {
+    let query = [
+        ("finished", "true".to_string()),
+        ("limit", a.limit.to_string()),
+    ];
+    let doc = fetch_history(address, &query).await?;
+    match a.output {
+        StatusFormat::Json => output::print_json(&doc)?,
+        StatusFormat::Text | StatusFormat::Wide => print!("{}", history::table(&doc)),
+    }
+    Ok(0)
+}
+
+/// `dispatch explain` on a job the dispatcher no longer holds: its history, the phases and
+/// the slowest one's cause; exit 0 when every task of it finished, 1 while one has not, and
+/// 2 (one sentence) for a job this dispatcher never saw.
+async fn explain_finished(a: &ExplainArgs, job: &Job, address: SocketAddr) -> Result<i32> {
+    let query: Vec<(&str, String)> = match job {
+        Job::Task(t) => vec![("task", t.to_string())],
+        Job::Run {
+            repository, run, ..
+        } => vec![("repository", repository.clone()), ("run", run.to_string())],
+    };
+    let doc = fetch_history(address, &query).await?;
+    if doc.tasks.is_empty() {
+        return Err(Error::bad_input(format!(
+            "this dispatcher holds no task for {} and never saw it: its history (kept for history.max_age, at most history.max_tasks tasks) has none; check the job's URL, or ask the dispatcher that ran it",
+            asked(job)
+        )));
+    }
+    if a.output.is_json() {
+        output::print_json(&doc.tasks)?;
+    } else {
+        for t in &doc.tasks {
+            print!("{}", history::explain(t));
+        }
+    }
+    Ok(if doc.tasks.iter().all(|t| t.finished) {
+        0
+    } else {
+        1
+    })
 }
 
 /// The job asked about, checked before the dispatcher is asked (bad input: exit 2).
@@ -198,7 +255,8 @@ struct ForgeSide {
 
 pub async fn explain(a: &ExplainArgs) -> Result<i32> {
     let job = job(a)?;
-    let s = fetch(a.reach.address()?).await?;
+    let address = a.reach.address()?;
+    let s = fetch(address).await?;
     let view = match &job {
         Some(j) => forge_view(a, &s, j).await?,
         None => None,
@@ -208,6 +266,15 @@ pub async fn explain(a: &ExplainArgs) -> Result<i32> {
         Some(View::Jobs { jobs, .. }) => jobs.iter().find(|j| j.waits()).map(|j| j.runs_on.clone()),
         _ => None,
     });
+    // A job it does not hold, no labels to try (none given, none waiting at the forge):
+    // where its time went, if it ran here.
+    if let Some(j) = &job
+        && runs_on.is_none()
+        && question::find(&s, j).is_empty()
+    {
+        question::check_forge(j, &s).map_err(Error::bad_input)?;
+        return explain_finished(a, j, address).await;
+    }
     let mut explained = explained(&s, job.as_ref(), runs_on.as_deref())?;
     if let Some(kubeconfig) = &a.kubeconfig {
         pod_events(&mut explained, kubeconfig, &a.namespace).await?;

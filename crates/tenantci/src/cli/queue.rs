@@ -181,6 +181,11 @@ async fn init(args: InitArgs) -> tenantci_core::Result<i32> {
             report.ledger,
             describe(&report.ledger_change)
         );
+        println!(
+            "task history {}: {}",
+            report.history,
+            describe(&report.history_change)
+        );
     }
     Ok(0)
 }

@@ -680,9 +680,12 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     assert_eq!(created["consumers"][0]["change"]["action"], "created");
     assert_eq!(created["ledger"], "CI_CLAIMS");
     assert_eq!(created["ledger_change"]["action"], "created");
+    assert_eq!(created["history"], "CI_HISTORY");
+    assert_eq!(created["history_change"]["action"], "created");
     let again = json(&[]);
     assert_eq!(again["stream_change"]["action"], "unchanged");
     assert_eq!(again["ledger_change"]["action"], "unchanged");
+    assert_eq!(again["history_change"]["action"], "unchanged");
     assert_eq!(again["consumers"][0]["change"]["action"], "unchanged");
     assert_eq!(again["consumers"][1]["change"]["action"], "unchanged");
     let resized = json(&["--pod-capacity", "8"]);

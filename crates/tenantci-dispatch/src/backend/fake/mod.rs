@@ -172,6 +172,7 @@ impl FakeDirs {
             placement: None,
             class: None,
             recheck: None,
+            marks: Vec::new(),
         }
     }
 }

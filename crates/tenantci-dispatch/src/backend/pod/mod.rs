@@ -171,6 +171,7 @@ fn observed(o: &observer::Observed) -> Observed {
         placement: o.placement.clone(),
         class: o.class.clone(),
         recheck: lifecycle::recheck(&o.lifecycle()),
+        marks: o.marks.clone(),
     }
 }
 

@@ -21,8 +21,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus, Secret,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::core::PartialObjectMeta;
@@ -37,6 +40,7 @@ use crate::backend::pod::manifest::{
     self, COMPONENT_SELECTOR, CONSUMED_ANNOTATION, FETCHED_ANNOTATION, TERMINAL_ANNOTATION,
 };
 use crate::backend::pod::objects::{annotation, task_of};
+use crate::task::history::Mark;
 use crate::task_id::TaskId;
 
 /// How long an observation waits for the first list of a watch before it answers that the
@@ -70,6 +74,8 @@ pub struct Observed {
     pub placement: Option<Placement>,
     /// The Pod's resource class (`tenantci.io/class`).
     pub class: Option<String>,
+    /// When the Pod was scheduled and its container started, as its status says.
+    pub marks: Vec<(Mark, DateTime<Utc>)>,
 }
 
 impl Observed {
@@ -86,6 +92,7 @@ impl Observed {
             age: None,
             placement: None,
             class: None,
+            marks: Vec::new(),
         }
     }
 
@@ -103,19 +110,77 @@ impl Observed {
     }
 }
 
-/// Keeps of a Pod what a pass reads (its metadata, node and phase) and drops the rest before
-/// the store holds it: containers, volumes, environment, conditions and managed fields were
-/// most of the dispatcher's memory at 1,000 executors (docs/benchmarks/scale.md).
+/// Keeps of a Pod what a pass reads (its metadata, node and phase, and the two times the task
+/// history marks) and drops the rest before the store holds it: containers, volumes,
+/// environment, conditions and managed fields were most of the dispatcher's memory at 1,000
+/// executors (docs/benchmarks/scale.md).
 fn slim(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     pod.spec = pod.spec.take().map(|s| PodSpec {
         node_name: s.node_name,
         ..PodSpec::default()
     });
-    pod.status = pod.status.take().map(|s| PodStatus {
-        phase: s.phase,
-        ..PodStatus::default()
+    pod.status = pod.status.take().map(|s| {
+        let scheduled = s
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.type_ == "PodScheduled" && c.status == "True")
+            .map(|c| PodCondition {
+                type_: c.type_,
+                status: c.status,
+                last_transition_time: c.last_transition_time,
+                ..PodCondition::default()
+            })
+            .collect::<Vec<_>>();
+        let started = s
+            .container_statuses
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|c| {
+                let running = c.state?.running?;
+                Some(ContainerStatus {
+                    name: c.name,
+                    state: Some(ContainerState {
+                        running: Some(running),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                })
+            })
+            .collect::<Vec<_>>();
+        PodStatus {
+            phase: s.phase,
+            conditions: (!scheduled.is_empty()).then_some(scheduled),
+            container_statuses: (!started.is_empty()).then_some(started),
+            ..PodStatus::default()
+        }
     });
+}
+
+/// The task history's marks a Pod's status holds: scheduled (its `PodScheduled` condition)
+/// and started (its first container running), each at its time.
+fn marks(pod: &Pod) -> Vec<(Mark, DateTime<Utc>)> {
+    let Some(status) = &pod.status else {
+        return Vec::new();
+    };
+    let scheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| c.type_ == "PodScheduled" && c.status == "True")
+        .find_map(|c| c.last_transition_time.as_ref().map(|t| t.0));
+    let started = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+        .map(|t| t.0)
+        .min();
+    [(Mark::Scheduled, scheduled), (Mark::Started, started)]
+        .into_iter()
+        .filter_map(|(m, t)| Some((m, DateTime::<Utc>::from(SystemTime::from(t?)))))
+        .collect()
 }
 
 fn placement(pod: &Pod) -> Option<Placement> {
@@ -252,6 +317,7 @@ impl Watches {
             o.pod_phase = pod.status.as_ref().and_then(|s| s.phase.clone());
             o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
             o.placement = placement(&pod);
+            o.marks = marks(&pod);
             o.class = pod
                 .metadata
                 .labels
@@ -389,6 +455,30 @@ mod tests {
         assert!(slimmed.spec.as_ref().unwrap().containers.is_empty());
         assert!(slimmed.status.unwrap().conditions.is_none());
         assert!(slimmed.metadata.managed_fields.is_none());
+    }
+
+    /// The two times the history marks survive [`slim`]; the other conditions do not.
+    #[test]
+    fn a_slim_pod_keeps_when_it_was_scheduled_and_started() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gitea-task-7"},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-12-07T10:00:05Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-07T10:00:09Z"}],
+              "containerStatuses": [{"name": "runner", "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0, "state": {"running": {"startedAt": "2026-12-07T10:00:08Z"}}}]}
+        }))
+        .unwrap();
+        slim(&mut pod);
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+        assert_eq!(
+            marks(&pod),
+            vec![
+                (Mark::Scheduled, t("2026-12-07T10:00:05Z")),
+                (Mark::Started, t("2026-12-07T10:00:08Z"))
+            ]
+        );
+        assert_eq!(pod.status.unwrap().conditions.unwrap().len(), 1);
     }
 
     #[test]

@@ -50,6 +50,7 @@ use crate::backend::{Backend, BackendError, Observed};
 use crate::queue::assignment::Assignment;
 use crate::task::Claim;
 use crate::task::Progress;
+use crate::task::history::{Mark, Observation};
 use crate::task::ledger::{Entry, LedgerError};
 use crate::task::recovery::Recovery;
 use crate::task::report;
@@ -196,6 +197,9 @@ pub struct Reconciler {
     retries: BTreeMap<TaskId, Retry>,
     /// When the next pass is due without a wake-up (set by each pass, [`next_pass`]).
     due: Duration,
+    /// The history marks already written for each executor this term, so a pass writes a
+    /// mark once, not at every resync.
+    marked: BTreeMap<TaskId, BTreeSet<Mark>>,
 }
 
 impl Reconciler {
@@ -215,6 +219,7 @@ impl Reconciler {
             logged: BTreeSet::new(),
             retries: BTreeMap::new(),
             due: RESYNC,
+            marked: BTreeMap::new(),
         }
     }
 
@@ -251,6 +256,7 @@ impl Reconciler {
         let found = self.executors.observe().await?;
         self.executors.reconciled(&found).await;
         for o in found.values() {
+            self.mark_seen(o);
             if !registered.contains(&o.task) && o.decision != Decision::Delete {
                 // Being started right now (created, not registered yet), or a start cut short
                 // whose assignment will be redelivered: the worker owns it, unless Gitea has
@@ -271,6 +277,7 @@ impl Reconciler {
             };
             actions.push(action);
         }
+        self.marked.retain(|t, _| found.contains_key(t));
         let start_deadline = self.restarts.claim.start_deadline.get();
         actions.extend(found.values().map(|o| planned(o, start_deadline)));
         self.due = next_pass(actions, self.executors.resync());
@@ -433,12 +440,32 @@ impl Reconciler {
         self.delete(task, Deleting::Failed).await
     }
 
-    /// Deletes `task`'s executors and forgets the task (its slot, its retry).
+    /// Writes the history marks the backend saw on `o` that this term has not written yet.
+    fn mark_seen(&mut self, o: &Observed) {
+        let done = self.marked.entry(o.task).or_default();
+        for &(mark, at) in &o.marks {
+            if done.insert(mark) {
+                let seen = Observation {
+                    class: o.class.clone(),
+                    ..Observation::mark(mark, at)
+                };
+                self.ctx.ledger.mark(o.task, seen);
+            }
+        }
+    }
+
+    /// Deletes `task`'s executors and forgets the task (its slot, its retry); the last delete
+    /// of a task (done, or failed) is its history's `gone`.
     async fn delete(&mut self, task: TaskId, deleting: Deleting) -> Result<(), ReconcileError> {
         self.executors
             .delete(task)
             .await
             .map_err(|e| ReconcileError::Delete(deleting, e))?;
+        if matches!(deleting, Deleting::Executor | Deleting::Failed) {
+            let gone = Observation::mark(Mark::Gone, chrono::Utc::now());
+            self.ctx.ledger.mark(task, gone);
+            self.marked.remove(&task);
+        }
         self.ctx.registry.finished(task);
         self.logged.remove(&task);
         self.retries.remove(&task);
@@ -500,6 +527,7 @@ mod tests {
             placement: None,
             class: None,
             recheck: None,
+            marks: Vec::new(),
         }
     }
 
@@ -546,6 +574,7 @@ mod tests {
             TaskId::new(6),
             Observed {
                 recheck: Some(s(4)),
+                marks: Vec::new(),
                 ..executor(TaskId::new(6), Decision::Keep, 6, Progress::Fetched)
             },
         );

@@ -114,6 +114,7 @@ fn observed(task: TaskId, s: &Sandbox) -> Observed {
         placement: None,
         class: None,
         recheck: None,
+        marks: Vec::new(),
     }
 }
 

@@ -163,6 +163,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         vm: None,
         identity: None,
         cache: None,
+        history: Default::default(),
     }
 }
 

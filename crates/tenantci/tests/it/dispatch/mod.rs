@@ -14,6 +14,7 @@ mod forge_down;
 mod forgejo;
 mod golden;
 mod harness;
+mod history;
 mod identity;
 mod init;
 mod init_any_cluster;
