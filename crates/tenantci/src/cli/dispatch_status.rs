@@ -2,52 +2,20 @@
 //! status API (`/v1/status`, at the config's status.listen) and print it, or why a job waits.
 //! The model, the reasons and the text are the library's (`tenantci_dispatch::view`).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+pub use crate::cli::dispatch_reach::Reach;
 use crate::cli::forge_view::{self, View};
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::run::status_api::fetch;
 use tenantci_dispatch::task_id::TaskId;
 use tenantci_dispatch::view::question::{self, Job};
 use tenantci_dispatch::view::{Status, TaskStatus, explain, table};
-
-/// Where the dispatcher's status API is.
-#[derive(Debug, Args)]
-#[command(next_help_heading = "Dispatcher")]
-pub struct Reach {
-    /// The dispatcher's config: its status.listen (with the same environment overrides) is
-    /// asked.
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "TENANTCI_DISPATCH_CONFIG",
-        required_unless_present = "status_address"
-    )]
-    pub config: Option<PathBuf>,
-    /// The status API's address (HOST:PORT) instead of a config's, e.g. the local end of a
-    /// port-forward.
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "config")]
-    pub status_address: Option<SocketAddr>,
-}
-
-impl Reach {
-    fn address(&self) -> Result<SocketAddr> {
-        match (&self.status_address, &self.config) {
-            (Some(a), _) => Ok(*a),
-            (None, Some(c)) => Ok(Config::load(c)?.status.listen),
-            (None, None) => Err(Error::bad_input(
-                "give --config FILE (the dispatcher's config) or --status-address HOST:PORT",
-            )),
-        }
-    }
-}
 
 /// `-o` of `dispatch status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -94,13 +62,10 @@ pub struct ExplainArgs {
     /// (or to try other labels for one it holds).
     #[arg(long, value_name = "LABELS", value_delimiter = ',')]
     pub runs_on: Option<Vec<String>>,
-    /// An operator's kubeconfig for the tenant cluster: a waiting executor Pod's Events are
-    /// shown under its reason (the dispatcher's own role does not read events).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The dispatcher's namespace, where its executor Pods are (with --kubeconfig).
+    /// The executors' namespace, whose waiting Pod's Events are shown under its reason when
+    /// --kubeconfig is given (an operator's: the dispatcher's own role does not read events).
     #[arg(long, value_name = "NAME", default_value = "dynamic-runner")]
-    pub namespace: String,
+    pub executor_namespace: String,
     /// A private (0600) file holding an API token of the forge that may read the
     /// repository's actions: the job's status, runs-on and waiting time are read from the
     /// forge first (Gitea 1.25+, Forgejo with the runs API). Default: the config's
@@ -114,9 +79,8 @@ pub struct ExplainArgs {
 }
 
 pub async fn status(a: &StatusArgs) -> Result<i32> {
-    let address = a.reach.address()?;
     loop {
-        let s = fetch(address).await?;
+        let s = a.reach.fetch(a.output == StatusFormat::Json).await?;
         match a.output {
             StatusFormat::Json if a.watch => println!(
                 "{}",
@@ -198,7 +162,7 @@ struct ForgeSide {
 
 pub async fn explain(a: &ExplainArgs) -> Result<i32> {
     let job = job(a)?;
-    let s = fetch(a.reach.address()?).await?;
+    let s = a.reach.fetch(a.output.is_json()).await?;
     let view = match &job {
         Some(j) => forge_view(a, &s, j).await?,
         None => None,
@@ -209,8 +173,8 @@ pub async fn explain(a: &ExplainArgs) -> Result<i32> {
         _ => None,
     });
     let mut explained = explained(&s, job.as_ref(), runs_on.as_deref())?;
-    if let Some(kubeconfig) = &a.kubeconfig {
-        pod_events(&mut explained, kubeconfig, &a.namespace).await?;
+    if let Some(kubeconfig) = &a.reach.cluster.kubeconfig {
+        pod_events(&mut explained, kubeconfig, &a.executor_namespace).await?;
     }
     let side = view.as_ref().map(|v| match v {
         View::Jobs { jobs, .. } => ForgeSide {
