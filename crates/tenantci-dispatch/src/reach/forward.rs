@@ -79,7 +79,7 @@ async fn accept(listener: TcpListener, upstream: Upstream, refusal: Arc<Mutex<Op
                 relays.spawn(async move {
                     let mut conn = conn;
                     if let Err(why) = relay(&mut conn, &upstream).await {
-                        tracing::warn!("{why}");
+                        tracing::debug!("{why}");
                         *refusal.lock().expect("not poisoned") = Some(why);
                     }
                     drop(conn);
@@ -124,7 +124,7 @@ async fn relay(conn: &mut TcpStream, upstream: &Upstream) -> Result<()> {
                 return Err(Error::bad_input(format!(
                     "Pod {}/{pod} does not accept connections on port {port}: {}",
                     dispatcher.namespace,
-                    tenantci_core::input::shown(&m)
+                    super::bounded(&m)
                 ))
                 .hint("give --status-port the port of the dispatcher's status.listen (the manifests' 9464)"));
             }

@@ -203,7 +203,7 @@ impl Dispatcher {
         match &e {
             kube::Error::Api(s) if s.code == 403 => Error::bad_input(format!(
                 "the apiserver refused to {what} in namespace {ns}: {}",
-                tenantci_core::input::shown(&s.message)
+                bounded(&s.message)
             ))
             .hint(format!(
                 "bind the Role {READER_ROLE} (manifests/dispatch/status-reader.yaml) in namespace {ns} to this kubeconfig's user or group"
@@ -225,5 +225,15 @@ impl Dispatcher {
                 &format!("port-forward to Pod {pod} (pods/portforward: get and create)"),
             ),
         }
+    }
+}
+
+/// An apiserver's or kubelet's message, bounded: its Status text names the user, the verb and
+/// the resource, which the reader needs whole; a hostile server's megabyte is cut.
+pub(crate) fn bounded(message: &str) -> String {
+    const MAX: usize = 400;
+    match message.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}... ({} bytes)", &message[..at], message.len()),
+        None => message.to_string(),
     }
 }

@@ -15,6 +15,7 @@ mod forgejo;
 mod golden;
 mod harness;
 mod identity;
+mod in_cluster;
 mod init;
 mod init_any_cluster;
 mod inputs;
