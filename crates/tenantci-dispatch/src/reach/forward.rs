@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::Dispatcher;
+use super::cluster::{Dispatcher, bounded};
 use tenantci_core::{Error, Result};
 
 /// Where each local connection goes.
@@ -124,7 +124,7 @@ async fn relay(conn: &mut TcpStream, upstream: &Upstream) -> Result<()> {
                 return Err(Error::bad_input(format!(
                     "Pod {}/{pod} does not accept connections on port {port}: {}",
                     dispatcher.namespace,
-                    super::bounded(&m)
+                    bounded(&m)
                 ))
                 .hint("give --status-port the port of the dispatcher's status.listen (the manifests' 9464)"));
             }
