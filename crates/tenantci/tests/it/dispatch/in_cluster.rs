@@ -195,8 +195,13 @@ async fn status_and_explain_reach_the_leader_pod_through_the_forward_and_follow_
     assert!(out.contains(&answered_by(&ns, POD_A)), "{out}");
     assert!(out.contains(&format!("task {task} ")), "{out}");
 
+    // A page left open, and the HTML it serves now comes from the leader.
+    let page = Page::start(&reader, &ns).await;
+    let html = reqwest::get(&page.url).await.unwrap().text().await.unwrap();
+    assert!(html.contains(POD_A), "{html}");
+
     // The leader dies and its Pod goes, as the Deployment replaces it: status follows the
-    // Lease to the standby's Pod.
+    // Lease to the standby's Pod, and so does the page's next connection.
     a.kill9();
     let pods: Api<Pod> = Api::namespaced(w.kube.clone(), &ns);
     pods.delete(POD_A, &DeleteParams::default()).await.unwrap();
@@ -212,6 +217,11 @@ async fn status_and_explain_reach_the_leader_pod_through_the_forward_and_follow_
         stdout(&o).contains(&answered_by(&ns, POD_B)),
         "{}",
         stdout(&o)
+    );
+    let html = reqwest::get(&page.url).await.unwrap().text().await.unwrap();
+    assert!(
+        html.contains(POD_B),
+        "the page follows the new leader: {html}"
     );
 }
 
@@ -410,11 +420,15 @@ struct Page {
 
 impl Page {
     async fn start(kubeconfig: &Path, ns: &str) -> Page {
+        let kubeconfig = kubeconfig.display().to_string();
+        Self::start_with(&["--kubeconfig", &kubeconfig, "--namespace", ns]).await
+    }
+
+    async fn start_with(args: &[&str]) -> Page {
         let mut process = Process::spawn(
             tenantci()
-                .args(["dispatch", "page", "--kubeconfig"])
-                .arg(kubeconfig)
-                .args(["--namespace", ns])
+                .args(["dispatch", "page"])
+                .args(args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
         );
@@ -465,5 +479,28 @@ async fn the_page_opens_in_chromium_through_dispatch_page_with_the_running_task(
         super::status_page::console(&o),
         Vec::<String>::new(),
         "no console message"
+    );
+    drop(page);
+
+    // The gateway-host install: the same page relayed from a status address.
+    let address = a.status_address().to_string();
+    let page = Page::start_with(&["--status-address", &address]).await;
+    let html = reqwest::get(&page.url).await.unwrap().text().await.unwrap();
+    assert!(html.contains("shown-through-the-forward"), "{html}");
+
+    // Only loopback: anyone reaching the page would read with the operator's access.
+    let o = run(tenantci().args([
+        "dispatch",
+        "page",
+        "--listen",
+        "0.0.0.0:0",
+        "--status-address",
+        &address,
+    ]));
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("--listen 0.0.0.0:0 is not a loopback address"),
+        "{}",
+        stderr(&o)
     );
 }
