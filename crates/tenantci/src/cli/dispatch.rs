@@ -47,8 +47,11 @@ pub enum DispatchCommand {
     /// What a running dispatcher holds: capacity per backend and class, and every task with
     /// its state, as `kubectl get` prints it.
     ///
-    /// Reads the status API (GET /v1/status on status.listen, loopback: run it on the
-    /// dispatcher's host, or through a port-forward with --status-address). States follow the
+    /// Reads the status API (GET /v1/status on status.listen, loopback): with --config on the
+    /// dispatcher's host, at --status-address, or in the cluster through a kubeconfig: the
+    /// Pod holding the Lease dynamic-runner-scheduler in --namespace, reached through a
+    /// port-forward (pods/portforward; the Role tenantci-status-reader grants what it needs),
+    /// and says which Pod answered. States follow the
     /// task state table (docs/architecture.md): Claimed, Queued, Starting, Running (not
     /// fetched), Fetched, Reported, Withdrawn. `-o wide` adds the workflow, run, runs-on,
     /// executor Pod and node; `-o json` prints the document (docs/cli.md); --watch prints again
@@ -75,6 +78,17 @@ pub enum DispatchCommand {
     /// See docs/runbooks/gitea-dispatcher.md, "A job is waiting" and "Where did my job's
     /// time go".
     Explain(dispatch_status::ExplainArgs),
+    /// Serve the status page on a local address, so a browser opens an in-cluster
+    /// dispatcher's page without kubectl.
+    ///
+    /// Prints the page's URL (http://127.0.0.1:PORT/) on stdout and serves until Ctrl-C or
+    /// SIGTERM. In the cluster (a kubeconfig, no --config or --status-address) every browser
+    /// connection is carried through a port-forward (pods/portforward) to the Pod that holds
+    /// the Lease dynamic-runner-scheduler when it opens, so a page left open follows a leader
+    /// change; the Role tenantci-status-reader (manifests/dispatch/status-reader.yaml) grants
+    /// what it needs. With --config or --status-address it serves the dispatcher on this
+    /// host. No leader, a forbidden forward, a wrong namespace or kubeconfig: exit 2.
+    Page(super::dispatch_reach::PageArgs),
     /// Renew the facade certificate and (gateway path) the dispatcher's client credential
     /// when due, while `dispatch run` keeps running.
     ///
@@ -463,6 +477,7 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
         DispatchCommand::Probe(args) => probe(&args).await,
         DispatchCommand::Status(args) => dispatch_status::status(&args).await,
         DispatchCommand::Explain(args) => dispatch_status::explain(&args).await,
+        DispatchCommand::Page(args) => super::dispatch_reach::page(&args).await,
         DispatchCommand::Renew(args) => renew(&args).await,
     }
 }

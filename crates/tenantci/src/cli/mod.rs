@@ -9,6 +9,7 @@ mod bootstrap;
 mod check_host;
 mod credential;
 mod dispatch;
+mod dispatch_reach;
 mod dispatch_status;
 #[cfg(test)]
 mod doc_commands;
