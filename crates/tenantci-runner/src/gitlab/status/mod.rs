@@ -116,7 +116,7 @@ pub struct GitlabRunner {
 /// The entry's concurrency against the job Pods holding slots.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Concurrency {
-    /// The file's `concurrent` (all entries together).
+    /// The file's `concurrent` (all entries together; gitlab-runner reads a missing one as 1).
     pub concurrent: Option<i64>,
     /// The entry's `limit` (0: only `concurrent`).
     pub limit: Option<i64>,
@@ -135,10 +135,9 @@ impl Concurrency {
     pub fn of(view: &EntryView, pods: &[JobPod]) -> Concurrency {
         let active = pods.iter().filter(|p| holds_slot(p)).count();
         let limit = view.limit.filter(|l| *l > 0);
-        let slots = match (limit, view.concurrent) {
-            (Some(l), Some(c)) => Some(l.min(c)),
-            (l, c) => l.or(c),
-        };
+        // gitlab-runner reads a missing `concurrent` as 1.
+        let concurrent = view.concurrent.unwrap_or(1);
+        let slots = Some(limit.map_or(concurrent, |l| l.min(concurrent)));
         Concurrency {
             concurrent: view.concurrent,
             limit: view.limit,
