@@ -88,8 +88,9 @@ for check in "create pods -n gitlab-runner" "create pods/exec -n gitlab-runner" 
   # shellcheck disable=SC2086
   printf '  can-i %-36s %s\n' "$check" "$(rk auth can-i $check 2>/dev/null || true)"
 done
+# A job Pod as gitlab-runner 15.9+ creates it: its GitLab job in the annotations.
 rk run job-1 -n gitlab-runner --image registry.k8s.io/pause:3.10 --restart Never \
-  --overrides '{"spec":{"containers":[{"name":"job-1","image":"registry.k8s.io/pause:3.10","resources":{"requests":{"cpu":"500m","memory":"512Mi"}}}]}}' >/dev/null
+  --overrides '{"metadata":{"annotations":{"job.runner.gitlab.com/id":"1000","job.runner.gitlab.com/name":"build","job.runner.gitlab.com/ref":"main","project.runner.gitlab.com/id":"42"}},"spec":{"containers":[{"name":"job-1","image":"registry.k8s.io/pause:3.10","resources":{"requests":{"cpu":"500m","memory":"512Mi"}}}]}}' >/dev/null
 rk wait -n gitlab-runner --for=jsonpath='{.status.phase}'=Running pod/job-1 --timeout=120s
 rk get pods -n gitlab-runner -o custom-columns=NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,PRIORITY:.spec.priorityClassName
 

@@ -167,11 +167,11 @@ fn read<'a>(
     state: &'a Shared,
     headers: &HeaderMap,
     path: String,
-) -> Result<std::sync::MutexGuard<'a, GitlabState>, Response> {
+) -> Result<std::sync::MutexGuard<'a, GitlabState>, Box<Response>> {
     let mut s = state.lock().unwrap();
     s.requests.push(format!("GET {path}"));
     match refuse_scope(&s, headers, READ_SCOPES) {
-        Some(refused) => Err(refused),
+        Some(refused) => Err(Box::new(refused)),
         None => Ok(s),
     }
 }
@@ -184,7 +184,7 @@ pub(super) async fn runner_details(
 ) -> Response {
     let s = match read(&state, &headers, format!("/api/v4/runners/{id}")) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     match s.runners.iter().find(|r| r.id == id) {
         Some(r) => axum::Json(details(&s, r)).into_response(),
@@ -200,7 +200,7 @@ pub(super) async fn runner_managers(
 ) -> Response {
     let s = match read(&state, &headers, format!("/api/v4/runners/{id}/managers")) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let Some(r) = s.runners.iter().find(|r| r.id == id) else {
         return not_found("Runner");
@@ -238,7 +238,7 @@ pub(super) async fn runner_jobs(
 ) -> Response {
     let s = match read(&state, &headers, format!("/api/v4/runners/{id}/jobs")) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     if !s.runners.iter().any(|r| r.id == id) {
         return not_found("Runner");
@@ -301,7 +301,7 @@ pub(super) async fn project_job(
     let path = format!("/api/v4/projects/{raw}/jobs/{job_id}");
     let s = match read(&state, &headers, path) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let Some(project) = project(&s, &raw) else {
         return not_found("Project");
@@ -334,7 +334,7 @@ pub(super) async fn protected_branches(
     let path = format!("/api/v4/projects/{raw}/protected_branches");
     let s = match read(&state, &headers, path) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let Some(project) = project(&s, &raw) else {
         return not_found("Project");
@@ -361,7 +361,7 @@ pub(super) async fn protected_branch(
     let path = format!("/api/v4/projects/{raw}/protected_branches/{name}");
     let s = match read(&state, &headers, path) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let Some(project) = project(&s, &raw) else {
         return not_found("Project");
