@@ -75,8 +75,9 @@ fn not_found(e: ApiError, what: String) -> Error {
 pub async fn run(inputs: &Inputs, now: i64) -> Result<Explanation> {
     if inputs.api_token_file.is_none() {
         return Err(Error::bad_input(
-            "`runner explain` reads the job at GitLab: give --gitlab-api-token-file FILE (an access token with the `read_api` scope, 0600)",
-        ));
+            "`runner explain` reads the job at GitLab, and no --gitlab-api-token-file was given",
+        )
+        .hint("give --gitlab-api-token-file FILE: an access token with the `read_api` scope, in a 0600 file"));
     }
     let sources = status::open(&status::Inputs {
         config: inputs.config.clone(),
@@ -84,8 +85,14 @@ pub async fn run(inputs: &Inputs, now: i64) -> Result<Explanation> {
         api_token_file: inputs.api_token_file.clone(),
     })?;
     let client = sources.gitlab.as_ref().expect("a token was given");
-    let asked = question::parse(&inputs.job, inputs.project.as_deref(), client.base())
-        .map_err(Error::bad_input)?;
+    let asked = question::parse(&inputs.job, inputs.project.as_deref(), client.base()).map_err(
+        |sentence| {
+            Error::bad_input(sentence).hint(format!(
+                "JOB is a job's web URL at {} (GROUP/PROJECT/-/jobs/ID), or its id with --project",
+                client.base()
+            ))
+        },
+    )?;
     let job = rest::job(client, &asked.project, asked.job)
         .await
         .map_err(|e| {

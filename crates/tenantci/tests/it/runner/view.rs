@@ -536,6 +536,8 @@ async fn runner_explain_and_status_refuse_bad_input_in_one_sentence() {
         assert_exit(o, 2);
         let err = stderr(o);
         assert!(err.contains(says), "{says} not in: {err}");
+        assert_eq!(err.matches("error:").count(), 1, "{err}");
+        assert!(err.contains("help:"), "{err}");
         assert!(stdout(o).is_empty(), "{}", stdout(o));
         assert!(
             !err.contains(READ_ONLY_ACCESS_TOKEN) && !err.contains(DEFAULT_ACCESS_TOKEN),
@@ -594,6 +596,19 @@ async fn runner_explain_and_status_refuse_bad_input_in_one_sentence() {
         )
         .await,
         "lacks the `read_api` scope",
+    );
+
+    let unknown = s.root.join("unknown-token");
+    std::fs::write(&unknown, "glpat-revoked").unwrap();
+    set_mode(&unknown, 0o600);
+    let unknown = unknown.display().to_string();
+    refused(
+        &tenantci_in(&s, explain_with(s.job_url(id), unknown)).await,
+        "GitLab refused the access token (401 Unauthorized)",
+    );
+    refused(
+        &tenantci_in(&s, vec!["runner".into(), "explain".into(), s.job_url(id)]).await,
+        "no --gitlab-api-token-file was given",
     );
 
     let mut args = explain_with(s.job_url(id), token);
