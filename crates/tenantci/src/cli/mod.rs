@@ -21,6 +21,7 @@ mod internal;
 mod pki;
 mod queue;
 mod runner;
+mod runner_view;
 #[cfg(feature = "sim")]
 mod sim;
 mod tenant;
