@@ -128,7 +128,9 @@ impl Reach {
 impl Opened {
     /// `/v1/status`.
     pub async fn status(&self) -> Result<Status> {
-        fetch(self.address).await.map_err(|e| self.refused_inside(e))
+        fetch(self.address)
+            .await
+            .map_err(|e| self.refused_inside(e))
     }
 
     /// `/v1/history` with `query`.

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::cli::dispatch_reach::Opened;
 pub use crate::cli::dispatch_reach::Reach;
 use crate::cli::forge_view::{self, View};
-use crate::cli::dispatch_reach::Opened;
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
