@@ -114,6 +114,7 @@ async fn handle(
     api: Arc<ApiServer>,
     identity: Arc<Identity>,
     mut req: HyperRequest<Incoming>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<Response<ReplyBody>, Infallible> {
     let upgrade = hyper::upgrade::on(&mut req);
     let (parts, body) = req.into_parts();
@@ -145,23 +146,28 @@ async fn handle(
     let reply = api.handle(request, &identity).await;
     Ok(match (reply, accept) {
         (Reply::PortForward(forward), Some(accept)) => {
-            switch_to_port_forward(upgrade, accept, forward)
+            switch_to_port_forward(upgrade, accept, forward, shutdown)
         }
         (reply, _) => to_response(reply, head),
     })
 }
 
 /// 101 Switching Protocols to `v4.channel.k8s.io`; the relay runs once hyper hands over the
-/// connection.
+/// connection, until it ends or the server shuts down (an upgraded connection is no longer
+/// hyper's, so the shutdown that ends every connection must end it too).
 fn switch_to_port_forward(
     upgrade: hyper::upgrade::OnUpgrade,
     accept: String,
     forward: sim_portforward::Forward,
+    mut shutdown: watch::Receiver<bool>,
 ) -> Response<ReplyBody> {
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else { return };
         let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-        sim_portforward::relay(ws, forward).await;
+        tokio::select! {
+            () = sim_portforward::relay(ws, forward) => {}
+            _ = shutdown.changed() => {}
+        }
     });
     Response::builder()
         .status(http::StatusCode::SWITCHING_PROTOCOLS)
@@ -194,6 +200,7 @@ pub async fn serve(
                 api.count_connection();
                 let _ = tcp.set_nodelay(true);
                 let (acceptor, authn, api) = (acceptor.clone(), authn.clone(), api.clone());
+                let stop = shutdown.clone();
                 conns.spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
                     // Authenticated per request, as kube-apiserver's x509 authenticator verifies
@@ -202,7 +209,7 @@ pub async fn serve(
                     let chain = tls.get_ref().1.peer_certificates().map(<[_]>::to_vec);
                     let svc = service_fn(move |req| {
                         let identity = Arc::new(authn.authenticate(chain.as_deref()));
-                        handle(api.clone(), identity, req)
+                        handle(api.clone(), identity, req, stop.clone())
                     });
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(tls), svc)

@@ -247,7 +247,9 @@ pub async fn explain(a: &ExplainArgs) -> Result<i32> {
     if let Some(kubeconfig) = &a.reach.cluster.kubeconfig {
         // A status reader's grant (the Role tenantci-status-reader) reads no Events: the
         // reasons stand without them.
-        if let Err(e) = pod_events(&mut explained, kubeconfig, &a.executor_namespace).await {
+        let context = a.reach.cluster.context.as_deref();
+        if let Err(e) = pod_events(&mut explained, kubeconfig, context, &a.executor_namespace).await
+        {
             eprintln!("{}", e.render().replacen("error: ", "warning: ", 1));
         }
     }
@@ -385,9 +387,10 @@ async fn forge_view(a: &ExplainArgs, s: &Status, job: &Job) -> Result<Option<Vie
 async fn pod_events(
     explained: &mut [Explained<'_>],
     kubeconfig: &Path,
+    context: Option<&str>,
     namespace: &str,
 ) -> Result<()> {
-    let client = tenantci_core::kube_client::from_kubeconfig(kubeconfig).await?;
+    let client = tenantci_dispatch::reach::client(Some(kubeconfig), context).await?;
     for e in explained {
         let Some(task) = e
             .task
