@@ -173,7 +173,7 @@ pub struct Status {
     pub concurrency: Concurrency,
     /// The job Pods.
     pub pods: Vec<JobPod>,
-    /// Pause pods running (warm slots) and in all.
+    /// Pause pods running (warm slots).
     pub warm: usize,
     /// Pause pods in all.
     pub pause: usize,
