@@ -8,6 +8,7 @@
 //! - [`config_lock`]: one writer at a time per config.toml (two runs at once create one runner).
 //! - [`setup`]: `runner gitlab-config` (token, merge, write, report).
 //! - [`ca`]: GitLab's CA handed on to gitlab-runner as `tls-ca-file`.
+//! - [`entry`]: an existing entry as the read-only commands read it (keys, token, system id).
 //! - [`check`]: `runner check`, every check of an existing entry, read-only.
 //! - [`rest`]: GitLab's read-only REST API (a runner, its managers, a job, protected branches)
 //!   with a `read_api` access token.
@@ -23,6 +24,7 @@ pub mod ca;
 pub mod check;
 pub mod config;
 pub mod config_lock;
+pub mod entry;
 pub mod explain;
 pub mod pending;
 pub mod rest;

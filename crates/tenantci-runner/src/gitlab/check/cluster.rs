@@ -10,9 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 
-use super::entry::EntryView;
 use super::local::ClusterFiles;
 use crate::checklist::Check;
+use crate::gitlab::entry::EntryView;
 use crate::tenant::access::{self, Reviewer};
 use crate::tenant::prewarm;
 use crate::tenant::sizing::{self, JobPodRequests};

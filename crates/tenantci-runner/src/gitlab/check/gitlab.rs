@@ -3,50 +3,25 @@
 
 use std::path::Path;
 
-use super::entry::EntryView;
 use crate::checklist::Check;
-use crate::gitlab::api::{self, ApiError, Client};
+use crate::gitlab::api::{ApiError, Client};
+use crate::gitlab::entry::{self, EntryView, TokenError, system_id};
 use tenantci_core::Secret;
 
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// gitlab-runner's own system id, kept beside config.toml: verifying with it adds no
-/// runner manager to GitLab's list.
-pub(crate) fn system_id(config: &Path) -> String {
-    let file = config.with_file_name(".runner_system_id");
-    tenantci_core::fsutil::read_bounded(&file, 256)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(api::system_id)
-}
-
-/// `$VAR` tokens are expanded from this process's environment, as gitlab-runner's are from
-/// its own.
-pub(crate) fn token(view: &EntryView) -> Result<Secret, Check> {
-    let raw = view.token.as_deref().unwrap_or_default();
-    let Some(var) = raw.strip_prefix('$') else {
-        return if raw.is_empty() {
-            Err(Check::fail(
-                "gitlab",
-                "the entry has no token",
-                "re-run `tenantci bootstrap runner` with a token or --gitlab-api-token-file",
-            ))
-        } else {
-            Ok(Secret::new(raw))
-        };
-    };
-    let var = var.trim_start_matches('{').trim_end_matches('}');
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Ok(Secret::new(v.trim())),
-        _ => Err(Check::skip(
+fn token(view: &EntryView) -> Result<Secret, Check> {
+    entry::runner_token(view).map_err(|e| match e {
+        TokenError::Missing => Check::fail(
             "gitlab",
-            format!(
-                "the token is ${var}, not set here: run the check with gitlab-runner's environment"
-            ),
-        )),
-    }
+            e.to_string(),
+            "re-run `tenantci bootstrap runner` with a token or --gitlab-api-token-file",
+        ),
+        TokenError::Unset(_) => Check::skip(
+            "gitlab",
+            format!("{e}: run the check with gitlab-runner's environment"),
+        ),
+    })
 }
 
 pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Check>) {

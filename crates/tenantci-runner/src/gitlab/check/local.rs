@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use time::OffsetDateTime;
 
-use super::entry::EntryView;
 use crate::checklist::Check;
+use crate::gitlab::entry::EntryView;
 use kube::config::Kubeconfig;
 use tenantci_core::gateway::StateDir;
 use tenantci_core::pki::inspect::{CertInfo, rfc3339};

@@ -10,9 +10,8 @@
 //! failed is `skip`, so the first failure is the one to fix. `bootstrap runner` ends with the
 //! same [`run`]. Writes nothing.
 
-pub(crate) mod cluster;
-pub mod entry;
-pub(crate) mod gitlab;
+mod cluster;
+mod gitlab;
 mod local;
 
 use std::path::PathBuf;
@@ -22,7 +21,7 @@ use time::OffsetDateTime;
 
 use crate::checklist::{self, Check};
 
-use entry::EntryView;
+use super::entry::{self, EntryView};
 pub use local::ClusterFiles;
 use tenantci_core::Result;
 use tenantci_core::gateway::StateDir;

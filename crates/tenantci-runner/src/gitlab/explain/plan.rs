@@ -28,7 +28,7 @@ pub struct Facts<'a> {
     pub pods: &'a [JobPod],
     /// Pause pods running (warm slots).
     pub warm: usize,
-    /// The Unix command to check gitlab-runner's service (systemd unit).
+    /// The command that shows gitlab-runner's service (`systemctl status UNIT`).
     pub service: &'a str,
 }
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 
 use super::pods::{self, JobPod};
-use crate::gitlab::check::entry::EntryView;
+use crate::gitlab::entry::EntryView;
 use tenantci_core::kubeconfig::{self, Material};
 use tenantci_core::{Error, Result};
 

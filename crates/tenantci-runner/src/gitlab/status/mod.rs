@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::api::Client;
-use super::check::entry::{self, EntryView};
+use super::entry::{self, EntryView};
 use super::rest::{self, RunnerDetails, RunnerManager};
 use pods::JobPod;
 use tenantci_core::{Error, Result, Secret};
@@ -96,11 +96,11 @@ pub async fn runner_id(sources: &Sources, client: &Client) -> Result<u64> {
     if let Some(id) = sources.view.id.and_then(|id| u64::try_from(id).ok()) {
         return Ok(id);
     }
-    let token = super::check::gitlab::token(&sources.view).map_err(|line| {
-        Error::bad_input(format!("cannot tell the runner's id: {}", line.detail))
-            .hint("add the runner's `id` to the entry")
+    let token = entry::runner_token(&sources.view).map_err(|why| {
+        Error::bad_input(format!("cannot tell the runner's id: {why}"))
+            .hint("add the runner's `id` to the entry, or run with gitlab-runner's environment")
     })?;
-    let system_id = super::check::gitlab::system_id(&sources.config);
+    let system_id = entry::system_id(&sources.config);
     Ok(client.verify_runner(&token, &system_id).await?)
 }
 
@@ -173,7 +173,7 @@ pub struct Status {
     pub concurrency: Concurrency,
     /// The job Pods.
     pub pods: Vec<JobPod>,
-    /// Pause pods running (warm slots) and in all.
+    /// Pause pods running (warm slots).
     pub warm: usize,
     /// Pause pods in all.
     pub pause: usize,

@@ -1,10 +1,14 @@
-//! The `[[runners]]` entry as `runner check` reads it: only the keys it checks, each optional
-//! (an operator's file may lack any of them). Pure.
+//! An existing `[[runners]]` entry as `runner check`, `runner status` and `runner explain`
+//! read it: only the keys they use, each optional (an operator's file may lack any of them);
+//! its runner token (a `$VAR` expanded from this environment) and gitlab-runner's system id
+//! beside config.toml. Reads; writes nothing.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use toml_edit::{DocumentMut, Item, Table};
+
+use tenantci_core::Secret;
 
 use crate::checklist::Check;
 use crate::gitlab::config::keys;
@@ -50,6 +54,47 @@ pub struct EntryView {
     pub request_concurrency: Option<i64>,
     /// The file's top-level `concurrent`: jobs all its entries run at once.
     pub concurrent: Option<i64>,
+}
+
+/// Why an entry's runner token is not at hand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// The entry has no `token`.
+    #[error("the entry has no token")]
+    Missing,
+    /// The token is `$VAR` and the variable is not set in this environment.
+    #[error("the token is ${0}, not set here")]
+    Unset(String),
+}
+
+/// The entry's runner token; a `$VAR` token is expanded from this process's environment, as
+/// gitlab-runner's are from its own.
+pub fn runner_token(view: &EntryView) -> Result<Secret, TokenError> {
+    let raw = view.token.as_deref().unwrap_or_default();
+    let Some(var) = raw.strip_prefix('$') else {
+        return if raw.is_empty() {
+            Err(TokenError::Missing)
+        } else {
+            Ok(Secret::new(raw))
+        };
+    };
+    let var = var.trim_start_matches('{').trim_end_matches('}');
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Ok(Secret::new(v.trim())),
+        _ => Err(TokenError::Unset(var.to_string())),
+    }
+}
+
+/// gitlab-runner's own system id, kept beside config.toml (`.runner_system_id`): verifying
+/// with it adds no runner manager to GitLab's list. A fresh one when the file is missing.
+pub fn system_id(config: &Path) -> String {
+    let file = config.with_file_name(".runner_system_id");
+    tenantci_core::fsutil::read_bounded(&file, 256)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(crate::gitlab::api::system_id)
 }
 
 /// The entry named `name`, or the only kubernetes entry; a [`Check`] saying what is wrong
