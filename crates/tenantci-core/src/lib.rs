@@ -19,6 +19,7 @@ pub mod fsutil;
 pub mod gateway;
 pub mod input;
 pub mod kube_client;
+pub mod kube_event;
 pub mod kubeconfig;
 pub mod node_image;
 pub mod opensandbox;

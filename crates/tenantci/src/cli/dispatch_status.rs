@@ -12,6 +12,7 @@ use crate::cli::dispatch_reach::Opened;
 pub use crate::cli::dispatch_reach::Reach;
 use crate::cli::forge_view::{self, View};
 use crate::output::{self, OutputArgs};
+use tenantci_core::kube_event;
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
 use tenantci_dispatch::config::Config;
@@ -405,7 +406,7 @@ async fn pod_events(
             ))
             .caused_by(err)
         })?;
-        e.events = events.iter().map(events::line).collect();
+        e.events = events.iter().map(kube_event::line).collect();
     }
     Ok(())
 }

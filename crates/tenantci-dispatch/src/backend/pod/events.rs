@@ -12,22 +12,6 @@ use kube::api::{Api, ListParams};
 use crate::task::spec::TASK_ID_LABEL;
 use crate::task_id::TaskId;
 
-/// One event line: `Warning FailedScheduling (default-scheduler): 0/1 nodes are available...`.
-pub fn line(e: &Event) -> String {
-    let source = e
-        .reporting_component
-        .clone()
-        .filter(|c| !c.is_empty())
-        .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
-        .unwrap_or_default();
-    format!(
-        "{} {} ({source}): {}",
-        e.type_.as_deref().unwrap_or("Normal"),
-        e.reason.as_deref().unwrap_or_default(),
-        e.message.as_deref().unwrap_or_default()
-    )
-}
-
 /// The events of `task`'s executor Pods in `namespace`, oldest first.
 pub async fn of_task(
     client: &kube::Client,

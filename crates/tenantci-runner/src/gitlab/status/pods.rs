@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use serde::Serialize;
+use tenantci_core::kube_event;
 
 /// gitlab-runner's annotation with the job's id.
 pub const JOB_ID: &str = "job.runner.gitlab.com/id";
@@ -64,22 +65,6 @@ pub struct JobPod {
     pub events: Vec<String>,
     /// Whether its Events say a node boots for it (a scale-up, or nodes not ready yet).
     pub node_booting: bool,
-}
-
-/// One Event line: `Warning FailedScheduling (default-scheduler): 0/1 nodes are available...`.
-pub fn event_line(e: &Event) -> String {
-    let source = e
-        .reporting_component
-        .clone()
-        .filter(|c| !c.is_empty())
-        .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
-        .unwrap_or_default();
-    format!(
-        "{} {} ({source}): {}",
-        e.type_.as_deref().unwrap_or("Normal"),
-        e.reason.as_deref().unwrap_or_default(),
-        e.message.as_deref().unwrap_or_default()
-    )
 }
 
 /// The job Pods among `pods`, with their Events, sorted by name.
@@ -151,7 +136,7 @@ fn job_pod(p: &Pod, events: Option<&[&Event]>, now: i64) -> Option<JobPod> {
                     .as_deref()
                     .is_some_and(|m| m.contains("node.kubernetes.io/not-ready"))
             }),
-        events: events.iter().map(|e| event_line(e)).collect(),
+        events: events.iter().map(|e| kube_event::line(e)).collect(),
     })
 }
 

@@ -447,9 +447,22 @@ impl Drop for Page {
     }
 }
 
+/// Until the dispatcher at `status` has `task` finished, its executor gone, in its history.
+async fn finished_in_history(status: SocketAddr, task: i64) {
+    let url = format!("http://{status}/v1/history?finished=true");
+    eventually(&format!("task {task} finished in the history"), || async {
+        let doc: serde_json::Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+        doc["tasks"]
+            .as_array()?
+            .iter()
+            .find(|t| t["task"] == task && t["marks"]["gone"].is_string())
+            .map(|_| ())
+    })
+    .await;
+}
+
 /// The page through `dispatch page` in headless Chromium: the running task under its state,
-/// no console message. (The timeline of finished tasks, issue 53's history part, is another
-/// helper's: assert its section here once the page renders it.)
+/// a finished task's bar in the timeline of the last hour, no console message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_page_opens_in_chromium_through_dispatch_page_with_the_running_task() {
     let w = World::start(2).await;
@@ -458,6 +471,9 @@ async fn the_page_opens_in_chromium_through_dispatch_page_with_the_running_task(
     a.wait_leader(true).await;
     apply_reader_role(&w, &ns);
     let reader = user(&w, "carol", &[READERS]);
+    let done = w.claimed(w.enqueue("finished-before", "s").await).await;
+    w.executor(done).await.run(done).await;
+    finished_in_history(a.status_address(), done).await;
     let task = w
         .claimed(w.enqueue("shown-through-the-forward", "s").await)
         .await;
@@ -475,6 +491,11 @@ async fn the_page_opens_in_chromium_through_dispatch_page_with_the_running_task(
         "the running task under its state: {dom}"
     );
     assert!(dom.contains(POD_A), "the leader's instance: {dom}");
+    let timeline = dom.split("<h2 id=\"timeline\">").nth(1).unwrap_or_default();
+    assert!(
+        timeline.contains(&format!("<title>task {done} ")),
+        "the finished task's bar in the timeline: {dom}"
+    );
     assert_eq!(
         super::status_page::console(&o),
         Vec::<String>::new(),
