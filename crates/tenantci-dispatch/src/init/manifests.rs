@@ -598,6 +598,19 @@ mod tests {
         let sources = projected.sources.as_ref().unwrap();
         assert!(sources.iter().any(|s| s.config_map.is_some()));
         assert!(sources.iter().any(|s| s.secret.is_some()));
+        // The Lease in the Pod's own namespace, whatever the mounted config says.
+        let own = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "TENANTCI_DISPATCH_CLUSTER_DISPATCHER_NAMESPACE")
+            .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+            .map(|f| f.field_path.as_str());
+        assert_eq!(own, Some("metadata.namespace"));
+        assert_eq!(
+            crate::config::override_var("cluster.dispatcher_namespace"),
+            "TENANTCI_DISPATCH_CLUSTER_DISPATCHER_NAMESPACE"
+        );
         for e in c.env.iter().flatten() {
             assert!(
                 e.value_from
