@@ -11,8 +11,9 @@
 //! cluster's ClientCA, bound as an operator would bind them; the documented Role is
 //! `manifests/dispatch/status-reader.yaml` applied with kubectl.
 //!
-//! Every helper takes the dispatcher's namespace as a parameter ([`dispatcher_namespace`]), so
-//! the tests follow the dispatcher when it moves to a namespace of its own.
+//! The worlds are set up as `dispatch init --kubeconfig` sets up an in-cluster install: the
+//! dispatcher (its Lease, its Pods) in `tenantci-system`, as its ServiceAccount, and the
+//! executors in `dynamic-runner`, so the reader's grant names only the dispatcher's namespace.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,10 +37,10 @@ const POD_B: &str = "tenantci-dispatcher-5f7d9c8b4-q7m4t";
 /// The Group the documented RoleBinding names.
 const READERS: &str = "tenantci:status-readers";
 
-/// The dispatcher's namespace: where its Lease and Pods are (the config's namespace in these
-/// worlds).
+/// The dispatcher's namespace: where its Lease and Pods are (`tenantci-system` in these
+/// worlds, apart from the executors', as `dispatch init --kubeconfig` sets it up).
 fn dispatcher_namespace(w: &World) -> String {
-    w.base().cluster.namespace.clone()
+    w.base().cluster.dispatcher_namespace().to_string()
 }
 
 /// The Pod that stands for `pod`'s replica: scheduled, its container port 9464 mapped to the
@@ -143,7 +144,7 @@ fn can_i(w: &World, kubeconfig: &Path, ns: &str, verb: &str, resource: &str) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn status_and_explain_reach_the_leader_pod_through_the_forward_and_follow_a_new_leader() {
-    let w = World::start(2).await;
+    let w = World::start_via_kubeconfig_init().await;
     let ns = dispatcher_namespace(&w);
     let mut a = replica(&w, &ns, POD_A).await;
     a.wait_leader(true).await;
@@ -465,7 +466,7 @@ async fn finished_in_history(status: SocketAddr, task: i64) {
 /// a finished task's bar in the timeline of the last hour, no console message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_page_opens_in_chromium_through_dispatch_page_with_the_running_task() {
-    let w = World::start(2).await;
+    let w = World::start_via_kubeconfig_init().await;
     let ns = dispatcher_namespace(&w);
     let a = replica(&w, &ns, POD_A).await;
     a.wait_leader(true).await;
