@@ -28,6 +28,11 @@
 //!   backend did not take yet is kept and tried again at the next pass, so an outage of one
 //!   backend's API delays no other executor's reconcile.
 //!
+//! The task history (`task::history`) gets what only the reconciler sees: the marks its
+//! backend reads off an executor (the pod backend's scheduled and started, from the watched
+//! Pod's status: no request of their own), once per executor and term, and `gone` at the
+//! delete of a task that is over.
+//!
 //! The shape is kube-runtime's: each executor is reconciled to an [`Action`] (requeue after a
 //! while, or await a change) or a [`ReconcileError`], every error goes through one policy
 //! (`Reconciler::error_policy`: logged once, in the words of what was being done, and
