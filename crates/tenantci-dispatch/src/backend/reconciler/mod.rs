@@ -448,14 +448,20 @@ impl Reconciler {
     /// Writes the history marks the backend saw on `o` that this term has not written yet.
     fn mark_seen(&mut self, o: &Observed) {
         let done = self.marked.entry(o.task).or_default();
-        for &(mark, at) in &o.marks {
-            if done.insert(mark) {
-                let seen = Observation {
-                    class: o.class.clone(),
-                    ..Observation::mark(mark, at)
-                };
-                self.ctx.ledger.mark(o.task, seen);
-            }
+        let new: Vec<_> = o
+            .marks
+            .iter()
+            .filter(|(m, _)| done.insert(*m))
+            .copied()
+            .collect();
+        if !new.is_empty() {
+            // One write for what one pass saw (a Pod scheduled and started at once).
+            let seen = Observation {
+                marks: new,
+                class: o.class.clone(),
+                ..Observation::default()
+            };
+            self.ctx.ledger.mark(o.task, seen);
         }
     }
 
