@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job on one machine: a local gateway (`tenantci sim`) with a tenant cluster whose
 # nodes are rented on demand, `tenantci bootstrap runner` from the cluster name to a GitLab
-# runner config, the runner's view with kubectl (what it may and may not do, a job-sized pod
-# starting), an idempotent re-run, and the hand-back. Then one Gitea task through the
+# runner config (the runner created at the testkit's GitLab double, run as
+# crates/tenantci/examples/gitlab_double.rs), the runner's view with kubectl (what it may and
+# may not do, a job-sized pod starting), an idempotent re-run, `runner status` and
+# `runner explain` on a job whose tag the runner lacks, and the hand-back. Then one Gitea task through the
 # dispatcher: the simulator's Gitea double, a real nats-server, `tenantci dispatch init` and
 # `dispatch run`, and an executor played from the executor Secret's files
 # (crates/tenantci/examples/demo_executor.rs). Everything lives under a temporary directory removed at the end
@@ -16,16 +18,18 @@ ensure_nats_server
 ensure_jq
 
 log "building tenantci"
-cargo build --locked --quiet --bin tenantci --example demo_executor
+cargo build --locked --quiet --bin tenantci --example demo_executor --example gitlab_double
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 tenantci="$target/debug/tenantci"
 demo_executor="$target/debug/examples/demo_executor"
+gitlab_double="$target/debug/examples/gitlab_double"
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tenantci-demo.XXXXXX")
 sim_pid=""
 dispatch_pid=""
 proxy_pid=""
 nats_pid=""
+gitlab_pid=""
 stop() { # SIGTERM one process this script started, and wait for it
   if [ -n "$1" ]; then kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; fi
 }
@@ -34,6 +38,7 @@ cleanup() {
   stop "$dispatch_pid"
   stop "$nats_pid"
   stop "$sim_pid"
+  stop "$gitlab_pid"
   if [ "${KEEP:-0}" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -56,11 +61,18 @@ echo "tenant apiserver: $url"
 
 log "3. bootstrap the GitLab runner (credential, RBAC, verification, sizing, pre-warm, config.toml)"
 mkdir -p "$(dirname "$config")"
-printf 'glrt-demo-token\n' > "$work/runner.token" && chmod 600 "$work/runner.token"
+# GitLab is the testkit's double: the runner is created there through its REST API.
+exec 4< <(exec "$gitlab_double" "$work" 2>"$work/gitlab.log")
+gitlab_pid=$!
+read -r gitlab_ready <&4 || { echo "the GitLab double did not start:" >&2; cat "$work/gitlab.log" >&2; exit 3; }
+gitlab_url=$(jq -r .url <<<"$gitlab_ready")
+gitlab_admin=$(jq -r .admin <<<"$gitlab_ready")
+echo "GitLab double: $gitlab_url"
 bootstrap() {
   "$tenantci" bootstrap runner --forge gitlab --state-dir "$state" --cluster ci \
     --credential-dir "$creds" --config "$config" \
-    --gitlab-url https://gitlab.example.com --runner-token-file "$work/runner.token" \
+    --gitlab-url "$gitlab_url" --gitlab-api-token-file "$work/gitlab-create.token" \
+    --runner-type instance_type --tag-list pod \
     --cpu-request 500m --memory-request 512Mi --prewarm 1 "$@"
 }
 bootstrap
@@ -76,13 +88,28 @@ for check in "create pods -n gitlab-runner" "create pods/exec -n gitlab-runner" 
   # shellcheck disable=SC2086
   printf '  can-i %-36s %s\n' "$check" "$(rk auth can-i $check 2>/dev/null || true)"
 done
+# A job Pod as gitlab-runner 15.9+ creates it: its GitLab job in the annotations.
 rk run job-1 -n gitlab-runner --image registry.k8s.io/pause:3.10 --restart Never \
-  --overrides '{"spec":{"containers":[{"name":"job-1","image":"registry.k8s.io/pause:3.10","resources":{"requests":{"cpu":"500m","memory":"512Mi"}}}]}}' >/dev/null
+  --overrides '{"metadata":{"annotations":{"job.runner.gitlab.com/id":"1000","job.runner.gitlab.com/name":"build","job.runner.gitlab.com/ref":"main","project.runner.gitlab.com/id":"42"}},"spec":{"containers":[{"name":"job-1","image":"registry.k8s.io/pause:3.10","resources":{"requests":{"cpu":"500m","memory":"512Mi"}}}]}}' >/dev/null
 rk wait -n gitlab-runner --for=jsonpath='{.status.phase}'=Running pod/job-1 --timeout=120s
 rk get pods -n gitlab-runner -o custom-columns=NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,PRIORITY:.spec.priorityClassName
 
 log "5. run it again: nothing changes"
 bootstrap
+
+log "5b. what the runner runs, and why a job whose tag it lacks is pending (runbook: \"A job is pending\")"
+# gitlab-runner's poll (its job request) is what GitLab counts as the runner's contact.
+token=$(sed -n 's/^ *token = "\(glrt-[^"]*\)"$/\1/p' "$config")
+jq -n --arg t "$token" '{token: $t, system_id: "s_000000000001", info: {version: "18.10.0"}}' |
+  curl -fsS -o /dev/null -H 'content-type: application/json' "$gitlab_url/api/v4/jobs/request" -d @-
+unset token
+"$tenantci" runner status --config "$config" --gitlab-api-token-file "$work/gitlab-read.token"
+job_url=$(curl -fsS -H 'content-type: application/json' "$gitlab_admin/jobs" \
+  -d '{"id": 1001, "name": "build", "ref": "main", "tags": ["gpu"]}' | jq -r .web_url)
+rc=0
+"$tenantci" runner explain "$job_url" --config "$config" \
+  --gitlab-api-token-file "$work/gitlab-read.token" || rc=$?
+[ "$rc" = 1 ] || { echo "runner explain exited $rc, not 1 (the job waits for its tag)" >&2; exit 1; }
 
 log "GitLab part done: point gitlab-runner at $config on this host (docs/runbooks/gitlab-runner.md)"
 

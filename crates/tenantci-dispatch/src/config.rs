@@ -170,9 +170,14 @@ pub struct Cluster {
     /// `KUBECONFIG`, as kube's `Config::infer` finds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<PathBuf>,
-    /// Where the executors' objects (the pod backend's Pods and Secrets, the warm pools) and
-    /// the leader Lease live.
+    /// Where the executors' objects live (the pod backend's Pods and Secrets, the warm pools).
     pub namespace: String,
+    /// Where the dispatcher's own objects live: the leader Lease, and in the cluster its
+    /// Deployment, ServiceAccount, ConfigMap and Secret (manifests/dispatch). Absent: the
+    /// executors' `namespace`, as on a gateway host and in every config written before the
+    /// key existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatcher_namespace: Option<String>,
     /// A watching backend's (the pod backend's) reconciler pass when no watch event, freed
     /// slot or start deadline woke it (the watches carry every change); absent: 5m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,6 +193,13 @@ impl Cluster {
             ));
         }
         Ok(())
+    }
+
+    /// The namespace of the leader Lease: `dispatcher_namespace`, or the executors'.
+    pub fn dispatcher_namespace(&self) -> &str {
+        self.dispatcher_namespace
+            .as_deref()
+            .unwrap_or(&self.namespace)
     }
 
     /// `resync`, or its default.
@@ -332,6 +344,7 @@ pub const OVERRIDE_KEYS: &[&str] = &[
     "gitea.ca_file",
     "cluster.kubeconfig",
     "cluster.namespace",
+    "cluster.dispatcher_namespace",
     "cluster.resync",
     "nats.url",
     "nats.secrets_dir",
@@ -547,11 +560,20 @@ impl Config {
 
     /// `[cluster]` and `[capacity]`.
     fn validate_cluster(&self) -> std::result::Result<(), String> {
-        if !tenantci_core::dns::is_label(&self.cluster.namespace) {
-            return Err(format!(
-                "has cluster.namespace = `{}`, which is not a DNS label (lower-case letters, digits and `-`, at most 63)",
-                tenantci_core::input::shown(&self.cluster.namespace)
-            ));
+        let namespaces = [
+            ("namespace", Some(&self.cluster.namespace)),
+            (
+                "dispatcher_namespace",
+                self.cluster.dispatcher_namespace.as_ref(),
+            ),
+        ];
+        for (key, value) in namespaces {
+            if let Some(v) = value.filter(|v| !tenantci_core::dns::is_label(v)) {
+                return Err(format!(
+                    "has cluster.{key} = `{}`, which is not a DNS label (lower-case letters, digits and `-`, at most 63)",
+                    tenantci_core::input::shown(v)
+                ));
+            }
         }
         self.cluster.check()?;
         self.capacity.validate()
@@ -790,6 +812,7 @@ pub(crate) mod tests {
             cluster: Cluster {
                 kubeconfig: Some(files::KUBECONFIG.into()),
                 namespace: "dynamic-runner".into(),
+                dispatcher_namespace: None,
                 resync: None,
             },
             nats: Nats {
@@ -876,6 +899,31 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(in_pod.cluster.kubeconfig, None, "empty: the ServiceAccount");
+    }
+
+    /// A config written before `cluster.dispatcher_namespace` existed keeps its Lease where it
+    /// was (the executors' namespace) and is written back without the key; the key, or its
+    /// variable (the Deployment sets it from the Pod's namespace), moves only the Lease.
+    #[test]
+    fn the_dispatcher_namespace_defaults_to_the_executors_and_is_checked() {
+        let old = parse(&sample().to_toml(), &[]).unwrap();
+        assert_eq!(old.cluster.dispatcher_namespace, None);
+        assert_eq!(old.cluster.dispatcher_namespace(), "dynamic-runner");
+        assert!(!old.to_toml().contains("dispatcher_namespace"));
+        let var = "TENANTCI_DISPATCH_CLUSTER_DISPATCHER_NAMESPACE";
+        let moved = parse(&sample().to_toml(), &[(var, "tenantci-system")]).unwrap();
+        assert_eq!(moved.cluster.dispatcher_namespace(), "tenantci-system");
+        assert_eq!(moved.cluster.namespace, "dynamic-runner");
+        assert_eq!(parse(&moved.to_toml(), &[]).unwrap(), moved);
+        let e = parse(&sample().to_toml(), &[(var, "Tenantci_System")]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message().contains(
+                "has cluster.dispatcher_namespace = `Tenantci_System`, which is not a DNS label"
+            ),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]
@@ -1096,6 +1144,7 @@ pub(crate) mod tests {
         cfg.gitea.keepalive_interval = Duration::from_secs(120).into();
         cfg.nats.ack_wait = Duration::from_secs(45).into();
         cfg.cluster.resync = Some(Duration::from_secs(600).into());
+        cfg.cluster.dispatcher_namespace = Some("tenantci-system".into());
         cfg.capacity.set(BackendKind::new("pod"), 5);
         cfg.capacity.set(BackendKind::new("vm"), 2);
         cfg.executor.runner_command = crate::sizing::RunnerCommand::GiteaRunner;
@@ -1297,7 +1346,7 @@ pub(crate) mod tests {
     #[test]
     fn override_variables_follow_their_keys() {
         let table: Vec<(String, &str)> = overrides().collect();
-        assert_eq!(table.len(), 62);
+        assert_eq!(table.len(), 63);
         for pair in [
             ("TENANTCI_DISPATCH_GITEA_URL", "gitea.url"),
             (

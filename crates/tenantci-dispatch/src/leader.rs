@@ -22,7 +22,8 @@ use tokio::time::Instant;
 
 use tenantci_core::duration::GoDuration;
 
-/// The Lease the dispatchers sharing a namespace elect their one scheduler on.
+/// The Lease the dispatchers of one install elect their one scheduler on, in the dispatcher's
+/// namespace (`cluster.dispatcher_namespace`, by default the executors').
 pub const LEASE_NAME: &str = "dynamic-runner-scheduler";
 
 /// The election's three durations, client-go's LeaseDuration, RenewDeadline and RetryPeriod,

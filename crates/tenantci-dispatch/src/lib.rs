@@ -11,7 +11,8 @@
 //!    [`http1`] (the plain HTTP/1.1 server with every wait bounded).
 //! 3. [`metrics`]; [`sizing`] (the `[executor]` section, requests and limits, resource
 //!    classes and their warm pools: picked once, by the scheduler); [`leader`] (Lease election).
-//! 4. [`cache`] (the shared actions cache), [`identity`] (SPIFFE IDs and SPIRE entries).
+//! 4. [`cache`] (the shared actions cache), [`identity`] (SPIFFE IDs and SPIRE entries),
+//!    [`reach`] (an in-cluster dispatcher's status API through the leader's port-forward).
 //! 5. [`task`]: a claimed task: the claim ledger (its truth), its assignment opened once, the
 //!    term's registry, recovery's decision, what the dispatcher tells Gitea; the state table.
 //! 6. [`backend`]: where an assignment runs: the [`backend::Backend`] traits, the worker,
@@ -46,6 +47,7 @@ pub mod leader;
 pub mod metrics;
 pub mod provision;
 pub mod queue;
+pub mod reach;
 pub mod renew;
 pub mod run;
 pub mod sizing;

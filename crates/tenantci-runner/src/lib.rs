@@ -5,8 +5,8 @@
 //! - [`tenant`]: the runner's RBAC (apply and verify), access reviews, server-side apply,
 //!   pre-warmed pause pods, job-pod sizing.
 //! - [`gitlab`]: gitlab-runner's `config.toml` and GitLab's CA for it, GitLab's runner API and
-//!   tokens, the pending-runner record, config.toml's lock, `runner gitlab-config` and `runner
-//!   check`.
+//!   tokens, the pending-runner record, config.toml's lock, `runner gitlab-config`, `runner
+//!   check`, and the operator's view: `runner status` and `runner explain`.
 //! - [`act_runner`]: act_runner's `config.yaml` and `.runner` files (Gitea and Forgejo).
 //! - [`bootstrap`]: `bootstrap runner`, every GitLab step above in one idempotent command, and
 //!   its result as node_exporter metrics.

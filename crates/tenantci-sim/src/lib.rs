@@ -14,7 +14,8 @@
 //!    quantities), [`selector`] (label and field selectors), [`served`] (a double's HTTP
 //!    server), [`statedir`] (the state directory: PKI, kubeconfigs, `gateway.json`),
 //!    [`api_error`] (kube-apiserver's Status bodies, the handlers' error), [`store`] (the
-//!    in-memory object store), [`tls`] (the handshake), [`validate`] (object names).
+//!    in-memory object store), [`tls`] (the handshake), [`validate`] (object names),
+//!    [`portforward`] (`pods/portforward`'s WebSocket channels, relayed to a Pod's stand-in).
 //! 2. Pure rules over them: [`authz`] (RBAC, impersonation, escalation, access reviews),
 //!    [`events`] (the Events of a Pod that waits for a node), [`scheduler`] (the scheduler's
 //!    and autoscaler's plan).
@@ -39,6 +40,7 @@ pub mod ids;
 pub mod nodes;
 pub mod opensandbox;
 pub mod persist;
+pub mod portforward;
 pub mod quantity;
 pub mod scheduler;
 pub mod seed;

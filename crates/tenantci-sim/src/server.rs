@@ -21,9 +21,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-use super::api::{ApiServer, Identity, Reply, Request};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use super::api::{ApiServer, Identity, Reply, Request, portforward};
 use super::api_error::ApiError;
 use super::authn::Authenticator;
+use super::portforward as sim_portforward;
 
 /// kube-apiserver's default request body limit.
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -87,6 +92,11 @@ fn to_response(reply: Reply, head: bool) -> Response<ReplyBody> {
             .header("content-type", ct)
             .body(ReplyBody::Full(Some(b)))
             .expect("static headers are valid"),
+        // Only an upgradable HTTP/1.1 request gets this far with an upgrade (`handle`).
+        Reply::PortForward(_) => {
+            let e = ApiError::bad_request("Upgrade request required");
+            json_response(e.code, serde_json::to_vec(&e.body).unwrap_or_default())
+        }
         Reply::Stream(rx) => Response::builder()
             .status(200)
             .header("content-type", "application/json")
@@ -103,9 +113,12 @@ fn to_response(reply: Reply, head: bool) -> Response<ReplyBody> {
 async fn handle(
     api: Arc<ApiServer>,
     identity: Arc<Identity>,
-    req: HyperRequest<Incoming>,
+    mut req: HyperRequest<Incoming>,
 ) -> Result<Response<ReplyBody>, Infallible> {
+    let upgrade = hyper::upgrade::on(&mut req);
     let (parts, body) = req.into_parts();
+    let accept =
+        portforward::websocket_key(&parts.headers).map(|k| derive_accept_key(k.as_bytes()));
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
@@ -130,7 +143,37 @@ async fn handle(
         body,
     );
     let reply = api.handle(request, &identity).await;
-    Ok(to_response(reply, head))
+    Ok(match (reply, accept) {
+        (Reply::PortForward(forward), Some(accept)) => {
+            switch_to_port_forward(upgrade, accept, forward)
+        }
+        (reply, _) => to_response(reply, head),
+    })
+}
+
+/// 101 Switching Protocols to `v4.channel.k8s.io`; the relay runs once hyper hands over the
+/// connection.
+fn switch_to_port_forward(
+    upgrade: hyper::upgrade::OnUpgrade,
+    accept: String,
+    forward: sim_portforward::Forward,
+) -> Response<ReplyBody> {
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgrade.await else { return };
+        let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        sim_portforward::relay(ws, forward).await;
+    });
+    Response::builder()
+        .status(http::StatusCode::SWITCHING_PROTOCOLS)
+        .header(http::header::CONNECTION, "Upgrade")
+        .header(http::header::UPGRADE, "websocket")
+        .header(http::header::SEC_WEBSOCKET_ACCEPT, accept)
+        .header(
+            http::header::SEC_WEBSOCKET_PROTOCOL,
+            sim_portforward::PROTOCOL,
+        )
+        .body(ReplyBody::Full(None))
+        .expect("static headers are valid")
 }
 
 /// Serves `api` on `listener` until `shutdown` changes.
@@ -162,7 +205,7 @@ pub async fn serve(
                         handle(api.clone(), identity, req)
                     });
                     let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), svc)
+                        .serve_connection_with_upgrades(TokioIo::new(tls), svc)
                         .await;
                 });
             }

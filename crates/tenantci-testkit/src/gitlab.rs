@@ -7,7 +7,9 @@
 //! record (`GET /api/v4/personal_access_tokens/self`, its scopes), and validates
 //! as GitLab does: the `PRIVATE-TOKEN` (or `Authorization: Bearer`) header, the token's
 //! `create_runner`/`api` scope, `runner_type` and the id it requires (group_id for
-//! group_type, project_id for project_type), existing groups/projects. It can be told to
+//! group_type, project_id for project_type), existing groups/projects. The read side an
+//! operator's view needs (a runner's details, managers and jobs, a project's job and protected
+//! branches, gitlab-runner's job request as its contact) is [`jobs`]'s. It can be told to
 //! answer 401 / 403 / 410 or to hang, or to hold creations at a barrier
 //! ([`GitlabDouble::hold_creates`]), and records created runners. Listens on 127.0.0.1:0,
 //! over plain HTTP ([`GitlabDouble::start`]) or HTTPS with its own CA
@@ -63,6 +65,14 @@ pub struct CreatedRunner {
     pub description: Option<String>,
     /// System ids that verified this runner's token.
     pub verified_by: Vec<String>,
+    /// Whether the runner is paused (it takes no job); an admin's change ([`GitlabDouble::update_runner`]).
+    pub paused: bool,
+    /// `not_protected` or `ref_protected` (jobs of protected refs only).
+    pub access_level: String,
+    /// Seconds a job may run on it; `None` for no maximum.
+    pub maximum_timeout: Option<u64>,
+    /// The runner managers that asked for jobs (`POST /api/v4/jobs/request`), by system id.
+    pub managers: Vec<jobs::Manager>,
 }
 
 /// What the double knows and has recorded; [`GitlabDouble::start_with`] starts from one.
@@ -82,6 +92,14 @@ pub struct GitlabState {
     pub requests: Vec<String>,
     /// When set, runner creations wait at this barrier ([`GitlabDouble::hold_creates`]).
     pub create_hold: Option<CreateHold>,
+    /// CI jobs, as `GET /api/v4/projects/:id/jobs/:job_id` answers them ([`GitlabDouble::add_job`]).
+    pub jobs: Vec<jobs::Job>,
+    /// Project id -> its path (`group/project`), for job URLs and path-encoded ids.
+    pub project_paths: BTreeMap<u64, String>,
+    /// Project id -> its protected branch names (wildcards `*` allowed, as GitLab's).
+    pub protected_branches: BTreeMap<u64, Vec<String>>,
+    /// The double's own URL, for `web_url` (set at start).
+    pub base_url: String,
     next_id: u64,
 }
 
@@ -117,6 +135,7 @@ fn default_state() -> GitlabState {
     );
     state.groups.insert(7);
     state.projects.insert(42);
+    state.project_paths.insert(42, "tenant/app".into());
     state
 }
 
@@ -133,6 +152,7 @@ impl GitlabDouble {
         let state = Arc::new(Mutex::new(state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        state.lock().unwrap().base_url = format!("http://{addr}");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = app(state.clone());
         tokio::spawn(async move {
@@ -196,6 +216,7 @@ impl GitlabDouble {
             .local_addr()
             .map_err(|e| tenantci_core::Error::external(e.to_string()))?;
         let state = Arc::new(Mutex::new(default_state()));
+        state.lock().unwrap().base_url = format!("https://{addr}");
         let app = app(state.clone());
         let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
         let double = GitlabDouble {
@@ -255,6 +276,40 @@ impl GitlabDouble {
         hold
     }
 
+    /// Changes the runner with `id` as an admin does in GitLab's UI (pause it, its tags, ...).
+    pub fn update_runner(&self, id: u64, change: impl FnOnce(&mut CreatedRunner)) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(r) = s.runners.iter_mut().find(|r| r.id == id) {
+            change(r);
+        }
+    }
+
+    /// Adds a CI job (a pipeline's job GitLab queued); returns its id.
+    pub fn add_job(&self, job: jobs::Job) -> u64 {
+        let mut s = self.state.lock().unwrap();
+        let id = job.id;
+        s.jobs.retain(|j| j.id != id);
+        s.jobs.push(job);
+        id
+    }
+
+    /// Changes the job with `id` (its status, the runner it went to).
+    pub fn update_job(&self, id: u64, change: impl FnOnce(&mut jobs::Job)) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(j) = s.jobs.iter_mut().find(|j| j.id == id) {
+            change(j);
+        }
+    }
+
+    /// Protects the branch (or wildcard) `name` of `project`.
+    pub fn protect_branch(&self, project: u64, name: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.protected_branches
+            .entry(project)
+            .or_default()
+            .push(name.to_string());
+    }
+
     /// The runners created and not deleted, in creation order.
     pub fn runners(&self) -> Vec<CreatedRunner> {
         self.state.lock().unwrap().runners.clone()
@@ -286,7 +341,22 @@ pub fn app(state: Shared) -> Router {
         .route("/api/v4/runners/all", get(list::all_runners))
         .route(
             "/api/v4/runners/{id}",
-            axum::routing::delete(list::delete_runner),
+            axum::routing::delete(list::delete_runner).get(jobs::runner_details),
+        )
+        .route("/api/v4/runners/{id}/jobs", get(jobs::runner_jobs))
+        .route("/api/v4/runners/{id}/managers", get(jobs::runner_managers))
+        .route("/api/v4/jobs/request", post(jobs::request_job))
+        .route(
+            "/api/v4/projects/{id}/jobs/{job_id}",
+            get(jobs::project_job),
+        )
+        .route(
+            "/api/v4/projects/{id}/protected_branches",
+            get(jobs::protected_branches),
+        )
+        .route(
+            "/api/v4/projects/{id}/protected_branches/{name}",
+            get(jobs::protected_branch),
         )
         .route("/api/v4/groups/{id}/runners", get(list::group_runners))
         .route("/api/v4/projects/{id}/runners", get(list::project_runners))
@@ -294,6 +364,7 @@ pub fn app(state: Shared) -> Router {
 }
 
 mod hold;
+pub mod jobs;
 mod list;
 
 pub use hold::CreateHold;
@@ -397,6 +468,14 @@ async fn create_runner(State(state): State<Shared>, headers: HeaderMap, body: St
             .and_then(Value::as_str)
             .map(str::to_string),
         verified_by: Vec::new(),
+        paused: as_bool(params.get("paused")),
+        access_level: params
+            .get("access_level")
+            .and_then(Value::as_str)
+            .unwrap_or("not_protected")
+            .to_string(),
+        maximum_timeout: as_u64(params.get("maximum_timeout")),
+        managers: Vec::new(),
     };
     let body = json!({"id": runner.id, "token": runner.token, "token_expires_at": null});
     s.runners.push(runner);

@@ -22,31 +22,51 @@ pub const DEPLOYMENT: &str = include_str!("../../../../manifests/dispatch/deploy
 
 /// The organization of the dispatcher's client certificate.
 pub const GROUP: &str = "tenantci:gitea-dispatchers";
-/// The namespace the manifests name (replaced by `--namespace`).
+/// The executors' namespace the manifests name (replaced by `--namespace`).
 pub const DEFAULT_NAMESPACE: &str = "dynamic-runner";
+/// The dispatcher's namespace the manifests name (replaced by `--dispatcher-namespace`;
+/// `dispatch init --kubeconfig`'s default).
+pub const DEFAULT_DISPATCHER_NAMESPACE: &str = "tenantci-system";
+/// The Role and RoleBinding of the leader Lease in the dispatcher's namespace.
+pub const LEADER_RBAC: &str = "tenantci-dispatcher-leader";
 
-/// The RBAC objects, in apply order.
+/// The RBAC objects of the dispatcher's two namespaces (one, when they are the same).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RbacObjects {
+    /// The dispatcher's namespace (its ServiceAccount, the Lease, the Deployment).
+    pub dispatcher_namespace: Namespace,
     /// The executors' namespace.
     pub namespace: Namespace,
     /// The dispatcher's ServiceAccount (its identity in the cluster).
     pub service_account: ServiceAccount,
-    /// What the dispatcher may do in the namespace.
+    /// The leader Lease, in the dispatcher's namespace.
+    pub leader_role: Role,
+    /// The leader Role bound to the ServiceAccount and the client-certificate user.
+    pub leader_binding: RoleBinding,
+    /// What the dispatcher may do in the executors' namespace.
     pub role: Role,
-    /// The Role bound to the ServiceAccount and the client-certificate user.
+    /// That Role bound, across namespaces, to the ServiceAccount and the client-certificate
+    /// user.
     pub binding: RoleBinding,
 }
 
 impl RbacObjects {
-    /// The objects in apply order.
+    /// The objects in apply order: the namespaces, then the dispatcher's own (so a running
+    /// dispatcher keeps its Lease access while an older Role that held it is replaced), then
+    /// the executors' Role and binding.
     pub fn objects(&self) -> Vec<Object> {
-        vec![
-            Object::Namespace(self.namespace.clone()),
+        let mut v = vec![Object::Namespace(self.dispatcher_namespace.clone())];
+        if self.namespace.metadata.name != self.dispatcher_namespace.metadata.name {
+            v.push(Object::Namespace(self.namespace.clone()));
+        }
+        v.extend([
             Object::ServiceAccount(self.service_account.clone()),
+            Object::Role(self.leader_role.clone()),
+            Object::RoleBinding(self.leader_binding.clone()),
             Object::Role(self.role.clone()),
             Object::RoleBinding(self.binding.clone()),
-        ]
+        ]);
+        v
     }
 }
 
@@ -80,31 +100,52 @@ pub fn documents(yaml: &str) -> Vec<serde_yaml::Value> {
 }
 
 fn kind<T: serde::de::DeserializeOwned>(docs: &[serde_yaml::Value], kind: &str) -> T {
+    pick(docs, kind, None)
+}
+
+/// The document of `kind` (named `name`, when given).
+fn pick<T: serde::de::DeserializeOwned>(
+    docs: &[serde_yaml::Value],
+    kind: &str,
+    name: Option<&str>,
+) -> T {
     let doc = docs
         .iter()
-        .find(|d| d.get("kind").and_then(|k| k.as_str()) == Some(kind))
-        .unwrap_or_else(|| panic!("the embedded manifest has a {kind}"));
+        .find(|d| {
+            d.get("kind").and_then(|k| k.as_str()) == Some(kind)
+                && name.is_none_or(|n| d["metadata"]["name"].as_str() == Some(n))
+        })
+        .unwrap_or_else(|| panic!("the embedded manifest has a {kind} {name:?}"));
     serde_yaml::from_value(doc.clone()).unwrap_or_else(|e| panic!("{kind}: {e}"))
 }
 
-/// The objects of `manifests/dispatch/rbac.yaml` in `namespace`.
-pub fn rbac(namespace: &str) -> RbacObjects {
+/// The objects of `manifests/dispatch/rbac.yaml` for executors in `namespace` and the
+/// dispatcher in `dispatcher_namespace` (the same namespace on a gateway host by default).
+pub fn rbac(namespace: &str, dispatcher_namespace: &str) -> RbacObjects {
     let docs = documents(RBAC);
     let mut o = RbacObjects {
-        namespace: kind(&docs, "Namespace"),
+        dispatcher_namespace: pick(&docs, "Namespace", Some(DEFAULT_DISPATCHER_NAMESPACE)),
+        namespace: pick(&docs, "Namespace", Some(DEFAULT_NAMESPACE)),
         service_account: kind(&docs, "ServiceAccount"),
-        role: kind(&docs, "Role"),
-        binding: kind(&docs, "RoleBinding"),
+        leader_role: pick(&docs, "Role", Some(LEADER_RBAC)),
+        leader_binding: pick(&docs, "RoleBinding", Some(LEADER_RBAC)),
+        role: pick(&docs, "Role", Some(crate::provision::access::NAME)),
+        binding: pick(&docs, "RoleBinding", Some(crate::provision::access::NAME)),
     };
+    o.dispatcher_namespace.metadata.name = Some(dispatcher_namespace.to_string());
     o.namespace.metadata.name = Some(namespace.to_string());
     for meta in [
         &mut o.service_account.metadata,
-        &mut o.role.metadata,
-        &mut o.binding.metadata,
+        &mut o.leader_role.metadata,
+        &mut o.leader_binding.metadata,
     ] {
+        meta.namespace = Some(dispatcher_namespace.to_string());
+    }
+    for meta in [&mut o.role.metadata, &mut o.binding.metadata] {
         meta.namespace = Some(namespace.to_string());
     }
-    in_namespace(&mut o.binding.subjects, namespace);
+    in_namespace(&mut o.leader_binding.subjects, dispatcher_namespace);
+    in_namespace(&mut o.binding.subjects, dispatcher_namespace);
     o
 }
 
@@ -117,15 +158,18 @@ fn in_namespace(subjects: &mut Option<Vec<Subject>>, namespace: &str) {
     }
 }
 
-/// The objects of `manifests/dispatch/identity/rbac.yaml` for the dispatcher in `namespace`.
-pub fn rbac_identity(namespace: &str) -> ClusterRbacObjects {
-    cluster_rbac(RBAC_IDENTITY, identity_rbac_name(namespace), namespace)
+/// The objects of `manifests/dispatch/identity/rbac.yaml` for the dispatcher of the executors
+/// in `namespace` (the names carry it), its ServiceAccount in `dispatcher_namespace`.
+pub fn rbac_identity(namespace: &str, dispatcher_namespace: &str) -> ClusterRbacObjects {
+    let name = identity_rbac_name(namespace);
+    cluster_rbac(RBAC_IDENTITY, name, dispatcher_namespace)
 }
 
-/// The objects of `manifests/dispatch/pause/rbac.yaml` for the dispatcher in `namespace`:
-/// `get` of the warm pools' PriorityClass by name.
-pub fn rbac_pause(namespace: &str) -> ClusterRbacObjects {
-    cluster_rbac(RBAC_PAUSE, pause_rbac_name(namespace), namespace)
+/// The objects of `manifests/dispatch/pause/rbac.yaml` for the dispatcher of the executors in
+/// `namespace`, its ServiceAccount in `dispatcher_namespace`: `get` of the warm pools'
+/// PriorityClass by name.
+pub fn rbac_pause(namespace: &str, dispatcher_namespace: &str) -> ClusterRbacObjects {
+    cluster_rbac(RBAC_PAUSE, pause_rbac_name(namespace), dispatcher_namespace)
 }
 
 /// The ClusterRole and binding of `yaml`, both called `name`, bound to the dispatcher's
@@ -179,67 +223,136 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rbac_is_namespaced_and_binds_both_identities() {
-        let o = rbac("ci-dispatch");
-        assert_eq!(o.namespace.metadata.name.as_deref(), Some("ci-dispatch"));
-        let labels = o.namespace.metadata.labels.as_ref().unwrap();
-        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
-        for m in [
-            &o.service_account.metadata,
-            &o.role.metadata,
-            &o.binding.metadata,
-        ] {
-            assert_eq!(m.namespace.as_deref(), Some("ci-dispatch"));
-            assert_eq!(m.name.as_deref(), Some(NAME));
-        }
-        let rules = o.role.rules.as_ref().unwrap();
-        let verbs = |group: &str, resource: &str| -> Vec<String> {
-            rules
-                .iter()
-                .find(|r| {
-                    r.api_groups.as_deref().unwrap_or_default() == [group.to_string()]
-                        && r.resources.as_deref().unwrap_or_default() == [resource.to_string()]
-                })
-                .unwrap_or_else(|| panic!("a rule for {resource}"))
-                .verbs
-                .clone()
-        };
-        assert_eq!(
-            verbs("coordination.k8s.io", "leases"),
-            ["get", "create", "update"]
-        );
-        for r in ["pods", "secrets"] {
-            assert_eq!(
-                verbs("", r),
-                ["get", "list", "watch", "create", "delete", "patch"]
-            );
-        }
-        assert_eq!(verbs("apps", "deployments"), ["get", "create", "patch"]);
-        assert_eq!(rules.len(), 4, "nothing else");
-        assert_eq!(o.binding.role_ref.kind, "Role");
-        assert_eq!(o.binding.role_ref.name, NAME);
-        let subjects = o.binding.subjects.as_ref().unwrap();
-        let mut got: Vec<(&str, &str, Option<&str>)> = subjects
+    /// The subjects of a binding as (kind, name, namespace), sorted.
+    fn subjects(b: &RoleBinding) -> Vec<(&str, &str, Option<&str>)> {
+        let mut got: Vec<_> = b
+            .subjects
             .iter()
+            .flatten()
             .map(|s| (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()))
             .collect();
         got.sort();
-        assert_eq!(
-            got,
-            [
-                ("ServiceAccount", NAME, Some("ci-dispatch")),
-                ("User", NAME, None)
-            ]
-        );
-        let kinds: Vec<String> = documents(RBAC)
+        got
+    }
+
+    /// (groups, resources, verbs) of each rule, in order.
+    fn role_rules(role: &Role) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+        role.rules
             .iter()
-            .map(|d| d["kind"].as_str().unwrap().to_string())
-            .collect();
+            .flatten()
+            .map(|r| {
+                (
+                    r.api_groups.clone().unwrap_or_default(),
+                    r.resources.clone().unwrap_or_default(),
+                    r.verbs.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Two namespaces: the ServiceAccount and the Lease's Role in the dispatcher's, the Role on
+    /// the executors' bound across to that ServiceAccount; both Pod Security `restricted`.
+    #[test]
+    fn rbac_puts_the_dispatcher_apart_and_binds_across() {
+        let o = rbac("ci-executors", "ci-dispatch");
+        assert_eq!(
+            o.dispatcher_namespace.metadata.name.as_deref(),
+            Some("ci-dispatch")
+        );
+        assert_eq!(o.namespace.metadata.name.as_deref(), Some("ci-executors"));
+        for n in [&o.namespace, &o.dispatcher_namespace] {
+            let labels = n.metadata.labels.as_ref().unwrap();
+            assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
+        }
+        let own = [
+            &o.service_account.metadata,
+            &o.leader_role.metadata,
+            &o.leader_binding.metadata,
+        ];
+        for m in own {
+            assert_eq!(m.namespace.as_deref(), Some("ci-dispatch"));
+        }
+        assert_eq!(o.service_account.metadata.name.as_deref(), Some(NAME));
+        assert_eq!(o.leader_role.metadata.name.as_deref(), Some(LEADER_RBAC));
+        for m in [&o.role.metadata, &o.binding.metadata] {
+            assert_eq!(m.namespace.as_deref(), Some("ci-executors"));
+            assert_eq!(m.name.as_deref(), Some(NAME));
+        }
+        let verbs = strings(&["get", "list", "watch", "create", "delete", "patch"]);
+        assert_eq!(
+            role_rules(&o.role),
+            [
+                (strings(&[""]), strings(&["pods"]), verbs.clone()),
+                (strings(&[""]), strings(&["secrets"]), verbs),
+                (
+                    strings(&["apps"]),
+                    strings(&["deployments"]),
+                    strings(&["get", "create", "patch"])
+                ),
+            ],
+            "nothing else in the executors' namespace, no Lease there"
+        );
+        assert_eq!(
+            role_rules(&o.leader_role),
+            [(
+                strings(&["coordination.k8s.io"]),
+                strings(&["leases"]),
+                strings(&["get", "create", "update"])
+            )],
+            "only the Lease in the dispatcher's"
+        );
+        assert_eq!(o.binding.role_ref.name, NAME);
+        assert_eq!(o.leader_binding.role_ref.name, LEADER_RBAC);
+        let both = [
+            ("ServiceAccount", NAME, Some("ci-dispatch")),
+            ("User", NAME, None),
+        ];
+        assert_eq!(subjects(&o.binding), both, "bound across namespaces");
+        assert_eq!(subjects(&o.leader_binding), both);
+        let kinds: Vec<&str> = o.objects().iter().map(Object::kind).collect();
         assert_eq!(
             kinds,
-            ["Namespace", "ServiceAccount", "Role", "RoleBinding"],
-            "no cluster-scoped RBAC"
+            [
+                "Namespace",
+                "Namespace",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "Role",
+                "RoleBinding"
+            ],
+            "namespaces first, the Lease's Role before the executors' (no cluster-scoped RBAC)"
+        );
+        // The file as kubectl applies it names the default namespaces.
+        let file = rbac(DEFAULT_NAMESPACE, DEFAULT_DISPATCHER_NAMESPACE);
+        assert_eq!(
+            file.binding.subjects.as_ref().unwrap()[0]
+                .namespace
+                .as_deref(),
+            Some(DEFAULT_DISPATCHER_NAMESPACE)
+        );
+    }
+
+    /// One namespace (a gateway host's default): one Namespace object, every object in it.
+    #[test]
+    fn rbac_in_one_namespace_applies_it_once() {
+        let o = rbac("dynamic-runner", "dynamic-runner");
+        let objects = o.objects();
+        assert_eq!(
+            objects.iter().filter(|o| o.kind() == "Namespace").count(),
+            1
+        );
+        assert_eq!(
+            subjects(&o.binding)[0],
+            ("ServiceAccount", NAME, Some("dynamic-runner"))
+        );
+        assert_eq!(
+            o.leader_role.metadata.namespace.as_deref(),
+            Some("dynamic-runner")
         );
     }
 
@@ -247,7 +360,7 @@ mod tests {
     /// both identities of the dispatcher in its namespace.
     #[test]
     fn pause_rbac_reads_only_the_pause_priority_class() {
-        let o = rbac_pause("ci-dispatch");
+        let o = rbac_pause("ci-dispatch", "ci-own");
         let pause = "tenantci-dispatcher-pause:ci-dispatch";
         assert_eq!(o.role.metadata.name.as_deref(), Some(pause));
         assert_eq!(o.binding.metadata.name.as_deref(), Some(pause));
@@ -275,7 +388,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("ServiceAccount", NAME, Some("ci-dispatch")),
+                ("ServiceAccount", NAME, Some("ci-own")),
                 ("User", NAME, None)
             ]
         );
@@ -285,7 +398,10 @@ mod tests {
             role: kind(&docs, "ClusterRole"),
             binding: kind(&docs, "ClusterRoleBinding"),
         };
-        assert_eq!(rbac_pause(DEFAULT_NAMESPACE), file);
+        assert_eq!(
+            rbac_pause(DEFAULT_NAMESPACE, DEFAULT_DISPATCHER_NAMESPACE),
+            file
+        );
     }
 
     /// (verbs, groups, resources) of each rule, in order.
@@ -305,7 +421,7 @@ mod tests {
 
     #[test]
     fn identity_rbac_grants_exactly_the_entries_and_node_get() {
-        let o = rbac_identity("ci-dispatch");
+        let o = rbac_identity("ci-dispatch", "ci-own");
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
             rules_of(&o.role),
@@ -331,7 +447,7 @@ mod tests {
 
     #[test]
     fn identity_rbac_names_carry_the_namespace_and_bind_both_identities() {
-        let o = rbac_identity("ci-dispatch");
+        let o = rbac_identity("ci-dispatch", "ci-own");
         let name = "tenantci-dispatcher:ci-dispatch";
         assert_eq!(identity_rbac_name("ci-dispatch"), name);
         assert_eq!(o.role.metadata.name.as_deref(), Some(name));
@@ -351,20 +467,23 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("ServiceAccount", NAME, Some("ci-dispatch")),
+                ("ServiceAccount", NAME, Some("ci-own")),
                 ("User", NAME, None)
             ]
         );
         // Two namespaces, two bindings: neither dispatcher's init touches the other's.
-        assert_ne!(rbac_identity("other").role, o.role);
+        assert_ne!(rbac_identity("other", "ci-own").role, o.role);
         // The file as kubectl applies it names the default namespace.
-        assert_eq!(rbac_identity(DEFAULT_NAMESPACE), {
-            let docs = documents(RBAC_IDENTITY);
-            ClusterRbacObjects {
-                role: kind(&docs, "ClusterRole"),
-                binding: kind(&docs, "ClusterRoleBinding"),
+        assert_eq!(
+            rbac_identity(DEFAULT_NAMESPACE, DEFAULT_DISPATCHER_NAMESPACE),
+            {
+                let docs = documents(RBAC_IDENTITY);
+                ClusterRbacObjects {
+                    role: kind(&docs, "ClusterRole"),
+                    binding: kind(&docs, "ClusterRoleBinding"),
+                }
             }
-        });
+        );
         let kinds: Vec<Object> = o.objects();
         assert_eq!(
             kinds.iter().map(Object::kind).collect::<Vec<_>>(),
@@ -377,7 +496,10 @@ mod tests {
         let docs = documents(DEPLOYMENT);
         let d: Deployment = kind(&docs, "Deployment");
         let _service: Service = kind(&docs, "Service");
-        assert_eq!(d.metadata.namespace.as_deref(), Some(DEFAULT_NAMESPACE));
+        assert_eq!(
+            d.metadata.namespace.as_deref(),
+            Some(DEFAULT_DISPATCHER_NAMESPACE)
+        );
         let spec = d.spec;
         assert_eq!(
             spec.replicas,

@@ -113,6 +113,9 @@ pub struct HandBack {
     pub server: String,
     /// The executors' namespace.
     pub namespace: String,
+    /// The dispatcher's own namespace (its Lease; in the cluster its Deployment, ConfigMap
+    /// and Secret): `namespace` unless `--dispatcher-namespace` or `--kubeconfig` set another.
+    pub dispatcher_namespace: String,
     /// Gitea's base URL.
     pub gitea_url: String,
     /// The URL executors reach the facade at.
@@ -144,6 +147,8 @@ pub async fn run(i: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack>
     let vm_dropped = registered.labels.len() < i.labels.len();
     let i = &registered;
     let local = local::check(i)?;
+    let cluster = &local.config.cluster;
+    plan::check_facade_service(&local.config.facade.url, cluster.dispatcher_namespace())?;
     steps.record("runner", Outcome::Ok, runner_line(i, &local));
     if let Some(w) = &local.config.waiting_jobs {
         gitea::check_waiting_jobs(&i.gitea_url, gitea_ca.as_deref(), w).await?;
@@ -210,6 +215,11 @@ impl Context<'_> {
     fn warm_pools(&self) -> bool {
         warm_pools(&self.local.config)
     }
+
+    /// The executors' namespace and the dispatcher's, as the config init writes names them.
+    fn namespaces(&self) -> access::Namespaces<'_> {
+        access::Namespaces::of(&self.local.config.cluster)
+    }
 }
 
 /// Whether some class of `config` has `[executor.class.warm]`: only then does the dispatcher
@@ -244,7 +254,8 @@ async fn check_cluster<'i>(
                 warm_pools: warm_pools(&local.config),
                 in_cluster_objects: i.apply_secret,
             };
-            access::check_admin(&admin, file, &url, &i.namespace, needs).await?;
+            let ns = access::Namespaces::of(&local.config.cluster);
+            access::check_admin(&admin, file, &url, ns, needs).await?;
             let detail = format!(
                 "cluster {} at {url}; the kubeconfig {} may apply the RBAC",
                 i.cluster,
@@ -516,7 +527,8 @@ fn mint_credential(cx: &Context<'_>) -> Result<String> {
 
 /// The RBAC objects, with the tenant-admin client.
 async fn rbac(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
-    let objects = manifests::rbac(&cx.i.namespace);
+    let ns = cx.namespaces();
+    let objects = manifests::rbac(ns.executors, ns.dispatcher);
     let applied = access::apply(&cx.admin, &objects.objects(), cx.i.dry_run).await?;
     let (outcome, detail) = summary(&applied);
     steps.act("rbac", outcome, detail);
@@ -529,7 +541,8 @@ async fn rbac_identity(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> {
     if !cx.identity() {
         return Ok(());
     }
-    let objects = manifests::rbac_identity(&cx.i.namespace);
+    let ns = cx.namespaces();
+    let objects = manifests::rbac_identity(ns.executors, ns.dispatcher);
     let what = "ClusterStaticEntry objects, node get";
     cluster_rbac(cx, steps, "rbac-identity", &objects, what).await
 }
@@ -541,7 +554,8 @@ async fn rbac_warm_pools(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<()> 
     if !cx.warm_pools() {
         return Ok(());
     }
-    let objects = manifests::rbac_pause(&cx.i.namespace);
+    let ns = cx.namespaces();
+    let objects = manifests::rbac_pause(ns.executors, ns.dispatcher);
     let what = format!(
         "get of the PriorityClass `{}` by name",
         tenantci_runner::tenant::prewarm::NAME
@@ -570,10 +584,11 @@ async fn verify(cx: &Context<'_>, minted: bool, steps: &mut Steps<'_>) -> Result
         steps.record("verify", Outcome::Skipped, "dry run");
         return Ok(());
     }
-    let namespace = &cx.i.namespace;
+    // The ServiceAccount lives in the dispatcher's namespace; its Role is in the executors'.
+    let ns = cx.namespaces();
     let (user, groups) = (
-        target::service_account_user(namespace),
-        target::service_account_groups(namespace),
+        target::service_account_user(ns.dispatcher),
+        target::service_account_groups(ns.dispatcher),
     );
     let n = if cx.cluster.in_cluster() {
         let who = Reviewer::Subject {
@@ -581,10 +596,10 @@ async fn verify(cx: &Context<'_>, minted: bool, steps: &mut Steps<'_>) -> Result
             user: &user,
             groups: &groups,
         };
-        access::verify(&who, namespace, cx.identity()).await?
+        access::verify(&who, ns, cx.identity()).await?
     } else {
         let own = client::from_kubeconfig(&cx.paths().kube_dir.join("kubeconfig")).await?;
-        access::verify(&Reviewer::Own(&own), namespace, cx.identity()).await?
+        access::verify(&Reviewer::Own(&own), ns, cx.identity()).await?
     };
     let (reviews, who, which) = match (cx.cluster.in_cluster(), minted) {
         (true, _) => ("SubjectAccessReviews", user.as_str(), "its ServiceAccount"),
@@ -757,7 +772,9 @@ async fn in_cluster_objects(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<(
         }
         return Ok(());
     }
-    let objects = in_cluster::objects(&bundle, &i.namespace)?;
+    // Beside the Deployment that mounts them, in the dispatcher's namespace.
+    let own = cx.namespaces().dispatcher;
+    let objects = in_cluster::objects(&bundle, own)?;
     if let Some(out) = &cx.local.checked.secret_out {
         let text = in_cluster::manifest(&objects);
         let existed = out.exists();
@@ -773,11 +790,7 @@ async fn in_cluster_objects(cx: &Context<'_>, steps: &mut Steps<'_>) -> Result<(
     if i.apply_secret {
         let applied = access::apply(&cx.admin, &objects, false).await?;
         let (outcome, detail) = summary(&applied);
-        steps.act(
-            "in-cluster",
-            outcome,
-            format!("{detail} in {}", i.namespace),
-        );
+        steps.act("in-cluster", outcome, format!("{detail} in {own}"));
     }
     Ok(())
 }
@@ -804,6 +817,7 @@ fn hand_back(cx: Context<'_>, runner: Option<SchedulerCredential>, steps: Vec<St
         cluster: cx.cluster.name().to_string(),
         server: cx.cluster.url().to_string(),
         namespace: i.namespace.clone(),
+        dispatcher_namespace: cx.namespaces().dispatcher.to_string(),
         gitea_url: cx.local.config.gitea.url.clone(),
         facade_url: c.facade_url.clone(),
         runner: runner.map(|k| RunnerInfo {

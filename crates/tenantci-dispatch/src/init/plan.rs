@@ -67,6 +67,10 @@ pub struct Inputs {
     pub cluster: String,
     /// `--namespace`: the executors' namespace, where the dispatcher's RBAC is applied.
     pub namespace: String,
+    /// `--dispatcher-namespace`: the dispatcher's own (its Lease; in the cluster its
+    /// Deployment, ConfigMap and Secret). None: the existing config's, else
+    /// [`default_dispatcher_namespace`].
+    pub dispatcher_namespace: Option<String>,
     /// `--nats`: the NATS server's URL.
     pub nats_url: String,
     /// `--nats-secrets-dir`: the NATS users' password files (`tenantci queue nats-config`).
@@ -214,6 +218,17 @@ fn check_registration(i: &Inputs) -> Result<()> {
         ))
         .hint("use 1-63 lower-case letters, digits and `-`, e.g. `dynamic-runner`"));
     }
+    if let Some(d) = i
+        .dispatcher_namespace
+        .as_deref()
+        .filter(|d| !tenantci_core::dns::is_label(d))
+    {
+        return Err(Error::bad_input(format!(
+            "--dispatcher-namespace `{}` is not a DNS label",
+            tenantci_core::input::shown(d)
+        ))
+        .hint("use 1-63 lower-case letters, digits and `-`, e.g. `tenantci-system`"));
+    }
     if i.labels.is_empty() {
         return Err(Error::bad_input("--labels is empty")
             .hint("pass the labels jobs ask for in runs-on, e.g. --labels self-hosted,pod"));
@@ -273,6 +288,31 @@ fn check_facade_url(i: &Inputs) -> Result<(String, String)> {
         ));
     };
     Ok((facade_url, facade_host))
+}
+
+/// The facade Service's name in the manifests (`manifests/dispatch/deployment.yaml`).
+pub const FACADE_SERVICE: &str = "tenantci-dispatcher-facade";
+
+/// A facade URL that names the facade Service by its cluster DNS name
+/// (`tenantci-dispatcher-facade.<namespace>.svc...`) must name the dispatcher's namespace, where
+/// the Service is: executors in theirs would otherwise call a name that does not resolve (the
+/// mistake an install that moved to a namespace of its own is open to). Any other host (an
+/// address, a name of your own) is the operator's to route.
+pub fn check_facade_service(facade_url: &str, dispatcher_namespace: &str) -> Result<()> {
+    let host = url_host(facade_url, &["https"]).unwrap_or_default();
+    let mut labels = host.split('.');
+    if labels.next() != Some(FACADE_SERVICE) {
+        return Ok(());
+    }
+    match labels.next() {
+        Some(ns) if ns != dispatcher_namespace => Err(Error::bad_input(format!(
+            "--facade-url `{facade_url}` names the Service {FACADE_SERVICE} in namespace `{ns}`, but the dispatcher and its facade Service are in `{dispatcher_namespace}`"
+        ))
+        .hint(format!(
+            "pass --facade-url https://{FACADE_SERVICE}.{dispatcher_namespace}.svc:8443 (executors reach it across namespaces), or --dispatcher-namespace {ns}; nothing was written"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// `flag`'s path made absolute (against the working directory).
@@ -458,6 +498,32 @@ fn check_waiting_jobs(i: &Inputs) -> Result<Option<(String, PathBuf)>> {
     }
 }
 
+/// The dispatcher's namespace when neither `--dispatcher-namespace` nor an existing config
+/// names one: in the cluster (`--kubeconfig`) a namespace of its own, `tenantci-system`, so a
+/// reader of its Lease or Pods is given nothing where the jobs run; on the gateway path the
+/// executors' (the dispatcher runs on the host; only its Lease is in the cluster, where it
+/// always was).
+pub fn default_dispatcher_namespace(i: &Inputs) -> String {
+    match &i.access {
+        super::target::ClusterAccess::Kubeconfig(_) => {
+            super::manifests::DEFAULT_DISPATCHER_NAMESPACE.to_string()
+        }
+        super::target::ClusterAccess::Gateway { .. } => i.namespace.clone(),
+    }
+}
+
+/// The dispatcher's namespace init writes: the flag, else the existing config's (a config
+/// without the key: the executors', as before it existed), else the default. Written only when
+/// it differs from the executors' (`cluster.dispatcher_namespace` absent otherwise).
+fn dispatcher_namespace(i: &Inputs, existing: Option<&Config>) -> Option<String> {
+    let d = i
+        .dispatcher_namespace
+        .clone()
+        .or_else(|| existing.map(|e| e.cluster.dispatcher_namespace().to_string()))
+        .unwrap_or_else(|| default_dispatcher_namespace(i));
+    (d != i.namespace).then_some(d)
+}
+
 /// The config `init` writes: the flags, relative file names from [`files`], and the tuning
 /// keys (intervals, status, leader timings; capacities unless given; the executor section
 /// but its image) of an existing config, so a re-run keeps the operator's edits.
@@ -483,6 +549,7 @@ pub fn config(
                 super::target::ClusterAccess::Kubeconfig(_) => None,
             },
             namespace: i.namespace.clone(),
+            dispatcher_namespace: dispatcher_namespace(i, existing),
             resync: None,
         },
         nats: nats_section(i, c, tuning),
@@ -502,9 +569,12 @@ pub fn config(
         waiting_jobs: waiting_jobs_section(c, tuning),
         claim: tuning.map(|e| e.claim.clone()).unwrap_or_default(),
         vm: crate::backend::vm::init::section(&i.vm)?,
+        // The facade's SPIFFE ID names the ServiceAccount's namespace: the dispatcher's.
         identity: crate::identity::init::section(
             &i.identity,
-            &i.namespace,
+            dispatcher_namespace(i, existing)
+                .as_deref()
+                .unwrap_or(&i.namespace),
             &i.cluster,
             i.vm.opensandbox_url.is_some(),
         )?,
@@ -618,6 +688,7 @@ pub(crate) mod tests {
             },
             cluster: "ci".into(),
             namespace: "dynamic-runner".into(),
+            dispatcher_namespace: None,
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_secrets_dir: "/etc/tenantci/nats".into(),
             nats_ca_file: None,
@@ -643,6 +714,79 @@ pub(crate) mod tests {
             secret_out: None,
             pod_config_out: None,
             dry_run: false,
+        }
+    }
+
+    /// The dispatcher's namespace init writes: a gateway host keeps one namespace (no key); the
+    /// `--kubeconfig` path gets `tenantci-system`; an existing config keeps its own (without
+    /// the key: the executors', so a re-run never moves an install); the flag wins.
+    #[test]
+    fn the_dispatcher_namespace_is_the_flag_else_the_kept_one_else_the_path_s_default() {
+        let gateway = inputs();
+        assert_eq!(dispatcher_namespace(&gateway, None), None);
+        let in_cluster = Inputs {
+            access: crate::init::target::ClusterAccess::Kubeconfig("/root/admin.conf".into()),
+            ..inputs()
+        };
+        assert_eq!(
+            dispatcher_namespace(&in_cluster, None).as_deref(),
+            Some("tenantci-system")
+        );
+        let old = crate::config::tests::sample();
+        assert_eq!(old.cluster.dispatcher_namespace, None);
+        assert_eq!(dispatcher_namespace(&in_cluster, Some(&old)), None, "kept");
+        let moved = Inputs {
+            dispatcher_namespace: Some("ci-system".into()),
+            ..in_cluster
+        };
+        assert_eq!(
+            dispatcher_namespace(&moved, Some(&old)).as_deref(),
+            Some("ci-system")
+        );
+        let same = Inputs {
+            dispatcher_namespace: Some("dynamic-runner".into()),
+            ..inputs()
+        };
+        assert_eq!(dispatcher_namespace(&same, None), None, "no key: the same");
+        let bad = Inputs {
+            dispatcher_namespace: Some("Ci_System".into()),
+            ..inputs()
+        };
+        let e = check(&bad).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message()
+                .contains("--dispatcher-namespace `Ci_System` is not a DNS label")
+        );
+    }
+
+    #[test]
+    fn a_facade_service_url_must_name_the_dispatcher_s_namespace() {
+        let url = "https://tenantci-dispatcher-facade.dynamic-runner.svc:8443";
+        assert!(check_facade_service(url, "dynamic-runner").is_ok());
+        let e = check_facade_service(url, "tenantci-system").unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message().contains(
+                "in namespace `dynamic-runner`, but the dispatcher and its facade Service are in `tenantci-system`"
+            ),
+            "{}",
+            e.message()
+        );
+        assert!(
+            e.hint_text()
+                .unwrap()
+                .contains("https://tenantci-dispatcher-facade.tenantci-system.svc:8443")
+        );
+        for other in [
+            "https://10.0.0.1:8443",
+            "https://dispatch.ci.internal:8443",
+            "https://tenantci-dispatcher-facade:8443",
+        ] {
+            assert!(
+                check_facade_service(other, "tenantci-system").is_ok(),
+                "{other}"
+            );
         }
     }
 

@@ -1,9 +1,10 @@
 //! The dispatcher's RBAC in the tenant cluster: applied with the tenant-admin client
 //! (`tenant::apply`), then verified with the dispatcher's OWN credential through
 //! SelfSubjectAccessReviews (`tenant::access`), so the check covers the certificate, the
-//! binding and the rules at once. This file holds the data (`must_allow`, `must_deny`, and
-//! with executor identity `must_allow_identity`, cluster-scoped) and the wording of a failure;
-//! the objects are `init::manifests`'.
+//! binding and the rules at once. This file holds the data (`must_allow` in the executors'
+//! namespace, `must_allow_leader` in the dispatcher's, `must_deny`, and with executor identity
+//! `must_allow_identity`, cluster-scoped) and the wording of a failure; the objects are
+//! `init::manifests`'. Each access is reviewed in the namespace it belongs to ([`Namespaces`]).
 
 use crate::identity::entries;
 use tenantci_core::{Error, Result};
@@ -26,12 +27,42 @@ pub fn identity_rbac_name(namespace: &str) -> String {
 
 pub use crate::backend::pod::pause::read_rbac_name as pause_rbac_name;
 
-/// What `dispatch run` calls in its namespace: every verb of the Role.
+/// The dispatcher's two namespaces: the same one on a gateway host (by default), apart in the
+/// cluster (`tenantci-system` and `dynamic-runner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Namespaces<'a> {
+    /// The executors' (`cluster.namespace`): their Pods, Secrets and warm pools.
+    pub executors: &'a str,
+    /// The dispatcher's own (`cluster.dispatcher_namespace`): the leader Lease.
+    pub dispatcher: &'a str,
+}
+
+impl<'a> Namespaces<'a> {
+    /// The namespaces of a config's `[cluster]`.
+    pub fn of(cluster: &'a crate::config::Cluster) -> Namespaces<'a> {
+        Namespaces {
+            executors: &cluster.namespace,
+            dispatcher: cluster.dispatcher_namespace(),
+        }
+    }
+
+    /// The dispatcher has a namespace of its own.
+    pub fn apart(&self) -> bool {
+        self.executors != self.dispatcher
+    }
+}
+
+/// What `dispatch run` calls in its own namespace: every verb of the leader Role.
+pub fn must_allow_leader() -> Vec<Access> {
+    ["get", "create", "update"]
+        .into_iter()
+        .map(|verb| Access::new(verb, "coordination.k8s.io", "leases"))
+        .collect()
+}
+
+/// What `dispatch run` calls in the executors' namespace: every verb of the Role.
 pub fn must_allow() -> Vec<Access> {
     let mut v = Vec::new();
-    for verb in ["get", "create", "update"] {
-        v.push(Access::new(verb, "coordination.k8s.io", "leases"));
-    }
     for resource in ["pods", "secrets"] {
         for verb in ["get", "list", "watch", "create", "delete", "patch"] {
             v.push(Access::new(verb, "", resource));
@@ -61,7 +92,8 @@ pub fn must_allow_identity() -> Vec<Access> {
 /// holds), and asking SubjectAccessReviews (the ServiceAccount's access is verified with them).
 /// With executor identity or a warm pool the cluster-scoped objects and the accesses they
 /// grant too; with `--apply-secret` the ConfigMap and the Secret the Deployment mounts.
-pub fn must_allow_admin(needs: AdminNeeds) -> Vec<(Access, Purpose)> {
+/// Each access names the namespace it is reviewed in ([`Side`]).
+pub fn must_allow_admin(needs: AdminNeeds) -> Vec<(Access, Purpose, Side)> {
     let mut v = Vec::new();
     let mut need = |access: Access, purpose: Purpose| {
         if !v.iter().any(|(a, _)| *a == access) {
@@ -78,17 +110,10 @@ pub fn must_allow_admin(needs: AdminNeeds) -> Vec<(Access, Purpose)> {
             Purpose::Rbac,
         );
         for (group, resource) in [
-            ("", "serviceaccounts"),
             ("rbac.authorization.k8s.io", "roles"),
             ("rbac.authorization.k8s.io", "rolebindings"),
         ] {
             need(Access::new(verb, group, resource), Purpose::Rbac);
-        }
-        if needs.in_cluster_objects {
-            need(
-                Access::new(verb, "", "configmaps"),
-                Purpose::InClusterObjects,
-            );
         }
         for (_, purpose) in cluster_rbac.iter().filter(|(on, _)| *on) {
             for resource in ["clusterroles", "clusterrolebindings"] {
@@ -114,7 +139,54 @@ pub fn must_allow_admin(needs: AdminNeeds) -> Vec<(Access, Purpose)> {
             need(a, Purpose::Identity);
         }
     }
-    v
+    let executors = v.into_iter().map(|(a, p)| (a, p, Side::Executors));
+    let mut own: Vec<(Access, Purpose)> = Vec::new();
+    dispatcher_side(needs, &mut |a, p| own.push((a, p)));
+    executors
+        .chain(own.into_iter().map(|(a, p)| (a, p, Side::Dispatcher)))
+        .collect()
+}
+
+/// What the admin applies in the dispatcher's namespace: the ServiceAccount, the leader Role
+/// and binding (holding the Lease access it grants), and with `--apply-secret` the ConfigMap
+/// and the Secret the Deployment mounts.
+fn dispatcher_side(needs: AdminNeeds, need: &mut dyn FnMut(Access, Purpose)) {
+    for verb in ["get", "create", "patch"] {
+        for (group, resource) in [
+            ("", "serviceaccounts"),
+            ("rbac.authorization.k8s.io", "roles"),
+            ("rbac.authorization.k8s.io", "rolebindings"),
+        ] {
+            need(Access::new(verb, group, resource), Purpose::Rbac);
+        }
+        if needs.in_cluster_objects {
+            for resource in ["configmaps", "secrets"] {
+                need(Access::new(verb, "", resource), Purpose::InClusterObjects);
+            }
+        }
+    }
+    for a in must_allow_leader() {
+        need(a, Purpose::Rbac);
+    }
+}
+
+/// Which of the dispatcher's namespaces an access is reviewed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The executors' namespace.
+    Executors,
+    /// The dispatcher's own.
+    Dispatcher,
+}
+
+impl Side {
+    /// This side's namespace.
+    pub fn of<'a>(self, ns: Namespaces<'a>) -> &'a str {
+        match self {
+            Side::Executors => ns.executors,
+            Side::Dispatcher => ns.dispatcher,
+        }
+    }
 }
 
 /// What init applies besides the namespaced RBAC.
@@ -173,28 +245,36 @@ pub async fn check_admin(
     admin: &kube::Client,
     file: &std::path::Path,
     url: &str,
-    namespace: &str,
+    ns: Namespaces<'_>,
     needs: AdminNeeds,
 ) -> Result<()> {
     let needed = must_allow_admin(needs);
-    let checks = needed.iter().map(|(a, _)| (*a, true)).collect();
-    let results = access::review(&Reviewer::Own(admin), checks, namespace)
-        .await
-        .map_err(|e| admin_review_error(e, file, url))?;
+    let mut results = Vec::new();
+    for side in [Side::Executors, Side::Dispatcher] {
+        let checks = needed
+            .iter()
+            .filter(|(_, _, s)| *s == side)
+            .map(|(a, _, _)| (*a, true))
+            .collect();
+        let answers = access::review(&Reviewer::Own(admin), checks, side.of(ns))
+            .await
+            .map_err(|e| admin_review_error(e, file, url))?;
+        results.extend(answers);
+    }
     let Some(bad) = access::first_mismatch(&results) else {
         return Ok(());
     };
     let purpose = needed
         .iter()
-        .find(|(a, _)| *a == bad.access)
-        .map_or(Purpose::Rbac, |(_, p)| *p);
+        .find(|(a, _, _)| *a == bad.access)
+        .map_or(Purpose::Rbac, |(_, p, _)| *p);
     Err(Error::bad_input(format!(
         "the kubeconfig `{}` may not {}, which `dispatch init` needs {}",
         file.display(),
         bad.describe(),
         purpose.needed_for()
     ))
-    .hint(purpose.hint(namespace)))
+    .hint(purpose.hint(ns.executors)))
 }
 
 fn admin_review_error(e: kube::Error, file: &std::path::Path, url: &str) -> Error {
@@ -212,6 +292,17 @@ fn admin_review_error(e: kube::Error, file: &std::path::Path, url: &str) -> Erro
         .caused_by(e)
         .hint("check the kubeconfig's server and that the cluster is up (`kubectl --kubeconfig FILE get --raw /version`); nothing was written"),
     }
+}
+
+/// What the dispatcher must never be allowed in its own namespace when it has one: no Pod, no
+/// Secret (its own Secret is mounted, never read through the API), so whoever may write there
+/// gains nothing from its binding.
+pub fn must_deny_in_own_namespace() -> Vec<Access> {
+    vec![
+        Access::new("get", "", "secrets"),
+        Access::new("list", "", "pods"),
+        Access::new("create", "", "pods"),
+    ]
 }
 
 /// What the dispatcher must never be allowed.
@@ -253,6 +344,12 @@ fn mismatch_error(bad: &ReviewResult, namespace: &str) -> Error {
             bad.describe()
         ))
         .hint(format!("the ClusterRoleBinding `{name}` must bind the ClusterRole `{name}` to the User `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/identity/rbac.yaml"))
+    } else if bad.expected && bad.access.resource == "leases" {
+        Error::check_failed(format!(
+            "the dispatcher's credential may not {}, which `dispatch run` needs for the leader Lease",
+            bad.describe()
+        ))
+        .hint("the RoleBinding `tenantci-dispatcher-leader` in the dispatcher's namespace must name the User and the ServiceAccount `tenantci-dispatcher`; re-run init, or compare with manifests/dispatch/rbac.yaml")
     } else if bad.expected {
         Error::check_failed(format!(
             "the dispatcher's credential may not {}, which `dispatch run` needs",
@@ -268,24 +365,41 @@ fn mismatch_error(bad: &ReviewResult, namespace: &str) -> Error {
     }
 }
 
-/// The accesses to review: the namespaced ones, and with executor identity (`identity`) the
-/// cluster-scoped ones too.
-pub fn checks(identity: bool) -> Vec<(Access, bool)> {
+/// The accesses to review, by the namespace each is asked in: the executors' (the Role, with
+/// executor identity the cluster-scoped ones, the denials; the Lease too while the namespaces
+/// are one), and when apart the dispatcher's (the Lease; no Pod, no Secret) and no Lease in
+/// the executors'.
+pub fn checks(ns: Namespaces<'_>, identity: bool) -> Vec<(Side, Vec<(Access, bool)>)> {
     let identity = identity.then(must_allow_identity).unwrap_or_default();
-    access::checks(must_allow().into_iter().chain(identity), must_deny())
+    let leader = must_allow_leader();
+    if !ns.apart() {
+        let allow = leader.into_iter().chain(must_allow()).chain(identity);
+        return vec![(Side::Executors, access::checks(allow, must_deny()))];
+    }
+    let no_lease = Access::new("create", "coordination.k8s.io", "leases");
+    let executors = access::checks(
+        must_allow().into_iter().chain(identity),
+        must_deny().into_iter().chain([no_lease]),
+    );
+    let own = access::checks(leader, must_deny_in_own_namespace());
+    vec![(Side::Executors, executors), (Side::Dispatcher, own)]
 }
 
 /// Reviews every access as the dispatcher: `who` is its own client credential
 /// (SelfSubjectAccessReview) or, on the in-cluster path, its ServiceAccount asked about with
 /// the admin client (SubjectAccessReview); returns how many reviews ran.
-pub async fn verify(who: &Reviewer<'_>, namespace: &str, identity: bool) -> Result<usize> {
-    let results = access::review(who, checks(identity), namespace)
-        .await
-        .map_err(review_error)?;
-    match access::first_mismatch(&results) {
-        Some(bad) => Err(mismatch_error(bad, namespace)),
-        None => Ok(results.len()),
+pub async fn verify(who: &Reviewer<'_>, ns: Namespaces<'_>, identity: bool) -> Result<usize> {
+    let mut n = 0;
+    for (side, checks) in checks(ns, identity) {
+        let results = access::review(who, checks, side.of(ns))
+            .await
+            .map_err(review_error)?;
+        if let Some(bad) = access::first_mismatch(&results) {
+            return Err(mismatch_error(bad, ns.executors));
+        }
+        n += results.len();
     }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -297,7 +411,11 @@ mod tests {
         let allow = must_allow();
         assert!(allow.contains(&Access::new("create", "", "pods")));
         assert!(allow.contains(&Access::new("create", "", "secrets")));
-        assert!(allow.contains(&Access::new("create", "coordination.k8s.io", "leases")));
+        assert!(must_allow_leader().contains(&Access::new(
+            "create",
+            "coordination.k8s.io",
+            "leases"
+        )));
         assert!(allow.iter().all(|a| a.scope == Scope::Reviewed));
         let deny = must_deny();
         assert!(
@@ -319,11 +437,50 @@ mod tests {
         );
     }
 
+    /// One namespace (a gateway host): one set of reviews, the Lease among the allowed. Two:
+    /// the Lease allowed in the dispatcher's namespace only, and nothing else there.
+    #[test]
+    fn the_lease_is_reviewed_in_the_dispatcher_s_namespace() {
+        let lease = Access::new("create", "coordination.k8s.io", "leases");
+        let one = Namespaces {
+            executors: "dynamic-runner",
+            dispatcher: "dynamic-runner",
+        };
+        let got = checks(one, false);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, Side::Executors);
+        assert!(got[0].1.contains(&(lease, true)));
+        let two = Namespaces {
+            dispatcher: "tenantci-system",
+            ..one
+        };
+        let got = checks(two, false);
+        let of = |side: Side| &got.iter().find(|(s, _)| *s == side).unwrap().1;
+        assert!(of(Side::Executors).contains(&(lease, false)));
+        assert!(of(Side::Executors).contains(&(Access::new("create", "", "pods"), true)));
+        let own = of(Side::Dispatcher);
+        assert!(own.contains(&(lease, true)));
+        assert!(own.contains(&(Access::new("get", "", "secrets"), false)));
+        assert!(own.contains(&(Access::new("create", "", "pods"), false)));
+        assert_eq!(Side::Dispatcher.of(two), "tenantci-system");
+    }
+
+    fn flat(ns: Namespaces<'_>, identity: bool) -> Vec<(Access, bool)> {
+        checks(ns, identity)
+            .into_iter()
+            .flat_map(|(_, c)| c)
+            .collect()
+    }
+
     #[test]
     fn identity_adds_the_cluster_scoped_checks_only_when_on() {
-        let off = checks(false);
+        let ns = Namespaces {
+            executors: "dynamic-runner",
+            dispatcher: "tenantci-system",
+        };
+        let off = flat(ns, false);
         assert!(off.iter().all(|(a, _)| a.scope != Scope::Cluster));
-        let on = checks(true);
+        let on = flat(ns, true);
         let added: Vec<(&str, &str, &str)> = on
             .iter()
             .filter(|(a, _)| a.scope == Scope::Cluster)
@@ -356,8 +513,12 @@ mod tests {
         let cluster_rbac = |needs: AdminNeeds| -> Vec<(Access, Purpose)> {
             must_allow_admin(needs)
                 .into_iter()
-                .filter(|(a, _)| {
+                .filter(|(a, _, _)| {
                     a.resource.starts_with("cluster") || a.resource == "priorityclasses"
+                })
+                .map(|(a, p, side)| {
+                    assert_eq!(side, Side::Executors, "cluster-scoped: reviewed once");
+                    (a, p)
                 })
                 .collect()
         };
@@ -378,8 +539,11 @@ mod tests {
             identity: true,
             ..warm
         });
-        for (i, (a, _)) in both.iter().enumerate() {
-            assert!(!both[..i].iter().any(|(b, _)| b == a), "{a:?} twice");
+        for (i, (a, _, side)) in both.iter().enumerate() {
+            assert!(
+                !both[..i].iter().any(|(b, _, s)| b == a && s == side),
+                "{a:?} twice"
+            );
         }
     }
 

@@ -192,8 +192,8 @@ async fn prove(
     );
     let client =
         tenantci_core::kube_client::from_kubeconfig_yaml(&yaml, "the renewed credential").await?;
-    let namespace = &cfg.cluster.namespace;
-    access::verify(&Reviewer::Own(&client), namespace, cfg.identity.is_some())
+    let ns = access::Namespaces::of(&cfg.cluster);
+    access::verify(&Reviewer::Own(&client), ns, cfg.identity.is_some())
         .await
         .map(drop)
         .map_err(|e| {

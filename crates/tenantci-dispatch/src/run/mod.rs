@@ -310,7 +310,9 @@ pub async fn run(mut cfg: Config, on_listening: impl FnOnce(&Listening)) -> Resu
     let servers = serve(&mut cfg, &mut p, on_listening).await?;
 
     let me = identity(&cfg);
-    let leases: Api<Lease> = Api::namespaced(p.client.clone(), &cfg.cluster.namespace);
+    // The dispatcher's own namespace (in the cluster, apart from the executors'): a reader of
+    // the Lease there is given nothing in the executors' namespace.
+    let leases: Api<Lease> = Api::namespaced(p.client.clone(), cfg.cluster.dispatcher_namespace());
     let (election, leader_rx) = start_election(&leases, &me, p.timing, servers.stop_rx.clone());
     let shared = Shared {
         cfg: cfg.clone(),
@@ -730,6 +732,7 @@ fn announce(cfg: &Config, listening: Listening) -> Listening {
         status = %listening.status,
         metrics = ?listening.metrics,
         namespace = %cfg.cluster.namespace,
+        lease_namespace = %cfg.cluster.dispatcher_namespace(),
         "dispatcher up; waiting for the scheduler lease"
     );
     listening

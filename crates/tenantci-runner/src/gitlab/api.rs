@@ -123,6 +123,10 @@ pub enum ApiError {
     /// 403 `insufficient_scope`: the access token cannot create runners.
     #[error("the access token lacks the `create_runner` scope (403 insufficient_scope)")]
     MissingScope,
+    /// 403 `insufficient_scope` on a read (`runner status`, `runner explain`): the access token
+    /// has neither `read_api` nor `api`.
+    #[error("the access token lacks the `read_api` scope (403 insufficient_scope)")]
+    ReadScope,
     /// Another 403: the token's user may not do this (e.g. create runners in that group or
     /// project); holds GitLab's message.
     #[error("GitLab refused the request (403 Forbidden): {0}")]
@@ -174,6 +178,7 @@ impl ApiError {
             self,
             ApiError::Unauthorized
                 | ApiError::MissingScope
+                | ApiError::ReadScope
                 | ApiError::CleanupScope
                 | ApiError::Forbidden(_)
                 | ApiError::VerifyRejected
@@ -194,6 +199,9 @@ impl ApiError {
             }
             ApiError::MissingScope => {
                 "create the access token with the `create_runner` scope (or `api`) and the Owner/Maintainer role"
+            }
+            ApiError::ReadScope => {
+                "give an access token with the `read_api` scope (a personal, group or project access token of a user who may see the runner and the project)"
             }
             ApiError::Forbidden(_) => {
                 "the token's user must be allowed to create runners in that group or project"
@@ -313,12 +321,12 @@ impl Client {
         })
     }
 
-    /// `POST /api/v4/runners/verify` with the runner token and a system id.
+    /// `POST /api/v4/runners/verify` with the runner token and a system id: the runner's id.
     pub async fn verify_runner(
         &self,
         token: &Secret,
         system_id: &str,
-    ) -> std::result::Result<(), ApiError> {
+    ) -> std::result::Result<u64, ApiError> {
         let response = self
             .http
             .post(format!("{}/api/v4/runners/verify", self.base))
@@ -329,7 +337,9 @@ impl Client {
         let status = response.status().as_u16();
         let body = response.text().await.map_err(|e| self.transport(e))?;
         match status {
-            200 | 201 => Ok(()),
+            200 | 201 => serde_json::from_str::<Verified>(&body)
+                .map(|v| v.id)
+                .map_err(|e| ApiError::Decode(e.to_string())),
             403 => Err(ApiError::VerifyRejected),
             _ => Err(classify(status, &body, true)),
         }
@@ -404,6 +414,28 @@ impl Client {
             Err(ApiError::BadRequest { status: 404, .. }) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// `GET {base}{path}` with the access token: the body of a 200, a missing scope as
+    /// [`ApiError::ReadScope`], 404 as [`ApiError::BadRequest`] (the caller names what is
+    /// missing). For the read-only views ([`super::rest`]).
+    pub async fn get_json(&self, path: &str) -> std::result::Result<String, ApiError> {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("PRIVATE-TOKEN", self.api_token.expose())
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        let status = response.status().as_u16();
+        let body = response.text().await.map_err(|e| self.transport(e))?;
+        if status == 200 {
+            return Ok(body);
+        }
+        Err(match classify(status, &body, false) {
+            ApiError::MissingScope => ApiError::ReadScope,
+            other => other,
+        })
     }
 
     /// Sends a runner-management request with the access token: 2xx is the response, a
@@ -497,6 +529,12 @@ pub fn may_clean_up(scopes: &[String], runner_type: RunnerType) -> bool {
 struct ListedRunner {
     id: u64,
     description: Option<String>,
+}
+
+/// The part of `runners/verify`'s answer tenantci reads.
+#[derive(Deserialize)]
+struct Verified {
+    id: u64,
 }
 
 /// The part of `personal_access_tokens/self` tenantci reads.

@@ -9,6 +9,11 @@
 //! - [`setup`]: `runner gitlab-config` (token, merge, write, report).
 //! - [`ca`]: GitLab's CA handed on to gitlab-runner as `tls-ca-file`.
 //! - [`check`]: `runner check`, every check of an existing entry, read-only.
+//! - [`rest`]: GitLab's read-only REST API (a runner, its managers, a job, protected branches)
+//!   with a `read_api` access token.
+//! - [`status`]: `runner status`, GitLab's view of the runner, its concurrency and its job Pods.
+//! - [`explain`]: `runner explain`, why a GitLab job waits, a reason per line with its fix;
+//!   stands on [`status`].
 //!
 //! Does not mint credentials (`credential`) or apply RBAC to the tenant cluster (`tenant`).
 //! act_runner's files (Gitea and Forgejo) are [`crate::act_runner`]'s.
@@ -18,6 +23,9 @@ pub mod ca;
 pub mod check;
 pub mod config;
 pub mod config_lock;
+pub mod explain;
 pub mod pending;
+pub mod rest;
 pub mod setup;
+pub mod status;
 pub mod token;

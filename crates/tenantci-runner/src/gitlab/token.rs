@@ -371,7 +371,7 @@ impl Creation<'_> {
     async fn reuse(&self, recorded: RecordedRunner) -> Result<Option<Obtained>> {
         let token = Secret::new(recorded.token);
         match self.client.verify_runner(&token, &api::system_id()).await {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(ApiError::VerifyRejected) => {
                 tracing::warn!(
                     runner_id = recorded.id,

@@ -264,6 +264,9 @@ impl ApiServer {
             });
         }
         match (&req.method, r.name.as_deref()) {
+            (&Method::GET, Some(name)) if sub == Some("portforward") => {
+                self.port_forward(def, &ns, name, &req, user)
+            }
             (&Method::GET | &Method::HEAD, Some(name)) => {
                 self.get(def, &ns, name, sub, req.shape())
             }
@@ -272,6 +275,9 @@ impl ApiServer {
             }
             (&Method::GET | &Method::HEAD, None) => self.list(def, r.namespace.as_deref(), &req),
             (&Method::POST, None) => self.create(def, &ns, &req, user),
+            (&Method::POST, Some(name)) if sub == Some("portforward") => {
+                self.port_forward(def, &ns, name, &req, user)
+            }
             (&Method::POST, Some(_)) if matches!(sub, Some("exec" | "attach")) => {
                 Err(upgrade_required())
             }

@@ -62,7 +62,7 @@ fn sub_verbs(sub: &str) -> &'static [&'static str] {
     match sub {
         "status" => &["get", "patch", "update"],
         "log" => &["get"],
-        "exec" | "attach" => &["create", "get"],
+        "exec" | "attach" | "portforward" => &["create", "get"],
         _ => &[],
     }
 }
@@ -97,6 +97,7 @@ pub fn resource_list(
         for sub in d.subresources {
             let kind = match *sub {
                 "log" | "exec" | "attach" => "PodExecOptions",
+                "portforward" => "PodPortForwardOptions",
                 _ => d.kind,
             };
             resources.push(json!({

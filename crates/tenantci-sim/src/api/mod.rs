@@ -14,6 +14,7 @@ mod kinds;
 pub mod managed;
 pub mod openapi;
 pub mod patch;
+pub mod portforward;
 mod protobuf;
 mod read;
 pub mod registry;
@@ -66,6 +67,8 @@ pub enum Reply {
     Text(u16, &'static str, Bytes),
     /// A watch: newline-delimited JSON events until the sender drops.
     Stream(mpsc::Receiver<Bytes>),
+    /// An accepted `pods/portforward` WebSocket upgrade: the transport answers 101 and relays.
+    PortForward(crate::portforward::Forward),
 }
 
 impl From<ApiError> for Reply {

@@ -25,7 +25,7 @@ pub struct ResourceDef {
     pub verbs: &'static [&'static str],
     /// The short names discovery advertises (`po`).
     pub short_names: &'static [&'static str],
-    /// Subresources beyond the object itself: `status`, `log`, `exec`, `attach`.
+    /// Subresources beyond the object itself: `status`, `log`, `exec`, `attach`, `portforward`.
     pub subresources: &'static [&'static str],
     /// How names are validated on create.
     pub name_rule: NameRule,
@@ -121,7 +121,7 @@ pub static TENANT: &[ResourceDef] = &[
         )
     },
     ResourceDef {
-        subresources: &["status", "log", "exec", "attach"],
+        subresources: &["status", "log", "exec", "attach", "portforward"],
         ..def("pods", "", "v1", "Pod", "pods", "pod", true, &["po"])
     },
     def(

@@ -21,7 +21,11 @@ pub(super) struct ListQuery {
 }
 
 /// None when the token has one of `scopes`; else GitLab's 401 or 403 insufficient_scope.
-fn refuse_scope(s: &GitlabState, headers: &HeaderMap, scopes: &[&str]) -> Option<Response> {
+pub(super) fn refuse_scope(
+    s: &GitlabState,
+    headers: &HeaderMap,
+    scopes: &[&str],
+) -> Option<Response> {
     match access_token(headers).and_then(|t| s.access_tokens.get(&t)) {
         None => Some(error(
             StatusCode::UNAUTHORIZED,
@@ -150,16 +154,5 @@ fn page(runners: &[CreatedRunner], of: impl Fn(&CreatedRunner) -> bool, q: &List
 
 /// GitLab's list entry of a runner.
 fn entry(r: &CreatedRunner) -> Value {
-    json!({
-        "id": r.id,
-        "description": r.description.clone().unwrap_or_default(),
-        "ip_address": null,
-        "active": true,
-        "paused": false,
-        "is_shared": r.runner_type == "instance_type",
-        "runner_type": r.runner_type,
-        "name": null,
-        "online": false,
-        "status": "never_contacted",
-    })
+    super::jobs::summary(r)
 }

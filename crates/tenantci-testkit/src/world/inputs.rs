@@ -166,6 +166,7 @@ fn base_config(gitea: &Gitea, nats: &NatsServer, kubeconfig: &Path) -> Config {
         cluster: config::Cluster {
             kubeconfig: Some(kubeconfig.to_path_buf()),
             namespace: NAMESPACE.into(),
+            dispatcher_namespace: None,
             resync: None,
         },
         nats: config::Nats {

@@ -47,8 +47,11 @@ pub enum DispatchCommand {
     /// What a running dispatcher holds: capacity per backend and class, and every task with
     /// its state, as `kubectl get` prints it.
     ///
-    /// Reads the status API (GET /v1/status on status.listen, loopback: run it on the
-    /// dispatcher's host, or through a port-forward with --status-address). States follow the
+    /// Reads the status API (GET /v1/status on status.listen, loopback): with --config on the
+    /// dispatcher's host, at --status-address, or in the cluster through a kubeconfig: the
+    /// Pod holding the Lease dynamic-runner-scheduler in --namespace, reached through a
+    /// port-forward (pods/portforward; the Role tenantci-status-reader grants what it needs),
+    /// and says which Pod answered. States follow the
     /// task state table (docs/architecture.md): Claimed, Queued, Starting, Running (not
     /// fetched), Fetched, Reported, Withdrawn. `-o wide` adds the workflow, run, runs-on,
     /// executor Pod and node; `-o json` prints the document (docs/cli.md); --watch prints again
@@ -75,6 +78,17 @@ pub enum DispatchCommand {
     /// See docs/runbooks/gitea-dispatcher.md, "A job is waiting" and "Where did my job's
     /// time go".
     Explain(dispatch_status::ExplainArgs),
+    /// Serve the status page on a local address, so a browser opens an in-cluster
+    /// dispatcher's page without kubectl.
+    ///
+    /// Prints the page's URL (http://127.0.0.1:PORT/) on stdout and serves until Ctrl-C or
+    /// SIGTERM. In the cluster (a kubeconfig, no --config or --status-address) every browser
+    /// connection is carried through a port-forward (pods/portforward) to the Pod that holds
+    /// the Lease dynamic-runner-scheduler when it opens, so a page left open follows a leader
+    /// change; the Role tenantci-status-reader (manifests/dispatch/status-reader.yaml) grants
+    /// what it needs. With --config or --status-address it serves the dispatcher on this
+    /// host. No leader, a forbidden forward, a wrong namespace or kubeconfig: exit 2.
+    Page(super::dispatch_reach::PageArgs),
     /// Renew the facade certificate and (gateway path) the dispatcher's client credential
     /// when due, while `dispatch run` keeps running.
     ///
@@ -134,7 +148,7 @@ pub struct InitArgs {
     #[arg(long, value_name = "CONFIG.toml")]
     pub out: PathBuf,
     /// Apply the ConfigMap tenantci-dispatcher-config and the Secret tenantci-dispatcher in
-    /// --namespace, in exactly the shape manifests/dispatch/deployment.yaml mounts (the
+    /// the dispatcher's namespace (--dispatcher-namespace), in exactly the shape manifests/dispatch/deployment.yaml mounts (the
     /// config with the Pod's paths and listeners, one Secret key per file it names), with the
     /// administrator's kubeconfig. Then `kubectl apply -k manifests/dispatch` runs it.
     #[arg(long)]
@@ -214,9 +228,17 @@ pub struct ClusterArgs {
     /// of the current context's cluster.
     #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
-    /// Namespace of the executor Pods, their Secrets and the leader Lease.
+    /// Namespace of the executor Pods and their Secrets (and of the leader Lease, unless
+    /// --dispatcher-namespace names another).
     #[arg(long, value_name = "NS", default_value = "dynamic-runner")]
     pub namespace: String,
+    /// Namespace of the dispatcher itself: its leader Lease and, in the cluster, its
+    /// Deployment, ServiceAccount, ConfigMap and Secret (its Role on --namespace is bound
+    /// across). Default: the existing config's; else tenantci-system with --kubeconfig (so a
+    /// reader of the dispatcher's namespace is given nothing where jobs run), --namespace on
+    /// the gateway path.
+    #[arg(long, value_name = "NS")]
+    pub dispatcher_namespace: Option<String>,
     /// Lifetime of the dispatcher's client certificate on the gateway path (Go duration). A
     /// re-run of init
     /// rotates it once two thirds have passed: re-run init regularly (e.g. weekly) and
@@ -455,6 +477,7 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
         DispatchCommand::Probe(args) => probe(&args).await,
         DispatchCommand::Status(args) => dispatch_status::status(&args).await,
         DispatchCommand::Explain(args) => dispatch_status::explain(&args).await,
+        DispatchCommand::Page(args) => super::dispatch_reach::page(&args).await,
         DispatchCommand::Renew(args) => renew(&args).await,
     }
 }
@@ -518,6 +541,7 @@ fn inputs(a: &InitArgs) -> Result<Inputs> {
         cluster: init::target::cluster_name(a.cluster.cluster.as_deref(), &access)?,
         access,
         namespace: a.cluster.namespace.clone(),
+        dispatcher_namespace: a.cluster.dispatcher_namespace.clone(),
         nats_url: a.nats.nats.clone(),
         nats_secrets_dir: a.nats.nats_secrets_dir.clone(),
         nats_ca_file: a.nats.nats_ca_file.clone(),
@@ -625,6 +649,12 @@ async fn init_cmd(a: InitArgs) -> Result<i32> {
     }
     println!("  cluster      {} ({})", hb.cluster, hb.server);
     println!("  namespace    {}", hb.namespace);
+    if hb.dispatcher_namespace != hb.namespace {
+        println!(
+            "  dispatcher   {} (its Lease, Deployment, ConfigMap, Secret)",
+            hb.dispatcher_namespace
+        );
+    }
     println!("  facade       {}", hb.facade_url);
     match &hb.bao_kv_put {
         // In the cluster: the Deployment runs it (runbook §2).

@@ -3,52 +3,21 @@
 //! for a finished job (and `status --history`), where its time went (`/v1/history`).
 //! The model, the reasons and the text are the library's (`tenantci_dispatch::view`).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::cli::dispatch_reach::Opened;
+pub use crate::cli::dispatch_reach::Reach;
 use crate::cli::forge_view::{self, View};
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_dispatch::backend::pod::events;
 use tenantci_dispatch::config::Config;
-use tenantci_dispatch::run::status_api::{fetch, fetch_history};
 use tenantci_dispatch::task_id::TaskId;
 use tenantci_dispatch::view::question::{self, Job};
 use tenantci_dispatch::view::{Status, TaskStatus, explain, history, table};
-
-/// Where the dispatcher's status API is.
-#[derive(Debug, Args)]
-#[command(next_help_heading = "Dispatcher")]
-pub struct Reach {
-    /// The dispatcher's config: its status.listen (with the same environment overrides) is
-    /// asked.
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "TENANTCI_DISPATCH_CONFIG",
-        required_unless_present = "status_address"
-    )]
-    pub config: Option<PathBuf>,
-    /// The status API's address (HOST:PORT) instead of a config's, e.g. the local end of a
-    /// port-forward.
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "config")]
-    pub status_address: Option<SocketAddr>,
-}
-
-impl Reach {
-    fn address(&self) -> Result<SocketAddr> {
-        match (&self.status_address, &self.config) {
-            (Some(a), _) => Ok(*a),
-            (None, Some(c)) => Ok(Config::load(c)?.status.listen),
-            (None, None) => Err(Error::bad_input(
-                "give --config FILE (the dispatcher's config) or --status-address HOST:PORT",
-            )),
-        }
-    }
-}
 
 /// `-o` of `dispatch status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -103,13 +72,10 @@ pub struct ExplainArgs {
     /// (or to try other labels for one it holds).
     #[arg(long, value_name = "LABELS", value_delimiter = ',')]
     pub runs_on: Option<Vec<String>>,
-    /// An operator's kubeconfig for the tenant cluster: a waiting executor Pod's Events are
-    /// shown under its reason (the dispatcher's own role does not read events).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The dispatcher's namespace, where its executor Pods are (with --kubeconfig).
+    /// The executors' namespace, whose waiting Pod's Events are shown under its reason when
+    /// --kubeconfig is given (an operator's: the dispatcher's own role does not read events).
     #[arg(long, value_name = "NAME", default_value = "dynamic-runner")]
-    pub namespace: String,
+    pub executor_namespace: String,
     /// A private (0600) file holding an API token of the forge that may read the
     /// repository's actions: the job's status, runs-on and waiting time are read from the
     /// forge first (Gitea 1.25+, Forgejo with the runs API). Default: the config's
@@ -123,12 +89,11 @@ pub struct ExplainArgs {
 }
 
 pub async fn status(a: &StatusArgs) -> Result<i32> {
-    let address = a.reach.address()?;
     if a.history {
-        return history(a, address).await;
+        return history(a).await;
     }
     loop {
-        let s = fetch(address).await?;
+        let s = a.reach.fetch(a.output == StatusFormat::Json).await?;
         match a.output {
             StatusFormat::Json if a.watch => println!(
                 "{}",
@@ -150,12 +115,14 @@ pub async fn status(a: &StatusArgs) -> Result<i32> {
 }
 
 /// `dispatch status --history`: the last finished tasks and their phases.
-async fn history(a: &StatusArgs, address: SocketAddr) -> Result<i32> {
+async fn history(a: &StatusArgs) -> Result<i32> {
     let query = [
         ("finished", "true".to_string()),
         ("limit", a.limit.to_string()),
     ];
-    let doc = fetch_history(address, &query).await?;
+    let opened = a.reach.open().await?;
+    let doc = opened.history(&query).await?;
+    opened.announce(a.output == StatusFormat::Json);
     match a.output {
         StatusFormat::Json => output::print_json(&doc)?,
         StatusFormat::Text | StatusFormat::Wide => print!("{}", history::table(&doc)),
@@ -169,7 +136,7 @@ async fn history(a: &StatusArgs, address: SocketAddr) -> Result<i32> {
 async fn explain_finished(
     a: &ExplainArgs,
     job: &Job,
-    address: SocketAddr,
+    opened: &Opened,
     view: Option<&View>,
 ) -> Result<i32> {
     let query: Vec<(&str, String)> = match job {
@@ -178,7 +145,7 @@ async fn explain_finished(
             repository, run, ..
         } => vec![("repository", repository.clone()), ("run", run.to_string())],
     };
-    let doc = fetch_history(address, &query).await?;
+    let doc = opened.history(&query).await?;
     if doc.tasks.is_empty() {
         return Err(Error::bad_input(format!(
             "this dispatcher holds no task for {} and never saw it: its history (kept for history.max_age, at most history.max_tasks tasks) has none; check the job's URL, or ask the dispatcher that ran it",
@@ -281,8 +248,9 @@ struct ForgeSide {
 
 pub async fn explain(a: &ExplainArgs) -> Result<i32> {
     let job = job(a)?;
-    let address = a.reach.address()?;
-    let s = fetch(address).await?;
+    let opened = a.reach.open().await?;
+    let s = opened.status().await?;
+    opened.announce(a.output.is_json());
     let view = match &job {
         Some(j) => forge_view(a, &s, j).await?,
         None => None,
@@ -299,11 +267,15 @@ pub async fn explain(a: &ExplainArgs) -> Result<i32> {
         && question::find(&s, j).is_empty()
     {
         question::check_forge(j, &s).map_err(Error::bad_input)?;
-        return explain_finished(a, j, address, view.as_ref()).await;
+        return explain_finished(a, j, &opened, view.as_ref()).await;
     }
     let mut explained = explained(&s, job.as_ref(), runs_on.as_deref())?;
-    if let Some(kubeconfig) = &a.kubeconfig {
-        pod_events(&mut explained, kubeconfig, &a.namespace).await?;
+    if let Some(kubeconfig) = &a.reach.cluster.kubeconfig {
+        // A status reader's grant (the Role tenantci-status-reader) reads no Events: the
+        // reasons stand without them.
+        if let Err(e) = pod_events(&mut explained, kubeconfig, &a.executor_namespace).await {
+            eprintln!("{}", e.render().replacen("error: ", "warning: ", 1));
+        }
     }
     let side = view.as_ref().map(|v| match v {
         View::Jobs { jobs, .. } => ForgeSide {

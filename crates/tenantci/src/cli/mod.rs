@@ -9,6 +9,7 @@ mod bootstrap;
 mod check_host;
 mod credential;
 mod dispatch;
+mod dispatch_reach;
 mod dispatch_status;
 #[cfg(test)]
 mod doc_commands;
@@ -20,6 +21,7 @@ mod internal;
 mod pki;
 mod queue;
 mod runner;
+mod runner_view;
 #[cfg(feature = "sim")]
 mod sim;
 mod tenant;

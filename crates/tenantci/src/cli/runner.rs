@@ -53,6 +53,37 @@ pub enum RunnerCommand {
     /// Exit 0: the runner can work (warnings allowed); 1: a check failed; 2: config.toml
     /// cannot be read.
     Check(CheckArgs),
+    /// Show a gitlab-runner entry as GitLab and the tenant cluster see it, changing nothing.
+    ///
+    /// GitLab's view of the runner (id, online or last contact, paused, tags, run-untagged,
+    /// locked, protected refs only or not, maximum timeout, the version gitlab-runner
+    /// reported), the entry's concurrency (`concurrent`, `limit`, `request_concurrency`)
+    /// against the job Pods holding slots, and the job Pods with their GitLab jobs (from the
+    /// annotations gitlab-runner 15.9+ sets), phase, node (rented for the job or warm, from the
+    /// Pod's Events), age and restarts. The cluster is read with the entry's own credential
+    /// (what `bootstrap runner` granted: Pods and Events of its namespace); GitLab with an
+    /// access token holding the `read_api` scope (the runner's own token answers only the
+    /// runner API). Without --gitlab-api-token-file, the cluster's view and one line saying
+    /// what a token adds. No token is ever printed.
+    ///
+    /// Exit 0; 2: bad input (an entry not in config.toml, a token file open to others, a token
+    /// without `read_api`); 3: GitLab or the apiserver not reached.
+    Status(super::runner_view::StatusArgs),
+    /// Explain why a GitLab job is pending for a gitlab-runner entry, changing nothing.
+    ///
+    /// GitLab's view of the job (status, tags, the runner it went to, queued duration), then the
+    /// reasons in order, each one line with its fix: the job's tags not all on the runner (the
+    /// missing ones named); an untagged job and a runner that does not run untagged jobs; the
+    /// runner paused, locked to other projects, or protected-only for an unprotected branch;
+    /// the runner not in contact with GitLab (the service down); every `concurrent`/`limit`
+    /// slot held (by which Pods); the job's Pod Pending (its Events: a node booting, an image
+    /// pull); the warm pool empty while a node boots. Needs --gitlab-api-token-file (`read_api`).
+    ///
+    /// Exit 0: it runs, will run, ran, or went to another runner; 1: it waits for a reason
+    /// named; 2: bad input (a job of another GitLab, an unknown job, a token file open to
+    /// others, a token without `read_api`, an entry not in config.toml); 3: GitLab or the
+    /// apiserver not reached.
+    Explain(super::runner_view::ExplainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +128,8 @@ pub async fn run(cmd: RunnerCommand) -> Result<i32> {
         RunnerCommand::GitlabConfig(args) => gitlab_config(*args).await,
         RunnerCommand::GiteaConfig(args) => gitea_config(*args),
         RunnerCommand::Check(args) => check(args).await,
+        RunnerCommand::Status(args) => super::runner_view::status(&args).await,
+        RunnerCommand::Explain(args) => super::runner_view::explain(&args).await,
     }
 }
 

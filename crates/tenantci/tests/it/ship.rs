@@ -69,13 +69,130 @@ fn the_dispatch_kustomization_renders_and_applies_to_the_simulator() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = kubectl.run(&[
         "-n",
-        "dynamic-runner",
+        "tenantci-system",
         "get",
         "deployment/tenantci-dispatcher",
         "-o",
         "jsonpath={.spec.template.spec.containers[0].image}",
     ]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), image);
+    the_base_s_service_account_may_act_only_where_run_does(&kubectl);
+}
+
+/// Where each object of the base is: the dispatcher's own in `tenantci-system`, the Role on
+/// the executors' namespace (and its binding) in `dynamic-runner`.
+#[test]
+fn the_dispatch_kustomization_puts_the_dispatcher_in_a_namespace_of_its_own() {
+    let objects = kustomize("manifests/dispatch");
+    let mut placed: Vec<(String, String, String)> = objects
+        .iter()
+        .map(|o| {
+            let f = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                f(&o["kind"]),
+                f(&o["metadata"]["name"]),
+                f(&o["metadata"]["namespace"]),
+            )
+        })
+        .collect();
+    placed.sort();
+    let own = "tenantci-system";
+    let jobs = "dynamic-runner";
+    let name = "tenantci-dispatcher";
+    let leader = "tenantci-dispatcher-leader";
+    let want = [
+        ("Deployment", name, own),
+        ("Namespace", jobs, ""),
+        ("Namespace", own, ""),
+        ("PodDisruptionBudget", name, own),
+        ("Role", name, jobs),
+        ("Role", leader, own),
+        ("RoleBinding", name, jobs),
+        ("RoleBinding", leader, own),
+        ("Service", "tenantci-dispatcher-facade", own),
+        ("ServiceAccount", name, own),
+    ];
+    let want: Vec<(String, String, String)> = want
+        .iter()
+        .map(|(k, n, ns)| (k.to_string(), n.to_string(), ns.to_string()))
+        .collect();
+    assert_eq!(placed, want);
+    // Both bindings name the ServiceAccount where it is.
+    for b in of_kind(&objects, "RoleBinding") {
+        assert_eq!(b["subjects"][0]["kind"], "ServiceAccount");
+        assert_eq!(b["subjects"][0]["namespace"], own, "{b:?}");
+    }
+}
+
+/// `kubectl auth can-i` as the base's ServiceAccount: what `run` does, where it does it, and
+/// nothing in any other namespace (its own included, but for the Lease).
+fn the_base_s_service_account_may_act_only_where_run_does(kubectl: &Kubectl) {
+    let sa = "system:serviceaccount:tenantci-system:tenantci-dispatcher";
+    for (args, allowed) in [
+        (["create", "pods", "-n", "dynamic-runner"], true),
+        (["delete", "secrets", "-n", "dynamic-runner"], true),
+        (["update", "leases", "-n", "tenantci-system"], true),
+        (["update", "leases", "-n", "dynamic-runner"], false),
+        (["create", "pods", "-n", "tenantci-system"], false),
+        (["get", "secrets", "-n", "tenantci-system"], false),
+        (["create", "pods", "-n", "default"], false),
+        (["get", "secrets", "-n", "kube-system"], false),
+    ] {
+        let mut a = vec!["auth", "can-i"];
+        a.extend(args);
+        a.extend(["--as", sa]);
+        let o = kubectl.run(&a);
+        assert_eq!(o.status.success(), allowed, "{args:?}");
+    }
+}
+
+/// The network-policy component: default deny in both namespaces; executors may reach the
+/// dispatcher's Pods in its namespace on the facade port only, and the dispatcher takes the
+/// facade only from executor Pods of the executors' namespace.
+#[test]
+fn the_network_policy_lets_executors_reach_only_the_facade_across_namespaces() {
+    let objects = kustomize("manifests/overlays/locked-down");
+    let policies = of_kind(&objects, "NetworkPolicy");
+    let named = |name: &str, ns: &str| -> &Value {
+        policies
+            .iter()
+            .find(|p| p["metadata"]["name"] == name && p["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("NetworkPolicy {ns}/{name}"))
+    };
+    for ns in ["dynamic-runner", "tenantci-system"] {
+        let deny = named("default-deny", ns);
+        assert_eq!(
+            deny["spec"]["podSelector"],
+            serde_yaml::from_str::<Value>("{}").unwrap()
+        );
+    }
+    let executor = named("gitea-executor", "dynamic-runner");
+    let to_facade = &executor["spec"]["egress"][0];
+    let peer = &to_facade["to"][0];
+    assert_eq!(
+        peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "tenantci-system"
+    );
+    assert_eq!(
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "tenantci-dispatcher"
+    );
+    assert_eq!(to_facade["to"].as_sequence().unwrap().len(), 1);
+    assert_eq!(to_facade["ports"].as_sequence().unwrap().len(), 1);
+    assert_eq!(to_facade["ports"][0]["port"], 8443);
+    let dispatcher = named("tenantci-dispatcher", "tenantci-system");
+    let from_executors = &dispatcher["spec"]["ingress"][0];
+    let peer = &from_executors["from"][0];
+    assert_eq!(
+        peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "dynamic-runner"
+    );
+    assert_eq!(
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "gitea-executor"
+    );
+    assert_eq!(from_executors["ports"][0]["port"], 8443);
+    assert_eq!(from_executors["ports"].as_sequence().unwrap().len(), 1);
 }
 
 #[test]
@@ -128,7 +245,8 @@ fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
     let role = of_kind(&objects, "ClusterRole");
     assert_eq!(role.len(), 1);
     // The same ClusterRole `dispatch init` applies (the file is embedded there).
-    let embedded = tenantci_dispatch::init::manifests::rbac_identity("dynamic-runner");
+    let embedded =
+        tenantci_dispatch::init::manifests::rbac_identity("dynamic-runner", "tenantci-system");
     let rendered: k8s_openapi::api::rbac::v1::ClusterRole =
         serde_yaml::from_value(role[0].clone()).unwrap();
     assert_eq!(rendered.metadata.name, embedded.role.metadata.name);
@@ -139,6 +257,11 @@ fn the_spire_overlay_adds_the_identity_rbac_and_the_dispatcher_s_svid() {
     assert_eq!(
         id[0]["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
         "tenantci-dispatcher"
+    );
+    assert_eq!(
+        id[0]["spec"]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "tenantci-system",
+        "the dispatcher's namespace, whose name its SPIFFE ID carries"
     );
     let deployment = of_kind(&objects, "Deployment")[0];
     let pod = &deployment["spec"]["template"]["spec"];
@@ -181,7 +304,8 @@ fn the_warm_pool_component_adds_the_pause_read_and_the_base_nothing_cluster_scop
     }
     let objects = kustomize("manifests/overlays/warm-pool");
     assert_eq!(objects.len(), base.len() + 2, "the base and the two");
-    let embedded = tenantci_dispatch::init::manifests::rbac_pause("dynamic-runner");
+    let embedded =
+        tenantci_dispatch::init::manifests::rbac_pause("dynamic-runner", "tenantci-system");
     let role = of_kind(&objects, "ClusterRole");
     assert_eq!(role.len(), 1);
     let rendered: k8s_openapi::api::rbac::v1::ClusterRole =
@@ -303,13 +427,10 @@ fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
     let dir = scratch();
     let sim = SimProcess::start(tenantci(), &dir.path().join("state"), &["ci"], &[]);
     let kubectl = Kubectl::new(&sim.tenant_admin("ci"), dir.path());
-    // The namespace exists, as it does after `dispatch init`; the rest is only validated.
-    assert!(
-        kubectl
-            .run(&["create", "namespace", "dynamic-runner"])
-            .status
-            .success()
-    );
+    // The namespaces exist, as they do after `dispatch init`; the rest is only validated.
+    for ns in ["dynamic-runner", "tenantci-system"] {
+        assert!(kubectl.run(&["create", "namespace", ns]).status.success());
+    }
     for dir in [
         "manifests/dispatch",
         "manifests/overlays/locked-down",
@@ -356,7 +477,7 @@ fn every_kustomization_renders_and_the_built_in_ones_pass_a_server_dry_run() {
     }
     let o = kubectl.run(&[
         "-n",
-        "dynamic-runner",
+        "tenantci-system",
         "get",
         "deployment/tenantci-dispatcher",
     ]);

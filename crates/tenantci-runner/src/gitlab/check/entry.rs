@@ -42,6 +42,14 @@ pub struct EntryView {
     /// `max_pause_pods` of `[runners.kubernetes.autoscaler]`: gitlab-runner keeps its own
     /// pause pods.
     pub native_pause_pods: Option<i64>,
+    /// `id`: the runner's id at GitLab (written when the runner was created through the API).
+    pub id: Option<i64>,
+    /// `limit`: jobs this entry runs at once (0: only `concurrent` bounds it).
+    pub limit: Option<i64>,
+    /// `request_concurrency`: job requests in flight to GitLab.
+    pub request_concurrency: Option<i64>,
+    /// The file's top-level `concurrent`: jobs all its entries run at once.
+    pub concurrent: Option<i64>,
 }
 
 /// The entry named `name`, or the only kubernetes entry; a [`Check`] saying what is wrong
@@ -73,7 +81,11 @@ pub fn find(path: &Path, text: &str, name: Option<&str>) -> Result<EntryView, Ch
             .collect(),
     };
     match (chosen.as_slice(), name) {
-        ([one], _) => Ok(view(one)),
+        ([one], _) => {
+            let mut v = view(one);
+            v.concurrent = doc.get(keys::CONCURRENT).and_then(Item::as_integer);
+            Ok(v)
+        }
         ([], Some(name)) => Err(fail(
             format!(
                 "`{}` has no [[runners]] entry named `{name}`",
@@ -130,6 +142,12 @@ fn view(runner: &Table) -> EntryView {
         namespace: s(kube, keys::NAMESPACE).unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
         resources,
         native_pause_pods,
+        id: runner.get(keys::ID).and_then(Item::as_integer),
+        limit: runner.get(keys::LIMIT).and_then(Item::as_integer),
+        request_concurrency: runner
+            .get(keys::REQUEST_CONCURRENCY)
+            .and_then(Item::as_integer),
+        concurrent: None,
     }
 }
 

@@ -12,7 +12,7 @@ const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// gitlab-runner's own system id, kept beside config.toml: verifying with it adds no
 /// runner manager to GitLab's list.
-fn system_id(config: &Path) -> String {
+pub(crate) fn system_id(config: &Path) -> String {
     let file = config.with_file_name(".runner_system_id");
     tenantci_core::fsutil::read_bounded(&file, 256)
         .ok()
@@ -24,7 +24,7 @@ fn system_id(config: &Path) -> String {
 
 /// `$VAR` tokens are expanded from this process's environment, as gitlab-runner's are from
 /// its own.
-fn token(view: &EntryView) -> Result<Secret, Check> {
+pub(crate) fn token(view: &EntryView) -> Result<Secret, Check> {
     let raw = view.token.as_deref().unwrap_or_default();
     let Some(var) = raw.strip_prefix('$') else {
         return if raw.is_empty() {
@@ -81,7 +81,7 @@ pub async fn check(config: &Path, view: &EntryView, lines: &mut Vec<Check>) {
         None => "the public roots".to_string(),
     };
     lines.push(match client.verify_runner(&token, &system_id(config)).await {
-        Ok(()) => Check::ok(
+        Ok(_) => Check::ok(
             "gitlab",
             format!("{url} reached with {trust}; the runner token is accepted"),
         ),

@@ -10,9 +10,9 @@
 //! failed is `skip`, so the first failure is the one to fix. `bootstrap runner` ends with the
 //! same [`run`]. Writes nothing.
 
-mod cluster;
+pub(crate) mod cluster;
 pub mod entry;
-mod gitlab;
+pub(crate) mod gitlab;
 mod local;
 
 use std::path::PathBuf;

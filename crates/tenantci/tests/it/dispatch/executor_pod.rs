@@ -298,7 +298,7 @@ async fn a_warm_executor_takes_the_place_of_a_pause_pod_sized_from_the_dispatch_
         "the executor preempted the pause pod on the warm node"
     );
     // Both Pods tenantci created, as the apiserver stored them, pass Pod Security
-    // `restricted` (the dispatcher's namespace enforces it: manifests/dispatch/rbac.yaml).
+    // `restricted` (the executors' namespace enforces it: manifests/dispatch/rbac.yaml).
     assert_restricted(&w, &name).await;
     w.executor(task).await.run(task).await;
     eventually("the executor objects to go", || async {

@@ -20,6 +20,11 @@ pub use tenantci_testkit::world::{
 
 use crate::util::{bin, scratch};
 
+/// The dispatcher's own namespace on the `--kubeconfig` path (init's default there, and the
+/// manifests'): its ServiceAccount, Lease, ConfigMap and Secret; executors stay in
+/// [`NAMESPACE`].
+pub const DISPATCHER_NAMESPACE: &str = "tenantci-system";
+
 /// Everything one test's dispatchers share: the testkit's world, and what the tests read
 /// beside it.
 pub struct World {
@@ -104,7 +109,8 @@ impl World {
 
     /// A world whose dispatcher inputs come from `tenantci dispatch init --kubeconfig` with the
     /// tenant-admin kubeconfig and no state dir (the path for any cluster): the config names no
-    /// kubeconfig, and every dispatcher runs as the `tenantci-dispatcher` ServiceAccount.
+    /// kubeconfig, and every dispatcher runs as the `tenantci-dispatcher` ServiceAccount of
+    /// [`DISPATCHER_NAMESPACE`], its Lease there, its executors in [`NAMESPACE`].
     ///
     /// kube's in-cluster config reads the token from a fixed path under /var/run/secrets, and
     /// the simulator authenticates client certificates only; so the ServiceAccount identity
@@ -130,7 +136,7 @@ impl World {
         let deployment = serde_json::to_value(deployment).unwrap();
         let k = tenantci_testkit::kube::Kubectl::new(&inner.tenant_admin, inner.dir.path());
         let pod_dir = inner.dir.path().join("pod-volume");
-        let m = super::mounted::mount(&k, NAMESPACE, &deployment, &pod_dir);
+        let m = super::mounted::mount(&k, DISPATCHER_NAMESPACE, &deployment, &pod_dir);
         m.assert_every_file_resolves();
         inner.set_base(m.config());
         Self::as_service_account(inner).await
@@ -144,7 +150,8 @@ impl World {
 
     async fn as_service_account(mut inner: world::World) -> World {
         let sa = inner.dir.path().join("service-account.kubeconfig");
-        std::fs::write(&sa, impersonating(&inner.tenant_admin, NAMESPACE)).unwrap();
+        let as_sa = impersonating(&inner.tenant_admin, DISPATCHER_NAMESPACE);
+        std::fs::write(&sa, as_sa).unwrap();
         inner.push_dispatcher_env("KUBECONFIG", &sa.display().to_string());
         Self::watched(inner).await
     }

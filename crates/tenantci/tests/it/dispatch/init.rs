@@ -601,7 +601,7 @@ fn dispatch_manifests_apply_with_kubectl_as_they_are() {
     ));
     let o = s.admin().run(&[
         "-n",
-        "dynamic-runner",
+        "tenantci-system",
         "get",
         "deployment/tenantci-dispatcher",
         "-o",
@@ -609,8 +609,9 @@ fn dispatch_manifests_apply_with_kubectl_as_they_are() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "0");
-    // `dispatch init` applies the same RBAC: nothing to change.
-    let o = s.init("d", &[], &[]);
+    // `dispatch init` applies the same RBAC (given the file's two namespaces): nothing to
+    // change.
+    let o = s.init("d", &[], &["--dispatcher-namespace", "tenantci-system"]);
     assert_exit(&o, 0);
     let steps = outcomes(&hand_back(&o));
     assert!(

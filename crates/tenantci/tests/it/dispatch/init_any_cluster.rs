@@ -9,7 +9,8 @@ use tenantci_testkit::snapshot::ClusterSnapshot;
 use super::init::{Setup, can_i, hand_back, outcomes, setup};
 use crate::util::{assert_exit, run, stderr, stdout, tenantci};
 
-const SA: &str = "system:serviceaccount:dynamic-runner:tenantci-dispatcher";
+/// The dispatcher's ServiceAccount, in its own namespace (`--kubeconfig`'s default).
+const SA: &str = "system:serviceaccount:tenantci-system:tenantci-dispatcher";
 
 impl Setup {
     /// `init` on the `--kubeconfig` path: no `--state-dir`, no `--cluster`.
@@ -80,12 +81,49 @@ fn init_with_a_kubeconfig_binds_the_service_account_and_mints_nothing() {
         "in-cluster config: {config}"
     );
     assert_eq!(s.runners().len(), 1, "registered once");
-    // The ServiceAccount may do what `run` does, and nothing beyond.
+    assert!(
+        config.contains("dispatcher_namespace = \"tenantci-system\""),
+        "{config}"
+    );
+    assert_eq!(hb["namespace"], "dynamic-runner");
+    assert_eq!(hb["dispatcherNamespace"], "tenantci-system");
+    // Two namespaces, the executors' Role bound across to the ServiceAccount in the other.
     let k = s.admin();
+    for ns in ["dynamic-runner", "tenantci-system"] {
+        assert!(k.run(&["get", "namespace", ns]).status.success(), "{ns}");
+    }
+    let o = k.run(&[
+        "-n",
+        "dynamic-runner",
+        "get",
+        "rolebinding",
+        "tenantci-dispatcher",
+        "-o",
+        "jsonpath={.roleRef.name} {range .subjects[*]}{.kind}/{.name}/{.namespace} {end}",
+    ]);
+    assert_eq!(
+        stdout(&o).trim(),
+        "tenantci-dispatcher ServiceAccount/tenantci-dispatcher/tenantci-system User/tenantci-dispatcher/"
+    );
+    // The ServiceAccount may do what `run` does, where it does it, and nothing beyond: the
+    // Lease in its own namespace, the executors' objects in theirs, nothing anywhere else.
     for (args, allowed) in [
         (vec!["create", "pods", "-n", "dynamic-runner"], true),
-        (vec!["update", "leases", "-n", "dynamic-runner"], true),
+        (vec!["watch", "secrets", "-n", "dynamic-runner"], true),
+        (
+            vec!["patch", "deployments.apps", "-n", "dynamic-runner"],
+            true,
+        ),
+        (vec!["update", "leases", "-n", "tenantci-system"], true),
+        (vec!["create", "leases", "-n", "tenantci-system"], true),
+        (vec!["create", "leases", "-n", "dynamic-runner"], false),
+        (vec!["create", "pods", "-n", "tenantci-system"], false),
+        (vec!["get", "secrets", "-n", "tenantci-system"], false),
+        (vec!["get", "configmaps", "-n", "tenantci-system"], false),
+        (vec!["create", "pods", "-n", "default"], false),
+        (vec!["get", "leases", "-n", "default"], false),
         (vec!["get", "secrets", "-n", "kube-system"], false),
+        (vec!["list", "secrets", "--all-namespaces"], false),
     ] {
         let mut a = args.clone();
         a.extend(["--as", SA]);
@@ -140,7 +178,54 @@ fn init_refuses_a_kubeconfig_without_access_writing_applying_and_registering_not
         "{}",
         stderr(&o)
     );
-    for name in ["nobody", "dead", "both"] {
+    // The facade Service named in the executors' namespace while the dispatcher (and the
+    // Service) are in their own; a dispatcher namespace that is no DNS label.
+    fn in_cluster<'a>(
+        admin: &'a str,
+        extra: &[(&'a str, Option<&'a str>)],
+    ) -> Vec<(&'a str, Option<&'a str>)> {
+        let mut edits = vec![
+            ("--state-dir", None),
+            ("--cluster", None),
+            ("--kubeconfig", Some(admin)),
+            ("--facade-listen", Some("0.0.0.0:8443")),
+        ];
+        edits.extend_from_slice(extra);
+        edits
+    }
+    let old_url = "https://tenantci-dispatcher-facade.dynamic-runner.svc:8443";
+    let o = s.init(
+        "facade",
+        &in_cluster(&admin, &[("--facade-url", Some(old_url))]),
+        &[],
+    );
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "one sentence: {err}");
+    assert!(
+        errors[0].contains("names the Service tenantci-dispatcher-facade in namespace `dynamic-runner`, but the dispatcher and its facade Service are in `tenantci-system`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("https://tenantci-dispatcher-facade.tenantci-system.svc:8443"),
+        "the fix: {err}"
+    );
+    let o = s.init(
+        "bad-ns",
+        &in_cluster(
+            &admin,
+            &[("--dispatcher-namespace", Some("Tenantci_System"))],
+        ),
+        &[],
+    );
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("--dispatcher-namespace `Tenantci_System` is not a DNS label"),
+        "{}",
+        stderr(&o)
+    );
+    for name in ["nobody", "dead", "both", "facade", "bad-ns"] {
         assert!(!s.root.join(name).exists(), "{name}: nothing written");
     }
     assert!(s.runners().is_empty(), "nothing registered");
@@ -153,7 +238,8 @@ fn init_refuses_a_kubeconfig_without_access_writing_applying_and_registering_not
 }
 
 /// A namespace administrator (not cluster admin), as a platform team hands one out: every
-/// verb on every resource in the namespace `dynamic-runner` (a RoleBinding), and cluster-wide
+/// verb on every resource in the namespaces `dynamic-runner` and `tenantci-system` (a
+/// RoleBinding in each), and cluster-wide
 /// only what every `dispatch init --kubeconfig` needs (the Namespace object, whose Pod
 /// Security labels init applies, and SubjectAccessReviews for the `verify` step). No
 /// ClusterRole, no PriorityClass.
@@ -162,6 +248,11 @@ apiVersion: v1
 kind: Namespace
 metadata:
   name: dynamic-runner
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: tenantci-system
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -177,6 +268,20 @@ kind: RoleBinding
 metadata:
   name: test-namespace-admin
   namespace: dynamic-runner
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: test-namespace-admin
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: ns-admin
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: test-namespace-admin
+  namespace: tenantci-system
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
@@ -340,7 +445,7 @@ fn in_cluster_flags<'a>(
         ("--facade-listen", Some("0.0.0.0:8443")),
         (
             "--facade-url",
-            Some("https://tenantci-dispatcher-facade.dynamic-runner.svc:8443"),
+            Some("https://tenantci-dispatcher-facade.tenantci-system.svc:8443"),
         ),
         ("--webhook-listen", Some("127.0.0.1:8090")),
         ("--webhook-secret-file", Some(webhook_secret)),
@@ -362,7 +467,7 @@ fn apply_overlay(k: &Kubectl, overlay: &str, dir: &std::path::Path) -> super::mo
     );
     let o = k.run(&[
         "-n",
-        "dynamic-runner",
+        "tenantci-system",
         "get",
         "deployment",
         "tenantci-dispatcher",
@@ -371,7 +476,7 @@ fn apply_overlay(k: &Kubectl, overlay: &str, dir: &std::path::Path) -> super::mo
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let deployment: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let m = super::mounted::mount(k, "dynamic-runner", &deployment, dir);
+    let m = super::mounted::mount(k, "tenantci-system", &deployment, dir);
     m.assert_every_file_resolves();
     m
 }
@@ -451,7 +556,7 @@ fn init_applies_the_config_and_secret_in_the_shape_the_deployment_mounts() {
     // --pod-config-out is that ConfigMap's one key, for the OpenBao overlay's generator.
     let applied = k.run(&[
         "-n",
-        "dynamic-runner",
+        "tenantci-system",
         "get",
         "configmap",
         "tenantci-dispatcher-config",
@@ -513,14 +618,14 @@ fn reruns_change_nothing_but_a_key_init_does_not_set(
     assert!(unchanged(&rerun()), "a re-run changes nothing");
     let secret = [
         "-n",
-        "dynamic-runner",
+        "tenantci-system",
         "get",
         "secret",
         "tenantci-dispatcher",
     ];
     let patched = k.run(&[
         "-n",
-        "dynamic-runner",
+        "tenantci-system",
         "patch",
         "secret",
         "tenantci-dispatcher",
@@ -609,7 +714,12 @@ fn init_trusts_the_gitea_ca_it_is_given_and_puts_it_where_the_deployment_mounts(
     let rendered = crate::ship::kustomize("manifests/dispatch");
     let deployment =
         serde_json::to_value(crate::ship::of_kind(&rendered, "Deployment")[0]).unwrap();
-    let m = super::mounted::mount(&kubectl, "dynamic-runner", &deployment, &s.root.join("pod"));
+    let m = super::mounted::mount(
+        &kubectl,
+        "tenantci-system",
+        &deployment,
+        &s.root.join("pod"),
+    );
     m.assert_every_file_resolves();
     let mounted_ca = m
         .config()

@@ -127,6 +127,7 @@ fn config_for(d: &Path, nats: &Path) -> Config {
         cluster: config::Cluster {
             kubeconfig: Some(d.join("kubeconfig")),
             namespace: "dynamic-runner".into(),
+            dispatcher_namespace: None,
             resync: None,
         },
         nats: config::Nats {

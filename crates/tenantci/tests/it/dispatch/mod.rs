@@ -16,6 +16,7 @@ mod golden;
 mod harness;
 mod history;
 mod identity;
+mod in_cluster;
 mod init;
 mod init_any_cluster;
 mod inputs;

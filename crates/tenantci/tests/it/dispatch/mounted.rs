@@ -134,9 +134,14 @@ pub fn mount(k: &Kubectl, namespace: &str, deployment: &Value, dir: &Path) -> Mo
     }
     let mut env = BTreeMap::new();
     for e in container["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap().to_string();
         if let Some(v) = e["value"].as_str() {
             let local = v.replace(&mount_path, &dir.display().to_string());
-            env.insert(e["name"].as_str().unwrap().to_string(), local);
+            env.insert(name, local);
+        } else if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" {
+            // The downward API: the Pod's namespace is its Deployment's.
+            let ns = deployment["metadata"]["namespace"].as_str().unwrap();
+            env.insert(name, ns.to_string());
         }
     }
     Mounted {

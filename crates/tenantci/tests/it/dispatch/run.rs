@@ -312,9 +312,38 @@ async fn what_init_writes_runs_a_task_with_the_dispatchers_own_scoped_credential
     w.all_cleaned_up().await;
 }
 
+/// The scheduler Lease in `namespace`, if there is one: its holder ("" once handed back).
+async fn lease_holder(w: &World, namespace: &str) -> Option<String> {
+    kube::api::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        w.kube.clone(),
+        namespace,
+    )
+    .get_opt(tenantci_dispatch::leader::LEASE_NAME)
+    .await
+    .unwrap()
+    .map(|l| l.spec.and_then(|s| s.holder_identity).unwrap_or_default())
+}
+
+/// The dispatcher in its own namespace: it holds the Lease there, and there is none in the
+/// executors' namespace, where its executor Pods are.
+async fn assert_the_lease_is_in_the_dispatcher_s_namespace(w: &World) {
+    let own = super::harness::DISPATCHER_NAMESPACE;
+    eventually("the Lease held in the dispatcher's namespace", || async {
+        lease_holder(w, own).await.filter(|h| !h.is_empty())
+    })
+    .await;
+    assert_eq!(
+        lease_holder(w, super::harness::NAMESPACE).await,
+        None,
+        "no Lease where the executors are"
+    );
+}
+
 /// Any cluster, no gateway: `dispatch init --kubeconfig` with an administrator's kubeconfig
 /// and no state dir writes a config that names no kubeconfig and mints nothing; the dispatcher
-/// runs a task end to end with only what init bound to its ServiceAccount.
+/// runs a task end to end with only what init bound to its ServiceAccount, which lives in a
+/// namespace of its own (`tenantci-system`, its Lease there) while the executor Pod is in
+/// `dynamic-runner`, reached through the Role bound across namespaces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_account() {
     let w = World::start_via_kubeconfig_init().await;
@@ -326,8 +355,15 @@ async fn init_with_a_kubeconfig_and_no_state_dir_runs_a_task_as_the_service_acco
     );
     let written = std::fs::read_to_string(dir.join("config.toml")).unwrap();
     assert!(!written.contains("kubeconfig"), "{written}");
+    let loaded = tenantci_dispatch::config::Config::load(&dir.join("config.toml")).unwrap();
+    assert_eq!(loaded.cluster.namespace, super::harness::NAMESPACE);
+    assert_eq!(
+        loaded.cluster.dispatcher_namespace(),
+        super::harness::DISPATCHER_NAMESPACE
+    );
     let d = w.dispatcher("d1").await;
     d.wait_up().await;
+    assert_the_lease_is_in_the_dispatcher_s_namespace(&w).await;
     assert_eq!(
         d.metric("tenantci_dispatch_credential_expiry_days").await,
         None,
@@ -357,7 +393,13 @@ async fn a_task_runs_from_the_config_and_secret_init_applied_for_the_deployment(
         cfg.nats.secrets_dir.display()
     );
     assert_eq!(cfg.cluster.kubeconfig, None);
+    assert_eq!(
+        cfg.cluster.dispatcher_namespace(),
+        super::harness::DISPATCHER_NAMESPACE,
+        "the Pod's own namespace (the downward API)"
+    );
     let _d = w.dispatcher("d1").await;
+    assert_the_lease_is_in_the_dispatcher_s_namespace(&w).await;
     let t = w
         .claimed(w.enqueue("from-the-secret", &secret_value(0)).await)
         .await;

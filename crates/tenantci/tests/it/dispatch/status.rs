@@ -324,7 +324,7 @@ async fn explain_names_an_executor_pod_waiting_for_a_booting_node() {
         &id,
         "--kubeconfig",
         &kubeconfig,
-        "--namespace",
+        "--executor-namespace",
         NAMESPACE,
     ];
     let out = eventually("the Pod's events", || async {

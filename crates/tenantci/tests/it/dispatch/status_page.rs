@@ -14,7 +14,7 @@ use crate::util::{run, scratch};
 
 /// Chromium headless on `url` with `extra` flags, its profile in `profile`; a minute at most
 /// (a deadlock guard: `timeout` kills it).
-fn chromium(profile: &Path, url: &str, extra: &[&str]) -> Output {
+pub(super) fn chromium(profile: &Path, url: &str, extra: &[&str]) -> Output {
     run(Command::new("timeout")
         .args([
             "60",
@@ -30,7 +30,7 @@ fn chromium(profile: &Path, url: &str, extra: &[&str]) -> Output {
 }
 
 /// The console lines Chromium logged.
-fn console(o: &Output) -> Vec<String> {
+pub(super) fn console(o: &Output) -> Vec<String> {
     String::from_utf8_lossy(&o.stderr)
         .lines()
         .filter(|l| l.contains(":CONSOLE"))

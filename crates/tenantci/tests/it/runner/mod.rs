@@ -8,3 +8,4 @@ mod examples;
 mod golden;
 mod props;
 mod trust;
+mod view;
