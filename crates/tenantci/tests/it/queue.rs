@@ -686,6 +686,15 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     assert_eq!(again["stream_change"]["action"], "unchanged");
     assert_eq!(again["ledger_change"]["action"], "unchanged");
     assert_eq!(again["history_change"]["action"], "unchanged");
+    let bounded = json(&["--history-max-tasks", "50"]);
+    assert_eq!(bounded["history_change"]["action"], "updated", "{bounded}");
+    assert_eq!(
+        bounded["history_change"]["fields"][0], "max_msgs",
+        "{bounded}"
+    );
+    let refused = queue_cmd(&server, "init", "ci-admin", &["--history-max-tasks", "0"]);
+    assert_exit(&refused, 2);
+    assert!(stderr(&refused).contains("history"), "{}", stderr(&refused));
     assert_eq!(again["consumers"][0]["change"]["action"], "unchanged");
     assert_eq!(again["consumers"][1]["change"]["action"], "unchanged");
     let resized = json(&["--pod-capacity", "8"]);
