@@ -511,7 +511,8 @@ async fn serve(
     })
 }
 
-/// What the status API reads: the parts `run` holds, and the config's fixed figures.
+/// What the status API reads: the parts `run` holds, and the config's fixed figures; the
+/// task history's records read once in the background meanwhile.
 fn status_sources(
     cfg: &Config,
     registry: &Arc<Registry>,
@@ -519,7 +520,7 @@ fn status_sources(
     backends: &[Arc<dyn Backend>],
     worker: &async_nats::Client,
 ) -> Arc<status_api::Sources> {
-    Arc::new(status_api::Sources {
+    let sources = Arc::new(status_api::Sources {
         registry: registry.clone(),
         ledger: Mirror::new(ledger.clone()),
         backends: backends.to_vec(),
@@ -542,7 +543,14 @@ fn status_sources(
                 max_tasks: usize::try_from(cfg.history.max_tasks()).unwrap_or(usize::MAX),
                 max_age: cfg.history.max_age(),
             }),
-    })
+    });
+    let warming = sources.clone();
+    tokio::spawn(async move {
+        if let Some(h) = &warming.history {
+            h.warm().await;
+        }
+    });
+    sources
 }
 
 /// Before anything listens: with identity on, the dispatcher's first SVID and its ID are

@@ -22,6 +22,10 @@
 //!
 //! Backend-neutral: the backend is a field; nothing here knows Pods or VMs. Does not decide
 //! what recovery does with an entry (`task::recovery`).
+//!
+//! With a history beside it ([`Ledger::with_history`]), each write that moves a task's phase
+//! also marks it in the task history (`task::history`), in the background: claimed, queued,
+//! executor created (`started`), fetched, reported (`final`); the first report is no mark.
 
 use async_nats::jetstream::{self, kv};
 use futures::TryStreamExt as _;

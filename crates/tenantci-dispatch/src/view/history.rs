@@ -192,6 +192,23 @@ fn task_history(r: &Record) -> TaskHistory {
     }
 }
 
+/// `t` with the forge's own creation time of its job (`created`, from the forge's jobs API):
+/// the `forge_queue` phase, from the job's creation to its claim, joins it (pure).
+pub fn with_created(t: &TaskHistory, created: DateTime<Utc>) -> TaskHistory {
+    let mut r = Record::new(t.task);
+    r.repository.clone_from(&t.repository);
+    r.run = t.run;
+    r.backend.clone_from(&t.backend);
+    r.class.clone_from(&t.class);
+    r.result.clone_from(&t.result);
+    r.marks.clone_from(&t.marks);
+    r.marks
+        .entry(Mark::Created)
+        .and_modify(|at| *at = (*at).min(created))
+        .or_insert(created);
+    task_history(&r)
+}
+
 /// A duration as the tables show it: `0.4s`, `12s`, `3m05s`, `1h02m`.
 pub fn short(seconds: f64) -> String {
     if seconds < 10.0 {

@@ -134,7 +134,12 @@ async fn history(a: &StatusArgs) -> Result<i32> {
 /// `dispatch explain` on a job the dispatcher no longer holds: its history, the phases and
 /// the slowest one's cause; exit 0 when every task of it finished, 1 while one has not, and
 /// 2 (one sentence) for a job this dispatcher never saw.
-async fn explain_finished(a: &ExplainArgs, job: &Job, opened: &Opened) -> Result<i32> {
+async fn explain_finished(
+    a: &ExplainArgs,
+    job: &Job,
+    opened: &Opened,
+    view: Option<&View>,
+) -> Result<i32> {
     let query: Vec<(&str, String)> = match job {
         Job::Task(t) => vec![("task", t.to_string())],
         Job::Run {
@@ -148,18 +153,39 @@ async fn explain_finished(a: &ExplainArgs, job: &Job, opened: &Opened) -> Result
             asked(job)
         )));
     }
+    let tasks = match forge_created(view) {
+        // One job at the forge, one task here: the forge's creation time is that task's.
+        Some(created) if doc.tasks.len() == 1 => {
+            vec![history::with_created(&doc.tasks[0], created)]
+        }
+        _ => doc.tasks,
+    };
     if a.output.is_json() {
-        output::print_json(&doc.tasks)?;
+        output::print_json(&tasks)?;
     } else {
-        for t in &doc.tasks {
+        for line in view
+            .iter()
+            .flat_map(|v| forge_view::lines(v, chrono::Utc::now()))
+        {
+            println!("{line}");
+        }
+        for t in &tasks {
             print!("{}", history::explain(t));
         }
     }
-    Ok(if doc.tasks.iter().all(|t| t.finished) {
+    Ok(if tasks.iter().all(|t| t.finished) {
         0
     } else {
         1
     })
+}
+
+/// When the forge created the job, where its view has exactly one job with that time.
+fn forge_created(view: Option<&View>) -> Option<chrono::DateTime<chrono::Utc>> {
+    match view {
+        Some(View::Jobs { jobs, .. }) if jobs.len() == 1 => jobs[0].since,
+        _ => None,
+    }
 }
 
 /// The job asked about, checked before the dispatcher is asked (bad input: exit 2).
@@ -242,7 +268,7 @@ pub async fn explain(a: &ExplainArgs) -> Result<i32> {
         && question::find(&s, j).is_empty()
     {
         question::check_forge(j, &s).map_err(Error::bad_input)?;
-        return explain_finished(a, j, &opened).await;
+        return explain_finished(a, j, &opened, view.as_ref()).await;
     }
     let mut explained = explained(&s, job.as_ref(), runs_on.as_deref())?;
     if let Some(kubeconfig) = &a.reach.cluster.kubeconfig {

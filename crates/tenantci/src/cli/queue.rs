@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use crate::output::{self, OutputArgs};
 use tenantci_core::duration;
 use tenantci_dispatch::backend::{catalog, pod, vm};
+use tenantci_dispatch::queue::history_bucket::HistorySettings;
 use tenantci_dispatch::queue::topology::{self, Change, TopologySpec};
 use tenantci_dispatch::queue::{depth, permissions};
 
@@ -76,6 +77,15 @@ pub struct InitArgs {
     /// Most bytes the stream holds; more are refused. Default: 268435456 (256 MiB).
     #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_bytes: i64,
+    /// How long the task history (bucket CI_HISTORY) keeps a task's record after its last
+    /// write, as a Go duration (at least 1m); a dispatcher with ci-admin applies its config's
+    /// history.max_age instead. Default: 168h.
+    #[arg(long, value_name = "DURATION", default_value = "168h")]
+    pub history_max_age: String,
+    /// Most tasks the task history keeps (1 to 1000000), the oldest dropped first; a dispatcher
+    /// with ci-admin applies its config's history.max_tasks instead. Default: 10000.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub history_max_tasks: i64,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -142,6 +152,16 @@ fn spec_from(args: &InitArgs) -> tenantci_core::Result<TopologySpec> {
         max_deliver: args.max_deliver,
         max_messages: args.max_msgs,
         max_bytes: args.max_bytes,
+        history: HistorySettings {
+            max_age: Some(args.history_max_age.parse().map_err(|e| {
+                tenantci_core::Error::bad_input(format!(
+                    "the history's max age `{}` {e}",
+                    args.history_max_age
+                ))
+                .hint("pass --history-max-age as a Go duration such as `168h`")
+            })?),
+            max_tasks: Some(args.history_max_tasks),
+        },
         ..TopologySpec::default()
     };
     spec.validate().map_err(|e| {

@@ -686,6 +686,15 @@ async fn queue_init_is_idempotent_and_a_capacity_change_updates_max_ack_pending(
     assert_eq!(again["stream_change"]["action"], "unchanged");
     assert_eq!(again["ledger_change"]["action"], "unchanged");
     assert_eq!(again["history_change"]["action"], "unchanged");
+    let bounded = json(&["--history-max-tasks", "50"]);
+    assert_eq!(bounded["history_change"]["action"], "updated", "{bounded}");
+    assert_eq!(
+        bounded["history_change"]["fields"][0], "max_msgs",
+        "{bounded}"
+    );
+    let refused = queue_cmd(&server, "init", "ci-admin", &["--history-max-tasks", "0"]);
+    assert_exit(&refused, 2);
+    assert!(stderr(&refused).contains("history"), "{}", stderr(&refused));
     assert_eq!(again["consumers"][0]["change"]["action"], "unchanged");
     assert_eq!(again["consumers"][1]["change"]["action"], "unchanged");
     let resized = json(&["--pod-capacity", "8"]);
@@ -926,5 +935,78 @@ fn queue_unreachable_nats_exits_3_naming_the_url_and_bad_input_exits_2() {
     assert_exit(
         &util::run_args(base("status", &dir.path().join("missing"))),
         2,
+    );
+}
+
+/// The task history as the dispatcher writes it (issue 53): two writers as ci-worker (the
+/// leader and a facade on another replica) mark the same tasks at once, each its own marks;
+/// every record ends with every mark (a lost compare-and-set is read again and merged), and
+/// the status's reader sees each task once. ci-producer may neither read nor write it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queue_the_task_history_keeps_every_mark_of_two_writers() {
+    use tenantci_dispatch::task::history::store::{History, Seen};
+    use tenantci_dispatch::task::history::{Decoded, Mark, Observation};
+    let server = NatsServer::start();
+    init_topology(&server, &[]);
+    let open = || async {
+        let (client, events) = server.client_with_events("ci-worker").await;
+        (
+            History::open(&jetstream::new(client), None).await.unwrap(),
+            events,
+        )
+    };
+    let ((leader, mut leader_events), (facade, mut facade_events)) = (open().await, open().await);
+    let now = chrono::Utc::now();
+    let marks = |of: &[Mark]| of.iter().map(|m| (*m, now)).collect::<Vec<_>>();
+    let mine = marks(&[
+        Mark::Claimed,
+        Mark::Queued,
+        Mark::ExecutorCreated,
+        Mark::Gone,
+    ]);
+    let theirs = marks(&[Mark::Fetched, Mark::Reported]);
+    let mut writes = Vec::new();
+    for task in 1..=20 {
+        let task = TaskId::new(task);
+        for (writer, marks) in [(&leader, &mine), (&facade, &theirs)] {
+            for &(mark, at) in marks.iter() {
+                let writer = writer.clone();
+                writes.push(tokio::spawn(async move {
+                    writer.record(task, &Observation::mark(mark, at)).await
+                }));
+            }
+        }
+    }
+    for w in writes {
+        w.await.unwrap().unwrap();
+    }
+    let mut seen = Seen::default();
+    seen.catch_up(&leader, 100).await;
+    let records: Vec<&Decoded> = seen.records().collect();
+    assert_eq!(records.len(), 20, "each task once");
+    for d in records {
+        let Decoded::Record(r) = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(r.marks.len(), 6, "every mark of both writers: {r:?}");
+        assert!(r.finished());
+    }
+    for events in [&mut leader_events, &mut facade_events] {
+        while let Ok(e) = events.try_recv() {
+            assert!(!e.to_lowercase().contains("permissions violation"), "{e}");
+        }
+    }
+    // ci-producer may not touch it.
+    let (producer, mut events) = server.client_with_events("ci-producer").await;
+    producer
+        .publish("$KV.CI_HISTORY.task.1", "{}".into())
+        .await
+        .unwrap();
+    violation(&mut events, "$KV.CI_HISTORY.task.1").await;
+    assert!(
+        History::open(&jetstream::new(producer), None)
+            .await
+            .is_err(),
+        "the producer opened the history"
     );
 }

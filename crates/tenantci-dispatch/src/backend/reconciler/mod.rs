@@ -28,6 +28,11 @@
 //!   backend did not take yet is kept and tried again at the next pass, so an outage of one
 //!   backend's API delays no other executor's reconcile.
 //!
+//! The task history (`task::history`) gets what only the reconciler sees: the marks its
+//! backend reads off an executor (the pod backend's scheduled and started, from the watched
+//! Pod's status: no request of their own), once per executor and term, and `gone` at the
+//! delete of a task that is over.
+//!
 //! The shape is kube-runtime's: each executor is reconciled to an [`Action`] (requeue after a
 //! while, or await a change) or a [`ReconcileError`], every error goes through one policy
 //! (`Reconciler::error_policy`: logged once, in the words of what was being done, and
@@ -443,14 +448,20 @@ impl Reconciler {
     /// Writes the history marks the backend saw on `o` that this term has not written yet.
     fn mark_seen(&mut self, o: &Observed) {
         let done = self.marked.entry(o.task).or_default();
-        for &(mark, at) in &o.marks {
-            if done.insert(mark) {
-                let seen = Observation {
-                    class: o.class.clone(),
-                    ..Observation::mark(mark, at)
-                };
-                self.ctx.ledger.mark(o.task, seen);
-            }
+        let new: Vec<_> = o
+            .marks
+            .iter()
+            .filter(|(m, _)| done.insert(*m))
+            .copied()
+            .collect();
+        if !new.is_empty() {
+            // One write for what one pass saw (a Pod scheduled and started at once).
+            let seen = Observation {
+                marks: new,
+                class: o.class.clone(),
+                ..Observation::default()
+            };
+            self.ctx.ledger.mark(o.task, seen);
         }
     }
 

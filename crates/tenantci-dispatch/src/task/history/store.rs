@@ -21,8 +21,18 @@ fn key(task: TaskId) -> String {
     format!("task.{task}")
 }
 
-/// Compare-and-set attempts before a write gives up (another writer kept winning).
-const CAS_ATTEMPTS: usize = 5;
+/// Compare-and-set attempts before a write gives up (another writer kept winning): several
+/// observers of one task may write at the same moment (a claim's description and its mark, a
+/// Pod's two times, a facade's report).
+const CAS_ATTEMPTS: usize = 12;
+
+/// A pause of 1 to 20 ms between two attempts, so writers that lost together do not meet
+/// again at once.
+async fn back_off() {
+    use rand::Rng as _;
+    let ms = rand::rng().random_range(1..=20);
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
 
 /// Why the history could not be read or written; NATS's error kept as the source.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +139,10 @@ impl History {
                     return Ok(Some(next.record));
                 }
                 // Another writer was first: read again and merge over its record.
-                Err(e) => last = e,
+                Err(e) => {
+                    last = e;
+                    back_off().await;
+                }
             }
         }
         Err(HistoryError::Write { task, reason: last })

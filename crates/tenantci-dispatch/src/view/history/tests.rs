@@ -100,3 +100,24 @@ fn durations_read_short() {
     assert_eq!(short(185.0), "3m05s");
     assert_eq!(short(3720.0), "1h02m");
 }
+
+#[test]
+fn the_forges_creation_time_adds_its_queue_and_can_be_the_slowest() {
+    let doc = build(
+        &[booted()],
+        &Query {
+            limit: 1,
+            ..Query::default()
+        },
+    );
+    let t = with_created(&doc.tasks[0], at(-200));
+    assert_eq!(t.phases[0].phase, "forge_queue");
+    assert_eq!(t.phases[0].seconds, 300.0);
+    let slowest = t.slowest.unwrap();
+    assert_eq!(slowest.phase, "forge_queue");
+    assert!(
+        slowest.cause.starts_with("the forge's own queue"),
+        "{}",
+        slowest.cause
+    );
+}

@@ -294,3 +294,53 @@ async fn the_bucket_keeps_the_configured_number_of_tasks() {
         "the newest two, the most recent first"
     );
 }
+
+/// With the forge's view (Gitea 1.25's jobs API and a token), `explain` on a finished job adds
+/// the forge's own queue: from the job's creation at the forge to its claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explain_adds_the_forges_own_queue_from_its_jobs_api() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::start(1).await;
+    w.gitea
+        .admin_post(
+            w.http(),
+            "version",
+            serde_json::json!({"version": "1.25.0"}),
+        )
+        .await;
+    let d = w.dispatcher("d1").await;
+    d.wait_leader(true).await;
+    let task = run_job(&w, "forge-side", "s").await;
+    let t = finished_in(&d, task).await;
+    let forge = {
+        let o = dispatch(&d, &["status", "-o", "json"]);
+        let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        doc["summary"]["forge"]["url"].as_str().unwrap().to_string()
+    };
+    let url = format!(
+        "{forge}/{}/actions/runs/{}/jobs/0",
+        t["repository"].as_str().unwrap(),
+        t["run"]
+    );
+    let dir = crate::util::scratch();
+    let token = dir.path().join("forge.token");
+    std::fs::write(&token, format!("{}\n", w.gitea.api_token)).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token = token.to_str().unwrap();
+    let o = dispatch(&d, &["explain", &url, "--forge-token-file", token]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("forge: "), "{out}");
+    assert!(
+        out.contains("forge_queue") && out.contains("created -> claimed"),
+        "{out}"
+    );
+    let o = dispatch(
+        &d,
+        &["explain", &url, "--forge-token-file", token, "-o", "json"],
+    );
+    assert_exit(&o, 0);
+    let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc[0]["phases"][0]["phase"], "forge_queue", "{doc:#}");
+    assert!(doc[0]["marks"]["created"].is_string(), "{doc:#}");
+}
