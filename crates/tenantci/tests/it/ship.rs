@@ -100,6 +100,7 @@ fn the_dispatch_kustomization_puts_the_dispatcher_in_a_namespace_of_its_own() {
     let jobs = "dynamic-runner";
     let name = "tenantci-dispatcher";
     let leader = "tenantci-dispatcher-leader";
+    let reader = "tenantci-status-reader";
     let want = [
         ("Deployment", name, own),
         ("Namespace", jobs, ""),
@@ -107,8 +108,10 @@ fn the_dispatch_kustomization_puts_the_dispatcher_in_a_namespace_of_its_own() {
         ("PodDisruptionBudget", name, own),
         ("Role", name, jobs),
         ("Role", leader, own),
+        ("Role", reader, own),
         ("RoleBinding", name, jobs),
         ("RoleBinding", leader, own),
+        ("RoleBinding", "tenantci-status-readers", own),
         ("Service", "tenantci-dispatcher-facade", own),
         ("ServiceAccount", name, own),
     ];
@@ -117,8 +120,14 @@ fn the_dispatch_kustomization_puts_the_dispatcher_in_a_namespace_of_its_own() {
         .map(|(k, n, ns)| (k.to_string(), n.to_string(), ns.to_string()))
         .collect();
     assert_eq!(placed, want);
-    // Both bindings name the ServiceAccount where it is.
+    // The dispatcher's bindings name the ServiceAccount where it is; the status readers'
+    // (a Group, people) is granted only in the dispatcher's namespace, never the executors'.
     for b in of_kind(&objects, "RoleBinding") {
+        if b["roleRef"]["name"] == reader {
+            assert_eq!(b["subjects"][0]["kind"], "Group", "{b:?}");
+            assert_eq!(b["metadata"]["namespace"], own, "{b:?}");
+            continue;
+        }
         assert_eq!(b["subjects"][0]["kind"], "ServiceAccount");
         assert_eq!(b["subjects"][0]["namespace"], own, "{b:?}");
     }
