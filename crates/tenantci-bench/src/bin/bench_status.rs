@@ -51,7 +51,8 @@ async fn measure(http: &reqwest::Client, d: &Dispatcher, path: &str, n: usize) -
 /// Until `/v1/status` lists `n` tasks whose executors run.
 async fn running(http: &reqwest::Client, d: &Dispatcher, n: usize) {
     let url = format!("http://{}/v1/status", d.status_address());
-    let end = Instant::now() + DEADLINE;
+    // A thousand executors start at the simulator's pace: allow 300 ms each beyond the floor.
+    let end = Instant::now() + DEADLINE.max(Duration::from_millis(300) * n as u32);
     loop {
         let doc: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
         let held = doc["tasks"].as_array().unwrap();

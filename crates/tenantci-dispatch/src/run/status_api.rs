@@ -426,15 +426,7 @@ pub async fn probe(listen: std::net::SocketAddr, path: &str) -> tenantci_core::R
 /// dispatcher's.
 pub async fn fetch(listen: std::net::SocketAddr) -> tenantci_core::Result<Status> {
     use tenantci_core::Error;
-    let url = format!("http://{listen}/v1/status");
-    // Above the backends' observation bound (3 s each, side by side).
-    let client = loopback_client(std::time::Duration::from_secs(10))?;
-    let resp = client.get(&url).send().await.map_err(|e| {
-        Error::bad_input(format!(
-            "no dispatcher answers at {url}; start `tenantci dispatch run` with this config, or give the config whose status.listen it uses"
-        ))
-        .caused_by(e)
-    })?;
+    let (url, resp) = ask(listen, "/v1/status", &[]).await?;
     let code = resp.status();
     if !code.is_success() {
         return Err(Error::bad_input(format!(
@@ -446,6 +438,25 @@ pub async fn fetch(listen: std::net::SocketAddr) -> tenantci_core::Result<Status
     })
 }
 
+/// A GET of `path` with `query` on the status listener at `listen`: its URL and answer. No
+/// answer is bad input (exit 2): the address given is not a running dispatcher's.
+async fn ask(
+    listen: std::net::SocketAddr,
+    path: &str,
+    query: &[(&str, String)],
+) -> tenantci_core::Result<(String, reqwest::Response)> {
+    let url = format!("http://{listen}{path}");
+    // Above the backends' observation bound (3 s each, side by side).
+    let client = loopback_client(std::time::Duration::from_secs(10))?;
+    let resp = client.get(&url).query(query).send().await.map_err(|e| {
+        tenantci_core::Error::bad_input(format!(
+            "no dispatcher answers at {url}; start `tenantci dispatch run` with this config, or give the config whose status.listen it uses"
+        ))
+        .caused_by(e)
+    })?;
+    Ok((url, resp))
+}
+
 /// `dispatch status --history` and `explain` on a finished job: `/v1/history` with `query`
 /// (`limit=20`, `task=7`, ...) from the dispatcher at `listen`. No answer is bad input (exit 2).
 pub async fn fetch_history(
@@ -453,14 +464,7 @@ pub async fn fetch_history(
     query: &[(&str, String)],
 ) -> tenantci_core::Result<history::HistoryDoc> {
     use tenantci_core::Error;
-    let url = format!("http://{listen}/v1/history");
-    let client = loopback_client(std::time::Duration::from_secs(10))?;
-    let resp = client.get(&url).query(query).send().await.map_err(|e| {
-        Error::bad_input(format!(
-            "no dispatcher answers at {url}; start `tenantci dispatch run` with this config, or give the config whose status.listen it uses"
-        ))
-        .caused_by(e)
-    })?;
+    let (url, resp) = ask(listen, "/v1/history", query).await?;
     let code = resp.status();
     if !code.is_success() {
         let body = resp.text().await.unwrap_or_default();
