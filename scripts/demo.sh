@@ -100,7 +100,8 @@ bootstrap
 log "5b. what the runner runs, and why a job whose tag it lacks is pending (runbook: \"A job is pending\")"
 # gitlab-runner's poll (its job request) is what GitLab counts as the runner's contact.
 token=$(sed -n 's/^ *token = "\(glrt-[^"]*\)"$/\1/p' "$config")
-jq -n --arg t "$token" '{token: $t, system_id: "s_000000000001", info: {version: "18.10.0"}}' |
+# From the environment, not jq's argv: a token on a command line is visible in ps.
+GLRT="$token" jq -n '{token: env.GLRT, system_id: "s_000000000001", info: {version: "18.10.0"}}' |
   curl -fsS -o /dev/null -H 'content-type: application/json' "$gitlab_url/api/v4/jobs/request" -d @-
 unset token
 "$tenantci" runner status --config "$config" --gitlab-api-token-file "$work/gitlab-read.token"

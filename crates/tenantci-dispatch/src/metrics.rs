@@ -238,7 +238,7 @@ fn register_tasks(registry: &mut Registry, m: &Metrics) {
     );
     registry.register(
         "task_phase_seconds",
-        "Where finished tasks' time went: each phase's duration (task::history), observed once per task when its history is complete",
+        "Where finished tasks' time went: each phase's duration (task::history), observed at most once per task, when its history is complete",
         m.task_phase.clone(),
     );
 }

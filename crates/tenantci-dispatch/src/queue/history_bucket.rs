@@ -64,9 +64,11 @@ impl HistorySettings {
 
     /// The bounds are usable: one sentence naming the key and the accepted range otherwise.
     pub fn validate(&self) -> Result<(), String> {
-        if self.max_age() < Duration::from_secs(60) {
+        // A record's age counts from its last write, so an age shorter than a job runs could
+        // drop a running task's earlier marks; a day outlasts the forges' job timeouts.
+        if self.max_age() < Duration::from_secs(24 * 3600) {
             return Err(format!(
-                "has history.max_age = `{}`; keep a task's history at least 1m (for example `168h`)",
+                "has history.max_age = `{}`; keep a task's history at least 24h, longer than any job runs (for example `168h`)",
                 self.max_age.as_ref().map_or("", GoDuration::as_str)
             ));
         }

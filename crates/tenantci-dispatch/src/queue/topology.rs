@@ -144,7 +144,7 @@ pub enum InvalidSpec {
     #[error("the stream bounds must be positive")]
     Bounds,
     /// The history's bounds are out of range (`HistorySettings::validate` says which).
-    #[error("the history must be kept at least 1m and for 1 to 1000000 tasks")]
+    #[error("the history must be kept at least 24h and for 1 to 1000000 tasks")]
     History,
 }
 

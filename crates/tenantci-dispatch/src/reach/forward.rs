@@ -74,7 +74,11 @@ async fn accept(listener: TcpListener, upstream: Upstream, refusal: Arc<Mutex<Op
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((conn, _)) = accepted else { continue };
+                let Ok((conn, _)) = accepted else {
+                    // Out of descriptors, say: wait rather than spin on the same error.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                };
                 let (upstream, refusal) = (upstream.clone(), refusal.clone());
                 relays.spawn(async move {
                     let mut conn = conn;

@@ -78,7 +78,7 @@ pub struct InitArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
     pub max_bytes: i64,
     /// How long the task history (bucket CI_HISTORY) keeps a task's record after its last
-    /// write, as a Go duration (at least 1m); a dispatcher with ci-admin applies its config's
+    /// write, as a Go duration (at least 24h); a dispatcher with ci-admin applies its config's
     /// history.max_age instead. Default: 168h.
     #[arg(long, value_name = "DURATION", default_value = "168h")]
     pub history_max_age: String,

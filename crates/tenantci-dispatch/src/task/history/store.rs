@@ -1,7 +1,8 @@
 //! The task history in its bucket (`queue::history_bucket`): [`History::record`] merges an
 //! observation into a task's record with a compare-and-set on its revision (two writers
 //! never lose each other's marks, `super::merge` makes a replay a no-op), and the write that
-//! completes a record observes its phases in the metrics, once across every instance.
+//! completes a record observes its phases in the metrics, at most once across every instance
+//! (never twice; a completing write whose reply was lost is not observed on its retry).
 //! [`History::note`] does it off the caller's path: a history write never delays a claim, a
 //! start or a report, and a failed one is logged, never fatal (the task matters more than
 //! its history). Reading: one record by task ([`History::get`]), and the writes in sequence

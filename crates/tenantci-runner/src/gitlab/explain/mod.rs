@@ -106,7 +106,7 @@ pub async fn run(inputs: &Inputs, now: i64) -> Result<Explanation> {
                 ),
             )
         })?;
-    let runner_id = status::runner_id(&sources, client).await?;
+    let runner_id = status::runner_id(&sources)?;
     let runner = rest::runner(client, runner_id).await?;
     let ref_protected = protected(&sources, &runner, &job).await?;
     let cluster = status::cluster::read(&sources.view, now).await?;

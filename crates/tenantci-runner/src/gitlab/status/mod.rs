@@ -90,18 +90,22 @@ fn client(view: &EntryView, file: &Path) -> Result<Client> {
     )
 }
 
-/// The runner's id at GitLab: the entry's `id`, else what `POST /api/v4/runners/verify`
-/// answers for its token (with gitlab-runner's `.runner_system_id`, so no manager is added).
-pub async fn runner_id(sources: &Sources, client: &Client) -> Result<u64> {
-    if let Some(id) = sources.view.id.and_then(|id| u64::try_from(id).ok()) {
-        return Ok(id);
-    }
-    let token = entry::runner_token(&sources.view).map_err(|why| {
-        Error::bad_input(format!("cannot tell the runner's id: {why}"))
-            .hint("add the runner's `id` to the entry, or run with gitlab-runner's environment")
-    })?;
-    let system_id = entry::system_id(&sources.config);
-    Ok(client.verify_runner(&token, &system_id).await?)
+/// The runner's id at GitLab: the entry's `id` (gitlab-runner writes it when it registers,
+/// `bootstrap runner` when it creates the runner). Never asked of GitLab with the runner's
+/// token: `POST /runners/verify` may add a runner manager and counts as a contact, which would
+/// hide the very "not contacted" reason `explain` looks for; these commands only read.
+pub fn runner_id(sources: &Sources) -> Result<u64> {
+    sources
+        .view
+        .id
+        .and_then(|id| u64::try_from(id).ok())
+        .ok_or_else(|| {
+            Error::bad_input(format!(
+                "the entry `{}` has no runner `id`, so GitLab cannot be asked about it",
+                sources.view.name
+            ))
+            .hint("add `id = N` to the entry (the runner's id, on its page at GitLab); gitlab-runner writes it when it registers")
+        })
 }
 
 /// GitLab's view of the runner.
@@ -192,7 +196,7 @@ pub async fn run(inputs: &Inputs, now: i64) -> Result<Status> {
     let gitlab = match &sources.gitlab {
         None => None,
         Some(client) => {
-            let id = runner_id(&sources, client).await?;
+            let id = runner_id(&sources)?;
             let runner = rest::runner(client, id).await?;
             let managers = rest::managers(client, id).await?;
             Some(GitlabRunner { runner, managers })
