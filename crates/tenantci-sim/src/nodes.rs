@@ -266,6 +266,9 @@ fn record_events(
             ))
         })
         .collect();
+    for p in &waiting {
+        unschedulable(store, p);
+    }
     let waiting: Vec<super::events::Waiting<'_>> = waiting
         .iter()
         .map(|p| super::events::Waiting {
@@ -284,6 +287,39 @@ fn record_events(
         .events
         .pass(store, &waiting, nodes.len(), not_ready, scale);
     timers.events.retain(&live);
+}
+
+/// As kube-scheduler does for a Pod it could not place: its `PodScheduled` condition False
+/// with reason `Unschedulable`, once (the transition time stays that of the first failure).
+fn unschedulable(store: &Store, pod: &Value) {
+    let already = pod["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "PodScheduled" && c["reason"] == "Unschedulable")
+    });
+    if already {
+        return;
+    }
+    let m = &pod["metadata"];
+    let (ns, name) = (
+        m["namespace"].as_str().unwrap_or_default(),
+        m["name"].as_str().unwrap_or_default(),
+    );
+    let _ = store.update("pods", ns, name, |cur| {
+        let mut p = cur.cloned().ok_or(())?;
+        if p["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+        {
+            return Err(());
+        }
+        p["status"]["phase"] = json!("Pending");
+        p["status"]["conditions"] = json!([{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0 nodes are available to place it: waiting for a node",
+            "lastTransitionTime": super::ids::now(),
+        }]);
+        Ok(p)
+    });
 }
 
 fn node_view(n: &Value, pods: &[PodView], timers: &mut Timers, now: Instant) -> NodeView {

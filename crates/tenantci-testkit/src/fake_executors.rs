@@ -54,6 +54,7 @@ pub fn unfetched(task: TaskId, attempt: u32, age: Duration) -> Observed {
         class: None,
         recheck: None,
         marks: Vec::new(),
+        waited_for_node: None,
     }
 }
 

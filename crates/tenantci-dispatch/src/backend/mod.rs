@@ -175,6 +175,9 @@ pub struct Observed {
     /// The task history's marks the backend saw on it, with their times (the pod backend's
     /// `scheduled` and `started`, from the Pod's status); empty: none it can tell.
     pub marks: Vec<(crate::task::history::Mark, chrono::DateTime<chrono::Utc>)>,
+    /// When the backend saw the executor waiting for a node (the pod backend: its Pod
+    /// unschedulable); None: not seen, or a backend that cannot tell.
+    pub waited_for_node: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Observed {

@@ -49,6 +49,10 @@ pub struct TaskHistory {
     pub finished: bool,
     /// Each mark passed (`claimed`, `scheduled`, ...) and when.
     pub marks: BTreeMap<Mark, DateTime<Utc>>,
+    /// When its executor was first seen waiting for a node (a rented one booting); absent:
+    /// it went to a node that was there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_for_node: Option<DateTime<Utc>>,
     /// The phases between the marks, in order.
     pub phases: Vec<PhaseTime>,
     /// From its first mark to its last, in seconds.
@@ -172,6 +176,7 @@ fn task_history(r: &Record) -> TaskHistory {
         result: r.result.clone(),
         finished: r.finished(),
         marks: r.marks.clone(),
+        waited_for_node: r.waited_for_node,
         phases: r
             .phases()
             .iter()
@@ -187,7 +192,7 @@ fn task_history(r: &Record) -> TaskHistory {
         slowest: r.slowest().map(|s| Slowest {
             phase: s.phase.name().to_string(),
             seconds: s.took.as_secs_f64(),
-            cause: s.phase.cause().to_string(),
+            cause: r.cause(s.phase).to_string(),
         }),
     }
 }
@@ -202,6 +207,7 @@ pub fn with_created(t: &TaskHistory, created: DateTime<Utc>) -> TaskHistory {
     r.class.clone_from(&t.class);
     r.result.clone_from(&t.result);
     r.marks.clone_from(&t.marks);
+    r.waited_for_node = t.waited_for_node;
     r.marks
         .entry(Mark::Created)
         .and_modify(|at| *at = (*at).min(created))

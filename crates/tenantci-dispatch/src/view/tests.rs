@@ -22,6 +22,7 @@ fn executor(task: TaskId, progress: Option<Progress>, node: Option<&str>) -> Obs
         class: None,
         recheck: None,
         marks: Vec::new(),
+        waited_for_node: None,
     }
 }
 

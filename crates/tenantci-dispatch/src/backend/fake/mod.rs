@@ -173,6 +173,7 @@ impl FakeDirs {
             class: None,
             recheck: None,
             marks: Vec::new(),
+            waited_for_node: None,
         }
     }
 }

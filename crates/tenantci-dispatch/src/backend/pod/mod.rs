@@ -172,6 +172,7 @@ fn observed(o: &observer::Observed) -> Observed {
         class: o.class.clone(),
         recheck: lifecycle::recheck(&o.lifecycle()),
         marks: o.marks.clone(),
+        waited_for_node: o.waited_for_node,
     }
 }
 

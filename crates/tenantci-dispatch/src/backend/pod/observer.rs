@@ -76,6 +76,8 @@ pub struct Observed {
     pub class: Option<String>,
     /// When the Pod was scheduled and its container started, as its status says.
     pub marks: Vec<(Mark, DateTime<Utc>)>,
+    /// When the Pod was unschedulable (waiting for a node), as its status says.
+    pub waited_for_node: Option<DateTime<Utc>>,
 }
 
 impl Observed {
@@ -93,6 +95,7 @@ impl Observed {
             placement: None,
             class: None,
             marks: Vec::new(),
+            waited_for_node: None,
         }
     }
 
@@ -125,10 +128,12 @@ fn slim(pod: &mut Pod) {
             .conditions
             .unwrap_or_default()
             .into_iter()
-            .filter(|c| c.type_ == "PodScheduled" && c.status == "True")
+            // Scheduled, or waiting for a node (the history's `waited_for_node`).
+            .filter(|c| c.type_ == "PodScheduled" && (c.status == "True" || unschedulable(c)))
             .map(|c| PodCondition {
                 type_: c.type_,
                 status: c.status,
+                reason: c.reason,
                 last_transition_time: c.last_transition_time,
                 ..PodCondition::default()
             })
@@ -181,6 +186,29 @@ fn marks(pod: &Pod) -> Vec<(Mark, DateTime<Utc>)> {
         .into_iter()
         .filter_map(|(m, t)| Some((m, DateTime::<Utc>::from(SystemTime::from(t?)))))
         .collect()
+}
+
+/// The scheduler's verdict on a Pod no node has room for (a node is rented for it, when the
+/// cluster rents them).
+fn unschedulable(c: &PodCondition) -> bool {
+    c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+}
+
+/// When the Pod was seen waiting for a node: its `PodScheduled` condition False with reason
+/// `Unschedulable`, at its transition time (or `now` when the condition carries none).
+fn waited_for_node(pod: &Pod, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let c = pod
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && unschedulable(c))?;
+    Some(
+        c.last_transition_time
+            .as_ref()
+            .map_or(now, |t| DateTime::<Utc>::from(SystemTime::from(t.0))),
+    )
 }
 
 fn placement(pod: &Pod) -> Option<Placement> {
@@ -318,6 +346,7 @@ impl Watches {
             o.terminal = annotation(&pod.metadata, TERMINAL_ANNOTATION).is_some();
             o.placement = placement(&pod);
             o.marks = marks(&pod);
+            o.waited_for_node = waited_for_node(&pod, Utc::now());
             o.class = pod
                 .metadata
                 .labels
@@ -479,6 +508,32 @@ mod tests {
             ]
         );
         assert_eq!(pod.status.unwrap().conditions.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_slim_pod_keeps_that_it_waits_for_a_node() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gitea-task-7"},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "lastTransitionTime": "2026-12-07T10:00:02Z"}]}
+        }))
+        .unwrap();
+        slim(&mut pod);
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+        let now = t("2026-12-07T10:00:09Z");
+        assert_eq!(waited_for_node(&pod, now), Some(t("2026-12-07T10:00:02Z")));
+        assert_eq!(marks(&pod), vec![], "not scheduled yet");
+        // Without a transition time (the simulator sets none): when it was seen.
+        let mut bare = pod.clone();
+        bare.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_transition_time = None;
+        assert_eq!(waited_for_node(&bare, now), Some(now));
+        // Scheduled on a node that was there: never seen waiting.
+        let placed: Pod = serde_json::from_value(serde_json::json!({
+            "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}
+        }))
+        .unwrap();
+        assert_eq!(waited_for_node(&placed, now), None);
     }
 
     #[test]

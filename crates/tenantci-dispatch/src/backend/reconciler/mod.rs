@@ -205,6 +205,8 @@ pub struct Reconciler {
     /// The history marks already written for each executor this term, so a pass writes a
     /// mark once, not at every resync.
     marked: BTreeMap<TaskId, BTreeSet<Mark>>,
+    /// The executors whose wait for a node was written this term (once each).
+    waited: BTreeSet<TaskId>,
 }
 
 impl Reconciler {
@@ -225,6 +227,7 @@ impl Reconciler {
             retries: BTreeMap::new(),
             due: RESYNC,
             marked: BTreeMap::new(),
+            waited: BTreeSet::new(),
         }
     }
 
@@ -283,6 +286,7 @@ impl Reconciler {
             actions.push(action);
         }
         self.marked.retain(|t, _| found.contains_key(t));
+        self.waited.retain(|t| found.contains_key(t));
         let start_deadline = self.restarts.claim.start_deadline.get();
         actions.extend(found.values().map(|o| planned(o, start_deadline)));
         self.due = next_pass(actions, self.executors.resync());
@@ -454,11 +458,13 @@ impl Reconciler {
             .filter(|(m, _)| done.insert(*m))
             .copied()
             .collect();
-        if !new.is_empty() {
+        let waited = o.waited_for_node.filter(|_| self.waited.insert(o.task));
+        if !new.is_empty() || waited.is_some() {
             // One write for what one pass saw (a Pod scheduled and started at once).
             let seen = Observation {
                 marks: new,
                 class: o.class.clone(),
+                waited_for_node: waited,
                 ..Observation::default()
             };
             self.ctx.ledger.mark(o.task, seen);
@@ -476,6 +482,7 @@ impl Reconciler {
             let gone = Observation::mark(Mark::Gone, chrono::Utc::now());
             self.ctx.ledger.mark(task, gone);
             self.marked.remove(&task);
+            self.waited.remove(&task);
         }
         self.ctx.registry.finished(task);
         self.logged.remove(&task);
@@ -539,6 +546,7 @@ mod tests {
             class: None,
             recheck: None,
             marks: Vec::new(),
+            waited_for_node: None,
         }
     }
 
@@ -586,6 +594,7 @@ mod tests {
             Observed {
                 recheck: Some(s(4)),
                 marks: Vec::new(),
+                waited_for_node: None,
                 ..executor(TaskId::new(6), Decision::Keep, 6, Progress::Fetched)
             },
         );

@@ -115,6 +115,7 @@ fn observed(task: TaskId, s: &Sandbox) -> Observed {
         class: None,
         recheck: None,
         marks: Vec::new(),
+        waited_for_node: None,
     }
 }
 

@@ -190,6 +190,11 @@ pub struct Record {
     pub result: Option<String>,
     /// The marks passed, each at its earliest observed time.
     pub marks: BTreeMap<Mark, DateTime<Utc>>,
+    /// When its executor was first seen waiting for a node (the Pod unschedulable: no node had
+    /// room, so one was rented and booted); absent: never seen waiting, it went to a node that
+    /// was there (warm, or with room). Optional, so a record without it reads as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_for_node: Option<DateTime<Utc>>,
 }
 
 /// What a writer observed of a task: marks and the descriptive fields it knows.
@@ -207,6 +212,8 @@ pub struct Observation {
     pub class: Option<String>,
     /// The final result's proto name.
     pub result: Option<String>,
+    /// When its executor was seen waiting for a node.
+    pub waited_for_node: Option<DateTime<Utc>>,
 }
 
 impl Observation {
@@ -231,6 +238,7 @@ impl Record {
             class: None,
             result: None,
             marks: BTreeMap::new(),
+            waited_for_node: None,
         }
     }
 
@@ -264,6 +272,21 @@ impl Record {
             previous = Some((mark, at));
         }
         spans
+    }
+
+    /// Why `phase` of this task took its time, in the operator's words: for the scheduling, whether
+    /// its executor was seen waiting for a node (a rented one booting) or went to one that was
+    /// there.
+    pub fn cause(&self, phase: Phase) -> &'static str {
+        match (phase, self.waited_for_node) {
+            (Phase::Scheduling, Some(_)) => {
+                "waiting for a node: a rented node booting (the executor was unschedulable until it joined; a warm pool avoids it)"
+            }
+            (Phase::Scheduling, None) => {
+                "placing the executor on a node that was there (warm, or with room): no node was rented for it, so the scheduler or a quota held it"
+            }
+            (other, _) => other.cause(),
+        }
     }
 
     /// The longest phase (the first of equals), None without two marks.
@@ -330,6 +353,10 @@ pub fn merge(current: Option<&Record>, task: TaskId, seen: &Observation) -> Opti
     fill(&mut next.backend, &seen.backend.map(|b| b.to_string()));
     fill(&mut next.class, &seen.class);
     fill(&mut next.result, &seen.result);
+    next.waited_for_node = match (next.waited_for_node, seen.waited_for_node) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     if current.is_some() && next == was {
         return None;
     }

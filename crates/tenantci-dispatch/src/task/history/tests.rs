@@ -135,3 +135,33 @@ fn every_mark_but_the_first_ends_one_phase() {
     let ended: Vec<Phase> = Mark::ALL.iter().filter_map(|m| m.ends()).collect();
     assert_eq!(ended, Phase::ALL.to_vec());
 }
+
+#[test]
+fn the_scheduling_cause_says_whether_the_executor_waited_for_a_node() {
+    let mut r = record(&[(Mark::ExecutorCreated, 0), (Mark::Scheduled, 90)]);
+    assert!(
+        r.cause(Phase::Scheduling)
+            .starts_with("placing the executor on a node that was there"),
+        "{}",
+        r.cause(Phase::Scheduling)
+    );
+    // Seen waiting twice (two writers): the earliest is kept, and a replay changes nothing.
+    let seen = |secs| Observation {
+        waited_for_node: Some(at(secs)),
+        ..Observation::default()
+    };
+    r = merge(Some(&r), r.task, &seen(5)).unwrap().record;
+    r = merge(Some(&r), r.task, &seen(2)).unwrap().record;
+    assert_eq!(r.waited_for_node, Some(at(2)));
+    assert_eq!(merge(Some(&r), r.task, &seen(7)), None);
+    assert!(
+        r.cause(Phase::Scheduling)
+            .starts_with("waiting for a node: a rented node booting"),
+        "{}",
+        r.cause(Phase::Scheduling)
+    );
+    assert_eq!(r.cause(Phase::Starting), Phase::Starting.cause());
+    // Stored only when seen: a record without it reads as before.
+    let json = serde_json::to_value(record(&[(Mark::Claimed, 0)])).unwrap();
+    assert!(json.get("waited_for_node").is_none(), "{json}");
+}

@@ -16,7 +16,16 @@ fn record(task: i64, run: i64, marks: &[(Mark, i64)]) -> Decoded {
     Decoded::Record(r)
 }
 
+/// A task whose executor waited for a rented node (seen unschedulable) for 88 s.
 fn booted() -> Decoded {
+    let Decoded::Record(mut r) = booted_marks() else {
+        unreachable!("record() makes a record")
+    };
+    r.waited_for_node = Some(at(103));
+    Decoded::Record(r)
+}
+
+fn booted_marks() -> Decoded {
     record(
         2,
         5,

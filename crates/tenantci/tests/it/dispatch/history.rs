@@ -90,7 +90,8 @@ fn assert_holds_no_secret(record: &str, secret: &str) {
                 "backend",
                 "class",
                 "result",
-                "marks"
+                "marks",
+                "waited_for_node"
             ]
             .contains(&k.as_str()),
             "{k} in {record}"
@@ -108,6 +109,8 @@ async fn a_task_that_waited_for_a_booting_node_has_scheduling_as_its_slowest_pha
     let t = finished_in(&d, task).await;
     assert_eq!(t["slowest"]["phase"], "scheduling", "{t:#}");
     assert_eq!(t["result"], "RESULT_SUCCESS", "{t:#}");
+    // Seen unschedulable until the rented node joined: the node was rented for it, not warm.
+    assert!(t["waited_for_node"].is_string(), "{t:#}");
     let phases: Vec<&str> = t["phases"]
         .as_array()
         .unwrap()
@@ -140,7 +143,8 @@ async fn a_task_that_waited_for_a_booting_node_has_scheduling_as_its_slowest_pha
     assert!(out.contains(&format!("task {task}")), "{out}");
     assert!(out.contains("slowest: scheduling"), "{out}");
     assert!(
-        out.contains("waiting for a node: a rented node booting"),
+        out.contains("waiting for a node: a rented node booting")
+            && out.contains("the executor was unschedulable until it joined"),
         "{out}"
     );
     // By the job's URL, as an operator copies it from the forge: the same answer.
