@@ -21,6 +21,7 @@ pub mod input;
 pub mod kube_client;
 pub mod kube_event;
 pub mod kubeconfig;
+pub mod kubectl_text;
 pub mod node_image;
 pub mod opensandbox;
 pub mod pki;

@@ -4,38 +4,7 @@
 
 use super::explain::Reason;
 use super::{Status, TaskStatus};
-
-/// `kubectl`'s short ages.
-pub fn age(secs: u64) -> String {
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 2 * 3600 => format!("{}m", s / 60),
-        s if s < 2 * 86_400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
-}
-
-/// Rows padded to their widest cell, two spaces apart.
-fn columns(rows: &[Vec<String>]) -> String {
-    let width = |i: usize| {
-        rows.iter()
-            .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
-            .max()
-    };
-    let n = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..n).map(|i| width(i).unwrap_or(0)).collect();
-    let mut out = String::new();
-    for r in rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
+use tenantci_core::kubectl_text::{age, columns};
 
 fn dash(s: &str) -> String {
     if s.is_empty() {

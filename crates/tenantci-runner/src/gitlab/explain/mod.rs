@@ -157,9 +157,10 @@ pub fn render(e: &Explanation) -> String {
     } else {
         format!("tags {}", j.tag_list.join(","))
     };
-    let queued = j
-        .queued_duration
-        .map_or_else(|| "-".into(), |s| status::table::age(s as i64));
+    let queued = j.queued_duration.map_or_else(
+        || "-".into(),
+        |s| tenantci_core::kubectl_text::age(s as u64),
+    );
     let went_to = j
         .runner
         .as_ref()

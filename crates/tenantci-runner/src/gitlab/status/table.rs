@@ -4,40 +4,7 @@
 
 use super::pods::JobPod;
 use super::{GitlabRunner, Status};
-
-/// `kubectl`'s short ages.
-pub fn age(secs: i64) -> String {
-    match secs.max(0) {
-        s if s < 120 => format!("{s}s"),
-        s if s < 2 * 3600 => format!("{}m", s / 60),
-        s if s < 2 * 86_400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
-}
-
-/// Rows padded to their widest cell, two spaces apart.
-pub fn columns(rows: &[Vec<String>]) -> String {
-    let n = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..n)
-        .map(|i| {
-            rows.iter()
-                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
+use tenantci_core::kubectl_text::{age, columns};
 
 fn or_dash(v: Option<impl ToString>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
@@ -80,7 +47,7 @@ fn pod_row(p: &JobPod, wide: bool) -> Vec<String> {
         or_dash(p.job.name.as_deref()),
         p.phase.clone(),
         or_dash(p.node.as_deref()),
-        age(p.age_seconds),
+        age(u64::try_from(p.age_seconds).unwrap_or(0)),
         p.restarts.to_string(),
     ];
     if wide {
