@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use tenantci_testkit::wait::eventually;
 
-use super::harness::{NAMESPACE, World};
+use super::harness::{Dispatcher, NAMESPACE, World};
 use crate::util::{assert_exit, run, tenantci};
 
 /// Far above any task the Gitea double hands out.
@@ -68,6 +68,32 @@ fn series(kind: &str) -> String {
     format!("tenantci_dispatch_records_from_newer_release_total{{kind=\"{kind}\"}}")
 }
 
+/// Each record counted once by kind, and one log line each saying what to do, however many
+/// terms, watches and sweeps met them meanwhile.
+async fn assert_reported_once(d: &Dispatcher, ledger_key: &str) {
+    for kind in ["claim_ledger", "executor_objects"] {
+        eventually(&format!("the {kind} record to be reported"), || async {
+            (d.metric(&series(kind)).await == Some(1.0)).then_some(())
+        })
+        .await;
+    }
+    let log = d.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("written by a newer tenantci release"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per record: {lines:#?}");
+    for l in &lines {
+        assert!(l.contains("upgrade this process"), "{l}");
+    }
+    for record in [ledger_key, "Secret "] {
+        assert!(
+            lines.iter().any(|l| l.contains(record)),
+            "{record}: {lines:#?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_of_a_newer_release_are_left_reported_once_and_other_tasks_finish() {
     let w = World::start(2).await;
@@ -106,28 +132,7 @@ async fn records_of_a_newer_release_are_left_reported_once_and_other_tasks_finis
     }
     w.assert_ran_once(&jobs).await;
 
-    for kind in ["claim_ledger", "executor_objects"] {
-        eventually(&format!("the {kind} record to be reported"), || async {
-            (d.metric(&series(kind)).await == Some(1.0)).then_some(())
-        })
-        .await;
-    }
-    // Reported once each, however many terms, watches and sweeps met them meanwhile.
-    let log = d.log_text();
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("written by a newer tenantci release"))
-        .collect();
-    assert_eq!(lines.len(), 2, "one line per record: {lines:#?}");
-    for l in &lines {
-        assert!(l.contains("upgrade this process"), "{l}");
-    }
-    for record in [key.as_str(), "Secret "] {
-        assert!(
-            lines.iter().any(|l| l.contains(record)),
-            "{record}: {lines:#?}"
-        );
-    }
+    assert_reported_once(&d, &key).await;
 
     let kept = kv.entry(&key).await.unwrap().expect("the entry is kept");
     assert_eq!(kept.revision, revision, "never written");
