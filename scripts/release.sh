@@ -9,8 +9,9 @@
 # unit), and its checksum beside it for scripts/install.sh and scripts/image.sh.
 #
 # cut VERSION (e.g. 0.2.0) cuts a release from the current branch, in two commits:
-#   1. "Release VERSION": the workspace version (Cargo.toml, Cargo.lock) set to VERSION and
-#      CHANGELOG.md's `## Unreleased` section renamed `## VERSION (YYYY-MM-DD)`, a new empty
+#   1. "Release VERSION": the workspace version (Cargo.toml, Cargo.lock) and the Deployment's
+#      image tag (manifests/dispatch/deployment.yaml) set to VERSION, CHANGELOG.md's
+#      `## Unreleased` section renamed `## VERSION (YYYY-MM-DD)` with a new empty
 #      `## Unreleased` above it; tagged `vVERSION` (annotated).
 #   2. "PREVIOUS_RELEASE: VERSION": the file scripts/test-skew.sh trusts moved to commit 1 (a
 #      commit cannot name itself, so the move is the next one).
@@ -74,12 +75,13 @@ cut() {
   cut_checks "$version"
   ensure_rust
   date=$(date -u +%Y-%m-%d)
-  log "release $version: workspace version, CHANGELOG.md"
+  log "release $version: workspace version, CHANGELOG.md, the Deployment's image tag"
   sed -i "/^\[workspace.package\]/,/^\[/ s/^version = \".*\"/version = \"$version\"/" Cargo.toml
   # Only the workspace's own packages change in the lock file (no registry is asked).
   cargo update --workspace --offline --quiet
   sed -i "s/^## Unreleased$/## Unreleased\n\n## $version ($date)/" CHANGELOG.md
-  git add Cargo.toml Cargo.lock CHANGELOG.md
+  sed -i "s|^\( *image: tenantci:\).*|\1$version|" manifests/dispatch/deployment.yaml
+  git add Cargo.toml Cargo.lock CHANGELOG.md manifests/dispatch/deployment.yaml
   git commit --quiet -m "Release $version"
   release=$(git rev-parse HEAD)
   git tag -a "v$version" -m "tenantci $version" "$release"

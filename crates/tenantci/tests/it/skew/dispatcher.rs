@@ -54,6 +54,8 @@ struct Flight {
     fetched: BTreeMap<i64, Executor>,
     /// Tasks the test finished.
     done: BTreeSet<i64>,
+    /// Cache jobs in flight, by task.
+    caches: BTreeMap<i64, Job>,
 }
 
 impl Flight {
@@ -80,6 +82,14 @@ impl Flight {
     /// `task`'s executor sends its log line, not yet the last.
     async fn report(&self, task: i64) {
         report(&self.fetched[&task], task).await;
+    }
+
+    /// Every executor that holds its task finishes it.
+    async fn finish_every_fetched(&mut self) {
+        for (task, ex) in std::mem::take(&mut self.fetched) {
+            ex.finish(task, &[&format!("ran task {task}")]).await;
+            self.done.insert(task);
+        }
     }
 
     /// `task` runs to SUCCESS (fetched first if it was not): its whole log, then the state.
@@ -222,6 +232,205 @@ async fn report(ex: &Executor, task: i64) {
     ex.own().update_log(&log).await.unwrap();
 }
 
+/// Tasks (name, task) whose executor exists and which the test has neither fetched nor
+/// finished, in forge order; cache jobs and `keep` left out.
+async fn started(w: &World, jobs: &Jobs, f: &Flight, keep: &[&str]) -> Vec<(&'static str, i64)> {
+    let pods: BTreeSet<String> = w
+        .secrets()
+        .await
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    let sandboxes: BTreeSet<String> = w
+        .opensandbox()
+        .sandboxes(w.http())
+        .await
+        .iter()
+        .filter_map(|s| Some(s["metadata"]["tenantci.io/task-id"].as_str()?.to_string()))
+        .collect();
+    let mut out = Vec::new();
+    for (name, (job, vm)) in &jobs.by_name {
+        let Some(t) = w.job(*job).await["task_id"].as_i64() else {
+            continue;
+        };
+        let mine = name.starts_with("cache") || keep.contains(name);
+        let played = f.done.contains(&t) || f.fetched.contains_key(&t);
+        let exists = if *vm {
+            sandboxes.contains(&t.to_string())
+        } else {
+            pods.contains(&format!("gitea-task-{t}"))
+        };
+        if !mine && !played && exists {
+            out.push((*name, t));
+        }
+    }
+    out.sort_by_key(|(_, t)| *t);
+    out
+}
+
+/// Whether `task`'s executor Pod is there (its Secret is created first, its Pod next).
+async fn has_pod(w: &World, task: i64) -> bool {
+    let name = format!("gitea-task-{task}");
+    let pods = w.pods().await;
+    pods.iter()
+        .any(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+}
+
+/// The pod job `name`'s task once its Pod is there.
+async fn up(w: &World, jobs: &Jobs, name: &str) -> Option<i64> {
+    let t = w.job(jobs.job(name)).await["task_id"].as_i64()?;
+    has_pod(w, t).await.then_some(t)
+}
+
+/// The pod job `name`'s task once its Pod is there; meanwhile other started tasks (not
+/// `keep`) run to the end, so slots free up whichever task the dispatcher starts first (a
+/// task claimed later may start before one queued earlier: a queued task is retried after a
+/// pause, a new claim takes a free slot at once).
+async fn run_until_up(w: &World, jobs: &Jobs, f: &mut Flight, name: &str, keep: &[&str]) -> i64 {
+    loop {
+        if let Some(t) = up(w, jobs, name).await {
+            return t;
+        }
+        match started(w, jobs, f, keep).await.first() {
+            Some((n, t)) => f.finish(w, *t, jobs.vm(n)).await,
+            None => {
+                let f = &*f;
+                eventually(&format!("{name} or another task to start"), || async {
+                    let next = up(w, jobs, name).await.is_some()
+                        || !started(w, jobs, f, keep).await.is_empty();
+                    next.then_some(())
+                })
+                .await
+            }
+        }
+    }
+}
+
+/// The cache job `name` restores the entry saved under the previous release, through a proxy
+/// run by `proxy`, and ends.
+async fn restores(w: &World, f: &mut Flight, task: i64, proxy: std::process::Command, when: &str) {
+    let job = Job::on_pod(w, task, proxy).await;
+    assert_eq!(
+        job.restore(&[KEY]).await,
+        Some((KEY.into(), SAVED.into())),
+        "the entry saved under the previous release is restored {when}"
+    );
+    job.finish(w).await;
+    f.done.insert(task);
+}
+
+/// Under the previous release: every state held (see the module's header).
+async fn hold_every_state(
+    w: &World,
+    jobs: &Jobs,
+    f: &mut Flight,
+    previous: &Path,
+    leader: &Dispatcher,
+) {
+    let saver = w.claimed(jobs.job("cache-save")).await;
+    let saver = Job::on_pod(w, saver, super::previous(previous)).await;
+    saver.save(KEY, SAVED).await;
+    report(&saver.ex, saver.task).await;
+    let saver_task = saver.task;
+    f.caches.insert(saver_task, saver);
+    Flight::executor(w, w.claimed(jobs.job("starting")).await, false).await;
+    Flight::executor(w, w.claimed(jobs.job("vm-starting")).await, true).await;
+    for name in [
+        "fetched-1",
+        "fetched-2",
+        "reported-1",
+        "reported-2",
+        "vm-reported",
+    ] {
+        let t = w.claimed(jobs.job(name)).await;
+        f.fetch(w, t, jobs.vm(name)).await;
+        if name.contains("reported") {
+            f.report(t).await;
+        }
+    }
+    let states: BTreeSet<String> = shows_every_task(w, leader, jobs, f)
+        .await
+        .into_values()
+        .collect();
+    let every: BTreeSet<String> = ["running", "fetched", "reported", "queued"]
+        .map(String::from)
+        .into();
+    assert!(
+        states.is_superset(&every),
+        "the previous release holds a task in every state: {states:?}"
+    );
+    for (name, (job, _)) in &jobs.by_name {
+        let claimed = w.job(*job).await["task_id"].as_i64().is_some();
+        let at_forge = name.contains("forge") || name.contains("after");
+        assert_eq!(
+            claimed, !at_forge,
+            "{name}: claimed or waiting at the forge"
+        );
+    }
+}
+
+/// Tasks the previous release started that stay in flight across both hand-overs.
+const CARRIED: [&str; 4] = ["starting", "fetched-2", "reported-2", "vm-starting"];
+
+/// Under this release: the cache job the previous release started ends through the previous
+/// release's proxy, so do tasks it started; a cache job this release starts restores the
+/// entry; what this release starts next is fetched and left in flight.
+async fn under_this_release(w: &World, jobs: &Jobs, f: &mut Flight, leader: &Dispatcher) {
+    let saver = w.claimed(jobs.job("cache-save")).await;
+    let job = f.caches.remove(&saver).unwrap();
+    job.finish(w).await;
+    f.done.insert(saver);
+    drop(job);
+    for name in ["fetched-1", "reported-1", "vm-reported"] {
+        f.finish(w, w.claimed(jobs.job(name)).await, jobs.vm(name))
+            .await;
+    }
+    let restorer = run_until_up(w, jobs, f, "cache-after-upgrade", &CARRIED).await;
+    restores(w, f, restorer, tenantci(), "under this release").await;
+    // In flight across the rollback: started and fetched under this release.
+    let f_now = &*f;
+    let next = eventually("this release to start another task", || async {
+        let next = started(w, jobs, f_now, &CARRIED).await;
+        (!next.is_empty()).then_some(next)
+    })
+    .await;
+    for (name, t) in next {
+        f.fetch(w, t, jobs.vm(name)).await;
+    }
+    shows_every_task(w, leader, jobs, f).await;
+}
+
+/// After the rollback: everything in flight ends, the last cache job restores the entry
+/// through the previous release's proxy, then every other task ends as it starts, the
+/// leader's status listing every task held meanwhile.
+async fn after_the_rollback(
+    w: &World,
+    jobs: &Jobs,
+    f: &mut Flight,
+    previous: &Path,
+    leader: &Dispatcher,
+) {
+    f.finish_every_fetched().await;
+    let restorer = run_until_up(w, jobs, f, "cache-after-rollback", &[]).await;
+    restores(
+        w,
+        f,
+        restorer,
+        super::previous(previous),
+        "after the rollback",
+    )
+    .await;
+    while f.done.len() < jobs.by_name.len() {
+        shows_every_task(w, leader, jobs, f).await;
+        let f_now = &*f;
+        let (name, t) = eventually("a task to start", || async {
+            started(w, jobs, f_now, &[]).await.first().copied()
+        })
+        .await;
+        f.finish(w, t, jobs.vm(name)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_upgrade_and_a_rollback_with_tasks_in_flight_lose_and_repeat_nothing() {
     let Some(previous) = super::previous_release() else {
@@ -237,114 +446,27 @@ async fn an_upgrade_and_a_rollback_with_tasks_in_flight_lose_and_repeat_nothing(
     let old = w.dispatcher_behind("old-a", SERVICE).await;
     old.wait_leader(true).await;
     let jobs = enqueue(&w).await;
-    let saver = w.claimed(jobs.job("cache-save")).await;
-    let saver = Job::on_pod(&w, saver, super::previous(&previous)).await;
-    saver.save(KEY, SAVED).await;
-    report(&saver.ex, saver.task).await;
-    Flight::executor(&w, w.claimed(jobs.job("starting")).await, false).await;
-    Flight::executor(&w, w.claimed(jobs.job("vm-starting")).await, true).await;
-    for name in [
-        "fetched-1",
-        "fetched-2",
-        "reported-1",
-        "reported-2",
-        "vm-reported",
-    ] {
-        let t = w.claimed(jobs.job(name)).await;
-        f.fetch(&w, t, jobs.vm(name)).await;
-        if name.contains("reported") {
-            f.report(t).await;
-        }
-    }
-    let states: BTreeSet<String> = shows_every_task(&w, &old, &jobs, &f)
-        .await
-        .into_values()
-        .collect();
-    let every: BTreeSet<String> = ["running", "fetched", "reported", "queued"]
-        .map(String::from)
-        .into();
-    assert!(
-        states.is_superset(&every),
-        "the previous release holds a task in every state: {states:?}"
-    );
-    for (name, (job, _)) in &jobs.by_name {
-        let claimed = w.job(*job).await["task_id"].as_i64().is_some();
-        assert_eq!(
-            claimed,
-            !name.contains("forge") && !name.contains("after"),
-            "{name}"
-        );
-    }
+    hold_every_state(&w, &jobs, &mut f, &previous, &old).await;
 
     // The upgrade: this release beside it, then the previous one drains and hands over.
     let new = standby(&mut w, &bin(), "new-b").await;
     shows_every_task(&w, &old, &jobs, &f).await;
     hand_over(old, &new).await;
     shows_every_task(&w, &new, &jobs, &f).await;
-    // Under this release: the saver ends (through the previous release's proxy), and so do
-    // tasks the previous release started; the queued ones start under this release.
-    saver.finish(&w).await;
-    f.done.insert(saver.task);
-    drop(saver);
-    for name in ["fetched-1", "reported-1", "vm-reported"] {
-        f.finish(&w, w.claimed(jobs.job(name)).await, jobs.vm(name))
-            .await;
-    }
-    for name in ["queued-1", "queued-2", "queued-3"] {
-        f.finish(&w, w.claimed(jobs.job(name)).await, false).await;
-    }
-    let restorer = w.claimed(jobs.job("cache-after-upgrade")).await;
-    let restorer = Job::on_pod(&w, restorer, tenantci()).await;
-    assert_eq!(
-        restorer.restore(&[KEY]).await,
-        Some((KEY.into(), SAVED.into())),
-        "the entry saved under the previous release is restored under this one"
-    );
-    restorer.finish(&w).await;
-    f.done.insert(restorer.task);
-    drop(restorer);
-    // In flight across the rollback: started by this release, fetched by it.
-    for name in ["queued-4", "vm-queued"] {
-        f.fetch(&w, w.claimed(jobs.job(name)).await, jobs.vm(name))
-            .await;
-    }
-    shows_every_task(&w, &new, &jobs, &f).await;
+    under_this_release(&w, &jobs, &mut f, &new).await;
 
     // The rollback, the same way.
     let back = standby(&mut w, &previous, "old-c").await;
     shows_every_task(&w, &new, &jobs, &f).await;
     hand_over(new, &back).await;
     shows_every_task(&w, &back, &jobs, &f).await;
-    let restorer = w.claimed(jobs.job("cache-after-rollback")).await;
-    let mut rest: Vec<&str> = jobs.by_name.keys().copied().collect();
-    rest.retain(|n| !n.starts_with("cache"));
-    // What the previous release finds started, fetched or reported by either release ends
-    // first, so slots free up for the rest.
-    for name in &rest {
-        if let Some(t) = w.job(jobs.job(name)).await["task_id"].as_i64()
-            && f.fetched.contains_key(&t)
-        {
-            f.finish(&w, t, jobs.vm(name)).await;
-        }
-    }
-    let restorer = Job::on_pod(&w, restorer, super::previous(&previous)).await;
-    assert_eq!(
-        restorer.restore(&[KEY]).await,
-        Some((KEY.into(), SAVED.into())),
-        "the entry is restored after the rollback"
-    );
-    restorer.finish(&w).await;
-    f.done.insert(restorer.task);
-    drop(restorer);
-    for name in &rest {
-        let t = w.claimed(jobs.job(name)).await;
-        if !f.done.contains(&t) {
-            shows_every_task(&w, &back, &jobs, &f).await;
-            f.finish(&w, t, jobs.vm(name)).await;
-        }
-    }
+    after_the_rollback(&w, &jobs, &mut f, &previous, &back).await;
+    assert_each_ran_once(&w, &jobs, &f).await;
+    drop(back);
+}
 
-    // Every job ran once: SUCCESS with its line once, one executor each, nothing left.
+/// Every job ran once: SUCCESS with its line once, one executor each, nothing left.
+async fn assert_each_ran_once(w: &World, jobs: &Jobs, f: &Flight) {
     assert_eq!(f.done.len(), 20);
     for (job, _) in jobs.by_name.values() {
         let j = w.job(*job).await;
@@ -365,5 +487,4 @@ async fn an_upgrade_and_a_rollback_with_tasks_in_flight_lose_and_repeat_nothing(
         5,
         "a sandbox per vm task, once"
     );
-    drop(back);
 }

@@ -33,11 +33,12 @@ const ENTRY_EDIT: &str =
 const KUBERNETES_EDIT: &str =
     "    # the operator's: builds push as this account\n    service_account = \"builder\"\n";
 
+/// The gateway host: the simulator stops before its directory goes (fields drop in order).
 struct Host {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
     sim: SimProcess,
     gitlab: GitlabDouble,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Host {
@@ -108,10 +109,10 @@ async fn host() -> Host {
     std::fs::create_dir_all(root.join("gitlab-runner")).unwrap();
     std::fs::write(root.join("gitlab-runner/config.toml"), EXISTING).unwrap();
     Host {
-        _dir: dir,
-        root,
         sim,
         gitlab,
+        root,
+        _dir: dir,
     }
 }
 
