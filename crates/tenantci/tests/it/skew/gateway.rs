@@ -13,7 +13,7 @@ use tenantci_testkit::kube::Kubectl;
 use tenantci_testkit::sim::SimProcess;
 use tenantci_testkit::snapshot::files_and_modes;
 
-use crate::util::{assert_exit, run, scratch, stdout, tenantci};
+use crate::util::{assert_exit, bootstrap_gitlab_by, run, scratch, stdout, tenantci};
 
 /// The operator's own config.toml before the first bootstrap: a comment and another runner.
 const EXISTING: &str = r#"# managed by hand: keep this comment
@@ -51,37 +51,24 @@ impl Host {
 
     /// `bootstrap runner` run by `tenantci` (either release), with the flags both have: the
     /// runner created through GitLab's API on the first run.
-    async fn bootstrap(&self, mut tenantci: Command, extra: &[&str]) -> Output {
-        tenantci
-            .args([
-                "bootstrap",
-                "runner",
-                "--forge",
-                "gitlab",
-                "--cluster",
-                "ci",
-            ])
-            .arg("--state-dir")
-            .arg(self.root.join("state"))
-            .arg("--credential-dir")
-            .arg(self.creds())
-            .arg("--config")
-            .arg(self.config())
-            .args([
-                "--gitlab-url",
-                &self.gitlab.url(),
-                "--gitlab-api-token-file",
-            ])
-            .arg(self.root.join("api-token"))
-            .args([
-                "--runner-type",
-                "instance_type",
-                "--run-untagged",
-                "-o",
-                "json",
-            ])
-            .args(extra);
-        tokio::task::spawn_blocking(move || run(&mut tenantci))
+    async fn bootstrap(&self, tenantci: Command, extra: &[&str]) -> Output {
+        let state = self.root.join("state");
+        let mut cmd = bootstrap_gitlab_by(tenantci, &state, &self.creds(), &self.config());
+        cmd.args([
+            "--gitlab-url",
+            &self.gitlab.url(),
+            "--gitlab-api-token-file",
+        ])
+        .arg(self.root.join("api-token"))
+        .args([
+            "--runner-type",
+            "instance_type",
+            "--run-untagged",
+            "-o",
+            "json",
+        ])
+        .args(extra);
+        tokio::task::spawn_blocking(move || run(&mut cmd))
             .await
             .unwrap()
     }
