@@ -4,7 +4,8 @@
 //! kubeconfigs, DNS-name and Pod Security checks as Kubernetes makes them, resource
 //! quantities, the node image, the forge protocols (the Gitea/Forgejo runner protocol,
 //! waiting jobs, webhook deliveries, jobs over REST), the OpenSandbox Lifecycle API, SPIFFE
-//! identity (SVID sources, mTLS configs), upstream error excerpts and v4 UUIDs.
+//! identity (SVID sources, mTLS configs), upstream error excerpts, v4 UUIDs and the rule for
+//! reading a stored record's version.
 //!
 //! No CLI (clap) and no NATS (async-nats): the manifest does not list them, so a leaf cannot
 //! grow a dependency on either without a visible manifest change.
@@ -27,6 +28,7 @@ pub mod opensandbox;
 pub mod pki;
 pub mod pod_security;
 pub mod quantity;
+pub mod record_version;
 pub mod secret;
 pub mod spiffe;
 pub mod tls;

@@ -5,7 +5,7 @@
 //!
 //! 1. [`backend_kind`]: a backend's name and the facts it registers, as data, so every floor
 //!    above keys by backend without naming one; [`task_id`]: a Gitea task id, one type end to
-//!    end.
+//!    end; [`newer_records`]: records a newer release wrote, reported once each.
 //! 2. Leaves: [`queue`] (JetStream topology, permissions, sealed assignments, producer,
 //!    consumer), [`capability`] (per-task capabilities), [`health`] (what `/readyz` reports),
 //!    [`http1`] (the plain HTTP/1.1 server with every wait bounded).
@@ -45,6 +45,7 @@ pub mod identity;
 pub mod init;
 pub mod leader;
 pub mod metrics;
+pub mod newer_records;
 pub mod provision;
 pub mod queue;
 pub mod reach;

@@ -405,6 +405,11 @@ fn register_expiries(registry: &mut Registry, m: &Metrics) {
         "Days until the dispatcher's own client certificate (cluster.kubeconfig) expires, by user; the apiserver refuses it after that (`tenantci dispatch renew` rotates it)",
         m.credential_days.clone(),
     );
+    registry.register(
+        "records_from_newer_release",
+        "Stored records (ledger entries, executor Secrets, cache manifests, assignments, task histories) a newer tenantci release wrote, by kind, each counted once: left as they are; upgrade this dispatcher",
+        crate::newer_records::counter(),
+    );
 }
 
 impl Metrics {

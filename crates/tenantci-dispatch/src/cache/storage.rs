@@ -18,6 +18,10 @@
 //!   and the index is the store itself (nothing in memory to lose at a restart, nothing to
 //!   share between replicas).
 //!
+//! Every manifest and reservation carries `format` ([`KIND`]), read by the one version rule
+//! (`tenantci_core::record_version`): one without is version 1; one a newer release wrote is
+//! reported once and skipped, never rewritten, evicted or deleted here ([`StoreError::Newer`]).
+//!
 //! `<repo>` is the first 32 hex digits of SHA-256 of the repository's lower-cased name: a
 //! fixed-width, path-safe name that never spells a path a job chose.
 
@@ -33,10 +37,15 @@ use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, WriteMultipart}
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
+use tenantci_core::record_version::{Field, Kind, Newer};
 
 use crate::cache::eviction::Stored;
 use crate::cache::index::{Entry, Part, Reservation};
 use crate::cache::settings::CacheSettings;
+
+/// The manifests' and reservations' kind for the version rule (their `version` is the
+/// toolkit's, so the format is held in `format`).
+pub const KIND: Kind = Kind::new("cache_manifest", 1).in_field(Field::Format);
 
 /// The largest manifest read (an entry of thousands of parts).
 const MAX_MANIFEST: u64 = 4 << 20;
@@ -64,6 +73,24 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// A manifest or reservation a newer release wrote: left as it is (reported once).
+    #[error("{at}: {newer}")]
+    Newer {
+        /// Its path in the store.
+        at: Path,
+        /// Its version and what to do.
+        newer: Newer,
+    },
+}
+
+/// `value` as stored: its JSON with `format` ([`KIND`]) beside its own fields (which no
+/// release's reader denies, so the field costs the previous release nothing).
+fn stored_json<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut v = serde_json::to_value(value).expect("manifests serialize");
+    if let Some(fields) = v.as_object_mut() {
+        fields.insert("format".to_string(), KIND.current.into());
+    }
+    serde_json::to_vec(&v).expect("manifests serialize")
 }
 
 /// What a request body's stream failed with, as its own type (`downcast_ref` finds it).
@@ -191,8 +218,9 @@ impl Storage {
     }
 
     async fn put_json<T: Serialize>(&self, at: &Path, value: &T) -> Result<(), StoreError> {
-        let body = serde_json::to_vec(value).expect("manifests serialize");
-        self.store.put(at, PutPayload::from(body)).await?;
+        self.store
+            .put(at, PutPayload::from(stored_json(value)))
+            .await?;
         Ok(())
     }
 
@@ -209,12 +237,18 @@ impl Storage {
             });
         }
         let bytes = got.bytes().await?;
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Damaged {
+        let damaged = |source| StoreError::Damaged {
+            at: at.clone(),
+            source,
+        };
+        if let Err(newer) = KIND.check_json(&bytes).map_err(damaged)? {
+            crate::newer_records::report(&newer, &format!("cache {at}"));
+            return Err(StoreError::Newer {
                 at: at.clone(),
-                source,
-            })
+                newer,
+            });
+        }
+        serde_json::from_slice(&bytes).map(Some).map_err(damaged)
     }
 
     /// Writes the reservation `r` of a new upload into the repository directory `repo`.
@@ -328,7 +362,7 @@ impl Storage {
             entry.joined = true;
         }
         let at = manifest(repo, &entry);
-        let body = PutPayload::from(serde_json::to_vec(&entry).expect("manifests serialize"));
+        let body = PutPayload::from(stored_json(&entry));
         let create = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -380,7 +414,11 @@ impl Storage {
     /// crash before the reservation went (finished now), else another's (`id` to discard,
     /// after the turn: the next committer need not wait for it).
     async fn settle_taken(&self, repo: &str, at: &Path, id: u64) -> Result<Committed, StoreError> {
-        match self.get_json::<Entry>(at).await? {
+        let found = match self.get_json::<Entry>(at).await {
+            Err(StoreError::Newer { .. }) => None,
+            found => found?,
+        };
+        match found {
             Some(ours) if ours.id == id => {
                 self.finish_commit(repo, &ours).await;
                 Ok(Committed::Made)
@@ -453,9 +491,10 @@ impl Storage {
             let version = manifest_version(&m);
             let entry = match known.get(&m.location) {
                 Some((seen, e)) if *seen == version => e.clone(),
-                _ => match self.get_json(&m.location).await? {
-                    Some(e) => e,
-                    None => continue,
+                _ => match self.get_json(&m.location).await {
+                    Ok(Some(e)) => e,
+                    Ok(None) | Err(StoreError::Newer { .. }) => continue,
+                    Err(e) => return Err(e),
                 },
             };
             fresh.insert(m.location, (version, entry));
@@ -580,8 +619,12 @@ impl Storage {
     /// sweep evicted it and a job saved the key again since this sweep listed): it stays.
     pub async fn delete_entry(&self, repo: &str, entry: &Entry) -> Result<(), StoreError> {
         let at = manifest(repo, entry);
-        let recommitted =
-            matches!(self.get_json::<Entry>(&at).await, Ok(Some(e)) if e.id != entry.id);
+        let recommitted = match self.get_json::<Entry>(&at).await {
+            Ok(Some(e)) => e.id != entry.id,
+            // A newer release's commit of the key since: not this entry's.
+            Err(StoreError::Newer { .. }) => true,
+            _ => false,
+        };
         if !recommitted {
             self.delete_if_present(&at).await?;
         }
@@ -624,8 +667,10 @@ impl Storage {
     ) -> Result<usize, StoreError> {
         let mut dropped = 0;
         for (repo, at) in uploads {
-            let Some(r) = self.get_json::<Reservation>(at).await? else {
-                continue;
+            let r = match self.get_json::<Reservation>(at).await {
+                Ok(Some(r)) => r,
+                Ok(None) | Err(StoreError::Newer { .. }) => continue,
+                Err(e) => return Err(e),
             };
             if r.created >= before {
                 continue;
@@ -855,6 +900,44 @@ mod tests {
             )
         );
         assert!(matches!(e, StoreError::Damaged { at: ref p, .. } if *p == at));
+    }
+
+    /// The version rule: a manifest and a reservation a newer release wrote are skipped by
+    /// lookups and the sweep, and neither is rewritten or deleted; ours carry `format`.
+    #[tokio::test]
+    async fn a_newer_releases_manifest_and_reservation_are_left_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&CacheSettings::in_dir(dir.path())).unwrap();
+        let repo = repo_dir("sim/demo");
+        let (at, upload) = (path(&repo, "entries/9.json"), path(&repo, "uploads/9.json"));
+        let newer = br#"{"format":2,"id":9,"key":"k","version":"v","moved":true}"#;
+        for p in [&at, &upload] {
+            s.store
+                .put(p, PutPayload::from_static(newer))
+                .await
+                .unwrap();
+        }
+        s.reserve(&repo, &reservation(1, 0)).await.unwrap();
+        let ours = s.store.get(&path(&repo, "uploads/1.json")).await.unwrap();
+        let ours: serde_json::Value = serde_json::from_slice(&ours.bytes().await.unwrap()).unwrap();
+        assert_eq!(ours["format"], KIND.current);
+        assert!(s.entries(&repo).await.unwrap().is_empty());
+        let inventory = s.inventory().await.unwrap();
+        assert!(inventory.entries.is_empty());
+        assert_eq!(
+            s.drop_stale_uploads(&inventory.uploads, i64::MAX)
+                .await
+                .unwrap(),
+            1
+        );
+        assert!(matches!(
+            s.reservation(&repo, 9).await,
+            Err(StoreError::Newer { .. })
+        ));
+        for p in [&at, &upload] {
+            let kept = s.store.get(p).await.unwrap().bytes().await.unwrap();
+            assert_eq!(&kept[..], &newer[..], "{p} left as it was");
+        }
     }
 
     /// Lookups remember manifests, but a change another replica made (a touch, a deletion, a

@@ -1,6 +1,9 @@
 //! The Assignment: the one message type on the queue.
 //!
-//! Versioned serde JSON with the routing facts in clear (task id, attempt, backend, labels,
+//! Versioned serde JSON ([`KIND`], read by the one rule of `tenantci_core::record_version`:
+//! a newer release's assignment is [`AssignmentError::Newer`], never opened with this one's
+//! meaning; unknown fields are ignored, so a later release may add one this release can do
+//! without, and bumps the version for anything else) with the routing facts in clear (task id, attempt, backend, labels,
 //! enqueued-at) and the task payload (which holds the task's secrets) sealed with
 //! XChaCha20-Poly1305 under a key only the dispatcher holds: NATS, its store files and anyone
 //! with read access to the stream see ciphertext only. The associated data binds the version,
@@ -22,9 +25,12 @@ use crate::backend_kind::BackendKind;
 use crate::task_id::{TaskId, TaskIdError};
 use tenantci_core::forge::gitea::proto::Task;
 use tenantci_core::fsutil;
+use tenantci_core::record_version::{Field, Kind, Newer};
 
-/// The schema version this build writes and reads.
+/// The schema version this build writes and reads up to.
 pub const VERSION: u32 = 1;
+/// An assignment's kind for the version rule.
+pub const KIND: Kind = Kind::new("assignment", VERSION).in_field(Field::V);
 /// The AEAD recorded in `sealed.alg`.
 pub const ALG: &str = "xchacha20poly1305";
 /// Longest task id accepted.
@@ -32,7 +38,6 @@ pub const MAX_TASK_ID_LEN: usize = 128;
 
 /// An assignment as it travels on NATS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Assignment {
     /// Schema version ([`VERSION`]).
     pub v: u32,
@@ -58,7 +63,6 @@ pub struct Assignment {
 
 /// The sealed payload: nonce and ciphertext (with tag), base64.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Sealed {
     /// The AEAD that sealed it ([`ALG`]).
     pub alg: String,
@@ -89,9 +93,9 @@ pub enum AssignmentError {
     /// Not JSON of this schema (or not JSON at all).
     #[error("the assignment is not valid JSON of schema v{VERSION}: {0}")]
     Decode(#[source] serde_json::Error),
-    /// Another schema version: the one the assignment carries.
-    #[error("the assignment has schema version {0}; this build reads v{VERSION}")]
-    Version(u32),
+    /// A newer release's schema version: left for that release.
+    #[error("the assignment: {0}")]
+    Newer(Newer),
     /// The algorithm the assignment names (data shown to the operator, not a lost cause).
     #[error("the sealed payload uses `{0}`; this build opens `{ALG}`")]
     Alg(String),
@@ -315,14 +319,9 @@ impl Assignment {
 
     /// Decodes and checks version and identity fields (not the seal: see [`Assignment::open`]).
     pub fn from_json(bytes: &[u8]) -> Result<Self, AssignmentError> {
-        #[derive(Deserialize)]
-        struct Probe {
-            v: u32,
-        }
-        let probe: Probe = serde_json::from_slice(bytes).map_err(AssignmentError::Decode)?;
-        if probe.v != VERSION {
-            return Err(AssignmentError::Version(probe.v));
-        }
+        KIND.check_json(bytes)
+            .map_err(AssignmentError::Decode)?
+            .map_err(AssignmentError::Newer)?;
         let a: Assignment = serde_json::from_slice(bytes).map_err(AssignmentError::Decode)?;
         validate_task_id(&a.task_id)?;
         if a.attempt == 0 {
@@ -467,20 +466,22 @@ mod tests {
     }
 
     #[test]
-    fn rejects_other_versions_bad_ids_and_unknown_fields() {
+    fn refuses_newer_versions_and_bad_ids_and_ignores_unknown_fields() {
         let key = SealingKey::generate();
         let mut v: serde_json::Value = serde_json::from_slice(&sample(&key).to_json()).unwrap();
         v["v"] = 2.into();
         assert!(matches!(
             Assignment::from_json(v.to_string().as_bytes()),
-            Err(AssignmentError::Version(2))
+            Err(AssignmentError::Newer(n)) if n.found == "2"
         ));
         v["v"] = 1.into();
         v["extra"] = true.into();
-        assert!(matches!(
-            Assignment::from_json(v.to_string().as_bytes()),
-            Err(AssignmentError::Decode(_))
-        ));
+        let a = Assignment::from_json(v.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            a.open(&key).unwrap(),
+            b"{\"token\":\"s3cret-task-token\"}",
+            "a later field is ignored"
+        );
         for bad in ["", "a:b", "a.b", "a b", &"x".repeat(129)] {
             assert!(Assignment::seal(&key, bad, 1, BackendKind::new("pod"), vec![], b"").is_err());
         }

@@ -23,7 +23,7 @@ use futures::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::STREAM;
-use super::assignment::Assignment;
+use super::assignment::{Assignment, AssignmentError};
 use crate::backend_kind::BackendKind;
 
 /// Tunables of a [`CappedConsumer`]; the defaults suit production.
@@ -87,6 +87,14 @@ enum Settle {
     Wait(String),
     /// Never redeliver.
     Term(String),
+}
+
+/// Why a delivery's assignment is not read.
+enum Unread {
+    /// It can never be started: TERM.
+    Poison(String),
+    /// A newer release wrote it: NAK, for that release (left whole, reported once).
+    Newer(tenantci_core::record_version::Newer),
 }
 
 /// A transient failure on the last delivery the server allows (`max_deliver`, 0 or less:
@@ -553,7 +561,16 @@ impl Lane {
         };
         let assignment = match self.assignment_of(&message) {
             Ok(a) => a,
-            Err(why) => return self.term(&message, stream_sequence, &why).await,
+            // A newer release's (a rolling update overlaps them): handed back for it, whole.
+            Err(Unread::Newer(newer)) => {
+                crate::newer_records::report(&newer, &format!("queue message {stream_sequence}"));
+                let why = newer.to_string();
+                let at = format!("seq-{stream_sequence}");
+                return self
+                    .nak(&message, &at, delivered, self.settings.nak_base, &why)
+                    .await;
+            }
+            Err(Unread::Poison(why)) => return self.term(&message, stream_sequence, &why).await,
         };
         let msg_id = assignment.msg_id();
         let job = Job {
@@ -583,16 +600,20 @@ impl Lane {
         }
     }
 
-    /// The assignment a message carries, or why it is poison (undecodable, another backend's).
-    fn assignment_of(&self, message: &jetstream::Message) -> Result<Assignment, String> {
-        let a = Assignment::from_json(&message.payload).map_err(|e| e.to_string())?;
+    /// The assignment a message carries, or why it is poison (undecodable, another backend's)
+    /// or not this release's to read.
+    fn assignment_of(&self, message: &jetstream::Message) -> Result<Assignment, Unread> {
+        let a = Assignment::from_json(&message.payload).map_err(|e| match e {
+            AssignmentError::Newer(n) => Unread::Newer(n),
+            e => Unread::Poison(e.to_string()),
+        })?;
         if a.backend != self.backend {
-            return Err(format!(
+            return Err(Unread::Poison(format!(
                 "assignment {} is for backend {}, not {}",
                 a.msg_id(),
                 a.backend,
                 self.backend
-            ));
+            )));
         }
         Ok(a)
     }

@@ -4,7 +4,10 @@
 //! state, Pods deleted while no dispatcher was leading, a VM sandbox that is simply gone):
 //! recovery at every leadership term reads it first.
 //!
-//! An entry is `{task, attempt, backend, phase, result?, assignment?, at}`. The phase only
+//! An entry is `{version, task, attempt, backend, phase, result?, assignment?, at}`; its
+//! version follows the one rule (`tenantci_core::record_version`): one without is version 1,
+//! one a newer release wrote is reported (`newer_records`) and left as it is, never merged
+//! over: [`LedgerError::Newer`] for its task, skipped by [`Ledger::entries`] and the mirror. The phase only
 //! moves forward (claimed, queued, started, fetched, reported, final); a new attempt restarts
 //! at `started`; a final entry never changes. Until the executor's first report the entry
 //! keeps the sealed assignment (ciphertext, as on the queue): a task whose executor vanished
@@ -31,13 +34,19 @@ use async_nats::jetstream::{self, kv};
 use futures::TryStreamExt as _;
 use serde::{Deserialize, Serialize};
 
+use tenantci_core::record_version::{Kind, Newer};
+
 use crate::backend_kind::BackendKind;
+use crate::newer_records;
 use crate::queue::assignment::Assignment;
 use crate::queue::ledger_bucket::BUCKET;
 use crate::task::Progress;
 use crate::task::history::store::History;
 use crate::task::history::{Mark, Observation};
 use crate::task_id::TaskId;
+
+/// An entry's kind and the version this release writes (and reads up to).
+pub const KIND: Kind = Kind::new("claim_ledger", 1);
 
 fn key(task: TaskId) -> String {
     format!("task.{task}")
@@ -76,6 +85,9 @@ impl Phase {
 /// One task's entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The entry's format ([`KIND`]); absent on entries of releases before the field: 1.
+    #[serde(default = "unversioned")]
+    pub version: u32,
     /// The Gitea task id.
     pub task: TaskId,
     /// The latest attempt (1: the first executor).
@@ -94,10 +106,15 @@ pub struct Entry {
     pub at: chrono::DateTime<chrono::Utc>,
 }
 
+fn unversioned() -> u32 {
+    tenantci_core::record_version::UNVERSIONED
+}
+
 impl Entry {
     /// A step of `task` to record; [`merge`] decides what it changes.
     pub fn step(task: TaskId, attempt: u32, backend: BackendKind, phase: Phase) -> Entry {
         Entry {
+            version: KIND.current,
             task,
             attempt,
             backend,
@@ -124,6 +141,16 @@ impl Entry {
     pub fn is_final(&self) -> bool {
         self.phase == Phase::Final
     }
+}
+
+/// Reads an entry's bytes: [`LedgerError::Newer`] (reported once) for a newer release's.
+fn decode(task: TaskId, bytes: &[u8]) -> Result<Entry, LedgerError> {
+    let decoding = |source| LedgerError::Decode { task, source };
+    if let Err(newer) = KIND.check_json(bytes).map_err(decoding)? {
+        newer_records::report(&newer, &format!("{BUCKET} {}", key(task)));
+        return Err(LedgerError::Newer { task, newer });
+    }
+    serde_json::from_slice(bytes).map_err(decoding)
 }
 
 /// What recording `step` over `current` writes; None when it changes nothing (pure).
@@ -233,6 +260,14 @@ pub enum LedgerError {
         /// Its sequence in the bucket's stream.
         sequence: u64,
     },
+    /// The entry of `task` was written by a newer release: left as it is (and reported once).
+    #[error("claim ledger: the entry of task {task}: {newer}")]
+    Newer {
+        /// The task whose entry it is.
+        task: TaskId,
+        /// Its version and what to do.
+        newer: Newer,
+    },
     /// The bucket's keys could not be listed ([`Ledger::entries`]).
     #[error("claim ledger: cannot list the entries: {0}")]
     List(#[source] jetstream::stream::InfoError),
@@ -305,9 +340,7 @@ impl Ledger {
         let Some(e) = found.filter(|e| e.operation == kv::Operation::Put) else {
             return Ok(None);
         };
-        let entry = serde_json::from_slice(&e.value)
-            .map_err(|source| LedgerError::Decode { task, source })?;
-        Ok(Some((entry, e.revision)))
+        Ok(Some((decode(task, &e.value)?, e.revision)))
     }
 
     /// The entry of `task`; None when there is none (never claimed here, or past the retention).
@@ -378,7 +411,9 @@ impl Ledger {
     /// [`Ledger::record_first`], logging a failure instead of returning it.
     pub async fn note_first(&self, step: Entry) {
         let (task, phase) = (step.task, step.phase);
-        if let Err(e) = self.record_first(step).await {
+        if let Err(e) = self.record_first(step).await
+            && !matches!(e, LedgerError::Newer { .. })
+        {
             tracing::warn!(task = task.get(), ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
         }
     }
@@ -387,7 +422,9 @@ impl Ledger {
     /// a start, a report) matters more, and recovery still has what the backends list.
     pub async fn note(&self, step: Entry) {
         let (task, phase) = (step.task, step.phase);
-        if let Err(e) = self.record(step).await {
+        if let Err(e) = self.record(step).await
+            && !matches!(e, LedgerError::Newer { .. })
+        {
             tracing::warn!(task = task.get(), ?phase, error = %e, "the claim ledger (NATS bucket CI_CLAIMS) did not record this step; the step goes on, and recovery reads the apiserver's objects instead");
         }
     }
@@ -416,6 +453,7 @@ impl Ledger {
             }
             Err(e) => return Err(LedgerError::ReadWrites(e)),
         };
+        let sequence = m.sequence;
         let task = m.subject.rsplit('.').next().and_then(|t| t.parse().ok());
         let Some(task) = task else {
             return Err(LedgerError::NotATask {
@@ -423,16 +461,18 @@ impl Ledger {
                 sequence: m.sequence,
             });
         };
-        // A delete or purge marker has no value (and a `KV-Operation` header).
+        // A delete or purge marker has no value (and a `KV-Operation` header); a newer
+        // release's entry is reported and shown as none (the mirror reads on past it).
         let entry = match m.payload.is_empty() {
             true => None,
-            false => Some(
-                serde_json::from_slice(&m.payload)
-                    .map_err(|source| LedgerError::Decode { task, source })?,
-            ),
+            false => match decode(task, &m.payload) {
+                Ok(e) => Some(e),
+                Err(LedgerError::Newer { .. }) => None,
+                Err(e) => return Err(e),
+            },
         };
         Ok(Some(Written {
-            sequence: m.sequence,
+            sequence,
             task,
             entry,
         }))
@@ -456,7 +496,12 @@ impl Ledger {
         tasks.sort_unstable();
         let mut all = Vec::new();
         for task in tasks {
-            all.extend(self.get(task).await?);
+            match self.get(task).await {
+                Ok(e) => all.extend(e),
+                // Reported; recovery leaves a newer release's task to that release.
+                Err(LedgerError::Newer { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(all)
     }
@@ -505,6 +550,22 @@ mod tests {
         assert_eq!(merge(Some(&second), step(1, Phase::Fetched)), None);
         let failed = merge(Some(&second), step(1, Phase::Final)).unwrap();
         assert_eq!(failed.attempt, 2, "final keeps the latest attempt");
+    }
+
+    /// The version rule: an entry of a release before the field is version 1; a newer
+    /// release's is not read (whatever its fields say).
+    #[test]
+    fn an_entry_without_a_version_is_1_and_a_newer_one_is_not_read() {
+        let task = TaskId::new(7);
+        let old = br#"{"task":7,"attempt":1,"backend":"pod","phase":"claimed","at":"2026-12-01T00:00:00Z"}"#;
+        assert_eq!(decode(task, old).unwrap().version, 1);
+        let newer = br#"{"version":2,"task":7,"attempt":1,"backend":"pod","phase":"teleported","at":"2026-12-01T00:00:00Z"}"#;
+        assert!(matches!(
+            decode(task, newer),
+            Err(LedgerError::Newer { newer, .. }) if newer.found == "2"
+        ));
+        let ours = serde_json::to_value(step(1, Phase::Claimed)).unwrap();
+        assert_eq!(ours["version"], KIND.current);
     }
 
     #[test]

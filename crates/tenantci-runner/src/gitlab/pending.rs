@@ -16,6 +16,10 @@
 //! lost cannot be reused: the intent's marker goes into the runner's description, and the
 //! re-run lists the owner's runners at GitLab and deletes the ones carrying it. [`resume`]
 //! decides from the record alone; the GitLab calls are [`super::token`]'s.
+//!
+//! Each entry carries `version` ([`KIND`], the one rule of `tenantci_core::record_version`:
+//! none is 1). An entry a newer release wrote is not read with this release's meaning: our
+//! runner's is refused with what to do (upgrade), another runner's is written back as it was.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,12 +28,20 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use tenantci_core::fsutil::{self, MODE_PRIVATE_DIR, MODE_SECRET};
+use tenantci_core::record_version::Kind;
 use tenantci_core::{Error, Result};
 
-/// What a run is creating for one runner name.
+/// An entry's kind for the version rule, and the version this release writes.
+pub const KIND: Kind = Kind::new("pending_runner", 1);
+
+/// What a run is creating for one runner name. Unknown fields are ignored (a later release
+/// may add one this release can do without; anything else bumps [`KIND`]'s version).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Record {
+    /// The entry's format ([`KIND`]); absent: 1.
+    #[serde(default = "unversioned")]
+    pub version: u32,
     /// The GitLab the runner is created at (`--gitlab-url`).
     pub gitlab_url: String,
     /// In the runner's description (`... [tenantci-<16 hex>]`), so a runner whose create
@@ -40,9 +52,13 @@ pub struct Record {
     pub runner: Option<RecordedRunner>,
 }
 
+fn unversioned() -> u32 {
+    tenantci_core::record_version::UNVERSIONED
+}
+
 /// A runner GitLab created, as its answer said.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RecordedRunner {
     /// The runner's id at GitLab.
     pub id: u64,
@@ -131,15 +147,37 @@ impl Ledger {
         &self.path
     }
 
-    /// Our runner's record, if a run left one.
+    /// Our runner's record, if a run left one; one a newer release wrote is refused (and
+    /// left as it is).
     pub fn read(&self) -> Result<Option<Record>> {
-        Ok(self.read_all()?.remove(&self.name))
+        let Some(ours) = self.read_all()?.remove(&self.name) else {
+            return Ok(None);
+        };
+        let bytes = ours.to_string();
+        match KIND.check_json(bytes.as_bytes()) {
+            Ok(Ok(_)) => {}
+            Ok(Err(newer)) => {
+                return Err(Error::check_failed(format!(
+                    "{WHAT} `{}` of runner `{}`: {newer}",
+                    self.path.display(),
+                    self.name
+                ))
+                .hint("run the tenantci release that wrote it (or a later one) on this host to finish that creation; nothing was changed"));
+            }
+            Err(e) => return Err(self.not_ours(e)),
+        }
+        serde_json::from_value(ours)
+            .map(Some)
+            .map_err(|e| self.not_ours(e))
     }
 
-    /// Replaces our runner's record (atomic, fsynced, 0600; the directory made 0700).
+    /// Replaces our runner's record (atomic, fsynced, 0600; the directory made 0700); every
+    /// other runner's is written back as it was read.
     pub fn write(&self, record: &Record) -> Result<()> {
         let mut all = self.read_all()?;
-        all.insert(self.name.clone(), record.clone());
+        let value = serde_json::to_value(record)
+            .map_err(|e| Error::external(format!("cannot encode {WHAT}")).caused_by(e))?;
+        all.insert(self.name.clone(), value);
         self.store(&all)
     }
 
@@ -167,23 +205,26 @@ impl Ledger {
             .unwrap_or(Path::new("."))
     }
 
-    fn read_all(&self) -> Result<BTreeMap<String, Record>> {
+    /// Every runner's entry, as stored: only our own is read ([`Ledger::read`]).
+    fn read_all(&self) -> Result<BTreeMap<String, serde_json::Value>> {
         if std::fs::symlink_metadata(&self.path)
             .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
         {
             return Ok(BTreeMap::new());
         }
         let text = tenantci_core::input::read_text(WHAT, &self.path, MAX_RECORD_FILE)?;
-        serde_json::from_str(&text).map_err(|e| {
-            Error::bad_input(format!(
-                "{WHAT} `{}` is not the JSON tenantci writes ({e})",
-                self.path.display()
-            ))
-            .hint("it records a runner creation an interrupted run began: delete the runner whose description ends with `[tenantci-...]` in GitLab if there is one, then remove the file and run again; nothing was changed")
-        })
+        serde_json::from_str(&text).map_err(|e| self.not_ours(e))
     }
 
-    fn store(&self, all: &BTreeMap<String, Record>) -> Result<()> {
+    fn not_ours(&self, e: serde_json::Error) -> Error {
+        Error::bad_input(format!(
+            "{WHAT} `{}` is not the JSON tenantci writes ({e})",
+            self.path.display()
+        ))
+        .hint("it records a runner creation an interrupted run began: delete the runner whose description ends with `[tenantci-...]` in GitLab if there is one, then remove the file and run again; nothing was changed")
+    }
+
+    fn store(&self, all: &BTreeMap<String, serde_json::Value>) -> Result<()> {
         fsutil::create_dir_all(self.dir(), MODE_PRIVATE_DIR)
             .map_err(|e| Error::unwritable("the directory", self.dir(), e))?;
         let text = serde_json::to_vec_pretty(all)
@@ -220,6 +261,7 @@ mod tests {
 
     fn record(runner: Option<RecordedRunner>) -> Record {
         Record {
+            version: KIND.current,
             gitlab_url: "https://gitlab.example.com".into(),
             marker: "tenantci-00000000000000aa".into(),
             runner,
@@ -280,6 +322,44 @@ mod tests {
         assert_eq!(other.read().unwrap(), Some(record(None)));
         assert!(other.clear().unwrap());
         assert!(!ours.path().exists());
+    }
+
+    /// The version rule: an entry without `version` is version 1; a newer release's entry of
+    /// our runner is refused with what to do, and another runner's is written back as it was.
+    #[test]
+    fn a_newer_releases_entry_is_refused_for_us_and_kept_for_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.toml");
+        let (ours, other) = (
+            Ledger::for_entry(&config, "ours"),
+            Ledger::for_entry(&config, "other"),
+        );
+        let newer = r#"{"version":2,"gitlabUrl":"https://g","marker":"m","teleport":{"x":1}}"#;
+        let unversioned = r#"{"gitlabUrl":"https://g","marker":"tenantci-1"}"#;
+        std::fs::write(
+            ours.path(),
+            format!(r#"{{"other":{newer},"ours":{unversioned}}}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            ours.read().unwrap().unwrap().version,
+            1,
+            "none is version 1"
+        );
+        ours.write(&record(None)).unwrap();
+        let e = other.read().unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        assert!(
+            e.message().contains("newer tenantci release"),
+            "{}",
+            e.message()
+        );
+        let kept: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(ours.path()).unwrap()).unwrap();
+        assert_eq!(
+            kept["other"],
+            serde_json::from_str::<serde_json::Value>(newer).unwrap()
+        );
     }
 
     #[test]

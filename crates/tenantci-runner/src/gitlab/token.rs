@@ -433,6 +433,7 @@ impl Creation<'_> {
     async fn create(&self) -> Result<Obtained> {
         let marker = pending::marker();
         let mut record = Record {
+            version: pending::KIND.current,
             gitlab_url: self.client.base().to_string(),
             marker: marker.clone(),
             runner: None,
@@ -554,6 +555,7 @@ mod tests {
     #[test]
     fn an_interrupted_creation_is_finished_before_config_toml_is_reused() {
         let intent = Record {
+            version: pending::KIND.current,
             gitlab_url: "https://gitlab.example.com".into(),
             marker: "tenantci-1".into(),
             runner: None,

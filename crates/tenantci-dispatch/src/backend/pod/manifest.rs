@@ -42,7 +42,13 @@ use crate::task::spec::{
     runner_config_at, runner_file,
 };
 use crate::task_id::TaskId;
+use tenantci_core::record_version::Kind;
 
+/// On both objects: the version of their format (names, annotations, Secret keys), read by
+/// the one rule (`tenantci_core::record_version`): none is 1, a newer one is left alone.
+pub const FORMAT_ANNOTATION: &str = "tenantci.io/format";
+/// The executor objects' kind for the version rule, and the format this release writes.
+pub const KIND: Kind = Kind::new("executor_objects", 1);
 /// On both objects: the assignment id (task and attempt) they were created for.
 pub const ASSIGNMENT_ANNOTATION: &str = "tenantci.io/assignment-id";
 /// Set on the Pod once Gitea accepted the task's final state; the reconciler then deletes.
@@ -119,10 +125,13 @@ fn meta(spec: &ExecutorSpec) -> ObjectMeta {
         name: Some(object_name(spec.task_id)),
         namespace: Some(spec.namespace.clone()),
         labels: Some(labels(spec)),
-        annotations: Some(BTreeMap::from([(
-            ASSIGNMENT_ANNOTATION.to_string(),
-            spec.assignment_id.clone(),
-        )])),
+        annotations: Some(BTreeMap::from([
+            (
+                ASSIGNMENT_ANNOTATION.to_string(),
+                spec.assignment_id.clone(),
+            ),
+            (FORMAT_ANNOTATION.to_string(), KIND.current_text()),
+        ])),
         ..Default::default()
     }
 }

@@ -8,6 +8,9 @@
 //! to the attempt named by the Secret, until that executor's first report consumes it
 //! ([`ExecutorObjects::consume_assignment`], guarded by a JSON-patch `test`): an executor
 //! whose FetchTask answer was lost gets its task again on retry, and nobody gets it after.
+//!
+//! An object of a newer format ([`manifest::KIND`]) is not this release's to read: it is
+//! reported once ([`readable`]), seen by no watch and changed by no write here.
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -16,7 +19,7 @@ use serde_json::json;
 
 use crate::backend::pod::manifest::{
     self, ASSIGNMENT_ANNOTATION, ASSIGNMENT_KEY, CONSUMED_ANNOTATION, FETCHED_ANNOTATION,
-    TERMINAL_ANNOTATION,
+    FORMAT_ANNOTATION, TERMINAL_ANNOTATION,
 };
 use crate::backend::{Created, Presence};
 use crate::capability;
@@ -54,8 +57,26 @@ pub(super) fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str>
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-pub(super) fn task_of(meta: &ObjectMeta) -> Option<(TaskId, u32)> {
-    capability::parse_assignment_id(annotation(meta, ASSIGNMENT_ANNOTATION)?)
+/// Whether this release reads the object (`what`: `Pod`, `Secret`) whose metadata is `meta`;
+/// one of a newer format is reported (once) and not.
+pub(super) fn readable(meta: &ObjectMeta, what: &str) -> bool {
+    match manifest::KIND.check_text(annotation(meta, FORMAT_ANNOTATION)) {
+        Ok(_) => true,
+        Err(newer) => {
+            let ns = meta.namespace.as_deref().unwrap_or_default();
+            let name = meta.name.as_deref().unwrap_or_default();
+            crate::newer_records::report(&newer, &format!("{what} {ns}/{name}"));
+            false
+        }
+    }
+}
+
+/// The task and attempt of an executor object (`what`: `Pod`, `Secret`) this release reads.
+pub(super) fn task_of(meta: &ObjectMeta, what: &str) -> Option<(TaskId, u32)> {
+    let id = annotation(meta, ASSIGNMENT_ANNOTATION)?;
+    readable(meta, what)
+        .then(|| capability::parse_assignment_id(id))
+        .flatten()
 }
 
 impl ExecutorObjects {
@@ -81,7 +102,7 @@ impl ExecutorObjects {
             Err(e) if is_status(&e, 409) => {
                 existed = true;
                 let live = self.secrets.get(&name).await?;
-                self.check_same(&name, &live.metadata, spec)?;
+                self.check_same(&name, &live.metadata, spec, "Secret")?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -90,7 +111,7 @@ impl ExecutorObjects {
             Err(e) if is_status(&e, 409) => {
                 existed = true;
                 let live = self.pods.get(&name).await?;
-                self.check_same(&name, &live.metadata, spec)?;
+                self.check_same(&name, &live.metadata, spec, "Pod")?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -106,9 +127,10 @@ impl ExecutorObjects {
         name: &str,
         meta: &ObjectMeta,
         spec: &ExecutorSpec,
+        what: &str,
     ) -> Result<(), CreateError> {
         let found = annotation(meta, ASSIGNMENT_ANNOTATION).unwrap_or("");
-        if found == spec.assignment_id {
+        if found == spec.assignment_id && readable(meta, what) {
             Ok(())
         } else {
             Err(CreateError::Foreign {
@@ -149,8 +171,11 @@ impl ExecutorObjects {
         let Some(secret) = self.secrets.get_opt(&name).await? else {
             return Ok(None);
         };
-        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id) {
-            // A replaced attempt: the Secret belongs to its successor now.
+        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id)
+            || !readable(&secret.metadata, "Secret")
+        {
+            // A replaced attempt: the Secret belongs to its successor now (or to a newer
+            // release).
             return Ok(None);
         }
         let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {
@@ -178,7 +203,9 @@ impl ExecutorObjects {
         let Some(secret) = self.secrets.get_opt(&name).await? else {
             return Ok(Presence::Gone);
         };
-        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id) {
+        if annotation(&secret.metadata, ASSIGNMENT_ANNOTATION) != Some(assignment_id)
+            || !readable(&secret.metadata, "Secret")
+        {
             return Ok(Presence::Present);
         }
         let Some(sealed) = secret.data.as_ref().and_then(|d| d.get(ASSIGNMENT_KEY)) else {

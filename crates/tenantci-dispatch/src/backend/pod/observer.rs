@@ -334,7 +334,7 @@ impl Watches {
             *l = (*l).min(attempt);
         };
         for pod in self.pods.state() {
-            let Some((task, attempt)) = task_of(&pod.metadata) else {
+            let Some((task, attempt)) = task_of(&pod.metadata, "Pod") else {
                 continue;
             };
             seen(task, attempt);
@@ -354,7 +354,7 @@ impl Watches {
                 .and_then(|l| l.get(crate::task::spec::CLASS_LABEL).cloned());
         }
         for secret in self.secrets.state() {
-            let Some((task, attempt)) = task_of(&secret.metadata) else {
+            let Some((task, attempt)) = task_of(&secret.metadata, "Secret") else {
                 continue;
             };
             seen(task, attempt);
@@ -446,11 +446,11 @@ impl Observer {
         let pod = watches
             .pods
             .get(&pod_ref)
-            .and_then(|p| task_of(&p.metadata));
+            .and_then(|p| task_of(&p.metadata, "Pod"));
         let secret = watches
             .secrets
             .get(&secret_ref)
-            .and_then(|s| task_of(&s.metadata));
+            .and_then(|s| task_of(&s.metadata, "Secret"));
         pod.into_iter().chain(secret).map(|(_, a)| a).max()
     }
 }

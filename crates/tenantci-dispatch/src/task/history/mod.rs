@@ -26,6 +26,9 @@ use crate::task_id::TaskId;
 
 /// The version of [`Record`] this release writes and reads.
 pub const VERSION: u32 = 1;
+/// A history record's kind for the version rule (`tenantci_core::record_version`).
+pub const KIND: tenantci_core::record_version::Kind =
+    tenantci_core::record_version::Kind::new("task_history", VERSION);
 
 /// A point a task passes, in the order it passes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -169,7 +172,8 @@ impl Phase {
 /// One task's history as stored: who it was and when it passed each mark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
-    /// [`VERSION`] when written by this release.
+    /// [`VERSION`] when written by this release (absent: 1, the rule's).
+    #[serde(default = "unversioned")]
     pub version: u32,
     /// The forge's task id.
     pub task: TaskId,
@@ -195,6 +199,10 @@ pub struct Record {
     /// was there (warm, or with room). Optional, so a record without it reads as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited_for_node: Option<DateTime<Utc>>,
+}
+
+fn unversioned() -> u32 {
+    tenantci_core::record_version::UNVERSIONED
 }
 
 /// What a writer observed of a task: marks and the descriptive fields it knows.
@@ -388,19 +396,13 @@ pub enum Decoded {
     },
 }
 
-/// Reads a stored record of `task` (pure): a newer version is [`Decoded::Newer`], a record
-/// that does not decode is the decoder's error.
+/// Reads a stored record of `task` by the version rule ([`KIND`]) (pure): a newer version is
+/// [`Decoded::Newer`] (one that is not a number: `u64::MAX`), a record that does not decode
+/// is the decoder's error.
 pub fn decode(task: TaskId, bytes: &[u8]) -> Result<Decoded, serde_json::Error> {
-    #[derive(Deserialize)]
-    struct Versioned {
-        version: u64,
-    }
-    let v: Versioned = serde_json::from_slice(bytes)?;
-    if v.version > u64::from(VERSION) {
-        return Ok(Decoded::Newer {
-            task,
-            version: v.version,
-        });
+    if let Err(newer) = KIND.check_json(bytes)? {
+        let version = newer.found.parse().unwrap_or(u64::MAX);
+        return Ok(Decoded::Newer { task, version });
     }
     Ok(Decoded::Record(serde_json::from_slice(bytes)?))
 }

@@ -89,7 +89,7 @@ impl History {
             return Ok(None);
         };
         let d = decode(task, &e.value).map_err(|source| HistoryError::Decode { task, source })?;
-        Ok(Some((d, e.revision)))
+        Ok(Some((reported(d), e.revision)))
     }
 
     /// The record of `task` (None: never seen, or past the bounds).
@@ -183,12 +183,25 @@ impl History {
         };
         let record = match m.payload.is_empty() {
             true => None,
-            false => Some(
+            false => Some(reported(
                 decode(task, &m.payload).map_err(|source| HistoryError::Decode { task, source })?,
-            ),
+            )),
         };
         Ok(Some((m.sequence, task, record)))
     }
+}
+
+/// `d`, reported once (`newer_records`) when a newer release wrote it.
+fn reported(d: Decoded) -> Decoded {
+    if let Decoded::Newer { task, version } = &d {
+        let newer = tenantci_core::record_version::Newer {
+            kind: super::KIND.name,
+            found: version.to_string(),
+            reads: super::KIND.current,
+        };
+        crate::newer_records::report(&newer, &format!("{BUCKET} {}", key(*task)));
+    }
+    d
 }
 
 /// Each phase of a completed record, into the metrics (`none` for a missing class).

@@ -23,6 +23,7 @@ mod inputs;
 mod ledger;
 mod monitoring;
 mod mounted;
+mod newer_records;
 mod passthrough;
 mod proxy;
 mod renew;
