@@ -42,7 +42,12 @@ if [ -x "$prev_bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$commit" ]; then
   log "previous release ${commit:0:12}: cached ($prev_bin)"
 else
   git worktree prune
-  if [ ! -d "$wt/.git" ] && [ ! -f "$wt/.git" ]; then
+  # A worktree of another clone (a target directory copied over) is not this clone's.
+  common=$(git rev-parse --path-format=absolute --git-common-dir)
+  if [ -e "$wt" ] && [ "$(git -C "$wt" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)" != "$common" ]; then
+    rm -rf "$wt"
+  fi
+  if [ ! -e "$wt/.git" ]; then
     log "previous release ${commit:0:12}: its own worktree $wt"
     rm -rf "$wt"
     git worktree add --detach "$wt" "$commit" >&2

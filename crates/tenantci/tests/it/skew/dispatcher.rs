@@ -32,7 +32,7 @@ const SERVICE: &str = "tenantci-dispatcher";
 const KEY: &str = "deps-skew-1";
 const SAVED: &str = "saved under the previous release";
 
-/// The jobs of the test, by name, in the order the forge hands them out.
+/// The jobs of the test, by name ([`enqueue`] gives their order at the forge).
 struct Jobs {
     /// name -> (job id, runs on a VM).
     by_name: BTreeMap<&'static str, (i64, bool)>,
@@ -246,7 +246,11 @@ async fn started(w: &World, jobs: &Jobs, f: &Flight, keep: &[&str]) -> Vec<(&'st
         .sandboxes(w.http())
         .await
         .iter()
-        .filter_map(|s| Some(s["metadata"]["tenantci.io/task-id"].as_str()?.to_string()))
+        .filter_map(|s| {
+            s["metadata"]["tenantci.io/task-id"]
+                .as_str()
+                .map(String::from)
+        })
         .collect();
     let mut out = Vec::new();
     for (name, (job, vm)) in &jobs.by_name {
@@ -306,8 +310,8 @@ async fn run_until_up(w: &World, jobs: &Jobs, f: &mut Flight, name: &str, keep: 
     }
 }
 
-/// The cache job `name` restores the entry saved under the previous release, through a proxy
-/// run by `proxy`, and ends.
+/// The cache job of `task` restores the entry saved under the previous release, through a
+/// proxy run by `proxy`, and ends.
 async fn restores(w: &World, f: &mut Flight, task: i64, proxy: std::process::Command, when: &str) {
     let job = Job::on_pod(w, task, proxy).await;
     assert_eq!(

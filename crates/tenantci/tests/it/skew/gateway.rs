@@ -77,8 +77,10 @@ impl Host {
     /// the version, a recreation the uid.
     fn objects(&self) -> Vec<String> {
         let k = Kubectl::new(&self.sim.tenant_admin("ci"), &self.root);
-        let kinds = "namespaces,clusterroles,clusterrolebindings,roles,rolebindings,serviceaccounts,secrets,configmaps,priorityclasses";
-        let template = "{range .items[*]}{.kind}/{.metadata.namespace}/{.metadata.name} {.metadata.uid} {.metadata.resourceVersion}{\"\\n\"}{end}";
+        let kinds = "namespaces,clusterroles,clusterrolebindings,roles,rolebindings,\
+                     serviceaccounts,secrets,configmaps,deployments,priorityclasses";
+        let template = "{range .items[*]}{.kind}/{.metadata.namespace}/{.metadata.name} \
+                        {.metadata.uid} {.metadata.resourceVersion}{\"\\n\"}{end}";
         let o = k.run(&["get", kinds, "-A", "-o", &format!("jsonpath={template}")]);
         assert_exit(&o, 0);
         let mut objects: Vec<String> = stdout(&o).lines().map(str::to_string).collect();

@@ -16,7 +16,8 @@ mod gateway;
 fn previous_release() -> Option<PathBuf> {
     let Some(bin) = std::env::var_os("TENANTCI_PREVIOUS_BIN") else {
         eprintln!(
-            "SKIPPED: TENANTCI_PREVIOUS_BIN is not set; scripts/test-skew.sh builds the previous release and runs the skew tests"
+            "SKIPPED: TENANTCI_PREVIOUS_BIN is not set; scripts/test-skew.sh builds the previous \
+             release and runs the skew tests"
         );
         return None;
     };
