@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test suite a person runs: formatting, layering, clippy -D warnings, and every unit and
 # integration test. Installs what it needs (nats-server, kubectl, promtool, ...) and exits
-# non-zero on any failure. CI (.ci/run) also checks the reproducible image afterwards
-# (scripts/check-image.sh: a fat-LTO release build, ~8 minutes), which this leaves out.
+# non-zero on any failure. CI (.ci/run) also runs the version-skew tests afterwards
+# (scripts/test-skew.sh: the previous release built beside this tree; the nextest default
+# profile leaves them out here) and checks the reproducible image (scripts/check-image.sh: a
+# fat-LTO release build, ~8 minutes), which this leaves out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh

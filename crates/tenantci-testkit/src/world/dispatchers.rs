@@ -15,26 +15,41 @@ impl World {
     /// are given the name's fixed facade address, which follows the instance when the same
     /// name is started again (as a restarted Pod keeps its Service).
     pub async fn dispatcher(&self, name: &str) -> Dispatcher {
-        let service = self.services.lock().unwrap().get(name).cloned();
-        let service = match service {
-            Some(s) => s,
+        self.dispatcher_behind(name, name).await
+    }
+
+    /// Starts instance `name` behind `service`'s fixed facade address, as the Pods of a rolling
+    /// update are behind one Service: its executors are given that address, and new
+    /// connections to it go to this instance once it listens (open ones stay where they are).
+    /// The instance runs [`World::bin`] as it is now, so a test can start the releases of an
+    /// upgrade one after another.
+    pub async fn dispatcher_behind(&self, name: &str, service: &str) -> Dispatcher {
+        let known = self.services.lock().unwrap().get(service).cloned();
+        let forward = match known.clone() {
+            Some(f) => f,
             None => {
-                let s = Arc::new(Forward::start().await);
-                let mut cfg = self.base().clone();
-                cfg.facade.url = format!("https://{}", s.addr());
-                self.write_config(name, cfg);
-                let mut services = self.services.lock().unwrap();
-                services.insert(name.to_string(), s.clone());
-                s
+                let f = Arc::new(Forward::start().await);
+                self.services
+                    .lock()
+                    .unwrap()
+                    .insert(service.to_string(), f.clone());
+                f
             }
         };
+        // An instance started again runs its config file as it is (a restarted Pod keeps its
+        // ConfigMap): a test may have edited it.
+        if known.is_none() || !self.config_path(name).exists() {
+            let mut cfg = self.base().clone();
+            cfg.facade.url = format!("https://{}", forward.addr());
+            self.write_config(name, cfg);
+        }
         let d = self.spawn(name).await;
         assert_eq!(
             d.facade_url,
-            format!("https://{}", service.addr()),
+            format!("https://{}", forward.addr()),
             "a facade URL with a fixed port is advertised as configured"
         );
-        service.point_at(d.facade);
+        forward.point_at(d.facade);
         d
     }
 

@@ -10,7 +10,8 @@
 //!
 //! Every dispatcher listens on port 0 and reports its addresses on stdout. Those started with
 //! [`World::dispatcher`] are given a fixed facade URL per instance name, a [`Forward`] pointed
-//! at whichever process serves that name, as a restarted Pod keeps its Service.
+//! at whichever process serves that name, as a restarted Pod keeps its Service; those started
+//! with [`World::dispatcher_behind`] share one Service's, as a rolling update's Pods do.
 
 mod cluster;
 mod dispatcher;

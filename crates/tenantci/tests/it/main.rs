@@ -22,5 +22,6 @@ mod renewal;
 mod runner;
 mod ship;
 mod sim;
+mod skew;
 mod spiffe;
 mod util;

@@ -46,7 +46,17 @@ pub fn tenantci() -> Command {
 /// credential in `credential_dir` and its entry in `config`: what every GitLab bootstrap test
 /// starts from (each adds its token and GitLab flags).
 pub fn bootstrap_gitlab(state_dir: &Path, credential_dir: &Path, config: &Path) -> Command {
-    let mut cmd = tenantci();
+    bootstrap_gitlab_by(tenantci(), state_dir, credential_dir, config)
+}
+
+/// [`bootstrap_gitlab`] run by `cmd`, a `tenantci` command (the previous release's, in the
+/// skew tests).
+pub fn bootstrap_gitlab_by(
+    mut cmd: Command,
+    state_dir: &Path,
+    credential_dir: &Path,
+    config: &Path,
+) -> Command {
     cmd.args([
         "bootstrap",
         "runner",

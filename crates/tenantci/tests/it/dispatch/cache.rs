@@ -66,12 +66,12 @@ fn actions_cache_modules() -> PathBuf {
 }
 
 /// One task of `repository`: its executor's proxy and the job's cache environment.
-struct Job {
-    task: i64,
+pub(crate) struct Job {
+    pub(crate) task: i64,
     /// What carries the job's calls, running as long as the job (dropped: stopped): the proxy
     /// started from its Pod spec, or its VM sandbox's boot script with the proxy it started.
     _road: Box<dyn Any>,
-    ex: Executor,
+    pub(crate) ex: Executor,
     /// `ACTIONS_CACHE_URL` (the runner config's `cache.external_server`, at this proxy).
     cache_url: String,
     runtime_token: String,
@@ -79,7 +79,7 @@ struct Job {
 
 /// Creates a job with the task `context` (its repository, refs) at the Gitea double, for the
 /// backend `label` selects; its id.
-async fn post_job(w: &World, name: &str, context: Value, label: &str) -> i64 {
+pub(crate) async fn post_job(w: &World, name: &str, context: Value, label: &str) -> i64 {
     let resp = w
         .http()
         .post(format!("{}/jobs", w.gitea.admin_url))
@@ -121,10 +121,16 @@ impl Job {
     /// A job with the task `context` (repository, `ref`, `base_ref`) on a Pod.
     async fn start_in(w: &World, name: &str, context: Value) -> Job {
         let task = w.claimed(post_job(w, name, context, "pod").await).await;
+        Job::on_pod(w, task, tenantci()).await
+    }
+
+    /// Claimed `task`'s job on its Pod once the Pod is there, its proxy run by `proxy` (a
+    /// `tenantci` command: the proxy's release may be another than the dispatcher's).
+    pub(crate) async fn on_pod(w: &World, task: i64, proxy: Command) -> Job {
         let (secret, pod) = w.objects(task).await;
         let config = &secret.data.as_ref().unwrap()[CONFIG_KEY].0;
         let server = external_server(config, "http://127.0.0.1:8431");
-        let proxy = PodProxy::start(tenantci(), &secret, &pod);
+        let proxy = PodProxy::start(proxy, &secret, &pod);
         let cache_url = server.replace("http://127.0.0.1:8431", &proxy.address);
         let ex = Executor::through(&secret, &proxy);
         Job::fetched(task, Box::new(proxy), ex, cache_url).await
@@ -191,7 +197,7 @@ impl Job {
     }
 
     /// Saves `data/a.txt` = `content` under `key`; the toolkit's cache id.
-    async fn save(&self, key: &str, content: &str) -> i64 {
+    pub(crate) async fn save(&self, key: &str, content: &str) -> i64 {
         let work = scratch();
         std::fs::create_dir_all(work.path().join("data")).unwrap();
         std::fs::write(work.path().join("data/a.txt"), content).unwrap();
@@ -203,7 +209,7 @@ impl Job {
     }
 
     /// Restores by `keys` (the primary key first); the key hit and `data/a.txt`.
-    async fn restore(&self, keys: &[&str]) -> Option<(String, String)> {
+    pub(crate) async fn restore(&self, keys: &[&str]) -> Option<(String, String)> {
         let work = scratch();
         let mut args = vec!["restore"];
         args.extend(keys);
@@ -222,7 +228,7 @@ impl Job {
         }
     }
 
-    async fn finish(&self, w: &World) {
+    pub(crate) async fn finish(&self, w: &World) {
         self.ex
             .finish(self.task, &[&format!("ran task {}", self.task)])
             .await;
@@ -231,7 +237,7 @@ impl Job {
 }
 
 /// A cache whose storage is `dir`.
-fn with_cache(w: &mut World, dir: &Path, max_size_mib: u64, max_entry_size_mib: u64) {
+pub(crate) fn with_cache(w: &mut World, dir: &Path, max_size_mib: u64, max_entry_size_mib: u64) {
     w.base_mut().cache = Some(CacheSettings {
         max_size_mib,
         max_entry_size_mib,

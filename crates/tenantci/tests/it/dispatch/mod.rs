@@ -3,7 +3,7 @@
 
 mod after_end;
 mod backends;
-mod cache;
+pub(crate) mod cache;
 mod claims;
 mod classes;
 mod cluster;
@@ -13,7 +13,7 @@ mod fake_backend;
 mod forge_down;
 mod forgejo;
 mod golden;
-mod harness;
+pub(crate) mod harness;
 mod history;
 mod identity;
 mod in_cluster;
@@ -32,7 +32,7 @@ mod stall;
 mod status;
 mod status_page;
 mod upgrade_check;
-mod vm;
+pub(crate) mod vm;
 mod vm_identity;
 mod watch;
 mod webhook;

@@ -11,7 +11,7 @@ use crate::util::{assert_exit, run, stderr, tenantci};
 use tenantci_testkit::wait::eventually;
 
 /// A world whose dispatchers run the VM backend at `vm_capacity` beside `pod_capacity` Pods.
-pub(super) async fn world(pod_capacity: u32, vm_capacity: u32) -> World {
+pub(crate) async fn world(pod_capacity: u32, vm_capacity: u32) -> World {
     let mut w = World::start(pod_capacity).await;
     let key = w.opensandbox.api_key_file.clone();
     w.with_vm(vm_capacity, &key);
