@@ -472,6 +472,21 @@ fn apply_overrides(
 }
 
 impl Config {
+    /// The queue topology this config asks for: its capacities, ack_wait and history bounds
+    /// over `queue init`'s defaults (`dispatch run` keeps what `queue init` chose on top,
+    /// `topology::keeping_init_choices`).
+    pub fn topology_spec(&self) -> crate::queue::topology::TopologySpec {
+        crate::queue::topology::TopologySpec {
+            capacities: catalog::kinds()
+                .into_iter()
+                .map(|b| (b, self.capacity.of(b)))
+                .collect(),
+            ack_wait: self.nats.ack_wait.get(),
+            history: self.history.clone(),
+            ..crate::queue::topology::TopologySpec::default()
+        }
+    }
+
     /// Reads `path`, applies the environment overrides, resolves relative paths against the
     /// file's directory and validates. Errors name the file, the key and the fix (exit 2).
     pub fn load(path: &Path) -> Result<Config> {

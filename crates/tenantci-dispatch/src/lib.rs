@@ -24,7 +24,8 @@
 //!    operator's view: the model `/v1/status`, `dispatch status`, `explain` and the page
 //!    show, pure; above `claim`).
 //! 9. [`provision`]: what `init` sets up and `renew` keeps up (access, the facade's PKI).
-//! 10. The orchestrations: [`run`], [`init`], [`renew`]; none reaches into another.
+//! 10. The orchestrations: [`run`], [`init`], [`renew`], [`check`] (what an upgrade needs);
+//!     none reaches into another.
 //!
 //! Over `tenantci-runner` (credentials, tenant RBAC, runner files) and `tenantci-core`; no CLI:
 //! the binary parses flags and calls in here.
@@ -35,6 +36,7 @@ pub mod backend;
 pub mod backend_kind;
 pub mod cache;
 pub mod capability;
+pub mod check;
 pub mod claim;
 pub mod config;
 pub mod executor_proxy;

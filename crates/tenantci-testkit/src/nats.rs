@@ -143,6 +143,24 @@ impl NatsServer {
             .to_string()
     }
 
+    /// The authorization fragment the server includes (`queue nats-config`'s output).
+    pub fn auth_file(&self) -> &Path {
+        &self.auth
+    }
+
+    /// Reloads the server's config (SIGHUP: what `nats-server --signal reload` sends) and
+    /// waits until its log says it did.
+    pub async fn reload(&self) {
+        const RELOADED: &str = "Reloaded server configuration";
+        let before = self.log().matches(RELOADED).count();
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid()).expect("a pid fits"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("signal nats-server");
+        crate::wait::eventually("nats-server to reload its config", || async {
+            (self.log().matches(RELOADED).count() > before).then_some(())
+        })
+        .await;
+    }
+
     /// The running server's process id; panics when it is stopped or killed.
     pub fn pid(&self) -> u32 {
         self.process.as_ref().expect("nats-server is stopped").pid()

@@ -402,6 +402,24 @@ pub async fn verify(who: &Reviewer<'_>, ns: Namespaces<'_>, identity: bool) -> R
     Ok(n)
 }
 
+/// Every access of [`checks`] the dispatcher must have and does not, each as the error
+/// [`verify`] would stop at; empty when it has them all.
+pub async fn missing(who: &Reviewer<'_>, ns: Namespaces<'_>, identity: bool) -> Result<Vec<Error>> {
+    let mut out = Vec::new();
+    for (side, checks) in checks(ns, identity) {
+        let results = access::review(who, checks, side.of(ns))
+            .await
+            .map_err(review_error)?;
+        out.extend(
+            results
+                .iter()
+                .filter(|r| r.expected && !r.allowed)
+                .map(|bad| mismatch_error(bad, ns.executors)),
+        );
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,7 +53,7 @@ use crate::leader;
 use crate::metrics::Metrics;
 use crate::queue::assignment::SealingKey;
 use crate::queue::producer::Producer;
-use crate::queue::topology::{self, TopologySpec};
+use crate::queue::topology;
 use crate::queue::{connect, permissions, users};
 use crate::run::kube_swap::SwappableClient;
 use crate::run::term::{Shared, Term};
@@ -906,15 +906,7 @@ async fn apply_topology(cfg: &Config) -> Result<()> {
     let ca = cfg.nats.ca_file.as_deref();
     let client = connect::connect_trusting(&cfg.nats.url, users::ADMIN, &admin, ca).await?;
     let js = async_nats::jetstream::new(client);
-    let own = TopologySpec {
-        capacities: catalog::kinds()
-            .into_iter()
-            .map(|b| (b, cfg.capacity.of(b)))
-            .collect(),
-        ack_wait: cfg.nats.ack_wait.get(),
-        history: cfg.history.clone(),
-        ..TopologySpec::default()
-    };
+    let own = cfg.topology_spec();
     // A cluster that just lost a server answers the stream's and consumers' requests only
     // once their raft groups have leaders again (seconds): a restart then waits, it does not
     // exit. A topology the server refuses for good still fails, after the wait.

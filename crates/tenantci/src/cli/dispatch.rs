@@ -103,6 +103,28 @@ pub enum DispatchCommand {
     /// beside the config, and for the credential --state-dir and --cluster (the gateway's
     /// ClientCA). Run daily by tenantci-dispatch-renew@.timer.
     Renew(RenewArgs),
+    /// What this release needs that the installation lacks, one line each with the command
+    /// that fixes it; run it before and after an upgrade. Changes nothing.
+    ///
+    /// Run it where `dispatch run` runs, with its config and credentials (in the cluster:
+    /// `kubectl exec deploy/tenantci-dispatcher -- tenantci dispatch check`). Checks: the
+    /// config (a key renamed or removed), each NATS user's grants from this release's `queue
+    /// nats-config`, tried as that user with requests that store nothing (the writes carry
+    /// an expected sequence no subject has, which also proves the buckets' conditional put),
+    /// the consumers and buckets against what `queue init` creates for this config (the
+    /// stream CI_RUNNER too with ci-admin's password in nats.secrets_dir), and the
+    /// dispatcher's RBAC (SelfSubjectAccessReviews, as `dispatch init` verifies it). Exit 0:
+    /// nothing needed; 1: something is (each line `<what>; fix: <command>`); 2: bad input (no
+    /// such config, not TOML); 3: NATS or the apiserver did not answer. See
+    /// docs/runbooks/upgrading.md.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The config `dispatch run` uses.
+    #[arg(long, value_name = "FILE", env = "TENANTCI_DISPATCH_CONFIG")]
+    pub config: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -479,6 +501,11 @@ pub async fn run(cmd: DispatchCommand) -> Result<i32> {
         DispatchCommand::Explain(args) => dispatch_status::explain(&args).await,
         DispatchCommand::Page(args) => super::dispatch_reach::page(&args).await,
         DispatchCommand::Renew(args) => renew(&args).await,
+        DispatchCommand::Check(args) => {
+            let needs = tenantci_dispatch::check::check(&args.config).await?;
+            print!("{}", tenantci_dispatch::check::render(&needs));
+            Ok(if needs.is_empty() { 0 } else { 1 })
+        }
     }
 }
 

@@ -31,6 +31,7 @@ mod run;
 mod stall;
 mod status;
 mod status_page;
+mod upgrade_check;
 pub(crate) mod vm;
 mod vm_identity;
 mod watch;

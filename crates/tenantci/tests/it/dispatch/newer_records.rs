@@ -14,6 +14,7 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use tenantci_testkit::wait::eventually;
 
 use super::harness::{NAMESPACE, World};
+use crate::util::{assert_exit, run, tenantci};
 
 /// Far above any task the Gitea double hands out.
 const LEDGER_TASK: u64 = 990_001;
@@ -70,7 +71,22 @@ fn series(kind: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_of_a_newer_release_are_left_reported_once_and_other_tasks_finish() {
     let w = World::start(2).await;
-    let js = jetstream::new(w.nats.client("ci-admin").await);
+    // The queue as `queue init` makes it, before any dispatcher ran.
+    let admin = w.nats.password_file("ci-admin");
+    let o = run(tenantci()
+        .args([
+            "queue",
+            "init",
+            "--nats",
+            &w.nats.url,
+            "--user",
+            "ci-admin",
+            "--password-file",
+        ])
+        .arg(&admin));
+    assert_exit(&o, 0);
+    // As ci-worker: the one user whose grants write the bucket's entries.
+    let js = jetstream::new(w.nats.client("ci-worker").await);
     let kv = js.get_key_value("CI_CLAIMS").await.unwrap();
     let key = format!("task.{LEDGER_TASK}");
     let revision = kv.put(&key, newer_entry().into()).await.unwrap();
