@@ -11,7 +11,9 @@
 //! hold 6 Pods and 2 sandboxes with 5 more claimed jobs queued behind them; the other 7 wait
 //! at the forge (FetchTask asks for no more than the free slots). Of the executors, one is
 //! starting (nothing fetched), some fetched their task, some reported part of their log. The
-//! claimed state lasts milliseconds (the unit tests hold it).
+//! claimed state lasts milliseconds (the unit tests hold it). Across the rollback the previous
+//! release recovers executors this release created and starts a task this release claimed and
+//! queued.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -167,13 +169,13 @@ async fn enqueue(w: &World) -> Jobs {
         ("vm-queued", true),
     ];
     const AT_FORGE: [(&str, bool); 7] = [
+        ("vm-forge-1", true),
+        ("vm-forge-2", true),
         ("cache-after-upgrade", false),
         ("forge-1", false),
         ("forge-2", false),
         ("forge-3", false),
         ("cache-after-rollback", false),
-        ("vm-forge-1", true),
-        ("vm-forge-2", true),
     ];
     let mut by_name = BTreeMap::new();
     for (i, (name, vm)) in CLAIMED.iter().chain(AT_FORGE.iter()).enumerate() {
@@ -376,9 +378,14 @@ async fn hold_every_state(
 /// Tasks the previous release started that stay in flight across both hand-overs.
 const CARRIED: [&str; 4] = ["starting", "fetched-2", "reported-2", "vm-starting"];
 
+/// The vm jobs this release claims (first at the forge) and the one queued before them.
+const VM_BEHIND: [&str; 3] = ["vm-queued", "vm-forge-1", "vm-forge-2"];
+
 /// Under this release: the cache job the previous release started ends through the previous
 /// release's proxy, so do tasks it started; a cache job this release starts restores the
-/// entry; what this release starts next is fetched and left in flight.
+/// entry. Left in flight for the rollback: a vm task this release started (fetched), and
+/// behind it, the vm class full, a vm job this release claimed, queued: the previous release
+/// starts it from the assignment this release wrote.
 async fn under_this_release(w: &World, jobs: &Jobs, f: &mut Flight, leader: &Dispatcher) {
     let saver = w.claimed(jobs.job("cache-save")).await;
     let job = f.caches.remove(&saver).unwrap();
@@ -389,19 +396,33 @@ async fn under_this_release(w: &World, jobs: &Jobs, f: &mut Flight, leader: &Dis
         f.finish(w, w.claimed(jobs.job(name)).await, jobs.vm(name))
             .await;
     }
-    let restorer = run_until_up(w, jobs, f, "cache-after-upgrade", &CARRIED).await;
+    let keep = [CARRIED.as_slice(), VM_BEHIND.as_slice()].concat();
+    let restorer = run_until_up(w, jobs, f, "cache-after-upgrade", &keep).await;
     restores(w, f, restorer, tenantci(), "under this release").await;
-    // In flight across the rollback: started and fetched under this release.
     let f_now = &*f;
-    let next = eventually("this release to start another task", || async {
+    let next = eventually("this release to start a vm task", || async {
         let next = started(w, jobs, f_now, &CARRIED).await;
-        (!next.is_empty()).then_some(next)
+        next.iter().any(|(n, _)| jobs.vm(n)).then_some(next)
     })
     .await;
     for (name, t) in next {
         f.fetch(w, t, jobs.vm(name)).await;
     }
+    let mine = [
+        w.claimed(jobs.job("vm-forge-1")).await,
+        w.claimed(jobs.job("vm-forge-2")).await,
+    ];
     shows_every_task(w, leader, jobs, f).await;
+    // Claimed first, queued once its worker finds the class full.
+    eventually(
+        "a vm task this release claimed to queue behind the full vm class",
+        || async {
+            let states = shown(leader);
+            let queued = |t: &i64| states.get(t).is_some_and(|s| s == "queued");
+            mine.iter().any(queued).then_some(())
+        },
+    )
+    .await;
 }
 
 /// After the rollback: everything in flight ends, the last cache job restores the entry
