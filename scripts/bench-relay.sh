@@ -7,7 +7,8 @@
 # out). Instruction counts do not depend on what else the host runs; they weigh every
 # instruction alike (a cache miss or a syscall's wait counts as nothing), so they measure the
 # relay's work, not its wall time.
-# Usage: scripts/bench-relay.sh [--profile release-baseline] [CALLS_LOW CALLS_HIGH]
+# Usage: scripts/bench-relay.sh [--profile release-baseline] [CALLS_LOW CALLS_HIGH] (multiples of
+# 16, default 160 960)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/ensure.sh
@@ -17,9 +18,10 @@ if [ "${1:-}" = --profile ]; then
   [ $# -ge 2 ] || { echo "error: --profile needs a cargo profile name (release-baseline, dev); nothing was built" >&2; exit 2; }
   profile=$2; shift 2
 fi
-low=${1:-200}
-high=${2:-1200}
+low=${1:-160}
+high=${2:-960}
 case "$low$high" in *[!0-9]*) echo "error: CALLS_LOW and CALLS_HIGH are numbers of calls, such as 200 1200; nothing was run" >&2; exit 2 ;; esac
+[ $((low % 16)) -eq 0 ] && [ $((high % 16)) -eq 0 ] || { echo "error: CALLS_LOW and CALLS_HIGH must be multiples of 16 (the runners calling at once), such as 160 960; nothing was run" >&2; exit 2; }
 [ "$low" -lt "$high" ] || { echo "error: CALLS_LOW ($low) must be below CALLS_HIGH ($high); nothing was run" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "error: valgrind is not installed (apt-get install valgrind); nothing was run" >&2; exit 2; }
 dir=$profile
