@@ -35,7 +35,9 @@ if [ ! -d "$wt" ]; then
   git worktree add --detach "$wt" "$base" >&2
 fi
 git -C "$wt" checkout --quiet --detach "$base"
-cp crates/tenantci-bench/src/bin/bench_relay.rs "$wt/crates/tenantci-bench/src/bin/bench_relay.rs"
+# The baseline's core has no `update_log_received`: its relay is `update_log` alone.
+sed '/issue-57:begin/,/issue-57:end/d' crates/tenantci-bench/src/bin/bench_relay.rs \
+  >"$wt/crates/tenantci-bench/src/bin/bench_relay.rs"
 log "building this tree's bench_relay ($profile)"
 cargo build --locked --quiet --profile "$profile" -p tenantci-bench --bin bench_relay
 if [ ! -d "$wt/target/$dir" ] && [ -d "$target/$dir/deps" ]; then

@@ -20,19 +20,27 @@ use tenantci_core::forge::gitea::proto::{
 use tenantci_core::forge::gitea::{ClientConfig, ConnectError, Credentials, RunnerClient};
 use tenantci_core::pki::{self, CertificateAuthority};
 
-/// The forge: every UpdateLog acked through its last row.
-struct Forge;
+/// One end: the forge (`to: None`, every UpdateLog acked through its last row) or the relay
+/// (UpdateLog forwarded to the forge: the dispatcher's facade without its ledger).
+struct Node {
+    to: Option<RunnerClient>,
+}
 
-/// The relay: UpdateLog forwarded to the forge (the dispatcher's facade without its ledger).
-struct Relay {
-    forge: RunnerClient,
+fn ack(req: &UpdateLogRequest) -> UpdateLogResponse {
+    UpdateLogResponse {
+        ack_index: req.index + req.rows.len() as i64,
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ConnectError {
+    ConnectError::unavailable(e.to_string())
 }
 
 fn unimplemented<T>() -> Result<T, ConnectError> {
     Err(ConnectError::unimplemented("not in this benchmark"))
 }
 
-impl RunnerServiceHandler for Forge {
+impl RunnerServiceHandler for Node {
     type Caller = ();
     async fn authenticate(&self, _: &str, _: &str) -> Result<(), ConnectError> {
         Ok(())
@@ -59,44 +67,27 @@ impl RunnerServiceHandler for Forge {
         _: &(),
         req: UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ConnectError> {
-        Ok(UpdateLogResponse {
-            ack_index: req.index + req.rows.len() as i64,
-        })
+        let Some(forge) = &self.to else {
+            return Ok(ack(&req));
+        };
+        forge.update_log(&req).await.map_err(unavailable)
     }
-}
-
-impl RunnerServiceHandler for Relay {
-    type Caller = ();
-    async fn authenticate(&self, _: &str, _: &str) -> Result<(), ConnectError> {
-        Ok(())
-    }
-    async fn declare(&self, _: &(), _: DeclareRequest) -> Result<DeclareResponse, ConnectError> {
-        unimplemented()
-    }
-    async fn fetch_task(
-        &self,
-        _: &(),
-        _: FetchTaskRequest,
-    ) -> Result<FetchTaskResponse, ConnectError> {
-        unimplemented()
-    }
-    async fn update_task(
-        &self,
-        _: &(),
-        _: UpdateTaskRequest,
-    ) -> Result<UpdateTaskResponse, ConnectError> {
-        unimplemented()
-    }
-    async fn update_log(
+    // issue-57:begin (scripts/bench-relay.sh drops this for the baseline, whose core relays
+    // through `update_log` only)
+    /// The relay sends the body as received, as the dispatcher's facade does.
+    async fn update_log_received(
         &self,
         _: &(),
         req: UpdateLogRequest,
+        received: Option<facade::Received>,
     ) -> Result<UpdateLogResponse, ConnectError> {
-        self.forge
-            .update_log(&req)
-            .await
-            .map_err(|e| ConnectError::unavailable(e.to_string()))
+        let Some(forge) = &self.to else {
+            return Ok(ack(&req));
+        };
+        let relayed = forge.update_log_relayed(&req, received.as_ref());
+        relayed.await.map_err(unavailable)
     }
+    // issue-57:end
 }
 
 fn client(base: &str, ca: &str) -> RunnerClient {
@@ -134,9 +125,10 @@ async fn main() {
     let leaf = pki::issue::server_cert(&ca, "127.0.0.1", &["127.0.0.1".to_string()], day).unwrap();
     let tls = facade::tls_config(&leaf.cert_pem, &leaf.key_pem).unwrap();
     let listen = || tokio::net::TcpListener::bind("127.0.0.1:0");
-    let forge = facade::spawn(listen().await.unwrap(), tls.clone(), Arc::new(Forge)).unwrap();
-    let relay = Relay {
-        forge: client(&forge.base_url(), ca.cert_pem()),
+    let forge = Node { to: None };
+    let forge = facade::spawn(listen().await.unwrap(), tls.clone(), Arc::new(forge)).unwrap();
+    let relay = Node {
+        to: Some(client(&forge.base_url(), ca.cert_pem())),
     };
     let relay = facade::spawn(listen().await.unwrap(), tls, Arc::new(relay)).unwrap();
     let runner = client(&relay.base_url(), ca.cert_pem());
