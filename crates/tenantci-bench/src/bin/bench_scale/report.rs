@@ -256,3 +256,50 @@ fn stalled(s: &Stalled) -> String {
         s.after.as_secs_f64(),
     )
 }
+
+/// Per build, the dispatcher's CPU for each further relayed UpdateLog a second: the
+/// least-squares slope of its cores over the relayed calls a second across the sizes, in µs
+/// (what an A/A pair of one binary must agree on), and its cores at the largest size.
+pub fn slopes(rows: &[Result<Row, Stalled>]) -> String {
+    let mut builds: Vec<&str> = Vec::new();
+    for r in rows.iter().flatten() {
+        if !builds.contains(&r.build.as_str()) {
+            builds.push(&r.build);
+        }
+    }
+    let mut out = String::from(
+        "| build | µs of dispatcher CPU per relayed UpdateLog (slope over N) | fixed cores (intercept) | cores at the largest N |\n|---|---|---|---|\n",
+    );
+    for b in builds {
+        // (relayed calls a second, cores) of each size measured.
+        let points: Vec<(f64, f64, usize)> = rows
+            .iter()
+            .flatten()
+            .filter(|r| r.build == b)
+            .map(|r| (r.n as f64 * r.gitea.0 / 60.0, r.cores, r.n))
+            .collect();
+        let Some((slope, intercept)) = fit(&points) else {
+            continue;
+        };
+        let last = points.iter().max_by_key(|p| p.2).map_or(0.0, |p| p.1);
+        out.push_str(&format!(
+            "| {b} | {:.0} | {:.3} | {last:.3} |\n",
+            slope * 1e6,
+            intercept
+        ));
+    }
+    out
+}
+
+/// The least-squares line through `points` (x, y): its slope and intercept; None for fewer
+/// than two distinct x.
+fn fit(points: &[(f64, f64, usize)]) -> Option<(f64, f64)> {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), p| (a + p.0, b + p.1));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (points.len() >= 2 && sxx > 0.0).then(|| (sxy / sxx, my - sxy / sxx * mx))
+}

@@ -152,12 +152,19 @@ impl Sandboxes {
 
     /// Gitea has the final state: the terminal marker on `task`'s sandboxes (a gone one is
     /// fine: nothing is left to mark).
-    pub async fn mark_terminal(&self, task: TaskId) -> Result<(), ApiError> {
+    /// Returns the marked sandboxes as the API answered.
+    pub async fn mark_terminal(&self, task: TaskId) -> Result<Vec<Sandbox>, ApiError> {
         let patch = BTreeMap::from([(desired::TERMINAL_KEY.to_string(), Some("true".into()))]);
+        let mut marked = Vec::new();
         for s in self.of_task(task).await? {
-            self.client.patch_metadata(&s.id, &patch).await?;
+            marked.extend(self.client.patch_metadata(&s.id, &patch).await?);
         }
-        Ok(())
+        Ok(marked)
+    }
+
+    /// `GET /sandboxes/{id}`: None when it is gone.
+    pub async fn get(&self, id: &str) -> Result<Option<Sandbox>, ApiError> {
+        self.client.get(id).await
     }
 
     /// Deletes `task`'s sandboxes; gone already is done.
@@ -175,9 +182,14 @@ impl Sandboxes {
 }
 
 impl Sandboxes {
-    /// One try: the sandbox found by metadata (a redelivery), or created. Without `look` (a
-    /// fresh assignment: no sandbox of the task can exist) straight to the create.
-    pub async fn start(&self, spec: &ExecutorSpec, look: bool) -> Result<Created, StartError> {
+    /// One try: the sandbox found by metadata (a redelivery), or created; with it as the API
+    /// answered. Without `look` (a fresh assignment: no sandbox of the task can exist)
+    /// straight to the create.
+    pub async fn start(
+        &self,
+        spec: &ExecutorSpec,
+        look: bool,
+    ) -> Result<(Created, Sandbox), StartError> {
         let existing = if look {
             self.of_task(spec.task_id).await.map_err(classify)?
         } else {
@@ -188,7 +200,7 @@ impl Sandboxes {
             .find(|s| desired::task_of(s) == Some((spec.task_id, spec.attempt)))
         {
             tracing::info!(task = spec.task_id.get(), sandbox = %s.id, "the sandbox exists already (a redelivery); not created again");
-            return Ok(Created::Existing);
+            return Ok((Created::Existing, s.clone()));
         }
         if !existing.is_empty() {
             // Another attempt's sandbox: the reconciler deletes it when it replaces it, so
@@ -211,8 +223,12 @@ impl Sandboxes {
             (None, _) => None,
         };
         let req = desired::desired(spec, &self.vm, self.dispatcher, svid.as_ref());
-        let created = self.client.create(&req).await.map_err(classify)?;
+        let mut created = self.client.create(&req).await.map_err(classify)?;
+        if created.metadata.is_empty() {
+            // An answer without the metadata: what was asked for is what it carries.
+            created.metadata = req.metadata.clone();
+        }
         tracing::info!(task = spec.task_id.get(), attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
-        Ok(Created::New)
+        Ok((Created::New, created))
     }
 }

@@ -84,6 +84,10 @@ pub struct SandboxRec {
     pub expires: Option<SystemTime>,
     /// Why it failed, once a test failed it.
     pub failed: Option<Failure>,
+    /// Left out of list answers (a test's lagging list, as an informer cache behind the
+    /// Kubernetes runtime can be); a GET still finds it.
+    #[serde(skip)]
+    pub unlisted: bool,
 }
 
 /// A sandbox's failure, as its status reports it.
@@ -239,6 +243,7 @@ fn parse_create(body: &Value) -> Result<SandboxRec, ApiError> {
         running_at: SystemTime::UNIX_EPOCH,
         expires: None,
         failed: None,
+        unlisted: false,
     })
 }
 
@@ -324,6 +329,7 @@ impl Sandboxes {
         let matching: Vec<Value> = self
             .live
             .values()
+            .filter(|s| !s.unlisted)
             .filter(|s| q.states.is_empty() || q.states.iter().any(|st| st == s.state(now)))
             .filter(|s| q.metadata.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
             .map(|s| s.to_api(now))
@@ -410,6 +416,17 @@ impl Sandboxes {
             reason: reason.unwrap_or_else(|| "runtime_error".into()),
             message: message.unwrap_or_else(|| "the sandbox failed (simulated)".into()),
         });
+        Ok(())
+    }
+
+    /// Leaves the sandbox out of list answers (`unlisted`) or back in.
+    pub fn set_unlisted(
+        &mut self,
+        id: &str,
+        unlisted: bool,
+        now: SystemTime,
+    ) -> Result<(), ApiError> {
+        self.live_mut(id, now)?.unlisted = unlisted;
         Ok(())
     }
 

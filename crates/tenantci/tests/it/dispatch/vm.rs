@@ -373,3 +373,82 @@ async fn run_refuses_a_wrong_opensandbox_key_at_start_naming_the_file() {
         "{err}"
     );
 }
+
+/// The OpenSandbox double's count of `route` calls (`"GET /sandboxes"`: list pages,
+/// `"GET /sandboxes/{id}"`: GETs of one sandbox).
+async fn api_calls(w: &World, route: &str) -> u64 {
+    w.sandbox_stats().await["calls"][route]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+const LIST: &str = "GET /sandboxes";
+const GET: &str = "GET /sandboxes/{id}";
+
+/// Issue 57: with a sandbox running and nothing changing, the reconciler's passes (every 2 s)
+/// make no list call between resyncs (`[cluster] resync`, 5 minutes by default): after the
+/// start's listing, each pass GETs one Running sandbox in turn and nothing else. Three passes'
+/// GETs are the event waited for; the list count must not move meanwhile. The task then ends
+/// as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_steady_state_the_vm_backend_lists_no_sandbox_between_resyncs() {
+    let w = world(1, 1).await;
+    let d = w.dispatcher("d1").await;
+    vm_backend_recovered(&d).await;
+    let task = w.claimed(w.enqueue_vm("steady", "s").await).await;
+    let executor = w.vm_executor(task).await;
+    // Running or starting, the sandbox is looked at by a GET: no pass lists.
+    let (lists, gets) = (api_calls(&w, LIST).await, api_calls(&w, GET).await);
+    eventually("three more passes (a GET each)", || async {
+        (api_calls(&w, GET).await >= gets + 3).then_some(())
+    })
+    .await;
+    assert_eq!(
+        api_calls(&w, LIST).await,
+        lists,
+        "no list page between resyncs: {}",
+        w.sandbox_stats().await
+    );
+    executor.run(task).await;
+    w.assert_succeeded_once(task).await;
+    w.no_sandboxes_left().await;
+}
+
+/// Issue 57: a listing that lags (the sandbox left out of list answers, as an informer cache
+/// behind the Kubernetes runtime can) does not cost the task. Order guarded against: a full
+/// listing (resync 1 s here) without the running sandbox -> the task is registered but
+/// missing from the view -> FAILURE. Instead the sandbox is confirmed with a GET of it, found,
+/// and the task runs to SUCCESS once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandbox_a_lagging_listing_leaves_out_is_confirmed_by_a_get_and_its_task_runs_on() {
+    let mut w = world(1, 1).await;
+    w.with_resync(Duration::from_secs(1));
+    let d = w.dispatcher("d1").await;
+    vm_backend_recovered(&d).await;
+    let task = w.claimed(w.enqueue_vm("lagging", "s").await).await;
+    let executor = w.vm_executor(task).await;
+    let id = w.sandboxes_of(task).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    w.opensandbox.unlisted(w.http(), &id, true).await;
+    let (lists, gets) = (api_calls(&w, LIST).await, api_calls(&w, GET).await);
+    eventually(
+        "two listings without the sandbox, and GETs of it",
+        || async {
+            let more_lists = api_calls(&w, LIST).await >= lists + 2;
+            let more_gets = api_calls(&w, GET).await >= gets + 2;
+            (more_lists && more_gets).then_some(())
+        },
+    )
+    .await;
+    let view = w.task(task).await;
+    assert_ne!(view["result"], "RESULT_FAILURE", "{view}");
+    // Listed again before the end: the terminal marker finds the task's sandboxes by a list.
+    w.opensandbox.unlisted(w.http(), &id, false).await;
+    executor.run(task).await;
+    w.assert_succeeded_once(task).await;
+    w.no_sandboxes_left().await;
+    let log = d.log_text();
+    assert!(!log.contains("vanished"), "{log}");
+}
