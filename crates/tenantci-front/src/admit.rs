@@ -23,6 +23,8 @@ pub struct Client {
     pub serial: String,
     /// Why the apiserver could read this subject differently, if it could.
     pub ambiguity: Option<Ambiguity>,
+    /// When the certificate expires (`front status` shows the next expiry it has seen).
+    pub not_after: time::OffsetDateTime,
     /// The subject attribute by attribute, in the certificate's order.
     text: String,
 }
@@ -34,6 +36,7 @@ impl Client {
         let info = CertInfo::from_der(der)?;
         Ok(Client {
             ambiguity: info.identity().err(),
+            not_after: info.not_after,
             common_name: info.common_name.unwrap_or_default(),
             organizations: info.organizations,
             serial: super::deny::normalize(&info.serial_hex).unwrap_or(info.serial_hex),
@@ -174,6 +177,7 @@ mod tests {
             organizations: orgs.iter().map(|s| s.to_string()).collect(),
             serial: serial.into(),
             ambiguity: None,
+            not_after: time::OffsetDateTime::UNIX_EPOCH,
             text: String::new(),
         }
     }

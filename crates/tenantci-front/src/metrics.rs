@@ -35,6 +35,9 @@ pub struct Metrics {
     denied: Gauge,
     deny_list_stale: Gauge,
     cert_expiry: Gauge<f64, AtomicU64>,
+    reload_success: Gauge,
+    reload_time: Gauge<f64, AtomicU64>,
+    refusals_summarised: Counter,
 }
 
 impl Default for Metrics {
@@ -49,6 +52,9 @@ impl Default for Metrics {
             denied: Gauge::default(),
             deny_list_stale: Gauge::default(),
             cert_expiry: Gauge::default(),
+            reload_success: Gauge::default(),
+            reload_time: Gauge::default(),
+            refusals_summarised: Counter::default(),
         };
         registry.register(
             "connections",
@@ -80,6 +86,21 @@ impl Default for Metrics {
             "serving_cert_expiry_timestamp_seconds",
             "When the front's serving certificate expires (Unix time)",
             m.cert_expiry.clone(),
+        );
+        registry.register(
+            "config_reload_success",
+            "1 when the last reload of the config, ClientCAs and serving pair applied; 0 when it did not and the rules before it stay in force",
+            m.reload_success.clone(),
+        );
+        registry.register(
+            "config_reload_timestamp_seconds",
+            "When the config and the files it names were last read (Unix time)",
+            m.reload_time.clone(),
+        );
+        registry.register(
+            "refusals_summarised",
+            "Refused connections counted into a summary line instead of a line each",
+            m.refusals_summarised.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -135,6 +156,21 @@ impl Metrics {
     /// (`tenantci_front_serving_cert_expiry_timestamp_seconds`).
     pub fn set_cert_expiry(&self, unix: i64) {
         self.cert_expiry.set(unix as f64);
+    }
+
+    /// The outcome of the last reload (`tenantci_front_config_reload_success`), now.
+    pub fn set_reload(&self, ok: bool) {
+        self.reload_success.set(i64::from(ok));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        self.reload_time.set(now);
+    }
+
+    /// One refused connection counted into a summary (`tenantci_front_refusals_summarised`).
+    pub fn refusal_summarised(&self) {
+        self.refusals_summarised.inc();
     }
 
     /// Every series in the OpenMetrics text format, as `/metrics` serves it.

@@ -5,6 +5,8 @@
 
 mod attack;
 mod fairness;
+mod flood;
+mod live;
 mod refusals;
 mod revocation;
 mod runner;
@@ -275,7 +277,7 @@ pub async fn connect(dir: tempfile::TempDir, port: u16, listen_ip: &str) -> Runn
     }
 }
 
-fn free_port(ip: &str) -> u16 {
+pub fn free_port(ip: &str) -> u16 {
     std::net::TcpListener::bind((ip, 0))
         .unwrap()
         .local_addr()
