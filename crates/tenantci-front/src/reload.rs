@@ -240,7 +240,11 @@ impl Follower {
                 let _ = self.reload.send(Reload::now(trigger, None));
             }
             Err(e) => {
-                let why = format!("{e:#}");
+                // One line: a TOML error quotes the offending line over several.
+                let why = format!("{e:#}")
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 tracing::warn!(
                     trigger,
                     "front: a change is not applied: {why}{}; the front keeps serving with the rules it had",
