@@ -7,7 +7,7 @@
 use std::fmt;
 
 use tenantci_core::pki::inspect::CertInfo;
-use tenantci_core::pki::kube_subject::Ambiguity;
+use tenantci_core::pki::kube_subject::{Ambiguity, KubeSubject};
 
 use super::config::ClusterRule;
 use super::deny::DenyList;
@@ -23,6 +23,8 @@ pub struct Client {
     pub serial: String,
     /// Why the apiserver could read this subject differently, if it could.
     pub ambiguity: Option<Ambiguity>,
+    /// notBefore and notAfter, as Unix seconds (None: not read from a certificate).
+    pub validity: Option<(i64, i64)>,
     /// The subject attribute by attribute, in the certificate's order.
     text: String,
 }
@@ -37,8 +39,25 @@ impl Client {
             common_name: info.common_name.unwrap_or_default(),
             organizations: info.organizations,
             serial: super::deny::normalize(&info.serial_hex).unwrap_or(info.serial_hex),
+            validity: Some((
+                info.not_before.unix_timestamp(),
+                info.not_after.unix_timestamp(),
+            )),
             text: info.subject,
         })
+    }
+
+    /// A subject read elsewhere (a renewal's request) as a client with `serial`, so that
+    /// [`decide`] judges it as it judges a presented certificate.
+    pub fn from_subject(subject: &KubeSubject, serial: &str) -> Self {
+        Client {
+            ambiguity: subject.identity().err(),
+            common_name: subject.user().unwrap_or_default().to_string(),
+            organizations: subject.organizations.clone(),
+            serial: serial.to_string(),
+            validity: None,
+            text: subject.text.clone(),
+        }
     }
 
     /// `CN=..., O=...`, for the audit line and the per-subject cap, each value escaped as RFC
@@ -174,6 +193,7 @@ mod tests {
             organizations: orgs.iter().map(|s| s.to_string()).collect(),
             serial: serial.into(),
             ambiguity: None,
+            validity: None,
             text: String::new(),
         }
     }

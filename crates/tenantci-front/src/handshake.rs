@@ -72,7 +72,10 @@ impl Configs {
                     .caused_by(e)
                     .hint("give the key of that certificate (`tenantci front init` writes both)")
                 })?;
-            server.alpn_protocols = vec![super::alpn_for(&rule.name)];
+            server.alpn_protocols = vec![
+                super::alpn_for(&rule.name),
+                super::renew_alpn_for(&rule.name),
+            ];
             // No resumption: a resumed session skips the client certificate, and with it the
             // allow-list and the deny-list. Every tunnel is a full handshake.
             server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});

@@ -18,6 +18,7 @@ use tokio_rustls::server::TlsStream;
 use super::admit::Client;
 use super::config::FrontConfig;
 use super::deny::{self, DenyList};
+use super::forward::Superseded;
 use super::handshake::{Configs, refusal_reason};
 use super::limits::{PerSubject, Rate, Source, Sources};
 use super::metrics::Metrics;
@@ -45,6 +46,8 @@ struct Front {
     sources: Mutex<Sources>,
     /// The Clusters' apiserver addresses, each kept for [`ADDRESS_TTL`].
     addresses: Mutex<Addresses>,
+    /// Serials renewed through this front, refused for new tunnels after the overlap.
+    superseded: Mutex<Superseded>,
 }
 
 /// The bound listeners, before anything is served: a busy address fails the start.
@@ -131,6 +134,7 @@ async fn open_front(config: FrontConfig) -> Result<Front> {
     Ok(Front {
         sources: Mutex::new(Sources::new(per_second, max_pending, now)),
         addresses: Mutex::new(Addresses::new(ADDRESS_TTL)),
+        superseded: Mutex::new(Superseded::default()),
         tunnels: Arc::new(Semaphore::new(limits.max_connections as usize)),
         handshakes: Arc::new(Semaphore::new(limits.max_handshakes as usize)),
         rate: Mutex::new(Rate::new(limits.new_per_second, now)),
@@ -321,6 +325,13 @@ async fn connection(
         cluster: &cluster,
         client: Some(&client),
     };
+    if lock(&front.superseded).refuses(&cluster, &client.serial, Instant::now()) {
+        return Audit::refused(&front.metrics, peer, &cluster, Some(&client), "superseded");
+    }
+    front.metrics.client_cert(&cluster, &client);
+    if crate::is_renewal(tls.get_ref().1.alpn_protocol()) {
+        return renewal(&front, tls, &audit).await;
+    }
     let _caps = match take_caps(&front, &client) {
         Ok(c) => c,
         Err(reason) => {
@@ -351,6 +362,31 @@ async fn connection(
     );
     front.metrics.tunnel_closed(&cluster, up, down);
     audit.line(up, down, counts.duration().as_millis(), end.as_str());
+}
+
+/// A renewal instead of a tunnel: the signer asked (`forward`), the presented serial
+/// superseded once a certificate is signed, one audit line.
+async fn renewal(front: &Front, mut tls: TlsStream<TcpStream>, audit: &Audit<'_>) {
+    let started = Instant::now();
+    let Some(der) = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+    else {
+        return;
+    };
+    let renewal = &front.config.renewal;
+    let (end, signed) =
+        super::forward::renewal(&mut tls, audit.cluster, &der, &renewal.signer_socket).await;
+    if let (true, Some(client)) = (signed, audit.client) {
+        let overlap = renewal.overlap.get();
+        let forget = renewal.max_lifetime.get().saturating_add(overlap);
+        lock(&front.superseded).renewed(audit.cluster, &client.serial, Instant::now(), overlap, forget);
+    }
+    front.metrics.connection(audit.cluster, &end);
+    audit.line(0, 0, started.elapsed().as_millis(), &end);
 }
 
 type Refusal = (String, &'static str, Option<Client>);
