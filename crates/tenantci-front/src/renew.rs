@@ -291,7 +291,9 @@ mod tests {
         let long = decide(Some(&r), &me, &same, DAY.as_secs() + 1, DAY, &deny).unwrap_err();
         assert_eq!(long.reason(), "lifetime");
         assert_eq!(
-            decide(Some(&r), &me, &same, 0, DAY, &deny).unwrap_err().reason(),
+            decide(Some(&r), &me, &same, 0, DAY, &deny)
+                .unwrap_err()
+                .reason(),
             "lifetime"
         );
         let revoked = DenyList::parse("ci 1a\n").unwrap();

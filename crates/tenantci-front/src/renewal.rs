@@ -68,7 +68,9 @@ pub async fn run(
 ) {
     loop {
         let Ok(info) = CertInfo::from_pem(&bundle.cert) else {
-            return tracing::warn!("front connect: the bundle's certificate does not read; no renewal (write a new bundle with `tenantci front bundle`)");
+            return tracing::warn!(
+                "front connect: the bundle's certificate does not read; no renewal (write a new bundle with `tenantci front bundle`)"
+            );
         };
         let (not_before, not_after) = (
             info.not_before.unix_timestamp(),
@@ -98,7 +100,10 @@ pub async fn run(
                 let _ = dialers.send(Arc::new(d));
                 bundle = next;
             }
-            Err(e) => tracing::warn!("front connect: the renewed certificate cannot be used: {}; still presenting the old one", e.message()),
+            Err(e) => tracing::warn!(
+                "front connect: the renewed certificate cannot be used: {}; still presenting the old one",
+                e.message()
+            ),
         }
     }
 }
@@ -141,7 +146,11 @@ async fn renew_with_retries(
 type Failure = (String, String);
 
 /// One renewal: the new key and request, the front asked, the answer checked and written.
-async fn renew_once(bundle: &Bundle, options: &Options, life: u64) -> Result<(Bundle, String), Failure> {
+async fn renew_once(
+    bundle: &Bundle,
+    options: &Options,
+    life: u64,
+) -> Result<(Bundle, String), Failure> {
     let failed = |reason: &str, why: String| (reason.to_string(), why);
     let info = CertInfo::from_pem(&bundle.cert).map_err(|e| failed("bad_certificate", e))?;
     let id = info
@@ -154,12 +163,21 @@ async fn renew_once(bundle: &Bundle, options: &Options, life: u64) -> Result<(Bu
         Answer::Signed { cert, .. } => cert,
         Answer::Refused {
             reason, message, ..
-        } => return Err(failed(&format!("refused_{reason}"), format!("the front refused: {message}"))),
+        } => {
+            return Err(failed(
+                &format!("refused_{reason}"),
+                format!("the front refused: {message}"),
+            ));
+        }
     };
     let signed = CertInfo::from_pem(&cert).map_err(|e| failed("bad_answer", e))?;
-    let key_ok = tenantci_core::pki::verify::key_matches(&signed.spki_der, request.key_pem.expose());
+    let key_ok =
+        tenantci_core::pki::verify::key_matches(&signed.spki_der, request.key_pem.expose());
     if signed.identity().ok() != Some(id) || key_ok != Ok(true) {
-        return Err(failed("bad_answer", "the answer is not a certificate of this subject and the new key".into()));
+        return Err(failed(
+            "bad_answer",
+            "the answer is not a certificate of this subject and the new key".into(),
+        ));
     }
     let serial = signed.serial_hex.clone();
     let next = Bundle {

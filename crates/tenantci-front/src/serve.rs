@@ -383,7 +383,13 @@ async fn renewal(front: &Front, mut tls: TlsStream<TcpStream>, audit: &Audit<'_>
     if let (true, Some(client)) = (signed, audit.client) {
         let overlap = renewal.overlap.get();
         let forget = renewal.max_lifetime.get().saturating_add(overlap);
-        lock(&front.superseded).renewed(audit.cluster, &client.serial, Instant::now(), overlap, forget);
+        lock(&front.superseded).renewed(
+            audit.cluster,
+            &client.serial,
+            Instant::now(),
+            overlap,
+            forget,
+        );
     }
     front.metrics.connection(audit.cluster, &end);
     audit.line(0, 0, started.elapsed().as_millis(), &end);

@@ -181,8 +181,8 @@ fn sign(config_path: &Path, req: &SignRequest) -> (Outcome, Option<Client>) {
         return (Outcome::refused(r.reason(), r.to_string()), Some(presented));
     }
     let valid_for = Duration::from_secs(req.valid_for_seconds);
-    let issued = CertificateAuthority::load(&paths.client_ca_cert, &paths.client_ca_key)
-        .and_then(|ca| {
+    let issued =
+        CertificateAuthority::load(&paths.client_ca_cert, &paths.client_ca_key).and_then(|ca| {
             let now = time::OffsetDateTime::now_utc();
             tenantci_core::pki::policy::check_within_ca(valid_for, now, ca.not_after())?;
             let spec = ClientCertSpec {

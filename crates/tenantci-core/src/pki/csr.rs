@@ -141,7 +141,11 @@ mod tests {
         let at = der.windows(spki.len()).position(|w| w == spki).unwrap();
         der[at..at + spki.len()].copy_from_slice(&spki2);
         let pem = ::pem::encode(&::pem::Pem::new("CERTIFICATE REQUEST", der));
-        assert!(read(&pem).unwrap_err().contains("not a valid signed request"));
+        assert!(
+            read(&pem)
+                .unwrap_err()
+                .contains("not a valid signed request")
+        );
         assert!(read("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").is_err());
     }
 }

@@ -15,13 +15,13 @@ use tenantci_testkit::wait::{eventually, eventually_blocking};
 const PODS: &str = "/api/v1/namespaces/gitlab-runner/pods";
 
 /// `kubectl get configmaps --watch -o name` through the tunnel, its lines on a channel.
-struct Watch {
+pub(super) struct Watch {
     process: Process,
     lines: Receiver<String>,
 }
 
 impl Watch {
-    fn start(host: &RunnerHost, creds: &Path) -> Watch {
+    pub(super) fn start(host: &RunnerHost, creds: &Path) -> Watch {
         let args = [
             "get",
             "configmaps",
@@ -45,7 +45,7 @@ impl Watch {
     }
 
     /// Waits until the watch has shown ConfigMap `name`.
-    async fn shows(self, name: &str) -> Watch {
+    pub(super) async fn shows(self, name: &str) -> Watch {
         let want = format!("configmap/{name}");
         tokio::task::spawn_blocking(move || {
             eventually_blocking(&format!("the watch to show {want}"), || {
