@@ -2,8 +2,8 @@
 //! its own: at a fraction of its life ([`schedule`], pure) a new key is made here (it never
 //! leaves this host), a request for the same subject goes to the front over the outer session
 //! ([`super::renew_alpn_for`]), and the certificate signed by the cluster's ClientCA is written
-//! with the new key, each file renamed into place (0600), into the bundle (what `connect` reads)
-//! and gitlab-runner's credential directory (its config.toml unchanged). New tunnels then
+//! with the new key (0600) into the bundle (what `connect` reads) and gitlab-runner's credential
+//! directory, the pair swapped by one rename (its config.toml unchanged). New tunnels then
 //! present it; open ones run on. A failure is retried with backoff, logged with what to do,
 //! and counted; the current certificate's end is a metric (`tenantci_front_connect_*`).
 
@@ -185,7 +185,7 @@ async fn renew_once(
         key: Secret::new(request.key_pem.expose()),
         ..bundle.clone()
     };
-    write_files(&next, options).map_err(|e| failed("write", e))?;
+    write_files(&next, options, &serial).map_err(|e| failed("write", e))?;
     Ok((next, serial))
 }
 
@@ -209,16 +209,62 @@ async fn ask_front(bundle: &Bundle, csr_pem: &str, life: u64) -> Result<Answer, 
     })
 }
 
-/// The bundle, then gitlab-runner's key and certificate, each renamed into place (0600).
-fn write_files(next: &Bundle, options: &Options) -> Result<(), String> {
-    let write = |path: &std::path::Path, body: &[u8]| {
-        tenantci_core::fsutil::write_atomic(path, body, 0o600)
-            .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
-    };
-    write(&options.bundle_path, &next.to_json())?;
+/// The bundle, then gitlab-runner's pair ([`swap_pair`]).
+fn write_files(next: &Bundle, options: &Options, serial: &str) -> Result<(), String> {
+    tenantci_core::fsutil::write_atomic(&options.bundle_path, &next.to_json(), 0o600)
+        .map_err(|e| format!("cannot write `{}`: {e}", options.bundle_path.display()))?;
     if let Some(dir) = &options.runner_dir {
-        write(&dir.join("tls.key"), next.key.expose().as_bytes())?;
-        write(&dir.join("tls.crt"), next.cert.as_bytes())?;
+        swap_pair(
+            dir,
+            next.cert.as_bytes(),
+            next.key.expose().as_bytes(),
+            serial,
+        )
+        .map_err(|e| format!("cannot replace the pair in `{}`: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The data directory's link: tls.crt and tls.key are links through it, as Kubernetes writes
+/// a projected volume, so one rename replaces both. Two renames, one per file, would leave
+/// the new key beside the old certificate for a moment, and a client reading both then (curl,
+/// kubectl, gitlab-runner) fails. A reader opening one file before the rename and the other
+/// after it can still see a mixed pair; that window is its own two opens.
+const DATA: &str = "..data";
+
+/// Writes the pair into `..<serial>` in `dir` (0700, files 0600) and points [`DATA`] at it;
+/// the first time, the plain files `front unpack` wrote become links (their content kept
+/// until the swap). The pair before is removed.
+fn swap_pair(dir: &std::path::Path, cert: &[u8], key: &[u8], serial: &str) -> std::io::Result<()> {
+    use tenantci_core::fsutil::{create_dir_all, write_atomic};
+    let link = |target: &str, at: &std::path::Path| -> std::io::Result<()> {
+        let tmp = dir.join(format!("..tmp-{serial}"));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp)?;
+        std::fs::rename(&tmp, at)
+    };
+    let data = dir.join(DATA);
+    let before = std::fs::read_link(&data).ok();
+    if before.is_none() {
+        let first = dir.join("..first");
+        create_dir_all(&first, 0o700)?;
+        for name in ["tls.crt", "tls.key"] {
+            write_atomic(&first.join(name), &std::fs::read(dir.join(name))?, 0o600)?;
+        }
+        link("..first", &data)?;
+        for name in ["tls.crt", "tls.key"] {
+            link(&format!("{DATA}/{name}"), &dir.join(name))?;
+        }
+    }
+    let name = format!("..{serial}");
+    let new = dir.join(&name);
+    create_dir_all(&new, 0o700)?;
+    write_atomic(&new.join("tls.key"), key, 0o600)?;
+    write_atomic(&new.join("tls.crt"), cert, 0o600)?;
+    link(&name, &data)?;
+    let old = before.unwrap_or_else(|| "..first".into());
+    if old != std::path::Path::new(&name) {
+        let _ = std::fs::remove_dir_all(dir.join(old));
     }
     Ok(())
 }
@@ -226,6 +272,25 @@ fn write_files(next: &Bundle, options: &Options) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pair_is_swapped_whole_and_the_old_one_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("tls.crt"), "c0").unwrap();
+        std::fs::write(d.join("tls.key"), "k0").unwrap();
+        swap_pair(d, b"c1", b"k1", "1a").unwrap();
+        assert_eq!(std::fs::read_to_string(d.join("tls.crt")).unwrap(), "c1");
+        assert_eq!(std::fs::read_to_string(d.join("tls.key")).unwrap(), "k1");
+        swap_pair(d, b"c2", b"k2", "2b").unwrap();
+        assert_eq!(std::fs::read_to_string(d.join("tls.key")).unwrap(), "k2");
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["..2b", "..data", "tls.crt", "tls.key"]);
+    }
 
     #[test]
     fn renewal_comes_at_the_fraction_of_the_life_since_issue() {

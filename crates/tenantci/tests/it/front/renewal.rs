@@ -91,6 +91,15 @@ fn get_loop(
     })
 }
 
+/// Stops the GET loop however the test ends.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn count(log: &Path, needle: &str) -> usize {
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -133,6 +142,7 @@ async fn connect_renews_three_times_under_load_and_the_old_serials_are_refused()
 
     let watch = Watch::start(&host, &runner_dir);
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_panic = StopOnDrop(stop.clone());
     let gets = get_loop(&host, &runner_dir, stop.clone());
     let mut keys = vec![first_key];
     for n in 1..=3 {
@@ -215,11 +225,15 @@ async fn old_serial_is_refused(gw: &Gateway, old: &tenantci_front::bundle::Bundl
     let dialer = tenantci_front::connect::Dialer::new(old).unwrap();
     let line = format!("serial=\"{serial}\"");
     eventually("the old serial refused after its overlap", || async {
-        if let Ok(mut s) = dialer.dial().await {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let _ = s.write_all(b"\x16").await;
-            let _ = s.read(&mut [0u8; 16]).await;
-        }
+        // Admitted (within the overlap), the tunnel waits on the apiserver: not waited for.
+        let probe = async {
+            if let Ok(mut s) = dialer.dial().await {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let _ = s.write_all(b"\x16").await;
+                let _ = s.read(&mut [0u8; 16]).await;
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), probe).await;
         let audit = gw.audit();
         audit
             .lines()
