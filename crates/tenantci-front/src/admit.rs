@@ -23,8 +23,10 @@ pub struct Client {
     pub serial: String,
     /// Why the apiserver could read this subject differently, if it could.
     pub ambiguity: Option<Ambiguity>,
-    /// notBefore and notAfter, as Unix seconds (None: not read from a certificate).
-    pub validity: Option<(i64, i64)>,
+    /// When the certificate expires (`front status` shows the next expiry it has seen).
+    pub not_after: time::OffsetDateTime,
+    /// When the certificate became valid (with `not_after`, the metric of the next expiry).
+    pub not_before: time::OffsetDateTime,
     /// The subject attribute by attribute, in the certificate's order.
     text: String,
 }
@@ -36,26 +38,25 @@ impl Client {
         let info = CertInfo::from_der(der)?;
         Ok(Client {
             ambiguity: info.identity().err(),
+            not_after: info.not_after,
             common_name: info.common_name.unwrap_or_default(),
             organizations: info.organizations,
             serial: super::deny::normalize(&info.serial_hex).unwrap_or(info.serial_hex),
-            validity: Some((
-                info.not_before.unix_timestamp(),
-                info.not_after.unix_timestamp(),
-            )),
+            not_before: info.not_before,
             text: info.subject,
         })
     }
 
     /// A subject read elsewhere (a renewal's request) as a client with `serial`, so that
-    /// [`decide`] judges it as it judges a presented certificate.
+    /// [`decide`] judges it as it judges a presented certificate (its validity: the epoch).
     pub fn from_subject(subject: &KubeSubject, serial: &str) -> Self {
         Client {
             ambiguity: subject.identity().err(),
             common_name: subject.user().unwrap_or_default().to_string(),
             organizations: subject.organizations.clone(),
             serial: serial.to_string(),
-            validity: None,
+            not_before: time::OffsetDateTime::UNIX_EPOCH,
+            not_after: time::OffsetDateTime::UNIX_EPOCH,
             text: subject.text.clone(),
         }
     }
@@ -193,7 +194,8 @@ mod tests {
             organizations: orgs.iter().map(|s| s.to_string()).collect(),
             serial: serial.into(),
             ambiguity: None,
-            validity: None,
+            not_after: time::OffsetDateTime::UNIX_EPOCH,
+            not_before: time::OffsetDateTime::UNIX_EPOCH,
             text: String::new(),
         }
     }

@@ -220,6 +220,74 @@ impl FrontConfig {
     }
 }
 
+/// `text` (a front config, read from `path`) with `subject` allowed to `cluster`, a
+/// `[[cluster]]` added when the front does not serve it yet; None when it is allowed already,
+/// so a re-run writes nothing. Pure: the text is edited in place (comments and order kept)
+/// and the result is checked as `serve` reads it.
+pub fn allow(text: &str, path: &Path, cluster: &str, subject: &Subject) -> Result<Option<String>> {
+    let not_a_config = |e: toml_edit::TomlError| {
+        Error::bad_input(format!("`{}` is not a valid front config", path.display()))
+            .caused_by(e)
+            .hint("fix it by hand first (see docs/cli.md); a running front keeps the rules it read last")
+    };
+    let current: FrontConfig = toml_edit::de::from_str(text).map_err(|e| {
+        Error::bad_input(format!("`{}` is not a valid front config", path.display()))
+            .caused_by(e)
+            .hint("fix it by hand first; unknown keys are refused")
+    })?;
+    tenantci_core::gateway::layout::validate_cluster_name(cluster)?;
+    check_subject(cluster, subject)?;
+    if current
+        .cluster(cluster)
+        .is_some_and(|c| c.allow.contains(subject))
+    {
+        return Ok(None);
+    }
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(not_a_config)?;
+    let mut entry = toml_edit::Table::new();
+    entry["common_name"] = toml_edit::value(subject.common_name.as_str());
+    entry["organization"] = toml_edit::value(subject.organization.as_str());
+    let clusters = doc
+        .entry("cluster")
+        .or_insert(toml_edit::Item::ArrayOfTables(Default::default()))
+        .as_array_of_tables_mut()
+        .ok_or_else(|| {
+            Error::bad_input(format!(
+                "`{}`: `cluster` is not [[cluster]] tables",
+                path.display()
+            ))
+        })?;
+    let at = clusters
+        .iter()
+        .position(|t| t.get("name").and_then(|n| n.as_str()) == Some(cluster));
+    let table = match at {
+        Some(i) => clusters.get_mut(i).expect("found above"),
+        None => {
+            let mut t = toml_edit::Table::new();
+            t["name"] = toml_edit::value(cluster);
+            clusters.push(t);
+            clusters.get_mut(clusters.len() - 1).expect("pushed")
+        }
+    };
+    table
+        .entry("allow")
+        .or_insert(toml_edit::Item::ArrayOfTables(Default::default()))
+        .as_array_of_tables_mut()
+        .ok_or_else(|| {
+            Error::bad_input(format!(
+                "`{}`: cluster `{cluster}`'s `allow` is not [[cluster.allow]] tables",
+                path.display()
+            ))
+        })?
+        .push(entry);
+    let next = doc.to_string();
+    let mut check: FrontConfig = toml_edit::de::from_str(&next)
+        .map_err(|e| Error::bad_input("the edited front config does not read").caused_by(e))?;
+    check.anchor(path.parent().unwrap_or(Path::new(".")));
+    check.check()?;
+    Ok(Some(next))
+}
+
 fn check_subject(cluster: &str, s: &Subject) -> Result<()> {
     for (key, value) in [
         ("common_name", &s.common_name),
@@ -327,6 +395,38 @@ organization = "gitlab-runner"
         assert_eq!(c.limits.per_source(), (50, 16));
         assert!(c.limits.clamped().is_empty());
         assert_eq!(c.cluster("ci").unwrap().allow.len(), 1);
+    }
+
+    #[test]
+    fn allowing_a_subject_edits_in_place_once_and_adds_a_cluster_when_needed() {
+        let path = Path::new("/etc/front/front.toml");
+        let text = format!("# kept\n{GOOD}");
+        let remote = Subject {
+            common_name: "remote-runner".into(),
+            organization: "gitlab-runner".into(),
+        };
+        let next = allow(&text, path, "ci", &remote).unwrap().unwrap();
+        assert!(next.starts_with("# kept\n"), "{next}");
+        let c = parse(&next).unwrap();
+        assert_eq!(c.cluster("ci").unwrap().allow.len(), 2);
+        assert_eq!(
+            allow(&next, path, "ci", &remote).unwrap(),
+            None,
+            "a re-run writes nothing"
+        );
+        let other = allow(&next, path, "other", &remote).unwrap().unwrap();
+        assert_eq!(
+            parse(&other).unwrap().cluster("other").unwrap().allow,
+            vec![remote]
+        );
+        let masters = Subject {
+            common_name: "x".into(),
+            organization: "system:masters".into(),
+        };
+        assert_eq!(
+            allow(&text, path, "ci", &masters).unwrap_err().exit_code(),
+            2
+        );
     }
 
     #[test]

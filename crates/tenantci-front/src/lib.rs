@@ -12,16 +12,21 @@
 //! - [`config`]: `front.toml`, what `serve` starts from (clusters, allowed subjects, limits).
 //! - [`admit`]: pure: may this certificate pass to this cluster.
 //! - [`deny`]: the deny-list (cluster and serial), re-read while `serve` runs; fails closed.
+//! - [`rules`]: the rules in force as one value (config, ClientCAs, serving pair, deny-list),
+//!   read per connection; [`reload`]: the next value, on a change on disk or SIGHUP.
 //! - [`revoke`]: what `front revoke` puts on it (the issuing cluster found from the ClientCAs).
 //! - [`limits`]: pure: new connections per second and handshakes in progress, per source
 //!   address and per port; connections per subject.
 //! - [`handshake`]: the outer TLS: the cluster named by ALPN, its ClientCA, the refusals as
 //!   TLS alerts.
 //! - [`relay`]: bytes both ways, counted, cut when idle, revoked or shut down.
-//! - [`serve`], [`metrics`]: the listener, one audit line per connection, Prometheus metrics.
+//! - [`serve`], [`metrics`], [`audit`]: the listener, Prometheus metrics, one audit line per
+//!   tunnel and per refusal until refusals pass a rate, then a summary per interval.
 //! - [`upstream`]: a Cluster's apiserver address, and the resolved ones kept for seconds.
 //! - [`bundle`], [`connect`]: the runner host's one file and its side of the tunnel.
-//! - [`init`], [`status`]: the front's own certificate and config; what is allowed and denied.
+//! - [`init`]: the front's own certificate and config.
+//! - [`live`], [`status`]: the running front's tunnels and credentials, served on a local
+//!   socket; `front status` reading them.
 //! - [`renew`]: the renewal's messages (runner to front to signer) and the signer's rules, pure.
 //! - [`forward`]: the front's part of a renewal: the signer asked, the old serial superseded.
 //! - [`signer`]: `front signer`, the one process that reads the ClientCA key, on a Unix socket.
@@ -30,6 +35,7 @@
 #![warn(missing_docs)]
 
 pub mod admit;
+pub mod audit;
 pub mod bundle;
 pub mod config;
 pub mod connect;
@@ -38,11 +44,14 @@ pub mod forward;
 pub mod handshake;
 pub mod init;
 pub mod limits;
+pub mod live;
 pub mod metrics;
 pub mod relay;
 pub mod renew;
+pub mod reload;
 pub mod renewal;
 pub mod revoke;
+pub mod rules;
 pub mod serve;
 pub mod signer;
 pub mod status;

@@ -37,6 +37,9 @@ pub struct Metrics {
     cert_expiry: Gauge<f64, AtomicU64>,
     client_expiry: Family<Labels, Gauge>,
     client_issued: Family<Labels, Gauge>,
+    reload_success: Gauge,
+    reload_time: Gauge<f64, AtomicU64>,
+    refusals_summarised: Counter,
 }
 
 impl Default for Metrics {
@@ -53,6 +56,9 @@ impl Default for Metrics {
             cert_expiry: Gauge::default(),
             client_expiry: Family::default(),
             client_issued: Family::default(),
+            reload_success: Gauge::default(),
+            reload_time: Gauge::default(),
+            refusals_summarised: Counter::default(),
         };
         registry.register(
             "connections",
@@ -94,6 +100,21 @@ impl Default for Metrics {
             "client_cert_issued_timestamp_seconds",
             "The notBefore of that certificate, by cluster and subject (Unix time)",
             m.client_issued.clone(),
+        );
+        registry.register(
+            "config_reload_success",
+            "1 when the last reload of the config, ClientCAs and serving pair applied; 0 when it did not and the rules before it stay in force",
+            m.reload_success.clone(),
+        );
+        registry.register(
+            "config_reload_timestamp_seconds",
+            "When the config and the files it names were last read (Unix time)",
+            m.reload_time.clone(),
+        );
+        registry.register(
+            "refusals_summarised",
+            "Refused connections counted into a summary line instead of a line each",
+            m.refusals_summarised.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -154,9 +175,10 @@ impl Metrics {
     /// An admitted client certificate: its validity becomes its subject's when it ends later
     /// than the one seen before (`tenantci_front_client_cert_*_timestamp_seconds`).
     pub fn client_cert(&self, cluster: &str, client: &crate::admit::Client) {
-        let Some((not_before, not_after)) = client.validity else {
-            return;
-        };
+        let (not_before, not_after) = (
+            client.not_before.unix_timestamp(),
+            client.not_after.unix_timestamp(),
+        );
         let subject = client.subject();
         let key = labels(&[("cluster", cluster), ("subject", &subject)]);
         let expiry = self.client_expiry.get_or_create(&key);
@@ -164,6 +186,21 @@ impl Metrics {
             expiry.set(not_after);
             self.client_issued.get_or_create(&key).set(not_before);
         }
+    }
+
+    /// The outcome of the last reload (`tenantci_front_config_reload_success`), now.
+    pub fn set_reload(&self, ok: bool) {
+        self.reload_success.set(i64::from(ok));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        self.reload_time.set(now);
+    }
+
+    /// One refused connection counted into a summary (`tenantci_front_refusals_summarised`).
+    pub fn refusal_summarised(&self) {
+        self.refusals_summarised.inc();
     }
 
     /// Every series in the OpenMetrics text format, as `/metrics` serves it.

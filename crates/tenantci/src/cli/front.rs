@@ -46,8 +46,13 @@ pub enum FrontCommand {
     /// runner, and keep the entry until the old certificate expires. The list must exist (`front
     /// init` writes it); exit 2 when it does not, nothing written.
     Revoke(RevokeArgs),
-    /// What the front admits (clusters, allowed subjects) and refuses (the deny-list and where
-    /// it lives). Exit 1 when the deny-list does not read.
+    /// What the running front has live: the clusters and subjects it admits, the deny-list,
+    /// open tunnels per cluster and subject (age, bytes), the next expiry among the client
+    /// credentials it has admitted, and whether its last reload applied.
+    ///
+    /// Read from the running front over its socket beside --config (front.sock, 0600), so it
+    /// shows the rules in force, not the files. Exit 1 when the deny-list does not read (the
+    /// front keeps the list it last read); exit 2 when no front runs with that config.
     Status(StatusArgs),
     /// Write the runner host's one file: the credential, the front's CA and address, the
     /// loopback port (0600, never over an existing file).
@@ -56,8 +61,14 @@ pub enum FrontCommand {
     /// gitlab-runner's files and `tenantci front connect` serves the tunnel from it.
     Bundle(BundleArgs),
     /// On the runner host: write gitlab-runner's ca.crt, tls.crt and tls.key (0600) from a
-    /// bundle and print the [runners.kubernetes] keys that use them.
-    Unpack(UnpackArgs),
+    /// bundle and, with --config, gitlab-runner's [[runners]] entry using them.
+    ///
+    /// The entry points at `front connect`'s loopback address with the unpacked files and the
+    /// bundle's namespace (the `runner gitlab-config` step; the token from --runner-token-file
+    /// or created with --gitlab-api-token-file). Without --config the entry's keys are printed.
+    /// Idempotent: files that already hold the bundle's bytes and an unchanged entry are not
+    /// written again. --dry-run writes nothing.
+    Unpack(super::remote_runner::UnpackArgs),
     /// On the runner host: listen on loopback and carry each connection through the front.
     ///
     /// gitlab-runner's config.toml keeps host = https://127.0.0.1:<port> and the apiserver's
@@ -168,6 +179,7 @@ pub struct RevokeArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    /// The running front's config: its status socket is beside it.
     #[arg(
         long,
         value_name = "FILE",
@@ -204,26 +216,6 @@ pub struct BundleArgs {
     /// The bundle to write (0600; refused when it exists).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct UnpackArgs {
-    /// The bundle from `front bundle`.
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "/etc/tenantci/front-bundle.json"
-    )]
-    pub bundle: PathBuf,
-    /// Where gitlab-runner's ca.crt, tls.crt and tls.key go.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "/etc/gitlab-runner/tenant-ci"
-    )]
-    pub dir: PathBuf,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -313,7 +305,7 @@ pub async fn run(cmd: FrontCommand) -> Result<i32> {
         FrontCommand::Revoke(a) => revoke(a),
         FrontCommand::Status(a) => show_status(a),
         FrontCommand::Bundle(a) => write_bundle(a),
-        FrontCommand::Unpack(a) => unpack(a),
+        FrontCommand::Unpack(a) => super::remote_runner::unpack(a).await,
         FrontCommand::Connect(a) => connect_front(a).await,
         FrontCommand::Signer(a) => run_signer(a).await,
     }
@@ -375,7 +367,7 @@ async fn serve_front(a: ServeArgs) -> Result<i32> {
         "listen": bound.addr.to_string(),
         "metrics": bound.metrics_addr.map(|m| m.to_string()),
     });
-    let opened = serve::open(config).await?;
+    let opened = serve::open(&a.config, config).await?;
     println!("{ready}");
     serve::serve(opened, bound, shutdown).await;
     Ok(0)
@@ -428,8 +420,7 @@ fn revoke(a: RevokeArgs) -> Result<i32> {
 }
 
 fn show_status(a: StatusArgs) -> Result<i32> {
-    let config = FrontConfig::load(&a.config)?;
-    let s = status::read(&config)?;
+    let s = status::fetch(&a.config, &tenantci_front::live::socket_path(&a.config))?;
     if a.output.is_json() {
         output::print_json(&s)?;
     } else {
@@ -458,39 +449,6 @@ fn write_bundle(a: BundleArgs) -> Result<i32> {
         "wrote {} (0600: it holds the runner's key); copy it to the runner host, then `tenantci front unpack` and `tenantci front connect` there",
         a.out.display()
     );
-    Ok(0)
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Unpacked {
-    files: Vec<String>,
-    config_section: String,
-}
-
-fn unpack(a: UnpackArgs) -> Result<i32> {
-    let b = bundle::Bundle::load(&a.bundle)?;
-    let dir = std::path::absolute(&a.dir).unwrap_or(a.dir);
-    let files = b.unpack(&dir)?;
-    let out = Unpacked {
-        files: files.iter().map(|p| p.display().to_string()).collect(),
-        config_section: b.config_section(&dir),
-    };
-    if a.output.is_json() {
-        output::print_json(&out)?;
-    } else {
-        for f in &out.files {
-            println!("wrote {f}");
-        }
-        println!(
-            "gitlab-runner's entry (or `tenantci runner gitlab-config --config /etc/gitlab-runner/config.toml --name tenant-ci --url <GitLab> --runner-token-file <file> --host https://{} --cert-file {} --key-file {} --ca-file {}`):",
-            b.listen,
-            dir.join("tls.crt").display(),
-            dir.join("tls.key").display(),
-            dir.join("ca.crt").display()
-        );
-        print!("{}", out.config_section);
-    }
     Ok(0)
 }
 

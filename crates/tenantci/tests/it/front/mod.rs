@@ -5,6 +5,8 @@
 
 mod attack;
 mod fairness;
+mod flood;
+mod live;
 mod refusals;
 mod renewal;
 mod revocation;
@@ -320,7 +322,7 @@ pub async fn connect_with(
     (host, ready)
 }
 
-fn free_port(ip: &str) -> u16 {
+pub fn free_port(ip: &str) -> u16 {
     std::net::TcpListener::bind((ip, 0))
         .unwrap()
         .local_addr()

@@ -11,7 +11,7 @@ use tenantci_core::pki::{CertificateAuthority, ClientCertSpec, KeyType, issue};
 const PODS: &str = "/api/v1/namespaces/gitlab-runner/pods";
 
 /// A credential directory like `credential mint`'s, signed by `ca`.
-fn credential(dir: &Path, gw: &Gateway, ca: &CertificateAuthority, cn: &str, org: &str) {
+pub(super) fn credential(dir: &Path, gw: &Gateway, ca: &CertificateAuthority, cn: &str, org: &str) {
     let cert = issue::client_cert(
         ca,
         &ClientCertSpec {

@@ -28,7 +28,10 @@ const LIFE: std::time::Duration = std::time::Duration::from_secs(45);
 /// The front with a short overlap and a 2-minute cap, and its signer.
 async fn gateway_and_signer() -> (Gateway, Process, PathBuf) {
     let renewal = [("overlap", "3s"), ("max_lifetime", "2m")];
-    let gw = gateway_with(&[], &renewal).await;
+    // The GET loop and the probes of old serials come from one address, faster than the
+    // default per-source rate allows.
+    let limits = [("new_per_second", 1000), ("new_per_second_per_source", 1000)];
+    let gw = gateway_with(&limits, &renewal).await;
     let log = gw.root().join("signer.log");
     let mut cmd = tenantci();
     cmd.args(["-v", "front", "signer", "--config"])
@@ -140,7 +143,8 @@ async fn connect_renews_three_times_under_load_and_the_old_serials_are_refused()
     let connect_log = host.dir.path().join("connect.log");
     let connect_metrics = ready["metrics"].as_str().unwrap().to_string();
 
-    let watch = Watch::start(&host, &runner_dir);
+    // No client-side timeout: the watch lives as long as its tunnel.
+    let watch = Watch::start_with(&host, &runner_dir, &["--request-timeout", "0"]);
     let stop = Arc::new(AtomicBool::new(false));
     let _stop_on_panic = StopOnDrop(stop.clone());
     let gets = get_loop(&host, &runner_dir, stop.clone());
@@ -175,7 +179,8 @@ async fn connect_renews_three_times_under_load_and_the_old_serials_are_refused()
         "gitlab-runner",
     ];
     assert_exit(&blocking(host.kubectl(&runner_dir, &create)).await, 0);
-    watch.shows("after-renewals").await;
+    let mut watch = watch.shows("after-renewals").await;
+    assert!(watch.running(), "the watch opened before the renewals ended");
     stop.store(true, Ordering::Relaxed);
     let (answered, failed) = tokio::task::spawn_blocking(move || gets.join().unwrap())
         .await

@@ -22,7 +22,12 @@ pub(super) struct Watch {
 
 impl Watch {
     pub(super) fn start(host: &RunnerHost, creds: &Path) -> Watch {
-        let args = [
+        Self::start_with(host, creds, &[])
+    }
+
+    /// [`Watch::start`] with more flags (the last of a repeated flag wins).
+    pub(super) fn start_with(host: &RunnerHost, creds: &Path, extra: &[&str]) -> Watch {
+        let mut args = vec![
             "get",
             "configmaps",
             "-n",
@@ -31,6 +36,7 @@ impl Watch {
             "-o",
             "name",
         ];
+        args.extend_from_slice(extra);
         let mut cmd = host.kubectl(creds, &args);
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
         let mut process = Process::spawn(&mut cmd);
@@ -55,6 +61,11 @@ impl Watch {
         })
         .await
         .unwrap()
+    }
+
+    /// Whether kubectl still runs.
+    pub(super) fn running(&mut self) -> bool {
+        self.process.child().try_wait().unwrap().is_none()
     }
 
     /// Waits until kubectl has exited.
