@@ -151,6 +151,14 @@ impl Auditor {
     }
 }
 
+impl Auditor {
+    /// A renewal asked on an admitted session (`renewed`, or `renewal_` and the signer's
+    /// reason): a line of its own, as a tunnel's.
+    pub fn renewal(&self, peer: SocketAddr, cluster: &str, client: &Client, ms: u64, end: &str) {
+        line(peer, cluster, Some(client), (0, 0, ms), end);
+    }
+}
+
 fn line(
     peer: SocketAddr,
     cluster: &str,

@@ -32,9 +32,41 @@ pub struct FrontConfig {
     /// `[limits]`: what one public port accepts; absent keys take [`Limits::default`].
     #[serde(default)]
     pub limits: Limits,
+    /// `[renewal]`: runners renewing their certificate through the front (`front signer`).
+    #[serde(default)]
+    pub renewal: Renewal,
     /// `[[cluster]]`: the clusters the front serves and who may pass to each.
     #[serde(default, rename = "cluster")]
     pub clusters: Vec<ClusterRule>,
+}
+
+/// `[renewal]`, read by the front and by `front signer` (each on its own). Defaults in
+/// [`Renewal::default`].
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Renewal {
+    /// The longest lifetime the signer gives a renewed certificate; a request for more is
+    /// refused.
+    pub max_lifetime: GoDuration,
+    /// How long a renewed certificate's predecessor still opens new tunnels (another host
+    /// carrying it, a dial already under way); open tunnels run on until they close.
+    pub overlap: GoDuration,
+    /// The signer's Unix socket (relative: beside the config).
+    pub signer_socket: PathBuf,
+    /// The only uid the signer answers (the front's user); default: the signer's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub front_uid: Option<u32>,
+}
+
+impl Default for Renewal {
+    fn default() -> Self {
+        Renewal {
+            max_lifetime: std::time::Duration::from_secs(720 * 3600).into(),
+            overlap: std::time::Duration::from_secs(600).into(),
+            signer_socket: PathBuf::from("signer.sock"),
+            front_uid: None,
+        }
+    }
 }
 
 /// Who may pass to one cluster.
@@ -138,6 +170,7 @@ impl FrontConfig {
         at(&mut self.state_dir);
         at(&mut self.serving_cert);
         at(&mut self.serving_key);
+        at(&mut self.renewal.signer_socket);
         let deny = self
             .deny_list
             .take()

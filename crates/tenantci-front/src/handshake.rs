@@ -112,7 +112,10 @@ impl Configs {
             let mut server = ServerConfig::builder_with_protocol_versions(TLS13_ONLY)
                 .with_client_cert_verifier(Arc::new(gate))
                 .with_cert_resolver(Arc::new(SingleCertAndKey::from(serving.clone())));
-            server.alpn_protocols = vec![super::alpn_for(&rule.name)];
+            server.alpn_protocols = vec![
+                super::alpn_for(&rule.name),
+                super::renew_alpn_for(&rule.name),
+            ];
             // No resumption: a resumed session skips the client certificate, and with it the
             // allow-list and the deny-list. Every tunnel is a full handshake.
             server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});

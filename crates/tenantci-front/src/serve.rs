@@ -22,6 +22,7 @@ use super::admit::Client;
 use super::audit::Auditor;
 use super::config::FrontConfig;
 use super::deny::{self, DenyList};
+use super::forward::Superseded;
 use super::handshake::refusal_reason;
 use super::limits::{PerSubject, Rate, Slots, Source, Sources};
 use super::live::{self, Registry};
@@ -56,6 +57,8 @@ struct Front {
     sources: Mutex<Sources>,
     /// The Clusters' apiserver addresses, each kept for [`ADDRESS_TTL`].
     addresses: Mutex<Addresses>,
+    /// Serials renewed through this front, refused for new tunnels after the overlap.
+    superseded: Mutex<Superseded>,
     /// Open tunnels and admitted credentials, for `front status`.
     registry: Mutex<Registry>,
 }
@@ -167,6 +170,7 @@ async fn open_front(path: &std::path::Path, config: FrontConfig) -> Result<Front
     Ok(Front {
         sources: Mutex::new(Sources::new(per_second, max_pending, now)),
         addresses: Mutex::new(Addresses::new(ADDRESS_TTL)),
+        superseded: Mutex::new(Superseded::default()),
         tunnels: Slots::default(),
         handshakes: Slots::default(),
         rate: Mutex::new(Rate::new(limits.new_per_second, now)),
@@ -317,6 +321,13 @@ async fn connection(
     else {
         return front.audit.refused(peer, &cluster, None, "bad_certificate");
     };
+    if lock(&front.superseded).refuses(&cluster, &client.serial, Instant::now()) {
+        return front.audit.refused(peer, &cluster, Some(&client), "superseded");
+    }
+    front.metrics.client_cert(&cluster, &client);
+    if crate::is_renewal(tls.get_ref().1.alpn_protocol()) {
+        return renewal(&front, tls, peer, &cluster, &client).await;
+    }
     let _caps = match take_caps(&front, &client) {
         Ok(c) => c,
         Err(reason) => {
@@ -345,6 +356,40 @@ async fn connection(
     front
         .audit
         .tunnel(peer, &cluster, &client, &counts, end.as_str());
+}
+
+/// A renewal instead of a tunnel: the signer asked (`forward`), the presented serial
+/// superseded once a certificate is signed, one audit line.
+async fn renewal(
+    front: &Front,
+    mut tls: TlsStream<TcpStream>,
+    peer: SocketAddr,
+    cluster: &str,
+    client: &Client,
+) {
+    let started = Instant::now();
+    let Some(der) = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+    else {
+        return;
+    };
+    // The rules in force now (a reload may change them while the signer is asked).
+    let renewal = front.rules.borrow().config().renewal.clone();
+    let (end, signed) =
+        super::forward::renewal(&mut tls, cluster, &der, &renewal.signer_socket).await;
+    if signed {
+        let overlap = renewal.overlap.get();
+        let forget = renewal.max_lifetime.get().saturating_add(overlap);
+        let now = Instant::now();
+        lock(&front.superseded).renewed(cluster, &client.serial, now, overlap, forget);
+    }
+    front.metrics.connection(cluster, &end);
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    front.audit.renewal(peer, cluster, client, ms, &end);
 }
 
 type Refusal = (String, &'static str, Option<Client>);
