@@ -5,7 +5,6 @@
 //! tenantci-runner's `runner gitlab-config` step). The composition lives here, in the binary,
 //! so that neither library crate knows the other (scripts/check-layering.sh).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -18,8 +17,7 @@ use tenantci_front::bundle::{self, Bundle};
 use tenantci_front::config::{self as front_config, Subject};
 use tenantci_runner::bootstrap::runner::{self as boot, HandBack, Inputs};
 use tenantci_runner::gitlab;
-use tenantci_runner::gitlab::config::entry::{Autoscaler, DEFAULT_POLL_TIMEOUT};
-use tenantci_runner::gitlab::config::{KubernetesSettings, PodSecurityContext};
+use tenantci_runner::gitlab::config::KubernetesSettings;
 use tenantci_runner::gitlab::token::TokenSource;
 
 #[derive(Debug, Args)]
@@ -353,15 +351,7 @@ fn entry_inputs(
         key_file: Some(dir.join("tls.key")),
         ca_file: Some(dir.join("ca.crt")),
         namespace: b.namespace.clone(),
-        resources: BTreeMap::new(),
-        poll_timeout: DEFAULT_POLL_TIMEOUT,
-        image: None,
-        helper_image: None,
-        node_selector: BTreeMap::new(),
-        node_tolerations: BTreeMap::new(),
-        pod_labels: BTreeMap::new(),
-        pod_security_context: PodSecurityContext::default(),
-        autoscaler: Autoscaler::LeaveAlone,
+        ..KubernetesSettings::default()
     };
     Ok(gitlab::setup::Inputs {
         config: config.to_path_buf(),
