@@ -7,7 +7,7 @@
 use std::fmt;
 
 use tenantci_core::pki::inspect::CertInfo;
-use tenantci_core::pki::kube_subject::Ambiguity;
+use tenantci_core::pki::kube_subject::{Ambiguity, KubeSubject};
 
 use super::config::ClusterRule;
 use super::deny::DenyList;
@@ -23,6 +23,10 @@ pub struct Client {
     pub serial: String,
     /// Why the apiserver could read this subject differently, if it could.
     pub ambiguity: Option<Ambiguity>,
+    /// When the certificate expires (`front status` shows the next expiry it has seen).
+    pub not_after: time::OffsetDateTime,
+    /// When the certificate became valid (with `not_after`, the metric of the next expiry).
+    pub not_before: time::OffsetDateTime,
     /// The subject attribute by attribute, in the certificate's order.
     text: String,
 }
@@ -34,11 +38,27 @@ impl Client {
         let info = CertInfo::from_der(der)?;
         Ok(Client {
             ambiguity: info.identity().err(),
+            not_after: info.not_after,
             common_name: info.common_name.unwrap_or_default(),
             organizations: info.organizations,
             serial: super::deny::normalize(&info.serial_hex).unwrap_or(info.serial_hex),
+            not_before: info.not_before,
             text: info.subject,
         })
+    }
+
+    /// A subject read elsewhere (a renewal's request) as a client with `serial`, so that
+    /// [`decide`] judges it as it judges a presented certificate (its validity: the epoch).
+    pub fn from_subject(subject: &KubeSubject, serial: &str) -> Self {
+        Client {
+            ambiguity: subject.identity().err(),
+            common_name: subject.user().unwrap_or_default().to_string(),
+            organizations: subject.organizations.clone(),
+            serial: serial.to_string(),
+            not_before: time::OffsetDateTime::UNIX_EPOCH,
+            not_after: time::OffsetDateTime::UNIX_EPOCH,
+            text: subject.text.clone(),
+        }
     }
 
     /// `CN=..., O=...`, for the audit line and the per-subject cap, each value escaped as RFC
@@ -174,6 +194,8 @@ mod tests {
             organizations: orgs.iter().map(|s| s.to_string()).collect(),
             serial: serial.into(),
             ambiguity: None,
+            not_after: time::OffsetDateTime::UNIX_EPOCH,
+            not_before: time::OffsetDateTime::UNIX_EPOCH,
             text: String::new(),
         }
     }

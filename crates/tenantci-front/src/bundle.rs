@@ -88,11 +88,24 @@ pub struct Inputs {
     pub namespace: String,
 }
 
+/// The inputs that do not depend on the credential (the cluster's name, the addresses, the
+/// front's CA), checked before a credential is minted for them.
+pub fn check(inputs: &Inputs) -> Result<()> {
+    tenantci_core::gateway::layout::validate_cluster_name(&inputs.cluster)?;
+    check_listen(inputs.listen)?;
+    front_host(&inputs.front)?;
+    tenantci_core::input::read_text(
+        "the front's CA",
+        &inputs.front_ca,
+        tenantci_core::input::MAX_PEM,
+    )?;
+    Ok(())
+}
+
 /// Reads and checks everything, then returns the bundle (the caller writes it).
 pub fn build(inputs: &Inputs) -> Result<Bundle> {
     use tenantci_core::input::{MAX_PEM, read_private, read_text};
-    tenantci_core::gateway::layout::validate_cluster_name(&inputs.cluster)?;
-    check_listen(inputs.listen)?;
+    check(inputs)?;
     let host = front_host(&inputs.front)?;
     let dir = &inputs.credential_dir;
     let cert = read_text("the runner's certificate", &dir.join("tls.crt"), MAX_PEM)?;
@@ -215,24 +228,39 @@ impl Bundle {
         )
     }
 
-    /// Writes gitlab-runner's three files into `dir` (0700), each 0600 and renamed into place.
-    pub fn unpack(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        tenantci_core::fsutil::create_dir_all(dir, 0o700)
-            .map_err(|e| Error::unwritable("the credential directory", dir, e))?;
+    /// Writes gitlab-runner's three files into `dir` (0700), each 0600 and renamed into place;
+    /// a file that already holds those bytes at 0600 is left alone, so a re-run changes
+    /// nothing (not even an mtime). With `dry_run`, nothing is written. Each path with
+    /// whether it was (or would be) written.
+    pub fn unpack(&self, dir: &Path, dry_run: bool) -> Result<Vec<(PathBuf, bool)>> {
+        if !dry_run {
+            tenantci_core::fsutil::create_dir_all(dir, 0o700)
+                .map_err(|e| Error::unwritable("the credential directory", dir, e))?;
+        }
         let files = [
             ("ca.crt", self.server_ca.as_bytes()),
             ("tls.crt", self.cert.as_bytes()),
             ("tls.key", self.key.expose().as_bytes()),
         ];
-        let mut written = Vec::new();
+        let mut unpacked = Vec::new();
         for (name, body) in files {
             let path = dir.join(name);
-            tenantci_core::fsutil::write_atomic(&path, body, 0o600)
-                .map_err(|e| Error::unwritable("gitlab-runner's credential file", &path, e))?;
-            written.push(path);
+            let changed = !holds(&path, body);
+            if changed && !dry_run {
+                tenantci_core::fsutil::write_atomic(&path, body, 0o600)
+                    .map_err(|e| Error::unwritable("gitlab-runner's credential file", &path, e))?;
+            }
+            unpacked.push((path, changed));
         }
-        Ok(written)
+        Ok(unpacked)
     }
+}
+
+/// Whether `path` holds `body` already, private (0600).
+fn holds(path: &Path, body: &[u8]) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let private = std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600);
+    private && std::fs::read(path).is_ok_and(|b| b == body)
 }
 
 #[cfg(test)]

@@ -32,9 +32,41 @@ pub struct FrontConfig {
     /// `[limits]`: what one public port accepts; absent keys take [`Limits::default`].
     #[serde(default)]
     pub limits: Limits,
+    /// `[renewal]`: runners renewing their certificate through the front (`front signer`).
+    #[serde(default)]
+    pub renewal: Renewal,
     /// `[[cluster]]`: the clusters the front serves and who may pass to each.
     #[serde(default, rename = "cluster")]
     pub clusters: Vec<ClusterRule>,
+}
+
+/// `[renewal]`, read by the front and by `front signer` (each on its own). Defaults in
+/// [`Renewal::default`].
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Renewal {
+    /// The longest lifetime the signer gives a renewed certificate; a request for more is
+    /// refused.
+    pub max_lifetime: GoDuration,
+    /// How long a renewed certificate's predecessor still opens new tunnels (another host
+    /// carrying it, a dial already under way); open tunnels run on until they close.
+    pub overlap: GoDuration,
+    /// The signer's Unix socket (relative: beside the config).
+    pub signer_socket: PathBuf,
+    /// The only uid the signer answers (the front's user); default: the signer's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub front_uid: Option<u32>,
+}
+
+impl Default for Renewal {
+    fn default() -> Self {
+        Renewal {
+            max_lifetime: std::time::Duration::from_secs(720 * 3600).into(),
+            overlap: std::time::Duration::from_secs(600).into(),
+            signer_socket: PathBuf::from("signer.sock"),
+            front_uid: None,
+        }
+    }
 }
 
 /// Who may pass to one cluster.
@@ -138,6 +170,7 @@ impl FrontConfig {
         at(&mut self.state_dir);
         at(&mut self.serving_cert);
         at(&mut self.serving_key);
+        at(&mut self.renewal.signer_socket);
         let deny = self
             .deny_list
             .take()
@@ -185,6 +218,74 @@ impl FrontConfig {
         }
         self.limits.check()
     }
+}
+
+/// `text` (a front config, read from `path`) with `subject` allowed to `cluster`, a
+/// `[[cluster]]` added when the front does not serve it yet; None when it is allowed already,
+/// so a re-run writes nothing. Pure: the text is edited in place (comments and order kept)
+/// and the result is checked as `serve` reads it.
+pub fn allow(text: &str, path: &Path, cluster: &str, subject: &Subject) -> Result<Option<String>> {
+    let not_a_config = |e: toml_edit::TomlError| {
+        Error::bad_input(format!("`{}` is not a valid front config", path.display()))
+            .caused_by(e)
+            .hint("fix it by hand first (see docs/cli.md); a running front keeps the rules it read last")
+    };
+    let current: FrontConfig = toml_edit::de::from_str(text).map_err(|e| {
+        Error::bad_input(format!("`{}` is not a valid front config", path.display()))
+            .caused_by(e)
+            .hint("fix it by hand first; unknown keys are refused")
+    })?;
+    tenantci_core::gateway::layout::validate_cluster_name(cluster)?;
+    check_subject(cluster, subject)?;
+    if current
+        .cluster(cluster)
+        .is_some_and(|c| c.allow.contains(subject))
+    {
+        return Ok(None);
+    }
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(not_a_config)?;
+    let mut entry = toml_edit::Table::new();
+    entry["common_name"] = toml_edit::value(subject.common_name.as_str());
+    entry["organization"] = toml_edit::value(subject.organization.as_str());
+    let clusters = doc
+        .entry("cluster")
+        .or_insert(toml_edit::Item::ArrayOfTables(Default::default()))
+        .as_array_of_tables_mut()
+        .ok_or_else(|| {
+            Error::bad_input(format!(
+                "`{}`: `cluster` is not [[cluster]] tables",
+                path.display()
+            ))
+        })?;
+    let at = clusters
+        .iter()
+        .position(|t| t.get("name").and_then(|n| n.as_str()) == Some(cluster));
+    let table = match at {
+        Some(i) => clusters.get_mut(i).expect("found above"),
+        None => {
+            let mut t = toml_edit::Table::new();
+            t["name"] = toml_edit::value(cluster);
+            clusters.push(t);
+            clusters.get_mut(clusters.len() - 1).expect("pushed")
+        }
+    };
+    table
+        .entry("allow")
+        .or_insert(toml_edit::Item::ArrayOfTables(Default::default()))
+        .as_array_of_tables_mut()
+        .ok_or_else(|| {
+            Error::bad_input(format!(
+                "`{}`: cluster `{cluster}`'s `allow` is not [[cluster.allow]] tables",
+                path.display()
+            ))
+        })?
+        .push(entry);
+    let next = doc.to_string();
+    let mut check: FrontConfig = toml_edit::de::from_str(&next)
+        .map_err(|e| Error::bad_input("the edited front config does not read").caused_by(e))?;
+    check.anchor(path.parent().unwrap_or(Path::new(".")));
+    check.check()?;
+    Ok(Some(next))
 }
 
 fn check_subject(cluster: &str, s: &Subject) -> Result<()> {
@@ -294,6 +395,38 @@ organization = "gitlab-runner"
         assert_eq!(c.limits.per_source(), (50, 16));
         assert!(c.limits.clamped().is_empty());
         assert_eq!(c.cluster("ci").unwrap().allow.len(), 1);
+    }
+
+    #[test]
+    fn allowing_a_subject_edits_in_place_once_and_adds_a_cluster_when_needed() {
+        let path = Path::new("/etc/front/front.toml");
+        let text = format!("# kept\n{GOOD}");
+        let remote = Subject {
+            common_name: "remote-runner".into(),
+            organization: "gitlab-runner".into(),
+        };
+        let next = allow(&text, path, "ci", &remote).unwrap().unwrap();
+        assert!(next.starts_with("# kept\n"), "{next}");
+        let c = parse(&next).unwrap();
+        assert_eq!(c.cluster("ci").unwrap().allow.len(), 2);
+        assert_eq!(
+            allow(&next, path, "ci", &remote).unwrap(),
+            None,
+            "a re-run writes nothing"
+        );
+        let other = allow(&next, path, "other", &remote).unwrap().unwrap();
+        assert_eq!(
+            parse(&other).unwrap().cluster("other").unwrap().allow,
+            vec![remote]
+        );
+        let masters = Subject {
+            common_name: "x".into(),
+            organization: "system:masters".into(),
+        };
+        assert_eq!(
+            allow(&text, path, "ci", &masters).unwrap_err().exit_code(),
+            2
+        );
     }
 
     #[test]

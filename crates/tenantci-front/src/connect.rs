@@ -40,6 +40,8 @@ pub const DEFAULT_IDLE_TIMEOUT: &str = "1h";
 /// What a tunnel needs, built once from the bundle.
 pub struct Dialer {
     connector: TlsConnector,
+    /// The same session, asking for a renewal (`renewal`) rather than a tunnel.
+    renewal: TlsConnector,
     front: String,
     server_name: ServerName<'static>,
     cluster: String,
@@ -69,13 +71,16 @@ impl Dialer {
                 .with_root_certificates(roots)
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| bad_bundle("its certificate and key").caused_by(e))?;
-        config.alpn_protocols = vec![super::alpn_for(&bundle.cluster)];
         // The front never resumes (each tunnel's certificate is checked afresh).
         config.resumption = rustls::client::Resumption::disabled();
+        let mut renewal = config.clone();
+        config.alpn_protocols = vec![super::alpn_for(&bundle.cluster)];
+        renewal.alpn_protocols = vec![super::renew_alpn_for(&bundle.cluster)];
         let server_name = ServerName::try_from(bundle.front_server_name.clone())
             .map_err(|_| bad_bundle("frontServerName"))?;
         Ok(Dialer {
             connector: TlsConnector::from(Arc::new(config)),
+            renewal: TlsConnector::from(Arc::new(renewal)),
             front: bundle.front.clone(),
             server_name,
             cluster: bundle.cluster.clone(),
@@ -84,6 +89,20 @@ impl Dialer {
 
     /// One outer session to the front.
     pub async fn dial(&self) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        self.dial_with(&self.connector).await
+    }
+
+    /// One outer session asking for a renewal of this certificate.
+    pub async fn dial_renewal(
+        &self,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        self.dial_with(&self.renewal).await
+    }
+
+    async fn dial_with(
+        &self,
+        connector: &TlsConnector,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.front))
             .await
             .map_err(|_| {
@@ -92,7 +111,7 @@ impl Dialer {
         let _ = tcp.set_nodelay(true);
         tokio::time::timeout(
             CONNECT_TIMEOUT,
-            self.connector.connect(self.server_name.clone(), tcp),
+            connector.connect(self.server_name.clone(), tcp),
         )
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timed out"))?
@@ -114,14 +133,14 @@ pub async fn bind(listen: SocketAddr) -> Result<TcpListener> {
     })
 }
 
-/// Serves until `shutdown` turns true.
+/// Serves until `shutdown` turns true; each tunnel dials with the latest of `dialers` (a
+/// renewal sends a new one).
 pub async fn serve(
-    dialer: Dialer,
+    dialers: watch::Receiver<Arc<Dialer>>,
     listener: TcpListener,
     local: Local,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let dialer = Arc::new(dialer);
     let slots = Arc::new(Semaphore::new(local.max_connections as usize));
     let mut conns = JoinSet::new();
     loop {
@@ -139,7 +158,8 @@ pub async fn serve(
                 };
                 let _ = tcp.set_nodelay(true);
                 let idle = local.idle_timeout;
-                conns.spawn(tunnel(dialer.clone(), tcp, idle, slot, shutdown.clone()));
+                let dialer = dialers.borrow().clone();
+                conns.spawn(tunnel(dialer, tcp, idle, slot, shutdown.clone()));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }

@@ -2,7 +2,8 @@
 //! own certificate and requires a client certificate chaining to THAT cluster's ClientCA. The
 //! allow-list and deny-list are checked inside the handshake (`Gate`), so a refused client gets
 //! a TLS alert (`access_denied`, `certificate_revoked`) and nothing is ever opened upstream.
-//! Does not relay (`relay`) or resolve the apiserver (`serve`).
+//! Builds from files already read (`rules` reads and re-reads them); does not relay (`relay`)
+//! or resolve the apiserver (`serve`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,11 +12,11 @@ use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, WebPkiClientVerifier};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, PeerIncompatible,
     ServerConfig, SignatureScheme,
 };
-use tokio::sync::watch;
 
 use super::admit::{self, Client, Refusal};
 use super::config::{ClusterRule, FrontConfig};
@@ -26,30 +27,78 @@ use tenantci_core::{Error, Result};
 /// The outer session's one version, on both ends (`connect` dials with it too).
 pub const TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
 
-/// One server config per cluster, chosen from the ClientHello's ALPN.
+/// One cluster's ClientCA bundle as rustls reads it: parsed once per change of its file, and
+/// shared by every rebuild of [`Configs`] in between (a deny-list change rebuilds them).
+pub type ClientRoots = Arc<rustls::RootCertStore>;
+
+/// Reads cluster `cluster`'s ClientCA bundle from the state directory (every certificate in it
+/// is a root: a new CA appended beside the old one admits both during a rotation).
+pub fn client_roots(state: &StateDir, cluster: &str) -> Result<ClientRoots> {
+    let ca_path = state.cluster(cluster).client_ca_cert;
+    let cas =
+        tenantci_core::tls::read_ca_bundle(&format!("cluster `{cluster}`'s ClientCA"), &ca_path)?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(cas);
+    if added == 0 {
+        return Err(Error::bad_input(format!(
+            "cluster `{cluster}`'s ClientCA `{}` holds no certificate rustls can use",
+            ca_path.display()
+        ))
+        .hint("is the cluster's PKI in the state directory? (`tenantci pki init-cluster`)"));
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The front's serving certificate chain and key, checked to be a pair.
+pub fn serving_key(config: &FrontConfig) -> Result<Arc<CertifiedKey>> {
+    tenantci_core::tls::ensure_crypto_provider();
+    let (chain, key) = serving_pair(config)?;
+    let not_a_pair = |e: rustls::Error| {
+        Error::bad_input(format!(
+            "the front's certificate `{}` and key `{}` do not form a pair",
+            config.serving_cert.display(),
+            config.serving_key.display()
+        ))
+        .caused_by(e)
+        .hint("give the key of that certificate (`tenantci front init` writes both)")
+    };
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let certified = CertifiedKey::from_der(chain, key, &provider).map_err(not_a_pair)?;
+    certified.keys_match().map_err(not_a_pair)?;
+    Ok(Arc::new(certified))
+}
+
+/// One server config per cluster, chosen from the ClientHello's ALPN. Immutable: a change of
+/// the config, a ClientCA, the deny-list or the serving pair builds a new one (`rules`), so a
+/// handshake sees one consistent set whichever way a change races it.
 pub struct Configs {
     by_cluster: HashMap<String, Arc<ServerConfig>>,
 }
 
 impl Configs {
-    /// Reads the front's certificate and every cluster's ClientCA (from the state directory).
-    pub fn build(config: &FrontConfig, deny: watch::Receiver<Arc<DenyList>>) -> Result<Self> {
+    /// The server configs from what is already read: every cluster of `config` must have its
+    /// roots in `roots`.
+    pub fn build(
+        config: &FrontConfig,
+        deny: &Arc<DenyList>,
+        roots: &HashMap<String, ClientRoots>,
+        serving: &Arc<CertifiedKey>,
+    ) -> Result<Self> {
         tenantci_core::tls::ensure_crypto_provider();
-        let (chain, key) = serving_pair(config)?;
-        let state = StateDir::new(&config.state_dir);
         let mut by_cluster = HashMap::new();
         for rule in &config.clusters {
-            let ca_path = state.cluster(&rule.name).client_ca_cert;
-            let cas = tenantci_core::tls::read_ca_bundle(
-                &format!("cluster `{}`'s ClientCA", rule.name),
-                &ca_path,
-            )?;
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add_parsable_certificates(cas);
-            let inner = WebPkiClientVerifier::builder(Arc::new(roots))
+            let Some(cluster_roots) = roots.get(&rule.name) else {
+                return Err(Error::bad_input(format!(
+                    "cluster `{}`'s ClientCA was not read",
+                    rule.name
+                )));
+            };
+            let inner = WebPkiClientVerifier::builder(cluster_roots.clone())
                 .build()
                 .map_err(|e| {
-                    Error::bad_input(format!("cluster `{}`'s ClientCA `{}` cannot verify clients", rule.name, ca_path.display()))
+                    Error::bad_input(format!("cluster `{}`'s ClientCA cannot verify clients", rule.name))
                         .caused_by(e)
                         .hint("is the cluster's PKI in the state directory? (`tenantci pki init-cluster`)")
                 })?;
@@ -62,17 +111,11 @@ impl Configs {
             // and both ends are tenantci.
             let mut server = ServerConfig::builder_with_protocol_versions(TLS13_ONLY)
                 .with_client_cert_verifier(Arc::new(gate))
-                .with_single_cert(chain.clone(), key.clone_key())
-                .map_err(|e| {
-                    Error::bad_input(format!(
-                        "the front's certificate `{}` and key `{}` do not form a pair",
-                        config.serving_cert.display(),
-                        config.serving_key.display()
-                    ))
-                    .caused_by(e)
-                    .hint("give the key of that certificate (`tenantci front init` writes both)")
-                })?;
-            server.alpn_protocols = vec![super::alpn_for(&rule.name)];
+                .with_cert_resolver(Arc::new(SingleCertAndKey::from(serving.clone())));
+            server.alpn_protocols = vec![
+                super::alpn_for(&rule.name),
+                super::renew_alpn_for(&rule.name),
+            ];
             // No resumption: a resumed session skips the client certificate, and with it the
             // allow-list and the deny-list. Every tunnel is a full handshake.
             server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
@@ -125,7 +168,7 @@ fn rustls_pemfile_key(pem: &str) -> Option<PrivateKeyDer<'static>> {
 struct Gate {
     rule: ClusterRule,
     inner: Arc<dyn ClientCertVerifier>,
-    deny: watch::Receiver<Arc<DenyList>>,
+    deny: Arc<DenyList>,
 }
 
 impl ClientCertVerifier for Gate {
@@ -143,8 +186,7 @@ impl ClientCertVerifier for Gate {
             .verify_client_cert(end_entity, intermediates, now)?;
         let client = Client::from_der(end_entity)
             .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
-        let deny = self.deny.borrow().clone();
-        admit::decide(&self.rule, &client, &deny).map_err(|refusal| {
+        admit::decide(&self.rule, &client, &self.deny).map_err(|refusal| {
             // Carried inside the error so the audit line names the subject and the reason;
             // the client sees a bad_certificate alert.
             let refused = Refused { refusal, client };

@@ -50,6 +50,7 @@ pub fn plan(inputs: &Inputs) -> Result<FrontConfig> {
         deny_list: Some(PathBuf::from(super::config::DENY_LIST_FILE)),
         metrics_listen: inputs.metrics_listen,
         limits: Limits::default(),
+        renewal: super::config::Renewal::default(),
         clusters: inputs
             .clusters
             .iter()

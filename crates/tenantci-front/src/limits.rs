@@ -35,6 +35,16 @@ impl Rate {
         }
     }
 
+    /// Takes a new `per_second` (a live change of the config): the bucket keeps its tokens up
+    /// to the new size.
+    pub fn retune(&mut self, per_second: u32) {
+        let rate = f64::from(per_second);
+        if rate != self.rate {
+            self.rate = rate;
+            self.tokens = self.tokens.min(rate);
+        }
+    }
+
     /// Returns a token taken for a connection that was refused after all.
     fn give_back(&mut self) {
         self.tokens = (self.tokens + 1.0).min(self.rate);
@@ -111,6 +121,19 @@ impl Sources {
             max_pending,
             by_source: HashMap::new(),
             swept: now,
+        }
+    }
+
+    /// Takes new per-source bounds (a live change of the config), for every source already
+    /// known as for the next.
+    pub fn retune(&mut self, per_second: u32, max_pending: u32) {
+        if (per_second, max_pending) == (self.per_second, self.max_pending) {
+            return;
+        }
+        self.per_second = per_second;
+        self.max_pending = max_pending;
+        for entry in self.by_source.values_mut() {
+            entry.rate.retune(per_second);
         }
     }
 
@@ -216,12 +239,54 @@ impl PerSubject {
     }
 }
 
+/// Places held under a bound that may change while they are held: a lower bound closes
+/// nothing already open, new places are refused until the count is under it.
+#[derive(Debug, Default)]
+pub struct Slots(std::sync::atomic::AtomicU32);
+
+impl Slots {
+    /// Takes a place unless `max` are taken.
+    pub fn try_take(&self, max: u32) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives a place back.
+    pub fn give_back(&self) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
 /// The period of the rate bounds and of the sources' sweep.
 pub const SECOND: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lowered_bound_closes_nothing_and_admits_under_it_again() {
+        let slots = Slots::default();
+        assert!(slots.try_take(2) && slots.try_take(2));
+        assert!(!slots.try_take(2));
+        // Lowered to 1 while two are held: both stay, none is admitted until one is left.
+        assert!(!slots.try_take(1));
+        slots.give_back();
+        assert!(!slots.try_take(1));
+        slots.give_back();
+        assert!(slots.try_take(1));
+        let mut r = Rate::new(10, Instant::now());
+        r.retune(2);
+        let t = Instant::now();
+        assert!(r.admit(t) && r.admit(t) && !r.admit(t));
+    }
 
     #[test]
     fn a_burst_then_the_rate() {

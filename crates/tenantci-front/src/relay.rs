@@ -21,6 +21,9 @@ pub enum End {
     Idle,
     /// The client's certificate went on the deny-list while the tunnel was open.
     Revoked,
+    /// The rules changed while the tunnel was open and no longer admit its client (its
+    /// subject or its cluster left the config).
+    NotAllowed,
     /// The process is stopping (SIGTERM).
     Shutdown,
     /// A read or write failed on either side.
@@ -34,6 +37,7 @@ impl End {
             End::Closed => "closed",
             End::Idle => "idle_timeout",
             End::Revoked => "revoked",
+            End::NotAllowed => "not_allowed",
             End::Shutdown => "shutdown",
             End::Error => "error",
         }

@@ -4,24 +4,33 @@
 //! (`handshake`), the tunnel caps, then the cluster's apiserver (its address resolved through
 //! the gateway, kept for seconds, looked up again when it fails), then the relay. Nothing opens
 //! a connection to an apiserver before the handshake has admitted the client. One audit line
-//! (target `tenantci::front::audit`) per connection, whatever its end.
+//! (target `tenantci::front::audit`) per tunnel, whatever its end, and per refusal until
+//! refusals pass a rate (`audit`). The rules are one value swapped whole on a change
+//! (`rules`, `reload`); open tunnels are checked against each new one.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::server::TlsStream;
 
 use super::admit::Client;
+use super::audit::Auditor;
 use super::config::FrontConfig;
 use super::deny::{self, DenyList};
-use super::handshake::{Configs, refusal_reason};
-use super::limits::{PerSubject, Rate, Source, Sources};
+use super::forward::Superseded;
+use super::handshake::refusal_reason;
+use super::limits::{PerSubject, Rate, Slots, Source, Sources};
+use super::live::{self, Registry};
 use super::metrics::Metrics;
 use super::relay::{self, Counts, End};
+use super::reload::{self, Fingerprint, Reload};
+use super::rules::Rules;
+use super::status::Status;
 use super::upstream::{Addresses, Upstream};
 use tenantci_core::gateway::layout::StateDir;
 use tenantci_core::gateway::resolve::Resolver;
@@ -31,20 +40,27 @@ use tenantci_core::{Error, Result};
 const DENY_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Front {
-    config: FrontConfig,
-    configs: Configs,
+    /// The rules in force (allow-lists, limits, ClientCAs, serving pair, deny-list): read once
+    /// per connection, and by each open tunnel at every change.
+    rules: watch::Receiver<Arc<Rules>>,
+    reload: watch::Receiver<Reload>,
     resolver: Resolver,
-    deny: watch::Receiver<Arc<DenyList>>,
     deny_health: watch::Receiver<deny::ReadHealth>,
     metrics: Arc<Metrics>,
-    tunnels: Arc<Semaphore>,
-    handshakes: Arc<Semaphore>,
+    /// One line per tunnel; refusals past a rate summarised.
+    audit: Arc<Auditor>,
+    tunnels: Slots,
+    handshakes: Slots,
     subjects: Mutex<PerSubject>,
     rate: Mutex<Rate>,
     /// The per-source bounds, checked before the port's `rate` and `handshakes`.
     sources: Mutex<Sources>,
     /// The Clusters' apiserver addresses, each kept for [`ADDRESS_TTL`].
     addresses: Mutex<Addresses>,
+    /// Serials renewed through this front, refused for new tunnels after the overlap.
+    superseded: Mutex<Superseded>,
+    /// Open tunnels and admitted credentials, for `front status`.
+    registry: Mutex<Registry>,
 }
 
 /// The bound listeners, before anything is served: a busy address fails the start.
@@ -85,13 +101,26 @@ fn local(l: &TcpListener) -> Result<SocketAddr> {
         .map_err(|e| Error::external("cannot read the front's listening address").caused_by(e))
 }
 
-/// A front whose certificates, ClientCAs, deny-list and gateway have been checked.
-pub struct Opened(Arc<Front>);
+/// A front whose certificates, ClientCAs, deny-list and gateway have been checked, with its
+/// status socket bound.
+pub struct Opened {
+    front: Arc<Front>,
+    status: UnixListener,
+    status_path: PathBuf,
+}
 
 /// Checks everything the front needs before anything is served (the caller prints its ready
-/// line after this).
-pub async fn open(config: FrontConfig) -> Result<Opened> {
-    Ok(Opened(Arc::new(open_front(config).await?)))
+/// line after this); `path` is where `config` was read, followed for live changes, and where
+/// the status socket goes beside ([`live::socket_path`]).
+pub async fn open(path: &Path, config: FrontConfig) -> Result<Opened> {
+    let front = Arc::new(open_front(path, config).await?);
+    let status_path = live::socket_path(path);
+    let status = live::bind(&status_path).await?;
+    Ok(Opened {
+        front,
+        status,
+        status_path,
+    })
 }
 
 /// A lock that outlives a panic elsewhere: every critical section leaves consistent counts.
@@ -101,16 +130,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Serves until `shutdown` turns true; open tunnels are cut then, each with its audit line.
 pub async fn serve(opened: Opened, bound: Bound, shutdown: watch::Receiver<bool>) {
-    let front = opened.0;
+    let front = opened.front;
     if let Some(l) = bound.metrics {
         let app = super::metrics::router(front.metrics.clone());
         tokio::spawn(async move { axum::serve(l, app).await });
     }
+    let (of, addrs) = (front.clone(), (bound.addr, bound.metrics_addr));
+    let answer = live::answer(
+        opened.status,
+        opened.status_path,
+        move || serde_json::to_vec(&status_of(&of, addrs.0, addrs.1)).unwrap_or_default(),
+        shutdown.clone(),
+    );
+    tokio::spawn(answer);
     track_deny_list(&front);
+    tokio::spawn(front.audit.clone().summarise());
     accept_loop(front, bound.listener, shutdown).await;
 }
 
-async fn open_front(config: FrontConfig) -> Result<Front> {
+async fn open_front(path: &std::path::Path, config: FrontConfig) -> Result<Front> {
     for said in config.limits.clamped() {
         tracing::warn!("front: {said}");
     }
@@ -119,26 +157,29 @@ async fn open_front(config: FrontConfig) -> Result<Front> {
     warn_unserved_entries(&config, &initial);
     let watched = deny::watch(config.deny_list_path().to_path_buf(), initial, DENY_POLL);
     let (deny, deny_health) = (watched.list, watched.health);
-    let configs = Configs::build(&config, deny.clone())?;
     let resolver = Resolver::open(&StateDir::new(&config.state_dir)).await?;
     let metrics = Arc::new(Metrics::default());
-    if let Ok(info) = super::status::serving_cert(&config) {
-        metrics.set_cert_expiry(info.not_after.unix_timestamp());
-    }
-    let limits = &config.limits;
+    // Looked at before the files are read: a change while they are read is seen at the first
+    // poll, never lost.
+    let seen = Fingerprint::of(&reload::files(path, &config));
+    let limits = config.limits.clone();
+    let rules = Rules::read(config, deny.borrow().clone())?;
+    let live = reload::follow(path.to_path_buf(), rules, seen, deny, metrics.clone())?;
     let (per_second, max_pending) = limits.per_source();
     let now = Instant::now();
     Ok(Front {
         sources: Mutex::new(Sources::new(per_second, max_pending, now)),
         addresses: Mutex::new(Addresses::new(ADDRESS_TTL)),
-        tunnels: Arc::new(Semaphore::new(limits.max_connections as usize)),
-        handshakes: Arc::new(Semaphore::new(limits.max_handshakes as usize)),
+        superseded: Mutex::new(Superseded::default()),
+        tunnels: Slots::default(),
+        handshakes: Slots::default(),
         rate: Mutex::new(Rate::new(limits.new_per_second, now)),
         subjects: Mutex::new(PerSubject::default()),
-        config,
-        configs,
+        registry: Mutex::new(Registry::default()),
+        audit: Auditor::new(metrics.clone()),
+        rules: live.rules,
+        reload: live.reload,
         resolver,
-        deny,
         deny_health,
         metrics,
     })
@@ -159,11 +200,11 @@ fn warn_unserved_entries(config: &FrontConfig, list: &DenyList) {
 }
 
 fn track_deny_list(front: &Arc<Front>) {
-    let mut rx = front.deny.clone();
+    let mut rx = front.rules.clone();
     let metrics = front.metrics.clone();
     tokio::spawn(async move {
         loop {
-            metrics.set_denied(rx.borrow_and_update().len());
+            metrics.set_denied(rx.borrow_and_update().deny().len());
             if rx.changed().await.is_err() {
                 return;
             }
@@ -207,27 +248,33 @@ async fn accept_loop(
 /// refused socket is just closed.
 fn admit_new(front: &Arc<Front>, peer: SocketAddr) -> Option<HandshakeSlot> {
     let (source, now) = (Source::of(peer.ip()), Instant::now());
-    let admitted = lock(&front.sources).admit(source, now, || {
-        if !lock(&front.rate).admit(now) {
+    let limits = front.rules.borrow().config().limits.clone();
+    let (per_second, max_pending) = limits.per_source();
+    let mut sources = lock(&front.sources);
+    sources.retune(per_second, max_pending);
+    let admitted = sources.admit(source, now, || {
+        let mut rate = lock(&front.rate);
+        rate.retune(limits.new_per_second);
+        if !rate.admit(now) {
             return Err("rate_limited");
         }
-        front
-            .handshakes
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| "handshakes_full")
+        if front.handshakes.try_take(limits.max_handshakes) {
+            Ok(())
+        } else {
+            Err("handshakes_full")
+        }
     });
+    drop(sources);
     match admitted {
-        Ok(permit) => {
+        Ok(()) => {
             front.metrics.pending().inc();
             Some(HandshakeSlot {
-                _port: permit,
                 front: front.clone(),
                 source,
             })
         }
         Err(reason) => {
-            Audit::refused(&front.metrics, peer, "", None, reason);
+            front.audit.refused(peer, "", None, reason);
             None
         }
     }
@@ -235,57 +282,15 @@ fn admit_new(front: &Arc<Front>, peer: SocketAddr) -> Option<HandshakeSlot> {
 
 /// A handshake's place under the port's bound and its source's, given back when dropped.
 struct HandshakeSlot {
-    _port: OwnedSemaphorePermit,
     front: Arc<Front>,
     source: Source,
 }
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
+        self.front.handshakes.give_back();
         self.front.metrics.pending().dec();
         lock(&self.front.sources).release(self.source, Instant::now());
-    }
-}
-
-/// One audit line per connection.
-struct Audit<'a> {
-    peer: SocketAddr,
-    cluster: &'a str,
-    client: Option<&'a Client>,
-}
-
-impl Audit<'_> {
-    fn refused(
-        metrics: &Metrics,
-        peer: SocketAddr,
-        cluster: &str,
-        client: Option<&Client>,
-        reason: &str,
-    ) {
-        metrics.connection(cluster, reason);
-        Audit {
-            peer,
-            cluster,
-            client,
-        }
-        .line(0, 0, 0, reason);
-    }
-
-    fn line(&self, up: u64, down: u64, ms: u128, end: &str) {
-        let subject = self.client.map(Client::subject).unwrap_or_default();
-        let serial = self.client.map(|c| c.serial.as_str()).unwrap_or("");
-        tracing::info!(
-            target: "tenantci::front::audit",
-            cluster = self.cluster,
-            subject = subject.as_str(),
-            serial,
-            peer = %self.peer,
-            bytes_up = up,
-            bytes_down = down,
-            duration_ms = ms as u64,
-            end,
-            "front connection"
-        );
     }
 }
 
@@ -297,13 +302,13 @@ async fn connection(
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = tcp.set_nodelay(true);
-    let timeout = front.config.limits.handshake_timeout.get();
+    let timeout = front.rules.borrow().config().limits.handshake_timeout.get();
     let shaken = tokio::time::timeout(timeout, handshake(&front, tcp)).await;
     drop(handshake_slot);
     let (cluster, tls) = match shaken {
-        Err(_) => return Audit::refused(&front.metrics, peer, "", None, "handshake_timeout"),
+        Err(_) => return front.audit.refused(peer, "", None, "handshake_timeout"),
         Ok(Err((cluster, reason, client))) => {
-            return Audit::refused(&front.metrics, peer, &cluster, client.as_ref(), reason);
+            return front.audit.refused(peer, &cluster, client.as_ref(), reason);
         }
         Ok(Ok(v)) => v,
     };
@@ -314,43 +319,79 @@ async fn connection(
         .and_then(|c| c.first())
         .and_then(|c| Client::from_der(c).ok())
     else {
-        return Audit::refused(&front.metrics, peer, &cluster, None, "bad_certificate");
+        return front.audit.refused(peer, &cluster, None, "bad_certificate");
     };
-    let audit = Audit {
-        peer,
-        cluster: &cluster,
-        client: Some(&client),
-    };
+    if lock(&front.superseded).refuses(&cluster, &client.serial, Instant::now()) {
+        return front
+            .audit
+            .refused(peer, &cluster, Some(&client), "superseded");
+    }
+    front.metrics.client_cert(&cluster, &client);
+    if crate::is_renewal(tls.get_ref().1.alpn_protocol()) {
+        return renewal(&front, tls, peer, &cluster, &client).await;
+    }
     let _caps = match take_caps(&front, &client) {
         Ok(c) => c,
         Err(reason) => {
-            return Audit::refused(&front.metrics, peer, &cluster, Some(&client), reason);
+            return front.audit.refused(peer, &cluster, Some(&client), reason);
         }
     };
     let upstream = match upstream(&front, &cluster).await {
         Ok(u) => u,
         Err(reason) => {
-            return Audit::refused(&front.metrics, peer, &cluster, Some(&client), reason);
+            return front.audit.refused(peer, &cluster, Some(&client), reason);
         }
     };
     front.metrics.connection(&cluster, "tunnel");
     front.metrics.tunnel_opened(&cluster);
     let counts = Arc::new(Counts::default());
-    let cut = cut_when(front.deny.clone(), &cluster, &client.serial, shutdown);
-    let end = relay::relay(
-        tls,
-        upstream,
-        front.config.limits.idle_timeout.get(),
-        cut,
-        counts.clone(),
-    )
-    .await;
+    let id = lock(&front.registry).open(&cluster, &client, peer, counts.clone());
+    let cut = cut_when(front.rules.clone(), &cluster, &client, shutdown);
+    let idle = front.rules.borrow().config().limits.idle_timeout.get();
+    let end = relay::relay(tls, upstream, idle, cut, counts.clone()).await;
     let (up, down) = (
         counts.up.load(std::sync::atomic::Ordering::Relaxed),
         counts.down.load(std::sync::atomic::Ordering::Relaxed),
     );
+    lock(&front.registry).close(id);
     front.metrics.tunnel_closed(&cluster, up, down);
-    audit.line(up, down, counts.duration().as_millis(), end.as_str());
+    front
+        .audit
+        .tunnel(peer, &cluster, &client, &counts, end.as_str());
+}
+
+/// A renewal instead of a tunnel: the signer asked (`forward`), the presented serial
+/// superseded once a certificate is signed, one audit line.
+async fn renewal(
+    front: &Front,
+    mut tls: TlsStream<TcpStream>,
+    peer: SocketAddr,
+    cluster: &str,
+    client: &Client,
+) {
+    let started = Instant::now();
+    let Some(der) = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+    else {
+        return;
+    };
+    // The rules in force now (a reload may change them while the signer is asked).
+    let renewal = front.rules.borrow().config().renewal.clone();
+    let (end, signed) =
+        super::forward::renewal(&mut tls, cluster, &der, &renewal.signer_socket).await;
+    if signed {
+        let overlap = renewal.overlap.get();
+        let forget = renewal.max_lifetime.get().saturating_add(overlap);
+        let now = Instant::now();
+        lock(&front.superseded).renewed(cluster, &client.serial, now, overlap, forget);
+    }
+    front.metrics.connection(cluster, &end);
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    front.audit.renewal(peer, cluster, client, ms, &end);
 }
 
 type Refusal = (String, &'static str, Option<Client>);
@@ -363,7 +404,10 @@ async fn handshake(
     let start = acceptor
         .await
         .map_err(|_| (String::new(), "handshake_failed", None))?;
-    let Some((cluster, config)) = front.configs.pick(&start.client_hello()) else {
+    // The rules of this moment, for the whole handshake: a change meanwhile is met by the
+    // tunnel's own check as soon as it opens.
+    let picked = front.rules.borrow().pick(&start.client_hello());
+    let Some((cluster, config)) = picked else {
         return Err((String::new(), "unknown_cluster", None));
     };
     match start.into_stream(config).await {
@@ -377,13 +421,13 @@ async fn handshake(
 
 /// A tunnel's place under both caps, given back when dropped.
 struct Caps<'a> {
-    _total: OwnedSemaphorePermit,
     front: &'a Front,
     subject: String,
 }
 
 impl Drop for Caps<'_> {
     fn drop(&mut self) {
+        self.front.tunnels.give_back();
         let mut subjects = self
             .front
             .subjects
@@ -394,26 +438,16 @@ impl Drop for Caps<'_> {
 }
 
 fn take_caps<'a>(front: &'a Front, client: &Client) -> std::result::Result<Caps<'a>, &'static str> {
-    let total = front
-        .tunnels
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| "connections_full")?;
+    let limits = front.rules.borrow().config().limits.clone();
+    if !front.tunnels.try_take(limits.max_connections) {
+        return Err("connections_full");
+    }
     let subject = client.subject();
-    let max = front.config.limits.max_per_subject;
-    if !front
-        .subjects
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take(&subject, max)
-    {
+    if !lock(&front.subjects).take(&subject, limits.max_per_subject) {
+        front.tunnels.give_back();
         return Err("subject_full");
     }
-    Ok(Caps {
-        _total: total,
-        front,
-        subject,
-    })
+    Ok(Caps { front, subject })
 }
 
 /// How long a Cluster's resolved address is used before it is looked up again: a lookup is a
@@ -493,21 +527,79 @@ async fn dial(cluster: &str, addr: &Upstream) -> std::result::Result<TcpStream, 
     Ok(tcp)
 }
 
-/// Resolves when `serial` of `cluster` lands on the deny-list (the tunnel is revoked) or at
-/// shutdown.
+/// Resolves when the rules in force no longer admit `client` to `cluster` (its serial went on
+/// the deny-list, or its subject or cluster left the config) or at shutdown.
 async fn cut_when(
-    mut deny: watch::Receiver<Arc<DenyList>>,
+    mut rules: watch::Receiver<Arc<Rules>>,
     cluster: &str,
-    serial: &str,
+    client: &Client,
     mut shutdown: watch::Receiver<bool>,
 ) -> End {
     loop {
-        if deny.borrow_and_update().contains(cluster, serial) {
-            return End::Revoked;
+        let verdict = rules.borrow_and_update().admits(cluster, client);
+        if let Err(refusal) = verdict {
+            return match refusal {
+                super::admit::Refusal::Revoked => End::Revoked,
+                _ => End::NotAllowed,
+            };
         }
         tokio::select! {
-            changed = deny.changed() => if changed.is_err() { std::future::pending::<()>().await },
+            changed = rules.changed() => if changed.is_err() { std::future::pending::<()>().await },
             _ = shutdown.changed() => return End::Shutdown,
         }
+    }
+}
+
+/// What `front status` shows, read from the front now.
+fn status_of(front: &Front, listen: SocketAddr, metrics: Option<SocketAddr>) -> Status {
+    use super::status::{CertStatus, ClusterStatus, Denied, DenyListStatus};
+    let rules = front.rules.borrow().clone();
+    let now = time::OffsetDateTime::now_utc();
+    let (tunnels, next_expiry) = {
+        let registry = lock(&front.registry);
+        (registry.tunnels(now), registry.next_expiry(now))
+    };
+    let problem = match &*front.deny_health.borrow() {
+        deny::ReadHealth::Current => None,
+        deny::ReadHealth::Stale(why) => Some(why.clone()),
+    };
+    let config = rules.config();
+    Status {
+        version: super::status::VERSION,
+        listen: listen.to_string(),
+        metrics_listen: metrics.map(|a| a.to_string()),
+        serving_cert: CertStatus {
+            subject: rules.serving_cert().subject.clone(),
+            not_after: tenantci_core::pki::inspect::rfc3339(rules.serving_cert().not_after),
+        },
+        clusters: config
+            .clusters
+            .iter()
+            .map(|c| ClusterStatus {
+                name: c.name.clone(),
+                allowed: c
+                    .allow
+                    .iter()
+                    .map(|s| format!("CN={}, O={}", s.common_name, s.organization))
+                    .collect(),
+            })
+            .collect(),
+        deny_list: DenyListStatus {
+            path: config.deny_list_path().display().to_string(),
+            problem,
+        },
+        denied: rules
+            .deny()
+            .entries()
+            .map(|e| Denied {
+                cluster: e.cluster.map(str::to_string),
+                serial: e.serial.into(),
+                note: e.note.into(),
+            })
+            .collect(),
+        subjects: Registry::subjects(&tunnels),
+        tunnels,
+        next_expiry,
+        reload: front.reload.borrow().clone(),
     }
 }

@@ -29,7 +29,7 @@ pub enum KeyType {
 }
 
 impl KeyType {
-    fn generate(self) -> Result<KeyPair> {
+    pub(crate) fn generate(self) -> Result<KeyPair> {
         let failed = |e: &dyn std::fmt::Display| {
             Error::external(format!("cannot generate a {self:?} key")).caused_by(e.to_string())
         };
@@ -152,19 +152,59 @@ pub fn client_cert_between(
     })
 }
 
+/// A client certificate for a key made elsewhere (the public half of a request read by
+/// [`super::csr::read`]): as [`client_cert`], except that `key_pem` is empty, and the key's
+/// usage follows the key's own algorithm rather than `spec.key_type`.
+pub fn client_cert_for_key(
+    ca: &CertificateAuthority,
+    spec: &ClientCertSpec,
+    public_key: &rcgen::PublicKey,
+) -> Result<IssuedCert> {
+    let key_type = if public_key.algorithm() == &rcgen::PKCS_RSA_SHA256 {
+        KeyType::Rsa2048
+    } else {
+        KeyType::EcdsaP256
+    };
+    let (params, serial_hex) = client_params(spec, key_type)?;
+    let cert = params.signed_by(public_key, ca.issuer()).map_err(|e| {
+        Error::external(format!("cannot sign with the CA `{}`", ca.subject())).caused_by(e)
+    })?;
+    let issued = IssuedCert {
+        cert_pem: cert.pem(),
+        key_pem: String::new(),
+        not_before: params.not_before,
+        not_after: params.not_after,
+        serial_hex,
+    };
+    with_subject(ca, spec, issued)
+}
+
+fn client_params(spec: &ClientCertSpec, key_type: KeyType) -> Result<(CertificateParams, String)> {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, spec.common_name.as_str());
+    let (mut params, serial_hex) = leaf_params(dn, spec.valid_for, key_type)?;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok((params, serial_hex))
+}
+
 fn client_cert_with(
     ca: &CertificateAuthority,
     spec: &ClientCertSpec,
     adjust: impl FnOnce(&mut CertificateParams),
 ) -> Result<IssuedCert> {
-    // rcgen writes one value per attribute type, so the real subject (every O, in order, as
-    // Kubernetes reads groups) is put in by `subject::replace_subject` after signing.
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, spec.common_name.as_str());
-    let (mut params, serial_hex) = leaf_params(dn, spec.valid_for, spec.key_type)?;
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let (mut params, serial_hex) = client_params(spec, spec.key_type)?;
     adjust(&mut params);
-    let mut issued = sign(ca, params, serial_hex, spec.key_type)?;
+    let issued = sign(ca, params, serial_hex, spec.key_type)?;
+    with_subject(ca, spec, issued)
+}
+
+/// rcgen writes one value per attribute type, so the real subject (every O, in order, as
+/// Kubernetes reads groups) is put in by `subject::replace_subject` after signing.
+fn with_subject(
+    ca: &CertificateAuthority,
+    spec: &ClientCertSpec,
+    mut issued: IssuedCert,
+) -> Result<IssuedCert> {
     let der = pem::parse(&issued.cert_pem)
         .map_err(|e| Error::external("cannot re-read the certificate just signed").caused_by(e))?;
     let subject = super::subject::client_subject_der(&spec.common_name, &spec.organizations);

@@ -1,6 +1,6 @@
 //! Certificates for tenant clusters: the cluster CAs (`ca`), issuing leaf certificates from a
 //! CA (`issue`, with `subject` writing several O attributes), reading certificates back
-//! (`inspect`), checking a credential's key and chain (`verify`), the policy a runner credential
+//! (`inspect`), signing requests for renewal (`csr`), checking a credential's key and chain (`verify`), the policy a runner credential
 //! must satisfy (`policy`), and the one reading of a certificate's subject, kube-apiserver's
 //! (`kube_subject`).
 //!
@@ -9,6 +9,7 @@
 //! (`credential`, the runner bootstrap, the dispatcher's renewal and init).
 
 pub mod ca;
+pub mod csr;
 pub mod inspect;
 pub mod issue;
 pub mod kube_subject;

@@ -66,6 +66,8 @@ pub struct RunnerArgs {
     #[arg(long, value_name = "PATH.prom")]
     pub textfile: Option<PathBuf>,
     #[command(flatten)]
+    pub remote: super::remote_runner::RemoteArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -182,10 +184,27 @@ fn token_source(g: &GitlabArgs, gitlab_url: &str, runner_name: &str) -> Result<T
 }
 
 fn inputs(a: &RunnerArgs) -> Result<Inputs> {
-    let gitlab_url = a.gitlab.gitlab_url.clone().ok_or_else(|| {
-        Error::bad_input("--gitlab-url is missing")
-            .hint("pass the GitLab URL the runner registers with, e.g. https://gitlab.example.com")
-    })?;
+    let remote = a.remote.remote;
+    if remote {
+        super::remote_runner::refuse_gitlab_flags(&[
+            ("--gitlab-url", a.gitlab.gitlab_url.is_some()),
+            ("--runner-token-file", a.gitlab.runner_token_file.is_some()),
+            (
+                "--gitlab-api-token-file",
+                a.gitlab.api.gitlab_api_token_file.is_some(),
+            ),
+            ("--force", a.force),
+        ])?;
+    }
+    let gitlab_url = match (&a.gitlab.gitlab_url, remote) {
+        (Some(url), _) => url.clone(),
+        (None, true) => String::new(),
+        (None, false) => {
+            return Err(Error::bad_input("--gitlab-url is missing").hint(
+                "pass the GitLab URL the runner registers with, e.g. https://gitlab.example.com",
+            ));
+        }
+    };
     let job = a.job.requests()?;
     let mut resources = BTreeMap::new();
     let mut put = |k: &str, v: &str| {
@@ -225,7 +244,11 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
     Ok(Inputs {
         target: target(&a.cluster)?,
         tenant_kubeconfig: a.cluster.tenant_kubeconfig.clone(),
-        token: token_source(&a.gitlab, &gitlab_url, &runner_name)?,
+        token: if remote {
+            super::remote_runner::no_token()
+        } else {
+            token_source(&a.gitlab, &gitlab_url, &runner_name)?
+        },
         gitlab_ca: a.gitlab.api.gitlab_ca(),
         runner_name,
         namespace: a.identity.namespace.clone(),
@@ -259,6 +282,15 @@ pub async fn run(cmd: BootstrapCommand) -> Result<i32> {
     let inputs = inputs(&args)?;
     if let Some(path) = &args.textfile {
         textfile::validate(path)?;
+    }
+    if args.remote.remote {
+        let cluster = &args.cluster.cluster;
+        let json = args.output.is_json();
+        let outcome = super::remote_runner::bootstrap(&args.remote, &inputs, cluster, json).await;
+        if let Some(path) = args.textfile.as_ref().filter(|_| !inputs.dry_run) {
+            record_run(path, cluster, &inputs, &outcome)?;
+        }
+        return outcome;
     }
     let outcome = bootstrap(&inputs, args.output.is_json()).await;
     if let Some(path) = args.textfile.as_ref().filter(|_| !inputs.dry_run) {

@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use crate::output::{self, OutputArgs};
 use tenantci_core::{Error, Result};
 use tenantci_front::{
-    bundle, config::FrontConfig, config::Subject, connect, init, revoke, serve, status,
+    bundle, config::FrontConfig, config::Subject, connect, init, renewal, revoke, serve, signer,
+    status,
 };
 
 #[derive(Debug, Subcommand)]
@@ -45,8 +46,13 @@ pub enum FrontCommand {
     /// runner, and keep the entry until the old certificate expires. The list must exist (`front
     /// init` writes it); exit 2 when it does not, nothing written.
     Revoke(RevokeArgs),
-    /// What the front admits (clusters, allowed subjects) and refuses (the deny-list and where
-    /// it lives). Exit 1 when the deny-list does not read.
+    /// What the running front has live: the clusters and subjects it admits, the deny-list,
+    /// open tunnels per cluster and subject (age, bytes), the next expiry among the client
+    /// credentials it has admitted, and whether its last reload applied.
+    ///
+    /// Read from the running front over its socket beside --config (front.sock, 0600), so it
+    /// shows the rules in force, not the files. Exit 1 when the deny-list does not read (the
+    /// front keeps the list it last read); exit 2 when no front runs with that config.
     Status(StatusArgs),
     /// Write the runner host's one file: the credential, the front's CA and address, the
     /// loopback port (0600, never over an existing file).
@@ -55,8 +61,14 @@ pub enum FrontCommand {
     /// gitlab-runner's files and `tenantci front connect` serves the tunnel from it.
     Bundle(BundleArgs),
     /// On the runner host: write gitlab-runner's ca.crt, tls.crt and tls.key (0600) from a
-    /// bundle and print the [runners.kubernetes] keys that use them.
-    Unpack(UnpackArgs),
+    /// bundle and, with --config, gitlab-runner's [[runners]] entry using them.
+    ///
+    /// The entry points at `front connect`'s loopback address with the unpacked files and the
+    /// bundle's namespace (the `runner gitlab-config` step; the token from --runner-token-file
+    /// or created with --gitlab-api-token-file). Without --config the entry's keys are printed.
+    /// Idempotent: files that already hold the bundle's bytes and an unchanged entry are not
+    /// written again. --dry-run writes nothing.
+    Unpack(super::remote_runner::UnpackArgs),
     /// On the runner host: listen on loopback and carry each connection through the front.
     ///
     /// gitlab-runner's config.toml keeps host = https://127.0.0.1:<port> and the apiserver's
@@ -65,6 +77,30 @@ pub enum FrontCommand {
     /// runs it. Any local process can connect: --max-connections and --idle-timeout bound what
     /// they can hold of the runner's place at the front.
     Connect(ConnectArgs),
+    /// On the gateway host: sign renewals of runner certificates, the one front process that
+    /// reads a ClientCA key.
+    ///
+    /// Listens on the config's [renewal] signer_socket (0660) and answers only the uid
+    /// [renewal] front_uid names (default: its own), checked from the socket's peer
+    /// credentials. Each request is judged again here, from the config and deny-list read at
+    /// that moment: the presented certificate must chain to the cluster's ClientCA, be allowed
+    /// and not denied; the request must be for that same subject, no system: group, for at
+    /// most [renewal] max_lifetime. One audit line per certificate signed and per refusal
+    /// (target tenantci::front::signer::audit). packaging/systemd/tenantci-front-signer.service
+    /// runs it. Prints a ready line (JSON); SIGTERM stops it (exit 0). Exit 2: bad config or
+    /// socket.
+    Signer(SignerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SignerArgs {
+    /// The front's config (its [renewal] table and allow-lists; re-read per request).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/tenantci/front/front.toml"
+    )]
+    pub config: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -143,6 +179,7 @@ pub struct RevokeArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    /// The running front's config: its status socket is beside it.
     #[arg(
         long,
         value_name = "FILE",
@@ -182,26 +219,6 @@ pub struct BundleArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct UnpackArgs {
-    /// The bundle from `front bundle`.
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "/etc/tenantci/front-bundle.json"
-    )]
-    pub bundle: PathBuf,
-    /// Where gitlab-runner's ca.crt, tls.crt and tls.key go.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "/etc/gitlab-runner/tenant-ci"
-    )]
-    pub dir: PathBuf,
-    #[command(flatten)]
-    pub output: OutputArgs,
-}
-
-#[derive(Debug, Args)]
 pub struct ConnectArgs {
     /// The bundle from `front bundle`.
     #[arg(
@@ -226,6 +243,22 @@ pub struct ConnectArgs {
     /// apiserver's watch timeout, as the front's idle_timeout).
     #[arg(long, value_name = "DURATION", default_value = connect::DEFAULT_IDLE_TIMEOUT)]
     pub idle_timeout: String,
+    /// gitlab-runner's credential directory (`front unpack --dir`): each renewal replaces its
+    /// tls.crt and tls.key too (0600), so gitlab-runner's config.toml never changes.
+    #[arg(long, value_name = "DIR")]
+    pub runner_dir: Option<PathBuf>,
+    /// Renew the certificate after this fraction of its life (0 < F < 1; the kubelet renews
+    /// between 0.7 and 0.9). The new key is made on this host and never leaves it.
+    #[arg(long, value_name = "F", default_value = "0.667")]
+    pub renew_at: f64,
+    /// The lifetime to ask for at renewal (Go duration; at most the front's [renewal]
+    /// max_lifetime). Default: the current certificate's.
+    #[arg(long, value_name = "DURATION")]
+    pub renew_valid_for: Option<String>,
+    /// Prometheus /metrics: tenantci_front_connect_cert_expiry_timestamp_seconds and the
+    /// renewals by outcome (keep it on loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ConnectArgs {
@@ -241,6 +274,28 @@ impl ConnectArgs {
             idle_timeout,
         })
     }
+
+    /// The renewal's options from the flags.
+    fn renewal(&self) -> Result<renewal::Options> {
+        if !(self.renew_at > 0.0 && self.renew_at < 1.0) {
+            return Err(Error::bad_input(format!(
+                "--renew-at {} is not a fraction between 0 and 1",
+                self.renew_at
+            ))
+            .hint("pass e.g. 0.667 (renew at two thirds of the certificate's life)"));
+        }
+        let valid_for = self
+            .renew_valid_for
+            .as_deref()
+            .map(tenantci_core::pki::policy::parse_valid_for)
+            .transpose()?;
+        Ok(renewal::Options {
+            bundle_path: self.bundle.clone(),
+            runner_dir: self.runner_dir.clone(),
+            renew_at: self.renew_at,
+            valid_for,
+        })
+    }
 }
 
 pub async fn run(cmd: FrontCommand) -> Result<i32> {
@@ -250,8 +305,9 @@ pub async fn run(cmd: FrontCommand) -> Result<i32> {
         FrontCommand::Revoke(a) => revoke(a),
         FrontCommand::Status(a) => show_status(a),
         FrontCommand::Bundle(a) => write_bundle(a),
-        FrontCommand::Unpack(a) => unpack(a),
+        FrontCommand::Unpack(a) => super::remote_runner::unpack(a).await,
         FrontCommand::Connect(a) => connect_front(a).await,
+        FrontCommand::Signer(a) => run_signer(a).await,
     }
 }
 
@@ -311,7 +367,7 @@ async fn serve_front(a: ServeArgs) -> Result<i32> {
         "listen": bound.addr.to_string(),
         "metrics": bound.metrics_addr.map(|m| m.to_string()),
     });
-    let opened = serve::open(config).await?;
+    let opened = serve::open(&a.config, config).await?;
     println!("{ready}");
     serve::serve(opened, bound, shutdown).await;
     Ok(0)
@@ -364,8 +420,7 @@ fn revoke(a: RevokeArgs) -> Result<i32> {
 }
 
 fn show_status(a: StatusArgs) -> Result<i32> {
-    let config = FrontConfig::load(&a.config)?;
-    let s = status::read(&config)?;
+    let s = status::fetch(&a.config, &tenantci_front::live::socket_path(&a.config))?;
     if a.output.is_json() {
         output::print_json(&s)?;
     } else {
@@ -397,41 +452,9 @@ fn write_bundle(a: BundleArgs) -> Result<i32> {
     Ok(0)
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Unpacked {
-    files: Vec<String>,
-    config_section: String,
-}
-
-fn unpack(a: UnpackArgs) -> Result<i32> {
-    let b = bundle::Bundle::load(&a.bundle)?;
-    let dir = std::path::absolute(&a.dir).unwrap_or(a.dir);
-    let files = b.unpack(&dir)?;
-    let out = Unpacked {
-        files: files.iter().map(|p| p.display().to_string()).collect(),
-        config_section: b.config_section(&dir),
-    };
-    if a.output.is_json() {
-        output::print_json(&out)?;
-    } else {
-        for f in &out.files {
-            println!("wrote {f}");
-        }
-        println!(
-            "gitlab-runner's entry (or `tenantci runner gitlab-config --config /etc/gitlab-runner/config.toml --name tenant-ci --url <GitLab> --runner-token-file <file> --host https://{} --cert-file {} --key-file {} --ca-file {}`):",
-            b.listen,
-            dir.join("tls.crt").display(),
-            dir.join("tls.key").display(),
-            dir.join("ca.crt").display()
-        );
-        print!("{}", out.config_section);
-    }
-    Ok(0)
-}
-
 async fn connect_front(a: ConnectArgs) -> Result<i32> {
     let local = a.local()?;
+    let options = a.renewal()?;
     let b = bundle::Bundle::load(&a.bundle)?;
     let dialer = connect::Dialer::new(&b)?;
     let shutdown = shutdown_on_signal();
@@ -439,12 +462,35 @@ async fn connect_front(a: ConnectArgs) -> Result<i32> {
     let addr = listener
         .local_addr()
         .map_err(|e| Error::external("cannot read the listening address").caused_by(e))?;
+    let metrics = std::sync::Arc::new(tenantci_front::metrics::ConnectMetrics::default());
+    let metrics_addr = match a.metrics_listen {
+        Some(m) => Some(tenantci_front::metrics::listen(m, metrics.clone()).await?),
+        None => None,
+    };
     println!(
         "{}",
-        serde_json::json!({"type": "ready", "listen": addr.to_string(), "front": b.front, "cluster": b.cluster})
+        serde_json::json!({"type": "ready", "listen": addr.to_string(), "front": b.front, "cluster": b.cluster, "metrics": metrics_addr.map(|m| m.to_string())})
     );
     tracing::info!(%addr, front = b.front.as_str(), cluster = b.cluster.as_str(), "front connect: listening");
-    connect::serve(dialer, listener, local, shutdown).await;
+    let (dialers, dialer_rx) = watch::channel(std::sync::Arc::new(dialer));
+    tokio::spawn(renewal::run(b, options, dialers, metrics, shutdown.clone()));
+    connect::serve(dialer_rx, listener, local, shutdown).await;
+    Ok(0)
+}
+
+async fn run_signer(a: SignerArgs) -> Result<i32> {
+    let config_path = std::path::absolute(&a.config).unwrap_or(a.config);
+    let config = FrontConfig::load(&config_path)?;
+    let shutdown = shutdown_on_signal();
+    let listener = signer::bind(&config)?;
+    let uid = signer::allowed_uid(&config);
+    let socket = config.renewal.signer_socket.display().to_string();
+    println!(
+        "{}",
+        serde_json::json!({"type": "ready", "socket": socket, "frontUid": uid})
+    );
+    tracing::info!(socket, uid, "front signer: listening");
+    signer::serve(config_path, listener, uid, shutdown).await;
     Ok(0)
 }
 

@@ -20,6 +20,7 @@ mod front;
 mod internal;
 mod pki;
 mod queue;
+mod remote_runner;
 mod runner;
 mod runner_view;
 #[cfg(feature = "sim")]

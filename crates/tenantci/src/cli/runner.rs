@@ -485,7 +485,7 @@ async fn gitlab_config(args: GitlabConfigArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn print_gitlab_config(done: &Configured) {
+pub(super) fn print_gitlab_config(done: &Configured) {
     let report = &done.report;
     let what = match report.action {
         Action::Unchanged => "unchanged",

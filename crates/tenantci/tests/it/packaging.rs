@@ -281,6 +281,7 @@ fn install_sh_installs_once_and_then_changes_nothing() {
         "etc/systemd/system/tenantci-gitlab-runner.service",
         "etc/systemd/system/tenantci-front.service",
         "etc/systemd/system/tenantci-front-connect.service",
+        "etc/systemd/system/tenantci-front-signer.service",
         "etc/systemd/system/tenantci-notify@.service",
         "usr/local/share/bash-completion/completions/tenantci",
         "usr/local/share/man/man1/tenantci-runner-check.1",

@@ -14,13 +14,19 @@ use tenantci_core::{Error, Result};
 /// Every input, the token's files and config.toml's pause pods included, refused before the
 /// config's lock file is made; [`decide_token`] decides again under the lock.
 pub(super) fn check_inputs(inputs: &Inputs) -> Result<Prepared<'_>> {
+    check_identity(inputs)?;
+    decide_token(inputs)
+}
+
+/// The credential's lifetime and subject, and the names the run uses: what a remote runner's
+/// half on the gateway needs too (it has no token and no config.toml).
+pub(super) fn check_identity(inputs: &Inputs) -> Result<()> {
     if let Some(raw) = &inputs.valid_for {
         policy::parse_valid_for(raw)?;
     }
     policy::check_common_name(&inputs.common_name)?;
     policy::check_organizations(std::slice::from_ref(&inputs.group))?;
-    check_names(inputs)?;
-    decide_token(inputs)
+    check_names(inputs)
 }
 
 /// Under config.toml's lock (`gitlab::config_lock`): what config.toml and the pending-runner

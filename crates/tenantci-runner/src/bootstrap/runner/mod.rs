@@ -245,6 +245,38 @@ pub async fn run(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<Hand
     Ok(run.hand_back(credential.files, steps_requests, requests_before))
 }
 
+/// The gateway's half of a runner on another host (`bootstrap runner --remote`): the
+/// credential, the RBAC and their verification, sizing and pre-warm, as [`run`] does them; no
+/// runner token and no config.toml entry, which the runner's host writes itself from the
+/// bundle. Safe to re-run: a kept credential, applied objects unchanged.
+pub async fn run_remote(inputs: &Inputs, mut on_step: impl FnMut(&Step)) -> Result<HandBack> {
+    let requests_before = client::requests();
+    check::check_identity(inputs)?;
+    if matches!(inputs.pause_pods, PausePods::GitlabNative(_)) {
+        return Err(tenantci_core::Error::bad_input(
+            "gitlab-runner's own pause pods are kept by the runner's host, not the gateway",
+        )
+        .hint("drop --gitlab-native-pause-pods here (the remote entry is written by `front unpack`), or use --prewarm N for tenantci's pause-pod Deployment"));
+    }
+    let mut steps = Steps::new(&mut on_step, inputs.dry_run);
+    let (cluster, admin) = resolve::resolve(inputs, &mut steps).await?;
+    let mut run = Run {
+        inputs,
+        groups: vec![inputs.group.clone()],
+        cluster,
+        steps,
+    };
+    let sizing = run.check_sizing()?;
+    let credential = run.plan_credential()?;
+    let credential = run.credential(credential)?;
+    let rbac_changed = run.rbac(&admin).await?;
+    run.verify(&admin, &credential, rbac_changed).await?;
+    run.record_sizing(sizing.as_ref());
+    run.prewarm(&admin).await?;
+    let steps_requests = client::requests() - requests_before;
+    Ok(run.hand_back(credential.files, steps_requests, requests_before))
+}
+
 impl Run<'_> {
     /// What this run does with the files it writes (the credential, config.toml), decided
     /// from what they hold now; refused when config.toml cannot take the entry.

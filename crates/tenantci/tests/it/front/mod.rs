@@ -5,7 +5,10 @@
 
 mod attack;
 mod fairness;
+mod flood;
+mod live;
 mod refusals;
+mod renewal;
 mod revocation;
 mod runner;
 mod tunnel;
@@ -57,15 +60,7 @@ impl Gateway {
 
     /// The front's `/metrics` text.
     pub async fn metrics(&self) -> String {
-        let mut c = Command::new("curl");
-        c.args([
-            "-sS",
-            "--fail",
-            &format!("http://{}/metrics", self.metrics_addr),
-        ]);
-        let o = blocking(c).await;
-        assert_exit(&o, 0);
-        String::from_utf8(o.stdout).unwrap()
+        curl_metrics(&self.metrics_addr).await
     }
 
     /// The front's stderr so far (its audit lines).
@@ -74,8 +69,22 @@ impl Gateway {
     }
 }
 
+/// The `/metrics` text at `addr`.
+pub async fn curl_metrics(addr: &str) -> String {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--fail", &format!("http://{addr}/metrics")]);
+    let o = blocking(c).await;
+    assert_exit(&o, 0);
+    String::from_utf8(o.stdout).unwrap()
+}
+
 /// Starts the gateway side; `limits` is appended to the config's [limits] table.
 pub async fn gateway(limits: &[(&str, i64)]) -> Gateway {
+    gateway_with(limits, &[]).await
+}
+
+/// [`gateway`] with `renewal` set in the config's [renewal] table (before the front starts).
+pub async fn gateway_with(limits: &[(&str, i64)], renewal: &[(&str, &str)]) -> Gateway {
     let dir = scratch();
     let root = dir.path().to_path_buf();
     let sim = tenantci_testkit::sim::in_process(&root, "ci").await;
@@ -98,6 +107,7 @@ pub async fn gateway(limits: &[(&str, i64)]) -> Gateway {
     .arg(root.join("state"));
     assert_exit(&blocking(init).await, 0);
     set_limits(&root.join("front/front.toml"), limits);
+    set_table(&root.join("front/front.toml"), "renewal", renewal);
     let front_log = root.join("front.log");
     let mut serve = tenantci();
     serve
@@ -142,6 +152,14 @@ fn set_limits(config: &Path, limits: &[(&str, i64)]) {
     let mut doc: toml_edit::DocumentMut = std::fs::read_to_string(config).unwrap().parse().unwrap();
     for (k, v) in limits {
         doc["limits"][k] = toml_edit::value(*v);
+    }
+    std::fs::write(config, doc.to_string()).unwrap();
+}
+
+fn set_table(config: &Path, table: &str, values: &[(&str, &str)]) {
+    let mut doc: toml_edit::DocumentMut = std::fs::read_to_string(config).unwrap().parse().unwrap();
+    for (k, v) in values {
+        doc[table][k] = toml_edit::value(*v);
     }
     std::fs::write(config, doc.to_string()).unwrap();
 }
@@ -204,9 +222,15 @@ impl RunnerHost {
     /// One request with curl through the tunnel (no retries, unlike kubectl, which retries a
     /// GET that ends in EOF for about ten seconds): exit 0 only when the apiserver answered.
     pub fn curl(&self, creds: &Path, path: &str) -> Command {
-        let port = self.url.rsplit(':').next().unwrap();
-        let ip = self
-            .url
+        curl_through(&self.url, creds, path)
+    }
+}
+
+/// [`RunnerHost::curl`] through the tunnel at `url`.
+pub fn curl_through(url: &str, creds: &Path, path: &str) -> Command {
+    {
+        let port = url.rsplit(':').next().unwrap();
+        let ip = url
             .trim_start_matches("https://")
             .split(':')
             .next()
@@ -260,22 +284,45 @@ pub async fn runner_host(gw: &Gateway, creds: &Path, listen_ip: &str) -> RunnerH
 
 /// Starts `front connect` from the bundle in `dir`.
 pub async fn connect(dir: tempfile::TempDir, port: u16, listen_ip: &str) -> RunnerHost {
+    connect_with(dir, port, listen_ip, &[]).await.0
+}
+
+/// A bundle of the credential in `creds` (for a dialer of the test's own).
+pub async fn bundle_at(gw: &Gateway, creds: &Path) -> tenantci_front::bundle::Bundle {
+    let dir = scratch();
+    let out = dir.path().join("bundle.json");
+    assert_exit(
+        &blocking(bundle_command(gw, creds, "127.0.0.1:1", &out)).await,
+        0,
+    );
+    tenantci_front::bundle::Bundle::load(&out).unwrap()
+}
+
+/// [`connect`] with `extra` flags; also its ready line.
+pub async fn connect_with(
+    dir: tempfile::TempDir,
+    port: u16,
+    listen_ip: &str,
+    extra: &[String],
+) -> (RunnerHost, Value) {
     let mut cmd = tenantci();
-    cmd.args(["front", "connect", "--bundle"])
+    cmd.args(["-v", "front", "connect", "--bundle"])
         .arg(dir.path().join("front-bundle.json"))
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.path().join("connect.log")).unwrap());
     let (connect, ready) = start(cmd, "front connect").await;
     assert_eq!(ready["listen"], format!("{listen_ip}:{port}"));
-    RunnerHost {
+    let host = RunnerHost {
         url: format!("https://{listen_ip}:{port}"),
         dir,
         connect,
-    }
+    };
+    (host, ready)
 }
 
-fn free_port(ip: &str) -> u16 {
+pub fn free_port(ip: &str) -> u16 {
     std::net::TcpListener::bind((ip, 0))
         .unwrap()
         .local_addr()

@@ -87,7 +87,7 @@ async fn a_deleted_deny_list_keeps_revoked_certificates_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_names_its_cluster_and_a_bare_serial_every_cluster() {
-    let gw = gateway(&[]).await;
+    let mut gw = gateway(&[]).await;
     let o = revoke(&gw, &["--serial", "0A:0B", "--cluster", "ci"]).await;
     assert_exit(&o, 0);
     let o = revoke(&gw, &["--serial", "0c"]).await;
@@ -109,8 +109,9 @@ async fn an_entry_names_its_cluster_and_a_bare_serial_every_cluster() {
     assert!(!list.contains(" d"), "{list}");
 
     // A hand-edited entry for a cluster the front does not serve refuses nothing: a front
-    // starting on that list says so.
+    // starting on that list says so (the first one stopped: one front per config).
     std::fs::write(&path, format!("{list}elswhere 0e\n")).unwrap();
+    stop(&mut gw.front).await;
     let log = gw.root().join("second-front.log");
     let mut serve = tenantci();
     serve
@@ -122,9 +123,6 @@ async fn an_entry_names_its_cluster_and_a_bare_serial_every_cluster() {
     let (mut second, _ready) = super::start(serve, "a second front serve").await;
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("names cluster `elswhere`"), "{said}");
-    tokio::task::spawn_blocking(move || second.terminate(std::time::Duration::from_secs(20)))
-        .await
-        .unwrap();
 
     let mut status = tenantci();
     status
@@ -147,4 +145,21 @@ async fn an_entry_names_its_cluster_and_a_bare_serial_every_cluster() {
             .any(|d| d["cluster"].is_null() && d["serial"] == "c"),
         "{s}"
     );
+    stop(&mut second).await;
+    // No front running: status says so in one sentence, exit 2.
+    let mut status = tenantci();
+    status
+        .args(["front", "status", "--config"])
+        .arg(gw.config());
+    let o = blocking(status).await;
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("no front is running for"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+async fn stop(p: &mut tenantci_testkit::process::Process) {
+    tokio::task::block_in_place(|| p.terminate(std::time::Duration::from_secs(20)));
 }

@@ -15,14 +15,19 @@ use tenantci_testkit::wait::{eventually, eventually_blocking};
 const PODS: &str = "/api/v1/namespaces/gitlab-runner/pods";
 
 /// `kubectl get configmaps --watch -o name` through the tunnel, its lines on a channel.
-struct Watch {
+pub(super) struct Watch {
     process: Process,
     lines: Receiver<String>,
 }
 
 impl Watch {
-    fn start(host: &RunnerHost, creds: &Path) -> Watch {
-        let args = [
+    pub(super) fn start(host: &RunnerHost, creds: &Path) -> Watch {
+        Self::start_with(host, creds, &[])
+    }
+
+    /// [`Watch::start`] with more flags (the last of a repeated flag wins).
+    pub(super) fn start_with(host: &RunnerHost, creds: &Path, extra: &[&str]) -> Watch {
+        let mut args = vec![
             "get",
             "configmaps",
             "-n",
@@ -31,6 +36,7 @@ impl Watch {
             "-o",
             "name",
         ];
+        args.extend_from_slice(extra);
         let mut cmd = host.kubectl(creds, &args);
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
         let mut process = Process::spawn(&mut cmd);
@@ -45,7 +51,7 @@ impl Watch {
     }
 
     /// Waits until the watch has shown ConfigMap `name`.
-    async fn shows(self, name: &str) -> Watch {
+    pub(super) async fn shows(self, name: &str) -> Watch {
         let want = format!("configmap/{name}");
         tokio::task::spawn_blocking(move || {
             eventually_blocking(&format!("the watch to show {want}"), || {
@@ -55,6 +61,11 @@ impl Watch {
         })
         .await
         .unwrap()
+    }
+
+    /// Whether kubectl still runs.
+    pub(super) fn running(&mut self) -> bool {
+        self.process.child().try_wait().unwrap().is_none()
     }
 
     /// Waits until kubectl has exited.
