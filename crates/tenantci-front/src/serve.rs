@@ -322,7 +322,9 @@ async fn connection(
         return front.audit.refused(peer, &cluster, None, "bad_certificate");
     };
     if lock(&front.superseded).refuses(&cluster, &client.serial, Instant::now()) {
-        return front.audit.refused(peer, &cluster, Some(&client), "superseded");
+        return front
+            .audit
+            .refused(peer, &cluster, Some(&client), "superseded");
     }
     front.metrics.client_cert(&cluster, &client);
     if crate::is_renewal(tls.get_ref().1.alpn_protocol()) {

@@ -30,7 +30,10 @@ async fn gateway_and_signer() -> (Gateway, Process, PathBuf) {
     let renewal = [("overlap", "3s"), ("max_lifetime", "2m")];
     // The GET loop and the probes of old serials come from one address, faster than the
     // default per-source rate allows.
-    let limits = [("new_per_second", 1000), ("new_per_second_per_source", 1000)];
+    let limits = [
+        ("new_per_second", 1000),
+        ("new_per_second_per_source", 1000),
+    ];
     let gw = gateway_with(&limits, &renewal).await;
     let log = gw.root().join("signer.log");
     let mut cmd = tenantci();
@@ -180,7 +183,10 @@ async fn connect_renews_three_times_under_load_and_the_old_serials_are_refused()
     ];
     assert_exit(&blocking(host.kubectl(&runner_dir, &create)).await, 0);
     let mut watch = watch.shows("after-renewals").await;
-    assert!(watch.running(), "the watch opened before the renewals ended");
+    assert!(
+        watch.running(),
+        "the watch opened before the renewals ended"
+    );
     stop.store(true, Ordering::Relaxed);
     let (answered, failed) = tokio::task::spawn_blocking(move || gets.join().unwrap())
         .await
