@@ -25,6 +25,7 @@ use crate::task::spec::{ExecutorSpec, PROXY_LISTEN};
 use crate::task_id::TaskId;
 use tenantci_core::Secret;
 use tenantci_core::opensandbox::{CreateSandbox, ImageSpec, ResourceLimits, Sandbox};
+use tenantci_core::record_version::Kind;
 use tenantci_core::spiffe::files;
 use tenantci_core::spiffe::server_api::MintedSvid;
 
@@ -32,6 +33,11 @@ use tenantci_core::spiffe::server_api::MintedSvid;
 pub const DISPATCHER_KEY: &str = "tenantci.io/dispatcher";
 /// Set once Gitea accepted the task's final state; the reconciler then deletes the sandbox.
 pub const TERMINAL_KEY: &str = "tenantci.io/terminal";
+/// The version of the sandbox's format (its metadata keys and env), read by the one rule
+/// (`tenantci_core::record_version`): none is 1; a newer one is not this release's to read.
+pub const FORMAT_KEY: &str = "tenantci.io/format";
+/// The VM executor's kind for the version rule, and the format this release writes.
+pub const KIND: Kind = Kind::new("vm_executor", 1);
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "tenantci");
 
 /// Where the boot script puts `.runner`, `config.yaml`, `ca.crt` and the runner's HOME.
@@ -87,6 +93,7 @@ pub fn metadata(task: TaskId, attempt: u32, dispatcher: i64) -> BTreeMap<String,
     let mut m = owned_by(dispatcher);
     m.insert(TASK_ID_LABEL.into(), task.to_string());
     m.insert(ATTEMPT_LABEL.into(), attempt.to_string());
+    m.insert(FORMAT_KEY.into(), KIND.current_text());
     m
 }
 
@@ -103,6 +110,18 @@ pub fn of_task(dispatcher: i64, task: TaskId) -> BTreeMap<String, String> {
     let mut m = owned_by(dispatcher);
     m.insert(TASK_ID_LABEL.into(), task.to_string());
     m
+}
+
+/// Whether this release reads the sandbox: one of a newer format is reported (once) and
+/// left as it is (never marked, replaced or deleted).
+pub fn readable(s: &Sandbox) -> bool {
+    match KIND.check_text(s.metadata.get(FORMAT_KEY).map(String::as_str)) {
+        Ok(_) => true,
+        Err(newer) => {
+            crate::newer_records::report(&newer, &format!("sandbox {}", s.id));
+            false
+        }
+    }
 }
 
 /// The task and attempt a sandbox's metadata names.
@@ -392,5 +411,28 @@ mod tests {
         .unwrap();
         assert_eq!(task_of(&s), Some((TaskId::new(42), 2)));
         assert!(!is_terminal(&s));
+        assert!(readable(&s));
+    }
+
+    #[test]
+    fn a_sandbox_of_a_newer_format_is_not_read_and_one_without_a_format_is() {
+        let with = |format: Option<&str>| -> Sandbox {
+            let mut m = metadata(TaskId::new(42), 2, 7);
+            match format {
+                Some(f) => m.insert(FORMAT_KEY.into(), f.into()),
+                None => m.remove(FORMAT_KEY),
+            };
+            serde_json::from_value(serde_json::json!({
+                "id": "s1", "status": {"state": "Running"}, "metadata": m,
+            }))
+            .unwrap()
+        };
+        assert!(readable(&with(None)), "before the field: version 1");
+        assert!(readable(&with(Some("1"))));
+        assert!(!readable(&with(Some("2"))));
+        assert!(
+            !readable(&with(Some("v2"))),
+            "a format it cannot parse is not its to read"
+        );
     }
 }

@@ -122,6 +122,7 @@ impl Sandboxes {
                 metadata: desired::of_task(self.dispatcher, task),
             })
             .await
+            .map(|all| all.into_iter().filter(desired::readable).collect())
     }
 
     /// Every sandbox this dispatcher owns, by task (the latest attempt when there are two).
@@ -134,7 +135,7 @@ impl Sandboxes {
             })
             .await?;
         let mut by_task: BTreeMap<TaskId, Sandbox> = BTreeMap::new();
-        for s in all {
+        for s in all.into_iter().filter(desired::readable) {
             let Some((task, attempt)) = desired::task_of(&s) else {
                 tracing::warn!(sandbox = %s.id, "a sandbox with this dispatcher's metadata names no task; left alone");
                 continue;
