@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Scale benchmark: one `tenantci dispatch run` with N = 100, 300, 1000 executors running at
-# once, the baseline dispatcher (BASE, default 1aadac4: before issue 57's relay and VM view,
-# built here in its own worktree and target directory) twice, as an A/A pair (the same binary
-# measured twice: how far apart two runs of one build are), and this tree's, in one run on the same
+# once, the baseline dispatcher (BASE, default abb830a: the pod backend LISTing every 2 s, built
+# here in its own worktree and target directory) and this tree's, in one run on the same
 # simulator (this tree's, which counts apiserver requests by verb) and nats-server; then the
 # same with VM executors (the VM backend polling the simulator's OpenSandbox double, which counts
 # its API calls by route). Prints the tables and writes them into docs/benchmarks/scale.md
@@ -21,14 +20,12 @@ cd "$(dirname "$0")/.."
 
 profile=release-baseline
 backends=pod,vm
-perf=
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile)
       [ $# -ge 2 ] || { echo "error: --profile needs a cargo profile name (release-baseline, dev, release); nothing was built" >&2; exit 2; }
       profile=$2; shift 2 ;;
-    --perf) perf=1; shift ;;
     --backends)
       [ $# -ge 2 ] || { echo "error: --backends needs a list such as pod,vm; nothing was built" >&2; exit 2; }
       backends=$2; shift 2 ;;
@@ -53,7 +50,7 @@ done
 ensure_rust
 ensure_nats_server
 
-base=${BASE:-1aadac4}
+base=${BASE:-abb830a}
 target="${CARGO_TARGET_DIR:-target}"
 wt="$target/bench-scale-base"
 if [ ! -d "$wt" ]; then
@@ -75,21 +72,10 @@ log "building the baseline $base ($profile)"
   cargo build --locked --quiet --profile "$profile" --bin tenantci)
 for b in ${backends//,/ }; do
   log "measuring the $b backend"
-  perf_dir=
-  if [ -n "$perf" ]; then
-    perf_dir="$target/bench-scale-perf/$b"
-    rm -rf "$perf_dir" && mkdir -p "$perf_dir"
-  fi
-  table=$(BENCH_SCALE_PERF=$perf_dir "$target/$dir/bench_scale" "$target/$dir/tenantci" \
-    "before ($base)=$wt/target/$dir/tenantci" "A/A: before again ($base)=$wt/target/$dir/tenantci" \
-    "after=$target/$dir/tenantci" --backend "$b" ${args[@]+"${args[@]}"})
+  table=$("$target/$dir/bench_scale" "$target/$dir/tenantci" \
+    "before ($base)=$wt/target/$dir/tenantci" "after=$target/$dir/tenantci" \
+    --backend "$b" ${args[@]+"${args[@]}"})
   echo "$table"
-  for data in "${perf_dir:-/nonexistent}"/*.data; do
-    [ -f "$data" ] || continue
-    log "perf profile $data (top entries, self time)"
-    perf report -i "$data" --stdio --no-children --percent-limit 1.5 --sort dso,symbol 2>/dev/null \
-      | grep -v '^#' | grep -v '^$' | head -25 >&2 || true
-  done
   # Each backend and profile has its own table on the page: the Pods' release-baseline table
   # between the `bench-scale` markers, the VMs' between `bench-scale-vm`, another profile's
   # with `-PROFILE` added (left alone when the page has none).

@@ -179,9 +179,7 @@ pub struct Cluster {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatcher_namespace: Option<String>,
     /// A watching backend's (the pod backend's) reconciler pass when no watch event, freed
-    /// slot or start deadline woke it (the watches carry every change), and the VM backend's
-    /// full listing of its sandboxes (between them it looks only at those in a transition);
-    /// absent: 5m.
+    /// slot or start deadline woke it (the watches carry every change); absent: 5m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync: Option<GoDuration>,
 }

@@ -101,16 +101,6 @@ impl OpenSandbox {
         .await;
     }
 
-    /// Leaves a sandbox out of list answers (`true`: a lagging list; a GET still finds it), or
-    /// back in.
-    pub async fn unlisted(&self, http: &reqwest::Client, id: &str, unlisted: bool) {
-        Self::admin(
-            http.post(format!("{}/sandboxes/{id}/unlisted", self.admin_url))
-                .json(&json!({ "unlisted": unlisted })),
-        )
-        .await;
-    }
-
     /// Every API call answers `status` for `for_`.
     pub async fn outage(&self, http: &reqwest::Client, status: u16, for_: Duration) {
         self.outage_of(http, &[], status, for_).await;

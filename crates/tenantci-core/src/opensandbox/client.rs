@@ -20,7 +20,7 @@ use crate::{Error, Secret};
 /// The header that carries the API key on every call.
 pub const API_KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
 /// The page size used when listing: the API's maximum is not documented; 100 keeps pages small.
-pub const PAGE_SIZE: u32 = 100;
+const PAGE_SIZE: u32 = 100;
 /// How much of an error answer is read: its code and message, or an excerpt, fit well within.
 const ERROR_BODY_MAX: usize = 64 * 1024;
 

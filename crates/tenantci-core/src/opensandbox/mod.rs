@@ -7,5 +7,5 @@ pub mod client;
 pub mod label;
 pub mod types;
 
-pub use client::{ApiError, ClientConfig, LifecycleClient, ListFilter, PAGE_SIZE};
-pub use types::{CreateSandbox, ImageSpec, ResourceLimits, Sandbox, SandboxState, SandboxStatus};
+pub use client::{ApiError, ClientConfig, LifecycleClient, ListFilter};
+pub use types::{CreateSandbox, ImageSpec, ResourceLimits, Sandbox, SandboxState};

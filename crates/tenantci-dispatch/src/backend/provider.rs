@@ -18,8 +18,7 @@ pub struct Inputs {
     pub kube: kube::Client,
     /// The executors' namespace (`[cluster] namespace`).
     pub namespace: String,
-    /// A watching backend's pass without a change seen, and the VM backend's full listing
-    /// (`[cluster] resync`).
+    /// A watching backend's pass without a change seen (`[cluster] resync`).
     pub resync: Duration,
     /// The claim ledger.
     pub ledger: Ledger,

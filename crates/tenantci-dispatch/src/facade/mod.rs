@@ -50,7 +50,7 @@ use crate::task::report;
 use crate::task_id::TaskId;
 use tenantci_core::forge::gitea::client::{ClientError, RunnerClient};
 use tenantci_core::forge::gitea::connect::{Code, ConnectError};
-use tenantci_core::forge::gitea::facade::{Received, RunnerServiceHandler};
+use tenantci_core::forge::gitea::facade::RunnerServiceHandler;
 use tenantci_core::forge::gitea::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, ProtoEnum as _, Runner,
     Task, TaskResult, TaskState, UpdateLogRequest, UpdateLogResponse, UpdateTaskRequest,
@@ -413,22 +413,9 @@ impl RunnerServiceHandler for Facade {
         caller: &Executor,
         req: UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ConnectError> {
-        self.update_log_received(caller, req, None).await
-    }
-
-    /// The same checks; the body goes to Gitea as the executor sent it when it came
-    /// uncompressed in the codec the forge is called in: decoded once (the checks need the
-    /// task id), never encoded again.
-    async fn update_log_received(
-        &self,
-        caller: &Executor,
-        req: UpdateLogRequest,
-        received: Option<Received>,
-    ) -> Result<UpdateLogResponse, ConnectError> {
         self.own(caller, TaskId::new(req.task_id))?;
         self.consume(caller).await?;
-        let relayed = self.gitea.update_log_relayed(&req, received.as_ref());
-        relayed.await.map_err(|e| {
+        self.gitea.update_log(&req).await.map_err(|e| {
             let e = forwarded("UpdateLog", e);
             if e.code == Code::AlreadyExists {
                 tracing::debug!(

@@ -55,7 +55,6 @@ pub fn router(double: Arc<OpenSandboxDouble>) -> Router {
         .route("/admin/sandboxes", get(admin_all))
         .route("/admin/sandboxes/{id}", get(admin_one))
         .route("/admin/sandboxes/{id}/fail", post(admin_fail))
-        .route("/admin/sandboxes/{id}/unlisted", post(admin_unlisted))
         .route("/admin/faults", post(admin_fault).delete(admin_clear))
         .route("/admin/stats", get(admin_stats));
     Router::new()
@@ -278,21 +277,6 @@ async fn admin_fail(
 ) -> Result<StatusCode, ApiError> {
     let Json(b) = body.unwrap_or_default();
     d.sandboxes().fail(&id, b.reason, b.message, now())?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-#[derive(Deserialize)]
-struct UnlistedBody {
-    unlisted: bool,
-}
-
-/// Leaves a sandbox out of list answers, or back in (`{"unlisted": bool}`): a lagging list.
-async fn admin_unlisted(
-    State(d): Double,
-    Path(id): Path<String>,
-    Json(b): Json<UnlistedBody>,
-) -> Result<StatusCode, ApiError> {
-    d.sandboxes().set_unlisted(&id, b.unlisted, now())?;
     Ok(StatusCode::NO_CONTENT)
 }
 

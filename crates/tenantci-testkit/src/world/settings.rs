@@ -47,11 +47,6 @@ impl World {
         gitea.fetch_interval_idle = interval.into();
     }
 
-    /// `[cluster] resync`: a watching backend's pass, and the VM backend's full listing.
-    pub fn with_resync(&mut self, resync: Duration) {
-        self.base_mut().cluster.resync = Some(resync.into());
-    }
-
     /// Replaces an executor that has not fetched its task after `start_deadline`, up to
     /// `max_attempts`.
     pub fn with_start_deadline(&mut self, start_deadline: Duration, max_attempts: u32) {

@@ -327,7 +327,6 @@ async fn steady(
     m: &Meter<'_>,
     d: &world::Dispatcher,
     players: &Players,
-    build: &str,
 ) -> (Counts, Counts, u64, Vec<Duration>) {
     let live = players.seen.lock().unwrap().live;
     progress(&format!(
@@ -335,13 +334,9 @@ async fn steady(
         args.window
     ));
     players.take_latencies();
-    let perf = profile(build, d.pid(), args.window, live);
     let before = counts(m, d.pid()).await;
     tokio::time::sleep(args.window).await;
     let after = counts(m, d.pid()).await;
-    if let Some(mut p) = perf {
-        let _ = p.wait();
-    }
     let resident = memory(d.pid()).rss;
     for (key, n) in &after.apiserver {
         let was = before.apiserver.get(key).copied().unwrap_or(0);
@@ -356,30 +351,6 @@ async fn steady(
         }
     }
     (before, after, resident, players.take_latencies())
-}
-
-/// With `BENCH_SCALE_PERF=DIR` and N = 1,000: `perf record -g` of the dispatcher over the
-/// window, into `DIR/<build>.data` (the build's name with anything but letters and digits as
-/// `-`; `perf report -i` it).
-fn profile(build: &str, pid: u32, window: Duration, live: usize) -> Option<std::process::Child> {
-    let dir = std::env::var_os("BENCH_SCALE_PERF").filter(|d| !d.is_empty())?;
-    if live < 1000 {
-        return None;
-    }
-    let name: String = build
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    let out = Path::new(&dir).join(format!("{name}.data"));
-    progress(&format!("perf record of {pid} into {}", out.display()));
-    std::process::Command::new("perf")
-        .args(["record", "-g", "-F", "499", "-p", &pid.to_string(), "-o"])
-        .arg(&out)
-        .args(["--", "sleep", &window.as_secs().to_string()])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| progress(&format!("no perf ({e}); the window is measured without it")))
-        .ok()
 }
 
 async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Result<Row, Stalled> {
@@ -406,7 +377,7 @@ async fn measure(args: &Args, build: &str, bin: &Path, n: usize) -> Result<Row, 
             return Err(stalled);
         }
     };
-    let (before, after, resident, latencies) = steady(args, &m, &d, &players, build).await;
+    let (before, after, resident, latencies) = steady(args, &m, &d, &players).await;
     let loaded = pickups(&w, backend, &players, "loaded").await;
     players.release();
     until("every executor deleted", || {
@@ -440,5 +411,4 @@ async fn main() {
         }
     }
     println!("{}", report::table(args.backend, &rows));
-    println!("{}", report::slopes(&rows));
 }

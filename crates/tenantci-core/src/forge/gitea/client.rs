@@ -26,7 +26,7 @@ use http::header;
 
 use super::connect::{self, Code, Codec, ConnectError, Wire};
 use super::facade::{
-    PING_PATH, REQUEST_KEY_HEADER, RUNNER_SERVICE_PATH, Received, TOKEN_HEADER, UUID_HEADER,
+    PING_PATH, REQUEST_KEY_HEADER, RUNNER_SERVICE_PATH, TOKEN_HEADER, UUID_HEADER,
 };
 use super::proto::{
     DeclareRequest, DeclareResponse, FetchTaskRequest, FetchTaskResponse, PingRequest,
@@ -524,24 +524,8 @@ impl RunnerClient {
         &self,
         req: &UpdateLogRequest,
     ) -> Result<UpdateLogResponse, ClientError> {
-        self.update_log_relayed(req, None).await
-    }
-
-    /// [`RunnerClient::update_log`] of a relayed call: `received`, the body `req` was decoded
-    /// from, is sent as it arrived when it is in this client's codec and requests are not
-    /// gzipped (nothing is encoded again); otherwise `req` is encoded as usual.
-    pub async fn update_log_relayed(
-        &self,
-        req: &UpdateLogRequest,
-        received: Option<&Received>,
-    ) -> Result<UpdateLogResponse, ClientError> {
         let url = self.method_url("UpdateLog");
         let url = url.as_str();
-        let body = match received {
-            Some(r) if r.codec == self.cfg.codec && !self.cfg.gzip_requests => r.body.clone(),
-            _ => self.body_of(req),
-        };
-        let body = &body;
         let mut attempt = 0u32;
         let result = self
             .retrying(|| {
@@ -549,10 +533,10 @@ impl RunnerClient {
                 let repeat = attempt > 1;
                 async move {
                     match self
-                        .send::<UpdateLogResponse>(
+                        .call::<_, UpdateLogResponse>(
                             url,
                             "UpdateLog",
-                            body.clone(),
+                            req,
                             true,
                             self.cfg.request_timeout,
                             None,
@@ -600,16 +584,6 @@ impl RunnerClient {
         }
     }
 
-    /// `req` as this client sends it: in its codec, gzipped when it gzips requests.
-    fn body_of<Req: Wire>(&self, req: &Req) -> bytes::Bytes {
-        let body = self.cfg.codec.encode(req);
-        if self.cfg.gzip_requests {
-            connect::gzip(&body).into()
-        } else {
-            body.into()
-        }
-    }
-
     async fn call<Req: Wire, Resp: Wire>(
         &self,
         url: &str,
@@ -619,22 +593,8 @@ impl RunnerClient {
         timeout: Duration,
         request_key: Option<&str>,
     ) -> Result<Resp, ClientError> {
-        let body = self.body_of(req);
-        self.send(url, method, body, authenticated, timeout, request_key)
-            .await
-    }
-
-    /// One call with `body`, already in this client's codec (and gzipped when it gzips).
-    async fn send<Resp: Wire>(
-        &self,
-        url: &str,
-        method: &'static str,
-        body: bytes::Bytes,
-        authenticated: bool,
-        timeout: Duration,
-        request_key: Option<&str>,
-    ) -> Result<Resp, ClientError> {
         let codec = self.cfg.codec;
+        let mut body = codec.encode(req);
         let mut rb = self
             .http
             .post(url)
@@ -643,6 +603,7 @@ impl RunnerClient {
             .header(header::ACCEPT_ENCODING, "gzip")
             .header("connect-protocol-version", "1");
         if self.cfg.gzip_requests {
+            body = connect::gzip(&body);
             rb = rb.header(header::CONTENT_ENCODING, "gzip");
         }
         if authenticated {
@@ -664,29 +625,29 @@ impl RunnerClient {
         };
         let resp = rb.body(body).send().await.map_err(transport)?;
         let status = resp.status().as_u16();
-        // Shared with the answer's header map (no copy), kept past `bytes()`.
-        let header_of = |name: header::HeaderName| resp.headers().get(name).cloned();
+        let header_of = |name: header::HeaderName| {
+            resp.headers()
+                .get(name)
+                .and_then(|v: &http::HeaderValue| v.to_str().ok())
+                .map(str::to_string)
+        };
         let encoding = header_of(header::CONTENT_ENCODING);
         let content_type = header_of(header::CONTENT_TYPE);
         let raw = resp.bytes().await.map_err(transport)?;
         let decode_err = |error| ClientError::Decode { method, error };
-        let bytes = connect::decode_body(header_text(&encoding), &raw).map_err(decode_err)?;
+        let bytes = connect::decode_body(encoding.as_deref(), &raw).map_err(decode_err)?;
         if status != 200 {
             return Err(ClientError::Status {
                 method,
                 error: ConnectError::from_response(status, &bytes),
             });
         }
-        let answer_codec = header_text(&content_type)
+        let answer_codec = content_type
+            .as_deref()
             .and_then(Codec::from_content_type)
             .unwrap_or(codec);
         answer_codec.decode(&bytes).map_err(decode_err)
     }
-}
-
-/// A header's value as text (None: absent or not visible ASCII).
-fn header_text(v: &Option<http::HeaderValue>) -> Option<&str> {
-    v.as_ref().and_then(|v| v.to_str().ok())
 }
 
 /// How many rows a log holds once `req`'s are appended: the runner's index plus its rows,

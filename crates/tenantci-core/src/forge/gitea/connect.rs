@@ -6,7 +6,6 @@
 //! Invariants: decoding never panics on hostile input; a gzip body inflates to at most
 //! [`MAX_BODY`] bytes.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::io::{Read, Write};
 
@@ -325,15 +324,11 @@ pub fn gunzip(data: &[u8]) -> Result<Vec<u8>, ConnectError> {
 }
 
 /// Undoes a `Content-Encoding` (`identity`, absent or `gzip`); others are `unimplemented`,
-/// as Connect specifies for an unsupported compression. An uncompressed body is borrowed, not
-/// copied (the relay's every call).
-pub fn decode_body<'a>(
-    content_encoding: Option<&str>,
-    body: &'a [u8],
-) -> Result<Cow<'a, [u8]>, ConnectError> {
+/// as Connect specifies for an unsupported compression.
+pub fn decode_body(content_encoding: Option<&str>, body: &[u8]) -> Result<Vec<u8>, ConnectError> {
     match content_encoding.map(str::trim) {
-        None | Some("") | Some("identity") => Ok(Cow::Borrowed(body)),
-        Some(e) if e.eq_ignore_ascii_case("gzip") => gunzip(body).map(Cow::Owned),
+        None | Some("") | Some("identity") => Ok(body.to_vec()),
+        Some(e) if e.eq_ignore_ascii_case("gzip") => gunzip(body),
         Some(other) => Err(ConnectError::unimplemented(format!(
             "unsupported content encoding {other:?} (supported: gzip, identity)"
         ))),
@@ -424,7 +419,7 @@ mod tests {
         assert!(packed.len() < data.len());
         assert_eq!(gunzip(&packed).unwrap(), data);
         assert_eq!(decode_body(Some("gzip"), &packed).unwrap(), data);
-        assert_eq!(decode_body(None, b"raw").unwrap(), &b"raw"[..]);
+        assert_eq!(decode_body(None, b"raw").unwrap(), b"raw");
         assert_eq!(
             decode_body(Some("gzip"), b"not gzip").unwrap_err().code,
             Code::InvalidArgument

@@ -10,7 +10,6 @@
 //! Invariant: a backend method runs only after `authenticate` accepted the caller, and never
 //! sees a body that failed to decode.
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -129,29 +128,6 @@ pub trait RunnerServiceHandler: Send + Sync + 'static {
         caller: &Self::Caller,
         req: UpdateLogRequest,
     ) -> impl Future<Output = Result<UpdateLogResponse, ConnectError>> + Send;
-
-    /// [`RunnerServiceHandler::update_log`] with the body as it arrived (None: it came
-    /// compressed), for a backend that relays it as is instead of encoding the decoded
-    /// request again. The default ignores it.
-    fn update_log_received(
-        &self,
-        caller: &Self::Caller,
-        req: UpdateLogRequest,
-        received: Option<Received>,
-    ) -> impl Future<Output = Result<UpdateLogResponse, ConnectError>> + Send {
-        let _ = received;
-        self.update_log(caller, req)
-    }
-}
-
-/// A request body as it arrived, uncompressed, in its codec: what a relay may forward without
-/// encoding the decoded request again (the bytes are shared, not copied).
-#[derive(Clone, Debug)]
-pub struct Received {
-    /// The codec the caller encoded it in.
-    pub codec: Codec,
-    /// The body.
-    pub body: Bytes,
 }
 
 /// The RunnerService and PingService routes over `backend`, without transport.
@@ -214,13 +190,9 @@ fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&s
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Reads a Connect unary request's codec and body (borrowed when it came uncompressed). An
-/// unknown `Content-Type` is answered with 415 and `Accept-Post`, as the Connect spec asks;
-/// the error is the answer to send.
-pub fn read_request<'a>(
-    headers: &HeaderMap,
-    body: &'a [u8],
-) -> Result<(Reply, Cow<'a, [u8]>), Box<Response>> {
+/// Reads a Connect unary request's codec and body. An unknown `Content-Type` is answered with
+/// 415 and `Accept-Post`, as the Connect spec asks; the error is the answer to send.
+pub fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(Reply, Vec<u8>), Box<Response>> {
     let content_type = header_str(headers, header::CONTENT_TYPE).unwrap_or("");
     let Some(codec) = Codec::from_content_type(content_type) else {
         let err = ConnectError::invalid_argument(format!(
@@ -277,16 +249,10 @@ async fn rpc<B: RunnerServiceHandler>(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (reply, decoded) = match read_request(&headers, &body) {
+    let (reply, body) = match read_request(&headers, &body) {
         Ok(x) => x,
         Err(resp) => return *resp,
     };
-    // The body as it arrived, for a relay: shared with axum's buffer, not copied.
-    let received = matches!(decoded, Cow::Borrowed(_)).then(|| Received {
-        codec: reply.codec,
-        body: body.clone(),
-    });
-    let body = decoded;
     if method == "Register" {
         return unary(reply, &body, |req| backend.register(req)).await;
     }
@@ -319,7 +285,7 @@ async fn rpc<B: RunnerServiceHandler>(
             unary(reply, &body, |req| b.fetch_task_keyed(c, req, key)).await
         }
         "UpdateTask" => unary(reply, &body, |req| b.update_task(c, req)).await,
-        _ => unary(reply, &body, |req| b.update_log_received(c, req, received)).await,
+        _ => unary(reply, &body, |req| b.update_log(c, req)).await,
     }
 }
 

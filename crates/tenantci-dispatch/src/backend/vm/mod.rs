@@ -4,8 +4,6 @@
 //!   init`'s flags for it (pure); [`api`]: the Lifecycle API client and its access check;
 //! - [`desired`]: the create request, metadata and boot script of one task's sandbox (pure);
 //! - [`sandboxes`]: the executors through the Lifecycle API (core's `opensandbox` client);
-//! - [`view`]: the sandboxes as the last looks saw them, so a pass looks only at what may
-//!   have changed (the API has no change feed) and lists them all at the resync;
 //! - [`lifecycle`]: a sandbox's state and metadata -> the reconciler's decision (pure).
 //!
 //! A sandbox has no Secret: the sealed assignment waits in the claim ledger, which keeps it
@@ -17,7 +15,6 @@ pub mod init;
 pub mod lifecycle;
 pub mod sandboxes;
 pub mod settings;
-pub mod view;
 
 pub use settings::Vm;
 
@@ -37,7 +34,6 @@ use crate::task::spec::ExecutorSpec;
 use crate::task_id::TaskId;
 use sandboxes::Sandboxes;
 use tenantci_core::opensandbox::Sandbox;
-use view::{Plan, View};
 
 const LIFECYCLE_API: &str = "the OpenSandbox Lifecycle API";
 const LEDGER: &str = "the claim ledger";
@@ -49,8 +45,6 @@ pub struct VmExecutors {
     /// Where each attempt's sealed assignment waits for the hand-out, and whose phase says
     /// how far the executor got.
     pub ledger: Ledger,
-    /// The sandboxes as last seen: what a pass observes.
-    pub view: View,
 }
 
 /// This backend's name.
@@ -91,7 +85,6 @@ impl crate::backend::provider::Provider for Provider {
         Some(Arc::new(VmExecutors {
             sandboxes,
             ledger: i.ledger.clone(),
-            view: View::new(i.resync),
         }))
     }
 }
@@ -127,48 +120,10 @@ fn observed(task: TaskId, s: &Sandbox) -> Observed {
 }
 
 impl VmExecutors {
-    /// Whether any sandbox of `task` exists: a GET of the one the view holds (an executor
-    /// missing from a stale view is confirmed so before its task fails), else a lookup by the
-    /// task's metadata. What it finds goes into the view.
+    /// Whether any sandbox of `task` exists.
     async fn present(&self, task: TaskId) -> Result<bool, BackendError> {
-        if let Some(id) = self.view.id_of(task) {
-            let found = self.sandboxes.get(&id).await.map_err(api)?;
-            let present = found.is_some();
-            self.view.looked(task, &id, found);
-            if present {
-                return Ok(true);
-            }
-        }
         let found = self.sandboxes.of_task(task).await.map_err(api)?;
-        let latest = found
-            .into_iter()
-            .max_by_key(|s| desired::task_of(s).map(|(_, a)| a));
-        Ok(match latest {
-            Some(s) => {
-                self.view.wrote(task, s);
-                true
-            }
-            None => false,
-        })
-    }
-
-    /// The sandboxes now: the view brought up to date by this pass's plan (`view`).
-    async fn look(&self) -> Result<BTreeMap<TaskId, Sandbox>, BackendError> {
-        let (plan, began) = self.view.plan();
-        match plan {
-            Plan::List => {
-                let at = std::time::Instant::now();
-                let owned = self.sandboxes.owned().await.map_err(api)?;
-                self.view.listed(owned, began, at);
-            }
-            Plan::Get(ids) => {
-                for (task, id) in ids {
-                    let found = self.sandboxes.get(&id).await.map_err(api)?;
-                    self.view.looked(task, &id, found);
-                }
-            }
-        }
-        Ok(self.view.snapshot())
+        Ok(!found.is_empty())
     }
 
     /// The sealed assignment the claim ledger holds for `task`, when its entry is one `holds`
@@ -211,11 +166,7 @@ impl ExecutorLifecycle for VmExecutors {
         _sealed: &'a [u8],
         fresh: bool,
     ) -> BoxFuture<'a, Result<Created, StartError>> {
-        Box::pin(async move {
-            let (created, sandbox) = self.sandboxes.start(spec, !fresh).await?;
-            self.view.wrote(spec.task_id, sandbox);
-            Ok(created)
-        })
+        Box::pin(self.sandboxes.start(spec, !fresh))
     }
 
     fn exists(&self, task: TaskId) -> BoxFuture<'_, Result<bool, BackendError>> {
@@ -223,27 +174,18 @@ impl ExecutorLifecycle for VmExecutors {
     }
 
     fn delete(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move {
-            self.sandboxes.delete_task(task).await.map_err(api)?;
-            self.view.deleted(task);
-            Ok(())
-        })
+        Box::pin(async move { self.sandboxes.delete_task(task).await.map_err(api) })
     }
 
     fn mark_terminal(&self, task: TaskId) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move {
-            for s in self.sandboxes.mark_terminal(task).await.map_err(api)? {
-                self.view.wrote(task, s);
-            }
-            Ok(())
-        })
+        Box::pin(async move { self.sandboxes.mark_terminal(task).await.map_err(api) })
     }
 }
 
 impl ExecutorObservation for VmExecutors {
     fn observe(&self) -> BoxFuture<'_, Result<BTreeMap<TaskId, Observed>, BackendError>> {
         Box::pin(async move {
-            let owned = self.look().await?;
+            let owned = self.sandboxes.owned().await.map_err(api)?;
             Ok(owned.iter().map(|(t, s)| (*t, observed(*t, s))).collect())
         })
     }

@@ -153,19 +153,12 @@ impl Sandboxes {
 
     /// Gitea has the final state: the terminal marker on `task`'s sandboxes (a gone one is
     /// fine: nothing is left to mark).
-    /// Returns the marked sandboxes as the API answered.
-    pub async fn mark_terminal(&self, task: TaskId) -> Result<Vec<Sandbox>, ApiError> {
+    pub async fn mark_terminal(&self, task: TaskId) -> Result<(), ApiError> {
         let patch = BTreeMap::from([(desired::TERMINAL_KEY.to_string(), Some("true".into()))]);
-        let mut marked = Vec::new();
         for s in self.of_task(task).await? {
-            marked.extend(self.client.patch_metadata(&s.id, &patch).await?);
+            self.client.patch_metadata(&s.id, &patch).await?;
         }
-        Ok(marked)
-    }
-
-    /// `GET /sandboxes/{id}`: None when it is gone.
-    pub async fn get(&self, id: &str) -> Result<Option<Sandbox>, ApiError> {
-        self.client.get(id).await
+        Ok(())
     }
 
     /// Deletes `task`'s sandboxes; gone already is done.
@@ -183,14 +176,9 @@ impl Sandboxes {
 }
 
 impl Sandboxes {
-    /// One try: the sandbox found by metadata (a redelivery), or created; with it as the API
-    /// answered. Without `look` (a fresh assignment: no sandbox of the task can exist)
-    /// straight to the create.
-    pub async fn start(
-        &self,
-        spec: &ExecutorSpec,
-        look: bool,
-    ) -> Result<(Created, Sandbox), StartError> {
+    /// One try: the sandbox found by metadata (a redelivery), or created. Without `look` (a
+    /// fresh assignment: no sandbox of the task can exist) straight to the create.
+    pub async fn start(&self, spec: &ExecutorSpec, look: bool) -> Result<Created, StartError> {
         let existing = if look {
             self.of_task(spec.task_id).await.map_err(classify)?
         } else {
@@ -201,7 +189,7 @@ impl Sandboxes {
             .find(|s| desired::task_of(s) == Some((spec.task_id, spec.attempt)))
         {
             tracing::info!(task = spec.task_id.get(), sandbox = %s.id, "the sandbox exists already (a redelivery); not created again");
-            return Ok((Created::Existing, s.clone()));
+            return Ok(Created::Existing);
         }
         if !existing.is_empty() {
             // Another attempt's sandbox: the reconciler deletes it when it replaces it, so
@@ -224,12 +212,8 @@ impl Sandboxes {
             (None, _) => None,
         };
         let req = desired::desired(spec, &self.vm, self.dispatcher, svid.as_ref());
-        let mut created = self.client.create(&req).await.map_err(classify)?;
-        if created.metadata.is_empty() {
-            // An answer without the metadata: what was asked for is what it carries.
-            created.metadata = req.metadata.clone();
-        }
+        let created = self.client.create(&req).await.map_err(classify)?;
         tracing::info!(task = spec.task_id.get(), attempt = spec.attempt, sandbox = %created.id, state = %created.status.state, "sandbox created");
-        Ok((Created::New, created))
+        Ok(Created::New)
     }
 }

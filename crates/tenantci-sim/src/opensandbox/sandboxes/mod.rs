@@ -84,10 +84,6 @@ pub struct SandboxRec {
     pub expires: Option<SystemTime>,
     /// Why it failed, once a test failed it.
     pub failed: Option<Failure>,
-    /// Left out of list answers (a test's lagging list, as an informer cache behind the
-    /// Kubernetes runtime can be); a GET still finds it.
-    #[serde(skip)]
-    pub unlisted: bool,
 }
 
 /// A sandbox's failure, as its status reports it.
@@ -243,7 +239,6 @@ fn parse_create(body: &Value) -> Result<SandboxRec, ApiError> {
         running_at: SystemTime::UNIX_EPOCH,
         expires: None,
         failed: None,
-        unlisted: false,
     })
 }
 
@@ -329,7 +324,6 @@ impl Sandboxes {
         let matching: Vec<Value> = self
             .live
             .values()
-            .filter(|s| !s.unlisted)
             .filter(|s| q.states.is_empty() || q.states.iter().any(|st| st == s.state(now)))
             .filter(|s| q.metadata.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
             .map(|s| s.to_api(now))
@@ -416,17 +410,6 @@ impl Sandboxes {
             reason: reason.unwrap_or_else(|| "runtime_error".into()),
             message: message.unwrap_or_else(|| "the sandbox failed (simulated)".into()),
         });
-        Ok(())
-    }
-
-    /// Leaves the sandbox out of list answers (`unlisted`) or back in.
-    pub fn set_unlisted(
-        &mut self,
-        id: &str,
-        unlisted: bool,
-        now: SystemTime,
-    ) -> Result<(), ApiError> {
-        self.live_mut(id, now)?.unlisted = unlisted;
         Ok(())
     }
 
