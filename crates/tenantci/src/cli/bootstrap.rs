@@ -183,29 +183,21 @@ fn token_source(g: &GitlabArgs, gitlab_url: &str, runner_name: &str) -> Result<T
     )
 }
 
-fn inputs(a: &RunnerArgs) -> Result<Inputs> {
-    let remote = a.remote.remote;
-    if remote {
-        super::remote_runner::refuse_gitlab_flags(&[
-            ("--gitlab-url", a.gitlab.gitlab_url.is_some()),
-            ("--runner-token-file", a.gitlab.runner_token_file.is_some()),
-            (
-                "--gitlab-api-token-file",
-                a.gitlab.api.gitlab_api_token_file.is_some(),
-            ),
-            ("--force", a.force),
-        ])?;
+/// The GitLab URL the runner registers with: required, except in remote mode (the runner's
+/// host names it to `front unpack`).
+fn gitlab_url(a: &RunnerArgs, remote: bool) -> Result<String> {
+    match (&a.gitlab.gitlab_url, remote) {
+        (Some(url), _) => Ok(url.clone()),
+        (None, true) => Ok(String::new()),
+        (None, false) => Err(Error::bad_input("--gitlab-url is missing").hint(
+            "pass the GitLab URL the runner registers with, e.g. https://gitlab.example.com",
+        )),
     }
-    let gitlab_url = match (&a.gitlab.gitlab_url, remote) {
-        (Some(url), _) => url.clone(),
-        (None, true) => String::new(),
-        (None, false) => {
-            return Err(Error::bad_input("--gitlab-url is missing").hint(
-                "pass the GitLab URL the runner registers with, e.g. https://gitlab.example.com",
-            ));
-        }
-    };
-    let job = a.job.requests()?;
+}
+
+/// The job Pods' requests and limits as config.toml's `[runners.kubernetes]` keys; a limit is
+/// checked as a Kubernetes quantity first.
+fn job_resources(a: &RunnerArgs) -> Result<BTreeMap<String, String>> {
     let mut resources = BTreeMap::new();
     let mut put = |k: &str, v: &str| {
         resources.insert(k.to_string(), v.to_string());
@@ -226,6 +218,25 @@ fn inputs(a: &RunnerArgs) -> Result<Inputs> {
         tenantci_runner::tenant::sizing::parse_request("--memory-limit", l)?;
         put("memory_limit", l);
     }
+    Ok(resources)
+}
+
+fn inputs(a: &RunnerArgs) -> Result<Inputs> {
+    let remote = a.remote.remote;
+    if remote {
+        super::remote_runner::refuse_gitlab_flags(&[
+            ("--gitlab-url", a.gitlab.gitlab_url.is_some()),
+            ("--runner-token-file", a.gitlab.runner_token_file.is_some()),
+            (
+                "--gitlab-api-token-file",
+                a.gitlab.api.gitlab_api_token_file.is_some(),
+            ),
+            ("--force", a.force),
+        ])?;
+    }
+    let gitlab_url = gitlab_url(a, remote)?;
+    let job = a.job.requests()?;
+    let resources = job_resources(a)?;
     if a.prewarm.is_some_and(|n| n < 0) {
         return Err(Error::bad_input("--prewarm is negative").hint("pass 0 or more pause pods"));
     }
